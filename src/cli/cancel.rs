@@ -1,0 +1,26 @@
+use crate::config::Settings;
+use crate::error::Error;
+use crate::Client;
+use clap::Args;
+
+#[derive(Args, Debug)]
+pub struct CancelCmd {
+    #[arg(required = true)]
+    pub job_ids: Vec<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl CancelCmd {
+    pub fn run(self, settings: Settings) -> Result<i32, Error> {
+        let views = Client::new(settings)?.cancel_jobs(&self.job_ids)?;
+        if self.json {
+            super::print_json(&views);
+        } else {
+            for v in &views {
+                println!("{} {}", v.job_id, v.status);
+            }
+        }
+        Ok(0)
+    }
+}

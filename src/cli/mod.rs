@@ -1,0 +1,115 @@
+//! The command line: one file per command, all thin over [`crate::Client`].
+
+mod cancel;
+mod jobs;
+mod logs;
+mod render;
+mod status;
+mod submit;
+mod watch;
+
+use crate::config::{SettingSources, Settings};
+use crate::error::{exit_code, Error};
+use clap::{Parser, Subcommand};
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tao-slurm",
+    version,
+    about = "Run containerised GPU jobs on Slurm clusters over SSH"
+)]
+pub struct Cli {
+    /// Env file with settings (default: ~/.config/tao/.env)
+    #[arg(long, global = true, value_name = "PATH")]
+    env_file: Option<PathBuf>,
+    /// Local state database (setting TAO_SLURM_STATE)
+    #[arg(long, global = true, value_name = "PATH")]
+    state: Option<PathBuf>,
+    /// Run Slurm commands on this machine (we are on the login node) instead of over SSH
+    #[arg(long, global = true)]
+    local: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Stage and submit a job
+    Submit(submit::SubmitCmd),
+    /// Print the batch script and staged files of a job, with no network access
+    Render(render::RenderCmd),
+    /// Show job status (all active jobs when no id is given), refreshed from the cluster
+    Status(status::StatusCmd),
+    /// List the jobs in the local state
+    List(jobs::ListCmd),
+    /// Show a job's history of events
+    Events(jobs::EventsCmd),
+    /// Show a job's main.out and main.err
+    Logs(logs::LogsCmd),
+    /// Follow jobs until they reach a terminal status
+    Watch(watch::WatchCmd),
+    /// Cancel jobs
+    Cancel(cancel::CancelCmd),
+}
+
+/// Run the CLI and return the process exit code.
+pub fn run() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { exit_code::USAGE } else { 0 };
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TAO_SLURM_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+fn load_settings(cli: &Cli) -> Result<Settings, Error> {
+    let mut flags = HashMap::new();
+    if let Some(s) = &cli.state {
+        flags.insert("TAO_SLURM_STATE".to_string(), s.display().to_string());
+    }
+    if cli.local {
+        flags.insert("TAO_SLURM_LOCAL".to_string(), "true".to_string());
+    }
+    let sources = SettingSources::gather(flags, cli.env_file.as_deref())?;
+    Ok(Settings::from_sources(&sources)?)
+}
+
+fn dispatch(cli: Cli) -> Result<i32, Error> {
+    let settings = load_settings(&cli)?;
+    match cli.command {
+        Command::Submit(c) => c.run(settings),
+        Command::Render(c) => c.run(settings),
+        Command::Status(c) => c.run(settings),
+        Command::List(c) => c.run(settings),
+        Command::Events(c) => c.run(settings),
+        Command::Logs(c) => c.run(settings),
+        Command::Watch(c) => c.run(settings),
+        Command::Cancel(c) => c.run(settings),
+    }
+}
+
+/// Print a value as pretty JSON on stdout.
+pub(crate) fn print_json<T: serde::Serialize>(value: &T) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).expect("serialisable")
+    );
+}

@@ -1,0 +1,64 @@
+use crate::config::Settings;
+use crate::error::Error;
+use crate::{Client, JobView};
+use clap::Args;
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+
+#[derive(Args, Debug)]
+pub struct StatusCmd {
+    /// Job ids (or unambiguous prefixes); none means every active job
+    pub job_ids: Vec<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl StatusCmd {
+    pub fn run(self, settings: Settings) -> Result<i32, Error> {
+        let client = Client::new(settings)?;
+        let views = if self.job_ids.len() == 1 {
+            vec![client.job_status(&self.job_ids[0])?]
+        } else {
+            client.refresh(&self.job_ids)?
+        };
+        if self.json {
+            if self.job_ids.len() == 1 {
+                super::print_json(&views[0]);
+            } else {
+                super::print_json(&views);
+            }
+        } else {
+            print_table(&views);
+        }
+        Ok(0)
+    }
+}
+
+pub(crate) fn print_table(views: &[JobView]) {
+    if views.is_empty() {
+        println!("no jobs");
+        return;
+    }
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED);
+    table.set_header([
+        "job id",
+        "status",
+        "slurm id",
+        "slurm state",
+        "exit",
+        "nodes",
+        "message",
+    ]);
+    for v in views {
+        table.add_row([
+            v.job_id.clone(),
+            v.status.to_string(),
+            v.slurm_job_id.clone().unwrap_or_default(),
+            v.slurm_state.clone().unwrap_or_default(),
+            v.exit_code.map(|c| c.to_string()).unwrap_or_default(),
+            v.node_list.clone().unwrap_or_default(),
+            v.message.clone(),
+        ]);
+    }
+    println!("{table}");
+}

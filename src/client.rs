@@ -1,0 +1,192 @@
+//! The library API: what the CLI does, callable from Rust. A `Client` owns the settings, the local
+//! state and (opened on first use) the transport.
+
+use crate::config::Settings;
+use crate::engine::{cancel, logs, refresh, submit};
+use crate::error::Result;
+use crate::plan::{self, Plan};
+use crate::remote::{self, Remote};
+use crate::script;
+use crate::spec::JobSpec;
+use crate::status::PlatformStatus;
+use crate::store::{JobRecord, Store};
+use serde::Serialize;
+use std::sync::OnceLock;
+
+pub use crate::engine::logs::JobLogs;
+pub use crate::engine::submit::Submitted;
+
+/// A job as `status --json` shows it. Field names follow the contract's `slurm_metadata`.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobView {
+    pub job_id: String,
+    pub name: Option<String>,
+    pub status: PlatformStatus,
+    pub message: String,
+    pub slurm_job_id: Option<String>,
+    pub slurm_state: Option<String>,
+    pub exit_code: Option<i32>,
+    pub node_list: Option<String>,
+    pub login_host: Option<String>,
+    pub job_dir: String,
+    pub results_dir: String,
+    pub image: String,
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+    pub partition: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+impl From<&JobRecord> for JobView {
+    fn from(j: &JobRecord) -> JobView {
+        JobView {
+            job_id: j.job_id.clone(),
+            name: j.name.clone(),
+            status: j.status,
+            message: j.message.clone(),
+            slurm_job_id: j.slurm_job_id.clone(),
+            slurm_state: j.slurm_state.clone(),
+            exit_code: j.exit_code,
+            node_list: j.node_list.clone(),
+            login_host: j.login_host.clone(),
+            job_dir: j.plan.layout.job_dir.clone(),
+            results_dir: j.plan.layout.results_dir(),
+            image: j.plan.image.pyxis.clone(),
+            nodes: j.plan.resources.nodes,
+            gpus_per_node: j.plan.resources.gpus_per_node,
+            partition: j.plan.partition.clone(),
+            created_at: j.created_at,
+            updated_at: j.updated_at,
+        }
+    }
+}
+
+pub struct Client {
+    settings: Settings,
+    store: Store,
+    remote: OnceLock<Box<dyn Remote>>,
+}
+
+impl Client {
+    pub fn new(settings: Settings) -> Result<Client> {
+        let store = Store::open(&settings.state_path)?;
+        Ok(Client {
+            settings,
+            store,
+            remote: OnceLock::new(),
+        })
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    fn remote(&self) -> Result<&dyn Remote> {
+        if let Some(r) = self.remote.get() {
+            return Ok(r.as_ref());
+        }
+        let r = remote::connect(&self.settings)?;
+        Ok(self.remote.get_or_init(|| r).as_ref())
+    }
+
+    /// Validate and resolve a spec offline (what `render` prints).
+    pub fn plan(&self, spec: &JobSpec) -> Result<Plan> {
+        Ok(plan::resolve(spec, &self.settings)?)
+    }
+
+    /// The files a plan stages, the batch script last.
+    pub fn staged_files(&self, spec: &JobSpec, plan: &Plan) -> Vec<script::StagedFile> {
+        let hosts: Vec<String> = self
+            .settings
+            .login_hosts
+            .iter()
+            .map(|h| h.label())
+            .collect();
+        let spec_json = serde_json::to_value(spec).expect("a spec always serialises");
+        script::staged_files(
+            plan,
+            &spec_json,
+            self.settings.slurm_user.as_deref().unwrap_or(""),
+            &hosts,
+        )
+    }
+
+    /// Validate, record, stage and submit a job.
+    pub fn create_job(&self, spec: &JobSpec) -> Result<Submitted> {
+        // Settings and spec are checked before anything touches the network.
+        self.settings.require_remote()?;
+        let plan = self.plan(spec)?;
+        let files = self.staged_files(spec, &plan);
+        let remote = self.remote()?;
+        self.store.insert_job(
+            &serde_json::to_string(spec).expect("spec serialises"),
+            &plan,
+        )?;
+        submit::submit(remote, &self.store, &plan, &files)
+    }
+
+    /// A job's status, refreshed from the cluster unless it is already terminal.
+    pub fn job_status(&self, id: &str) -> Result<JobView> {
+        let job = self.store.get(id)?;
+        if job.status.is_terminal() || job.slurm_job_id.is_none() {
+            return Ok(JobView::from(&job));
+        }
+        refresh::refresh(self.remote()?, &self.store, std::slice::from_ref(&job))?;
+        Ok(JobView::from(&self.store.get(&job.job_id)?))
+    }
+
+    /// Refresh every given job (all active ones when `ids` is empty) in one round trip.
+    pub fn refresh(&self, ids: &[String]) -> Result<Vec<JobView>> {
+        let jobs: Vec<JobRecord> = if ids.is_empty() {
+            self.store.list(true)?
+        } else {
+            ids.iter()
+                .map(|i| self.store.get(i))
+                .collect::<std::result::Result<_, _>>()?
+        };
+        let active: Vec<JobRecord> = jobs
+            .iter()
+            .filter(|j| !j.status.is_terminal())
+            .cloned()
+            .collect();
+        if !active.is_empty() {
+            refresh::refresh(self.remote()?, &self.store, &active)?;
+        }
+        jobs.iter()
+            .map(|j| Ok(JobView::from(&self.store.get(&j.job_id)?)))
+            .collect()
+    }
+
+    pub fn list(&self, active_only: bool) -> Result<Vec<JobView>> {
+        Ok(self
+            .store
+            .list(active_only)?
+            .iter()
+            .map(JobView::from)
+            .collect())
+    }
+
+    pub fn job_logs(&self, id: &str, tail_lines: Option<u32>) -> Result<JobLogs> {
+        let job = self.store.get(id)?;
+        logs::read_logs(self.remote()?, &job, tail_lines)
+    }
+
+    pub fn cancel_jobs(&self, ids: &[String]) -> Result<Vec<JobView>> {
+        let jobs: Vec<JobRecord> = ids
+            .iter()
+            .map(|i| self.store.get(i))
+            .collect::<std::result::Result<_, _>>()?;
+        if jobs.iter().any(|j| !j.status.is_terminal()) {
+            cancel::cancel(self.remote()?, &self.store, &jobs)?;
+        }
+        jobs.iter()
+            .map(|j| Ok(JobView::from(&self.store.get(&j.job_id)?)))
+            .collect()
+    }
+
+    pub fn events(&self, id: &str) -> Result<Vec<(i64, String, String)>> {
+        let job = self.store.get(id)?;
+        Ok(self.store.events(&job.job_id)?)
+    }
+}

@@ -1,0 +1,406 @@
+//! Settings, with the precedence flags > environment > env file (`~/.config/tao/.env`) > packaged
+//! defaults. Loaded and validated once; everything else reads this struct.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// The contract's message when the two required settings are absent.
+pub const MISSING_MESSAGE: &str =
+    "MISSING: set SLURM_USER and SLURM_HOSTNAME (comma-separated for failover) in your env (~/.config/tao/.env).";
+
+/// The packaged default partitions, treated as 4-hour queues.
+pub const DEFAULT_PARTITIONS: &str = "polar,polar3,polar4,grizzly";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{MISSING_MESSAGE}")]
+    Missing,
+    #[error("invalid setting {name}: {message}")]
+    Invalid { name: &'static str, message: String },
+    #[error("cannot read env file {path}: {message}")]
+    EnvFile { path: PathBuf, message: String },
+}
+
+/// One login host: `host`, `host:port` or an ssh_config alias.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoginHost {
+    pub host: String,
+    pub port: Option<u16>,
+}
+
+impl LoginHost {
+    pub fn parse(text: &str) -> Result<LoginHost, ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            name: "SLURM_HOSTNAME",
+            message,
+        };
+        let text = text.trim();
+        if text.is_empty()
+            || text.starts_with('-')
+            || text.chars().any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(invalid(format!(
+                "{text:?} is not a host name, host:port or ssh_config alias"
+            )));
+        }
+        if !text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-:[]@%".contains(c))
+        {
+            return Err(invalid(format!(
+                "{text:?} contains characters a host name cannot have"
+            )));
+        }
+        if let Some((host, port)) = text.rsplit_once(':') {
+            if !host.contains(':') || host.starts_with('[') {
+                let port: u16 = port.parse().map_err(|_| {
+                    invalid(format!(
+                        "{text:?}: the port after ':' must be a number from 1 to 65535"
+                    ))
+                })?;
+                let host = host
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_string();
+                return Ok(LoginHost {
+                    host,
+                    port: Some(port),
+                });
+            }
+        }
+        Ok(LoginHost {
+            host: text.to_string(),
+            port: None,
+        })
+    }
+
+    /// `host` or `host:port`, for messages and the state file.
+    pub fn label(&self) -> String {
+        match self.port {
+            Some(p) => format!("{}:{p}", self.host),
+            None => self.host.clone(),
+        }
+    }
+
+    pub fn is_local(&self) -> bool {
+        self.host == "localhost" && self.port.is_none()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub slurm_user: Option<String>,
+    pub login_hosts: Vec<LoginHost>,
+    pub partition: String,
+    pub ssh_key_path: Option<PathBuf>,
+    pub ssh_auth_sock: Option<String>,
+    pub ssh_config: Option<PathBuf>,
+    pub ssh_known_hosts: Option<PathBuf>,
+    pub connect_timeout_secs: u32,
+    /// How long an idle ControlMaster stays up after the last command, in seconds.
+    pub control_persist_secs: u32,
+    /// Where ControlMaster sockets live (a private directory).
+    pub control_dir: PathBuf,
+    pub base_results_dir: Option<String>,
+    pub account: Option<String>,
+    pub time_hours: f64,
+    pub timeout_hours: f64,
+    pub use_requeue: bool,
+    pub max_gpus_per_node: u32,
+    pub state_path: PathBuf,
+    /// Run commands on this machine (we are on the login node).
+    pub local: bool,
+}
+
+/// Where values come from, highest precedence first.
+pub struct SettingSources {
+    pub flags: HashMap<String, String>,
+    pub env: HashMap<String, String>,
+    pub file: HashMap<String, String>,
+}
+
+impl SettingSources {
+    /// Process environment plus the env file (the explicit one, or `~/.config/tao/.env` when present).
+    pub fn gather(
+        flags: HashMap<String, String>,
+        env_file: Option<&Path>,
+    ) -> Result<SettingSources, ConfigError> {
+        let env: HashMap<String, String> = std::env::vars().collect();
+        let path = match env_file {
+            Some(p) => Some(p.to_path_buf()),
+            None => env.get("TAO_ENV_FILE").map(PathBuf::from).or_else(|| {
+                home_dir(&env)
+                    .map(|h| h.join(".config/tao/.env"))
+                    .filter(|p| p.is_file())
+            }),
+        };
+        let file = match path {
+            Some(p) => read_env_file(&p)?,
+            None => HashMap::new(),
+        };
+        Ok(SettingSources { flags, env, file })
+    }
+
+    fn get(&self, name: &str) -> Option<String> {
+        [&self.flags, &self.env, &self.file]
+            .into_iter()
+            .find_map(|m| m.get(name).filter(|v| !v.trim().is_empty()).cloned())
+    }
+}
+
+fn read_env_file(path: &Path) -> Result<HashMap<String, String>, ConfigError> {
+    let iter = dotenvy::from_path_iter(path).map_err(|e| ConfigError::EnvFile {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let mut map = HashMap::new();
+    for item in iter {
+        let (k, v) = item.map_err(|e| ConfigError::EnvFile {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        map.insert(k, v);
+    }
+    Ok(map)
+}
+
+fn home_dir(env: &HashMap<String, String>) -> Option<PathBuf> {
+    env.get("HOME").filter(|h| !h.is_empty()).map(PathBuf::from)
+}
+
+fn parse_bool(name: &'static str, text: &str) -> Result<bool, ConfigError> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        other => Err(ConfigError::Invalid {
+            name,
+            message: format!("{other:?} is not true or false"),
+        }),
+    }
+}
+
+fn parse_hours(name: &'static str, text: &str) -> Result<f64, ConfigError> {
+    match text.trim().parse::<f64>() {
+        Ok(h) if h.is_finite() && h > 0.0 => Ok(h),
+        _ => Err(ConfigError::Invalid {
+            name,
+            message: format!("{text:?} is not a positive number of hours"),
+        }),
+    }
+}
+
+fn parse_u32(name: &'static str, text: &str, min: u32) -> Result<u32, ConfigError> {
+    match text.trim().parse::<u32>() {
+        Ok(v) if v >= min => Ok(v),
+        _ => Err(ConfigError::Invalid {
+            name,
+            message: format!("{text:?} is not a whole number >= {min}"),
+        }),
+    }
+}
+
+impl Settings {
+    pub fn from_sources(src: &SettingSources) -> Result<Settings, ConfigError> {
+        let home = home_dir(&src.env).unwrap_or_else(|| PathBuf::from("/tmp"));
+        let slurm_user = src.get("SLURM_USER").map(|u| u.trim().to_string());
+        if let Some(u) = &slurm_user {
+            let ok = u
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+                && !u.starts_with('-');
+            if !ok {
+                return Err(ConfigError::Invalid {
+                    name: "SLURM_USER",
+                    message: format!("{u:?} is not a user name (letters, digits, . _ -)"),
+                });
+            }
+        }
+        let login_hosts = match src.get("SLURM_HOSTNAME") {
+            Some(list) => list
+                .split(',')
+                .filter(|s| !s.trim().is_empty())
+                .map(LoginHost::parse)
+                .collect::<Result<Vec<_>, _>>()?,
+            None => Vec::new(),
+        };
+        let partition = src
+            .get("SLURM_PARTITION")
+            .unwrap_or_else(|| DEFAULT_PARTITIONS.to_string());
+        for p in partition.split(',') {
+            crate::spec::check_slurm_word("partition", p.trim()).map_err(|e| {
+                ConfigError::Invalid {
+                    name: "SLURM_PARTITION",
+                    message: e.message,
+                }
+            })?;
+        }
+        let account = src.get("SLURM_ACCOUNT");
+        if let Some(a) = &account {
+            crate::spec::check_slurm_word("account", a).map_err(|e| ConfigError::Invalid {
+                name: "SLURM_ACCOUNT",
+                message: e.message,
+            })?;
+        }
+        let data_dir = src
+            .get("XDG_DATA_HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| home.join(".local/share"))
+            .join("tao-slurm");
+        let cache_dir = src
+            .get("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| home.join(".cache"))
+            .join("tao-slurm");
+        let local = match src.get("TAO_SLURM_LOCAL") {
+            Some(v) => parse_bool("TAO_SLURM_LOCAL", &v)?,
+            None => login_hosts.len() == 1 && login_hosts[0].is_local(),
+        };
+        Ok(Settings {
+            slurm_user,
+            login_hosts,
+            partition,
+            ssh_key_path: src.get("SSH_KEY_PATH").map(PathBuf::from),
+            ssh_auth_sock: src.get("SSH_AUTH_SOCK"),
+            ssh_config: src.get("SSH_CONFIG").map(PathBuf::from),
+            ssh_known_hosts: src.get("SSH_KNOWN_HOSTS").map(PathBuf::from),
+            connect_timeout_secs: match src.get("SSH_CONNECT_TIMEOUT") {
+                Some(v) => parse_u32("SSH_CONNECT_TIMEOUT", &v, 1)?,
+                None => 10,
+            },
+            control_persist_secs: match src.get("TAO_SLURM_CONTROL_PERSIST") {
+                Some(v) => parse_u32("TAO_SLURM_CONTROL_PERSIST", &v, 0)?,
+                None => 1800,
+            },
+            control_dir: src
+                .get("TAO_SLURM_CONTROL_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| cache_dir.join("cm")),
+            base_results_dir: src.get("SLURM_BASE_RESULTS_DIR"),
+            account,
+            time_hours: match src.get("SLURM_TIME_HOURS") {
+                Some(v) => parse_hours("SLURM_TIME_HOURS", &v)?,
+                None => 4.0,
+            },
+            timeout_hours: match src.get("SLURM_TIMEOUT_HOURS") {
+                Some(v) => parse_hours("SLURM_TIMEOUT_HOURS", &v)?,
+                None => 3.8,
+            },
+            use_requeue: match src.get("SLURM_USE_REQUEUE") {
+                Some(v) => parse_bool("SLURM_USE_REQUEUE", &v)?,
+                None => true,
+            },
+            max_gpus_per_node: match src.get("SLURM_MAX_GPUS_PER_NODE") {
+                Some(v) => parse_u32("SLURM_MAX_GPUS_PER_NODE", &v, 1)?,
+                None => 8,
+            },
+            state_path: src
+                .get("TAO_SLURM_STATE")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| data_dir.join("state.db")),
+            local,
+        })
+    }
+
+    /// The user and hosts every remote command needs; the contract's MISSING message otherwise.
+    pub fn require_remote(&self) -> Result<(&str, &[LoginHost]), ConfigError> {
+        match (&self.slurm_user, self.login_hosts.is_empty()) {
+            (Some(u), false) => Ok((u, &self.login_hosts)),
+            _ if self.local => Ok((self.slurm_user.as_deref().unwrap_or(""), &self.login_hosts)),
+            _ => Err(ConfigError::Missing),
+        }
+    }
+
+    /// The base directory on shared storage where jobs are staged and results written.
+    pub fn base_dir(&self) -> String {
+        match (&self.base_results_dir, &self.slurm_user) {
+            (Some(b), _) => b.trim_end_matches('/').to_string(),
+            (None, Some(u)) => format!("/lustre/users/{u}/tao-slurm"),
+            (None, None) => "/lustre/tao-slurm".to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sources(pairs: &[(&str, &str)], file: &[(&str, &str)]) -> SettingSources {
+        let to_map = |p: &[(&str, &str)]| {
+            p.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        SettingSources {
+            flags: HashMap::new(),
+            env: to_map(pairs),
+            file: to_map(file),
+        }
+    }
+
+    #[test]
+    fn host_forms() {
+        let cases = [
+            ("login1", "login1", None),
+            ("login1.example.org:2222", "login1.example.org", Some(2222)),
+            ("sandbox-login1", "sandbox-login1", None),
+            ("[::1]:22", "::1", Some(22)),
+        ];
+        for (text, host, port) in cases {
+            let h = LoginHost::parse(text).unwrap();
+            assert_eq!((h.host.as_str(), h.port), (host, port), "{text}");
+        }
+        for bad in ["-oProxyCommand=x", "a b", "host:port", "h;x", ""] {
+            assert!(LoginHost::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn precedence_env_over_file_and_defaults() {
+        let src = sources(
+            &[
+                ("SLURM_USER", "alice"),
+                ("SLURM_HOSTNAME", "a,b:2200"),
+                ("HOME", "/home/alice"),
+            ],
+            &[("SLURM_USER", "bob"), ("SLURM_TIME_HOURS", "2")],
+        );
+        let s = Settings::from_sources(&src).unwrap();
+        assert_eq!(s.slurm_user.as_deref(), Some("alice"));
+        assert_eq!(s.login_hosts.len(), 2);
+        assert_eq!(s.login_hosts[1].port, Some(2200));
+        assert_eq!(s.time_hours, 2.0);
+        assert_eq!(s.timeout_hours, 3.8);
+        assert_eq!(s.partition, DEFAULT_PARTITIONS);
+        assert!(s.use_requeue);
+        assert_eq!(s.connect_timeout_secs, 10);
+        assert_eq!(
+            s.state_path,
+            PathBuf::from("/home/alice/.local/share/tao-slurm/state.db")
+        );
+        let mut src = src;
+        src.flags.insert("SLURM_USER".into(), "carol".into());
+        assert_eq!(
+            Settings::from_sources(&src).unwrap().slurm_user.as_deref(),
+            Some("carol")
+        );
+    }
+
+    #[test]
+    fn missing_user_is_the_contract_message() {
+        let s = Settings::from_sources(&sources(&[("SLURM_HOSTNAME", "a")], &[])).unwrap();
+        let err = s.require_remote().unwrap_err();
+        assert_eq!(err.to_string(), MISSING_MESSAGE);
+    }
+
+    #[test]
+    fn bad_values_name_the_setting() {
+        for (k, v) in [
+            ("SLURM_TIME_HOURS", "0"),
+            ("SLURM_USE_REQUEUE", "maybe"),
+            ("SLURM_PARTITION", "a b"),
+        ] {
+            let err = Settings::from_sources(&sources(&[(k, v)], &[])).unwrap_err();
+            assert!(err.to_string().contains(k), "{err}");
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! Submission in one round trip: stage the job's files, `sbatch --hold`, create the attempt's log
+//! directory (its name holds the Slurm job id, so it can only be made after sbatch and must exist
+//! before the job starts), then release the hold.
+
+use crate::engine::{sections, SECTION};
+use crate::error::{Error, Result};
+use crate::plan::Plan;
+use crate::remote::{Idempotency, Remote};
+use crate::script::shell::quote;
+use crate::script::StagedFile;
+use crate::slurm::parse_sbatch_parsable;
+use crate::store::Store;
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Submitted {
+    pub job_id: String,
+    pub slurm_job_id: String,
+    pub login_host: String,
+    pub job_dir: String,
+}
+
+/// The remote script that stages `files` and submits the plan's batch script. Pure.
+pub fn submit_script(plan: &Plan, files: &[StagedFile]) -> String {
+    let layout = &plan.layout;
+    let mut s = String::from("set -u\numask 077\n");
+    let mut dirs: Vec<String> = files
+        .iter()
+        .filter_map(|f| f.path.rsplit_once('/').map(|(d, _)| d.to_string()))
+        .collect();
+    dirs.push(layout.logs_root());
+    dirs.push(layout.results_dir());
+    dirs.dedup();
+    s.push_str(&format!(
+        "mkdir -p {} || {{ echo 'tao-slurm: cannot create the job directories' >&2; exit 10; }}\n",
+        dirs.iter().map(|d| quote(d)).collect::<Vec<_>>().join(" ")
+    ));
+    for f in files {
+        s.push_str(&format!(
+            "printf '%s' {} > {} || {{ echo 'tao-slurm: cannot write {}' >&2; exit 11; }}\n",
+            quote(&f.contents),
+            quote(&f.path),
+            f.path.replace('\'', "")
+        ));
+    }
+    s.push_str(&format!(
+        "out=\"$(sbatch --parsable --hold {})\" || {{ echo 'tao-slurm: sbatch refused the job' >&2; exit 20; }}\n",
+        quote(&layout.script_file())
+    ));
+    s.push_str("id=\"$(printf '%s\\n' \"$out\" | tail -n 1)\"; id=\"${id%%;*}\"\n");
+    s.push_str(&format!("echo \"{SECTION}slurm_job_id $id\"\n"));
+    s.push_str(&format!(
+        "mkdir -p {}-\"$id\" || {{ scancel \"$id\"; echo 'tao-slurm: cannot create the log directory; job cancelled' >&2; exit 21; }}\n",
+        quote(&format!("{}/{}", layout.logs_root(), layout.job_name))
+    ));
+    s.push_str("scontrol release \"$id\" || { echo \"tao-slurm: job $id is held: scontrol release failed\" >&2; exit 22; }\n");
+    s
+}
+
+/// Submit a plan whose job is already recorded in the store.
+pub fn submit(
+    remote: &dyn Remote,
+    store: &Store,
+    plan: &Plan,
+    files: &[StagedFile],
+) -> Result<Submitted> {
+    let job_id = &plan.layout.job_id;
+    let script = submit_script(plan, files);
+    let out = remote.run_script(&script, Idempotency::RunAtMostOnce)?;
+    let slurm_job_id = sections(&out.stdout)
+        .into_iter()
+        .find(|(name, _, _)| name == "slurm_job_id")
+        .and_then(|(_, arg, _)| parse_sbatch_parsable(&arg));
+    if let Some(id) = &slurm_job_id {
+        // Recorded even if a later step failed: a submitted job is never forgotten.
+        store.set_submitted(job_id, id, &out.host)?;
+    }
+    if out.exit_code != 0 {
+        let detail = out.stderr.trim();
+        let message = match &slurm_job_id {
+            Some(id) => {
+                format!("job {job_id} (Slurm job {id}) was submitted but not started: {detail}")
+            }
+            None => format!(
+                "submission of job {job_id} failed on {}: {detail}",
+                out.host
+            ),
+        };
+        store.add_event(job_id, "submit_failed", &message)?;
+        if slurm_job_id.is_none() {
+            store.update_status(
+                job_id,
+                &crate::store::StatusUpdate {
+                    status: crate::status::PlatformStatus::Error,
+                    message: message.clone(),
+                    slurm_state: None,
+                    exit_code: None,
+                    node_list: None,
+                },
+            )?;
+        }
+        return Err(Error::RemoteCommand(message));
+    }
+    let slurm_job_id = slurm_job_id.ok_or_else(|| {
+        Error::RemoteCommand(format!("sbatch printed no job id: {}", out.stdout.trim()))
+    })?;
+    Ok(Submitted {
+        job_id: job_id.clone(),
+        slurm_job_id,
+        login_host: out.host,
+        job_dir: plan.layout.job_dir.clone(),
+    })
+}

@@ -1,0 +1,3 @@
+fn main() {
+    std::process::exit(tao_slurm::cli::run());
+}

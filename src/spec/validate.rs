@@ -1,0 +1,96 @@
+//! Field checks shared by the spec and the plan. Each error names the field and says what is allowed.
+
+use regex::Regex;
+use std::fmt;
+use std::sync::LazyLock;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecError {
+    pub field: String,
+    pub message: String,
+}
+
+impl SpecError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> SpecError {
+        SpecError {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid {}: {}", self.field, self.message)
+    }
+}
+
+impl std::error::Error for SpecError {}
+
+static SLURM_WORD: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$").unwrap());
+static ENV_NAME: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$").unwrap());
+
+/// A Slurm name (partition, account, qos, reservation): letters, digits and `_ . + -`.
+pub fn check_slurm_word(field: &str, value: &str) -> Result<(), SpecError> {
+    if SLURM_WORD.is_match(value) {
+        Ok(())
+    } else {
+        Err(SpecError::new(
+            field,
+            format!("{value:?} is not a Slurm name; use letters, digits and _ . + - (at most 128, starting with a letter or digit)"),
+        ))
+    }
+}
+
+/// An environment variable name: a shell identifier.
+pub fn check_env_name(field: &str, name: &str) -> Result<(), SpecError> {
+    if ENV_NAME.is_match(name) {
+        Ok(())
+    } else {
+        Err(SpecError::new(
+            field,
+            format!("{name:?} is not a valid variable name; use letters, digits and _ , not starting with a digit"),
+        ))
+    }
+}
+
+/// Free text that ends up in the script: no NUL, newline or other control characters (tab allowed).
+pub fn check_text(field: &str, value: &str) -> Result<(), SpecError> {
+    match value.chars().find(|c| c.is_control() && *c != '\t') {
+        Some(c) => Err(SpecError::new(
+            field,
+            format!("contains the control character {c:?}; newlines, NUL and other control characters are not allowed"),
+        )),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slurm_words() {
+        for ok in ["polar", "long", "gpu_a100", "acct-1.x"] {
+            assert!(check_slurm_word("partition", ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "a b", "a\nb", "$(id)", "-p", "a,b", "x;y"] {
+            let err = check_slurm_word("partition", bad).unwrap_err();
+            assert_eq!(err.field, "partition");
+        }
+    }
+
+    #[test]
+    fn env_names_and_text() {
+        assert!(check_env_name("env", "FOO_1").is_ok());
+        assert!(check_env_name("env", "_X").is_ok());
+        for bad in ["1X", "A-B", "", "A B", "A=B", "$X"] {
+            assert!(check_env_name("env", bad).is_err(), "{bad}");
+        }
+        assert!(check_text("env", "a b\tc $(x)").is_ok());
+        assert!(check_text("env", "a\nb").is_err());
+        assert!(check_text("env", "a\0b").is_err());
+    }
+}

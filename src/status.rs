@@ -1,0 +1,213 @@
+//! Platform status: the contract's mapping from Slurm states (and the container's `status.json`) to
+//! Pending, Running, Complete, Error, Canceled, Paused. Pure.
+
+use crate::slurm::SlurmState;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PlatformStatus {
+    Pending,
+    Running,
+    Complete,
+    Error,
+    Canceled,
+    Paused,
+}
+
+impl PlatformStatus {
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            PlatformStatus::Complete | PlatformStatus::Error | PlatformStatus::Canceled
+        )
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlatformStatus::Pending => "Pending",
+            PlatformStatus::Running => "Running",
+            PlatformStatus::Complete => "Complete",
+            PlatformStatus::Error => "Error",
+            PlatformStatus::Canceled => "Canceled",
+            PlatformStatus::Paused => "Paused",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<PlatformStatus> {
+        [
+            PlatformStatus::Pending,
+            PlatformStatus::Running,
+            PlatformStatus::Complete,
+            PlatformStatus::Error,
+            PlatformStatus::Canceled,
+            PlatformStatus::Paused,
+        ]
+        .into_iter()
+        .find(|s| s.as_str().eq_ignore_ascii_case(text.trim()))
+    }
+}
+
+impl fmt::Display for PlatformStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One line of the container's `status.json` (JSON Lines).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusLine {
+    #[serde(default)]
+    pub status: String,
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub date: Option<String>,
+    #[serde(default)]
+    pub time: Option<String>,
+    #[serde(default)]
+    pub kpi: Option<serde_json::Value>,
+}
+
+/// The last parseable line of a `status.json` text; lines that are not JSON objects are ignored
+/// (a line may be half-written while we read it).
+pub fn last_status_line(text: &str) -> Option<StatusLine> {
+    text.lines()
+        .rev()
+        .filter(|l| !l.trim().is_empty())
+        .find_map(|l| serde_json::from_str::<StatusLine>(l).ok())
+}
+
+/// What decided a status, in words for the user.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusVerdict {
+    pub status: PlatformStatus,
+    pub message: String,
+}
+
+/// Map what Slurm says (and, for COMPLETED, what the container wrote) to a platform status.
+///
+/// `exit_code` is the batch script's exit code from sacct; `status_json` is the text of status.json
+/// when it could be read.
+pub fn map_status(
+    state: &SlurmState,
+    exit_code: Option<i32>,
+    status_json: Option<&str>,
+) -> StatusVerdict {
+    use PlatformStatus::*;
+    let verdict = |status, message: String| StatusVerdict { status, message };
+    match state {
+        SlurmState::Pending
+        | SlurmState::Configuring
+        | SlurmState::Resizing
+        | SlurmState::Requeued
+        | SlurmState::RequeueHold
+        | SlurmState::RequeueFed => verdict(Pending, format!("Slurm state {state}")),
+        SlurmState::Running | SlurmState::Completing => {
+            verdict(Running, format!("Slurm state {state}"))
+        }
+        SlurmState::Completed => {
+            let last = status_json.and_then(last_status_line);
+            match last.as_ref().map(|l| l.status.to_ascii_uppercase()) {
+                Some(s) if s == "SUCCESS" => {
+                    verdict(Complete, "status.json reports SUCCESS".into())
+                }
+                Some(s) if s == "FAILURE" => verdict(
+                    Error,
+                    format!(
+                        "status.json reports FAILURE{}",
+                        last.and_then(|l| l.message)
+                            .map(|m| format!(": {m}"))
+                            .unwrap_or_default()
+                    ),
+                ),
+                _ => match exit_code {
+                    Some(0) | None => verdict(
+                        Complete,
+                        "exit code 0; no terminal status in status.json".into(),
+                    ),
+                    Some(code) => verdict(
+                        Error,
+                        format!("exit code {code}; no terminal status in status.json"),
+                    ),
+                },
+            }
+        }
+        SlurmState::Failed
+        | SlurmState::BootFail
+        | SlurmState::Deadline
+        | SlurmState::OutOfMemory
+        | SlurmState::NodeFail
+        | SlurmState::SpecialExit => verdict(
+            Error,
+            match exit_code {
+                Some(code) => format!("Slurm state {state}, exit code {code}"),
+                None => format!("Slurm state {state}"),
+            },
+        ),
+        SlurmState::Cancelled | SlurmState::Preempted | SlurmState::Revoked => {
+            verdict(Canceled, format!("Slurm state {state}"))
+        }
+        SlurmState::Timeout => verdict(Error, "Slurm time limit reached (TIMEOUT)".into()),
+        SlurmState::Suspended | SlurmState::Stopped => {
+            verdict(Paused, format!("Slurm state {state}"))
+        }
+        SlurmState::Unknown(text) => verdict(
+            Pending,
+            format!("unrecognised Slurm state {text:?}; kept non-terminal"),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use PlatformStatus::*;
+
+    #[test]
+    fn mapping_table() {
+        let ok = r#"{"status":"STARTED"}
+{"status":"SUCCESS","message":"done"}"#;
+        let bad = r#"{"status":"RUNNING","message":"Epoch 1"}
+{"status":"FAILURE","message":"boom"}"#;
+        let running_only = r#"{"status":"RUNNING","message":"Epoch 1"}"#;
+        let cases: &[(SlurmState, Option<i32>, Option<&str>, PlatformStatus)] = &[
+            (SlurmState::Pending, None, None, Pending),
+            (SlurmState::Configuring, None, None, Pending),
+            (SlurmState::Requeued, None, None, Pending),
+            (SlurmState::Running, None, None, Running),
+            (SlurmState::Completing, None, None, Running),
+            (SlurmState::Completed, Some(0), Some(ok), Complete),
+            (SlurmState::Completed, Some(0), Some(bad), Error),
+            (SlurmState::Completed, Some(0), Some(running_only), Complete),
+            (SlurmState::Completed, Some(0), None, Complete),
+            (SlurmState::Completed, Some(2), None, Error),
+            (SlurmState::Failed, Some(3), None, Error),
+            (SlurmState::NodeFail, None, None, Error),
+            (SlurmState::BootFail, None, None, Error),
+            (SlurmState::OutOfMemory, None, None, Error),
+            (SlurmState::Deadline, None, None, Error),
+            (SlurmState::Cancelled, None, None, Canceled),
+            (SlurmState::Preempted, None, None, Canceled),
+            (SlurmState::Revoked, None, None, Canceled),
+            (SlurmState::Timeout, None, None, Error),
+            (SlurmState::Suspended, None, None, Paused),
+            (SlurmState::Stopped, None, None, Paused),
+            (SlurmState::Unknown("X".into()), None, None, Pending),
+        ];
+        for (state, code, json, want) in cases {
+            assert_eq!(
+                map_status(state, *code, *json).status,
+                *want,
+                "{state:?} {code:?} {json:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn status_json_tolerates_garbage_and_half_lines() {
+        let text = "{\"status\":\"RUNNING\"}\nnot json\n{\"status\":\"SUCC";
+        assert_eq!(last_status_line(text).unwrap().status, "RUNNING");
+        assert!(last_status_line("").is_none());
+    }
+}
