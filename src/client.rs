@@ -71,11 +71,7 @@ pub struct Client {
 impl Client {
     pub fn new(settings: Settings) -> Result<Client> {
         let store = Store::open(&settings.state_path)?;
-        Ok(Client {
-            settings,
-            store,
-            remote: OnceLock::new(),
-        })
+        Ok(Client { settings, store, remote: OnceLock::new() })
     }
 
     pub fn settings(&self) -> &Settings {
@@ -97,19 +93,9 @@ impl Client {
 
     /// The files a plan stages, the batch script last.
     pub fn staged_files(&self, spec: &JobSpec, plan: &Plan) -> Vec<script::StagedFile> {
-        let hosts: Vec<String> = self
-            .settings
-            .login_hosts
-            .iter()
-            .map(|h| h.label())
-            .collect();
+        let hosts: Vec<String> = self.settings.login_hosts.iter().map(|h| h.label()).collect();
         let spec_json = serde_json::to_value(spec).expect("a spec always serialises");
-        script::staged_files(
-            plan,
-            &spec_json,
-            self.settings.slurm_user.as_deref().unwrap_or(""),
-            &hosts,
-        )
+        script::staged_files(plan, &spec_json, self.settings.slurm_user.as_deref().unwrap_or(""), &hosts)
     }
 
     /// Validate, record, stage and submit a job.
@@ -119,10 +105,7 @@ impl Client {
         let plan = self.plan(spec)?;
         let files = self.staged_files(spec, &plan);
         let remote = self.remote()?;
-        self.store.insert_job(
-            &serde_json::to_string(spec).expect("spec serialises"),
-            &plan,
-        )?;
+        self.store.insert_job(&serde_json::to_string(spec).expect("spec serialises"), &plan)?;
         submit::submit(remote, &self.store, &plan, &files)
     }
 
@@ -141,30 +124,17 @@ impl Client {
         let jobs: Vec<JobRecord> = if ids.is_empty() {
             self.store.list(true)?
         } else {
-            ids.iter()
-                .map(|i| self.store.get(i))
-                .collect::<std::result::Result<_, _>>()?
+            ids.iter().map(|i| self.store.get(i)).collect::<std::result::Result<_, _>>()?
         };
-        let active: Vec<JobRecord> = jobs
-            .iter()
-            .filter(|j| !j.status.is_terminal())
-            .cloned()
-            .collect();
+        let active: Vec<JobRecord> = jobs.iter().filter(|j| !j.status.is_terminal()).cloned().collect();
         if !active.is_empty() {
             refresh::refresh(self.remote()?, &self.store, &active)?;
         }
-        jobs.iter()
-            .map(|j| Ok(JobView::from(&self.store.get(&j.job_id)?)))
-            .collect()
+        jobs.iter().map(|j| Ok(JobView::from(&self.store.get(&j.job_id)?))).collect()
     }
 
     pub fn list(&self, active_only: bool) -> Result<Vec<JobView>> {
-        Ok(self
-            .store
-            .list(active_only)?
-            .iter()
-            .map(JobView::from)
-            .collect())
+        Ok(self.store.list(active_only)?.iter().map(JobView::from).collect())
     }
 
     pub fn job_logs(&self, id: &str, tail_lines: Option<u32>) -> Result<JobLogs> {
@@ -173,16 +143,11 @@ impl Client {
     }
 
     pub fn cancel_jobs(&self, ids: &[String]) -> Result<Vec<JobView>> {
-        let jobs: Vec<JobRecord> = ids
-            .iter()
-            .map(|i| self.store.get(i))
-            .collect::<std::result::Result<_, _>>()?;
+        let jobs: Vec<JobRecord> = ids.iter().map(|i| self.store.get(i)).collect::<std::result::Result<_, _>>()?;
         if jobs.iter().any(|j| !j.status.is_terminal()) {
             cancel::cancel(self.remote()?, &self.store, &jobs)?;
         }
-        jobs.iter()
-            .map(|j| Ok(JobView::from(&self.store.get(&j.job_id)?)))
-            .collect()
+        jobs.iter().map(|j| Ok(JobView::from(&self.store.get(&j.job_id)?))).collect()
     }
 
     pub fn events(&self, id: &str) -> Result<Vec<(i64, String, String)>> {

@@ -30,48 +30,24 @@ pub struct LoginHost {
 
 impl LoginHost {
     pub fn parse(text: &str) -> Result<LoginHost, ConfigError> {
-        let invalid = |message: String| ConfigError::Invalid {
-            name: "SLURM_HOSTNAME",
-            message,
-        };
+        let invalid = |message: String| ConfigError::Invalid { name: "SLURM_HOSTNAME", message };
         let text = text.trim();
-        if text.is_empty()
-            || text.starts_with('-')
-            || text.chars().any(|c| c.is_whitespace() || c.is_control())
-        {
-            return Err(invalid(format!(
-                "{text:?} is not a host name, host:port or ssh_config alias"
-            )));
+        if text.is_empty() || text.starts_with('-') || text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(invalid(format!("{text:?} is not a host name, host:port or ssh_config alias")));
         }
-        if !text
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "._-:[]@%".contains(c))
-        {
-            return Err(invalid(format!(
-                "{text:?} contains characters a host name cannot have"
-            )));
+        if !text.chars().all(|c| c.is_ascii_alphanumeric() || "._-:[]@%".contains(c)) {
+            return Err(invalid(format!("{text:?} contains characters a host name cannot have")));
         }
         if let Some((host, port)) = text.rsplit_once(':') {
             if !host.contains(':') || host.starts_with('[') {
-                let port: u16 = port.parse().map_err(|_| {
-                    invalid(format!(
-                        "{text:?}: the port after ':' must be a number from 1 to 65535"
-                    ))
-                })?;
-                let host = host
-                    .trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .to_string();
-                return Ok(LoginHost {
-                    host,
-                    port: Some(port),
-                });
+                let port: u16 = port
+                    .parse()
+                    .map_err(|_| invalid(format!("{text:?}: the port after ':' must be a number from 1 to 65535")))?;
+                let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+                return Ok(LoginHost { host, port: Some(port) });
             }
         }
-        Ok(LoginHost {
-            host: text.to_string(),
-            port: None,
-        })
+        Ok(LoginHost { host: text.to_string(), port: None })
     }
 
     /// `host` or `host:port`, for messages and the state file.
@@ -121,18 +97,14 @@ pub struct SettingSources {
 
 impl SettingSources {
     /// Process environment plus the env file (the explicit one, or `~/.config/tao/.env` when present).
-    pub fn gather(
-        flags: HashMap<String, String>,
-        env_file: Option<&Path>,
-    ) -> Result<SettingSources, ConfigError> {
+    pub fn gather(flags: HashMap<String, String>, env_file: Option<&Path>) -> Result<SettingSources, ConfigError> {
         let env: HashMap<String, String> = std::env::vars().collect();
         let path = match env_file {
             Some(p) => Some(p.to_path_buf()),
-            None => env.get("TAO_ENV_FILE").map(PathBuf::from).or_else(|| {
-                home_dir(&env)
-                    .map(|h| h.join(".config/tao/.env"))
-                    .filter(|p| p.is_file())
-            }),
+            None => env
+                .get("TAO_ENV_FILE")
+                .map(PathBuf::from)
+                .or_else(|| home_dir(&env).map(|h| h.join(".config/tao/.env")).filter(|p| p.is_file())),
         };
         let file = match path {
             Some(p) => read_env_file(&p)?,
@@ -149,16 +121,11 @@ impl SettingSources {
 }
 
 fn read_env_file(path: &Path) -> Result<HashMap<String, String>, ConfigError> {
-    let iter = dotenvy::from_path_iter(path).map_err(|e| ConfigError::EnvFile {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
+    let iter = dotenvy::from_path_iter(path)
+        .map_err(|e| ConfigError::EnvFile { path: path.to_path_buf(), message: e.to_string() })?;
     let mut map = HashMap::new();
     for item in iter {
-        let (k, v) = item.map_err(|e| ConfigError::EnvFile {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
+        let (k, v) = item.map_err(|e| ConfigError::EnvFile { path: path.to_path_buf(), message: e.to_string() })?;
         map.insert(k, v);
     }
     Ok(map)
@@ -172,30 +139,21 @@ fn parse_bool(name: &'static str, text: &str) -> Result<bool, ConfigError> {
     match text.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Ok(true),
         "0" | "false" | "no" | "off" => Ok(false),
-        other => Err(ConfigError::Invalid {
-            name,
-            message: format!("{other:?} is not true or false"),
-        }),
+        other => Err(ConfigError::Invalid { name, message: format!("{other:?} is not true or false") }),
     }
 }
 
 fn parse_hours(name: &'static str, text: &str) -> Result<f64, ConfigError> {
     match text.trim().parse::<f64>() {
         Ok(h) if h.is_finite() && h > 0.0 => Ok(h),
-        _ => Err(ConfigError::Invalid {
-            name,
-            message: format!("{text:?} is not a positive number of hours"),
-        }),
+        _ => Err(ConfigError::Invalid { name, message: format!("{text:?} is not a positive number of hours") }),
     }
 }
 
 fn parse_u32(name: &'static str, text: &str, min: u32) -> Result<u32, ConfigError> {
     match text.trim().parse::<u32>() {
         Ok(v) if v >= min => Ok(v),
-        _ => Err(ConfigError::Invalid {
-            name,
-            message: format!("{text:?} is not a whole number >= {min}"),
-        }),
+        _ => Err(ConfigError::Invalid { name, message: format!("{text:?} is not a whole number >= {min}") }),
     }
 }
 
@@ -204,10 +162,7 @@ impl Settings {
         let home = home_dir(&src.env).unwrap_or_else(|| PathBuf::from("/tmp"));
         let slurm_user = src.get("SLURM_USER").map(|u| u.trim().to_string());
         if let Some(u) = &slurm_user {
-            let ok = u
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
-                && !u.starts_with('-');
+            let ok = u.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) && !u.starts_with('-');
             if !ok {
                 return Err(ConfigError::Invalid {
                     name: "SLURM_USER",
@@ -216,41 +171,25 @@ impl Settings {
             }
         }
         let login_hosts = match src.get("SLURM_HOSTNAME") {
-            Some(list) => list
-                .split(',')
-                .filter(|s| !s.trim().is_empty())
-                .map(LoginHost::parse)
-                .collect::<Result<Vec<_>, _>>()?,
+            Some(list) => {
+                list.split(',').filter(|s| !s.trim().is_empty()).map(LoginHost::parse).collect::<Result<Vec<_>, _>>()?
+            }
             None => Vec::new(),
         };
-        let partition = src
-            .get("SLURM_PARTITION")
-            .unwrap_or_else(|| DEFAULT_PARTITIONS.to_string());
+        let partition = src.get("SLURM_PARTITION").unwrap_or_else(|| DEFAULT_PARTITIONS.to_string());
         for p in partition.split(',') {
-            crate::spec::check_slurm_word("partition", p.trim()).map_err(|e| {
-                ConfigError::Invalid {
-                    name: "SLURM_PARTITION",
-                    message: e.message,
-                }
-            })?;
+            crate::spec::check_slurm_word("partition", p.trim())
+                .map_err(|e| ConfigError::Invalid { name: "SLURM_PARTITION", message: e.message })?;
         }
         let account = src.get("SLURM_ACCOUNT");
         if let Some(a) = &account {
-            crate::spec::check_slurm_word("account", a).map_err(|e| ConfigError::Invalid {
-                name: "SLURM_ACCOUNT",
-                message: e.message,
-            })?;
+            crate::spec::check_slurm_word("account", a)
+                .map_err(|e| ConfigError::Invalid { name: "SLURM_ACCOUNT", message: e.message })?;
         }
-        let data_dir = src
-            .get("XDG_DATA_HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| home.join(".local/share"))
-            .join("tao-slurm");
-        let cache_dir = src
-            .get("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| home.join(".cache"))
-            .join("tao-slurm");
+        let data_dir =
+            src.get("XDG_DATA_HOME").map(PathBuf::from).unwrap_or_else(|| home.join(".local/share")).join("tao-slurm");
+        let cache_dir =
+            src.get("XDG_CACHE_HOME").map(PathBuf::from).unwrap_or_else(|| home.join(".cache")).join("tao-slurm");
         let local = match src.get("TAO_SLURM_LOCAL") {
             Some(v) => parse_bool("TAO_SLURM_LOCAL", &v)?,
             None => login_hosts.len() == 1 && login_hosts[0].is_local(),
@@ -271,10 +210,7 @@ impl Settings {
                 Some(v) => parse_u32("TAO_SLURM_CONTROL_PERSIST", &v, 0)?,
                 None => 1800,
             },
-            control_dir: src
-                .get("TAO_SLURM_CONTROL_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| cache_dir.join("cm")),
+            control_dir: src.get("TAO_SLURM_CONTROL_DIR").map(PathBuf::from).unwrap_or_else(|| cache_dir.join("cm")),
             base_results_dir: src.get("SLURM_BASE_RESULTS_DIR"),
             account,
             time_hours: match src.get("SLURM_TIME_HOURS") {
@@ -293,10 +229,7 @@ impl Settings {
                 Some(v) => parse_u32("SLURM_MAX_GPUS_PER_NODE", &v, 1)?,
                 None => 8,
             },
-            state_path: src
-                .get("TAO_SLURM_STATE")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| data_dir.join("state.db")),
+            state_path: src.get("TAO_SLURM_STATE").map(PathBuf::from).unwrap_or_else(|| data_dir.join("state.db")),
             local,
         })
     }
@@ -325,16 +258,8 @@ mod tests {
     use super::*;
 
     fn sources(pairs: &[(&str, &str)], file: &[(&str, &str)]) -> SettingSources {
-        let to_map = |p: &[(&str, &str)]| {
-            p.iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
-        };
-        SettingSources {
-            flags: HashMap::new(),
-            env: to_map(pairs),
-            file: to_map(file),
-        }
+        let to_map = |p: &[(&str, &str)]| p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        SettingSources { flags: HashMap::new(), env: to_map(pairs), file: to_map(file) }
     }
 
     #[test]
@@ -357,11 +282,7 @@ mod tests {
     #[test]
     fn precedence_env_over_file_and_defaults() {
         let src = sources(
-            &[
-                ("SLURM_USER", "alice"),
-                ("SLURM_HOSTNAME", "a,b:2200"),
-                ("HOME", "/home/alice"),
-            ],
+            &[("SLURM_USER", "alice"), ("SLURM_HOSTNAME", "a,b:2200"), ("HOME", "/home/alice")],
             &[("SLURM_USER", "bob"), ("SLURM_TIME_HOURS", "2")],
         );
         let s = Settings::from_sources(&src).unwrap();
@@ -373,16 +294,10 @@ mod tests {
         assert_eq!(s.partition, DEFAULT_PARTITIONS);
         assert!(s.use_requeue);
         assert_eq!(s.connect_timeout_secs, 10);
-        assert_eq!(
-            s.state_path,
-            PathBuf::from("/home/alice/.local/share/tao-slurm/state.db")
-        );
+        assert_eq!(s.state_path, PathBuf::from("/home/alice/.local/share/tao-slurm/state.db"));
         let mut src = src;
         src.flags.insert("SLURM_USER".into(), "carol".into());
-        assert_eq!(
-            Settings::from_sources(&src).unwrap().slurm_user.as_deref(),
-            Some("carol")
-        );
+        assert_eq!(Settings::from_sources(&src).unwrap().slurm_user.as_deref(), Some("carol"));
     }
 
     #[test]
@@ -394,11 +309,7 @@ mod tests {
 
     #[test]
     fn bad_values_name_the_setting() {
-        for (k, v) in [
-            ("SLURM_TIME_HOURS", "0"),
-            ("SLURM_USE_REQUEUE", "maybe"),
-            ("SLURM_PARTITION", "a b"),
-        ] {
+        for (k, v) in [("SLURM_TIME_HOURS", "0"), ("SLURM_USE_REQUEUE", "maybe"), ("SLURM_PARTITION", "a b")] {
             let err = Settings::from_sources(&sources(&[(k, v)], &[])).unwrap_err();
             assert!(err.to_string().contains(k), "{err}");
         }

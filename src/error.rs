@@ -36,9 +36,7 @@ impl Error {
             Error::Config(_) => exit_code::CONFIG,
             Error::Spec(_) => exit_code::USAGE,
             Error::Remote(RemoteError::Config(_)) => exit_code::CONFIG,
-            Error::Remote(RemoteError::KeyPermissions { .. } | RemoteError::KeyMissing { .. }) => {
-                exit_code::CONFIG
-            }
+            Error::Remote(RemoteError::KeyPermissions { .. } | RemoteError::KeyMissing { .. }) => exit_code::CONFIG,
             Error::Remote(_) => exit_code::CONNECTION,
             Error::Store(_) => exit_code::STATE,
             Error::RemoteCommand(_) => exit_code::REMOTE_COMMAND,

@@ -17,10 +17,7 @@ pub enum PlatformStatus {
 
 impl PlatformStatus {
     pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            PlatformStatus::Complete | PlatformStatus::Error | PlatformStatus::Canceled
-        )
+        matches!(self, PlatformStatus::Complete | PlatformStatus::Error | PlatformStatus::Canceled)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -72,10 +69,7 @@ pub struct StatusLine {
 /// The last parseable line of a `status.json` text; lines that are not JSON objects are ignored
 /// (a line may be half-written while we read it).
 pub fn last_status_line(text: &str) -> Option<StatusLine> {
-    text.lines()
-        .rev()
-        .filter(|l| !l.trim().is_empty())
-        .find_map(|l| serde_json::from_str::<StatusLine>(l).ok())
+    text.lines().rev().filter(|l| !l.trim().is_empty()).find_map(|l| serde_json::from_str::<StatusLine>(l).ok())
 }
 
 /// What decided a status, in words for the user.
@@ -89,11 +83,7 @@ pub struct StatusVerdict {
 ///
 /// `exit_code` is the batch script's exit code from sacct; `status_json` is the text of status.json
 /// when it could be read.
-pub fn map_status(
-    state: &SlurmState,
-    exit_code: Option<i32>,
-    status_json: Option<&str>,
-) -> StatusVerdict {
+pub fn map_status(state: &SlurmState, exit_code: Option<i32>, status_json: Option<&str>) -> StatusVerdict {
     use PlatformStatus::*;
     let verdict = |status, message: String| StatusVerdict { status, message };
     match state {
@@ -103,33 +93,21 @@ pub fn map_status(
         | SlurmState::Requeued
         | SlurmState::RequeueHold
         | SlurmState::RequeueFed => verdict(Pending, format!("Slurm state {state}")),
-        SlurmState::Running | SlurmState::Completing => {
-            verdict(Running, format!("Slurm state {state}"))
-        }
+        SlurmState::Running | SlurmState::Completing => verdict(Running, format!("Slurm state {state}")),
         SlurmState::Completed => {
             let last = status_json.and_then(last_status_line);
             match last.as_ref().map(|l| l.status.to_ascii_uppercase()) {
-                Some(s) if s == "SUCCESS" => {
-                    verdict(Complete, "status.json reports SUCCESS".into())
-                }
+                Some(s) if s == "SUCCESS" => verdict(Complete, "status.json reports SUCCESS".into()),
                 Some(s) if s == "FAILURE" => verdict(
                     Error,
                     format!(
                         "status.json reports FAILURE{}",
-                        last.and_then(|l| l.message)
-                            .map(|m| format!(": {m}"))
-                            .unwrap_or_default()
+                        last.and_then(|l| l.message).map(|m| format!(": {m}")).unwrap_or_default()
                     ),
                 ),
                 _ => match exit_code {
-                    Some(0) | None => verdict(
-                        Complete,
-                        "exit code 0; no terminal status in status.json".into(),
-                    ),
-                    Some(code) => verdict(
-                        Error,
-                        format!("exit code {code}; no terminal status in status.json"),
-                    ),
+                    Some(0) | None => verdict(Complete, "exit code 0; no terminal status in status.json".into()),
+                    Some(code) => verdict(Error, format!("exit code {code}; no terminal status in status.json")),
                 },
             }
         }
@@ -149,13 +127,8 @@ pub fn map_status(
             verdict(Canceled, format!("Slurm state {state}"))
         }
         SlurmState::Timeout => verdict(Error, "Slurm time limit reached (TIMEOUT)".into()),
-        SlurmState::Suspended | SlurmState::Stopped => {
-            verdict(Paused, format!("Slurm state {state}"))
-        }
-        SlurmState::Unknown(text) => verdict(
-            Pending,
-            format!("unrecognised Slurm state {text:?}; kept non-terminal"),
-        ),
+        SlurmState::Suspended | SlurmState::Stopped => verdict(Paused, format!("Slurm state {state}")),
+        SlurmState::Unknown(text) => verdict(Pending, format!("unrecognised Slurm state {text:?}; kept non-terminal")),
     }
 }
 
@@ -196,11 +169,7 @@ mod tests {
             (SlurmState::Unknown("X".into()), None, None, Pending),
         ];
         for (state, code, json, want) in cases {
-            assert_eq!(
-                map_status(state, *code, *json).status,
-                *want,
-                "{state:?} {code:?} {json:?}"
-            );
+            assert_eq!(map_status(state, *code, *json).status, *want, "{state:?} {code:?} {json:?}");
         }
     }
 

@@ -10,10 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("state database {path}: {source}")]
-    Sqlite {
-        path: String,
-        source: rusqlite::Error,
-    },
+    Sqlite { path: String, source: rusqlite::Error },
     #[error("cannot create the state directory {path}: {message}")]
     Dir { path: String, message: String },
     #[error("no job {0} in the local state; `tao-slurm list` shows the known jobs")]
@@ -85,69 +82,40 @@ pub struct Store {
 }
 
 pub fn now_secs() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 
 impl Store {
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| StoreError::Dir {
-                path: dir.display().to_string(),
-                message: e.to_string(),
-            })?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::Dir { path: dir.display().to_string(), message: e.to_string() })?;
         }
         let p = path.display().to_string();
-        let err = |source| StoreError::Sqlite {
-            path: p.clone(),
-            source,
-        };
+        let err = |source| StoreError::Sqlite { path: p.clone(), source };
         let conn = Connection::open(path).map_err(err)?;
-        conn.busy_timeout(std::time::Duration::from_secs(10))
-            .map_err(err)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(err)?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(err)?;
-        conn.pragma_update(None, "foreign_keys", "ON")
-            .map_err(err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(err)?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(err)?;
+        conn.pragma_update(None, "synchronous", "NORMAL").map_err(err)?;
+        conn.pragma_update(None, "foreign_keys", "ON").map_err(err)?;
         let mut store = Store { conn, path: p };
         store.migrate()?;
         Ok(store)
     }
 
     fn err(&self, source: rusqlite::Error) -> StoreError {
-        StoreError::Sqlite {
-            path: self.path.clone(),
-            source,
-        }
+        StoreError::Sqlite { path: self.path.clone(), source }
     }
 
     fn migrate(&mut self) -> Result<(), StoreError> {
-        let version: usize = self
-            .conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(|e| self.err(e))?;
+        let version: usize =
+            self.conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(|e| self.err(e))?;
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
-            let tx = self.conn.transaction().map_err(|e| StoreError::Sqlite {
-                path: self.path.clone(),
-                source: e,
-            })?;
-            tx.execute_batch(sql).map_err(|e| StoreError::Sqlite {
-                path: self.path.clone(),
-                source: e,
-            })?;
+            let tx = self.conn.transaction().map_err(|e| StoreError::Sqlite { path: self.path.clone(), source: e })?;
+            tx.execute_batch(sql).map_err(|e| StoreError::Sqlite { path: self.path.clone(), source: e })?;
             tx.pragma_update(None, "user_version", i + 1)
-                .map_err(|e| StoreError::Sqlite {
-                    path: self.path.clone(),
-                    source: e,
-                })?;
-            tx.commit().map_err(|e| StoreError::Sqlite {
-                path: self.path.clone(),
-                source: e,
-            })?;
+                .map_err(|e| StoreError::Sqlite { path: self.path.clone(), source: e })?;
+            tx.commit().map_err(|e| StoreError::Sqlite { path: self.path.clone(), source: e })?;
         }
         Ok(())
     }
@@ -163,30 +131,17 @@ impl Store {
                 params![plan.layout.job_id, plan.name, spec_json, plan_json, PlatformStatus::Pending.as_str(), now],
             )
             .map_err(|e| self.err(e))?;
-        self.add_event(
-            &plan.layout.job_id,
-            "created",
-            "job recorded before submission",
-        )
+        self.add_event(&plan.layout.job_id, "created", "job recorded before submission")
     }
 
-    pub fn set_submitted(
-        &self,
-        job_id: &str,
-        slurm_job_id: &str,
-        host: &str,
-    ) -> Result<(), StoreError> {
+    pub fn set_submitted(&self, job_id: &str, slurm_job_id: &str, host: &str) -> Result<(), StoreError> {
         self.conn
             .execute(
                 "UPDATE jobs SET slurm_job_id = ?2, login_host = ?3, message = 'submitted', updated_at = ?4 WHERE job_id = ?1",
                 params![job_id, slurm_job_id, host, now_secs()],
             )
             .map_err(|e| self.err(e))?;
-        self.add_event(
-            job_id,
-            "submitted",
-            &format!("Slurm job {slurm_job_id} via {host}"),
-        )
+        self.add_event(job_id, "submitted", &format!("Slurm job {slurm_job_id} via {host}"))
     }
 
     /// Store what a refresh found; an event is written when the status or Slurm state changes.
@@ -237,9 +192,8 @@ impl Store {
             .conn
             .prepare("SELECT at, kind, detail FROM events WHERE job_id = ?1 ORDER BY id")
             .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map(params![job_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .map_err(|e| self.err(e))?;
+        let rows =
+            stmt.query_map(params![job_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).map_err(|e| self.err(e))?;
         rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.err(e))
     }
 
@@ -247,21 +201,14 @@ impl Store {
     pub fn get(&self, id_or_prefix: &str) -> Result<JobRecord, StoreError> {
         let exact = self
             .conn
-            .query_row(
-                &format!("{SELECT} WHERE job_id = ?1"),
-                params![id_or_prefix],
-                raw_row,
-            )
+            .query_row(&format!("{SELECT} WHERE job_id = ?1"), params![id_or_prefix], raw_row)
             .optional()
             .map_err(|e| self.err(e))?;
         if let Some(raw) = exact {
             return to_record(raw);
         }
         let pattern = format!("{}%", id_or_prefix.replace(['%', '_'], ""));
-        let mut stmt = self
-            .conn
-            .prepare(&format!("{SELECT} WHERE job_id LIKE ?1 LIMIT 2"))
-            .map_err(|e| self.err(e))?;
+        let mut stmt = self.conn.prepare(&format!("{SELECT} WHERE job_id LIKE ?1 LIMIT 2")).map_err(|e| self.err(e))?;
         let mut rows: Vec<RawRow> = stmt
             .query_map(params![pattern], raw_row)
             .map_err(|e| self.err(e))?
@@ -276,28 +223,18 @@ impl Store {
 
     /// All jobs, newest first; `active_only` keeps those not in a terminal status.
     pub fn list(&self, active_only: bool) -> Result<Vec<JobRecord>, StoreError> {
-        let filter = if active_only {
-            " WHERE status NOT IN ('Complete', 'Error', 'Canceled')"
-        } else {
-            ""
-        };
+        let filter = if active_only { " WHERE status NOT IN ('Complete', 'Error', 'Canceled')" } else { "" };
         let mut stmt = self
             .conn
-            .prepare(&format!(
-                "{SELECT}{filter} ORDER BY created_at DESC, job_id"
-            ))
+            .prepare(&format!("{SELECT}{filter} ORDER BY created_at DESC, job_id"))
             .map_err(|e| self.err(e))?;
-        let raws: Vec<RawRow> = stmt
-            .query_map([], raw_row)
-            .map_err(|e| self.err(e))?
-            .collect::<Result<_, _>>()
-            .map_err(|e| self.err(e))?;
+        let raws: Vec<RawRow> =
+            stmt.query_map([], raw_row).map_err(|e| self.err(e))?.collect::<Result<_, _>>().map_err(|e| self.err(e))?;
         raws.into_iter().map(to_record).collect()
     }
 }
 
-const SELECT: &str =
-    "SELECT job_id, name, spec_json, plan_json, status, message, slurm_job_id, slurm_state,
+const SELECT: &str = "SELECT job_id, name, spec_json, plan_json, status, message, slurm_job_id, slurm_state,
     exit_code, node_list, login_host, created_at, updated_at FROM jobs";
 
 /// A row as stored; the plan and status are decoded afterwards so a corrupt row gives a clear error.
@@ -336,13 +273,9 @@ fn raw_row(r: &Row) -> rusqlite::Result<RawRow> {
 }
 
 fn to_record(raw: RawRow) -> Result<JobRecord, StoreError> {
-    let corrupt = |message: String| StoreError::Corrupt {
-        job_id: raw.job_id.clone(),
-        message,
-    };
+    let corrupt = |message: String| StoreError::Corrupt { job_id: raw.job_id.clone(), message };
     let plan = serde_json::from_str(&raw.plan_json).map_err(|e| corrupt(format!("plan: {e}")))?;
-    let status = PlatformStatus::parse(&raw.status)
-        .ok_or_else(|| corrupt(format!("status {:?}", raw.status)))?;
+    let status = PlatformStatus::parse(&raw.status).ok_or_else(|| corrupt(format!("status {:?}", raw.status)))?;
     Ok(JobRecord {
         job_id: raw.job_id,
         name: raw.name,
@@ -396,12 +329,7 @@ mod tests {
         assert_eq!(rec.slurm_job_id.as_deref(), Some("42"));
         assert!(store.list(true).unwrap().is_empty());
         assert_eq!(store.list(false).unwrap().len(), 1);
-        let kinds: Vec<String> = store
-            .events(&id)
-            .unwrap()
-            .into_iter()
-            .map(|e| e.1)
-            .collect();
+        let kinds: Vec<String> = store.events(&id).unwrap().into_iter().map(|e| e.1).collect();
         assert_eq!(kinds, vec!["created", "submitted", "status"]);
         assert!(matches!(store.get("zzzz"), Err(StoreError::NotFound(_))));
     }

@@ -36,8 +36,10 @@ impl EventsCmd {
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
         let events = Client::new(settings)?.events(&self.job_id)?;
         if self.json {
-            let list: Vec<_> =
-                events.iter().map(|(at, kind, detail)| serde_json::json!({"at": at, "kind": kind, "detail": detail})).collect();
+            let list: Vec<_> = events
+                .iter()
+                .map(|(at, kind, detail)| serde_json::json!({"at": at, "kind": kind, "detail": detail}))
+                .collect();
             super::print_json(&list);
         } else {
             for (at, kind, detail) in events {

@@ -15,11 +15,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "tao-slurm",
-    version,
-    about = "Run containerised GPU jobs on Slurm clusters over SSH"
-)]
+#[command(name = "tao-slurm", version, about = "Run containerised GPU jobs on Slurm clusters over SSH")]
 pub struct Cli {
     /// Env file with settings (default: ~/.config/tao/.env)
     #[arg(long, global = true, value_name = "PATH")]
@@ -69,6 +65,7 @@ pub fn run() -> i32 {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();
     match dispatch(cli) {
@@ -108,8 +105,5 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
 
 /// Print a value as pretty JSON on stdout.
 pub(crate) fn print_json<T: serde::Serialize>(value: &T) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(value).expect("serialisable")
-    );
+    println!("{}", serde_json::to_string_pretty(value).expect("serialisable"));
 }

@@ -19,17 +19,10 @@ impl RenderCmd {
         let plan = crate::plan::resolve(&spec, &settings)?;
         let hosts: Vec<String> = settings.login_hosts.iter().map(|h| h.label()).collect();
         let spec_json = serde_json::to_value(&spec).expect("spec serialises");
-        let files = crate::script::staged_files(
-            &plan,
-            &spec_json,
-            settings.slurm_user.as_deref().unwrap_or(""),
-            &hosts,
-        );
+        let files =
+            crate::script::staged_files(&plan, &spec_json, settings.slurm_user.as_deref().unwrap_or(""), &hosts);
         if self.json {
-            let files: Vec<_> = files
-                .iter()
-                .map(|f| json!({"path": f.path, "contents": f.contents}))
-                .collect();
+            let files: Vec<_> = files.iter().map(|f| json!({"path": f.path, "contents": f.contents})).collect();
             super::print_json(&json!({"job_id": plan.layout.job_id, "plan": plan, "files": files}));
         } else {
             for f in &files {

@@ -40,15 +40,7 @@ pub(crate) fn print_table(views: &[JobView]) {
     }
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED);
-    table.set_header([
-        "job id",
-        "status",
-        "slurm id",
-        "slurm state",
-        "exit",
-        "nodes",
-        "message",
-    ]);
+    table.set_header(["job id", "status", "slurm id", "slurm state", "exit", "nodes", "message"]);
     for v in views {
         table.add_row([
             v.job_id.clone(),

@@ -60,11 +60,7 @@ pub struct JobArgs {
 
 impl JobArgs {
     pub fn to_spec(&self) -> Result<JobSpec, Error> {
-        let env = self
-            .env
-            .iter()
-            .map(|e| parse_env_pair(e))
-            .collect::<Result<Vec<_>, _>>()?;
+        let env = self.env.iter().map(|e| parse_env_pair(e)).collect::<Result<Vec<_>, _>>()?;
         Ok(JobSpec {
             image: self.image.clone(),
             command: self.command.clone(),

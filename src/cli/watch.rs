@@ -21,10 +21,7 @@ impl WatchCmd {
     /// Poll until every job is terminal. Never gives up because time passed; Ctrl-C only detaches.
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
         if !(self.interval.is_finite() && self.interval >= 0.2) {
-            return Err(Error::Spec(crate::spec::SpecError::new(
-                "interval",
-                "must be at least 0.2 seconds",
-            )));
+            return Err(Error::Spec(crate::spec::SpecError::new("interval", "must be at least 0.2 seconds")));
         }
         let client = Client::new(settings)?;
         eprintln!(
@@ -54,11 +51,7 @@ impl WatchCmd {
             }
             if views.iter().all(|v| v.status.is_terminal()) {
                 let all_complete = views.iter().all(|v| v.status == PlatformStatus::Complete);
-                return Ok(if all_complete {
-                    0
-                } else {
-                    exit_code::JOB_FAILED
-                });
+                return Ok(if all_complete { 0 } else { exit_code::JOB_FAILED });
             }
             std::thread::sleep(Duration::from_secs_f64(self.interval));
         }

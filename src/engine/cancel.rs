@@ -16,10 +16,7 @@ pub fn cancel_script(slurm_ids: &[String]) -> String {
 /// Cancel the jobs that are not yet terminal; returns the ids whose status changed.
 pub fn cancel(remote: &dyn Remote, store: &Store, jobs: &[JobRecord]) -> Result<Vec<String>> {
     let active: Vec<&JobRecord> = jobs.iter().filter(|j| !j.status.is_terminal()).collect();
-    let slurm_ids: Vec<String> = active
-        .iter()
-        .filter_map(|j| j.slurm_job_id.clone())
-        .collect();
+    let slurm_ids: Vec<String> = active.iter().filter_map(|j| j.slurm_job_id.clone()).collect();
     if !slurm_ids.is_empty() {
         let out = remote.run_script(&cancel_script(&slurm_ids), Idempotency::Idempotent)?;
         if !out.stdout.trim().is_empty() {

@@ -34,18 +34,13 @@ pub fn logs_script(out_path: &str, err_path: &str, tail_lines: Option<u32>) -> S
 }
 
 pub fn read_logs(remote: &dyn Remote, job: &JobRecord, tail_lines: Option<u32>) -> Result<JobLogs> {
-    let slurm_job_id = job.slurm_job_id.clone().ok_or_else(|| {
-        Error::RemoteCommand(format!(
-            "job {} has no Slurm job yet, so it has no logs",
-            job.job_id
-        ))
-    })?;
+    let slurm_job_id = job
+        .slurm_job_id
+        .clone()
+        .ok_or_else(|| Error::RemoteCommand(format!("job {} has no Slurm job yet, so it has no logs", job.job_id)))?;
     let dir = job.plan.layout.log_dir(&slurm_job_id);
     let (out_path, err_path) = (format!("{dir}/main.out"), format!("{dir}/main.err"));
-    let out = remote.run_script(
-        &logs_script(&out_path, &err_path, tail_lines),
-        Idempotency::Idempotent,
-    )?;
+    let out = remote.run_script(&logs_script(&out_path, &err_path, tail_lines), Idempotency::Idempotent)?;
     let mut logs = JobLogs {
         job_id: job.job_id.clone(),
         slurm_job_id,

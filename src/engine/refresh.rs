@@ -34,19 +34,11 @@ pub struct Observations {
 pub fn refresh_script(jobs: &[(String, String, String)]) -> String {
     let ids: Vec<&str> = jobs.iter().map(|(s, _, _)| s.as_str()).collect();
     let mut s = String::new();
-    s.push_str(&format!(
-        "sq=\"$(squeue --me -h -o {} 2>&1)\"; sq_rc=$?\n",
-        quote(SQUEUE_FORMAT)
-    ));
-    s.push_str(&format!(
-        "echo '{SECTION}squeue'\nprintf '%s\\n' \"$sq\"\necho \"{SECTION}rc squeue $sq_rc\"\n"
-    ));
+    s.push_str(&format!("sq=\"$(squeue --me -h -o {} 2>&1)\"; sq_rc=$?\n", quote(SQUEUE_FORMAT)));
+    s.push_str(&format!("echo '{SECTION}squeue'\nprintf '%s\\n' \"$sq\"\necho \"{SECTION}rc squeue $sq_rc\"\n"));
     // Only ids that squeue does not list go to sacct (slower, and it lags the controller).
     s.push_str("missing=''\n");
-    s.push_str(&format!(
-        "for id in {}; do\n",
-        ids.iter().map(|i| quote(i)).collect::<Vec<_>>().join(" ")
-    ));
+    s.push_str(&format!("for id in {}; do\n", ids.iter().map(|i| quote(i)).collect::<Vec<_>>().join(" ")));
     s.push_str("  case \"\n$sq\" in *\"\n$id|\"*) ;; *) missing=\"$missing,$id\" ;; esac\ndone\n");
     s.push_str(&format!(
         "if [ \"$sq_rc\" -eq 0 ] && [ -n \"$missing\" ]; then\n  echo '{SECTION}sacct'\n  sacct -X -P -n -S {SACCT_LOOKBACK} -j \"${{missing#,}}\" --format={SACCT_FIELDS} 2>&1\n  echo \"{SECTION}rc sacct $?\"\nfi\n"
@@ -100,20 +92,11 @@ pub fn decide(jobs: &[JobRecord], obs: &Observations) -> Vec<(String, StatusUpda
             continue;
         };
         let status_json = obs.status_json.get(&job.job_id).map(String::as_str);
-        let progress = status_json
-            .and_then(last_status_line)
-            .and_then(|l| l.message);
-        if let Some(rec) = obs
-            .squeue
-            .as_ref()
-            .and_then(|q| q.iter().find(|r| &r.job_id == slurm_id))
-        {
+        let progress = status_json.and_then(last_status_line).and_then(|l| l.message);
+        if let Some(rec) = obs.squeue.as_ref().and_then(|q| q.iter().find(|r| &r.job_id == slurm_id)) {
             let verdict = map_status(&rec.state, None, status_json);
             let mut message = verdict.message;
-            if verdict.status == PlatformStatus::Pending
-                && !rec.reason.is_empty()
-                && rec.reason != "None"
-            {
+            if verdict.status == PlatformStatus::Pending && !rec.reason.is_empty() && rec.reason != "None" {
                 message = format!("{message}, reason {}", rec.reason);
             }
             if let Some(p) = &progress {
@@ -143,8 +126,7 @@ pub fn decide(jobs: &[JobRecord], obs: &Observations) -> Vec<(String, StatusUpda
                 message: verdict.message,
                 slurm_state: Some(rec.state_text.clone()),
                 exit_code: rec.exit_code,
-                node_list: Some(rec.node_list.clone())
-                    .filter(|n| !n.is_empty() && n != "None assigned"),
+                node_list: Some(rec.node_list.clone()).filter(|n| !n.is_empty() && n != "None assigned"),
             },
         ));
     }
@@ -152,18 +134,10 @@ pub fn decide(jobs: &[JobRecord], obs: &Observations) -> Vec<(String, StatusUpda
 }
 
 /// Refresh the given jobs (those with a Slurm id) in one round trip and store what changed.
-pub fn refresh(
-    remote: &dyn Remote,
-    store: &crate::store::Store,
-    jobs: &[JobRecord],
-) -> Result<Observations> {
+pub fn refresh(remote: &dyn Remote, store: &crate::store::Store, jobs: &[JobRecord]) -> Result<Observations> {
     let targets: Vec<(String, String, String)> = jobs
         .iter()
-        .filter_map(|j| {
-            j.slurm_job_id
-                .as_ref()
-                .map(|s| (s.clone(), j.job_id.clone(), j.plan.layout.status_json()))
-        })
+        .filter_map(|j| j.slurm_job_id.as_ref().map(|s| (s.clone(), j.job_id.clone(), j.plan.layout.status_json())))
         .collect();
     if targets.is_empty() {
         return Ok(Observations::default());
@@ -209,30 +183,15 @@ mod tests {
 
     #[test]
     fn script_is_valid_bash_and_runs_against_stand_ins() {
-        let jobs = vec![(
-            "11".to_string(),
-            "a".to_string(),
-            "/nonexistent/a/status.json".to_string(),
-        )];
+        let jobs = vec![("11".to_string(), "a".to_string(), "/nonexistent/a/status.json".to_string())];
         let script = refresh_script(&jobs);
         let dir = tempfile::tempdir().unwrap();
         let bin = dir.path();
-        std::fs::write(
-            bin.join("squeue"),
-            "#!/bin/sh\necho '10|RUNNING|None|node1|x|4:00:00'\n",
-        )
-        .unwrap();
-        std::fs::write(
-            bin.join("sacct"),
-            "#!/bin/sh\necho \"ARGS $*\"\necho '11|COMPLETED|0:0|0:0|node2|a|b'\n",
-        )
-        .unwrap();
+        std::fs::write(bin.join("squeue"), "#!/bin/sh\necho '10|RUNNING|None|node1|x|4:00:00'\n").unwrap();
+        std::fs::write(bin.join("sacct"), "#!/bin/sh\necho \"ARGS $*\"\necho '11|COMPLETED|0:0|0:0|node2|a|b'\n")
+            .unwrap();
         for f in ["squeue", "sacct"] {
-            std::process::Command::new("chmod")
-                .arg("+x")
-                .arg(bin.join(f))
-                .status()
-                .unwrap();
+            std::process::Command::new("chmod").arg("+x").arg(bin.join(f)).status().unwrap();
         }
         let out = std::process::Command::new("bash")
             .arg("-c")
@@ -241,10 +200,7 @@ mod tests {
             .output()
             .unwrap();
         let stdout = String::from_utf8(out.stdout).unwrap();
-        assert!(
-            stdout.contains("-j 11 "),
-            "sacct asked only for the id squeue did not list: {stdout}"
-        );
+        assert!(stdout.contains("-j 11 "), "sacct asked only for the id squeue did not list: {stdout}");
         let obs = parse_refresh_output(&stdout);
         assert_eq!(obs.squeue.as_ref().unwrap().len(), 1);
         assert_eq!(obs.sacct.as_ref().unwrap()[0].job_id, "11");
@@ -252,17 +208,10 @@ mod tests {
 
     #[test]
     fn decisions() {
-        let jobs = vec![
-            job("a", "10"),
-            job("b", "11"),
-            job("c", "12"),
-            job("d", "13"),
-        ];
+        let jobs = vec![job("a", "10"), job("b", "11"), job("c", "12"), job("d", "13")];
         let obs = Observations {
             squeue: Some(parse_squeue("10|PENDING|Resources|||4:00:00\n")),
-            sacct: Some(parse_sacct(
-                "11|FAILED|3:0|0:0|node1|a|b\n12|CANCELLED by 0|0:15|0:0|node1|a|b\n",
-            )),
+            sacct: Some(parse_sacct("11|FAILED|3:0|0:0|node1|a|b\n12|CANCELLED by 0|0:15|0:0|node1|a|b\n")),
             ..Observations::default()
         };
         let d = decide(&jobs, &obs);
@@ -272,16 +221,15 @@ mod tests {
         assert_eq!(get("b").unwrap().status, PlatformStatus::Error);
         assert_eq!(get("b").unwrap().exit_code, Some(3));
         assert_eq!(get("c").unwrap().status, PlatformStatus::Canceled);
-        assert!(
-            get("d").is_none(),
-            "a job neither command knows gets no verdict yet"
-        );
+        assert!(get("d").is_none(), "a job neither command knows gets no verdict yet");
     }
 
     #[test]
     fn failed_squeue_changes_nothing() {
         let jobs = vec![job("a", "10")];
-        let obs = parse_refresh_output("@@tao-slurm:squeue\nslurm_load_jobs error: Socket timed out\n@@tao-slurm:rc squeue 1\n");
+        let obs = parse_refresh_output(
+            "@@tao-slurm:squeue\nslurm_load_jobs error: Socket timed out\n@@tao-slurm:rc squeue 1\n",
+        );
         assert!(obs.squeue.is_none());
         assert!(decide(&jobs, &obs).is_empty());
     }

@@ -5,10 +5,12 @@
 use crate::engine::{sections, SECTION};
 use crate::error::{Error, Result};
 use crate::plan::Plan;
-use crate::remote::{Idempotency, Remote};
+use crate::remote::{Idempotency, Remote, RemoteError};
 use crate::script::shell::quote;
 use crate::script::StagedFile;
 use crate::slurm::parse_sbatch_parsable;
+use crate::status::PlatformStatus;
+use crate::store::StatusUpdate;
 use crate::store::Store;
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -23,10 +25,8 @@ pub struct Submitted {
 pub fn submit_script(plan: &Plan, files: &[StagedFile]) -> String {
     let layout = &plan.layout;
     let mut s = String::from("set -u\numask 077\n");
-    let mut dirs: Vec<String> = files
-        .iter()
-        .filter_map(|f| f.path.rsplit_once('/').map(|(d, _)| d.to_string()))
-        .collect();
+    let mut dirs: Vec<String> =
+        files.iter().filter_map(|f| f.path.rsplit_once('/').map(|(d, _)| d.to_string())).collect();
     dirs.push(layout.logs_root());
     dirs.push(layout.results_dir());
     dirs.dedup();
@@ -52,20 +52,34 @@ pub fn submit_script(plan: &Plan, files: &[StagedFile]) -> String {
         "mkdir -p {}-\"$id\" || {{ scancel \"$id\"; echo 'tao-slurm: cannot create the log directory; job cancelled' >&2; exit 21; }}\n",
         quote(&format!("{}/{}", layout.logs_root(), layout.job_name))
     ));
-    s.push_str("scontrol release \"$id\" || { echo \"tao-slurm: job $id is held: scontrol release failed\" >&2; exit 22; }\n");
+    s.push_str(
+        "scontrol release \"$id\" || { echo \"tao-slurm: job $id is held: scontrol release failed\" >&2; exit 22; }\n",
+    );
     s
 }
 
 /// Submit a plan whose job is already recorded in the store.
-pub fn submit(
-    remote: &dyn Remote,
-    store: &Store,
-    plan: &Plan,
-    files: &[StagedFile],
-) -> Result<Submitted> {
+pub fn submit(remote: &dyn Remote, store: &Store, plan: &Plan, files: &[StagedFile]) -> Result<Submitted> {
     let job_id = &plan.layout.job_id;
     let script = submit_script(plan, files);
-    let out = remote.run_script(&script, Idempotency::RunAtMostOnce)?;
+    let out = match remote.run_script(&script, Idempotency::RunAtMostOnce) {
+        Ok(out) => out,
+        Err(e) => {
+            // Unreachable: nothing was sent, so the job is not on the cluster. Lost: the outcome is
+            // unknown; the job stays Pending and is found again by its unique Slurm job name.
+            let (status, message) = match &e {
+                RemoteError::Lost { .. } => {
+                    (PlatformStatus::Pending, format!("submission outcome unknown (connection lost): {e}"))
+                }
+                _ => (PlatformStatus::Error, format!("not submitted: {e}")),
+            };
+            store.update_status(
+                job_id,
+                &StatusUpdate { status, message, slurm_state: None, exit_code: None, node_list: None },
+            )?;
+            return Err(e.into());
+        }
+    };
     let slurm_job_id = sections(&out.stdout)
         .into_iter()
         .find(|(name, _, _)| name == "slurm_job_id")
@@ -80,17 +94,14 @@ pub fn submit(
             Some(id) => {
                 format!("job {job_id} (Slurm job {id}) was submitted but not started: {detail}")
             }
-            None => format!(
-                "submission of job {job_id} failed on {}: {detail}",
-                out.host
-            ),
+            None => format!("submission of job {job_id} failed on {}: {detail}", out.host),
         };
         store.add_event(job_id, "submit_failed", &message)?;
         if slurm_job_id.is_none() {
             store.update_status(
                 job_id,
-                &crate::store::StatusUpdate {
-                    status: crate::status::PlatformStatus::Error,
+                &StatusUpdate {
+                    status: PlatformStatus::Error,
                     message: message.clone(),
                     slurm_state: None,
                     exit_code: None,
@@ -100,13 +111,7 @@ pub fn submit(
         }
         return Err(Error::RemoteCommand(message));
     }
-    let slurm_job_id = slurm_job_id.ok_or_else(|| {
-        Error::RemoteCommand(format!("sbatch printed no job id: {}", out.stdout.trim()))
-    })?;
-    Ok(Submitted {
-        job_id: job_id.clone(),
-        slurm_job_id,
-        login_host: out.host,
-        job_dir: plan.layout.job_dir.clone(),
-    })
+    let slurm_job_id =
+        slurm_job_id.ok_or_else(|| Error::RemoteCommand(format!("sbatch printed no job id: {}", out.stdout.trim())))?;
+    Ok(Submitted { job_id: job_id.clone(), slurm_job_id, login_host: out.host, job_dir: plan.layout.job_dir.clone() })
 }

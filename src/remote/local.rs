@@ -6,19 +6,10 @@ use std::process::Command;
 pub struct LocalShell;
 
 impl Remote for LocalShell {
-    fn run_script(
-        &self,
-        script: &str,
-        _idempotency: Idempotency,
-    ) -> Result<RemoteOutput, RemoteError> {
+    fn run_script(&self, script: &str, _idempotency: Idempotency) -> Result<RemoteOutput, RemoteError> {
         let mut cmd = Command::new("bash");
         cmd.arg("-s");
         let (exit_code, stdout, stderr) = run_with_input(cmd, script)?;
-        Ok(RemoteOutput {
-            exit_code,
-            stdout,
-            stderr,
-            host: "local".into(),
-        })
+        Ok(RemoteOutput { exit_code, stdout, stderr, host: "local".into() })
     }
 }

@@ -21,14 +21,8 @@ pub struct RemoteOutput {
 #[derive(Debug, thiserror::Error)]
 pub enum RemoteError {
     #[error("cannot connect to any login host ({hosts}): {message}\n{remediation}")]
-    Unreachable {
-        hosts: String,
-        message: String,
-        remediation: String,
-    },
-    #[error(
-        "the connection to {host} was lost while a command ran; its outcome is unknown: {message}"
-    )]
+    Unreachable { hosts: String, message: String, remediation: String },
+    #[error("the connection to {host} was lost while a command ran; its outcome is unknown: {message}")]
     Lost { host: String, message: String },
     #[error("SSH key {path} is readable by group or others; ssh refuses such keys and tao-slurm never changes your files. Fix it with: chmod 600 {path}")]
     KeyPermissions { path: String },
@@ -50,11 +44,7 @@ pub enum Idempotency {
 pub trait Remote: Send + Sync {
     /// Run a bash script on the login host and return its output. A non-zero exit of the script is a
     /// result, not an error; errors are connection-level only.
-    fn run_script(
-        &self,
-        script: &str,
-        idempotency: Idempotency,
-    ) -> Result<RemoteOutput, RemoteError>;
+    fn run_script(&self, script: &str, idempotency: Idempotency) -> Result<RemoteOutput, RemoteError>;
 }
 
 /// The transport the settings ask for: local shell on the login node, else OpenSSH.
@@ -79,20 +69,14 @@ pub(crate) fn run_with_input(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| RemoteError::Spawn {
-            program: program.clone(),
-            message: e.to_string(),
-        })?;
+        .map_err(|e| RemoteError::Spawn { program: program.clone(), message: e.to_string() })?;
     let mut stdin = child.stdin.take().expect("stdin is piped");
     let input = input.to_string();
     // Write on a thread so a large script cannot deadlock against a full stdout pipe.
     let writer = std::thread::spawn(move || {
         let _ = stdin.write_all(input.as_bytes());
     });
-    let out = child.wait_with_output().map_err(|e| RemoteError::Spawn {
-        program,
-        message: e.to_string(),
-    })?;
+    let out = child.wait_with_output().map_err(|e| RemoteError::Spawn { program, message: e.to_string() })?;
     let _ = writer.join();
     Ok((
         out.status.code().unwrap_or(-1),

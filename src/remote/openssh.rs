@@ -41,11 +41,7 @@ pub fn ssh_remediation(user: &str, host: &str) -> String {
 }
 
 impl OpenSsh {
-    pub fn new(
-        settings: &Settings,
-        user: &str,
-        hosts: &[LoginHost],
-    ) -> Result<OpenSsh, RemoteError> {
+    pub fn new(settings: &Settings, user: &str, hosts: &[LoginHost]) -> Result<OpenSsh, RemoteError> {
         if let Some(key) = &settings.ssh_key_path {
             check_key_file(key)?;
         }
@@ -82,8 +78,7 @@ impl OpenSsh {
             cmd.arg("-o").arg(opt);
         }
         if let Some(kh) = &self.known_hosts {
-            cmd.arg("-o")
-                .arg(format!("UserKnownHostsFile={}", kh.display()));
+            cmd.arg("-o").arg(format!("UserKnownHostsFile={}", kh.display()));
         }
         if let Some(key) = &self.key_path {
             cmd.arg("-i").arg(key).arg("-o").arg("IdentitiesOnly=yes");
@@ -101,9 +96,7 @@ impl OpenSsh {
 
     fn master_alive(&self, host: &LoginHost) -> bool {
         let mut cmd = self.control_command(host, "check");
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         cmd.status().map(|s| s.success()).unwrap_or(false)
     }
 
@@ -123,22 +116,15 @@ impl OpenSsh {
             .mode(0o700)
             .create(&self.control_dir)
             .map_err(|e| format!("cannot create {}: {e}", self.control_dir.display()))?;
-        let lock_path = self
-            .control_dir
-            .join(format!("{}.lock", sanitize(&host.label())));
+        let lock_path = self.control_dir.join(format!("{}.lock", sanitize(&host.label())));
         let lock = OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&lock_path)
             .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))?;
-        lock.lock()
-            .map_err(|e| format!("cannot lock {}: {e}", lock_path.display()))?;
-        let result = if self.master_alive(host) {
-            Ok(())
-        } else {
-            self.start_master(host)
-        };
+        lock.lock().map_err(|e| format!("cannot lock {}: {e}", lock_path.display()))?;
+        let result = if self.master_alive(host) { Ok(()) } else { self.start_master(host) };
         let _ = File::unlock(&lock);
         result
     }
@@ -150,10 +136,7 @@ impl OpenSsh {
         let mut cmd = Command::new("ssh");
         cmd.args(["-f", "-N", "-o", "ControlMaster=yes"])
             .arg("-o")
-            .arg(format!(
-                "ControlPersist={}",
-                self.control_persist_secs.max(1)
-            ));
+            .arg(format!("ControlPersist={}", self.control_persist_secs.max(1)));
         cmd.args(self.base_command(host).get_args());
         if let Some(sock) = &self.auth_sock {
             cmd.env("SSH_AUTH_SOCK", sock);
@@ -190,18 +173,9 @@ impl OpenSsh {
                 }
             }
         }
-        let first = self
-            .hosts
-            .first()
-            .map(|h| h.host.clone())
-            .unwrap_or_default();
+        let first = self.hosts.first().map(|h| h.host.clone()).unwrap_or_default();
         Err(RemoteError::Unreachable {
-            hosts: self
-                .hosts
-                .iter()
-                .map(LoginHost::label)
-                .collect::<Vec<_>>()
-                .join(", "),
+            hosts: self.hosts.iter().map(LoginHost::label).collect::<Vec<_>>().join(", "),
             message: failures.join("; "),
             remediation: ssh_remediation(&self.user, &first),
         })
@@ -210,33 +184,18 @@ impl OpenSsh {
     fn run_on(&self, index: usize, script: &str) -> Result<RemoteOutput, RemoteError> {
         let host = &self.hosts[index];
         let mut cmd = self.base_command(host);
-        cmd.arg("-o")
-            .arg("ControlMaster=no")
-            .arg("--")
-            .arg("bash -s");
+        cmd.arg("-o").arg("ControlMaster=no").arg("--").arg("bash -s");
         let (exit_code, stdout, stderr) = run_with_input(cmd, script)?;
         if exit_code == 255 {
             // 255 is ssh's own failure (our scripts never exit 255): the connection, not the command.
-            return Err(RemoteError::Lost {
-                host: host.label(),
-                message: stderr.trim().to_string(),
-            });
+            return Err(RemoteError::Lost { host: host.label(), message: stderr.trim().to_string() });
         }
-        Ok(RemoteOutput {
-            exit_code,
-            stdout,
-            stderr,
-            host: host.label(),
-        })
+        Ok(RemoteOutput { exit_code, stdout, stderr, host: host.label() })
     }
 }
 
 impl Remote for OpenSsh {
-    fn run_script(
-        &self,
-        script: &str,
-        idempotency: Idempotency,
-    ) -> Result<RemoteOutput, RemoteError> {
+    fn run_script(&self, script: &str, idempotency: Idempotency) -> Result<RemoteOutput, RemoteError> {
         let current = *self.active.lock().unwrap();
         let index = match current {
             Some(i) => i,
@@ -279,28 +238,16 @@ fn describe_ssh_failure(host: &LoginHost, stderr: &str) -> String {
 }
 
 fn sanitize(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+    text.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' }).collect()
 }
 
 /// ssh refuses private keys readable by others; say so (and how to fix it) before ssh does, without
 /// touching the user's file.
 fn check_key_file(path: &Path) -> Result<(), RemoteError> {
-    let meta = fs::metadata(path).map_err(|e| RemoteError::KeyMissing {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    })?;
+    let meta = fs::metadata(path)
+        .map_err(|e| RemoteError::KeyMissing { path: path.display().to_string(), message: e.to_string() })?;
     if meta.permissions().mode() & 0o077 != 0 {
-        return Err(RemoteError::KeyPermissions {
-            path: path.display().to_string(),
-        });
+        return Err(RemoteError::KeyPermissions { path: path.display().to_string() });
     }
     Ok(())
 }
@@ -314,27 +261,16 @@ mod tests {
         let f = tempfile::NamedTempFile::new().unwrap();
         fs::set_permissions(f.path(), fs::Permissions::from_mode(0o644)).unwrap();
         let err = check_key_file(f.path()).unwrap_err();
-        assert!(err
-            .to_string()
-            .contains(&format!("chmod 600 {}", f.path().display())));
-        assert_eq!(
-            fs::metadata(f.path()).unwrap().permissions().mode() & 0o777,
-            0o644
-        );
+        assert!(err.to_string().contains(&format!("chmod 600 {}", f.path().display())));
+        assert_eq!(fs::metadata(f.path()).unwrap().permissions().mode() & 0o777, 0o644);
         fs::set_permissions(f.path(), fs::Permissions::from_mode(0o600)).unwrap();
         assert!(check_key_file(f.path()).is_ok());
     }
 
     #[test]
     fn unknown_host_key_gives_keyscan_remediation() {
-        let h = LoginHost {
-            host: "login1".into(),
-            port: Some(2222),
-        };
+        let h = LoginHost { host: "login1".into(), port: Some(2222) };
         let msg = describe_ssh_failure(&h, "Host key verification failed.");
-        assert!(
-            msg.contains("ssh-keyscan -p 2222 -H login1 >> ~/.ssh/known_hosts"),
-            "{msg}"
-        );
+        assert!(msg.contains("ssh-keyscan -p 2222 -H login1 >> ~/.ssh/known_hosts"), "{msg}");
     }
 }

@@ -46,18 +46,11 @@ pub fn check_quotable(word: &str) -> Result<(), UnquotableValue> {
 
 /// Quote every word of an argv and join them with spaces: one command line.
 pub fn join<S: AsRef<str>>(argv: &[S]) -> String {
-    argv.iter()
-        .map(|w| quote(w.as_ref()))
-        .collect::<Vec<_>>()
-        .join(" ")
+    argv.iter().map(|w| quote(w.as_ref())).collect::<Vec<_>>().join(" ")
 }
 
 fn is_safe_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric()
-        || matches!(
-            b,
-            b'_' | b'-' | b'.' | b'/' | b':' | b'=' | b'@' | b'%' | b'+' | b','
-        )
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'/' | b':' | b'=' | b'@' | b'%' | b'+' | b',')
 }
 
 #[cfg(test)]

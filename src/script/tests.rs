@@ -15,20 +15,12 @@ fn bash_n(script: &str) {
     let path = dir.path().join("s.sh");
     std::fs::write(&path, script).unwrap();
     let out = Command::new("bash").arg("-n").arg(&path).output().unwrap();
-    assert!(
-        out.status.success(),
-        "bash -n: {}\n{script}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "bash -n: {}\n{script}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]
 fn two_nodes_of_eight() {
-    let p = plan(JobSpec {
-        gpus: Some(8),
-        nodes: Some(2),
-        ..spec()
-    });
+    let p = plan(JobSpec { gpus: Some(8), nodes: Some(2), ..spec() });
     let s = render_batch_script(&p);
     bash_n(&s);
     for line in [
@@ -50,22 +42,18 @@ fn two_nodes_of_eight() {
         "export TAO_API_RESULTS_DIR=/lustre/alice/results",
         "exit \"$rc\"",
     ] {
-        assert!(
-            s.lines().any(|l| l == line),
-            "missing line {line:?} in\n{s}"
-        );
+        assert!(s.lines().any(|l| l == line), "missing line {line:?} in\n{s}");
     }
     assert!(s.contains("timeout --signal=TERM --kill-after=60 228m srun"));
-    assert!(s.contains("--container-env=TAO_API_RESULTS_DIR,TAO_JOB_ID,WORLD_SIZE,NUM_GPU_PER_NODE,MASTER_ADDR,MASTER_PORT"));
+    assert!(s.contains(
+        "--container-env=TAO_API_RESULTS_DIR,TAO_JOB_ID,WORLD_SIZE,NUM_GPU_PER_NODE,MASTER_ADDR,MASTER_PORT"
+    ));
     assert!(!s.contains("set -x"));
 }
 
 #[test]
 fn single_node_unsets_rendezvous_and_has_no_ntasks() {
-    let p = plan(JobSpec {
-        gpus: Some(1),
-        ..spec()
-    });
+    let p = plan(JobSpec { gpus: Some(1), ..spec() });
     let s = render_batch_script(&p);
     bash_n(&s);
     assert!(s.contains("#SBATCH --gres=gpu:1\n"));
@@ -77,10 +65,7 @@ fn single_node_unsets_rendezvous_and_has_no_ntasks() {
 
 #[test]
 fn cpu_only_job_has_no_gres() {
-    let s = render_batch_script(&plan(JobSpec {
-        gpus: Some(0),
-        ..spec()
-    }));
+    let s = render_batch_script(&plan(JobSpec { gpus: Some(0), ..spec() }));
     bash_n(&s);
     assert!(!s.contains("--gres"));
     assert!(!s.contains("--exclusive"));
@@ -98,19 +83,10 @@ fn run_with_stubs(script: &str, srun_body: &str) -> (i32, String, String) {
         Command::new("chmod").arg("+x").arg(&p).status().unwrap();
     };
     let argfile = dir.path().join("srun-args");
-    write_exe(
-        "srun",
-        &format!("printf '%s\\n' \"$@\" > {}\n{srun_body}", argfile.display()),
-    );
-    write_exe(
-        "scontrol",
-        "if [ \"$1\" = show ]; then echo nodeA; echo nodeB; else echo \"scontrol $*\" >&2; fi",
-    );
+    write_exe("srun", &format!("printf '%s\\n' \"$@\" > {}\n{srun_body}", argfile.display()));
+    write_exe("scontrol", "if [ \"$1\" = show ]; then echo nodeA; echo nodeB; else echo \"scontrol $*\" >&2; fi");
     write_exe("timeout", "shift 3; \"$@\"");
-    let script = script.replace(
-        "/lustre/alice",
-        &dir.path().join("lustre").display().to_string(),
-    );
+    let script = script.replace("/lustre/alice", &dir.path().join("lustre").display().to_string());
     let path = dir.path().join("job.sbatch");
     std::fs::write(&path, script).unwrap();
     let out = Command::new("bash")
@@ -121,11 +97,7 @@ fn run_with_stubs(script: &str, srun_body: &str) -> (i32, String, String) {
         .output()
         .unwrap();
     let args = std::fs::read_to_string(&argfile).unwrap_or_default();
-    (
-        out.status.code().unwrap_or(-1),
-        args,
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    (out.status.code().unwrap_or(-1), args, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 #[test]
@@ -137,10 +109,7 @@ fn exit_status_is_the_container_steps() {
 
 #[test]
 fn timeout_requeues_until_the_cap() {
-    let s = render_batch_script(&plan(JobSpec {
-        max_timeout_requeues: Some(1),
-        ..spec()
-    }));
+    let s = render_batch_script(&plan(JobSpec { max_timeout_requeues: Some(1), ..spec() }));
     // The counter lives in the results dir of the temp tree, so it persists across the two runs only
     // within one temp dir: run both in the same tree by reusing the stub runner's logic inline.
     let (rc, _, err) = run_with_stubs(&s, "exit 124");
@@ -150,17 +119,8 @@ fn timeout_requeues_until_the_cap() {
 
 #[test]
 fn srun_gets_exactly_the_command_words() {
-    let nasty = vec![
-        "echo".to_string(),
-        "$(touch /tmp/x)".into(),
-        "a'b".into(),
-        "`id`".into(),
-        "x\ny".into(),
-    ];
-    let p = plan(JobSpec {
-        command: nasty.clone(),
-        ..spec()
-    });
+    let nasty = vec!["echo".to_string(), "$(touch /tmp/x)".into(), "a'b".into(), "`id`".into(), "x\ny".into()];
+    let p = plan(JobSpec { command: nasty.clone(), ..spec() });
     let s = render_batch_script(&p);
     bash_n(&s);
     let (rc, args, _) = run_with_stubs(&s, "exit 0");

@@ -148,10 +148,6 @@ mod tests {
         assert_eq!(recs[2].state_text, "CANCELLED by 1000");
         assert_eq!(recs[2].exit_signal, Some(15));
         let last = recs.iter().find(|r| r.job_id == "23").unwrap();
-        assert_eq!(
-            last.state,
-            SlurmState::Completed,
-            "later line for the same job wins"
-        );
+        assert_eq!(last.state, SlurmState::Completed, "later line for the same job wins");
     }
 }

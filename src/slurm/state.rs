@@ -35,12 +35,7 @@ impl SlurmState {
     /// Parse a state word. sacct decorates some states (`CANCELLED by 1000`, `COMPLETED+`), and squeue
     /// may print short or long forms; both are accepted.
     pub fn parse(text: &str) -> SlurmState {
-        let word = text
-            .split_whitespace()
-            .next()
-            .unwrap_or("")
-            .trim_end_matches('+')
-            .to_ascii_uppercase();
+        let word = text.split_whitespace().next().unwrap_or("").trim_end_matches('+').to_ascii_uppercase();
         match word.as_str() {
             "PENDING" | "PD" => SlurmState::Pending,
             "CONFIGURING" | "CF" => SlurmState::Configuring,

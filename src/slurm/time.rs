@@ -29,15 +29,7 @@ mod tests {
 
     #[test]
     fn minutes_from_hours() {
-        let cases = [
-            (4.0, 240),
-            (3.8, 228),
-            (0.5, 30),
-            (0.001, 1),
-            (1.0 / 60.0, 1),
-            (12.0, 720),
-            (0.25, 15),
-        ];
+        let cases = [(4.0, 240), (3.8, 228), (0.5, 30), (0.001, 1), (1.0 / 60.0, 1), (12.0, 720), (0.25, 15)];
         for (h, want) in cases {
             assert_eq!(hours_to_minutes(h), want, "hours_to_minutes({h})");
         }

@@ -21,19 +21,13 @@ pub struct ImageRef {
 
 static NAME_PATH: LazyLock<Regex> = LazyLock::new(|| {
     // repository path: lowercase components separated by '/', each [a-z0-9] runs joined by . _ __ -
-    Regex::new(
-        r"^[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*$",
-    )
-    .unwrap()
+    Regex::new(r"^[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*$").unwrap()
 });
-static TAG: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$").unwrap());
+static TAG: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$").unwrap());
 static DIGEST: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^sha256:[0-9a-f]{64}$").unwrap());
-static REGISTRY: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]{1,5})?$").unwrap()
-});
-static SQSH_PATH: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^/[A-Za-z0-9_./+@=-]+\.sqsh$").unwrap());
+static REGISTRY: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]{1,5})?$").unwrap());
+static SQSH_PATH: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^/[A-Za-z0-9_./+@=-]+\.sqsh$").unwrap());
 
 const FORMS: &str = "an absolute /path/image.sqsh, registry#image:tag, docker://registry#image:tag, \
 registry/image:tag (e.g. nvcr.io/nvidia/tao/tao-toolkit:6.26.3-pyt) or a Docker Hub name (ubuntu:22.04)";
@@ -50,11 +44,7 @@ impl ImageRef {
         }
         if text.starts_with('/') {
             if text.ends_with(".sqsh") && SQSH_PATH.is_match(text) && !text.contains("/../") {
-                return Ok(ImageRef {
-                    original,
-                    pyxis: text.to_string(),
-                    is_sqsh_path: true,
-                });
+                return Ok(ImageRef { original, pyxis: text.to_string(), is_sqsh_path: true });
             }
             return bad("an absolute path must name a .sqsh file with plain characters");
         }
@@ -64,8 +54,8 @@ impl ImageRef {
             Some((reg, rem)) => (Some(reg), rem),
             None => {
                 let first = rest.split('/').next().unwrap_or("");
-                let is_registry = rest.contains('/')
-                    && (first.contains('.') || first.contains(':') || first == "localhost");
+                let is_registry =
+                    rest.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
                 if is_registry {
                     (Some(first), &rest[first.len() + 1..])
                 } else {
@@ -90,16 +80,11 @@ impl ImageRef {
         // A ':' after the last '/' separates the tag.
         let last_slash = name_and_tag.rfind('/').map(|i| i + 1).unwrap_or(0);
         let (name, tag) = match name_and_tag[last_slash..].find(':') {
-            Some(i) => (
-                &name_and_tag[..last_slash + i],
-                Some(&name_and_tag[last_slash + i + 1..]),
-            ),
+            Some(i) => (&name_and_tag[..last_slash + i], Some(&name_and_tag[last_slash + i + 1..])),
             None => (name_and_tag, None),
         };
         if !NAME_PATH.is_match(name) {
-            return bad(
-                "the repository name must be lowercase letters, digits and . _ - separated by /",
-            );
+            return bad("the repository name must be lowercase letters, digits and . _ - separated by /");
         }
         if let Some(t) = tag {
             if !TAG.is_match(t) {
@@ -107,17 +92,10 @@ impl ImageRef {
             }
         }
         let pyxis = match registry {
-            Some(reg) => format!(
-                "{reg}#{name_and_tag}{}",
-                digest.map(|d| format!("@{d}")).unwrap_or_default()
-            ),
+            Some(reg) => format!("{reg}#{name_and_tag}{}", digest.map(|d| format!("@{d}")).unwrap_or_default()),
             None => rest.to_string(),
         };
-        Ok(ImageRef {
-            original,
-            pyxis,
-            is_sqsh_path: false,
-        })
+        Ok(ImageRef { original, pyxis, is_sqsh_path: false })
     }
 }
 
@@ -129,18 +107,9 @@ mod tests {
     fn accepted_forms() {
         let digest = format!("sha256:{}", "a".repeat(64));
         let cases = [
-            (
-                "nvcr.io/nvidia/tao/tao-toolkit:6.26.3-pyt",
-                "nvcr.io#nvidia/tao/tao-toolkit:6.26.3-pyt",
-            ),
-            (
-                "nvcr.io#nvidia/tao/tao-toolkit:6.26.3-pyt",
-                "nvcr.io#nvidia/tao/tao-toolkit:6.26.3-pyt",
-            ),
-            (
-                "docker://nvcr.io#nvidia/pytorch:23.10-py3",
-                "nvcr.io#nvidia/pytorch:23.10-py3",
-            ),
+            ("nvcr.io/nvidia/tao/tao-toolkit:6.26.3-pyt", "nvcr.io#nvidia/tao/tao-toolkit:6.26.3-pyt"),
+            ("nvcr.io#nvidia/tao/tao-toolkit:6.26.3-pyt", "nvcr.io#nvidia/tao/tao-toolkit:6.26.3-pyt"),
+            ("docker://nvcr.io#nvidia/pytorch:23.10-py3", "nvcr.io#nvidia/pytorch:23.10-py3"),
             ("nvidia/cuda:12.4.1-base", "nvidia/cuda:12.4.1-base"),
             ("ubuntu:22.04", "ubuntu:22.04"),
             ("ubuntu", "ubuntu"),
@@ -152,17 +121,10 @@ mod tests {
             assert_eq!(ImageRef::parse(input).unwrap().pyxis, want, "{input}");
         }
         let with_digest = format!("nvcr.io/nvidia/cuda@{digest}");
-        assert_eq!(
-            ImageRef::parse(&with_digest).unwrap().pyxis,
-            format!("nvcr.io#nvidia/cuda@{digest}")
-        );
+        assert_eq!(ImageRef::parse(&with_digest).unwrap().pyxis, format!("nvcr.io#nvidia/cuda@{digest}"));
         let hub_digest = format!("ubuntu@{digest}");
         assert_eq!(ImageRef::parse(&hub_digest).unwrap().pyxis, hub_digest);
-        assert!(
-            ImageRef::parse("/lustre/images/tao.sqsh")
-                .unwrap()
-                .is_sqsh_path
-        );
+        assert!(ImageRef::parse("/lustre/images/tao.sqsh").unwrap().is_sqsh_path);
     }
 
     #[test]
@@ -181,10 +143,7 @@ mod tests {
             "-rf",
             "img;rm",
         ] {
-            assert!(
-                ImageRef::parse(input).is_err(),
-                "{input:?} should be rejected"
-            );
+            assert!(ImageRef::parse(input).is_err(), "{input:?} should be rejected");
         }
     }
 }

@@ -44,9 +44,8 @@ pub struct JobSpec {
 
 /// Parse `NAME=VALUE`.
 pub fn parse_env_pair(text: &str) -> Result<(String, String), SpecError> {
-    let (name, value) = text
-        .split_once('=')
-        .ok_or_else(|| SpecError::new("env", format!("{text:?} is not NAME=VALUE")))?;
+    let (name, value) =
+        text.split_once('=').ok_or_else(|| SpecError::new("env", format!("{text:?} is not NAME=VALUE")))?;
     check_env_name("env", name)?;
     check_text("env", value)?;
     Ok((name.to_string(), value.to_string()))

@@ -12,10 +12,7 @@ pub struct SpecError {
 
 impl SpecError {
     pub fn new(field: impl Into<String>, message: impl Into<String>) -> SpecError {
-        SpecError {
-            field: field.into(),
-            message: message.into(),
-        }
+        SpecError { field: field.into(), message: message.into() }
     }
 }
 
@@ -27,10 +24,8 @@ impl fmt::Display for SpecError {
 
 impl std::error::Error for SpecError {}
 
-static SLURM_WORD: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$").unwrap());
-static ENV_NAME: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$").unwrap());
+static SLURM_WORD: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$").unwrap());
+static ENV_NAME: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$").unwrap());
 
 /// A Slurm name (partition, account, qos, reservation): letters, digits and `_ . + -`.
 pub fn check_slurm_word(field: &str, value: &str) -> Result<(), SpecError> {

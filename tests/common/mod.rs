@@ -1,0 +1,139 @@
+//! Shared harness for the integration tests: they drive the real `tao-slurm` binary against the real
+//! sandbox cluster (dev/sandbox) over real SSH. A missing sandbox is a failure, never a skip.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn sandbox_dir() -> PathBuf {
+    PathBuf::from(std::env::var("SANDBOX_DIR").unwrap_or_else(|_| "/var/lib/tao-slurm-sandbox".into()))
+}
+
+/// The settings the sandbox's start script wrote.
+pub fn sandbox_settings() -> HashMap<String, String> {
+    let path = sandbox_dir().join("settings.env");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!("the sandbox cluster is not set up ({}: {e}); start it with: bash dev/sandbox/up.sh", path.display())
+    });
+    text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).collect()
+}
+
+/// One isolated user of the CLI: its own HOME, state file and (unless shared) ControlMaster directory.
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    pub vars: HashMap<String, String>,
+}
+
+impl Env {
+    /// Shares the ControlMaster directory with other tests (the normal case for a user).
+    pub fn new() -> Env {
+        let env = Env::isolated();
+        let mut env = env;
+        env.vars.insert("TAO_SLURM_CONTROL_DIR".into(), "/tmp/tao-slurm-test-cm".into());
+        env
+    }
+
+    /// Its own ControlMaster directory: the first remote command opens a new login.
+    pub fn isolated() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let mut vars = sandbox_settings();
+        vars.insert("HOME".into(), dir.path().display().to_string());
+        vars.insert("TAO_SLURM_STATE".into(), dir.path().join("state.db").display().to_string());
+        vars.insert("TAO_SLURM_CONTROL_DIR".into(), dir.path().join("cm").display().to_string());
+        // Short persistence: test masters must not outlive the run by much.
+        vars.insert("TAO_SLURM_CONTROL_PERSIST".into(), "120".into());
+        Env { dir, vars }
+    }
+
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tao-slurm"));
+        cmd.args(args).env_clear();
+        cmd.env("PATH", std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()));
+        for (k, v) in &self.vars {
+            cmd.env(k, v);
+        }
+        cmd.stdin(Stdio::null());
+        cmd
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    /// Run and require exit 0; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "tao-slurm {args:?} exited {:?}\nstdout: {}\nstderr: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    pub fn json(&self, args: &[&str]) -> Value {
+        let text = self.ok(args);
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+    }
+
+    /// Submit and return (platform job id, slurm job id).
+    pub fn submit(&self, args: &[&str]) -> (String, String) {
+        let mut full = vec!["submit", "--json"];
+        full.extend_from_slice(args);
+        let v = self.json(&full);
+        (v["job_id"].as_str().unwrap().to_string(), v["slurm_job_id"].as_str().unwrap().to_string())
+    }
+
+    /// Poll `status --json` until the job is terminal (bounded, so a broken job fails the test).
+    pub fn wait_terminal(&self, job_id: &str, limit: Duration) -> Value {
+        let start = Instant::now();
+        loop {
+            let v = self.json(&["status", job_id, "--json"]);
+            if matches!(v["status"].as_str(), Some("Complete" | "Error" | "Canceled")) {
+                return v;
+            }
+            assert!(start.elapsed() < limit, "job {job_id} not terminal after {limit:?}: {v}");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// Run a command with a deadline; panics if it is still running then.
+    pub fn run_with_deadline(&self, args: &[&str], limit: Duration) -> Output {
+        let mut child = self.command(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let start = Instant::now();
+        loop {
+            if child.try_wait().unwrap().is_some() {
+                return child.wait_with_output().unwrap();
+            }
+            if start.elapsed() > limit {
+                let _ = child.kill();
+                let out = child.wait_with_output().unwrap();
+                panic!(
+                    "tao-slurm {args:?} still running after {limit:?}\nstdout: {}\nstderr: {}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Logins accepted so far by the sandbox's sshd instances (each writes one line per login).
+pub fn accepted_logins() -> usize {
+    let settings = sandbox_settings();
+    settings["SANDBOX_SSHD_LOGS"].split(',').map(|p| count_accepted(Path::new(p))).sum()
+}
+
+fn count_accepted(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read the sshd log {}: {e}", path.display()))
+        .lines()
+        .filter(|l| l.contains("Accepted publickey for"))
+        .count()
+}

@@ -1,0 +1,131 @@
+//! End-to-end jobs on the sandbox cluster, over SSH: exit status, multi-node and single-node
+//! environment contracts, what reached Pyxis, logs.
+
+mod common;
+use common::Env;
+use std::collections::HashMap;
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(180);
+const IMAGE: &str = "nvcr.io/nvidia/tao/tao-toolkit:6.26.3-pyt";
+
+#[test]
+fn exit_zero_is_complete_and_exit_three_is_error_with_its_code() {
+    let env = Env::new();
+    let (ok, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "1", "--", "true"]);
+    let (bad, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "1", "--shell", "--", "echo failing; exit 3"]);
+    let v = env.wait_terminal(&ok, LIMIT);
+    assert_eq!(v["status"], "Complete", "{v}");
+    assert_eq!(v["exit_code"], 0);
+    let v = env.wait_terminal(&bad, LIMIT);
+    assert_eq!(v["status"], "Error", "{v}");
+    assert_eq!(v["exit_code"], 3, "{v}");
+    assert_eq!(v["slurm_state"], "FAILED", "{v}");
+
+    // `watch` agrees: exit 0 only for Complete.
+    let out = env.run_with_deadline(&["watch", &ok, "--interval", "0.5"], LIMIT);
+    assert_eq!(out.status.code(), Some(0));
+    let out = env.run_with_deadline(&["watch", &bad, "--interval", "0.5"], LIMIT);
+    assert_eq!(out.status.code(), Some(1));
+
+    let logs = env.json(&["logs", &bad, "--json"]);
+    assert!(logs["stdout"].as_str().unwrap().contains("failing"), "{logs}");
+}
+
+/// Lines `KEY=VALUE KEY=VALUE ...` printed by the job, one per node.
+fn parse_report(stdout: &str, marker: &str) -> Vec<HashMap<String, String>> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix(marker))
+        .map(|rest| {
+            rest.split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        })
+        .collect()
+}
+
+const REPORT: &str = "echo \"report: node=$SLURMD_NODENAME SLURM_NODEID=$SLURM_NODEID \
+NODE_RANK=${NODE_RANK-unset} WORLD_SIZE=${WORLD_SIZE-unset} MASTER_ADDR=${MASTER_ADDR-unset} \
+MASTER_PORT=${MASTER_PORT-unset} NUM_GPU_PER_NODE=${NUM_GPU_PER_NODE-unset} \
+IMAGE=${SPANK_CONTAINER_IMAGE-unset} MOUNTS=${SPANK_CONTAINER_MOUNTS-unset} \
+CENV=${SPANK_CONTAINER_ENV-unset}\"; echo \"foo-value<${FOO-unset}>\"";
+
+#[test]
+fn two_nodes_each_get_their_own_rank_and_one_master() {
+    let env = Env::new();
+    let (job, _) = env.submit(&[
+        "--image",
+        IMAGE,
+        "--nodes",
+        "2",
+        "--gpus",
+        "8",
+        "--env",
+        "FOO=bar baz",
+        "--mount",
+        "/data:/data:ro",
+        "--shell",
+        "--",
+        REPORT,
+    ]);
+    let v = env.wait_terminal(&job, LIMIT);
+    assert_eq!(v["status"], "Complete", "{v}");
+    let logs = env.json(&["logs", &job, "--json"]);
+    let stdout = logs["stdout"].as_str().unwrap();
+    let mut reports = parse_report(stdout, "report: ");
+    assert_eq!(reports.len(), 2, "one report per node:\n{stdout}\n{}", logs["stderr"]);
+    reports.sort_by_key(|r| r["SLURM_NODEID"].clone());
+    let master = &reports[0]["node"];
+    for (i, r) in reports.iter().enumerate() {
+        assert_eq!(r["SLURM_NODEID"], i.to_string());
+        assert_eq!(r["NODE_RANK"], r["SLURM_NODEID"], "NODE_RANK is the task's own node id: {r:?}");
+        assert_eq!(r["WORLD_SIZE"], "2");
+        assert_eq!(&r["MASTER_ADDR"], master, "MASTER_ADDR is the first host of the node list");
+        assert_eq!(r["MASTER_PORT"], "29500");
+        assert_eq!(r["NUM_GPU_PER_NODE"], "8");
+        assert_eq!(r["IMAGE"], "nvcr.io#nvidia/tao/tao-toolkit:6.26.3-pyt");
+        assert_eq!(r["MOUNTS"], "/lustre,/data:/data:ro");
+        assert!(r["CENV"].split(',').any(|n| n == "FOO"), "--container-env names FOO: {r:?}");
+    }
+    assert_ne!(reports[0]["node"], reports[1]["node"], "two different nodes");
+    let first_of_list = v["node_list"].as_str().unwrap().to_string();
+    assert!(first_of_list.starts_with(master.trim_end_matches(char::is_numeric)), "{first_of_list} vs {master}");
+    assert_eq!(stdout.matches("foo-value<bar baz>").count(), 2, "FOO arrives intact on both nodes: {stdout}");
+}
+
+#[test]
+fn single_node_tasks_see_no_rendezvous_variables() {
+    let env = Env::new();
+    let (job, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "2", "--shell", "--", REPORT]);
+    let v = env.wait_terminal(&job, LIMIT);
+    assert_eq!(v["status"], "Complete", "{v}");
+    let logs = env.json(&["logs", &job, "--json"]);
+    let reports = parse_report(logs["stdout"].as_str().unwrap(), "report: ");
+    assert_eq!(reports.len(), 1, "{logs}");
+    for var in ["WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NUM_GPU_PER_NODE"] {
+        assert_eq!(reports[0][var], "unset", "{var} must not reach a single-node task: {:?}", reports[0]);
+    }
+    assert_eq!(reports[0]["IMAGE"], "ubuntu:22.04");
+}
+
+#[test]
+fn staged_files_follow_the_contract_layout() {
+    let env = Env::new();
+    let (job, slurm) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--", "true"]);
+    env.wait_terminal(&job, LIMIT);
+    let base = env.vars["SLURM_BASE_RESULTS_DIR"].clone();
+    for path in [
+        format!("{base}/specs/{job}.json"),
+        format!("{base}/env/{job}.json"),
+        format!("{base}/meta/{job}.json"),
+        format!("{base}/sbatch/job_{job}.sbatch"),
+        format!("{base}/slurm-logs/tao-job-{job}-{slurm}/main.out"),
+    ] {
+        assert!(std::path::Path::new(&path).exists(), "{path} missing");
+    }
+    let spec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{base}/specs/{job}.json")).unwrap()).unwrap();
+    assert_eq!(spec["image"], "ubuntu:22.04");
+}

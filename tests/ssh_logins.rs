@@ -1,0 +1,46 @@
+//! SSH login counts, read from the sandbox sshd's own log. One test function, so nothing else in
+//! this binary logs in while it counts.
+
+mod common;
+use common::{accepted_logins, Env};
+use std::time::Duration;
+
+#[test]
+fn logins_are_shared_and_missing_settings_never_connect() {
+    // Without SLURM_USER: the contract's message, a non-zero exit, and no connection attempted.
+    let env = Env::isolated();
+    let mut missing = Env::isolated();
+    missing.vars.remove("SLURM_USER");
+    let before = accepted_logins();
+    let out = missing.run(&["submit", "--image", "ubuntu:22.04", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr.contains("MISSING: set SLURM_USER and SLURM_HOSTNAME (comma-separated for failover) in your env (~/.config/tao/.env)."),
+        "{stderr}"
+    );
+    assert_eq!(accepted_logins(), before, "no connection may be attempted without SLURM_USER");
+
+    // One submit and 20 back-to-back `status` invocations of a running job: one login in total.
+    let before = accepted_logins();
+    let (job, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "1", "--", "sleep", "120"]);
+    for _ in 0..20 {
+        let v = env.json(&["status", &job, "--json"]);
+        assert!(matches!(v["status"].as_str(), Some("Pending" | "Running")), "{v}");
+    }
+    let logins = accepted_logins() - before;
+    env.ok(&["cancel", &job]);
+    assert_eq!(logins, 1, "submit + 20 status invocations must share one SSH login");
+    let v = env.json(&["status", &job, "--json"]);
+    assert_eq!(v["status"], "Canceled");
+
+    // A host whose key is not known is refused, with the ssh-keyscan remediation.
+    let mut stranger = Env::isolated();
+    let empty = stranger.dir.path().join("empty_known_hosts");
+    std::fs::write(&empty, "").unwrap();
+    stranger.vars.insert("SSH_KNOWN_HOSTS".into(), empty.display().to_string());
+    let out = stranger.run_with_deadline(&["submit", "--image", "ubuntu:22.04", "--", "true"], Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(stderr.contains("ssh-keyscan"), "{stderr}");
+}
