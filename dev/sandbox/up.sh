@@ -1,0 +1,523 @@
+#!/usr/bin/env bash
+# Bring up the tao-slurm sandbox Slurm cluster (idempotent). See README.md.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=lib.sh
+. "$HERE/lib.sh"
+
+# ---- knobs -------------------------------------------------------------------
+SSH_PORT="${SSH_PORT:-2222}"
+SSH_PORT2="${SSH_PORT2:-2223}"
+SSH_USER="${SSH_USER:-slurmuser}"
+CLUSTER_NAME="${CLUSTER_NAME:-ci}"
+NODES="${NODES:-4}"
+GPUS="${GPUS:-8}"
+CPUS="${CPUS:-128}"
+REAL_MEMORY="${REAL_MEMORY:-512000}"
+SLURMCTLD_PORT="${SLURMCTLD_PORT:-6817}"
+SLURMDBD_PORT="${SLURMDBD_PORT:-6819}"
+SLURMD_PORT_BASE="${SLURMD_PORT_BASE:-17000}"   # nodeN listens on BASE+N
+DB_PORT="${DB_PORT:-3307}"
+UP_SMOKE="${UP_SMOKE:-1}"
+UP_TIMEOUT="${UP_TIMEOUT:-90}"
+
+export DEBIAN_FRONTEND=noninteractive
+export SLURM_CONF="$ETC/slurm.conf"
+SD="$SANDBOX_DIR"
+HOST="$(hostname -s)"
+SSH_BIN_PATH="$SD/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+MUNGE_SOCKET="$RUN/munge/munge.socket"
+DB_PASS="slurm-sandbox-db"   # only reachable on 127.0.0.1:$DB_PORT
+USER_HOME="$SD/home/$SSH_USER"
+
+[[ $EUID -eq 0 ]] || { echo "up.sh must run as root" >&2; exit 1; }
+
+# ---- timing and failure reporting --------------------------------------------
+T0="$(date +%s.%N)"
+TP="$T0"
+TIMINGS=()
+phase_done() {
+    local now; now="$(date +%s.%N)"
+    TIMINGS+=("$(awk -v n="$1" -v a="$TP" -v b="$now" 'BEGIN{printf "%-24s %6.2f s", n, b-a}')")
+    TP="$now"
+}
+elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b-a}'; }
+
+tail_logs() {
+    local f
+    for f in "$@"; do
+        [[ -f "$f" ]] || continue
+        echo "----- tail -n 30 $f -----" >&2
+        tail -n 30 "$f" >&2 || true
+    done
+}
+die() {
+    local msg="$1"; shift
+    echo "up.sh: ERROR: $msg" >&2
+    tail_logs "$@"
+    exit 1
+}
+trap 'rc=$?; [[ $rc -eq 0 ]] || echo "up.sh: failed (rc=$rc) at line $LINENO: $BASH_COMMAND" >&2' ERR
+
+# wait_for SECONDS DESCRIPTION COMMAND...
+wait_for() {
+    local t="$1" what="$2"; shift 2
+    local deadline=$(( $(date +%s%N) + t * 1000000000 ))
+    until "$@" >/dev/null 2>&1; do
+        (( $(date +%s%N) < deadline )) || return 1
+        sleep 0.05
+    done
+}
+
+port_listening() {   # port_listening PORT: some socket is LISTENing on it (tcp or tcp6)
+    local hex; hex="$(printf ':%04X ' "$1")"
+    grep -qE "^ *[0-9]+: [0-9A-F]+${hex}[0-9A-F]+:[0-9A-F]+ 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+
+# put_file SRC DEST MODE [OWNER]: move a freshly generated SRC into place; DEST is recorded in CHANGED if it differed
+CHANGED=()
+put_file() {
+    local src="$1" dst="$2" mode="$3" owner="${4:-root:root}"
+    if [[ -f "$dst" ]] && cmp -s "$src" "$dst"; then
+        chmod "$mode" "$dst"; chown "$owner" "$dst"; rm -f "$src"
+        return 0
+    fi
+    install -m "$mode" -o "${owner%%:*}" -g "${owner##*:}" "$src" "$dst"
+    rm -f "$src"
+    CHANGED+=("$dst")
+}
+changed() { local f; for f in "$@"; do [[ " ${CHANGED[*]:-} " == *" $f "* ]] && return 0; done; return 1; }
+
+mkdir -p "$SD"
+exec 9>"$SD/.up.lock"
+flock -w 120 9 || die "another up.sh holds $SD/.up.lock"
+
+# NB: every daemon below is started with 9>&- so it does not inherit (and hold) this lock.
+
+# ---- 1. packages ---------------------------------------------------------------
+PKGS=(slurm-wlm slurmctld slurmd slurm-client slurmdbd libslurm-dev munge
+      mariadb-server mariadb-client openssh-server openssh-client gcc libc6-dev)
+installed=" $({ dpkg-query -W -f='${db:Status-Abbrev}${Package} ' "${PKGS[@]}" 2>/dev/null || true; } | tr -s ' ' | sed 's/ii \([^ ]*\)/+\1/g') "
+missing=()
+for p in "${PKGS[@]}"; do
+    [[ "$installed" == *" +$p "* ]] || missing+=("$p")
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+    echo "up.sh: installing: ${missing[*]}"
+    tmp_policy=""
+    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+        tmp_policy=/usr/sbin/policy-rc.d
+        printf '#!/bin/sh\n# temporary, from tao-slurm dev/sandbox/up.sh\nexit 101\n' >"$tmp_policy"
+        chmod 755 "$tmp_policy"
+        trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+    fi
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >"/tmp/tao-slurm-sandbox-apt.log" 2>&1 \
+        || { tail -n 40 /tmp/tao-slurm-sandbox-apt.log >&2; die "apt-get install failed"; }
+    if [[ -n "$tmp_policy" ]]; then rm -f "$tmp_policy"; trap - EXIT; fi
+fi
+for u in slurm munge mysql; do
+    getent passwd "$u" >/dev/null || die "system user $u missing after package install"
+done
+phase_done packages
+
+# ---- 2. directories, users, keys, configs ---------------------------------------
+umask 022
+install -d -m 0755 "$SD" "$ETC" "$RUN" "$LOG" "$SD/bin" "$SD/lib" "$SD/ssh" "$SD/home" \
+    "$SD/spool" "$SD/fakegpu" "$SD/shared" "$SD/mysql"
+touch "$MARKER"
+install -d -m 0755 -o slurm -g slurm "$LOG/slurm" "$SD/spool/ctld"
+install -d -m 0700 -o munge -g munge "$SD/munge" "$LOG/munge"
+install -d -m 0755 -o munge -g munge "$RUN/munge"
+install -d -m 0750 -o mysql -g mysql "$SD/mysql/data" "$LOG/mysql"
+install -d -m 0755 -o mysql -g mysql "$RUN/mysql"
+install -d -m 0755 /run/sshd
+for i in $(seq 1 "$NODES"); do install -d -m 0755 "$SD/spool/node$i"; done
+for i in $(seq 0 $((GPUS - 1))); do
+    [[ -L "$SD/fakegpu/nvidia$i" ]] || ln -sfn /dev/null "$SD/fakegpu/nvidia$i"
+done
+
+# hostname must resolve (Slurm looks up NodeHostname/SlurmctldHost)
+getent hosts "$HOST" >/dev/null || echo "127.0.0.1 $HOST" >>/etc/hosts
+
+# test user: password field '*' (not locked: sshd with UsePAM no refuses locked accounts)
+if ! getent passwd "$SSH_USER" >/dev/null; then
+    useradd -M -U -d "$USER_HOME" -s /bin/bash "$SSH_USER"
+fi
+[[ "$(getent passwd "$SSH_USER" | cut -d: -f6)" == "$USER_HOME" ]] || usermod -d "$USER_HOME" "$SSH_USER"
+[[ "$(getent shadow "$SSH_USER" | cut -d: -f2)" == "*" ]] || usermod -p '*' "$SSH_USER"
+install -d -m 0755 -o "$SSH_USER" -g "$SSH_USER" "$USER_HOME" "$SD/shared/$SSH_USER"
+install -d -m 0700 -o "$SSH_USER" -g "$SSH_USER" "$USER_HOME/.ssh"
+
+# keys (kept across runs)
+[[ -f "$SD/ssh/id_ed25519" ]] || ssh-keygen -q -t ed25519 -N '' -C "tao-slurm-sandbox-client" -f "$SD/ssh/id_ed25519"
+chmod 600 "$SD/ssh/id_ed25519"; chown root:root "$SD/ssh/id_ed25519"
+[[ -f "$SD/ssh/ssh_host_ed25519_key" ]] || ssh-keygen -q -t ed25519 -N '' -C "tao-slurm-sandbox-host" -f "$SD/ssh/ssh_host_ed25519_key"
+chmod 600 "$SD/ssh/ssh_host_ed25519_key"
+if [[ ! -s "$SD/munge/munge.key" ]]; then
+    dd if=/dev/urandom of="$SD/munge/munge.key" bs=1024 count=1 status=none
+fi
+chown munge:munge "$SD/munge/munge.key"; chmod 0400 "$SD/munge/munge.key"
+
+# user files
+T="$(mktemp)"; cp "$SD/ssh/id_ed25519.pub" "$T"
+put_file "$T" "$USER_HOME/.ssh/authorized_keys" 0600 "$SSH_USER:$SSH_USER"
+
+# env.sh (local use and login shells)
+T="$(mktemp)"
+cat >"$T" <<EOF
+# tao-slurm sandbox environment (generated by up.sh)
+export SLURM_CONF=$ETC/slurm.conf
+case ":\$PATH:" in *":$SD/bin:"*) ;; *) export PATH="$SD/bin:\$PATH" ;; esac
+EOF
+put_file "$T" "$SD/env.sh" 0644
+for rc in .profile .bashrc; do
+    T="$(mktemp)"
+    printf '# generated by tao-slurm dev/sandbox/up.sh\n[ -r %s ] && . %s\n' "$SD/env.sh" "$SD/env.sh" >"$T"
+    put_file "$T" "$USER_HOME/$rc" 0644 "$SSH_USER:$SSH_USER"
+done
+
+# fake enroot
+T="$(mktemp)"; cp "$HERE/bin/enroot" "$T"; put_file "$T" "$SD/bin/enroot" 0755
+
+# SPANK plugin (rebuilt only when the source changed)
+if [[ ! -f "$SD/lib/container_stub.so" || "$HERE/spank/container_stub.c" -nt "$SD/lib/container_stub.so" ]]; then
+    gcc -shared -fPIC -O2 -Wall -Werror -o "$SD/lib/container_stub.so.tmp" "$HERE/spank/container_stub.c" \
+        || die "building the SPANK plugin failed"
+    chmod 0755 "$SD/lib/container_stub.so.tmp"
+    mv -f "$SD/lib/container_stub.so.tmp" "$SD/lib/container_stub.so"
+    CHANGED+=("$SD/lib/container_stub.so")
+fi
+
+# slurm.conf
+T="$(mktemp)"
+{
+cat <<EOF
+# generated by tao-slurm dev/sandbox/up.sh -- rewritten on every run
+ClusterName=$CLUSTER_NAME
+SlurmctldHost=$HOST(127.0.0.1)
+SlurmctldPort=$SLURMCTLD_PORT
+SlurmUser=slurm
+AuthType=auth/munge
+AuthInfo=socket=$MUNGE_SOCKET
+CredType=cred/munge
+CommunicationParameters=NoInAddrAny
+StateSaveLocation=$SD/spool/ctld
+SlurmdSpoolDir=$SD/spool/%n
+SlurmctldPidFile=$RUN/slurmctld.pid
+SlurmdPidFile=$RUN/slurmd-%n.pid
+SlurmctldLogFile=$LOG/slurm/slurmctld.log
+SlurmdLogFile=$LOG/slurm/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+SlurmdParameters=config_overrides
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0
+EnforcePartLimits=ALL
+KillWait=5
+JobRequeue=1
+ReturnToService=2
+MinJobAge=300
+InactiveLimit=0
+SlurmdTimeout=300
+MpiDefault=none
+MailProg=/bin/true
+PlugStackConfig=$ETC/plugstack.conf
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=30
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=$SLURMDBD_PORT
+# the slurmdbd connection takes its munge socket from here (AuthInfo is not used for it)
+AccountingStoragePass=$MUNGE_SOCKET
+AccountingStorageTRES=gres/gpu
+EOF
+for i in $(seq 1 "$NODES"); do
+    echo "NodeName=node$i NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$((SLURMD_PORT_BASE + i)) CPUs=$CPUS RealMemory=$REAL_MEMORY Gres=gpu:$GPUS State=UNKNOWN"
+done
+cat <<EOF
+PartitionName=polar Nodes=node[1-$NODES] Default=YES MaxTime=04:00:00 DefaultTime=01:00:00 State=UP
+PartitionName=long Nodes=node[1-$NODES] MaxTime=12:00:00 DefaultTime=01:00:00 State=UP
+PartitionName=debug Nodes=node[1-$NODES] MaxTime=00:30:00 DefaultTime=00:10:00 State=UP
+EOF
+} >"$T"
+put_file "$T" "$ETC/slurm.conf" 0644
+
+T="$(mktemp)"
+printf 'AutoDetect=off\nNodeName=node[1-%s] Name=gpu File=%s/fakegpu/nvidia[0-%s]\n' "$NODES" "$SD" "$((GPUS - 1))" >"$T"
+put_file "$T" "$ETC/gres.conf" 0644
+T="$(mktemp)"
+printf 'CgroupPlugin=autodetect\nConstrainCores=no\nConstrainRAMSpace=no\nConstrainDevices=no\n' >"$T"
+put_file "$T" "$ETC/cgroup.conf" 0644
+T="$(mktemp)"
+printf 'required %s/lib/container_stub.so\n' "$SD" >"$T"
+put_file "$T" "$ETC/plugstack.conf" 0644
+
+T="$(mktemp)"
+cat >"$T" <<EOF
+# generated by tao-slurm dev/sandbox/up.sh
+AuthType=auth/munge
+AuthInfo=socket=$MUNGE_SOCKET
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=$SLURMDBD_PORT
+SlurmUser=slurm
+DebugLevel=info
+LogFile=$LOG/slurm/slurmdbd.log
+PidFile=$RUN/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$DB_PORT
+StorageUser=slurm
+StoragePass=$DB_PASS
+StorageLoc=slurm_acct_db
+EOF
+put_file "$T" "$ETC/slurmdbd.conf" 0600 slurm:slurm
+
+T="$(mktemp)"
+cat >"$T" <<EOF
+# generated by tao-slurm dev/sandbox/up.sh
+[mysqld]
+user=mysql
+datadir=$SD/mysql/data
+socket=$RUN/mysql/mysqld.sock
+pid-file=$RUN/mysql/mariadbd.pid
+port=$DB_PORT
+bind-address=127.0.0.1
+skip-name-resolve
+log-error=$LOG/mysql/error.log
+innodb_buffer_pool_size=1024M
+innodb_log_file_size=64M
+innodb_lock_wait_timeout=900
+[client]
+socket=$RUN/mysql/mysqld.sock
+user=root
+EOF
+put_file "$T" "$ETC/my.cnf" 0644
+
+for port in "$SSH_PORT" "$SSH_PORT2"; do
+    T="$(mktemp)"
+    cat >"$T" <<EOF
+# generated by tao-slurm dev/sandbox/up.sh -- sandbox login node on port $port
+ListenAddress 127.0.0.1
+Port $port
+HostKey $SD/ssh/ssh_host_ed25519_key
+PidFile $RUN/sshd-$port.pid
+LogLevel INFO
+SyslogFacility AUTH
+PubkeyAuthentication yes
+AuthorizedKeysFile .ssh/authorized_keys
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+PermitRootLogin no
+AllowUsers $SSH_USER
+StrictModes yes
+MaxSessions 64
+MaxStartups 64:30:128
+PrintMotd no
+PrintLastLog no
+X11Forwarding no
+AllowTcpForwarding yes
+AllowStreamLocalForwarding yes
+ClientAliveInterval 30
+SetEnv SLURM_CONF=$ETC/slurm.conf PATH=$SSH_BIN_PATH
+Subsystem sftp internal-sftp
+EOF
+    put_file "$T" "$ETC/sshd_config-$port" 0644
+done
+
+# client side: known_hosts, ssh config
+read -r kt kb _ <"$SD/ssh/ssh_host_ed25519_key.pub"
+T="$(mktemp)"
+printf '[127.0.0.1]:%s %s %s\n[127.0.0.1]:%s %s %s\n' "$SSH_PORT" "$kt" "$kb" "$SSH_PORT2" "$kt" "$kb" >"$T"
+put_file "$T" "$SD/ssh/known_hosts" 0644
+T="$(mktemp)"
+cat >"$T" <<EOF
+# generated by tao-slurm dev/sandbox/up.sh
+Host sandbox-login1
+    HostName 127.0.0.1
+    Port $SSH_PORT
+Host sandbox-login2
+    HostName 127.0.0.1
+    Port $SSH_PORT2
+Host sandbox-login1 sandbox-login2
+    User $SSH_USER
+    IdentityFile $SD/ssh/id_ed25519
+    IdentitiesOnly yes
+    UserKnownHostsFile $SD/ssh/known_hosts
+    GlobalKnownHostsFile /dev/null
+    StrictHostKeyChecking yes
+    BatchMode yes
+    LogLevel ERROR
+EOF
+put_file "$T" "$SD/ssh/config" 0644
+
+T="$(mktemp)"
+cat >"$T" <<EOF
+SLURM_USER=$SSH_USER
+SLURM_HOSTNAME=sandbox-login1,sandbox-login2
+SSH_CONFIG=$SD/ssh/config
+SSH_KNOWN_HOSTS=$SD/ssh/known_hosts
+SSH_KEY_PATH=$SD/ssh/id_ed25519
+SLURM_PARTITION=polar
+SLURM_BASE_RESULTS_DIR=$SD/shared/$SSH_USER
+SANDBOX_DIR=$SD
+SANDBOX_SSHD_LOGS=$LOG/sshd-$SSH_PORT.log,$LOG/sshd-$SSH_PORT2.log
+SANDBOX_SSH_PORTS=$SSH_PORT,$SSH_PORT2
+EOF
+put_file "$T" "$SD/settings.env" 0644
+phase_done "configs + spank build"
+
+# ---- 3. munged --------------------------------------------------------------------
+if ! running munged /usr/sbin/munged; then
+    rm -f "$MUNGE_SOCKET" "$MUNGE_SOCKET.lock"
+    runuser -u munge -- /usr/sbin/munged --key-file="$SD/munge/munge.key" --socket="$MUNGE_SOCKET" \
+        --pid-file="$RUN/munge/munged.pid" --log-file="$LOG/munge/munged.log" --seed-file="$SD/munge/munged.seed" 9>&- \
+        || die "munged failed to start" "$LOG/munge/munged.log"
+    wait_for 10 "munge socket" test -S "$MUNGE_SOCKET" || die "munged socket did not appear" "$LOG/munge/munged.log"
+    wait_for 5 "munged pid" test -s "$RUN/munge/munged.pid" || die "munged wrote no pid file" "$LOG/munge/munged.log"
+    cp "$RUN/munge/munged.pid" "$RUN/munged.pid"
+fi
+phase_done munged
+
+# ---- 4. MariaDB ------------------------------------------------------------------------
+if ! running mariadbd /usr/sbin/mariadbd; then
+    if [[ ! -d "$SD/mysql/data/mysql" ]]; then
+        mariadb-install-db --defaults-file="$ETC/my.cnf" --user=mysql --auth-root-authentication-method=socket \
+            --skip-test-db >"$LOG/mysql/install.log" 2>&1 || die "mariadb-install-db failed" "$LOG/mysql/install.log"
+    fi
+    rm -f "$RUN/mysql/mysqld.sock"
+    setsid -f /usr/sbin/mariadbd --defaults-file="$ETC/my.cnf" </dev/null >>"$LOG/mysql/stdout.log" 2>&1 9>&-
+    wait_for 30 "mariadb" mariadb-admin --defaults-file="$ETC/my.cnf" ping \
+        || die "MariaDB did not come up" "$LOG/mysql/error.log" "$LOG/mysql/stdout.log"
+    wait_for 5 "mariadb pid" test -s "$RUN/mysql/mariadbd.pid" || die "mariadbd wrote no pid file" "$LOG/mysql/error.log"
+    cp "$RUN/mysql/mariadbd.pid" "$RUN/mariadbd.pid"
+fi
+mariadb --defaults-file="$ETC/my.cnf" <<EOF || die "MariaDB user setup failed" "$LOG/mysql/error.log"
+CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$DB_PASS';
+CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$DB_PASS';
+GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
+GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';
+EOF
+phase_done "mariadb"
+
+# ---- 5. slurmdbd + registration --------------------------------------------------------------
+if running slurmdbd /usr/sbin/slurmdbd; then
+    if changed "$ETC/slurmdbd.conf"; then kill -HUP "$(read_pidfile "$RUN/slurmdbd.pid")"; fi
+else
+    /usr/sbin/slurmdbd 9>&- || die "slurmdbd failed to start" "$LOG/slurm/slurmdbd.log"
+    wait_for 30 "slurmdbd" port_listening "$SLURMDBD_PORT" || die "slurmdbd is not listening on $SLURMDBD_PORT" "$LOG/slurm/slurmdbd.log"
+fi
+assoc="$(timeout 30 sacctmgr -n -P show assoc format=cluster,account,user 2>&1)" \
+    || die "sacctmgr cannot talk to slurmdbd: $assoc" "$LOG/slurm/slurmdbd.log"
+if ! grep -qx "$CLUSTER_NAME|default|root" <<<"$assoc" || ! grep -qx "$CLUSTER_NAME|default|$SSH_USER" <<<"$assoc"; then
+    cmds=""
+    grep -q "^$CLUSTER_NAME|" <<<"$assoc" || cmds+="add cluster $CLUSTER_NAME"$'\n'
+    cmds+="add account default cluster=$CLUSTER_NAME description=default organization=sandbox"$'\n'
+    cmds+="add user root,$SSH_USER account=default defaultaccount=default cluster=$CLUSTER_NAME"$'\n'
+    out="$(printf '%s' "$cmds" | timeout 60 sacctmgr -i 2>&1)" || true
+    assoc="$(timeout 30 sacctmgr -n -P show assoc format=cluster,account,user 2>&1)" || true
+    grep -qx "$CLUSTER_NAME|default|$SSH_USER" <<<"$assoc" \
+        || die "accounting registration failed: $out" "$LOG/slurm/slurmdbd.log"
+fi
+phase_done "slurmdbd + sacctmgr"
+
+# ---- 6. slurmctld ------------------------------------------------------------------------------
+reconf=0
+if running slurmctld /usr/sbin/slurmctld; then
+    if changed "$ETC/slurm.conf" "$ETC/gres.conf" "$ETC/plugstack.conf"; then reconf=1; fi
+else
+    /usr/sbin/slurmctld -f "$ETC/slurm.conf" 9>&- || die "slurmctld failed to start" "$LOG/slurm/slurmctld.log"
+fi
+wait_for 30 "slurmctld" bash -c 'scontrol ping | grep -q "is UP"' || die "slurmctld does not answer" "$LOG/slurm/slurmctld.log"
+phase_done slurmctld
+
+# ---- 7. slurmd x NODES -------------------------------------------------------------------------
+for i in $(seq 1 "$NODES"); do
+    if ! running "slurmd-node$i" /usr/sbin/slurmd; then
+        /usr/sbin/slurmd -f "$ETC/slurm.conf" -N "node$i" 9>&- || die "slurmd node$i failed to start" "$LOG/slurm/slurmd-node$i.log"
+    fi
+done
+if [[ $reconf == 1 ]]; then
+    echo "up.sh: slurm config changed, scontrol reconfigure"
+    scontrol reconfigure || die "scontrol reconfigure failed" "$LOG/slurm/slurmctld.log"
+fi
+nodes_idle() {   # every node responding and usable (idle, or busy with jobs from an earlier run)
+    local s
+    s="$(sinfo -h -N -p polar -o '%N %T' 2>/dev/null)" || return 1
+    [[ "$(grep -cE ' (idle|mixed|allocated|completing)$' <<<"$s")" -eq "$NODES" ]]
+}
+deadline=$(( $(date +%s) + UP_TIMEOUT ))
+resumed=0
+until nodes_idle; do
+    if (( $(date +%s) > deadline )); then
+        sinfo -N -l >&2 || true
+        die "nodes not idle after ${UP_TIMEOUT}s" "$LOG/slurm/slurmctld.log" "$LOG/slurm/slurmd-node1.log"
+    fi
+    # nodes drained/down from an earlier run: resume them once
+    if [[ $resumed == 0 ]] && sinfo -h -N -o '%T' 2>/dev/null | grep -qE '^(down|drain|drained|draining)'; then
+        sleep 1
+        scontrol update nodename="node[1-$NODES]" state=resume 2>/dev/null || true
+        resumed=1
+    fi
+    sleep 0.1
+done
+phase_done "slurmd x$NODES idle"
+
+# ---- 8. sshd x2 ---------------------------------------------------------------------------------
+for port in "$SSH_PORT" "$SSH_PORT2"; do
+    if running "sshd-$port" /usr/sbin/sshd; then
+        if changed "$ETC/sshd_config-$port"; then kill -HUP "$(read_pidfile "$RUN/sshd-$port.pid")"; fi
+    else
+        /usr/sbin/sshd -t -f "$ETC/sshd_config-$port" || die "sshd config test failed for port $port"
+        /usr/sbin/sshd -f "$ETC/sshd_config-$port" -E "$LOG/sshd-$port.log" 9>&- || die "sshd on $port failed to start" "$LOG/sshd-$port.log"
+        wait_for 10 "sshd $port" port_listening "$port" || die "sshd is not listening on $port" "$LOG/sshd-$port.log"
+    fi
+done
+phase_done "sshd x2"
+
+# ---- 9. smoke test --------------------------------------------------------------------------------
+if [[ "$UP_SMOKE" != 0 ]]; then
+    SSH=(ssh -F "$SD/ssh/config")
+    "${SSH[@]}" sandbox-login2 true >/tmp/tao-slurm-smoke-login2.$$ 2>&1 &
+    l2pid=$!
+    # one ssh session: the 2-node srun, then a batch job (sbatch first would make srun queue behind it)
+    errf="$RUN/smoke.err"
+    out="$(timeout 60 "${SSH[@]}" sandbox-login1 \
+        "srun --nodes=2 --ntasks-per-node=1 --gres=gpu:8 --container-image=foo#bar:1 --container-mounts=/lustre bash -c 'echo \$SLURM_NODEID \$SPANK_CONTAINER_IMAGE' && sbatch --parsable --wrap true" 2>"$errf")" \
+        || die "smoke srun/sbatch over ssh failed: $out $(cat "$errf")" "$LOG/sshd-$SSH_PORT.log" "$LOG/slurm/slurmctld.log" "$LOG/slurm/slurmd-node1.log"
+    jid="$(tail -n1 <<<"$out")"
+    [[ "$jid" =~ ^[0-9]+$ ]] || die "smoke sbatch printed: $out $(cat "$errf")" "$LOG/slurm/slurmctld.log"
+    [[ "$(head -n -1 <<<"$out" | sort | tr '\n' ';')" == "0 foo#bar:1;1 foo#bar:1;" ]] \
+        || die "smoke srun printed unexpected output: $out $(cat "$errf")" "$LOG/slurm/slurmctld.log" "$LOG/slurm/slurmd-node1.log"
+    state=""
+    for _ in $(seq 1 200); do
+        state="$(sacct -X -n -P -j "$jid" -o State 2>/dev/null | head -n1)"
+        [[ "$state" == COMPLETED ]] && break
+        [[ "$state" =~ ^(FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL) ]] && break
+        sleep 0.1
+    done
+    [[ "$state" == COMPLETED ]] || die "smoke job $jid: sacct state '${state}' (want COMPLETED)" \
+        "$LOG/slurm/slurmdbd.log" "$LOG/slurm/slurmctld.log"
+    wait "$l2pid" || die "ssh sandbox-login2 failed: $(cat /tmp/tao-slurm-smoke-login2.$$)" "$LOG/sshd-$SSH_PORT2.log"
+    rm -f /tmp/tao-slurm-smoke-login2.$$ "$errf"
+    echo "up.sh: smoke OK (2-node srun with --container-image over ssh; sbatch job $jid COMPLETED in sacct; sandbox-login2 reachable)"
+    phase_done "smoke test"
+fi
+
+total="$(elapsed "$T0")"
+{
+    echo "=== $(date -Is) up.sh total ${total} s"
+    printf '%s\n' "${TIMINGS[@]}"
+} >>"$LOG/up-timings.txt"
+printf '%s\n' "${TIMINGS[@]}"
+echo "up.sh: cluster '$CLUSTER_NAME' up in ${total} s ($NODES nodes x $GPUS fake GPUs, ssh on 127.0.0.1:$SSH_PORT,$SSH_PORT2)"
+echo "up.sh: settings: $SD/settings.env"
