@@ -150,7 +150,7 @@ impl Store {
         self.conn
             .execute(
                 "UPDATE jobs SET status = ?2, message = ?3, slurm_state = ?4, exit_code = ?5,
-                   node_list = COALESCE(?6, node_list), updated_at = ?7 WHERE job_id = ?1",
+                   node_list = COALESCE(node_list, ?6), updated_at = ?7 WHERE job_id = ?1",
                 params![
                     job_id,
                     update.status.as_str(),
