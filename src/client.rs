@@ -2,12 +2,12 @@
 //! state and (opened on first use) the transport.
 
 use crate::config::Settings;
-use crate::engine::{cancel, logs, refresh, submit};
+use crate::engine::{cancel, cluster, logs, refresh, submit};
 use crate::error::Result;
 use crate::plan::{self, Plan};
 use crate::remote::{self, Remote};
 use crate::script;
-use crate::spec::JobSpec;
+use crate::spec::{JobSpec, SecretValues};
 use crate::status::PlatformStatus;
 use crate::store::{JobRecord, Store};
 use serde::Serialize;
@@ -98,15 +98,26 @@ impl Client {
         script::staged_files(plan, &spec_json, self.settings.slurm_user.as_deref().unwrap_or(""), &hosts)
     }
 
-    /// Validate, record, stage and submit a job.
-    pub fn create_job(&self, spec: &JobSpec) -> Result<Submitted> {
+    /// The checks a submit makes with the cluster (it answers, the partitions exist and allow the wall
+    /// time), after every offline check has passed. Submits nothing.
+    pub fn check_online(&self, spec: &JobSpec) -> Result<Plan> {
         // Settings and spec are checked before anything touches the network.
         self.settings.require_remote()?;
         let plan = self.plan(spec)?;
+        let partitions = cluster::partitions(self.remote()?)?;
+        plan::check_partition_limits(&plan, &partitions)?;
+        Ok(plan)
+    }
+
+    /// Validate, record, stage and submit a job. `secrets` holds the values of `spec.secret_env`.
+    pub fn create_job(&self, spec: &JobSpec, secrets: &SecretValues) -> Result<Submitted> {
+        let plan = self.check_online(spec)?;
+        if let Some(missing) = plan.secret_names.iter().find(|n| !secrets.0.contains_key(*n)) {
+            return Err(crate::spec::SpecError::new("secret_env", format!("{missing} has no value")).into());
+        }
         let files = self.staged_files(spec, &plan);
-        let remote = self.remote()?;
         self.store.insert_job(&serde_json::to_string(spec).expect("spec serialises"), &plan)?;
-        submit::submit(remote, &self.store, &plan, &files)
+        submit::submit(self.remote()?, &self.store, &plan, &files, secrets)
     }
 
     /// A job's status, refreshed from the cluster unless it is already terminal.

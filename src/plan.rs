@@ -3,8 +3,10 @@
 
 use crate::config::{Settings, DEFAULT_PARTITIONS};
 use crate::slurm::hours_to_minutes;
-use crate::spec::{check_env_name, check_slurm_word, check_text, ImageRef, JobSpec, SpecError};
+use crate::spec::{check_env_name, check_slurm_word, check_text, check_with, ImageRef, JobSpec, SpecError};
+use regex::Regex;
 use serde::{Deserialize, Serialize};
+use std::sync::LazyLock;
 use uuid::Uuid;
 
 pub const DEFAULT_GPUS: u32 = 4;
@@ -28,6 +30,41 @@ pub const RENDEZVOUS_VARS: &[&str] = &[
     "LOCAL_RANK",
     "GROUP_RANK",
 ];
+
+/// Extra `#SBATCH` options a spec may add. Everything tao-slurm sets itself (nodes, gres, time,
+/// output, partition, ...) is deliberately absent, and so is `--export` (it could expose secrets).
+pub const ALLOWED_SBATCH_OPTIONS: &[&str] = &[
+    "begin",
+    "comment",
+    "cores-per-socket",
+    "deadline",
+    "dependency",
+    "distribution",
+    "gpu-bind",
+    "gpu-freq",
+    "hint",
+    "licenses",
+    "mail-type",
+    "mail-user",
+    "mem-bind",
+    "mem-per-cpu",
+    "mem-per-gpu",
+    "nice",
+    "priority",
+    "signal",
+    "sockets-per-node",
+    "switches",
+    "threads-per-core",
+    "tmp",
+    "wckey",
+];
+
+// Characters each kind of value may hold. `#` is never allowed: sbatch reads it as the start of a
+// comment inside an #SBATCH line.
+static MEMORY: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[0-9]{1,9}[KMGT]?$").unwrap());
+static CONSTRAINT: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[A-Za-z0-9_.,&|\[\]*:()-]{1,256}$").unwrap());
+static NODE_LIST: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[A-Za-z0-9_.,\[\]-]{1,1024}$").unwrap());
+static OPTION_VALUE: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[A-Za-z0-9_.,:=@+/%-]{1,256}$").unwrap());
 
 /// Where a job's files live on shared storage (contract §2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,11 +137,20 @@ pub struct Plan {
     pub resources: Resources,
     pub partition: String,
     pub account: Option<String>,
+    pub memory: Option<String>,
+    pub qos: Option<String>,
+    pub constraint: Option<String>,
+    pub exclude: Option<String>,
+    pub reservation: Option<String>,
+    pub sbatch_options: Vec<(String, String)>,
     pub time_minutes: u64,
-    pub timeout_minutes: u64,
+    /// The inner `timeout`, in seconds (sub-minute values are allowed for short test jobs).
+    pub timeout_seconds: u64,
     pub requeue: bool,
     pub max_timeout_requeues: u32,
     pub env: Vec<(String, String)>,
+    /// Names of secret variables; their values travel only in sbatch's environment, never in a file.
+    pub secret_names: Vec<String>,
     pub mounts: Vec<String>,
     pub container_workdir: Option<String>,
     pub mount_home: bool,
@@ -248,8 +294,8 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
     };
     check_hours("timeout_hours", timeout_hours)?;
     let time_minutes = hours_to_minutes(time_hours);
-    let timeout_minutes = hours_to_minutes(timeout_hours).min(time_minutes.saturating_sub(1)).max(1);
-    if timeout_hours >= time_hours || time_minutes < 2 {
+    let timeout_seconds = ((timeout_hours * 3600.0).ceil() as u64).max(1);
+    if timeout_hours >= time_hours || timeout_seconds >= time_minutes * 60 {
         return Err(SpecError::new(
             "timeout_hours",
             format!("the inner timeout ({timeout_hours} h) must be shorter than the wall time ({time_hours} h) so the job can requeue itself before Slurm kills it"),
@@ -263,15 +309,63 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
         ));
     }
 
+    let owned = |name: &str| {
+        RENDEZVOUS_VARS.contains(&name)
+            || name.starts_with("SLURM_")
+            || name == "TAO_API_RESULTS_DIR"
+            || name == "TAO_JOB_ID"
+    };
     let mut env = Vec::new();
     for (name, value) in &spec.env {
         check_env_name("env", name)?;
         check_text("env", value)?;
-        if RENDEZVOUS_VARS.contains(&name.as_str()) || name.starts_with("SLURM_") || name == "TAO_API_RESULTS_DIR" {
+        if owned(name) {
             return Err(SpecError::new("env", format!("{name} is set by tao-slurm itself and cannot be overridden")));
         }
-        env.retain(|(n, _): &(String, String)| n != name);
         env.push((name.clone(), value.clone()));
+    }
+    let mut secret_names = Vec::new();
+    for name in &spec.secret_env {
+        check_env_name("secret_env", name)?;
+        if owned(name) || spec.env.contains_key(name) {
+            return Err(SpecError::new(
+                "secret_env",
+                format!("{name} is also set as a plain variable or by tao-slurm"),
+            ));
+        }
+        if !secret_names.contains(name) {
+            secret_names.push(name.clone());
+        }
+    }
+    if let Some(m) = &spec.memory {
+        check_with("memory", m, &MEMORY, "a size such as 64G, 512M or 0 (all of a node's memory)")?;
+    }
+    if let Some(q) = &spec.qos {
+        check_slurm_word("qos", q)?;
+    }
+    if let Some(r) = &spec.reservation {
+        check_slurm_word("reservation", r)?;
+    }
+    if let Some(c) = &spec.constraint {
+        check_with("constraint", c, &CONSTRAINT, "feature names joined by & | , with [ ] ( ) * :")?;
+    }
+    if let Some(x) = &spec.exclude {
+        check_with("exclude", x, &NODE_LIST, "a Slurm node list such as node[1-3],node7")?;
+    }
+    let mut sbatch_options = Vec::new();
+    for (name, value) in &spec.sbatch_options {
+        let name = name.trim_start_matches("--");
+        if !ALLOWED_SBATCH_OPTIONS.contains(&name) {
+            return Err(SpecError::new(
+                "sbatch_options",
+                format!(
+                    "--{name} is not an allowed extra sbatch option; allowed: {}",
+                    ALLOWED_SBATCH_OPTIONS.join(", ")
+                ),
+            ));
+        }
+        check_with("sbatch_options", value, &OPTION_VALUE, "letters, digits and _ . , : = @ + / % - (no spaces or #)")?;
+        sbatch_options.push((name.to_string(), value.clone()));
     }
 
     let mut mounts = if spec.replace_default_mounts { Vec::new() } else { vec![DEFAULT_MOUNT.to_string()] };
@@ -307,16 +401,56 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
         resources,
         partition,
         account,
+        memory: spec.memory.clone(),
+        qos: spec.qos.clone(),
+        constraint: spec.constraint.clone(),
+        exclude: spec.exclude.clone(),
+        reservation: spec.reservation.clone(),
+        sbatch_options,
         time_minutes,
-        timeout_minutes,
+        timeout_seconds,
         requeue: spec.requeue.unwrap_or(settings.use_requeue),
         max_timeout_requeues: spec.max_timeout_requeues.unwrap_or(DEFAULT_MAX_TIMEOUT_REQUEUES),
         env,
+        secret_names,
         mounts,
         container_workdir: spec.container_workdir.clone(),
         mount_home: !spec.no_container_mount_home,
         name: spec.name.clone(),
     })
+}
+
+/// Check a plan against the cluster's partitions: each must exist, and the wall time must fit its
+/// MaxTime. Pure: the partitions come from `scontrol show partition`.
+pub fn check_partition_limits(plan: &Plan, partitions: &[crate::slurm::PartitionInfo]) -> Result<(), SpecError> {
+    let names: Vec<&str> = partitions.iter().map(|p| p.name.as_str()).collect();
+    for wanted in plan.partition.split(',') {
+        let Some(p) = partitions.iter().find(|p| p.name == wanted) else {
+            return Err(SpecError::new(
+                "partition",
+                format!("{wanted} does not exist on this cluster; partitions: {}", names.join(", ")),
+            ));
+        };
+        if let Some(max) = p.max_time_minutes {
+            if plan.time_minutes > max {
+                let longer: Vec<&str> = partitions
+                    .iter()
+                    .filter(|q| q.max_time_minutes.is_none_or(|m| m >= plan.time_minutes))
+                    .map(|q| q.name.as_str())
+                    .collect();
+                return Err(SpecError::new(
+                    "time_hours",
+                    format!(
+                        "{} exceeds the MaxTime {} of partition {wanted}; ask for at most that, or a partition that allows it{}",
+                        crate::slurm::format_duration_minutes(plan.time_minutes),
+                        crate::slurm::format_duration_minutes(max),
+                        if longer.is_empty() { String::new() } else { format!(" ({})", longer.join(", ")) }
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -390,10 +524,10 @@ pub(crate) mod tests {
     fn wall_time_rules() {
         let s = settings();
         let p = resolve(&spec(), &s).unwrap();
-        assert_eq!((p.time_minutes, p.timeout_minutes), (240, 228));
+        assert_eq!((p.time_minutes, p.timeout_seconds), (240, 228 * 60));
         let p = resolve(&JobSpec { time_hours: Some(0.5), ..spec() }, &s).unwrap();
         assert_eq!(p.time_minutes, 30);
-        assert!(p.timeout_minutes < 30);
+        assert!(p.timeout_seconds < 30 * 60);
         let err = resolve(&JobSpec { time_hours: Some(5.0), ..spec() }, &s).unwrap_err();
         assert_eq!(err.field, "time_hours");
         assert!(err.message.contains("another partition"));
@@ -401,6 +535,25 @@ pub(crate) mod tests {
         assert_eq!(p.time_minutes, 300);
         let err = resolve(&JobSpec { time_hours: Some(2.0), timeout_hours: Some(2.0), ..spec() }, &s).unwrap_err();
         assert_eq!(err.field, "timeout_hours");
+    }
+
+    #[test]
+    fn partition_limits_from_the_cluster() {
+        let parts = crate::slurm::parse_partitions(
+            "PartitionName=polar MaxTime=04:00:00\nPartitionName=long MaxTime=12:00:00\nPartitionName=debug MaxTime=00:30:00\n",
+        );
+        let s = settings();
+        let p = resolve(&JobSpec { partition: Some("long".into()), time_hours: Some(13.0), ..spec() }, &s).unwrap();
+        let err = check_partition_limits(&p, &parts).unwrap_err();
+        assert_eq!(err.field, "time_hours");
+        assert!(err.message.contains("13:00:00 exceeds the MaxTime 12:00:00 of partition long"), "{err}");
+        let p = resolve(&JobSpec { partition: Some("long".into()), time_hours: Some(5.0), ..spec() }, &s).unwrap();
+        assert!(check_partition_limits(&p, &parts).is_ok());
+        let p = resolve(&JobSpec { partition: Some("debug".into()), time_hours: Some(1.0), ..spec() }, &s).unwrap();
+        let err = check_partition_limits(&p, &parts).unwrap_err();
+        assert!(err.message.contains("(polar, long)"), "{err}");
+        let p = resolve(&JobSpec { partition: Some("nope".into()), ..spec() }, &s).unwrap();
+        assert_eq!(check_partition_limits(&p, &parts).unwrap_err().field, "partition");
     }
 
     #[test]
@@ -412,12 +565,31 @@ pub(crate) mod tests {
             (JobSpec { command: vec![], ..spec() }, "command"),
             (JobSpec { partition: Some("polar\n#SBATCH --x".into()), ..spec() }, "partition"),
             (JobSpec { account: Some("$(id)".into()), ..spec() }, "account"),
-            (JobSpec { env: vec![("1A".into(), "x".into())], ..spec() }, "env"),
-            (JobSpec { env: vec![("A".into(), "x\ny".into())], ..spec() }, "env"),
-            (JobSpec { env: vec![("NODE_RANK".into(), "3".into())], ..spec() }, "env"),
+            (JobSpec { env: [("1A".to_string(), "x".to_string())].into(), ..spec() }, "env"),
+            (JobSpec { env: [("A".to_string(), "x\ny".to_string())].into(), ..spec() }, "env"),
+            (JobSpec { env: [("NODE_RANK".to_string(), "3".to_string())].into(), ..spec() }, "env"),
             (JobSpec { mounts: vec!["relative:/x".into()], ..spec() }, "mounts"),
             (JobSpec { mounts: vec!["/a,/b".into()], ..spec() }, "mounts"),
             (JobSpec { container_workdir: Some("rel".into()), ..spec() }, "container_workdir"),
+            (JobSpec { memory: Some("64 G".into()), ..spec() }, "memory"),
+            (JobSpec { qos: Some("high;x".into()), ..spec() }, "qos"),
+            (JobSpec { constraint: Some("a100 #x".into()), ..spec() }, "constraint"),
+            (JobSpec { exclude: Some("node1\n".into()), ..spec() }, "exclude"),
+            (JobSpec { reservation: Some("$(r)".into()), ..spec() }, "reservation"),
+            (
+                JobSpec { sbatch_options: [("export".to_string(), "ALL".to_string())].into(), ..spec() },
+                "sbatch_options",
+            ),
+            (
+                JobSpec { sbatch_options: [("mail-type".to_string(), "END #x".to_string())].into(), ..spec() },
+                "sbatch_options",
+            ),
+            (JobSpec { secret_env: vec!["1BAD".into()], ..spec() }, "secret_env"),
+            (
+                JobSpec { secret_env: vec!["A".into()], env: [("A".to_string(), "x".to_string())].into(), ..spec() },
+                "secret_env",
+            ),
+            (JobSpec { time_hours: Some(f64::NAN), ..spec() }, "time_hours"),
         ];
         for (spec, field) in cases {
             let err = resolve(&spec, &s).unwrap_err();

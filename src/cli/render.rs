@@ -1,6 +1,9 @@
 use super::submit::JobArgs;
 use crate::config::Settings;
 use crate::error::Error;
+use crate::plan::Plan;
+use crate::script::StagedFile;
+use crate::spec::SecretValues;
 use clap::Args;
 use serde_json::json;
 
@@ -21,17 +24,31 @@ impl RenderCmd {
         let spec_json = serde_json::to_value(&spec).expect("spec serialises");
         let files =
             crate::script::staged_files(&plan, &spec_json, settings.slurm_user.as_deref().unwrap_or(""), &hosts);
-        if self.json {
-            let files: Vec<_> = files.iter().map(|f| json!({"path": f.path, "contents": f.contents})).collect();
-            super::print_json(&json!({"job_id": plan.layout.job_id, "plan": plan, "files": files}));
-        } else {
-            for f in &files {
-                println!("==> {} <==\n{}", f.path, f.contents);
-                if !f.contents.ends_with('\n') {
-                    println!();
-                }
-            }
-        }
+        // Secrets need not be present to render: only their names are shown.
+        print_plan(&files, &plan, &SecretValues::default(), self.json);
         Ok(0)
+    }
+}
+
+/// Print the staged files and, masked, the secret environment that sbatch would carry.
+pub(crate) fn print_plan(files: &[StagedFile], plan: &Plan, _secrets: &SecretValues, as_json: bool) {
+    let masked: serde_json::Map<String, serde_json::Value> =
+        plan.secret_names.iter().map(|n| (n.clone(), json!("***"))).collect();
+    if as_json {
+        let files: Vec<_> = files.iter().map(|f| json!({"path": f.path, "contents": f.contents})).collect();
+        super::print_json(&json!({"job_id": plan.layout.job_id, "plan": plan, "files": files, "secret_env": masked}));
+        return;
+    }
+    for f in files {
+        println!("==> {} <==\n{}", f.path, f.contents);
+        if !f.contents.ends_with('\n') {
+            println!();
+        }
+    }
+    if !masked.is_empty() {
+        println!("==> secret environment (passed to sbatch in its environment, never written to a file) <==");
+        for name in masked.keys() {
+            println!("{name}=***");
+        }
     }
 }

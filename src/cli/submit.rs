@@ -1,16 +1,21 @@
 use crate::config::Settings;
 use crate::error::Error;
-use crate::spec::{parse_env_pair, JobSpec};
+use crate::spec::{parse_pair, JobSpec, SecretValues, SpecError};
 use crate::Client;
 use clap::Args;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 
-/// The job-describing flags shared by `submit` and `render`.
+/// The job-describing flags shared by `submit` and `render`. Flags override the job file.
 #[derive(Args, Debug, Clone)]
 pub struct JobArgs {
+    /// Job file (TOML, the JobSpec fields); flags override it
+    #[arg(long = "spec", value_name = "PATH")]
+    pub spec_file: Option<PathBuf>,
     /// Container image: registry/image:tag, registry#image:tag, docker://..., or /path/image.sqsh
     #[arg(long)]
-    pub image: String,
-    /// GPUs per node (always per node)
+    pub image: Option<String>,
+    /// GPUs per node (always per node; 0 for a CPU-only job)
     #[arg(long)]
     pub gpus: Option<u32>,
     /// Total GPUs, packed into full nodes (instead of --gpus)
@@ -20,20 +25,41 @@ pub struct JobArgs {
     pub nodes: Option<u32>,
     #[arg(long)]
     pub cpus_per_task: Option<u32>,
+    /// Memory per node (Slurm --mem: 64G, 512M, 0 for all)
+    #[arg(long)]
+    pub memory: Option<String>,
     /// Partition (or comma-separated list); default SLURM_PARTITION
     #[arg(long)]
     pub partition: Option<String>,
     #[arg(long)]
     pub account: Option<String>,
+    #[arg(long)]
+    pub qos: Option<String>,
+    #[arg(long)]
+    pub constraint: Option<String>,
+    /// Nodes to avoid (node[1-3],node7)
+    #[arg(long)]
+    pub exclude: Option<String>,
+    #[arg(long)]
+    pub reservation: Option<String>,
     /// Wall time in hours (default 4)
     #[arg(long)]
     pub time_hours: Option<f64>,
     /// Inner timeout in hours, shorter than the wall time (default 3.8)
     #[arg(long)]
     pub timeout_hours: Option<f64>,
+    /// Timeout requeues before the job ends as timed out (default 3)
+    #[arg(long)]
+    pub max_timeout_requeues: Option<u32>,
     /// Environment for the container, NAME=VALUE (repeatable)
     #[arg(long = "env", value_name = "NAME=VALUE")]
     pub env: Vec<String>,
+    /// A secret variable NAME whose value is read from the submitting environment or --secret-env-file
+    #[arg(long = "secret-env", value_name = "NAME")]
+    pub secret_env: Vec<String>,
+    /// An env file (NAME=VALUE lines) holding secret values
+    #[arg(long, value_name = "PATH")]
+    pub secret_env_file: Option<PathBuf>,
     /// Extra container mount SRC[:DST[:ro]] (repeatable), added to /lustre
     #[arg(long = "mount", value_name = "SRC[:DST]")]
     pub mounts: Vec<String>,
@@ -44,7 +70,10 @@ pub struct JobArgs {
     pub container_workdir: Option<String>,
     #[arg(long)]
     pub no_container_mount_home: bool,
-    /// Do not requeue the job on its inner timeout
+    /// Extra sbatch option from an allow-list, NAME=VALUE (e.g. mail-type=END; repeatable)
+    #[arg(long = "sbatch-option", value_name = "NAME=VALUE")]
+    pub sbatch_options: Vec<String>,
+    /// Do not requeue the job (neither on its inner timeout nor on node failure)
     #[arg(long)]
     pub no_requeue: bool,
     /// A label for the job
@@ -54,34 +83,60 @@ pub struct JobArgs {
     #[arg(long)]
     pub shell: bool,
     /// The command run in the container, after `--`
-    #[arg(last = true, required = true, value_name = "CMD")]
+    #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 
 impl JobArgs {
+    /// The job file (if any) with the flags laid over it.
     pub fn to_spec(&self) -> Result<JobSpec, Error> {
-        let env = self.env.iter().map(|e| parse_env_pair(e)).collect::<Result<Vec<_>, _>>()?;
-        Ok(JobSpec {
-            image: self.image.clone(),
+        let base = match &self.spec_file {
+            Some(p) => JobSpec::from_toml_file(p)?,
+            None => JobSpec::default(),
+        };
+        let pairs = |field: &str, items: &[String]| -> Result<BTreeMap<String, String>, Error> {
+            items.iter().map(|e| parse_pair(field, e).map_err(Error::from)).collect()
+        };
+        let flags = JobSpec {
+            image: self.image.clone().unwrap_or_default(),
             command: self.command.clone(),
             shell: self.shell,
             gpus: self.gpus,
             total_gpus: self.total_gpus,
             nodes: self.nodes,
             cpus_per_task: self.cpus_per_task,
+            memory: self.memory.clone(),
             partition: self.partition.clone(),
             account: self.account.clone(),
+            qos: self.qos.clone(),
+            constraint: self.constraint.clone(),
+            exclude: self.exclude.clone(),
+            reservation: self.reservation.clone(),
             time_hours: self.time_hours,
             timeout_hours: self.timeout_hours,
             requeue: if self.no_requeue { Some(false) } else { None },
-            env,
+            env: pairs("env", &self.env)?,
+            secret_env: self.secret_env.clone(),
             mounts: self.mounts.clone(),
             replace_default_mounts: self.no_default_mount,
             container_workdir: self.container_workdir.clone(),
             no_container_mount_home: self.no_container_mount_home,
+            sbatch_options: pairs("sbatch_options", &self.sbatch_options)?,
             name: self.name.clone(),
-            max_timeout_requeues: None,
-        })
+            max_timeout_requeues: self.max_timeout_requeues,
+        };
+        Ok(base.overlay(flags))
+    }
+
+    /// Values for the spec's secret names, from --secret-env-file and the submitting environment.
+    pub fn secrets(&self, spec: &JobSpec) -> Result<SecretValues, Error> {
+        let file: BTreeMap<String, String> = match &self.secret_env_file {
+            Some(p) => dotenvy::from_path_iter(p)
+                .and_then(|it| it.collect::<Result<BTreeMap<_, _>, _>>())
+                .map_err(|e| SpecError::new("secret_env_file", format!("cannot read {}: {e}", p.display())))?,
+            None => BTreeMap::new(),
+        };
+        Ok(SecretValues::resolve(&spec.secret_env, &file, &|n| std::env::var(n).ok())?)
     }
 }
 
@@ -89,6 +144,9 @@ impl JobArgs {
 pub struct SubmitCmd {
     #[command(flatten)]
     pub job: JobArgs,
+    /// Run the online checks (connection, partition limits) and print what would be submitted
+    #[arg(long)]
+    pub dry_run: bool,
     /// Print the result as JSON
     #[arg(long)]
     pub json: bool,
@@ -97,11 +155,16 @@ pub struct SubmitCmd {
 impl SubmitCmd {
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
         let spec = self.job.to_spec()?;
-        // Bad settings or a bad spec fail here, before any connection is attempted.
+        // Bad settings, a bad spec or a missing secret fail here, before any connection is attempted.
         settings.require_remote()?;
-        crate::plan::resolve(&spec, &settings)?;
+        let secrets = self.job.secrets(&spec)?;
         let client = Client::new(settings)?;
-        let submitted = client.create_job(&spec)?;
+        if self.dry_run {
+            let plan = client.check_online(&spec)?;
+            super::render::print_plan(&client.staged_files(&spec, &plan), &plan, &secrets, self.json);
+            return Ok(0);
+        }
+        let submitted = client.create_job(&spec, &secrets)?;
         if self.json {
             super::print_json(&submitted);
         } else {

@@ -2,6 +2,7 @@
 //! round trip, parses the answer (pure) and records the outcome in the store.
 
 pub mod cancel;
+pub mod cluster;
 pub mod logs;
 pub mod refresh;
 pub mod submit;

@@ -9,6 +9,7 @@ use crate::remote::{Idempotency, Remote, RemoteError};
 use crate::script::shell::quote;
 use crate::script::StagedFile;
 use crate::slurm::parse_sbatch_parsable;
+use crate::spec::SecretValues;
 use crate::status::PlatformStatus;
 use crate::store::StatusUpdate;
 use crate::store::Store;
@@ -22,7 +23,11 @@ pub struct Submitted {
 }
 
 /// The remote script that stages `files` and submits the plan's batch script. Pure.
-pub fn submit_script(plan: &Plan, files: &[StagedFile]) -> String {
+///
+/// Secret values travel only here: on ssh's standard input into `bash -s`, where `export` (a builtin)
+/// puts them in sbatch's environment. They are never in argv, never in a file, and Slurm hands the
+/// job's environment only to the job's own processes.
+pub fn submit_script(plan: &Plan, files: &[StagedFile], secrets: &SecretValues) -> String {
     let layout = &plan.layout;
     let mut s = String::from("set -u\numask 077\n");
     let mut dirs: Vec<String> =
@@ -42,8 +47,13 @@ pub fn submit_script(plan: &Plan, files: &[StagedFile]) -> String {
             f.path.replace('\'', "")
         ));
     }
+    for name in &plan.secret_names {
+        if let Some(value) = secrets.0.get(name) {
+            s.push_str(&format!("export {name}={}\n", quote(value.expose())));
+        }
+    }
     s.push_str(&format!(
-        "out=\"$(sbatch --parsable --hold {})\" || {{ echo 'tao-slurm: sbatch refused the job' >&2; exit 20; }}\n",
+        "out=\"$(sbatch --parsable --hold --export=ALL {})\" || {{ echo 'tao-slurm: sbatch refused the job' >&2; exit 20; }}\n",
         quote(&layout.script_file())
     ));
     s.push_str("id=\"$(printf '%s\\n' \"$out\" | tail -n 1)\"; id=\"${id%%;*}\"\n");
@@ -59,9 +69,15 @@ pub fn submit_script(plan: &Plan, files: &[StagedFile]) -> String {
 }
 
 /// Submit a plan whose job is already recorded in the store.
-pub fn submit(remote: &dyn Remote, store: &Store, plan: &Plan, files: &[StagedFile]) -> Result<Submitted> {
+pub fn submit(
+    remote: &dyn Remote,
+    store: &Store,
+    plan: &Plan,
+    files: &[StagedFile],
+    secrets: &SecretValues,
+) -> Result<Submitted> {
     let job_id = &plan.layout.job_id;
-    let script = submit_script(plan, files);
+    let script = submit_script(plan, files, secrets);
     let out = match remote.run_script(&script, Idempotency::RunAtMostOnce) {
         Ok(out) => out,
         Err(e) => {

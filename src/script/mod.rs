@@ -48,8 +48,21 @@ fn write_directives(directive: &mut impl FnMut(String), plan: &Plan) {
     directive(format!("--cpus-per-task={}", r.cpus_per_task));
     directive(format!("--time={}", format_duration_minutes(plan.time_minutes)));
     directive(format!("--partition={}", plan.partition));
-    if let Some(a) = &plan.account {
-        directive(format!("--account={a}"));
+    // Values below were checked against the characters their field allows (never `#` or a space).
+    for (option, value) in [
+        ("account", &plan.account),
+        ("qos", &plan.qos),
+        ("mem", &plan.memory),
+        ("constraint", &plan.constraint),
+        ("exclude", &plan.exclude),
+        ("reservation", &plan.reservation),
+    ] {
+        if let Some(v) = value {
+            directive(format!("--{option}={v}"));
+        }
+    }
+    for (option, value) in &plan.sbatch_options {
+        directive(format!("--{option}={value}"));
     }
     directive(format!("--output={logs}/%x-%j/main.out"));
     directive(format!("--error={logs}/%x-%j/main.err"));
@@ -65,6 +78,7 @@ pub fn container_env_names(plan: &Plan) -> Vec<String> {
         names.extend(["WORLD_SIZE", "NUM_GPU_PER_NODE", "MASTER_ADDR", "MASTER_PORT"].map(String::from));
     }
     names.extend(plan.env.iter().map(|(n, _)| n.clone()));
+    names.extend(plan.secret_names.iter().cloned());
     names
 }
 
@@ -123,8 +137,8 @@ fn write_body(s: &mut String, plan: &Plan) {
     w(s, "echo \"tao-slurm: job $TAO_JOB_ID, Slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST (restart ${SLURM_RESTART_COUNT:-0})\" >&2");
     let _ = writeln!(
         s,
-        "timeout --signal=TERM --kill-after=60 {}m {}",
-        plan.timeout_minutes,
+        "timeout --signal=TERM --kill-after=60 {}s {}",
+        plan.timeout_seconds,
         shell::join(&srun_argv(plan))
     );
     w(s, "rc=$?");

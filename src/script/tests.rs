@@ -44,7 +44,7 @@ fn two_nodes_of_eight() {
     ] {
         assert!(s.lines().any(|l| l == line), "missing line {line:?} in\n{s}");
     }
-    assert!(s.contains("timeout --signal=TERM --kill-after=60 228m srun"));
+    assert!(s.contains("timeout --signal=TERM --kill-after=60 13680s srun"));
     assert!(s.contains(
         "--container-env=TAO_API_RESULTS_DIR,TAO_JOB_ID,WORLD_SIZE,NUM_GPU_PER_NODE,MASTER_ADDR,MASTER_PORT"
     ));

@@ -1,15 +1,21 @@
-//! What a user asks for: [`JobSpec`], and the field-by-field validation that runs before any remote call.
+//! What a user asks for: [`JobSpec`], read from flags and/or a job file (`--spec job.toml`), and the
+//! field-by-field validation that runs before any remote call.
 
 mod image;
+mod secret;
 mod validate;
 
 pub use image::ImageRef;
-pub use validate::{check_env_name, check_slurm_word, check_text, SpecError};
+pub use secret::{Secret, SecretValues};
+pub use validate::{check_env_name, check_slurm_word, check_text, check_with, SpecError};
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
 
 /// A job as the user describes it. Every field but `image` and `command` is optional and falls back to
-/// the settings, then to the contract's defaults, when the plan is resolved.
+/// the settings, then to the contract's defaults, when the plan is resolved. Secret *values* are never
+/// part of a spec: only the names in `secret_env`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct JobSpec {
@@ -23,30 +29,122 @@ pub struct JobSpec {
     pub total_gpus: Option<u32>,
     pub nodes: Option<u32>,
     pub cpus_per_task: Option<u32>,
+    /// Memory per node, as Slurm's `--mem` takes it (`64G`, `500M`, `0` for all).
+    pub memory: Option<String>,
     pub partition: Option<String>,
     pub account: Option<String>,
+    pub qos: Option<String>,
+    pub constraint: Option<String>,
+    /// Nodes never to run on (`node[1-3],node7`).
+    pub exclude: Option<String>,
+    pub reservation: Option<String>,
     pub time_hours: Option<f64>,
     pub timeout_hours: Option<f64>,
     pub requeue: Option<bool>,
-    /// `NAME=VALUE` pairs exported to the container.
-    pub env: Vec<(String, String)>,
+    /// Variables exported to the container.
+    pub env: BTreeMap<String, String>,
+    /// Names of variables whose values come from the submitting environment or a secrets file.
+    pub secret_env: Vec<String>,
     /// Mounts added to the default `/lustre` (`src[:dst[:flags]]`).
     pub mounts: Vec<String>,
     /// Replace the default mount instead of adding to it.
     pub replace_default_mounts: bool,
     pub container_workdir: Option<String>,
     pub no_container_mount_home: bool,
+    /// Extra `#SBATCH` options, from an allow-list of option names (`mail-type = "END"`).
+    pub sbatch_options: BTreeMap<String, String>,
     /// A human label; the Slurm job name is always derived from the platform id.
     pub name: Option<String>,
-    /// Timeout requeues allowed before the job ends as timed out.
+    /// Timeout requeues allowed before the job ends as timed out (default 3).
     pub max_timeout_requeues: Option<u32>,
 }
 
-/// Parse `NAME=VALUE`.
-pub fn parse_env_pair(text: &str) -> Result<(String, String), SpecError> {
+impl JobSpec {
+    /// Read a job file (TOML, the same field names as this struct).
+    pub fn from_toml_file(path: &Path) -> Result<JobSpec, SpecError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| SpecError::new("spec", format!("cannot read {}: {e}", path.display())))?;
+        JobSpec::from_toml(&text).map_err(|e| SpecError::new("spec", format!("{}: {}", path.display(), e.message)))
+    }
+
+    pub fn from_toml(text: &str) -> Result<JobSpec, SpecError> {
+        toml::from_str(text).map_err(|e| SpecError::new("spec", e.message().to_string()))
+    }
+
+    /// Lay `over` on top of `self`: every field `over` sets wins (flags override the job file).
+    pub fn overlay(mut self, over: JobSpec) -> JobSpec {
+        macro_rules! take {
+            ($($f:ident),*) => { $( if over.$f.is_some() { self.$f = over.$f; } )* };
+        }
+        take!(gpus, total_gpus, nodes, cpus_per_task, memory, partition, account, qos, constraint, exclude);
+        take!(reservation, time_hours, timeout_hours, requeue, container_workdir, name, max_timeout_requeues);
+        if !over.image.is_empty() {
+            self.image = over.image;
+        }
+        if !over.command.is_empty() {
+            self.command = over.command;
+            self.shell = over.shell;
+        }
+        self.shell |= over.shell;
+        self.env.extend(over.env);
+        for s in over.secret_env {
+            if !self.secret_env.contains(&s) {
+                self.secret_env.push(s);
+            }
+        }
+        self.mounts.extend(over.mounts);
+        self.replace_default_mounts |= over.replace_default_mounts;
+        self.no_container_mount_home |= over.no_container_mount_home;
+        self.sbatch_options.extend(over.sbatch_options);
+        self
+    }
+}
+
+/// Parse `NAME=VALUE` for the field `field`.
+pub fn parse_pair(field: &str, text: &str) -> Result<(String, String), SpecError> {
     let (name, value) =
-        text.split_once('=').ok_or_else(|| SpecError::new("env", format!("{text:?} is not NAME=VALUE")))?;
-    check_env_name("env", name)?;
-    check_text("env", value)?;
+        text.split_once('=').ok_or_else(|| SpecError::new(field, format!("{text:?} is not NAME=VALUE")))?;
     Ok((name.to_string(), value.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_file_then_flags() {
+        let file = JobSpec::from_toml(
+            r#"
+image = "nvcr.io/nvidia/tao/tao-toolkit:6.26.3-pyt"
+command = ["python", "train.py"]
+nodes = 2
+gpus = 8
+partition = "long"
+time_hours = 10
+secret_env = ["NGC_KEY"]
+[env]
+EXPERIMENT = "a"
+[sbatch_options]
+mail-type = "END"
+"#,
+        )
+        .unwrap();
+        assert_eq!(file.nodes, Some(2));
+        assert_eq!(file.env["EXPERIMENT"], "a");
+        let flags =
+            JobSpec { nodes: Some(1), env: [("EXPERIMENT".to_string(), "b".to_string())].into(), ..JobSpec::default() };
+        let merged = file.overlay(flags);
+        assert_eq!(merged.nodes, Some(1), "flags win");
+        assert_eq!(merged.gpus, Some(8), "the file fills what flags leave out");
+        assert_eq!(merged.env["EXPERIMENT"], "b");
+        assert_eq!(merged.command, vec!["python", "train.py"]);
+        assert_eq!(merged.secret_env, vec!["NGC_KEY"]);
+    }
+
+    #[test]
+    fn unknown_fields_in_a_job_file_are_rejected() {
+        let err = JobSpec::from_toml("image = \"x\"\ngpu = 3\n").unwrap_err();
+        assert_eq!(err.field, "spec");
+        assert!(err.message.contains("gpu"), "{err}");
+    }
 }

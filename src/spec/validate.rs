@@ -89,3 +89,12 @@ mod tests {
         assert!(check_text("env", "a\0b").is_err());
     }
 }
+
+/// A value checked against a pattern of allowed characters; `what` says what is allowed.
+pub fn check_with(field: &str, value: &str, pattern: &Regex, what: &str) -> Result<(), SpecError> {
+    if pattern.is_match(value) {
+        Ok(())
+    } else {
+        Err(SpecError::new(field, format!("{value:?} is not allowed; use {what}")))
+    }
+}
