@@ -118,7 +118,15 @@ pub fn decide(jobs: &[JobRecord], obs: &Observations) -> Vec<(String, StatusUpda
         let Some(rec) = sacct.iter().find(|r| &r.job_id == slurm_id) else {
             continue;
         };
-        let verdict = map_status(&rec.state, rec.exit_code, status_json);
+        let mut verdict = map_status(&rec.state, rec.exit_code, status_json);
+        if verdict.status == PlatformStatus::Error && rec.exit_code == Some(124) {
+            // The script exits 124 only once its timeout requeues are used up.
+            let times = if job.plan.requeue { job.plan.max_timeout_requeues + 1 } else { 1 };
+            verdict.message = format!(
+                "timed out {times} times: the inner timeout of {} s was reached on every run",
+                job.plan.timeout_seconds
+            );
+        }
         updates.push((
             job.job_id.clone(),
             StatusUpdate {

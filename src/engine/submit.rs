@@ -131,3 +131,49 @@ pub fn submit(
         slurm_job_id.ok_or_else(|| Error::RemoteCommand(format!("sbatch printed no job id: {}", out.stdout.trim())))?;
     Ok(Submitted { job_id: job_id.clone(), slurm_job_id, login_host: out.host, job_dir: plan.layout.job_dir.clone() })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::tests::{settings, spec};
+    use crate::spec::{JobSpec, Secret};
+    use proptest::prelude::*;
+    use std::process::Command;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// The staging script writes every file byte for byte and hands secrets to sbatch's environment,
+        /// whatever they contain, and runs nothing else.
+        #[test]
+        fn staging_is_exact_and_inert(value in "[ -~]{0,16}", secret in "[^\u{0}]{0,16}", payload in proptest::sample::select(vec!["$(touch @C@)", "`touch @C@`", "'; touch @C@; '", "\ntouch @C@\n"])) {
+            let dir = tempfile::tempdir().unwrap();
+            let canary = dir.path().join("canary");
+            let inject = |s: &str| format!("{s}{}", payload.replace("@C@", &canary.display().to_string()));
+            let mut settings = settings();
+            settings.base_results_dir = Some(dir.path().join("base").display().to_string());
+            let spec = JobSpec { env: [("FOO".to_string(), inject(&value).replace('\n', " "))].into(), secret_env: vec!["TOKEN".into()], ..spec() };
+            let plan = crate::plan::resolve(&spec, &settings).unwrap();
+            let files = crate::script::staged_files(&plan, &serde_json::to_value(&spec).unwrap(), "alice", &["login".into()]);
+            // A prefix no staged file can contain unless the secret leaked into it.
+            let secret_value = inject(&format!("SECRET-{secret}"));
+            let secrets = SecretValues([("TOKEN".to_string(), Secret::new(secret_value.clone()))].into());
+            let script = submit_script(&plan, &files, &secrets);
+            let bin = dir.path().join("bin");
+            std::fs::create_dir(&bin).unwrap();
+            let seen = dir.path().join("seen-token");
+            std::fs::write(bin.join("sbatch"), format!("#!/bin/bash\nprintf '%s' \"$TOKEN\" > {}\necho 4242\n", seen.display())).unwrap();
+            std::fs::write(bin.join("scontrol"), "#!/bin/bash\nexit 0\n").unwrap();
+            Command::new("chmod").arg("-R").arg("+x").arg(&bin).status().unwrap();
+            let out = Command::new("bash").arg("-c").arg(&script).env("PATH", format!("{}:/usr/bin:/bin", bin.display())).output().unwrap();
+            prop_assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            prop_assert!(String::from_utf8_lossy(&out.stdout).contains("slurm_job_id 4242"));
+            prop_assert!(!canary.exists(), "injected code ran");
+            for f in &files {
+                prop_assert_eq!(std::fs::read_to_string(&f.path).unwrap(), f.contents.clone());
+                prop_assert!(!f.contents.contains("SECRET-"), "the secret leaked into {}", f.path);
+            }
+            prop_assert_eq!(std::fs::read_to_string(&seen).unwrap(), secret_value);
+            prop_assert!(std::path::Path::new(&plan.layout.log_dir("4242")).is_dir(), "log dir made before release");
+        }
+    }
+}

@@ -136,3 +136,120 @@ fn srun_gets_exactly_the_command_words() {
     assert!(args.contains(&"--container-image=ubuntu:22.04"));
     assert!(args.contains(&"--container-mounts=/lustre"));
 }
+
+/// Golden scripts for typical jobs: any change to the rendered text shows up as a diff here.
+/// Regenerate with `UPDATE_GOLDEN=1 cargo test golden`.
+#[test]
+fn golden_scripts() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let cases: Vec<(&str, JobSpec)> = vec![
+        ("one_gpu", JobSpec { gpus: Some(1), ..spec() }),
+        ("eight_gpus_one_node", JobSpec { gpus: Some(8), ..spec() }),
+        (
+            "two_nodes_of_eight",
+            JobSpec {
+                image: "nvcr.io/nvidia/tao/tao-toolkit:6.26.3-pyt".into(),
+                nodes: Some(2),
+                gpus: Some(8),
+                command: vec!["train".into(), "--epochs".into(), "10".into()],
+                ..spec()
+            },
+        ),
+        ("cpu_only", JobSpec { gpus: Some(0), cpus_per_task: Some(4), memory: Some("8G".into()), ..spec() }),
+        ("sqsh_image", JobSpec { image: "/lustre/images/tao.sqsh".into(), ..spec() }),
+        (
+            "docker_hub_image",
+            JobSpec {
+                image: "nvidia/cuda:12.4.1-base".into(),
+                shell: true,
+                command: vec!["nvidia-smi && echo done".into()],
+                ..spec()
+            },
+        ),
+        (
+            "with_secrets",
+            JobSpec {
+                secret_env: vec!["NGC_KEY".into(), "HF_TOKEN".into()],
+                env: [("EXPERIMENT".to_string(), "it's \"quoted\"".to_string())].into(),
+                account: Some("research".into()),
+                partition: Some("long".into()),
+                time_hours: Some(30.0),
+                timeout_hours: Some(29.5),
+                sbatch_options: [("mail-type".to_string(), "END,FAIL".to_string())].into(),
+                ..spec()
+            },
+        ),
+    ];
+    let update = std::env::var("UPDATE_GOLDEN").is_ok();
+    for (name, spec) in cases {
+        let script = render_batch_script(&plan(spec));
+        bash_n(&script);
+        let path = dir.join(format!("{name}.sbatch"));
+        if update {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&path, &script).unwrap();
+        }
+        let want = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(script, want, "golden {name} differs; rerun with UPDATE_GOLDEN=1 if the change is intended");
+    }
+}
+
+mod injection {
+    //! Arbitrary text in every free-text field is either rejected or inert: the script parses, and run
+    //! under bash with stand-in srun/scontrol it runs only the intended command.
+    use super::*;
+    use proptest::prelude::*;
+
+    const PAYLOADS: &[&str] = &[
+        "$(touch @C@)",
+        "`touch @C@`",
+        "'; touch @C@; '",
+        "\"; touch @C@; \"",
+        "\ntouch @C@\n",
+        "${IFS}touch${IFS}@C@",
+        "; touch @C@",
+        "| touch @C@",
+        "&& touch @C@",
+        "#\ntouch @C@",
+        "\\'$(touch @C@)",
+        "\r\ntouch @C@",
+        "ü; touch @C@",
+    ];
+
+    fn field_text() -> impl Strategy<Value = String> {
+        (any::<String>(), proptest::sample::select(PAYLOADS), "[ -~]{0,6}")
+            .prop_map(|(noise, payload, tail)| format!("{}{payload}{tail}", noise.chars().take(4).collect::<String>()))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn every_field_is_rejected_or_inert(texts in proptest::collection::vec(field_text(), 10)) {
+            let dir = tempfile::tempdir().unwrap();
+            let canary = dir.path().join("canary");
+            let t: Vec<String> = texts.iter().map(|s| s.replace("@C@", &canary.display().to_string())).collect();
+            let candidates: Vec<JobSpec> = vec![
+                JobSpec { command: vec!["echo".into(), t[0].clone(), t[1].clone()], ..spec() },
+                JobSpec { shell: true, command: vec![format!("echo {}", crate::script::shell::quote(&t[2]))], ..spec() },
+                JobSpec { env: [("FOO".to_string(), t[3].clone())].into(), ..spec() },
+                JobSpec { partition: Some(t[4].clone()), ..spec() },
+                JobSpec { account: Some(t[5].clone()), ..spec() },
+                JobSpec { mounts: vec![t[6].clone()], ..spec() },
+                JobSpec { container_workdir: Some(format!("/w{}", t[7])), ..spec() },
+                JobSpec { image: t[8].clone(), ..spec() },
+                JobSpec { constraint: Some(t[9].clone()), name: Some(t[9].clone()), ..spec() },
+            ];
+            for spec in candidates {
+                let Ok(p) = resolve_with_id(&spec, &settings(), ID) else { continue };
+                let script = render_batch_script(&p);
+                bash_n(&script);
+                let (rc, args, err) = run_with_stubs(&script, "exit 0");
+                prop_assert_eq!(rc, 0, "{}", err);
+                prop_assert!(!canary.exists(), "injected code ran for {:?}", spec);
+                // srun received exactly the intended command after the prelude.
+                let srun = srun_argv(&p);
+                prop_assert_eq!(args, srun[1..].iter().map(|a| format!("{a}\n")).collect::<String>());
+            }
+        }
+    }
+}

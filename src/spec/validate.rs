@@ -62,6 +62,15 @@ pub fn check_text(field: &str, value: &str) -> Result<(), SpecError> {
     }
 }
 
+/// A value checked against a pattern of allowed characters; `what` says what is allowed.
+pub fn check_with(field: &str, value: &str, pattern: &Regex, what: &str) -> Result<(), SpecError> {
+    if pattern.is_match(value) {
+        Ok(())
+    } else {
+        Err(SpecError::new(field, format!("{value:?} is not allowed; use {what}")))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,14 +96,5 @@ mod tests {
         assert!(check_text("env", "a b\tc $(x)").is_ok());
         assert!(check_text("env", "a\nb").is_err());
         assert!(check_text("env", "a\0b").is_err());
-    }
-}
-
-/// A value checked against a pattern of allowed characters; `what` says what is allowed.
-pub fn check_with(field: &str, value: &str, pattern: &Regex, what: &str) -> Result<(), SpecError> {
-    if pattern.is_match(value) {
-        Ok(())
-    } else {
-        Err(SpecError::new(field, format!("{value:?} is not allowed; use {what}")))
     }
 }

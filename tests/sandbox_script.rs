@@ -1,0 +1,175 @@
+//! The batch script's contracts on the real cluster: the inner-timeout requeue and its cap, secrets
+//! that reach the task but no file, log or output, partition limits checked at submit, dry runs.
+
+mod common;
+use common::Env;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+#[test]
+fn inner_timeout_requeues_the_same_job_then_ends_timed_out() {
+    let env = Env::new();
+    let (job, slurm) = env.submit(&[
+        "--image",
+        "ubuntu:22.04",
+        "--gpus",
+        "1",
+        "--time-hours",
+        "0.05",
+        "--timeout-hours",
+        "0.0015",
+        "--max-timeout-requeues",
+        "1",
+        "--",
+        "sleep",
+        "120",
+    ]);
+    let start = Instant::now();
+    let mut nudged = 0;
+    let v = loop {
+        let v = env.json(&["status", &job, "--json"]);
+        assert_eq!(v["slurm_job_id"].as_str(), Some(slurm.as_str()), "a requeue keeps the Slurm job id");
+        if matches!(v["status"].as_str(), Some("Complete" | "Error" | "Canceled")) {
+            break v;
+        }
+        // A requeued job waits ~120 s for its BeginTime; the test skips that wait (it tests the requeue,
+        // not Slurm's delay). The nudge must not come within a second of the requeue (see the facts).
+        if v["message"].as_str().is_some_and(|m| m.contains("BeginTime")) {
+            std::thread::sleep(Duration::from_millis(1500));
+            let out = Command::new("ssh")
+                .args([
+                    "-F",
+                    &env.vars["SSH_CONFIG"],
+                    "sandbox-login1",
+                    "scontrol",
+                    "update",
+                    &format!("JobId={slurm}"),
+                    "StartTime=now",
+                ])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            nudged += 1;
+        }
+        assert!(start.elapsed() < Duration::from_secs(400), "not terminal in time: {v}");
+        std::thread::sleep(Duration::from_millis(700));
+    };
+    assert!(nudged >= 1, "the job was requeued at least once");
+    assert_eq!(v["status"], "Error", "{v}");
+    assert_eq!(v["exit_code"], 124, "{v}");
+    assert!(v["message"].as_str().unwrap().contains("timed out 2 times"), "{v}");
+    let logs = env.json(&["logs", &job, "--json"]);
+    let err = logs["stderr"].as_str().unwrap();
+    assert_eq!(err.matches("requeueing (timeout requeue 1 of 1)").count(), 1, "{err}");
+    assert!(err.contains("tao-slurm: timed out 2 times"), "{err}");
+    assert!(err.contains("(restart 1)"), "the second run is the same job restarted: {err}");
+}
+
+fn files_containing(root: &Path, needle: &str) -> Vec<String> {
+    let out = Command::new("grep").args(["-rlF", needle]).arg(root).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect()
+}
+
+#[test]
+fn secrets_reach_the_task_and_nothing_else() {
+    let mut env = Env::new();
+    let secret = format!("s3cr3t-{}-'$(touch /tmp/never)'", std::process::id());
+    env.vars.insert("TAO_TEST_SECRET".into(), secret.clone());
+    let expect_len = secret.chars().count();
+    let out = env.run(&[
+        "submit",
+        "--json",
+        "--image",
+        "ubuntu:22.04",
+        "--gpus",
+        "1",
+        "--secret-env",
+        "TAO_TEST_SECRET",
+        "--shell",
+        "--",
+        "echo \"secret-length=${#TAO_TEST_SECRET}\"; echo \"cenv=$SPANK_CONTAINER_ENV\"",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let submitted: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let job = submitted["job_id"].as_str().unwrap().to_string();
+    let v = env.wait_terminal(&job, Duration::from_secs(180));
+    assert_eq!(v["status"], "Complete", "{v}");
+    let logs_out = env.run(&["logs", &job, "--json"]);
+    let logs: serde_json::Value = serde_json::from_slice(&logs_out.stdout).unwrap();
+    let stdout = logs["stdout"].as_str().unwrap();
+    assert!(stdout.contains(&format!("secret-length={expect_len}")), "the task sees the value: {stdout}");
+    assert!(
+        stdout.lines().any(|l| l.starts_with("cenv=") && l.split([',', '=']).any(|n| n == "TAO_TEST_SECRET")),
+        "{stdout}"
+    );
+
+    // Nowhere else: not in the staged files, script, logs, local state, or our own output.
+    let base = Path::new(&env.vars["SLURM_BASE_RESULTS_DIR"]);
+    assert_eq!(files_containing(base, &secret), Vec::<String>::new());
+    assert_eq!(files_containing(env.dir.path(), &secret), Vec::<String>::new(), "local state and HOME");
+    let render = env.run(&["render", "--image", "ubuntu:22.04", "--secret-env", "TAO_TEST_SECRET", "--", "true"]);
+    for text in [&out.stdout, &out.stderr, &logs_out.stdout, &render.stdout] {
+        assert!(!String::from_utf8_lossy(text).contains(&secret));
+    }
+    assert!(String::from_utf8_lossy(&render.stdout).contains("TAO_TEST_SECRET=***"));
+    assert!(!Path::new("/tmp/never").exists());
+}
+
+#[test]
+fn partition_limits_are_checked_before_submitting() {
+    let env = Env::new();
+    // `long` allows 12 h on the sandbox: 13 h is refused by tao-slurm, naming the field and the limit.
+    let out =
+        env.run(&["submit", "--image", "ubuntu:22.04", "--partition", "long", "--time-hours", "13", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("time_hours") && stderr.contains("MaxTime 12:00:00 of partition long"), "{stderr}");
+    let out = env.run(&["submit", "--image", "ubuntu:22.04", "--partition", "nosuch", "--", "true"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nosuch does not exist"), "{out:?}");
+    // Packaged default partitions are 4-hour queues, refused offline.
+    let mut defaults = Env::new();
+    defaults.vars.remove("SLURM_PARTITION");
+    let out = defaults.run(&["submit", "--image", "ubuntu:22.04", "--time-hours", "5", "--", "true"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("another partition"), "{out:?}");
+    assert!(env.json(&["list", "--json"]).as_array().unwrap().is_empty(), "nothing was recorded or submitted");
+
+    // 5 h on `long` is fine; --dry-run checks online and prints the script, but submits nothing.
+    let text = env.ok(&[
+        "submit",
+        "--dry-run",
+        "--image",
+        "ubuntu:22.04",
+        "--partition",
+        "long",
+        "--time-hours",
+        "5",
+        "--",
+        "true",
+    ]);
+    assert!(text.contains("#SBATCH --time=05:00:00"), "{text}");
+    assert!(env.json(&["list", "--json"]).as_array().unwrap().is_empty(), "dry run submitted nothing");
+}
+
+#[test]
+fn render_needs_no_network() {
+    let mut env = Env::isolated();
+    env.vars.insert("SLURM_HOSTNAME".into(), "unreachable.invalid".into());
+    env.vars.remove("SLURM_USER");
+    // The host cannot even be resolved: any connection attempt would fail the command.
+    let text = env.ok(&[
+        "render",
+        "--image",
+        "nvcr.io/nvidia/tao/tao-toolkit:6.26.3-pyt",
+        "--nodes",
+        "2",
+        "--gpus",
+        "8",
+        "--",
+        "train",
+    ]);
+    assert!(
+        text.contains("#SBATCH --nodes=2")
+            && text.contains("--container-image=nvcr.io#nvidia/tao/tao-toolkit:6.26.3-pyt")
+    );
+}
