@@ -73,6 +73,8 @@ pub struct Settings {
     pub ssh_config: Option<PathBuf>,
     pub ssh_known_hosts: Option<PathBuf>,
     pub connect_timeout_secs: u32,
+    /// Trust and record the host key of a host seen for the first time (OpenSSH's accept-new).
+    pub accept_new_host_keys: bool,
     /// How long an idle ControlMaster stays up after the last command, in seconds.
     pub control_persist_secs: u32,
     /// Where ControlMaster sockets live (a private directory).
@@ -86,6 +88,8 @@ pub struct Settings {
     pub state_path: PathBuf,
     /// Run commands on this machine (we are on the login node).
     pub local: bool,
+    /// NGC API key, used only to install enroot credentials on the cluster.
+    pub ngc_key: Option<crate::spec::Secret>,
 }
 
 /// Where values come from, highest precedence first.
@@ -206,6 +210,10 @@ impl Settings {
                 Some(v) => parse_u32("SSH_CONNECT_TIMEOUT", &v, 1)?,
                 None => 10,
             },
+            accept_new_host_keys: match src.get("SSH_ACCEPT_NEW_HOST_KEYS") {
+                Some(v) => parse_bool("SSH_ACCEPT_NEW_HOST_KEYS", &v)?,
+                None => false,
+            },
             control_persist_secs: match src.get("TAO_SLURM_CONTROL_PERSIST") {
                 Some(v) => parse_u32("TAO_SLURM_CONTROL_PERSIST", &v, 0)?,
                 None => 1800,
@@ -231,6 +239,7 @@ impl Settings {
             },
             state_path: src.get("TAO_SLURM_STATE").map(PathBuf::from).unwrap_or_else(|| data_dir.join("state.db")),
             local,
+            ngc_key: src.get("NGC_KEY").map(crate::spec::Secret::new),
         })
     }
 

@@ -10,6 +10,7 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod plan;
+pub mod preflight;
 pub mod remote;
 pub mod script;
 pub mod slurm;

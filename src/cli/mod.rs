@@ -1,8 +1,10 @@
 //! The command line: one file per command, all thin over [`crate::Client`].
 
 mod cancel;
+mod credentials;
 mod jobs;
 mod logs;
+mod preflight;
 mod render;
 mod status;
 mod submit;
@@ -26,6 +28,9 @@ pub struct Cli {
     /// Run Slurm commands on this machine (we are on the login node) instead of over SSH
     #[arg(long, global = true)]
     local: bool,
+    /// Trust and record the host key of a login host seen for the first time (like ssh's accept-new)
+    #[arg(long, global = true)]
+    accept_new_host_key: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -48,6 +53,10 @@ enum Command {
     Watch(watch::WatchCmd),
     /// Cancel jobs
     Cancel(cancel::CancelCmd),
+    /// Check settings, SSH, Slurm, accounting, partitions, Pyxis, credentials and storage
+    Preflight(preflight::PreflightCmd),
+    /// Install credentials on the cluster
+    Credentials(credentials::CredentialsCmd),
 }
 
 /// Run the CLI and return the process exit code.
@@ -85,6 +94,9 @@ fn load_settings(cli: &Cli) -> Result<Settings, Error> {
     if cli.local {
         flags.insert("TAO_SLURM_LOCAL".to_string(), "true".to_string());
     }
+    if cli.accept_new_host_key {
+        flags.insert("SSH_ACCEPT_NEW_HOST_KEYS".to_string(), "true".to_string());
+    }
     let sources = SettingSources::gather(flags, cli.env_file.as_deref())?;
     Ok(Settings::from_sources(&sources)?)
 }
@@ -100,6 +112,8 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::Logs(c) => c.run(settings),
         Command::Watch(c) => c.run(settings),
         Command::Cancel(c) => c.run(settings),
+        Command::Preflight(c) => c.run(settings),
+        Command::Credentials(c) => c.run(settings),
     }
 }
 

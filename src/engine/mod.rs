@@ -3,6 +3,7 @@
 
 pub mod cancel;
 pub mod cluster;
+pub mod credentials;
 pub mod logs;
 pub mod refresh;
 pub mod submit;

@@ -2,7 +2,7 @@
 //! standard input to `bash -s` on the host: one round trip, whatever the script does.
 
 mod local;
-mod openssh;
+pub mod openssh;
 
 pub use local::LocalShell;
 pub use openssh::OpenSsh;
@@ -42,6 +42,9 @@ pub enum Idempotency {
 }
 
 pub trait Remote: Send + Sync {
+    /// Where commands run, for messages (`host` or `local`).
+    fn describe(&self) -> String;
+
     /// Run a bash script on the login host and return its output. A non-zero exit of the script is a
     /// result, not an error; errors are connection-level only.
     fn run_script(&self, script: &str, idempotency: Idempotency) -> Result<RemoteOutput, RemoteError>;
@@ -54,6 +57,25 @@ pub fn connect(settings: &Settings) -> Result<Box<dyn Remote>, RemoteError> {
     }
     let (user, hosts) = settings.require_remote()?;
     Ok(Box::new(OpenSsh::new(settings, user, hosts)?))
+}
+
+/// The marker of the line the wrapper prints after the script: its exit status. A script's output is
+/// complete only when this line arrived; ssh's own exit code says nothing about the script's.
+const EXIT_TRAILER: &str = "@@tao-slurm:exit ";
+
+/// Wrap a script so that its exit status is reported in-band, after all its output.
+pub(crate) fn wrap_script(script: &str) -> String {
+    // A subshell: `exit` inside the script ends only the subshell, then the trailer is printed.
+    format!("(\n{script}\n)\n__tao_rc=$?\nprintf '\\n{EXIT_TRAILER}%d\\n' \"$__tao_rc\"\nexit 0\n")
+}
+
+/// Split a wrapped script's stdout into (the script's own output, its exit status); None when the
+/// trailer is missing, i.e. the script did not run to its end (the connection dropped).
+pub(crate) fn unwrap_output(stdout: &str) -> Option<(String, i32)> {
+    let body = stdout.strip_suffix('\n')?;
+    let at = body.rfind(&format!("\n{EXIT_TRAILER}"))?;
+    let code = body[at + 1 + EXIT_TRAILER.len()..].trim().parse().ok()?;
+    Some((body[..at].to_string(), code))
 }
 
 /// Run a child process with `input` on standard input, collecting stdout and stderr.
@@ -83,4 +105,25 @@ pub(crate) fn run_with_input(
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrapped_scripts_report_their_exit_status_in_band() {
+        for (script, want_out, want_rc) in [
+            ("echo hi", "hi\n", 0),
+            ("echo 'Connection refused' >&2; printf 'x'; exit 255", "x", 255),
+            ("exit 3", "", 3),
+            ("printf 'a\\nb\\n'", "a\nb\n", 0),
+        ] {
+            let out = std::process::Command::new("bash").arg("-c").arg(wrap_script(script)).output().unwrap();
+            assert_eq!(out.status.code(), Some(0));
+            let (body, rc) = unwrap_output(&String::from_utf8(out.stdout).unwrap()).unwrap();
+            assert_eq!((body.as_str(), rc), (want_out, want_rc), "{script}");
+        }
+        assert_eq!(unwrap_output("partial output, no trailer\n"), None);
+    }
 }

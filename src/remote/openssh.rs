@@ -5,13 +5,14 @@
 //! certificates), their agent and known_hosts exactly as `ssh` does, and its ControlMaster lets separate
 //! short-lived CLI processes share one authenticated connection, which no in-process library can.
 
-use super::{run_with_input, Idempotency, Remote, RemoteError, RemoteOutput};
+use super::{run_with_input, unwrap_output, wrap_script, Idempotency, Remote, RemoteError, RemoteOutput};
 use crate::config::{LoginHost, Settings};
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
+use std::time::Duration;
 
 pub struct OpenSsh {
     user: String,
@@ -23,9 +24,14 @@ pub struct OpenSsh {
     connect_timeout_secs: u32,
     control_persist_secs: u32,
     control_dir: PathBuf,
+    accept_new_host_keys: bool,
     /// Index into `hosts` of the host whose master is up, once one is.
     active: Mutex<Option<usize>>,
 }
+
+/// A host that failed to connect is skipped for this long (by every process: the mark is a file in the
+/// control directory), then tried again; the first host is preferred again as soon as it answers.
+const RETRY_FAILED_HOST_AFTER: Duration = Duration::from_secs(60);
 
 /// The contract's remediation when passwordless SSH fails.
 pub fn ssh_remediation(user: &str, host: &str) -> String {
@@ -55,8 +61,13 @@ impl OpenSsh {
             connect_timeout_secs: settings.connect_timeout_secs,
             control_persist_secs: settings.control_persist_secs,
             control_dir: settings.control_dir.clone(),
+            accept_new_host_keys: settings.accept_new_host_keys,
             active: Mutex::new(None),
         })
+    }
+
+    pub fn hosts(&self) -> &[LoginHost] {
+        &self.hosts
     }
 
     /// Options common to every ssh invocation for `host`, ending with the destination.
@@ -65,11 +76,13 @@ impl OpenSsh {
         if let Some(cfg) = &self.ssh_config {
             cmd.arg("-F").arg(cfg);
         }
+        // Host keys are always verified; a new host is trusted only by an explicit choice.
+        let strict = if self.accept_new_host_keys { "accept-new" } else { "yes" };
         for opt in [
             "BatchMode=yes".to_string(),
-            // Host keys are always verified; a new host is trusted only by an explicit choice.
-            "StrictHostKeyChecking=yes".to_string(),
+            format!("StrictHostKeyChecking={strict}"),
             format!("ConnectTimeout={}", self.connect_timeout_secs),
+            // A dead connection is noticed within about 45 s instead of hanging.
             "ServerAliveInterval=15".to_string(),
             "ServerAliveCountMax=3".to_string(),
             format!("ControlPath={}/%C", self.control_dir.display()),
@@ -95,28 +108,32 @@ impl OpenSsh {
     }
 
     fn master_alive(&self, host: &LoginHost) -> bool {
-        let mut cmd = self.control_command(host, "check");
+        let mut cmd = Command::new("ssh");
+        cmd.args(["-O", "check"]).args(self.base_command(host).get_args());
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         cmd.status().map(|s| s.success()).unwrap_or(false)
     }
 
-    fn control_command(&self, host: &LoginHost, op: &str) -> Command {
-        let mut cmd = Command::new("ssh");
-        cmd.arg("-O").arg(op);
-        let base = self.base_command(host);
-        cmd.args(base.get_args());
-        cmd
+    fn control_file(&self, host: &LoginHost, suffix: &str) -> PathBuf {
+        self.control_dir.join(format!("{}.{suffix}", sanitize(&format!("{}@{}", self.user, host.label()))))
+    }
+
+    fn marked_down(&self, host: &LoginHost) -> bool {
+        fs::metadata(self.control_file(host, "down"))
+            .and_then(|m| m.modified())
+            .map(|t| t.elapsed().unwrap_or_default() < RETRY_FAILED_HOST_AFTER)
+            .unwrap_or(false)
     }
 
     /// Bring up the master for `host` unless one is already up. Serialised across processes by a lock
     /// file, so concurrent CLI invocations never open two logins to the same host.
-    fn ensure_master(&self, host: &LoginHost) -> Result<(), String> {
+    pub fn ensure_master(&self, host: &LoginHost) -> Result<(), String> {
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&self.control_dir)
             .map_err(|e| format!("cannot create {}: {e}", self.control_dir.display()))?;
-        let lock_path = self.control_dir.join(format!("{}.lock", sanitize(&host.label())));
+        let lock_path = self.control_file(host, "lock");
         let lock = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -125,6 +142,15 @@ impl OpenSsh {
             .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))?;
         lock.lock().map_err(|e| format!("cannot lock {}: {e}", lock_path.display()))?;
         let result = if self.master_alive(host) { Ok(()) } else { self.start_master(host) };
+        let down = self.control_file(host, "down");
+        match &result {
+            Ok(()) => {
+                let _ = fs::remove_file(&down);
+            }
+            Err(_) => {
+                let _ = File::create(&down);
+            }
+        }
         let _ = File::unlock(&lock);
         result
     }
@@ -155,60 +181,88 @@ impl OpenSsh {
         Err(describe_ssh_failure(host, text.trim()))
     }
 
-    /// The host to use: the active one, else the first in the list whose master comes up.
-    fn select_host(&self, skip: Option<usize>) -> Result<usize, RemoteError> {
+    /// The first host, in the configured order, whose master is up or comes up. Hosts that failed
+    /// recently are tried only when no other host answers.
+    fn select_host(&self) -> Result<usize, RemoteError> {
         let mut failures = Vec::new();
-        for (i, host) in self.hosts.iter().enumerate() {
-            if Some(i) == skip {
-                continue;
-            }
+        let (fresh, recently_failed): (Vec<usize>, Vec<usize>) =
+            (0..self.hosts.len()).partition(|i| !self.marked_down(&self.hosts[*i]));
+        for i in fresh.into_iter().chain(recently_failed) {
+            let host = &self.hosts[i];
             match self.ensure_master(host) {
                 Ok(()) => {
                     *self.active.lock().unwrap() = Some(i);
                     return Ok(i);
                 }
                 Err(message) => {
-                    tracing::warn!(host = %host.label(), %message, "login host unreachable");
+                    tracing::warn!(host = %host.label(), %message, "login host unreachable; trying the next one");
                     failures.push(format!("{}: {message}", host.label()));
                 }
             }
         }
-        let first = self.hosts.first().map(|h| h.host.clone()).unwrap_or_default();
-        Err(RemoteError::Unreachable {
-            hosts: self.hosts.iter().map(LoginHost::label).collect::<Vec<_>>().join(", "),
-            message: failures.join("; "),
-            remediation: ssh_remediation(&self.user, &first),
-        })
+        Err(self.unreachable(failures))
     }
 
-    fn run_on(&self, index: usize, script: &str) -> Result<RemoteOutput, RemoteError> {
+    fn unreachable(&self, failures: Vec<String>) -> RemoteError {
+        let first = self.hosts.first().map(|h| h.host.clone()).unwrap_or_default();
+        let message = failures.join("; ");
+        // The key set-up steps help only when authentication was the problem.
+        let remediation = if message.contains("Permission denied") || message.contains("no such identity") {
+            ssh_remediation(&self.user, &first)
+        } else if message.contains("host key") {
+            String::new()
+        } else {
+            "Check SLURM_HOSTNAME (and SSH_CONFIG if you use aliases) and that the login host is reachable \
+             from this machine: ssh -o BatchMode=yes <host> hostname"
+                .to_string()
+        };
+        RemoteError::Unreachable {
+            hosts: self.hosts.iter().map(LoginHost::label).collect::<Vec<_>>().join(", "),
+            message,
+            remediation,
+        }
+    }
+
+    /// Run a script on one given host through its master (preflight checks every host this way).
+    pub fn run_on(&self, index: usize, script: &str) -> Result<RemoteOutput, RemoteError> {
         let host = &self.hosts[index];
         let mut cmd = self.base_command(host);
         cmd.arg("-o").arg("ControlMaster=no").arg("--").arg("bash -s");
-        let (exit_code, stdout, stderr) = run_with_input(cmd, script)?;
-        if exit_code == 255 {
-            // 255 is ssh's own failure (our scripts never exit 255): the connection, not the command.
-            return Err(RemoteError::Lost { host: host.label(), message: stderr.trim().to_string() });
+        let (ssh_code, stdout, stderr) = run_with_input(cmd, &wrap_script(script))?;
+        // The script's status comes in-band; a missing trailer means the connection dropped. Text in
+        // the output ("Connection refused") or an exit code of 255 from the script mean nothing here.
+        match unwrap_output(&stdout) {
+            Some((stdout, exit_code)) => Ok(RemoteOutput { exit_code, stdout, stderr, host: host.label() }),
+            None => Err(RemoteError::Lost {
+                host: host.label(),
+                message: format!("ssh exited {ssh_code} before the command finished: {}", stderr.trim()),
+            }),
         }
-        Ok(RemoteOutput { exit_code, stdout, stderr, host: host.label() })
+    }
+
+    /// The active host, after checking that no earlier (preferred) host has become eligible again.
+    fn current_host(&self) -> Result<usize, RemoteError> {
+        let current = *self.active.lock().unwrap();
+        match current {
+            Some(i) if (0..i).all(|j| self.marked_down(&self.hosts[j])) => Ok(i),
+            _ => self.select_host(),
+        }
     }
 }
 
 impl Remote for OpenSsh {
+    fn describe(&self) -> String {
+        self.hosts.iter().map(LoginHost::label).collect::<Vec<_>>().join(",")
+    }
+
     fn run_script(&self, script: &str, idempotency: Idempotency) -> Result<RemoteOutput, RemoteError> {
-        let current = *self.active.lock().unwrap();
-        let index = match current {
-            Some(i) => i,
-            None => self.select_host(None)?,
-        };
+        let index = self.current_host()?;
         match self.run_on(index, script) {
             Err(RemoteError::Lost { host, message }) if idempotency == Idempotency::Idempotent => {
+                // Reads may run again: reconnect (this host or the next) and retry once.
                 tracing::warn!(%host, %message, "connection lost; reconnecting");
                 *self.active.lock().unwrap() = None;
-                let index = match self.select_host(None) {
-                    Ok(i) => i,
-                    Err(_) => self.select_host(Some(index))?,
-                };
+                let index = self.select_host()?;
                 self.run_on(index, script)
             }
             other => other,

@@ -1,0 +1,358 @@
+//! Preflight: what must hold before jobs can run, checked in one remote script per login host, with
+//! the contract's remediation text (§7) for every failure. Building the script and reading its output
+//! are pure; `engine::preflight` runs it.
+
+use crate::config::Settings;
+use crate::engine::{sections, SECTION};
+use crate::script::shell::quote;
+use crate::slurm::parse_partitions;
+use serde::Serialize;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Check {
+    pub name: String,
+    /// The login host it ran on, when it is a remote check.
+    pub host: Option<String>,
+    pub ok: bool,
+    /// A failed required check makes preflight fail.
+    pub required: bool,
+    pub detail: String,
+    pub remediation: Option<String>,
+}
+
+impl Check {
+    pub fn pass(name: &str, host: Option<&str>, detail: impl Into<String>) -> Check {
+        Check {
+            name: name.into(),
+            host: host.map(String::from),
+            ok: true,
+            required: true,
+            detail: detail.into(),
+            remediation: None,
+        }
+    }
+    pub fn fail(name: &str, host: Option<&str>, detail: impl Into<String>, remediation: impl Into<String>) -> Check {
+        Check {
+            name: name.into(),
+            host: host.map(String::from),
+            ok: false,
+            required: true,
+            detail: detail.into(),
+            remediation: Some(remediation.into()),
+        }
+    }
+}
+
+pub const SLURM_COMMANDS: &[&str] = &["sbatch", "squeue", "sacct", "scancel", "scontrol", "srun"];
+
+pub const PYXIS_REMEDIATION: &str = "Pyxis or Enroot is unavailable: tao-slurm's batch script launches containers with \
+`srun --container-image`, which needs the Pyxis SPANK plugin (and Enroot) on the cluster. Ask the cluster admins to install \
+Pyxis and Enroot on the login and compute nodes, or use a cluster that has them.";
+
+pub const ENROOT_CREDENTIALS_REMEDIATION: &str =
+    "Private nvcr.io images need ~/.config/enroot/.credentials (mode 600) on \
+the cluster: enroot does not read NGC_KEY from the job environment, and without the file pulls fail at job start with \
+\"Could not process JSON input\". Install it once per cluster and user with: tao-slurm credentials enroot";
+
+pub const ACCOUNTING_REMEDIATION: &str = "sacct does not answer, so the accounting database (slurmdbd) is unreachable: \
+tao-slurm cannot learn how a job ended once it leaves the queue. Ask the cluster admins to check slurmdbd; statuses stay \
+unknown (never guessed) until it answers.";
+
+/// Seconds a single remote check may take before it counts as failed (a hung slurmdbd must not hang
+/// preflight).
+const CHECK_TIMEOUT_SECS: u32 = 20;
+
+/// The one remote script that runs every remote check on a host. Pure.
+pub fn preflight_script(settings: &Settings) -> String {
+    let mut s = String::new();
+    for cmd in SLURM_COMMANDS {
+        s.push_str(&format!("echo \"{SECTION}cmd {cmd} $(command -v {cmd} 2>/dev/null)\"\n"));
+    }
+    let mut section = |name: &str, body: &str| {
+        s.push_str(&format!("echo '{SECTION}{name}'\n( {body} ) 2>&1\necho \"{SECTION}rc {name} $?\"\n"));
+    };
+    let t = format!("timeout {CHECK_TIMEOUT_SECS}");
+    section("version", &format!("{t} sbatch --version"));
+    section("sacct", &format!("{t} sacct -X -n -P -S now-1hours --format=JobID"));
+    section("partitions", &format!("{t} scontrol show partition -o"));
+    section("pyxis", &format!("{t} srun --help | grep -c -e '--container-image'"));
+    if let Some(account) = &settings.account {
+        section(
+            "association",
+            &format!(
+                "{t} sacctmgr -n -P show assoc where user=\"$(id -un)\" account={} format=Account,User,Partition",
+                quote(account)
+            ),
+        );
+    }
+    if settings.ngc_key.is_some() {
+        section(
+            "enroot_credentials",
+            "f=\"${ENROOT_CONFIG_PATH:-$HOME/.config/enroot}/.credentials\"; stat -c '%a' \"$f\" && grep -c '^machine nvcr.io ' \"$f\"",
+        );
+    }
+    let base = settings.base_dir();
+    section("base_dir", &format!("test -d {b} && test -w {b} && echo writable", b = quote(&base)));
+    s.push_str("exit 0\n");
+    s
+}
+
+/// Turn one host's preflight output into checks. Pure.
+pub fn read_preflight(settings: &Settings, host: &str, stdout: &str) -> Vec<Check> {
+    let h = Some(host);
+    let mut checks = Vec::new();
+    let secs = sections(stdout);
+    let body = |name: &str| secs.iter().find(|(n, _, _)| n == name).map(|(_, _, b)| b.trim().to_string());
+    let rc = |name: &str| {
+        secs.iter()
+            .find(|(n, a, _)| n == "rc" && a.split_whitespace().next() == Some(name))
+            .and_then(|(_, a, _)| a.split_whitespace().nth(1).and_then(|c| c.parse::<i32>().ok()))
+    };
+
+    let missing: Vec<&str> = SLURM_COMMANDS
+        .iter()
+        .copied()
+        .filter(|cmd| {
+            !secs.iter().any(|(n, a, _)| {
+                n == "cmd" && a.split_whitespace().next() == Some(cmd) && a.split_whitespace().nth(1).is_some()
+            })
+        })
+        .collect();
+    checks.push(if missing.is_empty() {
+        Check::pass("slurm commands", h, SLURM_COMMANDS.join(", "))
+    } else {
+        Check::fail(
+            "slurm commands",
+            h,
+            format!("not found on PATH: {}", missing.join(", ")),
+            format!("Non-interactive SSH sessions on {host} must have the Slurm client commands on PATH (check the login node's PATH for `ssh {host} command -v sbatch`)."),
+        )
+    });
+    let version = body("version").unwrap_or_default();
+    checks.push(if rc("version") == Some(0) {
+        Check::pass("slurm version", h, version)
+    } else {
+        Check::fail(
+            "slurm version",
+            h,
+            version,
+            "sbatch --version failed; check the Slurm client installation on the login node.",
+        )
+    });
+
+    let sacct_out = body("sacct").unwrap_or_default();
+    checks.push(match rc("sacct") {
+        Some(0) if !sacct_out.to_ascii_lowercase().contains("error") => {
+            Check::pass("accounting (sacct)", h, "sacct answers")
+        }
+        code => Check::fail(
+            "accounting (sacct)",
+            h,
+            format!("sacct exited {} : {}", code.map(|c| c.to_string()).unwrap_or("?".into()), first_lines(&sacct_out)),
+            ACCOUNTING_REMEDIATION,
+        ),
+    });
+
+    let partitions = parse_partitions(&body("partitions").unwrap_or_default());
+    for wanted in settings.partition.split(',') {
+        let name = format!("partition {wanted}");
+        checks.push(match partitions.iter().find(|p| p.name == wanted) {
+            Some(p) => {
+                let max = p.max_time_minutes.map(crate::slurm::format_duration_minutes).unwrap_or("UNLIMITED".into());
+                let gpus = p.tres.split(',').find(|t| t.starts_with("gres/gpu")).unwrap_or("no GPU gres");
+                Check::pass(&name, h, format!("MaxTime {max}, {gpus}, state {}", p.state))
+            }
+            None => Check::fail(
+                &name,
+                h,
+                format!(
+                    "does not exist (partitions: {})",
+                    partitions.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+                "Set SLURM_PARTITION to partitions that exist on this cluster (`sinfo -s` lists them).".to_string(),
+            ),
+        });
+    }
+
+    if let Some(account) = &settings.account {
+        let out = body("association").unwrap_or_default();
+        checks.push(if rc("association") == Some(0) && out.lines().any(|l| l.split('|').next() == Some(account)) {
+            Check::pass("account association", h, format!("{account}: {}", out.lines().count()))
+        } else {
+            Check::fail(
+                "account association",
+                h,
+                format!("no association of this user with account {account} ({})", first_lines(&out)),
+                "Set SLURM_ACCOUNT to an account you belong to (`sacctmgr show assoc user=$USER`), or ask the admins to add you.",
+            )
+        });
+    }
+
+    let pyxis_count = body("pyxis").and_then(|b| b.lines().last().and_then(|l| l.trim().parse::<u32>().ok()));
+    checks.push(if pyxis_count.unwrap_or(0) > 0 {
+        Check::pass("pyxis", h, "srun --help lists --container-image")
+    } else {
+        Check::fail("pyxis", h, "srun --help does not list --container-image", PYXIS_REMEDIATION)
+    });
+
+    if settings.ngc_key.is_some() {
+        let out = body("enroot_credentials").unwrap_or_default();
+        let mut lines = out.lines();
+        let mode = lines.next().unwrap_or("").trim().to_string();
+        let entries: u32 = lines.next().and_then(|l| l.trim().parse().ok()).unwrap_or(0);
+        checks.push(if rc("enroot_credentials") == Some(0) && mode == "600" && entries > 0 {
+            Check::pass("enroot credentials", h, "~/.config/enroot/.credentials has nvcr.io, mode 600")
+        } else {
+            let why = if mode.is_empty() || mode.contains("No such file") {
+                "missing".to_string()
+            } else if mode != "600" {
+                format!("mode {mode}, not 600")
+            } else {
+                "no nvcr.io entry".to_string()
+            };
+            Check::fail("enroot credentials", h, why, ENROOT_CREDENTIALS_REMEDIATION)
+        });
+    }
+
+    let base = settings.base_dir();
+    checks.push(if rc("base_dir") == Some(0) {
+        Check::pass("results directory", h, format!("{base} is writable"))
+    } else {
+        Check::fail(
+            "results directory",
+            h,
+            format!("{base} does not exist or is not writable"),
+            format!("Create it on shared storage (ssh {host} mkdir -p {base}) or set SLURM_BASE_RESULTS_DIR to a writable shared directory."),
+        )
+    });
+    checks
+}
+
+fn first_lines(text: &str) -> String {
+    text.lines().take(2).collect::<Vec<_>>().join(" / ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::tests::settings;
+
+    fn run_script_with(bin: &[(&str, &str)], settings: &Settings) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, body) in bin {
+            let p = dir.path().join(name);
+            std::fs::write(&p, format!("#!/bin/bash\n{body}\n")).unwrap();
+            std::process::Command::new("chmod").arg("+x").arg(&p).status().unwrap();
+        }
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(preflight_script(settings))
+            .env("PATH", format!("{}:/usr/bin:/bin", dir.path().display()))
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    const HEALTHY: &[(&str, &str)] = &[
+        ("sbatch", "echo slurm 22.05.8"),
+        ("squeue", "true"),
+        ("sacct", "true"),
+        ("scancel", "true"),
+        ("scontrol", "echo 'PartitionName=polar MaxTime=04:00:00 State=UP TRES=cpu=8,gres/gpu=32'; echo 'PartitionName=polar3 MaxTime=04:00:00 State=UP'; echo 'PartitionName=polar4 MaxTime=04:00:00 State=UP'; echo 'PartitionName=grizzly MaxTime=04:00:00 State=UP'"),
+        ("srun", "echo '      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH'"),
+    ];
+
+    #[test]
+    fn healthy_cluster_passes_except_the_missing_results_dir() {
+        let s = settings();
+        let checks = read_preflight(&s, "login", &run_script_with(HEALTHY, &s));
+        let failed: Vec<&str> = checks.iter().filter(|c| !c.ok).map(|c| c.name.as_str()).collect();
+        assert_eq!(failed, vec!["results directory"], "{checks:#?}");
+        assert!(checks
+            .iter()
+            .any(|c| c.name == "partition polar" && c.detail.contains("MaxTime 04:00:00, gres/gpu=32")));
+    }
+
+    #[test]
+    fn each_failure_names_its_check_with_remediation() {
+        let s = settings();
+        let mut broken: Vec<(&str, &str)> = HEALTHY.to_vec();
+        broken.retain(|(n, _)| *n != "srun" && *n != "sacct");
+        broken.push(("srun", "echo 'usage: srun'"));
+        broken.push(("sacct", "echo 'sacct: error: Problem talking to the database: Connection refused' >&2; exit 1"));
+        let checks = read_preflight(&s, "login", &run_script_with(&broken, &s));
+        let get = |n: &str| checks.iter().find(|c| c.name == n).unwrap();
+        assert!(!get("pyxis").ok);
+        assert_eq!(get("pyxis").remediation.as_deref(), Some(PYXIS_REMEDIATION));
+        assert!(!get("accounting (sacct)").ok);
+        assert!(get("accounting (sacct)").detail.contains("Problem talking to the database"));
+    }
+}
+
+/// Run every check: settings first (nothing is contacted without them), then for each login host a
+/// login and one round trip of remote checks.
+pub fn run_preflight(settings: &Settings) -> Vec<Check> {
+    use crate::remote::{Idempotency, OpenSsh, Remote};
+    let mut checks = Vec::new();
+    let user = match settings.require_remote() {
+        Ok((user, _)) => {
+            checks.push(Check::pass("settings", None, "SLURM_USER and SLURM_HOSTNAME are set"));
+            user.to_string()
+        }
+        Err(e) => {
+            checks.push(Check::fail("settings", None, "SLURM_USER or SLURM_HOSTNAME is missing", e.to_string()));
+            return checks;
+        }
+    };
+    let script = preflight_script(settings);
+    if settings.local {
+        match crate::remote::LocalShell.run_script(&script, Idempotency::Idempotent) {
+            Ok(out) => checks.extend(read_preflight(settings, "local", &out.stdout)),
+            Err(e) => checks.push(Check::fail("local shell", None, e.to_string(), "bash must be available")),
+        }
+        return checks;
+    }
+    let ssh = match OpenSsh::new(settings, &user, &settings.login_hosts) {
+        Ok(s) => s,
+        Err(e) => {
+            checks.push(Check::fail("ssh key", None, e.to_string(), "see the message above"));
+            return checks;
+        }
+    };
+    let mut any_host = false;
+    for (i, host) in ssh.hosts().iter().enumerate() {
+        let label = host.label();
+        if let Err(message) = ssh.ensure_master(host) {
+            let mut c = Check::fail(
+                "ssh login",
+                Some(&label),
+                message,
+                crate::remote::openssh::ssh_remediation(&user, &host.host),
+            );
+            // One unreachable host of several is a warning: failover covers it.
+            c.required = settings.login_hosts.len() == 1;
+            checks.push(c);
+            continue;
+        }
+        any_host = true;
+        checks.push(Check::pass("ssh login", Some(&label), "non-interactive public-key login works"));
+        match ssh.run_on(i, &script) {
+            Ok(out) => checks.extend(read_preflight(settings, &label, &out.stdout)),
+            Err(e) => {
+                checks.push(Check::fail("remote checks", Some(&label), e.to_string(), "retry; the connection dropped"))
+            }
+        }
+    }
+    if !any_host {
+        checks.push(Check::fail(
+            "ssh login",
+            None,
+            "no login host accepted a non-interactive login",
+            crate::remote::openssh::ssh_remediation(
+                &user,
+                settings.login_hosts.first().map(|h| h.host.as_str()).unwrap_or("<login-host>"),
+            ),
+        ));
+    }
+    checks
+}
