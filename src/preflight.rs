@@ -1,6 +1,6 @@
 //! Preflight: what must hold before jobs can run, checked in one remote script per login host, with
 //! the contract's remediation text (§7) for every failure. Building the script and reading its output
-//! are pure; `engine::preflight` runs it.
+//! are pure; `engine::preflight` runs them.
 
 use crate::config::Settings;
 use crate::engine::{sections, SECTION};
@@ -287,72 +287,4 @@ mod tests {
         assert!(!get("accounting (sacct)").ok);
         assert!(get("accounting (sacct)").detail.contains("Problem talking to the database"));
     }
-}
-
-/// Run every check: settings first (nothing is contacted without them), then for each login host a
-/// login and one round trip of remote checks.
-pub fn run_preflight(settings: &Settings) -> Vec<Check> {
-    use crate::remote::{Idempotency, OpenSsh, Remote};
-    let mut checks = Vec::new();
-    let user = match settings.require_remote() {
-        Ok((user, _)) => {
-            checks.push(Check::pass("settings", None, "SLURM_USER and SLURM_HOSTNAME are set"));
-            user.to_string()
-        }
-        Err(e) => {
-            checks.push(Check::fail("settings", None, "SLURM_USER or SLURM_HOSTNAME is missing", e.to_string()));
-            return checks;
-        }
-    };
-    let script = preflight_script(settings);
-    if settings.local {
-        match crate::remote::LocalShell.run_script(&script, Idempotency::Idempotent) {
-            Ok(out) => checks.extend(read_preflight(settings, "local", &out.stdout)),
-            Err(e) => checks.push(Check::fail("local shell", None, e.to_string(), "bash must be available")),
-        }
-        return checks;
-    }
-    let ssh = match OpenSsh::new(settings, &user, &settings.login_hosts) {
-        Ok(s) => s,
-        Err(e) => {
-            checks.push(Check::fail("ssh key", None, e.to_string(), "see the message above"));
-            return checks;
-        }
-    };
-    let mut any_host = false;
-    for (i, host) in ssh.hosts().iter().enumerate() {
-        let label = host.label();
-        if let Err(message) = ssh.ensure_master(host) {
-            let mut c = Check::fail(
-                "ssh login",
-                Some(&label),
-                message,
-                crate::remote::openssh::ssh_remediation(&user, &host.host),
-            );
-            // One unreachable host of several is a warning: failover covers it.
-            c.required = settings.login_hosts.len() == 1;
-            checks.push(c);
-            continue;
-        }
-        any_host = true;
-        checks.push(Check::pass("ssh login", Some(&label), "non-interactive public-key login works"));
-        match ssh.run_on(i, &script) {
-            Ok(out) => checks.extend(read_preflight(settings, &label, &out.stdout)),
-            Err(e) => {
-                checks.push(Check::fail("remote checks", Some(&label), e.to_string(), "retry; the connection dropped"))
-            }
-        }
-    }
-    if !any_host {
-        checks.push(Check::fail(
-            "ssh login",
-            None,
-            "no login host accepted a non-interactive login",
-            crate::remote::openssh::ssh_remediation(
-                &user,
-                settings.login_hosts.first().map(|h| h.host.as_str()).unwrap_or("<login-host>"),
-            ),
-        ));
-    }
-    checks
 }

@@ -1,6 +1,6 @@
 use crate::config::Settings;
+use crate::engine::preflight::run_preflight;
 use crate::error::{exit_code, Error};
-use crate::preflight::run_preflight;
 use clap::Args;
 
 #[derive(Args, Debug)]
