@@ -148,7 +148,7 @@ pub fn read_preflight(settings: &Settings, host: &str, stdout: &str) -> Vec<Chec
         code => Check::fail(
             "accounting (sacct)",
             h,
-            format!("sacct exited {} : {}", code.map(|c| c.to_string()).unwrap_or("?".into()), first_lines(&sacct_out)),
+            format!("sacct exited {} : {}", code.map(|c| c.to_string()).unwrap_or("?".into()), summary(&sacct_out)),
             ACCOUNTING_REMEDIATION,
         ),
     });
@@ -176,13 +176,15 @@ pub fn read_preflight(settings: &Settings, host: &str, stdout: &str) -> Vec<Chec
 
     if let Some(account) = &settings.account {
         let out = body("association").unwrap_or_default();
-        checks.push(if rc("association") == Some(0) && out.lines().any(|l| l.split('|').next() == Some(account)) {
+        checks.push(if rc("association") != Some(0) {
+            Check::fail("account association", h, format!("could not be checked: {}", summary(&out)), ACCOUNTING_REMEDIATION)
+        } else if out.lines().any(|l| l.split('|').next() == Some(account)) {
             Check::pass("account association", h, format!("{account}: {}", out.lines().count()))
         } else {
             Check::fail(
                 "account association",
                 h,
-                format!("no association of this user with account {account} ({})", first_lines(&out)),
+                format!("no association of this user with account {account} ({})", summary(&out)),
                 "Set SLURM_ACCOUNT to an account you belong to (`sacctmgr show assoc user=$USER`), or ask the admins to add you.",
             )
         });
@@ -228,8 +230,10 @@ pub fn read_preflight(settings: &Settings, host: &str, stdout: &str) -> Vec<Chec
     checks
 }
 
-fn first_lines(text: &str) -> String {
-    text.lines().take(2).collect::<Vec<_>>().join(" / ")
+/// The last two lines of an error output: where Slurm's commands put the actual cause.
+fn summary(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(2)..].join(" / ")
 }
 
 #[cfg(test)]

@@ -34,6 +34,22 @@ fn logins_are_shared_and_missing_settings_never_connect() {
     let v = env.json(&["status", &job, "--json"]);
     assert_eq!(v["status"], "Canceled");
 
+    // 100 back-to-back remote commands in one process: one login.
+    let lib = Env::isolated();
+    let sources = tao_slurm::config::SettingSources {
+        flags: Default::default(),
+        env: lib.vars.clone(),
+        file: Default::default(),
+    };
+    let settings = tao_slurm::config::Settings::from_sources(&sources).unwrap();
+    let transport = tao_slurm::remote::connect(&settings).unwrap();
+    let before = accepted_logins();
+    for i in 0..100 {
+        let out = transport.run_script(&format!("echo {i}"), tao_slurm::remote::Idempotency::Idempotent).unwrap();
+        assert_eq!(out.stdout, format!("{i}\n"));
+    }
+    assert_eq!(accepted_logins() - before, 1, "100 remote commands in one process must share one login");
+
     // A host whose key is not known is refused, with the ssh-keyscan remediation.
     let mut stranger = Env::isolated();
     let empty = stranger.dir.path().join("empty_known_hosts");

@@ -1,4 +1,4 @@
-# Shared helpers for up.sh / down.sh / sshd-ctl.sh (sourced, not executed).
+# Shared helpers for up.sh / down.sh / sshd-ctl.sh / pyxis-ctl.sh / service-ctl.sh (sourced, not executed).
 # shellcheck shell=bash
 
 SANDBOX_DIR="${SANDBOX_DIR:-/var/lib/tao-slurm-sandbox}"
@@ -136,4 +136,89 @@ sshd_sessions() {
             fi
         done
     done
+}
+
+# wait_for SECONDS DESCRIPTION COMMAND...: poll COMMAND (output discarded) every 50 ms until it succeeds
+wait_for() {
+    local t="$1" what="$2"; shift 2
+    local deadline=$(( $(date +%s%N) + t * 1000000000 ))
+    until "$@" >/dev/null 2>&1; do
+        (( $(date +%s%N) < deadline )) || return 1
+        sleep 0.05
+    done
+}
+
+# port_listening PORT: some socket is LISTENing on it (tcp or tcp6)
+port_listening() {
+    local hex; hex="$(printf ':%04X ' "$1")"
+    grep -qE "^ *[0-9]+: [0-9A-F]+${hex}[0-9A-F]+:[0-9A-F]+ 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+
+# lock_sandbox: take $SANDBOX_DIR/.up.lock on fd 9 (the lock up.sh holds for its whole run), so the
+# ctl scripts do not race with up.sh. Anything started afterwards must get 9>&-.
+lock_sandbox() {
+    exec 9>"$SANDBOX_DIR/.up.lock"
+    flock -w "${1:-120}" 9 || { echo "$(basename "$0"): another up.sh / ctl script holds $SANDBOX_DIR/.up.lock" >&2; exit 1; }
+}
+
+# ---- Pyxis stand-in: plugstack.conf ------------------------------------------------------------
+# srun/sbatch/salloc read PlugStackConfig at every invocation and slurmstepd at every step launch,
+# so rewriting the file switches the plugin for new invocations; no daemon restart/reconfigure.
+PLUGSTACK="$ETC/plugstack.conf"
+
+# plugstack_content on|off -> the file's content for that state
+plugstack_content() {
+    case "$1" in
+        on)  printf 'required %s/lib/container_stub.so\n' "$SANDBOX_DIR" ;;
+        off) printf '# Pyxis stand-in OFF (dev/sandbox/pyxis-ctl.sh off); pyxis-ctl.sh on or up.sh restores it\n' ;;
+        *)   return 1 ;;
+    esac
+}
+
+# plugstack_state -> on | off | missing | custom
+plugstack_state() {
+    local cur
+    [[ -f "$PLUGSTACK" ]] || { echo missing; return 0; }
+    cur="$(cat "$PLUGSTACK")"
+    if [[ "$cur" == "$(plugstack_content on)" ]]; then echo on
+    elif [[ "$cur" == "$(plugstack_content off)" || -z "${cur//[[:space:]]/}" ]]; then echo off
+    else echo custom
+    fi
+}
+
+# plugstack_set on|off: replace plugstack.conf atomically (temp file in $ETC + mv, so a concurrent
+# srun sees either the old or the new file, never a partial one) if its content differs.
+# Sets PLUGSTACK_CHANGED=1 if the file was replaced, 0 if it already had that content.
+PLUGSTACK_CHANGED=0
+plugstack_set() {
+    local tmp
+    PLUGSTACK_CHANGED=0
+    tmp="$(mktemp "$ETC/.plugstack.conf.XXXXXX")"
+    plugstack_content "$1" >"$tmp" || { rm -f "$tmp"; return 1; }
+    if [[ -f "$PLUGSTACK" ]] && cmp -s "$tmp" "$PLUGSTACK"; then
+        rm -f "$tmp"
+        chmod 0644 "$PLUGSTACK"; chown root:root "$PLUGSTACK"
+        return 0
+    fi
+    chmod 0644 "$tmp"; chown root:root "$tmp"
+    mv -f "$tmp" "$PLUGSTACK"
+    PLUGSTACK_CHANGED=1
+}
+
+# ---- slurmdbd ------------------------------------------------------------------------------------
+# slurmdbd_pid -> PID of the sandbox's slurmdbd (run/slurmdbd.pid, checked against exe and
+# environment), or nothing
+slurmdbd_pid() {
+    local pid
+    pid="$(read_pidfile "$RUN/slurmdbd.pid")"
+    if [[ -n "$pid" ]] && pid_is "$pid" /usr/sbin/slurmdbd && pid_mine "$pid"; then printf '%s' "$pid"; fi
+    return 0
+}
+
+# slurmdbd_start PORT: start slurmdbd (it daemonizes; reads slurmdbd.conf next to $SLURM_CONF, which
+# sets PidFile=run/slurmdbd.pid) and wait up to 30 s until it listens on PORT.
+# Returns 1 if it failed to start, 2 if it is not listening.
+slurmdbd_start() {
+    SLURM_CONF="$ETC/slurm.conf" /usr/sbin/slurmdbd 9>&- || return 1
+    wait_for 30 "slurmdbd" port_listening "$1" || return 2
 }

@@ -60,20 +60,7 @@ die() {
 }
 trap 'rc=$?; [[ $rc -eq 0 ]] || echo "up.sh: failed (rc=$rc) at line $LINENO: $BASH_COMMAND" >&2' ERR
 
-# wait_for SECONDS DESCRIPTION COMMAND...
-wait_for() {
-    local t="$1" what="$2"; shift 2
-    local deadline=$(( $(date +%s%N) + t * 1000000000 ))
-    until "$@" >/dev/null 2>&1; do
-        (( $(date +%s%N) < deadline )) || return 1
-        sleep 0.05
-    done
-}
-
-port_listening() {   # port_listening PORT: some socket is LISTENing on it (tcp or tcp6)
-    local hex; hex="$(printf ':%04X ' "$1")"
-    grep -qE "^ *[0-9]+: [0-9A-F]+${hex}[0-9A-F]+:[0-9A-F]+ 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null
-}
+# wait_for, port_listening, plugstack_set, slurmdbd_start: see lib.sh
 
 # put_file SRC DEST MODE [OWNER]: move a freshly generated SRC into place; DEST is recorded in CHANGED if it differed
 CHANGED=()
@@ -255,9 +242,9 @@ put_file "$T" "$ETC/gres.conf" 0644
 T="$(mktemp)"
 printf 'CgroupPlugin=autodetect\nConstrainCores=no\nConstrainRAMSpace=no\nConstrainDevices=no\n' >"$T"
 put_file "$T" "$ETC/cgroup.conf" 0644
-T="$(mktemp)"
-printf 'required %s/lib/container_stub.so\n' "$SD" >"$T"
-put_file "$T" "$ETC/plugstack.conf" 0644
+# Pyxis stand-in always back ON (heals a test that left it off with pyxis-ctl.sh off)
+plugstack_set on
+if [[ $PLUGSTACK_CHANGED == 1 ]]; then CHANGED+=("$ETC/plugstack.conf"); fi
 
 T="$(mktemp)"
 cat >"$T" <<EOF
@@ -413,8 +400,9 @@ phase_done "mariadb"
 if running slurmdbd /usr/sbin/slurmdbd; then
     if changed "$ETC/slurmdbd.conf"; then kill -HUP "$(read_pidfile "$RUN/slurmdbd.pid")"; fi
 else
-    /usr/sbin/slurmdbd 9>&- || die "slurmdbd failed to start" "$LOG/slurm/slurmdbd.log"
-    wait_for 30 "slurmdbd" port_listening "$SLURMDBD_PORT" || die "slurmdbd is not listening on $SLURMDBD_PORT" "$LOG/slurm/slurmdbd.log"
+    rc=0; slurmdbd_start "$SLURMDBD_PORT" || rc=$?
+    if [[ $rc == 1 ]]; then die "slurmdbd failed to start" "$LOG/slurm/slurmdbd.log"; fi
+    if [[ $rc == 2 ]]; then die "slurmdbd is not listening on $SLURMDBD_PORT" "$LOG/slurm/slurmdbd.log"; fi
 fi
 assoc="$(timeout 30 sacctmgr -n -P show assoc format=cluster,account,user 2>&1)" \
     || die "sacctmgr cannot talk to slurmdbd: $assoc" "$LOG/slurm/slurmdbd.log"
@@ -433,7 +421,9 @@ phase_done "slurmdbd + sacctmgr"
 # ---- 6. slurmctld ------------------------------------------------------------------------------
 reconf=0
 if running slurmctld /usr/sbin/slurmctld; then
-    if changed "$ETC/slurm.conf" "$ETC/gres.conf" "$ETC/plugstack.conf"; then reconf=1; fi
+    # plugstack.conf is not a trigger: srun/sbatch and slurmstepd read it at each invocation / step
+    # launch (pyxis-ctl.sh relies on that), so healing a pyxis-ctl.sh off needs no reconfigure
+    if changed "$ETC/slurm.conf" "$ETC/gres.conf"; then reconf=1; fi
 else
     /usr/sbin/slurmctld -f "$ETC/slurm.conf" 9>&- || die "slurmctld failed to start" "$LOG/slurm/slurmctld.log"
 fi

@@ -102,6 +102,19 @@ impl Env {
         }
     }
 
+    /// `wait_terminal` for local mode.
+    pub fn wait_terminal_local(&self, job_id: &str) -> Value {
+        let start = Instant::now();
+        loop {
+            let v = self.json(&["--local", "status", job_id, "--json"]);
+            if matches!(v["status"].as_str(), Some("Complete" | "Error" | "Canceled")) {
+                return v;
+            }
+            assert!(start.elapsed() < Duration::from_secs(120), "job {job_id} not terminal: {v}");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
     /// Run a command with a deadline; panics if it is still running then.
     pub fn run_with_deadline(&self, args: &[&str], limit: Duration) -> Output {
         let mut child = self.command(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();

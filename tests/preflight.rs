@@ -1,0 +1,173 @@
+//! `preflight` on the sandbox: all green, then the exact failing line for each broken part, and
+//! `credentials enroot` never exposing the key. One test function: it switches parts of the shared
+//! sandbox off, so nothing else in this binary may run meanwhile.
+
+mod common;
+use common::{sandbox_dir, Env};
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Runs a sandbox control script now, and its opposite when dropped (even if an assertion failed).
+struct Switch(&'static str, &'static [&'static str]);
+impl Switch {
+    fn flip(script: &'static str, off: &'static [&'static str], on: &'static [&'static str]) -> Switch {
+        sandbox_ctl(script, off);
+        Switch(script, on)
+    }
+}
+impl Drop for Switch {
+    fn drop(&mut self) {
+        sandbox_ctl(self.0, self.1);
+    }
+}
+
+fn sandbox_ctl(script: &str, args: &[&str]) {
+    let path = format!("{}/dev/sandbox/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("bash").arg(&path).args(args).output().unwrap();
+    assert!(out.status.success(), "{script} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn preflight(env: &Env) -> (i32, String) {
+    let out = env.run(&["preflight"]);
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn fail_lines(text: &str) -> Vec<String> {
+    text.lines().filter(|l| l.starts_with("FAIL")).map(String::from).collect()
+}
+
+#[test]
+fn preflight_is_green_and_names_each_broken_part() {
+    let mut env = Env::isolated();
+    env.vars.insert("SLURM_ACCOUNT".into(), "default".into());
+    let (code, text) = preflight(&env);
+    assert_eq!(code, 0, "{text}");
+    assert!(fail_lines(&text).is_empty(), "{text}");
+    for check in [
+        "ssh login [sandbox-login1]",
+        "ssh login [sandbox-login2]",
+        "accounting (sacct)",
+        "partition polar",
+        "pyxis",
+        "account association",
+        "results directory",
+    ] {
+        assert!(text.lines().any(|l| l.starts_with("PASS") && l.contains(check)), "no PASS for {check}:\n{text}");
+    }
+    let json: serde_json::Value = serde_json::from_slice(&env.run(&["preflight", "--json"]).stdout).unwrap();
+    assert_eq!(json["ok"], true);
+
+    // A partition that does not exist.
+    let mut bad = Env::isolated();
+    bad.vars.insert("SLURM_PARTITION".into(), "polar,nosuch".into());
+    let (code, text) = preflight(&bad);
+    assert_ne!(code, 0);
+    let fails = fail_lines(&text);
+    assert!(!fails.is_empty() && fails.iter().all(|l| l.starts_with("FAIL  partition nosuch")), "{text}");
+
+    // A key the login host does not accept.
+    let mut wrong = Env::isolated();
+    let key = wrong.dir.path().join("id_wrong");
+    let st = Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-f"]).arg(&key).status().unwrap();
+    assert!(st.success());
+    wrong.vars.insert("SSH_KEY_PATH".into(), key.display().to_string());
+    // Without the sandbox's ssh_config, whose IdentityFile would offer the right key too.
+    wrong.vars.remove("SSH_CONFIG");
+    wrong.vars.insert("SLURM_HOSTNAME".into(), "127.0.0.1:2222".into());
+    let (code, text) = preflight(&wrong);
+    assert_ne!(code, 0);
+    assert!(
+        text.lines().any(|l| l.starts_with("FAIL  ssh login [127.0.0.1:2222]") && l.contains("Permission denied")),
+        "{text}"
+    );
+    assert!(
+        text.contains("SLURM is blocked on passwordless SSH. Please provide: SSH_KEY_PATH=/path/to/private_key"),
+        "{text}"
+    );
+
+    // The Pyxis stand-in switched off.
+    {
+        let _pyxis = Switch::flip("pyxis-ctl.sh", &["off"], &["on"]);
+        let (code, text) = preflight(&env);
+        assert_ne!(code, 0);
+        let fails = fail_lines(&text);
+        assert_eq!(fails.len(), 2, "one per login host:\n{text}");
+        assert!(fails.iter().all(|l| l.starts_with("FAIL  pyxis")), "{text}");
+        assert!(text.contains("Pyxis or Enroot is unavailable"), "{text}");
+    }
+    // slurmdbd stopped.
+    {
+        let _dbd = Switch::flip("service-ctl.sh", &["stop", "slurmdbd"], &["start", "slurmdbd"]);
+        let (code, text) = preflight(&env);
+        assert_ne!(code, 0);
+        let fails = fail_lines(&text);
+        assert!(!fails.is_empty(), "{text}");
+        assert!(
+            fails
+                .iter()
+                .all(|l| l.starts_with("FAIL  accounting (sacct)") || l.starts_with("FAIL  account association")),
+            "{text}"
+        );
+        assert!(fails.iter().any(|l| l.contains("Problem talking to the database")), "{text}");
+    }
+
+    // Enroot credentials: missing -> named failure; installed -> pass; the key never shows.
+    let creds = sandbox_dir().join("home/slurmuser/.config/enroot/.credentials");
+    let _ = std::fs::remove_file(&creds);
+    let key = format!("nvapi-{}-{}", std::process::id(), uuid_like());
+    let mut ngc = Env::isolated();
+    ngc.vars.insert("NGC_KEY".into(), key.clone());
+    let (code, text) = preflight(&ngc);
+    assert_ne!(code, 0);
+    assert!(fail_lines(&text).iter().all(|l| l.starts_with("FAIL  enroot credentials")), "{text}");
+    assert!(text.contains("tao-slurm credentials enroot"), "{text}");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let scanner = {
+        let (stop, key) = (stop.clone(), key.clone());
+        std::thread::spawn(move || {
+            let mut scans = 0;
+            let mut leaks = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+                    if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+                        if String::from_utf8_lossy(&cmdline).contains(&key) {
+                            leaks.push(String::from_utf8_lossy(&cmdline).replace('\0', " "));
+                        }
+                    }
+                }
+                scans += 1;
+            }
+            (scans, leaks)
+        })
+    };
+    for _ in 0..2 {
+        let out = ngc.run(&["credentials", "enroot"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        for stream in [&out.stdout, &out.stderr] {
+            assert!(!String::from_utf8_lossy(stream).contains(&key), "the key was printed");
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (scans, leaks) = scanner.join().unwrap();
+    assert!(scans > 0);
+    assert!(leaks.is_empty(), "the key was in a process's argv: {leaks:?}");
+    let text = std::fs::read_to_string(&creds).unwrap();
+    assert_eq!(
+        text,
+        format!("machine nvcr.io login $oauthtoken password {key}\nmachine authn.nvidia.com login $oauthtoken password {key}\n"),
+        "exactly one pair after two runs"
+    );
+    assert_eq!(std::fs::metadata(&creds).unwrap().permissions().mode() & 0o777, 0o600);
+    let found = Command::new("grep").args(["-rlF", &key]).arg(ngc.dir.path()).output().unwrap();
+    assert!(found.stdout.is_empty(), "the key is in a local file: {}", String::from_utf8_lossy(&found.stdout));
+    let (code, text) = preflight(&ngc);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.lines().any(|l| l.starts_with("PASS  enroot credentials")), "{text}");
+}
+
+fn uuid_like() -> String {
+    format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos())
+}

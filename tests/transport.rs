@@ -1,0 +1,124 @@
+//! The login-node transport against the sandbox's two sshd login hosts: failover only on connection
+//! failures, in-band exit status, key and host-key policies, local mode.
+
+mod common;
+use common::{sandbox_dir, Env};
+use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, Instant};
+use tao_slurm::config::{SettingSources, Settings};
+use tao_slurm::remote::{self, Idempotency};
+
+fn settings_of(env: &Env) -> Settings {
+    let sources = SettingSources { flags: Default::default(), env: env.vars.clone(), file: Default::default() };
+    Settings::from_sources(&sources).unwrap()
+}
+
+#[test]
+fn first_host_down_fails_over_to_the_second_within_the_connect_timeout() {
+    let mut env = Env::isolated();
+    // Nothing listens on 2299: the first host refuses connections.
+    env.vars.insert("SLURM_HOSTNAME".into(), "127.0.0.1:2299,sandbox-login2".into());
+    let start = Instant::now();
+    let v = env.json(&["submit", "--json", "--image", "ubuntu:22.04", "--gpus", "0", "--", "true"]);
+    let took = start.elapsed();
+    assert_eq!(v["login_host"], "sandbox-login2", "{v}");
+    assert!(took < Duration::from_secs(10), "the switch took {took:?}, more than the 10 s connect timeout");
+    let status = env.wait_terminal(v["job_id"].as_str().unwrap(), Duration::from_secs(120));
+    assert_eq!(status["status"], "Complete");
+    assert_eq!(status["login_host"], "sandbox-login2");
+}
+
+#[test]
+fn words_in_output_and_exit_255_are_results_not_connection_failures() {
+    let env = Env::isolated();
+    let settings = settings_of(&env);
+    let transport = remote::connect(&settings).unwrap();
+    let marker = format!("/tmp/tao-slurm-255-{}", std::process::id());
+    let _ = std::fs::remove_file(&marker);
+    let script = format!(
+        "echo ran >> {marker}\necho 'ssh: connect to host login port 22: Connection refused' >&2\necho 'No route to host'\nexit 255\n"
+    );
+    let out = transport.run_script(&script, Idempotency::Idempotent).unwrap();
+    assert_eq!(out.exit_code, 255);
+    assert_eq!(out.host, "sandbox-login1", "no failover");
+    assert_eq!(out.stdout, "No route to host\n");
+    assert!(out.stderr.contains("Connection refused"));
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "ran\n", "run exactly once, never re-run");
+    let _ = std::fs::remove_file(&marker);
+}
+
+#[test]
+fn a_key_readable_by_others_is_refused_and_left_unchanged() {
+    let mut env = Env::isolated();
+    let key = env.dir.path().join("id_open");
+    std::fs::copy(&env.vars["SSH_KEY_PATH"], &key).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    env.vars.insert("SSH_KEY_PATH".into(), key.display().to_string());
+    let out = env.run(&["submit", "--image", "ubuntu:22.04", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains(&format!("chmod 600 {}", key.display())), "{stderr}");
+    assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o644, "the tool never changes the key");
+}
+
+#[test]
+fn a_new_host_key_is_accepted_only_by_explicit_choice_and_recorded() {
+    let mut env = Env::isolated();
+    let known = env.dir.path().join("known_hosts");
+    std::fs::write(&known, "").unwrap();
+    env.vars.insert("SSH_KNOWN_HOSTS".into(), known.display().to_string());
+    env.vars.insert("SLURM_HOSTNAME".into(), "sandbox-login1".into());
+    let out = env.run(&["submit", "--image", "ubuntu:22.04", "--gpus", "0", "--", "true"]);
+    assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ssh-keyscan"));
+    assert_eq!(std::fs::read_to_string(&known).unwrap(), "", "nothing recorded without the choice");
+    let v = env.json(&[
+        "--accept-new-host-key",
+        "submit",
+        "--json",
+        "--image",
+        "ubuntu:22.04",
+        "--gpus",
+        "0",
+        "--",
+        "true",
+    ]);
+    assert!(v["slurm_job_id"].as_str().is_some());
+    let recorded = std::fs::read_to_string(&known).unwrap();
+    assert!(recorded.contains("[127.0.0.1]:2222"), "the key is recorded: {recorded}");
+    // And from then on it is verified without the flag.
+    env.ok(&["status", v["job_id"].as_str().unwrap()]);
+}
+
+#[test]
+fn local_mode_runs_the_same_paths_without_ssh() {
+    let mut env = Env::isolated();
+    let base = env.dir.path().join("shared");
+    std::fs::create_dir(&base).unwrap();
+    std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    env.vars.insert("SLURM_BASE_RESULTS_DIR".into(), base.display().to_string());
+    env.vars.insert("SLURM_CONF".into(), sandbox_dir().join("etc/slurm.conf").display().to_string());
+    env.vars.insert(
+        "PATH".into(),
+        format!("{}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", sandbox_dir().join("bin").display()),
+    );
+    env.vars.remove("SLURM_HOSTNAME");
+    env.vars.remove("SSH_KEY_PATH");
+    let v = env.json(&[
+        "--local",
+        "submit",
+        "--json",
+        "--image",
+        "ubuntu:22.04",
+        "--gpus",
+        "1",
+        "--shell",
+        "--",
+        "echo local-ok",
+    ]);
+    assert_eq!(v["login_host"], "local");
+    let status = env.wait_terminal_local(v["job_id"].as_str().unwrap());
+    assert_eq!(status["status"], "Complete", "{status}");
+    let logs = env.json(&["--local", "logs", v["job_id"].as_str().unwrap(), "--json"]);
+    assert!(logs["stdout"].as_str().unwrap().contains("local-ok"), "{logs}");
+}
