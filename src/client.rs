@@ -3,8 +3,9 @@
 
 use crate::config::Settings;
 use crate::engine::{cancel, cluster, logs, refresh, submit};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::plan::{self, Plan};
+use crate::remote::RemoteError;
 use crate::remote::{self, Remote};
 use crate::script;
 use crate::spec::{JobSpec, SecretValues};
@@ -117,13 +118,36 @@ impl Client {
         }
         let files = self.staged_files(spec, &plan);
         self.store.insert_job(&serde_json::to_string(spec).expect("spec serialises"), &plan)?;
-        submit::submit(self.remote()?, &self.store, &plan, &files, secrets)
+        match submit::submit(self.remote()?, &self.store, &plan, &files, secrets) {
+            Err(Error::Remote(RemoteError::Lost { host, message })) => {
+                // The outcome is unknown: look the job up by its unique name (never resubmit blindly).
+                let job = self.store.get(&plan.layout.job_id)?;
+                let _ = refresh::refresh(self.remote()?, &self.store, std::slice::from_ref(&job));
+                let job = self.store.get(&plan.layout.job_id)?;
+                match (job.slurm_job_id, job.login_host) {
+                    (Some(slurm_job_id), Some(login_host)) => Ok(Submitted {
+                        job_id: job.job_id,
+                        slurm_job_id,
+                        login_host,
+                        job_dir: plan.layout.job_dir.clone(),
+                    }),
+                    _ => Err(Error::Remote(RemoteError::Lost {
+                        host,
+                        message: format!(
+                            "{message}; job {} was not found by name yet: `tao-slurm status {}` keeps looking and never resubmits",
+                            plan.layout.job_id, plan.layout.job_id
+                        ),
+                    })),
+                }
+            }
+            other => other,
+        }
     }
 
     /// A job's status, refreshed from the cluster unless it is already terminal.
     pub fn job_status(&self, id: &str) -> Result<JobView> {
         let job = self.store.get(id)?;
-        if job.status.is_terminal() || job.slurm_job_id.is_none() {
+        if job.status.is_terminal() {
             return Ok(JobView::from(&job));
         }
         refresh::refresh(self.remote()?, &self.store, std::slice::from_ref(&job))?;

@@ -50,6 +50,29 @@ fn logins_are_shared_and_missing_settings_never_connect() {
     }
     assert_eq!(accepted_logins() - before, 1, "100 remote commands in one process must share one login");
 
+    // The master dies (network blip, sshd restart): the next command reconnects by itself, once.
+    let control_dir = lib.vars["TAO_SLURM_CONTROL_DIR"].clone();
+    let exit = std::process::Command::new("ssh")
+        .args([
+            "-F",
+            &lib.vars["SSH_CONFIG"],
+            "-o",
+            &format!("ControlPath={control_dir}/%C"),
+            "-O",
+            "exit",
+            "sandbox-login1",
+        ])
+        .output()
+        .unwrap();
+    assert!(exit.status.success(), "{}", String::from_utf8_lossy(&exit.stderr));
+    std::thread::sleep(Duration::from_millis(300));
+    let before = accepted_logins();
+    for i in 0..10 {
+        let out = transport.run_script(&format!("echo {i}"), tao_slurm::remote::Idempotency::Idempotent).unwrap();
+        assert_eq!(out.stdout, format!("{i}\n"));
+    }
+    assert_eq!(accepted_logins() - before, 1, "one reconnect, then shared again");
+
     // A host whose key is not known is refused, with the ssh-keyscan remediation.
     let mut stranger = Env::isolated();
     let empty = stranger.dir.path().join("empty_known_hosts");

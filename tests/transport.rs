@@ -122,3 +122,50 @@ fn local_mode_runs_the_same_paths_without_ssh() {
     let logs = env.json(&["--local", "logs", v["job_id"].as_str().unwrap(), "--json"]);
     assert!(logs["stdout"].as_str().unwrap().contains("local-ok"), "{logs}");
 }
+
+#[test]
+fn an_unknown_submission_is_found_by_its_name_and_never_resubmitted() {
+    let env = Env::new();
+    let settings = settings_of(&env);
+    let spec = tao_slurm::JobSpec {
+        image: "ubuntu:22.04".into(),
+        command: vec!["true".into()],
+        gpus: Some(0),
+        ..Default::default()
+    };
+    let plan = tao_slurm::plan::resolve(&spec, &settings).unwrap();
+    let store = tao_slurm::store::Store::open(&settings.state_path).unwrap();
+    store.insert_job("{}", &plan).unwrap();
+    // What a connection lost during sbatch leaves behind: the job exists, its id never came back.
+    let out = std::process::Command::new("ssh")
+        .args(["-F", &env.vars["SSH_CONFIG"], "sandbox-login1", "sbatch", "--parsable", "-o", "/dev/null"])
+        .arg(format!("--job-name={}", plan.layout.job_name))
+        .args(["--wrap", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let slurm_id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let v = env.wait_terminal(&plan.layout.job_id, Duration::from_secs(120));
+    assert_eq!(v["slurm_job_id"].as_str(), Some(slurm_id.as_str()), "{v}");
+    assert_eq!(v["status"], "Complete", "{v}");
+    let events = env.json(&["events", &plan.layout.job_id, "--json"]);
+    assert!(events.as_array().unwrap().iter().any(|e| e["kind"] == "adopted"), "{events}");
+    let listed = std::process::Command::new("ssh")
+        .args([
+            "-F",
+            &env.vars["SSH_CONFIG"],
+            "sandbox-login1",
+            "sacct",
+            "-X",
+            "-n",
+            "-P",
+            "-S",
+            "now-1hours",
+            "-o",
+            "JobID",
+        ])
+        .arg(format!("--name={}", plan.layout.job_name))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&listed.stdout).lines().count(), 1, "one Slurm job for the name, never two");
+}

@@ -22,32 +22,66 @@ const STATUS_TAIL_LINES: u32 = 20;
 pub struct Observations {
     /// None when squeue failed: nothing may be concluded from its silence.
     pub squeue: Option<Vec<SqueueRecord>>,
-    /// None when sacct failed or was not needed.
+    /// sacct by job id; None when it failed or was not needed.
     pub sacct: Option<Vec<SacctRecord>>,
+    /// sacct by job name, for jobs whose submission outcome is unknown.
+    pub sacct_by_name: Option<Vec<SacctRecord>>,
     pub sacct_error: Option<String>,
     pub squeue_error: Option<String>,
     /// status.json text per platform job id.
     pub status_json: HashMap<String, String>,
 }
 
-/// The remote script for a set of (slurm job id, platform job id, status.json path). Pure.
-pub fn refresh_script(jobs: &[(String, String, String)]) -> String {
-    let ids: Vec<&str> = jobs.iter().map(|(s, _, _)| s.as_str()).collect();
+/// One job to refresh.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RefreshTarget {
+    pub job_id: String,
+    /// None when the submission's outcome is unknown: the job is then looked up by its name.
+    pub slurm_job_id: Option<String>,
+    pub job_name: String,
+    pub status_json: String,
+}
+
+impl RefreshTarget {
+    pub fn of(job: &JobRecord) -> RefreshTarget {
+        RefreshTarget {
+            job_id: job.job_id.clone(),
+            slurm_job_id: job.slurm_job_id.clone(),
+            job_name: job.plan.layout.job_name.clone(),
+            status_json: job.plan.layout.status_json(),
+        }
+    }
+}
+
+/// A job whose submission outcome is unknown and that neither squeue nor sacct knows by name after
+/// this long never reached Slurm.
+pub const UNKNOWN_SUBMISSION_GRACE_SECS: i64 = 600;
+
+/// The remote script for a set of jobs. Pure.
+pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
+    let ids: Vec<String> = jobs.iter().filter_map(|j| j.slurm_job_id.as_deref().map(quote)).collect();
+    let names: Vec<String> = jobs.iter().filter(|j| j.slurm_job_id.is_none()).map(|j| quote(&j.job_name)).collect();
     let mut s = String::new();
     s.push_str(&format!("sq=\"$(squeue --me -h -o {} 2>&1)\"; sq_rc=$?\n", quote(SQUEUE_FORMAT)));
     s.push_str(&format!("echo '{SECTION}squeue'\nprintf '%s\\n' \"$sq\"\necho \"{SECTION}rc squeue $sq_rc\"\n"));
     // Only ids that squeue does not list go to sacct (slower, and it lags the controller).
     s.push_str("missing=''\n");
-    s.push_str(&format!("for id in {}; do\n", ids.iter().map(|i| quote(i)).collect::<Vec<_>>().join(" ")));
+    s.push_str(&format!("for id in {}; do\n", ids.join(" ")));
     s.push_str("  case \"\n$sq\" in *\"\n$id|\"*) ;; *) missing=\"$missing,$id\" ;; esac\ndone\n");
     s.push_str(&format!(
         "if [ \"$sq_rc\" -eq 0 ] && [ -n \"$missing\" ]; then\n  echo '{SECTION}sacct'\n  sacct -X -P -n -S {SACCT_LOOKBACK} -j \"${{missing#,}}\" --format={SACCT_FIELDS} 2>&1\n  echo \"{SECTION}rc sacct $?\"\nfi\n"
     ));
-    for (_, job_id, path) in jobs {
+    if !names.is_empty() {
+        s.push_str(&format!(
+            "echo '{SECTION}sacct_by_name'\nsacct -X -P -n -S {SACCT_LOOKBACK} --name={} --format={SACCT_FIELDS} 2>&1\necho \"{SECTION}rc sacct_by_name $?\"\n",
+            names.join(",")
+        ));
+    }
+    for job in jobs {
         s.push_str(&format!(
             "if [ -f {p} ]; then echo '{SECTION}status_json {id}'; tail -n {STATUS_TAIL_LINES} {p}; echo; fi\n",
-            p = quote(path),
-            id = job_id
+            p = quote(&job.status_json),
+            id = job.job_id
         ));
     }
     s.push_str("exit 0\n");
@@ -57,43 +91,89 @@ pub fn refresh_script(jobs: &[(String, String, String)]) -> String {
 /// Parse the refresh script's output. Pure.
 pub fn parse_refresh_output(stdout: &str) -> Observations {
     let mut obs = Observations::default();
-    let mut squeue_body = String::new();
-    let mut sacct_body = String::new();
+    let mut bodies: HashMap<String, String> = HashMap::new();
     for (name, arg, body) in sections(stdout) {
         match name.as_str() {
-            "squeue" => squeue_body = body,
-            "sacct" => sacct_body = body,
             "rc" => {
                 let (which, code) = arg.split_once(' ').unwrap_or((&arg, ""));
+                let body = bodies.remove(which).unwrap_or_default();
                 let ok = code.trim() == "0";
                 match (which, ok) {
-                    ("squeue", true) => obs.squeue = Some(parse_squeue(&squeue_body)),
-                    ("squeue", false) => obs.squeue_error = Some(squeue_body.trim().to_string()),
-                    ("sacct", true) => obs.sacct = Some(parse_sacct(&sacct_body)),
-                    ("sacct", false) => obs.sacct_error = Some(sacct_body.trim().to_string()),
+                    ("squeue", true) => obs.squeue = Some(parse_squeue(&body)),
+                    ("squeue", false) => obs.squeue_error = Some(body.trim().to_string()),
+                    ("sacct", true) => obs.sacct = Some(parse_sacct(&body)),
+                    ("sacct_by_name", true) => obs.sacct_by_name = Some(parse_sacct(&body)),
+                    ("sacct" | "sacct_by_name", false) => obs.sacct_error = Some(body.trim().to_string()),
                     _ => {}
                 }
             }
             "status_json" => {
                 obs.status_json.insert(arg, body);
             }
-            _ => {}
+            other => {
+                bodies.insert(other.to_string(), body);
+            }
         }
     }
     obs
 }
 
+/// What a refresh decided for one job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub job_id: String,
+    /// A Slurm job found by name for a job whose submission outcome was unknown.
+    pub adopt: Option<String>,
+    pub update: StatusUpdate,
+}
+
+fn numeric_id(id: &str) -> u64 {
+    id.parse().unwrap_or(0)
+}
+
 /// Decide each job's new status from the observations. Jobs about which nothing reliable was learned
-/// get no update: no terminal verdict from missing data. Pure.
-pub fn decide(jobs: &[JobRecord], obs: &Observations) -> Vec<(String, StatusUpdate)> {
-    let mut updates = Vec::new();
+/// get no decision: no terminal verdict from missing data. Pure.
+pub fn decide(jobs: &[JobRecord], obs: &Observations, now: i64) -> Vec<Decision> {
+    let mut decisions = Vec::new();
     for job in jobs {
-        let Some(slurm_id) = &job.slurm_job_id else {
-            continue;
-        };
         let status_json = obs.status_json.get(&job.job_id).map(String::as_str);
         let progress = status_json.and_then(last_status_line).and_then(|l| l.message);
-        if let Some(rec) = obs.squeue.as_ref().and_then(|q| q.iter().find(|r| &r.job_id == slurm_id)) {
+        let name = &job.plan.layout.job_name;
+        let (slurm_id, adopt) = match &job.slurm_job_id {
+            Some(id) => (id.clone(), None),
+            None => {
+                // Outcome unknown: find the job by its unique name (newest first), never resubmit.
+                let live = obs
+                    .squeue
+                    .as_ref()
+                    .and_then(|q| q.iter().filter(|r| &r.name == name).max_by_key(|r| numeric_id(&r.job_id)));
+                let done = obs
+                    .sacct_by_name
+                    .as_ref()
+                    .and_then(|a| a.iter().filter(|r| &r.name == name).max_by_key(|r| numeric_id(&r.job_id)));
+                match live.map(|r| r.job_id.clone()).or_else(|| done.map(|r| r.job_id.clone())) {
+                    Some(id) => (id.clone(), Some(id)),
+                    None => {
+                        let searched = obs.squeue.is_some() && obs.sacct_by_name.is_some();
+                        if searched && now - job.created_at > UNKNOWN_SUBMISSION_GRACE_SECS {
+                            decisions.push(Decision {
+                                job_id: job.job_id.clone(),
+                                adopt: None,
+                                update: StatusUpdate {
+                                    status: PlatformStatus::Error,
+                                    message: format!("never reached Slurm: no job named {name} in squeue or sacct"),
+                                    slurm_state: None,
+                                    exit_code: None,
+                                    node_list: None,
+                                },
+                            });
+                        }
+                        continue;
+                    }
+                }
+            }
+        };
+        if let Some(rec) = obs.squeue.as_ref().and_then(|q| q.iter().find(|r| r.job_id == slurm_id)) {
             let verdict = map_status(&rec.state, None, status_json);
             let mut message = verdict.message;
             if verdict.status == PlatformStatus::Pending && !rec.reason.is_empty() && rec.reason != "None" {
@@ -102,22 +182,22 @@ pub fn decide(jobs: &[JobRecord], obs: &Observations) -> Vec<(String, StatusUpda
             if let Some(p) = &progress {
                 message = format!("{message}; last progress: {p}");
             }
-            updates.push((
-                job.job_id.clone(),
-                StatusUpdate {
+            decisions.push(Decision {
+                job_id: job.job_id.clone(),
+                adopt,
+                update: StatusUpdate {
                     status: verdict.status,
                     message,
                     slurm_state: Some(rec.state.to_string()),
                     exit_code: None,
                     node_list: Some(rec.node_list.clone()).filter(|n| !n.is_empty()),
                 },
-            ));
+            });
             continue;
         }
-        let Some(sacct) = &obs.sacct else { continue };
-        let Some(rec) = sacct.iter().find(|r| &r.job_id == slurm_id) else {
-            continue;
-        };
+        let by_id = obs.sacct.as_ref().and_then(|a| a.iter().find(|r| r.job_id == slurm_id));
+        let by_name = obs.sacct_by_name.as_ref().and_then(|a| a.iter().find(|r| r.job_id == slurm_id));
+        let Some(rec) = by_id.or(by_name) else { continue };
         let mut verdict = map_status(&rec.state, rec.exit_code, status_json);
         if verdict.status == PlatformStatus::Error && rec.exit_code == Some(124) {
             // The script exits 124 only once its timeout requeues are used up.
@@ -127,26 +207,25 @@ pub fn decide(jobs: &[JobRecord], obs: &Observations) -> Vec<(String, StatusUpda
                 job.plan.timeout_seconds
             );
         }
-        updates.push((
-            job.job_id.clone(),
-            StatusUpdate {
+        decisions.push(Decision {
+            job_id: job.job_id.clone(),
+            adopt,
+            update: StatusUpdate {
                 status: verdict.status,
                 message: verdict.message,
                 slurm_state: Some(rec.state_text.clone()),
                 exit_code: rec.exit_code,
                 node_list: Some(rec.node_list.clone()).filter(|n| !n.is_empty() && n != "None assigned"),
             },
-        ));
+        });
     }
-    updates
+    decisions
 }
 
-/// Refresh the given jobs (those with a Slurm id) in one round trip and store what changed.
+/// Refresh the given jobs in one round trip and store what changed; returns the observations and the
+/// host that answered.
 pub fn refresh(remote: &dyn Remote, store: &crate::store::Store, jobs: &[JobRecord]) -> Result<Observations> {
-    let targets: Vec<(String, String, String)> = jobs
-        .iter()
-        .filter_map(|j| j.slurm_job_id.as_ref().map(|s| (s.clone(), j.job_id.clone(), j.plan.layout.status_json())))
-        .collect();
+    let targets: Vec<RefreshTarget> = jobs.iter().map(RefreshTarget::of).collect();
     if targets.is_empty() {
         return Ok(Observations::default());
     }
@@ -158,8 +237,16 @@ pub fn refresh(remote: &dyn Remote, store: &crate::store::Store, jobs: &[JobReco
     if let Some(e) = &obs.sacct_error {
         tracing::warn!(error = %e, "sacct failed; finished jobs left as they were");
     }
-    for (job_id, update) in decide(jobs, &obs) {
-        store.update_status(&job_id, &update)?;
+    for d in decide(jobs, &obs, crate::store::now_secs()) {
+        if let Some(id) = &d.adopt {
+            store.set_submitted(&d.job_id, id, &out.host)?;
+            store.add_event(
+                &d.job_id,
+                "adopted",
+                &format!("found Slurm job {id} by its name after an unknown submission outcome"),
+            )?;
+        }
+        store.update_status(&d.job_id, &d.update)?;
     }
     Ok(obs)
 }
@@ -191,7 +278,12 @@ mod tests {
 
     #[test]
     fn script_is_valid_bash_and_runs_against_stand_ins() {
-        let jobs = vec![("11".to_string(), "a".to_string(), "/nonexistent/a/status.json".to_string())];
+        let jobs = vec![RefreshTarget {
+            job_id: "a".into(),
+            slurm_job_id: Some("11".into()),
+            job_name: "tao-job-a".into(),
+            status_json: "/nonexistent/a/status.json".into(),
+        }];
         let script = refresh_script(&jobs);
         let dir = tempfile::tempdir().unwrap();
         let bin = dir.path();
@@ -218,12 +310,12 @@ mod tests {
     fn decisions() {
         let jobs = vec![job("a", "10"), job("b", "11"), job("c", "12"), job("d", "13")];
         let obs = Observations {
-            squeue: Some(parse_squeue("10|PENDING|Resources|||4:00:00\n")),
+            squeue: Some(parse_squeue("10|PENDING|Resources|||4:00:00|x\n")),
             sacct: Some(parse_sacct("11|FAILED|3:0|0:0|node1|a|b\n12|CANCELLED by 0|0:15|0:0|node1|a|b\n")),
             ..Observations::default()
         };
-        let d = decide(&jobs, &obs);
-        let get = |id: &str| d.iter().find(|(j, _)| j == id).map(|(_, u)| u.clone());
+        let d = decide(&jobs, &obs, now_secs());
+        let get = |id: &str| d.iter().find(|x| x.job_id == id).map(|x| x.update.clone());
         assert_eq!(get("a").unwrap().status, PlatformStatus::Pending);
         assert!(get("a").unwrap().message.contains("Resources"));
         assert_eq!(get("b").unwrap().status, PlatformStatus::Error);
@@ -233,12 +325,34 @@ mod tests {
     }
 
     #[test]
+    fn unknown_submissions_are_found_by_name_or_declared_lost_after_the_grace() {
+        let mut unknown = job("u", "0");
+        unknown.slurm_job_id = None;
+        let name = unknown.plan.layout.job_name.clone();
+        let obs = Observations {
+            squeue: Some(parse_squeue(&format!("30|RUNNING|None|node1|x|4:00:00|{name}\n"))),
+            sacct_by_name: Some(vec![]),
+            ..Observations::default()
+        };
+        let d = decide(std::slice::from_ref(&unknown), &obs, now_secs());
+        assert_eq!(d[0].adopt.as_deref(), Some("30"));
+        assert_eq!(d[0].update.status, PlatformStatus::Running);
+        let nothing = Observations { squeue: Some(vec![]), sacct_by_name: Some(vec![]), ..Observations::default() };
+        assert!(decide(std::slice::from_ref(&unknown), &nothing, now_secs()).is_empty(), "within the grace: wait");
+        let later = now_secs() + UNKNOWN_SUBMISSION_GRACE_SECS + 1;
+        let d = decide(std::slice::from_ref(&unknown), &nothing, later);
+        assert_eq!(d[0].update.status, PlatformStatus::Error);
+        let failed_query = Observations { squeue: Some(vec![]), ..Observations::default() };
+        assert!(decide(&[unknown], &failed_query, later).is_empty(), "a failed query decides nothing");
+    }
+
+    #[test]
     fn failed_squeue_changes_nothing() {
         let jobs = vec![job("a", "10")];
         let obs = parse_refresh_output(
             "@@tao-slurm:squeue\nslurm_load_jobs error: Socket timed out\n@@tao-slurm:rc squeue 1\n",
         );
         assert!(obs.squeue.is_none());
-        assert!(decide(&jobs, &obs).is_empty());
+        assert!(decide(&jobs, &obs, now_secs()).is_empty());
     }
 }

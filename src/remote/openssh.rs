@@ -227,7 +227,12 @@ impl OpenSsh {
     pub fn run_on(&self, index: usize, script: &str) -> Result<RemoteOutput, RemoteError> {
         let host = &self.hosts[index];
         let mut cmd = self.base_command(host);
-        cmd.arg("-o").arg("ControlMaster=no").arg("--").arg("bash -s");
+        // `auto`: normally a client of the master; if the master died since, this command becomes the
+        // new one (a transparent reconnect). A backgrounded master detaches from our pipes.
+        cmd.args(["-o", "ControlMaster=auto", "-o"])
+            .arg(format!("ControlPersist={}", self.control_persist_secs.max(1)))
+            .arg("--")
+            .arg("bash -s");
         let (ssh_code, stdout, stderr) = run_with_input(cmd, &wrap_script(script))?;
         // The script's status comes in-band; a missing trailer means the connection dropped. Text in
         // the output ("Connection refused") or an exit code of 255 from the script mean nothing here.

@@ -5,9 +5,10 @@ use super::SlurmState;
 use serde::{Deserialize, Serialize};
 
 /// `squeue -o` format: job id, state, reason, node list, start time, time limit.
-pub const SQUEUE_FORMAT: &str = "%i|%T|%r|%N|%S|%l";
+/// The job name comes last: it is the only free-text field, so a `|` in it cannot shift the others.
+pub const SQUEUE_FORMAT: &str = "%i|%T|%r|%N|%S|%l|%j";
 /// `sacct --format` fields, in the order [`parse_sacct`] reads them.
-pub const SACCT_FIELDS: &str = "JobIDRaw,State,ExitCode,DerivedExitCode,NodeList,Start,End";
+pub const SACCT_FIELDS: &str = "JobIDRaw,State,ExitCode,DerivedExitCode,NodeList,Start,End,JobName";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SqueueRecord {
@@ -17,6 +18,7 @@ pub struct SqueueRecord {
     pub node_list: String,
     pub start_time: String,
     pub time_limit: String,
+    pub name: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,6 +33,7 @@ pub struct SacctRecord {
     pub node_list: String,
     pub start: String,
     pub end: String,
+    pub name: String,
 }
 
 /// `sbatch --parsable` prints `ID` or `ID;CLUSTER`.
@@ -48,7 +51,7 @@ pub fn parse_squeue(stdout: &str) -> Vec<SqueueRecord> {
     stdout
         .lines()
         .filter_map(|line| {
-            let f: Vec<&str> = line.trim_end().splitn(6, '|').collect();
+            let f: Vec<&str> = line.trim_end().splitn(7, '|').collect();
             if f.len() < 6 || f[0].trim().is_empty() {
                 return None;
             }
@@ -59,6 +62,7 @@ pub fn parse_squeue(stdout: &str) -> Vec<SqueueRecord> {
                 node_list: f[3].trim().to_string(),
                 start_time: f[4].trim().to_string(),
                 time_limit: f[5].trim().to_string(),
+                name: f.get(6).map(|n| n.trim().to_string()).unwrap_or_default(),
             })
         })
         .collect()
@@ -69,7 +73,7 @@ pub fn parse_squeue(stdout: &str) -> Vec<SqueueRecord> {
 pub fn parse_sacct(stdout: &str) -> Vec<SacctRecord> {
     let mut records: Vec<SacctRecord> = Vec::new();
     for line in stdout.lines() {
-        let f: Vec<&str> = line.trim_end().split('|').collect();
+        let f: Vec<&str> = line.trim_end().splitn(8, '|').collect();
         if f.len() < 7 || f[0].is_empty() || f[0].contains('.') {
             continue;
         }
@@ -84,6 +88,7 @@ pub fn parse_sacct(stdout: &str) -> Vec<SacctRecord> {
             node_list: f[4].trim().to_string(),
             start: f[5].trim().to_string(),
             end: f[6].trim().to_string(),
+            name: f.get(7).map(|n| n.trim().to_string()).unwrap_or_default(),
         };
         records.retain(|r| r.job_id != rec.job_id);
         records.push(rec);
@@ -119,13 +124,15 @@ mod tests {
 
     #[test]
     fn squeue_lines() {
-        let out = "12|PENDING|Priority|||4:00:00\n13|RUNNING|None|node[1-2]|2026-12-02T10:00:00|4:00:00\n\n";
+        let out = "12|PENDING|Priority|||4:00:00|tao-job-a\n13|RUNNING|None|node[1-2]|2026-12-02T10:00:00|4:00:00|odd|name\n\n";
         let recs = parse_squeue(out);
         assert_eq!(recs.len(), 2);
         assert_eq!(recs[0].state, SlurmState::Pending);
         assert_eq!(recs[0].reason, "Priority");
         assert_eq!(recs[1].node_list, "node[1-2]");
         assert_eq!(recs[1].state, SlurmState::Running);
+        assert_eq!(recs[0].name, "tao-job-a");
+        assert_eq!(recs[1].name, "odd|name");
     }
 
     #[test]
