@@ -37,6 +37,11 @@ pub struct JobView {
     pub partition: String,
     pub created_at: i64,
     pub updated_at: i64,
+    /// Seconds since submission (to the last refresh, for finished jobs).
+    pub elapsed_secs: i64,
+    /// The container's last status.json line (message, epoch, KPIs), when it wrote one.
+    pub progress: Option<serde_json::Value>,
+    pub progress_message: Option<String>,
 }
 
 impl From<&JobRecord> for JobView {
@@ -59,6 +64,17 @@ impl From<&JobRecord> for JobView {
             partition: j.plan.partition.clone(),
             created_at: j.created_at,
             updated_at: j.updated_at,
+            elapsed_secs: if j.status.is_terminal() {
+                j.updated_at - j.created_at
+            } else {
+                crate::store::now_secs() - j.created_at
+            },
+            progress: j.progress.as_deref().and_then(|p| serde_json::from_str(p).ok()),
+            progress_message: j
+                .progress
+                .as_deref()
+                .and_then(|p| serde_json::from_str::<crate::status::StatusLine>(p).ok())
+                .and_then(|l| l.message),
         }
     }
 }
@@ -77,6 +93,11 @@ impl Client {
 
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// What the transport has cost so far (zero if no remote command ran).
+    pub fn transport_stats(&self) -> crate::remote::TransportStats {
+        self.remote.get().map(|r| r.stats()).unwrap_or_default()
     }
 
     fn remote(&self) -> Result<&dyn Remote> {
@@ -175,6 +196,43 @@ impl Client {
     pub fn job_logs(&self, id: &str, tail_lines: Option<u32>) -> Result<JobLogs> {
         let job = self.store.get(id)?;
         logs::read_logs(self.remote()?, &job, tail_lines)
+    }
+
+    /// Follow a job's logs until it is terminal and every byte has been read, calling `on_chunk` with
+    /// each new piece. One round trip per poll (status refresh included); never re-reads a byte.
+    pub fn follow_logs(
+        &self,
+        id: &str,
+        streams: &[logs::Stream],
+        interval: std::time::Duration,
+        on_chunk: &mut dyn FnMut(&logs::Chunk),
+    ) -> Result<JobView> {
+        let mut cursor = logs::FollowCursor::default();
+        let job_id = self.store.get(id)?.job_id;
+        loop {
+            let job = self.store.get(&job_id)?;
+            let was_terminal = job.status.is_terminal();
+            if job.slurm_job_id.is_none() {
+                // Not on Slurm yet (or outcome unknown): refresh until it has an id.
+                refresh::refresh(self.remote()?, &self.store, std::slice::from_ref(&job))?;
+                if was_terminal {
+                    return Ok(JobView::from(&job));
+                }
+                std::thread::sleep(interval);
+                continue;
+            }
+            let chunks = logs::follow_once(self.remote()?, &self.store, &job, streams, &mut cursor)?;
+            for c in &chunks {
+                on_chunk(c);
+            }
+            let caught_up = chunks.iter().all(|c| c.len < logs::MAX_CHUNK_BYTES);
+            if was_terminal && caught_up {
+                return Ok(JobView::from(&job));
+            }
+            if caught_up {
+                std::thread::sleep(interval);
+            }
+        }
     }
 
     pub fn cancel_jobs(&self, ids: &[String]) -> Result<Vec<JobView>> {

@@ -72,6 +72,16 @@ pub fn last_status_line(text: &str) -> Option<StatusLine> {
     text.lines().rev().filter(|l| !l.trim().is_empty()).find_map(|l| serde_json::from_str::<StatusLine>(l).ok())
 }
 
+/// The last complete JSON line of a `status.json` text, as written: the job's latest progress.
+pub fn last_status_raw(text: &str) -> Option<String> {
+    text.lines()
+        .rev()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .find(|l| serde_json::from_str::<StatusLine>(l).is_ok())
+        .map(String::from)
+}
+
 /// What decided a status, in words for the user.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StatusVerdict {

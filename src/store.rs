@@ -22,7 +22,8 @@ pub enum StoreError {
 }
 
 /// Migrations, in order; `user_version` records how many have run.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE jobs (
     job_id        TEXT PRIMARY KEY,
     name          TEXT,
@@ -47,7 +48,11 @@ CREATE TABLE events (
     detail  TEXT NOT NULL
 );
 CREATE INDEX events_by_job ON events(job_id, id);
-"#];
+"#,
+    r#"
+ALTER TABLE jobs ADD COLUMN progress TEXT;
+"#,
+];
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobRecord {
@@ -64,6 +69,8 @@ pub struct JobRecord {
     pub login_host: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
+    /// The last line of the container's status.json (JSON), when there is one.
+    pub progress: Option<String>,
 }
 
 /// What a refresh learned about a job.
@@ -74,6 +81,8 @@ pub struct StatusUpdate {
     pub slurm_state: Option<String>,
     pub exit_code: Option<i32>,
     pub node_list: Option<String>,
+    /// The last status.json line; None keeps what was stored.
+    pub progress: Option<String>,
 }
 
 pub struct Store {
@@ -150,7 +159,8 @@ impl Store {
         self.conn
             .execute(
                 "UPDATE jobs SET status = ?2, message = ?3, slurm_state = ?4, exit_code = ?5,
-                   node_list = COALESCE(node_list, ?6), updated_at = ?7 WHERE job_id = ?1",
+                   node_list = COALESCE(node_list, ?6), updated_at = ?7, progress = COALESCE(?8, progress)
+                 WHERE job_id = ?1",
                 params![
                     job_id,
                     update.status.as_str(),
@@ -158,7 +168,8 @@ impl Store {
                     update.slurm_state,
                     update.exit_code,
                     update.node_list,
-                    now_secs()
+                    now_secs(),
+                    update.progress
                 ],
             )
             .map_err(|e| self.err(e))?;
@@ -235,7 +246,7 @@ impl Store {
 }
 
 const SELECT: &str = "SELECT job_id, name, spec_json, plan_json, status, message, slurm_job_id, slurm_state,
-    exit_code, node_list, login_host, created_at, updated_at FROM jobs";
+    exit_code, node_list, login_host, created_at, updated_at, progress FROM jobs";
 
 /// A row as stored; the plan and status are decoded afterwards so a corrupt row gives a clear error.
 struct RawRow {
@@ -252,6 +263,7 @@ struct RawRow {
     login_host: Option<String>,
     created_at: i64,
     updated_at: i64,
+    progress: Option<String>,
 }
 
 fn raw_row(r: &Row) -> rusqlite::Result<RawRow> {
@@ -269,6 +281,7 @@ fn raw_row(r: &Row) -> rusqlite::Result<RawRow> {
         login_host: r.get(10)?,
         created_at: r.get(11)?,
         updated_at: r.get(12)?,
+        progress: r.get(13)?,
     })
 }
 
@@ -290,6 +303,7 @@ fn to_record(raw: RawRow) -> Result<JobRecord, StoreError> {
         login_host: raw.login_host,
         created_at: raw.created_at,
         updated_at: raw.updated_at,
+        progress: raw.progress,
     })
 }
 
@@ -317,6 +331,7 @@ mod tests {
                         slurm_state: Some("FAILED".into()),
                         exit_code: Some(3),
                         node_list: Some("node1".into()),
+                        progress: None,
                     },
                 )
                 .unwrap();

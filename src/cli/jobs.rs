@@ -1,6 +1,7 @@
 use crate::config::Settings;
 use crate::error::Error;
-use crate::Client;
+use crate::spec::SpecError;
+use crate::{Client, PlatformStatus};
 use clap::Args;
 
 #[derive(Args, Debug)]
@@ -8,14 +9,58 @@ pub struct ListCmd {
     /// Only jobs that are not yet terminal
     #[arg(long)]
     pub active: bool,
+    /// Only jobs in this status (Pending, Running, Complete, Error, Canceled, Paused)
+    #[arg(long)]
+    pub status: Option<String>,
+    /// Only jobs submitted within this long (30m, 2h, 7d)
+    #[arg(long)]
+    pub since: Option<String>,
     #[arg(long)]
     pub json: bool,
+}
+
+/// `30s`, `30m`, `2h`, `7d` -> seconds.
+fn parse_age(text: &str) -> Option<i64> {
+    let text = text.trim();
+    let (num, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    let n: i64 = num.parse().ok()?;
+    let mult = match unit {
+        "s" | "" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
+        "w" => 7 * 86400,
+        _ => return None,
+    };
+    Some(n * mult)
 }
 
 impl ListCmd {
     /// Served from the state file: no remote call.
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
-        let views = Client::new(settings)?.list(self.active)?;
+        let status = match &self.status {
+            Some(s) => Some(PlatformStatus::parse(s).ok_or_else(|| {
+                SpecError::new(
+                    "status",
+                    format!("{s:?} is not one of Pending, Running, Complete, Error, Canceled, Paused"),
+                )
+            })?),
+            None => None,
+        };
+        let since = match &self.since {
+            Some(t) => Some(
+                parse_age(t)
+                    .ok_or_else(|| SpecError::new("since", format!("{t:?} is not an age like 30m, 2h or 7d")))?,
+            ),
+            None => None,
+        };
+        let now = crate::store::now_secs();
+        let views: Vec<_> = Client::new(settings)?
+            .list(self.active)?
+            .into_iter()
+            .filter(|v| status.is_none_or(|s| v.status == s))
+            .filter(|v| since.is_none_or(|age| now - v.created_at <= age))
+            .collect();
         if self.json {
             super::print_json(&views);
         } else {

@@ -1,7 +1,11 @@
 use crate::config::Settings;
+use crate::engine::logs::{Chunk, Stream};
 use crate::error::Error;
+use crate::spec::SpecError;
 use crate::Client;
 use clap::Args;
+use std::io::Write;
+use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct LogsCmd {
@@ -9,19 +13,73 @@ pub struct LogsCmd {
     /// Only the last N lines of each file
     #[arg(long)]
     pub tail: Option<u32>,
+    /// Follow the files as the job writes them, until it reaches a terminal status
+    #[arg(short = 'f', long)]
+    pub follow: bool,
+    /// Only main.out
+    #[arg(long, conflicts_with = "stderr")]
+    pub stdout: bool,
+    /// Only main.err
+    #[arg(long)]
+    pub stderr: bool,
+    /// Seconds between polls with -f
+    #[arg(long, default_value_t = 1.0)]
+    pub interval: f64,
+    /// Which attempt's logs (1 = the first Slurm job of this platform job)
+    #[arg(long, default_value_t = 1)]
+    pub attempt: u32,
     #[arg(long)]
     pub json: bool,
 }
 
 impl LogsCmd {
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
-        let logs = Client::new(settings)?.job_logs(&self.job_id, self.tail)?;
+        if self.attempt != 1 {
+            return Err(SpecError::new("attempt", "this job has one attempt; use --attempt 1").into());
+        }
+        let client = Client::new(settings)?;
+        let streams: Vec<Stream> = match (self.stdout, self.stderr) {
+            (true, _) => vec![Stream::Stdout],
+            (_, true) => vec![Stream::Stderr],
+            _ => vec![Stream::Stdout, Stream::Stderr],
+        };
+        if self.follow {
+            if !(self.interval.is_finite() && self.interval >= 0.2) {
+                return Err(SpecError::new("interval", "must be at least 0.2 seconds").into());
+            }
+            // main.out goes to our stdout and main.err to our stderr, as they arrive.
+            let mut print = |c: &Chunk| {
+                if self.json {
+                    let stream = if c.stream == Stream::Stdout { "stdout" } else { "stderr" };
+                    println!("{}", serde_json::json!({"stream": stream, "offset": c.offset, "text": c.text}));
+                } else if c.stream == Stream::Stdout {
+                    let mut out = std::io::stdout().lock();
+                    let _ = out.write_all(c.text.as_bytes());
+                    let _ = out.flush();
+                } else {
+                    let _ = std::io::stderr().write_all(c.text.as_bytes());
+                }
+            };
+            let view =
+                client.follow_logs(&self.job_id, &streams, Duration::from_secs_f64(self.interval), &mut print)?;
+            eprintln!("tao-slurm: job {} is {} ({})", view.job_id, view.status, view.message);
+            return Ok(0);
+        }
+        let logs = client.job_logs(&self.job_id, self.tail)?;
         if self.json {
             super::print_json(&logs);
-        } else {
-            println!("==> {} <==", logs.stdout_path);
+            return Ok(0);
+        }
+        if streams.contains(&Stream::Stdout) {
+            if streams.len() > 1 {
+                println!("==> {} <==", logs.stdout_path);
+            }
             print!("{}", logs.stdout);
-            println!("==> {} <==", logs.stderr_path);
+        }
+        if streams.contains(&Stream::Stderr) {
+            if streams.len() > 1 {
+                println!("==> {} <==", logs.stderr_path);
+            }
             print!("{}", logs.stderr);
         }
         Ok(0)

@@ -1,13 +1,15 @@
 use crate::config::Settings;
 use crate::error::{exit_code, Error};
-use crate::{Client, PlatformStatus};
+use crate::{Client, JobView, PlatformStatus};
 use clap::Args;
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use std::collections::HashMap;
+use std::io::IsTerminal;
 use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct WatchCmd {
-    #[arg(required = true)]
+    /// Job ids (or prefixes); none means every active job
     pub job_ids: Vec<String>,
     /// Seconds between refreshes
     #[arg(long, default_value_t = 5.0)]
@@ -18,35 +20,60 @@ pub struct WatchCmd {
 }
 
 impl WatchCmd {
-    /// Poll until every job is terminal. Never gives up because time passed; Ctrl-C only detaches.
+    /// Refresh until every watched job is terminal. Never gives up because time passed; Ctrl-C only
+    /// detaches (the jobs keep running).
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
         if !(self.interval.is_finite() && self.interval >= 0.2) {
             return Err(Error::Spec(crate::spec::SpecError::new("interval", "must be at least 0.2 seconds")));
         }
         let client = Client::new(settings)?;
-        eprintln!(
-            "Watching {}; Ctrl-C detaches (the job keeps running). Re-attach with: tao-slurm watch {}",
-            self.job_ids.join(" "),
-            self.job_ids.join(" ")
-        );
+        let ids: Vec<String> = if self.job_ids.is_empty() {
+            client.list(true)?.into_iter().map(|v| v.job_id).collect()
+        } else {
+            self.job_ids.clone()
+        };
+        if ids.is_empty() {
+            eprintln!("no active jobs to watch");
+            return Ok(0);
+        }
+        let reattach = format!("tao-slurm watch {}", ids.join(" "));
+        let message = format!("\nDetached; the jobs keep running. Re-attach with: {reattach}");
+        let _ = ctrlc::set_handler(move || {
+            eprintln!("{message}");
+            std::process::exit(130);
+        });
+        let live_table = !self.json && std::io::stdout().is_terminal();
+        if !live_table {
+            eprintln!(
+                "Watching {}; Ctrl-C detaches (the jobs keep running). Re-attach with: {reattach}",
+                ids.join(" ")
+            );
+        }
         let mut last: HashMap<String, (PlatformStatus, Option<String>, String)> = HashMap::new();
         loop {
-            let views = client.refresh(&self.job_ids)?;
-            for v in &views {
-                let key = (v.status, v.slurm_state.clone(), v.message.clone());
-                if last.get(&v.job_id) != Some(&key) {
-                    if self.json {
-                        println!("{}", serde_json::to_string(v).expect("serialisable"));
-                    } else {
-                        println!(
-                            "{}  {:<8} {:<12} {}",
-                            v.job_id,
-                            v.status.as_str(),
-                            v.slurm_state.as_deref().unwrap_or("-"),
-                            v.message
-                        );
+            let views = client.refresh(&ids)?;
+            if live_table {
+                print!("\x1b[H\x1b[2J");
+                println!("{}", table(&views));
+                println!("refreshing every {} s; Ctrl-C detaches", self.interval);
+            } else {
+                for v in &views {
+                    let key = (v.status, v.slurm_state.clone(), v.message.clone());
+                    if last.get(&v.job_id) != Some(&key) {
+                        if self.json {
+                            println!("{}", serde_json::to_string(v).expect("serialisable"));
+                        } else {
+                            println!(
+                                "{}  {:<8} {:<12} {:>8}  {}",
+                                v.job_id,
+                                v.status.as_str(),
+                                v.slurm_state.as_deref().unwrap_or("-"),
+                                elapsed(v.elapsed_secs),
+                                v.message
+                            );
+                        }
+                        last.insert(v.job_id.clone(), key);
                     }
-                    last.insert(v.job_id.clone(), key);
                 }
             }
             if views.iter().all(|v| v.status.is_terminal()) {
@@ -56,4 +83,26 @@ impl WatchCmd {
             std::thread::sleep(Duration::from_secs_f64(self.interval));
         }
     }
+}
+
+fn elapsed(secs: i64) -> String {
+    let s = secs.max(0);
+    format!("{}:{:02}:{:02}", s / 3600, (s / 60) % 60, s % 60)
+}
+
+fn table(views: &[JobView]) -> Table {
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header(["job id", "status", "slurm state", "elapsed", "reason / message", "last progress"]);
+    for v in views {
+        t.add_row([
+            v.job_id.clone(),
+            v.status.to_string(),
+            v.slurm_state.clone().unwrap_or_default(),
+            elapsed(v.elapsed_secs),
+            v.message.clone(),
+            v.progress_message.clone().unwrap_or_default(),
+        ]);
+    }
+    t
 }

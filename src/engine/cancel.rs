@@ -33,6 +33,7 @@ pub fn cancel(remote: &dyn Remote, store: &Store, jobs: &[JobRecord]) -> Result<
                 slurm_state: job.slurm_state.clone(),
                 exit_code: job.exit_code,
                 node_list: None,
+                progress: None,
             },
         )?;
         changed.push(job.job_id.clone());

@@ -1,10 +1,13 @@
-//! Read a job's main.out and main.err in one round trip.
+//! Read a job's main.out and main.err: whole or tail in one round trip, or followed by byte offset
+//! (each poll reads only the bytes added since the last one, and refreshes the job's status in the
+//! same round trip).
 
+use crate::engine::refresh::{parse_refresh_output, record, refresh_script, RefreshTarget};
 use crate::engine::{sections, SECTION};
 use crate::error::{Error, Result};
 use crate::remote::{Idempotency, Remote};
 use crate::script::shell::quote;
-use crate::store::JobRecord;
+use crate::store::{JobRecord, Store};
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct JobLogs {
@@ -16,6 +19,23 @@ pub struct JobLogs {
     pub stderr: String,
 }
 
+/// Which of the two files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// The paths of an attempt's two log files.
+pub fn log_paths(job: &JobRecord) -> Result<(String, String, String)> {
+    let slurm_job_id = job
+        .slurm_job_id
+        .clone()
+        .ok_or_else(|| Error::RemoteCommand(format!("job {} has no Slurm job yet, so it has no logs", job.job_id)))?;
+    let dir = job.plan.layout.log_dir(&slurm_job_id);
+    Ok((slurm_job_id, format!("{dir}/main.out"), format!("{dir}/main.err")))
+}
+
 /// `tail` (or `cat` when `tail_lines` is None) of both files, in marked sections. Pure.
 pub fn logs_script(out_path: &str, err_path: &str, tail_lines: Option<u32>) -> String {
     let reader = match tail_lines {
@@ -24,22 +44,17 @@ pub fn logs_script(out_path: &str, err_path: &str, tail_lines: Option<u32>) -> S
     };
     let mut s = String::new();
     for (name, path) in [("stdout", out_path), ("stderr", err_path)] {
+        // Lines are prefixed so that no log line can pose as a section marker.
         s.push_str(&format!(
-            "echo '{SECTION}{name}'\nif [ -f {p} ]; then {reader} {p}; else echo '{SECTION}missing'; fi\n",
+            "echo '{SECTION}{name}'\nif [ -f {p} ]; then {reader} {p} | sed 's/^/|/'; else echo '{SECTION}missing'; fi\n",
             p = quote(path)
         ));
     }
-    s.push_str("exit 0\n");
     s
 }
 
 pub fn read_logs(remote: &dyn Remote, job: &JobRecord, tail_lines: Option<u32>) -> Result<JobLogs> {
-    let slurm_job_id = job
-        .slurm_job_id
-        .clone()
-        .ok_or_else(|| Error::RemoteCommand(format!("job {} has no Slurm job yet, so it has no logs", job.job_id)))?;
-    let dir = job.plan.layout.log_dir(&slurm_job_id);
-    let (out_path, err_path) = (format!("{dir}/main.out"), format!("{dir}/main.err"));
+    let (slurm_job_id, out_path, err_path) = log_paths(job)?;
     let out = remote.run_script(&logs_script(&out_path, &err_path, tail_lines), Idempotency::Idempotent)?;
     let mut logs = JobLogs {
         job_id: job.job_id.clone(),
@@ -51,26 +66,154 @@ pub fn read_logs(remote: &dyn Remote, job: &JobRecord, tail_lines: Option<u32>) 
     };
     let mut in_stdout = true;
     for (name, _, body) in sections(&out.stdout) {
-        let slot = match name.as_str() {
+        let text: String = body.lines().map(|l| format!("{}\n", l.strip_prefix('|').unwrap_or(l))).collect();
+        match name.as_str() {
             "stdout" => {
                 in_stdout = true;
-                &mut logs.stdout
+                logs.stdout = text;
             }
             "stderr" => {
                 in_stdout = false;
-                &mut logs.stderr
+                logs.stderr = text;
             }
-            "missing" if in_stdout => {
-                logs.stdout = "(not written yet)\n".into();
-                continue;
-            }
-            "missing" => {
-                logs.stderr = "(not written yet)\n".into();
-                continue;
-            }
-            _ => continue,
-        };
-        *slot = body;
+            "missing" if in_stdout => logs.stdout = "(not written yet)\n".into(),
+            "missing" => logs.stderr = "(not written yet)\n".into(),
+            _ => {}
+        }
     }
     Ok(logs)
+}
+
+/// Largest chunk one poll reads per file; a file further behind is caught up over several polls.
+pub const MAX_CHUNK_BYTES: u64 = 8 << 20;
+
+/// Where a follower is in each file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FollowCursor {
+    pub stdout_offset: u64,
+    pub stderr_offset: u64,
+}
+
+/// New bytes of the files since the cursor, delimited by a marker that includes an unguessable nonce,
+/// so nothing in a log can end a chunk early. Pure.
+pub fn follow_chunks_script(files: &[(Stream, &str, u64)], nonce: &str) -> String {
+    let mut s = String::new();
+    for (stream, path, offset) in files {
+        let name = stream_name(*stream);
+        s.push_str(&format!(
+            "f={p}; off={offset}\nsize=\"$(stat -c %s \"$f\" 2>/dev/null || echo -1)\"\n\
+             if [ \"$size\" -ge 0 ]; then\n  [ \"$size\" -lt \"$off\" ] && off=0\n  n=$((size - off)); [ \"$n\" -gt {MAX_CHUNK_BYTES} ] && n={MAX_CHUNK_BYTES}\n  \
+             echo \"{SECTION}chunk {name} $off $n\"\n  tail -c +$((off + 1)) \"$f\" | head -c \"$n\"\n  printf '\\n{SECTION}endchunk-{nonce}\\n'\nfi\n",
+            p = quote(path)
+        ));
+    }
+    s
+}
+
+fn stream_name(stream: Stream) -> &'static str {
+    match stream {
+        Stream::Stdout => "stdout",
+        Stream::Stderr => "stderr",
+    }
+}
+
+/// One chunk: the stream, the offset it starts at, and its bytes (shown lossily if not UTF-8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    pub stream: Stream,
+    pub offset: u64,
+    pub len: u64,
+    pub text: String,
+}
+
+/// Split follow output into what came before the chunks (the refresh part) and the chunks. Pure.
+pub fn parse_chunks(stdout: &str, nonce: &str) -> (String, Vec<Chunk>) {
+    let header = format!("{SECTION}chunk ");
+    let end = format!("\n{SECTION}endchunk-{nonce}\n");
+    let Some(first) = stdout.find(&header).filter(|i| *i == 0 || stdout.as_bytes()[i - 1] == b'\n') else {
+        return (stdout.to_string(), Vec::new());
+    };
+    let (before, mut rest) = stdout.split_at(first);
+    let mut chunks = Vec::new();
+    while let Some(h) = rest.strip_prefix(&header) {
+        let Some((line, body)) = h.split_once('\n') else { break };
+        let mut words = line.split_whitespace();
+        let stream = if words.next() == Some("stderr") { Stream::Stderr } else { Stream::Stdout };
+        let offset = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
+        let len = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
+        let Some(stop) = body.find(&end) else { break };
+        chunks.push(Chunk { stream, offset, len, text: body[..stop].to_string() });
+        rest = &body[stop + end.len()..];
+    }
+    (before.to_string(), chunks)
+}
+
+/// One poll of `logs -f`: refresh the job and read what was added to the files, in one round trip.
+/// Returns the new chunks; the cursor advances by the byte counts the host reported.
+pub fn follow_once(
+    remote: &dyn Remote,
+    store: &Store,
+    job: &JobRecord,
+    streams: &[Stream],
+    cursor: &mut FollowCursor,
+) -> Result<Vec<Chunk>> {
+    let (_, out_path, err_path) = log_paths(job)?;
+    let files: Vec<(Stream, &str, u64)> = streams
+        .iter()
+        .map(|s| match s {
+            Stream::Stdout => (Stream::Stdout, out_path.as_str(), cursor.stdout_offset),
+            Stream::Stderr => (Stream::Stderr, err_path.as_str(), cursor.stderr_offset),
+        })
+        .collect();
+    let nonce = uuid::Uuid::new_v4().simple().to_string();
+    let mut script = String::new();
+    if !job.status.is_terminal() {
+        script.push_str(&refresh_script(&[RefreshTarget::of(job)]));
+    }
+    script.push_str(&follow_chunks_script(&files, &nonce));
+    let out = remote.run_script(&script, Idempotency::Idempotent)?;
+    let (refresh_part, chunks) = parse_chunks(&out.stdout, &nonce);
+    if !job.status.is_terminal() {
+        record(store, std::slice::from_ref(job), &parse_refresh_output(&refresh_part), &out.host)?;
+    }
+    for c in &chunks {
+        match c.stream {
+            Stream::Stdout => cursor.stdout_offset = c.offset + c.len,
+            Stream::Stderr => cursor.stderr_offset = c.offset + c.len,
+        }
+    }
+    Ok(chunks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_are_read_from_offsets_and_cannot_be_spoofed() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("main.out");
+        std::fs::write(&out, "line1\n@@tao-slurm:endchunk-guess\n@@tao-slurm:chunk stdout 0 1\nline4").unwrap();
+        let path = out.display().to_string();
+        let nonce = "n0nce";
+        let script = follow_chunks_script(&[(Stream::Stdout, &path, 6), (Stream::Stderr, "/nonexistent", 0)], nonce);
+        let run = std::process::Command::new("bash").arg("-c").arg(&script).output().unwrap();
+        let (before, chunks) = parse_chunks(&String::from_utf8(run.stdout).unwrap(), nonce);
+        assert_eq!(before, "");
+        assert_eq!(chunks.len(), 1, "a missing file yields no chunk");
+        assert_eq!(chunks[0].offset, 6);
+        assert_eq!(chunks[0].text, "@@tao-slurm:endchunk-guess\n@@tao-slurm:chunk stdout 0 1\nline4");
+        assert_eq!(chunks[0].len, chunks[0].text.len() as u64);
+    }
+
+    #[test]
+    fn a_truncated_file_is_read_from_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("main.out");
+        std::fs::write(&out, "new\n").unwrap();
+        let script = follow_chunks_script(&[(Stream::Stdout, &out.display().to_string(), 100)], "x");
+        let run = std::process::Command::new("bash").arg("-c").arg(&script).output().unwrap();
+        let (_, chunks) = parse_chunks(&String::from_utf8(run.stdout).unwrap(), "x");
+        assert_eq!((chunks[0].offset, chunks[0].text.as_str()), (0, "new\n"));
+    }
 }

@@ -21,7 +21,7 @@ pub fn run_preflight(settings: &Settings) -> Vec<Check> {
     };
     let script = preflight_script(settings);
     if settings.local {
-        match crate::remote::LocalShell.run_script(&script, Idempotency::Idempotent) {
+        match crate::remote::LocalShell::default().run_script(&script, Idempotency::Idempotent) {
             Ok(out) => checks.extend(read_preflight(settings, "local", &out.stdout)),
             Err(e) => checks.push(Check::fail("local shell", None, e.to_string(), "bash must be available")),
         }

@@ -5,8 +5,8 @@ use crate::engine::{sections, SECTION};
 use crate::error::Result;
 use crate::remote::{Idempotency, Remote};
 use crate::script::shell::quote;
-use crate::slurm::{parse_sacct, parse_squeue, SacctRecord, SqueueRecord};
-use crate::status::{last_status_line, map_status, PlatformStatus};
+use crate::slurm::{explain_pending, parse_sacct, parse_squeue, SacctRecord, SqueueRecord};
+use crate::status::{last_status_line, last_status_raw, map_status, PlatformStatus};
 use crate::store::{JobRecord, StatusUpdate};
 use std::collections::HashMap;
 
@@ -56,6 +56,9 @@ impl RefreshTarget {
 /// A job whose submission outcome is unknown and that neither squeue nor sacct knows by name after
 /// this long never reached Slurm.
 pub const UNKNOWN_SUBMISSION_GRACE_SECS: i64 = 600;
+/// A submitted job that neither squeue nor sacct knows after this long was lost by the scheduler
+/// (sacct lags the controller by a second or so right after a job starts or ends).
+pub const LOST_JOB_GRACE_SECS: i64 = 300;
 
 /// The remote script for a set of jobs. Pure.
 pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
@@ -79,12 +82,12 @@ pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
     }
     for job in jobs {
         s.push_str(&format!(
-            "if [ -f {p} ]; then echo '{SECTION}status_json {id}'; tail -n {STATUS_TAIL_LINES} {p}; echo; fi\n",
+            // Each line is prefixed with `|` so that no line the container writes can pose as a marker.
+            "if [ -f {p} ]; then echo '{SECTION}status_json {id}'; tail -n {STATUS_TAIL_LINES} {p} | sed 's/^/|/'; fi\n",
             p = quote(&job.status_json),
             id = job.job_id
         ));
     }
-    s.push_str("exit 0\n");
     s
 }
 
@@ -108,7 +111,8 @@ pub fn parse_refresh_output(stdout: &str) -> Observations {
                 }
             }
             "status_json" => {
-                obs.status_json.insert(arg, body);
+                let text: String = body.lines().map(|l| format!("{}\n", l.strip_prefix('|').unwrap_or(l))).collect();
+                obs.status_json.insert(arg, text);
             }
             other => {
                 bodies.insert(other.to_string(), body);
@@ -137,6 +141,7 @@ pub fn decide(jobs: &[JobRecord], obs: &Observations, now: i64) -> Vec<Decision>
     let mut decisions = Vec::new();
     for job in jobs {
         let status_json = obs.status_json.get(&job.job_id).map(String::as_str);
+        let progress_raw = status_json.and_then(last_status_raw);
         let progress = status_json.and_then(last_status_line).and_then(|l| l.message);
         let name = &job.plan.layout.job_name;
         let (slurm_id, adopt) = match &job.slurm_job_id {
@@ -165,6 +170,7 @@ pub fn decide(jobs: &[JobRecord], obs: &Observations, now: i64) -> Vec<Decision>
                                     slurm_state: None,
                                     exit_code: None,
                                     node_list: None,
+                                    progress: None,
                                 },
                             });
                         }
@@ -177,7 +183,10 @@ pub fn decide(jobs: &[JobRecord], obs: &Observations, now: i64) -> Vec<Decision>
             let verdict = map_status(&rec.state, None, status_json);
             let mut message = verdict.message;
             if verdict.status == PlatformStatus::Pending && !rec.reason.is_empty() && rec.reason != "None" {
-                message = format!("{message}, reason {}", rec.reason);
+                message = match explain_pending(&rec.reason) {
+                    Some((words, advice)) => format!("{message}, reason {}: {words} ({advice})", rec.reason),
+                    None => format!("{message}, reason {}", rec.reason),
+                };
             }
             if let Some(p) = &progress {
                 message = format!("{message}; last progress: {p}");
@@ -191,13 +200,34 @@ pub fn decide(jobs: &[JobRecord], obs: &Observations, now: i64) -> Vec<Decision>
                     slurm_state: Some(rec.state.to_string()),
                     exit_code: None,
                     node_list: Some(rec.node_list.clone()).filter(|n| !n.is_empty()),
+                    progress: progress_raw,
                 },
             });
             continue;
         }
         let by_id = obs.sacct.as_ref().and_then(|a| a.iter().find(|r| r.job_id == slurm_id));
         let by_name = obs.sacct_by_name.as_ref().and_then(|a| a.iter().find(|r| r.job_id == slurm_id));
-        let Some(rec) = by_id.or(by_name) else { continue };
+        let Some(rec) = by_id.or(by_name) else {
+            // Neither squeue nor sacct (both answered) knows the job: past the grace, it is lost.
+            if obs.squeue.is_some() && obs.sacct.is_some() && now - job.created_at > LOST_JOB_GRACE_SECS {
+                decisions.push(Decision {
+                    job_id: job.job_id.clone(),
+                    adopt,
+                    update: StatusUpdate {
+                        status: PlatformStatus::Error,
+                        message: format!(
+                            "lost by the scheduler: Slurm job {slurm_id} is neither in squeue (which listed {} of your jobs) nor in sacct (searched since {SACCT_LOOKBACK})",
+                            obs.squeue.as_ref().map(Vec::len).unwrap_or(0)
+                        ),
+                        slurm_state: job.slurm_state.clone(),
+                        exit_code: None,
+                        node_list: None,
+                        progress: progress_raw,
+                    },
+                });
+            }
+            continue;
+        };
         let mut verdict = map_status(&rec.state, rec.exit_code, status_json);
         if verdict.status == PlatformStatus::Error && rec.exit_code == Some(124) {
             // The script exits 124 only once its timeout requeues are used up.
@@ -216,6 +246,7 @@ pub fn decide(jobs: &[JobRecord], obs: &Observations, now: i64) -> Vec<Decision>
                 slurm_state: Some(rec.state_text.clone()),
                 exit_code: rec.exit_code,
                 node_list: Some(rec.node_list.clone()).filter(|n| !n.is_empty() && n != "None assigned"),
+                progress: progress_raw,
             },
         });
     }
@@ -231,15 +262,21 @@ pub fn refresh(remote: &dyn Remote, store: &crate::store::Store, jobs: &[JobReco
     }
     let out = remote.run_script(&refresh_script(&targets), Idempotency::Idempotent)?;
     let obs = parse_refresh_output(&out.stdout);
+    record(store, jobs, &obs, &out.host)?;
+    Ok(obs)
+}
+
+/// Store what a refresh's observations decide.
+pub fn record(store: &crate::store::Store, jobs: &[JobRecord], obs: &Observations, host: &str) -> Result<()> {
     if let Some(e) = &obs.squeue_error {
         tracing::warn!(error = %e, "squeue failed; statuses left as they were");
     }
     if let Some(e) = &obs.sacct_error {
         tracing::warn!(error = %e, "sacct failed; finished jobs left as they were");
     }
-    for d in decide(jobs, &obs, crate::store::now_secs()) {
+    for d in decide(jobs, obs, crate::store::now_secs()) {
         if let Some(id) = &d.adopt {
-            store.set_submitted(&d.job_id, id, &out.host)?;
+            store.set_submitted(&d.job_id, id, host)?;
             store.add_event(
                 &d.job_id,
                 "adopted",
@@ -248,7 +285,7 @@ pub fn refresh(remote: &dyn Remote, store: &crate::store::Store, jobs: &[JobReco
         }
         store.update_status(&d.job_id, &d.update)?;
     }
-    Ok(obs)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -273,6 +310,7 @@ mod tests {
             login_host: None,
             created_at: now_secs(),
             updated_at: now_secs(),
+            progress: None,
         }
     }
 
@@ -322,6 +360,11 @@ mod tests {
         assert_eq!(get("b").unwrap().exit_code, Some(3));
         assert_eq!(get("c").unwrap().status, PlatformStatus::Canceled);
         assert!(get("d").is_none(), "a job neither command knows gets no verdict yet");
+        let later = now_secs() + LOST_JOB_GRACE_SECS + 1;
+        let d = decide(&jobs, &obs, later);
+        let lost = d.iter().find(|x| x.job_id == "d").unwrap();
+        assert_eq!(lost.update.status, PlatformStatus::Error);
+        assert!(lost.update.message.contains("lost by the scheduler"), "{}", lost.update.message);
     }
 
     #[test]

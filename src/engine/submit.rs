@@ -91,7 +91,7 @@ pub fn submit(
             };
             store.update_status(
                 job_id,
-                &StatusUpdate { status, message, slurm_state: None, exit_code: None, node_list: None },
+                &StatusUpdate { status, message, slurm_state: None, exit_code: None, node_list: None, progress: None },
             )?;
             return Err(e.into());
         }
@@ -122,6 +122,7 @@ pub fn submit(
                     slurm_state: None,
                     exit_code: None,
                     node_list: None,
+                    progress: None,
                 },
             )?;
         }

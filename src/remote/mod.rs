@@ -41,9 +41,53 @@ pub enum Idempotency {
     RunAtMostOnce,
 }
 
+/// What a transport has cost so far: counts are stable where times are not, so benchmarks and
+/// tests measure these.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TransportStats {
+    /// Remote scripts run (one round trip each).
+    pub round_trips: u64,
+    /// SSH masters this process started (each is one login).
+    pub logins: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    round_trips: std::sync::atomic::AtomicU64,
+    logins: std::sync::atomic::AtomicU64,
+    bytes_sent: std::sync::atomic::AtomicU64,
+    bytes_received: std::sync::atomic::AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn round_trip(&self, sent: usize, received: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.round_trips.fetch_add(1, Relaxed);
+        self.bytes_sent.fetch_add(sent as u64, Relaxed);
+        self.bytes_received.fetch_add(received as u64, Relaxed);
+    }
+    pub(crate) fn login(&self) {
+        self.logins.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    pub(crate) fn snapshot(&self) -> TransportStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        TransportStats {
+            round_trips: self.round_trips.load(Relaxed),
+            logins: self.logins.load(Relaxed),
+            bytes_sent: self.bytes_sent.load(Relaxed),
+            bytes_received: self.bytes_received.load(Relaxed),
+        }
+    }
+}
+
 pub trait Remote: Send + Sync {
     /// Where commands run, for messages (`host` or `local`).
     fn describe(&self) -> String;
+
+    /// Round trips, logins and bytes so far.
+    fn stats(&self) -> TransportStats;
 
     /// Run a bash script on the login host and return its output. A non-zero exit of the script is a
     /// result, not an error; errors are connection-level only.
@@ -53,7 +97,7 @@ pub trait Remote: Send + Sync {
 /// The transport the settings ask for: local shell on the login node, else OpenSSH.
 pub fn connect(settings: &Settings) -> Result<Box<dyn Remote>, RemoteError> {
     if settings.local {
-        return Ok(Box::new(LocalShell));
+        return Ok(Box::new(LocalShell::default()));
     }
     let (user, hosts) = settings.require_remote()?;
     Ok(Box::new(OpenSsh::new(settings, user, hosts)?))

@@ -25,6 +25,7 @@ pub struct OpenSsh {
     control_persist_secs: u32,
     control_dir: PathBuf,
     accept_new_host_keys: bool,
+    counters: super::Counters,
     /// Index into `hosts` of the host whose master is up, once one is.
     active: Mutex<Option<usize>>,
 }
@@ -62,6 +63,7 @@ impl OpenSsh {
             control_persist_secs: settings.control_persist_secs,
             control_dir: settings.control_dir.clone(),
             accept_new_host_keys: settings.accept_new_host_keys,
+            counters: super::Counters::default(),
             active: Mutex::new(None),
         })
     }
@@ -174,6 +176,7 @@ impl OpenSsh {
             .stderr(stderr)
             .status()
             .map_err(|e| format!("cannot run ssh: {e}"))?;
+        self.counters.login();
         if status.success() {
             return Ok(());
         }
@@ -233,7 +236,9 @@ impl OpenSsh {
             .arg(format!("ControlPersist={}", self.control_persist_secs.max(1)))
             .arg("--")
             .arg("bash -s");
-        let (ssh_code, stdout, stderr) = run_with_input(cmd, &wrap_script(script))?;
+        let wrapped = wrap_script(script);
+        let (ssh_code, stdout, stderr) = run_with_input(cmd, &wrapped)?;
+        self.counters.round_trip(wrapped.len(), stdout.len() + stderr.len());
         // The script's status comes in-band; a missing trailer means the connection dropped. Text in
         // the output ("Connection refused") or an exit code of 255 from the script mean nothing here.
         match unwrap_output(&stdout) {
@@ -258,6 +263,10 @@ impl OpenSsh {
 impl Remote for OpenSsh {
     fn describe(&self) -> String {
         self.hosts.iter().map(LoginHost::label).collect::<Vec<_>>().join(",")
+    }
+
+    fn stats(&self) -> super::TransportStats {
+        self.counters.snapshot()
     }
 
     fn run_script(&self, script: &str, idempotency: Idempotency) -> Result<RemoteOutput, RemoteError> {
