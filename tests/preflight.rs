@@ -97,9 +97,33 @@ fn preflight_is_green_and_names_each_broken_part() {
         assert!(fails.iter().all(|l| l.starts_with("FAIL  pyxis")), "{text}");
         assert!(text.contains("Pyxis or Enroot is unavailable"), "{text}");
     }
-    // slurmdbd stopped.
+    // slurmdbd stopped: preflight names it, and no job gets a verdict from missing data.
     {
-        let _dbd = Switch::flip("service-ctl.sh", &["stop", "slurmdbd"], &["start", "slurmdbd"]);
+        let (job, slurm_id) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--", "sleep", "4"]);
+        let start = std::time::Instant::now();
+        while env.json(&["status", &job, "--json"])["status"] != "Running" {
+            assert!(start.elapsed() < std::time::Duration::from_secs(60), "job never ran");
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+        let dbd = Switch::flip("service-ctl.sh", &["stop", "slurmdbd"], &["start", "slurmdbd"]);
+        // Wait until the job has left squeue: from then on only sacct could tell how it ended.
+        loop {
+            let out = Command::new("ssh")
+                .args(["-F", &env.vars["SSH_CONFIG"], "sandbox-login1", "squeue", "-h", "-j", &slurm_id])
+                .output()
+                .unwrap();
+            if String::from_utf8_lossy(&out.stdout).trim().is_empty() {
+                break;
+            }
+            assert!(start.elapsed() < std::time::Duration::from_secs(90), "job never left squeue");
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+        for _ in 0..3 {
+            let out = env.run(&["status", &job, "--json"]);
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(v["status"], "Running", "no verdict without accounting: {v}");
+            assert!(String::from_utf8_lossy(&out.stderr).contains("sacct failed"), "and it says so");
+        }
         let (code, text) = preflight(&env);
         assert_ne!(code, 0);
         let fails = fail_lines(&text);
@@ -111,6 +135,11 @@ fn preflight_is_green_and_names_each_broken_part() {
             "{text}"
         );
         assert!(fails.iter().any(|l| l.contains("Problem talking to the database")), "{text}");
+        drop(dbd);
+        // Accounting is back: the verdict arrives (slurmctld re-sends the job's record within seconds).
+        let v = env.wait_terminal(&job, std::time::Duration::from_secs(90));
+        assert_eq!(v["status"], "Complete", "{v}");
+        assert_eq!(v["exit_code"], 0);
     }
 
     // Enroot credentials: missing -> named failure; installed -> pass; the key never shows.

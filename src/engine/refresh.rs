@@ -14,6 +14,8 @@ use crate::slurm::query::{SACCT_FIELDS, SQUEUE_FORMAT};
 
 /// How far back sacct looks, so that its default window (since midnight) never hides a job.
 const SACCT_LOOKBACK: &str = "now-30days";
+/// Every state, for sacct's `-s` (see the name lookup).
+const SACCT_ALL_STATES: &str = "PD,R,RQ,RS,S,CA,CD,F,TO,NF,PR,OOM,BF,DL,RV";
 /// Lines of status.json read per job: enough for the last status and progress message.
 const STATUS_TAIL_LINES: u32 = 20;
 
@@ -76,7 +78,9 @@ pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
     ));
     if !names.is_empty() {
         s.push_str(&format!(
-            "echo '{SECTION}sacct_by_name'\nsacct -X -P -n -S {SACCT_LOOKBACK} --name={} --format={SACCT_FIELDS} 2>&1\necho \"{SECTION}rc sacct_by_name $?\"\n",
+            // With a time window sacct skips jobs that were never eligible (held, then cancelled)
+            // unless the states are listed explicitly.
+            "echo '{SECTION}sacct_by_name'\nsacct -X -P -n -S {SACCT_LOOKBACK} -E now -s {SACCT_ALL_STATES} --name={} --format={SACCT_FIELDS} 2>&1\necho \"{SECTION}rc sacct_by_name $?\"\n",
             names.join(",")
         ));
     }

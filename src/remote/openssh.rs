@@ -239,6 +239,7 @@ impl OpenSsh {
         let wrapped = wrap_script(script);
         let (ssh_code, stdout, stderr) = run_with_input(cmd, &wrapped)?;
         self.counters.round_trip(wrapped.len(), stdout.len() + stderr.len());
+        tracing::trace!(host = %host.label(), %script, %stdout, %stderr, "round trip");
         // The script's status comes in-band; a missing trailer means the connection dropped. Text in
         // the output ("Connection refused") or an exit code of 255 from the script mean nothing here.
         match unwrap_output(&stdout) {

@@ -1,0 +1,218 @@
+//! Status at scale and every outcome for real on the sandbox: one round trip for 200 jobs, each
+//! Slurm end state mapped right, aged-out jobs, status.json verdicts, `logs -f`.
+
+mod common;
+use common::{sandbox_dir, Env};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use tao_slurm::config::{SettingSources, Settings};
+
+fn settings_of(env: &Env) -> Settings {
+    let sources = SettingSources { flags: Default::default(), env: env.vars.clone(), file: Default::default() };
+    Settings::from_sources(&sources).unwrap()
+}
+
+fn ssh(env: &Env, script: &str) -> String {
+    let out = Command::new("ssh")
+        .args(["-F", &env.vars["SSH_CONFIG"], "sandbox-login1", "bash", "-s"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(script.as_bytes())?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Record a job in the local state as if its submission's answer had been lost, and submit it by hand
+/// with raw sbatch options the tool itself would never use (for outcomes such as TIMEOUT).
+fn adopt_raw(env: &Env, sbatch_args: &str) -> (String, String) {
+    let settings = settings_of(env);
+    let spec = tao_slurm::JobSpec {
+        image: "ubuntu:22.04".into(),
+        command: vec!["true".into()],
+        gpus: Some(0),
+        ..Default::default()
+    };
+    let plan = tao_slurm::plan::resolve(&spec, &settings).unwrap();
+    tao_slurm::store::Store::open(&settings.state_path).unwrap().insert_job("{}", &plan).unwrap();
+    let id = ssh(env, &format!("sbatch --parsable -o /dev/null --job-name={} {sbatch_args}\n", plan.layout.job_name));
+    (plan.layout.job_id.clone(), id.trim().to_string())
+}
+
+fn wait_for(env: &Env, job: &str, limit: Duration, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let start = Instant::now();
+    loop {
+        let v = env.json(&["status", job, "--json"]);
+        if pred(&v) {
+            return v;
+        }
+        assert!(start.elapsed() < limit, "{what}: not reached after {limit:?}: {v}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn two_hundred_active_jobs_are_refreshed_in_one_round_trip() {
+    let env = Env::isolated();
+    let settings = settings_of(&env);
+    let store = tao_slurm::store::Store::open(&settings.state_path).unwrap();
+    let spec = tao_slurm::JobSpec {
+        image: "ubuntu:22.04".into(),
+        command: vec!["true".into()],
+        gpus: Some(0),
+        ..Default::default()
+    };
+    let plans: Vec<_> = (0..200).map(|_| tao_slurm::plan::resolve(&spec, &settings).unwrap()).collect();
+    let mut script = String::new();
+    for p in &plans {
+        script
+            .push_str(&format!("sbatch --parsable --hold -o /dev/null --job-name={} --wrap true\n", p.layout.job_name));
+    }
+    let ids: Vec<String> = ssh(&env, &script).lines().map(|l| l.trim().to_string()).collect();
+    assert_eq!(ids.len(), 200);
+    for (p, id) in plans.iter().zip(&ids) {
+        store.insert_job("{}", p).unwrap();
+        store.set_submitted(&p.layout.job_id, id, "sandbox-login1").unwrap();
+    }
+    let client = tao_slurm::Client::new(settings).unwrap();
+    let views = client.refresh(&[]).unwrap();
+    let stats = client.transport_stats();
+    ssh(&env, &format!("scancel {}\n", ids.join(" ")));
+    assert_eq!(views.len(), 200);
+    assert_eq!(stats.round_trips, 1, "{stats:?}");
+    assert_eq!(stats.logins, 1, "{stats:?}");
+    for v in &views {
+        assert_eq!(v.status, tao_slurm::PlatformStatus::Pending, "{v:?}");
+        assert!(v.message.contains("JobHeldUser") && v.message.contains("held by you"), "{}", v.message);
+    }
+}
+
+#[test]
+fn failing_and_cancelled_jobs_map_right() {
+    let env = Env::new();
+    let (fail, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--shell", "--", "exit 1"]);
+    // Cancelled while pending (its begin time is an hour away), by scancel outside the tool.
+    let (pending, pending_id) =
+        env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--sbatch-option", "begin=now+3600", "--", "true"]);
+    // And one found only by its name (its submission's answer was lost), cancelled while held.
+    let (held, held_id) = adopt_raw(&env, "--hold --wrap true");
+    // Cancelled while running.
+    let (running, running_id) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--", "sleep", "120"]);
+    wait_for(&env, &running, Duration::from_secs(60), "running", |v| v["status"] == "Running");
+    ssh(&env, &format!("scancel {pending_id} {running_id} {held_id}\n"));
+    let v = env.wait_terminal(&fail, Duration::from_secs(120));
+    assert_eq!((v["status"].as_str(), v["exit_code"].as_i64()), (Some("Error"), Some(1)), "{v}");
+    for job in [&pending, &running, &held] {
+        let v = env.wait_terminal(job, Duration::from_secs(120));
+        assert_eq!(v["status"], "Canceled", "{v}");
+        assert!(v["slurm_state"].as_str().unwrap().starts_with("CANCELLED"), "{v}");
+    }
+}
+
+#[test]
+fn status_json_decides_completed_jobs() {
+    let env = Env::new();
+    let write = "mkdir -p \"$TAO_API_RESULTS_DIR/$TAO_JOB_ID\"; \
+        echo '{\"status\":\"STARTED\",\"message\":\"start\"}' >> \"$TAO_API_RESULTS_DIR/$TAO_JOB_ID/status.json\"; \
+        echo '{\"status\":\"RUNNING\",\"message\":\"Epoch 3/10\",\"kpi\":{\"loss\":0.5}}' >> \"$TAO_API_RESULTS_DIR/$TAO_JOB_ID/status.json\"; \
+        echo '{\"status\":\"FAILURE\",\"message\":\"diverged\"}' >> \"$TAO_API_RESULTS_DIR/$TAO_JOB_ID/status.json\"";
+    let (bad, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--shell", "--", write]);
+    let (plain, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--", "true"]);
+    let v = env.wait_terminal(&bad, Duration::from_secs(120));
+    assert_eq!(v["slurm_state"], "COMPLETED", "{v}");
+    assert_eq!(v["status"], "Error", "the last status.json line says FAILURE: {v}");
+    assert!(v["message"].as_str().unwrap().contains("diverged"), "{v}");
+    assert_eq!(v["progress"]["status"], "FAILURE", "{v}");
+    let v = env.wait_terminal(&plain, Duration::from_secs(120));
+    assert_eq!((v["status"].as_str(), v["slurm_state"].as_str()), (Some("Complete"), Some("COMPLETED")), "{v}");
+    assert!(v["message"].as_str().unwrap().contains("no terminal status in status.json"), "{v}");
+}
+
+#[test]
+fn a_job_aged_out_of_the_controller_gets_its_verdict_from_sacct() {
+    let env = Env::new();
+    let (job, slurm_id) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--shell", "--", "exit 4"]);
+    // No status call until the controller has forgotten the job (MinJobAge=10 in the sandbox).
+    let start = Instant::now();
+    loop {
+        let out = Command::new("ssh")
+            .args(["-F", &env.vars["SSH_CONFIG"], "sandbox-login1", "scontrol", "show", "job", &slurm_id])
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(200), "job {slurm_id} never aged out");
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let v = env.json(&["status", &job, "--json"]);
+    assert_eq!((v["status"].as_str(), v["exit_code"].as_i64()), (Some("Error"), Some(4)), "{v}");
+}
+
+#[test]
+fn slurm_timeout_and_node_failure_map_to_error() {
+    let env = Env::new();
+    let (timeout, _) = adopt_raw(&env, "--time=1 --wrap 'sleep 600'");
+    let (nodefail, _) = adopt_raw(&env, "--nodelist=node4 --no-requeue --wrap 'sleep 600'");
+    wait_for(&env, &nodefail, Duration::from_secs(60), "running on node4", |v| v["status"] == "Running");
+    let conf = sandbox_dir().join("etc/slurm.conf");
+    let scontrol = |state: &str| {
+        Command::new("scontrol")
+            .env("SLURM_CONF", &conf)
+            .args(["update", "nodename=node4", &format!("state={state}"), "reason=tao-slurm-test"])
+            .output()
+            .unwrap()
+    };
+    let down = scontrol("down");
+    assert!(down.status.success(), "{}", String::from_utf8_lossy(&down.stderr));
+    let v = env.wait_terminal(&nodefail, Duration::from_secs(120));
+    // The sandbox returns an emptied node to service by itself (ReturnToService=2); resume is only a
+    // safety net, and fails harmlessly when the node is already back.
+    let _ = scontrol("resume");
+    assert_eq!((v["status"].as_str(), v["slurm_state"].as_str()), (Some("Error"), Some("NODE_FAIL")), "{v}");
+    let v = env.wait_terminal(&timeout, Duration::from_secs(240));
+    assert_eq!((v["status"].as_str(), v["slurm_state"].as_str()), (Some("Error"), Some("TIMEOUT")), "{v}");
+}
+
+#[test]
+fn logs_follow_streams_lines_and_stops_at_the_end() {
+    let env = Env::new();
+    let (job, _) = env.submit(&[
+        "--image",
+        "ubuntu:22.04",
+        "--gpus",
+        "0",
+        "--shell",
+        "--",
+        "for i in 1 2 3 4 5 6; do echo line-$i; sleep 1; done",
+    ]);
+    let start = Instant::now();
+    let mut child = env
+        .command(&["logs", &job, "-f", "--stdout", "--interval", "0.3"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut arrivals = Vec::new();
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        arrivals.push((start.elapsed(), line.unwrap()));
+        assert!(start.elapsed() < Duration::from_secs(120), "logs -f did not stop");
+    }
+    let status = child.wait().unwrap();
+    let ended = start.elapsed();
+    assert!(status.success());
+    let lines: Vec<&str> = arrivals.iter().map(|(_, l)| l.as_str()).collect();
+    assert_eq!(lines, vec!["line-1", "line-2", "line-3", "line-4", "line-5", "line-6"]);
+    // Streamed: the first line arrived well before the job (and the follower) ended.
+    assert!(ended - arrivals[0].0 >= Duration::from_secs(3), "line-1 at {:?}, end at {ended:?}", arrivals[0].0);
+    let v = env.json(&["status", &job, "--json"]);
+    assert_eq!(v["status"], "Complete");
+}
