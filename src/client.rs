@@ -186,7 +186,8 @@ impl Client {
         if !active.is_empty() {
             refresh::refresh(self.remote()?, &self.store, &active)?;
         }
-        jobs.iter().map(|j| Ok(JobView::from(&self.store.get(&j.job_id)?))).collect()
+        let ids: Vec<&str> = jobs.iter().map(|j| j.job_id.as_str()).collect();
+        Ok(self.store.get_many(&ids)?.iter().map(JobView::from).collect())
     }
 
     pub fn list(&self, active_only: bool) -> Result<Vec<JobView>> {

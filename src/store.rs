@@ -154,13 +154,24 @@ impl Store {
     }
 
     /// Store what a refresh found; an event is written when the status or Slurm state changes.
+    /// Nothing is written when nothing changed (the common case for a refresh of many jobs).
     pub fn update_status(&self, job_id: &str, update: &StatusUpdate) -> Result<(), StoreError> {
-        let before = self.get(job_id)?;
-        self.conn
+        let (status, state): (String, Option<String>) = self
+            .conn
+            .query_row("SELECT status, slurm_state FROM jobs WHERE job_id = ?1", params![job_id], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()
+            .map_err(|e| self.err(e))?
+            .ok_or_else(|| StoreError::NotFound(job_id.to_string()))?;
+        let changed = self
+            .conn
             .execute(
                 "UPDATE jobs SET status = ?2, message = ?3, slurm_state = ?4, exit_code = ?5,
                    node_list = COALESCE(node_list, ?6), updated_at = ?7, progress = COALESCE(?8, progress)
-                 WHERE job_id = ?1",
+                 WHERE job_id = ?1 AND (status IS NOT ?2 OR message IS NOT ?3 OR slurm_state IS NOT ?4
+                   OR exit_code IS NOT ?5 OR (node_list IS NULL AND ?6 IS NOT NULL)
+                   OR (?8 IS NOT NULL AND progress IS NOT ?8))",
                 params![
                     job_id,
                     update.status.as_str(),
@@ -173,7 +184,7 @@ impl Store {
                 ],
             )
             .map_err(|e| self.err(e))?;
-        if before.status != update.status || before.slurm_state != update.slurm_state {
+        if changed > 0 && (status != update.status.as_str() || state != update.slurm_state) {
             self.add_event(
                 job_id,
                 "status",
@@ -186,6 +197,21 @@ impl Store {
             )?;
         }
         Ok(())
+    }
+
+    /// Run `f` in one transaction: many small writes cost one commit.
+    pub fn in_transaction<T, E: From<StoreError>>(&self, f: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+        self.conn.execute_batch("BEGIN IMMEDIATE").map_err(|e| E::from(self.err(e)))?;
+        match f() {
+            Ok(v) => {
+                self.conn.execute_batch("COMMIT").map_err(|e| E::from(self.err(e)))?;
+                Ok(v)
+            }
+            Err(e) => {
+                let _ = self.conn.execute_batch("ROLLBACK");
+                Err(e)
+            }
+        }
     }
 
     pub fn add_event(&self, job_id: &str, kind: &str, detail: &str) -> Result<(), StoreError> {
@@ -230,6 +256,27 @@ impl Store {
             1 => to_record(rows.remove(0)),
             _ => Err(StoreError::Ambiguous(id_or_prefix.to_string())),
         }
+    }
+
+    /// Jobs by full id, in the order given (ids not found are left out).
+    pub fn get_many(&self, ids: &[&str]) -> Result<Vec<JobRecord>, StoreError> {
+        let mut found: std::collections::HashMap<String, JobRecord> = std::collections::HashMap::new();
+        // SQLite allows 32766 parameters; stay far below.
+        for chunk in ids.chunks(500) {
+            let marks = vec!["?"; chunk.len()].join(",");
+            let mut stmt =
+                self.conn.prepare(&format!("{SELECT} WHERE job_id IN ({marks})")).map_err(|e| self.err(e))?;
+            let rows: Vec<RawRow> = stmt
+                .query_map(rusqlite::params_from_iter(chunk.iter()), raw_row)
+                .map_err(|e| self.err(e))?
+                .collect::<Result<_, _>>()
+                .map_err(|e| self.err(e))?;
+            for raw in rows {
+                let rec = to_record(raw)?;
+                found.insert(rec.job_id.clone(), rec);
+            }
+        }
+        Ok(ids.iter().filter_map(|id| found.remove(*id)).collect())
     }
 
     /// All jobs, newest first; `active_only` keeps those not in a terminal status.

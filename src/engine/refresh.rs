@@ -8,7 +8,7 @@ use crate::script::shell::quote;
 use crate::slurm::{explain_pending, parse_sacct, parse_squeue, SacctRecord, SqueueRecord};
 use crate::status::{last_status_line, last_status_raw, map_status, PlatformStatus};
 use crate::store::{JobRecord, StatusUpdate};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::slurm::query::{SACCT_FIELDS, SQUEUE_FORMAT};
 
@@ -69,13 +69,18 @@ pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
     let mut s = String::new();
     s.push_str(&format!("sq=\"$(squeue --me -h -o {} 2>&1)\"; sq_rc=$?\n", quote(SQUEUE_FORMAT)));
     s.push_str(&format!("echo '{SECTION}squeue'\nprintf '%s\\n' \"$sq\"\necho \"{SECTION}rc squeue $sq_rc\"\n"));
-    // Only ids that squeue does not list go to sacct (slower, and it lags the controller).
+    // Only ids that squeue does not list go to sacct (slower, and it lags the controller). `comm` on
+    // sorted lists keeps this linear in the number of jobs.
     s.push_str("missing=''\n");
-    s.push_str(&format!("for id in {}; do\n", ids.join(" ")));
-    s.push_str("  case \"\n$sq\" in *\"\n$id|\"*) ;; *) missing=\"$missing,$id\" ;; esac\ndone\n");
-    s.push_str(&format!(
-        "if [ \"$sq_rc\" -eq 0 ] && [ -n \"$missing\" ]; then\n  echo '{SECTION}sacct'\n  sacct -X -P -n -S {SACCT_LOOKBACK} -j \"${{missing#,}}\" --format={SACCT_FIELDS} 2>&1\n  echo \"{SECTION}rc sacct $?\"\nfi\n"
-    ));
+    if !ids.is_empty() {
+        s.push_str(&format!(
+            "missing=\"$(comm -13 <(printf '%s\\n' \"$sq\" | cut -d'|' -f1 | sort -u) <(printf '%s\\n' {} | sort -u) | paste -sd, -)\"\n",
+            ids.join(" ")
+        ));
+        s.push_str(&format!(
+            "if [ \"$sq_rc\" -eq 0 ] && [ -n \"$missing\" ]; then\n  echo '{SECTION}sacct'\n  sacct -X -P -n -S {SACCT_LOOKBACK} -j \"$missing\" --format={SACCT_FIELDS} 2>&1\n  echo \"{SECTION}rc sacct $?\"\nfi\n"
+        ));
+    }
     if !names.is_empty() {
         s.push_str(&format!(
             // With a time window sacct skips jobs that were never eligible (held, then cancelled)
@@ -84,12 +89,27 @@ pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
             names.join(",")
         ));
     }
+    // status.json of the jobs that may have progress or a verdict: running ones and those squeue no
+    // longer lists (pending jobs are skipped). Grouped by results directory so each path is sent once;
+    // lines are prefixed with `|` so that no line the container writes can pose as a marker.
+    s.push_str("declare -A read_status\nwhile IFS='|' read -r id state _; do case \"$state\" in PENDING|CONFIGURING|REQUEUED|REQUEUE_HOLD) ;; *) read_status[$id]=1 ;; esac; done <<< \"$sq\"\n");
+    s.push_str("for id in ${missing//,/ }; do read_status[$id]=1; done\n");
+    let mut by_root: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for job in jobs {
+        if let Some(root) = job.status_json.strip_suffix(&format!("/{}/status.json", job.job_id)) {
+            // Jobs found by name have no id yet: `u` always reads.
+            let key = job.slurm_job_id.as_deref().unwrap_or("u");
+            by_root.entry(root).or_default().push(format!("{key}:{}", job.job_id));
+        }
+    }
+    if !by_root.is_empty() {
+        s.push_str("read_status[u]=1\n");
+    }
+    for (root, pairs) in by_root {
         s.push_str(&format!(
-            // Each line is prefixed with `|` so that no line the container writes can pose as a marker.
-            "if [ -f {p} ]; then echo '{SECTION}status_json {id}'; tail -n {STATUS_TAIL_LINES} {p} | sed 's/^/|/'; fi\n",
-            p = quote(&job.status_json),
-            id = job.job_id
+            "for p in {}; do [ -n \"${{read_status[${{p%%:*}}]:-}}\" ] || continue; j=${{p#*:}}; f={}/\"$j\"/status.json; if [ -f \"$f\" ]; then echo \"{SECTION}status_json $j\"; tail -n {STATUS_TAIL_LINES} \"$f\" | sed 's/^/|/'; fi; done\n",
+            pairs.iter().map(|p| quote(p)).collect::<Vec<_>>().join(" "),
+            quote(root)
         ));
     }
     s
@@ -264,9 +284,17 @@ pub fn refresh(remote: &dyn Remote, store: &crate::store::Store, jobs: &[JobReco
     if targets.is_empty() {
         return Ok(Observations::default());
     }
+    let started = std::time::Instant::now();
     let out = remote.run_script(&refresh_script(&targets), Idempotency::Idempotent)?;
+    let remote_done = started.elapsed();
     let obs = parse_refresh_output(&out.stdout);
     record(store, jobs, &obs, &out.host)?;
+    tracing::debug!(
+        jobs = jobs.len(),
+        remote_ms = remote_done.as_millis() as u64,
+        total_ms = started.elapsed().as_millis() as u64,
+        "refresh"
+    );
     Ok(obs)
 }
 
@@ -278,18 +306,21 @@ pub fn record(store: &crate::store::Store, jobs: &[JobRecord], obs: &Observation
     if let Some(e) = &obs.sacct_error {
         tracing::warn!(error = %e, "sacct failed; finished jobs left as they were");
     }
-    for d in decide(jobs, obs, crate::store::now_secs()) {
-        if let Some(id) = &d.adopt {
-            store.set_submitted(&d.job_id, id, host)?;
-            store.add_event(
-                &d.job_id,
-                "adopted",
-                &format!("found Slurm job {id} by its name after an unknown submission outcome"),
-            )?;
+    let decisions = decide(jobs, obs, crate::store::now_secs());
+    store.in_transaction(|| {
+        for d in &decisions {
+            if let Some(id) = &d.adopt {
+                store.set_submitted(&d.job_id, id, host)?;
+                store.add_event(
+                    &d.job_id,
+                    "adopted",
+                    &format!("found Slurm job {id} by its name after an unknown submission outcome"),
+                )?;
+            }
+            store.update_status(&d.job_id, &d.update)?;
         }
-        store.update_status(&d.job_id, &d.update)?;
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 #[cfg(test)]
