@@ -231,6 +231,13 @@ pub fn decide(jobs: &[JobRecord], obs: &Observations, now: i64) -> Vec<Decision>
         }
         let by_id = obs.sacct.as_ref().and_then(|a| a.iter().find(|r| r.job_id == slurm_id));
         let by_name = obs.sacct_by_name.as_ref().and_then(|a| a.iter().find(|r| r.job_id == slurm_id));
+        if let Some(rec) = by_id.or(by_name) {
+            // Right after a job ends, slurmdbd may hold a half-written record (JobName "allocation",
+            // sometimes a wrong exit code). Only a record that carries our job name is settled.
+            if !rec.name.is_empty() && &rec.name != name {
+                continue;
+            }
+        }
         let Some(rec) = by_id.or(by_name) else {
             // Neither squeue nor sacct (both answered) knows the job: past the grace, it is lost.
             if obs.squeue.is_some() && obs.sacct.is_some() && now - job.created_at > LOST_JOB_GRACE_SECS {
@@ -381,10 +388,12 @@ mod tests {
 
     #[test]
     fn decisions() {
-        let jobs = vec![job("a", "10"), job("b", "11"), job("c", "12"), job("d", "13")];
+        let jobs = vec![job("a", "10"), job("b", "11"), job("c", "12"), job("d", "13"), job("e", "14")];
         let obs = Observations {
             squeue: Some(parse_squeue("10|PENDING|Resources|||4:00:00|x\n")),
-            sacct: Some(parse_sacct("11|FAILED|3:0|0:0|node1|a|b\n12|CANCELLED by 0|0:15|0:0|node1|a|b\n")),
+            sacct: Some(parse_sacct(
+                "11|FAILED|3:0|0:0|node1|a|b\n12|CANCELLED by 0|0:15|0:0|node1|a|b\n14|FAILED|0:0|0:0|node1|a|b|allocation\n",
+            )),
             ..Observations::default()
         };
         let d = decide(&jobs, &obs, now_secs());
@@ -395,6 +404,7 @@ mod tests {
         assert_eq!(get("b").unwrap().exit_code, Some(3));
         assert_eq!(get("c").unwrap().status, PlatformStatus::Canceled);
         assert!(get("d").is_none(), "a job neither command knows gets no verdict yet");
+        assert!(get("e").is_none(), "a half-written sacct record (JobName allocation) is not a verdict");
         let later = now_secs() + LOST_JOB_GRACE_SECS + 1;
         let d = decide(&jobs, &obs, later);
         let lost = d.iter().find(|x| x.job_id == "d").unwrap();
