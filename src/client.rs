@@ -2,7 +2,8 @@
 //! state and (opened on first use) the transport.
 
 use crate::config::Settings;
-use crate::engine::{cancel, cluster, logs, refresh, submit};
+use crate::engine::retry::RetryPolicy;
+use crate::engine::{cancel, cluster, logs, refresh, retry, submit};
 use crate::error::{Error, Result};
 use crate::plan::{self, Plan};
 use crate::remote::RemoteError;
@@ -42,6 +43,17 @@ pub struct JobView {
     /// The container's last status.json line (message, epoch, KPIs), when it wrote one.
     pub progress: Option<serde_json::Value>,
     pub progress_message: Option<String>,
+    /// The current attempt (1 + retries).
+    pub attempt: u32,
+    /// Resubmissions so far.
+    pub retries: u32,
+    /// Nodes the current attempt excludes.
+    pub excluded_nodes: String,
+    /// When a scheduled retry is due (Unix seconds).
+    pub next_retry_at: Option<i64>,
+    /// Every attempt, first to last (filled by `job_status`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<Vec<crate::store::AttemptRecord>>,
 }
 
 impl From<&JobRecord> for JobView {
@@ -75,6 +87,11 @@ impl From<&JobRecord> for JobView {
                 .as_deref()
                 .and_then(|p| serde_json::from_str::<crate::status::StatusLine>(p).ok())
                 .and_then(|l| l.message),
+            attempt: j.attempt,
+            retries: j.attempt.saturating_sub(1),
+            excluded_nodes: j.excluded_nodes.clone(),
+            next_retry_at: j.next_retry_at,
+            attempts: None,
         }
     }
 }
@@ -98,6 +115,31 @@ impl Client {
     /// What the transport has cost so far (zero if no remote command ran).
     pub fn transport_stats(&self) -> crate::remote::TransportStats {
         self.remote.get().map(|r| r.stats()).unwrap_or_default()
+    }
+
+    fn policy(&self) -> RetryPolicy {
+        RetryPolicy { max_retries: self.settings.max_retries, backoff_base_secs: self.settings.retry_backoff_secs }
+    }
+
+    /// The staged files of a recorded job, regenerated from its stored spec and plan (they are the
+    /// same every time), for retries and resumed submissions.
+    fn files_of(&self, job: &JobRecord) -> Vec<script::StagedFile> {
+        let hosts: Vec<String> = self.settings.login_hosts.iter().map(|h| h.label()).collect();
+        let spec_json: serde_json::Value = serde_json::from_str(&job.spec_json).unwrap_or(serde_json::Value::Null);
+        script::staged_files(&job.plan, &spec_json, self.settings.slurm_user.as_deref().unwrap_or(""), &hosts)
+    }
+
+    /// One refresh of `jobs` and whatever it makes due: classification of failures, scheduled
+    /// retries, resumed submissions.
+    fn refresh_and_advance(&self, jobs: &[JobRecord]) -> Result<()> {
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        let remote = self.remote()?;
+        refresh::refresh(remote, &self.store, &self.policy(), jobs)?;
+        let ids: Vec<&str> = jobs.iter().map(|j| j.job_id.as_str()).collect();
+        let now = self.store.get_many(&ids)?;
+        retry::advance(remote, &self.store, &now, &|j| self.files_of(j))
     }
 
     fn remote(&self) -> Result<&dyn Remote> {
@@ -139,11 +181,12 @@ impl Client {
         }
         let files = self.staged_files(spec, &plan);
         self.store.insert_job(&serde_json::to_string(spec).expect("spec serialises"), &plan)?;
-        match submit::submit(self.remote()?, &self.store, &plan, &files, secrets) {
+        let ticket = submit::AttemptTicket::first(&plan);
+        match submit::submit(self.remote()?, &self.store, &plan, &files, secrets, &ticket) {
             Err(Error::Remote(RemoteError::Lost { host, message })) => {
                 // The outcome is unknown: look the job up by its unique name (never resubmit blindly).
                 let job = self.store.get(&plan.layout.job_id)?;
-                let _ = refresh::refresh(self.remote()?, &self.store, std::slice::from_ref(&job));
+                let _ = refresh::refresh(self.remote()?, &self.store, &self.policy(), std::slice::from_ref(&job));
                 let job = self.store.get(&plan.layout.job_id)?;
                 match (job.slurm_job_id, job.login_host) {
                     (Some(slurm_job_id), Some(login_host)) => Ok(Submitted {
@@ -169,10 +212,20 @@ impl Client {
     pub fn job_status(&self, id: &str) -> Result<JobView> {
         let job = self.store.get(id)?;
         if job.status.is_terminal() {
-            return Ok(JobView::from(&job));
+            let mut view = JobView::from(&job);
+            view.attempts = Some(self.store.attempts(&job.job_id)?);
+            return Ok(view);
         }
-        refresh::refresh(self.remote()?, &self.store, std::slice::from_ref(&job))?;
-        Ok(JobView::from(&self.store.get(&job.job_id)?))
+        self.refresh_and_advance(std::slice::from_ref(&job))?;
+        let mut view = JobView::from(&self.store.get(&job.job_id)?);
+        view.attempts = Some(self.store.attempts(&job.job_id)?);
+        Ok(view)
+    }
+
+    /// A job's attempts, first to last.
+    pub fn attempts(&self, id: &str) -> Result<Vec<crate::store::AttemptRecord>> {
+        let job = self.store.get(id)?;
+        Ok(self.store.attempts(&job.job_id)?)
     }
 
     /// Refresh every given job (all active ones when `ids` is empty) in one round trip.
@@ -184,7 +237,7 @@ impl Client {
         };
         let active: Vec<JobRecord> = jobs.iter().filter(|j| !j.status.is_terminal()).cloned().collect();
         if !active.is_empty() {
-            refresh::refresh(self.remote()?, &self.store, &active)?;
+            self.refresh_and_advance(&active)?;
         }
         let ids: Vec<&str> = jobs.iter().map(|j| j.job_id.as_str()).collect();
         Ok(self.store.get_many(&ids)?.iter().map(JobView::from).collect())
@@ -194,8 +247,22 @@ impl Client {
         Ok(self.store.list(active_only)?.iter().map(JobView::from).collect())
     }
 
-    pub fn job_logs(&self, id: &str, tail_lines: Option<u32>) -> Result<JobLogs> {
+    /// The logs of the current attempt, or of attempt `attempt` (1-based) when given.
+    pub fn job_logs(&self, id: &str, tail_lines: Option<u32>, attempt: Option<u32>) -> Result<JobLogs> {
         let job = self.store.get(id)?;
+        let job = match attempt {
+            None => job,
+            Some(n) => {
+                let attempts = self.store.attempts(&job.job_id)?;
+                let a = attempts.iter().find(|a| a.number == n).ok_or_else(|| {
+                    crate::spec::SpecError::new(
+                        "attempt",
+                        format!("job {} has attempts 1 to {}", job.job_id, attempts.len()),
+                    )
+                })?;
+                logs::as_attempt(&job, a)
+            }
+        };
         logs::read_logs(self.remote()?, &job, tail_lines)
     }
 
@@ -215,14 +282,14 @@ impl Client {
             let was_terminal = job.status.is_terminal();
             if job.slurm_job_id.is_none() {
                 // Not on Slurm yet (or outcome unknown): refresh until it has an id.
-                refresh::refresh(self.remote()?, &self.store, std::slice::from_ref(&job))?;
+                self.refresh_and_advance(std::slice::from_ref(&job))?;
                 if was_terminal {
                     return Ok(JobView::from(&job));
                 }
                 std::thread::sleep(interval);
                 continue;
             }
-            let chunks = logs::follow_once(self.remote()?, &self.store, &job, streams, &mut cursor)?;
+            let chunks = logs::follow_once(self.remote()?, &self.store, &self.policy(), &job, streams, &mut cursor)?;
             for c in &chunks {
                 on_chunk(c);
             }

@@ -88,6 +88,12 @@ pub struct Settings {
     pub state_path: PathBuf,
     /// Run commands on this machine (we are on the login node).
     pub local: bool,
+    /// Resubmissions allowed for infrastructure failures (MAX_JOB_RETRIES).
+    pub max_retries: u32,
+    /// Base of the exponential backoff between retries, in seconds.
+    pub retry_backoff_secs: u64,
+    /// The monitor's budget of scheduler queries per minute.
+    pub max_queries_per_minute: u32,
     /// NGC API key, used only to install enroot credentials on the cluster.
     pub ngc_key: Option<crate::spec::Secret>,
 }
@@ -240,6 +246,18 @@ impl Settings {
             state_path: src.get("TAO_SLURM_STATE").map(PathBuf::from).unwrap_or_else(|| data_dir.join("state.db")),
             local,
             ngc_key: src.get("NGC_KEY").map(crate::spec::Secret::new),
+            max_retries: match src.get("MAX_JOB_RETRIES") {
+                Some(v) => parse_u32("MAX_JOB_RETRIES", &v, 0)?,
+                None => crate::retry::MAX_JOB_RETRIES,
+            },
+            retry_backoff_secs: match src.get("TAO_SLURM_RETRY_BACKOFF_SECS") {
+                Some(v) => parse_u32("TAO_SLURM_RETRY_BACKOFF_SECS", &v, 0)? as u64,
+                None => 30,
+            },
+            max_queries_per_minute: match src.get("TAO_SLURM_MAX_QUERIES_PER_MINUTE") {
+                Some(v) => parse_u32("TAO_SLURM_MAX_QUERIES_PER_MINUTE", &v, 1)?,
+                None => 30,
+            },
         })
     }
 

@@ -99,9 +99,16 @@ impl Layout {
     pub fn logs_root(&self) -> String {
         format!("{}/slurm-logs", self.job_dir)
     }
-    /// The log directory of one Slurm job (one attempt).
-    pub fn log_dir(&self, slurm_job_id: &str) -> String {
-        format!("{}/{}-{}", self.logs_root(), self.job_name, slurm_job_id)
+    /// The log directory of one attempt: its Slurm job name and id (`%x-%j`).
+    pub fn log_dir(&self, slurm_job_name: &str, slurm_job_id: &str) -> String {
+        format!("{}/{}-{}", self.logs_root(), slurm_job_name, slurm_job_id)
+    }
+    /// Secret values for the job, mode 600 in a directory of mode 700; deleted once the job is terminal.
+    pub fn secrets_dir(&self) -> String {
+        format!("{}/secrets/{}", self.job_dir, self.job_id)
+    }
+    pub fn secrets_file(&self) -> String {
+        format!("{}/env", self.secrets_dir())
     }
     pub fn results_dir(&self) -> String {
         format!("{}/{}", self.results_root, self.job_id)

@@ -52,7 +52,52 @@ CREATE INDEX events_by_job ON events(job_id, id);
     r#"
 ALTER TABLE jobs ADD COLUMN progress TEXT;
 "#,
+    r#"
+ALTER TABLE jobs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE jobs ADD COLUMN attempt_name TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN next_retry_at INTEGER;
+ALTER TABLE jobs ADD COLUMN excluded_nodes TEXT NOT NULL DEFAULT '';
+CREATE TABLE attempts (
+    job_id          TEXT NOT NULL REFERENCES jobs(job_id),
+    number          INTEGER NOT NULL,
+    slurm_job_name  TEXT NOT NULL,
+    slurm_job_id    TEXT,
+    login_host      TEXT,
+    state           TEXT,
+    exit_code       INTEGER,
+    node_list       TEXT,
+    failure_class   TEXT,
+    evidence        TEXT,
+    excluded_nodes  TEXT NOT NULL DEFAULT '',
+    recorded_at     INTEGER NOT NULL,
+    submitted_at    INTEGER,
+    ended_at        INTEGER,
+    PRIMARY KEY (job_id, number)
+);
+UPDATE jobs SET attempt_name = 'tao-job-' || job_id WHERE attempt_name = '';
+INSERT INTO attempts (job_id, number, slurm_job_name, slurm_job_id, login_host, state, exit_code, node_list, recorded_at, submitted_at)
+    SELECT job_id, 1, attempt_name, slurm_job_id, login_host, slurm_state, exit_code, node_list, created_at, updated_at FROM jobs;
+"#,
 ];
+
+/// One submission of a job to Slurm. A job has one attempt, plus one per retry.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AttemptRecord {
+    pub number: u32,
+    /// The Slurm job name: the attempt's unique token, by which it is found again.
+    pub slurm_job_name: String,
+    pub slurm_job_id: Option<String>,
+    pub login_host: Option<String>,
+    pub state: Option<String>,
+    pub exit_code: Option<i32>,
+    pub node_list: Option<String>,
+    pub failure_class: Option<String>,
+    pub evidence: Vec<String>,
+    pub excluded_nodes: String,
+    pub recorded_at: i64,
+    pub submitted_at: Option<i64>,
+    pub ended_at: Option<i64>,
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobRecord {
@@ -71,6 +116,13 @@ pub struct JobRecord {
     pub updated_at: i64,
     /// The last line of the container's status.json (JSON), when there is one.
     pub progress: Option<String>,
+    /// The current attempt (1 + retries so far) and its Slurm job name.
+    pub attempt: u32,
+    pub attempt_name: String,
+    /// When a scheduled retry becomes due (None when none is scheduled).
+    pub next_retry_at: Option<i64>,
+    /// Nodes the current attempt was submitted with `--exclude` of.
+    pub excluded_nodes: String,
 }
 
 /// What a refresh learned about a job.
@@ -133,21 +185,168 @@ impl Store {
     pub fn insert_job(&self, spec_json: &str, plan: &Plan) -> Result<(), StoreError> {
         let now = now_secs();
         let plan_json = serde_json::to_string(plan).expect("a plan always serialises");
-        self.conn
-            .execute(
-                "INSERT INTO jobs (job_id, name, spec_json, plan_json, status, message, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, 'staging', ?6, ?6)",
-                params![plan.layout.job_id, plan.name, spec_json, plan_json, PlatformStatus::Pending.as_str(), now],
-            )
-            .map_err(|e| self.err(e))?;
-        self.add_event(&plan.layout.job_id, "created", "job recorded before submission")
+        let job_id = &plan.layout.job_id;
+        self.in_transaction(|| {
+            self.conn
+                .execute(
+                    "INSERT INTO jobs (job_id, name, spec_json, plan_json, status, message, created_at, updated_at, attempt, attempt_name)
+                     VALUES (?1, ?2, ?3, ?4, ?5, 'staging', ?6, ?6, 1, ?7)",
+                    params![job_id, plan.name, spec_json, plan_json, PlatformStatus::Pending.as_str(), now, plan.layout.job_name],
+                )
+                .map_err(|e| self.err(e))?;
+            self.conn
+                .execute(
+                    "INSERT INTO attempts (job_id, number, slurm_job_name, recorded_at) VALUES (?1, 1, ?2, ?3)",
+                    params![job_id, plan.layout.job_name, now],
+                )
+                .map_err(|e| self.err(e))?;
+            self.add_event(job_id, "created", &format!("job recorded before submission as {}", plan.layout.job_name))
+        })
     }
 
-    pub fn set_submitted(&self, job_id: &str, slurm_job_id: &str, host: &str) -> Result<(), StoreError> {
+    /// The attempts of a job, first to last.
+    pub fn attempts(&self, job_id: &str) -> Result<Vec<AttemptRecord>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT number, slurm_job_name, slurm_job_id, login_host, state, exit_code, node_list, failure_class,
+                        evidence, excluded_nodes, recorded_at, submitted_at, ended_at
+                 FROM attempts WHERE job_id = ?1 ORDER BY number",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(params![job_id], |r| {
+                let evidence: Option<String> = r.get(8)?;
+                Ok(AttemptRecord {
+                    number: r.get(0)?,
+                    slurm_job_name: r.get(1)?,
+                    slurm_job_id: r.get(2)?,
+                    login_host: r.get(3)?,
+                    state: r.get(4)?,
+                    exit_code: r.get(5)?,
+                    node_list: r.get(6)?,
+                    failure_class: r.get(7)?,
+                    evidence: evidence.map(|e| serde_json::from_str(&e).unwrap_or_default()).unwrap_or_default(),
+                    excluded_nodes: r.get(9)?,
+                    recorded_at: r.get(10)?,
+                    submitted_at: r.get(11)?,
+                    ended_at: r.get(12)?,
+                })
+            })
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.err(e))
+    }
+
+    /// Close the current attempt with its failure class and evidence, and schedule the next one, in
+    /// one transaction and only if `attempt` is still the current one (compare-and-set): of several
+    /// processes that saw the same failure, exactly one schedules the retry. Returns whether this call
+    /// did.
+    #[allow(clippy::too_many_arguments)]
+    pub fn schedule_retry(
+        &self,
+        job_id: &str,
+        attempt: u32,
+        class: &str,
+        evidence: &[String],
+        next_name: &str,
+        excluded_nodes: &str,
+        not_before: i64,
+        message: &str,
+    ) -> Result<bool, StoreError> {
+        let now = now_secs();
+        self.in_transaction(|| {
+            let won = self
+                .conn
+                .execute(
+                    "UPDATE jobs SET attempt = ?3, attempt_name = ?4, slurm_job_id = NULL, slurm_state = NULL, exit_code = NULL,
+                       node_list = NULL, login_host = NULL, status = 'Pending', message = ?5, next_retry_at = ?6,
+                       excluded_nodes = ?7, updated_at = ?8
+                     WHERE job_id = ?1 AND attempt = ?2 AND status NOT IN ('Complete', 'Error', 'Canceled')",
+                    params![job_id, attempt, attempt + 1, next_name, message, not_before, excluded_nodes, now],
+                )
+                .map_err(|e| self.err(e))?;
+            if won == 0 {
+                return Ok(false);
+            }
+            self.conn
+                .execute(
+                    "UPDATE attempts SET failure_class = ?3, evidence = ?4, ended_at = ?5 WHERE job_id = ?1 AND number = ?2",
+                    params![job_id, attempt, class, serde_json::to_string(evidence).unwrap(), now],
+                )
+                .map_err(|e| self.err(e))?;
+            self.conn
+                .execute(
+                    "INSERT INTO attempts (job_id, number, slurm_job_name, excluded_nodes, recorded_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![job_id, attempt + 1, next_name, excluded_nodes, now],
+                )
+                .map_err(|e| self.err(e))?;
+            self.add_event(job_id, "retry", message)?;
+            Ok(true)
+        })
+    }
+
+    /// Record how an attempt ended (its Slurm state, exit code and nodes).
+    pub fn record_attempt_end(&self, job_id: &str, attempt: u32, update: &StatusUpdate) -> Result<(), StoreError> {
         self.conn
             .execute(
-                "UPDATE jobs SET slurm_job_id = ?2, login_host = ?3, message = 'submitted', updated_at = ?4 WHERE job_id = ?1",
-                params![job_id, slurm_job_id, host, now_secs()],
+                "UPDATE attempts SET state = ?3, exit_code = ?4, node_list = COALESCE(node_list, ?5), ended_at = ?6
+                 WHERE job_id = ?1 AND number = ?2",
+                params![job_id, attempt, update.slurm_state, update.exit_code, update.node_list, now_secs()],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Record why the current attempt ended without a retry.
+    pub fn close_attempt(
+        &self,
+        job_id: &str,
+        attempt: u32,
+        class: &str,
+        evidence: &[String],
+    ) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "UPDATE attempts SET failure_class = ?3, evidence = ?4, ended_at = COALESCE(ended_at, ?5)
+                 WHERE job_id = ?1 AND number = ?2",
+                params![job_id, attempt, class, serde_json::to_string(evidence).unwrap(), now_secs()],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Take the due retry of `attempt` for submission (compare-and-set on `next_retry_at`).
+    pub fn claim_due_retry(&self, job_id: &str, attempt: u32) -> Result<bool, StoreError> {
+        let n = self
+            .conn
+            .execute(
+                "UPDATE jobs SET next_retry_at = NULL WHERE job_id = ?1 AND attempt = ?2 AND next_retry_at IS NOT NULL
+                   AND next_retry_at <= ?3",
+                params![job_id, attempt, now_secs()],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(n == 1)
+    }
+
+    /// The current attempt reached Slurm as `slurm_job_id`.
+    pub fn set_submitted(&self, job_id: &str, slurm_job_id: &str, host: &str) -> Result<(), StoreError> {
+        let now = now_secs();
+        let changed = self
+            .conn
+            .execute(
+                "UPDATE jobs SET slurm_job_id = ?2, login_host = ?3, message = 'submitted', updated_at = ?4
+                 WHERE job_id = ?1 AND slurm_job_id IS NULL",
+                params![job_id, slurm_job_id, host, now],
+            )
+            .map_err(|e| self.err(e))?;
+        if changed == 0 {
+            return Ok(());
+        }
+        self.conn
+            .execute(
+                "UPDATE attempts SET slurm_job_id = ?2, login_host = ?3, submitted_at = ?4
+                 WHERE job_id = ?1 AND number = (SELECT attempt FROM jobs WHERE job_id = ?1)",
+                params![job_id, slurm_job_id, host, now],
             )
             .map_err(|e| self.err(e))?;
         self.add_event(job_id, "submitted", &format!("Slurm job {slurm_job_id} via {host}"))
@@ -184,6 +383,15 @@ impl Store {
                 ],
             )
             .map_err(|e| self.err(e))?;
+        if changed > 0 {
+            self.conn
+                .execute(
+                    "UPDATE attempts SET state = ?2, exit_code = ?3, node_list = COALESCE(node_list, ?4)
+                     WHERE job_id = ?1 AND number = (SELECT attempt FROM jobs WHERE job_id = ?1)",
+                    params![job_id, update.slurm_state, update.exit_code, update.node_list],
+                )
+                .map_err(|e| self.err(e))?;
+        }
         if changed > 0 && (status != update.status.as_str() || state != update.slurm_state) {
             self.add_event(
                 job_id,
@@ -200,7 +408,11 @@ impl Store {
     }
 
     /// Run `f` in one transaction: many small writes cost one commit.
+    /// Nested calls join the outer transaction.
     pub fn in_transaction<T, E: From<StoreError>>(&self, f: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+        if !self.conn.is_autocommit() {
+            return f();
+        }
         self.conn.execute_batch("BEGIN IMMEDIATE").map_err(|e| E::from(self.err(e)))?;
         match f() {
             Ok(v) => {
@@ -293,7 +505,8 @@ impl Store {
 }
 
 const SELECT: &str = "SELECT job_id, name, spec_json, plan_json, status, message, slurm_job_id, slurm_state,
-    exit_code, node_list, login_host, created_at, updated_at, progress FROM jobs";
+    exit_code, node_list, login_host, created_at, updated_at, progress, attempt, attempt_name, next_retry_at,
+    excluded_nodes FROM jobs";
 
 /// A row as stored; the plan and status are decoded afterwards so a corrupt row gives a clear error.
 struct RawRow {
@@ -311,6 +524,10 @@ struct RawRow {
     created_at: i64,
     updated_at: i64,
     progress: Option<String>,
+    attempt: u32,
+    attempt_name: String,
+    next_retry_at: Option<i64>,
+    excluded_nodes: String,
 }
 
 fn raw_row(r: &Row) -> rusqlite::Result<RawRow> {
@@ -329,6 +546,10 @@ fn raw_row(r: &Row) -> rusqlite::Result<RawRow> {
         created_at: r.get(11)?,
         updated_at: r.get(12)?,
         progress: r.get(13)?,
+        attempt: r.get(14)?,
+        attempt_name: r.get(15)?,
+        next_retry_at: r.get(16)?,
+        excluded_nodes: r.get(17)?,
     })
 }
 
@@ -351,6 +572,10 @@ fn to_record(raw: RawRow) -> Result<JobRecord, StoreError> {
         created_at: raw.created_at,
         updated_at: raw.updated_at,
         progress: raw.progress,
+        attempt: raw.attempt,
+        attempt_name: raw.attempt_name,
+        next_retry_at: raw.next_retry_at,
+        excluded_nodes: raw.excluded_nodes,
     })
 }
 

@@ -88,12 +88,19 @@ fn secrets_reach_the_task_and_nothing_else() {
         "TAO_TEST_SECRET",
         "--shell",
         "--",
-        "echo \"secret-length=${#TAO_TEST_SECRET}\"; echo \"cenv=$SPANK_CONTAINER_ENV\"",
+        "echo \"secret-length=${#TAO_TEST_SECRET}\"; echo \"cenv=$SPANK_CONTAINER_ENV\"; sleep 3",
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let submitted: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let job = submitted["job_id"].as_str().unwrap().to_string();
+    // While the job runs, the value sits in one file of mode 600 in a directory of mode 700.
+    let base = Path::new(&env.vars["SLURM_BASE_RESULTS_DIR"]).to_path_buf();
+    let secrets_dir = base.join("secrets").join(&job);
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&secrets_dir).unwrap().permissions().mode() & 0o777, 0o700);
+    assert_eq!(std::fs::metadata(secrets_dir.join("env")).unwrap().permissions().mode() & 0o777, 0o600);
     let v = env.wait_terminal(&job, Duration::from_secs(180));
+    assert!(!secrets_dir.exists(), "the secrets file is removed once the job is terminal");
     assert_eq!(v["status"], "Complete", "{v}");
     let logs_out = env.run(&["logs", &job, "--json"]);
     let logs: serde_json::Value = serde_json::from_slice(&logs_out.stdout).unwrap();
@@ -105,8 +112,7 @@ fn secrets_reach_the_task_and_nothing_else() {
     );
 
     // Nowhere else: not in the staged files, script, logs, local state, or our own output.
-    let base = Path::new(&env.vars["SLURM_BASE_RESULTS_DIR"]);
-    assert_eq!(files_containing(base, &secret), Vec::<String>::new());
+    assert_eq!(files_containing(&base, &secret), Vec::<String>::new());
     assert_eq!(files_containing(env.dir.path(), &secret), Vec::<String>::new(), "local state and HOME");
     let render = env.run(&["render", "--image", "ubuntu:22.04", "--secret-env", "TAO_TEST_SECRET", "--", "true"]);
     for text in [&out.stdout, &out.stderr, &logs_out.stdout, &render.stdout] {

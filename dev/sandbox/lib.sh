@@ -222,3 +222,28 @@ slurmdbd_start() {
     SLURM_CONF="$ETC/slurm.conf" /usr/sbin/slurmdbd 9>&- || return 1
     wait_for 30 "slurmdbd" port_listening "$1" || return 2
 }
+
+# ---- slurmctld -----------------------------------------------------------------------------------
+# slurmctld_pid -> PID of the sandbox's slurmctld (run/slurmctld.pid, checked against exe and
+# command line), or nothing
+slurmctld_pid() {
+    local pid
+    pid="$(read_pidfile "$RUN/slurmctld.pid")"
+    if [[ -n "$pid" ]] && pid_is "$pid" /usr/sbin/slurmctld && pid_mine "$pid"; then printf '%s' "$pid"; fi
+    return 0
+}
+
+# slurmctld_answers: scontrol ping reports the controller UP
+slurmctld_answers() {
+    local out
+    out="$(SLURM_CONF="$ETC/slurm.conf" timeout 10 scontrol ping 2>/dev/null)" || true
+    [[ "$out" == *"is UP"* ]]
+}
+
+# slurmctld_start: start slurmctld (it daemonizes and writes run/slurmctld.pid; without -c/-i it
+# recovers jobs, nodes and reservations from StateSaveLocation) and wait up to 30 s until
+# scontrol ping answers. Returns 1 if it failed to start, 2 if it does not answer.
+slurmctld_start() {
+    /usr/sbin/slurmctld -f "$ETC/slurm.conf" 9>&- || return 1
+    wait_for 30 "slurmctld" slurmctld_answers || return 2
+}

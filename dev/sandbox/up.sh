@@ -60,7 +60,7 @@ die() {
 }
 trap 'rc=$?; [[ $rc -eq 0 ]] || echo "up.sh: failed (rc=$rc) at line $LINENO: $BASH_COMMAND" >&2' ERR
 
-# wait_for, port_listening, plugstack_set, slurmdbd_start: see lib.sh
+# wait_for, port_listening, plugstack_set, slurmdbd_start, slurmctld_start: see lib.sh
 
 # put_file SRC DEST MODE [OWNER]: move a freshly generated SRC into place; DEST is recorded in CHANGED if it differed
 CHANGED=()
@@ -424,10 +424,12 @@ if running slurmctld /usr/sbin/slurmctld; then
     # plugstack.conf is not a trigger: srun/sbatch and slurmstepd read it at each invocation / step
     # launch (pyxis-ctl.sh relies on that), so healing a pyxis-ctl.sh off needs no reconfigure
     if changed "$ETC/slurm.conf" "$ETC/gres.conf"; then reconf=1; fi
+    wait_for 30 "slurmctld" slurmctld_answers || die "slurmctld does not answer" "$LOG/slurm/slurmctld.log"
 else
-    /usr/sbin/slurmctld -f "$ETC/slurm.conf" 9>&- || die "slurmctld failed to start" "$LOG/slurm/slurmctld.log"
+    rc=0; slurmctld_start || rc=$?   # shared with service-ctl.sh start slurmctld
+    if [[ $rc == 1 ]]; then die "slurmctld failed to start" "$LOG/slurm/slurmctld.log"; fi
+    if [[ $rc == 2 ]]; then die "slurmctld does not answer" "$LOG/slurm/slurmctld.log"; fi
 fi
-wait_for 30 "slurmctld" bash -c 'scontrol ping | grep -q "is UP"' || die "slurmctld does not answer" "$LOG/slurm/slurmctld.log"
 phase_done slurmctld
 
 # ---- 7. slurmd x NODES -------------------------------------------------------------------------

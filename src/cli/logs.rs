@@ -25,24 +25,24 @@ pub struct LogsCmd {
     /// Seconds between polls with -f
     #[arg(long, default_value_t = 1.0)]
     pub interval: f64,
-    /// Which attempt's logs (1 = the first Slurm job of this platform job)
-    #[arg(long, default_value_t = 1)]
-    pub attempt: u32,
+    /// Which attempt's logs (1 = the first Slurm job of this platform job; default the current one)
+    #[arg(long)]
+    pub attempt: Option<u32>,
     #[arg(long)]
     pub json: bool,
 }
 
 impl LogsCmd {
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
-        if self.attempt != 1 {
-            return Err(SpecError::new("attempt", "this job has one attempt; use --attempt 1").into());
-        }
         let client = Client::new(settings)?;
         let streams: Vec<Stream> = match (self.stdout, self.stderr) {
             (true, _) => vec![Stream::Stdout],
             (_, true) => vec![Stream::Stderr],
             _ => vec![Stream::Stdout, Stream::Stderr],
         };
+        if self.follow && self.attempt.is_some() {
+            return Err(SpecError::new("attempt", "-f follows the current attempt; drop --attempt").into());
+        }
         if self.follow {
             if !(self.interval.is_finite() && self.interval >= 0.2) {
                 return Err(SpecError::new("interval", "must be at least 0.2 seconds").into());
@@ -65,7 +65,7 @@ impl LogsCmd {
             eprintln!("tao-slurm: job {} is {} ({})", view.job_id, view.status, view.message);
             return Ok(0);
         }
-        let logs = client.job_logs(&self.job_id, self.tail)?;
+        let logs = client.job_logs(&self.job_id, self.tail, self.attempt)?;
         if self.json {
             super::print_json(&logs);
             return Ok(0);

@@ -4,6 +4,7 @@ mod cancel;
 mod credentials;
 mod jobs;
 mod logs;
+mod monitor;
 mod preflight;
 mod render;
 mod status;
@@ -53,6 +54,8 @@ enum Command {
     Watch(watch::WatchCmd),
     /// Cancel jobs
     Cancel(cancel::CancelCmd),
+    /// Follow every active job and perform retries (one per state file)
+    Monitor(monitor::MonitorCmd),
     /// Check settings, SSH, Slurm, accounting, partitions, Pyxis, credentials and storage
     Preflight(preflight::PreflightCmd),
     /// Install credentials on the cluster
@@ -113,6 +116,7 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::Watch(c) => c.run(settings),
         Command::Cancel(c) => c.run(settings),
         Command::Preflight(c) => c.run(settings),
+        Command::Monitor(c) => c.run(settings),
         Command::Credentials(c) => c.run(settings),
     }
 }

@@ -147,6 +147,9 @@ pub struct SubmitCmd {
     /// Run the online checks (connection, partition limits) and print what would be submitted
     #[arg(long)]
     pub dry_run: bool,
+    /// Start a background monitor (unless one runs) that follows the job and performs its retries
+    #[arg(long)]
+    pub monitor: bool,
     /// Print the result as JSON
     #[arg(long)]
     pub json: bool,
@@ -165,6 +168,9 @@ impl SubmitCmd {
             return Ok(0);
         }
         let submitted = client.create_job(&spec, &secrets)?;
+        if self.monitor && super::monitor::start_background_monitor(client.settings())? {
+            eprintln!("started a background monitor (log: {}.monitor.log)", client.settings().state_path.display());
+        }
         if self.json {
             super::print_json(&submitted);
         } else {

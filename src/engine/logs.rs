@@ -26,14 +26,23 @@ pub enum Stream {
     Stderr,
 }
 
-/// The paths of an attempt's two log files.
+/// The paths of the current attempt's two log files.
 pub fn log_paths(job: &JobRecord) -> Result<(String, String, String)> {
     let slurm_job_id = job
         .slurm_job_id
         .clone()
         .ok_or_else(|| Error::RemoteCommand(format!("job {} has no Slurm job yet, so it has no logs", job.job_id)))?;
-    let dir = job.plan.layout.log_dir(&slurm_job_id);
+    let dir = job.plan.layout.log_dir(&job.attempt_name, &slurm_job_id);
     Ok((slurm_job_id, format!("{dir}/main.out"), format!("{dir}/main.err")))
+}
+
+/// The job as seen from one of its attempts (for `logs --attempt K`).
+pub fn as_attempt(job: &JobRecord, attempt: &crate::store::AttemptRecord) -> JobRecord {
+    let mut view = job.clone();
+    view.attempt = attempt.number;
+    view.attempt_name = attempt.slurm_job_name.clone();
+    view.slurm_job_id = attempt.slurm_job_id.clone();
+    view
 }
 
 /// `tail` (or `cat` when `tail_lines` is None) of both files, in marked sections. Pure.
@@ -153,6 +162,7 @@ pub fn parse_chunks(stdout: &str, nonce: &str) -> (String, Vec<Chunk>) {
 pub fn follow_once(
     remote: &dyn Remote,
     store: &Store,
+    policy: &crate::engine::retry::RetryPolicy,
     job: &JobRecord,
     streams: &[Stream],
     cursor: &mut FollowCursor,
@@ -174,7 +184,7 @@ pub fn follow_once(
     let out = remote.run_script(&script, Idempotency::Idempotent)?;
     let (refresh_part, chunks) = parse_chunks(&out.stdout, &nonce);
     if !job.status.is_terminal() {
-        record(store, std::slice::from_ref(job), &parse_refresh_output(&refresh_part), &out.host)?;
+        record(remote, store, policy, std::slice::from_ref(job), &parse_refresh_output(&refresh_part), &out.host)?;
     }
     for c in &chunks {
         match c.stream {

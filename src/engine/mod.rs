@@ -7,6 +7,7 @@ pub mod credentials;
 pub mod logs;
 pub mod preflight;
 pub mod refresh;
+pub mod retry;
 pub mod submit;
 
 /// Markers that split one remote script's output into sections. They begin with a character no Slurm

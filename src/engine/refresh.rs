@@ -1,6 +1,7 @@
 //! Refresh any number of jobs in one round trip: `squeue` for the user's live jobs, `sacct` only for
 //! the ids squeue no longer lists, and the tail of each job's `status.json`, all in one remote script.
 
+use crate::engine::retry::{handle_failures, is_attempt_failure, RetryPolicy};
 use crate::engine::{sections, SECTION};
 use crate::error::Result;
 use crate::remote::{Idempotency, Remote};
@@ -15,7 +16,7 @@ use crate::slurm::query::{SACCT_FIELDS, SQUEUE_FORMAT};
 /// How far back sacct looks, so that its default window (since midnight) never hides a job.
 const SACCT_LOOKBACK: &str = "now-30days";
 /// Every state, for sacct's `-s` (see the name lookup).
-const SACCT_ALL_STATES: &str = "PD,R,RQ,RS,S,CA,CD,F,TO,NF,PR,OOM,BF,DL,RV";
+pub(crate) const SACCT_ALL_STATES: &str = "PD,R,RQ,RS,S,CA,CD,F,TO,NF,PR,OOM,BF,DL,RV";
 /// Lines of status.json read per job: enough for the last status and progress message.
 const STATUS_TAIL_LINES: u32 = 20;
 
@@ -32,6 +33,8 @@ pub struct Observations {
     pub squeue_error: Option<String>,
     /// status.json text per platform job id.
     pub status_json: HashMap<String, String>,
+    /// Slurm job ids that submitters wrote into attempts' lock directories, per platform job id.
+    pub lock_ids: HashMap<String, String>,
 }
 
 /// One job to refresh.
@@ -41,6 +44,8 @@ pub struct RefreshTarget {
     /// None when the submission's outcome is unknown: the job is then looked up by its name.
     pub slurm_job_id: Option<String>,
     pub job_name: String,
+    /// The attempt's submission lock directory, where the submitter writes the Slurm job id.
+    pub submit_lock: String,
     pub status_json: String,
 }
 
@@ -49,15 +54,13 @@ impl RefreshTarget {
         RefreshTarget {
             job_id: job.job_id.clone(),
             slurm_job_id: job.slurm_job_id.clone(),
-            job_name: job.plan.layout.job_name.clone(),
+            job_name: job.attempt_name.clone(),
+            submit_lock: format!("{}/sbatch/.submit-{}", job.plan.layout.job_dir, job.attempt_name),
             status_json: job.plan.layout.status_json(),
         }
     }
 }
 
-/// A job whose submission outcome is unknown and that neither squeue nor sacct knows by name after
-/// this long never reached Slurm.
-pub const UNKNOWN_SUBMISSION_GRACE_SECS: i64 = 600;
 /// A submitted job that neither squeue nor sacct knows after this long was lost by the scheduler
 /// (sacct lags the controller by a second or so right after a job starts or ends).
 pub const LOST_JOB_GRACE_SECS: i64 = 300;
@@ -67,7 +70,7 @@ pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
     let ids: Vec<String> = jobs.iter().filter_map(|j| j.slurm_job_id.as_deref().map(quote)).collect();
     let names: Vec<String> = jobs.iter().filter(|j| j.slurm_job_id.is_none()).map(|j| quote(&j.job_name)).collect();
     let mut s = String::new();
-    s.push_str(&format!("sq=\"$(squeue --me -h -o {} 2>&1)\"; sq_rc=$?\n", quote(SQUEUE_FORMAT)));
+    s.push_str(&format!("sq=\"$(squeue --me -t all -h -O {} 2>&1)\"; sq_rc=$?\n", quote(SQUEUE_FORMAT)));
     s.push_str(&format!("echo '{SECTION}squeue'\nprintf '%s\\n' \"$sq\"\necho \"{SECTION}rc squeue $sq_rc\"\n"));
     // Only ids that squeue does not list go to sacct (slower, and it lags the controller). `comm` on
     // sorted lists keeps this linear in the number of jobs.
@@ -79,6 +82,13 @@ pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
         ));
         s.push_str(&format!(
             "if [ \"$sq_rc\" -eq 0 ] && [ -n \"$missing\" ]; then\n  echo '{SECTION}sacct'\n  sacct -X -P -n -S {SACCT_LOOKBACK} -j \"$missing\" --format={SACCT_FIELDS} 2>&1\n  echo \"{SECTION}rc sacct $?\"\nfi\n"
+        ));
+    }
+    for job in jobs.iter().filter(|j| j.slurm_job_id.is_none()) {
+        s.push_str(&format!(
+            "if [ -s {l}/slurm_job_id ]; then echo \"{SECTION}lock_id {id} $(cat {l}/slurm_job_id)\"; fi\n",
+            l = quote(&job.submit_lock),
+            id = job.job_id
         ));
     }
     if !names.is_empty() {
@@ -134,6 +144,13 @@ pub fn parse_refresh_output(stdout: &str) -> Observations {
                     _ => {}
                 }
             }
+            "lock_id" => {
+                if let Some((job, id)) = arg.split_once(' ') {
+                    if !id.trim().is_empty() {
+                        obs.lock_ids.insert(job.to_string(), id.trim().to_string());
+                    }
+                }
+            }
             "status_json" => {
                 let text: String = body.lines().map(|l| format!("{}\n", l.strip_prefix('|').unwrap_or(l))).collect();
                 obs.status_json.insert(arg, text);
@@ -159,6 +176,12 @@ fn numeric_id(id: &str) -> u64 {
     id.parse().unwrap_or(0)
 }
 
+/// The script exits 124 only once its timeout requeues are used up.
+fn timed_out_message(job: &JobRecord) -> String {
+    let times = if job.plan.requeue { job.plan.max_timeout_requeues + 1 } else { 1 };
+    format!("timed out {times} times: the inner timeout of {} s was reached on every run", job.plan.timeout_seconds)
+}
+
 /// Decide each job's new status from the observations. Jobs about which nothing reliable was learned
 /// get no decision: no terminal verdict from missing data. Pure.
 pub fn decide(jobs: &[JobRecord], obs: &Observations, now: i64) -> Vec<Decision> {
@@ -167,9 +190,13 @@ pub fn decide(jobs: &[JobRecord], obs: &Observations, now: i64) -> Vec<Decision>
         let status_json = obs.status_json.get(&job.job_id).map(String::as_str);
         let progress_raw = status_json.and_then(last_status_raw);
         let progress = status_json.and_then(last_status_line).and_then(|l| l.message);
-        let name = &job.plan.layout.job_name;
+        let name = &job.attempt_name;
         let (slurm_id, adopt) = match &job.slurm_job_id {
             Some(id) => (id.clone(), None),
+            None if obs.lock_ids.contains_key(&job.job_id) => {
+                let id = obs.lock_ids[&job.job_id].clone();
+                (id.clone(), Some(id))
+            }
             None => {
                 // Outcome unknown: find the job by its unique name (newest first), never resubmit.
                 let live = obs
@@ -182,29 +209,19 @@ pub fn decide(jobs: &[JobRecord], obs: &Observations, now: i64) -> Vec<Decision>
                     .and_then(|a| a.iter().filter(|r| &r.name == name).max_by_key(|r| numeric_id(&r.job_id)));
                 match live.map(|r| r.job_id.clone()).or_else(|| done.map(|r| r.job_id.clone())) {
                     Some(id) => (id.clone(), Some(id)),
+                    // Not found yet: the retry engine resubmits the attempt once it is safe to (the
+                    // submission script itself guarantees one sbatch per attempt).
                     None => {
-                        let searched = obs.squeue.is_some() && obs.sacct_by_name.is_some();
-                        if searched && now - job.created_at > UNKNOWN_SUBMISSION_GRACE_SECS {
-                            decisions.push(Decision {
-                                job_id: job.job_id.clone(),
-                                adopt: None,
-                                update: StatusUpdate {
-                                    status: PlatformStatus::Error,
-                                    message: format!("never reached Slurm: no job named {name} in squeue or sacct"),
-                                    slurm_state: None,
-                                    exit_code: None,
-                                    node_list: None,
-                                    progress: None,
-                                },
-                            });
-                        }
                         continue;
                     }
                 }
             }
         };
         if let Some(rec) = obs.squeue.as_ref().and_then(|q| q.iter().find(|r| r.job_id == slurm_id)) {
-            let verdict = map_status(&rec.state, None, status_json);
+            let mut verdict = map_status(&rec.state, rec.exit_code, status_json);
+            if verdict.status == PlatformStatus::Error && rec.exit_code == Some(124) {
+                verdict.message = timed_out_message(job);
+            }
             let mut message = verdict.message;
             if verdict.status == PlatformStatus::Pending && !rec.reason.is_empty() && rec.reason != "None" {
                 message = match explain_pending(&rec.reason) {
@@ -222,8 +239,8 @@ pub fn decide(jobs: &[JobRecord], obs: &Observations, now: i64) -> Vec<Decision>
                     status: verdict.status,
                     message,
                     slurm_state: Some(rec.state.to_string()),
-                    exit_code: None,
-                    node_list: Some(rec.node_list.clone()).filter(|n| !n.is_empty()),
+                    exit_code: if rec.state.is_finished() { rec.exit_code } else { None },
+                    node_list: Some(rec.node_list.clone()).filter(|n| !n.is_empty() && n != "(null)"),
                     progress: progress_raw,
                 },
             });
@@ -235,6 +252,14 @@ pub fn decide(jobs: &[JobRecord], obs: &Observations, now: i64) -> Vec<Decision>
             // Right after a job ends, slurmdbd may hold a half-written record (JobName "allocation",
             // sometimes a wrong exit code). Only a record that carries our job name is settled.
             if !rec.name.is_empty() && &rec.name != name {
+                continue;
+            }
+            // FAILED with exit code 0:0 is a contradiction sacct shows for a moment before the real
+            // exit code arrives (seen in CI): not settled either.
+            if rec.state == crate::slurm::SlurmState::Failed
+                && rec.exit_code == Some(0)
+                && rec.exit_signal.unwrap_or(0) == 0
+            {
                 continue;
             }
         }
@@ -261,12 +286,7 @@ pub fn decide(jobs: &[JobRecord], obs: &Observations, now: i64) -> Vec<Decision>
         };
         let mut verdict = map_status(&rec.state, rec.exit_code, status_json);
         if verdict.status == PlatformStatus::Error && rec.exit_code == Some(124) {
-            // The script exits 124 only once its timeout requeues are used up.
-            let times = if job.plan.requeue { job.plan.max_timeout_requeues + 1 } else { 1 };
-            verdict.message = format!(
-                "timed out {times} times: the inner timeout of {} s was reached on every run",
-                job.plan.timeout_seconds
-            );
+            verdict.message = timed_out_message(job);
         }
         decisions.push(Decision {
             job_id: job.job_id.clone(),
@@ -286,7 +306,12 @@ pub fn decide(jobs: &[JobRecord], obs: &Observations, now: i64) -> Vec<Decision>
 
 /// Refresh the given jobs in one round trip and store what changed; returns the observations and the
 /// host that answered.
-pub fn refresh(remote: &dyn Remote, store: &crate::store::Store, jobs: &[JobRecord]) -> Result<Observations> {
+pub fn refresh(
+    remote: &dyn Remote,
+    store: &crate::store::Store,
+    policy: &RetryPolicy,
+    jobs: &[JobRecord],
+) -> Result<Observations> {
     let targets: Vec<RefreshTarget> = jobs.iter().map(RefreshTarget::of).collect();
     if targets.is_empty() {
         return Ok(Observations::default());
@@ -295,7 +320,7 @@ pub fn refresh(remote: &dyn Remote, store: &crate::store::Store, jobs: &[JobReco
     let out = remote.run_script(&refresh_script(&targets), Idempotency::Idempotent)?;
     let remote_done = started.elapsed();
     let obs = parse_refresh_output(&out.stdout);
-    record(store, jobs, &obs, &out.host)?;
+    record(remote, store, policy, jobs, &obs, &out.host)?;
     tracing::debug!(
         jobs = jobs.len(),
         remote_ms = remote_done.as_millis() as u64,
@@ -306,7 +331,14 @@ pub fn refresh(remote: &dyn Remote, store: &crate::store::Store, jobs: &[JobReco
 }
 
 /// Store what a refresh's observations decide.
-pub fn record(store: &crate::store::Store, jobs: &[JobRecord], obs: &Observations, host: &str) -> Result<()> {
+pub fn record(
+    remote: &dyn Remote,
+    store: &crate::store::Store,
+    policy: &RetryPolicy,
+    jobs: &[JobRecord],
+    obs: &Observations,
+    host: &str,
+) -> Result<()> {
     if let Some(e) = &obs.squeue_error {
         tracing::warn!(error = %e, "squeue failed; statuses left as they were");
     }
@@ -314,8 +346,20 @@ pub fn record(store: &crate::store::Store, jobs: &[JobRecord], obs: &Observation
         tracing::warn!(error = %e, "sacct failed; finished jobs left as they were");
     }
     let decisions = decide(jobs, obs, crate::store::now_secs());
+    // Failures of an attempt are classified first (they may become retries, not verdicts).
+    let (failed, settled): (Vec<&Decision>, Vec<&Decision>) =
+        decisions.iter().partition(|d| is_attempt_failure(&d.update));
+    let by_id: HashMap<&str, &JobRecord> = jobs.iter().map(|j| (j.job_id.as_str(), j)).collect();
+    let failed: Vec<(&JobRecord, &Decision)> =
+        failed.into_iter().filter_map(|d| by_id.get(d.job_id.as_str()).map(|j| (*j, d))).collect();
+    handle_failures(remote, store, policy, &failed)?;
+    let became_terminal: Vec<&JobRecord> = settled
+        .iter()
+        .filter(|d| d.update.status.is_terminal())
+        .filter_map(|d| by_id.get(d.job_id.as_str()).copied())
+        .collect();
     store.in_transaction(|| {
-        for d in &decisions {
+        for d in settled {
             if let Some(id) = &d.adopt {
                 store.set_submitted(&d.job_id, id, host)?;
                 store.add_event(
@@ -326,8 +370,19 @@ pub fn record(store: &crate::store::Store, jobs: &[JobRecord], obs: &Observation
             }
             store.update_status(&d.job_id, &d.update)?;
         }
-        Ok(())
-    })
+        Ok::<(), crate::error::Error>(())
+    })?;
+    remove_secrets(remote, &became_terminal)
+}
+
+/// A terminal job's secrets file is deleted (one round trip for all of them).
+pub fn remove_secrets(remote: &dyn Remote, jobs: &[&JobRecord]) -> Result<()> {
+    let dirs: Vec<String> =
+        jobs.iter().filter(|j| !j.plan.secret_names.is_empty()).map(|j| quote(&j.plan.layout.secrets_dir())).collect();
+    if !dirs.is_empty() {
+        remote.run_script(&format!("rm -rf {}\n", dirs.join(" ")), Idempotency::Idempotent)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -353,6 +408,10 @@ mod tests {
             created_at: now_secs(),
             updated_at: now_secs(),
             progress: None,
+            attempt: 1,
+            attempt_name: format!("tao-job-{id}"),
+            next_retry_at: None,
+            excluded_nodes: String::new(),
         }
     }
 
@@ -362,6 +421,7 @@ mod tests {
             job_id: "a".into(),
             slurm_job_id: Some("11".into()),
             job_name: "tao-job-a".into(),
+            submit_lock: "/nonexistent/lock".into(),
             status_json: "/nonexistent/a/status.json".into(),
         }];
         let script = refresh_script(&jobs);
@@ -388,11 +448,11 @@ mod tests {
 
     #[test]
     fn decisions() {
-        let jobs = vec![job("a", "10"), job("b", "11"), job("c", "12"), job("d", "13"), job("e", "14")];
+        let jobs = vec![job("a", "10"), job("b", "11"), job("c", "12"), job("d", "13"), job("e", "14"), job("f", "15")];
         let obs = Observations {
             squeue: Some(parse_squeue("10|PENDING|Resources|||4:00:00|x\n")),
             sacct: Some(parse_sacct(
-                "11|FAILED|3:0|0:0|node1|a|b\n12|CANCELLED by 0|0:15|0:0|node1|a|b\n14|FAILED|0:0|0:0|node1|a|b|allocation\n",
+                "11|FAILED|3:0|0:0|node1|a|b\n12|CANCELLED by 0|0:15|0:0|node1|a|b\n14|FAILED|0:0|0:0|node1|a|b|allocation\n15|FAILED|0:0|0:0|node1|a|b|tao-job-f\n",
             )),
             ..Observations::default()
         };
@@ -405,6 +465,7 @@ mod tests {
         assert_eq!(get("c").unwrap().status, PlatformStatus::Canceled);
         assert!(get("d").is_none(), "a job neither command knows gets no verdict yet");
         assert!(get("e").is_none(), "a half-written sacct record (JobName allocation) is not a verdict");
+        assert!(get("f").is_none(), "FAILED with exit code 0:0 is not settled yet");
         let later = now_secs() + LOST_JOB_GRACE_SECS + 1;
         let d = decide(&jobs, &obs, later);
         let lost = d.iter().find(|x| x.job_id == "d").unwrap();
@@ -413,12 +474,12 @@ mod tests {
     }
 
     #[test]
-    fn unknown_submissions_are_found_by_name_or_declared_lost_after_the_grace() {
+    fn unknown_submissions_are_found_by_name_or_by_their_lock() {
         let mut unknown = job("u", "0");
         unknown.slurm_job_id = None;
         let name = unknown.plan.layout.job_name.clone();
         let obs = Observations {
-            squeue: Some(parse_squeue(&format!("30|RUNNING|None|node1|x|4:00:00|{name}\n"))),
+            squeue: Some(parse_squeue(&format!("30|RUNNING|None|node1|x|4:00:00|0|{name}\n"))),
             sacct_by_name: Some(vec![]),
             ..Observations::default()
         };
@@ -426,12 +487,19 @@ mod tests {
         assert_eq!(d[0].adopt.as_deref(), Some("30"));
         assert_eq!(d[0].update.status, PlatformStatus::Running);
         let nothing = Observations { squeue: Some(vec![]), sacct_by_name: Some(vec![]), ..Observations::default() };
-        assert!(decide(std::slice::from_ref(&unknown), &nothing, now_secs()).is_empty(), "within the grace: wait");
-        let later = now_secs() + UNKNOWN_SUBMISSION_GRACE_SECS + 1;
-        let d = decide(std::slice::from_ref(&unknown), &nothing, later);
-        assert_eq!(d[0].update.status, PlatformStatus::Error);
-        let failed_query = Observations { squeue: Some(vec![]), ..Observations::default() };
-        assert!(decide(&[unknown], &failed_query, later).is_empty(), "a failed query decides nothing");
+        assert!(
+            decide(std::slice::from_ref(&unknown), &nothing, now_secs() + 3600).is_empty(),
+            "not found: no verdict"
+        );
+        let locked = Observations {
+            squeue: Some(vec![]),
+            sacct: Some(parse_sacct("31|COMPLETED|0:0|0:0|node1|a|b\n")),
+            lock_ids: [("u".to_string(), "31".to_string())].into(),
+            ..Observations::default()
+        };
+        let d = decide(std::slice::from_ref(&unknown), &locked, now_secs());
+        assert_eq!(d[0].adopt.as_deref(), Some("31"));
+        assert_eq!(d[0].update.status, PlatformStatus::Complete);
     }
 
     #[test]

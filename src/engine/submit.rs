@@ -22,23 +22,91 @@ pub struct Submitted {
     pub job_dir: String,
 }
 
-/// The remote script that stages `files` and submits the plan's batch script. Pure.
+/// What one submission is for: the attempt's token (its Slurm job name) and the nodes to avoid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptTicket {
+    pub number: u32,
+    pub slurm_job_name: String,
+    pub exclude: String,
+}
+
+impl AttemptTicket {
+    pub fn first(plan: &Plan) -> AttemptTicket {
+        AttemptTicket { number: 1, slurm_job_name: plan.layout.job_name.clone(), exclude: String::new() }
+    }
+}
+
+/// The Slurm job name of attempt `number` (the first keeps the contract's `tao-job-<id>`).
+pub fn attempt_name(plan: &Plan, number: u32) -> String {
+    if number <= 1 {
+        plan.layout.job_name.clone()
+    } else {
+        format!("{}.a{number}", plan.layout.job_name)
+    }
+}
+
+/// A submission lock older than this, with no Slurm job behind it, was left by a submitter that died
+/// before sbatch; it may be taken over.
+pub const STALE_SUBMIT_LOCK_SECS: u64 = 120;
+
+/// Test hook: `TAO_SLURM_FAILPOINT=<name>` stops the submission at that point (it sleeps) so that a
+/// fault-injection test can kill the process there. Names: `after-record`, `remote-before-sbatch`,
+/// `after-sbatch`.
+pub const FAILPOINT_ENV: &str = "TAO_SLURM_FAILPOINT";
+
+fn failpoint(name: &str) -> bool {
+    std::env::var(FAILPOINT_ENV).is_ok_and(|v| v == name)
+}
+
+pub(crate) fn pause_at_failpoint(name: &str) {
+    if failpoint(name) {
+        eprintln!("tao-slurm: failpoint {name} reached");
+        std::thread::sleep(std::time::Duration::from_secs(120));
+    }
+}
+
+/// The remote script that stages `files` and submits one attempt of the plan's batch script. Pure.
 ///
-/// Secret values travel only here: on ssh's standard input into `bash -s`, where `export` (a builtin)
-/// puts them in sbatch's environment. They are never in argv, never in a file, and Slurm hands the
-/// job's environment only to the job's own processes.
-pub fn submit_script(plan: &Plan, files: &[StagedFile], secrets: &SecretValues) -> String {
+/// It can be run any number of times for the same attempt, from any process and host: a lock
+/// directory per attempt token on shared storage admits one sbatch ever; a later run finds the job
+/// (by the id the first run wrote, or by name in squeue/sacct) and adopts it instead.
+///
+/// Secret values travel only here, on ssh's standard input, and land in one file of mode 600 in a
+/// directory of mode 700 that the batch script reads (retries need it) and tao-slurm deletes when the
+/// job is terminal. They are never in argv (printf is a builtin), the script, the staged JSON or a log.
+pub fn submit_script(plan: &Plan, files: &[StagedFile], secrets: &SecretValues, ticket: &AttemptTicket) -> String {
     let layout = &plan.layout;
+    let name = &ticket.slurm_job_name;
+    let lock = format!("{}/sbatch/.submit-{name}", layout.job_dir);
     let mut s = String::from("set -u\numask 077\n");
     let mut dirs: Vec<String> =
         files.iter().filter_map(|f| f.path.rsplit_once('/').map(|(d, _)| d.to_string())).collect();
-    dirs.push(layout.logs_root());
-    dirs.push(layout.results_dir());
+    dirs.extend([format!("{}/sbatch", layout.job_dir), layout.logs_root(), layout.results_dir()]);
+    dirs.sort();
     dirs.dedup();
     s.push_str(&format!(
         "mkdir -p {} || {{ echo 'tao-slurm: cannot create the job directories' >&2; exit 10; }}\n",
         dirs.iter().map(|d| quote(d)).collect::<Vec<_>>().join(" ")
     ));
+    s.push_str(&format!("lock={}\nlogdir_prefix={}\n", quote(&lock), quote(&format!("{}/{name}", layout.logs_root()))));
+    // Adopt rather than submit twice.
+    s.push_str(&format!(
+        "adopt() {{ echo \"$1\" > \"$lock/slurm_job_id\"; mkdir -p \"$logdir_prefix-$1\"; scontrol release \"$1\" >/dev/null 2>&1; echo \"{SECTION}slurm_job_id $1\"; echo '{SECTION}adopted'; exit 0; }}\n\
+         if ! mkdir \"$lock\" 2>/dev/null; then\n\
+         \x20 if [ -s \"$lock/slurm_job_id\" ]; then adopt \"$(cat \"$lock/slurm_job_id\")\"; fi\n\
+         \x20 existing=\"$(squeue --me -h --name={n} -o %i 2>/dev/null | head -n 1)\"\n\
+         \x20 [ -n \"$existing\" ] || existing=\"$(sacct -X -P -n -S now-30days -E now -s {states} --name={n} -o JobIDRaw 2>/dev/null | head -n 1)\"\n\
+         \x20 if [ -n \"$existing\" ]; then adopt \"$existing\"; fi\n\
+         \x20 age=$(( $(date +%s) - $(stat -c %Y \"$lock\") ))\n\
+         \x20 if [ \"$age\" -lt {STALE_SUBMIT_LOCK_SECS} ]; then echo 'tao-slurm: another submission of this attempt is in flight' >&2; exit 23; fi\n\
+         \x20 touch \"$lock\"\n\
+         fi\n",
+        n = quote(name),
+        states = crate::engine::refresh::SACCT_ALL_STATES,
+    ));
+    if failpoint("remote-before-sbatch") {
+        s.push_str("echo 'tao-slurm: failpoint remote-before-sbatch reached' >&2\nsleep 20\n");
+    }
     for f in files {
         s.push_str(&format!(
             "printf '%s' {} > {} || {{ echo 'tao-slurm: cannot write {}' >&2; exit 11; }}\n",
@@ -47,37 +115,52 @@ pub fn submit_script(plan: &Plan, files: &[StagedFile], secrets: &SecretValues) 
             f.path.replace('\'', "")
         ));
     }
-    for name in &plan.secret_names {
-        if let Some(value) = secrets.0.get(name) {
-            s.push_str(&format!("export {name}={}\n", quote(value.expose())));
+    if !plan.secret_names.is_empty() && !secrets.0.is_empty() {
+        let dir = layout.secrets_dir();
+        s.push_str(&format!(
+            "mkdir -p {d} && chmod 700 {d} || exit 12\n: > {f} && chmod 600 {f} || exit 12\n",
+            d = quote(&dir),
+            f = quote(&layout.secrets_file())
+        ));
+        for name in &plan.secret_names {
+            if let Some(value) = secrets.0.get(name) {
+                s.push_str(&format!(
+                    "printf 'export %s=%s\\n' {name} {} >> {} || exit 12\n",
+                    quote(&quote(value.expose())),
+                    quote(&layout.secrets_file())
+                ));
+            }
         }
     }
+    let exclude =
+        if ticket.exclude.is_empty() { String::new() } else { format!(" --exclude={}", quote(&ticket.exclude)) };
     s.push_str(&format!(
-        "out=\"$(sbatch --parsable --hold --export=ALL {})\" || {{ echo 'tao-slurm: sbatch refused the job' >&2; exit 20; }}\n",
+        "out=\"$(sbatch --parsable --hold --job-name={}{exclude} {})\" || {{ rm -rf \"$lock\"; echo 'tao-slurm: sbatch refused the job' >&2; exit 20; }}\n",
+        quote(name),
         quote(&layout.script_file())
     ));
     s.push_str("id=\"$(printf '%s\\n' \"$out\" | tail -n 1)\"; id=\"${id%%;*}\"\n");
+    s.push_str("echo \"$id\" > \"$lock/slurm_job_id\"\n");
     s.push_str(&format!("echo \"{SECTION}slurm_job_id $id\"\n"));
-    s.push_str(&format!(
-        "mkdir -p {}-\"$id\" || {{ scancel \"$id\"; echo 'tao-slurm: cannot create the log directory; job cancelled' >&2; exit 21; }}\n",
-        quote(&format!("{}/{}", layout.logs_root(), layout.job_name))
-    ));
+    s.push_str("mkdir -p \"$logdir_prefix-$id\" || { scancel \"$id\"; echo 'tao-slurm: cannot create the log directory; job cancelled' >&2; exit 21; }\n");
     s.push_str(
         "scontrol release \"$id\" || { echo \"tao-slurm: job $id is held: scontrol release failed\" >&2; exit 22; }\n",
     );
     s
 }
 
-/// Submit a plan whose job is already recorded in the store.
+/// Submit one attempt of a plan whose job (and attempt) is already recorded in the store.
 pub fn submit(
     remote: &dyn Remote,
     store: &Store,
     plan: &Plan,
     files: &[StagedFile],
     secrets: &SecretValues,
+    ticket: &AttemptTicket,
 ) -> Result<Submitted> {
     let job_id = &plan.layout.job_id;
-    let script = submit_script(plan, files, secrets);
+    pause_at_failpoint("after-record");
+    let script = submit_script(plan, files, secrets, ticket);
     let out = match remote.run_script(&script, Idempotency::RunAtMostOnce) {
         Ok(out) => out,
         Err(e) => {
@@ -100,6 +183,9 @@ pub fn submit(
         .into_iter()
         .find(|(name, _, _)| name == "slurm_job_id")
         .and_then(|(_, arg, _)| parse_sbatch_parsable(&arg));
+    if slurm_job_id.is_some() {
+        pause_at_failpoint("after-sbatch");
+    }
     if let Some(id) = &slurm_job_id {
         // Recorded even if a later step failed: a submitted job is never forgotten.
         store.set_submitted(job_id, id, &out.host)?;
@@ -113,7 +199,7 @@ pub fn submit(
             None => format!("submission of job {job_id} failed on {}: {detail}", out.host),
         };
         store.add_event(job_id, "submit_failed", &message)?;
-        if slurm_job_id.is_none() {
+        if slurm_job_id.is_none() && out.exit_code != 23 {
             store.update_status(
                 job_id,
                 &StatusUpdate {
@@ -158,11 +244,11 @@ mod tests {
             // A prefix no staged file can contain unless the secret leaked into it.
             let secret_value = inject(&format!("SECRET-{secret}"));
             let secrets = SecretValues([("TOKEN".to_string(), Secret::new(secret_value.clone()))].into());
-            let script = submit_script(&plan, &files, &secrets);
+            let script = submit_script(&plan, &files, &secrets, &AttemptTicket::first(&plan));
             let bin = dir.path().join("bin");
             std::fs::create_dir(&bin).unwrap();
             let seen = dir.path().join("seen-token");
-            std::fs::write(bin.join("sbatch"), format!("#!/bin/bash\nprintf '%s' \"$TOKEN\" > {}\necho 4242\n", seen.display())).unwrap();
+            std::fs::write(bin.join("sbatch"), "#!/bin/bash\necho 4242\n").unwrap();
             std::fs::write(bin.join("scontrol"), "#!/bin/bash\nexit 0\n").unwrap();
             Command::new("chmod").arg("-R").arg("+x").arg(&bin).status().unwrap();
             let out = Command::new("bash").arg("-c").arg(&script).env("PATH", format!("{}:/usr/bin:/bin", bin.display())).output().unwrap();
@@ -173,8 +259,18 @@ mod tests {
                 prop_assert_eq!(std::fs::read_to_string(&f.path).unwrap(), f.contents.clone());
                 prop_assert!(!f.contents.contains("SECRET-"), "the secret leaked into {}", f.path);
             }
-            prop_assert_eq!(std::fs::read_to_string(&seen).unwrap(), secret_value);
-            prop_assert!(std::path::Path::new(&plan.layout.log_dir("4242")).is_dir(), "log dir made before release");
+            // The secrets file holds the value exactly, as a line that bash reads back.
+            let read_back = Command::new("bash").arg("-c").arg(format!(". {}; printf '%s' \"$TOKEN\"", plan.layout.secrets_file())).output().unwrap();
+            prop_assert_eq!(String::from_utf8(read_back.stdout).unwrap(), secret_value);
+            use std::os::unix::fs::PermissionsExt;
+            prop_assert_eq!(std::fs::metadata(plan.layout.secrets_file()).unwrap().permissions().mode() & 0o777, 0o600);
+            prop_assert_eq!(std::fs::metadata(plan.layout.secrets_dir()).unwrap().permissions().mode() & 0o777, 0o700);
+            let _ = &seen;
+            prop_assert!(std::path::Path::new(&plan.layout.log_dir(&plan.layout.job_name, "4242")).is_dir(), "log dir made before release");
+            // A second run of the same attempt adopts the job instead of submitting again.
+            let again = Command::new("bash").arg("-c").arg(&script).env("PATH", format!("{}:/usr/bin:/bin", bin.display())).output().unwrap();
+            let text = String::from_utf8_lossy(&again.stdout).to_string();
+            prop_assert!(text.contains("@@tao-slurm:adopted") && text.contains("slurm_job_id 4242"), "{}", text);
         }
     }
 }

@@ -123,6 +123,11 @@ fn write_body(s: &mut String, plan: &Plan) {
     for (name, value) in &plan.env {
         let _ = writeln!(s, "export {name}={}", quote(value));
     }
+    if !plan.secret_names.is_empty() {
+        // Written by the submission (mode 600, directory 700); never echoed.
+        let f = quote(&layout.secrets_file());
+        let _ = writeln!(s, "if [ -f {f} ]; then . {f}; else echo 'tao-slurm: the secrets file is missing' >&2; fi");
+    }
     let _ = writeln!(s, "mkdir -p {}", quote(&layout.results_dir()));
     if r.nodes > 1 {
         w(s, "MASTER_ADDR=\"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\"");

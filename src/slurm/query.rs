@@ -5,8 +5,11 @@ use super::SlurmState;
 use serde::{Deserialize, Serialize};
 
 /// `squeue -o` format: job id, state, reason, node list, start time, time limit.
-/// The job name comes last: it is the only free-text field, so a `|` in it cannot shift the others.
-pub const SQUEUE_FORMAT: &str = "%i|%T|%r|%N|%S|%l|%j";
+/// `squeue -O` fields, each followed by `|`: id, state, reason, node list, start, limit, exit status
+/// (a raw wait status: code × 256 + signal), name. With `-t all`, squeue lists finished jobs that the
+/// controller still remembers: its word on how they ended is authoritative, where sacct lags. The job
+/// name comes last: it is the only free-text field, so a `|` in it cannot shift the others.
+pub const SQUEUE_FORMAT: &str = "JobID:|,State:|,Reason:|,NodeList:|,StartTime:|,TimeLimit:|,Exit_Code:|,Name:";
 /// `sacct --format` fields, in the order [`parse_sacct`] reads them.
 pub const SACCT_FIELDS: &str = "JobIDRaw,State,ExitCode,DerivedExitCode,NodeList,Start,End,JobName";
 
@@ -18,6 +21,9 @@ pub struct SqueueRecord {
     pub node_list: String,
     pub start_time: String,
     pub time_limit: String,
+    /// Exit code and signal of a finished job (from the raw wait status).
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
     pub name: String,
 }
 
@@ -51,7 +57,7 @@ pub fn parse_squeue(stdout: &str) -> Vec<SqueueRecord> {
     stdout
         .lines()
         .filter_map(|line| {
-            let f: Vec<&str> = line.trim_end().splitn(7, '|').collect();
+            let f: Vec<&str> = line.trim_end().splitn(8, '|').collect();
             if f.len() < 6 || f[0].trim().is_empty() {
                 return None;
             }
@@ -62,7 +68,9 @@ pub fn parse_squeue(stdout: &str) -> Vec<SqueueRecord> {
                 node_list: f[3].trim().to_string(),
                 start_time: f[4].trim().to_string(),
                 time_limit: f[5].trim().to_string(),
-                name: f.get(6).map(|n| n.trim().to_string()).unwrap_or_default(),
+                exit_code: f.get(6).and_then(|w| w.trim().parse::<i32>().ok()).map(|w| (w >> 8) & 0xff),
+                exit_signal: f.get(6).and_then(|w| w.trim().parse::<i32>().ok()).map(|w| w & 0x7f),
+                name: f.get(7).map(|n| n.trim().to_string()).unwrap_or_default(),
             })
         })
         .collect()
@@ -124,15 +132,19 @@ mod tests {
 
     #[test]
     fn squeue_lines() {
-        let out = "12|PENDING|Priority|||4:00:00|tao-job-a\n13|RUNNING|None|node[1-2]|2026-12-02T10:00:00|4:00:00|odd|name\n\n";
+        let out = "12|PENDING|Priority|||4:00:00|0|tao-job-a\n13|RUNNING|None|node[1-2]|2026-12-02T10:00:00|4:00:00|0|odd|name\n14|FAILED|NonZeroExitCode|node1|x|4:00:00|768|w\n";
         let recs = parse_squeue(out);
-        assert_eq!(recs.len(), 2);
+        assert_eq!(recs.len(), 3);
         assert_eq!(recs[0].state, SlurmState::Pending);
         assert_eq!(recs[0].reason, "Priority");
         assert_eq!(recs[1].node_list, "node[1-2]");
         assert_eq!(recs[1].state, SlurmState::Running);
         assert_eq!(recs[0].name, "tao-job-a");
         assert_eq!(recs[1].name, "odd|name");
+        assert_eq!(
+            (recs[2].state.clone(), recs[2].exit_code, recs[2].exit_signal),
+            (SlurmState::Failed, Some(3), Some(0))
+        );
     }
 
     #[test]
