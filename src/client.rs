@@ -96,6 +96,20 @@ impl From<&JobRecord> for JobView {
     }
 }
 
+/// Callbacks for [`Client::wait_for`]; each has an empty default.
+pub trait JobCallbacks {
+    /// The job (attempt) started running.
+    fn on_running(&mut self, _job: &JobView) {}
+    /// The job ended Complete.
+    fn on_complete(&mut self, _job: &JobView) {}
+    /// The job ended Error (after any retries).
+    fn on_error(&mut self, _job: &JobView) {}
+    /// An infrastructure failure was retried: `job.attempt` is the new attempt.
+    fn on_retry(&mut self, _job: &JobView) {}
+}
+
+/// The library API, mirroring the reference SDK: `create_job`, `job_status`, `job_logs`, `cancel_job`,
+/// `list_jobs`, and `wait_for` with callbacks. See `examples/sdk.rs`.
 pub struct Client {
     settings: Settings,
     store: Store,
@@ -299,6 +313,51 @@ impl Client {
             }
             if caught_up {
                 std::thread::sleep(interval);
+            }
+        }
+    }
+
+    /// Cancel one job (idempotent).
+    pub fn cancel_job(&self, id: &str) -> Result<JobView> {
+        Ok(self.cancel_jobs(&[id.to_string()])?.remove(0))
+    }
+
+    /// Every job in the local state, newest first (no remote call).
+    pub fn list_jobs(&self) -> Result<Vec<JobView>> {
+        self.list(false)
+    }
+
+    /// Follow a job until it is terminal, calling `callbacks` on each transition. Never gives up
+    /// because time passed.
+    pub fn wait_for(
+        &self,
+        id: &str,
+        interval: std::time::Duration,
+        callbacks: &mut dyn JobCallbacks,
+    ) -> Result<JobView> {
+        let mut seen_running_attempt = 0;
+        let mut seen_attempt = 1;
+        loop {
+            let view = self.job_status(id)?;
+            if view.attempt > seen_attempt {
+                seen_attempt = view.attempt;
+                callbacks.on_retry(&view);
+            }
+            if view.status == PlatformStatus::Running && seen_running_attempt != view.attempt {
+                seen_running_attempt = view.attempt;
+                callbacks.on_running(&view);
+            }
+            match view.status {
+                PlatformStatus::Complete => {
+                    callbacks.on_complete(&view);
+                    return Ok(view);
+                }
+                PlatformStatus::Error => {
+                    callbacks.on_error(&view);
+                    return Ok(view);
+                }
+                PlatformStatus::Canceled => return Ok(view),
+                _ => std::thread::sleep(interval),
             }
         }
     }

@@ -19,9 +19,12 @@ pub struct Pace {
 /// of scheduler queries per minute allows.
 pub fn next_interval(pace: Pace, max_queries_per_minute: u32) -> Duration {
     let floor = 60.0 * QUERIES_PER_REFRESH as f64 / max_queries_per_minute.max(1) as f64;
-    let mut secs: f64 = if pace.active_jobs == 0 {
-        30.0
-    } else {
+    // With no active job a refresh reads only the local state file (no remote call): look often, so
+    // that jobs submitted by other processes are picked up at once.
+    if pace.active_jobs == 0 {
+        return Duration::from_secs(2);
+    }
+    let mut secs: f64 = {
         match pace.youngest_age_secs {
             a if a < 60 => 2.0,
             a if a < 600 => 5.0,
@@ -52,7 +55,7 @@ mod tests {
             (pace(7200, None, 1), 60, 60.0),
             (pace(7200, Some(3), 1), 60, 3.0),
             (pace(5, None, 1), 12, 10.0),
-            (pace(5, None, 0), 60, 30.0),
+            (pace(5, None, 0), 1, 2.0),
         ];
         for (p, budget, want) in cases {
             assert_eq!(next_interval(p, budget), Duration::from_secs_f64(want), "{p:?} {budget}");

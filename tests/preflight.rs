@@ -38,8 +38,12 @@ fn fail_lines(text: &str) -> Vec<String> {
     text.lines().filter(|l| l.starts_with("FAIL")).map(String::from).collect()
 }
 
+/// The tests here switch shared parts of the sandbox off: they run one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn preflight_is_green_and_names_each_broken_part() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut env = Env::isolated();
     env.vars.insert("SLURM_ACCOUNT".into(), "default".into());
     let (code, text) = preflight(&env);
@@ -200,4 +204,53 @@ fn preflight_is_green_and_names_each_broken_part() {
 
 fn uuid_like() -> String {
     format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos())
+}
+
+#[test]
+fn the_monitor_resumes_after_being_killed_and_gives_no_false_verdict_while_slurmctld_restarts() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::isolated();
+    let spawn_monitor = || {
+        env.command(&["monitor"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let (job, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--", "sleep", "25"]);
+    let mut monitor = spawn_monitor();
+    // `list` reads the state file only: what it shows, the monitor wrote.
+    let state_of = || -> serde_json::Value {
+        env.json(&["list", "--json"]).as_array().unwrap().iter().find(|v| v["job_id"] == job.as_str()).unwrap().clone()
+    };
+    let start = std::time::Instant::now();
+    while state_of()["status"] != "Running" {
+        assert!(start.elapsed() < std::time::Duration::from_secs(60), "the monitor never saw the job run");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    monitor.kill().unwrap();
+    monitor.wait().unwrap();
+    let mut monitor = spawn_monitor();
+    {
+        let _ctld = Switch::flip("service-ctl.sh", &["stop", "slurmctld"], &["start", "slurmctld"]);
+        std::thread::sleep(std::time::Duration::from_secs(8));
+        let v = state_of();
+        assert!(
+            !matches!(v["status"].as_str(), Some("Complete" | "Error" | "Canceled")),
+            "no verdict while slurmctld is down: {v}"
+        );
+    }
+    while !matches!(state_of()["status"].as_str(), Some("Complete" | "Error" | "Canceled")) {
+        assert!(start.elapsed() < std::time::Duration::from_secs(180), "the restarted monitor never finished the job");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    monitor.kill().unwrap();
+    monitor.wait().unwrap();
+    let v = state_of();
+    assert_eq!(v["status"], "Complete", "{v}");
+    let events = env.json(&["events", &job, "--json"]);
+    assert!(
+        !events.as_array().unwrap().iter().any(|e| e["detail"].as_str().unwrap_or("").starts_with("Error")),
+        "never an Error on the way: {events}"
+    );
 }

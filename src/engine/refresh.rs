@@ -353,6 +353,23 @@ pub fn record(
     let failed: Vec<(&JobRecord, &Decision)> =
         failed.into_iter().filter_map(|d| by_id.get(d.job_id.as_str()).map(|j| (*j, d))).collect();
     handle_failures(remote, store, policy, &failed)?;
+    // An adopted job may still be held, without its log directory, if its submitter died between
+    // sbatch and release: finish those two steps (both are harmless when already done).
+    let adopted: Vec<String> = settled
+        .iter()
+        .filter_map(|d| {
+            let job = by_id.get(d.job_id.as_str())?;
+            let id = d.adopt.as_ref()?;
+            Some(format!(
+                "mkdir -p {} && scontrol release {} >/dev/null 2>&1\n",
+                quote(&job.plan.layout.log_dir(&job.attempt_name, id)),
+                quote(id)
+            ))
+        })
+        .collect();
+    if !adopted.is_empty() {
+        remote.run_script(&(adopted.concat() + "exit 0\n"), Idempotency::Idempotent)?;
+    }
     let became_terminal: Vec<&JobRecord> = settled
         .iter()
         .filter(|d| d.update.status.is_terminal())

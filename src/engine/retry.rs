@@ -39,7 +39,15 @@ const EVIDENCE_LINES: u32 = 200;
 pub fn is_attempt_failure(update: &StatusUpdate) -> bool {
     update.status == PlatformStatus::Error
         && update.slurm_state.as_deref().map(SlurmState::parse).is_some_and(|s| {
-            matches!(s, SlurmState::Failed | SlurmState::NodeFail | SlurmState::BootFail | SlurmState::OutOfMemory)
+            matches!(
+                s,
+                SlurmState::Failed
+                    | SlurmState::NodeFail
+                    | SlurmState::BootFail
+                    | SlurmState::OutOfMemory
+                    | SlurmState::Timeout
+                    | SlurmState::Deadline
+            )
         })
 }
 

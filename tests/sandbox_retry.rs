@@ -1,0 +1,258 @@
+//! Nothing lost, nothing twice, on the sandbox with real processes: the submitter killed at each step,
+//! infrastructure failures retried on other nodes, user failures surfaced at once, the retry budget,
+//! and concurrent refreshers that must resubmit exactly once.
+
+mod common;
+use common::{sandbox_dir, Env};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Slurm jobs (any state) whose name starts with `prefix`, as slurmuser sees them in sacct.
+fn slurm_jobs_named(env: &Env, prefix: &str) -> Vec<String> {
+    let out = Command::new("ssh")
+        .args([
+            "-F",
+            &env.vars["SSH_CONFIG"],
+            "sandbox-login1",
+            "sacct",
+            "-X",
+            "-P",
+            "-n",
+            "-S",
+            "now-1days",
+            "-E",
+            "now",
+        ])
+        .args(["-s", "PD,R,RQ,RS,S,CA,CD,F,TO,NF,PR,OOM,BF,DL", "-o", "JobIDRaw,JobName"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let squeue = Command::new("ssh")
+        .args(["-F", &env.vars["SSH_CONFIG"], "sandbox-login1", "squeue", "--me", "-t", "all", "-h", "-o", "'%i|%j'"])
+        .output()
+        .unwrap();
+    let mut ids: Vec<String> = text
+        .lines()
+        .chain(String::from_utf8_lossy(&squeue.stdout).lines())
+        .filter_map(|l| l.split_once('|'))
+        .filter(|(_, name)| name.starts_with(prefix))
+        .map(|(id, _)| id.to_string())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+fn job_ids_in_state(env: &Env) -> Vec<String> {
+    env.json(&["list", "--json"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["job_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Run `submit` with a failpoint, SIGKILL it when the failpoint is reached; returns the job id.
+fn submit_killed_at(env: &Env, failpoint: &str) -> String {
+    let mut cmd = env.command(&["submit", "--image", "ubuntu:22.04", "--gpus", "0", "--shell", "--", "echo survived"]);
+    cmd.env("TAO_SLURM_FAILPOINT", failpoint).stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    for line in stderr.lines() {
+        if line.unwrap().contains(&format!("failpoint {failpoint} reached")) {
+            break;
+        }
+    }
+    // The remote failpoint is printed by the remote script: give it a moment to be mid-flight.
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let ids = job_ids_in_state(env);
+    assert_eq!(ids.len(), 1, "the job was recorded before anything was sent");
+    ids[0].clone()
+}
+
+#[test]
+fn a_submitter_killed_at_any_step_leaves_exactly_one_slurm_job_tracked_to_its_end() {
+    let handles: Vec<_> = ["after-record", "remote-before-sbatch", "after-sbatch"]
+        .into_iter()
+        .map(|fp| {
+            std::thread::spawn(move || {
+                let env = Env::isolated();
+                let job = submit_killed_at(&env, fp);
+                let v = env.wait_terminal(&job, Duration::from_secs(240));
+                assert_eq!(v["status"], "Complete", "{fp}: {v}");
+                let logs = env.json(&["logs", &job, "--json"]);
+                assert!(logs["stdout"].as_str().unwrap().contains("survived"), "{fp}: {logs}");
+                let jobs = slurm_jobs_named(&env, &format!("tao-job-{job}"));
+                assert_eq!(jobs.len(), 1, "{fp}: exactly one Slurm job for the attempt: {jobs:?}");
+                assert_eq!(v["retries"], 0, "{fp}: {v}");
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
+/// A command that fails with an NCCL error on its first run only.
+const NCCL_ONCE: &str = "m=\"$TAO_API_RESULTS_DIR/$TAO_JOB_ID/failed-once\"; \
+    if [ ! -e \"$m\" ]; then touch \"$m\"; echo 'ncclSystemError: NCCL error: unhandled system error' >&2; exit 1; fi; echo recovered";
+
+#[test]
+fn a_node_failure_is_retried_elsewhere_and_both_attempts_keep_their_logs() {
+    let env = Env::new();
+    // --no-requeue: with --requeue (the default) Slurm itself requeues a NODE_FAIL job under the
+    // same id, which tao-slurm follows as the same attempt.
+    let (job, _) = env.submit(&[
+        "--image",
+        "ubuntu:22.04",
+        "--gpus",
+        "0",
+        "--no-requeue",
+        "--shell",
+        "--",
+        "echo \"attempt on $SLURMD_NODENAME\"; sleep 600",
+    ]);
+    let start = Instant::now();
+    let running = loop {
+        let v = env.json(&["status", &job, "--json"]);
+        if v["status"] == "Running" && v["node_list"].is_string() {
+            break v;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "never ran: {v}");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let node = running["node_list"].as_str().unwrap().to_string();
+    let conf = sandbox_dir().join("etc/slurm.conf");
+    let out = Command::new("scontrol")
+        .env("SLURM_CONF", &conf)
+        .args(["update", &format!("nodename={node}"), "state=down", "reason=tao-slurm-test"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The retry runs the same command again (sleep 600): wait for attempt 2 to run, then end it.
+    let start = Instant::now();
+    let v = loop {
+        let v = env.json(&["status", &job, "--json"]);
+        if v["attempt"] == 2 && v["status"] == "Running" {
+            break v;
+        }
+        assert!(start.elapsed() < Duration::from_secs(120), "no second attempt: {v}");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let _ = Command::new("scontrol")
+        .env("SLURM_CONF", &conf)
+        .args(["update", &format!("nodename={node}"), "state=resume"])
+        .output();
+    let attempts = v["attempts"].as_array().unwrap();
+    assert_eq!(attempts[0]["state"], "NODE_FAIL", "{v}");
+    assert_eq!(attempts[0]["failure_class"], "infra", "{v}");
+    assert_eq!(attempts[1]["excluded_nodes"], node.as_str(), "the failed node is excluded: {v}");
+    assert_ne!(v["node_list"].as_str(), Some(node.as_str()), "{v}");
+    assert_eq!(v["retries"], 1);
+    assert_eq!(v["job_id"].as_str(), Some(job.as_str()), "one platform id");
+    for k in ["1", "2"] {
+        let logs = env.json(&["logs", &job, "--attempt", k, "--json"]);
+        assert!(logs["stdout"].as_str().unwrap().contains("attempt on node"), "attempt {k}: {logs}");
+    }
+    env.ok(&["cancel", &job]);
+    let events = env.json(&["events", &job, "--json"]);
+    assert!(events.as_array().unwrap().iter().any(|e| e["kind"] == "retry"), "{events}");
+}
+
+#[test]
+fn nccl_errors_are_retried_and_user_errors_are_not() {
+    let env = Env::new();
+    let (nccl, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--shell", "--", NCCL_ONCE]);
+    let (traceback, _) = env.submit(&[
+        "--image", "ubuntu:22.04", "--gpus", "0", "--shell", "--",
+        "echo 'Traceback (most recent call last):' >&2; echo '  File \"train.py\", line 9' >&2; echo 'ValueError: learning rate must be positive' >&2; exit 1",
+    ]);
+    let (oom, _) = env.submit(&[
+        "--image", "ubuntu:22.04", "--gpus", "0", "--shell", "--",
+        "echo 'RuntimeError: CUDA error: out of memory' >&2; echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB' >&2; exit 1",
+    ]);
+    let v = env.wait_terminal(&nccl, Duration::from_secs(180));
+    assert_eq!(v["status"], "Complete", "{v}");
+    assert_eq!(v["retries"], 1, "{v}");
+    assert!(v["attempts"][0]["evidence"][0].as_str().unwrap().contains("NCCL error"), "{v}");
+    for (job, words) in [(&traceback, "ValueError"), (&oom, "CUDA out of memory")] {
+        let v = env.wait_terminal(job, Duration::from_secs(180));
+        assert_eq!(v["status"], "Error", "{v}");
+        assert_eq!(v["retries"], 0, "user errors are not retried: {v}");
+        assert_eq!(v["attempts"][0]["failure_class"], "user", "{v}");
+        assert!(v["message"].as_str().unwrap().contains(words), "the evidence is shown: {v}");
+    }
+}
+
+#[test]
+fn the_eleventh_infra_failure_exhausts_the_retry_budget() {
+    let mut env = Env::new();
+    env.vars.insert("TAO_SLURM_RETRY_BACKOFF_SECS".into(), "0".into());
+    let (job, _) = env.submit(&[
+        "--image",
+        "ubuntu:22.04",
+        "--gpus",
+        "0",
+        "--shell",
+        "--",
+        "echo 'NCCL error: unhandled system error' >&2; exit 1",
+    ]);
+    let v: Value = env.wait_terminal(&job, Duration::from_secs(400));
+    assert_eq!(v["status"], "Error", "{v}");
+    assert!(v["message"].as_str().unwrap().starts_with("retry budget exhausted: 11 attempts failed"), "{v}");
+    assert_eq!(v["retries"], 10);
+    let attempts = v["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 11);
+    for (i, a) in attempts.iter().enumerate() {
+        assert_eq!(a["failure_class"], "infra", "{a}");
+        assert!(v["message"].as_str().unwrap().contains(&format!(
+            "#{} Slurm job {}",
+            i + 1,
+            a["slurm_job_id"].as_str().unwrap()
+        )));
+    }
+    assert_eq!(slurm_jobs_named(&env, &format!("tao-job-{job}")).len(), 11, "one Slurm job per attempt");
+}
+
+#[test]
+fn concurrent_refreshers_resubmit_a_failed_job_exactly_once() {
+    let env = Env::isolated();
+    let (job, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--shell", "--", NCCL_ONCE]);
+    let mut monitor = env.command(&["monitor"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let refreshers: Vec<_> = (0..2)
+        .map(|_| {
+            let vars = env.vars.clone();
+            let job = job.clone();
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                loop {
+                    let out = Command::new(env!("CARGO_BIN_EXE_tao-slurm"))
+                        .args(["status", &job, "--json"])
+                        .env_clear()
+                        .envs(&vars)
+                        .env("PATH", std::env::var("PATH").unwrap())
+                        .output()
+                        .unwrap();
+                    if let Ok(v) = serde_json::from_slice::<Value>(&out.stdout) {
+                        if matches!(v["status"].as_str(), Some("Complete" | "Error" | "Canceled")) {
+                            return v;
+                        }
+                    }
+                    assert!(start.elapsed() < Duration::from_secs(180), "not terminal");
+                }
+            })
+        })
+        .collect();
+    let results: Vec<Value> = refreshers.into_iter().map(|h| h.join().unwrap()).collect();
+    monitor.kill().unwrap();
+    monitor.wait().unwrap();
+    for v in &results {
+        assert_eq!(v["status"], "Complete", "{v}");
+        assert_eq!(v["retries"], 1, "exactly one resubmission: {v}");
+    }
+    assert_eq!(slurm_jobs_named(&env, &format!("tao-job-{job}")).len(), 2, "two Slurm jobs in all");
+}
