@@ -40,7 +40,7 @@ pub(crate) fn print_table(views: &[JobView]) {
     }
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED);
-    table.set_header(["job id", "status", "slurm id", "slurm state", "exit", "nodes", "message"]);
+    table.set_header(["job id", "status", "slurm id", "slurm state", "exit", "nodes", "retries", "message"]);
     for v in views {
         table.add_row([
             v.job_id.clone(),
@@ -49,6 +49,7 @@ pub(crate) fn print_table(views: &[JobView]) {
             v.slurm_state.clone().unwrap_or_default(),
             v.exit_code.map(|c| c.to_string()).unwrap_or_default(),
             v.node_list.clone().unwrap_or_default(),
+            v.retries.to_string(),
             v.message.clone(),
         ]);
     }
