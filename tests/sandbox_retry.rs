@@ -9,42 +9,6 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Slurm jobs (any state) whose name starts with `prefix`, as slurmuser sees them in sacct.
-fn slurm_jobs_named(env: &Env, prefix: &str) -> Vec<String> {
-    let out = Command::new("ssh")
-        .args([
-            "-F",
-            &env.vars["SSH_CONFIG"],
-            "sandbox-login1",
-            "sacct",
-            "-X",
-            "-P",
-            "-n",
-            "-S",
-            "now-1days",
-            "-E",
-            "now",
-        ])
-        .args(["-s", "PD,R,RQ,RS,S,CA,CD,F,TO,NF,PR,OOM,BF,DL", "-o", "JobIDRaw,JobName"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let squeue = Command::new("ssh")
-        .args(["-F", &env.vars["SSH_CONFIG"], "sandbox-login1", "squeue", "--me", "-t", "all", "-h", "-o", "'%i|%j'"])
-        .output()
-        .unwrap();
-    let mut ids: Vec<String> = text
-        .lines()
-        .chain(String::from_utf8_lossy(&squeue.stdout).lines())
-        .filter_map(|l| l.split_once('|'))
-        .filter(|(_, name)| name.starts_with(prefix))
-        .map(|(id, _)| id.to_string())
-        .collect();
-    ids.sort();
-    ids.dedup();
-    ids
-}
-
 fn job_ids_in_state(env: &Env) -> Vec<String> {
     env.json(&["list", "--json"])
         .as_array()
@@ -86,7 +50,7 @@ fn a_submitter_killed_at_any_step_leaves_exactly_one_slurm_job_tracked_to_its_en
                 assert_eq!(v["status"], "Complete", "{fp}: {v}");
                 let logs = env.json(&["logs", &job, "--json"]);
                 assert!(logs["stdout"].as_str().unwrap().contains("survived"), "{fp}: {logs}");
-                let jobs = slurm_jobs_named(&env, &format!("tao-job-{job}"));
+                let jobs = env.slurm_jobs_named(&format!("tao-job-{job}"));
                 assert_eq!(jobs.len(), 1, "{fp}: exactly one Slurm job for the attempt: {jobs:?}");
                 assert_eq!(v["retries"], 0, "{fp}: {v}");
             })
@@ -215,7 +179,7 @@ fn the_eleventh_infra_failure_exhausts_the_retry_budget() {
             a["slurm_job_id"].as_str().unwrap()
         )));
     }
-    assert_eq!(slurm_jobs_named(&env, &format!("tao-job-{job}")).len(), 11, "one Slurm job per attempt");
+    assert_eq!(env.slurm_jobs_named(&format!("tao-job-{job}")).len(), 11, "one Slurm job per attempt");
 }
 
 #[test]
@@ -254,5 +218,5 @@ fn concurrent_refreshers_resubmit_a_failed_job_exactly_once() {
         assert_eq!(v["status"], "Complete", "{v}");
         assert_eq!(v["retries"], 1, "exactly one resubmission: {v}");
     }
-    assert_eq!(slurm_jobs_named(&env, &format!("tao-job-{job}")).len(), 2, "two Slurm jobs in all");
+    assert_eq!(env.slurm_jobs_named(&format!("tao-job-{job}")).len(), 2, "two Slurm jobs in all");
 }

@@ -7,43 +7,12 @@ use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use tao_slurm::config::{SettingSources, Settings};
 
-fn settings_of(env: &Env) -> Settings {
-    let sources = SettingSources { flags: Default::default(), env: env.vars.clone(), file: Default::default() };
-    Settings::from_sources(&sources).unwrap()
-}
-
-fn ssh(env: &Env, script: &str) -> String {
-    let out = Command::new("ssh")
-        .args(["-F", &env.vars["SSH_CONFIG"], "sandbox-login1", "bash", "-s"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            use std::io::Write;
-            c.stdin.take().unwrap().write_all(script.as_bytes())?;
-            c.wait_with_output()
-        })
-        .unwrap();
-    assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// Record a job in the local state as if its submission's answer had been lost, and submit it by hand
-/// with raw sbatch options the tool itself would never use (for outcomes such as TIMEOUT).
+/// A job recorded as if its submission's answer was lost, submitted by hand with raw sbatch options the
+/// tool itself would never use (for outcomes such as TIMEOUT).
 fn adopt_raw(env: &Env, sbatch_args: &str) -> (String, String) {
-    let settings = settings_of(env);
-    let spec = tao_slurm::JobSpec {
-        image: "ubuntu:22.04".into(),
-        command: vec!["true".into()],
-        gpus: Some(0),
-        ..Default::default()
-    };
-    let plan = tao_slurm::plan::resolve(&spec, &settings).unwrap();
-    tao_slurm::store::Store::open(&settings.state_path).unwrap().insert_job("{}", &plan).unwrap();
-    let id = ssh(env, &format!("sbatch --parsable -o /dev/null --job-name={} {sbatch_args}\n", plan.layout.job_name));
+    let plan = env.record_unsubmitted();
+    let id = env.ssh(&format!("sbatch --parsable -o /dev/null --job-name={} {sbatch_args}\n", plan.layout.job_name));
     (plan.layout.job_id.clone(), id.trim().to_string())
 }
 
@@ -62,7 +31,7 @@ fn wait_for(env: &Env, job: &str, limit: Duration, what: &str, pred: impl Fn(&Va
 #[test]
 fn two_hundred_active_jobs_are_refreshed_in_one_round_trip() {
     let env = Env::isolated();
-    let settings = settings_of(&env);
+    let settings = env.settings();
     let store = tao_slurm::store::Store::open(&settings.state_path).unwrap();
     let spec = tao_slurm::JobSpec {
         image: "ubuntu:22.04".into(),
@@ -76,7 +45,7 @@ fn two_hundred_active_jobs_are_refreshed_in_one_round_trip() {
         script
             .push_str(&format!("sbatch --parsable --hold -o /dev/null --job-name={} --wrap true\n", p.layout.job_name));
     }
-    let ids: Vec<String> = ssh(&env, &script).lines().map(|l| l.trim().to_string()).collect();
+    let ids: Vec<String> = env.ssh(&script).lines().map(|l| l.trim().to_string()).collect();
     assert_eq!(ids.len(), 200);
     for (p, id) in plans.iter().zip(&ids) {
         store.insert_job("{}", p).unwrap();
@@ -85,7 +54,7 @@ fn two_hundred_active_jobs_are_refreshed_in_one_round_trip() {
     let client = tao_slurm::Client::new(settings).unwrap();
     let views = client.refresh(&[]).unwrap();
     let stats = client.transport_stats();
-    ssh(&env, &format!("scancel {}\n", ids.join(" ")));
+    env.ssh(&format!("scancel {}\n", ids.join(" ")));
     assert_eq!(views.len(), 200);
     assert_eq!(stats.round_trips, 1, "{stats:?}");
     assert_eq!(stats.logins, 1, "{stats:?}");
@@ -107,7 +76,7 @@ fn failing_and_cancelled_jobs_map_right() {
     // Cancelled while running.
     let (running, running_id) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--", "sleep", "120"]);
     wait_for(&env, &running, Duration::from_secs(60), "running", |v| v["status"] == "Running");
-    ssh(&env, &format!("scancel {pending_id} {running_id} {held_id}\n"));
+    env.ssh(&format!("scancel {pending_id} {running_id} {held_id}\n"));
     let v = env.wait_terminal(&fail, Duration::from_secs(120));
     assert_eq!((v["status"].as_str(), v["exit_code"].as_i64()), (Some("Error"), Some(1)), "{v}");
     for job in [&pending, &running, &held] {

@@ -5,13 +5,7 @@ mod common;
 use common::{sandbox_dir, Env};
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
-use tao_slurm::config::{SettingSources, Settings};
 use tao_slurm::remote::{self, Idempotency};
-
-fn settings_of(env: &Env) -> Settings {
-    let sources = SettingSources { flags: Default::default(), env: env.vars.clone(), file: Default::default() };
-    Settings::from_sources(&sources).unwrap()
-}
 
 #[test]
 fn first_host_down_fails_over_to_the_second_within_the_connect_timeout() {
@@ -31,7 +25,7 @@ fn first_host_down_fails_over_to_the_second_within_the_connect_timeout() {
 #[test]
 fn words_in_output_and_exit_255_are_results_not_connection_failures() {
     let env = Env::isolated();
-    let settings = settings_of(&env);
+    let settings = env.settings();
     let transport = remote::connect(&settings).unwrap();
     let marker = format!("/tmp/tao-slurm-255-{}", std::process::id());
     let _ = std::fs::remove_file(&marker);
@@ -126,46 +120,15 @@ fn local_mode_runs_the_same_paths_without_ssh() {
 #[test]
 fn an_unknown_submission_is_found_by_its_name_and_never_resubmitted() {
     let env = Env::new();
-    let settings = settings_of(&env);
-    let spec = tao_slurm::JobSpec {
-        image: "ubuntu:22.04".into(),
-        command: vec!["true".into()],
-        gpus: Some(0),
-        ..Default::default()
-    };
-    let plan = tao_slurm::plan::resolve(&spec, &settings).unwrap();
-    let store = tao_slurm::store::Store::open(&settings.state_path).unwrap();
-    store.insert_job("{}", &plan).unwrap();
+    let plan = env.record_unsubmitted();
     // What a connection lost during sbatch leaves behind: the job exists, its id never came back.
-    let out = std::process::Command::new("ssh")
-        .args(["-F", &env.vars["SSH_CONFIG"], "sandbox-login1", "sbatch", "--parsable", "-o", "/dev/null"])
-        .arg(format!("--job-name={}", plan.layout.job_name))
-        .args(["--wrap", "true"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let slurm_id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let slurm_id =
+        env.ssh(&format!("sbatch --parsable -o /dev/null --job-name={} --wrap true\n", plan.layout.job_name));
+    let slurm_id = slurm_id.trim().to_string();
     let v = env.wait_terminal(&plan.layout.job_id, Duration::from_secs(120));
     assert_eq!(v["slurm_job_id"].as_str(), Some(slurm_id.as_str()), "{v}");
     assert_eq!(v["status"], "Complete", "{v}");
     let events = env.json(&["events", &plan.layout.job_id, "--json"]);
     assert!(events.as_array().unwrap().iter().any(|e| e["kind"] == "adopted"), "{events}");
-    let listed = std::process::Command::new("ssh")
-        .args([
-            "-F",
-            &env.vars["SSH_CONFIG"],
-            "sandbox-login1",
-            "sacct",
-            "-X",
-            "-n",
-            "-P",
-            "-S",
-            "now-1hours",
-            "-o",
-            "JobID",
-        ])
-        .arg(format!("--name={}", plan.layout.job_name))
-        .output()
-        .unwrap();
-    assert_eq!(String::from_utf8_lossy(&listed.stdout).lines().count(), 1, "one Slurm job for the name, never two");
+    assert_eq!(env.slurm_jobs_named(&plan.layout.job_name), vec![slurm_id], "one Slurm job for the name, never two");
 }

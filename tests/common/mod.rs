@@ -104,6 +104,63 @@ impl Env {
         }
     }
 
+    /// The library's settings for this user of the CLI.
+    pub fn settings(&self) -> tao_slurm::config::Settings {
+        let sources = tao_slurm::config::SettingSources {
+            flags: Default::default(),
+            env: self.vars.clone(),
+            file: Default::default(),
+        };
+        tao_slurm::config::Settings::from_sources(&sources).unwrap()
+    }
+
+    /// Run a bash script as the sandbox user on the first login host, outside tao-slurm.
+    pub fn ssh(&self, script: &str) -> String {
+        use std::io::Write;
+        let mut child = Command::new("ssh")
+            .args(["-F", &self.vars["SSH_CONFIG"], "sandbox-login1", "bash", "-s"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Record a job in the local state as if its submission's answer had been lost (nothing sent).
+    pub fn record_unsubmitted(&self) -> tao_slurm::plan::Plan {
+        let settings = self.settings();
+        let spec = tao_slurm::JobSpec {
+            image: "ubuntu:22.04".into(),
+            command: vec!["true".into()],
+            gpus: Some(0),
+            ..Default::default()
+        };
+        let plan = tao_slurm::plan::resolve(&spec, &settings).unwrap();
+        tao_slurm::store::Store::open(&settings.state_path).unwrap().insert_job("{}", &plan).unwrap();
+        plan
+    }
+
+    /// Slurm jobs (any state) whose name starts with `prefix`, in sacct and in the controller.
+    pub fn slurm_jobs_named(&self, prefix: &str) -> Vec<String> {
+        let text = self.ssh(
+            "sacct -X -P -n -S now-1days -E now -s PD,R,RQ,RS,S,CA,CD,F,TO,NF,PR,OOM,BF,DL -o JobIDRaw,JobName\n\
+             squeue --me -t all -h -o '%i|%j'\n",
+        );
+        let mut ids: Vec<String> = text
+            .lines()
+            .filter_map(|l| l.split_once('|'))
+            .filter(|(_, name)| name.starts_with(prefix))
+            .map(|(id, _)| id.to_string())
+            .collect();
+        ids.sort();
+        ids.dedup();
+        ids
+    }
+
     /// `wait_terminal` for local mode.
     pub fn wait_terminal_local(&self, job_id: &str) -> Value {
         let start = Instant::now();
