@@ -182,8 +182,19 @@ impl Client {
         // Settings and spec are checked before anything touches the network.
         self.settings.require_remote()?;
         let plan = self.plan(spec)?;
-        let partitions = cluster::partitions(self.remote()?)?;
-        plan::check_partition_limits(&plan, &partitions)?;
+        let facts = cluster::submit_facts(self.remote()?, &plan.required_paths)?;
+        if !facts.missing_paths.is_empty() {
+            return Err(crate::spec::SpecError::new(
+                "inputs",
+                format!(
+                    "these paths do not exist on the cluster (checked with test -e on {}); nothing was staged or submitted:\n  {}",
+                    facts.host,
+                    facts.missing_paths.join("\n  ")
+                ),
+            )
+            .into());
+        }
+        plan::check_partition_limits(&plan, &facts.partitions)?;
         Ok(plan)
     }
 
@@ -234,6 +245,37 @@ impl Client {
         let mut view = JobView::from(&self.store.get(&job.job_id)?);
         view.attempts = Some(self.store.attempts(&job.job_id)?);
         Ok(view)
+    }
+
+    /// Check input URIs the way a submit does: parse each, then `test -e` every shared path in one
+    /// round trip. Returns, per URI, the path and whether it exists (None: not a shared path).
+    pub fn check_paths(
+        &self,
+        uris: &[String],
+    ) -> Result<Vec<(String, std::result::Result<(String, Option<bool>), String>)>> {
+        let parsed: Vec<_> = uris.iter().map(|u| (u.clone(), crate::spec::parse_input("path", u))).collect();
+        let shared: Vec<String> = parsed
+            .iter()
+            .filter_map(|(_, p)| match p {
+                Ok(crate::spec::InputLocation::Shared { path }) => Some(path.clone()),
+                _ => None,
+            })
+            .collect();
+        let missing = if shared.is_empty() { Vec::new() } else { cluster::missing_paths(self.remote()?, &shared)?.0 };
+        Ok(parsed
+            .into_iter()
+            .map(|(uri, p)| {
+                let result = match p {
+                    Ok(crate::spec::InputLocation::Shared { path }) => {
+                        let exists = !missing.contains(&path);
+                        Ok((path, Some(exists)))
+                    }
+                    Ok(crate::spec::InputLocation::Remote { uri, .. }) => Ok((uri, None)),
+                    Err(e) => Err(e.message),
+                };
+                (uri, result)
+            })
+            .collect())
     }
 
     /// A job's attempts, first to last.

@@ -3,7 +3,9 @@
 
 use crate::config::{Settings, DEFAULT_PARTITIONS};
 use crate::slurm::hours_to_minutes;
-use crate::spec::{check_env_name, check_slurm_word, check_text, check_with, ImageRef, JobSpec, SpecError};
+use crate::spec::{
+    check_env_name, check_slurm_word, check_text, check_with, parse_input, ImageRef, InputLocation, JobSpec, SpecError,
+};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 use std::sync::LazyLock;
@@ -107,6 +109,10 @@ impl Layout {
     pub fn secrets_dir(&self) -> String {
         format!("{}/secrets/{}", self.job_dir, self.job_id)
     }
+    /// Where `TAO_SPECS_FILE` points: the job's specs with the inputs resolved.
+    pub fn specs_file(&self) -> String {
+        self.spec_file()
+    }
     pub fn secrets_file(&self) -> String {
         format!("{}/env", self.secrets_dir())
     }
@@ -162,6 +168,82 @@ pub struct Plan {
     pub container_workdir: Option<String>,
     pub mount_home: bool,
     pub name: Option<String>,
+    /// Inputs by spec key, resolved.
+    pub inputs: Vec<(String, InputLocation)>,
+    /// Paths on shared storage that must exist before anything is staged.
+    pub required_paths: Vec<String>,
+}
+
+impl Plan {
+    /// The job's specs as nested JSON objects, from the dotted input keys (`a.b.c = v`).
+    pub fn specs_json(&self) -> serde_json::Value {
+        let mut root = serde_json::Map::new();
+        for (key, location) in &self.inputs {
+            let value = match location {
+                InputLocation::Shared { path } => path.clone(),
+                InputLocation::Remote { uri, .. } => uri.clone(),
+            };
+            let parts: Vec<&str> = key.split('.').collect();
+            let mut node = &mut root;
+            for part in &parts[..parts.len() - 1] {
+                let entry = node.entry(part.to_string()).or_insert_with(|| serde_json::json!({}));
+                if !entry.is_object() {
+                    *entry = serde_json::json!({});
+                }
+                node = entry.as_object_mut().expect("just made an object");
+            }
+            node.insert(parts[parts.len() - 1].to_string(), serde_json::Value::String(value));
+        }
+        serde_json::Value::Object(root)
+    }
+}
+
+static SPEC_KEY: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*$").unwrap());
+
+/// Resolve `--input` and `--dataset-root` into spec keys and the paths that must exist.
+fn resolve_inputs(spec: &JobSpec) -> Result<(Vec<(String, InputLocation)>, Vec<String>), SpecError> {
+    let mut inputs = Vec::new();
+    let mut required = Vec::new();
+    for (key, uri) in &spec.inputs {
+        check_with("inputs", key, &SPEC_KEY, "a dotted spec key such as custom.train_dataset.annotation_path")?;
+        let location = parse_input(&format!("input {key}"), uri)?;
+        if let InputLocation::Shared { path } = &location {
+            required.push(path.clone());
+        }
+        inputs.push((key.clone(), location));
+    }
+    if let Some(root) = &spec.dataset_root {
+        let location = parse_input("dataset_root", root)?;
+        let InputLocation::Shared { path } = &location else {
+            return Err(SpecError::new(
+                "dataset_root",
+                "a dataset root must be on the shared filesystem (lustre:///path); s3/hf/ngc are for small auxiliary inputs",
+            ));
+        };
+        required.push(path.clone());
+        let files = if spec.dataset_files.is_empty() {
+            vec!["annotations.json".to_string()]
+        } else {
+            spec.dataset_files.clone()
+        };
+        for f in &files {
+            if f.is_empty()
+                || f.starts_with('/')
+                || f.split('/').any(|c| c == "..")
+                || f.chars().any(|c| c.is_control())
+            {
+                return Err(SpecError::new(
+                    "dataset_files",
+                    format!("{f:?} must be a relative path inside the dataset root"),
+                ));
+            }
+            required.push(format!("{path}/{f}"));
+        }
+        inputs.push(("dataset_root".to_string(), location));
+    }
+    required.dedup();
+    Ok((inputs, required))
 }
 
 /// Decide nodes × GPUs per node. `gpus` is always per node; `total_gpus` packs into full nodes and must
@@ -401,7 +483,10 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
         ));
     }
 
+    let (inputs, required_paths) = resolve_inputs(spec)?;
     Ok(Plan {
+        inputs,
+        required_paths,
         layout: Layout::new(&base, job_id),
         image,
         command,
@@ -611,6 +696,39 @@ pub(crate) mod tests {
         assert_eq!(p.mounts, vec!["/lustre", "/data:/data:ro"]);
         let p = resolve(&JobSpec { mounts: vec!["/data".into()], replace_default_mounts: true, ..spec() }, &s).unwrap();
         assert_eq!(p.mounts, vec!["/data"]);
+    }
+
+    #[test]
+    fn inputs_become_nested_specs_and_required_paths() {
+        let s = settings();
+        let with_inputs = JobSpec {
+            inputs: [
+                ("custom.train_dataset.annotation_path".to_string(), "lustre:///lustre/coco/ann.json".to_string()),
+                ("model.pretrained".to_string(), "s3://bucket/ckpt.pth".to_string()),
+                ("results".to_string(), "slurm://lustre/out".to_string()),
+            ]
+            .into(),
+            dataset_root: Some("slurm:///lustre/coco".into()),
+            ..spec()
+        };
+        let p = resolve(&with_inputs, &s).unwrap();
+        assert_eq!(
+            p.required_paths,
+            vec!["/lustre/coco/ann.json", "/lustre/out", "/lustre/coco", "/lustre/coco/annotations.json"]
+        );
+        let j = p.specs_json();
+        assert_eq!(j["custom"]["train_dataset"]["annotation_path"], "/lustre/coco/ann.json");
+        assert_eq!(j["model"]["pretrained"], "s3://bucket/ckpt.pth");
+        assert_eq!(j["dataset_root"], "/lustre/coco");
+        for (key, uri, field) in
+            [("bad key", "/x", "inputs"), ("a.b", "file:///x", "input a.b"), ("a.b", "relative/x", "input a.b")]
+        {
+            let err =
+                resolve(&JobSpec { inputs: [(key.to_string(), uri.to_string())].into(), ..spec() }, &s).unwrap_err();
+            assert_eq!(err.field, field, "{err}");
+        }
+        let err = resolve(&JobSpec { dataset_root: Some("s3://b/coco".into()), ..spec() }, &s).unwrap_err();
+        assert_eq!(err.field, "dataset_root");
     }
 
     #[test]

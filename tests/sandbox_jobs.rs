@@ -125,7 +125,84 @@ fn staged_files_follow_the_contract_layout() {
     ] {
         assert!(std::path::Path::new(&path).exists(), "{path} missing");
     }
-    let spec: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(format!("{base}/specs/{job}.json")).unwrap()).unwrap();
-    assert_eq!(spec["image"], "ubuntu:22.04");
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{base}/meta/{job}.json")).unwrap()).unwrap();
+    assert_eq!(meta["job_spec"]["image"], "ubuntu:22.04");
+    assert_eq!(meta["backend_details"]["backend_type"], "slurm");
+}
+
+#[test]
+fn input_paths_are_checked_before_anything_is_staged() {
+    let env = Env::new();
+    let base = env.vars["SLURM_BASE_RESULTS_DIR"].clone();
+    let data = format!("{base}/datasets/coco-{}", std::process::id());
+    std::fs::create_dir_all(&data).unwrap();
+    let owner = std::fs::metadata(&base).unwrap();
+    let _ = owner;
+    let staged_before = std::fs::read_dir(format!("{base}/specs")).map(|d| d.count()).unwrap_or(0);
+    // The root exists but lacks annotations.json; the direct input does not exist at all.
+    let out = env.run(&[
+        "submit",
+        "--image",
+        "ubuntu:22.04",
+        "--gpus",
+        "0",
+        "--dataset-root",
+        &format!("lustre://{data}"),
+        "--input",
+        &format!("custom.val.path=slurm://{data}/val-missing"),
+        "--",
+        "true",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{data}/annotations.json")) && stderr.contains(&format!("{data}/val-missing")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing was staged"), "{stderr}");
+    assert!(env.json(&["list", "--json"]).as_array().unwrap().is_empty(), "nothing recorded");
+    let staged_after = std::fs::read_dir(format!("{base}/specs")).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(staged_before, staged_after, "nothing staged");
+    // check-path agrees, path by path.
+    let out = env.run(&[
+        "check-path",
+        &format!("lustre://{data}"),
+        &format!("{data}/annotations.json"),
+        "s3://bucket/ckpt",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let states: Vec<&str> = v["paths"].as_array().unwrap().iter().map(|p| p["state"].as_str().unwrap()).collect();
+    assert_eq!(states, vec!["exists", "missing", "not checked (fetched inside the job)"]);
+    // Local paths are refused with the contract's message, before any connection.
+    for local in ["file:///home/me/coco", "data/coco"] {
+        let out = env.run(&["submit", "--image", "ubuntu:22.04", "--dataset-root", local, "--", "true"]);
+        assert!(String::from_utf8_lossy(&out.stderr).contains(tao_slurm::spec::LOCAL_PATH_MESSAGE), "{out:?}");
+    }
+    // With the file in place, the job runs and sees its resolved specs.
+    std::fs::write(format!("{data}/annotations.json"), "{}").unwrap();
+    std::fs::create_dir_all(format!("{data}/val-missing")).unwrap();
+    let (job, _) = env.submit(&[
+        "--image",
+        "ubuntu:22.04",
+        "--gpus",
+        "0",
+        "--dataset-root",
+        &format!("lustre://{data}"),
+        "--input",
+        &format!("custom.val.path=slurm://{data}/val-missing"),
+        "--shell",
+        "--",
+        "cat \"$TAO_SPECS_FILE\"",
+    ]);
+    let v = env.wait_terminal(&job, LIMIT);
+    assert_eq!(v["status"], "Complete", "{v}");
+    let logs = env.json(&["logs", &job, "--json"]);
+    let text = logs["stdout"].as_str().unwrap();
+    let specs: serde_json::Value =
+        serde_json::from_str(text.lines().next().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+    assert_eq!(specs["dataset_root"], data.as_str());
+    assert_eq!(specs["custom"]["val"]["path"], format!("{data}/val-missing"));
 }

@@ -1,6 +1,7 @@
 //! The command line: one file per command, all thin over [`crate::Client`].
 
 mod cancel;
+mod check_path;
 mod credentials;
 mod jobs;
 mod logs;
@@ -54,6 +55,8 @@ enum Command {
     Watch(watch::WatchCmd),
     /// Cancel jobs
     Cancel(cancel::CancelCmd),
+    /// Check that input paths exist on the cluster's shared storage
+    CheckPath(check_path::CheckPathCmd),
     /// Follow every active job and perform retries (one per state file)
     Monitor(monitor::MonitorCmd),
     /// Check settings, SSH, Slurm, accounting, partitions, Pyxis, credentials and storage
@@ -117,6 +120,7 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::Cancel(c) => c.run(settings),
         Command::Preflight(c) => c.run(settings),
         Command::Monitor(c) => c.run(settings),
+        Command::CheckPath(c) => c.run(settings),
         Command::Credentials(c) => c.run(settings),
     }
 }

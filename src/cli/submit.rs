@@ -76,6 +76,16 @@ pub struct JobArgs {
     /// Do not requeue the job (neither on its inner timeout nor on node failure)
     #[arg(long)]
     pub no_requeue: bool,
+    /// An input by spec key, KEY=URI (lustre:///path, slurm://path, /path; s3:// hf_model:// hf_dataset://
+    /// ngc:// for small auxiliary inputs); repeatable
+    #[arg(long = "input", value_name = "KEY=URI")]
+    pub inputs: Vec<String>,
+    /// A dataset root on shared storage; it must hold --dataset-file (default annotations.json)
+    #[arg(long, value_name = "URI")]
+    pub dataset_root: Option<String>,
+    /// A file the dataset root must hold (repeatable)
+    #[arg(long = "dataset-file", value_name = "PATH")]
+    pub dataset_files: Vec<String>,
     /// A label for the job
     #[arg(long)]
     pub name: Option<String>,
@@ -124,6 +134,9 @@ impl JobArgs {
             sbatch_options: pairs("sbatch_options", &self.sbatch_options)?,
             name: self.name.clone(),
             max_timeout_requeues: self.max_timeout_requeues,
+            inputs: pairs("inputs", &self.inputs)?,
+            dataset_root: self.dataset_root.clone(),
+            dataset_files: self.dataset_files.clone(),
         };
         Ok(base.overlay(flags))
     }
@@ -161,6 +174,11 @@ impl SubmitCmd {
         // Bad settings, a bad spec or a missing secret fail here, before any connection is attempted.
         settings.require_remote()?;
         let secrets = self.job.secrets(&spec)?;
+        for (key, location) in &crate::plan::resolve(&spec, &settings)?.inputs {
+            if let Some(w) = crate::spec::dataset_warning(key, location) {
+                eprintln!("{w}");
+            }
+        }
         let client = Client::new(settings)?;
         if self.dry_run {
             let plan = client.check_online(&spec)?;

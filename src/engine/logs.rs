@@ -55,7 +55,7 @@ pub fn logs_script(out_path: &str, err_path: &str, tail_lines: Option<u32>) -> S
     for (name, path) in [("stdout", out_path), ("stderr", err_path)] {
         // Lines are prefixed so that no log line can pose as a section marker.
         s.push_str(&format!(
-            "echo '{SECTION}{name}'\nif [ -f {p} ]; then {reader} {p} | sed 's/^/|/'; else echo '{SECTION}missing'; fi\n",
+            "echo '{SECTION}{name}'\nif [ -f {p} ]; then {reader} {p} | awk '{{print \"|\" $0}}'; else echo '{SECTION}missing'; fi\n",
             p = quote(path)
         ));
     }

@@ -117,7 +117,7 @@ pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
     }
     for (root, pairs) in by_root {
         s.push_str(&format!(
-            "for p in {}; do [ -n \"${{read_status[${{p%%:*}}]:-}}\" ] || continue; j=${{p#*:}}; f={}/\"$j\"/status.json; if [ -f \"$f\" ]; then echo \"{SECTION}status_json $j\"; tail -n {STATUS_TAIL_LINES} \"$f\" | sed 's/^/|/'; fi; done\n",
+            "for p in {}; do [ -n \"${{read_status[${{p%%:*}}]:-}}\" ] || continue; j=${{p#*:}}; f={}/\"$j\"/status.json; if [ -f \"$f\" ]; then echo \"{SECTION}status_json $j\"; tail -n {STATUS_TAIL_LINES} \"$f\" | awk '{{print \"|\" $0}}'; fi; done\n",
             pairs.iter().map(|p| quote(p)).collect::<Vec<_>>().join(" "),
             quote(root)
         ));

@@ -58,7 +58,7 @@ fn evidence_script(failed: &[(&JobRecord, &Decision)]) -> String {
         let Some(slurm_id) = d.adopt.as_ref().or(job.slurm_job_id.as_ref()) else { continue };
         let dir = job.plan.layout.log_dir(&job.attempt_name, slurm_id);
         s.push_str(&format!(
-            "echo '{SECTION}tail {id}'\ntail -q -n {EVIDENCE_LINES} {e} {o} 2>/dev/null | sed 's/^/|/'\n",
+            "echo '{SECTION}tail {id}'\ntail -q -n {EVIDENCE_LINES} {e} {o} 2>/dev/null | awk '{{print \"|\" $0}}'\n",
             id = job.job_id,
             e = quote(&format!("{dir}/main.err")),
             o = quote(&format!("{dir}/main.out")),

@@ -73,7 +73,7 @@ fn write_directives(directive: &mut impl FnMut(String), plan: &Plan) {
 /// Names passed to `--container-env`: the variables the container must take from the task environment
 /// rather than from the image.
 pub fn container_env_names(plan: &Plan) -> Vec<String> {
-    let mut names = vec!["TAO_API_RESULTS_DIR".to_string(), "TAO_JOB_ID".to_string()];
+    let mut names = vec!["TAO_API_RESULTS_DIR".to_string(), "TAO_JOB_ID".to_string(), "TAO_SPECS_FILE".to_string()];
     if plan.resources.nodes > 1 {
         names.extend(["WORLD_SIZE", "NUM_GPU_PER_NODE", "MASTER_ADDR", "MASTER_PORT"].map(String::from));
     }
@@ -120,6 +120,7 @@ fn write_body(s: &mut String, plan: &Plan) {
     w(s, "set -u -o pipefail");
     let _ = writeln!(s, "export TAO_JOB_ID={}", quote(&layout.job_id));
     let _ = writeln!(s, "export TAO_API_RESULTS_DIR={}", quote(&layout.results_root));
+    let _ = writeln!(s, "export TAO_SPECS_FILE={}", quote(&layout.specs_file()));
     for (name, value) in &plan.env {
         let _ = writeln!(s, "export {name}={}", quote(value));
     }
@@ -174,11 +175,12 @@ pub fn staged_files(plan: &Plan, spec_json: &serde_json::Value, slurm_user: &str
     let env: serde_json::Map<String, serde_json::Value> = plan.env.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
     let meta = json!({
         "job_id": layout.job_id,
+        "job_spec": spec_json,
         "backend_details": {"backend_type": "slurm", "partition": plan.partition},
         "cloud_specific_details": {"slurm_user": slurm_user, "slurm_hostname": hosts},
     });
     vec![
-        StagedFile { path: layout.spec_file(), contents: spec_json.to_string() },
+        StagedFile { path: layout.spec_file(), contents: plan.specs_json().to_string() },
         StagedFile { path: layout.env_file(), contents: serde_json::Value::Object(env).to_string() },
         StagedFile { path: layout.meta_file(), contents: meta.to_string() },
         StagedFile { path: layout.script_file(), contents: render_batch_script(plan) },

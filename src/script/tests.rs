@@ -46,7 +46,7 @@ fn two_nodes_of_eight() {
     }
     assert!(s.contains("timeout --signal=TERM --kill-after=60 13680s srun"));
     assert!(s.contains(
-        "--container-env=TAO_API_RESULTS_DIR,TAO_JOB_ID,WORLD_SIZE,NUM_GPU_PER_NODE,MASTER_ADDR,MASTER_PORT"
+        "--container-env=TAO_API_RESULTS_DIR,TAO_JOB_ID,TAO_SPECS_FILE,WORLD_SIZE,NUM_GPU_PER_NODE,MASTER_ADDR,MASTER_PORT"
     ));
     assert!(!s.contains("set -x"));
 }

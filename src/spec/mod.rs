@@ -1,10 +1,12 @@
 //! What a user asks for: [`JobSpec`], read from flags and/or a job file (`--spec job.toml`), and the
 //! field-by-field validation that runs before any remote call.
 
+mod dataset;
 mod image;
 mod secret;
 mod validate;
 
+pub use dataset::{dataset_warning, parse_input, InputLocation, AUX_SCHEMES, LOCAL_PATH_MESSAGE};
 pub use image::ImageRef;
 pub use secret::{Secret, SecretValues};
 pub use validate::{check_env_name, check_slurm_word, check_text, check_with, SpecError};
@@ -57,6 +59,12 @@ pub struct JobSpec {
     pub name: Option<String>,
     /// Timeout requeues allowed before the job ends as timed out (default 3).
     pub max_timeout_requeues: Option<u32>,
+    /// Inputs by spec key (direct spec-key mode), e.g. `custom.train_dataset.annotation_path`.
+    pub inputs: BTreeMap<String, String>,
+    /// A dataset root (root mode): it must hold `dataset_files`.
+    pub dataset_root: Option<String>,
+    /// Files the dataset root must hold (default `annotations.json`).
+    pub dataset_files: Vec<String>,
 }
 
 impl JobSpec {
@@ -96,6 +104,13 @@ impl JobSpec {
         self.replace_default_mounts |= over.replace_default_mounts;
         self.no_container_mount_home |= over.no_container_mount_home;
         self.sbatch_options.extend(over.sbatch_options);
+        self.inputs.extend(over.inputs);
+        if over.dataset_root.is_some() {
+            self.dataset_root = over.dataset_root;
+        }
+        if !over.dataset_files.is_empty() {
+            self.dataset_files = over.dataset_files;
+        }
         self
     }
 }

@@ -1,0 +1,40 @@
+use crate::config::Settings;
+use crate::error::{exit_code, Error};
+use crate::Client;
+use clap::Args;
+
+#[derive(Args, Debug)]
+pub struct CheckPathCmd {
+    /// URIs: lustre:///path, slurm://path, /path (s3://, hf_model://, hf_dataset://, ngc:// are not checked)
+    #[arg(required = true)]
+    pub uris: Vec<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl CheckPathCmd {
+    /// The same check a submit makes, on its own: exit 0 only if every path exists.
+    pub fn run(self, settings: Settings) -> Result<i32, Error> {
+        settings.require_remote()?;
+        let results = Client::new(settings)?.check_paths(&self.uris)?;
+        let mut ok = true;
+        let mut rows = Vec::new();
+        for (uri, r) in &results {
+            let (state, detail) = match r {
+                Ok((path, Some(true))) => ("exists", path.clone()),
+                Ok((path, Some(false))) => ("missing", path.clone()),
+                Ok((uri, None)) => ("not checked (fetched inside the job)", uri.clone()),
+                Err(message) => ("refused", message.clone()),
+            };
+            ok &= matches!(state, "exists" | "not checked (fetched inside the job)");
+            rows.push(serde_json::json!({"uri": uri, "state": state, "detail": detail}));
+            if !self.json {
+                println!("{state:<8} {uri}  {detail}");
+            }
+        }
+        if self.json {
+            super::print_json(&serde_json::json!({"ok": ok, "paths": rows}));
+        }
+        Ok(if ok { 0 } else { exit_code::JOB_FAILED })
+    }
+}
