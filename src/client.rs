@@ -96,6 +96,17 @@ impl From<&JobRecord> for JobView {
     }
 }
 
+/// What `check-path` found for one URI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathCheck {
+    Exists(String),
+    Missing(String),
+    /// An auxiliary input (s3, hf, ngc): fetched inside the job, not checked here.
+    NotChecked(String),
+    /// Not an acceptable URI; the reason.
+    Refused(String),
+}
+
 /// Callbacks for [`Client::wait_for`]; each has an empty default.
 pub trait JobCallbacks {
     /// The job (attempt) started running.
@@ -266,12 +277,12 @@ impl Client {
             .into_iter()
             .map(|(uri, p)| {
                 let result = match p {
-                    Ok(crate::spec::InputLocation::Shared { path }) => {
-                        let exists = !missing.contains(&path);
-                        Ok((path, Some(exists)))
+                    Ok(crate::spec::InputLocation::Shared { path }) if missing.contains(&path) => {
+                        PathCheck::Missing(path)
                     }
-                    Ok(crate::spec::InputLocation::Remote { uri, .. }) => Ok((uri, None)),
-                    Err(e) => Err(e.message),
+                    Ok(crate::spec::InputLocation::Shared { path }) => PathCheck::Exists(path),
+                    Ok(crate::spec::InputLocation::Remote { uri, .. }) => PathCheck::NotChecked(uri),
+                    Err(e) => PathCheck::Refused(e.message),
                 };
                 (uri, result)
             })

@@ -202,7 +202,10 @@ static SPEC_KEY: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*$").unwrap());
 
 /// Resolve `--input` and `--dataset-root` into spec keys and the paths that must exist.
-fn resolve_inputs(spec: &JobSpec) -> Result<(Vec<(String, InputLocation)>, Vec<String>), SpecError> {
+/// Inputs by spec key, and the shared paths that must exist.
+type ResolvedInputs = (Vec<(String, InputLocation)>, Vec<String>);
+
+fn resolve_inputs(spec: &JobSpec) -> Result<ResolvedInputs, SpecError> {
     let mut inputs = Vec::new();
     let mut required = Vec::new();
     for (key, uri) in &spec.inputs {

@@ -1,3 +1,4 @@
+use crate::client::PathCheck;
 use crate::config::Settings;
 use crate::error::{exit_code, Error};
 use crate::Client;
@@ -21,10 +22,10 @@ impl CheckPathCmd {
         let mut rows = Vec::new();
         for (uri, r) in &results {
             let (state, detail) = match r {
-                Ok((path, Some(true))) => ("exists", path.clone()),
-                Ok((path, Some(false))) => ("missing", path.clone()),
-                Ok((uri, None)) => ("not checked (fetched inside the job)", uri.clone()),
-                Err(message) => ("refused", message.clone()),
+                PathCheck::Exists(path) => ("exists", path.clone()),
+                PathCheck::Missing(path) => ("missing", path.clone()),
+                PathCheck::NotChecked(uri) => ("not checked (fetched inside the job)", uri.clone()),
+                PathCheck::Refused(message) => ("refused", message.clone()),
             };
             ok &= matches!(state, "exists" | "not checked (fetched inside the job)");
             rows.push(serde_json::json!({"uri": uri, "state": state, "detail": detail}));
