@@ -260,10 +260,7 @@ impl Client {
 
     /// Check input URIs the way a submit does: parse each, then `test -e` every shared path in one
     /// round trip. Returns, per URI, the path and whether it exists (None: not a shared path).
-    pub fn check_paths(
-        &self,
-        uris: &[String],
-    ) -> Result<Vec<(String, std::result::Result<(String, Option<bool>), String>)>> {
+    pub fn check_paths(&self, uris: &[String]) -> Result<Vec<(String, PathCheck)>> {
         let parsed: Vec<_> = uris.iter().map(|u| (u.clone(), crate::spec::parse_input("path", u))).collect();
         let shared: Vec<String> = parsed
             .iter()
