@@ -209,9 +209,34 @@ impl Client {
         Ok(plan)
     }
 
+    /// Convert a registry image into the shared squashfs cache, or find it there (`image import`).
+    pub fn prepare_image(&self, image: &str, force: bool) -> Result<crate::engine::image::Prepared> {
+        let image = crate::spec::ImageRef::parse(image).map_err(|m| crate::spec::SpecError::new("image", m))?;
+        if image.is_sqsh_path {
+            return Err(crate::spec::SpecError::new("image", "is already a .sqsh file").into());
+        }
+        crate::engine::image::prepare(self.remote()?, &self.settings.sqsh_policy(), &image, force, true)
+    }
+
     /// Validate, record, stage and submit a job. `secrets` holds the values of `spec.secret_env`.
     pub fn create_job(&self, spec: &JobSpec, secrets: &SecretValues) -> Result<Submitted> {
-        let plan = self.check_online(spec)?;
+        let mut plan = self.check_online(spec)?;
+        if self.settings.use_sqsh && !spec.no_sqsh && !plan.image.is_sqsh_path {
+            // Converted once into the shared cache; every node then reads the file instead of pulling.
+            match crate::engine::image::prepare(self.remote()?, &self.settings.sqsh_policy(), &plan.image, false, true)
+            {
+                Ok(prepared) => {
+                    plan.image.pyxis = prepared.sqsh_path;
+                    plan.image.is_sqsh_path = true;
+                }
+                Err(e) if spec.allow_registry_pull || self.settings.allow_registry_pull => {
+                    eprintln!(
+                        "warning: {e}\nwarning: submitting with the registry image: every node pulls it at job start"
+                    );
+                }
+                Err(e) => return Err(e),
+            }
+        }
         if let Some(missing) = plan.secret_names.iter().find(|n| !secrets.0.contains_key(*n)) {
             return Err(crate::spec::SpecError::new("secret_env", format!("{missing} has no value")).into());
         }

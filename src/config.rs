@@ -94,6 +94,11 @@ pub struct Settings {
     pub retry_backoff_secs: u64,
     /// The monitor's budget of scheduler queries per minute.
     pub max_queries_per_minute: u32,
+    /// Convert registry images to squashfs files in a cache on shared storage before submitting.
+    pub use_sqsh: bool,
+    pub sqsh: crate::sqsh::SqshPolicy,
+    /// If a conversion fails, submit with the registry image anyway (every node then pulls it).
+    pub allow_registry_pull: bool,
     /// NGC API key, used only to install enroot credentials on the cluster.
     pub ngc_key: Option<crate::spec::Secret>,
 }
@@ -246,6 +251,31 @@ impl Settings {
             state_path: src.get("TAO_SLURM_STATE").map(PathBuf::from).unwrap_or_else(|| data_dir.join("state.db")),
             local,
             ngc_key: src.get("NGC_KEY").map(crate::spec::Secret::new),
+            use_sqsh: match src.get("TAO_SLURM_USE_SQSH") {
+                Some(v) => parse_bool("TAO_SLURM_USE_SQSH", &v)?,
+                None => true,
+            },
+            sqsh: crate::sqsh::SqshPolicy {
+                cache_dir: src.get("TAO_SLURM_SQSH_CACHE_DIR").unwrap_or_default(),
+                partition: src.get("TAO_SLURM_SQSH_PARTITION").unwrap_or_else(|| "cpu".to_string()),
+                timeout_minutes: match src.get("TAO_SLURM_SQSH_TIMEOUT_MINUTES") {
+                    Some(v) => parse_u32("TAO_SLURM_SQSH_TIMEOUT_MINUTES", &v, 1)? as u64,
+                    None => 30,
+                },
+                memory: src.get("TAO_SLURM_SQSH_MEMORY").unwrap_or_else(|| "32G".to_string()),
+                force_reconvert_latest: match src.get("TAO_SLURM_FORCE_RECONVERT_LATEST") {
+                    Some(v) => parse_bool("TAO_SLURM_FORCE_RECONVERT_LATEST", &v)?,
+                    None => false,
+                },
+                latest_max_age_hours: match src.get("TAO_SLURM_SQSH_LATEST_MAX_AGE_HOURS") {
+                    Some(v) => parse_u32("TAO_SLURM_SQSH_LATEST_MAX_AGE_HOURS", &v, 0)? as u64,
+                    None => 0,
+                },
+            },
+            allow_registry_pull: match src.get("TAO_SLURM_ALLOW_REGISTRY_PULL") {
+                Some(v) => parse_bool("TAO_SLURM_ALLOW_REGISTRY_PULL", &v)?,
+                None => false,
+            },
             max_retries: match src.get("MAX_JOB_RETRIES") {
                 Some(v) => parse_u32("MAX_JOB_RETRIES", &v, 0)?,
                 None => crate::retry::MAX_JOB_RETRIES,
@@ -268,6 +298,15 @@ impl Settings {
             _ if self.local => Ok((self.slurm_user.as_deref().unwrap_or(""), &self.login_hosts)),
             _ => Err(ConfigError::Missing),
         }
+    }
+
+    /// The squashfs cache policy, with the cache directory defaulted under the base directory.
+    pub fn sqsh_policy(&self) -> crate::sqsh::SqshPolicy {
+        let mut p = self.sqsh.clone();
+        if p.cache_dir.is_empty() {
+            p.cache_dir = format!("{}/sqsh-cache", self.base_dir());
+        }
+        p
     }
 
     /// The base directory on shared storage where jobs are staged and results written.

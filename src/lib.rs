@@ -17,6 +17,7 @@ pub mod retry;
 pub mod script;
 pub mod slurm;
 pub mod spec;
+pub mod sqsh;
 pub mod status;
 pub mod store;
 

@@ -3,6 +3,7 @@
 mod cancel;
 mod check_path;
 mod credentials;
+mod image;
 mod jobs;
 mod logs;
 mod monitor;
@@ -55,6 +56,8 @@ enum Command {
     Watch(watch::WatchCmd),
     /// Cancel jobs
     Cancel(cancel::CancelCmd),
+    /// Manage the squashfs image cache on shared storage
+    Image(image::ImageCmd),
     /// Check that input paths exist on the cluster's shared storage
     CheckPath(check_path::CheckPathCmd),
     /// Follow every active job and perform retries (one per state file)
@@ -121,6 +124,7 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::Preflight(c) => c.run(settings),
         Command::Monitor(c) => c.run(settings),
         Command::CheckPath(c) => c.run(settings),
+        Command::Image(c) => c.run(settings),
         Command::Credentials(c) => c.run(settings),
     }
 }

@@ -86,6 +86,12 @@ pub struct JobArgs {
     /// A file the dataset root must hold (repeatable)
     #[arg(long = "dataset-file", value_name = "PATH")]
     pub dataset_files: Vec<String>,
+    /// Use the registry image directly instead of the squashfs cache (every node pulls it)
+    #[arg(long)]
+    pub no_sqsh: bool,
+    /// If converting the image fails, submit with the registry image anyway
+    #[arg(long)]
+    pub allow_registry_pull: bool,
     /// A label for the job
     #[arg(long)]
     pub name: Option<String>,
@@ -137,6 +143,8 @@ impl JobArgs {
             inputs: pairs("inputs", &self.inputs)?,
             dataset_root: self.dataset_root.clone(),
             dataset_files: self.dataset_files.clone(),
+            no_sqsh: self.no_sqsh,
+            allow_registry_pull: self.allow_registry_pull,
         };
         Ok(base.overlay(flags))
     }

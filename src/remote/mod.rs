@@ -109,8 +109,10 @@ const EXIT_TRAILER: &str = "@@tao-slurm:exit ";
 
 /// Wrap a script so that its exit status is reported in-band, after all its output.
 pub(crate) fn wrap_script(script: &str) -> String {
-    // A subshell: `exit` inside the script ends only the subshell, then the trailer is printed.
-    format!("(\n{script}\n)\n__tao_rc=$?\nprintf '\\n{EXIT_TRAILER}%d\\n' \"$__tao_rc\"\nexit 0\n")
+    // A subshell: `exit` inside the script ends only the subshell, then the trailer is printed. Its
+    // standard input is /dev/null: the script arrives on bash's stdin, and a command that reads stdin
+    // (srun does) would otherwise swallow the rest of it, trailer included.
+    format!("(\n{script}\n) </dev/null\n__tao_rc=$?\nprintf '\\n{EXIT_TRAILER}%d\\n' \"$__tao_rc\"\nexit 0\n")
 }
 
 /// Split a wrapped script's stdout into (the script's own output, its exit status); None when the
@@ -162,10 +164,15 @@ mod tests {
             ("echo 'Connection refused' >&2; printf 'x'; exit 255", "x", 255),
             ("exit 3", "", 3),
             ("printf 'a\\nb\\n'", "a\nb\n", 0),
+            // A command that reads stdin gets nothing of the script.
+            ("cat; echo after", "after\n", 0),
         ] {
-            let out = std::process::Command::new("bash").arg("-c").arg(wrap_script(script)).output().unwrap();
-            assert_eq!(out.status.code(), Some(0));
-            let (body, rc) = unwrap_output(&String::from_utf8(out.stdout).unwrap()).unwrap();
+            // As on a login host: the script on bash's standard input.
+            let mut bash = std::process::Command::new("bash");
+            bash.arg("-s");
+            let (code, stdout, _) = run_with_input(bash, &wrap_script(script)).unwrap();
+            assert_eq!(code, 0);
+            let (body, rc) = unwrap_output(&stdout).unwrap();
             assert_eq!((body.as_str(), rc), (want_out, want_rc), "{script}");
         }
         assert_eq!(unwrap_output("partial output, no trailer\n"), None);

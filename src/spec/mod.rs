@@ -65,6 +65,10 @@ pub struct JobSpec {
     pub dataset_root: Option<String>,
     /// Files the dataset root must hold (default `annotations.json`).
     pub dataset_files: Vec<String>,
+    /// Use the registry image directly, without the squashfs cache.
+    pub no_sqsh: bool,
+    /// If the conversion fails, submit with the registry image anyway.
+    pub allow_registry_pull: bool,
 }
 
 impl JobSpec {
@@ -105,6 +109,8 @@ impl JobSpec {
         self.no_container_mount_home |= over.no_container_mount_home;
         self.sbatch_options.extend(over.sbatch_options);
         self.inputs.extend(over.inputs);
+        self.no_sqsh |= over.no_sqsh;
+        self.allow_registry_pull |= over.allow_registry_pull;
         if over.dataset_root.is_some() {
             self.dataset_root = over.dataset_root;
         }

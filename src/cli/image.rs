@@ -1,0 +1,37 @@
+use crate::config::Settings;
+use crate::error::Error;
+use crate::Client;
+use clap::{Args, Subcommand};
+
+#[derive(Args, Debug)]
+pub struct ImageCmd {
+    #[command(subcommand)]
+    pub what: ImageAction,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ImageAction {
+    /// Convert an image into the shared squashfs cache (once; concurrent imports wait for it)
+    Import {
+        image: String,
+        /// Convert again even if cached
+        #[arg(long)]
+        force: bool,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+impl ImageCmd {
+    pub fn run(self, settings: Settings) -> Result<i32, Error> {
+        let ImageAction::Import { image, force, json } = self.what;
+        settings.require_remote()?;
+        let prepared = Client::new(settings)?.prepare_image(&image, force)?;
+        if json {
+            super::print_json(&prepared);
+        } else {
+            println!("{} {} -> {} ({:.1} s)", prepared.how, prepared.image, prepared.sqsh_path, prepared.seconds);
+        }
+        Ok(0)
+    }
+}

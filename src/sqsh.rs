@@ -1,0 +1,194 @@
+//! The squashfs image cache on shared storage: cache names that cannot collide, and the remote script
+//! that converts an image once (under a lock with an owner and an expiry) while other submitters wait.
+//! Pure: `engine::image` runs the script.
+
+use crate::engine::SECTION;
+use crate::script::shell::quote;
+use crate::spec::ImageRef;
+use sha2::{Digest, Sha256};
+
+/// How the cache behaves; from the settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqshPolicy {
+    pub cache_dir: String,
+    pub partition: String,
+    pub timeout_minutes: u64,
+    pub memory: String,
+    /// Convert `:latest` again even when cached.
+    pub force_reconvert_latest: bool,
+    /// Convert `:latest` again once the cache file is older than this (0: never by age).
+    pub latest_max_age_hours: u64,
+}
+
+/// A readable form of the reference plus a short hash of all of it: `a/b_c:d` and `a_b/c:d` differ.
+pub fn cache_file_name(image: &ImageRef) -> String {
+    let readable: String = image
+        .pyxis
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' { c } else { '+' })
+        .take(100)
+        .collect();
+    let hash = Sha256::digest(image.pyxis.as_bytes());
+    let short: String = hash.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    format!("{readable}-{short}.sqsh")
+}
+
+/// A reference without a tag or digest, or tagged `latest`, can change under the same name.
+pub fn is_latest(image: &ImageRef) -> bool {
+    let name = image.pyxis.rsplit_once('#').map(|(_, n)| n).unwrap_or(&image.pyxis);
+    if name.contains('@') {
+        return false;
+    }
+    let last = name.rsplit('/').next().unwrap_or(name);
+    match last.split_once(':') {
+        Some((_, tag)) => tag == "latest",
+        None => true,
+    }
+}
+
+pub fn cache_path(policy: &SqshPolicy, image: &ImageRef) -> String {
+    format!("{}/{}", policy.cache_dir.trim_end_matches('/'), cache_file_name(image))
+}
+
+/// The conversion script. Its `sqsh` sections: `cached PATH`, `waited PATH`, `converted PATH`,
+/// `stale-lock OWNER`, `failed RC LOG` (followed by the log's tail). Pure.
+pub fn conversion_script(policy: &SqshPolicy, image: &ImageRef, force: bool) -> String {
+    let cache = cache_path(policy, image);
+    let latest = is_latest(image);
+    let force = force || (latest && policy.force_reconvert_latest);
+    let max_age_secs = if latest { policy.latest_max_age_hours * 3600 } else { 0 };
+    let timeout_secs = policy.timeout_minutes * 60;
+    // A lock older than the conversion could ever take belongs to a converter that died.
+    let expiry_secs = timeout_secs + 300;
+    let job_name = format!("tao-sqsh-{}", &cache_file_name(image).trim_end_matches(".sqsh"));
+    format!(
+        r#"set -u
+umask 077
+dir={dir}; cache={cache}; lock="$cache.lock"; log="$cache.log"
+mkdir -p "$dir" || {{ echo "tao-slurm: cannot create the image cache $dir" >&2; exit 10; }}
+magic_ok() {{ [ "$(head -c 4 "$1" 2>/dev/null)" = hsqs ]; }}
+fresh() {{ magic_ok "$cache" && {{ [ {max_age} -eq 0 ] || [ $(( $(date +%s) - $(stat -c %Y "$cache") )) -lt {max_age} ]; }}; }}
+if [ {force} -eq 0 ] && fresh; then echo "{S}sqsh cached $cache"; exit 0; fi
+deadline=$(( $(date +%s) + {expiry} ))
+while ! mkdir "$lock" 2>/dev/null; do
+  age=$(( $(date +%s) - $(stat -c %Y "$lock" 2>/dev/null || date +%s) ))
+  if [ "$age" -gt {expiry} ]; then echo "{S}sqsh stale-lock $(cat "$lock/owner" 2>/dev/null)"; rm -rf "$lock"; continue; fi
+  [ "$(date +%s)" -lt "$deadline" ] || {{ echo "tao-slurm: timed out waiting for another conversion of {image}" >&2; exit 31; }}
+  sleep 1
+done
+echo "$(hostname) $$ $(date +%s)" > "$lock/owner"
+trap 'rm -rf "$lock"' EXIT
+if [ {force} -eq 0 ] && fresh; then echo "{S}sqsh waited $cache"; exit 0; fi
+rm -f "$cache".partial.*
+partial="$cache.partial.$$"
+srun -n1 -N1 -p {partition} --time={minutes} --mem={memory} -J {job} enroot import -o "$partial" {uri} > "$log" 2>&1
+rc=$?
+if [ "$rc" -ne 0 ] || ! magic_ok "$partial"; then
+  rm -f "$partial"
+  echo "{S}sqsh failed $rc $log"
+  tail -n 20 "$log" | awk '{{print "|" $0}}'
+  exit 30
+fi
+mv -f "$partial" "$cache"
+echo "{S}sqsh converted $cache"
+"#,
+        dir = quote(&policy.cache_dir),
+        cache = quote(&cache),
+        max_age = max_age_secs,
+        force = u8::from(force),
+        expiry = expiry_secs,
+        image = image.original.replace(['"', '$', '`', '\\'], ""),
+        partition = quote(&policy.partition),
+        minutes = policy.timeout_minutes.max(1),
+        memory = quote(&policy.memory),
+        job = quote(&job_name),
+        uri = quote(&format!("docker://{}", image.pyxis)),
+        S = SECTION,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn img(s: &str) -> ImageRef {
+        ImageRef::parse(s).unwrap()
+    }
+
+    #[test]
+    fn names_are_readable_and_never_collide() {
+        let a = cache_file_name(&img("nvcr.io/a/b_c:d"));
+        let b = cache_file_name(&img("nvcr.io/a_b/c:d"));
+        assert_ne!(a, b);
+        assert!(a.starts_with("nvcr.io+a+b_c+d-") && a.ends_with(".sqsh"), "{a}");
+        assert_eq!(cache_file_name(&img("ubuntu:22.04")), cache_file_name(&img("ubuntu:22.04")));
+    }
+
+    #[test]
+    fn latest_detection() {
+        for (s, want) in [
+            ("ubuntu", true),
+            ("ubuntu:latest", true),
+            ("nvcr.io/n/t:latest", true),
+            ("ubuntu:22.04", false),
+            ("localhost:5000/x", true),
+        ] {
+            assert_eq!(is_latest(&img(s)), want, "{s}");
+        }
+        let digest = format!("ubuntu@sha256:{}", "a".repeat(64));
+        assert!(!is_latest(&img(&digest)));
+    }
+
+    fn policy(dir: &std::path::Path) -> SqshPolicy {
+        SqshPolicy {
+            cache_dir: dir.display().to_string(),
+            partition: "debug".into(),
+            timeout_minutes: 1,
+            memory: "1G".into(),
+            force_reconvert_latest: false,
+            latest_max_age_hours: 0,
+        }
+    }
+
+    fn run(script: &str, bin: &std::path::Path) -> String {
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    #[test]
+    fn converts_once_then_serves_the_cache_and_ignores_stale_partials() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let count = dir.path().join("imports");
+        // Stand-in srun: run the command (enroot import -o OUT URI), here a fake enroot.
+        std::fs::write(
+            bin.join("srun"),
+            "#!/bin/bash\nwhile [[ $1 == -* ]]; do shift; [[ $1 != -* && $1 != enroot ]] && shift; done\nexec \"$@\"\n",
+        )
+        .unwrap();
+        std::fs::write(
+            bin.join("enroot"),
+            format!("#!/bin/bash\necho x >> {}\nprintf 'hsqs%s' \"$4\" > \"$3\"\n", count.display()),
+        )
+        .unwrap();
+        std::process::Command::new("chmod").arg("-R").arg("+x").arg(&bin).status().unwrap();
+        let p = policy(&dir.path().join("cache"));
+        let image = img("nvcr.io/nvidia/tao/tao-toolkit:6.26.3-pyt");
+        std::fs::create_dir_all(&p.cache_dir).unwrap();
+        let stale = format!("{}.partial.999", cache_path(&p, &image));
+        std::fs::write(&stale, "half").unwrap();
+        let out = run(&conversion_script(&p, &image, false), &bin);
+        assert!(out.contains("sqsh converted"), "{out}");
+        assert!(!std::path::Path::new(&stale).exists(), "the stale partial was removed");
+        let out = run(&conversion_script(&p, &image, false), &bin);
+        assert!(out.contains("sqsh cached"), "{out}");
+        assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 1, "converted once");
+        assert!(std::fs::read_to_string(cache_path(&p, &image)).unwrap().starts_with("hsqs"));
+    }
+}

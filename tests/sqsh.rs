@@ -1,0 +1,109 @@
+//! The squashfs image cache on the sandbox, with the stand-in enroot: converted once for concurrent
+//! submits, served from the cache afterwards, stale partial files replaced, failures stop the submit.
+
+mod common;
+use common::{sandbox_dir, Env};
+use std::time::Duration;
+
+/// Writes the stand-in enroot's hooks file (read on the compute nodes) and removes it when dropped.
+struct EnrootHooks(std::path::PathBuf);
+impl EnrootHooks {
+    fn set(text: &str) -> EnrootHooks {
+        let path = sandbox_dir().join("enroot-hooks.env");
+        std::fs::write(&path, text).unwrap();
+        EnrootHooks(path)
+    }
+}
+impl Drop for EnrootHooks {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn sqsh_env() -> Env {
+    let mut env = Env::new();
+    env.vars.insert("TAO_SLURM_USE_SQSH".into(), "true".into());
+    env
+}
+
+#[test]
+fn images_are_converted_once_and_failures_submit_nothing() {
+    let log = std::path::PathBuf::from(format!("/tmp/tao-slurm-enroot-{}.log", std::process::id()));
+    std::fs::write(&log, "").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let hooks = EnrootHooks::set(&format!("ENROOT_FAKE_LOG={}\nENROOT_FAKE_DELAY=3\n", log.display()));
+    let image = format!("nvcr.io/nvidia/tao/sqsh-test-{}:1.0", std::process::id());
+    let imports = || std::fs::read_to_string(&log).unwrap().lines().filter(|l| l.contains(" import ")).count();
+
+    // Three concurrent submits of one new image: one import, three jobs on the cache file.
+    let runs: Vec<_> = (0..3)
+        .map(|_| {
+            let image = image.clone();
+            std::thread::spawn(move || {
+                let env = sqsh_env();
+                let (job, _) = env.submit(&[
+                    "--image",
+                    &image,
+                    "--gpus",
+                    "0",
+                    "--shell",
+                    "--",
+                    "echo \"image=$SPANK_CONTAINER_IMAGE\"",
+                ]);
+                let v = env.wait_terminal(&job, Duration::from_secs(180));
+                let logs = env.json(&["logs", &job, "--json"]);
+                (v, logs["stdout"].as_str().unwrap().to_string())
+            })
+        })
+        .collect();
+    let results: Vec<_> = runs.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(imports(), 1, "exactly one import for three submits");
+    let cache_file = results[0].0["image"].as_str().unwrap().to_string();
+    assert!(cache_file.ends_with(".sqsh") && cache_file.contains("/sqsh-cache/"), "{cache_file}");
+    assert!(std::fs::read(&cache_file).unwrap().starts_with(b"hsqs"));
+    for (v, stdout) in &results {
+        assert_eq!(v["status"], "Complete", "{v}");
+        assert_eq!(v["image"].as_str(), Some(cache_file.as_str()));
+        assert!(stdout.contains(&format!("image={cache_file}")), "the job ran on the cache file: {stdout}");
+    }
+
+    // Cached: not converted again.
+    let env = sqsh_env();
+    let text = env.ok(&["image", "import", &image]);
+    assert!(text.starts_with("cached "), "{text}");
+    assert_eq!(imports(), 1);
+
+    // A stale partial file of another image is ignored and replaced.
+    let other = format!("nvcr.io/nvidia/tao/sqsh-partial-{}:2.0", std::process::id());
+    let v = env.json(&["image", "import", &other, "--json"]);
+    assert_eq!(v["how"], "converted");
+    let path = v["sqsh_path"].as_str().unwrap().to_string();
+    std::fs::remove_file(&path).unwrap();
+    let stale = format!("{path}.partial.4242");
+    std::fs::write(&stale, "half-written").unwrap();
+    let v = env.json(&["image", "import", &other, "--json"]);
+    assert_eq!(v["how"], "converted", "a partial file never counts as cached");
+    assert!(!std::path::Path::new(&stale).exists());
+    assert!(std::fs::read(&path).unwrap().starts_with(b"hsqs"));
+    drop(hooks);
+
+    // A failing import: a clear error naming the image and the log, and nothing submitted.
+    let _fail = EnrootHooks::set("ENROOT_FAKE_FAIL=1\n");
+    let broken = format!("nvcr.io/nvidia/tao/sqsh-broken-{}:3.0", std::process::id());
+    let env = sqsh_env();
+    let out = env.run(&["submit", "--image", &broken, "--gpus", "0", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{stderr}");
+    assert!(
+        stderr.contains(&broken) && stderr.contains("conversion log") && stderr.contains("simulated failure"),
+        "{stderr}"
+    );
+    assert!(env.json(&["list", "--json"]).as_array().unwrap().is_empty(), "no job recorded or submitted");
+    // Unless registry pulls are allowed explicitly.
+    let v = env.json(&["submit", "--json", "--allow-registry-pull", "--image", &broken, "--gpus", "0", "--", "true"]);
+    let job = v["job_id"].as_str().unwrap();
+    let status = env.json(&["status", job, "--json"]);
+    assert_eq!(status["image"], format!("nvcr.io#nvidia/tao/sqsh-broken-{}:3.0", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+}
