@@ -99,6 +99,9 @@ pub struct Settings {
     pub sqsh: crate::sqsh::SqshPolicy,
     /// If a conversion fails, submit with the registry image anyway (every node then pulls it).
     pub allow_registry_pull: bool,
+    /// Largest auxiliary input (s3, Hugging Face, NGC) a job may fetch, in bytes.
+    pub aux_max_bytes: u64,
+    pub aux_timeout_minutes: u64,
     /// NGC API key, used only to install enroot credentials on the cluster.
     pub ngc_key: Option<crate::spec::Secret>,
 }
@@ -251,6 +254,17 @@ impl Settings {
             state_path: src.get("TAO_SLURM_STATE").map(PathBuf::from).unwrap_or_else(|| data_dir.join("state.db")),
             local,
             ngc_key: src.get("NGC_KEY").map(crate::spec::Secret::new),
+            aux_max_bytes: match src.get("TAO_SLURM_AUX_MAX_BYTES") {
+                Some(v) => v.trim().parse().map_err(|_| ConfigError::Invalid {
+                    name: "TAO_SLURM_AUX_MAX_BYTES",
+                    message: format!("{v:?} is not a number of bytes"),
+                })?,
+                None => 10 << 30,
+            },
+            aux_timeout_minutes: match src.get("TAO_SLURM_AUX_TIMEOUT_MINUTES") {
+                Some(v) => parse_u32("TAO_SLURM_AUX_TIMEOUT_MINUTES", &v, 1)? as u64,
+                None => 30,
+            },
             use_sqsh: match src.get("TAO_SLURM_USE_SQSH") {
                 Some(v) => parse_bool("TAO_SLURM_USE_SQSH", &v)?,
                 None => true,

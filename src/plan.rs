@@ -172,6 +172,37 @@ pub struct Plan {
     pub inputs: Vec<(String, InputLocation)>,
     /// Paths on shared storage that must exist before anything is staged.
     pub required_paths: Vec<String>,
+    /// Auxiliary inputs fetched inside the job, before the command starts.
+    pub fetches: Vec<AuxFetch>,
+    /// Largest total size of one auxiliary input, in bytes.
+    pub aux_max_bytes: u64,
+    pub aux_timeout_minutes: u64,
+}
+
+/// One auxiliary input (s3, Hugging Face, NGC) and where on shared storage it is cached.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuxFetch {
+    pub key: String,
+    pub scheme: String,
+    pub uri: String,
+    /// The cache directory for this URI (one per URI, shared by the jobs that use it).
+    pub dir: String,
+    /// What the job sees as the input's value: the object inside `dir`, or `dir` itself.
+    pub path: String,
+}
+
+/// Where an auxiliary input is cached and what the job's spec then says.
+fn aux_fetch(base: &str, key: &str, scheme: &str, uri: &str) -> AuxFetch {
+    use sha2::{Digest, Sha256};
+    let hash: String = Sha256::digest(uri.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let dir = format!("{base}/aux-cache/{scheme}-{hash}");
+    let rest = uri.split_once("://").map(|(_, r)| r).unwrap_or(uri);
+    let path = match scheme {
+        // An s3 object lands as a file of its own name; a prefix (ending in /) as a directory.
+        "s3" if !rest.ends_with('/') => format!("{dir}/{}", rest.rsplit('/').next().unwrap_or("object")),
+        _ => dir.clone(),
+    };
+    AuxFetch { key: key.to_string(), scheme: scheme.to_string(), uri: uri.to_string(), dir, path }
 }
 
 impl Plan {
@@ -181,7 +212,10 @@ impl Plan {
         for (key, location) in &self.inputs {
             let value = match location {
                 InputLocation::Shared { path } => path.clone(),
-                InputLocation::Remote { uri, .. } => uri.clone(),
+                // The job reads the copy fetched into the cache before the command starts.
+                InputLocation::Remote { .. } => {
+                    self.fetches.iter().find(|f| &f.key == key).map(|f| f.path.clone()).unwrap_or_default()
+                }
             };
             let parts: Vec<&str> = key.split('.').collect();
             let mut node = &mut root;
@@ -487,9 +521,19 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
     }
 
     let (inputs, required_paths) = resolve_inputs(spec)?;
+    let fetches: Vec<AuxFetch> = inputs
+        .iter()
+        .filter_map(|(key, loc)| match loc {
+            InputLocation::Remote { scheme, uri } => Some(aux_fetch(&base, key, scheme, uri)),
+            InputLocation::Shared { .. } => None,
+        })
+        .collect();
     Ok(Plan {
         inputs,
         required_paths,
+        fetches,
+        aux_max_bytes: settings.aux_max_bytes,
+        aux_timeout_minutes: settings.aux_timeout_minutes,
         layout: Layout::new(&base, job_id),
         image,
         command,
@@ -721,7 +765,10 @@ pub(crate) mod tests {
         );
         let j = p.specs_json();
         assert_eq!(j["custom"]["train_dataset"]["annotation_path"], "/lustre/coco/ann.json");
-        assert_eq!(j["model"]["pretrained"], "s3://bucket/ckpt.pth");
+        assert_eq!(j["model"]["pretrained"], p.fetches[0].path.as_str());
+        assert!(
+            p.fetches[0].path.starts_with("/lustre/alice/aux-cache/s3-") && p.fetches[0].path.ends_with("/ckpt.pth")
+        );
         assert_eq!(j["dataset_root"], "/lustre/coco");
         for (key, uri, field) in
             [("bad key", "/x", "inputs"), ("a.b", "file:///x", "input a.b"), ("a.b", "relative/x", "input a.b")]

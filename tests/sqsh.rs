@@ -20,6 +20,9 @@ impl Drop for EnrootHooks {
     }
 }
 
+/// Both tests write the stand-ins' hooks file: one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn sqsh_env() -> Env {
     let mut env = Env::new();
     env.vars.insert("TAO_SLURM_USE_SQSH".into(), "true".into());
@@ -28,6 +31,7 @@ fn sqsh_env() -> Env {
 
 #[test]
 fn images_are_converted_once_and_failures_submit_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let log = std::path::PathBuf::from(format!("/tmp/tao-slurm-enroot-{}.log", std::process::id()));
     std::fs::write(&log, "").unwrap();
     use std::os::unix::fs::PermissionsExt;
@@ -105,5 +109,92 @@ fn images_are_converted_once_and_failures_submit_nothing() {
     let job = v["job_id"].as_str().unwrap();
     let status = env.json(&["status", job, "--json"]);
     assert_eq!(status["image"], format!("nvcr.io#nvidia/tao/sqsh-broken-{}:3.0", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+}
+
+#[test]
+fn auxiliary_inputs_are_fetched_in_the_job_with_secret_credentials_and_a_size_cap() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let log = std::path::PathBuf::from(format!("/tmp/tao-slurm-aws-{}.log", std::process::id()));
+    std::fs::write(&log, "").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let _hooks = EnrootHooks::set(&format!("AWS_FAKE_LOG={0}\nHF_FAKE_LOG={0}\nAWS_FAKE_SIZE=64\n", log.display()));
+    let mut env = Env::new();
+    let key_id = format!("AKIA{}", std::process::id());
+    env.vars.insert("AWS_ACCESS_KEY_ID".into(), key_id.clone());
+    env.vars.insert("AWS_SECRET_ACCESS_KEY".into(), "s3cr3t/value".into());
+    let bucket = format!("bucket-{}", std::process::id());
+    let args = [
+        "--image",
+        "ubuntu:22.04",
+        "--gpus",
+        "0",
+        "--secret-env",
+        "AWS_ACCESS_KEY_ID",
+        "--secret-env",
+        "AWS_SECRET_ACCESS_KEY",
+        "--input",
+        &format!("model.pretrained=s3://{bucket}/ckpt.pth"),
+        "--input",
+        "model.tokenizer=hf_model://org/tokenizer",
+        "--shell",
+        "--",
+        "cat \"$TAO_SPECS_FILE\"",
+    ];
+    let mut full = vec!["submit", "--json"];
+    full.extend_from_slice(&args);
+    let out = env.run(&full);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let job: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let job = job["job_id"].as_str().unwrap().to_string();
+    let v = env.wait_terminal(&job, Duration::from_secs(120));
+    assert_eq!(v["status"], "Complete", "{v}");
+    let logs = env.json(&["logs", &job, "--json"]);
+    let stdout = logs["stdout"].as_str().unwrap();
+    let specs: serde_json::Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    let pretrained = specs["model"]["pretrained"].as_str().unwrap();
+    assert!(pretrained.contains("/aux-cache/s3-") && pretrained.ends_with("/ckpt.pth"), "{specs}");
+    assert_eq!(std::fs::metadata(pretrained).unwrap().len(), 64, "the object was fetched before the command ran");
+    let tokenizer = specs["model"]["tokenizer"].as_str().unwrap();
+    assert!(std::path::Path::new(tokenizer).join("config.json").exists(), "{specs}");
+    let calls = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        calls.lines().any(|l| l.contains(&format!("aws s3 cp s3://{bucket}/ckpt.pth")) && l.ends_with("creds=yes")),
+        "{calls}"
+    );
+    // The credentials never reached the script, the staged files or the logs.
+    let base = env.vars["SLURM_BASE_RESULTS_DIR"].clone();
+    let grep = std::process::Command::new("grep").args(["-rlF", &key_id, &base]).output().unwrap();
+    assert!(grep.stdout.is_empty(), "{}", String::from_utf8_lossy(&grep.stdout));
+
+    // Larger than the cap: the job fails before its command, with the reason, and is not retried.
+    let mut capped = Env::new();
+    capped.vars = env.vars.clone();
+    capped.vars.insert("TAO_SLURM_AUX_MAX_BYTES".into(), "1000".into());
+    let _big = EnrootHooks::set("AWS_FAKE_SIZE=5000\n");
+    let out = capped.run(&[
+        "submit",
+        "--json",
+        "--image",
+        "ubuntu:22.04",
+        "--gpus",
+        "0",
+        "--secret-env",
+        "AWS_ACCESS_KEY_ID",
+        "--secret-env",
+        "AWS_SECRET_ACCESS_KEY",
+        "--input",
+        &format!("custom.train_dataset.path=s3://{bucket}/big/"),
+        "--",
+        "echo ran",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("leaves them idle"), "training data from s3 is warned about");
+    let job: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = capped.wait_terminal(job["job_id"].as_str().unwrap(), Duration::from_secs(120));
+    assert_eq!(v["status"], "Error", "{v}");
+    assert_eq!(v["retries"], 0);
+    assert!(v["message"].as_str().unwrap().contains("more than the 1000-byte cap"), "{v}");
     let _ = std::fs::remove_file(&log);
 }

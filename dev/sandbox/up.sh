@@ -165,8 +165,10 @@ for rc in .profile .bashrc; do
     put_file "$T" "$USER_HOME/$rc" 0644 "$SSH_USER:$SSH_USER"
 done
 
-# fake enroot
-T="$(mktemp)"; cp "$HERE/bin/enroot" "$T"; put_file "$T" "$SD/bin/enroot" 0755
+# stand-ins: enroot, and the download tools that auxiliary inputs use (aws, huggingface-cli)
+for tool in enroot aws huggingface-cli; do
+    T="$(mktemp)"; cp "$HERE/bin/$tool" "$T"; put_file "$T" "$SD/bin/$tool" 0755
+done
 
 # SPANK plugin (rebuilt only when the source changed)
 if [[ ! -f "$SD/lib/container_stub.so" || "$HERE/spank/container_stub.c" -nt "$SD/lib/container_stub.so" ]]; then

@@ -130,6 +130,7 @@ fn write_body(s: &mut String, plan: &Plan) {
         let _ = writeln!(s, "if [ -f {f} ]; then . {f}; else echo 'tao-slurm: the secrets file is missing' >&2; fi");
     }
     let _ = writeln!(s, "mkdir -p {}", quote(&layout.results_dir()));
+    write_fetches(s, plan);
     if r.nodes > 1 {
         w(s, "MASTER_ADDR=\"$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\"");
         let _ = writeln!(
@@ -167,6 +168,40 @@ fn write_body(s: &mut String, plan: &Plan) {
     w(s, "  echo \"tao-slurm: timed out $((done_requeues + 1)) times\" >&2");
     w(s, "fi");
     w(s, "exit \"$rc\"");
+}
+
+/// Auxiliary inputs are fetched once into their cache directory (credentials come from the secret
+/// environment sourced above), under a time limit and a size cap; a failure ends the job before the
+/// command starts.
+fn write_fetches(s: &mut String, plan: &Plan) {
+    for f in &plan.fetches {
+        let rest = f.uri.split_once("://").map(|(_, r)| r).unwrap_or(&f.uri);
+        let dir = quote(&f.dir);
+        let command = match f.scheme.as_str() {
+            "s3" if f.path != f.dir => format!("aws s3 cp {} {}", quote(&f.uri), quote(&f.path)),
+            "s3" => format!("aws s3 sync {} {dir}", quote(&f.uri)),
+            "hf_model" => format!("huggingface-cli download {} --local-dir {dir}", quote(rest)),
+            "hf_dataset" => format!("huggingface-cli download {} --repo-type dataset --local-dir {dir}", quote(rest)),
+            _ => format!("ngc registry model download-version {} --dest {dir}", quote(rest)),
+        };
+        let uri = quote(&f.uri);
+        let _ = writeln!(s, "if [ ! -f {dir}/.tao-complete ]; then");
+        let _ = writeln!(s, "  echo \"tao-slurm: fetching \"{uri}\" into {}\" >&2", f.dir);
+        let _ = writeln!(s, "  rm -rf {dir} && mkdir -p {dir} || exit 86");
+        let _ = writeln!(
+            s,
+            "  timeout {}m {command} </dev/null >&2 || {{ echo \"tao-slurm: fetching \"{uri}\" failed\" >&2; rm -rf {dir}; exit 86; }}",
+            plan.aux_timeout_minutes
+        );
+        let _ = writeln!(s, "  size=\"$(du -sb {dir} | cut -f1)\"");
+        let _ = writeln!(
+            s,
+            "  if [ \"$size\" -gt {cap} ]; then rm -rf {dir}; echo \"tao-slurm: \"{uri}\" is $size bytes, more than the {cap}-byte cap for auxiliary inputs; put large inputs on the shared filesystem (lustre://)\" >&2; exit 87; fi",
+            cap = plan.aux_max_bytes
+        );
+        let _ = writeln!(s, "  touch {dir}/.tao-complete");
+        let _ = writeln!(s, "fi");
+    }
 }
 
 /// The staged JSON files (compact, as the contract's layout wants).

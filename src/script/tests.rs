@@ -238,6 +238,8 @@ mod injection {
                 JobSpec { container_workdir: Some(format!("/w{}", t[7])), ..spec() },
                 JobSpec { image: t[8].clone(), ..spec() },
                 JobSpec { constraint: Some(t[9].clone()), name: Some(t[9].clone()), ..spec() },
+                JobSpec { inputs: [("model.x".to_string(), format!("s3://b/{}", t[0]))].into(), ..spec() },
+                JobSpec { inputs: [("model.y".to_string(), format!("hf_model://{}", t[1]))].into(), ..spec() },
             ];
             for spec in candidates {
                 let Ok(p) = resolve_with_id(&spec, &settings(), ID) else { continue };
