@@ -1,15 +1,18 @@
-//! SSH login counts, read from the sandbox sshd's own log. One test function, so nothing else in
-//! this binary logs in while it counts.
+//! SSH login counts, read from the sandbox sshd's own log, for logins with this test's own key (so
+//! that nothing else using the sandbox meanwhile can change the counts).
 
 mod common;
-use common::{accepted_logins, Env};
+use common::{accepted_logins_with, Env};
 use std::time::Duration;
 
 #[test]
 fn logins_are_shared_and_missing_settings_never_connect() {
+    let mut env = Env::isolated();
+    let fingerprint = env.use_own_key();
+    let accepted_logins = || accepted_logins_with(&fingerprint);
     // Without SLURM_USER: the contract's message, a non-zero exit, and no connection attempted.
-    let env = Env::isolated();
     let mut missing = Env::isolated();
+    missing.vars = env.vars.clone();
     missing.vars.remove("SLURM_USER");
     let before = accepted_logins();
     let out = missing.run(&["submit", "--image", "ubuntu:22.04", "--", "true"]);
@@ -35,7 +38,9 @@ fn logins_are_shared_and_missing_settings_never_connect() {
     assert_eq!(v["status"], "Canceled");
 
     // 100 back-to-back remote commands in one process: one login.
-    let lib = Env::isolated();
+    let mut lib = Env::isolated();
+    lib.vars = env.vars.clone();
+    lib.vars.insert("TAO_SLURM_CONTROL_DIR".into(), lib.dir.path().join("cm").display().to_string());
     let sources = tao_slurm::config::SettingSources {
         flags: Default::default(),
         env: lib.vars.clone(),
@@ -54,13 +59,15 @@ fn logins_are_shared_and_missing_settings_never_connect() {
     let control_dir = lib.vars["TAO_SLURM_CONTROL_DIR"].clone();
     let exit = std::process::Command::new("ssh")
         .args([
-            "-F",
-            &lib.vars["SSH_CONFIG"],
             "-o",
             &format!("ControlPath={control_dir}/%C"),
             "-O",
             "exit",
-            "sandbox-login1",
+            "-p",
+            "2222",
+            "-l",
+            "slurmuser",
+            "127.0.0.1",
         ])
         .output()
         .unwrap();

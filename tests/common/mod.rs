@@ -198,16 +198,40 @@ impl Env {
     }
 }
 
-/// Logins accepted so far by the sandbox's sshd instances (each writes one line per login).
-pub fn accepted_logins() -> usize {
-    let settings = sandbox_settings();
-    settings["SANDBOX_SSHD_LOGS"].split(',').map(|p| count_accepted(Path::new(p))).sum()
+impl Env {
+    /// Log in with a key of this test's own (added to the sandbox user's authorized_keys), straight to
+    /// host:port without the sandbox's ssh_config; returns the key's fingerprint, by which the sshd log
+    /// tells this test's logins from everyone else's.
+    pub fn use_own_key(&mut self) -> String {
+        let key = self.dir.path().join("id_own");
+        let st = Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-f"]).arg(&key).status().unwrap();
+        assert!(st.success());
+        let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+        let auth = sandbox_dir().join("home/slurmuser/.ssh/authorized_keys");
+        use std::io::Write;
+        std::fs::OpenOptions::new().append(true).open(&auth).unwrap().write_all(public.as_bytes()).unwrap();
+        let out = Command::new("ssh-keygen").arg("-lf").arg(key.with_extension("pub")).output().unwrap();
+        let fingerprint = String::from_utf8(out.stdout).unwrap().split_whitespace().nth(1).unwrap().to_string();
+        self.vars.insert("SSH_KEY_PATH".into(), key.display().to_string());
+        self.vars.remove("SSH_CONFIG");
+        let ports = sandbox_settings()["SANDBOX_SSH_PORTS"].clone();
+        let hosts: Vec<String> = ports.split(',').map(|p| format!("127.0.0.1:{p}")).collect();
+        self.vars.insert("SLURM_HOSTNAME".into(), hosts.join(","));
+        fingerprint
+    }
 }
 
-fn count_accepted(path: &Path) -> usize {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("cannot read the sshd log {}: {e}", path.display()))
-        .lines()
-        .filter(|l| l.contains("Accepted publickey for"))
-        .count()
+/// Logins accepted so far with the key of this fingerprint.
+pub fn accepted_logins_with(fingerprint: &str) -> usize {
+    let settings = sandbox_settings();
+    settings["SANDBOX_SSHD_LOGS"]
+        .split(',')
+        .map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap_or_else(|e| panic!("cannot read the sshd log {p}: {e}"))
+                .lines()
+                .filter(|l| l.contains("Accepted publickey for") && l.contains(fingerprint))
+                .count()
+        })
+        .sum()
 }
