@@ -190,10 +190,25 @@ impl Client {
     /// The checks a submit makes with the cluster (it answers, the partitions exist and allow the wall
     /// time), after every offline check has passed. Submits nothing.
     pub fn check_online(&self, spec: &JobSpec) -> Result<Plan> {
+        Ok(self.check_online_with_image(spec)?.0)
+    }
+
+    /// Whether this submit converts its image into the squashfs cache.
+    fn wants_sqsh(&self, spec: &JobSpec, plan: &Plan) -> bool {
+        self.settings.use_sqsh && !spec.no_sqsh && !plan.image.is_sqsh_path
+    }
+
+    /// The online checks, plus (in the same round trip) whether the image is already in the cache.
+    fn check_online_with_image(&self, spec: &JobSpec) -> Result<(Plan, Option<String>)> {
         // Settings and spec are checked before anything touches the network.
         self.settings.require_remote()?;
         let plan = self.plan(spec)?;
-        let facts = cluster::submit_facts(self.remote()?, &plan.required_paths)?;
+        let probe = if self.wants_sqsh(spec, &plan) {
+            crate::sqsh::cached_probe_script(&self.settings.sqsh_policy(), &plan.image)
+        } else {
+            String::new()
+        };
+        let facts = cluster::submit_facts(self.remote()?, &plan.required_paths, &probe)?;
         if !facts.missing_paths.is_empty() {
             return Err(crate::spec::SpecError::new(
                 "inputs",
@@ -206,7 +221,7 @@ impl Client {
             .into());
         }
         plan::check_partition_limits(&plan, &facts.partitions)?;
-        Ok(plan)
+        Ok((plan, facts.cached_sqsh))
     }
 
     /// Convert a registry image into the shared squashfs cache, or find it there (`image import`).

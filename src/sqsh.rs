@@ -50,6 +50,20 @@ pub fn cache_path(policy: &SqshPolicy, image: &ImageRef) -> String {
     format!("{}/{}", policy.cache_dir.trim_end_matches('/'), cache_file_name(image))
 }
 
+/// A cheap probe, run in the submit's first round trip: prints `sqsh_cached PATH` when the image is
+/// already in the cache and needs no conversion (then the conversion round trip is skipped). Pure.
+pub fn cached_probe_script(policy: &SqshPolicy, image: &ImageRef) -> String {
+    let latest = is_latest(image);
+    if latest && policy.force_reconvert_latest {
+        return String::new();
+    }
+    let max_age = if latest { policy.latest_max_age_hours * 3600 } else { 0 };
+    format!(
+        "c={c}; if [ \"$(head -c 4 \"$c\" 2>/dev/null)\" = hsqs ] && {{ [ {max_age} -eq 0 ] || [ $(( $(date +%s) - $(stat -c %Y \"$c\") )) -lt {max_age} ]; }}; then echo \"{SECTION}sqsh_cached $c\"; fi\n",
+        c = quote(&cache_path(policy, image)),
+    )
+}
+
 /// The conversion script. Its `sqsh` sections: `cached PATH`, `waited PATH`, `converted PATH`,
 /// `stale-lock OWNER`, `failed RC LOG` (followed by the log's tail). Pure.
 pub fn conversion_script(policy: &SqshPolicy, image: &ImageRef, force: bool) -> String {

@@ -13,6 +13,8 @@ pub struct SubmitFacts {
     pub partitions: Vec<PartitionInfo>,
     /// Required paths that `test -e` did not find.
     pub missing_paths: Vec<String>,
+    /// The image's squashfs file, when the cache already holds it.
+    pub cached_sqsh: Option<String>,
     pub host: String,
 }
 
@@ -32,9 +34,10 @@ fn missing_from(stdout: &str) -> Vec<String> {
     sections(stdout).into_iter().filter(|(n, _, _)| n == "missing").map(|(_, p, _)| p).collect()
 }
 
-pub fn submit_facts(remote: &dyn Remote, required_paths: &[String]) -> Result<SubmitFacts> {
+/// `extra` is appended to the script (the squashfs cache probe).
+pub fn submit_facts(remote: &dyn Remote, required_paths: &[String], extra: &str) -> Result<SubmitFacts> {
     let script = format!(
-        "{}echo '{SECTION}partitions'\nscontrol show partition -o || {{ echo 'tao-slurm: scontrol show partition failed' >&2; exit 3; }}\n",
+        "{}{extra}echo '{SECTION}partitions'\nscontrol show partition -o || {{ echo 'tao-slurm: scontrol show partition failed' >&2; exit 3; }}\n",
         paths_script(required_paths)
     );
     let out = remote.run_script(&script, Idempotency::Idempotent)?;
@@ -46,7 +49,8 @@ pub fn submit_facts(remote: &dyn Remote, required_paths: &[String]) -> Result<Su
         .find(|(n, _, _)| n == "partitions")
         .map(|(_, _, body)| parse_partitions(&body))
         .unwrap_or_default();
-    Ok(SubmitFacts { partitions, missing_paths: missing_from(&out.stdout), host: out.host })
+    let cached_sqsh = sections(&out.stdout).into_iter().find(|(n, _, _)| n == "sqsh_cached").map(|(_, path, _)| path);
+    Ok(SubmitFacts { partitions, missing_paths: missing_from(&out.stdout), cached_sqsh, host: out.host })
 }
 
 /// `check-path`: which of the paths exist on the login host (one round trip).
