@@ -162,9 +162,15 @@ impl Client {
         }
         let remote = self.remote()?;
         refresh::refresh(remote, &self.store, &self.policy(), jobs)?;
+        // Only jobs without a Slurm job can have a retry to submit or a submission to resume.
         let ids: Vec<&str> = jobs.iter().map(|j| j.job_id.as_str()).collect();
-        let now = self.store.get_many(&ids)?;
-        retry::advance(remote, &self.store, &now, &|j| self.files_of(j))
+        let waiting: Vec<JobRecord> = self
+            .store
+            .get_many(&ids)?
+            .into_iter()
+            .filter(|j| !j.status.is_terminal() && j.slurm_job_id.is_none())
+            .collect();
+        retry::advance(remote, &self.store, &waiting, &|j| self.files_of(j))
     }
 
     fn remote(&self) -> Result<&dyn Remote> {
@@ -339,11 +345,14 @@ impl Client {
         } else {
             ids.iter().map(|i| self.store.get(i)).collect::<std::result::Result<_, _>>()?
         };
-        let active: Vec<JobRecord> = jobs.iter().filter(|j| !j.status.is_terminal()).cloned().collect();
+        let ids: Vec<String> = jobs.iter().map(|j| j.job_id.clone()).collect();
+        let active: Vec<JobRecord> = jobs.into_iter().filter(|j| !j.status.is_terminal()).collect();
         if !active.is_empty() {
             self.refresh_and_advance(&active)?;
         }
-        let ids: Vec<&str> = jobs.iter().map(|j| j.job_id.as_str()).collect();
+        drop(active);
+        // Memory stays at one copy of the jobs at a time (the monitor may follow thousands).
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
         Ok(self.store.get_many(&ids)?.iter().map(JobView::from).collect())
     }
 

@@ -102,8 +102,11 @@ pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
     // status.json of the jobs that may have progress or a verdict: running ones and those squeue no
     // longer lists (pending jobs are skipped). Grouped by results directory so each path is sent once;
     // lines are prefixed with `|` so that no line the container writes can pose as a marker.
-    s.push_str("declare -A read_status\nwhile IFS='|' read -r id state _; do case \"$state\" in PENDING|CONFIGURING|REQUEUED|REQUEUE_HOLD) ;; *) read_status[$id]=1 ;; esac; done <<< \"$sq\"\n");
-    s.push_str("for id in ${missing//,/ }; do read_status[$id]=1; done\n");
+    // Which Slurm ids need their status.json: running or finished ones, and `u` (jobs found by name).
+    // awk does the set arithmetic: a shell loop over thousands of lines costs seconds.
+    s.push_str(&format!(
+        "need=\"$(printf '%s\\n' \"$sq\" | awk -F'|' '$2 !~ /^(PENDING|CONFIGURING|REQUEUED|REQUEUE_HOLD)$/ {{print $1}}'; printf '%s\\n' ${{missing//,/ }} u)\"\n"
+    ));
     let mut by_root: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for job in jobs {
         if let Some(root) = job.status_json.strip_suffix(&format!("/{}/status.json", job.job_id)) {
@@ -112,12 +115,10 @@ pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
             by_root.entry(root).or_default().push(format!("{key}:{}", job.job_id));
         }
     }
-    if !by_root.is_empty() {
-        s.push_str("read_status[u]=1\n");
-    }
     for (root, pairs) in by_root {
         s.push_str(&format!(
-            "for p in {}; do [ -n \"${{read_status[${{p%%:*}}]:-}}\" ] || continue; j=${{p#*:}}; f={}/\"$j\"/status.json; if [ -f \"$f\" ]; then echo \"{SECTION}status_json $j\"; tail -n {STATUS_TAIL_LINES} \"$f\" | awk '{{print \"|\" $0}}'; fi; done\n",
+            "awk -F: 'NR == FNR {{ ok[$1] = 1; next }} ok[$1] {{ print $2 }}' <(printf '%s\\n' \"$need\") <(printf '%s\\n' {}) | \
+             while read -r j; do f={}/\"$j\"/status.json; if [ -f \"$f\" ]; then echo \"{SECTION}status_json $j\"; tail -n {STATUS_TAIL_LINES} \"$f\" | awk '{{print \"|\" $0}}'; fi; done\n",
             pairs.iter().map(|p| quote(p)).collect::<Vec<_>>().join(" "),
             quote(root)
         ));
