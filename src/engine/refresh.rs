@@ -104,9 +104,9 @@ pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
     // lines are prefixed with `|` so that no line the container writes can pose as a marker.
     // Which Slurm ids need their status.json: running or finished ones, and `u` (jobs found by name).
     // awk does the set arithmetic: a shell loop over thousands of lines costs seconds.
-    s.push_str(&format!(
-        "need=\"$(printf '%s\\n' \"$sq\" | awk -F'|' '$2 !~ /^(PENDING|CONFIGURING|REQUEUED|REQUEUE_HOLD)$/ {{print $1}}'; printf '%s\\n' ${{missing//,/ }} u)\"\n"
-    ));
+    s.push_str(
+        "need=\"$(printf '%s\\n' \"$sq\" | awk -F'|' '$2 !~ /^(PENDING|CONFIGURING|REQUEUED|REQUEUE_HOLD)$/ {print $1}'; printf '%s\\n' ${missing//,/ } u)\"\n",
+    );
     let mut by_root: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for job in jobs {
         if let Some(root) = job.status_json.strip_suffix(&format!("/{}/status.json", job.job_id)) {
