@@ -241,8 +241,12 @@ impl Client {
 
     /// Validate, record, stage and submit a job. `secrets` holds the values of `spec.secret_env`.
     pub fn create_job(&self, spec: &JobSpec, secrets: &SecretValues) -> Result<Submitted> {
-        let mut plan = self.check_online(spec)?;
-        if self.settings.use_sqsh && !spec.no_sqsh && !plan.image.is_sqsh_path {
+        let (mut plan, cached) = self.check_online_with_image(spec)?;
+        if let Some(path) = cached {
+            // Already in the cache (learned in the checks' round trip): no conversion round trip.
+            plan.image.pyxis = path;
+            plan.image.is_sqsh_path = true;
+        } else if self.wants_sqsh(spec, &plan) {
             // Converted once into the shared cache; every node then reads the file instead of pulling.
             match crate::engine::image::prepare(self.remote()?, &self.settings.sqsh_policy(), &plan.image, false, true)
             {

@@ -78,6 +78,15 @@ fn images_are_converted_once_and_failures_submit_nothing() {
     assert!(text.starts_with("cached "), "{text}");
     assert_eq!(imports(), 1);
 
+    // A submit of a cached image costs two round trips: checks (with the cache probe), then submit.
+    let client = tao_slurm::Client::new(env.settings()).unwrap();
+    let spec =
+        tao_slurm::JobSpec { image: image.clone(), command: vec!["true".into()], gpus: Some(0), ..Default::default() };
+    let submitted = client.create_job(&spec, &Default::default()).unwrap();
+    assert_eq!(client.transport_stats().round_trips, 2, "{:?}", client.transport_stats());
+    assert_eq!(imports(), 1);
+    env.ok(&["cancel", &submitted.job_id]);
+
     // A stale partial file of another image is ignored and replaced.
     let other = format!("nvcr.io/nvidia/tao/sqsh-partial-{}:2.0", std::process::id());
     let v = env.json(&["image", "import", &other, "--json"]);

@@ -1,0 +1,118 @@
+//! Refresh of 1, 100, 1000 and 5000 active (held) jobs: time, bytes, round trips, slurmctld RPCs.
+
+use crate::common::*;
+use crate::report::at_most;
+use serde_json::{json, Value};
+use std::time::Instant;
+use tao_slurm::engine::refresh::{refresh_script, RefreshTarget};
+use tao_slurm::remote::{self, Idempotency};
+use tao_slurm::slurm::query::SQUEUE_FORMAT;
+use tao_slurm::store::Store;
+use tao_slurm::Client;
+
+const RUNS: usize = 5;
+pub const SIZES: [usize; 4] = [1, 100, 1000, 5000];
+
+fn local_squeue(args: &[&str]) -> f64 {
+    let t = Instant::now();
+    let out = local_slurm("squeue").args(args).output().unwrap();
+    assert!(out.status.success());
+    ms(t.elapsed())
+}
+
+pub fn refresh() -> Value {
+    // One state file that grows: 1, then 100, ... jobs, all held, all recorded.
+    let user = User::new(Some(300));
+    let settings = user.settings();
+    let client = Client::new(settings.clone()).unwrap();
+    let mut all_ids: Vec<String> = Vec::new();
+    let mut rows = Vec::new();
+    let slurm_user = settings.slurm_user.clone().unwrap();
+    for n in SIZES {
+        let add = held_jobs(&settings, n - all_ids.len());
+        record_jobs(&settings, &add);
+        all_ids.extend(add);
+        // Warm: the master is up and the first refresh has stored the jobs' pending state.
+        assert_eq!(client.refresh(&[]).unwrap().len(), n);
+        let before = client.transport_stats();
+        sdiag_reset();
+        let rpc_before = sdiag_counts();
+        let mut times = Vec::new();
+        for _ in 0..RUNS {
+            let t = Instant::now();
+            let views = client.refresh(&[]).unwrap();
+            times.push(ms(t.elapsed()));
+            assert_eq!(views.len(), n);
+            assert!(views.iter().all(|v| !v.status.is_terminal()), "a held job reached a verdict");
+        }
+        let rpc_after = sdiag_counts();
+        let after = client.transport_stats();
+        // Floor: one squeue of all the user's jobs on the login node itself, with the same fields.
+        let floor: Vec<f64> =
+            (0..RUNS).map(|_| local_squeue(&["-u", &slurm_user, "-t", "all", "-h", "-O", SQUEUE_FORMAT])).collect();
+        let short: Vec<f64> = (0..RUNS).map(|_| local_squeue(&["-h", "-o", "%i|%T|%r"])).collect();
+        let rpcs = rpc_delta(&rpc_before, &rpc_after, RUNS as f64);
+        // Where the time goes: the same remote script alone, squeue alone (both over the same master),
+        // and one load of the N records from the state file.
+        let store = Store::open(&settings.state_path).unwrap();
+        let t = Instant::now();
+        let jobs = store.list(true).unwrap();
+        let list_ms = ms(t.elapsed());
+        let targets: Vec<RefreshTarget> = jobs.iter().map(RefreshTarget::of).collect();
+        let script = refresh_script(&targets);
+        let transport = remote::connect(&settings).unwrap();
+        let remote_ms = |script: &str| {
+            transport.run_script(script, Idempotency::Idempotent).unwrap();
+            median(
+                (0..RUNS)
+                    .map(|_| {
+                        let t = Instant::now();
+                        transport.run_script(script, Idempotency::Idempotent).unwrap();
+                        ms(t.elapsed())
+                    })
+                    .collect(),
+            )
+        };
+        let script_ms = remote_ms(&script);
+        let squeue_ms = remote_ms(&format!("squeue --me -t all -h -O '{SQUEUE_FORMAT}' >/dev/null"));
+        rows.push(json!({
+            "jobs": n,
+            "refresh_ms_median": median(times.clone()),
+            "refresh_ms_all": times,
+            "floor_squeue_ms_median": median(floor),
+            "floor_squeue_short_ms_median": median(short),
+            "round_trips_per_refresh": (after.round_trips - before.round_trips) as f64 / RUNS as f64,
+            "bytes_sent_per_refresh": (after.bytes_sent - before.bytes_sent) / RUNS as u64,
+            "bytes_received_per_refresh": (after.bytes_received - before.bytes_received) / RUNS as u64,
+            "remote_script_ms_median": script_ms,
+            "remote_squeue_ms_median": squeue_ms,
+            "store_list_ms": list_ms,
+            "slurmctld_rpcs_total_per_refresh": rpc_total(&rpcs),
+            "slurmctld_rpcs_per_refresh": rpcs,
+        }));
+        eprintln!("bench: refresh of {n} jobs done");
+    }
+    scancel_remote(&settings, &all_ids);
+    let mut targets = Vec::new();
+    let max_rt = rows.iter().map(|r| r["round_trips_per_refresh"].as_f64().unwrap()).fold(0.0, f64::max);
+    targets.push(at_most("refresh", "one round trip per refresh (any N)", max_rt, 1.0, "round trips"));
+    for r in &rows {
+        targets.push(at_most(
+            "refresh",
+            &format!("{} jobs: within 2x the floor (local squeue)", r["jobs"]),
+            r["refresh_ms_median"].as_f64().unwrap(),
+            2.0 * r["floor_squeue_ms_median"].as_f64().unwrap(),
+            "ms",
+        ));
+    }
+    let rpc = |r: &Value| r["slurmctld_rpcs_total_per_refresh"].as_f64().unwrap();
+    let (first, last) = (rows.first().unwrap(), rows.last().unwrap());
+    targets.push(at_most(
+        "refresh",
+        &format!("scheduler RPCs independent of N ({} jobs vs 1)", last["jobs"]),
+        rpc(last),
+        rpc(first),
+        "RPCs",
+    ));
+    json!({"rows": rows, "targets": targets})
+}

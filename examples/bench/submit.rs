@@ -1,0 +1,225 @@
+//! Submit latency (warm and cold connection) and throughput (CLI, library, plain sbatch).
+
+use crate::common::*;
+use crate::report::at_most;
+use serde_json::{json, Value};
+use std::time::Instant;
+use tao_slurm::remote::{self, Idempotency};
+use tao_slurm::Client;
+
+const LATENCY_RUNS: usize = 11;
+const COLD_RUNS: usize = 5;
+
+/// Local `sbatch --parsable --hold --wrap true` as root: (ms, Slurm id).
+fn local_sbatch() -> (f64, String) {
+    let t = Instant::now();
+    let out =
+        local_slurm("sbatch").args(["--parsable", "--hold", "-o", "/dev/null", "--wrap", "true"]).output().unwrap();
+    let took = ms(t.elapsed());
+    assert!(out.status.success(), "local sbatch: {}", String::from_utf8_lossy(&out.stderr));
+    (took, String::from_utf8_lossy(&out.stdout).trim().split(';').next().unwrap().to_string())
+}
+
+pub fn latency() -> Value {
+    let spec = small_spec();
+    // Warm: the master is up (the first submit logs in).
+    let user = User::new(Some(120));
+    let client = Client::new(user.settings()).unwrap();
+    let mut ids = vec![client.create_job(&spec, &Default::default()).unwrap().job_id];
+    let (mut times, mut rts, mut logins) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..LATENCY_RUNS {
+        let before = client.transport_stats();
+        let t = Instant::now();
+        ids.push(client.create_job(&spec, &Default::default()).unwrap().job_id);
+        times.push(ms(t.elapsed()));
+        let after = client.transport_stats();
+        rts.push((after.round_trips - before.round_trips) as f64);
+        logins.push((after.logins - before.logins) as f64);
+    }
+    client.cancel_jobs(&ids).unwrap();
+    // The first of the two round trips: the online checks (partitions and their limits).
+    let checks: Vec<f64> = (0..LATENCY_RUNS)
+        .map(|_| {
+            let t = Instant::now();
+            client.check_online(&spec).unwrap();
+            ms(t.elapsed())
+        })
+        .collect();
+    let warm = json!({
+        "check_online_ms_median": median(checks),
+        "ms_median": median(times.clone()), "ms_all": times, "round_trips": median(rts), "logins_transport": median(logins),
+        "logins_sshd_attributed": 0, "runs": LATENCY_RUNS,
+    });
+
+    // Floor 1: one round trip of a trivial script on the warm master, through the library transport.
+    let transport = remote::connect(&user.settings()).unwrap();
+    transport.run_script("true", Idempotency::Idempotent).unwrap();
+    let rt: Vec<f64> = (0..LATENCY_RUNS)
+        .map(|_| {
+            let t = Instant::now();
+            transport.run_script("true", Idempotency::Idempotent).unwrap();
+            ms(t.elapsed())
+        })
+        .collect();
+    // Floor 2: sbatch on the login node itself.
+    let local: Vec<(f64, String)> = (0..LATENCY_RUNS).map(|_| local_sbatch()).collect();
+    scancel_local(&local.iter().map(|l| l.1.clone()).collect::<Vec<_>>());
+    let sbatch_ms = median(local.iter().map(|l| l.0).collect());
+    let rt_ms = median(rt);
+    drop(transport);
+    drop(client);
+    drop(user);
+
+    // Cold: a fresh control directory each time, so the submit opens the login itself.
+    let (mut ctimes, mut crts, mut clogins, mut csshd) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..COLD_RUNS {
+        let user = User::new(Some(120));
+        let client = Client::new(user.settings()).unwrap();
+        let mark = SshdMark::now();
+        let watch = SshWatch::start(&user.control_dir());
+        let t = Instant::now();
+        let job = client.create_job(&spec, &Default::default()).unwrap();
+        ctimes.push(ms(t.elapsed()));
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        let seen = watch.finish();
+        let st = client.transport_stats();
+        crts.push(st.round_trips as f64);
+        clogins.push(st.logins as f64);
+        csshd.push(attributed_logins(&mark, &seen).0 as f64);
+        client.cancel_job(&job.job_id).unwrap();
+    }
+    let cold = json!({
+        "ms_median": median(ctimes.clone()), "ms_all": ctimes, "round_trips": median(crts), "logins_transport": median(clogins),
+        "logins_sshd_attributed": median(csshd), "runs": COLD_RUNS,
+    });
+    let floor = sbatch_ms + rt_ms;
+    let warm_ms = warm["ms_median"].as_f64().unwrap();
+    json!({
+        "warm": warm,
+        "cold": cold,
+        "floor": {"sbatch_local_ms_median": sbatch_ms, "round_trip_ms_median": rt_ms, "total_ms": floor},
+        "targets": [
+            at_most("submit", "warm submit within 3x the floor (local sbatch + one round trip)", warm_ms, 3.0 * floor, "ms"),
+        ],
+    })
+}
+
+fn submits() -> usize {
+    std::env::var("BENCH_SUBMITS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000)
+}
+
+fn rate(n: usize, secs: f64) -> f64 {
+    n as f64 / secs
+}
+
+pub fn throughput() -> Value {
+    let n = submits();
+    let spec = small_spec();
+    let args = [
+        "submit",
+        "--json",
+        "--image",
+        "ubuntu:22.04",
+        "--gpus",
+        "0",
+        "--sbatch-option",
+        "begin=now+2hours",
+        "--",
+        "true",
+    ];
+
+    // CLI: one process per submit, sharing the user's master.
+    let user = User::new(Some(120));
+    let settings = user.settings();
+    // Round trips per CLI submit, from the transport's trace (not timed).
+    let mut slurm_ids = Vec::new();
+    let mut traced = 0usize;
+    const TRACED: usize = 3;
+    for _ in 0..TRACED {
+        let out = user.cli(&args).env("TAO_SLURM_LOG", "tao_slurm=trace,warn").output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        traced += String::from_utf8_lossy(&out.stderr).lines().filter(|l| l.contains("round trip")).count();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        slurm_ids.push(v["slurm_job_id"].as_str().unwrap().to_string());
+    }
+    let mark = SshdMark::now();
+    let watch = SshWatch::start(&user.control_dir());
+    sdiag_reset();
+    let rpc0 = sdiag_counts();
+    let mut per = Vec::new();
+    let t0 = Instant::now();
+    for _ in 0..n {
+        let t = Instant::now();
+        let out = user.cli(&args).output().unwrap();
+        per.push(ms(t.elapsed()));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        slurm_ids.push(v["slurm_job_id"].as_str().unwrap().to_string());
+    }
+    let cli_secs = t0.elapsed().as_secs_f64();
+    let rpc1 = sdiag_counts();
+    let seen = watch.finish();
+    let (cli_logins, _) = attributed_logins(&mark, &seen);
+    scancel_remote(&settings, &slurm_ids);
+    let cli = json!({
+        "label": "CLI (`tao-slurm submit`, one process each)",
+        "seconds": cli_secs, "jobs_per_sec": rate(n, cli_secs), "ms_per_submit_median": median(per),
+        "round_trips_per_submit": traced as f64 / TRACED as f64, "logins": cli_logins,
+        "slurmctld_rpcs_per_submit": rpc_delta(&rpc0, &rpc1, n as f64),
+    });
+    drop(user);
+
+    // Library: Client::create_job in a loop.
+    let user = User::new(Some(120));
+    let client = Client::new(user.settings()).unwrap();
+    let mut ids = vec![client.create_job(&spec, &Default::default()).unwrap().job_id];
+    let before = client.transport_stats();
+    sdiag_reset();
+    let rpc0 = sdiag_counts();
+    let mut per = Vec::new();
+    let t0 = Instant::now();
+    for _ in 0..n {
+        let t = Instant::now();
+        ids.push(client.create_job(&spec, &Default::default()).unwrap().job_id);
+        per.push(ms(t.elapsed()));
+    }
+    let lib_secs = t0.elapsed().as_secs_f64();
+    let rpc1 = sdiag_counts();
+    let after = client.transport_stats();
+    client.cancel_jobs(&ids).unwrap();
+    let library = json!({
+        "label": "library (`Client::create_job` loop)",
+        "seconds": lib_secs, "jobs_per_sec": rate(n, lib_secs), "ms_per_submit_median": median(per),
+        "round_trips_per_submit": (after.round_trips - before.round_trips) as f64 / n as f64,
+        "logins": after.logins - before.logins,
+        "slurmctld_rpcs_per_submit": rpc_delta(&rpc0, &rpc1, n as f64),
+    });
+    drop(client);
+    drop(user);
+
+    // Floor: a plain sbatch --hold loop on the login node.
+    sdiag_reset();
+    let rpc0 = sdiag_counts();
+    let t0 = Instant::now();
+    let out = local_slurm("bash")
+        .arg("-c")
+        .arg(format!("for i in $(seq {n}); do sbatch --parsable --hold -o /dev/null --wrap true; done"))
+        .output()
+        .unwrap();
+    let local_secs = t0.elapsed().as_secs_f64();
+    let rpc1 = sdiag_counts();
+    let local_ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim().split(';').next().unwrap().to_string())
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(local_ids.len(), n, "local sbatch loop: {}", String::from_utf8_lossy(&out.stderr));
+    scancel_local(&local_ids);
+    let local = json!({
+        "label": "floor: local `sbatch --hold` loop",
+        "seconds": local_secs, "jobs_per_sec": rate(n, local_secs), "ms_per_submit_median": 1000.0 * local_secs / n as f64,
+        "round_trips_per_submit": 0, "logins": 0,
+        "slurmctld_rpcs_per_submit": rpc_delta(&rpc0, &rpc1, n as f64),
+    });
+    json!({"submits": n, "cli": cli, "library": library, "local_sbatch": local})
+}
