@@ -386,9 +386,17 @@ impl Store {
         if changed > 0 {
             self.conn
                 .execute(
-                    "UPDATE attempts SET state = ?2, exit_code = ?3, node_list = COALESCE(node_list, ?4)
+                    "UPDATE attempts SET state = ?2, exit_code = ?3, node_list = COALESCE(node_list, ?4),
+                       ended_at = CASE WHEN ?5 THEN COALESCE(ended_at, ?6) ELSE ended_at END
                      WHERE job_id = ?1 AND number = (SELECT attempt FROM jobs WHERE job_id = ?1)",
-                    params![job_id, update.slurm_state, update.exit_code, update.node_list],
+                    params![
+                        job_id,
+                        update.slurm_state,
+                        update.exit_code,
+                        update.node_list,
+                        update.status.is_terminal(),
+                        now_secs()
+                    ],
                 )
                 .map_err(|e| self.err(e))?;
         }
@@ -616,6 +624,10 @@ mod tests {
         assert_eq!(rec.slurm_job_id.as_deref(), Some("42"));
         assert!(store.list(true).unwrap().is_empty());
         assert_eq!(store.list(false).unwrap().len(), 1);
+        let attempts = store.attempts(&id).unwrap();
+        assert_eq!(attempts.len(), 1);
+        assert_eq!((attempts[0].state.as_deref(), attempts[0].exit_code), (Some("FAILED"), Some(3)));
+        assert!(attempts[0].ended_at.is_some(), "a terminal status ends the attempt");
         let kinds: Vec<String> = store.events(&id).unwrap().into_iter().map(|e| e.1).collect();
         assert_eq!(kinds, vec!["created", "submitted", "status"]);
         assert!(matches!(store.get("zzzz"), Err(StoreError::NotFound(_))));
