@@ -163,13 +163,9 @@ impl Client {
         let remote = self.remote()?;
         refresh::refresh(remote, &self.store, &self.policy(), jobs)?;
         // Only jobs without a Slurm job can have a retry to submit or a submission to resume.
-        let ids: Vec<&str> = jobs.iter().map(|j| j.job_id.as_str()).collect();
-        let waiting: Vec<JobRecord> = self
-            .store
-            .get_many(&ids)?
-            .into_iter()
-            .filter(|j| !j.status.is_terminal() && j.slurm_job_id.is_none())
-            .collect();
+        let ids: std::collections::HashSet<&str> = jobs.iter().map(|j| j.job_id.as_str()).collect();
+        let waiting: Vec<JobRecord> =
+            self.store.waiting_for_submission()?.into_iter().filter(|j| ids.contains(j.job_id.as_str())).collect();
         retry::advance(remote, &self.store, &waiting, &|j| self.files_of(j))
     }
 

@@ -499,6 +499,20 @@ impl Store {
         Ok(ids.iter().filter_map(|id| found.remove(*id)).collect())
     }
 
+    /// Active jobs whose current attempt has no Slurm job yet (a retry to submit or a submission to
+    /// resume): usually none, so the retry engine never loads the whole active set.
+    pub fn waiting_for_submission(&self) -> Result<Vec<JobRecord>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!(
+                "{SELECT} WHERE status NOT IN ('Complete', 'Error', 'Canceled') AND slurm_job_id IS NULL ORDER BY created_at"
+            ))
+            .map_err(|e| self.err(e))?;
+        let raws: Vec<RawRow> =
+            stmt.query_map([], raw_row).map_err(|e| self.err(e))?.collect::<Result<_, _>>().map_err(|e| self.err(e))?;
+        raws.into_iter().map(to_record).collect()
+    }
+
     /// All jobs, newest first; `active_only` keeps those not in a terminal status.
     pub fn list(&self, active_only: bool) -> Result<Vec<JobRecord>, StoreError> {
         let filter = if active_only { " WHERE status NOT IN ('Complete', 'Error', 'Canceled')" } else { "" };
