@@ -96,6 +96,13 @@ impl From<&JobRecord> for JobView {
     }
 }
 
+/// The files a plan stages, with the user and login hosts the settings name in the metadata file.
+/// Offline: `render` uses it without a client.
+pub fn staged_files_for(settings: &Settings, plan: &Plan, spec_json: &serde_json::Value) -> Vec<script::StagedFile> {
+    let hosts: Vec<String> = settings.login_hosts.iter().map(|h| h.label()).collect();
+    script::staged_files(plan, spec_json, settings.slurm_user.as_deref().unwrap_or(""), &hosts)
+}
+
 /// What `check-path` found for one URI.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PathCheck {
@@ -149,9 +156,8 @@ impl Client {
     /// The staged files of a recorded job, regenerated from its stored spec and plan (they are the
     /// same every time), for retries and resumed submissions.
     fn files_of(&self, job: &JobRecord) -> Vec<script::StagedFile> {
-        let hosts: Vec<String> = self.settings.login_hosts.iter().map(|h| h.label()).collect();
         let spec_json: serde_json::Value = serde_json::from_str(&job.spec_json).unwrap_or(serde_json::Value::Null);
-        script::staged_files(&job.plan, &spec_json, self.settings.slurm_user.as_deref().unwrap_or(""), &hosts)
+        staged_files_for(&self.settings, &job.plan, &spec_json)
     }
 
     /// One refresh of `jobs` and whatever it makes due: classification of failures, scheduled
@@ -184,9 +190,7 @@ impl Client {
 
     /// The files a plan stages, the batch script last.
     pub fn staged_files(&self, spec: &JobSpec, plan: &Plan) -> Vec<script::StagedFile> {
-        let hosts: Vec<String> = self.settings.login_hosts.iter().map(|h| h.label()).collect();
-        let spec_json = serde_json::to_value(spec).expect("a spec always serialises");
-        script::staged_files(plan, &spec_json, self.settings.slurm_user.as_deref().unwrap_or(""), &hosts)
+        staged_files_for(&self.settings, plan, &serde_json::to_value(spec).expect("a spec always serialises"))
     }
 
     /// The checks a submit makes with the cluster (it answers, the partitions exist and allow the wall

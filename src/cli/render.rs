@@ -20,10 +20,8 @@ impl RenderCmd {
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
         let spec = self.job.to_spec()?;
         let plan = crate::plan::resolve(&spec, &settings)?;
-        let hosts: Vec<String> = settings.login_hosts.iter().map(|h| h.label()).collect();
         let spec_json = serde_json::to_value(&spec).expect("spec serialises");
-        let files =
-            crate::script::staged_files(&plan, &spec_json, settings.slurm_user.as_deref().unwrap_or(""), &hosts);
+        let files = crate::client::staged_files_for(&settings, &plan, &spec_json);
         // Secrets need not be present to render: only their names are shown.
         print_plan(&files, &plan, &SecretValues::default(), self.json);
         Ok(0)
