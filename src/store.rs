@@ -465,17 +465,23 @@ impl Store {
             return to_record(raw);
         }
         let pattern = format!("{}%", id_or_prefix.replace(['%', '_'], ""));
-        let mut stmt = self.conn.prepare(&format!("{SELECT} WHERE job_id LIKE ?1 LIMIT 2")).map_err(|e| self.err(e))?;
-        let mut rows: Vec<RawRow> = stmt
-            .query_map(params![pattern], raw_row)
+        let mut rows = self.records(&format!("{SELECT} WHERE job_id LIKE ?1 LIMIT 2"), params![pattern])?;
+        match rows.len() {
+            0 => Err(StoreError::NotFound(id_or_prefix.to_string())),
+            1 => Ok(rows.remove(0)),
+            _ => Err(StoreError::Ambiguous(id_or_prefix.to_string())),
+        }
+    }
+
+    /// Run a query over `SELECT` and decode its rows.
+    fn records(&self, sql: &str, params: impl rusqlite::Params) -> Result<Vec<JobRecord>, StoreError> {
+        let mut stmt = self.conn.prepare(sql).map_err(|e| self.err(e))?;
+        let raws: Vec<RawRow> = stmt
+            .query_map(params, raw_row)
             .map_err(|e| self.err(e))?
             .collect::<Result<_, _>>()
             .map_err(|e| self.err(e))?;
-        match rows.len() {
-            0 => Err(StoreError::NotFound(id_or_prefix.to_string())),
-            1 => to_record(rows.remove(0)),
-            _ => Err(StoreError::Ambiguous(id_or_prefix.to_string())),
-        }
+        raws.into_iter().map(to_record).collect()
     }
 
     /// Jobs by full id, in the order given (ids not found are left out).
@@ -484,15 +490,8 @@ impl Store {
         // SQLite allows 32766 parameters; stay far below.
         for chunk in ids.chunks(500) {
             let marks = vec!["?"; chunk.len()].join(",");
-            let mut stmt =
-                self.conn.prepare(&format!("{SELECT} WHERE job_id IN ({marks})")).map_err(|e| self.err(e))?;
-            let rows: Vec<RawRow> = stmt
-                .query_map(rusqlite::params_from_iter(chunk.iter()), raw_row)
-                .map_err(|e| self.err(e))?
-                .collect::<Result<_, _>>()
-                .map_err(|e| self.err(e))?;
-            for raw in rows {
-                let rec = to_record(raw)?;
+            let sql = format!("{SELECT} WHERE job_id IN ({marks})");
+            for rec in self.records(&sql, rusqlite::params_from_iter(chunk.iter()))? {
                 found.insert(rec.job_id.clone(), rec);
             }
         }
@@ -502,27 +501,18 @@ impl Store {
     /// Active jobs whose current attempt has no Slurm job yet (a retry to submit or a submission to
     /// resume): usually none, so the retry engine never loads the whole active set.
     pub fn waiting_for_submission(&self) -> Result<Vec<JobRecord>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare(&format!(
+        self.records(
+            &format!(
                 "{SELECT} WHERE status NOT IN ('Complete', 'Error', 'Canceled') AND slurm_job_id IS NULL ORDER BY created_at"
-            ))
-            .map_err(|e| self.err(e))?;
-        let raws: Vec<RawRow> =
-            stmt.query_map([], raw_row).map_err(|e| self.err(e))?.collect::<Result<_, _>>().map_err(|e| self.err(e))?;
-        raws.into_iter().map(to_record).collect()
+            ),
+            [],
+        )
     }
 
     /// All jobs, newest first; `active_only` keeps those not in a terminal status.
     pub fn list(&self, active_only: bool) -> Result<Vec<JobRecord>, StoreError> {
         let filter = if active_only { " WHERE status NOT IN ('Complete', 'Error', 'Canceled')" } else { "" };
-        let mut stmt = self
-            .conn
-            .prepare(&format!("{SELECT}{filter} ORDER BY created_at DESC, job_id"))
-            .map_err(|e| self.err(e))?;
-        let raws: Vec<RawRow> =
-            stmt.query_map([], raw_row).map_err(|e| self.err(e))?.collect::<Result<_, _>>().map_err(|e| self.err(e))?;
-        raws.into_iter().map(to_record).collect()
+        self.records(&format!("{SELECT}{filter} ORDER BY created_at DESC, job_id"), [])
     }
 }
 
