@@ -100,7 +100,7 @@ rc=$?
 if [ "$rc" -ne 0 ] || ! magic_ok "$partial"; then
   rm -f "$partial"
   echo "{S}sqsh failed $rc $log"
-  tail -n 20 "$log" | awk '{{print "|" $0}}'
+  tail -n 20 "$log" | {prefix}
   exit 30
 fi
 mv -f "$partial" "$cache"
@@ -118,6 +118,7 @@ echo "{S}sqsh converted $cache"
         job = quote(&job_name),
         uri = quote(&format!("docker://{}", image.pyxis)),
         S = SECTION,
+        prefix = crate::engine::PREFIX_LINES,
     )
 }
 

@@ -1,7 +1,7 @@
 //! Convert a registry image into the shared squashfs cache (or find it there), in one round trip that
 //! lasts as long as the conversion; progress is printed meanwhile.
 
-use crate::engine::sections;
+use crate::engine::{sections, unprefix_lines};
 use crate::error::{Error, Result};
 use crate::remote::{Idempotency, Remote};
 use crate::spec::ImageRef;
@@ -57,7 +57,7 @@ pub fn prepare(
             Some("failed") => {
                 let rc = words.next().unwrap_or("?").to_string();
                 failure = Some((rc, words.next().unwrap_or("").to_string()));
-                tail = body.lines().map(|l| l.strip_prefix('|').unwrap_or(l)).collect::<Vec<_>>().join("\n");
+                tail = unprefix_lines(&body).trim_end().to_string();
             }
             Some("stale-lock") => {
                 tracing::warn!(owner = %words.collect::<Vec<_>>().join(" "), "took over an expired conversion lock")

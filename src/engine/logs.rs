@@ -3,7 +3,7 @@
 //! same round trip).
 
 use crate::engine::refresh::{parse_refresh_output, record, refresh_script, RefreshTarget};
-use crate::engine::{sections, SECTION};
+use crate::engine::{sections, unprefix_lines, PREFIX_LINES, SECTION};
 use crate::error::{Error, Result};
 use crate::remote::{Idempotency, Remote};
 use crate::script::shell::quote;
@@ -55,7 +55,7 @@ pub fn logs_script(out_path: &str, err_path: &str, tail_lines: Option<u32>) -> S
     for (name, path) in [("stdout", out_path), ("stderr", err_path)] {
         // Lines are prefixed so that no log line can pose as a section marker.
         s.push_str(&format!(
-            "echo '{SECTION}{name}'\nif [ -f {p} ]; then {reader} {p} | awk '{{print \"|\" $0}}'; else echo '{SECTION}missing'; fi\n",
+            "echo '{SECTION}{name}'\nif [ -f {p} ]; then {reader} {p} | {PREFIX_LINES}; else echo '{SECTION}missing'; fi\n",
             p = quote(path)
         ));
     }
@@ -75,7 +75,7 @@ pub fn read_logs(remote: &dyn Remote, job: &JobRecord, tail_lines: Option<u32>) 
     };
     let mut in_stdout = true;
     for (name, _, body) in sections(&out.stdout) {
-        let text: String = body.lines().map(|l| format!("{}\n", l.strip_prefix('|').unwrap_or(l))).collect();
+        let text: String = unprefix_lines(&body);
         match name.as_str() {
             "stdout" => {
                 in_stdout = true;

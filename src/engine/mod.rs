@@ -15,6 +15,15 @@ pub mod submit;
 /// output line begins with.
 pub(crate) const SECTION: &str = "@@tao-slurm:";
 
+/// A shell filter that prefixes every line of file content with `|`, so that no line a job or a
+/// container wrote can pose as a section marker; it also ends every line with a newline.
+pub(crate) const PREFIX_LINES: &str = "awk '{print \"|\" $0}'";
+
+/// The content a [`PREFIX_LINES`] filter produced, each line back as written (newline-terminated).
+pub(crate) fn unprefix_lines(body: &str) -> String {
+    body.lines().map(|l| format!("{}\n", l.strip_prefix('|').unwrap_or(l))).collect()
+}
+
 /// Split `@@tao-slurm:NAME ARG` sections of a remote output into (name, arg, body).
 pub(crate) fn sections(stdout: &str) -> Vec<(String, String, String)> {
     let mut out: Vec<(String, String, String)> = Vec::new();

@@ -2,7 +2,7 @@
 //! the ids squeue no longer lists, and the tail of each job's `status.json`, all in one remote script.
 
 use crate::engine::retry::{handle_failures, is_attempt_failure, RetryPolicy};
-use crate::engine::{sections, SECTION};
+use crate::engine::{sections, unprefix_lines, PREFIX_LINES, SECTION};
 use crate::error::Result;
 use crate::remote::{Idempotency, Remote};
 use crate::script::shell::quote;
@@ -118,7 +118,7 @@ pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
     for (root, pairs) in by_root {
         s.push_str(&format!(
             "awk -F: 'NR == FNR {{ ok[$1] = 1; next }} ok[$1] {{ print $2 }}' <(printf '%s\\n' \"$need\") <(printf '%s\\n' {}) | \
-             while read -r j; do f={}/\"$j\"/status.json; if [ -f \"$f\" ]; then echo \"{SECTION}status_json $j\"; tail -n {STATUS_TAIL_LINES} \"$f\" | awk '{{print \"|\" $0}}'; fi; done\n",
+             while read -r j; do f={}/\"$j\"/status.json; if [ -f \"$f\" ]; then echo \"{SECTION}status_json $j\"; tail -n {STATUS_TAIL_LINES} \"$f\" | {PREFIX_LINES}; fi; done\n",
             pairs.iter().map(|p| quote(p)).collect::<Vec<_>>().join(" "),
             quote(root)
         ));
@@ -153,7 +153,7 @@ pub fn parse_refresh_output(stdout: &str) -> Observations {
                 }
             }
             "status_json" => {
-                let text: String = body.lines().map(|l| format!("{}\n", l.strip_prefix('|').unwrap_or(l))).collect();
+                let text: String = unprefix_lines(&body);
                 obs.status_json.insert(arg, text);
             }
             other => {

@@ -4,7 +4,7 @@
 
 use crate::engine::refresh::Decision;
 use crate::engine::submit::{attempt_name, submit, AttemptTicket};
-use crate::engine::{sections, SECTION};
+use crate::engine::{sections, unprefix_lines, PREFIX_LINES, SECTION};
 use crate::error::Result;
 use crate::remote::{Idempotency, Remote};
 use crate::retry::{backoff_secs, classify, FailureClass};
@@ -58,7 +58,7 @@ fn evidence_script(failed: &[(&JobRecord, &Decision)]) -> String {
         let Some(slurm_id) = d.adopt.as_ref().or(job.slurm_job_id.as_ref()) else { continue };
         let dir = job.plan.layout.log_dir(&job.attempt_name, slurm_id);
         s.push_str(&format!(
-            "echo '{SECTION}tail {id}'\ntail -q -n {EVIDENCE_LINES} {e} {o} 2>/dev/null | awk '{{print \"|\" $0}}'\n",
+            "echo '{SECTION}tail {id}'\ntail -q -n {EVIDENCE_LINES} {e} {o} 2>/dev/null | {PREFIX_LINES}\n",
             id = job.job_id,
             e = quote(&format!("{dir}/main.err")),
             o = quote(&format!("{dir}/main.out")),
@@ -90,7 +90,7 @@ pub fn handle_failures(
     for (name, arg, body) in sections(&out.stdout) {
         match name.as_str() {
             "tail" => {
-                tails.insert(arg, body.lines().map(|l| format!("{}\n", l.strip_prefix('|').unwrap_or(l))).collect());
+                tails.insert(arg, unprefix_lines(&body));
             }
             "down" => {
                 if let Some((job, nodes)) = arg.split_once(' ') {
