@@ -111,7 +111,7 @@ fn local_mode_runs_the_same_paths_without_ssh() {
         "echo local-ok",
     ]);
     assert_eq!(v["login_host"], "local");
-    let status = env.wait_terminal_local(v["job_id"].as_str().unwrap());
+    let status = env.wait_terminal_with(&["--local"], v["job_id"].as_str().unwrap(), Duration::from_secs(120));
     assert_eq!(status["status"], "Complete", "{status}");
     let logs = env.json(&["--local", "logs", v["job_id"].as_str().unwrap(), "--json"]);
     assert!(logs["stdout"].as_str().unwrap().contains("local-ok"), "{logs}");

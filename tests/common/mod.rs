@@ -95,9 +95,16 @@ impl Env {
 
     /// Poll `status --json` until the job is terminal (bounded, so a broken job fails the test).
     pub fn wait_terminal(&self, job_id: &str, limit: Duration) -> Value {
+        self.wait_terminal_with(&[], job_id, limit)
+    }
+
+    /// `wait_terminal` with global flags before `status` (e.g. `--local`).
+    pub fn wait_terminal_with(&self, flags: &[&str], job_id: &str, limit: Duration) -> Value {
         let start = Instant::now();
+        let mut args = flags.to_vec();
+        args.extend(["status", job_id, "--json"]);
         loop {
-            let v = self.json(&["status", job_id, "--json"]);
+            let v = self.json(&args);
             if matches!(v["status"].as_str(), Some("Complete" | "Error" | "Canceled")) {
                 return v;
             }
@@ -161,19 +168,6 @@ impl Env {
         ids.sort();
         ids.dedup();
         ids
-    }
-
-    /// `wait_terminal` for local mode.
-    pub fn wait_terminal_local(&self, job_id: &str) -> Value {
-        let start = Instant::now();
-        loop {
-            let v = self.json(&["--local", "status", job_id, "--json"]);
-            if matches!(v["status"].as_str(), Some("Complete" | "Error" | "Canceled")) {
-                return v;
-            }
-            assert!(start.elapsed() < Duration::from_secs(120), "job {job_id} not terminal: {v}");
-            std::thread::sleep(Duration::from_millis(500));
-        }
     }
 
     /// Run a command with a deadline; panics if it is still running then.
