@@ -1,11 +1,13 @@
-//! Local mode: we are on the login node; the same scripts run under a local `bash -s`.
+//! Local mode: we are on the login node; the same scripts run in a local persistent `bash -s`.
 
-use super::{run_with_input, unwrap_output, wrap_script, Idempotency, Remote, RemoteError, RemoteOutput};
+use super::session::{CallError, Pool, Session};
+use super::{Idempotency, Remote, RemoteError, RemoteOutput};
 use std::process::Command;
 
 #[derive(Default)]
 pub struct LocalShell {
     counters: super::Counters,
+    sessions: Pool,
 }
 
 impl Remote for LocalShell {
@@ -18,13 +20,25 @@ impl Remote for LocalShell {
     }
 
     fn run_script(&self, script: &str, _idempotency: Idempotency) -> Result<RemoteOutput, RemoteError> {
-        let mut cmd = Command::new("bash");
-        cmd.arg("-s");
-        let wrapped = wrap_script(script);
-        let (_, stdout, stderr) = run_with_input(cmd, &wrapped)?;
-        self.counters.round_trip(wrapped.len(), stdout.len() + stderr.len());
-        let (stdout, exit_code) = unwrap_output(&stdout)
-            .ok_or_else(|| RemoteError::Lost { host: "local".into(), message: stderr.trim().to_string() })?;
-        Ok(RemoteOutput { exit_code, stdout, stderr, host: "local".into() })
+        let start = || {
+            let mut bash = Command::new("bash");
+            bash.arg("-s");
+            self.counters.session();
+            Session::start(bash, 0)
+        };
+        match self.sessions.call(0, &start, script)? {
+            Ok(reply) => {
+                self.counters.round_trip(script.len(), reply.stdout.len() + reply.stderr.len());
+                Ok(RemoteOutput {
+                    exit_code: reply.exit_code,
+                    stdout: reply.stdout,
+                    stderr: reply.stderr,
+                    host: "local".into(),
+                })
+            }
+            Err(CallError::NotDelivered(message) | CallError::Lost(message)) => {
+                Err(RemoteError::Lost { host: "local".into(), message })
+            }
+        }
     }
 }

@@ -1,8 +1,9 @@
-//! The only code that runs commands on a login host. A remote operation is one shell script sent on
-//! standard input to `bash -s` on the host: one round trip, whatever the script does.
+//! The only code that runs commands on a login host. A remote operation is one shell script run by a
+//! persistent `bash -s` on the host (see `session`): one round trip, whatever the script does.
 
 mod local;
 pub mod openssh;
+mod session;
 
 pub use local::LocalShell;
 pub use openssh::OpenSsh;
@@ -49,6 +50,8 @@ pub struct TransportStats {
     pub round_trips: u64,
     /// SSH masters this process started (each is one login).
     pub logins: u64,
+    /// Persistent shells started (each is one ssh client and channel over the master).
+    pub sessions: u64,
     pub bytes_sent: u64,
     pub bytes_received: u64,
 }
@@ -57,6 +60,7 @@ pub struct TransportStats {
 pub(crate) struct Counters {
     round_trips: std::sync::atomic::AtomicU64,
     logins: std::sync::atomic::AtomicU64,
+    sessions: std::sync::atomic::AtomicU64,
     bytes_sent: std::sync::atomic::AtomicU64,
     bytes_received: std::sync::atomic::AtomicU64,
 }
@@ -71,11 +75,15 @@ impl Counters {
     pub(crate) fn login(&self) {
         self.logins.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
+    pub(crate) fn session(&self) {
+        self.sessions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
     pub(crate) fn snapshot(&self) -> TransportStats {
         use std::sync::atomic::Ordering::Relaxed;
         TransportStats {
             round_trips: self.round_trips.load(Relaxed),
             logins: self.logins.load(Relaxed),
+            sessions: self.sessions.load(Relaxed),
             bytes_sent: self.bytes_sent.load(Relaxed),
             bytes_received: self.bytes_received.load(Relaxed),
         }
@@ -101,80 +109,4 @@ pub fn connect(settings: &Settings) -> Result<Box<dyn Remote>, RemoteError> {
     }
     let (user, hosts) = settings.require_remote()?;
     Ok(Box::new(OpenSsh::new(settings, user, hosts)?))
-}
-
-/// The marker of the line the wrapper prints after the script: its exit status. A script's output is
-/// complete only when this line arrived; ssh's own exit code says nothing about the script's.
-const EXIT_TRAILER: &str = "@@tao-slurm:exit ";
-
-/// Wrap a script so that its exit status is reported in-band, after all its output.
-pub(crate) fn wrap_script(script: &str) -> String {
-    // A subshell: `exit` inside the script ends only the subshell, then the trailer is printed. Its
-    // standard input is /dev/null: the script arrives on bash's stdin, and a command that reads stdin
-    // (srun does) would otherwise swallow the rest of it, trailer included.
-    format!("(\n{script}\n) </dev/null\n__tao_rc=$?\nprintf '\\n{EXIT_TRAILER}%d\\n' \"$__tao_rc\"\nexit 0\n")
-}
-
-/// Split a wrapped script's stdout into (the script's own output, its exit status); None when the
-/// trailer is missing, i.e. the script did not run to its end (the connection dropped).
-pub(crate) fn unwrap_output(stdout: &str) -> Option<(String, i32)> {
-    let body = stdout.strip_suffix('\n')?;
-    let at = body.rfind(&format!("\n{EXIT_TRAILER}"))?;
-    let code = body[at + 1 + EXIT_TRAILER.len()..].trim().parse().ok()?;
-    Some((body[..at].to_string(), code))
-}
-
-/// Run a child process with `input` on standard input, collecting stdout and stderr.
-pub(crate) fn run_with_input(
-    mut cmd: std::process::Command,
-    input: &str,
-) -> Result<(i32, String, String), RemoteError> {
-    use std::io::Write;
-    use std::process::Stdio;
-    let program = format!("{:?}", cmd.get_program());
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| RemoteError::Spawn { program: program.clone(), message: e.to_string() })?;
-    let mut stdin = child.stdin.take().expect("stdin is piped");
-    let input = input.to_string();
-    // Write on a thread so a large script cannot deadlock against a full stdout pipe.
-    let writer = std::thread::spawn(move || {
-        let _ = stdin.write_all(input.as_bytes());
-    });
-    let out = child.wait_with_output().map_err(|e| RemoteError::Spawn { program, message: e.to_string() })?;
-    let _ = writer.join();
-    Ok((
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wrapped_scripts_report_their_exit_status_in_band() {
-        for (script, want_out, want_rc) in [
-            ("echo hi", "hi\n", 0),
-            ("echo 'Connection refused' >&2; printf 'x'; exit 255", "x", 255),
-            ("exit 3", "", 3),
-            ("printf 'a\\nb\\n'", "a\nb\n", 0),
-            // A command that reads stdin gets nothing of the script.
-            ("cat; echo after", "after\n", 0),
-        ] {
-            // As on a login host: the script on bash's standard input.
-            let mut bash = std::process::Command::new("bash");
-            bash.arg("-s");
-            let (code, stdout, _) = run_with_input(bash, &wrap_script(script)).unwrap();
-            assert_eq!(code, 0);
-            let (body, rc) = unwrap_output(&stdout).unwrap();
-            assert_eq!((body.as_str(), rc), (want_out, want_rc), "{script}");
-        }
-        assert_eq!(unwrap_output("partial output, no trailer\n"), None);
-    }
 }

@@ -5,7 +5,8 @@
 //! certificates), their agent and known_hosts exactly as `ssh` does, and its ControlMaster lets separate
 //! short-lived CLI processes share one authenticated connection, which no in-process library can.
 
-use super::{run_with_input, unwrap_output, wrap_script, Idempotency, Remote, RemoteError, RemoteOutput};
+use super::session::{CallError, Pool, Session};
+use super::{Idempotency, Remote, RemoteError, RemoteOutput};
 use crate::config::{LoginHost, Settings};
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -28,6 +29,8 @@ pub struct OpenSsh {
     counters: super::Counters,
     /// Index into `hosts` of the host whose master is up, once one is.
     active: Mutex<Option<usize>>,
+    /// Idle persistent shells.
+    sessions: Pool,
 }
 
 /// A host that failed to connect is skipped for this long (by every process: the mark is a file in the
@@ -65,6 +68,7 @@ impl OpenSsh {
             accept_new_host_keys: settings.accept_new_host_keys,
             counters: super::Counters::default(),
             active: Mutex::new(None),
+            sessions: Pool::default(),
         })
     }
 
@@ -226,28 +230,42 @@ impl OpenSsh {
         }
     }
 
-    /// Run a script on one given host through its master (preflight checks every host this way).
-    pub fn run_on(&self, index: usize, script: &str) -> Result<RemoteOutput, RemoteError> {
-        let host = &self.hosts[index];
-        let mut cmd = self.base_command(host);
+    fn start_session(&self, index: usize) -> Result<Session, RemoteError> {
+        let mut cmd = self.base_command(&self.hosts[index]);
         // `auto`: normally a client of the master; if the master died since, this command becomes the
         // new one (a transparent reconnect). A backgrounded master detaches from our pipes.
         cmd.args(["-o", "ControlMaster=auto", "-o"])
             .arg(format!("ControlPersist={}", self.control_persist_secs.max(1)))
             .arg("--")
             .arg("bash -s");
-        let wrapped = wrap_script(script);
-        let (ssh_code, stdout, stderr) = run_with_input(cmd, &wrapped)?;
-        self.counters.round_trip(wrapped.len(), stdout.len() + stderr.len());
-        tracing::trace!(host = %host.label(), %script, %stdout, %stderr, "round trip");
-        // The script's status comes in-band; a missing trailer means the connection dropped. Text in
-        // the output ("Connection refused") or an exit code of 255 from the script mean nothing here.
-        match unwrap_output(&stdout) {
-            Some((stdout, exit_code)) => Ok(RemoteOutput { exit_code, stdout, stderr, host: host.label() }),
-            None => Err(RemoteError::Lost {
-                host: host.label(),
-                message: format!("ssh exited {ssh_code} before the command finished: {}", stderr.trim()),
-            }),
+        self.counters.session();
+        Session::start(cmd, index)
+    }
+
+    /// Run a script on one given host through its master (preflight checks every host this way).
+    pub fn run_on(&self, index: usize, script: &str) -> Result<RemoteOutput, RemoteError> {
+        let host = &self.hosts[index];
+        let result = self.sessions.call(index, &|| self.start_session(index), script)?;
+        match result {
+            Ok(reply) => {
+                self.counters.round_trip(script.len(), reply.stdout.len() + reply.stderr.len());
+                tracing::trace!(host = %host.label(), %script, stdout = %reply.stdout, stderr = %reply.stderr, "round trip");
+                Ok(RemoteOutput {
+                    exit_code: reply.exit_code,
+                    stdout: reply.stdout,
+                    stderr: reply.stderr,
+                    host: host.label(),
+                })
+            }
+            // The status comes in-band; without it the connection dropped mid-script. Text in the
+            // output ("Connection refused") or an exit code of 255 from the script mean nothing here.
+            Err(CallError::NotDelivered(message) | CallError::Lost(message)) => {
+                self.counters.round_trip(script.len(), 0);
+                Err(RemoteError::Lost {
+                    host: host.label(),
+                    message: format!("ssh ended before the command finished: {message}"),
+                })
+            }
         }
     }
 

@@ -1,0 +1,291 @@
+//! A persistent shell: one `bash -s` (over the ControlMaster, or local) that runs script after script.
+//!
+//! Each script is sent as a length line and its bytes; the shell reads it with one `head -c` (not a
+//! byte at a time, as `bash -s` reads a script from a pipe), runs it in a subshell with stdin at
+//! /dev/null, and ends its output with a trailer that carries the exit status and a per-call nonce, so
+//! that no output of the script can pose as the end. A round trip then costs a pipe write and read
+//! instead of a new ssh client, channel and shell (about 10 ms each on loopback).
+
+use super::RemoteError;
+use std::io::{Read, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// The loop the shell runs; it arrives on stdin first, then the framed scripts follow it (so nothing
+/// may follow `done`: bash reads its script from the pipe only as far as the command it runs).
+/// `$(...)` drops trailing newlines, so every script is sent with a final comment line (a heredoc's
+/// closing word then still ends with a newline).
+const BOOTSTRAP: &str = r#"while IFS=' ' read -r __tao_n __tao_nonce; do
+__tao_s="$(head -c "$__tao_n")"
+( eval "$__tao_s" ) </dev/null
+__tao_rc=$?
+printf '\n@@tao-slurm:exit %d %s\n' "$__tao_rc" "$__tao_nonce"
+printf '@@tao-slurm:end %s\n' "$__tao_nonce" >&2
+done
+"#;
+
+const EXIT_MARK: &[u8] = b"\n@@tao-slurm:exit ";
+
+/// What one framed script produced.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub exit_code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// How a call failed: before the script could reach the shell (it never ran, safe to send again) or
+/// after (its outcome is unknown).
+#[derive(Debug)]
+pub(crate) enum CallError {
+    NotDelivered(String),
+    Lost(String),
+}
+
+/// Standard error, collected by a thread so that neither pipe can fill up and stall the shell.
+#[derive(Default)]
+struct ErrBuf {
+    state: Mutex<(Vec<u8>, bool)>,
+    ready: Condvar,
+}
+
+pub(crate) struct Session {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: ChildStdout,
+    stderr: Arc<ErrBuf>,
+    /// Which host (index into the transport's list) it runs on.
+    pub host: usize,
+    /// Set once a call failed: the session is then never used again.
+    broken: bool,
+}
+
+impl Session {
+    /// Start `cmd` (which must run `bash -s` where the scripts should run) and send it the loop.
+    pub fn start(mut cmd: Command, host: usize) -> Result<Session, RemoteError> {
+        let program = format!("{:?}", cmd.get_program());
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| RemoteError::Spawn { program, message: e.to_string() })?;
+        let mut stderr_pipe = child.stderr.take().expect("stderr is piped");
+        let stderr = Arc::new(ErrBuf::default());
+        let sink = Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            let mut chunk = [0u8; 8192];
+            loop {
+                let n = stderr_pipe.read(&mut chunk).unwrap_or(0);
+                let mut state = sink.state.lock().unwrap();
+                if n == 0 {
+                    state.1 = true;
+                } else {
+                    state.0.extend_from_slice(&chunk[..n]);
+                }
+                sink.ready.notify_all();
+                if n == 0 {
+                    return;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let mut session = Session { child, stdin, stdout, stderr, host, broken: false };
+        if session.write(BOOTSTRAP.as_bytes()).is_err() {
+            session.broken = true;
+        }
+        Ok(session)
+    }
+
+    /// Whether the session can take another script (its process still runs and nothing failed).
+    pub fn usable(&mut self) -> bool {
+        !self.broken && matches!(self.child.try_wait(), Ok(None))
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        let stdin = self.stdin.as_mut().ok_or_else(|| std::io::Error::other("stdin closed"))?;
+        stdin.write_all(bytes)?;
+        stdin.flush()
+    }
+
+    /// Run one script and wait for all its output.
+    pub fn call(&mut self, script: &str) -> Result<Reply, CallError> {
+        let result = self.call_inner(script);
+        if result.is_err() {
+            self.broken = true;
+        }
+        result
+    }
+
+    fn call_inner(&mut self, script: &str) -> Result<Reply, CallError> {
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let body = format!("{script}\n#");
+        let mut frame = format!("{} {nonce}\n", body.len()).into_bytes();
+        frame.extend_from_slice(body.as_bytes());
+        // The loop reads the whole script before it runs any of it, so nothing is written back
+        // until this write is complete: no deadlock against a full stdout pipe.
+        self.write(&frame).map_err(|e| CallError::NotDelivered(format!("cannot send the script: {e}")))?;
+        let end = format!(" {nonce}\n");
+        let mut out: Vec<u8> = Vec::new();
+        let mut chunk = vec![0u8; 64 * 1024];
+        loop {
+            let n = self.stdout.read(&mut chunk).map_err(|e| CallError::Lost(e.to_string()))?;
+            if n == 0 {
+                return Err(CallError::Lost(self.stderr_so_far()));
+            }
+            out.extend_from_slice(&chunk[..n]);
+            if out.ends_with(end.as_bytes()) {
+                if let Some(at) = find_last(&out, EXIT_MARK) {
+                    let rc_text =
+                        String::from_utf8_lossy(&out[at + EXIT_MARK.len()..out.len() - end.len()]).into_owned();
+                    if let Ok(exit_code) = rc_text.trim().parse() {
+                        out.truncate(at);
+                        let stderr = self.take_stderr(&nonce)?;
+                        return Ok(Reply { exit_code, stdout: String::from_utf8_lossy(&out).into_owned(), stderr });
+                    }
+                }
+            }
+        }
+    }
+
+    /// This call's standard error: everything up to its end mark (which follows the exit trailer).
+    fn take_stderr(&self, nonce: &str) -> Result<String, CallError> {
+        let mark = format!("@@tao-slurm:end {nonce}\n");
+        let mut state = self.stderr.state.lock().unwrap();
+        loop {
+            if let Some(at) = find_last(&state.0, mark.as_bytes()) {
+                let text = String::from_utf8_lossy(&state.0[..at]).into_owned();
+                state.0.drain(..at + mark.len());
+                return Ok(text);
+            }
+            if state.1 {
+                return Err(CallError::Lost(String::from_utf8_lossy(&state.0).into_owned()));
+            }
+            state = self.stderr.ready.wait_timeout(state, Duration::from_secs(30)).unwrap().0;
+        }
+    }
+
+    fn stderr_so_far(&self) -> String {
+        // The stderr thread may still be reading the last words of a dying ssh.
+        std::thread::sleep(Duration::from_millis(50));
+        String::from_utf8_lossy(&self.stderr.state.lock().unwrap().0).trim().to_string()
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // End of input ends the loop, then the shell and ssh exit; reap them, without waiting long for
+        // a connection that hangs.
+        drop(self.stdin.take());
+        for _ in 0..50 {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Idle sessions, each on one host (several when threads run scripts at once).
+#[derive(Default)]
+pub(crate) struct Pool {
+    idle: Mutex<Vec<Session>>,
+}
+
+impl Pool {
+    /// Run `script` on host `host` in an idle session that still runs, else in one `start` opens. A
+    /// script that never reached its shell (the session had ended) is sent once more in a new one.
+    pub fn call(
+        &self,
+        host: usize,
+        start: &dyn Fn() -> Result<Session, RemoteError>,
+        script: &str,
+    ) -> Result<Result<Reply, CallError>, RemoteError> {
+        let mut session = self.take(host).map(Ok).unwrap_or_else(start)?;
+        let mut result = session.call(script);
+        if let Err(CallError::NotDelivered(message)) = &result {
+            tracing::debug!(host, %message, "persistent shell gone; starting another");
+            session = start()?;
+            result = session.call(script);
+        }
+        if result.is_ok() {
+            self.idle.lock().unwrap().push(session);
+        }
+        Ok(result)
+    }
+
+    fn take(&self, host: usize) -> Option<Session> {
+        let mut idle = self.idle.lock().unwrap();
+        while let Some(pos) = idle.iter().position(|s| s.host == host) {
+            let mut s = idle.swap_remove(pos);
+            if s.usable() {
+                return Some(s);
+            }
+        }
+        None
+    }
+}
+
+fn find_last(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.len() > haystack.len() {
+        return None;
+    }
+    (0..=haystack.len() - needle.len()).rev().find(|&i| &haystack[i..i + needle.len()] == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn local() -> Session {
+        let mut bash = Command::new("bash");
+        bash.arg("-s");
+        Session::start(bash, 0).unwrap()
+    }
+
+    #[test]
+    fn scripts_run_one_after_another_with_their_own_status_and_streams() {
+        let mut s = local();
+        for (script, want_out, want_err, want_rc) in [
+            ("echo hi", "hi\n", "", 0),
+            ("echo 'Connection refused' >&2; printf 'x'; exit 255", "x", "Connection refused\n", 255),
+            ("exit 3", "", "", 3),
+            ("printf 'a\\nb\\n'", "a\nb\n", "", 0),
+            // A command that reads stdin gets nothing of the next script.
+            ("cat; echo after", "after\n", "", 0),
+            // Output that imitates the trailer without the nonce is just output.
+            ("printf '\\n@@tao-slurm:exit 9 x\\n'", "\n@@tao-slurm:exit 9 x\n", "", 0),
+            // A heredoc as the last thing of a script still has its closing line.
+            ("cat <<'EOF'\nbody\nEOF", "body\n", "", 0),
+            // A syntax error is that script's failure, not the session's.
+            ("if then", "", "", 2),
+            // Nothing leaks from one script into the next.
+            ("cd /; X=1; set -e", "", "", 0),
+            ("echo \"${X-unset} $PWD\" | grep -c unset", "1\n", "", 0),
+        ] {
+            let r = s.call(script).unwrap();
+            assert_eq!((r.stdout.as_str(), r.exit_code), (want_out, want_rc), "{script}");
+            if script != "if then" {
+                assert_eq!(r.stderr, want_err, "{script}");
+            } else {
+                assert!(r.stderr.contains("syntax error"), "{}", r.stderr);
+            }
+        }
+        assert!(s.usable());
+        let big = "x".repeat(3 << 20);
+        let r = s.call(&format!("cat <<'EOF'\n{big}\nEOF")).unwrap();
+        assert_eq!(r.stdout.len(), big.len() + 1, "a 3 MiB output arrives whole");
+    }
+
+    #[test]
+    fn a_dead_shell_is_reported_and_never_reused() {
+        let mut s = local();
+        let err = s.call("kill -9 $$; sleep 0.3").unwrap_err();
+        assert!(matches!(err, CallError::Lost(_)), "{err:?}");
+        assert!(!s.usable());
+    }
+}
