@@ -11,7 +11,7 @@ use crate::remote::{self, Remote};
 use crate::script;
 use crate::spec::{JobSpec, SecretValues};
 use crate::status::PlatformStatus;
-use crate::store::{JobRecord, Store};
+use crate::store::{JobRecord, JobSummary, Store};
 use serde::Serialize;
 use std::sync::OnceLock;
 
@@ -58,6 +58,12 @@ pub struct JobView {
 
 impl From<&JobRecord> for JobView {
     fn from(j: &JobRecord) -> JobView {
+        JobView::from(&j.summary())
+    }
+}
+
+impl From<&JobSummary> for JobView {
+    fn from(j: &JobSummary) -> JobView {
         JobView {
             job_id: j.job_id.clone(),
             name: j.name.clone(),
@@ -68,12 +74,12 @@ impl From<&JobRecord> for JobView {
             exit_code: j.exit_code,
             node_list: j.node_list.clone(),
             login_host: j.login_host.clone(),
-            job_dir: j.plan.layout.job_dir.clone(),
-            results_dir: j.plan.layout.results_dir(),
-            image: j.plan.image.pyxis.clone(),
-            nodes: j.plan.resources.nodes,
-            gpus_per_node: j.plan.resources.gpus_per_node,
-            partition: j.plan.partition.clone(),
+            job_dir: j.layout.job_dir.clone(),
+            results_dir: j.layout.results_dir(),
+            image: j.image.clone(),
+            nodes: j.nodes,
+            gpus_per_node: j.gpus_per_node,
+            partition: j.partition.clone(),
             created_at: j.created_at,
             updated_at: j.updated_at,
             elapsed_secs: if j.status.is_terminal() {
@@ -162,7 +168,7 @@ impl Client {
 
     /// One refresh of `jobs` and whatever it makes due: classification of failures, scheduled
     /// retries, resumed submissions.
-    fn refresh_and_advance(&self, jobs: &[JobRecord]) -> Result<()> {
+    fn refresh_and_advance(&self, jobs: &[JobSummary]) -> Result<()> {
         if jobs.is_empty() {
             return Ok(());
         }
@@ -272,7 +278,7 @@ impl Client {
             Err(Error::Remote(RemoteError::Lost { host, message })) => {
                 // The outcome is unknown: look the job up by its unique name (never resubmit blindly).
                 let job = self.store.get(&plan.layout.job_id)?;
-                let _ = refresh::refresh(self.remote()?, &self.store, &self.policy(), std::slice::from_ref(&job));
+                let _ = refresh::refresh(self.remote()?, &self.store, &self.policy(), &[job.summary()]);
                 let job = self.store.get(&plan.layout.job_id)?;
                 match (job.slurm_job_id, job.login_host) {
                     (Some(slurm_job_id), Some(login_host)) => Ok(Submitted {
@@ -296,14 +302,14 @@ impl Client {
 
     /// A job's status, refreshed from the cluster unless it is already terminal.
     pub fn job_status(&self, id: &str) -> Result<JobView> {
-        let job = self.store.get(id)?;
+        let job = self.store.summary(id)?;
         if job.status.is_terminal() {
             let mut view = JobView::from(&job);
             view.attempts = Some(self.store.attempts(&job.job_id)?);
             return Ok(view);
         }
         self.refresh_and_advance(std::slice::from_ref(&job))?;
-        let mut view = JobView::from(&self.store.get(&job.job_id)?);
+        let mut view = JobView::from(&self.store.summary(&job.job_id)?);
         view.attempts = Some(self.store.attempts(&job.job_id)?);
         Ok(view)
     }
@@ -344,24 +350,29 @@ impl Client {
 
     /// Refresh every given job (all active ones when `ids` is empty) in one round trip.
     pub fn refresh(&self, ids: &[String]) -> Result<Vec<JobView>> {
-        let jobs: Vec<JobRecord> = if ids.is_empty() {
-            self.store.list(true)?
+        Ok(self.refresh_summaries(ids)?.iter().map(JobView::from).collect())
+    }
+
+    /// [`Client::refresh`], returning the jobs' summaries (the monitor follows thousands this way).
+    pub fn refresh_summaries(&self, ids: &[String]) -> Result<Vec<JobSummary>> {
+        let jobs: Vec<JobSummary> = if ids.is_empty() {
+            self.store.list_summaries(true)?
         } else {
-            ids.iter().map(|i| self.store.get(i)).collect::<std::result::Result<_, _>>()?
+            ids.iter().map(|i| self.store.summary(i)).collect::<std::result::Result<_, _>>()?
         };
         let ids: Vec<String> = jobs.iter().map(|j| j.job_id.clone()).collect();
-        let active: Vec<JobRecord> = jobs.into_iter().filter(|j| !j.status.is_terminal()).collect();
+        let active: Vec<JobSummary> = jobs.into_iter().filter(|j| !j.status.is_terminal()).collect();
         if !active.is_empty() {
             self.refresh_and_advance(&active)?;
         }
         drop(active);
-        // Memory stays at one copy of the jobs at a time (the monitor may follow thousands).
+        // Memory stays at one copy of the jobs at a time.
         let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-        Ok(self.store.get_many(&ids)?.iter().map(JobView::from).collect())
+        Ok(self.store.summaries(&ids)?)
     }
 
     pub fn list(&self, active_only: bool) -> Result<Vec<JobView>> {
-        Ok(self.store.list(active_only)?.iter().map(JobView::from).collect())
+        Ok(self.store.list_summaries(active_only)?.iter().map(JobView::from).collect())
     }
 
     /// The logs of the current attempt, or of attempt `attempt` (1-based) when given.
@@ -399,7 +410,7 @@ impl Client {
             let was_terminal = job.status.is_terminal();
             if job.slurm_job_id.is_none() {
                 // Not on Slurm yet (or outcome unknown): refresh until it has an id.
-                self.refresh_and_advance(std::slice::from_ref(&job))?;
+                self.refresh_and_advance(&[job.summary()])?;
                 if was_terminal {
                     return Ok(JobView::from(&job));
                 }
@@ -470,7 +481,7 @@ impl Client {
         if jobs.iter().any(|j| !j.status.is_terminal()) {
             cancel::cancel(self.remote()?, &self.store, &jobs)?;
         }
-        jobs.iter().map(|j| Ok(JobView::from(&self.store.get(&j.job_id)?))).collect()
+        jobs.iter().map(|j| Ok(JobView::from(&self.store.summary(&j.job_id)?))).collect()
     }
 
     pub fn events(&self, id: &str) -> Result<Vec<(i64, String, String)>> {

@@ -1,7 +1,7 @@
 //! Local state in SQLite (WAL, busy timeout, migrations by `user_version`). The only module that
 //! touches the database.
 
-use crate::plan::Plan;
+use crate::plan::{Layout, Plan};
 use crate::status::PlatformStatus;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::Path;
@@ -78,6 +78,29 @@ UPDATE jobs SET attempt_name = 'tao-job-' || job_id WHERE attempt_name = '';
 INSERT INTO attempts (job_id, number, slurm_job_name, slurm_job_id, login_host, state, exit_code, node_list, recorded_at, submitted_at)
     SELECT job_id, 1, attempt_name, slurm_job_id, login_host, slurm_state, exit_code, node_list, created_at, updated_at FROM jobs;
 "#,
+    // What a refresh and a listing need of the plan, as columns (a plan never changes after insert):
+    // refreshing thousands of jobs then never decodes their plans. And the signature of status.json
+    // when it was last read, so unchanged files are not read again.
+    r#"
+ALTER TABLE jobs ADD COLUMN job_dir TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN image TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN nodes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN gpus_per_node INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN partition TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN timeout_seconds INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN timeout_runs INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE jobs ADD COLUMN has_secrets INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN status_sig TEXT;
+UPDATE jobs SET
+    job_dir = json_extract(plan_json, '$.layout.job_dir'),
+    image = json_extract(plan_json, '$.image.pyxis'),
+    nodes = json_extract(plan_json, '$.resources.nodes'),
+    gpus_per_node = json_extract(plan_json, '$.resources.gpus_per_node'),
+    partition = json_extract(plan_json, '$.partition'),
+    timeout_seconds = json_extract(plan_json, '$.timeout_seconds'),
+    timeout_runs = CASE WHEN json_extract(plan_json, '$.requeue') THEN json_extract(plan_json, '$.max_timeout_requeues') + 1 ELSE 1 END,
+    has_secrets = json_array_length(plan_json, '$.secret_names') > 0;
+"#,
 ];
 
 /// One submission of a job to Slurm. A job has one attempt, plus one per retry.
@@ -123,6 +146,82 @@ pub struct JobRecord {
     pub next_retry_at: Option<i64>,
     /// Nodes the current attempt was submitted with `--exclude` of.
     pub excluded_nodes: String,
+    /// `size:mtime` of status.json when it was last read.
+    pub status_sig: Option<String>,
+}
+
+/// What listing, refreshing and showing a job need: everything but its spec and whole plan, which
+/// only submissions and retries read. A refresh of thousands of jobs loads only these.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSummary {
+    pub job_id: String,
+    pub name: Option<String>,
+    pub status: PlatformStatus,
+    pub message: String,
+    pub slurm_job_id: Option<String>,
+    pub slurm_state: Option<String>,
+    pub exit_code: Option<i32>,
+    pub node_list: Option<String>,
+    pub login_host: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub progress: Option<String>,
+    pub attempt: u32,
+    pub attempt_name: String,
+    pub next_retry_at: Option<i64>,
+    pub excluded_nodes: String,
+    pub layout: Layout,
+    pub image: String,
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+    pub partition: String,
+    /// The inner timeout, and how many runs it may end before the job is an error (1 + requeues).
+    pub timeout_seconds: u64,
+    pub timeout_runs: u32,
+    /// Whether the job has a secrets file on the cluster (deleted once it is terminal).
+    pub has_secrets: bool,
+    /// `size:mtime` of status.json when it was last read (None: never read).
+    pub status_sig: Option<String>,
+}
+
+fn timeout_runs(plan: &Plan) -> u32 {
+    if plan.requeue {
+        plan.max_timeout_requeues + 1
+    } else {
+        1
+    }
+}
+
+impl JobRecord {
+    pub fn summary(&self) -> JobSummary {
+        JobSummary {
+            job_id: self.job_id.clone(),
+            name: self.name.clone(),
+            status: self.status,
+            message: self.message.clone(),
+            slurm_job_id: self.slurm_job_id.clone(),
+            slurm_state: self.slurm_state.clone(),
+            exit_code: self.exit_code,
+            node_list: self.node_list.clone(),
+            login_host: self.login_host.clone(),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            progress: self.progress.clone(),
+            attempt: self.attempt,
+            attempt_name: self.attempt_name.clone(),
+            next_retry_at: self.next_retry_at,
+            excluded_nodes: self.excluded_nodes.clone(),
+            layout: self.plan.layout.clone(),
+            image: self.plan.image.pyxis.clone(),
+            nodes: self.plan.resources.nodes,
+            gpus_per_node: self.plan.resources.gpus_per_node,
+            partition: self.plan.partition.clone(),
+            timeout_seconds: self.plan.timeout_seconds,
+            timeout_runs: timeout_runs(&self.plan),
+            has_secrets: !self.plan.secret_names.is_empty(),
+            status_sig: self.status_sig.clone(),
+        }
+    }
 }
 
 /// What a refresh learned about a job.
@@ -189,9 +288,26 @@ impl Store {
         self.in_transaction(|| {
             self.conn
                 .execute(
-                    "INSERT INTO jobs (job_id, name, spec_json, plan_json, status, message, created_at, updated_at, attempt, attempt_name)
-                     VALUES (?1, ?2, ?3, ?4, ?5, 'staging', ?6, ?6, 1, ?7)",
-                    params![job_id, plan.name, spec_json, plan_json, PlatformStatus::Pending.as_str(), now, plan.layout.job_name],
+                    "INSERT INTO jobs (job_id, name, spec_json, plan_json, status, message, created_at, updated_at, attempt, attempt_name,
+                       job_dir, image, nodes, gpus_per_node, partition, timeout_seconds, timeout_runs, has_secrets)
+                     VALUES (?1, ?2, ?3, ?4, ?5, 'staging', ?6, ?6, 1, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                    params![
+                        job_id,
+                        plan.name,
+                        spec_json,
+                        plan_json,
+                        PlatformStatus::Pending.as_str(),
+                        now,
+                        plan.layout.job_name,
+                        plan.layout.job_dir,
+                        plan.image.pyxis,
+                        plan.resources.nodes,
+                        plan.resources.gpus_per_node,
+                        plan.partition,
+                        plan.timeout_seconds as i64,
+                        timeout_runs(plan),
+                        !plan.secret_names.is_empty()
+                    ],
                 )
                 .map_err(|e| self.err(e))?;
             self.conn
@@ -456,16 +572,21 @@ impl Store {
 
     /// A job by its full id or an unambiguous prefix.
     pub fn get(&self, id_or_prefix: &str) -> Result<JobRecord, StoreError> {
-        let exact = self
-            .conn
-            .query_row(&format!("{SELECT} WHERE job_id = ?1"), params![id_or_prefix], raw_row)
-            .optional()
-            .map_err(|e| self.err(e))?;
-        if let Some(raw) = exact {
-            return to_record(raw);
+        self.find(id_or_prefix)
+    }
+
+    /// A job's summary by its full id or an unambiguous prefix.
+    pub fn summary(&self, id_or_prefix: &str) -> Result<JobSummary, StoreError> {
+        self.find(id_or_prefix)
+    }
+
+    fn find<T: FromJobRow>(&self, id_or_prefix: &str) -> Result<T, StoreError> {
+        let mut exact = self.rows::<T>(" WHERE job_id = ?1", params![id_or_prefix])?;
+        if let Some(row) = exact.pop() {
+            return Ok(row);
         }
         let pattern = format!("{}%", id_or_prefix.replace(['%', '_'], ""));
-        let mut rows = self.records(&format!("{SELECT} WHERE job_id LIKE ?1 LIMIT 2"), params![pattern])?;
+        let mut rows = self.rows::<T>(" WHERE job_id LIKE ?1 LIMIT 2", params![pattern])?;
         match rows.len() {
             0 => Err(StoreError::NotFound(id_or_prefix.to_string())),
             1 => Ok(rows.remove(0)),
@@ -473,59 +594,96 @@ impl Store {
         }
     }
 
-    /// Run a query over `SELECT` and decode its rows.
-    fn records(&self, sql: &str, params: impl rusqlite::Params) -> Result<Vec<JobRecord>, StoreError> {
-        let mut stmt = self.conn.prepare(sql).map_err(|e| self.err(e))?;
-        let raws: Vec<RawRow> = stmt
-            .query_map(params, raw_row)
+    /// Run `T`'s query with `tail` (WHERE, ORDER BY ...) and decode its rows.
+    fn rows<T: FromJobRow>(&self, tail: &str, params: impl rusqlite::Params) -> Result<Vec<T>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!("{}{tail}", T::SELECT)).map_err(|e| self.err(e))?;
+        let raws: Vec<T::Raw> = stmt
+            .query_map(params, T::raw)
             .map_err(|e| self.err(e))?
             .collect::<Result<_, _>>()
             .map_err(|e| self.err(e))?;
-        raws.into_iter().map(to_record).collect()
+        raws.into_iter().map(T::decode).collect()
     }
 
-    /// Jobs by full id, in the order given (ids not found are left out).
-    pub fn get_many(&self, ids: &[&str]) -> Result<Vec<JobRecord>, StoreError> {
-        let mut found: std::collections::HashMap<String, JobRecord> = std::collections::HashMap::new();
+    /// Rows by full id, in the order given (ids not found are left out).
+    fn many<T: FromJobRow>(&self, ids: &[&str]) -> Result<Vec<T>, StoreError> {
+        let mut found: std::collections::HashMap<String, T> = std::collections::HashMap::new();
         // SQLite allows 32766 parameters; stay far below.
         for chunk in ids.chunks(500) {
             let marks = vec!["?"; chunk.len()].join(",");
-            let sql = format!("{SELECT} WHERE job_id IN ({marks})");
-            for rec in self.records(&sql, rusqlite::params_from_iter(chunk.iter()))? {
-                found.insert(rec.job_id.clone(), rec);
+            for row in
+                self.rows::<T>(&format!(" WHERE job_id IN ({marks})"), rusqlite::params_from_iter(chunk.iter()))?
+            {
+                found.insert(row.id().to_string(), row);
             }
         }
         Ok(ids.iter().filter_map(|id| found.remove(*id)).collect())
     }
 
+    /// Jobs by full id, in the order given (ids not found are left out).
+    pub fn get_many(&self, ids: &[&str]) -> Result<Vec<JobRecord>, StoreError> {
+        self.many(ids)
+    }
+
+    /// Summaries by full id, in the order given (ids not found are left out).
+    pub fn summaries(&self, ids: &[&str]) -> Result<Vec<JobSummary>, StoreError> {
+        self.many(ids)
+    }
+
     /// Active jobs whose current attempt has no Slurm job yet (a retry to submit or a submission to
     /// resume): usually none, so the retry engine never loads the whole active set.
     pub fn waiting_for_submission(&self) -> Result<Vec<JobRecord>, StoreError> {
-        self.records(
-            &format!(
-                "{SELECT} WHERE status NOT IN ('Complete', 'Error', 'Canceled') AND slurm_job_id IS NULL ORDER BY created_at"
-            ),
-            [],
-        )
+        self.rows(&format!(" WHERE {ACTIVE} AND slurm_job_id IS NULL ORDER BY created_at"), [])
     }
 
     /// All jobs, newest first; `active_only` keeps those not in a terminal status.
     pub fn list(&self, active_only: bool) -> Result<Vec<JobRecord>, StoreError> {
-        let filter = if active_only { " WHERE status NOT IN ('Complete', 'Error', 'Canceled')" } else { "" };
-        self.records(&format!("{SELECT}{filter} ORDER BY created_at DESC, job_id"), [])
+        self.rows(&list_tail(active_only), [])
+    }
+
+    /// Summaries of all jobs, newest first; `active_only` keeps those not in a terminal status.
+    pub fn list_summaries(&self, active_only: bool) -> Result<Vec<JobSummary>, StoreError> {
+        self.rows(&list_tail(active_only), [])
+    }
+
+    /// Remember the signature of a job's status.json as it was just read.
+    pub fn set_status_sig(&self, job_id: &str, sig: &str) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("UPDATE jobs SET status_sig = ?2 WHERE job_id = ?1")
+            .and_then(|mut st| st.execute(params![job_id, sig]))
+            .map_err(|e| self.err(e))?;
+        Ok(())
     }
 }
 
-const SELECT: &str = "SELECT job_id, name, spec_json, plan_json, status, message, slurm_job_id, slurm_state,
-    exit_code, node_list, login_host, created_at, updated_at, progress, attempt, attempt_name, next_retry_at,
-    excluded_nodes FROM jobs";
+const ACTIVE: &str = "status NOT IN ('Complete', 'Error', 'Canceled')";
 
-/// A row as stored; the plan and status are decoded afterwards so a corrupt row gives a clear error.
-struct RawRow {
+fn list_tail(active_only: bool) -> String {
+    let filter = if active_only { format!(" WHERE {ACTIVE}") } else { String::new() };
+    format!("{filter} ORDER BY created_at DESC, job_id")
+}
+
+/// A kind of row that job queries decode: whole records or summaries. Rows are read raw first and
+/// decoded afterwards, so a corrupt row gives a clear error naming the job.
+trait FromJobRow: Sized {
+    const SELECT: &'static str;
+    type Raw;
+    fn raw(r: &Row) -> rusqlite::Result<Self::Raw>;
+    fn decode(raw: Self::Raw) -> Result<Self, StoreError>;
+    fn id(&self) -> &str;
+}
+
+/// The columns both kinds share, in this order (a macro, so that `concat!` can build the queries).
+macro_rules! common_columns {
+    () => {
+        "job_id, name, status, message, slurm_job_id, slurm_state, exit_code, node_list, login_host,
+         created_at, updated_at, progress, attempt, attempt_name, next_retry_at, excluded_nodes, status_sig"
+    };
+}
+
+struct Common {
     job_id: String,
     name: Option<String>,
-    spec_json: String,
-    plan_json: String,
     status: String,
     message: String,
     slurm_job_id: Option<String>,
@@ -540,55 +698,142 @@ struct RawRow {
     attempt_name: String,
     next_retry_at: Option<i64>,
     excluded_nodes: String,
+    status_sig: Option<String>,
 }
 
-fn raw_row(r: &Row) -> rusqlite::Result<RawRow> {
-    Ok(RawRow {
+/// How many columns `common_columns!` has: the kinds' own columns follow.
+const COMMON_COLUMNS: usize = 17;
+
+fn common(r: &Row) -> rusqlite::Result<Common> {
+    Ok(Common {
         job_id: r.get(0)?,
         name: r.get(1)?,
-        spec_json: r.get(2)?,
-        plan_json: r.get(3)?,
-        status: r.get(4)?,
-        message: r.get(5)?,
-        slurm_job_id: r.get(6)?,
-        slurm_state: r.get(7)?,
-        exit_code: r.get(8)?,
-        node_list: r.get(9)?,
-        login_host: r.get(10)?,
-        created_at: r.get(11)?,
-        updated_at: r.get(12)?,
-        progress: r.get(13)?,
-        attempt: r.get(14)?,
-        attempt_name: r.get(15)?,
-        next_retry_at: r.get(16)?,
-        excluded_nodes: r.get(17)?,
+        status: r.get(2)?,
+        message: r.get(3)?,
+        slurm_job_id: r.get(4)?,
+        slurm_state: r.get(5)?,
+        exit_code: r.get(6)?,
+        node_list: r.get(7)?,
+        login_host: r.get(8)?,
+        created_at: r.get(9)?,
+        updated_at: r.get(10)?,
+        progress: r.get(11)?,
+        attempt: r.get(12)?,
+        attempt_name: r.get(13)?,
+        next_retry_at: r.get(14)?,
+        excluded_nodes: r.get(15)?,
+        status_sig: r.get(16)?,
     })
 }
 
-fn to_record(raw: RawRow) -> Result<JobRecord, StoreError> {
-    let corrupt = |message: String| StoreError::Corrupt { job_id: raw.job_id.clone(), message };
-    let plan = serde_json::from_str(&raw.plan_json).map_err(|e| corrupt(format!("plan: {e}")))?;
-    let status = PlatformStatus::parse(&raw.status).ok_or_else(|| corrupt(format!("status {:?}", raw.status)))?;
-    Ok(JobRecord {
-        job_id: raw.job_id,
-        name: raw.name,
-        spec_json: raw.spec_json,
-        plan,
-        status,
-        message: raw.message,
-        slurm_job_id: raw.slurm_job_id,
-        slurm_state: raw.slurm_state,
-        exit_code: raw.exit_code,
-        node_list: raw.node_list,
-        login_host: raw.login_host,
-        created_at: raw.created_at,
-        updated_at: raw.updated_at,
-        progress: raw.progress,
-        attempt: raw.attempt,
-        attempt_name: raw.attempt_name,
-        next_retry_at: raw.next_retry_at,
-        excluded_nodes: raw.excluded_nodes,
-    })
+fn parse_status(job_id: &str, text: &str) -> Result<PlatformStatus, StoreError> {
+    PlatformStatus::parse(text)
+        .ok_or_else(|| StoreError::Corrupt { job_id: job_id.to_string(), message: format!("status {text:?}") })
+}
+
+impl FromJobRow for JobRecord {
+    const SELECT: &'static str = concat!("SELECT ", common_columns!(), ", spec_json, plan_json FROM jobs");
+    type Raw = (Common, String, String);
+    fn raw(r: &Row) -> rusqlite::Result<Self::Raw> {
+        Ok((common(r)?, r.get(COMMON_COLUMNS)?, r.get(COMMON_COLUMNS + 1)?))
+    }
+    fn decode((c, spec_json, plan_json): Self::Raw) -> Result<Self, StoreError> {
+        let plan = serde_json::from_str(&plan_json)
+            .map_err(|e| StoreError::Corrupt { job_id: c.job_id.clone(), message: format!("plan: {e}") })?;
+        Ok(JobRecord {
+            status: parse_status(&c.job_id, &c.status)?,
+            job_id: c.job_id,
+            name: c.name,
+            spec_json,
+            plan,
+            message: c.message,
+            slurm_job_id: c.slurm_job_id,
+            slurm_state: c.slurm_state,
+            exit_code: c.exit_code,
+            node_list: c.node_list,
+            login_host: c.login_host,
+            created_at: c.created_at,
+            updated_at: c.updated_at,
+            progress: c.progress,
+            attempt: c.attempt,
+            attempt_name: c.attempt_name,
+            next_retry_at: c.next_retry_at,
+            excluded_nodes: c.excluded_nodes,
+            status_sig: c.status_sig,
+        })
+    }
+    fn id(&self) -> &str {
+        &self.job_id
+    }
+}
+
+/// A summary's own columns, after the common ones.
+struct SummaryColumns {
+    job_dir: String,
+    image: String,
+    nodes: u32,
+    gpus_per_node: u32,
+    partition: String,
+    timeout_seconds: i64,
+    timeout_runs: u32,
+    has_secrets: bool,
+}
+
+impl FromJobRow for JobSummary {
+    const SELECT: &'static str = concat!(
+        "SELECT ",
+        common_columns!(),
+        ", job_dir, image, nodes, gpus_per_node, partition, timeout_seconds, timeout_runs, has_secrets FROM jobs"
+    );
+    type Raw = (Common, SummaryColumns);
+    fn raw(r: &Row) -> rusqlite::Result<Self::Raw> {
+        let at = COMMON_COLUMNS;
+        Ok((
+            common(r)?,
+            SummaryColumns {
+                job_dir: r.get(at)?,
+                image: r.get(at + 1)?,
+                nodes: r.get(at + 2)?,
+                gpus_per_node: r.get(at + 3)?,
+                partition: r.get(at + 4)?,
+                timeout_seconds: r.get(at + 5)?,
+                timeout_runs: r.get(at + 6)?,
+                has_secrets: r.get(at + 7)?,
+            },
+        ))
+    }
+    fn decode((c, own): Self::Raw) -> Result<Self, StoreError> {
+        Ok(JobSummary {
+            status: parse_status(&c.job_id, &c.status)?,
+            layout: Layout::new(&own.job_dir, &c.job_id),
+            job_id: c.job_id,
+            name: c.name,
+            message: c.message,
+            slurm_job_id: c.slurm_job_id,
+            slurm_state: c.slurm_state,
+            exit_code: c.exit_code,
+            node_list: c.node_list,
+            login_host: c.login_host,
+            created_at: c.created_at,
+            updated_at: c.updated_at,
+            progress: c.progress,
+            attempt: c.attempt,
+            attempt_name: c.attempt_name,
+            next_retry_at: c.next_retry_at,
+            excluded_nodes: c.excluded_nodes,
+            image: own.image,
+            nodes: own.nodes,
+            gpus_per_node: own.gpus_per_node,
+            partition: own.partition,
+            timeout_seconds: own.timeout_seconds.max(0) as u64,
+            timeout_runs: own.timeout_runs,
+            has_secrets: own.has_secrets,
+            status_sig: c.status_sig,
+        })
+    }
+    fn id(&self) -> &str {
+        &self.job_id
+    }
 }
 
 #[cfg(test)]
@@ -635,5 +880,44 @@ mod tests {
         let kinds: Vec<String> = store.events(&id).unwrap().into_iter().map(|e| e.1).collect();
         assert_eq!(kinds, vec!["created", "submitted", "status"]);
         assert!(matches!(store.get("zzzz"), Err(StoreError::NotFound(_))));
+    }
+
+    #[test]
+    fn summaries_agree_with_records_and_old_state_files_are_filled_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let mut spec = spec();
+        spec.secret_env = vec!["HF_TOKEN".into()];
+        let plan = crate::plan::resolve(&spec, &settings()).unwrap();
+        let id = plan.layout.job_id.clone();
+        {
+            // A state file as version 3 wrote it: no summary columns yet.
+            let conn = Connection::open(&path).unwrap();
+            for sql in &MIGRATIONS[..3] {
+                conn.execute_batch(sql).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 3).unwrap();
+            conn.execute(
+                "INSERT INTO jobs (job_id, spec_json, plan_json, status, created_at, updated_at, attempt_name)
+                 VALUES (?1, '{}', ?2, 'Running', 1, 1, ?3)",
+                params![id, serde_json::to_string(&plan).unwrap(), plan.layout.job_name],
+            )
+            .unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        let summary = store.summary(&id).unwrap();
+        assert_eq!(summary, store.get(&id).unwrap().summary());
+        assert!(summary.has_secrets);
+        assert_eq!(summary.gpus_per_node, plan.resources.gpus_per_node);
+        assert_eq!(summary.layout, plan.layout);
+        // A job recorded now fills them at insert.
+        let other = crate::plan::resolve(&crate::plan::tests::spec(), &settings()).unwrap();
+        store.insert_job("{}", &other).unwrap();
+        let s = store.summary(&other.layout.job_id).unwrap();
+        assert_eq!(s, store.get(&other.layout.job_id).unwrap().summary());
+        assert!(!s.has_secrets);
+        assert_eq!(store.list_summaries(true).unwrap().len(), 2);
+        store.set_status_sig(&id, "12:34").unwrap();
+        assert_eq!(store.summary(&id).unwrap().status_sig.as_deref(), Some("12:34"));
     }
 }

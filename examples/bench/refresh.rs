@@ -56,7 +56,7 @@ pub fn refresh() -> Value {
         // and one load of the N records from the state file.
         let store = Store::open(&settings.state_path).unwrap();
         let t = Instant::now();
-        let jobs = store.list(true).unwrap();
+        let jobs = store.list_summaries(true).unwrap();
         let list_ms = ms(t.elapsed());
         let targets: Vec<RefreshTarget> = jobs.iter().map(RefreshTarget::of).collect();
         let script = refresh_script(&targets);

@@ -64,7 +64,7 @@ impl MonitorCmd {
         let mut last_change = now_secs();
         let mut idle_since: Option<i64> = None;
         loop {
-            let views = match client.refresh(&[]) {
+            let views = match client.refresh_summaries(&[]) {
                 Ok(v) => v,
                 Err(e) => {
                     // A failed refresh changes nothing; try again at the slow pace.

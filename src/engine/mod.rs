@@ -21,7 +21,12 @@ pub(crate) const PREFIX_LINES: &str = "awk '{print \"|\" $0}'";
 
 /// The content a [`PREFIX_LINES`] filter produced, each line back as written (newline-terminated).
 pub(crate) fn unprefix_lines(body: &str) -> String {
-    body.lines().map(|l| format!("{}\n", l.strip_prefix('|').unwrap_or(l))).collect()
+    let mut out = String::with_capacity(body.len());
+    for line in body.lines() {
+        out.push_str(line.strip_prefix('|').unwrap_or(line));
+        out.push('\n');
+    }
+    out
 }
 
 /// Split `@@tao-slurm:NAME ARG` sections of a remote output into (name, arg, body).

@@ -1,14 +1,15 @@
 //! Refresh any number of jobs in one round trip: `squeue` for the user's live jobs, `sacct` only for
-//! the ids squeue no longer lists, and the tail of each job's `status.json`, all in one remote script.
+//! the ids squeue no longer lists, and the tail of each job's `status.json` that changed since it was
+//! last read, all in one remote script whose cost barely grows with the number of jobs.
 
 use crate::engine::retry::{handle_failures, is_attempt_failure, RetryPolicy};
 use crate::engine::{sections, unprefix_lines, PREFIX_LINES, SECTION};
 use crate::error::Result;
 use crate::remote::{Idempotency, Remote};
 use crate::script::shell::quote;
-use crate::slurm::{explain_pending, parse_sacct, parse_squeue, SacctRecord, SqueueRecord};
+use crate::slurm::{explain_pending, parse_sacct, parse_squeue, SacctRecord, SlurmState, SqueueRecord};
 use crate::status::{last_status_line, last_status_raw, map_status, PlatformStatus};
-use crate::store::{JobRecord, StatusUpdate};
+use crate::store::{JobRecord, JobSummary, StatusUpdate};
 use std::collections::{BTreeMap, HashMap};
 
 use crate::slurm::query::{SACCT_FIELDS, SQUEUE_FORMAT};
@@ -19,6 +20,11 @@ const SACCT_LOOKBACK: &str = "now-30days";
 pub(crate) const SACCT_ALL_STATES: &str = "PD,R,RQ,RS,S,CA,CD,F,TO,NF,PR,OOM,BF,DL,RV";
 /// Lines of status.json read per job: enough for the last status and progress message.
 const STATUS_TAIL_LINES: u32 = 20;
+/// Slurm states in which the container has not run (yet, or again): status.json is not looked at.
+const NOT_RUN_STATES: [SlurmState; 4] =
+    [SlurmState::Pending, SlurmState::Configuring, SlurmState::Requeued, SlurmState::RequeueHold];
+/// Ends the job list of the refresh script (no list line is a single `E`).
+const LIST_END: &str = "E";
 
 /// What one refresh learned, before it is mapped to statuses.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -31,8 +37,10 @@ pub struct Observations {
     pub sacct_by_name: Option<Vec<SacctRecord>>,
     pub sacct_error: Option<String>,
     pub squeue_error: Option<String>,
-    /// status.json text per platform job id.
+    /// status.json text per platform job id, for the files that changed since they were last read.
     pub status_json: HashMap<String, String>,
+    /// The signature (`size:mtime`) of each status.json that was read.
+    pub status_sigs: HashMap<String, String>,
     /// Slurm job ids that submitters wrote into attempts' lock directories, per platform job id.
     pub lock_ids: HashMap<String, String>,
 }
@@ -46,17 +54,21 @@ pub struct RefreshTarget {
     pub job_name: String,
     /// The attempt's submission lock directory, where the submitter writes the Slurm job id.
     pub submit_lock: String,
-    pub status_json: String,
+    /// The directory holding the job's results directory (`<root>/<job_id>/status.json`).
+    pub results_root: String,
+    /// status.json's signature when it was last read: an unchanged file is not read again.
+    pub status_sig: Option<String>,
 }
 
 impl RefreshTarget {
-    pub fn of(job: &JobRecord) -> RefreshTarget {
+    pub fn of(job: &JobSummary) -> RefreshTarget {
         RefreshTarget {
             job_id: job.job_id.clone(),
             slurm_job_id: job.slurm_job_id.clone(),
             job_name: job.attempt_name.clone(),
-            submit_lock: format!("{}/sbatch/.submit-{}", job.plan.layout.job_dir, job.attempt_name),
-            status_json: job.plan.layout.status_json(),
+            submit_lock: format!("{}/sbatch/.submit-{}", job.layout.job_dir, job.attempt_name),
+            results_root: job.layout.results_root.clone(),
+            status_sig: job.status_sig.clone(),
         }
     }
 }
@@ -65,25 +77,77 @@ impl RefreshTarget {
 /// (sacct lags the controller by a second or so right after a job starts or ends).
 pub const LOST_JOB_GRACE_SECS: i64 = 300;
 
+/// The awk program that reads the job list (up to its `E` line) and then squeue's output: it passes
+/// squeue's lines on (`|`-prefixed, so no job name can pose as a marker) and, on standard error,
+/// tells the script squeue's status, which listed ids squeue no longer knows (for sacct), and which
+/// jobs' status.json may hold news (running or finished ones, and those without an id yet).
+fn select_program() -> String {
+    let not_run = NOT_RUN_STATES.iter().map(SlurmState::as_str).collect::<Vec<_>>().join("|");
+    format!(
+        r#"!listed {{ if ($0 == "{LIST_END}") {{ listed = 1; next }}
+  split($0, f, "\t")
+  if (f[1] == "R") root[f[2]] = f[3]
+  else {{ n++; sid[n] = f[2]; jid[n] = f[3]; rix[n] = f[4]; sig[n] = f[5] }}
+  next }}
+/^{SECTION}rc / {{ rc = substr($0, {rc_at}); next }}
+{{ print "|" $0; if (NF > 1) state[$1] = $2 }}
+END {{
+  if (rc == "") rc = 1
+  printf "{SECTION}rc squeue %s\n", rc
+  for (i = 1; i <= n; i++) {{
+    s = sid[i]; want = 1
+    if (s in state) want = (state[s] !~ /^({not_run})$/)
+    else if (s != "-" && rc == "0") missing = missing (missing == "" ? "" : ",") s
+    if (want) out[++need] = jid[i] "\t" root[rix[i]] "/" jid[i] "/status.json\t" sig[i]
+  }}
+  print "rc " rc " " need + 0 " " missing > "/dev/stderr"
+  for (i = 1; i <= need; i++) print out[i] > "/dev/stderr"
+}}"#,
+        rc_at = SECTION.len() + 4
+    )
+}
+
+/// Reads the list of candidate status.json files (lines 2.. of `$ctl`) and `stat`'s signatures of
+/// those that exist; prints the ones whose signature differs from the one last read.
+const CHANGED_PROGRAM: &str = r#"NR == FNR { if (FNR > 1) { id[$2] = $1; old[$2] = $3 }; next }
+{ sp = index($0, " "); p = substr($0, sp + 1); g = substr($0, 1, sp - 1)
+  if ((p in id) && old[p] != g) print id[p] "\t" p "\t" g }"#;
+
 /// The remote script for a set of jobs. Pure.
 pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
-    let ids: Vec<String> = jobs.iter().filter_map(|j| j.slurm_job_id.as_deref().map(quote)).collect();
-    let names: Vec<String> = jobs.iter().filter(|j| j.slurm_job_id.is_none()).map(|j| quote(&j.job_name)).collect();
-    let mut s = String::new();
-    s.push_str(&format!("sq=\"$(squeue --me -t all -h -O {} 2>&1)\"; sq_rc=$?\n", quote(SQUEUE_FORMAT)));
-    s.push_str(&format!("echo '{SECTION}squeue'\nprintf '%s\\n' \"$sq\"\necho \"{SECTION}rc squeue $sq_rc\"\n"));
-    // Only ids that squeue does not list go to sacct (slower, and it lags the controller). `comm` on
-    // sorted lists keeps this linear in the number of jobs.
-    s.push_str("missing=''\n");
-    if !ids.is_empty() {
-        s.push_str(&format!(
-            "missing=\"$(comm -13 <(printf '%s\\n' \"$sq\" | cut -d'|' -f1 | sort -u) <(printf '%s\\n' {} | sort -u) | paste -sd, -)\"\n",
-            ids.join(" ")
-        ));
-        s.push_str(&format!(
-            "if [ \"$sq_rc\" -eq 0 ] && [ -n \"$missing\" ]; then\n  echo '{SECTION}sacct'\n  sacct -X -P -n -S {SACCT_LOOKBACK} -j \"$missing\" --format={SACCT_FIELDS} 2>&1\n  echo \"{SECTION}rc sacct $?\"\nfi\n"
+    // The job list travels as a heredoc, which bash reads far faster than words of a command.
+    let mut roots: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut list = String::new();
+    for job in jobs {
+        let next = roots.len();
+        let root = *roots.entry(job.results_root.as_str()).or_insert(next);
+        list.push_str(&format!(
+            "J\t{}\t{}\t{root}\t{}\n",
+            job.slurm_job_id.as_deref().unwrap_or("-"),
+            job.job_id,
+            job.status_sig.as_deref().unwrap_or("-")
         ));
     }
+    let mut roots_list = String::new();
+    for (root, i) in &roots {
+        roots_list.push_str(&format!("R\t{i}\t{root}\n"));
+    }
+    let mut s = String::new();
+    // awk's standard output is the script's (fd 5); its standard error, the control lines, is captured.
+    s.push_str(&format!(
+        "exec 5>&1\necho '{SECTION}squeue'\n\
+         ctl=\"$( {{ squeue --me -t all -h -O {fmt} 2>&1; echo \"{SECTION}rc $?\"; }} | awk -F'|' {prog} /dev/fd/3 - 3<<'TAO_SLURM_JOBS' 2>&1 >&5\n\
+         {roots_list}{list}{LIST_END}\nTAO_SLURM_JOBS\n)\"\n\
+         read -r _ sq_rc need missing <<<\"$ctl\"\n",
+        fmt = quote(SQUEUE_FORMAT),
+        prog = quote(&select_program()),
+    ));
+    // Only ids that squeue does not list go to sacct (slower, and it lags the controller).
+    s.push_str(&format!(
+        "if [ \"$sq_rc\" = 0 ] && [ -n \"$missing\" ]; then\n  echo '{SECTION}sacct'\n  \
+         sacct -X -P -n -S {SACCT_LOOKBACK} -j \"$missing\" --format={SACCT_FIELDS} 2>&1 | {PREFIX_LINES}\n  \
+         echo \"{SECTION}rc sacct ${{PIPESTATUS[0]}}\"\nfi\n"
+    ));
     for job in jobs.iter().filter(|j| j.slurm_job_id.is_none()) {
         s.push_str(&format!(
             "if [ -s {l}/slurm_job_id ]; then echo \"{SECTION}lock_id {id} $(cat {l}/slurm_job_id)\"; fi\n",
@@ -91,38 +155,23 @@ pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
             id = job.job_id
         ));
     }
+    let names: Vec<String> = jobs.iter().filter(|j| j.slurm_job_id.is_none()).map(|j| quote(&j.job_name)).collect();
     if !names.is_empty() {
         s.push_str(&format!(
             // With a time window sacct skips jobs that were never eligible (held, then cancelled)
             // unless the states are listed explicitly.
-            "echo '{SECTION}sacct_by_name'\nsacct -X -P -n -S {SACCT_LOOKBACK} -E now -s {SACCT_ALL_STATES} --name={} --format={SACCT_FIELDS} 2>&1\necho \"{SECTION}rc sacct_by_name $?\"\n",
+            "echo '{SECTION}sacct_by_name'\nsacct -X -P -n -S {SACCT_LOOKBACK} -E now -s {SACCT_ALL_STATES} --name={} --format={SACCT_FIELDS} 2>&1 | {PREFIX_LINES}\necho \"{SECTION}rc sacct_by_name ${{PIPESTATUS[0]}}\"\n",
             names.join(",")
         ));
     }
-    // status.json of the jobs that may have progress or a verdict: running ones and those squeue no
-    // longer lists (pending jobs are skipped). Grouped by results directory so each path is sent once;
-    // lines are prefixed with `|` so that no line the container writes can pose as a marker.
-    // Which Slurm ids need their status.json: running or finished ones, and `u` (jobs found by name).
-    // awk does the set arithmetic: a shell loop over thousands of lines costs seconds.
-    s.push_str(
-        "need=\"$(printf '%s\\n' \"$sq\" | awk -F'|' '$2 !~ /^(PENDING|CONFIGURING|REQUEUED|REQUEUE_HOLD)$/ {print $1}'; printf '%s\\n' ${missing//,/ } u)\"\n",
-    );
-    let mut by_root: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    for job in jobs {
-        if let Some(root) = job.status_json.strip_suffix(&format!("/{}/status.json", job.job_id)) {
-            // Jobs found by name have no id yet: `u` always reads.
-            let key = job.slurm_job_id.as_deref().unwrap_or("u");
-            by_root.entry(root).or_default().push(format!("{key}:{}", job.job_id));
-        }
-    }
-    for (root, pairs) in by_root {
-        s.push_str(&format!(
-            "awk -F: 'NR == FNR {{ ok[$1] = 1; next }} ok[$1] {{ print $2 }}' <(printf '%s\\n' \"$need\") <(printf '%s\\n' {}) | \
-             while read -r j; do f={}/\"$j\"/status.json; if [ -f \"$f\" ]; then echo \"{SECTION}status_json $j\"; tail -n {STATUS_TAIL_LINES} \"$f\" | {PREFIX_LINES}; fi; done\n",
-            pairs.iter().map(|p| quote(p)).collect::<Vec<_>>().join(" "),
-            quote(root)
-        ));
-    }
+    // status.json of the candidates awk named, only where its size or mtime changed since it was last
+    // read: one `stat` for all of them, then a `tail` per changed file.
+    s.push_str(&format!(
+        "if [ \"${{need:-0}}\" -gt 0 ]; then\n  \
+         awk -F'\\t' {changed} <(printf '%s\\n' \"$ctl\") <(printf '%s\\n' \"$ctl\" | awk -F'\\t' 'NR > 1 {{ print $2 }}' | xargs -d '\\n' -r stat -c '%s:%Y %n' -- 2>/dev/null) |\n  \
+         while IFS=$'\\t' read -r j f g; do echo \"{SECTION}status_json $j $g\"; tail -n {STATUS_TAIL_LINES} -- \"$f\" | {PREFIX_LINES}; done\nfi\n",
+        changed = quote(CHANGED_PROGRAM),
+    ));
     s
 }
 
@@ -134,7 +183,8 @@ pub fn parse_refresh_output(stdout: &str) -> Observations {
         match name.as_str() {
             "rc" => {
                 let (which, code) = arg.split_once(' ').unwrap_or((&arg, ""));
-                let body = bodies.remove(which).unwrap_or_default();
+                // Every command's lines arrive `|`-prefixed.
+                let body = unprefix_lines(&bodies.remove(which).unwrap_or_default());
                 let ok = code.trim() == "0";
                 match (which, ok) {
                     ("squeue", true) => obs.squeue = Some(parse_squeue(&body)),
@@ -153,8 +203,11 @@ pub fn parse_refresh_output(stdout: &str) -> Observations {
                 }
             }
             "status_json" => {
-                let text: String = unprefix_lines(&body);
-                obs.status_json.insert(arg, text);
+                let (job, sig) = arg.split_once(' ').unwrap_or((&arg, ""));
+                obs.status_json.insert(job.to_string(), unprefix_lines(&body));
+                if !sig.is_empty() {
+                    obs.status_sigs.insert(job.to_string(), sig.to_string());
+                }
             }
             other => {
                 bodies.insert(other.to_string(), body);
@@ -178,19 +231,43 @@ fn numeric_id(id: &str) -> u64 {
 }
 
 /// The script exits 124 only once its timeout requeues are used up.
-fn timed_out_message(job: &JobRecord) -> String {
-    let times = if job.plan.requeue { job.plan.max_timeout_requeues + 1 } else { 1 };
-    format!("timed out {times} times: the inner timeout of {} s was reached on every run", job.plan.timeout_seconds)
+fn timed_out_message(job: &JobSummary) -> String {
+    format!(
+        "timed out {} times: the inner timeout of {} s was reached on every run",
+        job.timeout_runs, job.timeout_seconds
+    )
+}
+
+/// The observations indexed by Slurm job id (the newest record per id), so that deciding is linear
+/// in the number of jobs.
+struct Index<'a> {
+    squeue: HashMap<&'a str, &'a SqueueRecord>,
+    sacct: HashMap<&'a str, &'a SacctRecord>,
+    sacct_by_name: HashMap<&'a str, &'a SacctRecord>,
+}
+
+impl<'a> Index<'a> {
+    fn new(obs: &'a Observations) -> Index<'a> {
+        let by_id = |records: &'a Option<Vec<SacctRecord>>| {
+            records.iter().flatten().map(|r| (r.job_id.as_str(), r)).rev().collect::<HashMap<_, _>>()
+        };
+        Index {
+            squeue: obs.squeue.iter().flatten().map(|r| (r.job_id.as_str(), r)).rev().collect(),
+            sacct: by_id(&obs.sacct),
+            sacct_by_name: by_id(&obs.sacct_by_name),
+        }
+    }
 }
 
 /// Decide each job's new status from the observations. Jobs about which nothing reliable was learned
 /// get no decision: no terminal verdict from missing data. Pure.
-pub fn decide(jobs: &[JobRecord], obs: &Observations, now: i64) -> Vec<Decision> {
+pub fn decide(jobs: &[JobSummary], obs: &Observations, now: i64) -> Vec<Decision> {
+    let index = Index::new(obs);
     let mut decisions = Vec::new();
     for job in jobs {
-        let status_json = obs.status_json.get(&job.job_id).map(String::as_str);
-        let progress_raw = status_json.and_then(last_status_raw);
-        let progress = status_json.and_then(last_status_line).and_then(|l| l.message);
+        // status.json as just read, else (the file did not change) the last line read before.
+        let fresh = obs.status_json.get(&job.job_id).map(String::as_str);
+        let known = fresh.or(job.progress.as_deref());
         let name = &job.attempt_name;
         let (slurm_id, adopt) = match &job.slurm_job_id {
             Some(id) => (id.clone(), None),
@@ -218,7 +295,11 @@ pub fn decide(jobs: &[JobRecord], obs: &Observations, now: i64) -> Vec<Decision>
                 }
             }
         };
-        if let Some(rec) = obs.squeue.as_ref().and_then(|q| q.iter().find(|r| r.job_id == slurm_id)) {
+        if let Some(rec) = index.squeue.get(slurm_id.as_str()) {
+            // A job that has not run (again) shows no progress, as before it was read.
+            let status_json = if NOT_RUN_STATES.contains(&rec.state) { fresh } else { known };
+            let progress_raw = status_json.and_then(last_status_raw);
+            let progress = status_json.and_then(last_status_line).and_then(|l| l.message);
             let mut verdict = map_status(&rec.state, rec.exit_code, status_json);
             if verdict.status == PlatformStatus::Error && rec.exit_code == Some(124) {
                 verdict.message = timed_out_message(job);
@@ -247,9 +328,9 @@ pub fn decide(jobs: &[JobRecord], obs: &Observations, now: i64) -> Vec<Decision>
             });
             continue;
         }
-        let by_id = obs.sacct.as_ref().and_then(|a| a.iter().find(|r| r.job_id == slurm_id));
-        let by_name = obs.sacct_by_name.as_ref().and_then(|a| a.iter().find(|r| r.job_id == slurm_id));
-        if let Some(rec) = by_id.or(by_name) {
+        let progress_raw = known.and_then(last_status_raw);
+        let by_id = index.sacct.get(slurm_id.as_str()).or_else(|| index.sacct_by_name.get(slurm_id.as_str()));
+        if let Some(rec) = by_id {
             // Right after a job ends, slurmdbd may hold a half-written record (JobName "allocation",
             // sometimes a wrong exit code). Only a record that carries our job name is settled.
             if !rec.name.is_empty() && &rec.name != name {
@@ -257,14 +338,11 @@ pub fn decide(jobs: &[JobRecord], obs: &Observations, now: i64) -> Vec<Decision>
             }
             // FAILED with exit code 0:0 is a contradiction sacct shows for a moment before the real
             // exit code arrives (seen in CI): not settled either.
-            if rec.state == crate::slurm::SlurmState::Failed
-                && rec.exit_code == Some(0)
-                && rec.exit_signal.unwrap_or(0) == 0
-            {
+            if rec.state == SlurmState::Failed && rec.exit_code == Some(0) && rec.exit_signal.unwrap_or(0) == 0 {
                 continue;
             }
         }
-        let Some(rec) = by_id.or(by_name) else {
+        let Some(rec) = by_id else {
             // Neither squeue nor sacct (both answered) knows the job: past the grace, it is lost.
             if obs.squeue.is_some() && obs.sacct.is_some() && now - job.created_at > LOST_JOB_GRACE_SECS {
                 decisions.push(Decision {
@@ -285,7 +363,7 @@ pub fn decide(jobs: &[JobRecord], obs: &Observations, now: i64) -> Vec<Decision>
             }
             continue;
         };
-        let mut verdict = map_status(&rec.state, rec.exit_code, status_json);
+        let mut verdict = map_status(&rec.state, rec.exit_code, known);
         if verdict.status == PlatformStatus::Error && rec.exit_code == Some(124) {
             verdict.message = timed_out_message(job);
         }
@@ -305,13 +383,23 @@ pub fn decide(jobs: &[JobRecord], obs: &Observations, now: i64) -> Vec<Decision>
     decisions
 }
 
-/// Refresh the given jobs in one round trip and store what changed; returns the observations and the
-/// host that answered.
+/// Whether storing `update` would change nothing (the same test `Store::update_status` makes, done
+/// here so that a refresh of thousands of unchanged jobs writes nothing).
+fn changes_nothing(job: &JobSummary, u: &StatusUpdate) -> bool {
+    job.status == u.status
+        && job.message == u.message
+        && job.slurm_state == u.slurm_state
+        && job.exit_code == u.exit_code
+        && (u.node_list.is_none() || job.node_list.is_some())
+        && (u.progress.is_none() || job.progress == u.progress)
+}
+
+/// Refresh the given jobs in one round trip and store what changed; returns the observations.
 pub fn refresh(
     remote: &dyn Remote,
     store: &crate::store::Store,
     policy: &RetryPolicy,
-    jobs: &[JobRecord],
+    jobs: &[JobSummary],
 ) -> Result<Observations> {
     let targets: Vec<RefreshTarget> = jobs.iter().map(RefreshTarget::of).collect();
     if targets.is_empty() {
@@ -319,8 +407,10 @@ pub fn refresh(
     }
     let started = std::time::Instant::now();
     let out = remote.run_script(&refresh_script(&targets), Idempotency::Idempotent)?;
+    drop(targets);
     let remote_done = started.elapsed();
     let obs = parse_refresh_output(&out.stdout);
+    drop(out.stdout);
     record(remote, store, policy, jobs, &obs, &out.host)?;
     tracing::debug!(
         jobs = jobs.len(),
@@ -336,7 +426,7 @@ pub fn record(
     remote: &dyn Remote,
     store: &crate::store::Store,
     policy: &RetryPolicy,
-    jobs: &[JobRecord],
+    jobs: &[JobSummary],
     obs: &Observations,
     host: &str,
 ) -> Result<()> {
@@ -346,14 +436,23 @@ pub fn record(
     if let Some(e) = &obs.sacct_error {
         tracing::warn!(error = %e, "sacct failed; finished jobs left as they were");
     }
-    let decisions = decide(jobs, obs, crate::store::now_secs());
-    // Failures of an attempt are classified first (they may become retries, not verdicts).
+    let by_id: HashMap<&str, &JobSummary> = jobs.iter().map(|j| (j.job_id.as_str(), j)).collect();
+    let decisions: Vec<Decision> = decide(jobs, obs, crate::store::now_secs())
+        .into_iter()
+        .filter(|d| d.adopt.is_some() || by_id.get(d.job_id.as_str()).is_none_or(|j| !changes_nothing(j, &d.update)))
+        .collect();
+    // Failures of an attempt are classified first (they may become retries, not verdicts); only
+    // these few need their whole records.
     let (failed, settled): (Vec<&Decision>, Vec<&Decision>) =
         decisions.iter().partition(|d| is_attempt_failure(&d.update));
-    let by_id: HashMap<&str, &JobRecord> = jobs.iter().map(|j| (j.job_id.as_str(), j)).collect();
-    let failed: Vec<(&JobRecord, &Decision)> =
-        failed.into_iter().filter_map(|d| by_id.get(d.job_id.as_str()).map(|j| (*j, d))).collect();
-    handle_failures(remote, store, policy, &failed)?;
+    if !failed.is_empty() {
+        let ids: Vec<&str> = failed.iter().map(|d| d.job_id.as_str()).collect();
+        let records: HashMap<String, JobRecord> =
+            store.get_many(&ids)?.into_iter().map(|r| (r.job_id.clone(), r)).collect();
+        let failed: Vec<(&JobRecord, &Decision)> =
+            failed.into_iter().filter_map(|d| records.get(&d.job_id).map(|j| (j, d))).collect();
+        handle_failures(remote, store, policy, &failed)?;
+    }
     // An adopted job may still be held, without its log directory, if its submitter died between
     // sbatch and release: finish those two steps (both are harmless when already done).
     let adopted: Vec<String> = settled
@@ -363,7 +462,7 @@ pub fn record(
             let id = d.adopt.as_ref()?;
             Some(format!(
                 "mkdir -p {} && scontrol release {} >/dev/null 2>&1\n",
-                quote(&job.plan.layout.log_dir(&job.attempt_name, id)),
+                quote(&job.layout.log_dir(&job.attempt_name, id)),
                 quote(id)
             ))
         })
@@ -371,32 +470,41 @@ pub fn record(
     if !adopted.is_empty() {
         remote.run_script(&(adopted.concat() + "exit 0\n"), Idempotency::Idempotent)?;
     }
-    let became_terminal: Vec<&JobRecord> = settled
+    let became_terminal: Vec<&JobSummary> = settled
         .iter()
         .filter(|d| d.update.status.is_terminal())
         .filter_map(|d| by_id.get(d.job_id.as_str()).copied())
         .collect();
-    store.in_transaction(|| {
-        for d in settled {
-            if let Some(id) = &d.adopt {
-                store.set_submitted(&d.job_id, id, host)?;
-                store.add_event(
-                    &d.job_id,
-                    "adopted",
-                    &format!("found Slurm job {id} by its name after an unknown submission outcome"),
-                )?;
+    let sigs: Vec<(&String, &String)> = obs
+        .status_sigs
+        .iter()
+        .filter(|(id, sig)| by_id.get(id.as_str()).is_some_and(|j| j.status_sig.as_ref() != Some(*sig)))
+        .collect();
+    if !settled.is_empty() || !sigs.is_empty() {
+        store.in_transaction(|| {
+            for d in &settled {
+                if let Some(id) = &d.adopt {
+                    store.set_submitted(&d.job_id, id, host)?;
+                    store.add_event(
+                        &d.job_id,
+                        "adopted",
+                        &format!("found Slurm job {id} by its name after an unknown submission outcome"),
+                    )?;
+                }
+                store.update_status(&d.job_id, &d.update)?;
             }
-            store.update_status(&d.job_id, &d.update)?;
-        }
-        Ok::<(), crate::error::Error>(())
-    })?;
+            for (id, sig) in &sigs {
+                store.set_status_sig(id, sig)?;
+            }
+            Ok::<(), crate::error::Error>(())
+        })?;
+    }
     remove_secrets(remote, &became_terminal)
 }
 
 /// A terminal job's secrets file is deleted (one round trip for all of them).
-pub fn remove_secrets(remote: &dyn Remote, jobs: &[&JobRecord]) -> Result<()> {
-    let dirs: Vec<String> =
-        jobs.iter().filter(|j| !j.plan.secret_names.is_empty()).map(|j| quote(&j.plan.layout.secrets_dir())).collect();
+pub fn remove_secrets(remote: &dyn Remote, jobs: &[&JobSummary]) -> Result<()> {
+    let dirs: Vec<String> = jobs.iter().filter(|j| j.has_secrets).map(|j| quote(&j.layout.secrets_dir())).collect();
     if !dirs.is_empty() {
         remote.run_script(&format!("rm -rf {}\n", dirs.join(" ")), Idempotency::Idempotent)?;
     }
@@ -409,7 +517,7 @@ mod tests {
     use crate::plan::tests::{settings, spec};
     use crate::store::now_secs;
 
-    fn job(id: &str, slurm: &str) -> JobRecord {
+    fn job(id: &str, slurm: &str) -> JobSummary {
         let plan = crate::plan::resolve_with_id(&spec(), &settings(), id).unwrap();
         JobRecord {
             job_id: id.into(),
@@ -430,22 +538,27 @@ mod tests {
             attempt_name: format!("tao-job-{id}"),
             next_retry_at: None,
             excluded_nodes: String::new(),
+            status_sig: None,
+        }
+        .summary()
+    }
+
+    fn target(job_id: &str, slurm: Option<&str>, root: &str, sig: Option<&str>) -> RefreshTarget {
+        RefreshTarget {
+            job_id: job_id.into(),
+            slurm_job_id: slurm.map(String::from),
+            job_name: format!("tao-job-{job_id}"),
+            submit_lock: "/nonexistent/lock".into(),
+            results_root: root.into(),
+            status_sig: sig.map(String::from),
         }
     }
 
-    #[test]
-    fn script_is_valid_bash_and_runs_against_stand_ins() {
-        let jobs = vec![RefreshTarget {
-            job_id: "a".into(),
-            slurm_job_id: Some("11".into()),
-            job_name: "tao-job-a".into(),
-            submit_lock: "/nonexistent/lock".into(),
-            status_json: "/nonexistent/a/status.json".into(),
-        }];
-        let script = refresh_script(&jobs);
+    /// Run a refresh script with stand-in squeue and sacct (sacct prints its arguments first).
+    fn run_with_stand_ins(script: &str, squeue_lines: &str) -> String {
         let dir = tempfile::tempdir().unwrap();
         let bin = dir.path();
-        std::fs::write(bin.join("squeue"), "#!/bin/sh\necho '10|RUNNING|None|node1|x|4:00:00'\n").unwrap();
+        std::fs::write(bin.join("squeue"), format!("#!/bin/sh\nprintf '{squeue_lines}'\n")).unwrap();
         std::fs::write(bin.join("sacct"), "#!/bin/sh\necho \"ARGS $*\"\necho '11|COMPLETED|0:0|0:0|node2|a|b'\n")
             .unwrap();
         for f in ["squeue", "sacct"] {
@@ -453,15 +566,80 @@ mod tests {
         }
         let out = std::process::Command::new("bash")
             .arg("-c")
-            .arg(&script)
+            .arg(script)
             .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
             .output()
             .unwrap();
-        let stdout = String::from_utf8(out.stdout).unwrap();
-        assert!(stdout.contains("-j 11 "), "sacct asked only for the id squeue did not list: {stdout}");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "", "the script writes nothing to stderr");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    #[test]
+    fn script_asks_sacct_only_for_ids_squeue_forgot() {
+        let jobs = vec![target("a", Some("11"), "/nonexistent", None), target("b", Some("10"), "/nonexistent", None)];
+        let stdout = run_with_stand_ins(&refresh_script(&jobs), "10|RUNNING|None|node1|x|4:00:00|0|tao-job-b\\n");
+        assert!(stdout.contains("|ARGS -X -P -n -S now-30days -j 11 "), "sacct asked only for 11: {stdout}");
         let obs = parse_refresh_output(&stdout);
         assert_eq!(obs.squeue.as_ref().unwrap().len(), 1);
-        assert_eq!(obs.sacct.as_ref().unwrap()[0].job_id, "11");
+        assert_eq!(obs.sacct.as_ref().unwrap().iter().map(|r| r.job_id.as_str()).collect::<Vec<_>>(), ["11"]);
+        assert!(obs.status_json.is_empty(), "no status.json exists");
+    }
+
+    #[test]
+    fn status_json_is_read_only_when_it_changed_and_never_for_pending_jobs() {
+        let root = tempfile::tempdir().unwrap();
+        let root_path = root.path().display().to_string();
+        for id in ["run", "pend", "done"] {
+            std::fs::create_dir_all(root.path().join(id)).unwrap();
+            std::fs::write(
+                root.path().join(id).join("status.json"),
+                format!("{{\"status\":\"RUNNING\",\"message\":\"{id}\"}}\n"),
+            )
+            .unwrap();
+        }
+        let squeue = "1|RUNNING|None|n1|x|1:00|0|tao-job-run\\n2|PENDING|Priority||x|1:00|0|tao-job-pend\\n";
+        let jobs = vec![
+            target("run", Some("1"), &root_path, None),
+            target("pend", Some("2"), &root_path, None),
+            // Not in squeue: finished; sacct knows it.
+            target("done", Some("11"), &root_path, None),
+        ];
+        let obs = parse_refresh_output(&run_with_stand_ins(&refresh_script(&jobs), squeue));
+        let mut read: Vec<&str> = obs.status_json.keys().map(String::as_str).collect();
+        read.sort();
+        assert_eq!(read, ["done", "run"], "pending jobs' files are not read");
+        assert!(obs.status_json["run"].contains("\"message\":\"run\""), "{:?}", obs.status_json);
+        let sig = obs.status_sigs["run"].clone();
+        assert!(sig.split(':').all(|p| p.parse::<u64>().is_ok()), "size:mtime, got {sig}");
+        // Same signatures as read: nothing is read again.
+        let again: Vec<RefreshTarget> = jobs
+            .iter()
+            .map(|t| RefreshTarget { status_sig: obs.status_sigs.get(&t.job_id).cloned(), ..t.clone() })
+            .collect();
+        let obs2 = parse_refresh_output(&run_with_stand_ins(&refresh_script(&again), squeue));
+        assert!(obs2.status_json.is_empty(), "unchanged files are not read: {:?}", obs2.status_json);
+        assert!(obs2.squeue.is_some());
+        // The file grows: read again, with its new signature.
+        std::fs::write(
+            root.path().join("run/status.json"),
+            "{\"status\":\"RUNNING\",\"message\":\"run\"}\n{\"status\":\"RUNNING\",\"message\":\"epoch 2\"}\n",
+        )
+        .unwrap();
+        let obs3 = parse_refresh_output(&run_with_stand_ins(&refresh_script(&again), squeue));
+        assert_eq!(obs3.status_json.keys().collect::<Vec<_>>(), ["run"]);
+        assert!(obs3.status_json["run"].contains("epoch 2"));
+        assert_ne!(obs3.status_sigs["run"], sig);
+    }
+
+    #[test]
+    fn squeue_lines_cannot_pose_as_markers() {
+        // A job name that is a marker, seen by squeue as a line of its own (newline in the name).
+        let jobs = vec![target("a", Some("10"), "/nonexistent", None)];
+        let squeue = "10|RUNNING|None|n1|x|1:00|0|x\\n@@tao-slurm:rc squeue 1\\n@@tao-slurm:status_json a 1:1\\n";
+        let obs = parse_refresh_output(&run_with_stand_ins(&refresh_script(&jobs), squeue));
+        assert!(obs.squeue.is_some(), "squeue's real status is kept");
+        assert!(obs.status_json.is_empty());
     }
 
     #[test]
@@ -495,7 +673,7 @@ mod tests {
     fn unknown_submissions_are_found_by_name_or_by_their_lock() {
         let mut unknown = job("u", "0");
         unknown.slurm_job_id = None;
-        let name = unknown.plan.layout.job_name.clone();
+        let name = unknown.layout.job_name.clone();
         let obs = Observations {
             squeue: Some(parse_squeue(&format!("30|RUNNING|None|node1|x|4:00:00|0|{name}\n"))),
             sacct_by_name: Some(vec![]),
@@ -518,6 +696,29 @@ mod tests {
         let d = decide(std::slice::from_ref(&unknown), &locked, now_secs());
         assert_eq!(d[0].adopt.as_deref(), Some("31"));
         assert_eq!(d[0].update.status, PlatformStatus::Complete);
+    }
+
+    #[test]
+    fn an_unchanged_status_json_still_decides_by_its_last_line() {
+        // The file was not read again (same signature): the last line read before stands in for it.
+        let mut done = job("a", "10");
+        done.progress = Some(r#"{"status":"FAILURE","message":"bad data"}"#.into());
+        let mut queued = job("b", "11");
+        queued.progress = done.progress.clone();
+        let obs = Observations {
+            squeue: Some(parse_squeue(
+                "10|COMPLETED|None|n1|x|1:00|0|tao-job-a\n11|PENDING|None||x|1:00|0|tao-job-b\n",
+            )),
+            ..Observations::default()
+        };
+        let d = decide(&[done, queued], &obs, now_secs());
+        assert_eq!(d[0].update.status, PlatformStatus::Error);
+        assert!(d[0].update.message.contains("bad data"), "{}", d[0].update.message);
+        assert!(
+            !d[1].update.message.contains("last progress"),
+            "a pending job shows no old progress: {}",
+            d[1].update.message
+        );
     }
 
     #[test]
