@@ -168,17 +168,21 @@ impl Client {
 
     /// One refresh of `jobs` and whatever it makes due: classification of failures, scheduled
     /// retries, resumed submissions.
-    fn refresh_and_advance(&self, jobs: &[JobSummary]) -> Result<()> {
+    /// Refresh `jobs`, then submit any of them whose retry is due or whose submission was
+    /// interrupted. Returns the ids of the jobs whose records changed.
+    fn refresh_and_advance(&self, jobs: &[JobSummary]) -> Result<Vec<String>> {
         if jobs.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let remote = self.remote()?;
-        refresh::refresh(remote, &self.store, &self.policy(), jobs)?;
+        let mut touched = refresh::refresh(remote, &self.store, &self.policy(), jobs)?;
         // Only jobs without a Slurm job can have a retry to submit or a submission to resume.
         let ids: std::collections::HashSet<&str> = jobs.iter().map(|j| j.job_id.as_str()).collect();
         let waiting: Vec<JobRecord> =
             self.store.waiting_for_submission()?.into_iter().filter(|j| ids.contains(j.job_id.as_str())).collect();
-        retry::advance(remote, &self.store, &waiting, &|j| self.files_of(j))
+        retry::advance(remote, &self.store, &waiting, &|j| self.files_of(j))?;
+        touched.extend(waiting.into_iter().map(|j| j.job_id));
+        Ok(touched)
     }
 
     fn remote(&self) -> Result<&dyn Remote> {
@@ -360,15 +364,17 @@ impl Client {
         } else {
             ids.iter().map(|i| self.store.summary(i)).collect::<std::result::Result<_, _>>()?
         };
-        let ids: Vec<String> = jobs.iter().map(|j| j.job_id.clone()).collect();
-        let active: Vec<JobSummary> = jobs.into_iter().filter(|j| !j.status.is_terminal()).collect();
-        if !active.is_empty() {
-            self.refresh_and_advance(&active)?;
-        }
-        drop(active);
-        // Memory stays at one copy of the jobs at a time.
-        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-        Ok(self.store.summaries(&ids)?)
+        let touched = if jobs.iter().all(|j| !j.status.is_terminal()) {
+            self.refresh_and_advance(&jobs)?
+        } else {
+            let active: Vec<JobSummary> = jobs.iter().filter(|j| !j.status.is_terminal()).cloned().collect();
+            self.refresh_and_advance(&active)?
+        };
+        // Only the jobs the refresh changed are read again (usually none of thousands).
+        let ids: Vec<&str> = touched.iter().map(String::as_str).collect();
+        let fresh: std::collections::HashMap<String, JobSummary> =
+            self.store.summaries(&ids)?.into_iter().map(|j| (j.job_id.clone(), j)).collect();
+        Ok(jobs.into_iter().map(|j| fresh.get(&j.job_id).cloned().unwrap_or(j)).collect())
     }
 
     pub fn list(&self, active_only: bool) -> Result<Vec<JobView>> {

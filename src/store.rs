@@ -78,9 +78,11 @@ UPDATE jobs SET attempt_name = 'tao-job-' || job_id WHERE attempt_name = '';
 INSERT INTO attempts (job_id, number, slurm_job_name, slurm_job_id, login_host, state, exit_code, node_list, recorded_at, submitted_at)
     SELECT job_id, 1, attempt_name, slurm_job_id, login_host, slurm_state, exit_code, node_list, created_at, updated_at FROM jobs;
 "#,
-    // What a refresh and a listing need of the plan, as columns (a plan never changes after insert):
-    // refreshing thousands of jobs then never decodes their plans. And the signature of status.json
-    // when it was last read, so unchanged files are not read again.
+    // What a refresh and a listing need of the plan, as columns (a plan never changes after insert),
+    // and the spec and plan themselves moved to a table of their own: a row of `jobs` is then a few
+    // hundred bytes, where the documents (kilobytes, in overflow pages) made every scan of the active
+    // jobs read them all. Plus the signature of status.json when it was last read, so unchanged files
+    // are not read again.
     r#"
 ALTER TABLE jobs ADD COLUMN job_dir TEXT NOT NULL DEFAULT '';
 ALTER TABLE jobs ADD COLUMN image TEXT NOT NULL DEFAULT '';
@@ -100,6 +102,14 @@ UPDATE jobs SET
     timeout_seconds = json_extract(plan_json, '$.timeout_seconds'),
     timeout_runs = CASE WHEN json_extract(plan_json, '$.requeue') THEN json_extract(plan_json, '$.max_timeout_requeues') + 1 ELSE 1 END,
     has_secrets = json_array_length(plan_json, '$.secret_names') > 0;
+CREATE TABLE job_docs (
+    job_id     TEXT PRIMARY KEY REFERENCES jobs(job_id),
+    spec_json  TEXT NOT NULL,
+    plan_json  TEXT NOT NULL
+);
+INSERT INTO job_docs (job_id, spec_json, plan_json) SELECT job_id, spec_json, plan_json FROM jobs;
+ALTER TABLE jobs DROP COLUMN spec_json;
+ALTER TABLE jobs DROP COLUMN plan_json;
 "#,
 ];
 
@@ -288,14 +298,12 @@ impl Store {
         self.in_transaction(|| {
             self.conn
                 .execute(
-                    "INSERT INTO jobs (job_id, name, spec_json, plan_json, status, message, created_at, updated_at, attempt, attempt_name,
+                    "INSERT INTO jobs (job_id, name, status, message, created_at, updated_at, attempt, attempt_name,
                        job_dir, image, nodes, gpus_per_node, partition, timeout_seconds, timeout_runs, has_secrets)
-                     VALUES (?1, ?2, ?3, ?4, ?5, 'staging', ?6, ?6, 1, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                     VALUES (?1, ?2, ?3, 'staging', ?4, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
                     params![
                         job_id,
                         plan.name,
-                        spec_json,
-                        plan_json,
                         PlatformStatus::Pending.as_str(),
                         now,
                         plan.layout.job_name,
@@ -308,6 +316,12 @@ impl Store {
                         timeout_runs(plan),
                         !plan.secret_names.is_empty()
                     ],
+                )
+                .map_err(|e| self.err(e))?;
+            self.conn
+                .execute(
+                    "INSERT INTO job_docs (job_id, spec_json, plan_json) VALUES (?1, ?2, ?3)",
+                    params![job_id, spec_json, plan_json],
                 )
                 .map_err(|e| self.err(e))?;
             self.conn
@@ -732,7 +746,8 @@ fn parse_status(job_id: &str, text: &str) -> Result<PlatformStatus, StoreError> 
 }
 
 impl FromJobRow for JobRecord {
-    const SELECT: &'static str = concat!("SELECT ", common_columns!(), ", spec_json, plan_json FROM jobs");
+    const SELECT: &'static str =
+        concat!("SELECT ", common_columns!(), ", spec_json, plan_json FROM jobs JOIN job_docs USING (job_id)");
     type Raw = (Common, String, String);
     fn raw(r: &Row) -> rusqlite::Result<Self::Raw> {
         Ok((common(r)?, r.get(COMMON_COLUMNS)?, r.get(COMMON_COLUMNS + 1)?))

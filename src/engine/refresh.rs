@@ -394,16 +394,17 @@ fn changes_nothing(job: &JobSummary, u: &StatusUpdate) -> bool {
         && (u.progress.is_none() || job.progress == u.progress)
 }
 
-/// Refresh the given jobs in one round trip and store what changed; returns the observations.
+/// Refresh the given jobs in one round trip and store what changed; returns the ids of the jobs
+/// whose records it changed (often none).
 pub fn refresh(
     remote: &dyn Remote,
     store: &crate::store::Store,
     policy: &RetryPolicy,
     jobs: &[JobSummary],
-) -> Result<Observations> {
+) -> Result<Vec<String>> {
     let targets: Vec<RefreshTarget> = jobs.iter().map(RefreshTarget::of).collect();
     if targets.is_empty() {
-        return Ok(Observations::default());
+        return Ok(Vec::new());
     }
     let started = std::time::Instant::now();
     let out = remote.run_script(&refresh_script(&targets), Idempotency::Idempotent)?;
@@ -411,17 +412,18 @@ pub fn refresh(
     let remote_done = started.elapsed();
     let obs = parse_refresh_output(&out.stdout);
     drop(out.stdout);
-    record(remote, store, policy, jobs, &obs, &out.host)?;
+    let touched = record(remote, store, policy, jobs, &obs, &out.host)?;
     tracing::debug!(
         jobs = jobs.len(),
+        changed = touched.len(),
         remote_ms = remote_done.as_millis() as u64,
         total_ms = started.elapsed().as_millis() as u64,
         "refresh"
     );
-    Ok(obs)
+    Ok(touched)
 }
 
-/// Store what a refresh's observations decide.
+/// Store what a refresh's observations decide; returns the ids of the jobs it wrote.
 pub fn record(
     remote: &dyn Remote,
     store: &crate::store::Store,
@@ -429,7 +431,7 @@ pub fn record(
     jobs: &[JobSummary],
     obs: &Observations,
     host: &str,
-) -> Result<()> {
+) -> Result<Vec<String>> {
     if let Some(e) = &obs.squeue_error {
         tracing::warn!(error = %e, "squeue failed; statuses left as they were");
     }
@@ -499,7 +501,12 @@ pub fn record(
             Ok::<(), crate::error::Error>(())
         })?;
     }
-    remove_secrets(remote, &became_terminal)
+    remove_secrets(remote, &became_terminal)?;
+    let mut touched: Vec<String> = decisions.iter().map(|d| d.job_id.clone()).collect();
+    touched.extend(sigs.iter().map(|(id, _)| (*id).clone()));
+    touched.sort();
+    touched.dedup();
+    Ok(touched)
 }
 
 /// A terminal job's secrets file is deleted (one round trip for all of them).
