@@ -131,6 +131,21 @@ pub fn small_spec() -> JobSpec {
     }
 }
 
+/// A plain `ssh` to login1 through this user's ControlMaster (the one the transport opened).
+pub fn master_ssh(user: &User) -> Command {
+    let v = &user.vars;
+    let mut cmd = Command::new("ssh");
+    cmd.arg("-F")
+        .arg(&v["SSH_CONFIG"])
+        .args(["-o", "BatchMode=yes", "-o", "ControlMaster=no", "-o"])
+        .arg(format!("ControlPath={}/%C", user.control_dir().display()))
+        .arg("-i")
+        .arg(&v["SSH_KEY_PATH"])
+        .args(["-l", &v["SLURM_USER"], "-p", "2222", "127.0.0.1"]);
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
 /// Run a script as the sandbox user on login1 over plain ssh (outside the transport under test).
 pub fn ssh_script(settings: &Settings, script: &str) -> String {
     let mut child = Command::new("ssh")
@@ -349,45 +364,4 @@ pub fn attributed_logins(mark: &SshdMark, watched: &BTreeSet<(u16, u16)>) -> (us
     let all = mark.accepted();
     let ours = all.iter().filter(|c| watched.contains(c)).count();
     (ours, all.len())
-}
-
-/// Counts the `ssh ... bash -s` client processes (one per round trip) that use one control
-/// directory, by sampling /proc; round trips shorter than the sampling period can be missed.
-pub struct RoundTripWatch {
-    stop: Arc<AtomicBool>,
-    seen: Arc<Mutex<BTreeSet<u32>>>,
-    handle: Option<std::thread::JoinHandle<()>>,
-}
-
-impl RoundTripWatch {
-    pub fn start(control_dir: &Path) -> RoundTripWatch {
-        let stop = Arc::new(AtomicBool::new(false));
-        let seen = Arc::new(Mutex::new(BTreeSet::new()));
-        let needle = control_dir.display().to_string();
-        let (s, v) = (stop.clone(), seen.clone());
-        let handle = std::thread::spawn(move || {
-            while !s.load(Ordering::Relaxed) {
-                for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-                    let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
-                    if let Ok(c) = std::fs::read(e.path().join("cmdline")) {
-                        let c = String::from_utf8_lossy(&c);
-                        if c.starts_with("ssh\0") && c.contains(&needle) && c.contains("bash -s") {
-                            v.lock().unwrap().insert(pid);
-                        }
-                    }
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        });
-        RoundTripWatch { stop, seen, handle: Some(handle) }
-    }
-
-    pub fn finish(mut self) -> usize {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
-        let n = self.seen.lock().unwrap().len();
-        n
-    }
 }

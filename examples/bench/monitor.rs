@@ -10,14 +10,21 @@ fn env_secs(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-/// `trace`: log each round trip of the transport (counted afterwards in monitor.log).
-fn start_monitor(user: &User, trace: bool) -> Child {
+/// `log`: the TAO_SLURM_LOG filter (its lines are counted afterwards in monitor.log).
+fn start_monitor(user: &User, log_filter: &str) -> Child {
     let log = std::fs::File::create(user.dir.path().join("monitor.log")).unwrap();
     let mut cmd = user.cli(&["monitor"]);
-    if trace {
-        cmd.env("TAO_SLURM_LOG", "tao_slurm::remote=trace,warn");
-    }
+    cmd.env("TAO_SLURM_LOG", log_filter);
     cmd.stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap()
+}
+
+/// The `total_ms` of each refresh the monitor logged (at debug level).
+fn logged_refresh_ms(user: &User) -> Vec<f64> {
+    let text = std::fs::read_to_string(user.dir.path().join("monitor.log")).unwrap_or_default();
+    text.lines()
+        .filter(|l| l.contains(" refresh") && l.contains("total_ms="))
+        .filter_map(|l| l.split("total_ms=").nth(1)?.split_whitespace().next()?.parse().ok())
+        .collect()
 }
 
 /// Round trips the monitor logged (with `trace`).
@@ -51,7 +58,7 @@ pub fn monitor_cost() -> Value {
     sdiag_reset();
     let rpc0 = sdiag_counts();
     let t0 = Instant::now();
-    let child = start_monitor(&user, true);
+    let child = start_monitor(&user, "tao_slurm::remote=trace,warn");
     std::thread::sleep(Duration::from_secs(window));
     let rpc1 = sdiag_counts();
     let secs = t0.elapsed().as_secs_f64();
@@ -106,9 +113,9 @@ pub fn memory() -> Value {
     let t = Instant::now();
     record_jobs(&settings, &fake);
     let record_secs = t.elapsed().as_secs_f64();
-    // What one load of the records costs this process (the monitor holds several at once).
+    // What one load of the summaries costs this process (the monitor holds about two at once).
     let rss0 = vm(std::process::id()).map(|v| v.1).unwrap_or(0);
-    let loaded = tao_slurm::store::Store::open(&settings.state_path).unwrap().list(true).unwrap();
+    let loaded = tao_slurm::store::Store::open(&settings.state_path).unwrap().list_summaries(true).unwrap();
     let rss1 = vm(std::process::id()).map(|v| v.1).unwrap_or(0);
     assert_eq!(loaded.len(), JOBS);
     drop(loaded);
@@ -116,8 +123,7 @@ pub fn memory() -> Value {
     let state_mb = std::fs::metadata(&settings.state_path).map(|m| m.len()).unwrap_or(0) as f64 / 1e6;
     sdiag_reset();
     let rpc0 = sdiag_counts();
-    let ticks = RoundTripWatch::start(&user.control_dir());
-    let child = start_monitor(&user, false);
+    let child = start_monitor(&user, "tao_slurm::engine::refresh=debug,warn");
     let pid = child.id();
     let t0 = Instant::now();
     let (mut hwm, mut rss) = (0u64, 0u64);
@@ -131,7 +137,8 @@ pub fn memory() -> Value {
     let rpc1 = sdiag_counts();
     let elapsed = t0.elapsed().as_secs_f64();
     stop(child);
-    let refreshes = ticks.finish();
+    let refresh_ms = logged_refresh_ms(&user);
+    let refreshes = refresh_ms.len();
     let rpcs = rpc_delta(&rpc0, &rpc1, 1.0);
     let hwm_mb = hwm as f64 / 1024.0;
     drop(user);
@@ -144,6 +151,7 @@ pub fn memory() -> Value {
         "one_load_of_all_records_mb": load_mb,
         "vmrss_end_mb": rss as f64 / 1024.0,
         "refreshes": refreshes,
+        "refresh_ms_median": if refresh_ms.is_empty() { 0.0 } else { median(refresh_ms) },
         "rpcs_all_users": rpcs,
         "targets": [at_most("memory", "monitor peak RSS with 10,000 jobs under 50 MB", hwm_mb, 50.0, "MB")],
     })

@@ -113,10 +113,12 @@ pub fn markdown(report: &Value) -> String {
             .collect();
         table(&mut md, &["connection", "ms", "round trips", "logins (transport)", "logins (sshd log)", "runs"], rows);
         md.push_str(&format!(
-            "Floor: local `sbatch --parsable --hold --wrap true` {} ms + one warm round trip {} ms = {} ms.\n\n",
+            "Floor: local `sbatch --parsable --hold --wrap true` {} ms + one round trip on the warm master (a plain \
+             `ssh` over the ControlMaster) {} ms = {} ms. One round trip of the transport's persistent shell: {} ms.\n\n",
             f(&s["floor"]["sbatch_local_ms_median"]),
             f(&s["floor"]["round_trip_ms_median"]),
-            f(&s["floor"]["total_ms"])
+            f(&s["floor"]["total_ms"]),
+            f(&s["floor"]["session_round_trip_ms_median"])
         ));
         md.push_str(&format!(
             "Of a warm submit, the online checks (`scontrol show partition`, its own round trip) take {} ms.\n\n",
@@ -182,7 +184,7 @@ pub fn markdown(report: &Value) -> String {
                 "refresh ms",
                 "floor: local squeue, same format, ms",
                 "local squeue, short format, ms",
-                "over the master: squeue / whole remote script; one state load, ms",
+                "over the transport: squeue alone / the whole refresh script; one load of the N summaries, ms",
                 "round trips",
                 "bytes sent / received",
                 "slurmctld RPCs per refresh",
@@ -245,9 +247,9 @@ pub fn markdown(report: &Value) -> String {
             &mut md,
             &[
                 "peak RSS (VmHWM)",
-                "one load of all records (in the bench process)",
+                "one load of all summaries (in the bench process)",
                 "RSS at the last sample",
-                "refreshes seen",
+                "refreshes seen / median ms each",
                 "seconds",
                 "state file",
             ],
@@ -255,7 +257,7 @@ pub fn markdown(report: &Value) -> String {
                 format!("{} MB", f(&s["vmhwm_mb"])),
                 format!("{} MB", f(&s["one_load_of_all_records_mb"])),
                 format!("{} MB", f(&s["vmrss_end_mb"])),
-                f(&s["refreshes"]),
+                format!("{} / {}", f(&s["refreshes"]), f(&s["refresh_ms_median"])),
                 f(&s["seconds"]),
                 format!("{} MB", f(&s["state_file_mb"])),
             ]],

@@ -51,10 +51,21 @@ pub fn latency() -> Value {
         "logins_sshd_attributed": 0, "runs": LATENCY_RUNS,
     });
 
-    // Floor 1: one round trip of a trivial script on the warm master, through the library transport.
+    // Floor 1, as the issue defines it: one round trip on the warm master, i.e. one `ssh` command
+    // multiplexed over the ControlMaster the submits used.
+    let rt: Vec<f64> = (0..LATENCY_RUNS)
+        .map(|_| {
+            let t = Instant::now();
+            let out = master_ssh(&user).arg("true").output().unwrap();
+            assert!(out.status.success(), "ssh over the master: {}", String::from_utf8_lossy(&out.stderr));
+            ms(t.elapsed())
+        })
+        .collect();
+    // For comparison: one round trip of the transport's persistent shell (what each of our round
+    // trips costs once the shell runs).
     let transport = remote::connect(&user.settings()).unwrap();
     transport.run_script("true", Idempotency::Idempotent).unwrap();
-    let rt: Vec<f64> = (0..LATENCY_RUNS)
+    let session_rt: Vec<f64> = (0..LATENCY_RUNS)
         .map(|_| {
             let t = Instant::now();
             transport.run_script("true", Idempotency::Idempotent).unwrap();
@@ -66,6 +77,7 @@ pub fn latency() -> Value {
     scancel_local(&local.iter().map(|l| l.1.clone()).collect::<Vec<_>>());
     let sbatch_ms = median(local.iter().map(|l| l.0).collect());
     let rt_ms = median(rt);
+    let session_rt_ms = median(session_rt);
     drop(transport);
     drop(client);
     drop(user);
@@ -97,9 +109,10 @@ pub fn latency() -> Value {
     json!({
         "warm": warm,
         "cold": cold,
-        "floor": {"sbatch_local_ms_median": sbatch_ms, "round_trip_ms_median": rt_ms, "total_ms": floor},
+        "floor": {"sbatch_local_ms_median": sbatch_ms, "round_trip_ms_median": rt_ms, "total_ms": floor,
+                  "session_round_trip_ms_median": session_rt_ms},
         "targets": [
-            at_most("submit", "warm submit within 3x the floor (local sbatch + one round trip)", warm_ms, 3.0 * floor, "ms"),
+            at_most("submit", "warm submit within 3x the floor (local sbatch + one round trip on the warm master)", warm_ms, 3.0 * floor, "ms"),
         ],
     })
 }
