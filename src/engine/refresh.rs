@@ -11,6 +11,7 @@ use crate::slurm::{explain_pending, parse_sacct, parse_squeue, SacctRecord, Slur
 use crate::status::{last_status_line, last_status_raw, map_status, PlatformStatus};
 use crate::store::{JobRecord, JobSummary, StatusUpdate};
 use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write;
 
 use crate::slurm::query::{SACCT_FIELDS, SQUEUE_FORMAT};
 
@@ -117,16 +118,17 @@ const CHANGED_PROGRAM: &str = r#"NR == FNR { if (FNR > 1) { id[$2] = $1; old[$2]
 pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
     // The job list travels as a heredoc, which bash reads far faster than words of a command.
     let mut roots: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut list = String::new();
+    let mut list = String::with_capacity(jobs.len() * 64);
     for job in jobs {
         let next = roots.len();
         let root = *roots.entry(job.results_root.as_str()).or_insert(next);
-        list.push_str(&format!(
-            "J\t{}\t{}\t{root}\t{}\n",
+        let _ = writeln!(
+            list,
+            "J\t{}\t{}\t{root}\t{}",
             job.slurm_job_id.as_deref().unwrap_or("-"),
             job.job_id,
             job.status_sig.as_deref().unwrap_or("-")
-        ));
+        );
     }
     let mut roots_list = String::new();
     for (root, i) in &roots {

@@ -142,7 +142,7 @@ impl Session {
                         String::from_utf8_lossy(&out[at + EXIT_MARK.len()..out.len() - end.len()]).into_owned();
                     if let Ok(exit_code) = rc_text.trim().parse() {
                         out.truncate(at);
-                        let stderr = self.take_stderr(&nonce)?;
+                        let stderr = self.take_stderr(&nonce);
                         return Ok(Reply { exit_code, stdout: String::from_utf8_lossy(&out).into_owned(), stderr });
                     }
                 }
@@ -151,17 +151,20 @@ impl Session {
     }
 
     /// This call's standard error: everything up to its end mark (which follows the exit trailer).
-    fn take_stderr(&self, nonce: &str) -> Result<String, CallError> {
+    /// If the shell ends before the mark arrives, what came is all there is (the script did finish:
+    /// its trailer arrived) and the session is not used again.
+    fn take_stderr(&mut self, nonce: &str) -> String {
         let mark = format!("@@tao-slurm:end {nonce}\n");
         let mut state = self.stderr.state.lock().unwrap();
         loop {
             if let Some(at) = find_last(&state.0, mark.as_bytes()) {
                 let text = String::from_utf8_lossy(&state.0[..at]).into_owned();
                 state.0.drain(..at + mark.len());
-                return Ok(text);
+                return text;
             }
             if state.1 {
-                return Err(CallError::Lost(String::from_utf8_lossy(&state.0).into_owned()));
+                self.broken = true;
+                return String::from_utf8_lossy(&std::mem::take(&mut state.0)).into_owned();
             }
             state = self.stderr.ready.wait_timeout(state, Duration::from_secs(30)).unwrap().0;
         }
