@@ -198,6 +198,42 @@ pub fn record_jobs(settings: &Settings, slurm_ids: &[String]) -> Vec<String> {
     ids
 }
 
+/// Wait (up to `limit`) until the controller lists no job of the sandbox user, finished ones included:
+/// cancelled jobs of an earlier section linger for a while and would be counted by every `squeue`.
+/// Returns how many were still listed at the end.
+pub fn wait_for_empty_queue(settings: &Settings, limit: Duration) -> usize {
+    let user = settings.slurm_user.clone().unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        let out = local_slurm("squeue").args(["-h", "-u", &user, "-t", "all", "-o", "%i"]).output().unwrap();
+        let n = String::from_utf8_lossy(&out.stdout).lines().count();
+        if n == 0 || start.elapsed() > limit {
+            if n > 0 {
+                eprintln!("bench: {n} jobs of {user} still listed after {} s", limit.as_secs());
+            }
+            return n;
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+/// Wait (up to `limit`) until slurmctld has no agent work queued (records of new jobs on their way to
+/// slurmdbd, RPCs to the nodes): until then every query of the controller is slower.
+pub fn wait_for_idle_controller(limit: Duration) {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        let out = local_slurm("sdiag").output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let queued = |name: &str| {
+            text.lines().find(|l| l.starts_with(name)).and_then(|l| l.split(':').nth(1)).map(|v| v.trim() != "0")
+        };
+        if queued("Agent queue size") != Some(true) && queued("DBD Agent queue size") != Some(true) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 /// One `scancel` of these jobs, as the sandbox user.
 pub fn scancel_remote(settings: &Settings, ids: &[String]) {
     if !ids.is_empty() {

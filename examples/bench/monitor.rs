@@ -51,6 +51,7 @@ pub fn monitor_cost() -> Value {
     // The default ControlPersist (1800 s), as a user would have it.
     let user = User::new(None);
     let settings = user.settings();
+    wait_for_empty_queue(&settings, Duration::from_secs(300));
     let slurm_ids = held_jobs(&settings, JOBS);
     record_jobs(&settings, &slurm_ids);
     let mark = SshdMark::now();

@@ -10,7 +10,7 @@ use tao_slurm::slurm::query::SQUEUE_FORMAT;
 use tao_slurm::store::Store;
 use tao_slurm::Client;
 
-const RUNS: usize = 5;
+const RUNS: usize = 7;
 pub const SIZES: [usize; 4] = [1, 100, 1000, 5000];
 
 fn local_squeue(args: &[&str]) -> f64 {
@@ -28,15 +28,20 @@ pub fn refresh() -> Value {
     let mut all_ids: Vec<String> = Vec::new();
     let mut rows = Vec::new();
     let slurm_user = settings.slurm_user.clone().unwrap();
+    let leftover = wait_for_empty_queue(&settings, std::time::Duration::from_secs(300));
     for n in SIZES {
         let add = held_jobs(&settings, n - all_ids.len());
         record_jobs(&settings, &add);
         all_ids.extend(add);
-        // Warm: the master is up and the first refresh has stored the jobs' pending state.
+        // Warm: the master is up and the first refresh has stored the jobs' pending state. Then wait
+        // until the controller has settled (it sends the new jobs' records to slurmdbd for a while,
+        // which slows every squeue): floor and refresh are timed under the same conditions.
         assert_eq!(client.refresh(&[]).unwrap().len(), n);
+        wait_for_idle_controller(std::time::Duration::from_secs(60));
         let before = client.transport_stats();
         sdiag_reset();
         let rpc_before = sdiag_counts();
+        // These runs are counted (round trips, bytes, RPCs); the timed ones follow, interleaved.
         let mut times = Vec::new();
         for _ in 0..RUNS {
             let t = Instant::now();
@@ -47,38 +52,41 @@ pub fn refresh() -> Value {
         }
         let rpc_after = sdiag_counts();
         let after = client.transport_stats();
-        // Floor: one squeue of all the user's jobs on the login node itself, with the same fields.
-        let floor: Vec<f64> =
-            (0..RUNS).map(|_| local_squeue(&["-u", &slurm_user, "-t", "all", "-h", "-O", SQUEUE_FORMAT])).collect();
-        let short: Vec<f64> = (0..RUNS).map(|_| local_squeue(&["-h", "-o", "%i|%T|%r"])).collect();
         let rpcs = rpc_delta(&rpc_before, &rpc_after, RUNS as f64);
-        // Where the time goes: the same remote script alone, squeue alone (both over the same master),
-        // and one load of the N records from the state file.
+        // Where the time goes: the same remote script alone, squeue alone (both over the same
+        // transport), one load of the N summaries; and the floor, one squeue of all the user's jobs on
+        // the login node itself with the same fields. Each run times all of them in turn, so that a
+        // drift of the shared machine affects them alike.
         let store = Store::open(&settings.state_path).unwrap();
-        let t = Instant::now();
         let jobs = store.list_summaries(true).unwrap();
-        let list_ms = ms(t.elapsed());
         let targets: Vec<RefreshTarget> = jobs.iter().map(RefreshTarget::of).collect();
         let script = refresh_script(&targets);
+        let squeue_alone = format!("squeue --me -t all -h -O '{SQUEUE_FORMAT}' >/dev/null");
         let transport = remote::connect(&settings).unwrap();
-        let remote_ms = |script: &str| {
-            transport.run_script(script, Idempotency::Idempotent).unwrap();
-            median(
-                (0..RUNS)
-                    .map(|_| {
-                        let t = Instant::now();
-                        transport.run_script(script, Idempotency::Idempotent).unwrap();
-                        ms(t.elapsed())
-                    })
-                    .collect(),
-            )
+        transport.run_script(&script, Idempotency::Idempotent).unwrap();
+        let timed = |f: &mut dyn FnMut()| {
+            let t = Instant::now();
+            f();
+            ms(t.elapsed())
         };
-        let script_ms = remote_ms(&script);
-        let squeue_ms = remote_ms(&format!("squeue --me -t all -h -O '{SQUEUE_FORMAT}' >/dev/null"));
+        let (mut floor, mut short, mut script_ms, mut squeue_ms, mut list_ms, mut again) =
+            (vec![], vec![], vec![], vec![], vec![], vec![]);
+        for _ in 0..RUNS {
+            floor.push(local_squeue(&["-u", &slurm_user, "-t", "all", "-h", "-O", SQUEUE_FORMAT]));
+            short.push(local_squeue(&["-h", "-o", "%i|%T|%r"]));
+            script_ms.push(timed(&mut || drop(transport.run_script(&script, Idempotency::Idempotent).unwrap())));
+            squeue_ms.push(timed(&mut || drop(transport.run_script(&squeue_alone, Idempotency::Idempotent).unwrap())));
+            list_ms.push(timed(&mut || assert_eq!(store.list_summaries(true).unwrap().len(), n)));
+            again.push(timed(&mut || assert_eq!(client.refresh(&[]).unwrap().len(), n)));
+        }
+        let script_ms = median(script_ms);
+        let squeue_ms = median(squeue_ms);
+        let list_ms = median(list_ms);
         rows.push(json!({
             "jobs": n,
-            "refresh_ms_median": median(times.clone()),
-            "refresh_ms_all": times,
+            "refresh_ms_median": median(again.clone()),
+            "refresh_ms_all": again,
+            "refresh_ms_counted_runs": times,
             "floor_squeue_ms_median": median(floor),
             "floor_squeue_short_ms_median": median(short),
             "round_trips_per_refresh": (after.round_trips - before.round_trips) as f64 / RUNS as f64,
@@ -114,5 +122,5 @@ pub fn refresh() -> Value {
         rpc(first),
         "RPCs",
     ));
-    json!({"rows": rows, "targets": targets})
+    json!({"rows": rows, "targets": targets, "jobs_of_others_listed_at_start": leftover})
 }
