@@ -207,3 +207,66 @@ fn auxiliary_inputs_are_fetched_in_the_job_with_secret_credentials_and_a_size_ca
     assert!(v["message"].as_str().unwrap().contains("more than the 1000-byte cap"), "{v}");
     let _ = std::fs::remove_file(&log);
 }
+
+#[test]
+fn jobs_sharing_an_auxiliary_input_fetch_it_once_and_a_stale_lock_is_broken() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let log = std::path::PathBuf::from(format!("/tmp/tao-slurm-aws-shared-{}.log", std::process::id()));
+    std::fs::write(&log, "").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o666)).unwrap();
+    // Each download takes 8 s: the second job starts while the first one is fetching.
+    let _hooks = EnrootHooks::set(&format!("AWS_FAKE_LOG={}\nAWS_FAKE_SIZE=64\nAWS_FAKE_DELAY=8\n", log.display()));
+    let mut env = Env::new();
+    env.vars.insert("AWS_ACCESS_KEY_ID".into(), "AKIASHARED".into());
+    env.vars.insert("AWS_SECRET_ACCESS_KEY".into(), "shared/secret".into());
+    let uri = format!("s3://shared-{}/ckpt.pth", std::process::id());
+    let input = format!("model.pretrained={uri}");
+    let args = [
+        "--image",
+        "ubuntu:22.04",
+        "--gpus",
+        "0",
+        "--secret-env",
+        "AWS_ACCESS_KEY_ID",
+        "--secret-env",
+        "AWS_SECRET_ACCESS_KEY",
+        "--input",
+        &input,
+        "--shell",
+        "--",
+        "cat \"$TAO_SPECS_FILE\"",
+    ];
+    let jobs: Vec<String> = (0..2).map(|_| env.submit(&args).0).collect();
+    let fetches =
+        || std::fs::read_to_string(&log).unwrap().lines().filter(|l| l.contains(&format!("aws s3 cp {uri}"))).count();
+    let mut stderr_of = Vec::new();
+    for job in &jobs {
+        let v = env.wait_terminal(job, Duration::from_secs(180));
+        assert_eq!(v["status"], "Complete", "{v}");
+        let logs = env.json(&["logs", job, "--json"]);
+        stderr_of.push(logs["stderr"].as_str().unwrap().to_string());
+    }
+    assert_eq!(fetches(), 1, "two jobs sharing an input download it once: {}", std::fs::read_to_string(&log).unwrap());
+    assert!(
+        stderr_of.iter().any(|e| e.contains("waiting for another job fetching")),
+        "one job waited for the other: {stderr_of:?}"
+    );
+    let logs = env.json(&["logs", &jobs[0], "--json"]);
+    let specs: serde_json::Value =
+        serde_json::from_str(logs["stdout"].as_str().unwrap().lines().next().unwrap()).unwrap();
+    let object = std::path::PathBuf::from(specs["model"]["pretrained"].as_str().unwrap());
+    assert_eq!(std::fs::metadata(&object).unwrap().len(), 64);
+
+    // The fetcher died long ago holding the lock (its node crashed): the next job breaks the lock.
+    let dir = object.parent().unwrap().display().to_string();
+    env.ssh(&format!("rm -rf '{dir}' && mkdir '{dir}.lock' && touch -d '3 hours ago' '{dir}.lock'"));
+    let job = env.submit(&args).0;
+    let v = env.wait_terminal(&job, Duration::from_secs(180));
+    assert_eq!(v["status"], "Complete", "{v}");
+    let logs = env.json(&["logs", &job, "--json"]);
+    assert!(logs["stderr"].as_str().unwrap().contains("removing the stale fetch lock"), "{logs}");
+    assert_eq!(fetches(), 2);
+    assert!(!std::path::Path::new(&format!("{dir}.lock")).exists(), "the lock is released");
+    let _ = std::fs::remove_file(&log);
+}

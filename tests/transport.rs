@@ -132,3 +132,52 @@ fn an_unknown_submission_is_found_by_its_name_and_never_resubmitted() {
     assert!(events.as_array().unwrap().iter().any(|e| e["kind"] == "adopted"), "{events}");
     assert_eq!(env.slurm_jobs_named(&plan.layout.job_name), vec![slurm_id], "one Slurm job for the name, never two");
 }
+
+/// Logins accepted with this key fingerprint, per sshd log (in the order of SANDBOX_SSHD_LOGS).
+fn logins_per_host(fingerprint: &str) -> Vec<usize> {
+    common::sandbox_settings()["SANDBOX_SSHD_LOGS"]
+        .split(',')
+        .map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .filter(|l| l.contains("Accepted publickey for") && l.contains(fingerprint))
+                .count()
+        })
+        .collect()
+}
+
+#[test]
+fn a_login_host_behind_a_jump_host_is_reached_through_the_users_ssh_config() {
+    let mut env = Env::isolated();
+    let fingerprint = env.use_own_key();
+    let key = env.vars["SSH_KEY_PATH"].clone();
+    let known = sandbox_dir().join("ssh/known_hosts");
+    // The user's own ssh_config: the login host (port 2223) is reached only through a jump host
+    // (port 2222), as on sites whose login nodes sit behind a bastion.
+    let config = env.dir.path().join("ssh_config");
+    std::fs::write(
+        &config,
+        format!(
+            "Host behind-the-bastion\n    HostName 127.0.0.1\n    Port 2223\n    ProxyJump bastion\n\
+             Host bastion\n    HostName 127.0.0.1\n    Port 2222\n\
+             Host *\n    User slurmuser\n    IdentityFile {key}\n    IdentitiesOnly yes\n    UserKnownHostsFile {}\n    \
+             GlobalKnownHostsFile /dev/null\n    StrictHostKeyChecking yes\n    BatchMode yes\n",
+            known.display()
+        ),
+    )
+    .unwrap();
+    env.vars.insert("SSH_CONFIG".into(), config.display().to_string());
+    env.vars.insert("SLURM_HOSTNAME".into(), "behind-the-bastion".into());
+    let before = logins_per_host(&fingerprint);
+    let out = env.run(&["check-path", "/tmp", "/nonexistent-tao-path"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("/nonexistent-tao-path"), "{text}");
+    assert!(out.status.code() != Some(4), "connected: {text}");
+    let after = logins_per_host(&fingerprint);
+    let delta: Vec<usize> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    assert_eq!(delta, vec![1, 1], "one login to the bastion, one through it to the login host: {text}");
+    // The commands ran on the login host behind it: its sshd saw the session, the jump host only a tunnel.
+    let v = env.json(&["preflight", "--json"]);
+    assert!(v.to_string().contains("behind-the-bastion"), "{v}");
+}

@@ -172,11 +172,14 @@ fn write_body(s: &mut String, plan: &Plan) {
 
 /// Auxiliary inputs are fetched once into their cache directory (credentials come from the secret
 /// environment sourced above), under a time limit and a size cap; a failure ends the job before the
-/// command starts.
+/// command starts. Jobs that share an input take turns: a lock directory (`mkdir` is atomic on shared
+/// filesystems, where `flock` may not be) admits one fetcher; the others wait for its completion mark,
+/// or take over if it failed, or break its lock once it is older than the fetch time limit allows.
 fn write_fetches(s: &mut String, plan: &Plan) {
     for f in &plan.fetches {
         let rest = f.uri.split_once("://").map(|(_, r)| r).unwrap_or(&f.uri);
         let dir = quote(&f.dir);
+        let lock = quote(&format!("{}.lock", f.dir));
         let command = match f.scheme.as_str() {
             "s3" if f.path != f.dir => format!("aws s3 cp {} {}", quote(&f.uri), quote(&f.path)),
             "s3" => format!("aws s3 sync {} {dir}", quote(&f.uri)),
@@ -185,21 +188,42 @@ fn write_fetches(s: &mut String, plan: &Plan) {
             _ => format!("ngc registry model download-version {} --dest {dir}", quote(rest)),
         };
         let uri = quote(&f.uri);
+        let stale_after = plan.aux_timeout_minutes + 5;
         let _ = writeln!(s, "if [ ! -f {dir}/.tao-complete ]; then");
-        let _ = writeln!(s, "  echo \"tao-slurm: fetching \"{uri}\" into {}\" >&2", f.dir);
-        let _ = writeln!(s, "  rm -rf {dir} && mkdir -p {dir} || exit 86");
+        let _ = writeln!(s, "  owned=0; said=0");
+        let _ = writeln!(s, "  while [ ! -f {dir}/.tao-complete ]; do");
+        let _ =
+            writeln!(s, "    if mkdir -p \"$(dirname {lock})\" && mkdir {lock} 2>/dev/null; then owned=1; break; fi");
         let _ = writeln!(
             s,
-            "  timeout {}m {command} </dev/null >&2 || {{ echo \"tao-slurm: fetching \"{uri}\" failed\" >&2; rm -rf {dir}; exit 86; }}",
+            "    if [ -n \"$(find {lock} -maxdepth 0 -mmin +{stale_after} 2>/dev/null)\" ]; then echo \"tao-slurm: removing the stale fetch lock {}\" >&2; rm -rf {lock}; continue; fi",
+            f.dir
+        );
+        let _ = writeln!(
+            s,
+            "    [ \"$said\" = 1 ] || echo \"tao-slurm: waiting for another job fetching \"{uri}\" into {}\" >&2; said=1",
+            f.dir
+        );
+        let _ = writeln!(s, "    sleep 5");
+        let _ = writeln!(s, "  done");
+        let _ = writeln!(s, "  if [ \"$owned\" = 1 ] && [ ! -f {dir}/.tao-complete ]; then");
+        let _ = writeln!(s, "    echo \"${{SLURM_JOB_ID:-?}} $(hostname)\" > {lock}/owner");
+        let _ = writeln!(s, "    echo \"tao-slurm: fetching \"{uri}\" into {}\" >&2", f.dir);
+        let _ = writeln!(s, "    rm -rf {dir} && mkdir -p {dir} || {{ rm -rf {lock}; exit 86; }}");
+        let _ = writeln!(
+            s,
+            "    timeout {}m {command} </dev/null >&2 || {{ echo \"tao-slurm: fetching \"{uri}\" failed\" >&2; rm -rf {dir} {lock}; exit 86; }}",
             plan.aux_timeout_minutes
         );
-        let _ = writeln!(s, "  size=\"$(du -sb {dir} | cut -f1)\"");
+        let _ = writeln!(s, "    size=\"$(du -sb {dir} | cut -f1)\"");
         let _ = writeln!(
             s,
-            "  if [ \"$size\" -gt {cap} ]; then rm -rf {dir}; echo \"tao-slurm: \"{uri}\" is $size bytes, more than the {cap}-byte cap for auxiliary inputs; put large inputs on the shared filesystem (lustre://)\" >&2; exit 87; fi",
+            "    if [ \"$size\" -gt {cap} ]; then rm -rf {dir} {lock}; echo \"tao-slurm: \"{uri}\" is $size bytes, more than the {cap}-byte cap for auxiliary inputs; put large inputs on the shared filesystem (lustre://)\" >&2; exit 87; fi",
             cap = plan.aux_max_bytes
         );
-        let _ = writeln!(s, "  touch {dir}/.tao-complete");
+        let _ = writeln!(s, "    touch {dir}/.tao-complete");
+        let _ = writeln!(s, "  fi");
+        let _ = writeln!(s, "  if [ \"$owned\" = 1 ]; then rm -rf {lock}; fi");
         let _ = writeln!(s, "fi");
     }
 }
