@@ -11,7 +11,7 @@ use crate::remote::{self, Remote};
 use crate::script;
 use crate::spec::{JobSpec, SecretValues};
 use crate::status::PlatformStatus;
-use crate::store::{JobRecord, JobSummary, Store};
+use crate::store::{ChangeToken, JobRecord, JobSummary, Store};
 use serde::Serialize;
 use std::sync::OnceLock;
 
@@ -138,12 +138,16 @@ pub struct Client {
     settings: Settings,
     store: Store,
     remote: OnceLock<Box<dyn Remote>>,
+    /// The active jobs as this client last loaded and refreshed them, valid while nobody (this client
+    /// included) has changed the state file since: a long-lived client (the monitor, a service)
+    /// refreshing thousands of jobs does not read them all again each time.
+    active: std::sync::Mutex<Option<(ChangeToken, Vec<JobSummary>)>>,
 }
 
 impl Client {
     pub fn new(settings: Settings) -> Result<Client> {
         let store = Store::open(&settings.state_path)?;
-        Ok(Client { settings, store, remote: OnceLock::new() })
+        Ok(Client { settings, store, remote: OnceLock::new(), active: std::sync::Mutex::new(None) })
     }
 
     pub fn settings(&self) -> &Settings {
@@ -354,16 +358,18 @@ impl Client {
 
     /// Refresh every given job (all active ones when `ids` is empty) in one round trip.
     pub fn refresh(&self, ids: &[String]) -> Result<Vec<JobView>> {
+        if ids.is_empty() {
+            return self.refresh_active(|jobs| jobs.iter().map(JobView::from).collect());
+        }
         Ok(self.refresh_summaries(ids)?.iter().map(JobView::from).collect())
     }
 
     /// [`Client::refresh`], returning the jobs' summaries (the monitor follows thousands this way).
     pub fn refresh_summaries(&self, ids: &[String]) -> Result<Vec<JobSummary>> {
-        let jobs: Vec<JobSummary> = if ids.is_empty() {
-            self.store.list_summaries(true)?
-        } else {
-            ids.iter().map(|i| self.store.summary(i)).collect::<std::result::Result<_, _>>()?
-        };
+        if ids.is_empty() {
+            return self.refresh_active(<[JobSummary]>::to_vec);
+        }
+        let jobs: Vec<JobSummary> = ids.iter().map(|i| self.store.summary(i)).collect::<std::result::Result<_, _>>()?;
         let touched = if jobs.iter().all(|j| !j.status.is_terminal()) {
             self.refresh_and_advance(&jobs)?
         } else {
@@ -375,6 +381,38 @@ impl Client {
         let fresh: std::collections::HashMap<String, JobSummary> =
             self.store.summaries(&ids)?.into_iter().map(|j| (j.job_id.clone(), j)).collect();
         Ok(jobs.into_iter().map(|j| fresh.get(&j.job_id).cloned().unwrap_or(j)).collect())
+    }
+
+    /// Refresh every active job and hand the result (those that just ended included) to `f`. The
+    /// jobs come from the cache when the state file has not changed since it was filled.
+    fn refresh_active<R>(&self, f: impl FnOnce(&[JobSummary]) -> R) -> Result<R> {
+        let mut cache = self.active.lock().unwrap_or_else(|e| e.into_inner());
+        let before = self.store.change_token()?;
+        let mut jobs = match cache.take() {
+            Some((token, jobs)) if token == before => jobs,
+            _ => self.store.list_summaries(true)?,
+        };
+        let touched = self.refresh_and_advance(&jobs)?;
+        // Only the jobs the refresh changed are read again (usually none of thousands).
+        if !touched.is_empty() {
+            let ids: Vec<&str> = touched.iter().map(String::as_str).collect();
+            let mut fresh: std::collections::HashMap<String, JobSummary> =
+                self.store.summaries(&ids)?.into_iter().map(|j| (j.job_id.clone(), j)).collect();
+            for job in &mut jobs {
+                if let Some(f) = fresh.remove(&job.job_id) {
+                    *job = f;
+                }
+            }
+        }
+        let result = f(&jobs);
+        // Kept only if no other connection committed meanwhile (its change could be missing here);
+        // this client's own writes are in `jobs` already.
+        let after = self.store.change_token()?;
+        if after.others == before.others {
+            jobs.retain(|j| !j.status.is_terminal());
+            *cache = Some((after, jobs));
+        }
+        Ok(result)
     }
 
     pub fn list(&self, active_only: bool) -> Result<Vec<JobView>> {

@@ -247,6 +247,15 @@ pub struct StatusUpdate {
     pub progress: Option<String>,
 }
 
+/// See [`Store::change_token`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChangeToken {
+    /// Changes when another connection commits.
+    pub others: i64,
+    /// Rows this connection has written.
+    pub ours: u64,
+}
+
 pub struct Store {
     conn: Connection,
     path: String,
@@ -661,6 +670,13 @@ impl Store {
         self.rows(&list_tail(active_only), [])
     }
 
+    /// A value that differs whenever the state may have changed since it was last taken: a commit by
+    /// any other connection (`PRAGMA data_version`, other processes included) or a write by this one.
+    pub fn change_token(&self) -> Result<ChangeToken, StoreError> {
+        let others: i64 = self.conn.pragma_query_value(None, "data_version", |r| r.get(0)).map_err(|e| self.err(e))?;
+        Ok(ChangeToken { others, ours: self.conn.total_changes() })
+    }
+
     /// Remember the signature of a job's status.json as it was just read.
     pub fn set_status_sig(&self, job_id: &str, sig: &str) -> Result<(), StoreError> {
         self.conn
@@ -937,5 +953,23 @@ mod tests {
         assert_eq!(store.list_summaries(true).unwrap().len(), 2);
         store.set_status_sig(&id, "12:34").unwrap();
         assert_eq!(store.summary(&id).unwrap().status_sig.as_deref(), Some("12:34"));
+    }
+
+    #[test]
+    fn the_change_token_moves_with_any_write_by_this_or_another_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let ours = Store::open(&path).unwrap();
+        let other = Store::open(&path).unwrap();
+        let t0 = ours.change_token().unwrap();
+        assert_eq!(ours.change_token().unwrap(), t0, "nothing changed");
+        let plan = crate::plan::resolve(&spec(), &settings()).unwrap();
+        other.insert_job("{}", &plan).unwrap();
+        let t1 = ours.change_token().unwrap();
+        assert_ne!(t1.others, t0.others, "another connection committed");
+        ours.set_status_sig(&plan.layout.job_id, "1:2").unwrap();
+        let t2 = ours.change_token().unwrap();
+        assert_eq!(t2.others, t1.others);
+        assert_ne!(t2.ours, t1.ours, "this connection wrote");
     }
 }

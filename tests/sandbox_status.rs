@@ -51,9 +51,26 @@ fn two_hundred_active_jobs_are_refreshed_in_one_round_trip() {
         store.insert_job("{}", p).unwrap();
         store.set_submitted(&p.layout.job_id, id, "sandbox-login1").unwrap();
     }
-    let client = tao_slurm::Client::new(settings).unwrap();
+    let client = tao_slurm::Client::new(settings.clone()).unwrap();
     let views = client.refresh(&[]).unwrap();
     let stats = client.transport_stats();
+
+    // The client keeps the active jobs between refreshes, yet sees what another process recorded
+    // meanwhile (here: another connection to the state file) and its own writes.
+    let late = tao_slurm::plan::resolve(&spec, &settings).unwrap();
+    let late_slurm =
+        env.ssh(&format!("sbatch --parsable --hold -o /dev/null --job-name={} --wrap true\n", late.layout.job_name));
+    store.insert_job("{}", &late).unwrap();
+    store.set_submitted(&late.layout.job_id, late_slurm.trim(), "sandbox-login1").unwrap();
+    let seen = client.refresh(&[]).unwrap();
+    assert_eq!(seen.len(), 201, "a job recorded by another process is refreshed too");
+    assert!(seen.iter().any(|v| v.job_id == late.layout.job_id && v.message.contains("JobHeldUser")));
+    assert_eq!(client.refresh(&[]).unwrap().len(), 201, "unchanged state: the same jobs");
+    client.cancel_jobs(std::slice::from_ref(&late.layout.job_id)).unwrap();
+    let after_cancel = client.refresh(&[]).unwrap();
+    assert_eq!(after_cancel.len(), 200, "a job this client cancelled is no longer active");
+    assert!(!after_cancel.iter().any(|v| v.job_id == late.layout.job_id));
+
     env.ssh(&format!("scancel {}\n", ids.join(" ")));
     assert_eq!(views.len(), 200);
     assert_eq!(stats.round_trips, 1, "{stats:?}");
