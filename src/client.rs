@@ -185,7 +185,7 @@ impl Client {
         let waiting: Vec<JobRecord> =
             self.store.waiting_for_submission()?.into_iter().filter(|j| ids.contains(j.job_id.as_str())).collect();
         retry::advance(remote, &self.store, &waiting, &|j| self.files_of(j))?;
-        touched.extend(waiting.into_iter().map(|j| j.job_id));
+        touched.extend(waiting.into_iter().map(|j| j.summary.job_id));
         Ok(touched)
     }
 
@@ -288,9 +288,9 @@ impl Client {
                 let job = self.store.get(&plan.layout.job_id)?;
                 let _ = refresh::refresh(self.remote()?, &self.store, &self.policy(), &[job.summary()]);
                 let job = self.store.get(&plan.layout.job_id)?;
-                match (job.slurm_job_id, job.login_host) {
+                match (job.summary.slurm_job_id, job.summary.login_host) {
                     (Some(slurm_job_id), Some(login_host)) => Ok(Submitted {
-                        job_id: job.job_id,
+                        job_id: job.summary.job_id,
                         slurm_job_id,
                         login_host,
                         job_dir: plan.layout.job_dir.clone(),
@@ -448,7 +448,7 @@ impl Client {
         on_chunk: &mut dyn FnMut(&logs::Chunk),
     ) -> Result<JobView> {
         let mut cursor = logs::FollowCursor::default();
-        let job_id = self.store.get(id)?.job_id;
+        let job_id = self.store.get(id)?.summary.job_id;
         loop {
             let job = self.store.get(&job_id)?;
             let was_terminal = job.status.is_terminal();

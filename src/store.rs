@@ -133,32 +133,26 @@ pub struct AttemptRecord {
     pub ended_at: Option<i64>,
 }
 
+/// A job as stored: its summary plus the spec and plan documents, which only submissions, retries
+/// and staging read. It dereferences to the summary, whose fields it has.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobRecord {
-    pub job_id: String,
-    pub name: Option<String>,
+    pub summary: JobSummary,
     pub spec_json: String,
     pub plan: Plan,
-    pub status: PlatformStatus,
-    pub message: String,
-    pub slurm_job_id: Option<String>,
-    pub slurm_state: Option<String>,
-    pub exit_code: Option<i32>,
-    pub node_list: Option<String>,
-    pub login_host: Option<String>,
-    pub created_at: i64,
-    pub updated_at: i64,
-    /// The last line of the container's status.json (JSON), when there is one.
-    pub progress: Option<String>,
-    /// The current attempt (1 + retries so far) and its Slurm job name.
-    pub attempt: u32,
-    pub attempt_name: String,
-    /// When a scheduled retry becomes due (None when none is scheduled).
-    pub next_retry_at: Option<i64>,
-    /// Nodes the current attempt was submitted with `--exclude` of.
-    pub excluded_nodes: String,
-    /// `size:mtime` of status.json when it was last read.
-    pub status_sig: Option<String>,
+}
+
+impl std::ops::Deref for JobRecord {
+    type Target = JobSummary;
+    fn deref(&self) -> &JobSummary {
+        &self.summary
+    }
+}
+
+impl std::ops::DerefMut for JobRecord {
+    fn deref_mut(&mut self) -> &mut JobSummary {
+        &mut self.summary
+    }
 }
 
 /// What listing, refreshing and showing a job need: everything but its spec and whole plan, which
@@ -176,10 +170,14 @@ pub struct JobSummary {
     pub login_host: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
+    /// The last line of the container's status.json (JSON), when there is one.
     pub progress: Option<String>,
+    /// The current attempt (1 + retries so far) and its Slurm job name.
     pub attempt: u32,
     pub attempt_name: String,
+    /// When a scheduled retry becomes due (None when none is scheduled).
     pub next_retry_at: Option<i64>,
+    /// Nodes the current attempt was submitted with `--exclude` of.
     pub excluded_nodes: String,
     pub layout: Layout,
     pub image: String,
@@ -205,33 +203,7 @@ fn timeout_runs(plan: &Plan) -> u32 {
 
 impl JobRecord {
     pub fn summary(&self) -> JobSummary {
-        JobSummary {
-            job_id: self.job_id.clone(),
-            name: self.name.clone(),
-            status: self.status,
-            message: self.message.clone(),
-            slurm_job_id: self.slurm_job_id.clone(),
-            slurm_state: self.slurm_state.clone(),
-            exit_code: self.exit_code,
-            node_list: self.node_list.clone(),
-            login_host: self.login_host.clone(),
-            created_at: self.created_at,
-            updated_at: self.updated_at,
-            progress: self.progress.clone(),
-            attempt: self.attempt,
-            attempt_name: self.attempt_name.clone(),
-            next_retry_at: self.next_retry_at,
-            excluded_nodes: self.excluded_nodes.clone(),
-            layout: self.plan.layout.clone(),
-            image: self.plan.image.pyxis.clone(),
-            nodes: self.plan.resources.nodes,
-            gpus_per_node: self.plan.resources.gpus_per_node,
-            partition: self.plan.partition.clone(),
-            timeout_seconds: self.plan.timeout_seconds,
-            timeout_runs: timeout_runs(&self.plan),
-            has_secrets: !self.plan.secret_names.is_empty(),
-            status_sig: self.status_sig.clone(),
-        }
+        self.summary.clone()
     }
 }
 
@@ -696,6 +668,72 @@ fn list_tail(active_only: bool) -> String {
     format!("{filter} ORDER BY jobs.rowid DESC")
 }
 
+/// A summary's columns, in the order `summary_row` reads them (a macro, so that `concat!` can build
+/// the queries).
+macro_rules! summary_columns {
+    () => {
+        "job_id, name, status, message, slurm_job_id, slurm_state, exit_code, node_list, login_host,
+         created_at, updated_at, progress, attempt, attempt_name, next_retry_at, excluded_nodes, status_sig,
+         job_dir, image, nodes, gpus_per_node, partition, timeout_seconds, timeout_runs, has_secrets"
+    };
+}
+
+/// How many columns `summary_columns!` has: a record's documents follow.
+const SUMMARY_COLUMNS: usize = 25;
+
+/// A summary as read, its status still text (decoded afterwards, with the job named if corrupt).
+struct SummaryRow {
+    status: String,
+    summary: JobSummary,
+}
+
+fn summary_row(r: &Row) -> rusqlite::Result<SummaryRow> {
+    let job_id: String = r.get(0)?;
+    let job_dir: String = r.get(17)?;
+    let timeout_seconds: i64 = r.get(22)?;
+    Ok(SummaryRow {
+        status: r.get(2)?,
+        summary: JobSummary {
+            layout: Layout::new(&job_dir, &job_id),
+            job_id,
+            name: r.get(1)?,
+            // Set from `SummaryRow::status` when decoded.
+            status: PlatformStatus::Pending,
+            message: r.get(3)?,
+            slurm_job_id: r.get(4)?,
+            slurm_state: r.get(5)?,
+            exit_code: r.get(6)?,
+            node_list: r.get(7)?,
+            login_host: r.get(8)?,
+            created_at: r.get(9)?,
+            updated_at: r.get(10)?,
+            progress: r.get(11)?,
+            attempt: r.get(12)?,
+            attempt_name: r.get(13)?,
+            next_retry_at: r.get(14)?,
+            excluded_nodes: r.get(15)?,
+            status_sig: r.get(16)?,
+            image: r.get(18)?,
+            nodes: r.get(19)?,
+            gpus_per_node: r.get(20)?,
+            partition: r.get(21)?,
+            timeout_seconds: timeout_seconds.max(0) as u64,
+            timeout_runs: r.get(23)?,
+            has_secrets: r.get(24)?,
+        },
+    })
+}
+
+impl SummaryRow {
+    fn decode(self) -> Result<JobSummary, StoreError> {
+        let status = PlatformStatus::parse(&self.status).ok_or_else(|| StoreError::Corrupt {
+            job_id: self.summary.job_id.clone(),
+            message: format!("status {:?}", self.status),
+        })?;
+        Ok(JobSummary { status, ..self.summary })
+    }
+}
+
 /// A kind of row that job queries decode: whole records or summaries. Rows are read raw first and
 /// decoded afterwards, so a corrupt row gives a clear error naming the job.
 trait FromJobRow: Sized {
@@ -706,164 +744,31 @@ trait FromJobRow: Sized {
     fn id(&self) -> &str;
 }
 
-/// The columns both kinds share, in this order (a macro, so that `concat!` can build the queries).
-macro_rules! common_columns {
-    () => {
-        "job_id, name, status, message, slurm_job_id, slurm_state, exit_code, node_list, login_host,
-         created_at, updated_at, progress, attempt, attempt_name, next_retry_at, excluded_nodes, status_sig"
-    };
-}
-
-struct Common {
-    job_id: String,
-    name: Option<String>,
-    status: String,
-    message: String,
-    slurm_job_id: Option<String>,
-    slurm_state: Option<String>,
-    exit_code: Option<i32>,
-    node_list: Option<String>,
-    login_host: Option<String>,
-    created_at: i64,
-    updated_at: i64,
-    progress: Option<String>,
-    attempt: u32,
-    attempt_name: String,
-    next_retry_at: Option<i64>,
-    excluded_nodes: String,
-    status_sig: Option<String>,
-}
-
-/// How many columns `common_columns!` has: the kinds' own columns follow.
-const COMMON_COLUMNS: usize = 17;
-
-fn common(r: &Row) -> rusqlite::Result<Common> {
-    Ok(Common {
-        job_id: r.get(0)?,
-        name: r.get(1)?,
-        status: r.get(2)?,
-        message: r.get(3)?,
-        slurm_job_id: r.get(4)?,
-        slurm_state: r.get(5)?,
-        exit_code: r.get(6)?,
-        node_list: r.get(7)?,
-        login_host: r.get(8)?,
-        created_at: r.get(9)?,
-        updated_at: r.get(10)?,
-        progress: r.get(11)?,
-        attempt: r.get(12)?,
-        attempt_name: r.get(13)?,
-        next_retry_at: r.get(14)?,
-        excluded_nodes: r.get(15)?,
-        status_sig: r.get(16)?,
-    })
-}
-
-fn parse_status(job_id: &str, text: &str) -> Result<PlatformStatus, StoreError> {
-    PlatformStatus::parse(text)
-        .ok_or_else(|| StoreError::Corrupt { job_id: job_id.to_string(), message: format!("status {text:?}") })
-}
-
-impl FromJobRow for JobRecord {
-    const SELECT: &'static str =
-        concat!("SELECT ", common_columns!(), ", spec_json, plan_json FROM jobs JOIN job_docs USING (job_id)");
-    type Raw = (Common, String, String);
-    fn raw(r: &Row) -> rusqlite::Result<Self::Raw> {
-        Ok((common(r)?, r.get(COMMON_COLUMNS)?, r.get(COMMON_COLUMNS + 1)?))
+impl FromJobRow for JobSummary {
+    const SELECT: &'static str = concat!("SELECT ", summary_columns!(), " FROM jobs");
+    type Raw = SummaryRow;
+    fn raw(r: &Row) -> rusqlite::Result<SummaryRow> {
+        summary_row(r)
     }
-    fn decode((c, spec_json, plan_json): Self::Raw) -> Result<Self, StoreError> {
-        let plan = serde_json::from_str(&plan_json)
-            .map_err(|e| StoreError::Corrupt { job_id: c.job_id.clone(), message: format!("plan: {e}") })?;
-        Ok(JobRecord {
-            status: parse_status(&c.job_id, &c.status)?,
-            job_id: c.job_id,
-            name: c.name,
-            spec_json,
-            plan,
-            message: c.message,
-            slurm_job_id: c.slurm_job_id,
-            slurm_state: c.slurm_state,
-            exit_code: c.exit_code,
-            node_list: c.node_list,
-            login_host: c.login_host,
-            created_at: c.created_at,
-            updated_at: c.updated_at,
-            progress: c.progress,
-            attempt: c.attempt,
-            attempt_name: c.attempt_name,
-            next_retry_at: c.next_retry_at,
-            excluded_nodes: c.excluded_nodes,
-            status_sig: c.status_sig,
-        })
+    fn decode(raw: SummaryRow) -> Result<Self, StoreError> {
+        raw.decode()
     }
     fn id(&self) -> &str {
         &self.job_id
     }
 }
 
-/// A summary's own columns, after the common ones.
-struct SummaryColumns {
-    job_dir: String,
-    image: String,
-    nodes: u32,
-    gpus_per_node: u32,
-    partition: String,
-    timeout_seconds: i64,
-    timeout_runs: u32,
-    has_secrets: bool,
-}
-
-impl FromJobRow for JobSummary {
-    const SELECT: &'static str = concat!(
-        "SELECT ",
-        common_columns!(),
-        ", job_dir, image, nodes, gpus_per_node, partition, timeout_seconds, timeout_runs, has_secrets FROM jobs"
-    );
-    type Raw = (Common, SummaryColumns);
+impl FromJobRow for JobRecord {
+    const SELECT: &'static str =
+        concat!("SELECT ", summary_columns!(), ", spec_json, plan_json FROM jobs JOIN job_docs USING (job_id)");
+    type Raw = (SummaryRow, String, String);
     fn raw(r: &Row) -> rusqlite::Result<Self::Raw> {
-        let at = COMMON_COLUMNS;
-        Ok((
-            common(r)?,
-            SummaryColumns {
-                job_dir: r.get(at)?,
-                image: r.get(at + 1)?,
-                nodes: r.get(at + 2)?,
-                gpus_per_node: r.get(at + 3)?,
-                partition: r.get(at + 4)?,
-                timeout_seconds: r.get(at + 5)?,
-                timeout_runs: r.get(at + 6)?,
-                has_secrets: r.get(at + 7)?,
-            },
-        ))
+        Ok((summary_row(r)?, r.get(SUMMARY_COLUMNS)?, r.get(SUMMARY_COLUMNS + 1)?))
     }
-    fn decode((c, own): Self::Raw) -> Result<Self, StoreError> {
-        Ok(JobSummary {
-            status: parse_status(&c.job_id, &c.status)?,
-            layout: Layout::new(&own.job_dir, &c.job_id),
-            job_id: c.job_id,
-            name: c.name,
-            message: c.message,
-            slurm_job_id: c.slurm_job_id,
-            slurm_state: c.slurm_state,
-            exit_code: c.exit_code,
-            node_list: c.node_list,
-            login_host: c.login_host,
-            created_at: c.created_at,
-            updated_at: c.updated_at,
-            progress: c.progress,
-            attempt: c.attempt,
-            attempt_name: c.attempt_name,
-            next_retry_at: c.next_retry_at,
-            excluded_nodes: c.excluded_nodes,
-            image: own.image,
-            nodes: own.nodes,
-            gpus_per_node: own.gpus_per_node,
-            partition: own.partition,
-            timeout_seconds: own.timeout_seconds.max(0) as u64,
-            timeout_runs: own.timeout_runs,
-            has_secrets: own.has_secrets,
-            status_sig: c.status_sig,
-        })
+    fn decode((row, spec_json, plan_json): Self::Raw) -> Result<Self, StoreError> {
+        let plan = serde_json::from_str(&plan_json)
+            .map_err(|e| StoreError::Corrupt { job_id: row.summary.job_id.clone(), message: format!("plan: {e}") })?;
+        Ok(JobRecord { summary: row.decode()?, spec_json, plan })
     }
     fn id(&self) -> &str {
         &self.job_id

@@ -23,6 +23,15 @@ impl Drop for EnrootHooks {
 /// Both tests write the stand-ins' hooks file: one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// An empty file the stand-in tools (running as the sandbox user) append their calls to.
+fn stand_in_call_log(name: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let log = std::path::PathBuf::from(format!("/tmp/tao-slurm-{name}-{}.log", std::process::id()));
+    std::fs::write(&log, "").unwrap();
+    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o666)).unwrap();
+    log
+}
+
 fn sqsh_env() -> Env {
     let mut env = Env::new();
     env.vars.insert("TAO_SLURM_USE_SQSH".into(), "true".into());
@@ -124,10 +133,7 @@ fn images_are_converted_once_and_failures_submit_nothing() {
 #[test]
 fn auxiliary_inputs_are_fetched_in_the_job_with_secret_credentials_and_a_size_cap() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let log = std::path::PathBuf::from(format!("/tmp/tao-slurm-aws-{}.log", std::process::id()));
-    std::fs::write(&log, "").unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let log = stand_in_call_log("aws");
     let _hooks = EnrootHooks::set(&format!("AWS_FAKE_LOG={0}\nHF_FAKE_LOG={0}\nAWS_FAKE_SIZE=64\n", log.display()));
     let mut env = Env::new();
     let key_id = format!("AKIA{}", std::process::id());
@@ -211,10 +217,7 @@ fn auxiliary_inputs_are_fetched_in_the_job_with_secret_credentials_and_a_size_ca
 #[test]
 fn jobs_sharing_an_auxiliary_input_fetch_it_once_and_a_stale_lock_is_broken() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let log = std::path::PathBuf::from(format!("/tmp/tao-slurm-aws-shared-{}.log", std::process::id()));
-    std::fs::write(&log, "").unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let log = stand_in_call_log("aws-shared");
     // Each download takes 8 s: the second job starts while the first one is fetching.
     let _hooks = EnrootHooks::set(&format!("AWS_FAKE_LOG={}\nAWS_FAKE_SIZE=64\nAWS_FAKE_DELAY=8\n", log.display()));
     let mut env = Env::new();

@@ -528,11 +528,9 @@ mod tests {
 
     fn job(id: &str, slurm: &str) -> JobSummary {
         let plan = crate::plan::resolve_with_id(&spec(), &settings(), id).unwrap();
-        JobRecord {
+        JobSummary {
             job_id: id.into(),
             name: None,
-            spec_json: "{}".into(),
-            plan,
             status: PlatformStatus::Pending,
             message: String::new(),
             slurm_job_id: Some(slurm.into()),
@@ -547,9 +545,16 @@ mod tests {
             attempt_name: format!("tao-job-{id}"),
             next_retry_at: None,
             excluded_nodes: String::new(),
+            layout: plan.layout.clone(),
+            image: plan.image.pyxis.clone(),
+            nodes: plan.resources.nodes,
+            gpus_per_node: plan.resources.gpus_per_node,
+            partition: plan.partition.clone(),
+            timeout_seconds: plan.timeout_seconds,
+            timeout_runs: 1,
+            has_secrets: false,
             status_sig: None,
         }
-        .summary()
     }
 
     fn target(job_id: &str, slurm: Option<&str>, root: &str, sig: Option<&str>) -> RefreshTarget {
