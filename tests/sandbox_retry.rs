@@ -90,6 +90,17 @@ fn a_node_failure_is_retried_elsewhere_and_both_attempts_keep_their_logs() {
         std::thread::sleep(Duration::from_millis(300));
     };
     let node = running["node_list"].as_str().unwrap().to_string();
+    // Running in Slurm's eyes comes before the container's first line: wait for it, so that the
+    // first attempt's log has something to keep.
+    let start = Instant::now();
+    loop {
+        let logs = env.json(&["logs", &job, "--json"]);
+        if logs["stdout"].as_str().unwrap_or("").contains("attempt on node") {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "the command never wrote: {logs}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
     let conf = sandbox_dir().join("etc/slurm.conf");
     let out = Command::new("scontrol")
         .env("SLURM_CONF", &conf)
@@ -119,8 +130,16 @@ fn a_node_failure_is_retried_elsewhere_and_both_attempts_keep_their_logs() {
     assert_eq!(v["retries"], 1);
     assert_eq!(v["job_id"].as_str(), Some(job.as_str()), "one platform id");
     for k in ["1", "2"] {
-        let logs = env.json(&["logs", &job, "--attempt", k, "--json"]);
-        assert!(logs["stdout"].as_str().unwrap().contains("attempt on node"), "attempt {k}: {logs}");
+        // Attempt 2 may not have written its first line yet.
+        let start = Instant::now();
+        loop {
+            let logs = env.json(&["logs", &job, "--attempt", k, "--json"]);
+            if logs["stdout"].as_str().unwrap().contains("attempt on node") {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "attempt {k}: {logs}");
+            std::thread::sleep(Duration::from_millis(300));
+        }
     }
     env.ok(&["cancel", &job]);
     let events = env.json(&["events", &job, "--json"]);
