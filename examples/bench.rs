@@ -16,6 +16,8 @@ mod monitor;
 mod refresh;
 #[path = "bench/report.rs"]
 mod report;
+#[path = "bench/running.rs"]
+mod running;
 #[path = "bench/startup.rs"]
 mod startup;
 #[path = "bench/submit.rs"]
@@ -23,7 +25,7 @@ mod submit;
 
 use serde_json::Value;
 
-const SECTIONS: &[&str] = &["startup", "submit", "refresh", "memory", "monitor", "throughput", "follow"];
+const SECTIONS: &[&str] = &["startup", "submit", "refresh", "running", "memory", "monitor", "throughput", "follow"];
 
 fn run(section: &str) -> Value {
     match section {
@@ -31,6 +33,7 @@ fn run(section: &str) -> Value {
         "submit" => submit::latency(),
         "throughput" => submit::throughput(),
         "refresh" => refresh::refresh(),
+        "running" => running::running(),
         "monitor" => monitor::monitor_cost(),
         "memory" => monitor::memory(),
         "follow" => follow::follow(100),

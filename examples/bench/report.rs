@@ -192,6 +192,30 @@ pub fn markdown(report: &Value) -> String {
             rows,
         );
     }
+    if let Some(s) = report.get("running") {
+        md.push_str(&format!(
+            "## Refresh of {} running jobs that write status.json (one `Client::refresh`)\n\n",
+            f(&s["jobs"])
+        ));
+        table(
+            &mut md,
+            &["status.json since the last refresh", "ms", "bytes received", "round trips"],
+            vec![
+                vec![
+                    "unchanged (not read)".into(),
+                    f(&s["unchanged_ms_median"]),
+                    f(&s["unchanged_bytes_received"]),
+                    f(&s["round_trips_per_refresh"]),
+                ],
+                vec![
+                    "every file grew by a line (all read)".into(),
+                    f(&s["all_changed_ms_median"]),
+                    f(&s["all_changed_bytes_received"]),
+                    f(&s["round_trips_per_refresh"]),
+                ],
+            ],
+        );
+    }
     if let Some(s) = report.get("monitor") {
         md.push_str(&format!(
             "## Monitor cost over time ({} held jobs, {} s window)\n\n",
