@@ -23,6 +23,18 @@ impl Drop for EnrootHooks {
 /// Both tests write the stand-ins' hooks file: one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// A CPU-only job that gets the AWS credentials as secrets (the submit arguments before its inputs).
+const AWS_JOB: [&str; 8] = [
+    "--image",
+    "ubuntu:22.04",
+    "--gpus",
+    "0",
+    "--secret-env",
+    "AWS_ACCESS_KEY_ID",
+    "--secret-env",
+    "AWS_SECRET_ACCESS_KEY",
+];
+
 /// An empty file the stand-in tools (running as the sandbox user) append their calls to.
 fn stand_in_call_log(name: &str) -> std::path::PathBuf {
     use std::os::unix::fs::PermissionsExt;
@@ -140,17 +152,10 @@ fn auxiliary_inputs_are_fetched_in_the_job_with_secret_credentials_and_a_size_ca
     env.vars.insert("AWS_ACCESS_KEY_ID".into(), key_id.clone());
     env.vars.insert("AWS_SECRET_ACCESS_KEY".into(), "s3cr3t/value".into());
     let bucket = format!("bucket-{}", std::process::id());
+    let pretrained_input = format!("model.pretrained=s3://{bucket}/ckpt.pth");
     let args = [
-        "--image",
-        "ubuntu:22.04",
-        "--gpus",
-        "0",
-        "--secret-env",
-        "AWS_ACCESS_KEY_ID",
-        "--secret-env",
-        "AWS_SECRET_ACCESS_KEY",
         "--input",
-        &format!("model.pretrained=s3://{bucket}/ckpt.pth"),
+        &pretrained_input,
         "--input",
         "model.tokenizer=hf_model://org/tokenizer",
         "--shell",
@@ -158,6 +163,7 @@ fn auxiliary_inputs_are_fetched_in_the_job_with_secret_credentials_and_a_size_ca
         "cat \"$TAO_SPECS_FILE\"",
     ];
     let mut full = vec!["submit", "--json"];
+    full.extend_from_slice(&AWS_JOB);
     full.extend_from_slice(&args);
     let out = env.run(&full);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -188,22 +194,11 @@ fn auxiliary_inputs_are_fetched_in_the_job_with_secret_credentials_and_a_size_ca
     capped.vars = env.vars.clone();
     capped.vars.insert("TAO_SLURM_AUX_MAX_BYTES".into(), "1000".into());
     let _big = EnrootHooks::set("AWS_FAKE_SIZE=5000\n");
-    let out = capped.run(&[
-        "submit",
-        "--json",
-        "--image",
-        "ubuntu:22.04",
-        "--gpus",
-        "0",
-        "--secret-env",
-        "AWS_ACCESS_KEY_ID",
-        "--secret-env",
-        "AWS_SECRET_ACCESS_KEY",
-        "--input",
-        &format!("custom.train_dataset.path=s3://{bucket}/big/"),
-        "--",
-        "echo ran",
-    ]);
+    let big_input = format!("custom.train_dataset.path=s3://{bucket}/big/");
+    let mut full = vec!["submit", "--json"];
+    full.extend_from_slice(&AWS_JOB);
+    full.extend_from_slice(&["--input", &big_input, "--", "echo ran"]);
+    let out = capped.run(&full);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stderr).contains("leaves them idle"), "training data from s3 is warned about");
     let job: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -225,21 +220,8 @@ fn jobs_sharing_an_auxiliary_input_fetch_it_once_and_a_stale_lock_is_broken() {
     env.vars.insert("AWS_SECRET_ACCESS_KEY".into(), "shared/secret".into());
     let uri = format!("s3://shared-{}/ckpt.pth", std::process::id());
     let input = format!("model.pretrained={uri}");
-    let args = [
-        "--image",
-        "ubuntu:22.04",
-        "--gpus",
-        "0",
-        "--secret-env",
-        "AWS_ACCESS_KEY_ID",
-        "--secret-env",
-        "AWS_SECRET_ACCESS_KEY",
-        "--input",
-        &input,
-        "--shell",
-        "--",
-        "cat \"$TAO_SPECS_FILE\"",
-    ];
+    let mut args = AWS_JOB.to_vec();
+    args.extend_from_slice(&["--input", &input, "--shell", "--", "cat \"$TAO_SPECS_FILE\""]);
     let jobs: Vec<String> = (0..2).map(|_| env.submit(&args).0).collect();
     let fetches =
         || std::fs::read_to_string(&log).unwrap().lines().filter(|l| l.contains(&format!("aws s3 cp {uri}"))).count();
