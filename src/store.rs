@@ -93,15 +93,18 @@ ALTER TABLE jobs ADD COLUMN timeout_seconds INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN timeout_runs INTEGER NOT NULL DEFAULT 1;
 ALTER TABLE jobs ADD COLUMN has_secrets INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN status_sig TEXT;
+-- Plans written by earlier builds may lack a field (timeout_minutes before timeout_seconds, no
+-- secret_names): defaults, never NULL, so that no old row can stop the migration of the others.
 UPDATE jobs SET
-    job_dir = json_extract(plan_json, '$.layout.job_dir'),
-    image = json_extract(plan_json, '$.image.pyxis'),
-    nodes = json_extract(plan_json, '$.resources.nodes'),
-    gpus_per_node = json_extract(plan_json, '$.resources.gpus_per_node'),
-    partition = json_extract(plan_json, '$.partition'),
-    timeout_seconds = json_extract(plan_json, '$.timeout_seconds'),
-    timeout_runs = CASE WHEN json_extract(plan_json, '$.requeue') THEN json_extract(plan_json, '$.max_timeout_requeues') + 1 ELSE 1 END,
-    has_secrets = json_array_length(plan_json, '$.secret_names') > 0;
+    job_dir = COALESCE(json_extract(plan_json, '$.layout.job_dir'), ''),
+    image = COALESCE(json_extract(plan_json, '$.image.pyxis'), ''),
+    nodes = COALESCE(json_extract(plan_json, '$.resources.nodes'), 0),
+    gpus_per_node = COALESCE(json_extract(plan_json, '$.resources.gpus_per_node'), 0),
+    partition = COALESCE(json_extract(plan_json, '$.partition'), ''),
+    timeout_seconds = COALESCE(json_extract(plan_json, '$.timeout_seconds'), json_extract(plan_json, '$.timeout_minutes') * 60, 0),
+    timeout_runs = CASE WHEN json_extract(plan_json, '$.requeue')
+        THEN COALESCE(json_extract(plan_json, '$.max_timeout_requeues'), 3) + 1 ELSE 1 END,
+    has_secrets = COALESCE(json_array_length(plan_json, '$.secret_names'), 0) > 0;
 CREATE TABLE job_docs (
     job_id     TEXT PRIMARY KEY REFERENCES jobs(job_id),
     spec_json  TEXT NOT NULL,
@@ -628,8 +631,26 @@ impl Store {
 
     /// Active jobs whose current attempt has no Slurm job yet (a retry to submit or a submission to
     /// resume): usually none, so the retry engine never loads the whole active set.
+    /// A record that cannot be decoded (a plan an earlier build wrote) is left out with a warning: it
+    /// could not be submitted anyway, and must not stop every refresh.
     pub fn waiting_for_submission(&self) -> Result<Vec<JobRecord>, StoreError> {
-        self.rows(&format!(" WHERE {ACTIVE} AND slurm_job_id IS NULL ORDER BY created_at"), [])
+        let sql = format!("{} WHERE {ACTIVE} AND slurm_job_id IS NULL ORDER BY created_at", JobRecord::SELECT);
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
+        let raws: Vec<<JobRecord as FromJobRow>::Raw> = stmt
+            .query_map([], JobRecord::raw)
+            .map_err(|e| self.err(e))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.err(e))?;
+        Ok(raws
+            .into_iter()
+            .filter_map(|raw| match JobRecord::decode(raw) {
+                Ok(job) => Some(job),
+                Err(e) => {
+                    tracing::warn!(error = %e, "skipping a job that cannot be resubmitted");
+                    None
+                }
+            })
+            .collect())
     }
 
     /// All jobs, newest first; `active_only` keeps those not in a terminal status.
@@ -842,8 +863,29 @@ mod tests {
                 params![id, serde_json::to_string(&plan).unwrap(), plan.layout.job_name],
             )
             .unwrap();
+            // And one an earlier build wrote: `timeout_minutes`, no `secret_names`.
+            let mut old: serde_json::Value = serde_json::to_value(&plan).unwrap();
+            let o = old.as_object_mut().unwrap();
+            o.remove("timeout_seconds");
+            o.remove("secret_names");
+            o.insert("timeout_minutes".into(), 228.into());
+            conn.execute(
+                "INSERT INTO jobs (job_id, spec_json, plan_json, status, created_at, updated_at, attempt_name)
+                 VALUES ('old-build-job', '{}', ?1, 'Complete', 1, 1, 'tao-job-old-build-job')",
+                params![old.to_string()],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO jobs (job_id, spec_json, plan_json, status, created_at, updated_at, attempt_name)
+                 VALUES ('old-build-pending', '{}', ?1, 'Pending', 1, 1, 'tao-job-old-build-pending')",
+                params![old.to_string()],
+            )
+            .unwrap();
         }
         let store = Store::open(&path).unwrap();
+        let legacy = store.summary("old-build-job").unwrap();
+        assert_eq!((legacy.timeout_seconds, legacy.has_secrets), (228 * 60, false));
+        assert_eq!(legacy.layout.job_dir, plan.layout.job_dir);
         let summary = store.summary(&id).unwrap();
         assert_eq!(summary, store.get(&id).unwrap().summary());
         assert!(summary.has_secrets);
@@ -855,7 +897,12 @@ mod tests {
         let s = store.summary(&other.layout.job_id).unwrap();
         assert_eq!(s, store.get(&other.layout.job_id).unwrap().summary());
         assert!(!s.has_secrets);
-        assert_eq!(store.list_summaries(true).unwrap().len(), 2);
+        assert_eq!(store.list_summaries(true).unwrap().len(), 3);
+        assert_eq!(store.list_summaries(false).unwrap().len(), 4);
+        // The old active row's plan cannot be decoded: the retry engine's query skips it, and only it.
+        let waiting: Vec<String> =
+            store.waiting_for_submission().unwrap().into_iter().map(|j| j.summary.job_id).collect();
+        assert!(waiting.contains(&id) && !waiting.contains(&"old-build-pending".to_string()), "{waiting:?}");
         store.set_status_sig(&id, "12:34").unwrap();
         assert_eq!(store.summary(&id).unwrap().status_sig.as_deref(), Some("12:34"));
     }
