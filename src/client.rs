@@ -58,7 +58,7 @@ pub struct JobView {
 
 impl From<&JobRecord> for JobView {
     fn from(j: &JobRecord) -> JobView {
-        JobView::from(&j.summary())
+        JobView::from(&j.summary)
     }
 }
 
@@ -286,7 +286,8 @@ impl Client {
             Err(Error::Remote(RemoteError::Lost { host, message })) => {
                 // The outcome is unknown: look the job up by its unique name (never resubmit blindly).
                 let job = self.store.get(&plan.layout.job_id)?;
-                let _ = refresh::refresh(self.remote()?, &self.store, &self.policy(), &[job.summary()]);
+                let _ =
+                    refresh::refresh(self.remote()?, &self.store, &self.policy(), std::slice::from_ref(&job.summary));
                 let job = self.store.get(&plan.layout.job_id)?;
                 match (job.summary.slurm_job_id, job.summary.login_host) {
                     (Some(slurm_job_id), Some(login_host)) => Ok(Submitted {
@@ -369,18 +370,34 @@ impl Client {
         if ids.is_empty() {
             return self.refresh_active(<[JobSummary]>::to_vec);
         }
-        let jobs: Vec<JobSummary> = ids.iter().map(|i| self.store.summary(i)).collect::<std::result::Result<_, _>>()?;
+        let mut jobs: Vec<JobSummary> =
+            ids.iter().map(|i| self.store.summary(i)).collect::<std::result::Result<_, _>>()?;
         let touched = if jobs.iter().all(|j| !j.status.is_terminal()) {
             self.refresh_and_advance(&jobs)?
         } else {
             let active: Vec<JobSummary> = jobs.iter().filter(|j| !j.status.is_terminal()).cloned().collect();
             self.refresh_and_advance(&active)?
         };
-        // Only the jobs the refresh changed are read again (usually none of thousands).
+        self.reread(&mut jobs, &touched)?;
+        Ok(jobs)
+    }
+
+    /// Replace the jobs a refresh changed by their stored summaries: only these are read again
+    /// (usually none of thousands).
+    fn reread(&self, jobs: &mut [JobSummary], touched: &[String]) -> Result<()> {
+        if touched.is_empty() {
+            return Ok(());
+        }
         let ids: Vec<&str> = touched.iter().map(String::as_str).collect();
         let fresh: std::collections::HashMap<String, JobSummary> =
             self.store.summaries(&ids)?.into_iter().map(|j| (j.job_id.clone(), j)).collect();
-        Ok(jobs.into_iter().map(|j| fresh.get(&j.job_id).cloned().unwrap_or(j)).collect())
+        // (An id given twice is replaced at both places.)
+        for job in jobs {
+            if let Some(f) = fresh.get(&job.job_id) {
+                *job = f.clone();
+            }
+        }
+        Ok(())
     }
 
     /// Refresh every active job and hand the result (those that just ended included) to `f`. The
@@ -393,17 +410,7 @@ impl Client {
             _ => self.store.list_summaries(true)?,
         };
         let touched = self.refresh_and_advance(&jobs)?;
-        // Only the jobs the refresh changed are read again (usually none of thousands).
-        if !touched.is_empty() {
-            let ids: Vec<&str> = touched.iter().map(String::as_str).collect();
-            let mut fresh: std::collections::HashMap<String, JobSummary> =
-                self.store.summaries(&ids)?.into_iter().map(|j| (j.job_id.clone(), j)).collect();
-            for job in &mut jobs {
-                if let Some(f) = fresh.remove(&job.job_id) {
-                    *job = f;
-                }
-            }
-        }
+        self.reread(&mut jobs, &touched)?;
         let result = f(&jobs);
         // Kept only if no other connection committed meanwhile (its change could be missing here);
         // this client's own writes are in `jobs` already.
@@ -454,7 +461,7 @@ impl Client {
             let was_terminal = job.status.is_terminal();
             if job.slurm_job_id.is_none() {
                 // Not on Slurm yet (or outcome unknown): refresh until it has an id.
-                self.refresh_and_advance(&[job.summary()])?;
+                self.refresh_and_advance(std::slice::from_ref(&job.summary))?;
                 if was_terminal {
                     return Ok(JobView::from(&job));
                 }

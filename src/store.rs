@@ -204,12 +204,6 @@ fn timeout_runs(plan: &Plan) -> u32 {
     }
 }
 
-impl JobRecord {
-    pub fn summary(&self) -> JobSummary {
-        self.summary.clone()
-    }
-}
-
 /// What a refresh learned about a job.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StatusUpdate {
@@ -595,13 +589,14 @@ impl Store {
 
     /// Run `T`'s query with `tail` (WHERE, ORDER BY ...) and decode its rows.
     fn rows<T: FromJobRow>(&self, tail: &str, params: impl rusqlite::Params) -> Result<Vec<T>, StoreError> {
+        self.raw_rows::<T>(tail, params)?.into_iter().map(T::decode).collect()
+    }
+
+    /// `T`'s rows as read, not decoded yet.
+    fn raw_rows<T: FromJobRow>(&self, tail: &str, params: impl rusqlite::Params) -> Result<Vec<T::Raw>, StoreError> {
         let mut stmt = self.conn.prepare_cached(&format!("{}{tail}", T::SELECT)).map_err(|e| self.err(e))?;
-        let raws: Vec<T::Raw> = stmt
-            .query_map(params, T::raw)
-            .map_err(|e| self.err(e))?
-            .collect::<Result<_, _>>()
-            .map_err(|e| self.err(e))?;
-        raws.into_iter().map(T::decode).collect()
+        let raws = stmt.query_map(params, T::raw).map_err(|e| self.err(e))?.collect::<Result<_, _>>();
+        raws.map_err(|e| self.err(e))
     }
 
     /// Rows by full id, in the order given (ids not found are left out).
@@ -634,13 +629,8 @@ impl Store {
     /// A record that cannot be decoded (a plan an earlier build wrote) is left out with a warning: it
     /// could not be submitted anyway, and must not stop every refresh.
     pub fn waiting_for_submission(&self) -> Result<Vec<JobRecord>, StoreError> {
-        let sql = format!("{} WHERE {ACTIVE} AND slurm_job_id IS NULL ORDER BY created_at", JobRecord::SELECT);
-        let mut stmt = self.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
-        let raws: Vec<<JobRecord as FromJobRow>::Raw> = stmt
-            .query_map([], JobRecord::raw)
-            .map_err(|e| self.err(e))?
-            .collect::<Result<_, _>>()
-            .map_err(|e| self.err(e))?;
+        let raws =
+            self.raw_rows::<JobRecord>(&format!(" WHERE {ACTIVE} AND slurm_job_id IS NULL ORDER BY created_at"), [])?;
         Ok(raws
             .into_iter()
             .filter_map(|raw| match JobRecord::decode(raw) {
@@ -887,7 +877,7 @@ mod tests {
         assert_eq!((legacy.timeout_seconds, legacy.has_secrets), (228 * 60, false));
         assert_eq!(legacy.layout.job_dir, plan.layout.job_dir);
         let summary = store.summary(&id).unwrap();
-        assert_eq!(summary, store.get(&id).unwrap().summary());
+        assert_eq!(summary, store.get(&id).unwrap().summary);
         assert!(summary.has_secrets);
         assert_eq!(summary.gpus_per_node, plan.resources.gpus_per_node);
         assert_eq!(summary.layout, plan.layout);
@@ -895,7 +885,7 @@ mod tests {
         let other = crate::plan::resolve(&crate::plan::tests::spec(), &settings()).unwrap();
         store.insert_job("{}", &other).unwrap();
         let s = store.summary(&other.layout.job_id).unwrap();
-        assert_eq!(s, store.get(&other.layout.job_id).unwrap().summary());
+        assert_eq!(s, store.get(&other.layout.job_id).unwrap().summary);
         assert!(!s.has_secrets);
         assert_eq!(store.list_summaries(true).unwrap().len(), 3);
         assert_eq!(store.list_summaries(false).unwrap().len(), 4);

@@ -177,15 +177,15 @@ pub fn follow_once(
         .collect();
     let nonce = uuid::Uuid::new_v4().simple().to_string();
     let mut script = String::new();
-    let summary = job.summary();
+    let summary = &job.summary;
     if !job.status.is_terminal() {
-        script.push_str(&refresh_script(&[RefreshTarget::of(&summary)]));
+        script.push_str(&refresh_script(&[RefreshTarget::of(summary)]));
     }
     script.push_str(&follow_chunks_script(&files, &nonce));
     let out = remote.run_script(&script, Idempotency::Idempotent)?;
     let (refresh_part, chunks) = parse_chunks(&out.stdout, &nonce);
     if !job.status.is_terminal() {
-        record(remote, store, policy, std::slice::from_ref(&summary), &parse_refresh_output(&refresh_part), &out.host)?;
+        record(remote, store, policy, std::slice::from_ref(summary), &parse_refresh_output(&refresh_part), &out.host)?;
     }
     for c in &chunks {
         match c.stream {
