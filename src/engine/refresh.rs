@@ -246,23 +246,25 @@ fn timed_out_message(job: &JobSummary) -> String {
     )
 }
 
-/// The observations indexed by Slurm job id (the newest record per id), so that deciding is linear
-/// in the number of jobs.
+/// The observations indexed by Slurm job id, so that deciding is linear in the number of jobs. Where
+/// an id is listed twice, its first record counts (as a search from the top would find).
 struct Index<'a> {
     squeue: HashMap<&'a str, &'a SqueueRecord>,
     sacct: HashMap<&'a str, &'a SacctRecord>,
     sacct_by_name: HashMap<&'a str, &'a SacctRecord>,
 }
 
+/// `records` by id, the first record of an id winning (inserted last).
+fn first_by_id<'a, R>(records: &'a Option<Vec<R>>, id: impl Fn(&'a R) -> &'a str) -> HashMap<&'a str, &'a R> {
+    records.iter().flatten().rev().map(|r| (id(r), r)).collect()
+}
+
 impl<'a> Index<'a> {
     fn new(obs: &'a Observations) -> Index<'a> {
-        let by_id = |records: &'a Option<Vec<SacctRecord>>| {
-            records.iter().flatten().map(|r| (r.job_id.as_str(), r)).rev().collect::<HashMap<_, _>>()
-        };
         Index {
-            squeue: obs.squeue.iter().flatten().map(|r| (r.job_id.as_str(), r)).rev().collect(),
-            sacct: by_id(&obs.sacct),
-            sacct_by_name: by_id(&obs.sacct_by_name),
+            squeue: first_by_id(&obs.squeue, |r| r.job_id.as_str()),
+            sacct: first_by_id(&obs.sacct, |r| r.job_id.as_str()),
+            sacct_by_name: first_by_id(&obs.sacct_by_name, |r| r.job_id.as_str()),
         }
     }
 }
