@@ -73,6 +73,9 @@ pub struct Settings {
     pub ssh_config: Option<PathBuf>,
     pub ssh_known_hosts: Option<PathBuf>,
     pub connect_timeout_secs: u32,
+    /// Deadline of one remote call (a round trip), in seconds; longer calls (image conversions) get
+    /// their own. A call past it is stopped and reported as timed out, outcome unknown.
+    pub remote_timeout_secs: u32,
     /// Trust and record the host key of a host seen for the first time (OpenSSH's accept-new).
     pub accept_new_host_keys: bool,
     /// How long an idle ControlMaster stays up after the last command, in seconds.
@@ -177,7 +180,17 @@ fn parse_u32(name: &'static str, text: &str, min: u32) -> Result<u32, ConfigErro
 
 impl Settings {
     pub fn from_sources(src: &SettingSources) -> Result<Settings, ConfigError> {
-        let home = home_dir(&src.env).unwrap_or_else(|| PathBuf::from("/tmp"));
+        let home = home_dir(&src.env);
+        // Without a home directory there is no private place for the state and the control sockets
+        // (a shared /tmp is not one): stop unless both are given.
+        let under_home = |what: &str, rest: &str| -> Result<PathBuf, ConfigError> {
+            home.as_ref().map(|h| h.join(rest)).ok_or_else(|| ConfigError::Invalid {
+                name: "HOME",
+                message: format!(
+                    "is not set, so there is no private place for {what}; set HOME, or set TAO_SLURM_STATE and TAO_SLURM_CONTROL_DIR (or XDG_DATA_HOME and XDG_CACHE_HOME) to directories only you can write"
+                ),
+            })
+        };
         let slurm_user = src.get("SLURM_USER").map(|u| u.trim().to_string());
         if let Some(u) = &slurm_user {
             let ok = u.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) && !u.starts_with('-');
@@ -204,10 +217,20 @@ impl Settings {
             crate::spec::check_slurm_word("account", a)
                 .map_err(|e| ConfigError::Invalid { name: "SLURM_ACCOUNT", message: e.message })?;
         }
-        let data_dir =
-            src.get("XDG_DATA_HOME").map(PathBuf::from).unwrap_or_else(|| home.join(".local/share")).join("tao-slurm");
-        let cache_dir =
-            src.get("XDG_CACHE_HOME").map(PathBuf::from).unwrap_or_else(|| home.join(".cache")).join("tao-slurm");
+        let data_dir = || -> Result<PathBuf, ConfigError> {
+            Ok(match src.get("XDG_DATA_HOME") {
+                Some(d) => PathBuf::from(d),
+                None => under_home("the state file", ".local/share")?,
+            }
+            .join("tao-slurm"))
+        };
+        let cache_dir = || -> Result<PathBuf, ConfigError> {
+            Ok(match src.get("XDG_CACHE_HOME") {
+                Some(d) => PathBuf::from(d),
+                None => under_home("the SSH control sockets", ".cache")?,
+            }
+            .join("tao-slurm"))
+        };
         let local = match src.get("TAO_SLURM_LOCAL") {
             Some(v) => parse_bool("TAO_SLURM_LOCAL", &v)?,
             None => login_hosts.len() == 1 && login_hosts[0].is_local(),
@@ -232,7 +255,14 @@ impl Settings {
                 Some(v) => parse_u32("TAO_SLURM_CONTROL_PERSIST", &v, 0)?,
                 None => 1800,
             },
-            control_dir: src.get("TAO_SLURM_CONTROL_DIR").map(PathBuf::from).unwrap_or_else(|| cache_dir.join("cm")),
+            remote_timeout_secs: match src.get("TAO_SLURM_REMOTE_TIMEOUT") {
+                Some(v) => parse_u32("TAO_SLURM_REMOTE_TIMEOUT", &v, 1)?,
+                None => 120,
+            },
+            control_dir: match src.get("TAO_SLURM_CONTROL_DIR") {
+                Some(d) => PathBuf::from(d),
+                None => cache_dir()?.join("cm"),
+            },
             base_results_dir: src.get("SLURM_BASE_RESULTS_DIR"),
             account,
             time_hours: match src.get("SLURM_TIME_HOURS") {
@@ -251,7 +281,10 @@ impl Settings {
                 Some(v) => parse_u32("SLURM_MAX_GPUS_PER_NODE", &v, 1)?,
                 None => 8,
             },
-            state_path: src.get("TAO_SLURM_STATE").map(PathBuf::from).unwrap_or_else(|| data_dir.join("state.db")),
+            state_path: match src.get("TAO_SLURM_STATE") {
+                Some(p) => PathBuf::from(p),
+                None => data_dir()?.join("state.db"),
+            },
             local,
             ngc_key: src.get("NGC_KEY").map(crate::spec::Secret::new),
             aux_max_bytes: match src.get("TAO_SLURM_AUX_MAX_BYTES") {
@@ -339,7 +372,22 @@ mod tests {
 
     fn sources(pairs: &[(&str, &str)], file: &[(&str, &str)]) -> SettingSources {
         let to_map = |p: &[(&str, &str)]| p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        SettingSources { flags: HashMap::new(), env: to_map(pairs), file: to_map(file) }
+        let mut env: HashMap<String, String> = to_map(pairs);
+        env.entry("HOME".into()).or_insert_with(|| "/home/test".into());
+        SettingSources { flags: HashMap::new(), env, file: to_map(file) }
+    }
+
+    #[test]
+    fn without_a_home_the_state_and_sockets_need_explicit_places() {
+        let mut src = sources(&[("SLURM_USER", "alice"), ("SLURM_HOSTNAME", "login")], &[]);
+        src.env.remove("HOME");
+        let err = Settings::from_sources(&src).unwrap_err().to_string();
+        assert!(err.contains("HOME") && err.contains("TAO_SLURM_STATE"), "{err}");
+        src.env.insert("TAO_SLURM_STATE".into(), "/srv/me/state.db".into());
+        src.env.insert("TAO_SLURM_CONTROL_DIR".into(), "/srv/me/cm".into());
+        let s = Settings::from_sources(&src).unwrap();
+        assert_eq!(s.state_path, PathBuf::from("/srv/me/state.db"));
+        assert!(!s.control_dir.starts_with("/tmp"));
     }
 
     #[test]

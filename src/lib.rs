@@ -12,6 +12,7 @@ pub mod error;
 pub mod monitor;
 pub mod plan;
 pub mod preflight;
+pub mod private;
 pub mod remote;
 pub mod retry;
 pub mod script;

@@ -11,7 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub enum StoreError {
     #[error("state database {path}: {source}")]
     Sqlite { path: String, source: rusqlite::Error },
-    #[error("cannot create the state directory {path}: {message}")]
+    #[error("state file {path}: {message}")]
     Dir { path: String, message: String },
     #[error("no job {0} in the local state; `tao-slurm list` shows the known jobs")]
     NotFound(String),
@@ -236,10 +236,9 @@ pub fn now_secs() -> i64 {
 
 impl Store {
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| StoreError::Dir { path: dir.display().to_string(), message: e.to_string() })?;
-        }
+        // Mode 600 before SQLite opens it: its WAL and SHM files copy the database file's mode.
+        crate::private::ensure_private_file(path)
+            .map_err(|message| StoreError::Dir { path: path.display().to_string(), message })?;
         let p = path.display().to_string();
         let err = |source| StoreError::Sqlite { path: p.clone(), source };
         let conn = Connection::open(path).map_err(err)?;

@@ -113,6 +113,7 @@ pub fn start_background_monitor(settings: &Settings) -> Result<bool, Error> {
         .map_err(|e| SpecError::new("monitor", format!("cannot find the tao-slurm executable: {e}")))?;
     let mut log = settings.state_path.clone().into_os_string();
     log.push(".monitor.log");
+    crate::private::ensure_private_file(std::path::Path::new(&log)).map_err(|m| SpecError::new("monitor", m))?;
     let out = OpenOptions::new()
         .create(true)
         .append(true)

@@ -28,7 +28,11 @@ pub fn prepare(
     let script = conversion_script(policy, image, force);
     let started = Instant::now();
     let out = std::thread::scope(|scope| {
-        let worker = scope.spawn(|| remote.run_script(&script, Idempotency::Idempotent));
+        // A conversion runs up to its time limit, and a waiter may wait for another's conversion as
+        // long before it takes over: the call's deadline covers both, with a margin.
+        let deadline = Duration::from_secs(policy.timeout_minutes * 60 * 2 + 300);
+        let script = &script;
+        let worker = scope.spawn(move || remote.run_script_within(script, Idempotency::Idempotent, deadline));
         // Progress on stderr: after 2 s, then every 10 s, while the conversion (or the wait for
         // another submitter's conversion) runs.
         let mut next_report = Duration::from_secs(2);

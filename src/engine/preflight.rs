@@ -37,15 +37,16 @@ pub fn run_preflight(settings: &Settings) -> Vec<Check> {
     let mut any_host = false;
     for (i, host) in ssh.hosts().iter().enumerate() {
         let label = host.label();
-        if let Err(message) = ssh.ensure_master(host) {
-            let mut c = Check::fail(
-                "ssh login",
-                Some(&label),
-                message,
-                crate::remote::openssh::ssh_remediation(&user, &host.host),
-            );
-            // One unreachable host of several is a warning: failover covers it.
-            c.required = settings.login_hosts.len() == 1;
+        if let Err(e) = ssh.ensure_master(host) {
+            let changed = matches!(e, crate::remote::openssh::MasterError::HostKeyChanged(_));
+            let remediation = if changed {
+                "the host key changed: this may be a man-in-the-middle attack; ask the site whether the key really changed before you remove the old one (ssh-keygen -R)".to_string()
+            } else {
+                crate::remote::openssh::ssh_remediation(&user, &host.host)
+            };
+            let mut c = Check::fail("ssh login", Some(&label), e.to_string(), remediation);
+            // One unreachable host of several is a warning: failover covers it; a changed key never is.
+            c.required = changed || settings.login_hosts.len() == 1;
             checks.push(c);
             continue;
         }

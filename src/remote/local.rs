@@ -3,11 +3,28 @@
 use super::session::{CallError, Pool, Session};
 use super::{Idempotency, Remote, RemoteError, RemoteOutput};
 use std::process::Command;
+use std::time::Duration;
 
-#[derive(Default)]
 pub struct LocalShell {
     counters: super::Counters,
     sessions: Pool,
+    deadline: Duration,
+}
+
+impl LocalShell {
+    pub fn new(deadline_secs: u32) -> LocalShell {
+        LocalShell {
+            counters: Default::default(),
+            sessions: Pool::default(),
+            deadline: Duration::from_secs(deadline_secs.into()),
+        }
+    }
+}
+
+impl Default for LocalShell {
+    fn default() -> LocalShell {
+        LocalShell::new(120)
+    }
 }
 
 impl Remote for LocalShell {
@@ -19,14 +36,23 @@ impl Remote for LocalShell {
         self.counters.snapshot()
     }
 
-    fn run_script(&self, script: &str, _idempotency: Idempotency) -> Result<RemoteOutput, RemoteError> {
+    fn default_deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    fn run_script_within(
+        &self,
+        script: &str,
+        _idempotency: Idempotency,
+        deadline: Duration,
+    ) -> Result<RemoteOutput, RemoteError> {
         let start = || {
             let mut bash = Command::new("bash");
             bash.arg("-s");
             self.counters.session();
             Session::start(bash, 0)
         };
-        match self.sessions.call(0, &start, script)? {
+        match self.sessions.call(0, &start, script, deadline)? {
             Ok(reply) => {
                 self.counters.round_trip(script.len(), reply.stdout.len() + reply.stderr.len());
                 Ok(RemoteOutput {
@@ -39,6 +65,7 @@ impl Remote for LocalShell {
             Err(CallError::NotDelivered(message) | CallError::Lost(message)) => {
                 Err(RemoteError::Lost { host: "local".into(), message })
             }
+            Err(CallError::TimedOut(message)) => Err(super::timed_out("local", deadline, &message)),
         }
     }
 }

@@ -25,6 +25,10 @@ pub enum RemoteError {
     Unreachable { hosts: String, message: String, remediation: String },
     #[error("the connection to {host} was lost while a command ran; its outcome is unknown: {message}")]
     Lost { host: String, message: String },
+    #[error("a command on {host} did not finish within {secs} s (TAO_SLURM_REMOTE_TIMEOUT); it was stopped and its outcome is unknown{detail}")]
+    TimedOut { host: String, secs: u64, detail: String },
+    #[error("the host key of {host} has CHANGED since it was recorded in {known_hosts}: this may be a man-in-the-middle attack, so tao-slurm stopped and tried no other host. If the site confirms the key really changed, remove the old key (ssh-keygen -R {host} -f {known_hosts}) and add the new one after checking its fingerprint.\n{message}")]
+    HostKeyChanged { host: String, known_hosts: String, message: String },
     #[error("SSH key {path} is readable by group or others; ssh refuses such keys and tao-slurm never changes your files. Fix it with: chmod 600 {path}")]
     KeyPermissions { path: String },
     #[error("SSH key {path} does not exist or cannot be read: {message}")]
@@ -97,16 +101,39 @@ pub trait Remote: Send + Sync {
     /// Round trips, logins and bytes so far.
     fn stats(&self) -> TransportStats;
 
-    /// Run a bash script on the login host and return its output. A non-zero exit of the script is a
-    /// result, not an error; errors are connection-level only.
-    fn run_script(&self, script: &str, idempotency: Idempotency) -> Result<RemoteOutput, RemoteError>;
+    /// How long a call may take unless it asks for longer.
+    fn default_deadline(&self) -> std::time::Duration;
+
+    /// Run a bash script on the login host and return its output, within the default deadline. A
+    /// non-zero exit of the script is a result, not an error; errors are connection-level only.
+    fn run_script(&self, script: &str, idempotency: Idempotency) -> Result<RemoteOutput, RemoteError> {
+        self.run_script_within(script, idempotency, self.default_deadline())
+    }
+
+    /// [`Remote::run_script`] with its own deadline (for calls that legitimately run long). Past it the
+    /// call ends with [`RemoteError::TimedOut`]: the script may or may not have run to its end.
+    fn run_script_within(
+        &self,
+        script: &str,
+        idempotency: Idempotency,
+        deadline: std::time::Duration,
+    ) -> Result<RemoteOutput, RemoteError>;
 }
 
 /// The transport the settings ask for: local shell on the login node, else OpenSSH.
 pub fn connect(settings: &Settings) -> Result<Box<dyn Remote>, RemoteError> {
     if settings.local {
-        return Ok(Box::new(LocalShell::default()));
+        return Ok(Box::new(LocalShell::new(settings.remote_timeout_secs)));
     }
     let (user, hosts) = settings.require_remote()?;
     Ok(Box::new(OpenSsh::new(settings, user, hosts)?))
+}
+
+/// The error of a call stopped at its deadline.
+pub(crate) fn timed_out(host: &str, deadline: std::time::Duration, stderr: &str) -> RemoteError {
+    RemoteError::TimedOut {
+        host: host.to_string(),
+        secs: deadline.as_secs_f64().ceil() as u64,
+        detail: if stderr.is_empty() { String::new() } else { format!(": {stderr}") },
+    }
 }

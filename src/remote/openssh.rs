@@ -9,7 +9,7 @@ use super::session::{CallError, Pool, Session};
 use super::{Idempotency, Remote, RemoteError, RemoteOutput};
 use crate::config::{LoginHost, Settings};
 use std::fs::{self, File, OpenOptions};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -26,6 +26,13 @@ pub struct OpenSsh {
     control_persist_secs: u32,
     control_dir: PathBuf,
     accept_new_host_keys: bool,
+    remote_timeout: Duration,
+    /// A hash of everything that decides how we authenticate (user, key, known_hosts, ssh_config,
+    /// agent, host-key policy): part of every control socket's name, so that a run with other
+    /// settings never rides a master that was authenticated under the old ones.
+    profile: String,
+    /// Per host, the ProxyCommand that replaces its ProxyJump (resolved once, on first use).
+    proxies: Vec<std::sync::OnceLock<Option<String>>>,
     counters: super::Counters,
     /// Index into `hosts` of the host whose master is up, once one is.
     active: Mutex<Option<usize>>,
@@ -55,7 +62,11 @@ impl OpenSsh {
         if let Some(key) = &settings.ssh_key_path {
             check_key_file(key)?;
         }
+        let profile = auth_profile(settings, user);
         Ok(OpenSsh {
+            remote_timeout: Duration::from_secs(settings.remote_timeout_secs.into()),
+            profile,
+            proxies: hosts.iter().map(|_| std::sync::OnceLock::new()).collect(),
             user: user.to_string(),
             hosts: hosts.to_vec(),
             ssh_config: settings.ssh_config.clone(),
@@ -76,11 +87,13 @@ impl OpenSsh {
         &self.hosts
     }
 
-    /// Options common to every ssh invocation for `host`, ending with the destination.
-    fn base_command(&self, host: &LoginHost) -> Command {
-        let mut cmd = Command::new("ssh");
+    /// The options that make every ssh we start as strict as the settings ask (host keys verified
+    /// against the configured known_hosts, no prompts, bounded connect), for the login hosts and for
+    /// every ProxyJump hop alike.
+    fn strict_options(&self) -> Vec<String> {
+        let mut args = Vec::new();
         if let Some(cfg) = &self.ssh_config {
-            cmd.arg("-F").arg(cfg);
+            args.extend(["-F".to_string(), cfg.display().to_string()]);
         }
         // Host keys are always verified; a new host is trusted only by an explicit choice.
         let strict = if self.accept_new_host_keys { "accept-new" } else { "yes" };
@@ -91,16 +104,27 @@ impl OpenSsh {
             // A dead connection is noticed within about 45 s instead of hanging.
             "ServerAliveInterval=15".to_string(),
             "ServerAliveCountMax=3".to_string(),
-            format!("ControlPath={}/%C", self.control_dir.display()),
             "LogLevel=ERROR".to_string(),
         ] {
-            cmd.arg("-o").arg(opt);
+            args.extend(["-o".to_string(), opt]);
         }
         if let Some(kh) = &self.known_hosts {
-            cmd.arg("-o").arg(format!("UserKnownHostsFile={}", kh.display()));
+            args.extend(["-o".to_string(), format!("UserKnownHostsFile={}", kh.display())]);
         }
         if let Some(key) = &self.key_path {
-            cmd.arg("-i").arg(key).arg("-o").arg("IdentitiesOnly=yes");
+            args.extend(["-i".to_string(), key.display().to_string(), "-o".to_string(), "IdentitiesOnly=yes".into()]);
+        }
+        args
+    }
+
+    /// Options common to every ssh invocation for `host`, ending with the destination.
+    fn base_command(&self, host: &LoginHost) -> Command {
+        let mut cmd = Command::new("ssh");
+        cmd.args(self.strict_options());
+        cmd.arg("-o").arg(format!("ControlPath={}/{}-%C", self.control_dir.display(), self.profile));
+        let index = self.hosts.iter().position(|h| h == host);
+        if let Some(proxy) = index.and_then(|i| self.proxies[i].get_or_init(|| self.proxy_for(host)).clone()) {
+            cmd.arg("-o").arg(format!("ProxyCommand={proxy}"));
         }
         if let Some(sock) = &self.auth_sock {
             cmd.env("SSH_AUTH_SOCK", sock);
@@ -113,15 +137,80 @@ impl OpenSsh {
         cmd
     }
 
+    /// What ssh_config resolves for a destination (`ssh -G`): its real host name, port and
+    /// ProxyJump chain. None when ssh cannot resolve it (ssh itself will then say why).
+    fn resolve(&self, destination: &str, user: Option<&str>, port: Option<u16>) -> Option<Resolved> {
+        let mut cmd = Command::new("ssh");
+        if let Some(cfg) = &self.ssh_config {
+            cmd.arg("-F").arg(cfg);
+        }
+        if let Some(u) = user {
+            cmd.arg("-l").arg(u);
+        }
+        if let Some(p) = port {
+            cmd.arg("-p").arg(p.to_string());
+        }
+        cmd.arg("-G").arg("--").arg(destination);
+        let out = run_bounded(cmd, Duration::from_secs(10)).ok()?;
+        Some(Resolved::parse(&String::from_utf8_lossy(&out)))
+    }
+
+    /// The ProxyCommand that replaces the ProxyJump of `host` (if its ssh_config gives one): ssh
+    /// starts a ProxyJump hop with none of our command-line options (no BatchMode, not our
+    /// known_hosts or key), so each hop is spelled out as an ssh with the same strict options.
+    fn proxy_for(&self, host: &LoginHost) -> Option<String> {
+        let target = self.resolve(&host.host, Some(&self.user), host.port)?;
+        self.proxy_chain(&target, &target.jumps, 0)
+    }
+
+    /// An ssh command that reaches `dest` through the hops `via` (the last hop connects to it).
+    fn proxy_chain(&self, dest: &Resolved, via: &[String], depth: usize) -> Option<String> {
+        let (last, before) = via.split_last()?;
+        if depth > 8 {
+            tracing::warn!("ProxyJump chain deeper than 8 hops; not followed further");
+            return None;
+        }
+        let hop = JumpHop::parse(last);
+        let resolved = self.resolve(&hop.host, hop.user.as_deref(), hop.port)?;
+        // Hops before this one come from the chain; else from this hop's own ssh_config entry.
+        let inner = if before.is_empty() {
+            self.proxy_chain(&resolved, &resolved.jumps, depth + 1)
+        } else {
+            self.proxy_chain(&resolved, before, depth + 1)
+        };
+        let mut argv = vec!["ssh".to_string()];
+        argv.extend(self.strict_options());
+        argv.extend(["-o".to_string(), "ControlMaster=no".to_string(), "-o".to_string(), "ControlPath=none".into()]);
+        match inner {
+            Some(cmd) => argv.extend(["-o".to_string(), format!("ProxyCommand={cmd}")]),
+            None => argv.extend(["-o".to_string(), "ProxyJump=none".to_string()]),
+        }
+        argv.extend(["-W".to_string(), format!("[{}]:{}", dest.hostname, dest.port)]);
+        if let Some(u) = &hop.user {
+            argv.extend(["-l".to_string(), u.clone()]);
+        }
+        if let Some(p) = hop.port {
+            argv.extend(["-p".to_string(), p.to_string()]);
+        }
+        argv.extend(["--".to_string(), hop.host.clone()]);
+        // ssh runs a ProxyCommand with `sh -c` after expanding `%` tokens: quote every word, and
+        // double any `%` so that it stays literal.
+        Some(crate::script::shell::join(&argv).replace('%', "%%"))
+    }
+
     fn master_alive(&self, host: &LoginHost) -> bool {
         let mut cmd = Command::new("ssh");
         cmd.args(["-O", "check"]).args(self.base_command(host).get_args());
-        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-        cmd.status().map(|s| s.success()).unwrap_or(false)
+        // A wedged master must not wedge us: the check talks to a local socket and is quick.
+        run_bounded(cmd, Duration::from_secs(5)).is_ok()
     }
 
     fn control_file(&self, host: &LoginHost, suffix: &str) -> PathBuf {
-        self.control_dir.join(format!("{}.{suffix}", sanitize(&format!("{}@{}", self.user, host.label()))))
+        self.control_dir.join(format!(
+            "{}-{}.{suffix}",
+            self.profile,
+            sanitize(&format!("{}@{}", self.user, host.label()))
+        ))
     }
 
     fn marked_down(&self, host: &LoginHost) -> bool {
@@ -133,20 +222,16 @@ impl OpenSsh {
 
     /// Bring up the master for `host` unless one is already up. Serialised across processes by a lock
     /// file, so concurrent CLI invocations never open two logins to the same host.
-    pub fn ensure_master(&self, host: &LoginHost) -> Result<(), String> {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&self.control_dir)
-            .map_err(|e| format!("cannot create {}: {e}", self.control_dir.display()))?;
+    pub fn ensure_master(&self, host: &LoginHost) -> Result<(), MasterError> {
+        crate::private::ensure_private_dir(&self.control_dir).map_err(MasterError::Failed)?;
         let lock_path = self.control_file(host, "lock");
         let lock = OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&lock_path)
-            .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))?;
-        lock.lock().map_err(|e| format!("cannot lock {}: {e}", lock_path.display()))?;
+            .map_err(|e| MasterError::Failed(format!("cannot open {}: {e}", lock_path.display())))?;
+        lock.lock().map_err(|e| MasterError::Failed(format!("cannot lock {}: {e}", lock_path.display())))?;
         let result = if self.master_alive(host) { Ok(()) } else { self.start_master(host) };
         let down = self.control_file(host, "down");
         match &result {
@@ -161,10 +246,10 @@ impl OpenSsh {
         result
     }
 
-    fn start_master(&self, host: &LoginHost) -> Result<(), String> {
+    fn start_master(&self, host: &LoginHost) -> Result<(), MasterError> {
         // stderr goes to a file, not a pipe: the backgrounded master (-f) keeps its stderr open, and a
         // pipe would never reach EOF.
-        let err_file = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
+        let err_file = tempfile::NamedTempFile::new().map_err(|e| MasterError::Failed(e.to_string()))?;
         let mut cmd = Command::new("ssh");
         cmd.args(["-f", "-N", "-o", "ControlMaster=yes"])
             .arg("-o")
@@ -173,19 +258,29 @@ impl OpenSsh {
         if let Some(sock) = &self.auth_sock {
             cmd.env("SSH_AUTH_SOCK", sock);
         }
-        let stderr = err_file.reopen().map_err(|e| e.to_string())?;
-        let status = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .status()
-            .map_err(|e| format!("cannot run ssh: {e}"))?;
+        let stderr = err_file.reopen().map_err(|e| MasterError::Failed(e.to_string()))?;
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr);
+        // ssh's ConnectTimeout bounds the TCP connect and the protocol handshake; this bounds the
+        // rest (a host that stalls during authentication), so a dead host costs about the connect
+        // timeout before the next one is tried.
+        let limit = Duration::from_secs(u64::from(self.connect_timeout_secs) + 5);
+        let status = wait_bounded(cmd, limit).map_err(MasterError::Failed)?;
         self.counters.login();
-        if status.success() {
+        if status == Some(true) {
             return Ok(());
         }
         let text = fs::read_to_string(err_file.path()).unwrap_or_default();
-        Err(describe_ssh_failure(host, text.trim()))
+        if status.is_none() {
+            return Err(MasterError::Failed(format!(
+                "no SSH session within {} s (the host accepted the connection but did not complete the handshake or authentication){}",
+                limit.as_secs(),
+                if text.trim().is_empty() { String::new() } else { format!(": {}", text.trim()) }
+            )));
+        }
+        if host_key_changed(&text) {
+            return Err(MasterError::HostKeyChanged(text.trim().to_string()));
+        }
+        Err(MasterError::Failed(describe_ssh_failure(host, text.trim())))
     }
 
     /// The first host, in the configured order, whose master is up or comes up. Hosts that failed
@@ -201,7 +296,20 @@ impl OpenSsh {
                     *self.active.lock().unwrap() = Some(i);
                     return Ok(i);
                 }
-                Err(message) => {
+                // Never fail over past a host whose key changed: the next host may be the same
+                // machine behind the same attacker, and the user must look at this first.
+                Err(MasterError::HostKeyChanged(message)) => {
+                    return Err(RemoteError::HostKeyChanged {
+                        host: host.label(),
+                        known_hosts: self
+                            .known_hosts
+                            .as_ref()
+                            .map(|p| p.display().to_string())
+                            .unwrap_or_else(|| "~/.ssh/known_hosts".into()),
+                        message,
+                    });
+                }
+                Err(MasterError::Failed(message)) => {
                     tracing::warn!(host = %host.label(), %message, "login host unreachable; trying the next one");
                     failures.push(format!("{}: {message}", host.label()));
                 }
@@ -244,11 +352,16 @@ impl OpenSsh {
 
     /// Run a script on one given host through its master (preflight checks every host this way).
     pub fn run_on(&self, index: usize, script: &str) -> Result<RemoteOutput, RemoteError> {
+        self.run_on_within(index, script, self.remote_timeout)
+    }
+
+    fn run_on_within(&self, index: usize, script: &str, deadline: Duration) -> Result<RemoteOutput, RemoteError> {
         let host = &self.hosts[index];
-        let result = self.sessions.call(index, &|| self.start_session(index), script)?;
+        let result = self.sessions.call(index, &|| self.start_session(index), script, deadline)?;
         match result {
             Ok(reply) => {
                 self.counters.round_trip(script.len(), reply.stdout.len() + reply.stderr.len());
+                // The log writer redacts secret values (the submit script carries them).
                 tracing::trace!(host = %host.label(), %script, stdout = %reply.stdout, stderr = %reply.stderr, "round trip");
                 Ok(RemoteOutput {
                     exit_code: reply.exit_code,
@@ -265,6 +378,10 @@ impl OpenSsh {
                     host: host.label(),
                     message: format!("ssh ended before the command finished: {message}"),
                 })
+            }
+            Err(CallError::TimedOut(message)) => {
+                self.counters.round_trip(script.len(), 0);
+                Err(super::timed_out(&host.label(), deadline, &message))
             }
         }
     }
@@ -288,17 +405,160 @@ impl Remote for OpenSsh {
         self.counters.snapshot()
     }
 
-    fn run_script(&self, script: &str, idempotency: Idempotency) -> Result<RemoteOutput, RemoteError> {
+    fn default_deadline(&self) -> Duration {
+        self.remote_timeout
+    }
+
+    fn run_script_within(
+        &self,
+        script: &str,
+        idempotency: Idempotency,
+        deadline: Duration,
+    ) -> Result<RemoteOutput, RemoteError> {
         let index = self.current_host()?;
-        match self.run_on(index, script) {
+        match self.run_on_within(index, script, deadline) {
             Err(RemoteError::Lost { host, message }) if idempotency == Idempotency::Idempotent => {
                 // Reads may run again: reconnect (this host or the next) and retry once.
                 tracing::warn!(%host, %message, "connection lost; reconnecting");
                 *self.active.lock().unwrap() = None;
                 let index = self.select_host()?;
-                self.run_on(index, script)
+                self.run_on_within(index, script, deadline)
             }
             other => other,
+        }
+    }
+}
+
+/// Why a master could not be brought up.
+#[derive(Debug)]
+pub enum MasterError {
+    Failed(String),
+    /// The host presented a key other than the one recorded: no failover, a loud error.
+    HostKeyChanged(String),
+}
+
+impl std::fmt::Display for MasterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MasterError::Failed(m) => f.write_str(m),
+            MasterError::HostKeyChanged(m) => write!(f, "the host key has changed (possible man-in-the-middle): {m}"),
+        }
+    }
+}
+
+fn host_key_changed(stderr: &str) -> bool {
+    stderr.contains("REMOTE HOST IDENTIFICATION HAS CHANGED")
+        || (stderr.contains("Host key for") && stderr.contains("has changed"))
+}
+
+/// A hash of the settings that decide how ssh authenticates and which host keys it trusts.
+fn auth_profile(settings: &Settings, user: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+    for part in [
+        user.to_string(),
+        path(&settings.ssh_key_path),
+        path(&settings.ssh_known_hosts),
+        path(&settings.ssh_config),
+        settings.ssh_auth_sock.clone().unwrap_or_default(),
+        settings.accept_new_host_keys.to_string(),
+    ] {
+        h.update(part.as_bytes());
+        h.update([0u8]);
+    }
+    h.finalize().iter().take(6).map(|b| format!("{b:02x}")).collect()
+}
+
+/// What `ssh -G` resolved for a destination.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Resolved {
+    hostname: String,
+    port: u16,
+    /// The ProxyJump hops, first to last (empty when none).
+    jumps: Vec<String>,
+}
+
+impl Resolved {
+    fn parse(text: &str) -> Resolved {
+        let mut r = Resolved { hostname: String::new(), port: 22, jumps: Vec::new() };
+        for line in text.lines() {
+            let (key, value) = line.split_once(' ').unwrap_or((line, ""));
+            match key {
+                "hostname" => r.hostname = value.trim().to_string(),
+                "port" => r.port = value.trim().parse().unwrap_or(22),
+                "proxyjump" if value.trim() != "none" => {
+                    r.jumps = value.split(',').map(|h| h.trim().to_string()).filter(|h| !h.is_empty()).collect()
+                }
+                _ => {}
+            }
+        }
+        r
+    }
+}
+
+/// One ProxyJump hop: `[user@]host[:port]` (or `ssh://[user@]host[:port]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct JumpHop {
+    user: Option<String>,
+    host: String,
+    port: Option<u16>,
+}
+
+impl JumpHop {
+    fn parse(text: &str) -> JumpHop {
+        let text = text.strip_prefix("ssh://").unwrap_or(text);
+        let (user, rest) = match text.rsplit_once('@') {
+            Some((u, r)) => (Some(u.to_string()), r),
+            None => (None, text),
+        };
+        let (host, port) = if let Some(inner) = rest.strip_prefix('[') {
+            match inner.split_once(']') {
+                Some((h, p)) => (h.to_string(), p.strip_prefix(':').and_then(|p| p.parse().ok())),
+                None => (rest.to_string(), None),
+            }
+        } else {
+            match rest.rsplit_once(':') {
+                Some((h, p)) if !h.contains(':') => (h.to_string(), p.parse().ok()),
+                _ => (rest.to_string(), None),
+            }
+        };
+        JumpHop { user, host, port }
+    }
+}
+
+/// Run `cmd` to its end within `limit`; its standard output if it succeeded.
+fn run_bounded(mut cmd: Command, limit: Duration) -> Result<Vec<u8>, String> {
+    let out = tempfile::tempfile().map_err(|e| e.to_string())?;
+    cmd.stdin(Stdio::null()).stdout(out.try_clone().map_err(|e| e.to_string())?).stderr(Stdio::null());
+    match wait_bounded(cmd, limit)? {
+        Some(true) => {
+            use std::io::{Read, Seek};
+            let mut out = out;
+            let mut buf = Vec::new();
+            out.seek(std::io::SeekFrom::Start(0)).map_err(|e| e.to_string())?;
+            out.read_to_end(&mut buf).map_err(|e| e.to_string())?;
+            Ok(buf)
+        }
+        Some(false) => Err("failed".into()),
+        None => Err(format!("no answer within {} s", limit.as_secs())),
+    }
+}
+
+/// Spawn `cmd` and wait for it at most `limit`: Some(success), or None when it was killed at the limit.
+fn wait_bounded(mut cmd: Command, limit: Duration) -> Result<Option<bool>, String> {
+    let mut child = cmd.spawn().map_err(|e| format!("cannot run ssh: {e}"))?;
+    let started = std::time::Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Ok(Some(status.success())),
+            Ok(None) if started.elapsed() >= limit => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Ok(None);
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            Err(e) => return Err(e.to_string()),
         }
     }
 }
@@ -352,6 +612,31 @@ mod tests {
         assert_eq!(fs::metadata(f.path()).unwrap().permissions().mode() & 0o777, 0o644);
         fs::set_permissions(f.path(), fs::Permissions::from_mode(0o600)).unwrap();
         assert!(check_key_file(f.path()).is_ok());
+    }
+
+    #[test]
+    fn proxy_jump_hops_and_ssh_g_output_parse() {
+        let r = Resolved::parse("user slurmuser\nhostname 127.0.0.1\nport 2222\nproxyjump a@bastion:2200,hop2\n");
+        assert_eq!((r.hostname.as_str(), r.port), ("127.0.0.1", 2222));
+        assert_eq!(r.jumps, ["a@bastion:2200", "hop2"]);
+        assert!(Resolved::parse("proxyjump none\n").jumps.is_empty());
+        for (text, user, host, port) in [
+            ("bastion", None, "bastion", None),
+            ("me@bastion:2200", Some("me"), "bastion", Some(2200)),
+            ("ssh://me@[::1]:2201", Some("me"), "::1", Some(2201)),
+            ("[fe80::1]", None, "fe80::1", None),
+        ] {
+            let h = JumpHop::parse(text);
+            assert_eq!((h.user.as_deref(), h.host.as_str(), h.port), (user, host, port), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_changed_host_key_is_recognised() {
+        let text =
+            "@@@@@@@@@@@\n@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\nHost key verification failed.";
+        assert!(host_key_changed(text));
+        assert!(!host_key_changed("Host key verification failed."));
     }
 
     #[test]

@@ -8,9 +8,9 @@
 
 use super::RemoteError;
 use std::io::{Read, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The loop the shell runs; it arrives on stdin first, then the framed scripts follow it (so nothing
 /// may follow `done`: bash reads its script from the pipe only as far as the command it runs).
@@ -41,20 +41,48 @@ pub(crate) struct Reply {
 pub(crate) enum CallError {
     NotDelivered(String),
     Lost(String),
+    /// The deadline passed before the script's end arrived: its outcome is unknown.
+    TimedOut(String),
 }
 
-/// Standard error, collected by a thread so that neither pipe can fill up and stall the shell.
+/// One of the shell's output streams, collected by a thread so that neither pipe can fill up and
+/// stall the shell, and so that a caller can stop waiting at a deadline.
 #[derive(Default)]
-struct ErrBuf {
+struct PipeBuf {
+    /// Bytes read so far (not yet taken), and whether the stream has ended.
     state: Mutex<(Vec<u8>, bool)>,
     ready: Condvar,
+}
+
+impl PipeBuf {
+    fn collect(mut pipe: impl Read + Send + 'static) -> Arc<PipeBuf> {
+        let buf = Arc::new(PipeBuf::default());
+        let sink = Arc::clone(&buf);
+        std::thread::spawn(move || {
+            let mut chunk = vec![0u8; 64 * 1024];
+            loop {
+                let n = pipe.read(&mut chunk).unwrap_or(0);
+                let mut state = sink.state.lock().unwrap();
+                if n == 0 {
+                    state.1 = true;
+                } else {
+                    state.0.extend_from_slice(&chunk[..n]);
+                }
+                sink.ready.notify_all();
+                if n == 0 {
+                    return;
+                }
+            }
+        });
+        buf
+    }
 }
 
 pub(crate) struct Session {
     child: Child,
     stdin: Option<ChildStdin>,
-    stdout: ChildStdout,
-    stderr: Arc<ErrBuf>,
+    stdout: Arc<PipeBuf>,
+    stderr: Arc<PipeBuf>,
     /// Which host (index into the transport's list) it runs on.
     pub host: usize,
     /// Set once a call failed: the session is then never used again.
@@ -71,27 +99,9 @@ impl Session {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| RemoteError::Spawn { program, message: e.to_string() })?;
-        let mut stderr_pipe = child.stderr.take().expect("stderr is piped");
-        let stderr = Arc::new(ErrBuf::default());
-        let sink = Arc::clone(&stderr);
-        std::thread::spawn(move || {
-            let mut chunk = [0u8; 8192];
-            loop {
-                let n = stderr_pipe.read(&mut chunk).unwrap_or(0);
-                let mut state = sink.state.lock().unwrap();
-                if n == 0 {
-                    state.1 = true;
-                } else {
-                    state.0.extend_from_slice(&chunk[..n]);
-                }
-                sink.ready.notify_all();
-                if n == 0 {
-                    return;
-                }
-            }
-        });
+        let stderr = PipeBuf::collect(child.stderr.take().expect("stderr is piped"));
+        let stdout = PipeBuf::collect(child.stdout.take().expect("stdout is piped"));
         let stdin = child.stdin.take();
-        let stdout = child.stdout.take().expect("stdout is piped");
         let mut session = Session { child, stdin, stdout, stderr, host, broken: false };
         if session.write(BOOTSTRAP.as_bytes()).is_err() {
             session.broken = true;
@@ -110,43 +120,79 @@ impl Session {
         stdin.flush()
     }
 
-    /// Run one script and wait for all its output.
-    pub fn call(&mut self, script: &str) -> Result<Reply, CallError> {
-        let result = self.call_inner(script);
+    /// Run one script and wait for all its output, at most until `deadline`.
+    pub fn call(&mut self, script: &str, deadline: Duration) -> Result<Reply, CallError> {
+        let result = self.call_inner(script, Instant::now() + deadline);
         if result.is_err() {
             self.broken = true;
+        }
+        if let Err(CallError::TimedOut(_)) = &result {
+            // The script may still run on the host; this shell (and its ssh) are given up.
+            let _ = self.child.kill();
         }
         result
     }
 
-    fn call_inner(&mut self, script: &str) -> Result<Reply, CallError> {
+    fn call_inner(&mut self, script: &str, deadline: Instant) -> Result<Reply, CallError> {
         let nonce = uuid::Uuid::new_v4().simple().to_string();
         let body = format!("{script}\n#");
         let mut frame = format!("{} {nonce}\n", body.len()).into_bytes();
         frame.extend_from_slice(body.as_bytes());
         // The loop reads the whole script before it runs any of it, so nothing is written back
-        // until this write is complete: no deadlock against a full stdout pipe.
-        self.write(&frame).map_err(|e| CallError::NotDelivered(format!("cannot send the script: {e}")))?;
+        // until this write is complete. A pipe holds 64 KiB: a larger script written to a shell
+        // that never reads (a host that hangs) would block here, so the write has a thread of its
+        // own and the deadline still holds.
+        self.write_before(&frame, deadline)?;
         let end = format!(" {nonce}\n");
-        let mut out: Vec<u8> = Vec::new();
-        let mut chunk = vec![0u8; 64 * 1024];
+        let mut state = self.stdout.state.lock().unwrap();
         loop {
-            let n = self.stdout.read(&mut chunk).map_err(|e| CallError::Lost(e.to_string()))?;
-            if n == 0 {
-                return Err(CallError::Lost(self.stderr_so_far()));
-            }
-            out.extend_from_slice(&chunk[..n]);
-            if out.ends_with(end.as_bytes()) {
-                if let Some(at) = find_last(&out, EXIT_MARK) {
+            if state.0.ends_with(end.as_bytes()) {
+                if let Some(at) = find_last(&state.0, EXIT_MARK) {
                     let rc_text =
-                        String::from_utf8_lossy(&out[at + EXIT_MARK.len()..out.len() - end.len()]).into_owned();
+                        String::from_utf8_lossy(&state.0[at + EXIT_MARK.len()..state.0.len() - end.len()]).into_owned();
                     if let Ok(exit_code) = rc_text.trim().parse() {
+                        let mut out = std::mem::take(&mut state.0);
+                        drop(state);
                         out.truncate(at);
                         let stderr = self.take_stderr(&nonce);
                         return Ok(Reply { exit_code, stdout: String::from_utf8_lossy(&out).into_owned(), stderr });
                     }
                 }
             }
+            if state.1 {
+                drop(state);
+                return Err(CallError::Lost(self.stderr_so_far()));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(CallError::TimedOut(
+                    String::from_utf8_lossy(&self.stderr.state.lock().unwrap().0).trim().to_string(),
+                ));
+            }
+            state = self.stdout.ready.wait_timeout(state, deadline - now).unwrap().0;
+        }
+    }
+
+    /// Write `frame` to the shell, giving up at `deadline` (the shell is then killed by the caller).
+    fn write_before(&mut self, frame: &[u8], deadline: Instant) -> Result<(), CallError> {
+        if frame.len() < 32 * 1024 {
+            return self.write(frame).map_err(|e| CallError::NotDelivered(format!("cannot send the script: {e}")));
+        }
+        let mut stdin = self.stdin.take().ok_or_else(|| CallError::NotDelivered("stdin closed".into()))?;
+        let bytes = frame.to_vec();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let result = stdin.write_all(&bytes).and_then(|_| stdin.flush());
+            let _ = tx.send((stdin, result));
+        });
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok((stdin, Ok(()))) => {
+                self.stdin = Some(stdin);
+                Ok(())
+            }
+            Ok((_, Err(e))) => Err(CallError::NotDelivered(format!("cannot send the script: {e}"))),
+            // Part of the script may have reached the shell: its outcome is unknown.
+            Err(_) => Err(CallError::TimedOut("the host did not take the script".into())),
         }
     }
 
@@ -207,13 +253,14 @@ impl Pool {
         host: usize,
         start: &dyn Fn() -> Result<Session, RemoteError>,
         script: &str,
+        deadline: Duration,
     ) -> Result<Result<Reply, CallError>, RemoteError> {
         let mut session = self.take(host).map(Ok).unwrap_or_else(start)?;
-        let mut result = session.call(script);
+        let mut result = session.call(script, deadline);
         if let Err(CallError::NotDelivered(message)) = &result {
             tracing::debug!(host, %message, "persistent shell gone; starting another");
             session = start()?;
-            result = session.call(script);
+            result = session.call(script, deadline);
         }
         if result.is_ok() {
             self.idle.lock().unwrap().push(session);
@@ -244,6 +291,8 @@ fn find_last(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 mod tests {
     use super::*;
 
+    const LONG: Duration = Duration::from_secs(60);
+
     fn local() -> Session {
         let mut bash = Command::new("bash");
         bash.arg("-s");
@@ -270,7 +319,7 @@ mod tests {
             ("cd /; X=1; set -e", "", "", 0),
             ("echo \"${X-unset} $PWD\" | grep -c unset", "1\n", "", 0),
         ] {
-            let r = s.call(script).unwrap();
+            let r = s.call(script, LONG).unwrap();
             assert_eq!((r.stdout.as_str(), r.exit_code), (want_out, want_rc), "{script}");
             if script != "if then" {
                 assert_eq!(r.stderr, want_err, "{script}");
@@ -280,15 +329,39 @@ mod tests {
         }
         assert!(s.usable());
         let big = "x".repeat(3 << 20);
-        let r = s.call(&format!("cat <<'EOF'\n{big}\nEOF")).unwrap();
+        let r = s.call(&format!("cat <<'EOF'\n{big}\nEOF"), LONG).unwrap();
         assert_eq!(r.stdout.len(), big.len() + 1, "a 3 MiB output arrives whole");
     }
 
     #[test]
     fn a_dead_shell_is_reported_and_never_reused() {
         let mut s = local();
-        let err = s.call("kill -9 $$; sleep 0.3").unwrap_err();
+        let err = s.call("kill -9 $$; sleep 0.3", LONG).unwrap_err();
         assert!(matches!(err, CallError::Lost(_)), "{err:?}");
         assert!(!s.usable());
+    }
+
+    #[test]
+    fn a_script_that_hangs_ends_at_the_deadline_and_the_shell_is_given_up() {
+        let mut s = local();
+        let started = Instant::now();
+        let err = s.call("echo partial; sleep 30", Duration::from_millis(300)).unwrap_err();
+        assert!(matches!(err, CallError::TimedOut(_)), "{err:?}");
+        assert!(started.elapsed() < Duration::from_secs(5), "waited {:?}", started.elapsed());
+        assert!(!s.usable());
+        // A large script sent to a shell that never reads (a host that hangs) is bounded too.
+        let mut deaf = Session::start(
+            {
+                let mut c = Command::new("sleep");
+                c.arg("30");
+                c
+            },
+            0,
+        )
+        .unwrap();
+        let started = Instant::now();
+        let err = deaf.call(&"# x\n".repeat(1 << 18), Duration::from_millis(300)).unwrap_err();
+        assert!(matches!(err, CallError::TimedOut(_)), "{err:?}");
+        assert!(started.elapsed() < Duration::from_secs(10));
     }
 }
