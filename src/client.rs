@@ -527,10 +527,24 @@ impl Client {
         }
     }
 
+    /// Cancel jobs (idempotent: a terminal job stays as it is). Returns every job as it now is; a job
+    /// whose cancel could not be confirmed keeps its status, and the error names it and the reason.
     pub fn cancel_jobs(&self, ids: &[String]) -> Result<Vec<JobView>> {
         let jobs: Vec<JobRecord> = ids.iter().map(|i| self.store.get(i)).collect::<std::result::Result<_, _>>()?;
         if jobs.iter().any(|j| !j.status.is_terminal()) {
-            cancel::cancel(self.remote()?, &self.store, &jobs)?;
+            let outcome = cancel::cancel(self.remote()?, &self.store, &jobs)?;
+            if !outcome.failed.is_empty() {
+                let list: Vec<String> = outcome.failed.iter().map(|(id, why)| format!("{id}: {why}")).collect();
+                return Err(Error::RemoteCommand(format!(
+                    "not cancelled (left as they were; try again when the controller answers): {}{}",
+                    list.join("; "),
+                    if outcome.cancelled.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; cancelled: {}", outcome.cancelled.join(", "))
+                    }
+                )));
+            }
         }
         jobs.iter().map(|j| Ok(JobView::from(&self.store.summary(&j.job_id)?))).collect()
     }

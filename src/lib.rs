@@ -13,6 +13,7 @@ pub mod monitor;
 pub mod plan;
 pub mod preflight;
 pub mod private;
+pub mod redact;
 pub mod remote;
 pub mod retry;
 pub mod script;

@@ -115,6 +115,18 @@ ALTER TABLE jobs DROP COLUMN spec_json;
 ALTER TABLE jobs DROP COLUMN plan_json;
 CREATE INDEX jobs_waiting ON jobs(created_at) WHERE slurm_job_id IS NULL;
 "#,
+    // Whether a job's secrets directory is known to be gone from the cluster: it is removed once the
+    // job is terminal, and a removal that failed (host down) is tried again until it succeeds. Jobs
+    // that ended before this column existed are swept once (earlier builds removed only Complete
+    // jobs' secrets). When the attempt now running reached Slurm (for "lost by the scheduler"), and
+    // since when the scheduler has not known a job (a verdict needs two reads, some time apart).
+    r#"
+ALTER TABLE jobs ADD COLUMN secrets_cleared INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX jobs_secrets_pending ON jobs(job_id) WHERE has_secrets = 1 AND secrets_cleared = 0;
+ALTER TABLE jobs ADD COLUMN submitted_at INTEGER;
+ALTER TABLE jobs ADD COLUMN unseen_since INTEGER;
+UPDATE jobs SET submitted_at = (SELECT a.submitted_at FROM attempts a WHERE a.job_id = jobs.job_id AND a.number = jobs.attempt);
+"#,
 ];
 
 /// One submission of a job to Slurm. A job has one attempt, plus one per retry.
@@ -194,6 +206,10 @@ pub struct JobSummary {
     pub has_secrets: bool,
     /// `size:mtime` of status.json when it was last read (None: never read).
     pub status_sig: Option<String>,
+    /// When the current attempt reached Slurm (None: not yet, or its outcome is unknown).
+    pub submitted_at: Option<i64>,
+    /// Since when neither squeue nor sacct has known the current attempt (None: known).
+    pub unseen_since: Option<i64>,
 }
 
 fn timeout_runs(plan: &Plan) -> u32 {
@@ -367,6 +383,7 @@ impl Store {
                 .conn
                 .execute(
                     "UPDATE jobs SET attempt = ?3, attempt_name = ?4, slurm_job_id = NULL, slurm_state = NULL, exit_code = NULL,
+                       submitted_at = NULL, unseen_since = NULL,
                        node_list = NULL, login_host = NULL, status = 'Pending', message = ?5, next_retry_at = ?6,
                        excluded_nodes = ?7, updated_at = ?8
                      WHERE job_id = ?1 AND attempt = ?2 AND status NOT IN ('Complete', 'Error', 'Canceled')",
@@ -442,7 +459,8 @@ impl Store {
         let changed = self
             .conn
             .execute(
-                "UPDATE jobs SET slurm_job_id = ?2, login_host = ?3, message = 'submitted', updated_at = ?4
+                "UPDATE jobs SET slurm_job_id = ?2, login_host = ?3, message = 'submitted', updated_at = ?4,
+                   submitted_at = ?4, unseen_since = NULL
                  WHERE job_id = ?1 AND slurm_job_id IS NULL",
                 params![job_id, slurm_job_id, host, now],
             )
@@ -659,6 +677,46 @@ impl Store {
         Ok(ChangeToken { others, ours: self.conn.total_changes() })
     }
 
+    /// Terminal jobs whose secrets directory may still be on the cluster: (job id, directory).
+    pub fn secrets_to_remove(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT job_id, job_dir FROM jobs WHERE has_secrets = 1 AND secrets_cleared = 0 AND NOT ({ACTIVE})"
+            ))
+            .map_err(|e| self.err(e))?;
+        let rows = st
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .map_err(|e| self.err(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.err(e))?;
+        Ok(rows.into_iter().map(|(id, dir)| (id.clone(), Layout::new(&dir, &id).secrets_dir())).collect())
+    }
+
+    /// The secrets directory of these jobs is gone from the cluster.
+    pub fn mark_secrets_cleared(&self, ids: &[String]) -> Result<(), StoreError> {
+        self.in_transaction(|| {
+            for id in ids {
+                self.conn
+                    .prepare_cached("UPDATE jobs SET secrets_cleared = 1 WHERE job_id = ?1")
+                    .and_then(|mut st| st.execute(params![id]))
+                    .map_err(|e| self.err(e))?;
+                self.add_event(id, "secrets_removed", "the secrets directory was removed from shared storage")?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Since when the scheduler has not known the job's current attempt (None: it knows it), set on
+    /// the first read that misses it and cleared by any read that finds it.
+    pub fn set_unseen_since(&self, job_id: &str, since: Option<i64>) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("UPDATE jobs SET unseen_since = ?2 WHERE job_id = ?1")
+            .and_then(|mut st| st.execute(params![job_id, since]))
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
     /// Remember the signature of a job's status.json as it was just read.
     pub fn set_status_sig(&self, job_id: &str, sig: &str) -> Result<(), StoreError> {
         self.conn
@@ -684,12 +742,13 @@ macro_rules! summary_columns {
     () => {
         "job_id, name, status, message, slurm_job_id, slurm_state, exit_code, node_list, login_host,
          created_at, updated_at, progress, attempt, attempt_name, next_retry_at, excluded_nodes, status_sig,
-         job_dir, image, nodes, gpus_per_node, partition, timeout_seconds, timeout_runs, has_secrets"
+         job_dir, image, nodes, gpus_per_node, partition, timeout_seconds, timeout_runs, has_secrets,
+         submitted_at, unseen_since"
     };
 }
 
 /// How many columns `summary_columns!` has: a record's documents follow.
-const SUMMARY_COLUMNS: usize = 25;
+const SUMMARY_COLUMNS: usize = 27;
 
 /// A summary as read, its status still text (decoded afterwards, with the job named if corrupt).
 struct SummaryRow {
@@ -730,6 +789,8 @@ fn summary_row(r: &Row) -> rusqlite::Result<SummaryRow> {
             timeout_seconds: timeout_seconds.max(0) as u64,
             timeout_runs: r.get(23)?,
             has_secrets: r.get(24)?,
+            submitted_at: r.get(25)?,
+            unseen_since: r.get(26)?,
         },
     })
 }

@@ -82,7 +82,7 @@ pub fn run() -> i32 {
             tracing_subscriber::EnvFilter::try_from_env("TAO_SLURM_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(|| crate::redact::RedactingWriter(std::io::stderr()))
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();

@@ -45,18 +45,29 @@ pub fn as_attempt(job: &JobRecord, attempt: &crate::store::AttemptRecord) -> Job
     view
 }
 
-/// `tail` (or `cat` when `tail_lines` is None) of both files, in marked sections. Pure.
+/// Most bytes of one log a `logs` call reads (the last ones when tailing, the first ones otherwise;
+/// `logs -f` reads any amount, chunk by chunk).
+pub const LOG_READ_CAP: u64 = 32 << 20;
+/// Seconds one read of a job's files may take (a job can swap a log for something that blocks).
+pub const JOB_FILE_READ_SECS: u32 = 30;
+
+/// `tail` (or the whole file when `tail_lines` is None) of both files, in marked sections. Only
+/// regular files are read (a job can make its log a FIFO or a symlink to anything), at most
+/// [`LOG_READ_CAP`] bytes each, under a time limit. Pure.
 pub fn logs_script(out_path: &str, err_path: &str, tail_lines: Option<u32>) -> String {
     let reader = match tail_lines {
-        Some(n) => format!("tail -n {n}"),
-        None => "cat".to_string(),
+        Some(n) => format!("tail -c {LOG_READ_CAP} -- \"$f\" | tail -n {n}"),
+        None => format!("head -c {LOG_READ_CAP} -- \"$f\""),
     };
     let mut s = String::new();
     for (name, path) in [("stdout", out_path), ("stderr", err_path)] {
         // Lines are prefixed so that no log line can pose as a section marker.
         s.push_str(&format!(
-            "echo '{SECTION}{name}'\nif [ -f {p} ]; then {reader} {p} | {PREFIX_LINES}; else echo '{SECTION}missing'; fi\n",
-            p = quote(path)
+            "echo '{SECTION}{name}'\nf={p}\nif [ -f \"$f\" ] && [ ! -L \"$f\" ]; then timeout {JOB_FILE_READ_SECS} sh -c {r} sh \"$f\" | {PREFIX_LINES}\n  \
+             size=\"$(stat -c %s -- \"$f\" 2>/dev/null || echo 0)\"; [ \"$size\" -gt {LOG_READ_CAP} ] && echo \"{SECTION}truncated $size\"\n\
+             elif [ -e \"$f\" ] || [ -L \"$f\" ]; then echo '{SECTION}notregular'; else echo '{SECTION}missing'; fi\n",
+            p = quote(path),
+            r = quote(&reader.replace("\"$f\"", "\"$1\"")),
         ));
     }
     s
@@ -74,7 +85,7 @@ pub fn read_logs(remote: &dyn Remote, job: &JobRecord, tail_lines: Option<u32>) 
         stderr: String::new(),
     };
     let mut in_stdout = true;
-    for (name, _, body) in sections(&out.stdout) {
+    for (name, arg, body) in sections(&out.stdout) {
         let text: String = unprefix_lines(&body);
         match name.as_str() {
             "stdout" => {
@@ -87,10 +98,42 @@ pub fn read_logs(remote: &dyn Remote, job: &JobRecord, tail_lines: Option<u32>) 
             }
             "missing" if in_stdout => logs.stdout = "(not written yet)\n".into(),
             "missing" => logs.stderr = "(not written yet)\n".into(),
+            "notregular" => {
+                let note = "(not shown: the job replaced this log with something that is not a regular file)\n";
+                if in_stdout {
+                    logs.stdout = note.into()
+                } else {
+                    logs.stderr = note.into()
+                }
+            }
+            "truncated" => {
+                let note = format!(
+                    "(this log is {} bytes; only {} are shown here: use --tail N or logs -f)\n",
+                    body_or(&arg),
+                    if tail_lines.is_some() {
+                        format!("lines of the last {LOG_READ_CAP}")
+                    } else {
+                        format!("the first {LOG_READ_CAP}")
+                    }
+                );
+                if in_stdout {
+                    logs.stdout.push_str(&note)
+                } else {
+                    logs.stderr.push_str(&note)
+                }
+            }
             _ => {}
         }
     }
     Ok(logs)
+}
+
+fn body_or(arg: &str) -> &str {
+    if arg.is_empty() {
+        "?"
+    } else {
+        arg
+    }
 }
 
 /// Largest chunk one poll reads per file; a file further behind is caught up over several polls.
@@ -110,9 +153,9 @@ pub fn follow_chunks_script(files: &[(Stream, &str, u64)], nonce: &str) -> Strin
     for (stream, path, offset) in files {
         let name = stream_name(*stream);
         s.push_str(&format!(
-            "f={p}; off={offset}\nsize=\"$(stat -c %s \"$f\" 2>/dev/null || echo -1)\"\n\
+            "f={p}; off={offset}\nsize=-1; if [ -f \"$f\" ] && [ ! -L \"$f\" ]; then size=\"$(stat -c %s -- \"$f\" 2>/dev/null || echo -1)\"; fi\n\
              if [ \"$size\" -ge 0 ]; then\n  [ \"$size\" -lt \"$off\" ] && off=0\n  n=$((size - off)); [ \"$n\" -gt {MAX_CHUNK_BYTES} ] && n={MAX_CHUNK_BYTES}\n  \
-             echo \"{SECTION}chunk {name} $off $n\"\n  tail -c +$((off + 1)) \"$f\" | head -c \"$n\"\n  printf '\\n{SECTION}endchunk-{nonce}\\n'\nfi\n",
+             echo \"{SECTION}chunk {name} $off $n\"\n  timeout {JOB_FILE_READ_SECS} tail -c +$((off + 1)) -- \"$f\" | head -c \"$n\"\n  printf '\\n{SECTION}endchunk-{nonce}\\n'\nfi\n",
             p = quote(path)
         ));
     }

@@ -9,6 +9,7 @@ pub mod logs;
 pub mod preflight;
 pub mod refresh;
 pub mod retry;
+pub mod secrets;
 pub mod submit;
 
 /// Markers that split one remote script's output into sections. They begin with a character no Slurm

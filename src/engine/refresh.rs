@@ -47,6 +47,17 @@ pub struct Observations {
     pub status_sigs: HashMap<String, String>,
     /// Slurm job ids that submitters wrote into attempts' lock directories, per platform job id.
     pub lock_ids: HashMap<String, String>,
+    /// Records slurmctld has not yet sent to the accounting database (sdiag's DBD Agent queue size),
+    /// asked only when some job left squeue: while it is not zero, sacct may not know a finished job.
+    pub dbd_queue: Option<u64>,
+}
+
+impl Observations {
+    /// Whether a job that neither squeue nor sacct lists is evidence of a lost job: both answered,
+    /// and accounting has caught up with the controller.
+    pub fn absence_is_evidence(&self) -> bool {
+        self.squeue.is_some() && self.sacct.is_some() && self.dbd_queue == Some(0)
+    }
 }
 
 /// One job to refresh.
@@ -81,6 +92,28 @@ impl RefreshTarget {
 /// (sacct lags the controller by a second or so right after a job starts or ends).
 pub const LOST_JOB_GRACE_SECS: i64 = 300;
 
+/// A job is declared lost only if a read at least this long after the first one that missed it
+/// misses it too (one empty read is never a verdict).
+pub const LOST_CONFIRM_SECS: i64 = 60;
+
+/// Which jobs' "unseen since" mark changes with these observations: set on the first read that
+/// misses a submitted job (with evidence that counts), cleared by any read that finds it. Pure.
+pub fn unseen_changes(jobs: &[JobSummary], obs: &Observations, now: i64) -> Vec<(String, Option<i64>)> {
+    let index = Index::new(obs);
+    let mut out = Vec::new();
+    for job in jobs {
+        let Some(id) = job.slurm_job_id.as_deref() else { continue };
+        let known =
+            index.squeue.contains_key(id) || index.sacct.contains_key(id) || index.sacct_by_name.contains_key(id);
+        match (known, job.unseen_since) {
+            (true, Some(_)) => out.push((job.job_id.clone(), None)),
+            (false, None) if obs.absence_is_evidence() => out.push((job.job_id.clone(), Some(now))),
+            _ => {}
+        }
+    }
+    out
+}
+
 /// The awk program that reads the job list (up to its `E` line) and then squeue's output: it passes
 /// squeue's lines on (`|`-prefixed, so no job name can pose as a marker) and, on standard error,
 /// tells the script squeue's status, which listed ids squeue no longer knows (for sacct), and which
@@ -108,6 +141,21 @@ END {{
   for (i = 1; i <= need; i++) print out[i] > "/dev/stderr"
 }}"#,
         rc_at = SECTION.len() + 4
+    )
+}
+
+/// Seconds all changed status.json files of one refresh may take to read: `find -type f` has already
+/// left out FIFOs and symlinks, so this only bounds a file swapped for one in between.
+const STATUS_READ_SECS: u32 = 10;
+
+/// Reads `job<TAB>path<TAB>sig` lines and prints each file's last lines in a section: small files by
+/// bash builtins, larger ones from their last 64 KiB only (a file of one endless line costs no more).
+fn status_reader() -> String {
+    format!(
+        "while IFS=$'\\t' read -r j f g; do [ -L \"$f\" ] && continue; echo \"{SECTION}status_json $j $g\"\n\
+         if [ \"${{g%%:*}}\" -le {SMALL_STATUS_JSON} ]; then mapfile -t l < \"$f\"; n=${{#l[@]}}; \
+         [ \"$n\" -gt 0 ] && printf '|%s\\n' \"${{l[@]:$(( n > {STATUS_TAIL_LINES} ? n - {STATUS_TAIL_LINES} : 0 ))}}\"\n\
+         else tail -c 65536 -- \"$f\" | tail -n {STATUS_TAIL_LINES} | {PREFIX_LINES}; fi\ndone\n"
     )
 }
 
@@ -151,11 +199,14 @@ pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
     s.push_str(&format!(
         "if [ \"$sq_rc\" = 0 ] && [ -n \"$missing\" ]; then\n  echo '{SECTION}sacct'\n  \
          sacct -X -P -n -S {SACCT_LOOKBACK} -j \"$missing\" --format={SACCT_FIELDS} 2>&1 | {PREFIX_LINES}\n  \
-         echo \"{SECTION}rc sacct ${{PIPESTATUS[0]}}\"\nfi\n"
+         echo \"{SECTION}rc sacct ${{PIPESTATUS[0]}}\"\n  \
+         echo \"{SECTION}dbd_queue $(sdiag 2>/dev/null | awk -F: '/DBD Agent queue size/ {{ gsub(/ /, \"\", $2); print $2 }}')\"\nfi\n"
     ));
     for job in jobs.iter().filter(|j| j.slurm_job_id.is_none()) {
         s.push_str(&format!(
-            "if [ -s {l}/slurm_job_id ]; then echo \"{SECTION}lock_id {id} $(cat {l}/slurm_job_id)\"; fi\n",
+            // Read only a regular file (a FIFO would hang us, a symlink could point anywhere), only
+            // its first bytes, and only digits: no content of it can pose as a marker or an id.
+            "if [ ! -L {l} ] && [ -f {l}/slurm_job_id ] && [ ! -L {l}/slurm_job_id ]; then id=\"$(head -c 24 {l}/slurm_job_id 2>/dev/null | head -n 1)\"; case \"$id\" in ''|*[!0-9]*) ;; *) echo '{SECTION}lock_id {id}'; printf '|%s\\n' \"$id\";; esac; fi\n",
             l = quote(&job.submit_lock),
             id = job.job_id
         ));
@@ -173,12 +224,10 @@ pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
     // read: one `stat` for all of them, then the end of each changed file.
     s.push_str(&format!(
         "if [ \"${{need:-0}}\" -gt 0 ]; then\n  \
-         awk -F'\\t' {changed} <(printf '%s\\n' \"$ctl\") <(printf '%s\\n' \"$ctl\" | awk -F'\\t' 'NR > 1 {{ print $2 }}' | xargs -d '\\n' -r stat -c '%s:%Y %n' -- 2>/dev/null) |\n  \
-         while IFS=$'\\t' read -r j f g; do echo \"{SECTION}status_json $j $g\"\n    \
-         if [ \"${{g%%:*}}\" -le {SMALL_STATUS_JSON} ]; then mapfile -t l < \"$f\"; n=${{#l[@]}}; \
-         [ \"$n\" -gt 0 ] && printf '|%s\\n' \"${{l[@]:$(( n > {STATUS_TAIL_LINES} ? n - {STATUS_TAIL_LINES} : 0 ))}}\"\n    \
-         else tail -n {STATUS_TAIL_LINES} -- \"$f\" | {PREFIX_LINES}; fi\n  done\nfi\n",
+         awk -F'\\t' {changed} <(printf '%s\\n' \"$ctl\") <(printf '%s\\n' \"$ctl\" | awk -F'\\t' 'NR > 1 {{ print $2 }}' | xargs -d '\\n' -r sh -c 'find \"$@\" -maxdepth 0 -type f -printf \"%s:%Ts %p\\n\"' find 2>/dev/null) |\n  \
+         timeout {STATUS_READ_SECS} bash -c {reader}\nfi\n",
         changed = quote(CHANGED_PROGRAM),
+        reader = quote(&status_reader()),
     ));
     s
 }
@@ -204,12 +253,13 @@ pub fn parse_refresh_output(stdout: &str) -> Observations {
                 }
             }
             "lock_id" => {
-                if let Some((job, id)) = arg.split_once(' ') {
-                    if !id.trim().is_empty() {
-                        obs.lock_ids.insert(job.to_string(), id.trim().to_string());
-                    }
+                let id = unprefix_lines(&body);
+                let id = id.trim();
+                if !id.is_empty() && id.len() <= 20 && id.bytes().all(|b| b.is_ascii_digit()) {
+                    obs.lock_ids.insert(arg.trim().to_string(), id.to_string());
                 }
             }
+            "dbd_queue" => obs.dbd_queue = arg.trim().parse().ok(),
             "status_json" => {
                 let (job, sig) = arg.split_once(' ').unwrap_or((&arg, ""));
                 obs.status_json.insert(job.to_string(), unprefix_lines(&body));
@@ -353,16 +403,22 @@ pub fn decide(jobs: &[JobSummary], obs: &Observations, now: i64) -> Vec<Decision
             }
         }
         let Some(rec) = by_id else {
-            // Neither squeue nor sacct (both answered) knows the job: past the grace, it is lost.
-            if obs.squeue.is_some() && obs.sacct.is_some() && now - job.created_at > LOST_JOB_GRACE_SECS {
+            // Neither squeue nor sacct knows the job. It is lost only on positive evidence: both
+            // answered, accounting has caught up with the controller, the attempt was submitted
+            // longer ago than the grace, and an earlier read some time before missed it too.
+            let submitted = job.submitted_at.unwrap_or(job.created_at);
+            let confirmed = job.unseen_since.is_some_and(|t| now - t >= LOST_CONFIRM_SECS);
+            if obs.absence_is_evidence() && now - submitted > LOST_JOB_GRACE_SECS && confirmed {
                 decisions.push(Decision {
                     job_id: job.job_id.clone(),
                     adopt,
                     update: StatusUpdate {
                         status: PlatformStatus::Error,
                         message: format!(
-                            "lost by the scheduler: Slurm job {slurm_id} is neither in squeue (which listed {} of your jobs) nor in sacct (searched since {SACCT_LOOKBACK})",
-                            obs.squeue.as_ref().map(Vec::len).unwrap_or(0)
+                            "lost by the scheduler: Slurm job {slurm_id} (submitted {} s ago) is neither in squeue (which listed {} of your jobs) nor in sacct (searched since {SACCT_LOOKBACK}, accounting up to date), for {} s",
+                            now - submitted,
+                            obs.squeue.as_ref().map(Vec::len).unwrap_or(0),
+                            now - job.unseen_since.unwrap_or(now)
                         ),
                         slurm_state: job.slurm_state.clone(),
                         exit_code: None,
@@ -449,7 +505,8 @@ pub fn record(
         tracing::warn!(error = %e, "sacct failed; finished jobs left as they were");
     }
     let by_id: HashMap<&str, &JobSummary> = jobs.iter().map(|j| (j.job_id.as_str(), j)).collect();
-    let decisions: Vec<Decision> = decide(jobs, obs, crate::store::now_secs())
+    let now = crate::store::now_secs();
+    let decisions: Vec<Decision> = decide(jobs, obs, now)
         .into_iter()
         .filter(|d| d.adopt.is_some() || by_id.get(d.job_id.as_str()).is_none_or(|j| !changes_nothing(j, &d.update)))
         .collect();
@@ -482,18 +539,17 @@ pub fn record(
     if !adopted.is_empty() {
         remote.run_script(&(adopted.concat() + "exit 0\n"), Idempotency::Idempotent)?;
     }
-    let became_terminal: Vec<&JobSummary> = settled
-        .iter()
-        .filter(|d| d.update.status.is_terminal())
-        .filter_map(|d| by_id.get(d.job_id.as_str()).copied())
-        .collect();
     let sigs: Vec<(&String, &String)> = obs
         .status_sigs
         .iter()
         .filter(|(id, sig)| by_id.get(id.as_str()).is_some_and(|j| j.status_sig.as_ref() != Some(*sig)))
         .collect();
-    if !settled.is_empty() || !sigs.is_empty() {
+    let unseen = unseen_changes(jobs, obs, now);
+    if !settled.is_empty() || !sigs.is_empty() || !unseen.is_empty() {
         store.in_transaction(|| {
+            for (id, since) in &unseen {
+                store.set_unseen_since(id, *since)?;
+            }
             for d in &settled {
                 if let Some(id) = &d.adopt {
                     store.set_submitted(&d.job_id, id, host)?;
@@ -511,21 +567,14 @@ pub fn record(
             Ok::<(), crate::error::Error>(())
         })?;
     }
-    remove_secrets(remote, &became_terminal)?;
+    // Whatever way a job just ended (settled here, or by the failure handling above), its secrets go.
+    crate::engine::secrets::sweep_or_warn(remote, store);
     let mut touched: Vec<String> = decisions.iter().map(|d| d.job_id.clone()).collect();
+    touched.extend(unseen.iter().map(|(id, _)| id.clone()));
     touched.extend(sigs.iter().map(|(id, _)| (*id).clone()));
     touched.sort();
     touched.dedup();
     Ok(touched)
-}
-
-/// A terminal job's secrets file is deleted (one round trip for all of them).
-pub fn remove_secrets(remote: &dyn Remote, jobs: &[&JobSummary]) -> Result<()> {
-    let dirs: Vec<String> = jobs.iter().filter(|j| j.has_secrets).map(|j| quote(&j.layout.secrets_dir())).collect();
-    if !dirs.is_empty() {
-        remote.run_script(&format!("rm -rf {}\n", dirs.join(" ")), Idempotency::Idempotent)?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -562,6 +611,8 @@ mod tests {
             timeout_runs: 1,
             has_secrets: false,
             status_sig: None,
+            submitted_at: None,
+            unseen_since: None,
         }
     }
 
@@ -707,10 +758,28 @@ mod tests {
         assert!(get("e").is_none(), "a half-written sacct record (JobName allocation) is not a verdict");
         assert!(get("f").is_none(), "FAILED with exit code 0:0 is not settled yet");
         let later = now_secs() + LOST_JOB_GRACE_SECS + 1;
-        let d = decide(&jobs, &obs, later);
+        // Accounting not known to be caught up (no sdiag answer): no verdict, however late.
+        assert!(decide(&jobs, &obs, later).iter().all(|x| x.job_id != "d"));
+        let obs = Observations { dbd_queue: Some(0), ..obs };
+        // The first read that misses it only marks it.
+        assert!(decide(&jobs, &obs, later).iter().all(|x| x.job_id != "d"), "one empty read is no verdict");
+        assert_eq!(unseen_changes(&jobs[3..4], &obs, later), [("d".to_string(), Some(later))]);
+        let mut jobs = jobs;
+        jobs[3].unseen_since = Some(later);
+        assert!(decide(&jobs, &obs, later + 10).iter().all(|x| x.job_id != "d"), "too soon after the first miss");
+        let d = decide(&jobs, &obs, later + LOST_CONFIRM_SECS);
         let lost = d.iter().find(|x| x.job_id == "d").unwrap();
         assert_eq!(lost.update.status, PlatformStatus::Error);
         assert!(lost.update.message.contains("lost by the scheduler"), "{}", lost.update.message);
+        // Accounting behind (records queued for slurmdbd): no verdict, and no new mark.
+        let behind = Observations { dbd_queue: Some(3), ..obs.clone() };
+        assert!(decide(&jobs, &behind, later + LOST_CONFIRM_SECS).iter().all(|x| x.job_id != "d"));
+        // Measured from the attempt's own submission: a retry submitted just now is not lost.
+        jobs[3].submitted_at = Some(later);
+        assert!(decide(&jobs, &obs, later + LOST_CONFIRM_SECS).iter().all(|x| x.job_id != "d"));
+        // Found again: the mark is cleared.
+        let found = Observations { squeue: Some(parse_squeue("13|RUNNING|None|n1|x|1:00|0|tao-job-d\n")), ..obs };
+        assert_eq!(unseen_changes(&jobs[3..4], &found, later), [("d".to_string(), None)]);
     }
 
     #[test]

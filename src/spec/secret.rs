@@ -9,8 +9,11 @@ use std::fmt;
 pub struct Secret(String);
 
 impl Secret {
+    /// A secret; its value is registered so that no log line can carry it (see [`crate::redact`]).
     pub fn new(value: impl Into<String>) -> Secret {
-        Secret(value.into())
+        let value = value.into();
+        crate::redact::register(&value);
+        Secret(value)
     }
     /// The value itself; call only where it is written to its one destination.
     pub fn expose(&self) -> &str {
