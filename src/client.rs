@@ -176,6 +176,10 @@ impl Client {
     /// interrupted. Returns the ids of the jobs whose records changed.
     fn refresh_and_advance(&self, jobs: &[JobSummary]) -> Result<Vec<String>> {
         if jobs.is_empty() {
+            // Secrets of jobs that ended while their removal could not run are still swept.
+            if !self.store.secrets_to_remove()?.is_empty() {
+                crate::engine::secrets::sweep_or_warn(self.remote()?, &self.store);
+            }
             return Ok(Vec::new());
         }
         let remote = self.remote()?;
@@ -282,8 +286,15 @@ impl Client {
         let files = self.staged_files(spec, &plan);
         self.store.insert_job(&serde_json::to_string(spec).expect("spec serialises"), &plan)?;
         let ticket = submit::AttemptTicket::first(&plan);
-        match submit::submit(self.remote()?, &self.store, &plan, &files, secrets, &ticket) {
-            Err(Error::Remote(RemoteError::Lost { host, message })) => {
+        let result = submit::submit(self.remote()?, &self.store, &plan, &files, secrets, &ticket);
+        if result.is_err() {
+            // A failed submission may have written the secrets file before it stopped.
+            crate::engine::secrets::sweep_or_warn(self.remote()?, &self.store);
+        }
+        match result {
+            Err(Error::Remote(
+                RemoteError::Lost { host, message } | RemoteError::TimedOut { host, detail: message, .. },
+            )) => {
                 // The outcome is unknown: look the job up by its unique name (never resubmit blindly).
                 let job = self.store.get(&plan.layout.job_id)?;
                 let _ =
@@ -304,6 +315,21 @@ impl Client {
                         ),
                     })),
                 }
+            }
+            Err(Error::Remote(e)) => {
+                // Nothing was sent: the job never reached the cluster.
+                self.store.update_status(
+                    &plan.layout.job_id,
+                    &crate::store::StatusUpdate {
+                        status: PlatformStatus::Error,
+                        message: format!("not submitted: {e}"),
+                        slurm_state: None,
+                        exit_code: None,
+                        node_list: None,
+                        progress: None,
+                    },
+                )?;
+                Err(e.into())
             }
             other => other,
         }

@@ -65,6 +65,41 @@ pub(crate) fn pause_at_failpoint(name: &str) {
     }
 }
 
+/// Shell functions that make shared storage trustworthy before anything is written or sourced there,
+/// the way sshd's StrictModes does for a home directory: every directory above the results base must
+/// belong to root or to us and be writable by nobody else (unless sticky, like /tmp), and every
+/// directory we write into must be a real directory (not a symlink) of ours that no one else can
+/// write. A neighbour who could write there could plant a symlink, a script or a secrets file of their
+/// own. Files are written to a fresh temporary name and renamed over their target, so a symlink
+/// planted where a file goes is replaced, never followed.
+pub const TRUST_FUNCTIONS: &str = r#"tao_trust_base() {
+  local d="$1" p u m n parts=()
+  while [ ! -e "$d" ] && [ ! -L "$d" ] && [ "$d" != / ]; do d="${d%/*}"; [ -n "$d" ] || d=/; done
+  d="$(realpath -e -- "$d")" || { echo "tao-slurm: cannot resolve $1" >&2; exit 14; }
+  p="$d"; while [ -n "$p" ]; do parts+=("$p"); p="${p%/*}"; done; parts+=(/)
+  while read -r u m n; do
+    if [ "$u" != 0 ] && [ "$u" != "$EUID" ]; then
+      echo "tao-slurm: refusing $1: $n belongs to another user (uid $u), who could replace what tao-slurm writes below it; choose a SLURM_BASE_RESULTS_DIR under directories only you and root control" >&2; exit 14
+    fi
+    if (( 8#$m & 8#022 )) && ! (( 8#$m & 8#1000 )); then
+      echo "tao-slurm: refusing $1: $n is writable by group or others (mode $m), so another user could replace what tao-slurm writes below it; fix it with: chmod go-w $n (or choose another SLURM_BASE_RESULTS_DIR)" >&2; exit 14
+    fi
+  done < <(stat -c '%u %a %n' -- "${parts[@]}")
+}
+tao_own_dirs() {
+  local u m t n
+  while IFS='|' read -r u m t n; do
+    if [ "$t" != directory ] || [ "$u" != "$EUID" ] || (( 8#$m & 8#022 )); then
+      echo "tao-slurm: refusing $n: it is a $t of uid $u with mode $m, not a directory of yours that only you can write; remove it (or fix it with chmod go-w) and submit again" >&2; exit 14
+    fi
+  done < <(stat -c '%u|%a|%F|%n' -- "$@")
+}
+tao_put() {
+  local t="$1.tmp.$$.$RANDOM"
+  ( set -C; printf '%s' "$2" > "$t" ) 2>/dev/null && mv -fT -- "$t" "$1" || { rm -f -- "$t"; return 1; }
+}
+"#;
+
 /// The remote script that stages `files` and submits one attempt of the plan's batch script. Pure.
 ///
 /// It can be run any number of times for the same attempt, from any process and host: a lock
@@ -72,34 +107,49 @@ pub(crate) fn pause_at_failpoint(name: &str) {
 /// (by the id the first run wrote, or by name in squeue/sacct) and adopts it instead.
 ///
 /// Secret values travel only here, on ssh's standard input, and land in one file of mode 600 in a
-/// directory of mode 700 that the batch script reads (retries need it) and tao-slurm deletes when the
-/// job is terminal. They are never in argv (printf is a builtin), the script, the staged JSON or a log.
+/// fresh directory of mode 700 that the batch script reads (retries need it) and tao-slurm deletes
+/// once the job is terminal. They are never in argv (printf is a builtin), the batch script, the
+/// staged JSON or a log. A submission without the values (a retry, or a resumed submission) checks
+/// that the file is there and refuses to submit an attempt that would run without it.
 pub fn submit_script(plan: &Plan, files: &[StagedFile], secrets: &SecretValues, ticket: &AttemptTicket) -> String {
     let layout = &plan.layout;
     let name = &ticket.slurm_job_name;
     let lock = format!("{}/sbatch/.submit-{name}", layout.job_dir);
     let mut s = String::from("set -u\numask 077\n");
+    s.push_str(TRUST_FUNCTIONS);
     let mut dirs: Vec<String> =
         files.iter().filter_map(|f| f.path.rsplit_once('/').map(|(d, _)| d.to_string())).collect();
-    dirs.extend([format!("{}/sbatch", layout.job_dir), layout.logs_root(), layout.results_dir()]);
+    dirs.extend([
+        layout.job_dir.clone(),
+        format!("{}/sbatch", layout.job_dir),
+        layout.logs_root(),
+        layout.results_root.clone(),
+        layout.results_dir(),
+    ]);
+    let writes_secrets = !plan.secret_names.is_empty() && !secrets.0.is_empty();
+    if writes_secrets {
+        dirs.push(format!("{}/secrets", layout.job_dir));
+    }
     dirs.sort();
     dirs.dedup();
+    let dir_list = dirs.iter().map(|d| quote(d)).collect::<Vec<_>>().join(" ");
+    s.push_str(&format!("tao_trust_base {}\n", quote(&layout.job_dir)));
     s.push_str(&format!(
-        "mkdir -p {} || {{ echo 'tao-slurm: cannot create the job directories' >&2; exit 10; }}\n",
-        dirs.iter().map(|d| quote(d)).collect::<Vec<_>>().join(" ")
+        "mkdir -p -- {dir_list} || {{ echo 'tao-slurm: cannot create the job directories' >&2; exit 10; }}\ntao_own_dirs {dir_list}\n"
     ));
     s.push_str(&format!("lock={}\nlogdir_prefix={}\n", quote(&lock), quote(&format!("{}/{name}", layout.logs_root()))));
-    // Adopt rather than submit twice.
+    // Adopt rather than submit twice. The id in the lock is only ever digits (a job can write there).
     s.push_str(&format!(
-        "adopt() {{ echo \"$1\" > \"$lock/slurm_job_id\"; mkdir -p \"$logdir_prefix-$1\"; scontrol release \"$1\" >/dev/null 2>&1; echo \"{SECTION}slurm_job_id $1\"; echo '{SECTION}adopted'; exit 0; }}\n\
+        "adopt() {{ case \"$1\" in ''|*[!0-9]*) return;; esac; tao_put \"$lock/slurm_job_id\" \"$1\"; mkdir -p \"$logdir_prefix-$1\"; scontrol release \"$1\" >/dev/null 2>&1; echo \"{SECTION}slurm_job_id $1\"; echo '{SECTION}adopted'; exit 0; }}\n\
          if ! mkdir \"$lock\" 2>/dev/null; then\n\
-         \x20 if [ -s \"$lock/slurm_job_id\" ]; then adopt \"$(cat \"$lock/slurm_job_id\")\"; fi\n\
+         \x20 [ -d \"$lock\" ] && [ ! -L \"$lock\" ] && [ -O \"$lock\" ] || {{ echo \"tao-slurm: refusing $lock: not a directory of yours\" >&2; exit 14; }}\n\
+         \x20 if [ -f \"$lock/slurm_job_id\" ] && [ ! -L \"$lock/slurm_job_id\" ]; then adopt \"$(head -c 24 \"$lock/slurm_job_id\" | head -n 1)\"; fi\n\
          \x20 existing=\"$(squeue --me -h --name={n} -o %i 2>/dev/null | head -n 1)\"\n\
          \x20 [ -n \"$existing\" ] || existing=\"$(sacct -X -P -n -S now-30days -E now -s {states} --name={n} -o JobIDRaw 2>/dev/null | head -n 1)\"\n\
          \x20 if [ -n \"$existing\" ]; then adopt \"$existing\"; fi\n\
          \x20 age=$(( $(date +%s) - $(stat -c %Y \"$lock\") ))\n\
          \x20 if [ \"$age\" -lt {STALE_SUBMIT_LOCK_SECS} ]; then echo 'tao-slurm: another submission of this attempt is in flight' >&2; exit 23; fi\n\
-         \x20 touch \"$lock\"\n\
+         \x20 touch -h \"$lock\"\n\
          fi\n",
         n = quote(name),
         states = crate::engine::refresh::SACCT_ALL_STATES,
@@ -107,30 +157,32 @@ pub fn submit_script(plan: &Plan, files: &[StagedFile], secrets: &SecretValues, 
     if failpoint("remote-before-sbatch") {
         s.push_str("echo 'tao-slurm: failpoint remote-before-sbatch reached' >&2\nsleep 20\n");
     }
-    for f in files {
-        s.push_str(&format!(
-            "printf '%s' {} > {} || {{ echo 'tao-slurm: cannot write {}' >&2; exit 11; }}\n",
-            quote(&f.contents),
-            quote(&f.path),
-            f.path.replace('\'', "")
-        ));
-    }
-    if !plan.secret_names.is_empty() && !secrets.0.is_empty() {
-        let dir = layout.secrets_dir();
-        s.push_str(&format!(
-            "mkdir -p {d} && chmod 700 {d} || exit 12\n: > {f} && chmod 600 {f} || exit 12\n",
-            d = quote(&dir),
-            f = quote(&layout.secrets_file())
-        ));
+    let secrets_file = quote(&layout.secrets_file());
+    if writes_secrets {
+        let dir = quote(&layout.secrets_dir());
+        s.push_str(&format!("rm -rf -- {dir} && mkdir -m 700 -- {dir} || {{ rm -rf \"$lock\"; exit 12; }}\n"));
+        // A debug log of this script shows `***` for the values (see `crate::redact`).
+        s.push_str("{\n");
         for name in &plan.secret_names {
             if let Some(value) = secrets.0.get(name) {
-                s.push_str(&format!(
-                    "printf 'export %s=%s\\n' {name} {} >> {} || exit 12\n",
-                    quote(&quote(value.expose())),
-                    quote(&layout.secrets_file())
-                ));
+                s.push_str(&format!("printf 'export %s=%s\\n' {name} {}\n", quote(&quote(value.expose()))));
             }
         }
+        s.push_str(&format!("}} > {secrets_file} || {{ rm -rf \"$lock\"; exit 12; }}\n"));
+    } else if !plan.secret_names.is_empty() {
+        s.push_str(&format!(
+            "if [ ! -f {secrets_file} ] || [ -L {secrets_file} ] || [ ! -O {secrets_file} ]; then rm -rf \"$lock\"; echo \"tao-slurm: the secrets file {} is missing (or is not a regular file of yours), so this attempt would run without {}; tao-slurm keeps secret values only on the cluster: submit the job again with them\" >&2; exit 13; fi\n",
+            layout.secrets_file().replace(['"', '$', '`', '\\'], ""),
+            plan.secret_names.join(", ")
+        ));
+    }
+    for f in files {
+        s.push_str(&format!(
+            "tao_put {} {} || {{ rm -rf \"$lock\"; echo 'tao-slurm: cannot write {}' >&2; exit 11; }}\n",
+            quote(&f.path),
+            quote(&f.contents),
+            f.path.replace(['\'', '\\'], "")
+        ));
     }
     let exclude =
         if ticket.exclude.is_empty() { String::new() } else { format!(" --exclude={}", quote(&ticket.exclude)) };
@@ -140,7 +192,7 @@ pub fn submit_script(plan: &Plan, files: &[StagedFile], secrets: &SecretValues, 
         quote(&layout.script_file())
     ));
     s.push_str("id=\"$(printf '%s\\n' \"$out\" | tail -n 1)\"; id=\"${id%%;*}\"\n");
-    s.push_str("echo \"$id\" > \"$lock/slurm_job_id\"\n");
+    s.push_str("tao_put \"$lock/slurm_job_id\" \"$id\"\n");
     s.push_str(&format!("echo \"{SECTION}slurm_job_id $id\"\n"));
     s.push_str("mkdir -p \"$logdir_prefix-$id\" || { scancel \"$id\"; echo 'tao-slurm: cannot create the log directory; job cancelled' >&2; exit 21; }\n");
     s.push_str(
@@ -163,21 +215,25 @@ pub fn submit(
     let script = submit_script(plan, files, secrets, ticket);
     let out = match remote.run_script(&script, Idempotency::RunAtMostOnce) {
         Ok(out) => out,
-        Err(e) => {
-            // Unreachable: nothing was sent, so the job is not on the cluster. Lost: the outcome is
-            // unknown; the job stays Pending and is found again by its unique Slurm job name.
-            let (status, message) = match &e {
-                RemoteError::Lost { .. } => {
-                    (PlatformStatus::Pending, format!("submission outcome unknown (connection lost): {e}"))
-                }
-                _ => (PlatformStatus::Error, format!("not submitted: {e}")),
-            };
+        Err(e @ (RemoteError::Lost { .. } | RemoteError::TimedOut { .. })) => {
+            // The outcome is unknown: the job stays Pending and is found again by its unique Slurm
+            // job name (or submitted again later, which its lock makes safe).
             store.update_status(
                 job_id,
-                &StatusUpdate { status, message, slurm_state: None, exit_code: None, node_list: None, progress: None },
+                &StatusUpdate {
+                    status: PlatformStatus::Pending,
+                    message: format!("submission outcome unknown: {e}"),
+                    slurm_state: None,
+                    exit_code: None,
+                    node_list: None,
+                    progress: None,
+                },
             )?;
             return Err(e.into());
         }
+        // Nothing reached the cluster: the attempt stays as it was (a retry stays due, and is tried
+        // again at the next refresh); the caller decides what a first submission's failure means.
+        Err(e) => return Err(e.into()),
     };
     let slurm_job_id = sections(&out.stdout)
         .into_iter()

@@ -16,6 +16,10 @@ pub struct StagedFile {
     pub contents: String,
 }
 
+/// The batch script's exit status when a file it needs (the secrets file, the staged specs) is
+/// missing or not trustworthy: distinct from any command's, and never retried (a user error).
+pub const EXIT_MISSING_FILE: i32 = 85;
+
 /// The batch script text.
 pub fn render_batch_script(plan: &Plan) -> String {
     let mut out = String::from("#!/bin/bash\n");
@@ -125,10 +129,20 @@ fn write_body(s: &mut String, plan: &Plan) {
         let _ = writeln!(s, "export {name}={}", quote(value));
     }
     if !plan.secret_names.is_empty() {
-        // Written by the submission (mode 600, directory 700); never echoed.
+        // Written by the submission (mode 600, directory 700); never echoed. Sourced only if it is a
+        // regular file of ours: a job must never run without its secrets, nor with someone else's.
         let f = quote(&layout.secrets_file());
-        let _ = writeln!(s, "if [ -f {f} ]; then . {f}; else echo 'tao-slurm: the secrets file is missing' >&2; fi");
+        let _ = writeln!(
+            s,
+            "if [ -f {f} ] && [ ! -L {f} ] && [ -O {f} ]; then . {f}; else echo \"tao-slurm: the secrets file \"{f}\" is missing, a symlink or not yours: the job does not run without its secrets ({})\" >&2; exit {EXIT_MISSING_FILE}; fi",
+            plan.secret_names.join(", ")
+        );
     }
+    // The staged specs file the job reads as $TAO_SPECS_FILE must be there too.
+    let _ = writeln!(
+        s,
+        "[ -f \"$TAO_SPECS_FILE\" ] || {{ echo \"tao-slurm: the staged specs file $TAO_SPECS_FILE is missing\" >&2; exit {EXIT_MISSING_FILE}; }}"
+    );
     let _ = writeln!(s, "mkdir -p {}", quote(&layout.results_dir()));
     write_fetches(s, plan);
     if r.nodes > 1 {

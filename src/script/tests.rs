@@ -87,6 +87,12 @@ fn run_with_stubs(script: &str, srun_body: &str) -> (i32, String, String) {
     write_exe("scontrol", "if [ \"$1\" = show ]; then echo nodeA; echo nodeB; else echo \"scontrol $*\" >&2; fi");
     write_exe("timeout", "shift 3; \"$@\"");
     let script = script.replace("/lustre/alice", &dir.path().join("lustre").display().to_string());
+    // The submission stages the specs file before the job starts; the script stops without it.
+    if let Some(line) = script.lines().find_map(|l| l.strip_prefix("export TAO_SPECS_FILE=")) {
+        let specs = std::path::PathBuf::from(line.trim_matches('\''));
+        std::fs::create_dir_all(specs.parent().unwrap()).unwrap();
+        std::fs::write(&specs, "{}").unwrap();
+    }
     let path = dir.path().join("job.sbatch");
     std::fs::write(&path, script).unwrap();
     let out = Command::new("bash")
@@ -105,6 +111,16 @@ fn exit_status_is_the_container_steps() {
     let s = render_batch_script(&plan(spec()));
     assert_eq!(run_with_stubs(&s, "exit 3").0, 3);
     assert_eq!(run_with_stubs(&s, "exit 0").0, 0);
+}
+
+#[test]
+fn a_job_never_runs_without_its_secrets_file() {
+    // The stand-in tree has no secrets file: the script stops before srun, naming the file.
+    let s = render_batch_script(&plan(JobSpec { secret_env: vec!["HF_TOKEN".into()], ..spec() }));
+    let (rc, args, err) = run_with_stubs(&s, "exit 0");
+    assert_eq!(rc, EXIT_MISSING_FILE, "{err}");
+    assert!(args.is_empty(), "srun ran without the secrets");
+    assert!(err.contains("secrets file") && err.contains("/secrets/") && err.contains("HF_TOKEN"), "{err}");
 }
 
 #[test]
