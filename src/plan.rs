@@ -4,7 +4,8 @@
 use crate::config::{Settings, DEFAULT_PARTITIONS};
 use crate::slurm::hours_to_minutes;
 use crate::spec::{
-    check_env_name, check_slurm_word, check_text, check_with, parse_input, ImageRef, InputLocation, JobSpec, SpecError,
+    check_slurm_word, check_text, check_user_env_name, check_with, parse_input, ImageRef, InputLocation, JobSpec,
+    SpecError,
 };
 use regex::Regex;
 use serde::{Deserialize, Serialize};
@@ -438,22 +439,19 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
     let owned = |name: &str| {
         RENDEZVOUS_VARS.contains(&name)
             || name.starts_with("SLURM_")
-            || name == "TAO_API_RESULTS_DIR"
-            || name == "TAO_JOB_ID"
+            || ["TAO_API_RESULTS_DIR", "TAO_JOB_ID", "TAO_SPECS_FILE", "TAO_RESULTS_ROOT", "TAO_API_JOB_ID"]
+                .contains(&name)
     };
     let mut env = Vec::new();
     for (name, value) in &spec.env {
-        check_env_name("env", name)?;
+        check_user_env_name("env", name, &owned)?;
         check_text("env", value)?;
-        if owned(name) {
-            return Err(SpecError::new("env", format!("{name} is set by tao-slurm itself and cannot be overridden")));
-        }
         env.push((name.clone(), value.clone()));
     }
     let mut secret_names = Vec::new();
     for name in &spec.secret_env {
-        check_env_name("secret_env", name)?;
-        if owned(name) || spec.env.contains_key(name) {
+        check_user_env_name("secret_env", name, &owned)?;
+        if spec.env.contains_key(name) {
             return Err(SpecError::new(
                 "secret_env",
                 format!("{name} is also set as a plain variable or by tao-slurm"),

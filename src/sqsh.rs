@@ -50,6 +50,13 @@ pub fn cache_path(policy: &SqshPolicy, image: &ImageRef) -> String {
     format!("{}/{}", policy.cache_dir.trim_end_matches('/'), cache_file_name(image))
 }
 
+/// Whether a cache entry may be used: a regular file (not a symlink, FIFO or device), owned by us and
+/// writable by nobody else, with the squashfs magic. Only we (or root) can make a file owned by us,
+/// so an entry passes only if we made it; whatever another user left under the name, or replaced it
+/// with, is never handed to a job. The magic is read only after the type check (a FIFO would hang).
+pub const TRUSTED_FUNCTION: &str = r#"sqsh_trusted() { [ -f "$1" ] && [ ! -L "$1" ] && [ -O "$1" ] && [ -z "$(find "$1" -maxdepth 0 -perm /022 2>/dev/null)" ] && [ "$(head -c 4 -- "$1" 2>/dev/null)" = hsqs ]; }
+"#;
+
 /// A cheap probe, run in the submit's first round trip: prints `sqsh_cached PATH` when the image is
 /// already in the cache and needs no conversion (then the conversion round trip is skipped). Pure.
 pub fn cached_probe_script(policy: &SqshPolicy, image: &ImageRef) -> String {
@@ -59,7 +66,7 @@ pub fn cached_probe_script(policy: &SqshPolicy, image: &ImageRef) -> String {
     }
     let max_age = if latest { policy.latest_max_age_hours * 3600 } else { 0 };
     format!(
-        "c={c}; if [ \"$(head -c 4 \"$c\" 2>/dev/null)\" = hsqs ] && {{ [ {max_age} -eq 0 ] || [ $(( $(date +%s) - $(stat -c %Y \"$c\") )) -lt {max_age} ]; }}; then echo \"{SECTION}sqsh_cached $c\"; fi\n",
+        "{TRUSTED_FUNCTION}c={c}; if sqsh_trusted \"$c\" && {{ [ {max_age} -eq 0 ] || [ $(( $(date +%s) - $(stat -c %Y \"$c\") )) -lt {max_age} ]; }}; then echo \"{SECTION}sqsh_cached $c\"; fi\n",
         c = quote(&cache_path(policy, image)),
     )
 }
@@ -78,34 +85,40 @@ pub fn conversion_script(policy: &SqshPolicy, image: &ImageRef, force: bool) -> 
     format!(
         r#"set -u
 umask 077
-dir={dir}; cache={cache}; lock="$cache.lock"; log="$cache.log"
+{trusted}dir={dir}; cache={cache}; lock="$cache.lock"
 mkdir -p "$dir" || {{ echo "tao-slurm: cannot create the image cache $dir" >&2; exit 10; }}
-magic_ok() {{ [ "$(head -c 4 "$1" 2>/dev/null)" = hsqs ]; }}
-fresh() {{ magic_ok "$cache" && {{ [ {max_age} -eq 0 ] || [ $(( $(date +%s) - $(stat -c %Y "$cache") )) -lt {max_age} ]; }}; }}
+[ -d "$dir" ] && [ ! -L "$dir" ] || {{ echo "tao-slurm: the image cache $dir is not a directory" >&2; exit 10; }}
+fresh() {{ sqsh_trusted "$cache" && {{ [ {max_age} -eq 0 ] || [ $(( $(date +%s) - $(stat -c %Y "$cache") )) -lt {max_age} ]; }}; }}
 if [ {force} -eq 0 ] && fresh; then echo "{S}sqsh cached $cache"; exit 0; fi
 deadline=$(( $(date +%s) + {expiry} ))
 while ! mkdir "$lock" 2>/dev/null; do
   age=$(( $(date +%s) - $(stat -c %Y "$lock" 2>/dev/null || date +%s) ))
-  if [ "$age" -gt {expiry} ]; then echo "{S}sqsh stale-lock $(cat "$lock/owner" 2>/dev/null)"; rm -rf "$lock"; continue; fi
+  if [ "$age" -gt {expiry} ]; then echo "{S}sqsh stale-lock $(head -c 200 "$lock/owner" 2>/dev/null | tr -cd '[:print:]')"; rm -rf "$lock"; continue; fi
   [ "$(date +%s)" -lt "$deadline" ] || {{ echo "tao-slurm: timed out waiting for another conversion of {image}" >&2; exit 31; }}
   sleep 1
 done
 echo "$(hostname) $$ $(date +%s)" > "$lock/owner"
 trap 'rm -rf "$lock"' EXIT
 if [ {force} -eq 0 ] && fresh; then echo "{S}sqsh waited $cache"; exit 0; fi
-rm -f "$cache".partial.*
-partial="$cache.partial.$$"
+if [ -e "$cache" ] || [ -L "$cache" ]; then echo "tao-slurm: not using $cache: it is not a squashfs file of yours (another user's, a symlink, or writable by others); converting again" >&2; fi
+# Partials of converters that died are ours to remove (rm never follows a link it removes).
+rm -f -- "$cache".partial.* 2>/dev/null
+# Fresh random names: nothing planted under a predictable name is ever written through.
+log="$(mktemp -- "$cache.log.XXXXXX")" || exit 10
+partial="$(mktemp -u -- "$cache.partial.XXXXXX")"
 srun -n1 -N1 -p {partition} --time={minutes} --mem={memory} -J {job} enroot import -o "$partial" {uri} > "$log" 2>&1
 rc=$?
-if [ "$rc" -ne 0 ] || ! magic_ok "$partial"; then
-  rm -f "$partial"
+if [ "$rc" -ne 0 ] || ! sqsh_trusted "$partial"; then
+  rm -f -- "$partial"
   echo "{S}sqsh failed $rc $log"
-  tail -n 20 "$log" | {prefix}
+  tail -n 20 -- "$log" | {prefix}
   exit 30
 fi
-mv -f "$partial" "$cache"
+mv -fT -- "$partial" "$cache" || {{ rm -f -- "$partial"; echo "{S}sqsh failed 32 $log"; echo "|tao-slurm: cannot replace $cache (it belongs to another user): remove it, or set TAO_SLURM_SQSH_CACHE_DIR to a directory of your own"; exit 30; }}
+mv -fT -- "$log" "$cache.log"
 echo "{S}sqsh converted $cache"
 "#,
+        trusted = TRUSTED_FUNCTION,
         dir = quote(&policy.cache_dir),
         cache = quote(&cache),
         max_age = max_age_secs,
@@ -205,5 +218,35 @@ mod tests {
         assert!(out.contains("sqsh cached"), "{out}");
         assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 1, "converted once");
         assert!(std::fs::read_to_string(cache_path(&p, &image)).unwrap().starts_with("hsqs"));
+    }
+
+    #[test]
+    fn entries_that_are_not_ours_are_never_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = policy(&dir.path().join("cache"));
+        std::fs::create_dir_all(&p.cache_dir).unwrap();
+        let image = img("nvcr.io/nvidia/tao/tao-toolkit:6.26.3-pyt");
+        let path = cache_path(&p, &image);
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let probe = |what: &str| {
+            let out = run(&cached_probe_script(&p, &image), &bin);
+            (out.contains("sqsh_cached"), what.to_string())
+        };
+        // A symlink to a squashfs file elsewhere, a FIFO (reading it would hang), a file writable by others.
+        let elsewhere = dir.path().join("elsewhere.sqsh");
+        std::fs::write(&elsewhere, "hsqs-someone-else").unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+        assert_eq!(probe("symlink"), (false, "symlink".into()));
+        std::fs::remove_file(&path).unwrap();
+        assert!(std::process::Command::new("mkfifo").arg(&path).status().unwrap().success());
+        assert_eq!(probe("fifo"), (false, "fifo".into()));
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, "hsqs").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert_eq!(probe("writable"), (false, "writable".into()));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(probe("ours"), (true, "ours".into()));
     }
 }

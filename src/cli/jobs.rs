@@ -88,7 +88,7 @@ impl EventsCmd {
             super::print_json(&list);
         } else {
             for (at, kind, detail) in events {
-                println!("{}  {kind:<14} {detail}", utc(at));
+                println!("{}  {kind:<14} {}", utc(at), super::clean(&detail));
             }
         }
         Ok(0)

@@ -62,7 +62,7 @@ impl LogsCmd {
             };
             let view =
                 client.follow_logs(&self.job_id, &streams, Duration::from_secs_f64(self.interval), &mut print)?;
-            eprintln!("tao-slurm: job {} is {} ({})", view.job_id, view.status, view.message);
+            eprintln!("tao-slurm: job {} is {} ({})", view.job_id, view.status, super::clean(&view.message));
             return Ok(0);
         }
         let logs = client.job_logs(&self.job_id, self.tail, self.attempt)?;

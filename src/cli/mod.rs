@@ -133,3 +133,21 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
 pub(crate) fn print_json<T: serde::Serialize>(value: &T) {
     println!("{}", serde_json::to_string_pretty(value).expect("serialisable"));
 }
+
+/// Remote text (job names, pending reasons, status.json messages, node lists) for a terminal: control
+/// characters are shown escaped, so no job can move the cursor, clear the screen or fake a row.
+pub(crate) fn clean(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_string();
+    }
+    text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(super::clean("epoch 3\x1b[2J\r\nfake row\x07"), "epoch 3\\u{1b}[2J\\r\\nfake row\\u{7}");
+        assert_eq!(super::clean("plain words, ünïcode"), "plain words, ünïcode");
+    }
+}

@@ -46,11 +46,11 @@ pub(crate) fn print_table(views: &[JobView]) {
             v.job_id.clone(),
             v.status.to_string(),
             v.slurm_job_id.clone().unwrap_or_default(),
-            v.slurm_state.clone().unwrap_or_default(),
+            super::clean(v.slurm_state.as_deref().unwrap_or_default()),
             v.exit_code.map(|c| c.to_string()).unwrap_or_default(),
-            v.node_list.clone().unwrap_or_default(),
+            super::clean(v.node_list.as_deref().unwrap_or_default()),
             v.retries.to_string(),
-            v.message.clone(),
+            super::clean(&v.message),
         ]);
     }
     println!("{table}");

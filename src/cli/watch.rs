@@ -67,9 +67,9 @@ impl WatchCmd {
                                 "{}  {:<8} {:<12} {:>8}  {}",
                                 v.job_id,
                                 v.status.as_str(),
-                                v.slurm_state.as_deref().unwrap_or("-"),
+                                super::clean(v.slurm_state.as_deref().unwrap_or("-")),
                                 elapsed(v.elapsed_secs),
-                                v.message
+                                super::clean(&v.message)
                             );
                         }
                         last.insert(v.job_id.clone(), key);
@@ -98,10 +98,10 @@ fn table(views: &[JobView]) -> Table {
         t.add_row([
             v.job_id.clone(),
             v.status.to_string(),
-            v.slurm_state.clone().unwrap_or_default(),
+            super::clean(v.slurm_state.as_deref().unwrap_or_default()),
             elapsed(v.elapsed_secs),
-            v.message.clone(),
-            v.progress_message.clone().unwrap_or_default(),
+            super::clean(&v.message),
+            super::clean(v.progress_message.as_deref().unwrap_or_default()),
         ]);
     }
     t

@@ -61,6 +61,13 @@ pub fn parse_input(field: &str, text: &str) -> Result<InputLocation, SpecError> 
             if !ok {
                 return Err(SpecError::new(field, format!("{text:?} is not a valid {scheme}:// reference")));
             }
+            // The reference reaches a download command's arguments: it must not read as an option.
+            if rest.starts_with('-') || rest.split('/').any(|part| part.starts_with('-')) {
+                return Err(SpecError::new(
+                    field,
+                    format!("{text:?}: a {scheme}:// reference must not start with '-' (it would be read as an option of the download command)"),
+                ));
+            }
             return Ok(InputLocation::Remote { scheme: scheme.to_string(), uri: text.to_string() });
         }
         return Err(SpecError::new(
@@ -121,6 +128,11 @@ mod tests {
         }
         for text in ["lustre://relative", "/a/../etc", "/a b", "gs://bucket/x", "s3://", "/"] {
             assert!(parse_input("input", text).is_err(), "{text}");
+        }
+        // A reference that a download command would read as an option.
+        for text in ["hf_model://-oProxyCommand=x", "ngc://org/-team/model:1", "hf_dataset://--token=x"] {
+            let err = parse_input("inputs", text).unwrap_err();
+            assert!(err.message.contains("must not start with '-'") && err.field == "inputs", "{text}: {err}");
         }
     }
 

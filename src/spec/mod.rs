@@ -9,7 +9,7 @@ mod validate;
 pub use dataset::{dataset_warning, parse_input, InputLocation, AUX_SCHEMES, LOCAL_PATH_MESSAGE};
 pub use image::ImageRef;
 pub use secret::{Secret, SecretValues};
-pub use validate::{check_env_name, check_slurm_word, check_text, check_with, SpecError};
+pub use validate::{check_env_name, check_slurm_word, check_text, check_user_env_name, check_with, SpecError};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -51,6 +51,32 @@ pub fn check_env_name(field: &str, name: &str) -> Result<(), SpecError> {
     }
 }
 
+/// Variables the shell or the dynamic loader read: set for the batch script, they would change how
+/// it (and srun, scontrol) run, not just the container.
+const SUBVERTING_NAMES: &[&str] =
+    &["PATH", "BASH_ENV", "ENV", "IFS", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "CDPATH", "GLOBIGNORE"];
+const SUBVERTING_PREFIXES: &[&str] = &["LD_", "BASH_FUNC_"];
+/// The batch script's own shell variables.
+const SCRIPT_LOCALS: &[&str] = &["rc", "counter", "done_requeues", "owned", "said", "size"];
+
+/// A variable name a user may set for a job (`env` or `secret_env`): a valid name that neither
+/// subverts the batch script nor collides with one the script sets itself (`owned_by_us`).
+pub fn check_user_env_name(field: &str, name: &str, owned_by_us: &dyn Fn(&str) -> bool) -> Result<(), SpecError> {
+    check_env_name(field, name)?;
+    if SUBVERTING_NAMES.contains(&name) || SUBVERTING_PREFIXES.iter().any(|p| name.starts_with(p)) {
+        return Err(SpecError::new(
+            field,
+            format!(
+                "{name} would change how the batch script itself runs (the shell or the loader reads it), not just your command; set it inside the command instead, e.g. --shell -- 'export {name}=...; python train.py'"
+            ),
+        ));
+    }
+    if owned_by_us(name) || SCRIPT_LOCALS.contains(&name) || name.starts_with("SPANK_") {
+        return Err(SpecError::new(field, format!("{name} is set by tao-slurm itself and cannot be overridden")));
+    }
+    Ok(())
+}
+
 /// Free text that ends up in the script: no NUL, newline or other control characters (tab allowed).
 pub fn check_text(field: &str, value: &str) -> Result<(), SpecError> {
     match value.chars().find(|c| c.is_control() && *c != '\t') {
@@ -89,6 +115,13 @@ mod tests {
     #[test]
     fn env_names_and_text() {
         assert!(check_env_name("env", "FOO_1").is_ok());
+        let none = |_: &str| false;
+        for bad in ["PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "BASH_ENV", "ENV", "IFS", "rc", "SPANK_CONTAINER_IMAGE"] {
+            let err = check_user_env_name("env", bad, &none).unwrap_err();
+            assert!(err.to_string().contains(bad) && err.field == "env", "{err}");
+        }
+        assert!(check_user_env_name("secret_env", "HF_TOKEN", &none).is_ok());
+        assert!(check_user_env_name("env", "MINE", &|n| n == "MINE").is_err());
         assert!(check_env_name("env", "_X").is_ok());
         for bad in ["1X", "A-B", "", "A B", "A=B", "$X"] {
             assert!(check_env_name("env", bad).is_err(), "{bad}");
