@@ -92,7 +92,15 @@ pub fn preflight_script(settings: &Settings) -> String {
         );
     }
     let base = settings.base_dir();
-    section("base_dir", &format!("test -d {b} && test -w {b} && echo writable", b = quote(&base)));
+    // The submit's own check of the base and its parents (StrictModes-like), then writability.
+    section(
+        "base_dir",
+        &format!(
+            "{trust}tao_trust_base {b}; test -d {b} && test -w {b} && echo writable",
+            trust = crate::script::trust::TRUST_FUNCTIONS,
+            b = quote(&base)
+        ),
+    );
     s.push_str("exit 0\n");
     s
 }
@@ -220,10 +228,15 @@ pub fn read_preflight(settings: &Settings, host: &str, stdout: &str) -> Vec<Chec
     checks.push(if rc("base_dir") == Some(0) {
         Check::pass("results directory", h, format!("{base} is writable"))
     } else {
+        let why = body("base_dir").unwrap_or_default();
         Check::fail(
             "results directory",
             h,
-            format!("{base} does not exist or is not writable"),
+            if why.contains("refusing") {
+                why.lines().find(|l| l.contains("refusing")).unwrap_or_default().trim_start_matches("tao-slurm: ").to_string()
+            } else {
+                format!("{base} does not exist or is not writable")
+            },
             format!("Create it on shared storage (ssh {host} mkdir -p {base}) or set SLURM_BASE_RESULTS_DIR to a writable shared directory."),
         )
     });

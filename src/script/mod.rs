@@ -2,6 +2,7 @@
 //! the same text, and every value reaches the script through [`shell::quote`] or a character check.
 
 pub mod shell;
+pub mod trust;
 
 use crate::plan::{Plan, MASTER_PORT, RENDEZVOUS_VARS};
 use crate::slurm::format_duration_minutes;
