@@ -34,3 +34,71 @@ tao_put() {
   ( set -C; printf '%s' "$2" > "$t" ) 2>/dev/null && mv -fT -- "$t" "$1" || { rm -f -- "$t"; return 1; }
 }
 "#;
+
+#[cfg(test)]
+mod tests {
+    use super::TRUST_FUNCTIONS;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+
+    fn run(body: &str) -> (i32, String) {
+        let out = std::process::Command::new("bash").arg("-c").arg(format!("{TRUST_FUNCTIONS}{body}")).output().unwrap();
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+
+    fn mode(p: &Path, m: u32) {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    }
+
+    #[test]
+    fn a_base_below_a_directory_others_can_write_is_refused() {
+        let top = tempfile::tempdir().unwrap();
+        let open = top.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        mode(&open, 0o777);
+        let base = open.join("me/tao");
+        let (rc, err) = run(&format!("tao_trust_base {}; echo passed", base.display()));
+        assert_eq!(rc, 14, "{err}");
+        assert!(err.contains(&format!("{} is writable by group or others", open.display())), "{err}");
+        assert!(err.contains(&format!("chmod go-w {}", open.display())), "{err}");
+        // Sticky, like /tmp: others cannot replace what is ours there.
+        mode(&open, 0o1777);
+        assert_eq!(run(&format!("tao_trust_base {}", base.display())).0, 0);
+        // Another user's directory on the way.
+        std::fs::create_dir_all(open.join("theirs")).unwrap();
+        std::os::unix::fs::chown(open.join("theirs"), Some(65534), Some(65534)).unwrap();
+        let (rc, err) = run(&format!("tao_trust_base {}", open.join("theirs/tao").display()));
+        assert_eq!(rc, 14);
+        assert!(err.contains("belongs to another user (uid 65534)"), "{err}");
+    }
+
+    #[test]
+    fn only_real_directories_of_ours_are_written_into() {
+        let top = tempfile::tempdir().unwrap();
+        let mine = top.path().join("mine");
+        std::fs::create_dir(&mine).unwrap();
+        mode(&mine, 0o700);
+        assert_eq!(run(&format!("tao_own_dirs {}", mine.display())).0, 0);
+        let link = top.path().join("link");
+        std::os::unix::fs::symlink(&mine, &link).unwrap();
+        let (rc, err) = run(&format!("tao_own_dirs {} {}", mine.display(), link.display()));
+        assert_eq!(rc, 14);
+        assert!(err.contains("symbolic link"), "{err}");
+        mode(&mine, 0o770);
+        assert_eq!(run(&format!("tao_own_dirs {}", mine.display())).0, 14);
+    }
+
+    #[test]
+    fn a_file_is_written_by_rename_never_through_a_planted_symlink() {
+        let top = tempfile::tempdir().unwrap();
+        let victim = top.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let target = top.path().join("job.sbatch");
+        std::os::unix::fs::symlink(&victim, &target).unwrap();
+        let (rc, err) = run(&format!("tao_put {} 'new text'", target.display()));
+        assert_eq!(rc, 0, "{err}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(!std::fs::symlink_metadata(&target).unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "new text");
+    }
+}
