@@ -254,3 +254,38 @@ fn the_monitor_resumes_after_being_killed_and_gives_no_false_verdict_while_slurm
         "never an Error on the way: {events}"
     );
 }
+
+#[test]
+fn a_cancel_that_cannot_reach_the_controller_changes_nothing_and_says_why() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::isolated();
+    let (job, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--", "sleep", "120"]);
+    let status_of = || -> serde_json::Value {
+        env.json(&["list", "--json"]).as_array().unwrap().iter().find(|v| v["job_id"] == job.as_str()).unwrap().clone()
+    };
+    {
+        let _ctld = Switch::flip("service-ctl.sh", &["stop", "slurmctld"], &["start", "slurmctld"]);
+        let out = env.run(&["cancel", &job]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(5), "{err}");
+        assert!(err.contains("not cancelled") && err.contains(&job), "{err}");
+        assert!(err.contains("slurm controller") || err.contains("slurmctld"), "the reason is named: {err}");
+        let v = status_of();
+        assert_ne!(v["status"], "Canceled", "{v}");
+        let events = env.json(&["events", &job, "--json"]);
+        assert!(events.as_array().unwrap().iter().any(|e| e["kind"] == "cancel_failed"), "{events}");
+    }
+    // With the controller back, the same cancel works.
+    let start = std::time::Instant::now();
+    loop {
+        let out = env.run(&["cancel", &job, "--json"]);
+        if out.status.success() {
+            break;
+        }
+        assert!(start.elapsed() < std::time::Duration::from_secs(60), "{}", String::from_utf8_lossy(&out.stderr));
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+    assert_eq!(status_of()["status"], "Canceled");
+    let v = env.wait_terminal(&job, std::time::Duration::from_secs(30));
+    assert_eq!(v["status"], "Canceled", "{v}");
+}

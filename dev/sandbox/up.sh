@@ -135,6 +135,9 @@ fi
 [[ "$(getent passwd "$SSH_USER" | cut -d: -f6)" == "$USER_HOME" ]] || usermod -d "$USER_HOME" "$SSH_USER"
 [[ "$(getent shadow "$SSH_USER" | cut -d: -f2)" == "*" ]] || usermod -p '*' "$SSH_USER"
 install -d -m 0755 -o "$SSH_USER" -g "$SSH_USER" "$USER_HOME" "$SD/shared/$SSH_USER"
+# a second user with no login: the hostile neighbour on shared storage in the trust tests
+NEIGHBOUR_USER="${NEIGHBOUR_USER:-neighbour}"
+getent passwd "$NEIGHBOUR_USER" >/dev/null || useradd -M -U -d /nonexistent -s /usr/sbin/nologin "$NEIGHBOUR_USER"
 install -d -m 0700 -o "$SSH_USER" -g "$SSH_USER" "$USER_HOME/.ssh"
 
 # keys (kept across runs)
@@ -358,6 +361,7 @@ SSH_KEY_PATH=$SD/ssh/id_ed25519
 SLURM_PARTITION=polar
 TAO_SLURM_SQSH_PARTITION=debug
 SLURM_BASE_RESULTS_DIR=$SD/shared/$SSH_USER
+SANDBOX_NEIGHBOUR=$NEIGHBOUR_USER
 SANDBOX_DIR=$SD
 SANDBOX_SSHD_LOGS=$LOG/sshd-$SSH_PORT.log,$LOG/sshd-$SSH_PORT2.log
 SANDBOX_SSH_PORTS=$SSH_PORT,$SSH_PORT2

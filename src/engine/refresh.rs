@@ -728,6 +728,41 @@ mod tests {
     }
 
     #[test]
+    fn a_lock_file_can_only_ever_give_a_slurm_job_id() {
+        let top = tempfile::tempdir().unwrap();
+        let lock = |name: &str, content: Option<&str>| {
+            let dir = top.path().join(name);
+            std::fs::create_dir(&dir).unwrap();
+            if let Some(c) = content {
+                std::fs::write(dir.join("slurm_job_id"), c).unwrap();
+            }
+            dir.display().to_string()
+        };
+        let unknown =
+            |id: &str, lock: String| RefreshTarget { submit_lock: lock, ..target(id, None, "/nonexistent", None) };
+        let fifo = lock("fifo", None);
+        assert!(std::process::Command::new("mkfifo").arg(format!("{fifo}/slurm_job_id")).status().unwrap().success());
+        let link = lock("link", None);
+        std::os::unix::fs::symlink("/etc/hostname", format!("{link}/slurm_job_id")).unwrap();
+        let jobs = vec![
+            // A job that wrote a fake marker (and another job's status) after a real-looking id.
+            unknown("a", lock("a", Some("123\n@@tao-slurm:status_json b 1:1\n|{\"status\":\"SUCCESS\"}\n"))),
+            unknown("b", lock("b", Some("@@tao-slurm:rc squeue 1\n"))),
+            unknown("c", lock("c", Some("12345678901234567890123456789\n"))),
+            unknown("d", fifo),
+            unknown("e", link),
+            unknown("f", lock("f", Some("777"))),
+        ];
+        let stdout = run_with_stand_ins(&refresh_script(&jobs), "");
+        let obs = parse_refresh_output(&stdout);
+        let mut ids: Vec<(&str, &str)> = obs.lock_ids.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        ids.sort();
+        assert_eq!(ids, [("a", "123"), ("f", "777")], "{stdout}");
+        assert!(obs.status_json.is_empty(), "no file content posed as a section");
+        assert!(obs.squeue.is_some(), "squeue's status stands");
+    }
+
+    #[test]
     fn squeue_lines_cannot_pose_as_markers() {
         // A job name that is a marker, seen by squeue as a line of its own (newline in the name).
         let jobs = vec![target("a", Some("10"), "/nonexistent", None)];

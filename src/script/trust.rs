@@ -42,7 +42,8 @@ mod tests {
     use std::path::Path;
 
     fn run(body: &str) -> (i32, String) {
-        let out = std::process::Command::new("bash").arg("-c").arg(format!("{TRUST_FUNCTIONS}{body}")).output().unwrap();
+        let out =
+            std::process::Command::new("bash").arg("-c").arg(format!("{TRUST_FUNCTIONS}{body}")).output().unwrap();
         (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
     }
 
