@@ -152,7 +152,7 @@ fn decode_base64(text: &str) -> Option<Vec<u8>> {
         } as u32)
     }
     let clean: Vec<u8> = text.bytes().filter(|c| !c.is_ascii_whitespace()).collect();
-    if clean.len() % 4 != 0 {
+    if !clean.len().is_multiple_of(4) {
         return None;
     }
     let mut out = Vec::with_capacity(clean.len() / 4 * 3);
