@@ -254,7 +254,7 @@ async def test_preflight_failures_carry_the_remediation_verbatim(server_env, tmp
 
 
 @run_async
-async def test_preflight_check_paths_and_credentials_on_the_sandbox(server_env):
+async def test_cluster_tools_on_the_sandbox(server_env):
     base = server_env["SLURM_BASE_RESULTS_DIR"]
     async with connect(server_env) as s:
         pre = await s.ok("preflight")
@@ -273,6 +273,12 @@ async def test_preflight_check_paths_and_credentials_on_the_sandbox(server_env):
         if not creds["installed"]:
             assert "tao-slurm credentials enroot" in creds["next"]
         assert "password" not in str(creds)
+        # The sandbox's enroot stand-in converts at once; a second import finds the cached file.
+        image = f"nvcr.io/nvidia/tao/tao-toolkit:mcp-{secrets.token_hex(4)}"
+        first = await s.ok("image_import", {"image": image})
+        assert first["how"] == "converted" and first["sqsh_path"].endswith(".sqsh"), first
+        again = await s.ok("image_import", {"image": image})
+        assert again["how"] == "cached" and again["sqsh_path"] == first["sqsh_path"]
 
 
 def test_the_cli_lists_the_mcp_command():

@@ -135,7 +135,7 @@ pub fn image_import(client: &Client, args: ImageImportArgs) -> Result<Reply<Imag
     Ok(Reply::new(
         format!("{} {} -> {} ({:.1} s)", p.how, p.image, p.sqsh_path, p.seconds),
         "submit jobs with this image: they use the cached squashfs file",
-        ImageOut { image: p.image, sqsh_path: p.sqsh_path, how: p.how, seconds: p.seconds },
+        ImageOut { image: p.image, sqsh_path: p.sqsh_path, how: p.how, seconds: (p.seconds * 100.0).round() / 100.0 },
     ))
 }
 
