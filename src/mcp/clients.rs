@@ -7,7 +7,7 @@ use super::reply::ToolError;
 use crate::config::Settings;
 use crate::error::Error;
 use crate::Client;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Reads the settings from their sources (flags given to `tao-slurm mcp`, environment, env file).
 pub type SettingsLoader = Box<dyn Fn() -> Result<Settings, Error> + Send + Sync>;
@@ -53,4 +53,33 @@ impl Clients {
         }
         result
     }
+}
+
+/// Run a blocking piece of work with a client on the blocking pool, so the server keeps answering
+/// meanwhile.
+pub async fn blocking<T: Send + 'static>(
+    clients: &Arc<Clients>,
+    f: impl FnOnce(&Client) -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
+    let clients = clients.clone();
+    joined(tokio::task::spawn_blocking(move || clients.with(f)).await)
+}
+
+/// [`blocking`] for work that needs only the settings (preflight opens its own connections).
+pub async fn blocking_with_settings<T: Send + 'static>(
+    clients: &Arc<Clients>,
+    f: impl FnOnce(&Settings) -> T + Send + 'static,
+) -> Result<T, ToolError> {
+    let clients = clients.clone();
+    joined(tokio::task::spawn_blocking(move || clients.settings().map(|s| f(&s))).await)
+}
+
+/// A panic in the work is a tool error (it is a bug), not the end of the server.
+fn joined<T>(outcome: Result<Result<T, ToolError>, tokio::task::JoinError>) -> Result<T, ToolError> {
+    outcome.unwrap_or_else(|e| {
+        Err(ToolError::failed(
+            format!("internal error (a bug in tao-slurm): {e}"),
+            "report this bug; the server keeps serving",
+        ))
+    })
 }

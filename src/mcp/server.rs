@@ -6,10 +6,10 @@ use super::args::{
     parse, schema, CancelArgs, CheckPathsArgs, EventsArgs, ExplainArgs, ImageImportArgs, ListArgs, LogsArgs, NoArgs,
     StatusArgs, SubmitArgs, WaitArgs,
 };
-use super::clients::Clients;
+use super::clients::{blocking, blocking_with_settings, Clients};
 use super::reply::{Reply, ToolError};
 use super::tools::{cluster, jobs, logs, submit};
-use super::wait::{blocking, wait, Progress, WaitOut};
+use super::wait::{wait, Progress, WaitOut};
 use crate::Client;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
@@ -109,12 +109,7 @@ impl TaoSlurmServer {
     async fn preflight(&self, Parameters(arguments): Parameters<JsonObject>) -> CallToolResult {
         let started = Instant::now();
         let outcome = match parse::<NoArgs>(arguments) {
-            Ok(_) => {
-                let clients = self.clients.clone();
-                tokio::task::spawn_blocking(move || clients.settings().map(|s| cluster::preflight(&s)))
-                    .await
-                    .unwrap_or_else(|e| Err(ToolError::failed(format!("internal error: {e}"), "report this bug")))
-            }
+            Ok(_) => blocking_with_settings(&self.clients, cluster::preflight).await,
             Err(e) => Err(e),
         };
         finish("preflight", started, outcome)

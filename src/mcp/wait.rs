@@ -4,7 +4,7 @@
 //! job at a few tokens per minute instead of polling.
 
 use super::args::{check_range, WaitArgs, WAIT_DEFAULT_SECS, WAIT_MAX_SECS};
-use super::clients::Clients;
+use super::clients::{blocking, Clients};
 use super::hints::{for_jobs, jobs_summary};
 use super::reply::{briefs, JobBrief, Reply, ToolError};
 use crate::monitor::{next_interval, Pace};
@@ -112,20 +112,6 @@ pub struct WaitOut {
 pub struct Progress {
     pub peer: Peer<RoleServer>,
     pub token: ProgressToken,
-}
-
-/// Run a blocking piece of work on the blocking pool, so the server keeps answering meanwhile.
-pub async fn blocking<T: Send + 'static>(
-    clients: &Arc<Clients>,
-    f: impl FnOnce(&crate::Client) -> Result<T, ToolError> + Send + 'static,
-) -> Result<T, ToolError> {
-    let clients = clients.clone();
-    tokio::task::spawn_blocking(move || clients.with(f)).await.unwrap_or_else(|e| {
-        Err(ToolError::failed(
-            format!("internal error (a bug in tao-slurm): {e}"),
-            "report this bug; the server keeps serving",
-        ))
-    })
 }
 
 pub async fn wait(
