@@ -22,8 +22,10 @@ pub struct Reply<T> {
 }
 
 impl<T: Serialize> Reply<T> {
+    /// A reply; the summary is kept to one line (a job's message may hold several).
     pub fn new(summary: impl Into<String>, next: impl Into<String>, data: T) -> Reply<T> {
-        Reply { summary: summary.into(), next: next.into(), data }
+        let summary: String = summary.into().split_whitespace().collect::<Vec<_>>().join(" ");
+        Reply { summary, next: next.into(), data }
     }
 
     pub fn into_result(self) -> CallToolResult {
@@ -191,6 +193,7 @@ mod tests {
             ok: bool,
         }
         let r = Reply::new("done", "call wait", D { ok: true }).into_result();
+        assert_eq!(Reply::new("two\nlines  here", "", ()).summary, "two lines here");
         assert_eq!(r.is_error, Some(false));
         assert_eq!(
             r.structured_content.unwrap(),
