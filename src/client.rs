@@ -579,4 +579,68 @@ impl Client {
         let job = self.store.get(id)?;
         Ok(self.store.events(&job.job_id)?)
     }
+
+    /// The id of the newest event in the state file: pass it to [`Client::events_since`] later to get
+    /// only what happened after now.
+    pub fn last_event_id(&self) -> Result<i64> {
+        Ok(self.store.last_event_id()?)
+    }
+
+    /// Events after the cursor `after` (an event id), oldest first, at most `limit`, of the given jobs
+    /// (ids or prefixes) or of every job when `ids` is empty. No remote call.
+    pub fn events_since(&self, after: i64, ids: &[String], limit: usize) -> Result<Vec<crate::store::EventRecord>> {
+        let full: Vec<String> =
+            ids.iter().map(|i| Ok(self.store.summary(i)?.job_id)).collect::<Result<Vec<String>>>()?;
+        let full: Vec<&str> = full.iter().map(String::as_str).collect();
+        Ok(self.store.events_since(after, &full, limit)?)
+    }
+
+    /// Jobs as the state file holds them (ids or prefixes), without asking the cluster.
+    pub fn stored_jobs(&self, ids: &[String]) -> Result<Vec<JobView>> {
+        ids.iter().map(|i| Ok(JobView::from(&self.store.summary(i)?))).collect()
+    }
+
+    /// Slurm's start-time estimate and queue position for a job whose current attempt is pending in
+    /// Slurm; None when it has no Slurm job yet or Slurm no longer lists it as pending.
+    pub fn start_estimate(&self, id: &str) -> Result<Option<crate::engine::inspect::StartEstimate>> {
+        let job = self.store.summary(id)?;
+        match &job.slurm_job_id {
+            Some(slurm_job_id) if !job.status.is_terminal() => {
+                crate::engine::inspect::start_estimate(self.remote()?, slurm_job_id)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Up to `max_bytes` of a job's main.out or main.err from byte `offset` (current attempt, or
+    /// attempt `attempt`), cut after the last whole line; the result says where to continue.
+    pub fn log_range(
+        &self,
+        id: &str,
+        stream: logs::Stream,
+        offset: u64,
+        max_bytes: u64,
+        attempt: Option<u32>,
+    ) -> Result<crate::engine::inspect::LogRange> {
+        let mut job = self.store.get(id)?;
+        if let Some(n) = attempt {
+            let attempts = self.store.attempts(&job.job_id)?;
+            let a = attempts.iter().find(|a| a.number == n).ok_or_else(|| {
+                crate::spec::SpecError::new(
+                    "attempt",
+                    format!("job {} has attempts 1 to {}", job.job_id, attempts.len()),
+                )
+            })?;
+            job = logs::as_attempt(&job, a);
+        }
+        let (_, out_path, err_path) = logs::log_paths(&job)?;
+        let path = if stream == logs::Stream::Stdout { out_path } else { err_path };
+        crate::engine::inspect::log_range(self.remote()?, &path, offset, max_bytes)
+    }
+
+    /// Whether enroot credentials for nvcr.io are installed on the cluster (never the key itself).
+    pub fn enroot_credentials_status(&self) -> Result<crate::engine::inspect::CredentialsStatus> {
+        self.settings.require_remote()?;
+        crate::engine::inspect::credentials_status(self.remote()?)
+    }
 }

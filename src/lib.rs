@@ -9,6 +9,7 @@ pub mod client;
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod mcp;
 pub mod monitor;
 pub mod plan;
 pub mod preflight;

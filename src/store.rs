@@ -129,6 +129,17 @@ UPDATE jobs SET submitted_at = (SELECT a.submitted_at FROM attempts a WHERE a.jo
 "#,
 ];
 
+/// One entry of a job's history, with the id that orders all events (a cursor for followers).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct EventRecord {
+    pub id: i64,
+    pub job_id: String,
+    /// Unix seconds.
+    pub at: i64,
+    pub kind: String,
+    pub detail: String,
+}
+
 /// One submission of a job to Slurm. A job has one attempt, plus one per retry.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct AttemptRecord {
@@ -580,6 +591,32 @@ impl Store {
         rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.err(e))
     }
 
+    /// The id of the newest event (0 when there is none): a cursor that `events_since` continues from.
+    pub fn last_event_id(&self) -> Result<i64, StoreError> {
+        self.conn.query_row("SELECT COALESCE(MAX(id), 0) FROM events", [], |r| r.get(0)).map_err(|e| self.err(e))
+    }
+
+    /// Events with an id above `after`, oldest first, at most `limit`; of the jobs `job_ids` (full ids)
+    /// or, when it is empty, of every job. Ids only grow, so the last id returned is the next cursor.
+    pub fn events_since(&self, after: i64, job_ids: &[&str], limit: usize) -> Result<Vec<EventRecord>, StoreError> {
+        let filter = if job_ids.is_empty() {
+            String::new()
+        } else {
+            format!(" AND job_id IN ({})", vec!["?"; job_ids.len()].join(","))
+        };
+        let sql = format!("SELECT id, job_id, at, kind, detail FROM events WHERE id > ?{filter} ORDER BY id LIMIT ?");
+        let mut values: Vec<rusqlite::types::Value> = vec![after.into()];
+        values.extend(job_ids.iter().map(|id| rusqlite::types::Value::from(id.to_string())));
+        values.push((limit.min(i64::MAX as usize) as i64).into());
+        let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(rusqlite::params_from_iter(values), |r| {
+                Ok(EventRecord { id: r.get(0)?, job_id: r.get(1)?, at: r.get(2)?, kind: r.get(3)?, detail: r.get(4)? })
+            })
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.err(e))
+    }
+
     /// A job by its full id or an unambiguous prefix.
     pub fn get(&self, id_or_prefix: &str) -> Result<JobRecord, StoreError> {
         self.find(id_or_prefix)
@@ -973,5 +1010,28 @@ mod tests {
         let t2 = ours.change_token().unwrap();
         assert_eq!(t2.others, t1.others);
         assert_ne!(t2.ours, t1.ours, "this connection wrote");
+    }
+
+    #[test]
+    fn events_since_a_cursor_by_job() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.db")).unwrap();
+        assert_eq!(store.last_event_id().unwrap(), 0);
+        let plans: Vec<Plan> = (0..2).map(|_| crate::plan::resolve(&spec(), &settings()).unwrap()).collect();
+        for p in &plans {
+            store.insert_job("{}", p).unwrap();
+        }
+        let (a, b) = (plans[0].layout.job_id.as_str(), plans[1].layout.job_id.as_str());
+        let cursor = store.last_event_id().unwrap();
+        store.set_submitted(a, "41", "login1").unwrap();
+        store.set_submitted(b, "42", "login1").unwrap();
+        let all = store.events_since(cursor, &[], 10).unwrap();
+        assert_eq!(all.iter().map(|e| e.job_id.as_str()).collect::<Vec<_>>(), vec![a, b]);
+        assert!(all.iter().all(|e| e.kind == "submitted" && e.id > cursor));
+        let only_b = store.events_since(cursor, &[b], 10).unwrap();
+        assert_eq!(only_b.len(), 1);
+        assert_eq!(only_b[0].detail, "Slurm job 42 via login1");
+        assert_eq!(store.events_since(cursor, &[], 1).unwrap().len(), 1, "limit");
+        assert!(store.events_since(store.last_event_id().unwrap(), &[], 10).unwrap().is_empty());
     }
 }

@@ -6,7 +6,8 @@ mod credentials;
 mod image;
 mod jobs;
 mod logs;
-mod monitor;
+mod mcp;
+pub(crate) mod monitor;
 mod preflight;
 mod render;
 mod status;
@@ -66,6 +67,8 @@ enum Command {
     Preflight(preflight::PreflightCmd),
     /// Install credentials on the cluster
     Credentials(credentials::CredentialsCmd),
+    /// Serve the tools to AI agents over the Model Context Protocol (stdio)
+    Mcp(mcp::McpCmd),
 }
 
 /// Run the CLI and return the process exit code.
@@ -96,21 +99,36 @@ pub fn run() -> i32 {
 }
 
 fn load_settings(cli: &Cli) -> Result<Settings, Error> {
+    settings_from(cli.env_file.as_deref(), cli.state.as_deref(), cli.local, cli.accept_new_host_key)
+}
+
+/// The settings, with the global flags laid over the environment and the env file.
+fn settings_from(
+    env_file: Option<&std::path::Path>,
+    state: Option<&std::path::Path>,
+    local: bool,
+    accept_new_host_key: bool,
+) -> Result<Settings, Error> {
     let mut flags = HashMap::new();
-    if let Some(s) = &cli.state {
+    if let Some(s) = state {
         flags.insert("TAO_SLURM_STATE".to_string(), s.display().to_string());
     }
-    if cli.local {
+    if local {
         flags.insert("TAO_SLURM_LOCAL".to_string(), "true".to_string());
     }
-    if cli.accept_new_host_key {
+    if accept_new_host_key {
         flags.insert("SSH_ACCEPT_NEW_HOST_KEYS".to_string(), "true".to_string());
     }
-    let sources = SettingSources::gather(flags, cli.env_file.as_deref())?;
+    let sources = SettingSources::gather(flags, env_file)?;
     Ok(Settings::from_sources(&sources)?)
 }
 
 fn dispatch(cli: Cli) -> Result<i32, Error> {
+    if let Command::Mcp(c) = cli.command {
+        // The server reads the settings again for every tool call (a fixed env file needs no restart).
+        let (env_file, state, local, accept) = (cli.env_file, cli.state, cli.local, cli.accept_new_host_key);
+        return c.run(Box::new(move || settings_from(env_file.as_deref(), state.as_deref(), local, accept)));
+    }
     let settings = load_settings(&cli)?;
     match cli.command {
         Command::Submit(c) => c.run(settings),
@@ -126,6 +144,7 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::CheckPath(c) => c.run(settings),
         Command::Image(c) => c.run(settings),
         Command::Credentials(c) => c.run(settings),
+        Command::Mcp(_) => unreachable!("served above"),
     }
 }
 

@@ -5,6 +5,7 @@ pub mod cancel;
 pub mod cluster;
 pub mod credentials;
 pub mod image;
+pub mod inspect;
 pub mod logs;
 pub mod preflight;
 pub mod refresh;

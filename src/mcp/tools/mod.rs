@@ -1,0 +1,7 @@
+//! The tools' work, synchronous and over a [`crate::Client`]: one module per group of tools. The
+//! server runs each on a blocking thread.
+
+pub mod cluster;
+pub mod jobs;
+pub mod logs;
+pub mod submit;

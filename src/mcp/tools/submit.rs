@@ -1,0 +1,219 @@
+//! The submit tool: the same checks and the same secret handling as `tao-slurm submit` (values by
+//! variable name, from this server's environment or a secrets file; never in an argument or result).
+
+use crate::mcp::args::SubmitArgs;
+use crate::mcp::hints::after_submit;
+use crate::mcp::reply::{Reply, ToolError};
+use crate::spec::{JobSpec, SecretValues, SpecError};
+use crate::Client;
+use schemars::JsonSchema;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ResourcesOut {
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+    pub partition: String,
+    pub time_minutes: u64,
+    /// The image as Pyxis gets it (a cached .sqsh path once converted).
+    pub image: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SubmitOut {
+    pub dry_run: bool,
+    pub job_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slurm_job_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub login_host: Option<String>,
+    pub job_dir: String,
+    pub resources: ResourcesOut,
+    /// Names of the secret variables the job gets (never their values).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub secret_env: Vec<String>,
+    /// E.g. training data fetched from s3:// inside the job (the GPUs idle while it downloads).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// dry_run: the checks that passed with the cluster.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<String>,
+    /// dry_run: the batch script that would be submitted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub script: Option<String>,
+    /// dry_run: the files that would be staged on shared storage.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub staged_files: Vec<String>,
+    /// A background monitor was started (it performs retries while nobody calls status or wait).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub monitor_started: Option<bool>,
+}
+
+/// The job the arguments describe: the job file (if any) with the arguments laid over it, as the
+/// CLI lays its flags over it.
+pub fn to_spec(args: &SubmitArgs) -> Result<JobSpec, ToolError> {
+    let value = serde_json::to_value(args).expect("submit arguments serialise");
+    let fields: JobSpec = serde_path_to_error::deserialize(value).map_err(|e| {
+        // Only a field of SubmitArgs that JobSpec lacks gets here: a bug, named as such.
+        ToolError::failed(
+            format!("internal: submit field {} is not a job field: {}", e.path(), e.inner()),
+            "report this bug",
+        )
+    })?;
+    let base = match &args.spec_file {
+        Some(p) => JobSpec::from_toml_file(std::path::Path::new(p)).map_err(|e| spec_error("spec_file", e))?,
+        None => JobSpec::default(),
+    };
+    Ok(base.overlay(fields))
+}
+
+fn spec_error(field: &str, e: SpecError) -> ToolError {
+    ToolError::invalid(field, e.message)
+}
+
+/// Secret values for the spec's names, looked up exactly as `tao-slurm submit` does: the secrets
+/// file first, then this server's environment.
+fn secrets(spec: &JobSpec, secret_env_file: Option<&str>) -> Result<SecretValues, ToolError> {
+    let file: BTreeMap<String, String> = match secret_env_file {
+        Some(p) => dotenvy::from_path_iter(p)
+            .and_then(|it| it.collect::<Result<BTreeMap<_, _>, _>>())
+            .map_err(|e| ToolError::invalid("secret_env_file", format!("cannot read {p}: {e}")))?,
+        None => BTreeMap::new(),
+    };
+    SecretValues::resolve(&spec.secret_env, &file, &|n| std::env::var(n).ok()).map_err(|e| {
+        ToolError::invalid("secret_env", e.message).with_next(
+            "the value must be in the environment of this MCP server (or in secret_env_file): ask the user to set it there and restart the server; never put a secret value in a tool argument",
+        )
+    })
+}
+
+pub fn submit(client: &Client, args: SubmitArgs) -> Result<Reply<SubmitOut>, ToolError> {
+    let spec = to_spec(&args)?;
+    // Bad settings, a bad spec or a missing secret fail here, before any connection is attempted.
+    client.settings().require_remote().map_err(|e| ToolError::engine(e.into(), "job_id"))?;
+    let plan = client.plan(&spec).map_err(|e| ToolError::engine(e, "job_id"))?;
+    let secrets = secrets(&spec, args.secret_env_file.as_deref())?;
+    let warnings: Vec<String> =
+        plan.inputs.iter().filter_map(|(key, location)| crate::spec::dataset_warning(key, location)).collect();
+    let resources = |plan: &crate::plan::Plan| ResourcesOut {
+        nodes: plan.resources.nodes,
+        gpus_per_node: plan.resources.gpus_per_node,
+        partition: plan.partition.clone(),
+        time_minutes: plan.time_minutes,
+        image: plan.image.pyxis.clone(),
+    };
+    if args.dry_run {
+        let plan = client.check_online(&spec).map_err(|e| ToolError::engine(e, "job_id"))?;
+        let files = client.staged_files(&spec, &plan);
+        let mut checks = vec!["settings and every job field are valid".to_string()];
+        if !plan.required_paths.is_empty() {
+            checks.push(format!("input paths exist on the cluster: {}", plan.required_paths.join(", ")));
+        }
+        checks.push(format!("partition {} exists and allows the wall time", plan.partition));
+        if !plan.secret_names.is_empty() {
+            checks.push(format!("secret values found for {}", plan.secret_names.join(", ")));
+        }
+        let out = SubmitOut {
+            dry_run: true,
+            job_id: plan.layout.job_id.clone(),
+            slurm_job_id: None,
+            login_host: None,
+            job_dir: plan.layout.job_dir.clone(),
+            resources: resources(&plan),
+            secret_env: plan.secret_names.clone(),
+            warnings,
+            checks,
+            script: files.last().map(|f| f.contents.clone()),
+            staged_files: files.iter().map(|f| f.path.clone()).collect(),
+            monitor_started: None,
+        };
+        return Ok(Reply::new(
+            format!(
+                "dry run passed: {} node(s) x {} GPU(s) on {}, nothing submitted",
+                out.resources.nodes, out.resources.gpus_per_node, out.resources.partition
+            ),
+            "show the user the plan if they asked for it, then call submit without dry_run",
+            out,
+        ));
+    }
+    let submitted = client.create_job(&spec, &secrets).map_err(|e| ToolError::engine(e, "job_id"))?;
+    let monitor_started = if args.monitor {
+        Some(
+            crate::cli::monitor::start_background_monitor(client.settings())
+                .map_err(|e| ToolError::engine(e, "monitor"))?,
+        )
+    } else {
+        None
+    };
+    let out = SubmitOut {
+        dry_run: false,
+        job_id: submitted.job_id.clone(),
+        slurm_job_id: Some(submitted.slurm_job_id.clone()),
+        login_host: Some(submitted.login_host.clone()),
+        job_dir: submitted.job_dir.clone(),
+        resources: resources(&plan),
+        secret_env: plan.secret_names.clone(),
+        warnings,
+        checks: Vec::new(),
+        script: None,
+        staged_files: Vec::new(),
+        monitor_started,
+    };
+    Ok(Reply::new(
+        format!(
+            "submitted job {} (Slurm job {} via {})",
+            submitted.job_id, submitted.slurm_job_id, submitted.login_host
+        ),
+        after_submit(&submitted.job_id),
+        out,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mcp::args::{parse, schema};
+    use serde_json::json;
+
+    #[test]
+    fn every_job_field_is_a_submit_argument() {
+        // A field added to JobSpec must be offered by the submit tool too.
+        let job_fields = serde_json::to_value(JobSpec::default()).unwrap();
+        let submit = schema::<SubmitArgs>();
+        let offered = submit["properties"].as_object().unwrap();
+        for name in job_fields.as_object().unwrap().keys() {
+            assert!(offered.contains_key(name), "JobSpec field {name} is missing from the submit tool's arguments");
+        }
+    }
+
+    #[test]
+    fn arguments_become_the_job_they_name() {
+        let args: SubmitArgs = parse(
+            json!({
+                "image": "ubuntu:22.04", "command": ["python", "train.py"], "gpus": 2, "nodes": 1,
+                "env": {"A": "b"}, "secret_env": ["HF_TOKEN"], "sbatch_options": {"begin": "now+1hour"},
+                "requeue": false, "dry_run": true, "monitor": true
+            })
+            .as_object()
+            .unwrap()
+            .clone(),
+        )
+        .unwrap();
+        let spec = to_spec(&args).unwrap();
+        assert_eq!(spec.image, "ubuntu:22.04");
+        assert_eq!(spec.command, vec!["python", "train.py"]);
+        assert_eq!((spec.gpus, spec.nodes, spec.requeue), (Some(2), Some(1), Some(false)));
+        assert_eq!(spec.env["A"], "b");
+        assert_eq!(spec.secret_env, vec!["HF_TOKEN"]);
+        assert_eq!(spec.sbatch_options["begin"], "now+1hour");
+    }
+
+    #[test]
+    fn a_missing_secret_names_the_field_and_never_a_value() {
+        let spec = JobSpec { secret_env: vec!["TAO_SLURM_TEST_SURELY_UNSET".into()], ..JobSpec::default() };
+        let e = secrets(&spec, None).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("secret_env"));
+        assert!(e.message.contains("TAO_SLURM_TEST_SURELY_UNSET has no value"), "{}", e.message);
+    }
+}
