@@ -206,10 +206,14 @@ impl SubmitCmd {
         // Bad settings, a bad spec or a missing secret fail here, before any connection is attempted.
         settings.require_remote()?;
         let secrets = self.job.secrets(&spec)?;
-        for (key, location) in &crate::plan::resolve(&spec, &settings)?.inputs {
+        let plan = crate::plan::resolve(&spec, &settings)?;
+        for (key, location) in &plan.inputs {
             if let Some(w) = crate::spec::dataset_warning(key, location) {
                 eprintln!("{w}");
             }
+        }
+        for note in plan.cosmos.iter().flat_map(|c| &c.notes) {
+            eprintln!("warning: {note}");
         }
         let client = Client::new(settings)?;
         if self.dry_run {

@@ -14,6 +14,15 @@ use std::fmt::Write as _;
 /// timeout): `<role> <exit status>`. The failure's evidence names the role from it.
 pub const FAILED_ROLE_FILE: &str = "failed_role";
 
+/// The evidence line for a [`FAILED_ROLE_FILE`]'s content (`<role> <exit status>`); None for
+/// anything else (the file is in a directory the job can write to).
+pub fn failed_role_evidence(text: &str) -> Option<String> {
+    let mut words = text.split_whitespace();
+    let role = Role::parse(words.next()?)?;
+    let code: i32 = words.next()?.parse().ok()?;
+    Some(format!("Cosmos-RL role {role} failed with exit code {code}"))
+}
+
 /// Log files of the failing role shown in main.err (their last lines), so that the failure's
 /// classification sees the role's own errors.
 const ERR_FILES_SHOWN: u32 = 8;
@@ -367,6 +376,17 @@ mod tests {
         assert_eq!(rc, 0, "requeued: {err}");
         assert!(err.contains("scontrol requeue 77"), "{err}");
         assert!(!dir.path().join("lustre/slurm-logs/tao-job-x-77").join(FAILED_ROLE_FILE).exists());
+    }
+
+    #[test]
+    fn the_failed_role_file_becomes_evidence() {
+        assert_eq!(
+            failed_role_evidence("rollout 2\n").as_deref(),
+            Some("Cosmos-RL role rollout failed with exit code 2")
+        );
+        for bad in ["", "rollout", "trainer 2", "policy two", "$(id) 1"] {
+            assert_eq!(failed_role_evidence(bad), None, "{bad:?}");
+        }
     }
 
     #[test]
