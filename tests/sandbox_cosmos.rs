@@ -281,3 +281,34 @@ fn a_split_larger_than_the_partition_is_refused_before_submitting() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a Cosmos-RL job"), "{out:?}");
     env.wait_terminal(&job, Duration::from_secs(180));
 }
+
+#[test]
+fn render_shows_the_split_and_the_script_offline() {
+    let mut env = Env::isolated();
+    env.vars.insert("SLURM_HOSTNAME".into(), "unreachable.invalid".into());
+    std::fs::write(env.dir.path().join("rl.toml"), CONFIG).unwrap();
+    let job = env.dir.path().join("job.toml");
+    std::fs::write(
+        &job,
+        "image = \"nvcr.io/nvidia/tao/tao-toolkit:6.26.3-pyt\"\ncommand = [\"python\", \"launch.py\"]\n[cosmos_rl]\nconfig = \"rl.toml\"\n",
+    )
+    .unwrap();
+    let spec = job.display().to_string();
+    let text = env.ok(&["render", "--spec", &spec]);
+    assert!(text.starts_with("Cosmos-RL node split, 8 GPUs per node: 2 policy + 2 rollout = 4 nodes"), "{text}");
+    assert!(text.contains("rollout  1     3        1      node 1      29348  4-7"), "{text}");
+    assert!(text.contains("#SBATCH --nodes=4") && text.contains("COSMOS_NODE_ROLE=rollout"), "{text}");
+    assert!(text.contains(".cosmos-rl.toml <==\n[train.train_policy]"), "the config is a staged file: {text}");
+    let v = env.json(&["render", "--spec", &spec, "--json"]);
+    assert_eq!(v["cosmos_rl"]["total_nodes"], 4, "{v}");
+    assert_eq!(v["cosmos_rl"]["rollout"]["nodes"][0]["colocation"][1]["visible_gpus"], serde_json::json!([4, 5, 6, 7]));
+    // Flags win over the job file: with 4 GPUs per node the policy replica spans 4 nodes and each
+    // rollout replica fills one.
+    let v = env.json(&["render", "--spec", &spec, "--gpus", "4", "--json"]);
+    assert_eq!((v["cosmos_rl"]["policy_nodes"].as_u64(), v["cosmos_rl"]["rollout_nodes"].as_u64()), (Some(4), Some(4)));
+    // Invalid sizes are refused with the key named, before anything else.
+    std::fs::write(env.dir.path().join("rl.toml"), "[rollout.parallelism]\ntp_size = 0\n").unwrap();
+    let out = env.run(&["render", "--spec", &spec]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid rollout.parallelism.tp_size"), "{out:?}");
+}

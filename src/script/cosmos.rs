@@ -379,6 +379,29 @@ mod tests {
     }
 
     #[test]
+    fn role_commands_reach_srun_word_for_word() {
+        let nasty = vec!["echo".to_string(), "$(touch /tmp/x)".into(), "a'b".into(), "`id`".into(), "; exit 9".into()];
+        let spec = JobSpec {
+            cosmos_rl: Some(CosmosRlSpec {
+                config_text: Some(TWO_AND_TWO.into()),
+                commands: RoleCommands { rollout: nasty.clone(), ..RoleCommands::default() },
+                ..CosmosRlSpec::default()
+            }),
+            ..cosmos_spec(TWO_AND_TWO)
+        };
+        let (rc, err, dir, _) = run(&render(spec), &[]);
+        assert_eq!(rc, 0, "{err}");
+        let words = |role: &str| -> Vec<String> {
+            let args = recorded(dir.path(), role, "args");
+            let all: Vec<String> = args.lines().map(String::from).collect();
+            let at = all.iter().position(|a| a == "tao-task").expect("the prelude's $0");
+            all[at + 1..].to_vec()
+        };
+        assert_eq!(words("rollout"), nasty);
+        assert_eq!(words("policy"), vec!["python", "-m", "nvidia_tao_core.entrypoint"]);
+    }
+
+    #[test]
     fn the_failed_role_file_becomes_evidence() {
         assert_eq!(
             failed_role_evidence("rollout 2\n").as_deref(),

@@ -143,6 +143,32 @@ mod tests {
     }
 
     #[test]
+    fn a_job_file_section_with_its_config_beside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("rl.toml"), "[policy.parallelism]\ntp_size = 8\n").unwrap();
+        let job = dir.path().join("job.toml");
+        std::fs::write(
+            &job,
+            "image = \"x/y:1\"\ncommand = [\"python\", \"launch.py\"]\n[cosmos_rl]\nconfig = \"rl.toml\"\n[cosmos_rl.commands]\ncontroller = [\"ctl\", \"--port\", \"8082\"]\n",
+        )
+        .unwrap();
+        let spec = crate::spec::JobSpec::from_toml_file(&job).unwrap();
+        let section = spec.cosmos_rl.unwrap();
+        assert_eq!(section.config_text.as_deref(), Some("[policy.parallelism]\ntp_size = 8\n"));
+        assert_eq!(section.commands.controller, vec!["ctl", "--port", "8082"]);
+        // Inline, and typos named.
+        let inline = crate::spec::JobSpec::from_toml(
+            "[cosmos_rl]\nconfig_text = '''\n[train.train_policy]\ntype = \"sft\"\n'''\n",
+        )
+        .unwrap();
+        assert!(inline.cosmos_rl.unwrap().config_text.unwrap().contains("sft"));
+        for typo in ["[cosmos_rl]\nconfg = \"x\"\n", "[cosmos_rl.commands]\ntrainer = [\"x\"]\n"] {
+            let err = crate::spec::JobSpec::from_toml(typo).unwrap_err();
+            assert!(err.message.contains("unknown field"), "{typo}: {err}");
+        }
+    }
+
+    #[test]
     fn config_is_read_relative_to_the_job_file_and_never_twice() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("rl.toml"), "[policy]\n").unwrap();
