@@ -387,10 +387,7 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
     }
     let image = ImageRef::parse(spec.image.trim()).map_err(|m| SpecError::new("image", m))?;
     // A Cosmos-RL job whose roles all have their own commands needs no job command.
-    let roles_have_commands = spec
-        .cosmos_rl
-        .as_ref()
-        .is_some_and(|c| c.commands.controller.len() * c.commands.policy.len() * c.commands.rollout.len() > 0);
+    let roles_have_commands = spec.cosmos_rl.as_ref().is_some_and(|c| c.commands.every_role_has_one());
     if spec.command.is_empty() && !roles_have_commands {
         return Err(SpecError::new("command", "is required: give it after `--` (for example `-- python train.py`)"));
     }

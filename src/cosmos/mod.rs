@@ -294,6 +294,16 @@ mod tests {
         assert_eq!((r.nodes, r.gpus_per_node, r.exclusive), (8, 4, false));
         let (_, sft) = resolve(&spec(), &section("[train.train_policy]\ntype = \"sft\"\n"), &cmd, 8).unwrap();
         assert_eq!(sft.roles(), vec![Role::Controller, Role::Policy]);
+        // Every role with its own command: the job needs none.
+        let mut own = section(TWO_AND_TWO);
+        own.commands =
+            RoleCommands { controller: vec!["c".into()], policy: vec!["p".into()], rollout: vec!["r".into()] };
+        let plan = crate::plan::resolve(
+            &JobSpec { command: vec![], cosmos_rl: Some(own), ..spec() },
+            &crate::plan::tests::settings(),
+        )
+        .unwrap();
+        assert_eq!(plan.cosmos.unwrap().command(Role::Rollout), ["r"]);
     }
 
     #[test]

@@ -41,6 +41,10 @@ impl RoleCommands {
         self.controller.is_empty() && self.policy.is_empty() && self.rollout.is_empty()
     }
 
+    pub fn every_role_has_one(&self) -> bool {
+        !self.controller.is_empty() && !self.policy.is_empty() && !self.rollout.is_empty()
+    }
+
     /// The command of a role by its name (`controller`, `policy`, `rollout`).
     pub fn get(&self, role: &str) -> Option<&Vec<String>> {
         match role {
