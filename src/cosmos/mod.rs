@@ -155,9 +155,15 @@ pub fn resolve(
         ));
     }
     for name in spec.env.keys().chain(&spec.secret_env) {
+        let field = if spec.env.contains_key(name) { "env" } else { "secret_env" };
         if COSMOS_VARS.contains(&name.as_str()) {
-            let field = if spec.env.contains_key(name) { "env" } else { "secret_env" };
             return Err(SpecError::new(field, format!("{name} is set by tao-slurm for Cosmos-RL jobs")));
+        }
+        if name.starts_with(crate::script::cosmos::SCRIPT_VAR_PREFIX) {
+            return Err(SpecError::new(
+                field,
+                format!("{name}: names beginning with tao_ are the Cosmos-RL batch script's own variables"),
+            ));
         }
     }
     let mut commands = Vec::new();
@@ -327,6 +333,12 @@ mod tests {
                 "env",
             ),
             (JobSpec { secret_env: vec!["COSMOS_NODE_ROLE".into()], ..spec() }, sec.clone(), cmd.clone(), "secret_env"),
+            (
+                JobSpec { env: [("tao_step".to_string(), "x".to_string())].into(), ..spec() },
+                sec.clone(),
+                cmd.clone(),
+                "env",
+            ),
         ];
         for (job, sec, cmd, field) in cases {
             let err = resolve(&job, &sec, &cmd, 8).unwrap_err();

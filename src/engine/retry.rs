@@ -65,7 +65,8 @@ fn evidence_script(failed: &[(&JobRecord, &Decision)]) -> String {
         ));
         // Cosmos-RL jobs name the role that failed first.
         s.push_str(&format!(
-            "if [ -s {f} ]; then echo \"{SECTION}failed_role {id} $(head -n 1 {f} | head -c 64)\"; fi\n",
+            // Read only as a regular file, briefly: the log directory is the job's to write.
+            "if [ -f {f} ] && [ ! -L {f} ]; then echo \"{SECTION}failed_role {id} $(timeout 10 head -c 64 -- {f} | head -n 1)\"; fi\n",
             f = quote(&format!("{dir}/{}", crate::script::cosmos::FAILED_ROLE_FILE)),
             id = job.job_id,
         ));

@@ -23,10 +23,22 @@ pub fn failed_role_evidence(text: &str) -> Option<String> {
     Some(format!("Cosmos-RL role {role} failed with exit code {code}"))
 }
 
+/// Where each step's srun writes its own messages (not the tasks' output): `<log dir>/<role>/srun.log`.
+/// They are copied into main.err when the step ends, and they hold the tasks' real exit codes.
+pub const SRUN_MESSAGES_FILE: &str = "srun.log";
+
 /// Log files of the failing role shown in main.err (their last lines), so that the failure's
 /// classification sees the role's own errors.
 const ERR_FILES_SHOWN: u32 = 8;
 const ERR_LINES_SHOWN: u32 = 20;
+/// Seconds the script waits for one of those reads (a task can make its log a FIFO).
+const ERR_READ_SECS: u32 = 30;
+/// The exit status when the staged config is missing: the one the batch script gives a missing
+/// staged file, distinct from any command's.
+pub const EXIT_MISSING_CONFIG: i32 = 85;
+
+/// The prefix of this script's own shell variables; a job may not set variables by these names.
+pub const SCRIPT_VAR_PREFIX: &str = "tao_";
 
 /// The names a Cosmos-RL job adds to `--container-env`: its variables, and Slurm's node identity,
 /// by which Cosmos-RL's launcher finds its node in the role's list.
@@ -66,7 +78,7 @@ fn step_line(plan: &Plan, cosmos: &CosmosPlan, role: Role) -> String {
     let mut tail = container_options(plan);
     tail.extend(task_argv(plan, cosmos.command(role)));
     format!(
-        "COSMOS_NODE_ROLE={role} LOCAL_NODE_LIST={} {} {} --nodelist={} --output=\"$tao_logs/{role}/%t.out\" --error=\"$tao_logs/{role}/%t.err\" {} &",
+        "COSMOS_NODE_ROLE={role} LOCAL_NODE_LIST={} {} {} --nodelist={} --output=\"$tao_logs/{role}/%t.out\" --error=\"$tao_logs/{role}/%t.err\" {} 2>\"$tao_logs/{role}/{SRUN_MESSAGES_FILE}\" &",
         local_node_list(role),
         timeout_prefix(plan),
         join(&head),
@@ -91,6 +103,8 @@ pub(super) fn write_steps(s: &mut String, plan: &Plan, cosmos: &CosmosPlan) {
     let _ =
         writeln!(s, "mkdir -p {}", roles.iter().map(|r| format!("\"$tao_logs/{r}\"")).collect::<Vec<_>>().join(" "));
     let _ = writeln!(s, "rm -f \"$tao_logs/{FAILED_ROLE_FILE}\"");
+    // Whatever the submitting environment held under these names, they start empty here.
+    w(s, "unset tao_hosts tao_step");
     w(s, "mapfile -t tao_hosts < <(scontrol show hostnames \"$SLURM_JOB_NODELIST\")");
     let _ = writeln!(
         s,
@@ -101,6 +115,10 @@ pub(super) fn write_steps(s: &mut String, plan: &Plan, cosmos: &CosmosPlan) {
         "export COSMOS_RL_MULTINODE=1 NUM_POLICY_NODES={n_policy} NUM_ROLLOUT_NODES={n_rollout} TOTAL_NODES={total} CONTROLLER_PORT={CONTROLLER_PORT}"
     );
     let _ = writeln!(s, "export COSMOS_RL_CONFIG={}", quote(&config_file(&plan.layout)));
+    let _ = writeln!(
+        s,
+        "[ -f \"$COSMOS_RL_CONFIG\" ] || {{ echo \"tao-slurm: the staged Cosmos-RL config $COSMOS_RL_CONFIG is missing\" >&2; exit {EXIT_MISSING_CONFIG}; }}"
+    );
     let _ = writeln!(s, "export NODE_LAUNCH_METADATA_POLICY={}", quote(&split.launch_metadata_json(Role::Policy)));
     let _ = writeln!(s, "export NODE_LAUNCH_METADATA_ROLLOUT={}", quote(&split.launch_metadata_json(Role::Rollout)));
     w(s, "export CONTROLLER_NODE=\"${tao_hosts[0]}\"");
@@ -114,47 +132,63 @@ pub(super) fn write_steps(s: &mut String, plan: &Plan, cosmos: &CosmosPlan) {
         let _ = writeln!(s, "tao_step[{role}]=$!");
     }
     // Bash reaps the steps as they end and keeps their statuses for `wait`; `kill -0` tells which
-    // have ended (as portable as it gets: `wait -n -p` needs bash 5.1).
-    w(s, "rc=0");
+    // have ended (as portable as it gets: `wait -n -p` needs bash 5.1). The script's own variables
+    // all begin with `tao_` (and `rc`, the common tail's), so no job variable can collide with them.
+    w(s, "rc=0; tao_failed_role=\"\"");
     w(s, "while :; do");
-    w(s, "  running=0");
-    let _ = writeln!(s, "  for role in {role_words}; do");
-    w(s, "    pid=\"${tao_step[$role]:-}\"");
-    w(s, "    [ -n \"$pid\" ] || continue");
-    w(s, "    if kill -0 \"$pid\" 2>/dev/null; then running=1; continue; fi");
-    w(s, "    wait \"$pid\"; step_rc=$?");
-    w(s, "    tao_step[$role]=\"\"");
-    w(s, "    echo \"tao-slurm: Cosmos-RL role $role ended with exit code $step_rc\" >&2");
-    w(s, "    if [ \"$step_rc\" -ne 0 ] && [ \"$rc\" -eq 0 ]; then");
-    w(s, "      rc=$step_rc");
+    w(s, "  tao_running=0");
+    let _ = writeln!(s, "  for tao_role in {role_words}; do");
+    w(s, "    tao_pid=\"${tao_step[$tao_role]:-}\"");
+    w(s, "    [ -n \"$tao_pid\" ] || continue");
+    w(s, "    if kill -0 \"$tao_pid\" 2>/dev/null; then tao_running=1; continue; fi");
+    w(s, "    wait \"$tao_pid\"; tao_rc=$?");
+    w(s, "    tao_step[$tao_role]=\"\"");
+    // srun reports a step whose failing task made it kill the others (--kill-on-bad-exit) by the
+    // others' signal (143); the failing task's own status is in srun's messages. Read only a
+    // regular file, briefly: the log directory is the job's to write.
+    let _ = writeln!(s, "    tao_msgs=\"$tao_logs/$tao_role/{SRUN_MESSAGES_FILE}\"");
+    w(s, "    if [ -f \"$tao_msgs\" ] && [ ! -L \"$tao_msgs\" ]; then");
+    let _ = writeln!(s, "      timeout {ERR_READ_SECS} cat -- \"$tao_msgs\" >&2");
+    w(s, "      if [ \"$tao_rc\" -gt 128 ]; then");
+    let _ = writeln!(
+        s,
+        "        tao_code=\"$(timeout {ERR_READ_SECS} grep -o 'Exited with exit code [0-9]*' -- \"$tao_msgs\" | head -n 1)\""
+    );
+    w(s, "        [ -z \"$tao_code\" ] || tao_rc=\"${tao_code##* }\"");
+    w(s, "      fi");
+    w(s, "    fi");
+    w(s, "    echo \"tao-slurm: Cosmos-RL role $tao_role ended with exit code $tao_rc\" >&2");
+    w(s, "    if [ \"$tao_rc\" -ne 0 ] && [ \"$rc\" -eq 0 ]; then");
+    w(s, "      rc=$tao_rc");
     // A timeout is the job's, not a role's failure: the common tail requeues it.
     let _ = writeln!(
         s,
-        "      [ \"$rc\" -eq 124 ] || printf '%s %s\\n' \"$role\" \"$rc\" > \"$tao_logs/{FAILED_ROLE_FILE}\""
+        "      if [ \"$rc\" -ne 124 ]; then tao_failed_role=$tao_role; printf '%s %s\\n' \"$tao_role\" \"$rc\" > \"$tao_logs/{FAILED_ROLE_FILE}\"; fi"
     );
     w(s, "      echo \"tao-slurm: stopping the other Cosmos-RL roles\" >&2");
     let _ = writeln!(
         s,
-        "      for other in {role_words}; do if [ -n \"${{tao_step[$other]:-}}\" ]; then kill -TERM \"${{tao_step[$other]}}\" 2>/dev/null; fi; done"
+        "      for tao_other in {role_words}; do if [ -n \"${{tao_step[$tao_other]:-}}\" ]; then kill -TERM \"${{tao_step[$tao_other]}}\" 2>/dev/null; fi; done"
     );
     w(s, "    fi");
     w(s, "  done");
-    w(s, "  [ \"$running\" = 1 ] || break");
+    w(s, "  [ \"$tao_running\" = 1 ] || break");
     w(s, "  sleep 1");
     w(s, "done");
-    let _ = writeln!(s, "if [ -s \"$tao_logs/{FAILED_ROLE_FILE}\" ]; then");
-    let _ = writeln!(s, "  read -r failed_role _ < \"$tao_logs/{FAILED_ROLE_FILE}\"");
-    w(s, "  shown=0");
-    w(s, "  for f in \"$tao_logs/$failed_role\"/*.err; do");
-    let _ = writeln!(s, "    [ -s \"$f\" ] && [ \"$shown\" -lt {ERR_FILES_SHOWN} ] || continue");
-    w(s, "    shown=$((shown + 1))");
-    w(s, "    echo \"tao-slurm: the last lines of $f:\" >&2");
-    let _ = writeln!(s, "    tail -n {ERR_LINES_SHOWN} \"$f\" >&2");
-    w(s, "  done");
-    w(
+    // The failing role's own error lines, where the failure's classification reads (main.err). Only
+    // regular files, under a time limit: a task can replace its log with a FIFO or a symlink.
+    w(s, "if [ -n \"$tao_failed_role\" ]; then");
+    w(s, "  tao_shown=0");
+    w(s, "  for tao_f in \"$tao_logs/$tao_failed_role\"/[0-9]*.err; do");
+    let _ = writeln!(
         s,
-        "  echo \"tao-slurm: Cosmos-RL role $failed_role failed with exit code $rc; the other roles were stopped\" >&2",
+        "    [ -f \"$tao_f\" ] && [ ! -L \"$tao_f\" ] && [ -s \"$tao_f\" ] && [ \"$tao_shown\" -lt {ERR_FILES_SHOWN} ] || continue"
     );
+    w(s, "    tao_shown=$((tao_shown + 1))");
+    w(s, "    echo \"tao-slurm: the last lines of $tao_f:\" >&2");
+    let _ = writeln!(s, "    timeout {ERR_READ_SECS} tail -n {ERR_LINES_SHOWN} -- \"$tao_f\" >&2");
+    w(s, "  done");
+    w(s, "  echo \"tao-slurm: Cosmos-RL role $tao_failed_role failed with exit code $rc; the other roles were stopped\" >&2");
     w(s, "fi");
 }
 
@@ -268,7 +302,9 @@ mod tests {
         write_exe(
             "srun",
             &format!(
-                "printf '%s\\n' \"$@\" > {r}/$COSMOS_NODE_ROLE.args; env > {r}/$COSMOS_NODE_ROLE.env\nv=STUB_${{COSMOS_NODE_ROLE^^}}\neval \"${{!v:-exit 0}}\"",
+                "printf '%s\\n' \"$@\" > {r}/$COSMOS_NODE_ROLE.args; env > {r}/$COSMOS_NODE_ROLE.env\n\
+                 exec 3>&2; for a in \"$@\"; do case $a in --error=*) e=${{a#--error=}}; exec 2>\"${{e//%t/0}}\";; esac; done\n\
+                 v=STUB_${{COSMOS_NODE_ROLE^^}}\neval \"${{!v:-exit 0}}\"",
                 r = rec.display()
             ),
         );
@@ -277,9 +313,13 @@ mod tests {
             "if [ \"$1\" = show ]; then for i in $(seq \"${STUB_NODES:-4}\"); do echo \"node$i\"; done; else echo \"scontrol $*\" >&2; fi",
         );
         // `exec`: the script's kill reaches the stand-in srun itself.
-        write_exe("timeout", "shift 3; exec \"$@\"");
+        write_exe("timeout", "while [[ $1 == -* || $1 =~ ^[0-9]+s?$ ]]; do shift; done; exec \"$@\"");
         let script = script.replace("/lustre/alice", &dir.path().join("lustre").display().to_string());
         std::fs::create_dir_all(dir.path().join("lustre/slurm-logs/tao-job-x-77")).unwrap();
+        std::fs::create_dir_all(dir.path().join("lustre/specs")).unwrap();
+        if !behaviour.iter().any(|(k, _)| *k == "no_config") {
+            std::fs::write(dir.path().join(format!("lustre/specs/{ID}.cosmos-rl.toml")), TWO_AND_TWO).unwrap();
+        }
         let path = dir.path().join("job.sbatch");
         std::fs::write(&path, script).unwrap();
         let mut cmd = Command::new("bash");
@@ -345,17 +385,23 @@ mod tests {
     fn the_first_failing_role_stops_the_others_and_gives_its_status() {
         let s = render(cosmos_spec(TWO_AND_TWO));
         let long = "exec sleep 30";
-        let (rc, err, dir, took) = run(
-            &s,
-            &[("controller", long), ("policy", long), ("rollout", "echo 'CUDA out of memory' >&2; sleep 0.3; exit 2")],
-        );
+        // As srun reports it: task 1 exited 2, so task 0 was terminated and srun exits 143.
+        let rollout = "echo 'CUDA out of memory' >&2; sleep 0.3; \
+                       echo 'srun: error: node4: task 1: Exited with exit code 2' >&3; \
+                       echo 'srun: error: node3: task 0: Terminated' >&3; exit 143";
+        let (rc, err, dir, took) = run(&s, &[("controller", long), ("policy", long), ("rollout", rollout)]);
         assert_eq!(rc, 2, "{err}");
         assert!(took < Duration::from_secs(10), "the other roles were stopped, not waited for: {took:?}");
         let logs = dir.path().join("lustre/slurm-logs/tao-job-x-77");
         assert_eq!(std::fs::read_to_string(logs.join(FAILED_ROLE_FILE)).unwrap(), "rollout 2\n");
+        assert!(err.contains("tao-slurm: the last lines of") && err.contains("CUDA out of memory"), "{err}");
         assert!(err.contains("tao-slurm: Cosmos-RL role rollout ended with exit code 2"), "{err}");
         assert!(err.contains("Cosmos-RL role rollout failed with exit code 2; the other roles were stopped"), "{err}");
         assert!(err.contains("role policy ended with exit code 143"), "policy got TERM: {err}");
+        assert!(
+            err.contains("srun: error: node4: task 1: Exited with exit code 2"),
+            "srun's messages reach main.err: {err}"
+        );
 
         // The controller failing alone: its status, its name.
         let (rc, err, dir, _) = run(&s, &[("controller", "exit 7"), ("policy", long), ("rollout", long)]);
@@ -366,6 +412,14 @@ mod tests {
         // Roles that end well at different times: success.
         let (rc, err, _, _) = run(&s, &[("controller", "sleep 1.5"), ("rollout", "sleep 0.5")]);
         assert_eq!(rc, 0, "{err}");
+    }
+
+    #[test]
+    fn a_missing_config_stops_the_job_before_any_step() {
+        let (rc, err, dir, _) = run(&render(cosmos_spec(TWO_AND_TWO)), &[("no_config", "")]);
+        assert_eq!(rc, EXIT_MISSING_CONFIG, "{err}");
+        assert!(err.contains("the staged Cosmos-RL config") && err.contains("is missing"), "{err}");
+        assert!(recorded(dir.path(), "controller", "args").is_empty(), "no step started");
     }
 
     #[test]
