@@ -454,21 +454,35 @@ impl Client {
 
     /// The logs of the current attempt, or of attempt `attempt` (1-based) when given.
     pub fn job_logs(&self, id: &str, tail_lines: Option<u32>, attempt: Option<u32>) -> Result<JobLogs> {
-        let job = self.store.get(id)?;
-        let job = match attempt {
-            None => job,
-            Some(n) => {
-                let attempts = self.store.attempts(&job.job_id)?;
-                let a = attempts.iter().find(|a| a.number == n).ok_or_else(|| {
-                    crate::spec::SpecError::new(
-                        "attempt",
-                        format!("job {} has attempts 1 to {}", job.job_id, attempts.len()),
-                    )
-                })?;
-                logs::as_attempt(&job, a)
-            }
-        };
+        let job = self.job_at_attempt(id, attempt)?;
         logs::read_logs(self.remote()?, &job, tail_lines)
+    }
+
+    /// The logs of a Cosmos-RL role: every task (one per node), or only `task`, of the current
+    /// attempt or of attempt `attempt`.
+    pub fn job_role_logs(
+        &self,
+        id: &str,
+        role: crate::cosmos::Role,
+        task: Option<u32>,
+        tail_lines: Option<u32>,
+        attempt: Option<u32>,
+    ) -> Result<logs::RoleLogs> {
+        let job = self.job_at_attempt(id, attempt)?;
+        // Checked before connecting: a wrong role or task needs no round trip to be refused.
+        logs::role_tasks(&job, role, task)?;
+        logs::read_role_logs(self.remote()?, &job, role, task, tail_lines)
+    }
+
+    /// The job as seen from its current attempt, or from attempt `attempt` (1-based).
+    fn job_at_attempt(&self, id: &str, attempt: Option<u32>) -> Result<JobRecord> {
+        let job = self.store.get(id)?;
+        let Some(n) = attempt else { return Ok(job) };
+        let attempts = self.store.attempts(&job.job_id)?;
+        let a = attempts.iter().find(|a| a.number == n).ok_or_else(|| {
+            crate::spec::SpecError::new("attempt", format!("job {} has attempts 1 to {}", job.job_id, attempts.len()))
+        })?;
+        Ok(logs::as_attempt(&job, a))
     }
 
     /// Follow a job's logs until it is terminal and every byte has been read, calling `on_chunk` with
@@ -476,6 +490,34 @@ impl Client {
     pub fn follow_logs(
         &self,
         id: &str,
+        streams: &[logs::Stream],
+        interval: std::time::Duration,
+        on_chunk: &mut dyn FnMut(&logs::Chunk),
+    ) -> Result<JobView> {
+        let main = |job: &JobRecord| logs::log_paths(job).map(|(_, out, err)| (out, err));
+        self.follow_files(id, &main, streams, interval, on_chunk)
+    }
+
+    /// [`Client::follow_logs`] for one task of a Cosmos-RL role.
+    pub fn follow_role_logs(
+        &self,
+        id: &str,
+        role: crate::cosmos::Role,
+        task: u32,
+        streams: &[logs::Stream],
+        interval: std::time::Duration,
+        on_chunk: &mut dyn FnMut(&logs::Chunk),
+    ) -> Result<JobView> {
+        logs::role_tasks(&self.store.get(id)?, role, Some(task))?;
+        let files = |job: &JobRecord| logs::role_log_paths(job, role, task).map(|(_, out, err)| (out, err));
+        self.follow_files(id, &files, streams, interval, on_chunk)
+    }
+
+    /// Follow the files `paths_of` names for the job's current attempt (they change with a retry).
+    fn follow_files(
+        &self,
+        id: &str,
+        paths_of: &dyn Fn(&JobRecord) -> Result<(String, String)>,
         streams: &[logs::Stream],
         interval: std::time::Duration,
         on_chunk: &mut dyn FnMut(&logs::Chunk),
@@ -494,7 +536,16 @@ impl Client {
                 std::thread::sleep(interval);
                 continue;
             }
-            let chunks = logs::follow_once(self.remote()?, &self.store, &self.policy(), &job, streams, &mut cursor)?;
+            let (out, err) = paths_of(&job)?;
+            let chunks = logs::follow_files_once(
+                self.remote()?,
+                &self.store,
+                &self.policy(),
+                &job,
+                (&out, &err),
+                streams,
+                &mut cursor,
+            )?;
             for c in &chunks {
                 on_chunk(c);
             }

@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod cosmos;
 pub mod engine;
 pub mod error;
 pub mod mcp;

@@ -178,6 +178,9 @@ pub struct Plan {
     /// Largest total size of one auxiliary input, in bytes.
     pub aux_max_bytes: u64,
     pub aux_timeout_minutes: u64,
+    /// A Cosmos-RL job's roles and node split (absent for other jobs, and in plans stored before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cosmos: Option<crate::cosmos::CosmosPlan>,
 }
 
 /// One auxiliary input (s3, Hugging Face, NGC) and where on shared storage it is cached.
@@ -384,7 +387,9 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
         return Err(SpecError::new("image", "is required (--image IMG)"));
     }
     let image = ImageRef::parse(spec.image.trim()).map_err(|m| SpecError::new("image", m))?;
-    if spec.command.is_empty() {
+    // A Cosmos-RL job whose roles all have their own commands needs no job command.
+    let roles_have_commands = spec.cosmos_rl.as_ref().is_some_and(|c| c.commands.every_role_has_one());
+    if spec.command.is_empty() && !roles_have_commands {
         return Err(SpecError::new("command", "is required: give it after `--` (for example `-- python train.py`)"));
     }
     for word in &spec.command {
@@ -400,7 +405,13 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
     } else {
         spec.command.clone()
     };
-    let resources = resolve_resources(spec, settings.max_gpus_per_node)?;
+    let (resources, cosmos) = match &spec.cosmos_rl {
+        Some(section) => {
+            let (resources, cosmos) = crate::cosmos::resolve(spec, section, &command, settings.max_gpus_per_node)?;
+            (resources, Some(cosmos))
+        }
+        None => (resolve_resources(spec, settings.max_gpus_per_node)?, None),
+    };
 
     let partition = spec.partition.clone().unwrap_or_else(|| settings.partition.clone());
     for p in partition.split(',') {
@@ -538,7 +549,8 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
         resources,
         partition,
         account,
-        memory: spec.memory.clone(),
+        // Cosmos-RL workers hold model weights and KV caches: all of a node's memory, as NVIDIA's service asks.
+        memory: spec.memory.clone().or_else(|| cosmos.as_ref().map(|_| "0".to_string())),
         qos: spec.qos.clone(),
         constraint: spec.constraint.clone(),
         exclude: spec.exclude.clone(),
@@ -554,6 +566,7 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
         container_workdir: spec.container_workdir.clone(),
         mount_home: !spec.no_container_mount_home,
         name: spec.name.clone(),
+        cosmos,
     })
 }
 
@@ -586,6 +599,9 @@ pub fn check_partition_limits(plan: &Plan, partitions: &[crate::slurm::Partition
                 ));
             }
         }
+    }
+    if let Some(cosmos) = &plan.cosmos {
+        crate::cosmos::check_partition_nodes(plan.resources.nodes, &plan.partition, &cosmos.split, partitions)?;
     }
     Ok(())
 }

@@ -1,4 +1,5 @@
 use crate::config::Settings;
+use crate::cosmos::Role;
 use crate::engine::logs::{Chunk, Stream};
 use crate::error::Error;
 use crate::spec::SpecError;
@@ -28,6 +29,12 @@ pub struct LogsCmd {
     /// Which attempt's logs (1 = the first Slurm job of this platform job; default the current one)
     #[arg(long)]
     pub attempt: Option<u32>,
+    /// A Cosmos-RL role's own logs instead of main.out/main.err: controller, policy or rollout
+    #[arg(long, value_parser = parse_role)]
+    pub role: Option<Role>,
+    /// Only this task of the role (one per node, from 0; default all, or 0 with -f)
+    #[arg(long, requires = "role")]
+    pub task: Option<u32>,
     #[arg(long)]
     pub json: bool,
 }
@@ -60,9 +67,30 @@ impl LogsCmd {
                     let _ = std::io::stderr().write_all(c.text.as_bytes());
                 }
             };
-            let view =
-                client.follow_logs(&self.job_id, &streams, Duration::from_secs_f64(self.interval), &mut print)?;
+            let interval = Duration::from_secs_f64(self.interval);
+            let view = match self.role {
+                Some(role) => client.follow_role_logs(
+                    &self.job_id,
+                    role,
+                    self.task.unwrap_or(0),
+                    &streams,
+                    interval,
+                    &mut print,
+                )?,
+                None => client.follow_logs(&self.job_id, &streams, interval, &mut print)?,
+            };
             eprintln!("tao-slurm: job {} is {} ({})", view.job_id, view.status, super::clean(&view.message));
+            return Ok(0);
+        }
+        if let Some(role) = self.role {
+            let logs = client.job_role_logs(&self.job_id, role, self.task, self.tail, self.attempt)?;
+            if self.json {
+                super::print_json(&logs);
+                return Ok(0);
+            }
+            for t in &logs.tasks {
+                print_pair(&streams, (&t.stdout_path, &t.stdout), (&t.stderr_path, &t.stderr), true);
+            }
             return Ok(0);
         }
         let logs = client.job_logs(&self.job_id, self.tail, self.attempt)?;
@@ -70,18 +98,23 @@ impl LogsCmd {
             super::print_json(&logs);
             return Ok(0);
         }
-        if streams.contains(&Stream::Stdout) {
-            if streams.len() > 1 {
-                println!("==> {} <==", logs.stdout_path);
-            }
-            print!("{}", logs.stdout);
-        }
-        if streams.contains(&Stream::Stderr) {
-            if streams.len() > 1 {
-                println!("==> {} <==", logs.stderr_path);
-            }
-            print!("{}", logs.stderr);
-        }
+        print_pair(&streams, (&logs.stdout_path, &logs.stdout), (&logs.stderr_path, &logs.stderr), false);
         Ok(0)
     }
+}
+
+/// Print the chosen streams of one pair of log files; with both (or `always_named`), under their paths.
+fn print_pair(streams: &[Stream], out: (&str, &str), err: (&str, &str), always_named: bool) {
+    for (stream, (path, text)) in [(Stream::Stdout, out), (Stream::Stderr, err)] {
+        if streams.contains(&stream) {
+            if streams.len() > 1 || always_named {
+                println!("==> {path} <==");
+            }
+            print!("{text}");
+        }
+    }
+}
+
+fn parse_role(text: &str) -> Result<Role, String> {
+    Role::parse(text).ok_or_else(|| format!("{text:?} is not a role; use controller, policy or rollout"))
 }

@@ -34,8 +34,15 @@ pub(crate) fn print_plan(files: &[StagedFile], plan: &Plan, _secrets: &SecretVal
         plan.secret_names.iter().map(|n| (n.clone(), json!("***"))).collect();
     if as_json {
         let files: Vec<_> = files.iter().map(|f| json!({"path": f.path, "contents": f.contents})).collect();
-        super::print_json(&json!({"job_id": plan.layout.job_id, "plan": plan, "files": files, "secret_env": masked}));
+        let mut out = json!({"job_id": plan.layout.job_id, "plan": plan, "files": files, "secret_env": masked});
+        if let Some(c) = &plan.cosmos {
+            out["cosmos_rl"] = cosmos_json(c);
+        }
+        super::print_json(&out);
         return;
+    }
+    if let Some(c) = &plan.cosmos {
+        println!("{}", crate::cosmos::split_table(c));
     }
     for f in files {
         println!("==> {} <==\n{}", f.path, f.contents);
@@ -49,4 +56,20 @@ pub(crate) fn print_plan(files: &[StagedFile], plan: &Plan, _secrets: &SecretVal
             println!("{name}=***");
         }
     }
+}
+
+/// A Cosmos-RL job's split for scripts and agents: node counts, each role's replicas and nodes (the
+/// launch metadata), and the notes on counts that differ from Cosmos-RL's own defaults.
+fn cosmos_json(c: &crate::cosmos::CosmosPlan) -> serde_json::Value {
+    let s = &c.split;
+    json!({
+        "gpus_per_node": s.gpus_per_node,
+        "policy_nodes": s.policy_nodes(),
+        "rollout_nodes": s.rollout_nodes(),
+        "total_nodes": s.total_nodes(),
+        "policy": s.policy,
+        "rollout": s.rollout,
+        "roles": c.roles(),
+        "notes": c.notes,
+    })
 }

@@ -1,10 +1,10 @@
 use crate::config::Settings;
 use crate::error::Error;
-use crate::spec::{parse_pair, JobSpec, SecretValues, SpecError};
+use crate::spec::{parse_pair, CosmosRlSpec, JobSpec, SecretValues, SpecError};
 use crate::Client;
 use clap::Args;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The job-describing flags shared by `submit` and `render`. Flags override the job file.
 #[derive(Args, Debug, Clone)]
@@ -98,6 +98,13 @@ pub struct JobArgs {
     /// Run the command as one shell string with bash -c
     #[arg(long)]
     pub shell: bool,
+    /// A Cosmos-RL job sized by this config (TOML, read here): controller, policy and rollout roles
+    #[arg(long, value_name = "FILE")]
+    pub cosmos_config: Option<PathBuf>,
+    /// The command of one Cosmos-RL role when it differs from the job's, ROLE=COMMAND (controller,
+    /// policy or rollout; one shell string run by bash -c); repeatable
+    #[arg(long = "cosmos-command", value_name = "ROLE=COMMAND")]
+    pub cosmos_commands: Vec<String>,
     /// The command run in the container, after `--`
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -145,8 +152,25 @@ impl JobArgs {
             dataset_files: self.dataset_files.clone(),
             no_sqsh: self.no_sqsh,
             allow_registry_pull: self.allow_registry_pull,
+            cosmos_rl: self.cosmos_flags()?,
         };
         Ok(base.overlay(flags))
+    }
+
+    /// The Cosmos-RL flags as a `[cosmos_rl]` section (None without them); the config is read here.
+    fn cosmos_flags(&self) -> Result<Option<CosmosRlSpec>, Error> {
+        if self.cosmos_config.is_none() && self.cosmos_commands.is_empty() {
+            return Ok(None);
+        }
+        let mut section = CosmosRlSpec {
+            config: self.cosmos_config.as_ref().map(|p| p.display().to_string()),
+            ..CosmosRlSpec::default()
+        };
+        section.read_config(Path::new("."))?;
+        for c in &self.cosmos_commands {
+            section.commands.set_from_flag(c)?;
+        }
+        Ok(Some(section))
     }
 
     /// Values for the spec's secret names, from --secret-env-file and the submitting environment.
@@ -182,10 +206,14 @@ impl SubmitCmd {
         // Bad settings, a bad spec or a missing secret fail here, before any connection is attempted.
         settings.require_remote()?;
         let secrets = self.job.secrets(&spec)?;
-        for (key, location) in &crate::plan::resolve(&spec, &settings)?.inputs {
+        let plan = crate::plan::resolve(&spec, &settings)?;
+        for (key, location) in &plan.inputs {
             if let Some(w) = crate::spec::dataset_warning(key, location) {
                 eprintln!("{w}");
             }
+        }
+        for note in plan.cosmos.iter().flat_map(|c| &c.notes) {
+            eprintln!("warning: {note}");
         }
         let client = Client::new(settings)?;
         if self.dry_run {

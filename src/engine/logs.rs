@@ -2,11 +2,13 @@
 //! (each poll reads only the bytes added since the last one, and refreshes the job's status in the
 //! same round trip).
 
+use crate::cosmos::Role;
 use crate::engine::refresh::{parse_refresh_output, record, refresh_script, RefreshTarget};
 use crate::engine::{sections, unprefix_lines, PREFIX_LINES, SECTION};
 use crate::error::{Error, Result};
 use crate::remote::{Idempotency, Remote};
 use crate::script::shell::quote;
+use crate::spec::SpecError;
 use crate::store::{JobRecord, Store};
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -76,34 +78,44 @@ pub fn logs_script(out_path: &str, err_path: &str, tail_lines: Option<u32>) -> S
 pub fn read_logs(remote: &dyn Remote, job: &JobRecord, tail_lines: Option<u32>) -> Result<JobLogs> {
     let (slurm_job_id, out_path, err_path) = log_paths(job)?;
     let out = remote.run_script(&logs_script(&out_path, &err_path, tail_lines), Idempotency::Idempotent)?;
-    let mut logs = JobLogs {
+    let (stdout, stderr) = parse_pairs(&out.stdout, tail_lines).pop().unwrap_or_default();
+    Ok(JobLogs {
         job_id: job.job_id.clone(),
         slurm_job_id,
         stdout_path: out_path,
         stderr_path: err_path,
-        stdout: String::new(),
-        stderr: String::new(),
-    };
+        stdout,
+        stderr,
+    })
+}
+
+/// The (stdout, stderr) texts of the [`logs_script`] outputs in `stdout`, in order; each pair starts
+/// at its `stdout` section. Pure.
+fn parse_pairs(stdout: &str, tail_lines: Option<u32>) -> Vec<(String, String)> {
+    let mut pairs: Vec<(String, String)> = Vec::new();
     let mut in_stdout = true;
-    for (name, arg, body) in sections(&out.stdout) {
+    for (name, arg, body) in sections(stdout) {
         let text: String = unprefix_lines(&body);
         match name.as_str() {
             "stdout" => {
                 in_stdout = true;
-                logs.stdout = text;
+                pairs.push((text, String::new()));
             }
             "stderr" => {
                 in_stdout = false;
-                logs.stderr = text;
+                if let Some(p) = pairs.last_mut() {
+                    p.1 = text;
+                }
             }
-            "missing" if in_stdout => logs.stdout = "(not written yet)\n".into(),
-            "missing" => logs.stderr = "(not written yet)\n".into(),
+            "missing" => {
+                if let Some(p) = pairs.last_mut() {
+                    *(if in_stdout { &mut p.0 } else { &mut p.1 }) = "(not written yet)\n".into();
+                }
+            }
             "notregular" => {
-                let note = "(not shown: the job replaced this log with something that is not a regular file)\n";
-                if in_stdout {
-                    logs.stdout = note.into()
-                } else {
-                    logs.stderr = note.into()
+                if let Some(p) = pairs.last_mut() {
+                    *(if in_stdout { &mut p.0 } else { &mut p.1 }) =
+                        "(not shown: the job replaced this log with something that is not a regular file)\n".into();
                 }
             }
             "truncated" => {
@@ -116,16 +128,100 @@ pub fn read_logs(remote: &dyn Remote, job: &JobRecord, tail_lines: Option<u32>) 
                         format!("the first {LOG_READ_CAP}")
                     }
                 );
-                if in_stdout {
-                    logs.stdout.push_str(&note)
-                } else {
-                    logs.stderr.push_str(&note)
+                if let Some(p) = pairs.last_mut() {
+                    (if in_stdout { &mut p.0 } else { &mut p.1 }).push_str(&note);
                 }
             }
             _ => {}
         }
     }
-    Ok(logs)
+    pairs
+}
+
+/// One task's logs of a Cosmos-RL role.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TaskLogs {
+    pub task: u32,
+    pub stdout_path: String,
+    pub stderr_path: String,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// The logs of a Cosmos-RL role: one entry per task (node) read.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RoleLogs {
+    pub job_id: String,
+    pub slurm_job_id: String,
+    pub role: Role,
+    pub tasks: Vec<TaskLogs>,
+}
+
+/// The tasks of `role` to read (all of them, or just `task`), checked against the job's split. Pure.
+pub fn role_tasks(job: &JobRecord, role: Role, task: Option<u32>) -> std::result::Result<Vec<u32>, SpecError> {
+    let Some(cosmos) = &job.plan.cosmos else {
+        return Err(SpecError::new(
+            "role",
+            format!("job {} is not a Cosmos-RL job: its logs are main.out and main.err (drop --role)", job.job_id),
+        ));
+    };
+    let tasks = cosmos.tasks(role);
+    if tasks == 0 {
+        return Err(SpecError::new(
+            "role",
+            format!("job {} has no {role} role (it trains without rollout workers)", job.job_id),
+        ));
+    }
+    match task {
+        None => Ok((0..tasks).collect()),
+        Some(t) if t < tasks => Ok(vec![t]),
+        Some(t) => Err(SpecError::new(
+            "task",
+            format!("the {role} role of job {} has tasks 0 to {} (one per node), not {t}", job.job_id, tasks - 1),
+        )),
+    }
+}
+
+/// The log files of one task of a role in the current attempt: `<log dir>/<role>/<task>.out|err`.
+pub fn role_log_paths(job: &JobRecord, role: Role, task: u32) -> Result<(String, String, String)> {
+    let (slurm_job_id, out, _) = log_paths(job)?;
+    let dir = out.rsplit_once('/').map_or(String::new(), |(d, _)| d.to_string());
+    Ok((slurm_job_id, format!("{dir}/{role}/{task}.out"), format!("{dir}/{role}/{task}.err")))
+}
+
+/// Read the logs of a role's tasks (whole or tail) in one round trip.
+pub fn read_role_logs(
+    remote: &dyn Remote,
+    job: &JobRecord,
+    role: Role,
+    task: Option<u32>,
+    tail_lines: Option<u32>,
+) -> Result<RoleLogs> {
+    let tasks = role_tasks(job, role, task)?;
+    let mut script = String::new();
+    let mut paths = Vec::new();
+    let mut slurm_job_id = String::new();
+    for t in &tasks {
+        let (id, out, err) = role_log_paths(job, role, *t)?;
+        script.push_str(&logs_script(&out, &err, tail_lines));
+        paths.push((out, err));
+        slurm_job_id = id;
+    }
+    let out = remote.run_script(&script, Idempotency::Idempotent)?;
+    let texts = parse_pairs(&out.stdout, tail_lines);
+    let tasks = tasks
+        .iter()
+        .zip(paths)
+        .zip(texts.into_iter().chain(std::iter::repeat_with(Default::default)))
+        .map(|((t, (out, err)), (stdout, stderr))| TaskLogs {
+            task: *t,
+            stdout_path: out,
+            stderr_path: err,
+            stdout,
+            stderr,
+        })
+        .collect();
+    Ok(RoleLogs { job_id: job.job_id.clone(), slurm_job_id, role, tasks })
 }
 
 fn body_or(arg: &str) -> &str {
@@ -211,11 +307,24 @@ pub fn follow_once(
     cursor: &mut FollowCursor,
 ) -> Result<Vec<Chunk>> {
     let (_, out_path, err_path) = log_paths(job)?;
+    follow_files_once(remote, store, policy, job, (&out_path, &err_path), streams, cursor)
+}
+
+/// [`follow_once`] for any pair of the job's log files (a Cosmos-RL role's task, for instance).
+pub fn follow_files_once(
+    remote: &dyn Remote,
+    store: &Store,
+    policy: &crate::engine::retry::RetryPolicy,
+    job: &JobRecord,
+    (out_path, err_path): (&str, &str),
+    streams: &[Stream],
+    cursor: &mut FollowCursor,
+) -> Result<Vec<Chunk>> {
     let files: Vec<(Stream, &str, u64)> = streams
         .iter()
         .map(|s| match s {
-            Stream::Stdout => (Stream::Stdout, out_path.as_str(), cursor.stdout_offset),
-            Stream::Stderr => (Stream::Stderr, err_path.as_str(), cursor.stderr_offset),
+            Stream::Stdout => (Stream::Stdout, out_path, cursor.stdout_offset),
+            Stream::Stderr => (Stream::Stderr, err_path, cursor.stderr_offset),
         })
         .collect();
     let nonce = uuid::Uuid::new_v4().simple().to_string();
@@ -258,6 +367,25 @@ mod tests {
         assert_eq!(chunks[0].offset, 6);
         assert_eq!(chunks[0].text, "@@tao-slurm:endchunk-guess\n@@tao-slurm:chunk stdout 0 1\nline4");
         assert_eq!(chunks[0].len, chunks[0].text.len() as u64);
+    }
+
+    #[test]
+    fn several_pairs_of_files_are_read_in_one_script() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |name: &str| dir.path().join(name).display().to_string();
+        std::fs::write(p("0.out"), "task 0 says\n@@tao-slurm:stderr\n").unwrap();
+        std::fs::write(p("0.err"), "").unwrap();
+        std::fs::write(p("1.err"), "boom\n").unwrap();
+        let script = logs_script(&p("0.out"), &p("0.err"), None) + &logs_script(&p("1.out"), &p("1.err"), Some(5));
+        let run = std::process::Command::new("bash").arg("-c").arg(&script).output().unwrap();
+        let pairs = parse_pairs(&String::from_utf8(run.stdout).unwrap(), None);
+        assert_eq!(
+            pairs,
+            vec![
+                ("task 0 says\n@@tao-slurm:stderr\n".to_string(), String::new()),
+                ("(not written yet)\n".to_string(), "boom\n".to_string()),
+            ]
+        );
     }
 
     #[test]

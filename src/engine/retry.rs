@@ -63,6 +63,13 @@ fn evidence_script(failed: &[(&JobRecord, &Decision)]) -> String {
             e = quote(&format!("{dir}/main.err")),
             o = quote(&format!("{dir}/main.out")),
         ));
+        // Cosmos-RL jobs name the role that failed first.
+        s.push_str(&format!(
+            // Read only as a regular file, briefly: the log directory is the job's to write.
+            "if [ -f {f} ] && [ ! -L {f} ]; then echo \"{SECTION}failed_role {id} $(timeout 10 head -c 64 -- {f} | head -n 1)\"; fi\n",
+            f = quote(&format!("{dir}/{}", crate::script::cosmos::FAILED_ROLE_FILE)),
+            id = job.job_id,
+        ));
         if let Some(nodes) = d.update.node_list.as_ref().or(job.node_list.as_ref()) {
             s.push_str(&format!(
                 "echo \"{SECTION}down {id} $(sinfo -h -N -n {n} -t down,drain,fail,no_respond -o %N 2>/dev/null | sort -u | paste -sd, -)\"\n",
@@ -87,10 +94,17 @@ pub fn handle_failures(
     let out = remote.run_script(&evidence_script(failed), Idempotency::Idempotent)?;
     let mut tails: HashMap<String, String> = HashMap::new();
     let mut down: HashMap<String, String> = HashMap::new();
+    let mut failed_roles: HashMap<String, String> = HashMap::new();
     for (name, arg, body) in sections(&out.stdout) {
         match name.as_str() {
             "tail" => {
                 tails.insert(arg, unprefix_lines(&body));
+            }
+            "failed_role" => {
+                if let Some((job, text)) = arg.split_once(' ') {
+                    failed_roles
+                        .extend(crate::script::cosmos::failed_role_evidence(text).map(|e| (job.to_string(), e)));
+                }
             }
             "down" => {
                 if let Some((job, nodes)) = arg.split_once(' ') {
@@ -103,7 +117,10 @@ pub fn handle_failures(
     for (job, d) in failed {
         let state = SlurmState::parse(d.update.slurm_state.as_deref().unwrap_or(""));
         let tail = tails.get(&job.job_id).map(String::as_str).unwrap_or("");
-        let failure = classify(&state, d.update.exit_code, tail);
+        let mut failure = classify(&state, d.update.exit_code, tail);
+        if let Some(role) = failed_roles.get(&job.job_id) {
+            failure.evidence.insert(0, role.clone());
+        }
         let evidence = failure.evidence.join(" | ");
         let retries_so_far = job.attempt.saturating_sub(1);
         let nodes = d.update.node_list.clone().or(job.node_list.clone()).unwrap_or_default();

@@ -1,6 +1,7 @@
 //! Render a [`Plan`] into the batch script and the staged JSON files. Pure: the same plan always gives
 //! the same text, and every value reaches the script through [`shell::quote`] or a character check.
 
+pub mod cosmos;
 pub mod shell;
 pub mod trust;
 
@@ -82,6 +83,9 @@ pub fn container_env_names(plan: &Plan) -> Vec<String> {
     if plan.resources.nodes > 1 {
         names.extend(["WORLD_SIZE", "NUM_GPU_PER_NODE", "MASTER_ADDR", "MASTER_PORT"].map(String::from));
     }
+    if let Some(c) = &plan.cosmos {
+        names.extend(cosmos::container_env_names(c));
+    }
     names.extend(plan.env.iter().map(|(n, _)| n.clone()));
     names.extend(plan.secret_names.iter().cloned());
     names
@@ -89,8 +93,15 @@ pub fn container_env_names(plan: &Plan) -> Vec<String> {
 
 /// The argv of the container step, before the inner `timeout`.
 pub fn srun_argv(plan: &Plan) -> Vec<String> {
-    let mut argv =
-        vec!["srun".to_string(), "--kill-on-bad-exit=1".to_string(), format!("--container-image={}", plan.image.pyxis)];
+    let mut argv = vec!["srun".to_string(), "--kill-on-bad-exit=1".to_string()];
+    argv.extend(container_options(plan));
+    argv.extend(task_argv(plan, &plan.command));
+    argv
+}
+
+/// The container options of a step: image, mounts, the environment it takes from the task, workdir.
+fn container_options(plan: &Plan) -> Vec<String> {
+    let mut argv = vec![format!("--container-image={}", plan.image.pyxis)];
     if !plan.mounts.is_empty() {
         argv.push(format!("--container-mounts={}", plan.mounts.join(",")));
     }
@@ -101,6 +112,11 @@ pub fn srun_argv(plan: &Plan) -> Vec<String> {
     if !plan.mount_home {
         argv.push("--no-container-mount-home".to_string());
     }
+    argv
+}
+
+/// What each task runs in the container: the prelude, then `command`.
+fn task_argv(plan: &Plan, command: &[String]) -> Vec<String> {
     // The task prelude runs inside the container, on every node: NODE_RANK must come from that task's
     // own SLURM_NODEID (evaluating it in the batch step would give every node rank 0).
     let prelude = if plan.resources.nodes > 1 {
@@ -108,9 +124,14 @@ pub fn srun_argv(plan: &Plan) -> Vec<String> {
     } else {
         format!("unset {}; exec \"$@\"", RENDEZVOUS_VARS.join(" "))
     };
-    argv.extend(["--".to_string(), "sh".to_string(), "-c".to_string(), prelude, "tao-task".to_string()]);
-    argv.extend(plan.command.iter().cloned());
+    let mut argv = vec!["--".to_string(), "sh".to_string(), "-c".to_string(), prelude, "tao-task".to_string()];
+    argv.extend(command.iter().cloned());
     argv
+}
+
+/// The inner timeout every container step runs under (exit 124 requeues the job, up to a cap).
+fn timeout_prefix(plan: &Plan) -> String {
+    format!("timeout --signal=TERM --kill-after=60 {}s", plan.timeout_seconds)
 }
 
 fn write_body(s: &mut String, plan: &Plan) {
@@ -157,13 +178,14 @@ fn write_body(s: &mut String, plan: &Plan) {
         let _ = writeln!(s, "unset {}", RENDEZVOUS_VARS.join(" "));
     }
     w(s, "echo \"tao-slurm: job $TAO_JOB_ID, Slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST (restart ${SLURM_RESTART_COUNT:-0})\" >&2");
-    let _ = writeln!(
-        s,
-        "timeout --signal=TERM --kill-after=60 {}s {}",
-        plan.timeout_seconds,
-        shell::join(&srun_argv(plan))
-    );
-    w(s, "rc=$?");
+    match &plan.cosmos {
+        // Three steps in one allocation; `rc` is the first failing role's exit status.
+        Some(c) => cosmos::write_steps(s, plan, c),
+        None => {
+            let _ = writeln!(s, "{} {}", timeout_prefix(plan), shell::join(&srun_argv(plan)));
+            w(s, "rc=$?");
+        }
+    }
     // The batch script's exit status is the container step's: a failing command must be FAILED in Slurm.
     let counter = format!("{}/.timeout_requeues", layout.results_dir());
     let _ = writeln!(s, "if [ \"$rc\" -eq 124 ]; then");
@@ -253,12 +275,16 @@ pub fn staged_files(plan: &Plan, spec_json: &serde_json::Value, slurm_user: &str
         "backend_details": {"backend_type": "slurm", "partition": plan.partition},
         "cloud_specific_details": {"slurm_user": slurm_user, "slurm_hostname": hosts},
     });
-    vec![
+    let mut files = vec![
         StagedFile { path: layout.spec_file(), contents: plan.specs_json().to_string() },
         StagedFile { path: layout.env_file(), contents: serde_json::Value::Object(env).to_string() },
         StagedFile { path: layout.meta_file(), contents: meta.to_string() },
-        StagedFile { path: layout.script_file(), contents: render_batch_script(plan) },
-    ]
+    ];
+    if let Some(c) = &plan.cosmos {
+        files.push(StagedFile { path: crate::cosmos::config_file(layout), contents: c.config_text.clone() });
+    }
+    files.push(StagedFile { path: layout.script_file(), contents: render_batch_script(plan) });
+    files
 }
 
 #[cfg(test)]

@@ -1,11 +1,13 @@
 //! What a user asks for: [`JobSpec`], read from flags and/or a job file (`--spec job.toml`), and the
 //! field-by-field validation that runs before any remote call.
 
+mod cosmos;
 mod dataset;
 mod image;
 mod secret;
 mod validate;
 
+pub use cosmos::{CosmosRlSpec, RoleCommands, MAX_CONFIG_BYTES};
 pub use dataset::{dataset_warning, parse_input, InputLocation, AUX_SCHEMES, LOCAL_PATH_MESSAGE};
 pub use image::ImageRef;
 pub use secret::{Secret, SecretValues};
@@ -69,14 +71,23 @@ pub struct JobSpec {
     pub no_sqsh: bool,
     /// If the conversion fails, submit with the registry image anyway.
     pub allow_registry_pull: bool,
+    /// A Cosmos-RL job: controller, policy and rollout roles in one allocation, sized by its config.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cosmos_rl: Option<CosmosRlSpec>,
 }
 
 impl JobSpec {
-    /// Read a job file (TOML, the same field names as this struct).
+    /// Read a job file (TOML, the same field names as this struct). A Cosmos-RL config it names is
+    /// read too, relative to the job file.
     pub fn from_toml_file(path: &Path) -> Result<JobSpec, SpecError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| SpecError::new("spec", format!("cannot read {}: {e}", path.display())))?;
-        JobSpec::from_toml(&text).map_err(|e| SpecError::new("spec", format!("{}: {}", path.display(), e.message)))
+        let mut spec = JobSpec::from_toml(&text)
+            .map_err(|e| SpecError::new("spec", format!("{}: {}", path.display(), e.message)))?;
+        if let Some(cosmos) = &mut spec.cosmos_rl {
+            cosmos.read_config(path.parent().unwrap_or(Path::new(".")))?;
+        }
+        Ok(spec)
     }
 
     pub fn from_toml(text: &str) -> Result<JobSpec, SpecError> {
@@ -117,6 +128,10 @@ impl JobSpec {
         if !over.dataset_files.is_empty() {
             self.dataset_files = over.dataset_files;
         }
+        self.cosmos_rl = match (self.cosmos_rl, over.cosmos_rl) {
+            (Some(file), Some(flags)) => Some(file.overlay(flags)),
+            (file, flags) => flags.or(file),
+        };
         self
     }
 }

@@ -56,7 +56,7 @@ pub fn check_env_name(field: &str, name: &str) -> Result<(), SpecError> {
 const SUBVERTING_NAMES: &[&str] =
     &["PATH", "BASH_ENV", "ENV", "IFS", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "CDPATH", "GLOBIGNORE"];
 const SUBVERTING_PREFIXES: &[&str] = &["LD_", "BASH_FUNC_"];
-/// The batch script's own shell variables.
+/// The batch script's own shell variables (besides every `tao_` name, which the Cosmos-RL script uses).
 const SCRIPT_LOCALS: &[&str] = &["rc", "counter", "done_requeues", "owned", "said", "size"];
 
 /// A variable name a user may set for a job (`env` or `secret_env`): a valid name that neither
@@ -71,7 +71,7 @@ pub fn check_user_env_name(field: &str, name: &str, owned_by_us: &dyn Fn(&str) -
             ),
         ));
     }
-    if owned_by_us(name) || SCRIPT_LOCALS.contains(&name) || name.starts_with("SPANK_") {
+    if owned_by_us(name) || SCRIPT_LOCALS.contains(&name) || name.starts_with("tao_") || name.starts_with("SPANK_") {
         return Err(SpecError::new(field, format!("{name} is set by tao-slurm itself and cannot be overridden")));
     }
     Ok(())

@@ -195,7 +195,7 @@ async def test_read_only_offers_no_mutating_tool(server_env):
 async def test_a_secret_reaches_the_job_and_no_result_or_log(server_env, tmp_path):
     token = "tok-" + secrets.token_hex(16)
     server_env["MY_TOKEN"] = token
-    server_env["TAO_SLURM_LOG"] = "debug"
+    server_env["TAO_SLURM_LOG"] = "trace"
     stderr_log = tmp_path / "server.stderr"
     # The job proves it got the value by a digest, never by printing it.
     probe = 'printf %s "$MY_TOKEN" | sha256sum | cut -c1-16'
