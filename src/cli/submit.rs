@@ -114,7 +114,7 @@ impl JobArgs {
     /// The job file (if any) with the flags laid over it.
     pub fn to_spec(&self) -> Result<JobSpec, Error> {
         let base = match &self.spec_file {
-            Some(p) => JobSpec::from_toml_file(p)?,
+            Some(p) => crate::spec_file::read_job_file(p)?,
             None => JobSpec::default(),
         };
         let pairs = |field: &str, items: &[String]| -> Result<BTreeMap<String, String>, Error> {
@@ -166,7 +166,7 @@ impl JobArgs {
             config: self.cosmos_config.as_ref().map(|p| p.display().to_string()),
             ..CosmosRlSpec::default()
         };
-        section.read_config(Path::new("."))?;
+        crate::spec_file::read_cosmos_config(&mut section, Path::new("."))?;
         for c in &self.cosmos_commands {
             section.commands.set_from_flag(c)?;
         }

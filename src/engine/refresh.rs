@@ -580,8 +580,8 @@ pub fn record(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::tests::{settings, spec};
     use crate::store::now_secs;
+    use crate::test_fixtures::{settings, spec};
 
     fn job(id: &str, slurm: &str) -> JobSummary {
         let plan = crate::plan::resolve_with_id(&spec(), &settings(), id).unwrap();

@@ -243,8 +243,8 @@ pub fn submit(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::tests::{settings, spec};
     use crate::spec::{JobSpec, Secret};
+    use crate::test_fixtures::{settings, spec};
     use proptest::prelude::*;
     use std::process::Command;
 

@@ -304,9 +304,10 @@ mod tests {
         let mut own = section(TWO_AND_TWO);
         own.commands =
             RoleCommands { controller: vec!["c".into()], policy: vec!["p".into()], rollout: vec!["r".into()] };
-        let plan = crate::plan::resolve(
+        let plan = crate::plan::resolve_with_id(
             &JobSpec { command: vec![], cosmos_rl: Some(own), ..spec() },
             &crate::plan::tests::settings(),
+            "00000000-0000-4000-8000-000000000000",
         )
         .unwrap();
         assert_eq!(plan.cosmos.unwrap().command(Role::Rollout), ["r"]);

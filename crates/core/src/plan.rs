@@ -10,7 +10,6 @@ use crate::spec::{
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 use std::sync::LazyLock;
-use uuid::Uuid;
 
 pub const DEFAULT_GPUS: u32 = 4;
 pub const DEFAULT_CPUS_PER_TASK: u32 = 16;
@@ -378,10 +377,9 @@ fn check_mount(mount: &str) -> Result<(), SpecError> {
 }
 
 /// Resolve a spec into a plan with a fresh platform job id.
-pub fn resolve(spec: &JobSpec, settings: &Settings) -> Result<Plan, SpecError> {
-    resolve_with_id(spec, settings, &Uuid::new_v4().to_string())
-}
 
+/// Validate a spec and resolve it into the plan of the job `job_id` (drawn by the caller: the core
+/// draws no random ids).
 pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Result<Plan, SpecError> {
     if spec.image.trim().is_empty() {
         return Err(SpecError::new("image", "is required (--image IMG)"));
@@ -611,6 +609,11 @@ pub(crate) mod tests {
     use super::*;
     use crate::config::SettingSources;
     use std::collections::HashMap;
+
+    /// A plan for a job with a fixed id (the engine draws real ids).
+    pub fn resolve(spec: &JobSpec, settings: &Settings) -> Result<Plan, SpecError> {
+        resolve_with_id(spec, settings, "11111111-2222-4333-8444-555555555555")
+    }
 
     pub fn settings() -> Settings {
         let env = [
