@@ -8,6 +8,7 @@ pub mod config;
 pub mod cosmos;
 pub mod model;
 pub mod monitor;
+pub mod ops;
 pub mod plan;
 pub mod preflight;
 pub mod protocol;
