@@ -376,8 +376,6 @@ fn check_mount(mount: &str) -> Result<(), SpecError> {
     }
 }
 
-/// Resolve a spec into a plan with a fresh platform job id.
-
 /// Validate a spec and resolve it into the plan of the job `job_id` (drawn by the caller: the core
 /// draws no random ids).
 pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Result<Plan, SpecError> {
