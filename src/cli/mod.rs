@@ -4,6 +4,7 @@ mod cancel;
 mod check_path;
 mod credentials;
 mod image;
+mod job_args;
 mod jobs;
 mod logs;
 mod mcp;

@@ -4,6 +4,7 @@
 pub mod cancel;
 pub mod cluster;
 pub mod credentials;
+pub mod cycle;
 pub mod image;
 pub mod inspect;
 pub mod logs;

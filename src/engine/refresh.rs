@@ -11,36 +11,35 @@ use crate::script::shell::quote;
 use crate::store::{JobRecord, JobSummary};
 use std::collections::HashMap;
 
-/// Refresh the given jobs in one round trip and store what changed; returns the ids of the jobs
-/// whose records it changed (often none).
+/// Observe the given jobs in one round trip: what squeue, sacct and their status.json say, and the
+/// login host that answered.
+pub fn observe(remote: &dyn Remote, jobs: &[JobSummary]) -> Result<(Observations, String)> {
+    let targets: Vec<RefreshTarget> = jobs.iter().map(RefreshTarget::of).collect();
+    let started = std::time::Instant::now();
+    let out = remote.run_script(&refresh_script(&targets), Idempotency::Idempotent)?;
+    drop(targets);
+    let obs = parse_refresh_output(&out.stdout);
+    tracing::debug!(jobs = jobs.len(), remote_ms = started.elapsed().as_millis() as u64, "refresh observed");
+    Ok((obs, out.host))
+}
+
+/// Observe and record, without submitting due retries (see [`crate::engine::cycle::Cycle`] for the
+/// whole cycle); returns the ids of the jobs whose records changed.
 pub fn refresh(
     remote: &dyn Remote,
     store: &crate::store::Store,
     policy: &RetryPolicy,
     jobs: &[JobSummary],
 ) -> Result<Vec<String>> {
-    let targets: Vec<RefreshTarget> = jobs.iter().map(RefreshTarget::of).collect();
-    if targets.is_empty() {
+    if jobs.is_empty() {
         return Ok(Vec::new());
     }
-    let started = std::time::Instant::now();
-    let out = remote.run_script(&refresh_script(&targets), Idempotency::Idempotent)?;
-    drop(targets);
-    let remote_done = started.elapsed();
-    let obs = parse_refresh_output(&out.stdout);
-    drop(out.stdout);
-    let touched = record(remote, store, policy, jobs, &obs, &out.host)?;
-    tracing::debug!(
-        jobs = jobs.len(),
-        changed = touched.len(),
-        remote_ms = remote_done.as_millis() as u64,
-        total_ms = started.elapsed().as_millis() as u64,
-        "refresh"
-    );
-    Ok(touched)
+    let (obs, host) = observe(remote, jobs)?;
+    record(remote, store, policy, jobs, &obs, &host)
 }
 
-/// Store what a refresh's observations decide; returns the ids of the jobs it wrote.
+/// Store what a refresh's observations decide (classifying failures into retries or verdicts, and
+/// finishing adopted submissions); returns the ids of the jobs it wrote.
 pub fn record(
     remote: &dyn Remote,
     store: &crate::store::Store,

@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod cosmos;
+pub mod layout;
 pub mod model;
 pub mod monitor;
 pub mod ops;
