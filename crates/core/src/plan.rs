@@ -90,7 +90,8 @@ pub struct Plan {
     pub requeue: bool,
     pub max_timeout_requeues: u32,
     pub env: Vec<(String, String)>,
-    /// Names of secret variables; their values travel only in sbatch's environment, never in a file.
+    /// Names of secret variables; their values reach the cluster only on ssh's standard input and live
+    /// only in the job's mode-600 secrets file there (removed when the job ends), never in a staged file.
     pub secret_names: Vec<String>,
     pub mounts: Vec<String>,
     pub container_workdir: Option<String>,

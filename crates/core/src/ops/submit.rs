@@ -155,7 +155,7 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]
-        /// The staging script writes every file byte for byte and hands secrets to sbatch's environment,
+        /// The staging script writes every file byte for byte and writes secrets only to the mode-600 secrets file,
         /// whatever they contain, and runs nothing else.
         #[test]
         fn staging_is_exact_and_inert(value in "[ -~]{0,16}", secret in "[^\u{0}]{0,16}", payload in proptest::sample::select(vec!["$(touch @C@)", "`touch @C@`", "'; touch @C@; '", "\ntouch @C@\n"])) {
