@@ -122,6 +122,31 @@ impl SettingSources {
             .into_iter()
             .find_map(|m| m.get(name).filter(|v| !v.trim().is_empty()).cloned())
     }
+
+    /// A setting parsed by `parse` (whose error names it), or `default` when it is not set.
+    fn parse<T>(
+        &self,
+        name: &'static str,
+        parse: impl FnOnce(&str) -> Result<T, ConfigError>,
+        default: impl FnOnce() -> T,
+    ) -> Result<T, ConfigError> {
+        self.get(name).map_or_else(|| Ok(default()), |v| parse(&v))
+    }
+
+    /// A true/false setting.
+    fn flag(&self, name: &'static str, default: bool) -> Result<bool, ConfigError> {
+        self.parse(name, |v| parse_bool(name, v), || default)
+    }
+
+    /// A whole-number setting of at least `min`.
+    fn count(&self, name: &'static str, min: u32, default: u32) -> Result<u32, ConfigError> {
+        self.parse(name, |v| parse_u32(name, v, min), || default)
+    }
+
+    /// A positive number of hours.
+    fn hours(&self, name: &'static str, default: f64) -> Result<f64, ConfigError> {
+        self.parse(name, |v| parse_hours(name, v), || default)
+    }
 }
 
 /// The home directory the environment names, if any.
@@ -204,10 +229,7 @@ impl Settings {
             }
             .join("tao-slurm"))
         };
-        let local = match src.get("TAO_SLURM_LOCAL") {
-            Some(v) => parse_bool("TAO_SLURM_LOCAL", &v)?,
-            None => login_hosts.len() == 1 && login_hosts[0].is_local(),
-        };
+        let local = src.flag("TAO_SLURM_LOCAL", login_hosts.len() == 1 && login_hosts[0].is_local())?;
         Ok(Settings {
             slurm_user,
             login_hosts,
@@ -216,98 +238,50 @@ impl Settings {
             ssh_auth_sock: src.get("SSH_AUTH_SOCK"),
             ssh_config: src.get("SSH_CONFIG").map(PathBuf::from),
             ssh_known_hosts: src.get("SSH_KNOWN_HOSTS").map(PathBuf::from),
-            connect_timeout_secs: match src.get("SSH_CONNECT_TIMEOUT") {
-                Some(v) => parse_u32("SSH_CONNECT_TIMEOUT", &v, 1)?,
-                None => 10,
-            },
-            accept_new_host_keys: match src.get("SSH_ACCEPT_NEW_HOST_KEYS") {
-                Some(v) => parse_bool("SSH_ACCEPT_NEW_HOST_KEYS", &v)?,
-                None => false,
-            },
-            control_persist_secs: match src.get("TAO_SLURM_CONTROL_PERSIST") {
-                Some(v) => parse_u32("TAO_SLURM_CONTROL_PERSIST", &v, 0)?,
-                None => 1800,
-            },
-            remote_timeout_secs: match src.get("TAO_SLURM_REMOTE_TIMEOUT") {
-                Some(v) => parse_u32("TAO_SLURM_REMOTE_TIMEOUT", &v, 1)?,
-                None => 120,
-            },
+            connect_timeout_secs: src.count("SSH_CONNECT_TIMEOUT", 1, 10)?,
+            accept_new_host_keys: src.flag("SSH_ACCEPT_NEW_HOST_KEYS", false)?,
+            control_persist_secs: src.count("TAO_SLURM_CONTROL_PERSIST", 0, 1800)?,
+            remote_timeout_secs: src.count("TAO_SLURM_REMOTE_TIMEOUT", 1, 120)?,
             control_dir: match src.get("TAO_SLURM_CONTROL_DIR") {
                 Some(d) => PathBuf::from(d),
                 None => cache_dir()?.join("cm"),
             },
             base_results_dir: src.get("SLURM_BASE_RESULTS_DIR"),
             account,
-            time_hours: match src.get("SLURM_TIME_HOURS") {
-                Some(v) => parse_hours("SLURM_TIME_HOURS", &v)?,
-                None => 4.0,
-            },
-            timeout_hours: match src.get("SLURM_TIMEOUT_HOURS") {
-                Some(v) => parse_hours("SLURM_TIMEOUT_HOURS", &v)?,
-                None => 3.8,
-            },
-            use_requeue: match src.get("SLURM_USE_REQUEUE") {
-                Some(v) => parse_bool("SLURM_USE_REQUEUE", &v)?,
-                None => true,
-            },
-            max_gpus_per_node: match src.get("SLURM_MAX_GPUS_PER_NODE") {
-                Some(v) => parse_u32("SLURM_MAX_GPUS_PER_NODE", &v, 1)?,
-                None => 8,
-            },
+            time_hours: src.hours("SLURM_TIME_HOURS", 4.0)?,
+            timeout_hours: src.hours("SLURM_TIMEOUT_HOURS", 3.8)?,
+            use_requeue: src.flag("SLURM_USE_REQUEUE", true)?,
+            max_gpus_per_node: src.count("SLURM_MAX_GPUS_PER_NODE", 1, 8)?,
             state_path: match src.get("TAO_SLURM_STATE") {
                 Some(p) => PathBuf::from(p),
                 None => data_dir()?.join("state.db"),
             },
             local,
             ngc_key: src.get("NGC_KEY").map(crate::spec::Secret::new),
-            aux_max_bytes: match src.get("TAO_SLURM_AUX_MAX_BYTES") {
-                Some(v) => v.trim().parse().map_err(|_| ConfigError::Invalid {
-                    name: "TAO_SLURM_AUX_MAX_BYTES",
-                    message: format!("{v:?} is not a number of bytes"),
-                })?,
-                None => 10 << 30,
-            },
-            aux_timeout_minutes: match src.get("TAO_SLURM_AUX_TIMEOUT_MINUTES") {
-                Some(v) => parse_u32("TAO_SLURM_AUX_TIMEOUT_MINUTES", &v, 1)? as u64,
-                None => 30,
-            },
-            use_sqsh: match src.get("TAO_SLURM_USE_SQSH") {
-                Some(v) => parse_bool("TAO_SLURM_USE_SQSH", &v)?,
-                None => true,
-            },
+            aux_max_bytes: src.parse(
+                "TAO_SLURM_AUX_MAX_BYTES",
+                |v| {
+                    v.trim().parse().map_err(|_| ConfigError::Invalid {
+                        name: "TAO_SLURM_AUX_MAX_BYTES",
+                        message: format!("{v:?} is not a number of bytes"),
+                    })
+                },
+                || 10 << 30,
+            )?,
+            aux_timeout_minutes: src.count("TAO_SLURM_AUX_TIMEOUT_MINUTES", 1, 30)? as u64,
+            use_sqsh: src.flag("TAO_SLURM_USE_SQSH", true)?,
             sqsh: crate::sqsh::SqshPolicy {
                 cache_dir: src.get("TAO_SLURM_SQSH_CACHE_DIR").unwrap_or_default(),
                 partition: src.get("TAO_SLURM_SQSH_PARTITION").unwrap_or_else(|| "cpu".to_string()),
-                timeout_minutes: match src.get("TAO_SLURM_SQSH_TIMEOUT_MINUTES") {
-                    Some(v) => parse_u32("TAO_SLURM_SQSH_TIMEOUT_MINUTES", &v, 1)? as u64,
-                    None => 30,
-                },
+                timeout_minutes: src.count("TAO_SLURM_SQSH_TIMEOUT_MINUTES", 1, 30)? as u64,
                 memory: src.get("TAO_SLURM_SQSH_MEMORY").unwrap_or_else(|| "32G".to_string()),
-                force_reconvert_latest: match src.get("TAO_SLURM_FORCE_RECONVERT_LATEST") {
-                    Some(v) => parse_bool("TAO_SLURM_FORCE_RECONVERT_LATEST", &v)?,
-                    None => false,
-                },
-                latest_max_age_hours: match src.get("TAO_SLURM_SQSH_LATEST_MAX_AGE_HOURS") {
-                    Some(v) => parse_u32("TAO_SLURM_SQSH_LATEST_MAX_AGE_HOURS", &v, 0)? as u64,
-                    None => 0,
-                },
+                force_reconvert_latest: src.flag("TAO_SLURM_FORCE_RECONVERT_LATEST", false)?,
+                latest_max_age_hours: src.count("TAO_SLURM_SQSH_LATEST_MAX_AGE_HOURS", 0, 0)? as u64,
             },
-            allow_registry_pull: match src.get("TAO_SLURM_ALLOW_REGISTRY_PULL") {
-                Some(v) => parse_bool("TAO_SLURM_ALLOW_REGISTRY_PULL", &v)?,
-                None => false,
-            },
-            max_retries: match src.get("MAX_JOB_RETRIES") {
-                Some(v) => parse_u32("MAX_JOB_RETRIES", &v, 0)?,
-                None => crate::retry::MAX_JOB_RETRIES,
-            },
-            retry_backoff_secs: match src.get("TAO_SLURM_RETRY_BACKOFF_SECS") {
-                Some(v) => parse_u32("TAO_SLURM_RETRY_BACKOFF_SECS", &v, 0)? as u64,
-                None => 30,
-            },
-            max_queries_per_minute: match src.get("TAO_SLURM_MAX_QUERIES_PER_MINUTE") {
-                Some(v) => parse_u32("TAO_SLURM_MAX_QUERIES_PER_MINUTE", &v, 1)?,
-                None => 30,
-            },
+            allow_registry_pull: src.flag("TAO_SLURM_ALLOW_REGISTRY_PULL", false)?,
+            max_retries: src.count("MAX_JOB_RETRIES", 0, crate::retry::MAX_JOB_RETRIES)?,
+            retry_backoff_secs: src.count("TAO_SLURM_RETRY_BACKOFF_SECS", 0, 30)? as u64,
+            max_queries_per_minute: src.count("TAO_SLURM_MAX_QUERIES_PER_MINUTE", 1, 30)?,
         })
     }
 

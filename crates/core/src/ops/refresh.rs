@@ -8,7 +8,7 @@ use crate::protocol::{sections, unprefix_lines, PREFIX_LINES, SECTION};
 use crate::script::shell::quote;
 use crate::slurm::query::{SACCT_FIELDS, SQUEUE_FORMAT};
 use crate::slurm::{explain_pending, parse_sacct, parse_squeue, SacctRecord, SlurmState, SqueueRecord};
-use crate::status::{last_status_line, last_status_raw, map_status, PlatformStatus};
+use crate::status::{last_status_line, last_status_raw, map_status, PlatformStatus, StatusVerdict};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 
@@ -322,128 +322,134 @@ pub fn decide(jobs: &[JobSummary], obs: &Observations, now: i64) -> Vec<Decision
     let index = Index::new(obs);
     let mut decisions = Vec::new();
     for job in jobs {
-        // status.json as just read, else (the file did not change) the last line read before.
-        let fresh = obs.status_json.get(&job.job_id).map(String::as_str);
-        let known = fresh.or(job.progress.as_deref());
-        let name = &job.attempt_name;
-        let (slurm_id, adopt) = match &job.slurm_job_id {
-            Some(id) => (id.clone(), None),
-            None if obs.lock_ids.contains_key(&job.job_id) => {
-                let id = obs.lock_ids[&job.job_id].clone();
-                (id.clone(), Some(id))
-            }
-            None => {
-                // Outcome unknown: find the job by its unique name (newest first), never resubmit.
-                let live = obs
-                    .squeue
-                    .as_ref()
-                    .and_then(|q| q.iter().filter(|r| &r.name == name).max_by_key(|r| numeric_id(&r.job_id)));
-                let done = obs
-                    .sacct_by_name
-                    .as_ref()
-                    .and_then(|a| a.iter().filter(|r| &r.name == name).max_by_key(|r| numeric_id(&r.job_id)));
-                match live.map(|r| r.job_id.clone()).or_else(|| done.map(|r| r.job_id.clone())) {
-                    Some(id) => (id.clone(), Some(id)),
-                    // Not found yet: the retry engine resubmits the attempt once it is safe to (the
-                    // submission script itself guarantees one sbatch per attempt).
-                    None => {
-                        continue;
-                    }
-                }
-            }
-        };
-        if let Some(rec) = index.squeue.get(slurm_id.as_str()) {
-            // A job that has not run (again) shows no progress, as before it was read.
-            let status_json = if NOT_RUN_STATES.contains(&rec.state) { fresh } else { known };
-            let progress_raw = status_json.and_then(last_status_raw);
-            let progress = status_json.and_then(last_status_line).and_then(|l| l.message);
-            let mut verdict = map_status(&rec.state, rec.exit_code, status_json);
-            if verdict.status == PlatformStatus::Error && rec.exit_code == Some(124) {
-                verdict.message = timed_out_message(job);
-            }
-            let mut message = verdict.message;
-            if verdict.status == PlatformStatus::Pending && !rec.reason.is_empty() && rec.reason != "None" {
-                message = match explain_pending(&rec.reason) {
-                    Some((words, advice)) => format!("{message}, reason {}: {words} ({advice})", rec.reason),
-                    None => format!("{message}, reason {}", rec.reason),
-                };
-            }
-            if let Some(p) = &progress {
-                message = format!("{message}; last progress: {p}");
-            }
-            decisions.push(Decision {
-                job_id: job.job_id.clone(),
-                adopt,
-                update: StatusUpdate {
-                    status: verdict.status,
-                    message,
-                    slurm_state: Some(rec.state.to_string()),
-                    exit_code: if rec.state.is_finished() { rec.exit_code } else { None },
-                    node_list: Some(rec.node_list.clone()).filter(|n| !n.is_empty() && n != "(null)"),
-                    progress: progress_raw,
-                },
-            });
-            continue;
-        }
-        let progress_raw = known.and_then(last_status_raw);
-        let by_id = index.sacct.get(slurm_id.as_str()).or_else(|| index.sacct_by_name.get(slurm_id.as_str()));
-        if let Some(rec) = by_id {
-            // Right after a job ends, slurmdbd may hold a half-written record (JobName "allocation",
-            // sometimes a wrong exit code). Only a record that carries our job name is settled.
-            if !rec.name.is_empty() && &rec.name != name {
-                continue;
-            }
-            // FAILED with exit code 0:0 is a contradiction sacct shows for a moment before the real
-            // exit code arrives (seen in CI): not settled either.
-            if rec.state == SlurmState::Failed && rec.exit_code == Some(0) && rec.exit_signal.unwrap_or(0) == 0 {
-                continue;
-            }
-        }
-        let Some(rec) = by_id else {
-            // Neither squeue nor sacct knows the job. It is lost only on positive evidence: both
-            // answered, accounting has caught up with the controller, the attempt was submitted
-            // longer ago than the grace, and an earlier read some time before missed it too.
-            let submitted = job.submitted_at.unwrap_or(job.created_at);
-            let confirmed = job.unseen_since.is_some_and(|t| now - t >= LOST_CONFIRM_SECS);
-            if obs.absence_is_evidence() && now - submitted > LOST_JOB_GRACE_SECS && confirmed {
-                decisions.push(Decision {
-                    job_id: job.job_id.clone(),
-                    adopt,
-                    update: StatusUpdate {
-                        status: PlatformStatus::Error,
-                        message: format!(
-                            "lost by the scheduler: Slurm job {slurm_id} (submitted {} s ago) is neither in squeue (which listed {} of your jobs) nor in sacct (searched since {SACCT_LOOKBACK}, accounting up to date), for {} s",
-                            now - submitted,
-                            obs.squeue.as_ref().map(Vec::len).unwrap_or(0),
-                            now - job.unseen_since.unwrap_or(now)
-                        ),
-                        slurm_state: job.slurm_state.clone(),
-                        exit_code: None,
-                        node_list: None,
-                        progress: progress_raw,
-                    },
-                });
-            }
-            continue;
-        };
-        let mut verdict = map_status(&rec.state, rec.exit_code, known);
-        if verdict.status == PlatformStatus::Error && rec.exit_code == Some(124) {
-            verdict.message = timed_out_message(job);
-        }
-        decisions.push(Decision {
-            job_id: job.job_id.clone(),
-            adopt,
-            update: StatusUpdate {
-                status: verdict.status,
-                message: verdict.message,
-                slurm_state: Some(rec.state_text.clone()),
-                exit_code: rec.exit_code,
-                node_list: Some(rec.node_list.clone()).filter(|n| !n.is_empty() && n != "None assigned"),
-                progress: progress_raw,
+        // Not found yet: the retry engine resubmits the attempt once it is safe to (the submission
+        // script itself guarantees one sbatch per attempt).
+        let Some((slurm_id, adopt)) = slurm_job_of(job, obs) else { continue };
+        let update = match index.squeue.get(slurm_id.as_str()) {
+            Some(rec) => Some(from_squeue(job, rec, obs)),
+            None => match index.sacct.get(slurm_id.as_str()).or_else(|| index.sacct_by_name.get(slurm_id.as_str())) {
+                Some(rec) => from_sacct(job, rec, obs),
+                None => lost(job, &slurm_id, obs, now),
             },
-        });
+        };
+        if let Some(update) = update {
+            decisions.push(Decision { job_id: job.job_id.clone(), adopt, update });
+        }
     }
     decisions
+}
+
+/// The Slurm job of the job's current attempt, and whether it was just found (to adopt): the id
+/// recorded, else the one the submitter wrote into the attempt's lock, else (outcome unknown) the
+/// newest Slurm job with the attempt's unique name. None: not found (yet).
+fn slurm_job_of(job: &JobSummary, obs: &Observations) -> Option<(String, Option<String>)> {
+    if let Some(id) = &job.slurm_job_id {
+        return Some((id.clone(), None));
+    }
+    if let Some(id) = obs.lock_ids.get(&job.job_id) {
+        return Some((id.clone(), Some(id.clone())));
+    }
+    let name = &job.attempt_name;
+    let live =
+        obs.squeue.as_ref().and_then(|q| q.iter().filter(|r| &r.name == name).max_by_key(|r| numeric_id(&r.job_id)));
+    let done = obs
+        .sacct_by_name
+        .as_ref()
+        .and_then(|a| a.iter().filter(|r| &r.name == name).max_by_key(|r| numeric_id(&r.job_id)));
+    let id = live.map(|r| r.job_id.clone()).or_else(|| done.map(|r| r.job_id.clone()))?;
+    Some((id.clone(), Some(id)))
+}
+
+/// status.json as just read, else (the file did not change) the last line read before.
+fn status_json_of<'a>(job: &'a JobSummary, obs: &'a Observations) -> (Option<&'a str>, Option<&'a str>) {
+    let fresh = obs.status_json.get(&job.job_id).map(String::as_str);
+    (fresh, fresh.or(job.progress.as_deref()))
+}
+
+/// The platform verdict for a Slurm state, with the inner timeout's own message for exit 124.
+fn verdict(job: &JobSummary, state: &SlurmState, exit_code: Option<i32>, status_json: Option<&str>) -> StatusVerdict {
+    let mut verdict = map_status(state, exit_code, status_json);
+    if verdict.status == PlatformStatus::Error && exit_code == Some(124) {
+        verdict.message = timed_out_message(job);
+    }
+    verdict
+}
+
+/// What squeue (the controller) says of a job it still lists.
+fn from_squeue(job: &JobSummary, rec: &SqueueRecord, obs: &Observations) -> StatusUpdate {
+    let (fresh, known) = status_json_of(job, obs);
+    // A job that has not run (again) shows no progress, as before it was read.
+    let status_json = if NOT_RUN_STATES.contains(&rec.state) { fresh } else { known };
+    let progress = status_json.and_then(last_status_line).and_then(|l| l.message);
+    let verdict = verdict(job, &rec.state, rec.exit_code, status_json);
+    let mut message = verdict.message;
+    if verdict.status == PlatformStatus::Pending && !rec.reason.is_empty() && rec.reason != "None" {
+        message = match explain_pending(&rec.reason) {
+            Some((words, advice)) => format!("{message}, reason {}: {words} ({advice})", rec.reason),
+            None => format!("{message}, reason {}", rec.reason),
+        };
+    }
+    if let Some(p) = &progress {
+        message = format!("{message}; last progress: {p}");
+    }
+    StatusUpdate {
+        status: verdict.status,
+        message,
+        slurm_state: Some(rec.state.to_string()),
+        exit_code: if rec.state.is_finished() { rec.exit_code } else { None },
+        node_list: Some(rec.node_list.clone()).filter(|n| !n.is_empty() && n != "(null)"),
+        progress: status_json.and_then(last_status_raw),
+    }
+}
+
+/// What sacct (accounting) says of a job the controller no longer lists; None while its record is
+/// not settled yet.
+fn from_sacct(job: &JobSummary, rec: &SacctRecord, obs: &Observations) -> Option<StatusUpdate> {
+    // Right after a job ends, slurmdbd may hold a half-written record (JobName "allocation",
+    // sometimes a wrong exit code). Only a record that carries our job name is settled.
+    if !rec.name.is_empty() && rec.name != job.attempt_name {
+        return None;
+    }
+    // FAILED with exit code 0:0 is a contradiction sacct shows for a moment before the real exit
+    // code arrives (seen in CI): not settled either.
+    if rec.state == SlurmState::Failed && rec.exit_code == Some(0) && rec.exit_signal.unwrap_or(0) == 0 {
+        return None;
+    }
+    let (_, known) = status_json_of(job, obs);
+    let verdict = verdict(job, &rec.state, rec.exit_code, known);
+    Some(StatusUpdate {
+        status: verdict.status,
+        message: verdict.message,
+        slurm_state: Some(rec.state_text.clone()),
+        exit_code: rec.exit_code,
+        node_list: Some(rec.node_list.clone()).filter(|n| !n.is_empty() && n != "None assigned"),
+        progress: known.and_then(last_status_raw),
+    })
+}
+
+/// Neither squeue nor sacct knows the job. It is lost only on positive evidence: both answered,
+/// accounting has caught up with the controller, the attempt was submitted longer ago than the
+/// grace, and an earlier read some time before missed it too.
+fn lost(job: &JobSummary, slurm_id: &str, obs: &Observations, now: i64) -> Option<StatusUpdate> {
+    let submitted = job.submitted_at.unwrap_or(job.created_at);
+    let confirmed = job.unseen_since.is_some_and(|t| now - t >= LOST_CONFIRM_SECS);
+    if !(obs.absence_is_evidence() && now - submitted > LOST_JOB_GRACE_SECS && confirmed) {
+        return None;
+    }
+    let (_, known) = status_json_of(job, obs);
+    Some(StatusUpdate {
+        status: PlatformStatus::Error,
+        message: format!(
+            "lost by the scheduler: Slurm job {slurm_id} (submitted {} s ago) is neither in squeue (which listed {} of your jobs) nor in sacct (searched since {SACCT_LOOKBACK}, accounting up to date), for {} s",
+            now - submitted,
+            obs.squeue.as_ref().map(Vec::len).unwrap_or(0),
+            now - job.unseen_since.unwrap_or(now)
+        ),
+        slurm_state: job.slurm_state.clone(),
+        exit_code: None,
+        node_list: None,
+        progress: known.and_then(last_status_raw),
+    })
 }
 
 /// Whether storing `update` would change nothing (the same test `Store::update_status` makes, done
