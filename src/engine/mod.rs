@@ -14,5 +14,8 @@ pub mod retry;
 pub mod secrets;
 pub mod submit;
 
+#[cfg(test)]
+mod tests;
+
 // The line protocol every remote script speaks lives in the core (`tao_slurm_core::protocol`).
 pub(crate) use crate::protocol::{sections, unprefix_lines, PREFIX_LINES, SECTION};
