@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 use tao_slurm::client::JobCallbacks;
-use tao_slurm::config::{SettingSources, Settings};
+use tao_slurm::config::Settings;
 use tao_slurm::{Client, JobSpec, JobView};
 
 struct Print;
@@ -28,7 +28,7 @@ impl JobCallbacks for Print {
 
 fn main() -> Result<(), tao_slurm::Error> {
     // Settings come from flags > environment > ~/.config/tao/.env > defaults, as for the CLI.
-    let settings = Settings::from_sources(&SettingSources::gather(HashMap::new(), None)?)?;
+    let settings = Settings::from_sources(&tao_slurm::config::gather(HashMap::new(), None)?)?;
     let client = Client::new(settings)?;
     let spec = JobSpec {
         image: "nvcr.io/nvidia/tao/tao-toolkit:6.26.3-pyt".into(),

@@ -2,8 +2,9 @@
 //! state and (opened on first use) the transport.
 
 use crate::config::Settings;
+use crate::engine::cycle::Cycle;
 use crate::engine::retry::RetryPolicy;
-use crate::engine::{cancel, cluster, logs, refresh, retry, submit};
+use crate::engine::{cancel, cluster, logs, submit};
 use crate::error::{Error, Result};
 use crate::plan::{self, Plan};
 use crate::remote::RemoteError;
@@ -170,27 +171,17 @@ impl Client {
         staged_files_for(&self.settings, &job.plan, &spec_json)
     }
 
-    /// One refresh of `jobs` and whatever it makes due: classification of failures, scheduled
-    /// retries, resumed submissions.
-    /// Refresh `jobs`, then submit any of them whose retry is due or whose submission was
-    /// interrupted. Returns the ids of the jobs whose records changed.
+    /// The refresh cycle over this client's transport and state.
+    fn cycle<'a>(&'a self, files_for: &'a dyn Fn(&JobRecord) -> Vec<script::StagedFile>) -> Result<Cycle<'a>> {
+        Ok(Cycle { remote: self.remote()?, store: &self.store, policy: self.policy(), files_for })
+    }
+
+    /// One refresh cycle over `jobs` (see [`Cycle`]); returns the ids of the jobs whose records changed.
     fn refresh_and_advance(&self, jobs: &[JobSummary]) -> Result<Vec<String>> {
-        if jobs.is_empty() {
-            // Secrets of jobs that ended while their removal could not run are still swept.
-            if !self.store.secrets_to_remove()?.is_empty() {
-                crate::engine::secrets::sweep_or_warn(self.remote()?, &self.store);
-            }
+        if jobs.is_empty() && self.store.secrets_to_remove()?.is_empty() {
             return Ok(Vec::new());
         }
-        let remote = self.remote()?;
-        let mut touched = refresh::refresh(remote, &self.store, &self.policy(), jobs)?;
-        // Only jobs without a Slurm job can have a retry to submit or a submission to resume.
-        let ids: std::collections::HashSet<&str> = jobs.iter().map(|j| j.job_id.as_str()).collect();
-        let waiting: Vec<JobRecord> =
-            self.store.waiting_for_submission()?.into_iter().filter(|j| ids.contains(j.job_id.as_str())).collect();
-        retry::advance(remote, &self.store, &waiting, &|j| self.files_of(j))?;
-        touched.extend(waiting.into_iter().map(|j| j.summary.job_id));
-        Ok(touched)
+        self.cycle(&|j| self.files_of(j))?.run(jobs)
     }
 
     fn remote(&self) -> Result<&dyn Remote> {
@@ -297,8 +288,7 @@ impl Client {
             )) => {
                 // The outcome is unknown: look the job up by its unique name (never resubmit blindly).
                 let job = self.store.get(&plan.layout.job_id)?;
-                let _ =
-                    refresh::refresh(self.remote()?, &self.store, &self.policy(), std::slice::from_ref(&job.summary));
+                let _ = self.refresh_and_advance(std::slice::from_ref(&job.summary));
                 let job = self.store.get(&plan.layout.job_id)?;
                 match (job.summary.slurm_job_id, job.summary.login_host) {
                     (Some(slurm_job_id), Some(login_host)) => Ok(Submitted {
@@ -537,15 +527,8 @@ impl Client {
                 continue;
             }
             let (out, err) = paths_of(&job)?;
-            let chunks = logs::follow_files_once(
-                self.remote()?,
-                &self.store,
-                &self.policy(),
-                &job,
-                (&out, &err),
-                streams,
-                &mut cursor,
-            )?;
+            let files_for = |j: &JobRecord| self.files_of(j);
+            let chunks = logs::follow_files_once(&self.cycle(&files_for)?, &job, (&out, &err), streams, &mut cursor)?;
             for c in &chunks {
                 on_chunk(c);
             }

@@ -157,7 +157,7 @@ fn a_submitter_killed_after_recording_never_lets_the_job_run_without_its_secret(
         cmd.env("TAO_SLURM_FAILPOINT", "after-record").stderr(std::process::Stdio::piped()).spawn().unwrap();
     // The attempt is recorded before anything is sent; the submitter dies right then.
     let state = PathBuf::from(&env.vars["TAO_SLURM_STATE"]);
-    wait_for("the job to be recorded", Duration::from_secs(30), || {
+    wait_for("the job to be recorded", Duration::from_secs(90), || {
         env.json(&["list", "--json"]).as_array().is_some_and(|a| !a.is_empty())
     });
     child.kill().unwrap();

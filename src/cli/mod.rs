@@ -4,6 +4,7 @@ mod cancel;
 mod check_path;
 mod credentials;
 mod image;
+mod job_args;
 mod jobs;
 mod logs;
 mod mcp;
@@ -14,7 +15,7 @@ mod status;
 mod submit;
 mod watch;
 
-use crate::config::{SettingSources, Settings};
+use crate::config::Settings;
 use crate::error::{exit_code, Error};
 use clap::{Parser, Subcommand};
 use std::collections::HashMap;
@@ -119,7 +120,7 @@ fn settings_from(
     if accept_new_host_key {
         flags.insert("SSH_ACCEPT_NEW_HOST_KEYS".to_string(), "true".to_string());
     }
-    let sources = SettingSources::gather(flags, env_file)?;
+    let sources = crate::config::gather(flags, env_file)?;
     Ok(Settings::from_sources(&sources)?)
 }
 

@@ -1,4 +1,4 @@
-use super::submit::JobArgs;
+use super::job_args::JobArgs;
 use crate::config::Settings;
 use crate::error::Error;
 use crate::plan::Plan;
@@ -51,7 +51,7 @@ pub(crate) fn print_plan(files: &[StagedFile], plan: &Plan, _secrets: &SecretVal
         }
     }
     if !masked.is_empty() {
-        println!("==> secret environment (passed to sbatch in its environment, never written to a file) <==");
+        println!("==> secret environment (values only in the job's mode-600 secrets file on the cluster, removed when it ends) <==");
         for name in masked.keys() {
             println!("{name}=***");
         }

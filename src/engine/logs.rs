@@ -3,13 +3,13 @@
 //! same round trip).
 
 use crate::cosmos::Role;
-use crate::engine::refresh::{parse_refresh_output, record, refresh_script, RefreshTarget};
+use crate::engine::refresh::{parse_refresh_output, refresh_script, RefreshTarget};
 use crate::engine::{sections, unprefix_lines, PREFIX_LINES, SECTION};
 use crate::error::{Error, Result};
 use crate::remote::{Idempotency, Remote};
 use crate::script::shell::quote;
 use crate::spec::SpecError;
-use crate::store::{JobRecord, Store};
+use crate::store::JobRecord;
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct JobLogs {
@@ -299,22 +299,18 @@ pub fn parse_chunks(stdout: &str, nonce: &str) -> (String, Vec<Chunk>) {
 /// One poll of `logs -f`: refresh the job and read what was added to the files, in one round trip.
 /// Returns the new chunks; the cursor advances by the byte counts the host reported.
 pub fn follow_once(
-    remote: &dyn Remote,
-    store: &Store,
-    policy: &crate::engine::retry::RetryPolicy,
+    cycle: &crate::engine::cycle::Cycle,
     job: &JobRecord,
     streams: &[Stream],
     cursor: &mut FollowCursor,
 ) -> Result<Vec<Chunk>> {
     let (_, out_path, err_path) = log_paths(job)?;
-    follow_files_once(remote, store, policy, job, (&out_path, &err_path), streams, cursor)
+    follow_files_once(cycle, job, (&out_path, &err_path), streams, cursor)
 }
 
 /// [`follow_once`] for any pair of the job's log files (a Cosmos-RL role's task, for instance).
 pub fn follow_files_once(
-    remote: &dyn Remote,
-    store: &Store,
-    policy: &crate::engine::retry::RetryPolicy,
+    cycle: &crate::engine::cycle::Cycle,
     job: &JobRecord,
     (out_path, err_path): (&str, &str),
     streams: &[Stream],
@@ -334,10 +330,10 @@ pub fn follow_files_once(
         script.push_str(&refresh_script(&[RefreshTarget::of(summary)]));
     }
     script.push_str(&follow_chunks_script(&files, &nonce));
-    let out = remote.run_script(&script, Idempotency::Idempotent)?;
+    let out = cycle.remote.run_script(&script, Idempotency::Idempotent)?;
     let (refresh_part, chunks) = parse_chunks(&out.stdout, &nonce);
     if !job.status.is_terminal() {
-        record(remote, store, policy, std::slice::from_ref(summary), &parse_refresh_output(&refresh_part), &out.host)?;
+        cycle.settle(std::slice::from_ref(summary), &parse_refresh_output(&refresh_part), &out.host)?;
     }
     for c in &chunks {
         match c.stream {

@@ -2,10 +2,10 @@
 //! resubmissions of infrastructure failures with a compare-and-set in the store, submit retries when
 //! they are due, and resume submissions that were interrupted.
 
-use crate::engine::refresh::Decision;
 use crate::engine::submit::{attempt_name, submit, AttemptTicket};
 use crate::engine::{sections, unprefix_lines, PREFIX_LINES, SECTION};
 use crate::error::Result;
+use crate::ops::refresh::Decision;
 use crate::remote::{Idempotency, Remote};
 use crate::retry::{backoff_secs, classify, FailureClass};
 use crate::script::shell::quote;

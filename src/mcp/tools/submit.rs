@@ -62,7 +62,7 @@ pub fn to_spec(args: &SubmitArgs) -> Result<JobSpec, ToolError> {
         )
     })?;
     let base = match &args.spec_file {
-        Some(p) => JobSpec::from_toml_file(std::path::Path::new(p)).map_err(|e| spec_error("spec_file", e))?,
+        Some(p) => crate::spec_file::read_job_file(std::path::Path::new(p)).map_err(|e| spec_error("spec_file", e))?,
         None => JobSpec::default(),
     };
     Ok(base.overlay(fields))

@@ -10,10 +10,10 @@ use crate::spec::{
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 use std::sync::LazyLock;
-use uuid::Uuid;
+
+pub use crate::layout::{slurm_job_name, Layout, Resources, DEFAULT_CPUS_PER_TASK};
 
 pub const DEFAULT_GPUS: u32 = 4;
-pub const DEFAULT_CPUS_PER_TASK: u32 = 16;
 pub const DEFAULT_MOUNT: &str = "/lustre";
 pub const DEFAULT_MAX_TIMEOUT_REQUEUES: u32 = 3;
 /// Hours allowed on the packaged default partitions.
@@ -69,79 +69,6 @@ static CONSTRAINT: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[A-Za-z0-9_.
 static NODE_LIST: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[A-Za-z0-9_.,\[\]-]{1,1024}$").unwrap());
 static OPTION_VALUE: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[A-Za-z0-9_.,:=@+/%-]{1,256}$").unwrap());
 
-/// Where a job's files live on shared storage (contract §2).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Layout {
-    pub job_dir: String,
-    pub results_root: String,
-    pub job_id: String,
-    pub job_name: String,
-}
-
-impl Layout {
-    pub fn new(base: &str, job_id: &str) -> Layout {
-        Layout {
-            job_dir: base.to_string(),
-            results_root: format!("{base}/results"),
-            job_id: job_id.to_string(),
-            job_name: slurm_job_name(job_id),
-        }
-    }
-    pub fn spec_file(&self) -> String {
-        format!("{}/specs/{}.json", self.job_dir, self.job_id)
-    }
-    pub fn env_file(&self) -> String {
-        format!("{}/env/{}.json", self.job_dir, self.job_id)
-    }
-    pub fn meta_file(&self) -> String {
-        format!("{}/meta/{}.json", self.job_dir, self.job_id)
-    }
-    pub fn script_file(&self) -> String {
-        format!("{}/sbatch/job_{}.sbatch", self.job_dir, self.job_id)
-    }
-    pub fn logs_root(&self) -> String {
-        format!("{}/slurm-logs", self.job_dir)
-    }
-    /// The log directory of one attempt: its Slurm job name and id (`%x-%j`).
-    pub fn log_dir(&self, slurm_job_name: &str, slurm_job_id: &str) -> String {
-        format!("{}/{}-{}", self.logs_root(), slurm_job_name, slurm_job_id)
-    }
-    /// Secret values for the job, mode 600 in a directory of mode 700; deleted once the job is terminal.
-    pub fn secrets_dir(&self) -> String {
-        format!("{}/secrets/{}", self.job_dir, self.job_id)
-    }
-    /// Where `TAO_SPECS_FILE` points: the job's specs with the inputs resolved.
-    pub fn specs_file(&self) -> String {
-        self.spec_file()
-    }
-    pub fn secrets_file(&self) -> String {
-        format!("{}/env", self.secrets_dir())
-    }
-    pub fn results_dir(&self) -> String {
-        format!("{}/{}", self.results_root, self.job_id)
-    }
-    pub fn status_json(&self) -> String {
-        format!("{}/status.json", self.results_dir())
-    }
-}
-
-/// `tao-job-<id>`, sanitised to `[A-Za-z0-9_.-]` and at most 120 characters.
-pub fn slurm_job_name(job_id: &str) -> String {
-    let clean: String = format!("tao-job-{job_id}")
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "_.-".contains(c) { c } else { '_' })
-        .collect();
-    clean.chars().take(120).collect()
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Resources {
-    pub nodes: u32,
-    pub gpus_per_node: u32,
-    pub exclusive: bool,
-    pub cpus_per_task: u32,
-}
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
     pub layout: Layout,
@@ -163,7 +90,8 @@ pub struct Plan {
     pub requeue: bool,
     pub max_timeout_requeues: u32,
     pub env: Vec<(String, String)>,
-    /// Names of secret variables; their values travel only in sbatch's environment, never in a file.
+    /// Names of secret variables; their values reach the cluster only on ssh's standard input and live
+    /// only in the job's mode-600 secrets file there (removed when the job ends), never in a staged file.
     pub secret_names: Vec<String>,
     pub mounts: Vec<String>,
     pub container_workdir: Option<String>,
@@ -377,11 +305,8 @@ fn check_mount(mount: &str) -> Result<(), SpecError> {
     }
 }
 
-/// Resolve a spec into a plan with a fresh platform job id.
-pub fn resolve(spec: &JobSpec, settings: &Settings) -> Result<Plan, SpecError> {
-    resolve_with_id(spec, settings, &Uuid::new_v4().to_string())
-}
-
+/// Validate a spec and resolve it into the plan of the job `job_id` (drawn by the caller: the core
+/// draws no random ids).
 pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Result<Plan, SpecError> {
     if spec.image.trim().is_empty() {
         return Err(SpecError::new("image", "is required (--image IMG)"));
@@ -611,6 +536,11 @@ pub(crate) mod tests {
     use super::*;
     use crate::config::SettingSources;
     use std::collections::HashMap;
+
+    /// A plan for a job with a fixed id (the engine draws real ids).
+    pub fn resolve(spec: &JobSpec, settings: &Settings) -> Result<Plan, SpecError> {
+        resolve_with_id(spec, settings, "11111111-2222-4333-8444-555555555555")
+    }
 
     pub fn settings() -> Settings {
         let env = [

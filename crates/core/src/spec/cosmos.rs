@@ -4,7 +4,6 @@
 
 use super::SpecError;
 use serde::{Deserialize, Serialize};
-use std::path::Path;
 
 /// Largest config accepted: it travels in the submission script and is stored with the job.
 pub const MAX_CONFIG_BYTES: usize = 1 << 20;
@@ -98,22 +97,17 @@ impl CosmosRlSpec {
         self
     }
 
-    /// Read the file named by `config` (relative paths against `relative_to`) into `config_text`.
-    /// Giving the config both ways at once is refused: one of them would be silently ignored.
-    pub fn read_config(&mut self, relative_to: &Path) -> Result<(), SpecError> {
-        let Some(path) = &self.config else { return Ok(()) };
-        if self.config_text.is_some() {
-            return Err(SpecError::new(
+    /// The config file to read into `config_text`, if the section names one. Giving the config both
+    /// ways at once is refused: one of them would be silently ignored. (The engine reads the file.)
+    pub fn config_file(&self) -> Result<Option<&str>, SpecError> {
+        match (&self.config, &self.config_text) {
+            (None, _) => Ok(None),
+            (Some(_), Some(_)) => Err(SpecError::new(
                 "cosmos_rl.config",
                 "give the Cosmos-RL config either as a file (config) or inline (config_text), not both",
-            ));
+            )),
+            (Some(path), None) => Ok(Some(path)),
         }
-        let full = relative_to.join(path);
-        let text = std::fs::read_to_string(&full).map_err(|e| {
-            SpecError::new("cosmos_rl.config", format!("cannot read the Cosmos-RL config {}: {e}", full.display()))
-        })?;
-        self.config_text = Some(text);
-        Ok(())
     }
 }
 
@@ -144,44 +138,5 @@ mod tests {
             let err = c.set_from_flag(bad).unwrap_err();
             assert_eq!(err.field, "cosmos_command", "{bad}: {err}");
         }
-    }
-
-    #[test]
-    fn a_job_file_section_with_its_config_beside_it() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("rl.toml"), "[policy.parallelism]\ntp_size = 8\n").unwrap();
-        let job = dir.path().join("job.toml");
-        std::fs::write(
-            &job,
-            "image = \"x/y:1\"\ncommand = [\"python\", \"launch.py\"]\n[cosmos_rl]\nconfig = \"rl.toml\"\n[cosmos_rl.commands]\ncontroller = [\"ctl\", \"--port\", \"8082\"]\n",
-        )
-        .unwrap();
-        let spec = crate::spec::JobSpec::from_toml_file(&job).unwrap();
-        let section = spec.cosmos_rl.unwrap();
-        assert_eq!(section.config_text.as_deref(), Some("[policy.parallelism]\ntp_size = 8\n"));
-        assert_eq!(section.commands.controller, vec!["ctl", "--port", "8082"]);
-        // Inline, and typos named.
-        let inline = crate::spec::JobSpec::from_toml(
-            "[cosmos_rl]\nconfig_text = '''\n[train.train_policy]\ntype = \"sft\"\n'''\n",
-        )
-        .unwrap();
-        assert!(inline.cosmos_rl.unwrap().config_text.unwrap().contains("sft"));
-        for typo in ["[cosmos_rl]\nconfg = \"x\"\n", "[cosmos_rl.commands]\ntrainer = [\"x\"]\n"] {
-            let err = crate::spec::JobSpec::from_toml(typo).unwrap_err();
-            assert!(err.message.contains("unknown field"), "{typo}: {err}");
-        }
-    }
-
-    #[test]
-    fn config_is_read_relative_to_the_job_file_and_never_twice() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("rl.toml"), "[policy]\n").unwrap();
-        let mut s = CosmosRlSpec { config: Some("rl.toml".into()), ..CosmosRlSpec::default() };
-        s.read_config(dir.path()).unwrap();
-        assert_eq!(s.config_text.as_deref(), Some("[policy]\n"));
-        let err = s.read_config(dir.path()).unwrap_err();
-        assert!(err.message.contains("not both"), "{err}");
-        let mut missing = CosmosRlSpec { config: Some("nope.toml".into()), ..CosmosRlSpec::default() };
-        assert_eq!(missing.read_config(dir.path()).unwrap_err().field, "cosmos_rl.config");
     }
 }

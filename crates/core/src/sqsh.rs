@@ -2,7 +2,7 @@
 //! that converts an image once (under a lock with an owner and an expiry) while other submitters wait.
 //! Pure: `engine::image` runs the script.
 
-use crate::engine::SECTION;
+use crate::protocol::SECTION;
 use crate::script::shell::quote;
 use crate::spec::ImageRef;
 use sha2::{Digest, Sha256};
@@ -131,7 +131,7 @@ echo "{S}sqsh converted $cache"
         job = quote(&job_name),
         uri = quote(&format!("docker://{}", image.pyxis)),
         S = SECTION,
-        prefix = crate::engine::PREFIX_LINES,
+        prefix = crate::protocol::PREFIX_LINES,
     )
 }
 

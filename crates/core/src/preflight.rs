@@ -3,7 +3,7 @@
 //! are pure; `engine::preflight` runs them.
 
 use crate::config::Settings;
-use crate::engine::{sections, SECTION};
+use crate::protocol::{sections, SECTION};
 use crate::script::shell::quote;
 use crate::slurm::parse_partitions;
 use serde::Serialize;

@@ -37,8 +37,7 @@ const ERR_READ_SECS: u32 = 30;
 /// staged file, distinct from any command's.
 pub const EXIT_MISSING_CONFIG: i32 = super::EXIT_MISSING_FILE;
 
-/// The prefix of this script's own shell variables; a job may not set variables by these names.
-pub const SCRIPT_VAR_PREFIX: &str = "tao_";
+pub use crate::cosmos::SCRIPT_VAR_PREFIX;
 
 /// The names a Cosmos-RL job adds to `--container-env`: its variables, and Slurm's node identity,
 /// by which Cosmos-RL's launcher finds its node in the role's list.

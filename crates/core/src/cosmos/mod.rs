@@ -6,7 +6,10 @@
 pub mod config;
 pub mod split;
 
-use crate::plan::{Layout, Resources, DEFAULT_CPUS_PER_TASK};
+use crate::layout::{Layout, Resources, DEFAULT_CPUS_PER_TASK};
+
+/// The prefix of this script's own shell variables; a job may not set variables by these names.
+pub const SCRIPT_VAR_PREFIX: &str = "tao_";
 use crate::slurm::PartitionInfo;
 use crate::spec::{CosmosRlSpec, JobSpec, SpecError};
 use serde::{Deserialize, Serialize};
@@ -159,7 +162,7 @@ pub fn resolve(
         if COSMOS_VARS.contains(&name.as_str()) {
             return Err(SpecError::new(field, format!("{name} is set by tao-slurm for Cosmos-RL jobs")));
         }
-        if name.starts_with(crate::script::cosmos::SCRIPT_VAR_PREFIX) {
+        if name.starts_with(SCRIPT_VAR_PREFIX) {
             return Err(SpecError::new(
                 field,
                 format!("{name}: names beginning with tao_ are the Cosmos-RL batch script's own variables"),
@@ -304,9 +307,10 @@ mod tests {
         let mut own = section(TWO_AND_TWO);
         own.commands =
             RoleCommands { controller: vec!["c".into()], policy: vec!["p".into()], rollout: vec!["r".into()] };
-        let plan = crate::plan::resolve(
+        let plan = crate::plan::resolve_with_id(
             &JobSpec { command: vec![], cosmos_rl: Some(own), ..spec() },
             &crate::plan::tests::settings(),
+            "00000000-0000-4000-8000-000000000000",
         )
         .unwrap();
         assert_eq!(plan.cosmos.unwrap().command(Role::Rollout), ["r"]);

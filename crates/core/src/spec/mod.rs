@@ -15,7 +15,6 @@ pub use validate::{check_env_name, check_slurm_word, check_text, check_user_env_
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::Path;
 
 /// A job as the user describes it. Every field but `image` and `command` is optional and falls back to
 /// the settings, then to the contract's defaults, when the plan is resolved. Secret *values* are never
@@ -77,19 +76,6 @@ pub struct JobSpec {
 }
 
 impl JobSpec {
-    /// Read a job file (TOML, the same field names as this struct). A Cosmos-RL config it names is
-    /// read too, relative to the job file.
-    pub fn from_toml_file(path: &Path) -> Result<JobSpec, SpecError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| SpecError::new("spec", format!("cannot read {}: {e}", path.display())))?;
-        let mut spec = JobSpec::from_toml(&text)
-            .map_err(|e| SpecError::new("spec", format!("{}: {}", path.display(), e.message)))?;
-        if let Some(cosmos) = &mut spec.cosmos_rl {
-            cosmos.read_config(path.parent().unwrap_or(Path::new(".")))?;
-        }
-        Ok(spec)
-    }
-
     pub fn from_toml(text: &str) -> Result<JobSpec, SpecError> {
         toml::from_str(text).map_err(|e| SpecError::new("spec", e.message().to_string()))
     }

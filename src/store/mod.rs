@@ -3,7 +3,7 @@
 
 use crate::plan::{Layout, Plan};
 use crate::status::PlatformStatus;
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use rusqlite::{params, Connection, OptionalExtension};
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -21,227 +21,15 @@ pub enum StoreError {
     Corrupt { job_id: String, message: String },
 }
 
-/// Migrations, in order; `user_version` records how many have run.
-const MIGRATIONS: &[&str] = &[
-    r#"
-CREATE TABLE jobs (
-    job_id        TEXT PRIMARY KEY,
-    name          TEXT,
-    spec_json     TEXT NOT NULL,
-    plan_json     TEXT NOT NULL,
-    status        TEXT NOT NULL,
-    message       TEXT NOT NULL DEFAULT '',
-    slurm_job_id  TEXT,
-    slurm_state   TEXT,
-    exit_code     INTEGER,
-    node_list     TEXT,
-    login_host    TEXT,
-    created_at    INTEGER NOT NULL,
-    updated_at    INTEGER NOT NULL
-);
-CREATE INDEX jobs_by_status ON jobs(status);
-CREATE TABLE events (
-    id      INTEGER PRIMARY KEY AUTOINCREMENT,
-    job_id  TEXT NOT NULL REFERENCES jobs(job_id),
-    at      INTEGER NOT NULL,
-    kind    TEXT NOT NULL,
-    detail  TEXT NOT NULL
-);
-CREATE INDEX events_by_job ON events(job_id, id);
-"#,
-    r#"
-ALTER TABLE jobs ADD COLUMN progress TEXT;
-"#,
-    r#"
-ALTER TABLE jobs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;
-ALTER TABLE jobs ADD COLUMN attempt_name TEXT NOT NULL DEFAULT '';
-ALTER TABLE jobs ADD COLUMN next_retry_at INTEGER;
-ALTER TABLE jobs ADD COLUMN excluded_nodes TEXT NOT NULL DEFAULT '';
-CREATE TABLE attempts (
-    job_id          TEXT NOT NULL REFERENCES jobs(job_id),
-    number          INTEGER NOT NULL,
-    slurm_job_name  TEXT NOT NULL,
-    slurm_job_id    TEXT,
-    login_host      TEXT,
-    state           TEXT,
-    exit_code       INTEGER,
-    node_list       TEXT,
-    failure_class   TEXT,
-    evidence        TEXT,
-    excluded_nodes  TEXT NOT NULL DEFAULT '',
-    recorded_at     INTEGER NOT NULL,
-    submitted_at    INTEGER,
-    ended_at        INTEGER,
-    PRIMARY KEY (job_id, number)
-);
-UPDATE jobs SET attempt_name = 'tao-job-' || job_id WHERE attempt_name = '';
-INSERT INTO attempts (job_id, number, slurm_job_name, slurm_job_id, login_host, state, exit_code, node_list, recorded_at, submitted_at)
-    SELECT job_id, 1, attempt_name, slurm_job_id, login_host, slurm_state, exit_code, node_list, created_at, updated_at FROM jobs;
-"#,
-    // What a refresh and a listing need of the plan, as columns (a plan never changes after insert),
-    // and the spec and plan themselves moved to a table of their own: a row of `jobs` is then a few
-    // hundred bytes, where the documents (kilobytes, in overflow pages) made every scan of the active
-    // jobs read them all. Plus the signature of status.json when it was last read, so unchanged files
-    // are not read again.
-    r#"
-ALTER TABLE jobs ADD COLUMN job_dir TEXT NOT NULL DEFAULT '';
-ALTER TABLE jobs ADD COLUMN image TEXT NOT NULL DEFAULT '';
-ALTER TABLE jobs ADD COLUMN nodes INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE jobs ADD COLUMN gpus_per_node INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE jobs ADD COLUMN partition TEXT NOT NULL DEFAULT '';
-ALTER TABLE jobs ADD COLUMN timeout_seconds INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE jobs ADD COLUMN timeout_runs INTEGER NOT NULL DEFAULT 1;
-ALTER TABLE jobs ADD COLUMN has_secrets INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE jobs ADD COLUMN status_sig TEXT;
--- Plans written by earlier builds may lack a field (timeout_minutes before timeout_seconds, no
--- secret_names): defaults, never NULL, so that no old row can stop the migration of the others.
-UPDATE jobs SET
-    job_dir = COALESCE(json_extract(plan_json, '$.layout.job_dir'), ''),
-    image = COALESCE(json_extract(plan_json, '$.image.pyxis'), ''),
-    nodes = COALESCE(json_extract(plan_json, '$.resources.nodes'), 0),
-    gpus_per_node = COALESCE(json_extract(plan_json, '$.resources.gpus_per_node'), 0),
-    partition = COALESCE(json_extract(plan_json, '$.partition'), ''),
-    timeout_seconds = COALESCE(json_extract(plan_json, '$.timeout_seconds'), json_extract(plan_json, '$.timeout_minutes') * 60, 0),
-    timeout_runs = CASE WHEN json_extract(plan_json, '$.requeue')
-        THEN COALESCE(json_extract(plan_json, '$.max_timeout_requeues'), 3) + 1 ELSE 1 END,
-    has_secrets = COALESCE(json_array_length(plan_json, '$.secret_names'), 0) > 0;
-CREATE TABLE job_docs (
-    job_id     TEXT PRIMARY KEY REFERENCES jobs(job_id),
-    spec_json  TEXT NOT NULL,
-    plan_json  TEXT NOT NULL
-);
-INSERT INTO job_docs (job_id, spec_json, plan_json) SELECT job_id, spec_json, plan_json FROM jobs;
-ALTER TABLE jobs DROP COLUMN spec_json;
-ALTER TABLE jobs DROP COLUMN plan_json;
-CREATE INDEX jobs_waiting ON jobs(created_at) WHERE slurm_job_id IS NULL;
-"#,
-    // Whether a job's secrets directory is known to be gone from the cluster: it is removed once the
-    // job is terminal, and a removal that failed (host down) is tried again until it succeeds. Jobs
-    // that ended before this column existed are swept once (earlier builds removed only Complete
-    // jobs' secrets). When the attempt now running reached Slurm (for "lost by the scheduler"), and
-    // since when the scheduler has not known a job (a verdict needs two reads, some time apart).
-    r#"
-ALTER TABLE jobs ADD COLUMN secrets_cleared INTEGER NOT NULL DEFAULT 0;
-CREATE INDEX jobs_secrets_pending ON jobs(job_id) WHERE has_secrets = 1 AND secrets_cleared = 0;
-ALTER TABLE jobs ADD COLUMN submitted_at INTEGER;
-ALTER TABLE jobs ADD COLUMN unseen_since INTEGER;
-UPDATE jobs SET submitted_at = (SELECT a.submitted_at FROM attempts a WHERE a.job_id = jobs.job_id AND a.number = jobs.attempt);
-"#,
-];
+mod rows;
+mod schema;
 
-/// One entry of a job's history, with the id that orders all events (a cursor for followers).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct EventRecord {
-    pub id: i64,
-    pub job_id: String,
-    /// Unix seconds.
-    pub at: i64,
-    pub kind: String,
-    pub detail: String,
-}
+use rows::{list_tail, FromJobRow, ACTIVE};
+use schema::MIGRATIONS;
 
-/// One submission of a job to Slurm. A job has one attempt, plus one per retry.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct AttemptRecord {
-    pub number: u32,
-    /// The Slurm job name: the attempt's unique token, by which it is found again.
-    pub slurm_job_name: String,
-    pub slurm_job_id: Option<String>,
-    pub login_host: Option<String>,
-    pub state: Option<String>,
-    pub exit_code: Option<i32>,
-    pub node_list: Option<String>,
-    pub failure_class: Option<String>,
-    pub evidence: Vec<String>,
-    pub excluded_nodes: String,
-    pub recorded_at: i64,
-    pub submitted_at: Option<i64>,
-    pub ended_at: Option<i64>,
-}
-
-/// A job as stored: its summary plus the spec and plan documents, which only submissions, retries
-/// and staging read. It dereferences to the summary, whose fields it has.
-#[derive(Debug, Clone, PartialEq)]
-pub struct JobRecord {
-    pub summary: JobSummary,
-    pub spec_json: String,
-    pub plan: Plan,
-}
-
-impl std::ops::Deref for JobRecord {
-    type Target = JobSummary;
-    fn deref(&self) -> &JobSummary {
-        &self.summary
-    }
-}
-
-impl std::ops::DerefMut for JobRecord {
-    fn deref_mut(&mut self) -> &mut JobSummary {
-        &mut self.summary
-    }
-}
-
-/// What listing, refreshing and showing a job need: everything but its spec and whole plan, which
-/// only submissions and retries read. A refresh of thousands of jobs loads only these.
-#[derive(Debug, Clone, PartialEq)]
-pub struct JobSummary {
-    pub job_id: String,
-    pub name: Option<String>,
-    pub status: PlatformStatus,
-    pub message: String,
-    pub slurm_job_id: Option<String>,
-    pub slurm_state: Option<String>,
-    pub exit_code: Option<i32>,
-    pub node_list: Option<String>,
-    pub login_host: Option<String>,
-    pub created_at: i64,
-    pub updated_at: i64,
-    /// The last line of the container's status.json (JSON), when there is one.
-    pub progress: Option<String>,
-    /// The current attempt (1 + retries so far) and its Slurm job name.
-    pub attempt: u32,
-    pub attempt_name: String,
-    /// When a scheduled retry becomes due (None when none is scheduled).
-    pub next_retry_at: Option<i64>,
-    /// Nodes the current attempt was submitted with `--exclude` of.
-    pub excluded_nodes: String,
-    pub layout: Layout,
-    pub image: String,
-    pub nodes: u32,
-    pub gpus_per_node: u32,
-    pub partition: String,
-    /// The inner timeout, and how many runs it may end before the job is an error (1 + requeues).
-    pub timeout_seconds: u64,
-    pub timeout_runs: u32,
-    /// Whether the job has a secrets file on the cluster (deleted once it is terminal).
-    pub has_secrets: bool,
-    /// `size:mtime` of status.json when it was last read (None: never read).
-    pub status_sig: Option<String>,
-    /// When the current attempt reached Slurm (None: not yet, or its outcome is unknown).
-    pub submitted_at: Option<i64>,
-    /// Since when neither squeue nor sacct has known the current attempt (None: known).
-    pub unseen_since: Option<i64>,
-}
-
-fn timeout_runs(plan: &Plan) -> u32 {
-    if plan.requeue {
-        plan.max_timeout_requeues + 1
-    } else {
-        1
-    }
-}
-
-/// What a refresh learned about a job.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StatusUpdate {
-    pub status: PlatformStatus,
-    pub message: String,
-    pub slurm_state: Option<String>,
-    pub exit_code: Option<i32>,
-    pub node_list: Option<String>,
-    /// The last status.json line; None keeps what was stored.
-    pub progress: Option<String>,
-}
+// The job's domain types are the core's: a store of them, not their home.
+use crate::model::timeout_runs;
+pub use crate::model::{AttemptRecord, EventRecord, JobRecord, JobSummary, StatusUpdate};
 
 /// See [`Store::change_token`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -764,129 +552,10 @@ impl Store {
     }
 }
 
-const ACTIVE: &str = "status NOT IN ('Complete', 'Error', 'Canceled')";
-
-/// Newest first: by insertion order, which a backwards scan of the table gives without sorting
-/// (sorting by `created_at` copied every row once more: a third of a refresh's load at 5,000 jobs).
-fn list_tail(active_only: bool) -> String {
-    let filter = if active_only { format!(" WHERE {ACTIVE}") } else { String::new() };
-    format!("{filter} ORDER BY jobs.rowid DESC")
-}
-
-/// A summary's columns, in the order `summary_row` reads them (a macro, so that `concat!` can build
-/// the queries).
-macro_rules! summary_columns {
-    () => {
-        "job_id, name, status, message, slurm_job_id, slurm_state, exit_code, node_list, login_host,
-         created_at, updated_at, progress, attempt, attempt_name, next_retry_at, excluded_nodes, status_sig,
-         job_dir, image, nodes, gpus_per_node, partition, timeout_seconds, timeout_runs, has_secrets,
-         submitted_at, unseen_since"
-    };
-}
-
-/// How many columns `summary_columns!` has: a record's documents follow.
-const SUMMARY_COLUMNS: usize = 27;
-
-/// A summary as read, its status still text (decoded afterwards, with the job named if corrupt).
-struct SummaryRow {
-    status: String,
-    summary: JobSummary,
-}
-
-fn summary_row(r: &Row) -> rusqlite::Result<SummaryRow> {
-    let job_id: String = r.get(0)?;
-    let job_dir: String = r.get(17)?;
-    let timeout_seconds: i64 = r.get(22)?;
-    Ok(SummaryRow {
-        status: r.get(2)?,
-        summary: JobSummary {
-            layout: Layout::new(&job_dir, &job_id),
-            job_id,
-            name: r.get(1)?,
-            // Set from `SummaryRow::status` when decoded.
-            status: PlatformStatus::Pending,
-            message: r.get(3)?,
-            slurm_job_id: r.get(4)?,
-            slurm_state: r.get(5)?,
-            exit_code: r.get(6)?,
-            node_list: r.get(7)?,
-            login_host: r.get(8)?,
-            created_at: r.get(9)?,
-            updated_at: r.get(10)?,
-            progress: r.get(11)?,
-            attempt: r.get(12)?,
-            attempt_name: r.get(13)?,
-            next_retry_at: r.get(14)?,
-            excluded_nodes: r.get(15)?,
-            status_sig: r.get(16)?,
-            image: r.get(18)?,
-            nodes: r.get(19)?,
-            gpus_per_node: r.get(20)?,
-            partition: r.get(21)?,
-            timeout_seconds: timeout_seconds.max(0) as u64,
-            timeout_runs: r.get(23)?,
-            has_secrets: r.get(24)?,
-            submitted_at: r.get(25)?,
-            unseen_since: r.get(26)?,
-        },
-    })
-}
-
-impl SummaryRow {
-    fn decode(self) -> Result<JobSummary, StoreError> {
-        let status = PlatformStatus::parse(&self.status).ok_or_else(|| StoreError::Corrupt {
-            job_id: self.summary.job_id.clone(),
-            message: format!("status {:?}", self.status),
-        })?;
-        Ok(JobSummary { status, ..self.summary })
-    }
-}
-
-/// A kind of row that job queries decode: whole records or summaries. Rows are read raw first and
-/// decoded afterwards, so a corrupt row gives a clear error naming the job.
-trait FromJobRow: Sized {
-    const SELECT: &'static str;
-    type Raw;
-    fn raw(r: &Row) -> rusqlite::Result<Self::Raw>;
-    fn decode(raw: Self::Raw) -> Result<Self, StoreError>;
-    fn id(&self) -> &str;
-}
-
-impl FromJobRow for JobSummary {
-    const SELECT: &'static str = concat!("SELECT ", summary_columns!(), " FROM jobs");
-    type Raw = SummaryRow;
-    fn raw(r: &Row) -> rusqlite::Result<SummaryRow> {
-        summary_row(r)
-    }
-    fn decode(raw: SummaryRow) -> Result<Self, StoreError> {
-        raw.decode()
-    }
-    fn id(&self) -> &str {
-        &self.job_id
-    }
-}
-
-impl FromJobRow for JobRecord {
-    const SELECT: &'static str =
-        concat!("SELECT ", summary_columns!(), ", spec_json, plan_json FROM jobs JOIN job_docs USING (job_id)");
-    type Raw = (SummaryRow, String, String);
-    fn raw(r: &Row) -> rusqlite::Result<Self::Raw> {
-        Ok((summary_row(r)?, r.get(SUMMARY_COLUMNS)?, r.get(SUMMARY_COLUMNS + 1)?))
-    }
-    fn decode((row, spec_json, plan_json): Self::Raw) -> Result<Self, StoreError> {
-        let plan = serde_json::from_str(&plan_json)
-            .map_err(|e| StoreError::Corrupt { job_id: row.summary.job_id.clone(), message: format!("plan: {e}") })?;
-        Ok(JobRecord { summary: row.decode()?, spec_json, plan })
-    }
-    fn id(&self) -> &str {
-        &self.job_id
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::tests::{settings, spec};
+    use crate::test_fixtures::{settings, spec};
 
     #[test]
     fn jobs_survive_reopen_and_prefixes_resolve() {
@@ -979,7 +648,7 @@ mod tests {
         assert_eq!(summary.gpus_per_node, plan.resources.gpus_per_node);
         assert_eq!(summary.layout, plan.layout);
         // A job recorded now fills them at insert.
-        let other = crate::plan::resolve(&crate::plan::tests::spec(), &settings()).unwrap();
+        let other = crate::plan::resolve(&crate::test_fixtures::spec(), &settings()).unwrap();
         store.insert_job("{}", &other).unwrap();
         let s = store.summary(&other.layout.job_id).unwrap();
         assert_eq!(s, store.get(&other.layout.job_id).unwrap().summary);

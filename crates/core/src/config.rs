@@ -1,0 +1,392 @@
+//! Settings, with the precedence flags > environment > env file (`~/.config/tao/.env`) > packaged
+//! defaults. Loaded and validated once; everything else reads this struct.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+/// The contract's message when the two required settings are absent.
+pub const MISSING_MESSAGE: &str =
+    "MISSING: set SLURM_USER and SLURM_HOSTNAME (comma-separated for failover) in your env (~/.config/tao/.env).";
+
+/// The packaged default partitions, treated as 4-hour queues.
+pub const DEFAULT_PARTITIONS: &str = "polar,polar3,polar4,grizzly";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{MISSING_MESSAGE}")]
+    Missing,
+    #[error("invalid setting {name}: {message}")]
+    Invalid { name: &'static str, message: String },
+    #[error("cannot read env file {path}: {message}")]
+    EnvFile { path: PathBuf, message: String },
+}
+
+/// One login host: `host`, `host:port` or an ssh_config alias.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoginHost {
+    pub host: String,
+    pub port: Option<u16>,
+}
+
+impl LoginHost {
+    pub fn parse(text: &str) -> Result<LoginHost, ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid { name: "SLURM_HOSTNAME", message };
+        let text = text.trim();
+        if text.is_empty() || text.starts_with('-') || text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(invalid(format!("{text:?} is not a host name, host:port or ssh_config alias")));
+        }
+        if !text.chars().all(|c| c.is_ascii_alphanumeric() || "._-:[]@%".contains(c)) {
+            return Err(invalid(format!("{text:?} contains characters a host name cannot have")));
+        }
+        if let Some((host, port)) = text.rsplit_once(':') {
+            if !host.contains(':') || host.starts_with('[') {
+                let port: u16 = port
+                    .parse()
+                    .map_err(|_| invalid(format!("{text:?}: the port after ':' must be a number from 1 to 65535")))?;
+                let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+                return Ok(LoginHost { host, port: Some(port) });
+            }
+        }
+        Ok(LoginHost { host: text.to_string(), port: None })
+    }
+
+    /// `host` or `host:port`, for messages and the state file.
+    pub fn label(&self) -> String {
+        match self.port {
+            Some(p) => format!("{}:{p}", self.host),
+            None => self.host.clone(),
+        }
+    }
+
+    pub fn is_local(&self) -> bool {
+        self.host == "localhost" && self.port.is_none()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub slurm_user: Option<String>,
+    pub login_hosts: Vec<LoginHost>,
+    pub partition: String,
+    pub ssh_key_path: Option<PathBuf>,
+    pub ssh_auth_sock: Option<String>,
+    pub ssh_config: Option<PathBuf>,
+    pub ssh_known_hosts: Option<PathBuf>,
+    pub connect_timeout_secs: u32,
+    /// Deadline of one remote call (a round trip), in seconds; longer calls (image conversions) get
+    /// their own. A call past it is stopped and reported as timed out, outcome unknown.
+    pub remote_timeout_secs: u32,
+    /// Trust and record the host key of a host seen for the first time (OpenSSH's accept-new).
+    pub accept_new_host_keys: bool,
+    /// How long an idle ControlMaster stays up after the last command, in seconds.
+    pub control_persist_secs: u32,
+    /// Where ControlMaster sockets live (a private directory).
+    pub control_dir: PathBuf,
+    pub base_results_dir: Option<String>,
+    pub account: Option<String>,
+    pub time_hours: f64,
+    pub timeout_hours: f64,
+    pub use_requeue: bool,
+    pub max_gpus_per_node: u32,
+    pub state_path: PathBuf,
+    /// Run commands on this machine (we are on the login node).
+    pub local: bool,
+    /// Resubmissions allowed for infrastructure failures (MAX_JOB_RETRIES).
+    pub max_retries: u32,
+    /// Base of the exponential backoff between retries, in seconds.
+    pub retry_backoff_secs: u64,
+    /// The monitor's budget of scheduler queries per minute.
+    pub max_queries_per_minute: u32,
+    /// Convert registry images to squashfs files in a cache on shared storage before submitting.
+    pub use_sqsh: bool,
+    pub sqsh: crate::sqsh::SqshPolicy,
+    /// If a conversion fails, submit with the registry image anyway (every node then pulls it).
+    pub allow_registry_pull: bool,
+    /// Largest auxiliary input (s3, Hugging Face, NGC) a job may fetch, in bytes.
+    pub aux_max_bytes: u64,
+    pub aux_timeout_minutes: u64,
+    /// NGC API key, used only to install enroot credentials on the cluster.
+    pub ngc_key: Option<crate::spec::Secret>,
+}
+
+/// Where values come from, highest precedence first.
+pub struct SettingSources {
+    pub flags: HashMap<String, String>,
+    pub env: HashMap<String, String>,
+    pub file: HashMap<String, String>,
+}
+
+impl SettingSources {
+    fn get(&self, name: &str) -> Option<String> {
+        [&self.flags, &self.env, &self.file]
+            .into_iter()
+            .find_map(|m| m.get(name).filter(|v| !v.trim().is_empty()).cloned())
+    }
+
+    /// A setting parsed by `parse` (whose error names it), or `default` when it is not set.
+    fn parse<T>(
+        &self,
+        name: &'static str,
+        parse: impl FnOnce(&str) -> Result<T, ConfigError>,
+        default: impl FnOnce() -> T,
+    ) -> Result<T, ConfigError> {
+        self.get(name).map_or_else(|| Ok(default()), |v| parse(&v))
+    }
+
+    /// A true/false setting.
+    fn flag(&self, name: &'static str, default: bool) -> Result<bool, ConfigError> {
+        self.parse(name, |v| parse_bool(name, v), || default)
+    }
+
+    /// A whole-number setting of at least `min`.
+    fn count(&self, name: &'static str, min: u32, default: u32) -> Result<u32, ConfigError> {
+        self.parse(name, |v| parse_u32(name, v, min), || default)
+    }
+
+    /// A positive number of hours.
+    fn hours(&self, name: &'static str, default: f64) -> Result<f64, ConfigError> {
+        self.parse(name, |v| parse_hours(name, v), || default)
+    }
+}
+
+/// The home directory the environment names, if any.
+pub fn home_dir(env: &HashMap<String, String>) -> Option<PathBuf> {
+    env.get("HOME").filter(|h| !h.is_empty()).map(PathBuf::from)
+}
+
+fn parse_bool(name: &'static str, text: &str) -> Result<bool, ConfigError> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        other => Err(ConfigError::Invalid { name, message: format!("{other:?} is not true or false") }),
+    }
+}
+
+fn parse_hours(name: &'static str, text: &str) -> Result<f64, ConfigError> {
+    match text.trim().parse::<f64>() {
+        Ok(h) if h.is_finite() && h > 0.0 => Ok(h),
+        _ => Err(ConfigError::Invalid { name, message: format!("{text:?} is not a positive number of hours") }),
+    }
+}
+
+fn parse_u32(name: &'static str, text: &str, min: u32) -> Result<u32, ConfigError> {
+    match text.trim().parse::<u32>() {
+        Ok(v) if v >= min => Ok(v),
+        _ => Err(ConfigError::Invalid { name, message: format!("{text:?} is not a whole number >= {min}") }),
+    }
+}
+
+impl Settings {
+    pub fn from_sources(src: &SettingSources) -> Result<Settings, ConfigError> {
+        let home = home_dir(&src.env);
+        // Without a home directory there is no private place for the state and the control sockets
+        // (a shared /tmp is not one): stop unless both are given.
+        let under_home = |what: &str, rest: &str| -> Result<PathBuf, ConfigError> {
+            home.as_ref().map(|h| h.join(rest)).ok_or_else(|| ConfigError::Invalid {
+                name: "HOME",
+                message: format!(
+                    "is not set, so there is no private place for {what}; set HOME, or set TAO_SLURM_STATE and TAO_SLURM_CONTROL_DIR (or XDG_DATA_HOME and XDG_CACHE_HOME) to directories only you can write"
+                ),
+            })
+        };
+        let slurm_user = src.get("SLURM_USER").map(|u| u.trim().to_string());
+        if let Some(u) = &slurm_user {
+            let ok = u.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) && !u.starts_with('-');
+            if !ok {
+                return Err(ConfigError::Invalid {
+                    name: "SLURM_USER",
+                    message: format!("{u:?} is not a user name (letters, digits, . _ -)"),
+                });
+            }
+        }
+        let login_hosts = match src.get("SLURM_HOSTNAME") {
+            Some(list) => {
+                list.split(',').filter(|s| !s.trim().is_empty()).map(LoginHost::parse).collect::<Result<Vec<_>, _>>()?
+            }
+            None => Vec::new(),
+        };
+        let partition = src.get("SLURM_PARTITION").unwrap_or_else(|| DEFAULT_PARTITIONS.to_string());
+        for p in partition.split(',') {
+            crate::spec::check_slurm_word("partition", p.trim())
+                .map_err(|e| ConfigError::Invalid { name: "SLURM_PARTITION", message: e.message })?;
+        }
+        let account = src.get("SLURM_ACCOUNT");
+        if let Some(a) = &account {
+            crate::spec::check_slurm_word("account", a)
+                .map_err(|e| ConfigError::Invalid { name: "SLURM_ACCOUNT", message: e.message })?;
+        }
+        let data_dir = || -> Result<PathBuf, ConfigError> {
+            Ok(match src.get("XDG_DATA_HOME") {
+                Some(d) => PathBuf::from(d),
+                None => under_home("the state file", ".local/share")?,
+            }
+            .join("tao-slurm"))
+        };
+        let cache_dir = || -> Result<PathBuf, ConfigError> {
+            Ok(match src.get("XDG_CACHE_HOME") {
+                Some(d) => PathBuf::from(d),
+                None => under_home("the SSH control sockets", ".cache")?,
+            }
+            .join("tao-slurm"))
+        };
+        let local = src.flag("TAO_SLURM_LOCAL", login_hosts.len() == 1 && login_hosts[0].is_local())?;
+        Ok(Settings {
+            slurm_user,
+            login_hosts,
+            partition,
+            ssh_key_path: src.get("SSH_KEY_PATH").map(PathBuf::from),
+            ssh_auth_sock: src.get("SSH_AUTH_SOCK"),
+            ssh_config: src.get("SSH_CONFIG").map(PathBuf::from),
+            ssh_known_hosts: src.get("SSH_KNOWN_HOSTS").map(PathBuf::from),
+            connect_timeout_secs: src.count("SSH_CONNECT_TIMEOUT", 1, 10)?,
+            accept_new_host_keys: src.flag("SSH_ACCEPT_NEW_HOST_KEYS", false)?,
+            control_persist_secs: src.count("TAO_SLURM_CONTROL_PERSIST", 0, 1800)?,
+            remote_timeout_secs: src.count("TAO_SLURM_REMOTE_TIMEOUT", 1, 120)?,
+            control_dir: match src.get("TAO_SLURM_CONTROL_DIR") {
+                Some(d) => PathBuf::from(d),
+                None => cache_dir()?.join("cm"),
+            },
+            base_results_dir: src.get("SLURM_BASE_RESULTS_DIR"),
+            account,
+            time_hours: src.hours("SLURM_TIME_HOURS", 4.0)?,
+            timeout_hours: src.hours("SLURM_TIMEOUT_HOURS", 3.8)?,
+            use_requeue: src.flag("SLURM_USE_REQUEUE", true)?,
+            max_gpus_per_node: src.count("SLURM_MAX_GPUS_PER_NODE", 1, 8)?,
+            state_path: match src.get("TAO_SLURM_STATE") {
+                Some(p) => PathBuf::from(p),
+                None => data_dir()?.join("state.db"),
+            },
+            local,
+            ngc_key: src.get("NGC_KEY").map(crate::spec::Secret::new),
+            aux_max_bytes: src.parse(
+                "TAO_SLURM_AUX_MAX_BYTES",
+                |v| {
+                    v.trim().parse().map_err(|_| ConfigError::Invalid {
+                        name: "TAO_SLURM_AUX_MAX_BYTES",
+                        message: format!("{v:?} is not a number of bytes"),
+                    })
+                },
+                || 10 << 30,
+            )?,
+            aux_timeout_minutes: src.count("TAO_SLURM_AUX_TIMEOUT_MINUTES", 1, 30)? as u64,
+            use_sqsh: src.flag("TAO_SLURM_USE_SQSH", true)?,
+            sqsh: crate::sqsh::SqshPolicy {
+                cache_dir: src.get("TAO_SLURM_SQSH_CACHE_DIR").unwrap_or_default(),
+                partition: src.get("TAO_SLURM_SQSH_PARTITION").unwrap_or_else(|| "cpu".to_string()),
+                timeout_minutes: src.count("TAO_SLURM_SQSH_TIMEOUT_MINUTES", 1, 30)? as u64,
+                memory: src.get("TAO_SLURM_SQSH_MEMORY").unwrap_or_else(|| "32G".to_string()),
+                force_reconvert_latest: src.flag("TAO_SLURM_FORCE_RECONVERT_LATEST", false)?,
+                latest_max_age_hours: src.count("TAO_SLURM_SQSH_LATEST_MAX_AGE_HOURS", 0, 0)? as u64,
+            },
+            allow_registry_pull: src.flag("TAO_SLURM_ALLOW_REGISTRY_PULL", false)?,
+            max_retries: src.count("MAX_JOB_RETRIES", 0, crate::retry::MAX_JOB_RETRIES)?,
+            retry_backoff_secs: src.count("TAO_SLURM_RETRY_BACKOFF_SECS", 0, 30)? as u64,
+            max_queries_per_minute: src.count("TAO_SLURM_MAX_QUERIES_PER_MINUTE", 1, 30)?,
+        })
+    }
+
+    /// The user and hosts every remote command needs; the contract's MISSING message otherwise.
+    pub fn require_remote(&self) -> Result<(&str, &[LoginHost]), ConfigError> {
+        match (&self.slurm_user, self.login_hosts.is_empty()) {
+            (Some(u), false) => Ok((u, &self.login_hosts)),
+            _ if self.local => Ok((self.slurm_user.as_deref().unwrap_or(""), &self.login_hosts)),
+            _ => Err(ConfigError::Missing),
+        }
+    }
+
+    /// The squashfs cache policy, with the cache directory defaulted under the base directory.
+    pub fn sqsh_policy(&self) -> crate::sqsh::SqshPolicy {
+        let mut p = self.sqsh.clone();
+        if p.cache_dir.is_empty() {
+            p.cache_dir = format!("{}/sqsh-cache", self.base_dir());
+        }
+        p
+    }
+
+    /// The base directory on shared storage where jobs are staged and results written.
+    pub fn base_dir(&self) -> String {
+        match (&self.base_results_dir, &self.slurm_user) {
+            (Some(b), _) => b.trim_end_matches('/').to_string(),
+            (None, Some(u)) => format!("/lustre/users/{u}/tao-slurm"),
+            (None, None) => "/lustre/tao-slurm".to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sources(pairs: &[(&str, &str)], file: &[(&str, &str)]) -> SettingSources {
+        let to_map = |p: &[(&str, &str)]| p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let mut env: HashMap<String, String> = to_map(pairs);
+        env.entry("HOME".into()).or_insert_with(|| "/home/test".into());
+        SettingSources { flags: HashMap::new(), env, file: to_map(file) }
+    }
+
+    #[test]
+    fn without_a_home_the_state_and_sockets_need_explicit_places() {
+        let mut src = sources(&[("SLURM_USER", "alice"), ("SLURM_HOSTNAME", "login")], &[]);
+        src.env.remove("HOME");
+        let err = Settings::from_sources(&src).unwrap_err().to_string();
+        assert!(err.contains("HOME") && err.contains("TAO_SLURM_STATE"), "{err}");
+        src.env.insert("TAO_SLURM_STATE".into(), "/srv/me/state.db".into());
+        src.env.insert("TAO_SLURM_CONTROL_DIR".into(), "/srv/me/cm".into());
+        let s = Settings::from_sources(&src).unwrap();
+        assert_eq!(s.state_path, PathBuf::from("/srv/me/state.db"));
+        assert!(!s.control_dir.starts_with("/tmp"));
+    }
+
+    #[test]
+    fn host_forms() {
+        let cases = [
+            ("login1", "login1", None),
+            ("login1.example.org:2222", "login1.example.org", Some(2222)),
+            ("sandbox-login1", "sandbox-login1", None),
+            ("[::1]:22", "::1", Some(22)),
+        ];
+        for (text, host, port) in cases {
+            let h = LoginHost::parse(text).unwrap();
+            assert_eq!((h.host.as_str(), h.port), (host, port), "{text}");
+        }
+        for bad in ["-oProxyCommand=x", "a b", "host:port", "h;x", ""] {
+            assert!(LoginHost::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn precedence_env_over_file_and_defaults() {
+        let src = sources(
+            &[("SLURM_USER", "alice"), ("SLURM_HOSTNAME", "a,b:2200"), ("HOME", "/home/alice")],
+            &[("SLURM_USER", "bob"), ("SLURM_TIME_HOURS", "2")],
+        );
+        let s = Settings::from_sources(&src).unwrap();
+        assert_eq!(s.slurm_user.as_deref(), Some("alice"));
+        assert_eq!(s.login_hosts.len(), 2);
+        assert_eq!(s.login_hosts[1].port, Some(2200));
+        assert_eq!(s.time_hours, 2.0);
+        assert_eq!(s.timeout_hours, 3.8);
+        assert_eq!(s.partition, DEFAULT_PARTITIONS);
+        assert!(s.use_requeue);
+        assert_eq!(s.connect_timeout_secs, 10);
+        assert_eq!(s.state_path, PathBuf::from("/home/alice/.local/share/tao-slurm/state.db"));
+        let mut src = src;
+        src.flags.insert("SLURM_USER".into(), "carol".into());
+        assert_eq!(Settings::from_sources(&src).unwrap().slurm_user.as_deref(), Some("carol"));
+    }
+
+    #[test]
+    fn missing_user_is_the_contract_message() {
+        let s = Settings::from_sources(&sources(&[("SLURM_HOSTNAME", "a")], &[])).unwrap();
+        let err = s.require_remote().unwrap_err();
+        assert_eq!(err.to_string(), MISSING_MESSAGE);
+    }
+
+    #[test]
+    fn bad_values_name_the_setting() {
+        for (k, v) in [("SLURM_TIME_HOURS", "0"), ("SLURM_USE_REQUEUE", "maybe"), ("SLURM_PARTITION", "a b")] {
+            let err = Settings::from_sources(&sources(&[(k, v)], &[])).unwrap_err();
+            assert!(err.to_string().contains(k), "{err}");
+        }
+    }
+}

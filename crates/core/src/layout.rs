@@ -1,0 +1,79 @@
+//! Where a job's files live on shared storage, and the resources it asks Slurm for: the parts of a
+//! plan that the Cosmos-RL split builds on too (so it needs no plan to build them).
+
+use serde::{Deserialize, Serialize};
+
+pub const DEFAULT_CPUS_PER_TASK: u32 = 16;
+
+/// Where a job's files live on shared storage (contract §2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Layout {
+    pub job_dir: String,
+    pub results_root: String,
+    pub job_id: String,
+    pub job_name: String,
+}
+
+impl Layout {
+    pub fn new(base: &str, job_id: &str) -> Layout {
+        Layout {
+            job_dir: base.to_string(),
+            results_root: format!("{base}/results"),
+            job_id: job_id.to_string(),
+            job_name: slurm_job_name(job_id),
+        }
+    }
+    pub fn spec_file(&self) -> String {
+        format!("{}/specs/{}.json", self.job_dir, self.job_id)
+    }
+    pub fn env_file(&self) -> String {
+        format!("{}/env/{}.json", self.job_dir, self.job_id)
+    }
+    pub fn meta_file(&self) -> String {
+        format!("{}/meta/{}.json", self.job_dir, self.job_id)
+    }
+    pub fn script_file(&self) -> String {
+        format!("{}/sbatch/job_{}.sbatch", self.job_dir, self.job_id)
+    }
+    pub fn logs_root(&self) -> String {
+        format!("{}/slurm-logs", self.job_dir)
+    }
+    /// The log directory of one attempt: its Slurm job name and id (`%x-%j`).
+    pub fn log_dir(&self, slurm_job_name: &str, slurm_job_id: &str) -> String {
+        format!("{}/{}-{}", self.logs_root(), slurm_job_name, slurm_job_id)
+    }
+    /// Secret values for the job, mode 600 in a directory of mode 700; deleted once the job is terminal.
+    pub fn secrets_dir(&self) -> String {
+        format!("{}/secrets/{}", self.job_dir, self.job_id)
+    }
+    /// Where `TAO_SPECS_FILE` points: the job's specs with the inputs resolved.
+    pub fn specs_file(&self) -> String {
+        self.spec_file()
+    }
+    pub fn secrets_file(&self) -> String {
+        format!("{}/env", self.secrets_dir())
+    }
+    pub fn results_dir(&self) -> String {
+        format!("{}/{}", self.results_root, self.job_id)
+    }
+    pub fn status_json(&self) -> String {
+        format!("{}/status.json", self.results_dir())
+    }
+}
+
+/// `tao-job-<id>`, sanitised to `[A-Za-z0-9_.-]` and at most 120 characters.
+pub fn slurm_job_name(job_id: &str) -> String {
+    let clean: String = format!("tao-job-{job_id}")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || "_.-".contains(c) { c } else { '_' })
+        .collect();
+    clean.chars().take(120).collect()
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Resources {
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+    pub exclusive: bool,
+    pub cpus_per_task: u32,
+}

@@ -1,0 +1,120 @@
+//! The job as the engine keeps it: its summary (what listing, refreshing and deciding need), its whole
+//! record, its attempts and events, and what one refresh learned about it. Pure data.
+
+use crate::plan::{Layout, Plan};
+use crate::status::PlatformStatus;
+
+/// One entry of a job's history, with the id that orders all events (a cursor for followers).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct EventRecord {
+    pub id: i64,
+    pub job_id: String,
+    /// Unix seconds.
+    pub at: i64,
+    pub kind: String,
+    pub detail: String,
+}
+
+/// One submission of a job to Slurm. A job has one attempt, plus one per retry.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AttemptRecord {
+    pub number: u32,
+    /// The Slurm job name: the attempt's unique token, by which it is found again.
+    pub slurm_job_name: String,
+    pub slurm_job_id: Option<String>,
+    pub login_host: Option<String>,
+    pub state: Option<String>,
+    pub exit_code: Option<i32>,
+    pub node_list: Option<String>,
+    pub failure_class: Option<String>,
+    pub evidence: Vec<String>,
+    pub excluded_nodes: String,
+    pub recorded_at: i64,
+    pub submitted_at: Option<i64>,
+    pub ended_at: Option<i64>,
+}
+
+/// A job as stored: its summary plus the spec and plan documents, which only submissions, retries
+/// and staging read. It dereferences to the summary, whose fields it has.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRecord {
+    pub summary: JobSummary,
+    pub spec_json: String,
+    pub plan: Plan,
+}
+
+impl std::ops::Deref for JobRecord {
+    type Target = JobSummary;
+    fn deref(&self) -> &JobSummary {
+        &self.summary
+    }
+}
+
+impl std::ops::DerefMut for JobRecord {
+    fn deref_mut(&mut self) -> &mut JobSummary {
+        &mut self.summary
+    }
+}
+
+/// What listing, refreshing and showing a job need: everything but its spec and whole plan, which
+/// only submissions and retries read. A refresh of thousands of jobs loads only these.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSummary {
+    pub job_id: String,
+    pub name: Option<String>,
+    pub status: PlatformStatus,
+    pub message: String,
+    pub slurm_job_id: Option<String>,
+    pub slurm_state: Option<String>,
+    pub exit_code: Option<i32>,
+    pub node_list: Option<String>,
+    pub login_host: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    /// The last line of the container's status.json (JSON), when there is one.
+    pub progress: Option<String>,
+    /// The current attempt (1 + retries so far) and its Slurm job name.
+    pub attempt: u32,
+    pub attempt_name: String,
+    /// When a scheduled retry becomes due (None when none is scheduled).
+    pub next_retry_at: Option<i64>,
+    /// Nodes the current attempt was submitted with `--exclude` of.
+    pub excluded_nodes: String,
+    pub layout: Layout,
+    pub image: String,
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+    pub partition: String,
+    /// The inner timeout, and how many runs it may end before the job is an error (1 + requeues).
+    pub timeout_seconds: u64,
+    pub timeout_runs: u32,
+    /// Whether the job has a secrets file on the cluster (deleted once it is terminal).
+    pub has_secrets: bool,
+    /// `size:mtime` of status.json when it was last read (None: never read).
+    pub status_sig: Option<String>,
+    /// When the current attempt reached Slurm (None: not yet, or its outcome is unknown).
+    pub submitted_at: Option<i64>,
+    /// Since when neither squeue nor sacct has known the current attempt (None: known).
+    pub unseen_since: Option<i64>,
+}
+
+/// How many runs the inner timeout may end before the job is an error (1 + timeout requeues).
+pub fn timeout_runs(plan: &Plan) -> u32 {
+    if plan.requeue {
+        plan.max_timeout_requeues + 1
+    } else {
+        1
+    }
+}
+
+/// What a refresh learned about a job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusUpdate {
+    pub status: PlatformStatus,
+    pub message: String,
+    pub slurm_state: Option<String>,
+    pub exit_code: Option<i32>,
+    pub node_list: Option<String>,
+    /// The last status.json line; None keeps what was stored.
+    pub progress: Option<String>,
+}

@@ -1,0 +1,7 @@
+//! Per operation, its pure parts: the remote script it sends, the parser of that script's output, and
+//! the decision it takes from what it learned. The engine runs the script and records the decision.
+
+pub mod cancel;
+pub mod refresh;
+pub mod secrets;
+pub mod submit;

@@ -1,0 +1,771 @@
+//! Refresh any number of jobs in one round trip: the remote script (`squeue` for the user's live jobs,
+//! `sacct` only for the ids squeue no longer lists, the end of each status.json that changed), its
+//! parser, and the decision of each job's status from what it observed. Pure: the engine runs the
+//! script and records the decisions.
+
+use crate::model::{JobSummary, StatusUpdate};
+use crate::protocol::{sections, unprefix_lines, PREFIX_LINES, SECTION};
+use crate::script::shell::quote;
+use crate::slurm::query::{SACCT_FIELDS, SQUEUE_FORMAT};
+use crate::slurm::{explain_pending, parse_sacct, parse_squeue, SacctRecord, SlurmState, SqueueRecord};
+use crate::status::{last_status_line, last_status_raw, map_status, PlatformStatus, StatusVerdict};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write;
+
+/// How far back sacct looks, so that its default window (since midnight) never hides a job.
+const SACCT_LOOKBACK: &str = "now-30days";
+/// Every state, for sacct's `-s` (see the name lookup).
+pub const SACCT_ALL_STATES: &str = "PD,R,RQ,RS,S,CA,CD,F,TO,NF,PR,OOM,BF,DL,RV";
+/// Lines of status.json read per job: enough for the last status and progress message.
+const STATUS_TAIL_LINES: u32 = 20;
+/// A status.json up to this size is read by bash builtins (no process: ~0.2 ms for a typical file,
+/// against ~2 ms for `tail | awk`); a larger one by `tail`, which reads only its end.
+const SMALL_STATUS_JSON: u64 = 1 << 20;
+/// Slurm states in which the container has not run (yet, or again): status.json is not looked at.
+const NOT_RUN_STATES: [SlurmState; 4] =
+    [SlurmState::Pending, SlurmState::Configuring, SlurmState::Requeued, SlurmState::RequeueHold];
+/// Ends the job list of the refresh script (no list line is a single `E`).
+const LIST_END: &str = "E";
+
+/// What one refresh learned, before it is mapped to statuses.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Observations {
+    /// None when squeue failed: nothing may be concluded from its silence.
+    pub squeue: Option<Vec<SqueueRecord>>,
+    /// sacct by job id; None when it failed or was not needed.
+    pub sacct: Option<Vec<SacctRecord>>,
+    /// sacct by job name, for jobs whose submission outcome is unknown.
+    pub sacct_by_name: Option<Vec<SacctRecord>>,
+    pub sacct_error: Option<String>,
+    pub squeue_error: Option<String>,
+    /// status.json text per platform job id, for the files that changed since they were last read.
+    pub status_json: HashMap<String, String>,
+    /// The signature (`size:mtime`) of each status.json that was read.
+    pub status_sigs: HashMap<String, String>,
+    /// Slurm job ids that submitters wrote into attempts' lock directories, per platform job id.
+    pub lock_ids: HashMap<String, String>,
+    /// Records slurmctld has not yet sent to the accounting database (sdiag's DBD Agent queue size),
+    /// asked only when some job left squeue: while it is not zero, sacct may not know a finished job.
+    pub dbd_queue: Option<u64>,
+}
+
+impl Observations {
+    /// Whether a job that neither squeue nor sacct lists is evidence of a lost job: both answered,
+    /// and accounting has caught up with the controller.
+    pub fn absence_is_evidence(&self) -> bool {
+        self.squeue.is_some() && self.sacct.is_some() && self.dbd_queue == Some(0)
+    }
+}
+
+/// One job to refresh.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RefreshTarget {
+    pub job_id: String,
+    /// None when the submission's outcome is unknown: the job is then looked up by its name.
+    pub slurm_job_id: Option<String>,
+    pub job_name: String,
+    /// The attempt's submission lock directory, where the submitter writes the Slurm job id.
+    pub submit_lock: String,
+    /// The directory holding the job's results directory (`<root>/<job_id>/status.json`).
+    pub results_root: String,
+    /// status.json's signature when it was last read: an unchanged file is not read again.
+    pub status_sig: Option<String>,
+}
+
+impl RefreshTarget {
+    pub fn of(job: &JobSummary) -> RefreshTarget {
+        RefreshTarget {
+            job_id: job.job_id.clone(),
+            slurm_job_id: job.slurm_job_id.clone(),
+            job_name: job.attempt_name.clone(),
+            submit_lock: format!("{}/sbatch/.submit-{}", job.layout.job_dir, job.attempt_name),
+            results_root: job.layout.results_root.clone(),
+            status_sig: job.status_sig.clone(),
+        }
+    }
+}
+
+/// A submitted job that neither squeue nor sacct knows after this long was lost by the scheduler
+/// (sacct lags the controller by a second or so right after a job starts or ends).
+pub const LOST_JOB_GRACE_SECS: i64 = 300;
+
+/// A job is declared lost only if a read at least this long after the first one that missed it
+/// misses it too (one empty read is never a verdict).
+pub const LOST_CONFIRM_SECS: i64 = 60;
+
+/// Which jobs' "unseen since" mark changes with these observations: set on the first read that
+/// misses a submitted job (with evidence that counts), cleared by any read that finds it. Pure.
+pub fn unseen_changes(jobs: &[JobSummary], obs: &Observations, now: i64) -> Vec<(String, Option<i64>)> {
+    let index = Index::new(obs);
+    let mut out = Vec::new();
+    for job in jobs {
+        let Some(id) = job.slurm_job_id.as_deref() else { continue };
+        let known =
+            index.squeue.contains_key(id) || index.sacct.contains_key(id) || index.sacct_by_name.contains_key(id);
+        match (known, job.unseen_since) {
+            (true, Some(_)) => out.push((job.job_id.clone(), None)),
+            (false, None) if obs.absence_is_evidence() => out.push((job.job_id.clone(), Some(now))),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The awk program that reads the job list (up to its `E` line) and then squeue's output: it passes
+/// squeue's lines on (`|`-prefixed, so no job name can pose as a marker) and, on standard error,
+/// tells the script squeue's status, which listed ids squeue no longer knows (for sacct), and which
+/// jobs' status.json may hold news (running or finished ones, and those without an id yet).
+fn select_program() -> String {
+    let not_run = NOT_RUN_STATES.iter().map(SlurmState::as_str).collect::<Vec<_>>().join("|");
+    format!(
+        r#"!listed {{ if ($0 == "{LIST_END}") {{ listed = 1; next }}
+  split($0, f, "\t")
+  if (f[1] == "R") root[f[2]] = f[3]
+  else {{ n++; sid[n] = f[2]; jid[n] = f[3]; rix[n] = f[4]; sig[n] = f[5] }}
+  next }}
+/^{SECTION}rc / {{ rc = substr($0, {rc_at}); next }}
+{{ print "|" $0; if (NF > 1) state[$1] = $2 }}
+END {{
+  if (rc == "") rc = 1
+  printf "{SECTION}rc squeue %s\n", rc
+  for (i = 1; i <= n; i++) {{
+    s = sid[i]; want = 1
+    if (s in state) want = (state[s] !~ /^({not_run})$/)
+    else if (s != "-" && rc == "0") missing = missing (missing == "" ? "" : ",") s
+    if (want) out[++need] = jid[i] "\t" root[rix[i]] "/" jid[i] "/status.json\t" sig[i]
+  }}
+  print "rc " rc " " need + 0 " " missing > "/dev/stderr"
+  for (i = 1; i <= need; i++) print out[i] > "/dev/stderr"
+}}"#,
+        rc_at = SECTION.len() + 4
+    )
+}
+
+/// Seconds all changed status.json files of one refresh may take to read: `find -type f` has already
+/// left out FIFOs and symlinks, so this only bounds a file swapped for one in between.
+const STATUS_READ_SECS: u32 = 10;
+
+/// Reads `job<TAB>path<TAB>sig` lines and prints each file's last lines in a section: small files by
+/// bash builtins, larger ones from their last 64 KiB only (a file of one endless line costs no more).
+fn status_reader() -> String {
+    format!(
+        "while IFS=$'\\t' read -r j f g; do [ -L \"$f\" ] && continue; echo \"{SECTION}status_json $j $g\"\n\
+         if [ \"${{g%%:*}}\" -le {SMALL_STATUS_JSON} ]; then mapfile -t l < \"$f\"; n=${{#l[@]}}; \
+         [ \"$n\" -gt 0 ] && printf '|%s\\n' \"${{l[@]:$(( n > {STATUS_TAIL_LINES} ? n - {STATUS_TAIL_LINES} : 0 ))}}\"\n\
+         else tail -c 65536 -- \"$f\" | tail -n {STATUS_TAIL_LINES} | {PREFIX_LINES}; fi\ndone\n"
+    )
+}
+
+/// Reads the list of candidate status.json files (lines 2.. of `$ctl`) and `stat`'s signatures of
+/// those that exist; prints the ones whose signature differs from the one last read.
+const CHANGED_PROGRAM: &str = r#"NR == FNR { if (FNR > 1) { id[$2] = $1; old[$2] = $3 }; next }
+{ sp = index($0, " "); p = substr($0, sp + 1); g = substr($0, 1, sp - 1)
+  if ((p in id) && old[p] != g) print id[p] "\t" p "\t" g }"#;
+
+/// The remote script for a set of jobs. Pure.
+pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
+    // The job list travels as a heredoc, which bash reads far faster than words of a command.
+    let mut roots: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut list = String::with_capacity(jobs.len() * 64);
+    for job in jobs {
+        let next = roots.len();
+        let root = *roots.entry(job.results_root.as_str()).or_insert(next);
+        let _ = writeln!(
+            list,
+            "J\t{}\t{}\t{root}\t{}",
+            job.slurm_job_id.as_deref().unwrap_or("-"),
+            job.job_id,
+            job.status_sig.as_deref().unwrap_or("-")
+        );
+    }
+    let mut roots_list = String::new();
+    for (root, i) in &roots {
+        roots_list.push_str(&format!("R\t{i}\t{root}\n"));
+    }
+    let mut s = String::new();
+    // awk's standard output is the script's (fd 5); its standard error, the control lines, is captured.
+    s.push_str(&format!(
+        "exec 5>&1\necho '{SECTION}squeue'\n\
+         ctl=\"$( {{ squeue --me -t all -h -O {fmt} 2>&1; echo \"{SECTION}rc $?\"; }} | awk -F'|' {prog} /dev/fd/3 - 3<<'TAO_SLURM_JOBS' 2>&1 >&5\n\
+         {roots_list}{list}{LIST_END}\nTAO_SLURM_JOBS\n)\"\n\
+         read -r _ sq_rc need missing <<<\"$ctl\"\n",
+        fmt = quote(SQUEUE_FORMAT),
+        prog = quote(&select_program()),
+    ));
+    // Only ids that squeue does not list go to sacct (slower, and it lags the controller).
+    s.push_str(&format!(
+        "if [ \"$sq_rc\" = 0 ] && [ -n \"$missing\" ]; then\n  echo '{SECTION}sacct'\n  \
+         sacct -X -P -n -S {SACCT_LOOKBACK} -j \"$missing\" --format={SACCT_FIELDS} 2>&1 | {PREFIX_LINES}\n  \
+         echo \"{SECTION}rc sacct ${{PIPESTATUS[0]}}\"\n  \
+         echo \"{SECTION}dbd_queue $(sdiag 2>/dev/null | awk -F: '/DBD Agent queue size/ {{ gsub(/ /, \"\", $2); print $2 }}')\"\nfi\n"
+    ));
+    for job in jobs.iter().filter(|j| j.slurm_job_id.is_none()) {
+        s.push_str(&format!(
+            // Read only a regular file (a FIFO would hang us, a symlink could point anywhere), only
+            // its first bytes, and only digits: no content of it can pose as a marker or an id.
+            "if [ ! -L {l} ] && [ -f {l}/slurm_job_id ] && [ ! -L {l}/slurm_job_id ]; then id=\"$(head -c 24 {l}/slurm_job_id 2>/dev/null | head -n 1)\"; case \"$id\" in ''|*[!0-9]*) ;; *) echo '{SECTION}lock_id {id}'; printf '|%s\\n' \"$id\";; esac; fi\n",
+            l = quote(&job.submit_lock),
+            id = job.job_id
+        ));
+    }
+    let names: Vec<String> = jobs.iter().filter(|j| j.slurm_job_id.is_none()).map(|j| quote(&j.job_name)).collect();
+    if !names.is_empty() {
+        s.push_str(&format!(
+            // With a time window sacct skips jobs that were never eligible (held, then cancelled)
+            // unless the states are listed explicitly.
+            "echo '{SECTION}sacct_by_name'\nsacct -X -P -n -S {SACCT_LOOKBACK} -E now -s {SACCT_ALL_STATES} --name={} --format={SACCT_FIELDS} 2>&1 | {PREFIX_LINES}\necho \"{SECTION}rc sacct_by_name ${{PIPESTATUS[0]}}\"\n",
+            names.join(",")
+        ));
+    }
+    // status.json of the candidates awk named, only where its size or mtime changed since it was last
+    // read: one `stat` for all of them, then the end of each changed file.
+    s.push_str(&format!(
+        "if [ \"${{need:-0}}\" -gt 0 ]; then\n  \
+         awk -F'\\t' {changed} <(printf '%s\\n' \"$ctl\") <(printf '%s\\n' \"$ctl\" | awk -F'\\t' 'NR > 1 {{ print $2 }}' | xargs -d '\\n' -r sh -c 'find \"$@\" -maxdepth 0 -type f -printf \"%s:%Ts %p\\n\"' find 2>/dev/null) |\n  \
+         timeout {STATUS_READ_SECS} bash -c {reader}\nfi\n",
+        changed = quote(CHANGED_PROGRAM),
+        reader = quote(&status_reader()),
+    ));
+    s
+}
+
+/// Parse the refresh script's output. Pure.
+pub fn parse_refresh_output(stdout: &str) -> Observations {
+    let mut obs = Observations::default();
+    let mut bodies: HashMap<String, String> = HashMap::new();
+    for (name, arg, body) in sections(stdout) {
+        match name.as_str() {
+            "rc" => {
+                let (which, code) = arg.split_once(' ').unwrap_or((&arg, ""));
+                // Every command's lines arrive `|`-prefixed.
+                let body = unprefix_lines(&bodies.remove(which).unwrap_or_default());
+                let ok = code.trim() == "0";
+                match (which, ok) {
+                    ("squeue", true) => obs.squeue = Some(parse_squeue(&body)),
+                    ("squeue", false) => obs.squeue_error = Some(body.trim().to_string()),
+                    ("sacct", true) => obs.sacct = Some(parse_sacct(&body)),
+                    ("sacct_by_name", true) => obs.sacct_by_name = Some(parse_sacct(&body)),
+                    ("sacct" | "sacct_by_name", false) => obs.sacct_error = Some(body.trim().to_string()),
+                    _ => {}
+                }
+            }
+            "lock_id" => {
+                let id = unprefix_lines(&body);
+                let id = id.trim();
+                if !id.is_empty() && id.len() <= 20 && id.bytes().all(|b| b.is_ascii_digit()) {
+                    obs.lock_ids.insert(arg.trim().to_string(), id.to_string());
+                }
+            }
+            "dbd_queue" => obs.dbd_queue = arg.trim().parse().ok(),
+            "status_json" => {
+                let (job, sig) = arg.split_once(' ').unwrap_or((&arg, ""));
+                obs.status_json.insert(job.to_string(), unprefix_lines(&body));
+                if !sig.is_empty() {
+                    obs.status_sigs.insert(job.to_string(), sig.to_string());
+                }
+            }
+            other => {
+                bodies.insert(other.to_string(), body);
+            }
+        }
+    }
+    obs
+}
+
+/// What a refresh decided for one job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub job_id: String,
+    /// A Slurm job found by name for a job whose submission outcome was unknown.
+    pub adopt: Option<String>,
+    pub update: StatusUpdate,
+}
+
+fn numeric_id(id: &str) -> u64 {
+    id.parse().unwrap_or(0)
+}
+
+/// The script exits 124 only once its timeout requeues are used up.
+fn timed_out_message(job: &JobSummary) -> String {
+    format!(
+        "timed out {} times: the inner timeout of {} s was reached on every run",
+        job.timeout_runs, job.timeout_seconds
+    )
+}
+
+/// The observations indexed by Slurm job id, so that deciding is linear in the number of jobs. Where
+/// an id is listed twice, its first record counts (as a search from the top would find).
+struct Index<'a> {
+    squeue: HashMap<&'a str, &'a SqueueRecord>,
+    sacct: HashMap<&'a str, &'a SacctRecord>,
+    sacct_by_name: HashMap<&'a str, &'a SacctRecord>,
+}
+
+/// `records` by id, the first record of an id winning (inserted last).
+fn first_by_id<'a, R>(records: &'a Option<Vec<R>>, id: impl Fn(&'a R) -> &'a str) -> HashMap<&'a str, &'a R> {
+    records.iter().flatten().rev().map(|r| (id(r), r)).collect()
+}
+
+impl<'a> Index<'a> {
+    fn new(obs: &'a Observations) -> Index<'a> {
+        Index {
+            squeue: first_by_id(&obs.squeue, |r| r.job_id.as_str()),
+            sacct: first_by_id(&obs.sacct, |r| r.job_id.as_str()),
+            sacct_by_name: first_by_id(&obs.sacct_by_name, |r| r.job_id.as_str()),
+        }
+    }
+}
+
+/// Decide each job's new status from the observations. Jobs about which nothing reliable was learned
+/// get no decision: no terminal verdict from missing data. Pure.
+pub fn decide(jobs: &[JobSummary], obs: &Observations, now: i64) -> Vec<Decision> {
+    let index = Index::new(obs);
+    let mut decisions = Vec::new();
+    for job in jobs {
+        // Not found yet: the retry engine resubmits the attempt once it is safe to (the submission
+        // script itself guarantees one sbatch per attempt).
+        let Some((slurm_id, adopt)) = slurm_job_of(job, obs) else { continue };
+        let update = match index.squeue.get(slurm_id.as_str()) {
+            Some(rec) => Some(from_squeue(job, rec, obs)),
+            None => match index.sacct.get(slurm_id.as_str()).or_else(|| index.sacct_by_name.get(slurm_id.as_str())) {
+                Some(rec) => from_sacct(job, rec, obs),
+                None => lost(job, &slurm_id, obs, now),
+            },
+        };
+        if let Some(update) = update {
+            decisions.push(Decision { job_id: job.job_id.clone(), adopt, update });
+        }
+    }
+    decisions
+}
+
+/// The Slurm job of the job's current attempt, and whether it was just found (to adopt): the id
+/// recorded, else the one the submitter wrote into the attempt's lock, else (outcome unknown) the
+/// newest Slurm job with the attempt's unique name. None: not found (yet).
+fn slurm_job_of(job: &JobSummary, obs: &Observations) -> Option<(String, Option<String>)> {
+    if let Some(id) = &job.slurm_job_id {
+        return Some((id.clone(), None));
+    }
+    if let Some(id) = obs.lock_ids.get(&job.job_id) {
+        return Some((id.clone(), Some(id.clone())));
+    }
+    let name = &job.attempt_name;
+    let live =
+        obs.squeue.as_ref().and_then(|q| q.iter().filter(|r| &r.name == name).max_by_key(|r| numeric_id(&r.job_id)));
+    let done = obs
+        .sacct_by_name
+        .as_ref()
+        .and_then(|a| a.iter().filter(|r| &r.name == name).max_by_key(|r| numeric_id(&r.job_id)));
+    let id = live.map(|r| r.job_id.clone()).or_else(|| done.map(|r| r.job_id.clone()))?;
+    Some((id.clone(), Some(id)))
+}
+
+/// status.json as just read, else (the file did not change) the last line read before.
+fn status_json_of<'a>(job: &'a JobSummary, obs: &'a Observations) -> (Option<&'a str>, Option<&'a str>) {
+    let fresh = obs.status_json.get(&job.job_id).map(String::as_str);
+    (fresh, fresh.or(job.progress.as_deref()))
+}
+
+/// The platform verdict for a Slurm state, with the inner timeout's own message for exit 124.
+fn verdict(job: &JobSummary, state: &SlurmState, exit_code: Option<i32>, status_json: Option<&str>) -> StatusVerdict {
+    let mut verdict = map_status(state, exit_code, status_json);
+    if verdict.status == PlatformStatus::Error && exit_code == Some(124) {
+        verdict.message = timed_out_message(job);
+    }
+    verdict
+}
+
+/// What squeue (the controller) says of a job it still lists.
+fn from_squeue(job: &JobSummary, rec: &SqueueRecord, obs: &Observations) -> StatusUpdate {
+    let (fresh, known) = status_json_of(job, obs);
+    // A job that has not run (again) shows no progress, as before it was read.
+    let status_json = if NOT_RUN_STATES.contains(&rec.state) { fresh } else { known };
+    let progress = status_json.and_then(last_status_line).and_then(|l| l.message);
+    let verdict = verdict(job, &rec.state, rec.exit_code, status_json);
+    let mut message = verdict.message;
+    if verdict.status == PlatformStatus::Pending && !rec.reason.is_empty() && rec.reason != "None" {
+        message = match explain_pending(&rec.reason) {
+            Some((words, advice)) => format!("{message}, reason {}: {words} ({advice})", rec.reason),
+            None => format!("{message}, reason {}", rec.reason),
+        };
+    }
+    if let Some(p) = &progress {
+        message = format!("{message}; last progress: {p}");
+    }
+    StatusUpdate {
+        status: verdict.status,
+        message,
+        slurm_state: Some(rec.state.to_string()),
+        exit_code: if rec.state.is_finished() { rec.exit_code } else { None },
+        node_list: Some(rec.node_list.clone()).filter(|n| !n.is_empty() && n != "(null)"),
+        progress: status_json.and_then(last_status_raw),
+    }
+}
+
+/// What sacct (accounting) says of a job the controller no longer lists; None while its record is
+/// not settled yet.
+fn from_sacct(job: &JobSummary, rec: &SacctRecord, obs: &Observations) -> Option<StatusUpdate> {
+    // Right after a job ends, slurmdbd may hold a half-written record (JobName "allocation",
+    // sometimes a wrong exit code). Only a record that carries our job name is settled.
+    if !rec.name.is_empty() && rec.name != job.attempt_name {
+        return None;
+    }
+    // FAILED with exit code 0:0 is a contradiction sacct shows for a moment before the real exit
+    // code arrives (seen in CI): not settled either.
+    if rec.state == SlurmState::Failed && rec.exit_code == Some(0) && rec.exit_signal.unwrap_or(0) == 0 {
+        return None;
+    }
+    let (_, known) = status_json_of(job, obs);
+    let verdict = verdict(job, &rec.state, rec.exit_code, known);
+    Some(StatusUpdate {
+        status: verdict.status,
+        message: verdict.message,
+        slurm_state: Some(rec.state_text.clone()),
+        exit_code: rec.exit_code,
+        node_list: Some(rec.node_list.clone()).filter(|n| !n.is_empty() && n != "None assigned"),
+        progress: known.and_then(last_status_raw),
+    })
+}
+
+/// Neither squeue nor sacct knows the job. It is lost only on positive evidence: both answered,
+/// accounting has caught up with the controller, the attempt was submitted longer ago than the
+/// grace, and an earlier read some time before missed it too.
+fn lost(job: &JobSummary, slurm_id: &str, obs: &Observations, now: i64) -> Option<StatusUpdate> {
+    let submitted = job.submitted_at.unwrap_or(job.created_at);
+    let confirmed = job.unseen_since.is_some_and(|t| now - t >= LOST_CONFIRM_SECS);
+    if !(obs.absence_is_evidence() && now - submitted > LOST_JOB_GRACE_SECS && confirmed) {
+        return None;
+    }
+    let (_, known) = status_json_of(job, obs);
+    Some(StatusUpdate {
+        status: PlatformStatus::Error,
+        message: format!(
+            "lost by the scheduler: Slurm job {slurm_id} (submitted {} s ago) is neither in squeue (which listed {} of your jobs) nor in sacct (searched since {SACCT_LOOKBACK}, accounting up to date), for {} s",
+            now - submitted,
+            obs.squeue.as_ref().map(Vec::len).unwrap_or(0),
+            now - job.unseen_since.unwrap_or(now)
+        ),
+        slurm_state: job.slurm_state.clone(),
+        exit_code: None,
+        node_list: None,
+        progress: known.and_then(last_status_raw),
+    })
+}
+
+/// Whether storing `update` would change nothing (the same test `Store::update_status` makes, done
+/// here so that a refresh of thousands of unchanged jobs writes nothing).
+pub fn changes_nothing(job: &JobSummary, u: &StatusUpdate) -> bool {
+    job.status == u.status
+        && job.message == u.message
+        && job.slurm_state == u.slurm_state
+        && job.exit_code == u.exit_code
+        && (u.node_list.is_none() || job.node_list.is_some())
+        && (u.progress.is_none() || job.progress == u.progress)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::tests::{settings, spec};
+
+    /// The tests' clock (the core reads none).
+    fn now_secs() -> i64 {
+        1_800_000_000
+    }
+
+    fn job(id: &str, slurm: &str) -> JobSummary {
+        let plan = crate::plan::resolve_with_id(&spec(), &settings(), id).unwrap();
+        JobSummary {
+            job_id: id.into(),
+            name: None,
+            status: PlatformStatus::Pending,
+            message: String::new(),
+            slurm_job_id: Some(slurm.into()),
+            slurm_state: None,
+            exit_code: None,
+            node_list: None,
+            login_host: None,
+            created_at: now_secs(),
+            updated_at: now_secs(),
+            progress: None,
+            attempt: 1,
+            attempt_name: format!("tao-job-{id}"),
+            next_retry_at: None,
+            excluded_nodes: String::new(),
+            layout: plan.layout.clone(),
+            image: plan.image.pyxis.clone(),
+            nodes: plan.resources.nodes,
+            gpus_per_node: plan.resources.gpus_per_node,
+            partition: plan.partition.clone(),
+            timeout_seconds: plan.timeout_seconds,
+            timeout_runs: 1,
+            has_secrets: false,
+            status_sig: None,
+            submitted_at: None,
+            unseen_since: None,
+        }
+    }
+
+    fn target(job_id: &str, slurm: Option<&str>, root: &str, sig: Option<&str>) -> RefreshTarget {
+        RefreshTarget {
+            job_id: job_id.into(),
+            slurm_job_id: slurm.map(String::from),
+            job_name: format!("tao-job-{job_id}"),
+            submit_lock: "/nonexistent/lock".into(),
+            results_root: root.into(),
+            status_sig: sig.map(String::from),
+        }
+    }
+
+    /// Run a refresh script with stand-in squeue and sacct (sacct prints its arguments first).
+    fn run_with_stand_ins(script: &str, squeue_lines: &str) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path();
+        std::fs::write(bin.join("squeue"), format!("#!/bin/sh\nprintf '{squeue_lines}'\n")).unwrap();
+        std::fs::write(bin.join("sacct"), "#!/bin/sh\necho \"ARGS $*\"\necho '11|COMPLETED|0:0|0:0|node2|a|b'\n")
+            .unwrap();
+        for f in ["squeue", "sacct"] {
+            std::process::Command::new("chmod").arg("+x").arg(bin.join(f)).status().unwrap();
+        }
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "", "the script writes nothing to stderr");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    #[test]
+    fn script_asks_sacct_only_for_ids_squeue_forgot() {
+        let jobs = vec![target("a", Some("11"), "/nonexistent", None), target("b", Some("10"), "/nonexistent", None)];
+        let stdout = run_with_stand_ins(&refresh_script(&jobs), "10|RUNNING|None|node1|x|4:00:00|0|tao-job-b\\n");
+        assert!(stdout.contains("|ARGS -X -P -n -S now-30days -j 11 "), "sacct asked only for 11: {stdout}");
+        let obs = parse_refresh_output(&stdout);
+        assert_eq!(obs.squeue.as_ref().unwrap().len(), 1);
+        assert_eq!(obs.sacct.as_ref().unwrap().iter().map(|r| r.job_id.as_str()).collect::<Vec<_>>(), ["11"]);
+        assert!(obs.status_json.is_empty(), "no status.json exists");
+    }
+
+    #[test]
+    fn status_json_is_read_only_when_it_changed_and_never_for_pending_jobs() {
+        let root = tempfile::tempdir().unwrap();
+        let root_path = root.path().display().to_string();
+        for id in ["run", "pend", "done"] {
+            std::fs::create_dir_all(root.path().join(id)).unwrap();
+            std::fs::write(
+                root.path().join(id).join("status.json"),
+                format!("{{\"status\":\"RUNNING\",\"message\":\"{id}\"}}\n"),
+            )
+            .unwrap();
+        }
+        let squeue = "1|RUNNING|None|n1|x|1:00|0|tao-job-run\\n2|PENDING|Priority||x|1:00|0|tao-job-pend\\n";
+        let jobs = vec![
+            target("run", Some("1"), &root_path, None),
+            target("pend", Some("2"), &root_path, None),
+            // Not in squeue: finished; sacct knows it.
+            target("done", Some("11"), &root_path, None),
+        ];
+        let obs = parse_refresh_output(&run_with_stand_ins(&refresh_script(&jobs), squeue));
+        let mut read: Vec<&str> = obs.status_json.keys().map(String::as_str).collect();
+        read.sort();
+        assert_eq!(read, ["done", "run"], "pending jobs' files are not read");
+        assert!(obs.status_json["run"].contains("\"message\":\"run\""), "{:?}", obs.status_json);
+        let sig = obs.status_sigs["run"].clone();
+        assert!(sig.split(':').all(|p| p.parse::<u64>().is_ok()), "size:mtime, got {sig}");
+        // Same signatures as read: nothing is read again.
+        let again: Vec<RefreshTarget> = jobs
+            .iter()
+            .map(|t| RefreshTarget { status_sig: obs.status_sigs.get(&t.job_id).cloned(), ..t.clone() })
+            .collect();
+        let obs2 = parse_refresh_output(&run_with_stand_ins(&refresh_script(&again), squeue));
+        assert!(obs2.status_json.is_empty(), "unchanged files are not read: {:?}", obs2.status_json);
+        assert!(obs2.squeue.is_some());
+        // The file grows: read again, with its new signature.
+        std::fs::write(
+            root.path().join("run/status.json"),
+            "{\"status\":\"RUNNING\",\"message\":\"run\"}\n{\"status\":\"RUNNING\",\"message\":\"epoch 2\"}\n",
+        )
+        .unwrap();
+        let obs3 = parse_refresh_output(&run_with_stand_ins(&refresh_script(&again), squeue));
+        assert_eq!(obs3.status_json.keys().collect::<Vec<_>>(), ["run"]);
+        assert!(obs3.status_json["run"].contains("epoch 2"));
+        assert_ne!(obs3.status_sigs["run"], sig);
+    }
+
+    #[test]
+    fn small_and_large_status_json_both_give_their_last_lines() {
+        let root = tempfile::tempdir().unwrap();
+        let root_path = root.path().display().to_string();
+        let line =
+            |i: usize| format!("{{\"status\":\"RUNNING\",\"message\":\"step {i}\",\"pad\":\"{}\"}}\n", "x".repeat(200));
+        // Read by bash builtins (small), and by tail (over 1 MiB).
+        for (id, lines) in [("small", 30), ("large", 6000)] {
+            std::fs::create_dir_all(root.path().join(id)).unwrap();
+            std::fs::write(root.path().join(id).join("status.json"), (0..lines).map(line).collect::<String>()).unwrap();
+        }
+        assert!(std::fs::metadata(root.path().join("large/status.json")).unwrap().len() > SMALL_STATUS_JSON);
+        let jobs = vec![target("small", Some("1"), &root_path, None), target("large", Some("2"), &root_path, None)];
+        let squeue = "1|RUNNING|None|n1|x|1:00|0|tao-job-small\\n2|RUNNING|None|n1|x|1:00|0|tao-job-large\\n";
+        let obs = parse_refresh_output(&run_with_stand_ins(&refresh_script(&jobs), squeue));
+        for (id, last) in [("small", 29), ("large", 5999)] {
+            let text = &obs.status_json[id];
+            assert_eq!(text.lines().count(), STATUS_TAIL_LINES as usize, "{id}");
+            assert_eq!(text.lines().last().unwrap(), line(last).trim_end(), "{id}");
+        }
+    }
+
+    #[test]
+    fn a_lock_file_can_only_ever_give_a_slurm_job_id() {
+        let top = tempfile::tempdir().unwrap();
+        let lock = |name: &str, content: Option<&str>| {
+            let dir = top.path().join(name);
+            std::fs::create_dir(&dir).unwrap();
+            if let Some(c) = content {
+                std::fs::write(dir.join("slurm_job_id"), c).unwrap();
+            }
+            dir.display().to_string()
+        };
+        let unknown =
+            |id: &str, lock: String| RefreshTarget { submit_lock: lock, ..target(id, None, "/nonexistent", None) };
+        let fifo = lock("fifo", None);
+        assert!(std::process::Command::new("mkfifo").arg(format!("{fifo}/slurm_job_id")).status().unwrap().success());
+        let link = lock("link", None);
+        std::os::unix::fs::symlink("/etc/hostname", format!("{link}/slurm_job_id")).unwrap();
+        let jobs = vec![
+            // A job that wrote a fake marker (and another job's status) after a real-looking id.
+            unknown("a", lock("a", Some("123\n@@tao-slurm:status_json b 1:1\n|{\"status\":\"SUCCESS\"}\n"))),
+            unknown("b", lock("b", Some("@@tao-slurm:rc squeue 1\n"))),
+            unknown("c", lock("c", Some("12345678901234567890123456789\n"))),
+            unknown("d", fifo),
+            unknown("e", link),
+            unknown("f", lock("f", Some("777"))),
+        ];
+        let stdout = run_with_stand_ins(&refresh_script(&jobs), "");
+        let obs = parse_refresh_output(&stdout);
+        let mut ids: Vec<(&str, &str)> = obs.lock_ids.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        ids.sort();
+        assert_eq!(ids, [("a", "123"), ("f", "777")], "{stdout}");
+        assert!(obs.status_json.is_empty(), "no file content posed as a section");
+        assert!(obs.squeue.is_some(), "squeue's status stands");
+    }
+
+    #[test]
+    fn squeue_lines_cannot_pose_as_markers() {
+        // A job name that is a marker, seen by squeue as a line of its own (newline in the name).
+        let jobs = vec![target("a", Some("10"), "/nonexistent", None)];
+        let squeue = "10|RUNNING|None|n1|x|1:00|0|x\\n@@tao-slurm:rc squeue 1\\n@@tao-slurm:status_json a 1:1\\n";
+        let obs = parse_refresh_output(&run_with_stand_ins(&refresh_script(&jobs), squeue));
+        assert!(obs.squeue.is_some(), "squeue's real status is kept");
+        assert!(obs.status_json.is_empty());
+    }
+
+    #[test]
+    fn decisions() {
+        let jobs = vec![job("a", "10"), job("b", "11"), job("c", "12"), job("d", "13"), job("e", "14"), job("f", "15")];
+        let obs = Observations {
+            squeue: Some(parse_squeue("10|PENDING|Resources|||4:00:00|x\n")),
+            sacct: Some(parse_sacct(
+                "11|FAILED|3:0|0:0|node1|a|b\n12|CANCELLED by 0|0:15|0:0|node1|a|b\n14|FAILED|0:0|0:0|node1|a|b|allocation\n15|FAILED|0:0|0:0|node1|a|b|tao-job-f\n",
+            )),
+            ..Observations::default()
+        };
+        let d = decide(&jobs, &obs, now_secs());
+        let get = |id: &str| d.iter().find(|x| x.job_id == id).map(|x| x.update.clone());
+        assert_eq!(get("a").unwrap().status, PlatformStatus::Pending);
+        assert!(get("a").unwrap().message.contains("Resources"));
+        assert_eq!(get("b").unwrap().status, PlatformStatus::Error);
+        assert_eq!(get("b").unwrap().exit_code, Some(3));
+        assert_eq!(get("c").unwrap().status, PlatformStatus::Canceled);
+        assert!(get("d").is_none(), "a job neither command knows gets no verdict yet");
+        assert!(get("e").is_none(), "a half-written sacct record (JobName allocation) is not a verdict");
+        assert!(get("f").is_none(), "FAILED with exit code 0:0 is not settled yet");
+        let later = now_secs() + LOST_JOB_GRACE_SECS + 1;
+        // Accounting not known to be caught up (no sdiag answer): no verdict, however late.
+        assert!(decide(&jobs, &obs, later).iter().all(|x| x.job_id != "d"));
+        let obs = Observations { dbd_queue: Some(0), ..obs };
+        // The first read that misses it only marks it.
+        assert!(decide(&jobs, &obs, later).iter().all(|x| x.job_id != "d"), "one empty read is no verdict");
+        assert_eq!(unseen_changes(&jobs[3..4], &obs, later), [("d".to_string(), Some(later))]);
+        let mut jobs = jobs;
+        jobs[3].unseen_since = Some(later);
+        assert!(decide(&jobs, &obs, later + 10).iter().all(|x| x.job_id != "d"), "too soon after the first miss");
+        let d = decide(&jobs, &obs, later + LOST_CONFIRM_SECS);
+        let lost = d.iter().find(|x| x.job_id == "d").unwrap();
+        assert_eq!(lost.update.status, PlatformStatus::Error);
+        assert!(lost.update.message.contains("lost by the scheduler"), "{}", lost.update.message);
+        // Accounting behind (records queued for slurmdbd): no verdict, and no new mark.
+        let behind = Observations { dbd_queue: Some(3), ..obs.clone() };
+        assert!(decide(&jobs, &behind, later + LOST_CONFIRM_SECS).iter().all(|x| x.job_id != "d"));
+        // Measured from the attempt's own submission: a retry submitted just now is not lost.
+        jobs[3].submitted_at = Some(later);
+        assert!(decide(&jobs, &obs, later + LOST_CONFIRM_SECS).iter().all(|x| x.job_id != "d"));
+        // Found again: the mark is cleared.
+        let found = Observations { squeue: Some(parse_squeue("13|RUNNING|None|n1|x|1:00|0|tao-job-d\n")), ..obs };
+        assert_eq!(unseen_changes(&jobs[3..4], &found, later), [("d".to_string(), None)]);
+    }
+
+    #[test]
+    fn unknown_submissions_are_found_by_name_or_by_their_lock() {
+        let mut unknown = job("u", "0");
+        unknown.slurm_job_id = None;
+        let name = unknown.layout.job_name.clone();
+        let obs = Observations {
+            squeue: Some(parse_squeue(&format!("30|RUNNING|None|node1|x|4:00:00|0|{name}\n"))),
+            sacct_by_name: Some(vec![]),
+            ..Observations::default()
+        };
+        let d = decide(std::slice::from_ref(&unknown), &obs, now_secs());
+        assert_eq!(d[0].adopt.as_deref(), Some("30"));
+        assert_eq!(d[0].update.status, PlatformStatus::Running);
+        let nothing = Observations { squeue: Some(vec![]), sacct_by_name: Some(vec![]), ..Observations::default() };
+        assert!(
+            decide(std::slice::from_ref(&unknown), &nothing, now_secs() + 3600).is_empty(),
+            "not found: no verdict"
+        );
+        let locked = Observations {
+            squeue: Some(vec![]),
+            sacct: Some(parse_sacct("31|COMPLETED|0:0|0:0|node1|a|b\n")),
+            lock_ids: [("u".to_string(), "31".to_string())].into(),
+            ..Observations::default()
+        };
+        let d = decide(std::slice::from_ref(&unknown), &locked, now_secs());
+        assert_eq!(d[0].adopt.as_deref(), Some("31"));
+        assert_eq!(d[0].update.status, PlatformStatus::Complete);
+    }
+
+    #[test]
+    fn an_unchanged_status_json_still_decides_by_its_last_line() {
+        // The file was not read again (same signature): the last line read before stands in for it.
+        let mut done = job("a", "10");
+        done.progress = Some(r#"{"status":"FAILURE","message":"bad data"}"#.into());
+        let mut queued = job("b", "11");
+        queued.progress = done.progress.clone();
+        let obs = Observations {
+            squeue: Some(parse_squeue(
+                "10|COMPLETED|None|n1|x|1:00|0|tao-job-a\n11|PENDING|None||x|1:00|0|tao-job-b\n",
+            )),
+            ..Observations::default()
+        };
+        let d = decide(&[done, queued], &obs, now_secs());
+        assert_eq!(d[0].update.status, PlatformStatus::Error);
+        assert!(d[0].update.message.contains("bad data"), "{}", d[0].update.message);
+        assert!(
+            !d[1].update.message.contains("last progress"),
+            "a pending job shows no old progress: {}",
+            d[1].update.message
+        );
+    }
+
+    #[test]
+    fn failed_squeue_changes_nothing() {
+        let jobs = vec![job("a", "10")];
+        let obs = parse_refresh_output(
+            "@@tao-slurm:squeue\nslurm_load_jobs error: Socket timed out\n@@tao-slurm:rc squeue 1\n",
+        );
+        assert!(obs.squeue.is_none());
+        assert!(decide(&jobs, &obs, now_secs()).is_empty());
+    }
+}

@@ -1,0 +1,49 @@
+//! One refresh cycle, the only way any caller (status, watch, logs -f, the monitor, the library, the
+//! MCP server) brings jobs up to date: observe them in one round trip, record what the core decided
+//! (failures classified, retries scheduled, adopted submissions finished, statuses stored), submit
+//! the retries that are due and resume interrupted submissions, and remove finished jobs' secrets.
+
+use crate::engine::refresh::{self, Observations};
+use crate::engine::retry::{self, RetryPolicy};
+use crate::error::Result;
+use crate::remote::Remote;
+use crate::script::StagedFile;
+use crate::store::{JobRecord, JobSummary, Store};
+
+/// What a cycle needs: the transport, the state, the retry policy, and how to regenerate a recorded
+/// job's staged files (for its retries).
+pub struct Cycle<'a> {
+    pub remote: &'a dyn Remote,
+    pub store: &'a Store,
+    pub policy: RetryPolicy,
+    pub files_for: &'a dyn Fn(&JobRecord) -> Vec<StagedFile>,
+}
+
+impl Cycle<'_> {
+    /// Observe `jobs` in one round trip and settle what that shows. Returns the ids of the jobs whose
+    /// records changed.
+    pub fn run(&self, jobs: &[JobSummary]) -> Result<Vec<String>> {
+        if jobs.is_empty() {
+            // Secrets of jobs that ended while their removal could not run are still swept.
+            if !self.store.secrets_to_remove()?.is_empty() {
+                crate::engine::secrets::sweep_or_warn(self.remote, self.store);
+            }
+            return Ok(Vec::new());
+        }
+        let (obs, host) = refresh::observe(self.remote, jobs)?;
+        self.settle(jobs, &obs, &host)
+    }
+
+    /// Everything after the observation (for callers whose round trip carried the refresh script
+    /// along with something else, like `logs -f`).
+    pub fn settle(&self, jobs: &[JobSummary], obs: &Observations, host: &str) -> Result<Vec<String>> {
+        let mut touched = refresh::record(self.remote, self.store, &self.policy, jobs, obs, host)?;
+        // Only jobs without a Slurm job can have a retry to submit or a submission to resume.
+        let ids: std::collections::HashSet<&str> = jobs.iter().map(|j| j.job_id.as_str()).collect();
+        let waiting: Vec<JobRecord> =
+            self.store.waiting_for_submission()?.into_iter().filter(|j| ids.contains(j.job_id.as_str())).collect();
+        retry::advance(self.remote, self.store, &waiting, self.files_for)?;
+        touched.extend(waiting.into_iter().map(|j| j.summary.job_id));
+        Ok(touched)
+    }
+}

@@ -1,0 +1,203 @@
+//! Fast engine tests over a fake remote: each test scripts what the cluster answers (or that it does
+//! not answer) and checks what the engine records. The sandbox tests stay the proof that the scripts
+//! work on a real cluster; these pin the engine's handling of every answer, failures above all.
+
+use crate::engine::cycle::Cycle;
+use crate::engine::retry::RetryPolicy;
+use crate::engine::{cancel, secrets};
+use crate::protocol::SECTION;
+use crate::remote::{Idempotency, Remote, RemoteError, RemoteOutput, TransportStats};
+use crate::status::PlatformStatus;
+use crate::store::Store;
+use crate::test_fixtures::{settings, spec};
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// A remote that answers from a script of replies, in order, and keeps every script it was sent.
+#[derive(Default)]
+struct FakeRemote {
+    replies: Mutex<VecDeque<Result<RemoteOutput, RemoteError>>>,
+    sent: Mutex<Vec<String>>,
+}
+
+impl FakeRemote {
+    fn answering(replies: Vec<Result<RemoteOutput, RemoteError>>) -> FakeRemote {
+        FakeRemote { replies: Mutex::new(replies.into()), sent: Mutex::default() }
+    }
+    fn sent(&self) -> Vec<String> {
+        self.sent.lock().unwrap().clone()
+    }
+}
+
+fn ok(stdout: &str) -> Result<RemoteOutput, RemoteError> {
+    Ok(RemoteOutput { exit_code: 0, stdout: stdout.into(), stderr: String::new(), host: "login1".into() })
+}
+
+fn unreachable() -> Result<RemoteOutput, RemoteError> {
+    Err(RemoteError::Unreachable {
+        hosts: "login1".into(),
+        message: "Connection refused".into(),
+        remediation: String::new(),
+    })
+}
+
+impl Remote for FakeRemote {
+    fn describe(&self) -> String {
+        "fake".into()
+    }
+    fn stats(&self) -> TransportStats {
+        TransportStats::default()
+    }
+    fn default_deadline(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn run_script_within(&self, script: &str, _: Idempotency, _: Duration) -> Result<RemoteOutput, RemoteError> {
+        self.sent.lock().unwrap().push(script.to_string());
+        self.replies.lock().unwrap().pop_front().unwrap_or_else(|| panic!("no reply scripted for:\n{script}"))
+    }
+}
+
+/// A state file with one submitted job (Slurm job 41), with secrets if asked.
+fn store_with_job(with_secrets: bool) -> (tempfile::TempDir, Store, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("state.db")).unwrap();
+    let spec =
+        crate::spec::JobSpec { secret_env: if with_secrets { vec!["HF_TOKEN".into()] } else { vec![] }, ..spec() };
+    let plan = crate::plan::resolve(&spec, &settings()).unwrap();
+    store.insert_job("{}", &plan).unwrap();
+    store.set_submitted(&plan.layout.job_id, "41", "login1").unwrap();
+    (dir, store, plan.layout.job_id.clone())
+}
+
+/// A cycle whose retries wait an hour (so none is submitted within the test) ...
+fn cycle<'a>(remote: &'a FakeRemote, store: &'a Store, max_retries: u32) -> Cycle<'a> {
+    Cycle { remote, store, policy: RetryPolicy { max_retries, backoff_base_secs: 3600 }, files_for: &|_| Vec::new() }
+}
+
+/// ... or are due at once.
+fn eager_cycle<'a>(remote: &'a FakeRemote, store: &'a Store) -> Cycle<'a> {
+    Cycle { remote, store, policy: RetryPolicy { max_retries: 3, backoff_base_secs: 0 }, files_for: &|_| Vec::new() }
+}
+
+/// What the refresh script prints when sacct says the job ended in `state` with `exit`.
+fn refresh_reply(job_name: &str, state: &str, exit: &str) -> Result<RemoteOutput, RemoteError> {
+    ok(&format!(
+        "{SECTION}squeue\n{SECTION}rc squeue 0\n{SECTION}sacct\n|41|{state}|{exit}|0:0|node2|2026-12-03T10:00:00|2026-12-03T10:01:00|{job_name}\n{SECTION}rc sacct 0\n{SECTION}dbd_queue 0\n"
+    ))
+}
+
+#[test]
+fn an_infra_failure_becomes_a_retry_and_a_user_failure_a_verdict() {
+    for (log, max_retries, want_status, want_attempt, want_class) in [
+        ("NCCL error: unhandled system error", 3, PlatformStatus::Pending, 2, "infra"),
+        ("ValueError: bad learning rate", 3, PlatformStatus::Error, 1, "user"),
+        ("NCCL error: unhandled system error", 0, PlatformStatus::Error, 1, "infra"),
+    ] {
+        let (_dir, store, id) = store_with_job(true);
+        let name = store.get(&id).unwrap().attempt_name.clone();
+        let remote = FakeRemote::answering(vec![
+            refresh_reply(&name, "FAILED", "1:0"),
+            // The failed attempt's log tail, and which of its nodes are down now.
+            ok(&format!("{SECTION}tail {id}\n|{log}\n{SECTION}down {id} \n")),
+            // A verdict removes the secrets; a retry keeps them (the next attempt needs them).
+            ok(&format!("{SECTION}gone {id}\n")),
+        ]);
+        let job = store.summary(&id).unwrap();
+        cycle(&remote, &store, max_retries).run(std::slice::from_ref(&job)).unwrap();
+        let after = store.summary(&id).unwrap();
+        assert_eq!(
+            (after.status, after.attempt),
+            (want_status, want_attempt),
+            "{log} / {max_retries}: {}",
+            after.message
+        );
+        let attempts = store.attempts(&id).unwrap();
+        assert_eq!(attempts[0].failure_class.as_deref(), Some(want_class), "{attempts:?}");
+        assert!(attempts[0].evidence.join(" ").contains(&log[..10]), "{attempts:?}");
+        let removal_sent = remote.sent().iter().any(|s| s.contains("rm -rf --") && s.contains("/secrets/"));
+        assert_eq!(removal_sent, want_status == PlatformStatus::Error, "secrets removed only once the job ended");
+        if max_retries == 0 {
+            assert!(after.message.starts_with("retry budget exhausted"), "{}", after.message);
+        }
+    }
+}
+
+#[test]
+fn a_secrets_removal_that_could_not_run_is_tried_again_until_confirmed() {
+    let (_dir, store, id) = store_with_job(true);
+    let name = store.get(&id).unwrap().attempt_name.clone();
+    let remote = FakeRemote::answering(vec![
+        refresh_reply(&name, "COMPLETED", "0:0"),
+        // The host is gone when the removal is sent.
+        unreachable(),
+        // The next cycle (no active job left) sweeps again: the host answers but does not confirm.
+        ok(""),
+        // And the one after: this time the cluster confirms.
+        ok(&format!("{SECTION}gone {id}\n")),
+    ]);
+    let job = store.summary(&id).unwrap();
+    cycle(&remote, &store, 3).run(std::slice::from_ref(&job)).unwrap();
+    assert_eq!(store.summary(&id).unwrap().status, PlatformStatus::Complete);
+    assert_eq!(store.secrets_to_remove().unwrap().len(), 1, "not cleared without the cluster's word");
+    cycle(&remote, &store, 3).run(&[]).unwrap();
+    assert_eq!(store.secrets_to_remove().unwrap().len(), 1, "an answer without the confirmation clears nothing");
+    cycle(&remote, &store, 3).run(&[]).unwrap();
+    assert!(store.secrets_to_remove().unwrap().is_empty());
+    assert_eq!(remote.sent().len(), 4);
+}
+
+#[test]
+fn a_cancel_the_controller_did_not_confirm_changes_nothing() {
+    let (_dir, store, id) = store_with_job(false);
+    let remote = FakeRemote::answering(vec![ok(&format!(
+        "{SECTION}scancel\n|scancel: error: Unable to contact slurm controller (connect failure)\n{SECTION}rc scancel 1\n\
+         {SECTION}squeue\n|slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n{SECTION}rc squeue 1\n"
+    ))]);
+    let job = store.get(&id).unwrap();
+    let outcome = cancel::cancel(&remote, &store, std::slice::from_ref(&job)).unwrap();
+    assert!(outcome.cancelled.is_empty());
+    assert!(outcome.failed[0].1.contains("Unable to contact slurm controller"), "{outcome:?}");
+    assert_eq!(store.summary(&id).unwrap().status, PlatformStatus::Pending);
+    assert!(store.events(&id).unwrap().iter().any(|(_, kind, _)| kind == "cancel_failed"));
+    // The controller answers: scancel succeeds and the job is Canceled.
+    let remote = FakeRemote::answering(vec![ok(&format!("{SECTION}scancel\n{SECTION}rc scancel 0\n"))]);
+    let outcome = cancel::cancel(&remote, &store, std::slice::from_ref(&job)).unwrap();
+    assert_eq!(outcome.cancelled, [id.clone()]);
+    assert_eq!(store.summary(&id).unwrap().status, PlatformStatus::Canceled);
+}
+
+#[test]
+fn a_failed_query_gives_no_verdict_and_a_lost_connection_no_change() {
+    let (_dir, store, id) = store_with_job(false);
+    let remote = FakeRemote::answering(vec![
+        ok(&format!("{SECTION}squeue\n|slurm_load_jobs error: Socket timed out\n{SECTION}rc squeue 1\n")),
+        Err(RemoteError::Lost { host: "login1".into(), message: "reset".into() }),
+    ]);
+    let job = store.summary(&id).unwrap();
+    cycle(&remote, &store, 3).run(std::slice::from_ref(&job)).unwrap();
+    assert_eq!(store.summary(&id).unwrap(), job, "nothing recorded from a failed squeue");
+    assert!(cycle(&remote, &store, 3).run(std::slice::from_ref(&job)).is_err());
+    assert_eq!(store.summary(&id).unwrap(), job);
+}
+
+#[test]
+fn a_due_retry_that_reaches_no_host_stays_due() {
+    let (_dir, store, id) = store_with_job(false);
+    let name = store.get(&id).unwrap().attempt_name.clone();
+    let remote = FakeRemote::answering(vec![
+        refresh_reply(&name, "NODE_FAIL", "0:0"),
+        ok(&format!("{SECTION}tail {id}\n{SECTION}down {id} node2\n")),
+        // The retry is due at once (backoff 0): its submission reaches no host.
+        unreachable(),
+    ]);
+    let job = store.summary(&id).unwrap();
+    let _ = eager_cycle(&remote, &store).run(std::slice::from_ref(&job));
+    let after = store.summary(&id).unwrap();
+    assert_eq!((after.status, after.attempt), (PlatformStatus::Pending, 2), "{}", after.message);
+    assert!(after.slurm_job_id.is_none());
+    assert_eq!(after.excluded_nodes, "node2");
+    let waiting: Vec<String> = store.waiting_for_submission().unwrap().into_iter().map(|j| j.summary.job_id).collect();
+    assert_eq!(waiting, [id], "still waiting for its submission, not Error");
+    assert!(secrets::removal_script(&[]).contains("exit 0"));
+}

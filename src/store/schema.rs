@@ -1,0 +1,110 @@
+//! The state file's schema: migrations in order, `user_version` counting how many have run. A
+//! migration is appended, never edited: state files written by earlier builds are migrated.
+
+/// Migrations, in order; `user_version` records how many have run.
+pub(super) const MIGRATIONS: &[&str] = &[
+    r#"
+CREATE TABLE jobs (
+    job_id        TEXT PRIMARY KEY,
+    name          TEXT,
+    spec_json     TEXT NOT NULL,
+    plan_json     TEXT NOT NULL,
+    status        TEXT NOT NULL,
+    message       TEXT NOT NULL DEFAULT '',
+    slurm_job_id  TEXT,
+    slurm_state   TEXT,
+    exit_code     INTEGER,
+    node_list     TEXT,
+    login_host    TEXT,
+    created_at    INTEGER NOT NULL,
+    updated_at    INTEGER NOT NULL
+);
+CREATE INDEX jobs_by_status ON jobs(status);
+CREATE TABLE events (
+    id      INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id  TEXT NOT NULL REFERENCES jobs(job_id),
+    at      INTEGER NOT NULL,
+    kind    TEXT NOT NULL,
+    detail  TEXT NOT NULL
+);
+CREATE INDEX events_by_job ON events(job_id, id);
+"#,
+    r#"
+ALTER TABLE jobs ADD COLUMN progress TEXT;
+"#,
+    r#"
+ALTER TABLE jobs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE jobs ADD COLUMN attempt_name TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN next_retry_at INTEGER;
+ALTER TABLE jobs ADD COLUMN excluded_nodes TEXT NOT NULL DEFAULT '';
+CREATE TABLE attempts (
+    job_id          TEXT NOT NULL REFERENCES jobs(job_id),
+    number          INTEGER NOT NULL,
+    slurm_job_name  TEXT NOT NULL,
+    slurm_job_id    TEXT,
+    login_host      TEXT,
+    state           TEXT,
+    exit_code       INTEGER,
+    node_list       TEXT,
+    failure_class   TEXT,
+    evidence        TEXT,
+    excluded_nodes  TEXT NOT NULL DEFAULT '',
+    recorded_at     INTEGER NOT NULL,
+    submitted_at    INTEGER,
+    ended_at        INTEGER,
+    PRIMARY KEY (job_id, number)
+);
+UPDATE jobs SET attempt_name = 'tao-job-' || job_id WHERE attempt_name = '';
+INSERT INTO attempts (job_id, number, slurm_job_name, slurm_job_id, login_host, state, exit_code, node_list, recorded_at, submitted_at)
+    SELECT job_id, 1, attempt_name, slurm_job_id, login_host, slurm_state, exit_code, node_list, created_at, updated_at FROM jobs;
+"#,
+    // What a refresh and a listing need of the plan, as columns (a plan never changes after insert),
+    // and the spec and plan themselves moved to a table of their own: a row of `jobs` is then a few
+    // hundred bytes, where the documents (kilobytes, in overflow pages) made every scan of the active
+    // jobs read them all. Plus the signature of status.json when it was last read, so unchanged files
+    // are not read again.
+    r#"
+ALTER TABLE jobs ADD COLUMN job_dir TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN image TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN nodes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN gpus_per_node INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN partition TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN timeout_seconds INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN timeout_runs INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE jobs ADD COLUMN has_secrets INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN status_sig TEXT;
+-- Plans written by earlier builds may lack a field (timeout_minutes before timeout_seconds, no
+-- secret_names): defaults, never NULL, so that no old row can stop the migration of the others.
+UPDATE jobs SET
+    job_dir = COALESCE(json_extract(plan_json, '$.layout.job_dir'), ''),
+    image = COALESCE(json_extract(plan_json, '$.image.pyxis'), ''),
+    nodes = COALESCE(json_extract(plan_json, '$.resources.nodes'), 0),
+    gpus_per_node = COALESCE(json_extract(plan_json, '$.resources.gpus_per_node'), 0),
+    partition = COALESCE(json_extract(plan_json, '$.partition'), ''),
+    timeout_seconds = COALESCE(json_extract(plan_json, '$.timeout_seconds'), json_extract(plan_json, '$.timeout_minutes') * 60, 0),
+    timeout_runs = CASE WHEN json_extract(plan_json, '$.requeue')
+        THEN COALESCE(json_extract(plan_json, '$.max_timeout_requeues'), 3) + 1 ELSE 1 END,
+    has_secrets = COALESCE(json_array_length(plan_json, '$.secret_names'), 0) > 0;
+CREATE TABLE job_docs (
+    job_id     TEXT PRIMARY KEY REFERENCES jobs(job_id),
+    spec_json  TEXT NOT NULL,
+    plan_json  TEXT NOT NULL
+);
+INSERT INTO job_docs (job_id, spec_json, plan_json) SELECT job_id, spec_json, plan_json FROM jobs;
+ALTER TABLE jobs DROP COLUMN spec_json;
+ALTER TABLE jobs DROP COLUMN plan_json;
+CREATE INDEX jobs_waiting ON jobs(created_at) WHERE slurm_job_id IS NULL;
+"#,
+    // Whether a job's secrets directory is known to be gone from the cluster: it is removed once the
+    // job is terminal, and a removal that failed (host down) is tried again until it succeeds. Jobs
+    // that ended before this column existed are swept once (earlier builds removed only Complete
+    // jobs' secrets). When the attempt now running reached Slurm (for "lost by the scheduler"), and
+    // since when the scheduler has not known a job (a verdict needs two reads, some time apart).
+    r#"
+ALTER TABLE jobs ADD COLUMN secrets_cleared INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX jobs_secrets_pending ON jobs(job_id) WHERE has_secrets = 1 AND secrets_cleared = 0;
+ALTER TABLE jobs ADD COLUMN submitted_at INTEGER;
+ALTER TABLE jobs ADD COLUMN unseen_since INTEGER;
+UPDATE jobs SET submitted_at = (SELECT a.submitted_at FROM attempts a WHERE a.job_id = jobs.job_id AND a.number = jobs.attempt);
+"#,
+];

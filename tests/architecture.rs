@@ -1,0 +1,181 @@
+//! The shape of the code, checked: the core crate has no I/O crate in its dependency tree, and no two
+//! modules import each other, directly or around a loop. Needs no cluster.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Modules whose submodules are nodes of their own in the graph (one file per operation or command).
+const SPLIT: &[&str] = &["engine", "cli", "mcp", "ops", "remote", "script", "spec", "slurm", "cosmos"];
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The graph node of a source file: `engine::refresh`, `store`, `ops::cancel`, ...
+fn node_of(root: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(root).unwrap().with_extension("");
+    let parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).filter(|p| p != "mod").collect();
+    match parts.as_slice() {
+        [one] => one.clone(),
+        [top, sub, ..] if SPLIT.contains(&top.as_str()) => format!("{top}::{sub}"),
+        [top, ..] => top.clone(),
+        [] => "lib".into(),
+    }
+}
+
+/// The node a `crate::a::b::...` path refers to.
+fn node_of_path(path: &str, nodes: &BTreeSet<String>) -> Option<String> {
+    let mut parts = path.split("::").skip(1);
+    let top = parts.next()?.to_string();
+    if SPLIT.contains(&top.as_str()) {
+        if let Some(sub) = parts.next() {
+            let candidate = format!("{top}::{sub}");
+            if nodes.contains(&candidate) {
+                return Some(candidate);
+            }
+        }
+    }
+    nodes.contains(&top).then_some(top)
+}
+
+/// Every `crate::...` path a file uses outside its tests (`use crate::{a, b}` lists included).
+fn crate_paths(text: &str) -> Vec<String> {
+    let code: String = text
+        .split("#[cfg(test)]")
+        .next()
+        .unwrap_or("")
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut out = Vec::new();
+    let re = regex::Regex::new(r"crate::([a-z_]+)(?:::(\{[^}]*\}|[a-z_]+))?").unwrap();
+    // `crate::cli::{submit::X, y}` and `crate::cli::submit::X` alike.
+    for c in re.captures_iter(&code) {
+        let top = &c[1];
+        match c.get(2).map(|m| m.as_str()) {
+            Some(list) if list.starts_with('{') => {
+                for item in list.trim_matches(['{', '}']).split(',') {
+                    let item = item.trim().split("::").next().unwrap_or("").trim();
+                    out.push(format!("crate::{top}::{item}"));
+                }
+            }
+            Some(sub) => out.push(format!("crate::{top}::{sub}")),
+            None => out.push(format!("crate::{top}")),
+        }
+    }
+    out
+}
+
+fn graph(root: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut files = Vec::new();
+    rust_files(root, &mut files);
+    let nodes: BTreeSet<String> = files.iter().map(|f| node_of(root, f)).collect();
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for f in &files {
+        let from = node_of(root, f);
+        let text = std::fs::read_to_string(f).unwrap();
+        // `super::x` in a submodule file means `crate::<parent>::x`.
+        let parent = from.split("::").next().unwrap().to_string();
+        let text = if from.contains("::") { text.replace("super::", &format!("crate::{parent}::")) } else { text };
+        for p in crate_paths(&text) {
+            if let Some(to) = node_of_path(&p, &nodes) {
+                // A module's own parent (mod.rs) only re-exports for its children: not an edge back.
+                let parent_of_from = from.split("::").next().unwrap();
+                if to != from && to != parent_of_from {
+                    edges.entry(from.clone()).or_default().insert(to);
+                }
+            }
+        }
+    }
+    edges
+}
+
+/// One cycle, if the graph has any.
+fn find_cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        n: &str,
+        edges: &BTreeMap<String, BTreeSet<String>>,
+        state: &mut BTreeMap<String, u8>,
+        stack: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        state.insert(n.to_string(), 1);
+        stack.push(n.to_string());
+        for m in edges.get(n).into_iter().flatten() {
+            match state.get(m.as_str()) {
+                Some(1) => {
+                    let at = stack.iter().position(|s| s == m).unwrap();
+                    let mut cycle = stack[at..].to_vec();
+                    cycle.push(m.clone());
+                    return Some(cycle);
+                }
+                Some(_) => {}
+                None => {
+                    if let Some(c) = visit(m, edges, state, stack) {
+                        return Some(c);
+                    }
+                }
+            }
+        }
+        stack.pop();
+        state.insert(n.to_string(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for n in edges.keys() {
+        if !state.contains_key(n.as_str()) {
+            if let Some(c) = visit(n, edges, &mut state, &mut Vec::new()) {
+                return Some(c);
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn no_module_imports_another_that_imports_it_back() {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for root in [here.join("src"), here.join("crates/core/src")] {
+        let edges = graph(&root);
+        assert!(edges.len() > 10, "the scan found the modules of {}: {edges:?}", root.display());
+        assert_eq!(find_cycle(&edges), None, "an import cycle in {}", root.display());
+    }
+}
+
+#[test]
+fn the_cycle_finder_finds_cycles() {
+    let edges: BTreeMap<String, BTreeSet<String>> = [
+        ("a".to_string(), ["b".to_string()].into()),
+        ("b".to_string(), ["c".to_string()].into()),
+        ("c".to_string(), ["a".to_string()].into()),
+    ]
+    .into();
+    assert_eq!(find_cycle(&edges).unwrap(), ["a", "b", "c", "a"]);
+    let paths = crate_paths(
+        "use crate::engine::{refresh::X, retry};\nfn f() { crate::store::now(); }\n#[cfg(test)]\nuse crate::cli;",
+    );
+    assert_eq!(paths, ["crate::engine::refresh", "crate::engine::retry", "crate::store::now"]);
+}
+
+#[test]
+fn the_core_has_no_io_crate_in_its_tree() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args(["tree", "-p", "tao-slurm-core", "-e", "normal", "--prefix", "none", "--offline"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let tree = String::from_utf8(out.stdout).unwrap();
+    assert!(tree.contains("serde") && tree.contains("regex"), "{tree}");
+    for forbidden in ["rusqlite", "libsqlite3", "tokio", "rmcp", "uuid", "tempfile", "libc", "dotenvy", "ctrlc"] {
+        assert!(!tree.lines().any(|l| l.starts_with(forbidden)), "{forbidden} in the core's tree:\n{tree}");
+    }
+}
