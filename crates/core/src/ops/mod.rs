@@ -2,6 +2,7 @@
 //! the decision it takes from what it learned. The engine runs the script and records the decision.
 
 pub mod cancel;
+pub mod failure;
 pub mod refresh;
 pub mod secrets;
 pub mod submit;

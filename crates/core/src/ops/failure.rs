@@ -1,0 +1,177 @@
+//! A failed attempt: the script that fetches its evidence (log tails, the role that failed, which
+//! of its nodes are down now), the reading of it, and the decision: a retry (with backoff and node
+//! exclusion) or a final verdict. Pure: the engine runs the script and records the outcome.
+
+use crate::model::{AttemptRecord, JobRecord, StatusUpdate};
+use crate::ops::refresh::Decision;
+use crate::ops::submit::attempt_name;
+use crate::protocol::{sections, unprefix_lines, PREFIX_LINES, SECTION};
+use crate::retry::{backoff_secs, classify, Failure, FailureClass};
+use crate::script::shell::quote;
+use crate::slurm::SlurmState;
+use crate::status::PlatformStatus;
+use std::collections::HashMap;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    pub max_retries: u32,
+    pub backoff_base_secs: u64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> RetryPolicy {
+        RetryPolicy { max_retries: crate::retry::MAX_JOB_RETRIES, backoff_base_secs: 30 }
+    }
+}
+
+/// An attempt that has recorded nothing for this long without reaching Slurm was interrupted
+/// (its submitter died or lost its connection); its submission is run again, which is safe.
+pub const RESUME_SUBMISSION_AFTER_SECS: i64 = 30;
+
+/// Lines of each log read to classify a failure.
+const EVIDENCE_LINES: u32 = 200;
+
+/// Is this verdict a failure of the attempt that may deserve a retry (and so must be classified)?
+pub fn is_attempt_failure(update: &StatusUpdate) -> bool {
+    update.status == PlatformStatus::Error
+        && update.slurm_state.as_deref().map(SlurmState::parse).is_some_and(|s| {
+            matches!(
+                s,
+                SlurmState::Failed
+                    | SlurmState::NodeFail
+                    | SlurmState::BootFail
+                    | SlurmState::OutOfMemory
+                    | SlurmState::Timeout
+                    | SlurmState::Deadline
+            )
+        })
+}
+
+/// One round trip: the end of both logs of each failed attempt, and which of its nodes are down now.
+pub fn evidence_script(failed: &[(&JobRecord, &Decision)]) -> String {
+    let mut s = String::new();
+    for (job, d) in failed {
+        let Some(slurm_id) = d.adopt.as_ref().or(job.slurm_job_id.as_ref()) else { continue };
+        let dir = job.plan.layout.log_dir(&job.attempt_name, slurm_id);
+        s.push_str(&format!(
+            "echo '{SECTION}tail {id}'\ntail -q -n {EVIDENCE_LINES} {e} {o} 2>/dev/null | {PREFIX_LINES}\n",
+            id = job.job_id,
+            e = quote(&format!("{dir}/main.err")),
+            o = quote(&format!("{dir}/main.out")),
+        ));
+        // Cosmos-RL jobs name the role that failed first.
+        s.push_str(&format!(
+            // Read only as a regular file, briefly: the log directory is the job's to write.
+            "if [ -f {f} ] && [ ! -L {f} ]; then echo \"{SECTION}failed_role {id} $(timeout 10 head -c 64 -- {f} | head -n 1)\"; fi\n",
+            f = quote(&format!("{dir}/{}", crate::script::cosmos::FAILED_ROLE_FILE)),
+            id = job.job_id,
+        ));
+        if let Some(nodes) = d.update.node_list.as_ref().or(job.node_list.as_ref()) {
+            s.push_str(&format!(
+                "echo \"{SECTION}down {id} $(sinfo -h -N -n {n} -t down,drain,fail,no_respond -o %N 2>/dev/null | sort -u | paste -sd, -)\"\n",
+                id = job.job_id,
+                n = quote(nodes)
+            ));
+        }
+    }
+    s
+}
+
+/// What the evidence script found, per platform job id.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Evidence {
+    pub tails: HashMap<String, String>,
+    /// Nodes of the attempt that are down, drained or not responding now.
+    pub down: HashMap<String, String>,
+    /// For Cosmos-RL jobs, the role that failed first (as evidence text).
+    pub failed_roles: HashMap<String, String>,
+}
+
+/// Read the evidence script's output.
+pub fn parse_evidence(stdout: &str) -> Evidence {
+    let mut e = Evidence::default();
+    for (name, arg, body) in sections(stdout) {
+        match name.as_str() {
+            "tail" => {
+                e.tails.insert(arg, unprefix_lines(&body));
+            }
+            "failed_role" => {
+                if let Some((job, text)) = arg.split_once(' ') {
+                    e.failed_roles
+                        .extend(crate::script::cosmos::failed_role_evidence(text).map(|r| (job.to_string(), r)));
+                }
+            }
+            "down" => {
+                if let Some((job, nodes)) = arg.split_once(' ') {
+                    e.down.insert(job.to_string(), nodes.trim().to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+    e
+}
+
+/// What a failed attempt leads to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FailureOutcome {
+    /// An infrastructure failure within the budget: the next attempt, after a backoff, avoiding nodes.
+    Retry { failure: Failure, next_name: String, exclude: String, not_before: i64, message: String },
+    /// The job ends Error with this message.
+    Final { failure: Failure, message: String },
+}
+
+/// Decide a failed attempt's outcome from its evidence. `attempts` are the job's attempts so far
+/// (named in the message when the retry budget is exhausted).
+pub fn decide_failure(
+    job: &JobRecord,
+    d: &Decision,
+    evidence: &Evidence,
+    policy: &RetryPolicy,
+    attempts: &[AttemptRecord],
+    now: i64,
+) -> FailureOutcome {
+    let state = SlurmState::parse(d.update.slurm_state.as_deref().unwrap_or(""));
+    let tail = evidence.tails.get(&job.job_id).map(String::as_str).unwrap_or("");
+    let mut failure = classify(&state, d.update.exit_code, tail);
+    if let Some(role) = evidence.failed_roles.get(&job.job_id) {
+        failure.evidence.insert(0, role.clone());
+    }
+    let said = failure.evidence.join(" | ");
+    let retries_so_far = job.attempt.saturating_sub(1);
+    let nodes = d.update.node_list.clone().or(job.node_list.clone()).unwrap_or_default();
+    if failure.class == FailureClass::Infra && retries_so_far < policy.max_retries {
+        let exclude = evidence.down.get(&job.job_id).filter(|n| !n.is_empty()).cloned().unwrap_or(nodes.clone());
+        let retry = retries_so_far + 1;
+        let wait = backoff_secs(retry, policy.backoff_base_secs);
+        let message = format!(
+            "attempt {} failed on {} ({said}); retry {retry} of {} in {wait} s, excluding {}",
+            job.attempt,
+            if nodes.is_empty() { "?" } else { &nodes },
+            policy.max_retries,
+            if exclude.is_empty() { "no node" } else { &exclude }
+        );
+        return FailureOutcome::Retry {
+            failure,
+            next_name: attempt_name(&job.plan, job.attempt + 1),
+            exclude,
+            not_before: now + wait as i64,
+            message,
+        };
+    }
+    let message = if failure.class == FailureClass::Infra {
+        let list: Vec<String> = attempts
+            .iter()
+            .map(|a| {
+                // The attempt that just failed has its nodes in this refresh's update, not yet stored.
+                let on =
+                    a.node_list.as_deref().or((a.number == job.attempt && !nodes.is_empty()).then_some(&nodes[..]));
+                format!("#{} Slurm job {} on {}", a.number, a.slurm_job_id.as_deref().unwrap_or("-"), on.unwrap_or("-"))
+            })
+            .collect();
+        format!("retry budget exhausted: {} attempts failed ({said}): {}", attempts.len(), list.join("; "))
+    } else {
+        format!("{} ({} failure, not retried: {said})", d.update.message, failure.class.as_str())
+    };
+    FailureOutcome::Final { failure, message }
+}
