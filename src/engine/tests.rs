@@ -163,7 +163,7 @@ fn a_cancel_the_controller_did_not_confirm_changes_nothing() {
     // The controller answers: scancel succeeds and the job is Canceled.
     let remote = FakeRemote::answering(vec![ok(&format!("{SECTION}scancel\n{SECTION}rc scancel 0\n"))]);
     let outcome = cancel::cancel(&remote, &store, std::slice::from_ref(&job)).unwrap();
-    assert_eq!(outcome.cancelled, [id.clone()]);
+    assert_eq!(outcome.cancelled, std::slice::from_ref(&id));
     assert_eq!(store.summary(&id).unwrap().status, PlatformStatus::Canceled);
 }
 
