@@ -207,3 +207,27 @@ fn input_paths_are_checked_before_anything_is_staged() {
     assert_eq!(specs["dataset_root"], data.as_str());
     assert_eq!(specs["custom"]["val"]["path"], format!("{data}/val-missing"));
 }
+
+#[test]
+fn a_multi_node_job_ends_with_its_failing_ranks_exit_code() {
+    let env = Env::new();
+    // Rank 1 fails with 2 while rank 0 is still working: srun stops rank 0 (SIGTERM, 143), and the
+    // job must report rank 1's own status.
+    let (job, _) = env.submit(&[
+        "--image",
+        "ubuntu:22.04",
+        "--nodes",
+        "2",
+        "--gpus",
+        "8",
+        "--shell",
+        "--",
+        "if [ \"$NODE_RANK\" = 1 ]; then sleep 2; echo 'rank 1 fails' >&2; exit 2; fi; echo rank-0-working; sleep 120",
+    ]);
+    let v = env.wait_terminal(&job, Duration::from_secs(120));
+    assert_eq!((v["status"].as_str(), v["exit_code"].as_i64()), (Some("Error"), Some(2)), "{v}");
+    let logs = env.json(&["logs", &job, "--json"]);
+    assert!(logs["stdout"].as_str().unwrap().contains("rank-0-working"), "{logs}");
+    assert!(logs["stderr"].as_str().unwrap().contains("rank 1 fails"), "the tasks' own output is in main.err: {logs}");
+    assert!(logs["stderr"].as_str().unwrap().contains("Exited with exit code 2"), "srun's message too: {logs}");
+}

@@ -94,6 +94,13 @@ pub fn container_env_names(plan: &Plan) -> Vec<String> {
 /// The argv of the container step, before the inner `timeout`.
 pub fn srun_argv(plan: &Plan) -> Vec<String> {
     let mut argv = vec!["srun".to_string(), "--kill-on-bad-exit=1".to_string()];
+    if plan.resources.nodes > 1 && plan.cosmos.is_none() {
+        // The tasks write the job's logs themselves (srun's own messages are kept apart).
+        let logs = plan.layout.logs_root();
+        argv.push(format!("--output={logs}/%x-%j/main.out"));
+        argv.push(format!("--error={logs}/%x-%j/main.err"));
+        argv.push("--open-mode=append".to_string());
+    }
     argv.extend(container_options(plan));
     argv.extend(task_argv(plan, &plan.command));
     argv
@@ -181,6 +188,21 @@ fn write_body(s: &mut String, plan: &Plan) {
     match &plan.cosmos {
         // Three steps in one allocation; `rc` is the first failing role's exit status.
         Some(c) => cosmos::write_steps(s, plan, c),
+        None if r.nodes > 1 => {
+            // Several tasks: srun's own messages go to a file of their own (the tasks write main.out
+            // and main.err themselves), because with --kill-on-bad-exit srun ends with the highest
+            // status of its tasks, usually a sibling's SIGTERM (143), and only its message says which
+            // status the failing task itself ended with. Nothing a task prints can pose as it.
+            let _ =
+                writeln!(s, "tao_srun_log={}/\"$SLURM_JOB_NAME-$SLURM_JOB_ID\"/srun.log", quote(&layout.logs_root()));
+            let _ = writeln!(s, "{} {} 2>\"$tao_srun_log\"", timeout_prefix(plan), shell::join(&srun_argv(plan)));
+            w(s, "rc=$?");
+            w(s, "cat -- \"$tao_srun_log\" >&2");
+            w(s, "if [ \"$rc\" -ne 0 ] && [ \"$rc\" -ne 124 ]; then");
+            w(s, "  tao_task_rc=\"$(sed -n 's/^srun: error: .*: task [0-9]*: Exited with exit code \\([0-9]*\\)$/\\1/p' \"$tao_srun_log\" | head -n 1)\"");
+            w(s, "  if [ -n \"$tao_task_rc\" ] && [ \"$tao_task_rc\" -ne 0 ]; then rc=\"$tao_task_rc\"; fi");
+            w(s, "fi");
+        }
         None => {
             let _ = writeln!(s, "{} {}", timeout_prefix(plan), shell::join(&srun_argv(plan)));
             w(s, "rc=$?");

@@ -93,12 +93,15 @@ fn run_with_stubs(script: &str, srun_body: &str) -> (i32, String, String) {
         std::fs::create_dir_all(specs.parent().unwrap()).unwrap();
         std::fs::write(&specs, "{}").unwrap();
     }
+    // The attempt's log directory, which the submission makes before the job starts.
+    std::fs::create_dir_all(dir.path().join("lustre/slurm-logs/tao-job-x-77")).unwrap();
     let path = dir.path().join("job.sbatch");
     std::fs::write(&path, script).unwrap();
     let out = Command::new("bash")
         .arg(&path)
         .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
         .env("SLURM_JOB_ID", "77")
+        .env("SLURM_JOB_NAME", "tao-job-x")
         .env("SLURM_JOB_NODELIST", "node[A-B]")
         .output()
         .unwrap();
@@ -111,6 +114,22 @@ fn exit_status_is_the_container_steps() {
     let s = render_batch_script(&plan(spec()));
     assert_eq!(run_with_stubs(&s, "exit 3").0, 3);
     assert_eq!(run_with_stubs(&s, "exit 0").0, 0);
+}
+
+#[test]
+fn a_multi_node_job_ends_with_the_failing_tasks_status_not_its_siblings_sigterm() {
+    let s = render_batch_script(&plan(JobSpec { nodes: Some(2), gpus: Some(8), ..spec() }));
+    // srun ends 143 (a sibling's SIGTERM); its own message names the failing task's status. What a
+    // task prints goes to main.err, not through srun's standard error, so it cannot pose as that.
+    let (rc, _, err) = run_with_stubs(
+        &s,
+        "echo 'srun: error: nodeA: task 0: Terminated' >&2; echo 'srun: error: nodeB: task 1: Exited with exit code 2' >&2; exit 143",
+    );
+    assert_eq!(rc, 2, "{err}");
+    assert!(err.contains("task 1: Exited with exit code 2"), "srun's messages reach main.err: {err}");
+    // A timeout stays a timeout (it requeues), and a plain failure keeps its status.
+    assert_eq!(run_with_stubs(&s, "echo 'srun: error: nodeB: task 1: Exited with exit code 2' >&2; exit 124").0, 0);
+    assert_eq!(run_with_stubs(&s, "exit 5").0, 5);
 }
 
 #[test]
