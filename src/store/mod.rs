@@ -40,6 +40,12 @@ pub struct ChangeToken {
     pub ours: u64,
 }
 
+const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked))
+}
+
 pub struct Store {
     conn: Connection,
     path: String,
@@ -55,13 +61,28 @@ impl Store {
         crate::private::ensure_private_file(path)
             .map_err(|message| StoreError::Dir { path: path.display().to_string(), message })?;
         let p = path.display().to_string();
-        let err = |source| StoreError::Sqlite { path: p.clone(), source };
+        // Switching a new file to WAL upgrades a read lock to a write lock; when two processes do it at
+        // once SQLite answers "locked" at once instead of waiting (its deadlock rule), so that step is
+        // retried for as long as the busy timeout would have waited.
+        let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+        loop {
+            match Self::open_once(path, &p) {
+                Err(StoreError::Sqlite { source, .. }) if is_busy(&source) && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn open_once(path: &Path, p: &str) -> Result<Store, StoreError> {
+        let err = |source| StoreError::Sqlite { path: p.to_string(), source };
         let conn = Connection::open(path).map_err(err)?;
-        conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(err)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(err)?;
         conn.pragma_update(None, "journal_mode", "WAL").map_err(err)?;
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(err)?;
         conn.pragma_update(None, "foreign_keys", "ON").map_err(err)?;
-        let mut store = Store { conn, path: p };
+        let mut store = Store { conn, path: p.to_string() };
         store.migrate()?;
         Ok(store)
     }
