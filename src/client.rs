@@ -280,6 +280,15 @@ impl Client {
                 Err(e) => return Err(e),
             }
         }
+        // Credentials forwarded by the settings (the TAO SDK's HF_TOKEN, NGC_KEY, ...) fill the names
+        // of the plan that the caller gave no value for.
+        let mut secrets = secrets.clone();
+        for (name, value) in &self.settings.forwarded_secrets {
+            if plan.secret_names.contains(name) {
+                secrets.0.entry(name.clone()).or_insert_with(|| value.clone());
+            }
+        }
+        let secrets = &secrets;
         if let Some(missing) = plan.secret_names.iter().find(|n| !secrets.0.contains_key(*n)) {
             return Err(crate::spec::SpecError::new("secret_env", format!("{missing} has no value")).into());
         }

@@ -107,6 +107,22 @@ pub struct Settings {
     pub aux_timeout_minutes: u64,
     /// NGC API key, used only to install enroot credentials on the cluster.
     pub ngc_key: Option<crate::spec::Secret>,
+    /// CPUs per task of a job that does not say (SLURM_CPUS_PER_TASK), and the most a job may ask for
+    /// (SLURM_MAX_CPUS_PER_TASK).
+    pub cpus_per_task: u32,
+    pub max_cpus_per_task: Option<u32>,
+    /// The container mounts every job has unless it replaces them (SLURM_CONTAINER_MOUNTS).
+    pub container_mounts: Vec<String>,
+    /// Run the container step under the inner timeout (SLURM_USE_TIMEOUT).
+    pub use_timeout: bool,
+    /// Mail Slurm's job notices to this address (SLURM_MAIL_USER, with --mail-type=ALL).
+    pub mail_user: Option<String>,
+    /// Credentials forwarded to every job's container as secrets, under the container's names
+    /// ([`crate::config_aliases::FORWARDED_CREDENTIALS`]; off with TAO_SLURM_FORWARD_CREDENTIALS=false).
+    pub forwarded_secrets: Vec<(String, crate::spec::Secret)>,
+    /// Names that look like settings but that nothing reads, with the closest known name (preflight
+    /// reports them).
+    pub unrecognised: Vec<(String, Option<&'static str>)>,
 }
 
 /// Where values come from, highest precedence first.
@@ -180,6 +196,8 @@ fn parse_u32(name: &'static str, text: &str, min: u32) -> Result<u32, ConfigErro
 
 impl Settings {
     pub fn from_sources(src: &SettingSources) -> Result<Settings, ConfigError> {
+        let unrecognised = crate::config_aliases::unrecognised(src);
+        let src = &crate::config_aliases::apply(src);
         let home = home_dir(&src.env);
         // Without a home directory there is no private place for the state and the control sockets
         // (a shared /tmp is not one): stop unless both are given.
@@ -335,6 +353,31 @@ impl Settings {
                 Some(v) => parse_u32("TAO_SLURM_MAX_QUERIES_PER_MINUTE", &v, 1)?,
                 None => 30,
             },
+            cpus_per_task: match src.get("SLURM_CPUS_PER_TASK") {
+                Some(v) => parse_u32("SLURM_CPUS_PER_TASK", &v, 1)?,
+                None => crate::plan::DEFAULT_CPUS_PER_TASK,
+            },
+            max_cpus_per_task: match src.get("SLURM_MAX_CPUS_PER_TASK") {
+                Some(v) => Some(parse_u32("SLURM_MAX_CPUS_PER_TASK", &v, 1)?),
+                None => None,
+            },
+            container_mounts: match src.get("SLURM_CONTAINER_MOUNTS") {
+                Some(v) => v.split(',').map(str::trim).filter(|m| !m.is_empty()).map(String::from).collect(),
+                None => vec![crate::plan::DEFAULT_MOUNT.to_string()],
+            },
+            use_timeout: match src.get("SLURM_USE_TIMEOUT") {
+                Some(v) => parse_bool("SLURM_USE_TIMEOUT", &v)?,
+                None => true,
+            },
+            mail_user: src.get("SLURM_MAIL_USER").map(|m| m.trim().to_string()),
+            forwarded_secrets: match src.get("TAO_SLURM_FORWARD_CREDENTIALS") {
+                Some(v) if !parse_bool("TAO_SLURM_FORWARD_CREDENTIALS", &v)? => Vec::new(),
+                _ => crate::config_aliases::FORWARDED_CREDENTIALS
+                    .iter()
+                    .filter_map(|(from, to)| src.get(from).map(|v| (to.to_string(), crate::spec::Secret::new(v))))
+                    .collect(),
+            },
+            unrecognised,
         })
     }
 

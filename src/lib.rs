@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod config_aliases;
 pub mod cosmos;
 pub mod engine;
 pub mod error;

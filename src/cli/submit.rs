@@ -153,6 +153,7 @@ impl JobArgs {
             no_sqsh: self.no_sqsh,
             allow_registry_pull: self.allow_registry_pull,
             cosmos_rl: self.cosmos_flags()?,
+            specs: None,
         };
         Ok(base.overlay(flags))
     }

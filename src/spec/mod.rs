@@ -71,6 +71,10 @@ pub struct JobSpec {
     pub no_sqsh: bool,
     /// If the conversion fails, submit with the registry image anyway.
     pub allow_registry_pull: bool,
+    /// The job's specs (a JSON object), staged as its specs file (`$TAO_SPECS_FILE`) with the inputs
+    /// laid over them; `{config_path}` in the command becomes that file's path (the TAO SDK's config mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub specs: Option<serde_json::Value>,
     /// A Cosmos-RL job: controller, policy and rollout roles in one allocation, sized by its config.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cosmos_rl: Option<CosmosRlSpec>,
@@ -120,6 +124,9 @@ impl JobSpec {
         self.no_container_mount_home |= over.no_container_mount_home;
         self.sbatch_options.extend(over.sbatch_options);
         self.inputs.extend(over.inputs);
+        if over.specs.is_some() {
+            self.specs = over.specs;
+        }
         self.no_sqsh |= over.no_sqsh;
         self.allow_registry_pull |= over.allow_registry_pull;
         if over.dataset_root.is_some() {
