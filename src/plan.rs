@@ -438,6 +438,9 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
     if spec.cpus_per_task.is_none() {
         resources.cpus_per_task = settings.cpus_per_task;
     }
+    if let Some(exclusive) = spec.exclusive {
+        resources.exclusive = exclusive;
+    }
     if let Some(max) = settings.max_cpus_per_task.filter(|m| resources.cpus_per_task > *m) {
         return Err(SpecError::new(
             "cpus_per_task",
@@ -924,6 +927,8 @@ pub(crate) mod tests {
         // Without specs the command is left as it is.
         let plain = JobSpec { command: vec!["echo {config_path}".into()], ..spec() };
         assert_eq!(resolve(&plain, &s).unwrap().command, vec!["echo {config_path}"]);
+        let whole = JobSpec { gpus: Some(2), exclusive: Some(true), ..spec() };
+        assert!(resolve(&whole, &s).unwrap().resources.exclusive);
     }
 
     #[test]

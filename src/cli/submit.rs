@@ -154,6 +154,7 @@ impl JobArgs {
             allow_registry_pull: self.allow_registry_pull,
             cosmos_rl: self.cosmos_flags()?,
             specs: None,
+            exclusive: None,
         };
         Ok(base.overlay(flags))
     }

@@ -33,6 +33,8 @@ pub struct JobSpec {
     pub total_gpus: Option<u32>,
     pub nodes: Option<u32>,
     pub cpus_per_task: Option<u32>,
+    /// Whole nodes to this job (`#SBATCH --exclusive`); by default only when it takes all of a node's GPUs.
+    pub exclusive: Option<bool>,
     /// Memory per node, as Slurm's `--mem` takes it (`64G`, `500M`, `0` for all).
     pub memory: Option<String>,
     pub partition: Option<String>,
@@ -104,7 +106,16 @@ impl JobSpec {
             ($($f:ident),*) => { $( if over.$f.is_some() { self.$f = over.$f; } )* };
         }
         take!(gpus, total_gpus, nodes, cpus_per_task, memory, partition, account, qos, constraint, exclude);
-        take!(reservation, time_hours, timeout_hours, requeue, container_workdir, name, max_timeout_requeues);
+        take!(
+            reservation,
+            time_hours,
+            timeout_hours,
+            requeue,
+            container_workdir,
+            name,
+            max_timeout_requeues,
+            exclusive
+        );
         if !over.image.is_empty() {
             self.image = over.image;
         }
