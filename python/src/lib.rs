@@ -183,13 +183,7 @@ impl Engine {
                 .into_iter()
                 .map(|ch| (if ch.stream == Stream::Stdout { "stdout" } else { "stderr" }.to_string(), ch.text))
                 .collect();
-            Ok((
-                json(&poll.job),
-                chunks,
-                poll.finished,
-                poll.caught_up,
-                (cursor.stdout_offset, cursor.stderr_offset),
-            ))
+            Ok((json(&poll.job), chunks, poll.finished, poll.caught_up, (cursor.stdout_offset, cursor.stderr_offset)))
         })
     }
 

@@ -163,6 +163,7 @@ class SlurmSDK:
         timeout_hours: Optional[float] = None,
         exclusive: Optional[bool] = None,
         name: Optional[str] = None,
+        sbatch_options: Optional[Mapping[str, str]] = None,
     ) -> Job:
         """Validate, stage and submit a job; returns it Pending (or Running).
 
@@ -193,6 +194,8 @@ class SlurmSDK:
             time_hours, timeout_hours: wall time and inner timeout (exit 124 requeues the job).
             exclusive: whole nodes (default: when the job takes all of a node's GPUs).
             name: a label shown by ``list_jobs`` and the CLI.
+            sbatch_options: extra ``#SBATCH`` options from an allow-list (``begin``, ``dependency``,
+                ``mail-type``, ``mem-per-gpu``, ...), as ``{"begin": "now+3600"}``.
 
         Raises:
             JobSpecError: an argument is invalid (``field`` names it); nothing was submitted.
@@ -222,6 +225,8 @@ class SlurmSDK:
             spec["inputs"] = {str(k): str(v) for k, v in inputs.items()}
         if specs is not None:
             spec["specs"] = dict(specs)
+        if sbatch_options:
+            spec["sbatch_options"] = {str(k): str(v) for k, v in sbatch_options.items()}
         secret_values: Dict[str, str] = {}
         if secret_env:
             if isinstance(secret_env, Mapping):
