@@ -279,6 +279,15 @@ class SlurmSDK:
         self._update_job(view)
         return self._status_from_view(view)
 
+    def refresh(self, job_ids: Optional[Sequence[str]] = None) -> List[JobStatus]:
+        """Refresh the given jobs, or every active job of the state file, in one round trip (the
+        TAO SDK has no such call: it asks once per job), performing due retries; returns their
+        statuses (with no ids, the active jobs and those that just ended)."""
+        views = json.loads(self._engine.refresh([str(i) for i in job_ids or []]))
+        for view in views:
+            self._update_job(view)
+        return [self._status_from_view(v) for v in views]
+
     def get_job(self, job_id: str) -> Optional[Dict[str, Any]]:
         """The job's record (the TAO SDK's keys and tao-slurm's), or None. No remote call."""
         try:
