@@ -205,7 +205,8 @@ def run_side(side: str, workdir: pathlib.Path) -> dict:
         env["SLURM_HOSTNAME"] = ",".join(f"127.0.0.1:{p}" for p in ports)
         env["SSH_KNOWN_HOSTS"] = settings["SSH_KNOWN_HOSTS"]
         env["TAO_SLURM_STATE"] = str(home / "state.db")
-        env["TAO_SLURM_CONTROL_DIR"] = str(home / "cm")
+        # Its own (fresh) ControlMaster directory, short: socket paths are limited to 108 bytes.
+        env["TAO_SLURM_CONTROL_DIR"] = tempfile.mkdtemp(prefix="tpb", dir="/tmp")
         env["TAO_SLURM_CONTROL_PERSIST"] = "60"
     run = subprocess.run(
         [sys.executable, __file__, "--side", side], env=env, capture_output=True, text=True, timeout=3600
