@@ -281,6 +281,21 @@ def section(r: dict) -> str:
         f"- tao_slurm: {' -> '.join(o['launch']['statuses'])} ({o['launch']['message']})",
         f"- TAO SDK: {' -> '.join(t['launch']['statuses']) or 'no status'} ({t['launch']['message'] or 'no message'});"
         f" its logs: {json.dumps(t['launch']['logs'][-160:])}",
+    ]
+    if not x_t["returned"]:
+        lines += [
+            "",
+            f"The TAO SDK's cancel: its `scancel` took effect at once (sacct: `CANCELLED by <uid>`), then it polled",
+            "the job's state for 30 s, one login per poll, for a state it counts as terminal, which `CANCELLED by",
+            f"<uid>` is not; it gave up, returned False and left its record {x_t['status_after']}.",
+        ]
+    if t["launch"]["statuses"][-1:] == ["Error"]:
+        lines += [
+            "",
+            "The TAO SDK's job died at launch: Slurm ended it FAILED, exit code 0:53, because its log directory",
+            "(`slurm-logs/%x-%j/`) is never created and Slurm could not open main.out; there are no logs to read.",
+        ]
+    lines += [
         "",
         "Harness notes: the TAO SDK runs `ssh user@host` with no port or config option, so its hosts are aliases",
         "of an ssh_config passed by `ssh`/`scp` wrappers on its PATH (what a user's `~/.ssh/config` does); its own",
@@ -302,5 +317,8 @@ def splice(text: str, new: str) -> str:
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--side":
         child(sys.argv[2])
+    elif sys.argv[1:] == ["--render"]:
+        # Rewrite the report's section from bench/python-report.json (no run).
+        REPORT_MD.write_text(splice(REPORT_MD.read_text(), section(json.loads(REPORT_JSON.read_text()))))
     else:
         main()
