@@ -283,16 +283,18 @@ impl Store {
     }
 
     fn migrate(&mut self) -> Result<(), StoreError> {
-        let version: usize =
-            self.conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(|e| self.err(e))?;
+        // Processes that open a new state file at the same moment (a submit and a `list`, two Python
+        // processes) must not both run the migrations: the version is read and the migrations run
+        // under one write lock, so the second waits (busy timeout) and then finds them done.
+        let path = self.path.clone();
+        let err = |source| StoreError::Sqlite { path: path.clone(), source };
+        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(err)?;
+        let version: usize = tx.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(err)?;
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
-            let tx = self.conn.transaction().map_err(|e| StoreError::Sqlite { path: self.path.clone(), source: e })?;
-            tx.execute_batch(sql).map_err(|e| StoreError::Sqlite { path: self.path.clone(), source: e })?;
-            tx.pragma_update(None, "user_version", i + 1)
-                .map_err(|e| StoreError::Sqlite { path: self.path.clone(), source: e })?;
-            tx.commit().map_err(|e| StoreError::Sqlite { path: self.path.clone(), source: e })?;
+            tx.execute_batch(sql).map_err(err)?;
+            tx.pragma_update(None, "user_version", i + 1).map_err(err)?;
         }
-        Ok(())
+        tx.commit().map_err(err)
     }
 
     /// Record a job before it is submitted.
@@ -887,6 +889,27 @@ impl FromJobRow for JobRecord {
 mod tests {
     use super::*;
     use crate::plan::tests::{settings, spec};
+
+    #[test]
+    fn processes_opening_a_new_state_file_at_once_migrate_it_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
+        let opened: Vec<_> = (0..8)
+            .map(|_| {
+                let (path, barrier) = (path.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    Store::open(&path).map(|_| ()).map_err(|e| e.to_string())
+                })
+            })
+            .collect();
+        for t in opened {
+            t.join().unwrap().unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        store.insert_job("{}", &crate::plan::resolve(&spec(), &settings()).unwrap()).unwrap();
+    }
 
     #[test]
     fn jobs_survive_reopen_and_prefixes_resolve() {
