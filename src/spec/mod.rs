@@ -196,6 +196,15 @@ mail-type = "END"
     }
 
     #[test]
+    fn a_job_file_carries_specs_and_exclusive() {
+        let spec = JobSpec::from_toml("image = \"x\"\nexclusive = true\n[specs.train]\nnum_epochs = 10\n").unwrap();
+        assert_eq!(spec.specs, Some(serde_json::json!({"train": {"num_epochs": 10}})));
+        assert_eq!(spec.exclusive, Some(true));
+        let flags = JobSpec { specs: Some(serde_json::json!({"a": 1})), ..JobSpec::default() };
+        assert_eq!(spec.overlay(flags).specs, Some(serde_json::json!({"a": 1})), "given specs replace the file's");
+    }
+
+    #[test]
     fn unknown_fields_in_a_job_file_are_rejected() {
         let err = JobSpec::from_toml("image = \"x\"\ngpu = 3\n").unwrap_err();
         assert_eq!(err.field, "spec");
