@@ -56,11 +56,18 @@ fn logins_are_shared_and_missing_settings_never_connect() {
     assert_eq!(accepted_logins() - before, 1, "100 remote commands in one process must share one login");
 
     // The master dies (network blip, sshd restart): the next command reconnects by itself, once.
+    // The master's socket is the one socket in this test's control directory (its name carries a
+    // hash of the authentication settings before ssh's %C).
     let control_dir = lib.vars["TAO_SLURM_CONTROL_DIR"].clone();
+    let socket = std::fs::read_dir(&control_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| std::os::unix::fs::FileTypeExt::is_socket(&std::fs::metadata(p).unwrap().file_type()))
+        .expect("the master's control socket");
     let exit = std::process::Command::new("ssh")
         .args([
             "-o",
-            &format!("ControlPath={control_dir}/%C"),
+            &format!("ControlPath={}", socket.display()),
             "-O",
             "exit",
             "-p",
