@@ -121,6 +121,18 @@ pub enum PathCheck {
     Refused(String),
 }
 
+/// What one [`Client::follow_logs_poll`] found.
+#[derive(Debug, Clone)]
+pub struct FollowPoll {
+    /// The job after the poll's refresh.
+    pub job: JobView,
+    pub chunks: Vec<logs::Chunk>,
+    /// The job had ended before this poll and every byte of its logs has been read.
+    pub finished: bool,
+    /// Nothing more is waiting to be read now.
+    pub caught_up: bool,
+}
+
 /// Callbacks for [`Client::wait_for`]; each has an empty default.
 pub trait JobCallbacks {
     /// The job (attempt) started running.
@@ -271,6 +283,15 @@ impl Client {
                 Err(e) => return Err(e),
             }
         }
+        // Credentials forwarded by the settings (the TAO SDK's HF_TOKEN, NGC_KEY, ...) fill the names
+        // of the plan that the caller gave no value for.
+        let mut secrets = secrets.clone();
+        for (name, value) in &self.settings.forwarded_secrets {
+            if plan.secret_names.contains(name) {
+                secrets.0.entry(name.clone()).or_insert_with(|| value.clone());
+            }
+        }
+        let secrets = &secrets;
         if let Some(missing) = plan.secret_names.iter().find(|n| !secrets.0.contains_key(*n)) {
             return Err(crate::spec::SpecError::new("secret_env", format!("{missing} has no value")).into());
         }
@@ -486,6 +507,32 @@ impl Client {
     ) -> Result<JobView> {
         let main = |job: &JobRecord| logs::log_paths(job).map(|(_, out, err)| (out, err));
         self.follow_files(id, &main, streams, interval, on_chunk)
+    }
+
+    /// One poll of [`Client::follow_logs`] for callers that drive the loop themselves (the Python
+    /// package's iterator): one round trip that refreshes the job and reads what its main.out and
+    /// main.err gained since `cursor`. `finished` once the job was terminal before the poll and every
+    /// byte has been read; `caught_up` when nothing more is waiting (poll again after a pause).
+    pub fn follow_logs_poll(
+        &self,
+        id: &str,
+        streams: &[logs::Stream],
+        cursor: &mut logs::FollowCursor,
+    ) -> Result<FollowPoll> {
+        let job = self.store.get(id)?;
+        let was_terminal = job.status.is_terminal();
+        let chunks = if job.slurm_job_id.is_none() {
+            // Not on Slurm yet (or outcome unknown): only a refresh, which may find or submit it.
+            self.refresh_and_advance(std::slice::from_ref(&job.summary))?;
+            Vec::new()
+        } else {
+            let (_, out, err) = logs::log_paths(&job)?;
+            let files_for = |j: &JobRecord| self.files_of(j);
+            logs::follow_files_once(&self.cycle(&files_for)?, &job, (&out, &err), streams, cursor)?
+        };
+        let caught_up = chunks.iter().all(|c| c.len < logs::MAX_CHUNK_BYTES);
+        let job = JobView::from(&self.store.summary(&job.job_id)?);
+        Ok(FollowPoll { job, chunks, finished: was_terminal && caught_up, caught_up })
     }
 
     /// [`Client::follow_logs`] for one task of a Cosmos-RL role.

@@ -168,8 +168,9 @@ for rc in .profile .bashrc; do
     put_file "$T" "$USER_HOME/$rc" 0644 "$SSH_USER:$SSH_USER"
 done
 
-# stand-ins: enroot, and the download tools that auxiliary inputs use (aws, huggingface-cli)
-for tool in enroot aws huggingface-cli; do
+# stand-ins: enroot, the download tools that auxiliary inputs use (aws, huggingface-cli), and torchrun
+# (prints the rendezvous and ranks it was given; for multi-node launch tests)
+for tool in enroot aws huggingface-cli torchrun; do
     T="$(mktemp)"; cp "$HERE/bin/$tool" "$T"; put_file "$T" "$SD/bin/$tool" 0755
 done
 

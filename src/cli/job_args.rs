@@ -25,6 +25,9 @@ pub struct JobArgs {
     pub nodes: Option<u32>,
     #[arg(long)]
     pub cpus_per_task: Option<u32>,
+    /// Whole nodes to this job (default: only when it takes all of a node's GPUs)
+    #[arg(long)]
+    pub exclusive: bool,
     /// Memory per node (Slurm --mem: 64G, 512M, 0 for all)
     #[arg(long)]
     pub memory: Option<String>,
@@ -153,6 +156,8 @@ impl JobArgs {
             no_sqsh: self.no_sqsh,
             allow_registry_pull: self.allow_registry_pull,
             cosmos_rl: self.cosmos_flags()?,
+            specs: None,
+            exclusive: self.exclusive.then_some(true),
         };
         Ok(base.overlay(flags))
     }

@@ -94,6 +94,13 @@ pub struct SubmitArgs {
     pub nodes: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpus_per_task: Option<u32>,
+    /// Whole nodes to this job (#SBATCH --exclusive); default only when it takes all of a node's GPUs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exclusive: Option<bool>,
+    /// The job's specs (a JSON object), staged as its specs file ($TAO_SPECS_FILE) under the inputs;
+    /// {config_path} in the command becomes that file's path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub specs: Option<serde_json::Value>,
     /// Memory per node, Slurm --mem (64G, 0 = all).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<String>,

@@ -5,6 +5,9 @@ use serde::{Deserialize, Serialize};
 
 pub const DEFAULT_CPUS_PER_TASK: u32 = 16;
 
+/// The container mount every job has unless it replaces it (SLURM_CONTAINER_MOUNTS).
+pub const DEFAULT_MOUNT: &str = "/lustre";
+
 /// Where a job's files live on shared storage (contract §2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Layout {

@@ -11,10 +11,9 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 use std::sync::LazyLock;
 
-pub use crate::layout::{slurm_job_name, Layout, Resources, DEFAULT_CPUS_PER_TASK};
+pub use crate::layout::{slurm_job_name, Layout, Resources, DEFAULT_CPUS_PER_TASK, DEFAULT_MOUNT};
 
 pub const DEFAULT_GPUS: u32 = 4;
-pub const DEFAULT_MOUNT: &str = "/lustre";
 pub const DEFAULT_MAX_TIMEOUT_REQUEUES: u32 = 3;
 /// Hours allowed on the packaged default partitions.
 pub const DEFAULT_PARTITION_MAX_HOURS: f64 = 4.0;
@@ -109,6 +108,16 @@ pub struct Plan {
     /// A Cosmos-RL job's roles and node split (absent for other jobs, and in plans stored before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cosmos: Option<crate::cosmos::CosmosPlan>,
+    /// Whether the container step runs under the inner timeout (SLURM_USE_TIMEOUT).
+    #[serde(default = "yes")]
+    pub use_timeout: bool,
+    /// The job's own specs (a JSON object), under the inputs in the staged specs file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub specs: Option<serde_json::Value>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// One auxiliary input (s3, Hugging Face, NGC) and where on shared storage it is cached.
@@ -140,7 +149,10 @@ fn aux_fetch(base: &str, key: &str, scheme: &str, uri: &str) -> AuxFetch {
 impl Plan {
     /// The job's specs as nested JSON objects, from the dotted input keys (`a.b.c = v`).
     pub fn specs_json(&self) -> serde_json::Value {
-        let mut root = serde_json::Map::new();
+        let mut root = match &self.specs {
+            Some(serde_json::Value::Object(m)) => m.clone(),
+            _ => serde_json::Map::new(),
+        };
         for (key, location) in &self.inputs {
             let value = match location {
                 InputLocation::Shared { path } => path.clone(),
@@ -325,18 +337,40 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
     if spec.shell && spec.command.len() != 1 {
         return Err(SpecError::new("command", "with --shell, give the command as one string"));
     }
-    let command = if spec.shell {
+    let mut command = if spec.shell {
         vec!["bash".to_string(), "-c".to_string(), spec.command[0].clone()]
     } else {
         spec.command.clone()
     };
-    let (resources, cosmos) = match &spec.cosmos_rl {
+    let layout = Layout::new(&settings.base_dir(), job_id);
+    if let Some(specs) = &spec.specs {
+        if !specs.is_object() {
+            return Err(SpecError::new("specs", "must be a JSON object (a mapping of spec keys)"));
+        }
+        // The TAO SDK's config mode: `{config_path}` in the command is the staged specs file.
+        for word in &mut command {
+            *word = word.replace("{config_path}", &layout.specs_file());
+        }
+    }
+    let (mut resources, cosmos) = match &spec.cosmos_rl {
         Some(section) => {
             let (resources, cosmos) = crate::cosmos::resolve(spec, section, &command, settings.max_gpus_per_node)?;
             (resources, Some(cosmos))
         }
         None => (resolve_resources(spec, settings.max_gpus_per_node)?, None),
     };
+    if spec.cpus_per_task.is_none() {
+        resources.cpus_per_task = settings.cpus_per_task;
+    }
+    if let Some(exclusive) = spec.exclusive {
+        resources.exclusive = exclusive;
+    }
+    if let Some(max) = settings.max_cpus_per_task.filter(|m| resources.cpus_per_task > *m) {
+        return Err(SpecError::new(
+            "cpus_per_task",
+            format!("{} CPUs per task is more than SLURM_MAX_CPUS_PER_TASK ({max})", resources.cpus_per_task),
+        ));
+    }
 
     let partition = spec.partition.clone().unwrap_or_else(|| settings.partition.clone());
     for p in partition.split(',') {
@@ -397,6 +431,12 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
             secret_names.push(name.clone());
         }
     }
+    // Credentials the TAO SDK forwards (HF_TOKEN, NGC_KEY, AWS keys), unless the job sets them itself.
+    for (name, _) in &settings.forwarded_secrets {
+        if !spec.env.contains_key(name) && !secret_names.contains(name) {
+            secret_names.push(name.clone());
+        }
+    }
     if let Some(m) = &spec.memory {
         check_with("memory", m, &MEMORY, "a size such as 64G, 512M or 0 (all of a node's memory)")?;
     }
@@ -427,8 +467,22 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
         check_with("sbatch_options", value, &OPTION_VALUE, "letters, digits and _ . , : = @ + / % - (no spaces or #)")?;
         sbatch_options.push((name.to_string(), value.clone()));
     }
+    if let Some(mail) = &settings.mail_user {
+        check_with("SLURM_MAIL_USER", mail, &OPTION_VALUE, "an address such as me@example.org")?;
+        for (name, value) in [("mail-user", mail.as_str()), ("mail-type", "ALL")] {
+            if !sbatch_options.iter().any(|(n, _)| n == name) {
+                sbatch_options.push((name.to_string(), value.to_string()));
+            }
+        }
+    }
 
-    let mut mounts = if spec.replace_default_mounts { Vec::new() } else { vec![DEFAULT_MOUNT.to_string()] };
+    let mut mounts = Vec::new();
+    if !spec.replace_default_mounts {
+        for m in &settings.container_mounts {
+            check_mount(m).map_err(|e| SpecError::new("SLURM_CONTAINER_MOUNTS", e.message))?;
+            mounts.push(m.clone());
+        }
+    }
     for m in &spec.mounts {
         check_mount(m)?;
         if !mounts.contains(m) {
@@ -468,7 +522,7 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
         fetches,
         aux_max_bytes: settings.aux_max_bytes,
         aux_timeout_minutes: settings.aux_timeout_minutes,
-        layout: Layout::new(&base, job_id),
+        layout,
         image,
         command,
         resources,
@@ -492,6 +546,8 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
         mount_home: !spec.no_container_mount_home,
         name: spec.name.clone(),
         cosmos,
+        use_timeout: settings.use_timeout,
+        specs: spec.specs.clone(),
     })
 }
 
@@ -723,6 +779,85 @@ pub(crate) mod tests {
         }
         let err = resolve(&JobSpec { dataset_root: Some("s3://b/coco".into()), ..spec() }, &s).unwrap_err();
         assert_eq!(err.field, "dataset_root");
+    }
+
+    /// Settings under the TAO SDK's names only (no tao-slurm name set), as a TAO user's env file has them.
+    fn tao_settings(extra: &[(&str, &str)]) -> Settings {
+        let mut env: HashMap<String, String> = [
+            ("SSH_USER", "alice"),
+            ("SSH_HOST", "login"),
+            ("HOME", "/home/alice"),
+            ("SLURM_BASE_RESULTS_DIR", "/lustre/alice"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        Settings::from_sources(&SettingSources { flags: HashMap::new(), env, file: HashMap::new() }).unwrap()
+    }
+
+    #[test]
+    fn tao_sdk_settings_take_effect() {
+        let s = tao_settings(&[
+            ("SLURM_CPUS_PER_TASK", "24"),
+            ("SLURM_MAX_CPUS_PER_TASK", "32"),
+            ("SLURM_CONTAINER_MOUNTS", "/lustre,/scratch:/scratch"),
+            ("SLURM_USE_TIMEOUT", "false"),
+            ("SLURM_MAIL_USER", "alice@example.org"),
+            ("SLURM_USE_SQSH", "false"),
+            ("SLURM_REQUIRE_SQSH", "false"),
+            ("SLURM_CONVERSION_PARTITION", "cpu2"),
+            ("SLURM_CONVERSION_MEMORY_GB", "64"),
+            ("HF_TOKEN", "hf-secret"),
+            ("ACCESS_KEY", "ak"),
+        ]);
+        assert_eq!(s.slurm_user.as_deref(), Some("alice"));
+        assert_eq!(s.login_hosts[0].host, "login");
+        assert!(!s.use_sqsh && s.allow_registry_pull);
+        assert_eq!((s.sqsh.partition.as_str(), s.sqsh.memory.as_str()), ("cpu2", "64G"));
+        let p = resolve(&spec(), &s).unwrap();
+        assert_eq!(p.resources.cpus_per_task, 24);
+        assert_eq!(p.mounts, vec!["/lustre", "/scratch:/scratch"]);
+        assert!(!p.use_timeout);
+        assert!(crate::script::render_batch_script(&p).contains("\ncommand srun "), "no inner timeout");
+        assert!(p.sbatch_options.contains(&("mail-user".into(), "alice@example.org".into())));
+        assert!(p.sbatch_options.contains(&("mail-type".into(), "ALL".into())));
+        assert_eq!(p.secret_names, vec!["HF_TOKEN", "AWS_ACCESS_KEY_ID"], "forwarded as secrets");
+        let script = crate::script::render_batch_script(&p);
+        assert!(!script.contains("hf-secret") && !script.contains("=ak"), "{script}");
+        // A job that sets the variable itself keeps its own; one asking more CPUs than the cap is refused.
+        let own = JobSpec { env: [("HF_TOKEN".to_string(), "public".to_string())].into(), ..spec() };
+        assert_eq!(resolve(&own, &s).unwrap().secret_names, vec!["AWS_ACCESS_KEY_ID"]);
+        let err = resolve(&JobSpec { cpus_per_task: Some(64), ..spec() }, &s).unwrap_err();
+        assert_eq!(err.field, "cpus_per_task");
+        let off = tao_settings(&[("HF_TOKEN", "x"), ("TAO_SLURM_FORWARD_CREDENTIALS", "false")]);
+        assert!(resolve(&spec(), &off).unwrap().secret_names.is_empty());
+        let bad = tao_settings(&[("SLURM_CONTAINER_MOUNTS", "relative")]);
+        assert_eq!(resolve(&spec(), &bad).unwrap_err().field, "SLURM_CONTAINER_MOUNTS");
+    }
+
+    #[test]
+    fn specs_are_staged_and_config_path_names_their_file() {
+        let s = settings();
+        let with_specs = JobSpec {
+            command: vec!["train -e {config_path}".into()],
+            shell: true,
+            specs: Some(serde_json::json!({"train": {"num_epochs": 3}, "dataset": {"root": "old"}})),
+            inputs: [("dataset.root".to_string(), "lustre:///lustre/coco".to_string())].into(),
+            ..spec()
+        };
+        let p = resolve_with_id(&with_specs, &s, "j1").unwrap();
+        assert_eq!(p.command[2], "train -e /lustre/alice/specs/j1.json");
+        let j = p.specs_json();
+        assert_eq!(j["train"]["num_epochs"], 3);
+        assert_eq!(j["dataset"]["root"], "/lustre/coco", "inputs are laid over the specs");
+        let bad = JobSpec { specs: Some(serde_json::json!([1])), ..spec() };
+        assert_eq!(resolve(&bad, &s).unwrap_err().field, "specs");
+        // Without specs the command is left as it is.
+        let plain = JobSpec { command: vec!["echo {config_path}".into()], ..spec() };
+        assert_eq!(resolve(&plain, &s).unwrap().command, vec!["echo {config_path}"]);
+        let whole = JobSpec { gpus: Some(2), exclusive: Some(true), ..spec() };
+        assert!(resolve(&whole, &s).unwrap().resources.exclusive);
     }
 
     #[test]

@@ -243,6 +243,30 @@ pub fn read_preflight(settings: &Settings, host: &str, stdout: &str) -> Vec<Chec
     checks
 }
 
+/// A warning naming every set variable that looks like a setting (`SLURM_`, `TAO_SLURM_`) but that
+/// nothing reads, with the closest name that is read when it looks like a typo. Pure.
+pub fn unrecognised_settings(settings: &Settings) -> Option<Check> {
+    if settings.unrecognised.is_empty() {
+        return None;
+    }
+    let names: Vec<String> = settings
+        .unrecognised
+        .iter()
+        .map(|(n, close)| match close {
+            Some(c) => format!("{n} (did you mean {c}?)"),
+            None => n.clone(),
+        })
+        .collect();
+    let mut check = Check::fail(
+        "unknown settings",
+        None,
+        format!("set but not read by tao-slurm: {}", names.join(", ")),
+        "Rename or remove them: see the README's Configuration table for the settings tao-slurm and the TAO SDK names read.",
+    );
+    check.required = false;
+    Some(check)
+}
+
 /// The last two lines of an error output: where Slurm's commands put the actual cause.
 fn summary(text: &str) -> String {
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();

@@ -79,17 +79,34 @@ fn write_directives(directive: &mut impl FnMut(String), plan: &Plan) {
 /// Names passed to `--container-env`: the variables the container must take from the task environment
 /// rather than from the image.
 pub fn container_env_names(plan: &Plan) -> Vec<String> {
-    let mut names = vec!["TAO_API_RESULTS_DIR".to_string(), "TAO_JOB_ID".to_string(), "TAO_SPECS_FILE".to_string()];
+    let mut names: Vec<String> = TAO_CONTAINER_VARS.iter().map(|v| v.to_string()).collect();
     if plan.resources.nodes > 1 {
         names.extend(["WORLD_SIZE", "NUM_GPU_PER_NODE", "MASTER_ADDR", "MASTER_PORT"].map(String::from));
     }
     if let Some(c) = &plan.cosmos {
         names.extend(cosmos::container_env_names(c));
     }
-    names.extend(plan.env.iter().map(|(n, _)| n.clone()));
-    names.extend(plan.secret_names.iter().cloned());
+    for n in plan.env.iter().map(|(n, _)| n).chain(&plan.secret_names) {
+        if !names.contains(n) {
+            names.push(n.clone());
+        }
+    }
     names
 }
+
+/// What every container is given, as TAO's containers read it: the job id under both names (TAO's
+/// own code reads `TAO_API_JOB_ID`), the results root, the staged specs, and the TAO SDK's defaults
+/// for Hugging Face's cache and Python (a job's own `env` may replace the last three).
+pub const TAO_CONTAINER_VARS: &[&str] = &[
+    "TAO_API_RESULTS_DIR",
+    "TAO_JOB_ID",
+    "TAO_SPECS_FILE",
+    "TAO_API_JOB_ID",
+    "TAO_RESULTS_ROOT",
+    "HF_HOME",
+    "PYTHONNOUSERSITE",
+    "PYTHONDONTWRITEBYTECODE",
+];
 
 /// The argv of the container step, before the inner `timeout`.
 pub fn srun_argv(plan: &Plan) -> Vec<String> {
@@ -137,7 +154,11 @@ fn task_argv(plan: &Plan, command: &[String]) -> Vec<String> {
 }
 
 /// The inner timeout every container step runs under (exit 124 requeues the job, up to a cap).
+/// Without it (SLURM_USE_TIMEOUT=false) the prefix is bash's `command`, which runs the step as is.
 fn timeout_prefix(plan: &Plan) -> String {
+    if !plan.use_timeout {
+        return "command".to_string();
+    }
     format!("timeout --signal=TERM --kill-after=60 {}s", plan.timeout_seconds)
 }
 
@@ -154,6 +175,12 @@ fn write_body(s: &mut String, plan: &Plan) {
     let _ = writeln!(s, "export TAO_JOB_ID={}", quote(&layout.job_id));
     let _ = writeln!(s, "export TAO_API_RESULTS_DIR={}", quote(&layout.results_root));
     let _ = writeln!(s, "export TAO_SPECS_FILE={}", quote(&layout.specs_file()));
+    let _ = writeln!(s, "export TAO_API_JOB_ID=\"$TAO_JOB_ID\" TAO_RESULTS_ROOT=\"$TAO_API_RESULTS_DIR\"");
+    let _ = writeln!(
+        s,
+        "export HF_HOME={} PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1",
+        quote(&format!("{}/.cache/huggingface", layout.job_dir))
+    );
     for (name, value) in &plan.env {
         let _ = writeln!(s, "export {name}={}", quote(value));
     }

@@ -46,8 +46,13 @@ fn two_nodes_of_eight() {
     }
     assert!(s.contains("timeout --signal=TERM --kill-after=60 13680s srun"));
     assert!(s.contains(
-        "--container-env=TAO_API_RESULTS_DIR,TAO_JOB_ID,TAO_SPECS_FILE,WORLD_SIZE,NUM_GPU_PER_NODE,MASTER_ADDR,MASTER_PORT"
+        "--container-env=TAO_API_RESULTS_DIR,TAO_JOB_ID,TAO_SPECS_FILE,TAO_API_JOB_ID,TAO_RESULTS_ROOT,HF_HOME,PYTHONNOUSERSITE,PYTHONDONTWRITEBYTECODE,WORLD_SIZE,NUM_GPU_PER_NODE,MASTER_ADDR,MASTER_PORT"
     ));
+    // What TAO's containers read: the job id under both names, the results root, the TAO SDK's defaults.
+    assert!(s.lines().any(|l| l == "export TAO_API_JOB_ID=\"$TAO_JOB_ID\" TAO_RESULTS_ROOT=\"$TAO_API_RESULTS_DIR\""));
+    assert!(s
+        .lines()
+        .any(|l| l == "export HF_HOME=/lustre/alice/.cache/huggingface PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1"));
     assert!(!s.contains("set -x"));
 }
 

@@ -32,6 +32,8 @@ pub struct JobSpec {
     pub total_gpus: Option<u32>,
     pub nodes: Option<u32>,
     pub cpus_per_task: Option<u32>,
+    /// Whole nodes to this job (`#SBATCH --exclusive`); by default only when it takes all of a node's GPUs.
+    pub exclusive: Option<bool>,
     /// Memory per node, as Slurm's `--mem` takes it (`64G`, `500M`, `0` for all).
     pub memory: Option<String>,
     pub partition: Option<String>,
@@ -70,6 +72,10 @@ pub struct JobSpec {
     pub no_sqsh: bool,
     /// If the conversion fails, submit with the registry image anyway.
     pub allow_registry_pull: bool,
+    /// The job's specs (a JSON object), staged as its specs file (`$TAO_SPECS_FILE`) with the inputs
+    /// laid over them; `{config_path}` in the command becomes that file's path (the TAO SDK's config mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub specs: Option<serde_json::Value>,
     /// A Cosmos-RL job: controller, policy and rollout roles in one allocation, sized by its config.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cosmos_rl: Option<CosmosRlSpec>,
@@ -86,7 +92,16 @@ impl JobSpec {
             ($($f:ident),*) => { $( if over.$f.is_some() { self.$f = over.$f; } )* };
         }
         take!(gpus, total_gpus, nodes, cpus_per_task, memory, partition, account, qos, constraint, exclude);
-        take!(reservation, time_hours, timeout_hours, requeue, container_workdir, name, max_timeout_requeues);
+        take!(
+            reservation,
+            time_hours,
+            timeout_hours,
+            requeue,
+            container_workdir,
+            name,
+            max_timeout_requeues,
+            exclusive
+        );
         if !over.image.is_empty() {
             self.image = over.image;
         }
@@ -106,6 +121,9 @@ impl JobSpec {
         self.no_container_mount_home |= over.no_container_mount_home;
         self.sbatch_options.extend(over.sbatch_options);
         self.inputs.extend(over.inputs);
+        if over.specs.is_some() {
+            self.specs = over.specs;
+        }
         self.no_sqsh |= over.no_sqsh;
         self.allow_registry_pull |= over.allow_registry_pull;
         if over.dataset_root.is_some() {
@@ -161,6 +179,15 @@ mail-type = "END"
         assert_eq!(merged.env["EXPERIMENT"], "b");
         assert_eq!(merged.command, vec!["python", "train.py"]);
         assert_eq!(merged.secret_env, vec!["NGC_KEY"]);
+    }
+
+    #[test]
+    fn a_job_file_carries_specs_and_exclusive() {
+        let spec = JobSpec::from_toml("image = \"x\"\nexclusive = true\n[specs.train]\nnum_epochs = 10\n").unwrap();
+        assert_eq!(spec.specs, Some(serde_json::json!({"train": {"num_epochs": 10}})));
+        assert_eq!(spec.exclusive, Some(true));
+        let flags = JobSpec { specs: Some(serde_json::json!({"a": 1})), ..JobSpec::default() };
+        assert_eq!(spec.overlay(flags).specs, Some(serde_json::json!({"a": 1})), "given specs replace the file's");
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Settings, with the precedence flags > environment > env file (`~/.config/tao/.env`) > packaged
 //! defaults. Loaded and validated once; everything else reads this struct.
 
+pub mod aliases;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -107,6 +109,22 @@ pub struct Settings {
     pub aux_timeout_minutes: u64,
     /// NGC API key, used only to install enroot credentials on the cluster.
     pub ngc_key: Option<crate::spec::Secret>,
+    /// CPUs per task of a job that does not say (SLURM_CPUS_PER_TASK), and the most a job may ask for
+    /// (SLURM_MAX_CPUS_PER_TASK).
+    pub cpus_per_task: u32,
+    pub max_cpus_per_task: Option<u32>,
+    /// The container mounts every job has unless it replaces them (SLURM_CONTAINER_MOUNTS).
+    pub container_mounts: Vec<String>,
+    /// Run the container step under the inner timeout (SLURM_USE_TIMEOUT).
+    pub use_timeout: bool,
+    /// Mail Slurm's job notices to this address (SLURM_MAIL_USER, with --mail-type=ALL).
+    pub mail_user: Option<String>,
+    /// Credentials forwarded to every job's container as secrets, under the container's names
+    /// ([`aliases::FORWARDED_CREDENTIALS`]; off with TAO_SLURM_FORWARD_CREDENTIALS=false).
+    pub forwarded_secrets: Vec<(String, crate::spec::Secret)>,
+    /// Names that look like settings but that nothing reads, with the closest known name (preflight
+    /// reports them).
+    pub unrecognised: Vec<(String, Option<&'static str>)>,
 }
 
 /// Where values come from, highest precedence first.
@@ -178,6 +196,8 @@ fn parse_u32(name: &'static str, text: &str, min: u32) -> Result<u32, ConfigErro
 
 impl Settings {
     pub fn from_sources(src: &SettingSources) -> Result<Settings, ConfigError> {
+        let unrecognised = aliases::unrecognised(src);
+        let src = &aliases::apply(src);
         let home = home_dir(&src.env);
         // Without a home directory there is no private place for the state and the control sockets
         // (a shared /tmp is not one): stop unless both are given.
@@ -282,6 +302,27 @@ impl Settings {
             max_retries: src.count("MAX_JOB_RETRIES", 0, crate::retry::MAX_JOB_RETRIES)?,
             retry_backoff_secs: src.count("TAO_SLURM_RETRY_BACKOFF_SECS", 0, 30)? as u64,
             max_queries_per_minute: src.count("TAO_SLURM_MAX_QUERIES_PER_MINUTE", 1, 30)?,
+            cpus_per_task: src.count("SLURM_CPUS_PER_TASK", 1, crate::layout::DEFAULT_CPUS_PER_TASK)?,
+            max_cpus_per_task: src.parse(
+                "SLURM_MAX_CPUS_PER_TASK",
+                |v| parse_u32("SLURM_MAX_CPUS_PER_TASK", v, 1).map(Some),
+                || None,
+            )?,
+            container_mounts: match src.get("SLURM_CONTAINER_MOUNTS") {
+                Some(v) => v.split(',').map(str::trim).filter(|m| !m.is_empty()).map(String::from).collect(),
+                None => vec![crate::layout::DEFAULT_MOUNT.to_string()],
+            },
+            use_timeout: src.flag("SLURM_USE_TIMEOUT", true)?,
+            mail_user: src.get("SLURM_MAIL_USER").map(|m| m.trim().to_string()),
+            forwarded_secrets: if src.flag("TAO_SLURM_FORWARD_CREDENTIALS", true)? {
+                aliases::FORWARDED_CREDENTIALS
+                    .iter()
+                    .filter_map(|(from, to)| src.get(from).map(|v| (to.to_string(), crate::spec::Secret::new(v))))
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            unrecognised,
         })
     }
 

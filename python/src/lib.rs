@@ -1,0 +1,224 @@
+//! `tao_slurm._native`: the tao-slurm engine for the Python package `tao_slurm` (see
+//! `python/tao_slurm/`). Thin on purpose: every call is one engine call through the public
+//! [`tao_slurm::Client`] API, run with the GIL released, its result handed over as JSON text that the
+//! Python side turns into the TAO SDK's shapes. Errors become the exception classes of
+//! `tao_slurm.errors`, one per class of the engine's error, with the engine's message unchanged.
+
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use tao_slurm::client::Client;
+use tao_slurm::config::{ConfigError, Settings};
+use tao_slurm::engine::logs::{FollowCursor, Stream};
+use tao_slurm::error::Error;
+use tao_slurm::remote::RemoteError;
+use tao_slurm::spec::{JobSpec, SecretValues};
+use tao_slurm::store::StoreError;
+
+/// Idle clients kept for the next calls (each holds a state-file connection and a warm shell on
+/// the login host's shared SSH master); more concurrent calls open extra ones, dropped afterwards.
+const MAX_IDLE: usize = 4;
+
+/// The engine for one `SlurmSDK`: its settings and a pool of clients, so calls from several Python
+/// threads (the monitor thread included) run side by side instead of queueing on one client.
+#[pyclass(module = "tao_slurm._native", frozen)]
+struct Engine {
+    settings: Settings,
+    idle: Mutex<Vec<Client>>,
+}
+
+/// Where a failure belongs on the Python side: the class name in `tao_slurm.errors`.
+fn class_of(e: &Error) -> &'static str {
+    match e {
+        Error::Config(ConfigError::Missing) | Error::Remote(RemoteError::Config(ConfigError::Missing)) => {
+            "CredentialError"
+        }
+        Error::Config(_) | Error::Remote(RemoteError::Config(_)) => "ConfigError",
+        Error::Spec(_) => "JobSpecError",
+        Error::Remote(_) => "RemoteError",
+        Error::Store(StoreError::NotFound(_) | StoreError::Ambiguous(_)) => "JobNotFoundError",
+        Error::Store(_) => "StateError",
+        Error::RemoteCommand(_) => "RemoteCommandError",
+    }
+}
+
+/// The Python exception for an engine error: its class, its message unchanged, its CLI exit code,
+/// and for a job spec error the field it names.
+fn to_py(py: Python<'_>, e: Error) -> PyErr {
+    let build = || -> PyResult<PyErr> {
+        let errors = py.import("tao_slurm.errors")?;
+        let class = errors.getattr(class_of(&e))?;
+        let instance = class.call1((e.to_string(),))?;
+        instance.setattr("exit_code", e.exit_code())?;
+        if let Error::Spec(s) = &e {
+            instance.setattr("field", s.field.clone())?;
+        }
+        Ok(PyErr::from_value(instance))
+    };
+    build().unwrap_or_else(|import_error| import_error)
+}
+
+fn json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).expect("engine values serialise")
+}
+
+impl Engine {
+    /// Run `f` with a pooled client, the GIL released for its whole duration.
+    fn with<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&Client) -> Result<T, Error> + Send) -> PyResult<T> {
+        let outcome = py.detach(|| {
+            let reused = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            let client = match reused {
+                Some(c) => c,
+                None => Client::new(self.settings.clone())?,
+            };
+            let result = f(&client);
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            if idle.len() < MAX_IDLE {
+                idle.push(client);
+            }
+            result
+        });
+        outcome.map_err(|e| to_py(py, e))
+    }
+}
+
+#[pymethods]
+impl Engine {
+    /// Read the settings as the CLI does (flags > environment > env file > defaults, the TAO SDK's
+    /// names included), with `state_path` as the state file when given. Raises `CredentialError`
+    /// when SLURM_USER/SLURM_HOSTNAME (or SSH_USER/SSH_HOST) are missing, as the TAO SDK does.
+    #[new]
+    #[pyo3(signature = (state_path=None, env_file=None))]
+    fn new(py: Python<'_>, state_path: Option<String>, env_file: Option<String>) -> PyResult<Engine> {
+        let mut flags = HashMap::new();
+        if let Some(p) = state_path {
+            flags.insert("TAO_SLURM_STATE".to_string(), p);
+        }
+        let settings = tao_slurm::config::gather(flags, env_file.as_deref().map(std::path::Path::new))
+            .and_then(|s| Settings::from_sources(&s))
+            .map_err(|e| to_py(py, e.into()))?;
+        settings.require_remote().map_err(|e| to_py(py, e.into()))?;
+        let engine = Engine { settings, idle: Mutex::new(Vec::new()) };
+        // Opening the state file now reports a bad path here rather than at the first call.
+        engine.with(py, |_| Ok(()))?;
+        Ok(engine)
+    }
+
+    /// A few settings the Python side needs, as JSON.
+    fn settings_json(&self) -> String {
+        let s = &self.settings;
+        json(&serde_json::json!({
+            "max_gpus_per_node": s.max_gpus_per_node,
+            "max_queries_per_minute": s.max_queries_per_minute,
+            "base_dir": s.base_dir(),
+            "state_path": s.state_path.display().to_string(),
+            "slurm_user": s.slurm_user,
+        }))
+    }
+
+    /// Validate, record, stage and submit a job (`spec_json` is a JobSpec); `secrets` holds the
+    /// values of the spec's `secret_env` names that the caller gave (the others come from the
+    /// environment). Returns the job as stored (JSON).
+    fn create_job(&self, py: Python<'_>, spec_json: &str, secrets: BTreeMap<String, String>) -> PyResult<String> {
+        let spec: JobSpec = serde_json::from_str(spec_json)
+            .map_err(|e| PyRuntimeError::new_err(format!("internal error: a bad job spec from tao_slurm: {e}")))?;
+        self.with(py, move |c| {
+            let values = SecretValues::resolve(&spec.secret_env, &secrets, &|n| std::env::var(n).ok())?;
+            let submitted = c.create_job(&spec, &values)?;
+            Ok(json(&c.stored_jobs(&[submitted.job_id])?[0]))
+        })
+    }
+
+    /// Refresh the given jobs (all active ones when empty) in one round trip, performing due
+    /// retries. Returns the jobs (JSON list); with no ids, those that just ended are included.
+    fn refresh(&self, py: Python<'_>, ids: Vec<String>) -> PyResult<String> {
+        self.with(py, move |c| Ok(json(&c.refresh(&ids)?)))
+    }
+
+    /// The jobs as the state file holds them (no remote call).
+    fn stored(&self, py: Python<'_>, ids: Vec<String>) -> PyResult<String> {
+        self.with(py, move |c| Ok(json(&c.stored_jobs(&ids)?)))
+    }
+
+    /// Every job in the state file, newest first (no remote call).
+    fn list(&self, py: Python<'_>, active_only: bool) -> PyResult<String> {
+        self.with(py, move |c| Ok(json(&c.list(active_only)?)))
+    }
+
+    /// The job's attempts, first to last (no remote call).
+    fn attempts(&self, py: Python<'_>, id: String) -> PyResult<String> {
+        self.with(py, move |c| Ok(json(&c.attempts(&id)?)))
+    }
+
+    /// main.out and main.err of the current attempt (their last `tail` lines when given).
+    #[pyo3(signature = (id, tail=None))]
+    fn logs(&self, py: Python<'_>, id: String, tail: Option<u32>) -> PyResult<(String, String)> {
+        self.with(py, move |c| {
+            let l = c.job_logs(&id, tail, None)?;
+            Ok((l.stdout, l.stderr))
+        })
+    }
+
+    /// Cancel jobs (idempotent). Returns them as they now are (JSON list).
+    fn cancel(&self, py: Python<'_>, ids: Vec<String>) -> PyResult<String> {
+        self.with(py, move |c| Ok(json(&c.cancel_jobs(&ids)?)))
+    }
+
+    /// One poll of following a job's logs from byte offsets `(stdout, stderr)`: returns the job
+    /// (JSON), the new pieces as `(stream, text)`, whether it is finished, whether nothing more is
+    /// waiting, and the new offsets.
+    #[allow(clippy::type_complexity)]
+    fn follow_poll(
+        &self,
+        py: Python<'_>,
+        id: String,
+        offsets: (u64, u64),
+    ) -> PyResult<(String, Vec<(String, String)>, bool, bool, (u64, u64))> {
+        self.with(py, move |c| {
+            let mut cursor = FollowCursor { stdout_offset: offsets.0, stderr_offset: offsets.1 };
+            let poll = c.follow_logs_poll(&id, &[Stream::Stdout, Stream::Stderr], &mut cursor)?;
+            let chunks = poll
+                .chunks
+                .into_iter()
+                .map(|ch| (if ch.stream == Stream::Stdout { "stdout" } else { "stderr" }.to_string(), ch.text))
+                .collect();
+            Ok((json(&poll.job), chunks, poll.finished, poll.caught_up, (cursor.stdout_offset, cursor.stderr_offset)))
+        })
+    }
+
+    /// The preflight checks (settings, unknown settings, SSH, Slurm, accounting, partitions, Pyxis,
+    /// credentials, results directory), as JSON.
+    fn preflight(&self, py: Python<'_>) -> String {
+        let settings = self.settings.clone();
+        py.detach(move || json(&tao_slurm::engine::preflight::run_preflight(&settings)))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Engine(user={:?}, hosts={}, state={})",
+            self.settings.slurm_user.as_deref().unwrap_or(""),
+            self.settings.login_hosts.iter().map(|h| h.label()).collect::<Vec<_>>().join(","),
+            self.settings.state_path.display()
+        )
+    }
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Engine logs (TAO_SLURM_LOG=info|debug) go to stderr with secrets redacted, as the CLI's do.
+    if std::env::var_os("TAO_SLURM_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_env("TAO_SLURM_LOG")
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            )
+            .with_writer(|| tao_slurm::redact::RedactingWriter(std::io::stderr()))
+            .with_ansi(false)
+            .with_target(false)
+            .try_init();
+    }
+    m.add_class::<Engine>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,584 @@
+"""``SlurmSDK``: the TAO SDK's Slurm API over the tao-slurm engine.
+
+Switch from NVIDIA's TAO SDK by changing one import::
+
+    # from tao_sdk.platforms.slurm import SlurmSDK
+    from tao_slurm import SlurmSDK
+
+    sdk = SlurmSDK()  # SLURM_USER/SSH_USER, SLURM_HOSTNAME/SSH_HOST, ... from the environment
+    job = sdk.create_job(image="nvcr.io/nvidia/tao/tao-toolkit:6.26.3-pyt",
+                         command="torchrun --nnodes=$WORLD_SIZE --node-rank=$NODE_RANK ... train.py",
+                         gpu_count=8, num_nodes=4)
+    print(sdk.wait(job.id))
+
+Every remote operation is one engine call with the GIL released: one persistent SSH login per
+login host for the whole process (the TAO SDK opens one per command), a refresh of every job in one
+round trip, a submission in two. Calls are safe from several threads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
+
+from . import _native
+from .errors import JobNotFoundError, JobSpecError, RemoteCommandError
+from .models import Job, JobStatus, LogChunk
+
+__all__ = ["SlurmSDK", "EPOCH_PATTERN", "TERMINAL_STATUSES"]
+
+logger = logging.getLogger("tao_slurm")
+
+TERMINAL_STATUSES = frozenset({"Complete", "Error", "Canceled"})
+#: The TAO SDK's epoch pattern, read in the last 20 log lines when status.json has no epoch.
+EPOCH_PATTERN = re.compile(r"[Ee]poch\s+(\d+)(?:/(\d+))?")
+HOOK_NAMES = ("on_complete", "on_error", "on_epoch_milestone")
+
+Hooks = Mapping[str, Callable[..., Any]]
+Mount = Union[str, Mapping[str, Any]]
+
+
+def _iso(seconds: Optional[int]) -> str:
+    if not seconds:
+        return ""
+    return datetime.fromtimestamp(int(seconds), timezone.utc).isoformat()
+
+
+def _state_path(state_file: Union[str, "os.PathLike[str]", None]) -> Optional[str]:
+    """tao-slurm's state file for the TAO SDK's ``state_file`` argument. The TAO SDK keeps a JSON
+    file and a SQLite file of its own schema beside it (``x.json`` -> ``x.db``); tao-slurm keeps its
+    own SQLite file, ``x.tao-slurm.db``, so the two never open each other's. Any other path is used
+    as it is."""
+    if state_file is None:
+        return None
+    path = os.fspath(state_file)
+    if path.endswith(".json"):
+        return path[: -len(".json")] + ".tao-slurm.db"
+    return path
+
+
+def _mounts(mounts: Union[None, str, Sequence[Mount]]) -> List[str]:
+    """The TAO SDK's mount forms (``"src:dst,src2:dst2"``, a list of such strings, or a list of
+    dicts with ``from_path|source|src`` and ``mount_path|path|target``) as ``src[:dst[:ro]]``."""
+    if mounts is None:
+        return []
+    if isinstance(mounts, str):
+        return [m.strip() for m in mounts.split(",") if m.strip()]
+    out: List[str] = []
+    for m in mounts:
+        if isinstance(m, str):
+            out.extend(x.strip() for x in m.split(",") if x.strip())
+            continue
+        src = m.get("from_path") or m.get("source") or m.get("src")
+        dst = m.get("mount_path") or m.get("path") or m.get("target") or src
+        if not src:
+            raise JobSpecError(f"mount {dict(m)!r} has no from_path, source or src", field="mounts")
+        ro = m.get("read_only") or m.get("readonly")
+        out.append(f"{src}:{dst}" + (":ro" if ro else ""))
+    return out
+
+
+@dataclass
+class _Watch:
+    """A job with hooks, followed by the monitor thread (the only caller of its hooks)."""
+
+    job: Job
+    hooks: Dict[str, Callable[..., Any]]
+    milestone: int = 0
+    fired: Set[str] = field(default_factory=set)
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class SlurmSDK:
+    """Run and follow jobs on a Slurm cluster over SSH, with the TAO SDK's API.
+
+    Settings come from the environment and ``~/.config/tao/.env`` (or ``TAO_ENV_FILE``), under
+    tao-slurm's names or the TAO SDK's (``SSH_USER``, ``SSH_HOST``, ``SLURM_USE_SQSH``,
+    ``SLURM_CONVERSION_PARTITION``, ``TAO_SDK_STATE_DIR``, ...); where both are set, tao-slurm's wins.
+
+    A background monitor thread refreshes every active job of the state file each ``poll_interval``
+    seconds (one round trip for all of them), performs due retries of infrastructure failures, and
+    calls the hooks given to :meth:`create_job` or :meth:`watch`. A new ``SlurmSDK`` on the same state
+    file (another process, later) resumes following and retrying every job left active.
+
+    Args:
+        poll_interval: seconds between the monitor's refreshes.
+        epoch_milestone_interval: ``on_epoch_milestone`` is called at every multiple of it.
+        state_file: the session's state; ``x.json`` (the TAO SDK's form) keeps tao-slurm's state in
+            ``x.tao-slurm.db``, any other path is the state file itself. Default: ``TAO_SLURM_STATE``,
+            else ``$TAO_SDK_STATE_DIR/tao-slurm-state.db``, else tao-slurm's usual state file (shared
+            with the CLI, so ``tao-slurm status`` shows these jobs).
+
+    Raises:
+        CredentialError: SLURM_USER/SLURM_HOSTNAME (or SSH_USER/SSH_HOST) are not set.
+        ConfigError: a setting is invalid.
+    """
+
+    def __init__(
+        self,
+        poll_interval: float = 30,
+        epoch_milestone_interval: int = 10,
+        state_file: Union[str, "os.PathLike[str]", None] = None,
+    ):
+        self._engine = _native.Engine(_state_path(state_file))
+        self._settings: Dict[str, Any] = json.loads(self._engine.settings_json())
+        self._poll_interval = max(float(poll_interval), 0.1)
+        self._milestone_every = max(int(epoch_milestone_interval), 1)
+        self._lock = threading.Lock()
+        self._watched: Dict[str, _Watch] = {}
+        self._jobs: Dict[str, Job] = {}
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._monitor, name="tao-slurm-monitor", daemon=True)
+        self._thread.start()
+
+    def __repr__(self) -> str:
+        return f"SlurmSDK(state={self._settings['state_path']!r}, poll_interval={self._poll_interval})"
+
+    # -- submission -------------------------------------------------------------------------------
+
+    def create_job(
+        self,
+        image: str,
+        command: Union[str, Sequence[str]],
+        gpu_count: int = 1,
+        env_vars: Optional[Mapping[str, Any]] = None,
+        hooks: Optional[Hooks] = None,
+        num_nodes: int = 1,
+        partition: Optional[str] = None,
+        account: Optional[str] = None,
+        mounts: Union[None, str, Sequence[Mount]] = None,
+        *,
+        inputs: Optional[Mapping[str, str]] = None,
+        specs: Optional[Mapping[str, Any]] = None,
+        secret_env: Union[None, Sequence[str], Mapping[str, str]] = None,
+        time_hours: Optional[float] = None,
+        timeout_hours: Optional[float] = None,
+        exclusive: Optional[bool] = None,
+        name: Optional[str] = None,
+        sbatch_options: Optional[Mapping[str, str]] = None,
+    ) -> Job:
+        """Validate, stage and submit a job; returns it Pending (or Running).
+
+        Args:
+            image: container image (``nvcr.io/...:tag``, ``registry#image:tag``, a ``.sqsh`` path).
+            command: one shell string, run by bash under ``set -euo pipefail`` as the TAO SDK runs it
+                (or a list of words, run as they are).
+            gpu_count: GPUs **per node** up to a node's maximum (``SLURM_MAX_GPUS_PER_NODE``, 8); above
+                it, a **total** packed into full nodes (16 is 2 nodes x 8). A total that does not fill
+                nodes evenly (12) is refused with the values that do, where the TAO SDK silently
+                allocates more (12 becomes 16). 0: a CPU-only job.
+            env_vars: variables exported in the container. The credentials the TAO SDK forwards
+                (``HF_TOKEN``, ``NGC_KEY``, ``ACCESS_KEY``/``SECRET_KEY``/``S3_ENDPOINT_URL`` as
+                ``AWS_*``) are forwarded as secrets from the settings unless set here.
+            hooks: ``on_complete(job)``, ``on_error(job)``, ``on_epoch_milestone(job, epoch, total)``,
+                each called once (a milestone once per multiple of ``epoch_milestone_interval``) from
+                the monitor thread.
+            num_nodes: nodes; with ``gpu_count`` above a node's maximum it may be left at 1.
+            partition, account: override ``SLURM_PARTITION``/``SLURM_ACCOUNT``.
+            mounts: added to ``SLURM_CONTAINER_MOUNTS`` (``/lustre``): ``"src:dst,..."``, a list of
+                such strings, or dicts with ``from_path|source|src`` and ``mount_path|path|target``.
+            inputs: spec key -> URI (``lustre:///path`` checked with ``test -e`` before anything is
+                staged; ``s3://``, ``hf_model://``, ``hf_dataset://``, ``ngc://`` fetched in the job).
+            specs: the job's specs, staged as its specs file (``$TAO_SPECS_FILE``, inputs laid over
+                them); ``{config_path}`` in ``command`` becomes that file's path.
+            secret_env: names of secret variables (values from the environment), or name -> value.
+                Values reach only a mode-600 file on the cluster, never a script, log or repr.
+            time_hours, timeout_hours: wall time and inner timeout (exit 124 requeues the job).
+            exclusive: whole nodes (default: when the job takes all of a node's GPUs).
+            name: a label shown by ``list_jobs`` and the CLI.
+            sbatch_options: extra ``#SBATCH`` options from an allow-list (``begin``, ``dependency``,
+                ``mail-type``, ``mem-per-gpu``, ...), as ``{"begin": "now+3600"}``.
+
+        Raises:
+            JobSpecError: an argument is invalid (``field`` names it); nothing was submitted.
+            CredentialError, ConfigError, RemoteError, RemoteCommandError, StateError.
+        """
+        hook_map = self._check_hooks(hooks)
+        spec: Dict[str, Any] = {"image": image}
+        if isinstance(command, str):
+            spec["command"] = ["set -euo pipefail\n" + command]
+            spec["shell"] = True
+        else:
+            spec["command"] = [str(w) for w in command]
+        spec.update(self._resources(gpu_count, num_nodes))
+        if env_vars:
+            spec["env"] = {str(k): str(v) for k, v in env_vars.items()}
+        for key, value in (("partition", partition), ("account", account), ("name", name)):
+            if value is not None:
+                spec[key] = value
+        for key, value in (("time_hours", time_hours), ("timeout_hours", timeout_hours)):
+            if value is not None:
+                spec[key] = float(value)
+        if exclusive is not None:
+            spec["exclusive"] = bool(exclusive)
+        if mounts is not None:
+            spec["mounts"] = _mounts(mounts)
+        if inputs:
+            spec["inputs"] = {str(k): str(v) for k, v in inputs.items()}
+        if specs is not None:
+            spec["specs"] = dict(specs)
+        if sbatch_options:
+            spec["sbatch_options"] = {str(k): str(v) for k, v in sbatch_options.items()}
+        secret_values: Dict[str, str] = {}
+        if secret_env:
+            if isinstance(secret_env, Mapping):
+                secret_values = {str(k): str(v) for k, v in secret_env.items()}
+                spec["secret_env"] = list(secret_values)
+            else:
+                spec["secret_env"] = [str(n) for n in secret_env]
+        view = json.loads(self._engine.create_job(json.dumps(spec), secret_values))
+        job = self._job_from_view(view)
+        if hook_map:
+            self._watch(job, hook_map)
+        return job
+
+    def _resources(self, gpu_count: int, num_nodes: int) -> Dict[str, int]:
+        """The TAO SDK's ``gpu_count`` as tao-slurm's ``gpus`` (per node) or ``total_gpus``."""
+        per_node = int(self._settings["max_gpus_per_node"])
+        gpu_count, num_nodes = int(gpu_count), int(num_nodes)
+        if gpu_count < 0:
+            raise JobSpecError(f"gpu_count={gpu_count} must be 0 or more", field="gpu_count")
+        if gpu_count <= per_node:
+            return {"gpus": gpu_count, "nodes": num_nodes}
+        if gpu_count % per_node:
+            low, high = gpu_count - gpu_count % per_node, (gpu_count // per_node + 1) * per_node
+            valid = f"{low} or {high}" if low > per_node else f"{high}"
+            raise JobSpecError(
+                f"gpu_count={gpu_count} is more than a node's {per_node} GPUs, so it is a total packed into "
+                f"full nodes, and {gpu_count} does not fill nodes of {per_node} evenly; use {valid} (a multiple "
+                f"of {per_node}), or up to {per_node} per node with num_nodes (the TAO SDK would allocate "
+                f"{high} GPUs for {gpu_count})",
+                field="gpu_count",
+            )
+        nodes = gpu_count // per_node
+        if num_nodes not in (1, nodes):
+            raise JobSpecError(
+                f"gpu_count={gpu_count} (a total above a node's {per_node} GPUs) needs {nodes} nodes, but "
+                f"num_nodes={num_nodes}; leave num_nodes out, or give gpu_count={per_node} per node",
+                field="num_nodes",
+            )
+        return {"total_gpus": gpu_count}
+
+    # -- status -----------------------------------------------------------------------------------
+
+    def get_job_status(self, job_id: str) -> JobStatus:
+        """Refresh the job (one round trip; none once it is terminal) and return its status.
+        An unknown id gives status ``Unknown``, as in the TAO SDK."""
+        try:
+            view = json.loads(self._engine.refresh([job_id]))[0]
+        except JobNotFoundError:
+            return JobStatus(job_id=job_id, status="Unknown", message="Job not found")
+        self._update_job(view)
+        return self._status_from_view(view)
+
+    def refresh(self, job_ids: Optional[Sequence[str]] = None) -> List[JobStatus]:
+        """Refresh the given jobs, or every active job of the state file, in one round trip (the
+        TAO SDK has no such call: it asks once per job), performing due retries; returns their
+        statuses (with no ids, the active jobs and those that just ended)."""
+        views = json.loads(self._engine.refresh([str(i) for i in job_ids or []]))
+        for view in views:
+            self._update_job(view)
+        return [self._status_from_view(v) for v in views]
+
+    def get_job(self, job_id: str) -> Optional[Dict[str, Any]]:
+        """The job's record (the TAO SDK's keys and tao-slurm's), or None. No remote call."""
+        try:
+            view = json.loads(self._engine.stored([job_id]))[0]
+        except JobNotFoundError:
+            return None
+        return self._record(view)
+
+    def list_jobs(self, status: Optional[str] = None) -> List[Dict[str, Any]]:
+        """Every job of the state file, newest first, optionally only those with ``status``. No
+        remote call (the monitor keeps active jobs fresh)."""
+        views = json.loads(self._engine.list(False))
+        return [self._record(v) for v in views if status is None or v["status"] == status]
+
+    def get_job_results_dir(self, job_id: str) -> str:
+        """``lustre://<base>/results/<id>``, or "" for an unknown id."""
+        record = self.get_job(job_id)
+        return record["results_dir"] if record else ""
+
+    def get_failure_analysis(self, job_id: str) -> Optional[Dict[str, Any]]:
+        """Why the job failed, from tao-slurm's classification of each attempt (no remote call):
+        ``reason`` (infra, user, timeout, cancelled, preempted), ``retriable``, ``match`` (the log
+        line that decided it), ``evidence``, ``exit_code``, ``slurm_state``, ``attempts``,
+        ``retries`` and ``message``. None when the job has not failed (or is unknown)."""
+        record = self.get_job(job_id)
+        if record is None:
+            return None
+        attempts = json.loads(self._engine.attempts(job_id))
+        failed = [a for a in attempts if a.get("failure_class")]
+        if not failed and record["status"] != "Error":
+            return None
+        last = failed[-1] if failed else (attempts[-1] if attempts else {})
+        evidence = list(last.get("evidence") or [])
+        reason = last.get("failure_class") or "error"
+        return {
+            "reason": reason,
+            "retriable": reason == "infra",
+            "match": evidence[0] if evidence else "",
+            "evidence": evidence,
+            "exit_code": last.get("exit_code"),
+            "slurm_state": last.get("state"),
+            "attempts": len(attempts),
+            "retries": record["retries"],
+            "message": record["message"],
+        }
+
+    # -- logs -------------------------------------------------------------------------------------
+
+    def get_job_logs(self, job_id: str, tail: Optional[int] = None) -> str:
+        """main.out, a newline, main.err, as the TAO SDK returns them (each file's last ``tail``
+        lines when given; one round trip). "" for an unknown job or one not on Slurm yet."""
+        record = self.get_job(job_id)
+        if record is None or not record.get("slurm_job_id"):
+            return ""
+        out, err = self._engine.logs(job_id, None if tail is None else int(tail))
+        return out + "\n" + err
+
+    def follow_logs(self, job_id: str, poll_interval: Optional[float] = None) -> Iterator[LogChunk]:
+        """Yield the job's log as it grows, until the job is terminal and every byte was read.
+
+        Each item is a :class:`LogChunk`: a ``str`` of new text, with ``.stream`` ``"stdout"``
+        (main.out) or ``"stderr"`` (main.err). One round trip per poll, the status refresh
+        included; no byte is read twice. Stop early by leaving the loop."""
+        interval = self._wait_interval() if poll_interval is None else max(float(poll_interval), 0.1)
+        offsets: Tuple[int, int] = (0, 0)
+        while True:
+            view_json, chunks, finished, caught_up, offsets = self._engine.follow_poll(job_id, offsets)
+            self._update_job(json.loads(view_json))
+            for stream, text in chunks:
+                if text:
+                    yield LogChunk(text, stream)
+            if finished:
+                return
+            if caught_up:
+                time.sleep(interval)
+
+    # -- control ----------------------------------------------------------------------------------
+
+    def cancel_job(self, job_id: str) -> bool:
+        """Cancel the job (idempotent: a finished job counts as cancelled). True once Slurm has
+        cancelled it or it had ended; False for an unknown id or a cancel Slurm did not confirm."""
+        try:
+            view = json.loads(self._engine.cancel([job_id]))[0]
+        except JobNotFoundError:
+            return False
+        except RemoteCommandError as e:
+            logger.warning("cancel of job %s not confirmed: %s", job_id, e)
+            return False
+        self._update_job(view)
+        self._wake.set()
+        return view["status"] in TERMINAL_STATUSES
+
+    def wait(self, job_id: str, timeout: Optional[float] = None) -> JobStatus:
+        """Block until the job is terminal and return its final status; a job with hooks returns
+        after its hooks have run. Never gives up because time passed, unless ``timeout`` (seconds)
+        is given: then ``TimeoutError``.
+
+        Raises:
+            JobNotFoundError: no such job.
+        """
+        deadline = None if timeout is None else time.monotonic() + float(timeout)
+        interval = self._wait_interval()
+        while True:
+            view = json.loads(self._engine.refresh([job_id]))[0]
+            self._update_job(view)
+            if view["status"] in TERMINAL_STATUSES:
+                with self._lock:
+                    watch = self._watched.get(view["job_id"])
+                if watch is not None:
+                    self._wake.set()
+                    left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+                    watch.done.wait(left if left is not None else max(60.0, 3 * self._poll_interval))
+                return self._status_from_view(view)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job_id} is still {view['status']} after {timeout} s: {view['message']}")
+            pause = interval if deadline is None else min(interval, max(deadline - time.monotonic(), 0.0))
+            time.sleep(pause)
+
+    def watch(self, job_id: str, hooks: Hooks) -> Job:
+        """Attach hooks to a job already submitted (by this or an earlier process): the monitor calls
+        them as for a job created with ``hooks``."""
+        hook_map = self._check_hooks(hooks)
+        view = json.loads(self._engine.stored([job_id]))[0]
+        job = self._job_from_view(view)
+        self._watch(job, hook_map)
+        return job
+
+    def preflight(self) -> List[Dict[str, Any]]:
+        """tao-slurm's preflight checks (settings, unknown ``SLURM_``/``TAO_SLURM_`` names, SSH to each
+        login host, Slurm commands, accounting, partitions, Pyxis, credentials, results directory),
+        each a dict with ``name``, ``host``, ``ok``, ``required``, ``detail``, ``remediation``."""
+        return json.loads(self._engine.preflight())
+
+    def close(self) -> None:
+        """Stop the monitor thread (jobs keep running; a new SlurmSDK resumes following them)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=self._poll_interval + 60)
+
+    def __enter__(self) -> "SlurmSDK":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the monitor ------------------------------------------------------------------------------
+
+    def _monitor(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._poll_once()
+            except Exception:  # noqa: BLE001 - the monitor must outlive any one failure
+                logger.warning("tao_slurm monitor: refresh failed; trying again", exc_info=True)
+            self._wake.wait(self._poll_interval)
+            self._wake.clear()
+
+    def _poll_once(self) -> None:
+        # Every active job of the state file in one round trip: this resumes jobs left by earlier
+        # processes and performs their due retries. Jobs that just ended are in the answer.
+        views = {v["job_id"]: v for v in json.loads(self._engine.refresh([]))}
+        with self._lock:
+            watched = list(self._watched.values())
+        missing = [w.job.id for w in watched if w.job.id not in views]
+        if missing:
+            views.update({v["job_id"]: v for v in json.loads(self._engine.stored(missing))})
+        for view in views.values():
+            self._update_job(view)
+        for w in watched:
+            view = views.get(w.job.id)
+            if view is not None:
+                self._observe(w, view)
+
+    def _observe(self, w: _Watch, view: Dict[str, Any]) -> None:
+        """Call the hooks this view makes due, each once (monitor thread only)."""
+        status = view["status"]
+        calls: List[Tuple[str, Tuple[Any, ...]]] = []
+        if "on_epoch_milestone" in w.hooks and (status == "Running" or status in TERMINAL_STATUSES):
+            epoch, total = self._epoch(view)
+            reached = epoch - epoch % self._milestone_every
+            for m in range(w.milestone + self._milestone_every, reached + 1, self._milestone_every):
+                calls.append(("on_epoch_milestone", (w.job, m, total)))
+            w.milestone = max(w.milestone, reached)
+        if status == "Complete" and "on_complete" not in w.fired:
+            calls.append(("on_complete", (w.job,)))
+        if status == "Error" and "on_error" not in w.fired:
+            calls.append(("on_error", (w.job,)))
+        for hook, args in calls:
+            w.fired.add(hook)
+            callback = w.hooks.get(hook)
+            if callback is None:
+                continue
+            try:
+                callback(*args)
+            except Exception:  # noqa: BLE001 - a user's hook must not stop the monitor
+                logger.exception("hook %s of job %s raised", hook, w.job.id)
+        if status in TERMINAL_STATUSES:
+            with self._lock:
+                self._watched.pop(w.job.id, None)
+            w.done.set()
+
+    def _epoch(self, view: Dict[str, Any]) -> Tuple[int, int]:
+        """(epoch, total) from status.json's last line, else from the TAO SDK's log pattern in the
+        last 20 lines of the logs (total 0 when the log names none)."""
+        progress = view.get("progress") or {}
+        if isinstance(progress, dict) and progress.get("epoch") is not None:
+            try:
+                return int(progress["epoch"]), int(progress.get("max_epoch") or 0)
+            except (TypeError, ValueError):
+                pass
+        if not view.get("slurm_job_id"):
+            return 0, 0
+        try:
+            out, err = self._engine.logs(view["job_id"], 20)
+        except Exception:  # noqa: BLE001 - no epoch this time; the next poll tries again
+            return 0, 0
+        matches = EPOCH_PATTERN.findall(out + "\n" + err)
+        if not matches:
+            return 0, 0
+        epoch, total = matches[-1]
+        return int(epoch), int(total) if total else 0
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _wait_interval(self) -> float:
+        """How often wait() and follow_logs() poll: at most every poll_interval, at least every 5 s,
+        within the query budget (TAO_SLURM_MAX_QUERIES_PER_MINUTE)."""
+        budget = 60.0 / max(int(self._settings["max_queries_per_minute"]), 1)
+        return max(budget, min(self._poll_interval, 5.0))
+
+    @staticmethod
+    def _check_hooks(hooks: Optional[Hooks]) -> Dict[str, Callable[..., Any]]:
+        if not hooks:
+            return {}
+        unknown = [k for k in hooks if k not in HOOK_NAMES]
+        if unknown:
+            raise JobSpecError(
+                f"unknown hook(s) {', '.join(map(repr, unknown))}; hooks are {', '.join(HOOK_NAMES)}", field="hooks"
+            )
+        for k, v in hooks.items():
+            if not callable(v):
+                raise JobSpecError(f"hook {k!r} is not callable", field="hooks")
+        return dict(hooks)
+
+    def _watch(self, job: Job, hooks: Dict[str, Callable[..., Any]]) -> None:
+        with self._lock:
+            self._watched[job.id] = _Watch(job=job, hooks=hooks)
+        self._wake.set()
+
+    def _job_from_view(self, view: Dict[str, Any]) -> Job:
+        with self._lock:
+            job = self._jobs.get(view["job_id"])
+            if job is None:
+                job = Job(
+                    id=view["job_id"],
+                    status=view["status"],
+                    created_at=_iso(view["created_at"]),
+                    backend_job_id=f"tao-job-{view['job_id']}",
+                    results_dir="lustre://" + view["results_dir"],
+                )
+                self._jobs[job.id] = job
+            job.status = view["status"]
+            return job
+
+    def _update_job(self, view: Dict[str, Any]) -> None:
+        job = self._jobs.get(view["job_id"])
+        if job is not None:
+            job.status = view["status"]
+
+    @staticmethod
+    def _status_from_view(view: Dict[str, Any]) -> JobStatus:
+        return JobStatus(
+            job_id=view["job_id"], status=view["status"], message=view["message"], updated_at=_iso(view["updated_at"])
+        )
+
+    @staticmethod
+    def _record(view: Dict[str, Any]) -> Dict[str, Any]:
+        """A job as a dict: tao-slurm's fields, with the TAO SDK's keys and forms where they meet
+        (``results_dir`` as ``lustre://``, times as ISO 8601 text)."""
+        record = dict(view)
+        record.update(
+            {
+                "network_arch": "",
+                "action": "",
+                "workspace_id": "slurm",
+                "backend_type": "slurm",
+                "backend_job_id": f"tao-job-{view['job_id']}",
+                "parent_job_id": None,
+                "results_dir": "lustre://" + view["results_dir"],
+                "created_at": _iso(view["created_at"]),
+                "updated_at": _iso(view["updated_at"]),
+            }
+        )
+        return record
