@@ -107,6 +107,9 @@ pub struct Settings {
     pub aux_timeout_minutes: u64,
     /// NGC API key, used only to install enroot credentials on the cluster.
     pub ngc_key: Option<crate::spec::Secret>,
+    /// The cluster profile these settings come from (`--cluster`, see [`crate::profiles`]); None for
+    /// the settings without a profile. Every job records it.
+    pub cluster: Option<String>,
 }
 
 /// Where values come from, highest precedence first.
@@ -118,7 +121,8 @@ pub struct SettingSources {
 
 impl SettingSources {
     /// Process environment plus the env file (the explicit one, or `~/.config/tao/.env` when present).
-    pub fn gather(flags: HashMap<String, String>, env_file: Option<&Path>) -> Result<SettingSources, ConfigError> {
+    /// A cluster profile named by `TAO_SLURM_CLUSTER` is laid over the environment ([`crate::profiles`]).
+    pub fn gather(mut flags: HashMap<String, String>, env_file: Option<&Path>) -> Result<SettingSources, ConfigError> {
         let env: HashMap<String, String> = std::env::vars().collect();
         let path = match env_file {
             Some(p) => Some(p.to_path_buf()),
@@ -127,10 +131,11 @@ impl SettingSources {
                 .map(PathBuf::from)
                 .or_else(|| home_dir(&env).map(|h| h.join(".config/tao/.env")).filter(|p| p.is_file())),
         };
-        let file = match path {
-            Some(p) => read_env_file(&p)?,
+        let file = match &path {
+            Some(p) => read_env_file(p)?,
             None => HashMap::new(),
         };
+        crate::profiles::apply(&mut flags, &env, &file, env_file)?;
         Ok(SettingSources { flags, env, file })
     }
 
@@ -334,6 +339,15 @@ impl Settings {
             max_queries_per_minute: match src.get("TAO_SLURM_MAX_QUERIES_PER_MINUTE") {
                 Some(v) => parse_u32("TAO_SLURM_MAX_QUERIES_PER_MINUTE", &v, 1)?,
                 None => 30,
+            },
+            cluster: match src.get(crate::profiles::CLUSTER_SETTING) {
+                Some(name) => {
+                    let name = name.trim().to_string();
+                    crate::profiles::check_name(&name)
+                        .map_err(|message| ConfigError::Invalid { name: "TAO_SLURM_CLUSTER", message })?;
+                    Some(name)
+                }
+                None => None,
             },
         })
     }

@@ -15,6 +15,7 @@ pub mod monitor;
 pub mod plan;
 pub mod preflight;
 pub mod private;
+pub mod profiles;
 pub mod redact;
 pub mod remote;
 pub mod retry;

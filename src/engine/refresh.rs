@@ -613,6 +613,7 @@ mod tests {
             status_sig: None,
             submitted_at: None,
             unseen_since: None,
+            cluster: None,
         }
     }
 
