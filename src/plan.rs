@@ -171,6 +171,9 @@ pub struct Plan {
     pub name: Option<String>,
     /// Inputs by spec key, resolved.
     pub inputs: Vec<(String, InputLocation)>,
+    /// The specs document given with the job (the inputs are laid over it when staged).
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub specs: serde_json::Map<String, serde_json::Value>,
     /// Paths on shared storage that must exist before anything is staged.
     pub required_paths: Vec<String>,
     /// Auxiliary inputs fetched inside the job, before the command starts.
@@ -212,7 +215,7 @@ fn aux_fetch(base: &str, key: &str, scheme: &str, uri: &str) -> AuxFetch {
 impl Plan {
     /// The job's specs as nested JSON objects, from the dotted input keys (`a.b.c = v`).
     pub fn specs_json(&self) -> serde_json::Value {
-        let mut root = serde_json::Map::new();
+        let mut root = self.specs.clone();
         for (key, location) in &self.inputs {
             let value = match location {
                 InputLocation::Shared { path } => path.clone(),
@@ -537,8 +540,16 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
             InputLocation::Shared { .. } => None,
         })
         .collect();
+    let specs_bytes = serde_json::to_string(&spec.specs).map(|t| t.len()).unwrap_or(usize::MAX);
+    if specs_bytes > crate::spec::MAX_SPECS_BYTES {
+        return Err(SpecError::new(
+            "specs",
+            format!("is {specs_bytes} bytes as JSON; at most {} are staged", crate::spec::MAX_SPECS_BYTES),
+        ));
+    }
     Ok(Plan {
         inputs,
+        specs: spec.specs.clone(),
         required_paths,
         fetches,
         aux_max_bytes: settings.aux_max_bytes,
@@ -757,6 +768,29 @@ pub(crate) mod tests {
         assert_eq!(p.mounts, vec!["/lustre", "/data:/data:ro"]);
         let p = resolve(&JobSpec { mounts: vec!["/data".into()], replace_default_mounts: true, ..spec() }, &s).unwrap();
         assert_eq!(p.mounts, vec!["/data"]);
+    }
+
+    #[test]
+    fn specs_are_staged_with_the_inputs_laid_over_them() {
+        let with_specs = JobSpec {
+            specs: serde_json::json!({"train": {"num_epochs": 3, "lr": 0.1}, "custom": {"keep": true}})
+                .as_object()
+                .unwrap()
+                .clone(),
+            inputs: [("custom.path".to_string(), "lustre:///lustre/x".to_string())].into(),
+            ..spec()
+        };
+        let j = resolve(&with_specs, &settings()).unwrap().specs_json();
+        assert_eq!(j["train"]["num_epochs"], 3);
+        assert_eq!(j["custom"]["keep"], true);
+        assert_eq!(j["custom"]["path"], "/lustre/x");
+        let huge = JobSpec {
+            specs: [("x".to_string(), serde_json::Value::String("y".repeat(crate::spec::MAX_SPECS_BYTES)))]
+                .into_iter()
+                .collect(),
+            ..spec()
+        };
+        assert_eq!(resolve(&huge, &settings()).unwrap_err().field, "specs");
     }
 
     #[test]

@@ -148,6 +148,8 @@ impl JobArgs {
             name: self.name.clone(),
             max_timeout_requeues: self.max_timeout_requeues,
             inputs: pairs("inputs", &self.inputs)?,
+            // A job file's [specs] table (no flag sets a document).
+            specs: Default::default(),
             dataset_root: self.dataset_root.clone(),
             dataset_files: self.dataset_files.clone(),
             no_sqsh: self.no_sqsh,

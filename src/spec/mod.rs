@@ -63,6 +63,10 @@ pub struct JobSpec {
     pub max_timeout_requeues: Option<u32>,
     /// Inputs by spec key (direct spec-key mode), e.g. `custom.train_dataset.annotation_path`.
     pub inputs: BTreeMap<String, String>,
+    /// The job's specs document (as the TAO service's `specs`), staged as `$TAO_SPECS_FILE` with the
+    /// resolved `inputs` laid over it at their dotted keys.
+    #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
+    pub specs: serde_json::Map<String, serde_json::Value>,
     /// A dataset root (root mode): it must hold `dataset_files`.
     pub dataset_root: Option<String>,
     /// Files the dataset root must hold (default `annotations.json`).
@@ -120,6 +124,7 @@ impl JobSpec {
         self.no_container_mount_home |= over.no_container_mount_home;
         self.sbatch_options.extend(over.sbatch_options);
         self.inputs.extend(over.inputs);
+        self.specs.extend(over.specs);
         self.no_sqsh |= over.no_sqsh;
         self.allow_registry_pull |= over.allow_registry_pull;
         if over.dataset_root.is_some() {
@@ -135,6 +140,9 @@ impl JobSpec {
         self
     }
 }
+
+/// The largest specs document a job may carry, as compact JSON.
+pub const MAX_SPECS_BYTES: usize = 256 * 1024;
 
 /// Parse `NAME=VALUE` for the field `field`.
 pub fn parse_pair(field: &str, text: &str) -> Result<(String, String), SpecError> {
