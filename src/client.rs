@@ -728,6 +728,13 @@ impl Client {
         crate::engine::inspect::log_range(self.remote()?, &path, offset, max_bytes)
     }
 
+    /// Each partition's limits and what its nodes have free now, with the login host that answered
+    /// (one round trip; the service's cluster view).
+    pub fn partition_usage(&self) -> Result<(Vec<crate::slurm::PartitionUsage>, String)> {
+        self.settings.require_remote()?;
+        cluster::partition_usage(self.remote()?)
+    }
+
     /// Whether enroot credentials for nvcr.io are installed on the cluster (never the key itself).
     pub fn enroot_credentials_status(&self) -> Result<crate::engine::inspect::CredentialsStatus> {
         self.settings.require_remote()?;
