@@ -19,6 +19,7 @@ pub mod profiles;
 pub mod redact;
 pub mod remote;
 pub mod retry;
+pub mod service;
 pub mod script;
 pub mod slurm;
 pub mod spec;

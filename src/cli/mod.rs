@@ -10,8 +10,10 @@ mod mcp;
 pub(crate) mod monitor;
 mod preflight;
 mod render;
+mod serve;
 mod status;
 mod submit;
+mod token;
 mod watch;
 
 use crate::config::{SettingSources, Settings};
@@ -72,6 +74,10 @@ enum Command {
     Credentials(credentials::CredentialsCmd),
     /// Serve the tools to AI agents over the Model Context Protocol (stdio)
     Mcp(mcp::McpCmd),
+    /// Serve the HTTP API (TAO service shape), the dashboard and the monitor of every cluster
+    Serve(serve::ServeCmd),
+    /// Make, list and revoke the service's bearer tokens
+    Token(token::TokenCmd),
 }
 
 /// Run the CLI and return the process exit code.
@@ -154,6 +160,9 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
         // The server reads the settings again for every tool call (a fixed env file needs no restart).
         return c.run(Box::new(move || settings_from(&globals)));
     }
+    if let Command::Serve(c) = cli.command {
+        return c.run(globals);
+    }
     let settings = load_settings(&cli)?;
     match cli.command {
         Command::Submit(c) => c.run(settings),
@@ -169,7 +178,8 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::CheckPath(c) => c.run(settings),
         Command::Image(c) => c.run(settings),
         Command::Credentials(c) => c.run(settings),
-        Command::Mcp(_) => unreachable!("served above"),
+        Command::Token(c) => c.run(settings),
+        Command::Mcp(_) | Command::Serve(_) => unreachable!("served above"),
     }
 }
 

@@ -26,7 +26,7 @@ pub fn monitor_lock_path(settings: &Settings) -> PathBuf {
     PathBuf::from(p)
 }
 
-fn take_lock(path: &Path) -> Result<Option<File>, Error> {
+pub(crate) fn take_lock(path: &Path) -> Result<Option<File>, Error> {
     if let Some(dir) = path.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
