@@ -209,13 +209,8 @@ fn parse_create(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Api
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
+        // The path names the field at fault (an unknown field included).
         let field = if path == "." || path.is_empty() { "body".to_string() } else { path };
-        // An unknown field is named by serde in the message; point at it.
-        let field = match inner.to_string().strip_prefix("unknown field `") {
-            Some(rest) if field == "body" => rest.split('`').next().unwrap_or("body").to_string(),
-            Some(rest) => format!("{field}.{}", rest.split('`').next().unwrap_or("")),
-            None => field,
-        };
         ApiError::field(field, inner.to_string())
     })
 }
