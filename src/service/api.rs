@@ -210,7 +210,7 @@ fn parse_create(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Api
         let path = e.path().to_string();
         let inner = e.into_inner();
         // The path names the field at fault (an unknown field included).
-        let field = if path == "." || path.is_empty() { "body".to_string() } else { path };
+        let field = if path == "." || path == "?" || path.is_empty() { "body".to_string() } else { path };
         ApiError::field(field, inner.to_string())
     })
 }
