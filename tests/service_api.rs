@@ -68,14 +68,20 @@ async fn jobs_on_two_clusters_over_http() {
     assert_eq!(w2["cloud_type"], "slurm");
     assert_eq!(w2["cloud_specific_details"]["slurm_hostname"], json!(["sandbox-login2"]));
     assert_eq!(w2["cloud_specific_details"]["slurm_user"], "slurmuser");
-    assert!(w2["cloud_specific_details"]["base_results_dir"].as_str().unwrap().starts_with("/var/lib/tao-slurm-sandbox"));
+    assert!(w2["cloud_specific_details"]["base_results_dir"]
+        .as_str()
+        .unwrap()
+        .starts_with("/var/lib/tao-slurm-sandbox"));
     assert_eq!(svc.get(&svc.api("/workspaces/nope")).send().await.unwrap().status(), 404);
     let cluster = svc.json(&svc.api("/workspaces/login1:cluster")).await;
     hit("get", "/api/v2/orgs/{org}/workspaces/{workspace_id}:cluster");
     let polar = cluster["partitions"].as_array().unwrap().iter().find(|p| p["name"] == "polar").unwrap().clone();
     assert_eq!((polar["gpus_total"].as_u64(), polar["nodes"].as_u64()), (Some(32), Some(4)), "{cluster}");
     assert_eq!(polar["max_time_minutes"], 240);
-    assert!(cluster["checks"].as_array().unwrap().iter().any(|c| c["name"] == "ssh login" && c["ok"] == true), "{cluster}");
+    assert!(
+        cluster["checks"].as_array().unwrap().iter().any(|c| c["name"] == "ssh login" && c["ok"] == true),
+        "{cluster}"
+    );
 
     // A training job on login1 (by workspace), a long one on login2 (by backend_details).
     let (status, a) = svc
@@ -121,8 +127,12 @@ async fn jobs_on_two_clusters_over_http() {
         .filter(|(n, v)| n == "log" && v["stream"] == "stdout")
         .map(|(_, v)| v["text"].as_str().unwrap())
         .collect();
-    assert!(stdout.contains("training starts") && stdout.contains("epoch 3/3") && stdout.contains("training done"), "{stdout}");
-    assert!(events.iter().any(|(n, v)| n == "log" && v["stream"] == "stderr"
+    assert!(
+        stdout.contains("training starts") && stdout.contains("epoch 3/3") && stdout.contains("training done"),
+        "{stdout}"
+    );
+    assert!(events.iter().any(|(n, v)| n == "log"
+        && v["stream"] == "stderr"
         && v["text"].as_str().unwrap().contains("a warning on stderr")));
     assert_eq!(events.last().unwrap().0, "end");
 
@@ -143,11 +153,16 @@ async fn jobs_on_two_clusters_over_http() {
     assert_eq!(done["jobs"].as_array().unwrap().len(), 1);
     let done2 = svc.json(&svc.api("/jobs?status=complete&workspace=login1")).await;
     assert_eq!(done2["jobs"][0]["id"], a_id.as_str());
-    for (q, field) in [("status=Finished", "status"), ("size=0", "size"), ("sort=age", "sort"), ("colour=red", "query")] {
+    for (q, field) in [("status=Finished", "status"), ("size=0", "size"), ("sort=age", "sort"), ("colour=red", "query")]
+    {
         let r = svc.get(&svc.api(&format!("/jobs?{q}"))).send().await.unwrap();
         assert_eq!(r.status(), 400, "{q}");
         let body: Value = r.json().await.unwrap();
-        assert_eq!((body["error_code"].as_str(), body["field"].as_str()), (Some("invalid_field"), Some(field)), "{q}: {body}");
+        assert_eq!(
+            (body["error_code"].as_str(), body["field"].as_str()),
+            (Some("invalid_field"), Some(field)),
+            "{q}: {body}"
+        );
     }
 
     // Logs: the tail of both files, one file, a byte range with its offsets.
@@ -203,11 +218,16 @@ async fn jobs_on_two_clusters_over_http() {
 
     // Every job recorded the cluster it ran on (in the state file the CLI reads too).
     let listed = svc.env.json(&["list", "--json"]);
-    let cluster_of = |id: &str| listed.as_array().unwrap().iter().find(|j| j["job_id"] == id).unwrap()["cluster"].clone();
+    let cluster_of =
+        |id: &str| listed.as_array().unwrap().iter().find(|j| j["job_id"] == id).unwrap()["cluster"].clone();
     assert_eq!((cluster_of(&a_id), cluster_of(&b_id)), (json!("login1"), json!("login2")));
     // A job of another cluster is refused by a client of this one, with the flag to use.
     let out = svc.env.run(&["--cluster", "login1", "logs", &b_id]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--cluster login2"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--cluster login2"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // Delete both (terminal now): they leave the org's jobs.
     for id in [&a_id, &b_id] {
@@ -257,11 +277,23 @@ async fn bad_requests_and_tokens_are_refused_before_any_cluster() {
     let cases: Vec<(String, u16, &str)> = vec![
         (with(json!({"gpus": "eight"})), 400, "gpus"),
         (with(json!({"gpuz": 1})), 400, "gpuz"),
-        (with(json!({"backend_details": {"slurm_metadata": {"slurm_job_id": "1"}}})), 400, "backend_details.slurm_metadata"),
+        (
+            with(json!({"backend_details": {"slurm_metadata": {"slurm_job_id": "1"}}})),
+            400,
+            "backend_details.slurm_metadata",
+        ),
         (with(json!({"backend_details": {"backend_type": "kubernetes"}})), 400, "backend_details.backend_type"),
         (with(json!({"workspace": "mars"})), 400, "workspace"),
-        (with(json!({"workspace": "login1", "backend_details": {"cluster_name": "login2"}})), 400, "backend_details.cluster_name"),
-        (with(json!({"partition": "polar", "backend_details": {"partition": "long"}})), 400, "backend_details.partition"),
+        (
+            with(json!({"workspace": "login1", "backend_details": {"cluster_name": "login2"}})),
+            400,
+            "backend_details.cluster_name",
+        ),
+        (
+            with(json!({"partition": "polar", "backend_details": {"partition": "long"}})),
+            400,
+            "backend_details.partition",
+        ),
         (with(json!({"num_gpu": 4})), 400, "num_gpu"),
         (with(json!({"num_gpu": -7, "gpus": null})), 400, "num_gpu"),
         (with(json!({"image": ""})), 400, "image"),
@@ -303,7 +335,13 @@ async fn bad_requests_and_tokens_are_refused_before_any_cluster() {
     // team-b's token works on team-b's routes (read within the service's one-second token reload).
     let mut ok = false;
     for _ in 0..20 {
-        let r = svc.http.get(format!("{}/api/v2/orgs/team-b/jobs", svc.url)).bearer_auth(&other_token).send().await.unwrap();
+        let r = svc
+            .http
+            .get(format!("{}/api/v2/orgs/team-b/jobs", svc.url))
+            .bearer_auth(&other_token)
+            .send()
+            .await
+            .unwrap();
         if r.status() == 200 {
             ok = true;
             break;

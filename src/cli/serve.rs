@@ -46,15 +46,25 @@ impl ServeCmd {
         if workspaces.is_empty() {
             return Err(SpecError::new(
                 "cluster",
-                format!("no cluster to serve: {} (or define clusters in clusters.toml beside the env file)", crate::config::MISSING_MESSAGE),
+                format!(
+                    "no cluster to serve: {} (or define clusters in clusters.toml beside the env file)",
+                    crate::config::MISSING_MESSAGE
+                ),
             )
             .into());
         }
         if let Some((id, s)) = workspaces.iter().find(|(_, s)| s.state_path != workspaces[0].1.state_path) {
-            return Err(SpecError::new("TAO_SLURM_STATE", format!("workspace {id} uses another state file ({}); one service has one", s.state_path.display())).into());
+            return Err(SpecError::new(
+                "TAO_SLURM_STATE",
+                format!("workspace {id} uses another state file ({}); one service has one", s.state_path.display()),
+            )
+            .into());
         }
         crate::service::serve(
-            crate::service::ServeOptions { bind: SocketAddr::new(self.bind, self.port), max_body_bytes: self.max_body_bytes },
+            crate::service::ServeOptions {
+                bind: SocketAddr::new(self.bind, self.port),
+                max_body_bytes: self.max_body_bytes,
+            },
             workspaces,
         )?;
         Ok(0)

@@ -42,15 +42,24 @@ impl TokenCmd {
             TokenAction::Create { org, name, json } => {
                 let (rec, token) = db.create_token(&org, &name).map_err(|m| SpecError::new("org", m))?;
                 if json {
-                    super::print_json(&serde_json::json!({"id": rec.id, "org": rec.org, "name": rec.name, "token": token}));
+                    super::print_json(
+                        &serde_json::json!({"id": rec.id, "org": rec.org, "name": rec.name, "token": token}),
+                    );
                 } else {
                     println!("{token}");
-                    eprintln!("token {} for org {} (shown once; revoke with `tao-slurm token revoke {}`)", rec.id, rec.org, rec.id);
+                    eprintln!(
+                        "token {} for org {} (shown once; revoke with `tao-slurm token revoke {}`)",
+                        rec.id, rec.org, rec.id
+                    );
                 }
             }
             TokenAction::Revoke { id } => {
                 if !db.revoke_token(&id).map_err(|m| SpecError::new("id", m))? {
-                    return Err(SpecError::new("id", format!("no valid token {id} (`tao-slurm token list` shows them)")).into());
+                    return Err(SpecError::new(
+                        "id",
+                        format!("no valid token {id} (`tao-slurm token list` shows them)"),
+                    )
+                    .into());
                 }
                 eprintln!("token {id} revoked");
             }

@@ -108,7 +108,9 @@ pub async fn workspace_ref(
 ) -> ApiResult<Response> {
     match reference.rsplit_once(':') {
         None => get_workspace(state, reference).await.map(IntoResponse::into_response),
-        Some((id, "cluster")) => workspace_cluster(state, id.to_string(), query(&uri)?).await.map(IntoResponse::into_response),
+        Some((id, "cluster")) => {
+            workspace_cluster(state, id.to_string(), query(&uri)?).await.map(IntoResponse::into_response)
+        }
         Some((_, other)) => Err(ApiError::not_found(format!("no workspace action :{other} (there is :cluster)"))),
     }
 }
@@ -220,7 +222,10 @@ pub fn to_spec(state: &AppState, req: &JobCreate) -> ApiResult<(JobSpec, Arc<Wor
     let backend = req.backend_details.clone().unwrap_or_default();
     if let Some(t) = &backend.backend_type {
         if t != "slurm" {
-            return Err(ApiError::field("backend_details.backend_type", format!("{t:?}: this service runs \"slurm\" jobs only")));
+            return Err(ApiError::field(
+                "backend_details.backend_type",
+                format!("{t:?}: this service runs \"slurm\" jobs only"),
+            ));
         }
     }
     let ws_name = match (&req.workspace, &backend.cluster_name) {
@@ -234,10 +239,9 @@ pub fn to_spec(state: &AppState, req: &JobCreate) -> ApiResult<(JobSpec, Arc<Wor
     };
     let names = || state.workspaces.iter().map(|w| w.id.as_str()).collect::<Vec<_>>().join(", ");
     let ws = match &ws_name {
-        Some(n) => state
-            .workspace(n)
-            .cloned()
-            .ok_or_else(|| ApiError::field("workspace", format!("no workspace {n:?}; the workspaces are: {}", names())))?,
+        Some(n) => state.workspace(n).cloned().ok_or_else(|| {
+            ApiError::field("workspace", format!("no workspace {n:?}; the workspaces are: {}", names()))
+        })?,
         None => state.default_workspace().cloned().ok_or_else(|| {
             ApiError::field("workspace", format!("is required: this service has several ({})", names()))
         })?,
@@ -252,7 +256,10 @@ pub fn to_spec(state: &AppState, req: &JobCreate) -> ApiResult<(JobSpec, Arc<Wor
     match req.num_gpu {
         None | Some(-1) => {}
         Some(n) if n < -1 || n > 100_000 => {
-            return Err(ApiError::field("num_gpu", format!("{n} is not a number of GPUs (0 or more, or -1 for the default)")))
+            return Err(ApiError::field(
+                "num_gpu",
+                format!("{n} is not a number of GPUs (0 or more, or -1 for the default)"),
+            ))
         }
         Some(_) if gpus.is_some() || total_gpus.is_some() => {
             return Err(ApiError::field("num_gpu", "give num_gpu, or gpus/total_gpus, not both"))
@@ -338,8 +345,10 @@ pub async fn create_job(
     // Every offline check (fields, resources, partition list, paths' forms) before any connection.
     ws.settings.require_remote().map_err(|e| ApiError::engine(e.into()))?;
     crate::plan::resolve(&spec, &ws.settings).map_err(|e| ApiError::field(e.field.clone(), e.message))?;
-    let secrets = SecretValues::resolve(&spec.secret_env, &Default::default(), &|n| std::env::var(n).ok())
-        .map_err(|e| ApiError::field("secret_env", format!("{} (values come from the service's environment)", e.message)))?;
+    let secrets =
+        SecretValues::resolve(&spec.secret_env, &Default::default(), &|n| std::env::var(n).ok()).map_err(|e| {
+            ApiError::field("secret_env", format!("{} (values come from the service's environment)", e.message))
+        })?;
     let meta = super::db::ApiJob {
         job_id: String::new(),
         org: org.clone(),
@@ -390,7 +399,10 @@ pub async fn list_jobs(State(state): State<AppStateRef>, Path(org): Path<String>
                 .filter(|s| !s.trim().is_empty())
                 .map(|s| {
                     parse_status(s).ok_or_else(|| {
-                        ApiError::field("status", format!("{s:?} is not one of Pending, Running, Done (Complete), Error, Canceled, Paused"))
+                        ApiError::field(
+                            "status",
+                            format!("{s:?} is not one of Pending, Running, Done (Complete), Error, Canceled, Paused"),
+                        )
                     })
                 })
                 .collect::<ApiResult<Vec<_>>>()?,
@@ -402,7 +414,10 @@ pub async fn list_jobs(State(state): State<AppStateRef>, Path(org): Path<String>
         None => (false, sort),
     };
     if !["created_on", "last_modified", "name", "status"].contains(&key) {
-        return Err(ApiError::field("sort", format!("{sort:?}: sort by created_on, last_modified, name or status (a leading - for descending)")));
+        return Err(ApiError::field(
+            "sort",
+            format!("{sort:?}: sort by created_on, last_modified, name or status (a leading - for descending)"),
+        ));
     }
     let snapshot = state.snapshot();
     let mut jobs: Vec<&Arc<CachedJob>> = snapshot
@@ -424,7 +439,12 @@ pub async fn list_jobs(State(state): State<AppStateRef>, Path(org): Path<String>
     }
     let total = jobs.len();
     let page: Vec<&str> = jobs.iter().skip(skip).take(size).map(|j| &*j.json).collect();
-    let info = PaginationInfo { total_records: total, total_pages: total.div_ceil(size), page_size: size, page_index: skip / size };
+    let info = PaginationInfo {
+        total_records: total,
+        total_pages: total.div_ceil(size),
+        page_size: size,
+        page_index: skip / size,
+    };
     Ok(json_text(
         StatusCode::OK,
         format!("{{\"jobs\":[{}],\"pagination_info\":{}}}", page.join(","), serde_json::to_string(&info).unwrap()),
@@ -447,12 +467,17 @@ pub async fn job_get_ref(
         "events" => job_events(state, org, id, query(&uri)?).await.map(IntoResponse::into_response),
         "attempts" => job_attempts(state, org, id).await.map(IntoResponse::into_response),
         "stream" => super::sse::job_stream(state, org, id, query(&uri)?).await,
-        other => Err(ApiError::not_found(format!("no job action :{other} for GET (there are :logs, :events, :attempts, :stream)"))),
+        other => Err(ApiError::not_found(format!(
+            "no job action :{other} for GET (there are :logs, :events, :attempts, :stream)"
+        ))),
     }
 }
 
 /// `POST /jobs/{job_id}:cancel`.
-pub async fn job_post_ref(State(state): State<AppStateRef>, Path((org, reference)): Path<(String, String)>) -> ApiResult<Response> {
+pub async fn job_post_ref(
+    State(state): State<AppStateRef>,
+    Path((org, reference)): Path<(String, String)>,
+) -> ApiResult<Response> {
     match reference.rsplit_once(':') {
         Some((id, "cancel")) => cancel_job(state, org, id.to_string()).await,
         _ => Err(ApiError::not_found("no such job action for POST (there is :cancel)")),
@@ -460,7 +485,10 @@ pub async fn job_post_ref(State(state): State<AppStateRef>, Path((org, reference
 }
 
 /// `DELETE /jobs/{job_id}`.
-pub async fn job_delete_ref(State(state): State<AppStateRef>, Path((org, reference)): Path<(String, String)>) -> ApiResult<Response> {
+pub async fn job_delete_ref(
+    State(state): State<AppStateRef>,
+    Path((org, reference)): Path<(String, String)>,
+) -> ApiResult<Response> {
     if reference.contains(':') {
         return Err(ApiError::not_found("DELETE takes a job id"));
     }
@@ -508,7 +536,10 @@ pub async fn cancel_job(state: AppStateRef, org: String, id: String) -> ApiResul
 pub async fn delete_job(state: AppStateRef, org: String, id: String) -> ApiResult<Json<Deleted>> {
     let job = org_job(&state, &org, &id)?;
     if !job.status.is_terminal() {
-        return Err(ApiError::conflict(format!("job {id} is {}: cancel it first (:cancel), then delete it", job.out.platform_status)));
+        return Err(ApiError::conflict(format!(
+            "job {id} is {}: cancel it first (:cancel), then delete it",
+            job.out.platform_status
+        )));
     }
     let ws = workspace_of(&state, &job)?;
     let (st, jid) = (state.clone(), id.clone());
@@ -567,8 +598,12 @@ pub async fn job_logs(state: AppStateRef, org: String, id: String, q: LogsQuery)
     let ws = workspace_of(&state, &job)?;
     match q.offset {
         Some(offset) => {
-            let stream = stream.ok_or_else(|| ApiError::field("stream", "reading from an offset needs stdout or stderr"))?;
-            let range = blocking(move || ws.with_client(|c| c.log_range(&id, stream, offset, limit, q.attempt)).map_err(ApiError::engine)).await?;
+            let stream =
+                stream.ok_or_else(|| ApiError::field("stream", "reading from an offset needs stdout or stderr"))?;
+            let range = blocking(move || {
+                ws.with_client(|c| c.log_range(&id, stream, offset, limit, q.attempt)).map_err(ApiError::engine)
+            })
+            .await?;
             let mut r = text(range.text);
             let h = r.headers_mut();
             h.insert("x-log-offset", range.offset.into());
@@ -580,12 +615,19 @@ pub async fn job_logs(state: AppStateRef, org: String, id: String, q: LogsQuery)
         }
         None => {
             let tail = q.tail.unwrap_or(200);
-            let logs = blocking(move || ws.with_client(|c| c.job_logs(&id, Some(tail), q.attempt)).map_err(ApiError::engine)).await?;
+            let logs =
+                blocking(move || ws.with_client(|c| c.job_logs(&id, Some(tail), q.attempt)).map_err(ApiError::engine))
+                    .await?;
             Ok(text(match stream {
                 Some(crate::engine::logs::Stream::Stdout) => logs.stdout,
                 Some(crate::engine::logs::Stream::Stderr) => logs.stderr,
                 None if logs.stderr.is_empty() => logs.stdout,
-                None => format!("{}{}{}", logs.stdout, if logs.stdout.ends_with('\n') || logs.stdout.is_empty() { "" } else { "\n" }, logs.stderr),
+                None => format!(
+                    "{}{}{}",
+                    logs.stdout,
+                    if logs.stdout.ends_with('\n') || logs.stdout.is_empty() { "" } else { "\n" },
+                    logs.stderr
+                ),
             }))
         }
     }
@@ -599,7 +641,8 @@ pub async fn job_events(state: AppStateRef, org: String, id: String, q: EventsQu
     let job = org_job(&state, &org, &id)?;
     let ws = workspace_of(&state, &job)?;
     let events = blocking(move || {
-        ws.with_client(|c| c.events_since(q.after.unwrap_or(0), std::slice::from_ref(&id), 100_000)).map_err(ApiError::engine)
+        ws.with_client(|c| c.events_since(q.after.unwrap_or(0), std::slice::from_ref(&id), 100_000))
+            .map_err(ApiError::engine)
     })
     .await?;
     Ok(Json(EventList {

@@ -34,7 +34,8 @@ impl ApiError {
     /// A request field is invalid (400).
     pub fn field(field: impl Into<String>, desc: impl Into<String>) -> ApiError {
         let field = field.into();
-        let mut e = ApiError::new(StatusCode::BAD_REQUEST, "invalid_field", format!("invalid {field}: {}", desc.into()));
+        let mut e =
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_field", format!("invalid {field}: {}", desc.into()));
         e.body.field = Some(field);
         e
     }

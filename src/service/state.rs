@@ -132,12 +132,7 @@ impl AppState {
         if self.tokens_version.swap(version, Ordering::Relaxed) == version {
             return Ok(());
         }
-        let tokens = self
-            .db
-            .valid_tokens()?
-            .into_iter()
-            .map(|(hash, id, org)| (hash, TokenInfo { id, org }))
-            .collect();
+        let tokens = self.db.valid_tokens()?.into_iter().map(|(hash, id, org)| (hash, TokenInfo { id, org })).collect();
         *self.tokens.write().unwrap_or_else(|e| e.into_inner()) = tokens;
         Ok(())
     }

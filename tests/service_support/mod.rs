@@ -41,12 +41,8 @@ impl Service {
         let created = env.json(&["token", "create", "--org", ORG, "--name", "tests", "--json"]);
         let token = created["token"].as_str().unwrap().to_string();
         let token_id = created["id"].as_str().unwrap().to_string();
-        let mut child = env
-            .command(&["serve", "--port", "0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
+        let mut child =
+            env.command(&["serve", "--port", "0"]).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().unwrap();
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
         let url = line

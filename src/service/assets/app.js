@@ -337,9 +337,14 @@ function clustersView() {
   return null;
 }
 
+// replaceChildren turns null into the text "null": leave the empty parts out.
+function children(...parts) {
+  return parts.flat().filter((p) => p !== null && p !== undefined && p !== false);
+}
+
 function renderCluster(body, c) {
   const minutes = (m) => (m === null || m === undefined ? "unlimited" : m >= 60 ? `${Math.floor(m / 60)} h${m % 60 ? ` ${m % 60} min` : ""}` : `${m} min`);
-  body.replaceChildren(
+  body.replaceChildren(...children(
     el("div", { class: "small muted" }, `checked ${c.checked_at}`),
     el("table", { class: "partitions", style: "margin:8px 0 14px" },
       el("thead", {}, el("tr", {}, ["Partition", "State", "Max time", "Nodes usable", "GPUs free", "GPUs in use", "CPUs idle"].map((h) => el("th", {}, h)))),
@@ -353,7 +358,7 @@ function renderCluster(body, c) {
     el("div", {}, c.checks.map((k) => el("div", { class: "check" },
       el("span", { class: `pill ${k.ok ? "ok" : k.required ? "fail" : "warn"}` }, k.ok ? "ok" : k.required ? "fail" : "warn"),
       el("div", {}, el("strong", {}, k.name), k.host ? el("span", { class: "muted" }, ` on ${k.host}`) : null, el("div", { class: "small muted" }, k.detail),
-        k.remediation && !k.ok ? el("div", { class: "small" }, k.remediation) : null)))));
+        k.remediation && !k.ok ? el("div", { class: "small" }, k.remediation) : null))))));
 }
 
 function route() {
