@@ -85,7 +85,12 @@ async fn stats(http: &reqwest::Client, url: &str, token: &str) -> Value {
 }
 
 /// Run `f` and count what the cluster saw meanwhile.
-async fn window<F: std::future::Future<Output = T>, T>(http: &reqwest::Client, url: &str, token: &str, f: F) -> (T, Window) {
+async fn window<F: std::future::Future<Output = T>, T>(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+    f: F,
+) -> (T, Window) {
     let s0 = stats(http, url, token).await;
     let r0 = sdiag();
     let start = Instant::now();
@@ -168,7 +173,8 @@ async fn main() {
     let secs = env_or("BENCH_SECS", 60);
     let exe = std::env::var("TAO_SLURM_BIN").unwrap_or_else(|_| "target/release/tao-slurm".into());
     let dir = tempfile::tempdir().unwrap();
-    let settings = std::fs::read_to_string(format!("{}/settings.env", sandbox_dir())).expect("start the sandbox: bash dev/sandbox/up.sh");
+    let settings = std::fs::read_to_string(format!("{}/settings.env", sandbox_dir()))
+        .expect("start the sandbox: bash dev/sandbox/up.sh");
     let mut vars: Vec<(String, String)> =
         settings.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.trim().into(), v.trim().into())).collect();
     let d = dir.path().display().to_string();
@@ -236,7 +242,8 @@ async fn main() {
         (format!("{clients} clients, each polling every 250 ms"), Some(Duration::from_millis(250))),
         (format!("{clients} clients, flat out (next request as soon as the last answers)"), None),
     ] {
-        let ((lat, errors), w) = window(&http, &url, &token, load(&http, &url, &token, &ids, clients, secs, pace)).await;
+        let ((lat, errors), w) =
+            window(&http, &url, &token, load(&http, &url, &token, &ids, clients, secs, pace)).await;
         eprintln!("{name}: {} requests, {errors} errors", lat.len());
         loads.push(Load {
             name,
@@ -269,12 +276,16 @@ async fn main() {
     }
 
     let mut s = String::new();
-    s.push_str("<!-- service-bench:begin -->\n## Service under load (`tao-slurm serve`, examples/service_bench.rs)\n\n");
+    s.push_str(
+        "<!-- service-bench:begin -->\n## Service under load (`tao-slurm serve`, examples/service_bench.rs)\n\n",
+    );
     s.push_str(&format!(
         "{} held jobs (`begin=now+1day`) created through the API in {:.1} s (4 at a time: {:.0} ms each, one submit round trip apiece), then {} concurrent HTTP clients (keep-alive, one tokio runtime of 2 threads on the same 2-core machine as the service and the cluster) polling `GET /api/v2/orgs/{{org}}/jobs/{{id}}` over the 1,000 ids, {} s each; release build.\n\n",
         ids.len(), create_secs, create_secs * 1000.0 * 4.0 / ids.len() as f64, clients, secs
     ));
-    s.push_str("| load | requests | errors | req/s | p50 ms | p90 ms | p99 ms | max ms |\n|---|---|---|---|---|---|---|---|\n");
+    s.push_str(
+        "| load | requests | errors | req/s | p50 ms | p90 ms | p99 ms | max ms |\n|---|---|---|---|---|---|---|---|\n",
+    );
     for l in &loads {
         s.push_str(&format!(
             "| {} | {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {:.1} |\n",
@@ -286,7 +297,12 @@ async fn main() {
     let mut row = |name: &str, w: &Window| {
         s.push_str(&format!(
             "| {name} | {:.0} | {} | {} | {} | {:.1} | {} |\n",
-            w.secs, w.refreshes, w.refresh_round_trips, w.round_trips, w.interval, rpc_text(&w.rpcs)
+            w.secs,
+            w.refreshes,
+            w.refresh_round_trips,
+            w.round_trips,
+            w.interval,
+            rpc_text(&w.rpcs)
         ));
     };
     row("no client", &quiet);
@@ -301,7 +317,9 @@ async fn main() {
     let report = std::path::Path::new("bench/report.md");
     let text = std::fs::read_to_string(report).unwrap_or_default();
     let new = match (text.find("<!-- service-bench:begin -->"), text.find("<!-- service-bench:end -->")) {
-        (Some(a), Some(b)) => format!("{}{}{}", &text[..a], s.trim_end(), &text[b + "<!-- service-bench:end -->".len()..]),
+        (Some(a), Some(b)) => {
+            format!("{}{}{}", &text[..a], s.trim_end(), &text[b + "<!-- service-bench:end -->".len()..])
+        }
         _ => format!("{}\n{}", text.trim_end(), s),
     };
     std::fs::write(report, new).unwrap();

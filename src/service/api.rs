@@ -255,7 +255,7 @@ pub fn to_spec(state: &AppState, req: &JobCreate) -> ApiResult<(JobSpec, Arc<Wor
     let (mut gpus, mut total_gpus) = (req.gpus, req.total_gpus);
     match req.num_gpu {
         None | Some(-1) => {}
-        Some(n) if n < -1 || n > 100_000 => {
+        Some(n) if !(-1..=100_000).contains(&n) => {
             return Err(ApiError::field(
                 "num_gpu",
                 format!("{n} is not a number of GPUs (0 or more, or -1 for the default)"),
