@@ -310,7 +310,7 @@ async fn main() {
         row(&l.name, &l.window);
     }
     s.push_str(&format!(
-        "\nRequests never reach the cluster: each one reads the cache the monitor publishes after its refresh, one refresh per interval (the monitor's pace within `TAO_SLURM_MAX_QUERIES_PER_MINUTE`: at the default budget of 30 a refresh every 4 s), so the round trips and RPCs per second are the same with 0 or {clients} clients. The list of all 1,000 jobs (`?size=1000`, {} KB) took {:.1} ms. Reproduce: `dev/bench-service` (env `BENCH_JOBS`, `BENCH_CLIENTS`, `BENCH_SECS`).\n<!-- service-bench:end -->\n",
+        "\nRequests never reach the cluster: each one reads the cache the monitor publishes after its refresh, one refresh per interval (the monitor's pace within `TAO_SLURM_MAX_QUERIES_PER_MINUTE`: at the default budget of 30 at most one every 4 s; 5 s once the jobs are older than a minute), so the monitor's refreshes and round trips per second are the same with 0 or {clients} clients, and each refresh costs slurmctld 3 RPCs (REQUEST_JOB_USER_INFO, REQUEST_PARTITION_INFO, REQUEST_FED_INFO, as the refresh benchmark measured alone). sdiag counts the whole sandbox: other sessions' test suites share it (their submits and steps are the SUBMIT_BATCH_JOB, JOB_STEP_CREATE... rows), so its totals are an upper bound, not the service's. The list of all 1,000 jobs (`?size=1000`, {} KB) took {:.1} ms. Reproduce: `dev/bench-service` (env `BENCH_JOBS`, `BENCH_CLIENTS`, `BENCH_SECS`).\n<!-- service-bench:end -->\n",
         list.1 / 1000, list.0
     ));
     println!("{s}");

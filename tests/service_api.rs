@@ -11,8 +11,11 @@ use service_support::{read_events, Service, ORG};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+/// A secret the service's environment holds and a job asks for by name.
+const SECRET: &str = "s3cr3t-v4lue-never-shown";
+
 /// A job that logs, writes status.json progress for three epochs and succeeds.
-const TRAINING: &str = r#"echo "training starts"; d="$TAO_API_RESULTS_DIR/$TAO_JOB_ID"; mkdir -p "$d"; for e in 1 2 3; do echo "epoch $e/3"; echo "{\"status\":\"RUNNING\",\"message\":\"Epoch $e/3\",\"epoch\":$e,\"max_epoch\":3,\"kpi\":{\"loss\":0.$e}}" >> "$d/status.json"; sleep 2; done; echo "{\"status\":\"SUCCESS\",\"message\":\"finished\"}" >> "$d/status.json"; echo "a warning on stderr" >&2; echo "training done""#;
+const TRAINING: &str = r#"[ -n "$SERVICE_TEST_SECRET" ] && echo "the secret arrived"; echo "training starts"; d="$TAO_API_RESULTS_DIR/$TAO_JOB_ID"; mkdir -p "$d"; for e in 1 2 3; do echo "epoch $e/3"; echo "{\"status\":\"RUNNING\",\"message\":\"Epoch $e/3\",\"epoch\":$e,\"max_epoch\":3,\"kpi\":{\"loss\":0.$e}}" >> "$d/status.json"; sleep 2; done; echo "{\"status\":\"SUCCESS\",\"message\":\"finished\"}" >> "$d/status.json"; echo "a warning on stderr" >&2; echo "training done""#;
 
 /// Validate the document with openapi-spec-validator (the repository's Python environment).
 fn validate_openapi(doc: &str) {
@@ -40,7 +43,9 @@ fn validate_openapi(doc: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_on_two_clusters_over_http() {
-    let svc = Service::start();
+    let svc = Service::start_with(&[("SERVICE_TEST_SECRET", SECRET), ("TAO_SLURM_LOG", "debug")]);
+    // Every reply's text, to check that the secret is in none.
+    let mut seen = String::new();
     let mut hits: BTreeSet<(String, String)> = BTreeSet::new();
     let mut hit = |method: &str, path: &str| {
         hits.insert((method.to_string(), path.to_string()));
@@ -86,7 +91,8 @@ async fn jobs_on_two_clusters_over_http() {
     // A training job on login1 (by workspace), a long one on login2 (by backend_details).
     let (status, a) = svc
         .create(&json!({"name": "train-a", "image": "ubuntu:22.04", "command": TRAINING, "gpus": 1,
-            "workspace": "login1", "action": "train", "specs": {"train": {"num_epochs": 3}}}))
+            "workspace": "login1", "action": "train", "specs": {"train": {"num_epochs": 3}},
+            "secret_env": ["SERVICE_TEST_SECRET"]}))
         .await;
     hit("post", "/api/v2/orgs/{org}/jobs");
     assert_eq!(status, 201, "{a}");
@@ -135,9 +141,12 @@ async fn jobs_on_two_clusters_over_http() {
         && v["stream"] == "stderr"
         && v["text"].as_str().unwrap().contains("a warning on stderr")));
     assert_eq!(events.last().unwrap().0, "end");
+    assert!(stdout.contains("the secret arrived"), "{stdout}");
+    seen.push_str(&format!("{events:?}"));
 
     let got = svc.json(&svc.api(&format!("/jobs/{a_id}"))).await;
     hit("get", "/api/v2/orgs/{org}/jobs/{job_id}");
+    seen.push_str(&format!("{a}{got}"));
     assert_eq!((got["status"].as_str(), got["platform_status"].as_str()), (Some("Done"), Some("Complete")), "{got}");
     assert_eq!(got["progress"]["detailed_status"]["status"], "SUCCESS");
     assert_eq!(got["backend_details"]["slurm_metadata"]["retry_count"], 0);
@@ -188,7 +197,9 @@ async fn jobs_on_two_clusters_over_http() {
     let after = ev["events"][1]["id"].as_i64().unwrap();
     let later = svc.json(&svc.api(&format!("/jobs/{a_id}:events?after={after}"))).await;
     assert_eq!(later["events"].as_array().unwrap().len(), kinds.len() - 2);
+    seen.push_str(&format!("{ev}"));
     let at = svc.json(&svc.api(&format!("/jobs/{a_id}:attempts"))).await;
+    seen.push_str(&format!("{at}{}", svc.json(&svc.api("/jobs")).await));
     hit("get", "/api/v2/orgs/{org}/jobs/{job_id}:attempts");
     assert_eq!(at["attempts"].as_array().unwrap().len(), 1);
     assert_eq!(at["attempts"][0]["slurm_job_id"], got["backend_details"]["slurm_metadata"]["slurm_job_id"]);
@@ -236,6 +247,11 @@ async fn jobs_on_two_clusters_over_http() {
         assert_eq!(svc.get(&svc.api(&format!("/jobs/{id}"))).send().await.unwrap().status(), 404);
     }
     assert_eq!(svc.json(&svc.api("/jobs")).await["pagination_info"]["total_records"], 0);
+
+    // The secret reached the job and no reply nor the service's debug log.
+    assert!(!seen.contains(SECRET), "a reply holds the secret");
+    let log = svc.log();
+    assert!(!log.is_empty() && !log.contains(SECRET), "the service's log holds the secret");
 
     let stats = svc.json(&svc.api("/stats")).await;
     hit("get", "/api/v2/orgs/{org}/stats");

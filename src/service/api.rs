@@ -373,6 +373,7 @@ pub async fn create_job(
     })
     .await?;
     ws.wake_monitor();
+    tracing::info!(%org, workspace = %ws.id, job = %job_id, token = %token.id, "job created");
     let job = org_job(&state, &org, &job_id)?;
     let mut r = json_text(StatusCode::CREATED, job.json.to_string());
     if let Ok(v) = header::HeaderValue::from_str(&format!("/api/v2/orgs/{org}/jobs/{job_id}")) {
@@ -525,6 +526,7 @@ pub async fn cancel_job(state: AppStateRef, org: String, id: String) -> ApiResul
     })
     .await?;
     ws.wake_monitor();
+    tracing::info!(%org, job = %id, "job cancelled");
     Ok(json_text(StatusCode::OK, org_job(&state, &org, &id)?.json.to_string()))
 }
 

@@ -30,7 +30,20 @@ impl Drop for Service {
 impl Service {
     /// Start a service over a fresh state file.
     pub fn start() -> Service {
+        Service::start_with(&[])
+    }
+
+    /// The service's log (stderr).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.env.dir.path().join("serve.log")).unwrap_or_default()
+    }
+
+    /// Start with extra variables in the service's environment.
+    pub fn start_with(vars: &[(&str, &str)]) -> Service {
         let mut env = Env::new();
+        for (k, v) in vars {
+            env.vars.insert(k.to_string(), v.to_string());
+        }
         let clusters = env.dir.path().join("clusters.toml");
         std::fs::write(
             &clusters,
