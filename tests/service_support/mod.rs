@@ -21,10 +21,34 @@ pub struct Service {
 }
 
 impl Drop for Service {
+    /// Stop the service, and cancel what a failed test left running (by cluster, as each needs).
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let out = self.env.run(&["list", "--active", "--json"]);
+        let Ok(Value::Array(jobs)) = serde_json::from_slice::<Value>(&out.stdout) else { return };
+        let mut by_cluster: std::collections::BTreeMap<Option<String>, Vec<String>> = Default::default();
+        for j in jobs {
+            let cluster = j["cluster"].as_str().map(String::from);
+            by_cluster.entry(cluster).or_default().push(j["job_id"].as_str().unwrap_or_default().to_string());
+        }
+        for (cluster, ids) in by_cluster {
+            let mut args: Vec<&str> = Vec::new();
+            if let Some(c) = &cluster {
+                args.extend(["--cluster", c.as_str()]);
+            }
+            args.push("cancel");
+            args.extend(ids.iter().map(String::as_str));
+            let _ = self.env.run(&args);
+        }
     }
+}
+
+/// Short wall times let the sandbox's backfill start test jobs while others' big jobs wait for nodes.
+pub fn short(mut job: Value) -> Value {
+    job["time_hours"] = serde_json::json!(0.25);
+    job["timeout_hours"] = serde_json::json!(0.2);
+    job
 }
 
 impl Service {
@@ -54,8 +78,12 @@ impl Service {
         let created = env.json(&["token", "create", "--org", ORG, "--name", "tests", "--json"]);
         let token = created["token"].as_str().unwrap().to_string();
         let token_id = created["id"].as_str().unwrap().to_string();
-        let mut child =
-            env.command(&["serve", "--port", "0"]).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().unwrap();
+        let mut child = env
+            .command(&["serve", "--port", "0"])
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(env.dir.path().join("serve.log")).unwrap())
+            .spawn()
+            .unwrap();
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
         let url = line
@@ -86,7 +114,8 @@ impl Service {
 
     /// POST a job; returns (status, body).
     pub async fn create(&self, body: &Value) -> (u16, Value) {
-        let r = self.http.post(self.api("/jobs")).bearer_auth(&self.token).json(body).send().await.unwrap();
+        let body = short(body.clone());
+        let r = self.http.post(self.api("/jobs")).bearer_auth(&self.token).json(&body).send().await.unwrap();
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(Value::Null))
     }
