@@ -52,6 +52,9 @@ pub struct JobView {
     pub excluded_nodes: String,
     /// When a scheduled retry is due (Unix seconds).
     pub next_retry_at: Option<i64>,
+    /// The cluster profile the job was submitted to (None: the settings without a profile).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
     /// Every attempt, first to last (filled by `job_status`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempts: Option<Vec<crate::store::AttemptRecord>>,
@@ -98,6 +101,7 @@ impl From<&JobSummary> for JobView {
             retries: j.attempt.saturating_sub(1),
             excluded_nodes: j.excluded_nodes.clone(),
             next_retry_at: j.next_retry_at,
+            cluster: j.cluster.clone(),
             attempts: None,
         }
     }
@@ -108,6 +112,14 @@ impl From<&JobSummary> for JobView {
 pub fn staged_files_for(settings: &Settings, plan: &Plan, spec_json: &serde_json::Value) -> Vec<script::StagedFile> {
     let hosts: Vec<String> = settings.login_hosts.iter().map(|h| h.label()).collect();
     script::staged_files(plan, spec_json, settings.slurm_user.as_deref().unwrap_or(""), &hosts)
+}
+
+/// A cluster profile's name in messages.
+fn cluster_label(cluster: Option<&str>) -> String {
+    match cluster {
+        Some(c) => format!("cluster {c}"),
+        None => "the cluster of the settings without a profile".to_string(),
+    }
 }
 
 /// What `check-path` found for one URI.
@@ -159,7 +171,8 @@ pub struct Client {
 
 impl Client {
     pub fn new(settings: Settings) -> Result<Client> {
-        let store = Store::open(&settings.state_path)?;
+        let mut store = Store::open(&settings.state_path)?;
+        store.set_cluster(settings.cluster.clone());
         Ok(Client { settings, store, remote: OnceLock::new(), active: std::sync::Mutex::new(None) })
     }
 
@@ -193,7 +206,26 @@ impl Client {
         if jobs.is_empty() && self.store.secrets_to_remove()?.is_empty() {
             return Ok(Vec::new());
         }
+        self.on_this_cluster(jobs)?;
         self.cycle(&|j| self.files_of(j))?.run(jobs)
+    }
+
+    /// Refuse remote work on jobs of another cluster profile: its login hosts are not this client's.
+    fn on_this_cluster<'a>(&self, jobs: impl IntoIterator<Item = &'a JobSummary>) -> Result<()> {
+        match jobs.into_iter().find(|j| j.cluster != self.settings.cluster) {
+            None => Ok(()),
+            Some(j) => Err(crate::spec::SpecError::new(
+                "cluster",
+                format!(
+                    "job {} was submitted to {}, not to {}: use --cluster {}",
+                    j.job_id,
+                    cluster_label(j.cluster.as_deref()),
+                    cluster_label(self.settings.cluster.as_deref()),
+                    j.cluster.as_deref().unwrap_or("\"\" (none)")
+                ),
+            )
+            .into()),
+        }
     }
 
     fn remote(&self) -> Result<&dyn Remote> {
@@ -444,7 +476,8 @@ impl Client {
         let before = self.store.change_token()?;
         let mut jobs = match cache.take() {
             Some((token, jobs)) if token == before => jobs,
-            _ => self.store.list_summaries(true)?,
+            // Only this cluster's jobs: the others are another client's to refresh.
+            _ => self.store.list_summaries(true)?.into_iter().filter(|j| j.cluster == self.settings.cluster).collect(),
         };
         let touched = self.refresh_and_advance(&jobs)?;
         self.reread(&mut jobs, &touched)?;
@@ -488,6 +521,7 @@ impl Client {
     /// The job as seen from its current attempt, or from attempt `attempt` (1-based).
     fn job_at_attempt(&self, id: &str, attempt: Option<u32>) -> Result<JobRecord> {
         let job = self.store.get(id)?;
+        self.on_this_cluster([&job.summary])?;
         let Some(n) = attempt else { return Ok(job) };
         let attempts = self.store.attempts(&job.job_id)?;
         let a = attempts.iter().find(|a| a.number == n).ok_or_else(|| {
@@ -560,7 +594,9 @@ impl Client {
         on_chunk: &mut dyn FnMut(&logs::Chunk),
     ) -> Result<JobView> {
         let mut cursor = logs::FollowCursor::default();
-        let job_id = self.store.get(id)?.summary.job_id;
+        let job = self.store.summary(id)?;
+        self.on_this_cluster([&job])?;
+        let job_id = job.job_id;
         loop {
             let job = self.store.get(&job_id)?;
             let was_terminal = job.status.is_terminal();
@@ -638,6 +674,7 @@ impl Client {
     /// whose cancel could not be confirmed keeps its status, and the error names it and the reason.
     pub fn cancel_jobs(&self, ids: &[String]) -> Result<Vec<JobView>> {
         let jobs: Vec<JobRecord> = ids.iter().map(|i| self.store.get(i)).collect::<std::result::Result<_, _>>()?;
+        self.on_this_cluster(jobs.iter().filter(|j| !j.status.is_terminal()).map(|j| &j.summary))?;
         if jobs.iter().any(|j| !j.status.is_terminal()) {
             let outcome = cancel::cancel(self.remote()?, &self.store, &jobs)?;
             if !outcome.failed.is_empty() {
@@ -685,6 +722,7 @@ impl Client {
     /// Slurm; None when it has no Slurm job yet or Slurm no longer lists it as pending.
     pub fn start_estimate(&self, id: &str) -> Result<Option<crate::engine::inspect::StartEstimate>> {
         let job = self.store.summary(id)?;
+        self.on_this_cluster([&job])?;
         match &job.slurm_job_id {
             Some(slurm_job_id) if !job.status.is_terminal() => {
                 crate::engine::inspect::start_estimate(self.remote()?, slurm_job_id)
@@ -704,6 +742,7 @@ impl Client {
         attempt: Option<u32>,
     ) -> Result<crate::engine::inspect::LogRange> {
         let mut job = self.store.get(id)?;
+        self.on_this_cluster([&job.summary])?;
         if let Some(n) = attempt {
             let attempts = self.store.attempts(&job.job_id)?;
             let a = attempts.iter().find(|a| a.number == n).ok_or_else(|| {
@@ -717,6 +756,13 @@ impl Client {
         let (_, out_path, err_path) = logs::log_paths(&job)?;
         let path = if stream == logs::Stream::Stdout { out_path } else { err_path };
         crate::engine::inspect::log_range(self.remote()?, &path, offset, max_bytes)
+    }
+
+    /// Each partition's limits and what its nodes have free now, with the login host that answered
+    /// (one round trip; the service's cluster view).
+    pub fn partition_usage(&self) -> Result<(Vec<crate::slurm::PartitionUsage>, String)> {
+        self.settings.require_remote()?;
+        cluster::partition_usage(self.remote()?)
     }
 
     /// Whether enroot credentials for nvcr.io are installed on the cluster (never the key itself).

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 pub use tao_slurm_core::config::*;
 
 /// Process environment plus the env file (the explicit one, or `~/.config/tao/.env` when present).
-pub fn gather(flags: HashMap<String, String>, env_file: Option<&Path>) -> Result<SettingSources, ConfigError> {
+/// A cluster profile named by `TAO_SLURM_CLUSTER` is laid over the environment ([`crate::profiles`]).
+pub fn gather(mut flags: HashMap<String, String>, env_file: Option<&Path>) -> Result<SettingSources, ConfigError> {
     let env: HashMap<String, String> = std::env::vars().collect();
     let path = match env_file {
         Some(p) => Some(p.to_path_buf()),
@@ -15,10 +16,11 @@ pub fn gather(flags: HashMap<String, String>, env_file: Option<&Path>) -> Result
             .map(PathBuf::from)
             .or_else(|| home_dir(&env).map(|h| h.join(".config/tao/.env")).filter(|p| p.is_file())),
     };
-    let file = match path {
-        Some(p) => read_env_file(&p)?,
+    let file = match &path {
+        Some(p) => read_env_file(p)?,
         None => HashMap::new(),
     };
+    crate::profiles::apply(&mut flags, &env, &file, env_file)?;
     Ok(SettingSources { flags, env, file })
 }
 

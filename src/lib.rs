@@ -18,7 +18,9 @@ pub mod engine;
 pub mod error;
 pub mod mcp;
 pub mod private;
+pub mod profiles;
 pub mod remote;
+pub mod service;
 pub mod spec_file;
 pub mod store;
 #[cfg(test)]

@@ -11,8 +11,10 @@ mod mcp;
 pub(crate) mod monitor;
 mod preflight;
 mod render;
+mod serve;
 mod status;
 mod submit;
+mod token;
 mod watch;
 
 use crate::config::Settings;
@@ -36,6 +38,9 @@ pub struct Cli {
     /// Trust and record the host key of a login host seen for the first time (like ssh's accept-new)
     #[arg(long, global = true)]
     accept_new_host_key: bool,
+    /// Cluster profile from clusters.toml beside the env file (setting TAO_SLURM_CLUSTER)
+    #[arg(long, global = true, value_name = "NAME")]
+    cluster: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -70,6 +75,10 @@ enum Command {
     Credentials(credentials::CredentialsCmd),
     /// Serve the tools to AI agents over the Model Context Protocol (stdio)
     Mcp(mcp::McpCmd),
+    /// Serve the HTTP API (TAO service shape), the dashboard and the monitor of every cluster
+    Serve(serve::ServeCmd),
+    /// Make, list and revoke the service's bearer tokens
+    Token(token::TokenCmd),
 }
 
 /// Run the CLI and return the process exit code.
@@ -100,17 +109,39 @@ pub fn run() -> i32 {
 }
 
 fn load_settings(cli: &Cli) -> Result<Settings, Error> {
-    settings_from(cli.env_file.as_deref(), cli.state.as_deref(), cli.local, cli.accept_new_host_key)
+    settings_from(&GlobalFlags::of(cli))
 }
 
-/// The settings, with the global flags laid over the environment and the env file.
-fn settings_from(
-    env_file: Option<&std::path::Path>,
-    state: Option<&std::path::Path>,
-    local: bool,
-    accept_new_host_key: bool,
-) -> Result<Settings, Error> {
+/// The global flags that make the settings, for commands that read them again later (mcp, serve).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct GlobalFlags {
+    pub env_file: Option<PathBuf>,
+    pub state: Option<PathBuf>,
+    pub local: bool,
+    pub accept_new_host_key: bool,
+    pub cluster: Option<String>,
+}
+
+impl GlobalFlags {
+    fn of(cli: &Cli) -> GlobalFlags {
+        GlobalFlags {
+            env_file: cli.env_file.clone(),
+            state: cli.state.clone(),
+            local: cli.local,
+            accept_new_host_key: cli.accept_new_host_key,
+            cluster: cli.cluster.clone(),
+        }
+    }
+}
+
+/// The settings, with the global flags laid over the cluster profile, the environment and the env file.
+pub(crate) fn settings_from(g: &GlobalFlags) -> Result<Settings, Error> {
+    let (env_file, state, local, accept_new_host_key) =
+        (g.env_file.as_deref(), g.state.as_deref(), g.local, g.accept_new_host_key);
     let mut flags = HashMap::new();
+    if let Some(c) = &g.cluster {
+        flags.insert(crate::profiles::CLUSTER_SETTING.to_string(), c.clone());
+    }
     if let Some(s) = state {
         flags.insert("TAO_SLURM_STATE".to_string(), s.display().to_string());
     }
@@ -125,10 +156,13 @@ fn settings_from(
 }
 
 fn dispatch(cli: Cli) -> Result<i32, Error> {
+    let globals = GlobalFlags::of(&cli);
     if let Command::Mcp(c) = cli.command {
         // The server reads the settings again for every tool call (a fixed env file needs no restart).
-        let (env_file, state, local, accept) = (cli.env_file, cli.state, cli.local, cli.accept_new_host_key);
-        return c.run(Box::new(move || settings_from(env_file.as_deref(), state.as_deref(), local, accept)));
+        return c.run(Box::new(move || settings_from(&globals)));
+    }
+    if let Command::Serve(c) = cli.command {
+        return c.run(globals);
     }
     let settings = load_settings(&cli)?;
     match cli.command {
@@ -145,7 +179,8 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::CheckPath(c) => c.run(settings),
         Command::Image(c) => c.run(settings),
         Command::Credentials(c) => c.run(settings),
-        Command::Mcp(_) => unreachable!("served above"),
+        Command::Token(c) => c.run(settings),
+        Command::Mcp(_) | Command::Serve(_) => unreachable!("served above"),
     }
 }
 

@@ -16,14 +16,17 @@ pub struct MonitorCmd {
     pub idle_exit: u64,
 }
 
-/// The lock that makes the monitor one per state file.
+/// The lock that makes the monitor one per state file and cluster profile.
 pub fn monitor_lock_path(settings: &Settings) -> PathBuf {
     let mut p = settings.state_path.clone().into_os_string();
+    if let Some(cluster) = &settings.cluster {
+        p.push(format!(".{cluster}"));
+    }
     p.push(".monitor.lock");
     PathBuf::from(p)
 }
 
-fn take_lock(path: &Path) -> Result<Option<File>, Error> {
+pub(crate) fn take_lock(path: &Path) -> Result<Option<File>, Error> {
     if let Some(dir) = path.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
@@ -121,9 +124,12 @@ pub fn start_background_monitor(settings: &Settings) -> Result<bool, Error> {
         .map_err(|e| SpecError::new("monitor", format!("cannot open {log:?}: {e}")))?;
     let err = out.try_clone().map_err(|e| SpecError::new("monitor", e.to_string()))?;
     use std::os::unix::process::CommandExt;
-    std::process::Command::new(exe)
-        .arg("--state")
-        .arg(&settings.state_path)
+    let mut command = std::process::Command::new(exe);
+    command.arg("--state").arg(&settings.state_path);
+    if let Some(cluster) = &settings.cluster {
+        command.args(["--cluster", cluster]);
+    }
+    command
         .args(["monitor", "--idle-exit", "300"])
         .stdin(std::process::Stdio::null())
         .stdout(out)

@@ -53,6 +53,27 @@ pub fn submit_facts(remote: &dyn Remote, required_paths: &[String], extra: &str)
     Ok(SubmitFacts { partitions, missing_paths: missing_from(&out.stdout), cached_sqsh, host: out.host })
 }
 
+/// Each partition's limits and what its nodes have free now (one round trip; no job is involved).
+pub fn partition_usage(remote: &dyn Remote) -> Result<(Vec<crate::slurm::PartitionUsage>, String)> {
+    let script = format!(
+        "echo '{SECTION}partitions'\nscontrol show partition -o || exit 3\necho '{SECTION}nodes'\nsinfo {} || exit 3\n",
+        quote_args(crate::slurm::SINFO_NODES_ARGS)
+    );
+    let out = remote.run_script(&script, Idempotency::Idempotent)?;
+    if out.exit_code != 0 {
+        return Err(Error::RemoteCommand(format!("on {}: {}", out.host, out.stderr.trim())));
+    }
+    let secs = sections(&out.stdout);
+    let body = |name: &str| secs.iter().find(|(n, _, _)| n == name).map(|(_, _, b)| b.clone()).unwrap_or_default();
+    let partitions = parse_partitions(&body("partitions"));
+    Ok((crate::slurm::parse_partition_usage(&partitions, &body("nodes")), out.host))
+}
+
+/// Space-separated arguments, each quoted.
+fn quote_args(args: &str) -> String {
+    args.split_whitespace().map(quote).collect::<Vec<_>>().join(" ")
+}
+
 /// `check-path`: which of the paths exist on the login host (one round trip).
 pub fn missing_paths(remote: &dyn Remote, paths: &[String]) -> Result<(Vec<String>, String)> {
     let out = remote.run_script(&paths_script(paths), Idempotency::Idempotent)?;

@@ -49,6 +49,9 @@ fn is_busy(e: &rusqlite::Error) -> bool {
 pub struct Store {
     conn: Connection,
     path: String,
+    /// The cluster profile of the client using this store: new jobs record it, and the queries that
+    /// lead to remote work (submissions to resume, secrets to remove) keep to its jobs.
+    cluster: Option<String>,
 }
 
 pub fn now_secs() -> i64 {
@@ -82,7 +85,7 @@ impl Store {
         conn.pragma_update(None, "journal_mode", "WAL").map_err(err)?;
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(err)?;
         conn.pragma_update(None, "foreign_keys", "ON").map_err(err)?;
-        let mut store = Store { conn, path: p.to_string() };
+        let mut store = Store { conn, path: p.to_string(), cluster: None };
         store.migrate()?;
         Ok(store)
     }
@@ -106,7 +109,12 @@ impl Store {
         tx.commit().map_err(err)
     }
 
-    /// Record a job before it is submitted.
+    /// Work for the cluster profile `cluster` (None: the settings without a profile).
+    pub fn set_cluster(&mut self, cluster: Option<String>) {
+        self.cluster = cluster;
+    }
+
+    /// Record a job before it is submitted (on this store's cluster).
     pub fn insert_job(&self, spec_json: &str, plan: &Plan) -> Result<(), StoreError> {
         let now = now_secs();
         let plan_json = serde_json::to_string(plan).expect("a plan always serialises");
@@ -115,8 +123,8 @@ impl Store {
             self.conn
                 .execute(
                     "INSERT INTO jobs (job_id, name, status, message, created_at, updated_at, attempt, attempt_name,
-                       job_dir, image, nodes, gpus_per_node, partition, timeout_seconds, timeout_runs, has_secrets)
-                     VALUES (?1, ?2, ?3, 'staging', ?4, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                       job_dir, image, nodes, gpus_per_node, partition, timeout_seconds, timeout_runs, has_secrets, cluster)
+                     VALUES (?1, ?2, ?3, 'staging', ?4, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
                     params![
                         job_id,
                         plan.name,
@@ -130,7 +138,8 @@ impl Store {
                         plan.partition,
                         plan.timeout_seconds as i64,
                         timeout_runs(plan),
-                        !plan.secret_names.is_empty()
+                        !plan.secret_names.is_empty(),
+                        self.cluster
                     ],
                 )
                 .map_err(|e| self.err(e))?;
@@ -494,8 +503,10 @@ impl Store {
     /// A record that cannot be decoded (a plan an earlier build wrote) is left out with a warning: it
     /// could not be submitted anyway, and must not stop every refresh.
     pub fn waiting_for_submission(&self) -> Result<Vec<JobRecord>, StoreError> {
-        let raws =
-            self.raw_rows::<JobRecord>(&format!(" WHERE {ACTIVE} AND slurm_job_id IS NULL ORDER BY created_at"), [])?;
+        let raws = self.raw_rows::<JobRecord>(
+            &format!(" WHERE {ACTIVE} AND slurm_job_id IS NULL AND cluster IS ?1 ORDER BY created_at"),
+            params![self.cluster],
+        )?;
         Ok(raws
             .into_iter()
             .filter_map(|raw| match JobRecord::decode(raw) {
@@ -530,11 +541,12 @@ impl Store {
         let mut st = self
             .conn
             .prepare_cached(&format!(
-                "SELECT job_id, job_dir FROM jobs WHERE has_secrets = 1 AND secrets_cleared = 0 AND NOT ({ACTIVE})"
+                "SELECT job_id, job_dir FROM jobs WHERE has_secrets = 1 AND secrets_cleared = 0 AND NOT ({ACTIVE})
+                   AND cluster IS ?1"
             ))
             .map_err(|e| self.err(e))?;
         let rows = st
-            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .query_map(params![self.cluster], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
             .map_err(|e| self.err(e))?
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.err(e))?;
@@ -599,6 +611,27 @@ mod tests {
         }
         let store = Store::open(&path).unwrap();
         store.insert_job("{}", &crate::plan::resolve(&spec(), &settings()).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn jobs_record_their_cluster_and_remote_work_keeps_to_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let mut a = Store::open(&path).unwrap();
+        a.set_cluster(Some("a".into()));
+        let plain = Store::open(&path).unwrap();
+        let pa = crate::plan::resolve(&spec(), &settings()).unwrap();
+        let p0 = crate::plan::resolve(&spec(), &settings()).unwrap();
+        a.insert_job("{}", &pa).unwrap();
+        plain.insert_job("{}", &p0).unwrap();
+        assert_eq!(plain.summary(&pa.layout.job_id).unwrap().cluster.as_deref(), Some("a"));
+        assert_eq!(a.summary(&p0.layout.job_id).unwrap().cluster, None);
+        let ids = |s: &Store| -> Vec<String> {
+            s.waiting_for_submission().unwrap().into_iter().map(|j| j.summary.job_id).collect()
+        };
+        assert_eq!(ids(&a), vec![pa.layout.job_id.clone()]);
+        assert_eq!(ids(&plain), vec![p0.layout.job_id.clone()]);
+        assert_eq!(plain.list_summaries(true).unwrap().len(), 2, "listing shows every cluster's jobs");
     }
 
     #[test]

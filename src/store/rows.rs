@@ -22,12 +22,12 @@ macro_rules! summary_columns {
         "job_id, name, status, message, slurm_job_id, slurm_state, exit_code, node_list, login_host,
          created_at, updated_at, progress, attempt, attempt_name, next_retry_at, excluded_nodes, status_sig,
          job_dir, image, nodes, gpus_per_node, partition, timeout_seconds, timeout_runs, has_secrets,
-         submitted_at, unseen_since"
+         submitted_at, unseen_since, cluster"
     };
 }
 
 /// How many columns `summary_columns!` has: a record's documents follow.
-const SUMMARY_COLUMNS: usize = 27;
+const SUMMARY_COLUMNS: usize = 28;
 
 /// A summary as read, its status still text (decoded afterwards, with the job named if corrupt).
 pub(super) struct SummaryRow {
@@ -70,6 +70,7 @@ fn summary_row(r: &Row) -> rusqlite::Result<SummaryRow> {
             has_secrets: r.get(24)?,
             submitted_at: r.get(25)?,
             unseen_since: r.get(26)?,
+            cluster: r.get(27)?,
         },
     })
 }

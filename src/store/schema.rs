@@ -107,4 +107,9 @@ ALTER TABLE jobs ADD COLUMN submitted_at INTEGER;
 ALTER TABLE jobs ADD COLUMN unseen_since INTEGER;
 UPDATE jobs SET submitted_at = (SELECT a.submitted_at FROM attempts a WHERE a.job_id = jobs.job_id AND a.number = jobs.attempt);
 "#,
+    // (The service's, issue 16.) The cluster profile a job was submitted to (`--cluster`, a service
+    // workspace); NULL for the settings without a profile, which every earlier job used.
+    r#"
+ALTER TABLE jobs ADD COLUMN cluster TEXT;
+"#,
 ];

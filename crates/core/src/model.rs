@@ -96,6 +96,8 @@ pub struct JobSummary {
     pub submitted_at: Option<i64>,
     /// Since when neither squeue nor sacct has known the current attempt (None: known).
     pub unseen_since: Option<i64>,
+    /// The cluster profile the job was submitted to (None: the settings without a profile).
+    pub cluster: Option<String>,
 }
 
 /// How many runs the inner timeout may end before the job is an error (1 + timeout requeues).

@@ -13,6 +13,27 @@ pub const MISSING_MESSAGE: &str =
 /// The packaged default partitions, treated as 4-hour queues.
 pub const DEFAULT_PARTITIONS: &str = "polar,polar3,polar4,grizzly";
 
+/// The setting that names the cluster profile in use (the engine's `profiles` reads the profiles).
+pub const CLUSTER_SETTING: &str = "TAO_SLURM_CLUSTER";
+
+/// Whether `name` can name a cluster: letters, digits, `.`, `_`, `-`, at most 63, not `default`
+/// (the service's name for the settings without a profile).
+pub fn check_cluster_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+    if !ok {
+        return Err(format!(
+            "{name:?} is not a cluster name (letters, digits, . _ -, at most 63, starting with a letter or digit)"
+        ));
+    }
+    if name == "default" {
+        return Err("\"default\" names the settings without a profile; choose another name".into());
+    }
+    Ok(())
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{MISSING_MESSAGE}")]
@@ -125,6 +146,9 @@ pub struct Settings {
     /// Names that look like settings but that nothing reads, with the closest known name (preflight
     /// reports them).
     pub unrecognised: Vec<(String, Option<&'static str>)>,
+    /// The cluster profile these settings come from (`--cluster`; the engine's `profiles`); None for
+    /// the settings without a profile. Every job records it.
+    pub cluster: Option<String>,
 }
 
 /// Where values come from, highest precedence first.
@@ -323,6 +347,15 @@ impl Settings {
                 Vec::new()
             },
             unrecognised,
+            cluster: match src.get(CLUSTER_SETTING) {
+                Some(name) => {
+                    let name = name.trim().to_string();
+                    check_cluster_name(&name)
+                        .map_err(|message| ConfigError::Invalid { name: "TAO_SLURM_CLUSTER", message })?;
+                    Some(name)
+                }
+                None => None,
+            },
         })
     }
 

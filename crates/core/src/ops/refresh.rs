@@ -503,6 +503,7 @@ mod tests {
             status_sig: None,
             submitted_at: None,
             unseen_since: None,
+            cluster: None,
         }
     }
 

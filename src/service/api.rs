@@ -1,0 +1,723 @@
+//! The HTTP API under `/api/v2/orgs/{org}`, in the TAO service's shape. Every handler reads the cache
+//! or, for what must reach a cluster (create, cancel, logs, the cluster view), runs the engine on a
+//! blocking thread. Requests are validated, with the field at fault named, before any of that.
+
+use super::error::{ApiError, ApiResult, ErrorBody};
+use super::state::{AppState, CachedJob, TokenInfo};
+use super::types::*;
+use super::workspace::Workspace;
+use crate::spec::{JobSpec, SecretValues};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use std::sync::Arc;
+
+pub type AppStateRef = Arc<AppState>;
+
+/// A JSON reply from text that is already JSON.
+pub fn json_text(status: StatusCode, text: String) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], text).into_response()
+}
+
+/// Run blocking engine work off the async runtime.
+pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> ApiResult<T> + Send + 'static) -> ApiResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(ApiError::internal(format!("internal error (a bug in tao-slurm): {e}"))))
+}
+
+/// A job of the org from the cache (a job of another org is not found, as if it did not exist).
+pub fn org_job(state: &AppState, org: &str, id: &str) -> ApiResult<Arc<CachedJob>> {
+    state
+        .snapshot()
+        .jobs
+        .get(id)
+        .filter(|j| j.out.org == org)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(format!("no job {id} in org {org}")))
+}
+
+fn workspace_of(state: &AppState, job: &CachedJob) -> ApiResult<Arc<Workspace>> {
+    state.workspace(&job.out.workspace).cloned().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "workspace_unavailable",
+            format!("the job's workspace {} is not configured in this service any more", job.out.workspace),
+        )
+    })
+}
+
+fn query<T: serde::de::DeserializeOwned>(uri: &Uri) -> ApiResult<T> {
+    Query::<T>::try_from_uri(uri).map(|q| q.0).map_err(|e| ApiError::field("query", e.body_text()))
+}
+
+#[utoipa::path(get, path = "/api/v2/health", tag = "service",
+    responses((status = 200, description = "The service is up", body = Health)))]
+pub async fn health() -> Json<Health> {
+    Json(Health { status: "ok".into() })
+}
+
+#[utoipa::path(get, path = "/api/v2/openapi.json", tag = "service", security(("bearer" = [])),
+    responses((status = 200, description = "This OpenAPI 3.1 document", content_type = "application/json"),
+        (status = 401, description = "No valid token", body = ErrorBody)))]
+pub async fn openapi_json() -> Response {
+    json_text(StatusCode::OK, super::openapi::document_json())
+}
+
+fn workspace_out(w: &Workspace) -> WorkspaceOut {
+    let s = &w.settings;
+    WorkspaceOut {
+        id: w.id.clone(),
+        name: w.id.clone(),
+        cloud_type: "slurm".into(),
+        cloud_specific_details: CloudSpecificDetails {
+            slurm_user: s.slurm_user.clone(),
+            slurm_hostname: s.login_hosts.iter().map(|h| h.label()).collect(),
+            base_results_dir: s.base_dir(),
+            partition: s.partition.clone(),
+            account: s.account.clone(),
+            max_gpus_per_node: s.max_gpus_per_node,
+            time_hours: s.time_hours,
+            use_requeue: s.use_requeue,
+            max_job_retries: s.max_retries,
+        },
+    }
+}
+
+#[utoipa::path(get, path = "/api/v2/orgs/{org}/workspaces", tag = "workspaces", security(("bearer" = [])),
+    params(("org" = String, Path, description = "The token's org")),
+    responses((status = 200, description = "The Slurm workspaces (cluster profiles)", body = WorkspaceList),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+pub async fn list_workspaces(State(state): State<AppStateRef>) -> Json<WorkspaceList> {
+    let workspaces: Vec<WorkspaceOut> = state.workspaces.iter().map(|w| workspace_out(w)).collect();
+    let n = workspaces.len();
+    Json(WorkspaceList {
+        workspaces,
+        pagination_info: PaginationInfo { total_records: n, total_pages: 1, page_size: n, page_index: 0 },
+    })
+}
+
+/// `GET /workspaces/{workspace_id}` and `GET /workspaces/{workspace_id}:cluster`.
+pub async fn workspace_ref(
+    State(state): State<AppStateRef>,
+    Path((_org, reference)): Path<(String, String)>,
+    uri: Uri,
+) -> ApiResult<Response> {
+    match reference.rsplit_once(':') {
+        None => get_workspace(state, reference).await.map(IntoResponse::into_response),
+        Some((id, "cluster")) => {
+            workspace_cluster(state, id.to_string(), query(&uri)?).await.map(IntoResponse::into_response)
+        }
+        Some((_, other)) => Err(ApiError::not_found(format!("no workspace action :{other} (there is :cluster)"))),
+    }
+}
+
+fn find_workspace(state: &AppState, id: &str) -> ApiResult<Arc<Workspace>> {
+    state.workspace(id).cloned().ok_or_else(|| ApiError::not_found(format!("no workspace {id}")))
+}
+
+#[utoipa::path(get, path = "/api/v2/orgs/{org}/workspaces/{workspace_id}", tag = "workspaces", security(("bearer" = [])),
+    params(("org" = String, Path), ("workspace_id" = String, Path)),
+    responses((status = 200, body = WorkspaceOut), (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn get_workspace(state: AppStateRef, id: String) -> ApiResult<Json<WorkspaceOut>> {
+    Ok(Json(workspace_out(&*find_workspace(&state, &id)?)))
+}
+
+/// How long a cluster view is served from the cache.
+const CLUSTER_VIEW_SECS: u64 = 60;
+
+#[utoipa::path(get, path = "/api/v2/orgs/{org}/workspaces/{workspace_id}:cluster", tag = "workspaces",
+    security(("bearer" = [])), params(("org" = String, Path), ("workspace_id" = String, Path), ClusterQuery),
+    responses((status = 200, description = "Preflight checks and partitions with free GPUs (cached for a minute)", body = ClusterOut),
+        (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn workspace_cluster(state: AppStateRef, id: String, q: ClusterQuery) -> ApiResult<Json<ClusterOut>> {
+    let ws = find_workspace(&state, &id)?;
+    // One reader at a time per workspace: concurrent requests wait for it and share its answer.
+    let mut cached = ws.cluster_view.lock().await;
+    if let Some((at, view)) = cached.as_ref() {
+        if !q.refresh.unwrap_or(false) && at.elapsed().as_secs() < CLUSTER_VIEW_SECS {
+            return Ok(Json(view.clone()));
+        }
+    }
+    let w = ws.clone();
+    let view = blocking(move || {
+        let checks = crate::engine::preflight::run_preflight(&w.settings);
+        let (partitions, partitions_error) = match w.with_client(|c| c.partition_usage()) {
+            Ok((p, _host)) => (p, None),
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        };
+        Ok(ClusterOut {
+            workspace: w.id.clone(),
+            checked_at: rfc3339(crate::store::now_secs()),
+            ok: checks.iter().all(|c| c.ok || !c.required),
+            checks: checks
+                .into_iter()
+                .map(|c| CheckOut {
+                    name: c.name,
+                    host: c.host,
+                    ok: c.ok,
+                    required: c.required,
+                    detail: c.detail,
+                    remediation: c.remediation,
+                })
+                .collect(),
+            partitions: partitions
+                .into_iter()
+                .map(|p| PartitionOut {
+                    name: p.name,
+                    is_default: p.is_default,
+                    state: p.state,
+                    max_time_minutes: p.max_time_minutes,
+                    nodes: p.nodes,
+                    nodes_usable: p.nodes_usable,
+                    nodes_idle: p.nodes_idle,
+                    gpus_total: p.gpus_total,
+                    gpus_used: p.gpus_used,
+                    gpus_free: p.gpus_free,
+                    cpus_total: p.cpus_total,
+                    cpus_idle: p.cpus_idle,
+                })
+                .collect(),
+            partitions_error,
+        })
+    })
+    .await?;
+    *cached = Some((std::time::Instant::now(), view.clone()));
+    Ok(Json(view))
+}
+
+/// The request body as [`JobCreate`], with the field of the first error named.
+fn parse_create(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> ApiResult<JobCreate> {
+    let body = body.map_err(|e| {
+        let status = e.status();
+        let code = if status == StatusCode::PAYLOAD_TOO_LARGE { "payload_too_large" } else { "invalid_body" };
+        ApiError::new(status, code, e.body_text())
+    })?;
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(';').next().is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json")));
+    if !json {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send the job as JSON with Content-Type: application/json",
+        ));
+    }
+    let de = &mut serde_json::Deserializer::from_slice(&body);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        // The path names the field at fault (an unknown field included).
+        let field = if path == "." || path == "?" || path.is_empty() { "body".to_string() } else { path };
+        ApiError::field(field, inner.to_string())
+    })
+}
+
+/// The engine's job for a request, the workspace it goes to, and what the service keeps of it.
+pub fn to_spec(state: &AppState, req: &JobCreate) -> ApiResult<(JobSpec, Arc<Workspace>)> {
+    let backend = req.backend_details.clone().unwrap_or_default();
+    if let Some(t) = &backend.backend_type {
+        if t != "slurm" {
+            return Err(ApiError::field(
+                "backend_details.backend_type",
+                format!("{t:?}: this service runs \"slurm\" jobs only"),
+            ));
+        }
+    }
+    let ws_name = match (&req.workspace, &backend.cluster_name) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(ApiError::field(
+                "backend_details.cluster_name",
+                format!("{b:?} differs from workspace {a:?}; give one, or the same in both"),
+            ))
+        }
+        (a, b) => a.clone().or(b.clone()),
+    };
+    let names = || state.workspaces.iter().map(|w| w.id.as_str()).collect::<Vec<_>>().join(", ");
+    let ws = match &ws_name {
+        Some(n) => state.workspace(n).cloned().ok_or_else(|| {
+            ApiError::field("workspace", format!("no workspace {n:?}; the workspaces are: {}", names()))
+        })?,
+        None => state.default_workspace().cloned().ok_or_else(|| {
+            ApiError::field("workspace", format!("is required: this service has several ({})", names()))
+        })?,
+    };
+    let partition = match (&req.partition, &backend.partition) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(ApiError::field("backend_details.partition", format!("{b:?} differs from partition {a:?}")))
+        }
+        (a, b) => a.clone().or(b.clone()),
+    };
+    let (mut gpus, mut total_gpus) = (req.gpus, req.total_gpus);
+    match req.num_gpu {
+        None | Some(-1) => {}
+        Some(n) if !(-1..=100_000).contains(&n) => {
+            return Err(ApiError::field(
+                "num_gpu",
+                format!("{n} is not a number of GPUs (0 or more, or -1 for the default)"),
+            ))
+        }
+        Some(_) if gpus.is_some() || total_gpus.is_some() => {
+            return Err(ApiError::field("num_gpu", "give num_gpu, or gpus/total_gpus, not both"))
+        }
+        Some(0) => gpus = Some(0),
+        Some(n) => total_gpus = Some(n as u32),
+    }
+    let (command, shell) = match &req.command {
+        None => (Vec::new(), req.shell),
+        Some(CommandIn::Argv(v)) => (v.clone(), req.shell),
+        Some(CommandIn::Shell(s)) => (vec![s.clone()], true),
+    };
+    let cosmos_rl = match &req.cosmos_rl {
+        None => None,
+        Some(v) => Some(
+            serde_path_to_error::deserialize(v.clone())
+                .map_err(|e| ApiError::field(format!("cosmos_rl.{}", e.path()), e.into_inner().to_string()))?,
+        ),
+    };
+    if let Some(c) = &cosmos_rl {
+        let c: &crate::spec::CosmosRlSpec = c;
+        if c.config.is_some() {
+            return Err(ApiError::field("cosmos_rl.config", "a file of the service's machine: send config_text"));
+        }
+    }
+    let spec = JobSpec {
+        image: req.image.clone(),
+        command,
+        shell,
+        gpus,
+        total_gpus,
+        nodes: req.nodes,
+        cpus_per_task: req.cpus_per_task,
+        memory: req.memory.clone(),
+        partition,
+        account: req.account.clone(),
+        qos: req.qos.clone(),
+        constraint: req.constraint.clone(),
+        exclude: req.exclude.clone(),
+        reservation: req.reservation.clone(),
+        time_hours: req.time_hours,
+        timeout_hours: req.timeout_hours,
+        requeue: req.requeue,
+        env: req.env.clone(),
+        secret_env: req.secret_env.clone(),
+        mounts: req.mounts.clone(),
+        replace_default_mounts: req.replace_default_mounts,
+        container_workdir: req.container_workdir.clone(),
+        no_container_mount_home: req.no_container_mount_home,
+        sbatch_options: req.sbatch_options.clone(),
+        name: req.name.clone(),
+        max_timeout_requeues: req.max_timeout_requeues,
+        inputs: req.inputs.clone(),
+        specs: req.specs.clone().map(serde_json::Value::Object),
+        dataset_root: req.dataset_root.clone(),
+        dataset_files: req.dataset_files.clone(),
+        no_sqsh: req.no_sqsh,
+        allow_registry_pull: req.allow_registry_pull,
+        cosmos_rl,
+        exclusive: req.exclusive,
+    };
+    if let Some(a) = &req.action {
+        crate::spec::check_text("action", a).map_err(|e| ApiError::field("action", e.message))?;
+    }
+    Ok((spec, ws))
+}
+
+#[utoipa::path(post, path = "/api/v2/orgs/{org}/jobs", tag = "jobs", security(("bearer" = [])),
+    params(("org" = String, Path)), request_body = JobCreate,
+    responses((status = 201, description = "Submitted to Slurm", body = JobOut),
+        (status = 400, description = "Invalid: `field` names the field; nothing was sent to a cluster", body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 415, body = ErrorBody), (status = 502, description = "The cluster could not be reached or refused", body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
+pub async fn create_job(
+    State(state): State<AppStateRef>,
+    Extension(token): Extension<TokenInfo>,
+    Path(org): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let req = parse_create(&headers, body)?;
+    let (spec, ws) = to_spec(&state, &req)?;
+    // Every offline check (fields, resources, partition list, paths' forms) before any connection.
+    ws.settings.require_remote().map_err(|e| ApiError::engine(e.into()))?;
+    crate::plan::resolve(&spec, &ws.settings).map_err(|e| ApiError::field(e.field.clone(), e.message))?;
+    let secrets =
+        SecretValues::resolve(&spec.secret_env, &Default::default(), &|n| std::env::var(n).ok()).map_err(|e| {
+            ApiError::field("secret_env", format!("{} (values come from the service's environment)", e.message))
+        })?;
+    let meta = super::db::ApiJob {
+        job_id: String::new(),
+        org: org.clone(),
+        workspace: ws.id.clone(),
+        action: req.action.clone(),
+        specs: spec.specs.clone().unwrap_or_else(|| serde_json::json!({})),
+        num_gpu: req.num_gpu,
+        token_id: Some(token.id.clone()),
+        created_at: crate::store::now_secs(),
+    };
+    let st = state.clone();
+    let w = ws.clone();
+    let job_id = blocking(move || {
+        w.with_client(|client| {
+            let submitted = client.create_job(&spec, &secrets)?;
+            st.add_job(super::db::ApiJob { job_id: submitted.job_id.clone(), ..meta })
+                .map_err(crate::Error::RemoteCommand)?;
+            st.publish(client);
+            Ok(submitted.job_id)
+        })
+        .map_err(ApiError::engine)
+    })
+    .await?;
+    ws.wake_monitor();
+    tracing::info!(%org, workspace = %ws.id, job = %job_id, token = %token.id, "job created");
+    let job = org_job(&state, &org, &job_id)?;
+    let mut r = json_text(StatusCode::CREATED, job.json.to_string());
+    if let Ok(v) = header::HeaderValue::from_str(&format!("/api/v2/orgs/{org}/jobs/{job_id}")) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    Ok(r)
+}
+
+#[utoipa::path(get, path = "/api/v2/orgs/{org}/jobs", tag = "jobs", security(("bearer" = [])),
+    params(("org" = String, Path), ListQuery),
+    responses((status = 200, description = "The org's jobs, from the cache (no cluster round trip)", body = JobList),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+pub async fn list_jobs(State(state): State<AppStateRef>, Path(org): Path<String>, uri: Uri) -> ApiResult<Response> {
+    let q: ListQuery = query(&uri)?;
+    let size = q.size.unwrap_or(100);
+    if !(1..=1000).contains(&size) {
+        return Err(ApiError::field("size", format!("{size} is not from 1 to 1000")));
+    }
+    let skip = q.skip.unwrap_or(0);
+    let statuses = match &q.status {
+        None => None,
+        Some(list) => Some(
+            list.split(',')
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| {
+                    parse_status(s).ok_or_else(|| {
+                        ApiError::field(
+                            "status",
+                            format!("{s:?} is not one of Pending, Running, Done (Complete), Error, Canceled, Paused"),
+                        )
+                    })
+                })
+                .collect::<ApiResult<Vec<_>>>()?,
+        ),
+    };
+    let sort = q.sort.as_deref().unwrap_or("-created_on");
+    let (descending, key) = match sort.strip_prefix('-') {
+        Some(k) => (true, k),
+        None => (false, sort),
+    };
+    if !["created_on", "last_modified", "name", "status"].contains(&key) {
+        return Err(ApiError::field(
+            "sort",
+            format!("{sort:?}: sort by created_on, last_modified, name or status (a leading - for descending)"),
+        ));
+    }
+    let snapshot = state.snapshot();
+    let mut jobs: Vec<&Arc<CachedJob>> = snapshot
+        .order
+        .iter()
+        .filter(|j| j.out.org == org)
+        .filter(|j| statuses.as_ref().is_none_or(|s| s.contains(&j.status)))
+        .filter(|j| q.workspace.as_ref().is_none_or(|w| &j.out.workspace == w))
+        .collect();
+    // `order` is newest first already; sorts are stable, ties keep it.
+    match key {
+        "created_on" => jobs.sort_by_key(|j| std::cmp::Reverse(j.created_at)),
+        "last_modified" => jobs.sort_by_key(|j| std::cmp::Reverse(j.updated_at)),
+        "name" => jobs.sort_by(|a, b| b.out.name.cmp(&a.out.name)),
+        _ => jobs.sort_by(|a, b| b.out.platform_status.cmp(&a.out.platform_status)),
+    }
+    if !descending {
+        jobs.reverse();
+    }
+    let total = jobs.len();
+    let page: Vec<&str> = jobs.iter().skip(skip).take(size).map(|j| &*j.json).collect();
+    let info = PaginationInfo {
+        total_records: total,
+        total_pages: total.div_ceil(size),
+        page_size: size,
+        page_index: skip / size,
+    };
+    Ok(json_text(
+        StatusCode::OK,
+        format!("{{\"jobs\":[{}],\"pagination_info\":{}}}", page.join(","), serde_json::to_string(&info).unwrap()),
+    ))
+}
+
+/// `GET /jobs/{job_id}`, `:logs`, `:events`, `:attempts` and `:stream`.
+pub async fn job_get_ref(
+    State(state): State<AppStateRef>,
+    Path((org, reference)): Path<(String, String)>,
+    uri: Uri,
+) -> ApiResult<Response> {
+    let (id, action) = match reference.rsplit_once(':') {
+        Some((id, action)) => (id.to_string(), action),
+        None => (reference.clone(), ""),
+    };
+    match action {
+        "" => get_job(state, org, id).await,
+        "logs" => job_logs(state, org, id, query(&uri)?).await,
+        "events" => job_events(state, org, id, query(&uri)?).await.map(IntoResponse::into_response),
+        "attempts" => job_attempts(state, org, id).await.map(IntoResponse::into_response),
+        "stream" => super::sse::job_stream(state, org, id, query(&uri)?).await,
+        other => Err(ApiError::not_found(format!(
+            "no job action :{other} for GET (there are :logs, :events, :attempts, :stream)"
+        ))),
+    }
+}
+
+/// `POST /jobs/{job_id}:cancel`.
+pub async fn job_post_ref(
+    State(state): State<AppStateRef>,
+    Path((org, reference)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    match reference.rsplit_once(':') {
+        Some((id, "cancel")) => cancel_job(state, org, id.to_string()).await,
+        _ => Err(ApiError::not_found("no such job action for POST (there is :cancel)")),
+    }
+}
+
+/// `DELETE /jobs/{job_id}`.
+pub async fn job_delete_ref(
+    State(state): State<AppStateRef>,
+    Path((org, reference)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    if reference.contains(':') {
+        return Err(ApiError::not_found("DELETE takes a job id"));
+    }
+    delete_job(state, org, reference).await.map(IntoResponse::into_response)
+}
+
+#[utoipa::path(get, path = "/api/v2/orgs/{org}/jobs/{job_id}", tag = "jobs", security(("bearer" = [])),
+    params(("org" = String, Path), ("job_id" = String, Path)),
+    responses((status = 200, description = "The job, from the cache (no cluster round trip)", body = JobOut),
+        (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+pub async fn get_job(state: AppStateRef, org: String, id: String) -> ApiResult<Response> {
+    Ok(json_text(StatusCode::OK, org_job(&state, &org, &id)?.json.to_string()))
+}
+
+#[utoipa::path(post, path = "/api/v2/orgs/{org}/jobs/{job_id}:cancel", tag = "jobs", security(("bearer" = [])),
+    params(("org" = String, Path), ("job_id" = String, Path)),
+    responses((status = 200, description = "Cancelled (idempotent: a terminal job is returned as it is)", body = JobOut),
+        (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 502, description = "The cluster could not confirm the cancel; the job is as it was", body = ErrorBody)))]
+pub async fn cancel_job(state: AppStateRef, org: String, id: String) -> ApiResult<Response> {
+    let job = org_job(&state, &org, &id)?;
+    if job.status.is_terminal() {
+        return Ok(json_text(StatusCode::OK, job.json.to_string()));
+    }
+    let ws = workspace_of(&state, &job)?;
+    let (st, w, jid) = (state.clone(), ws.clone(), id.clone());
+    blocking(move || {
+        w.with_client(|client| {
+            let result = client.cancel_job(&jid);
+            st.publish(client);
+            result.map(|_| ())
+        })
+        .map_err(ApiError::engine)
+    })
+    .await?;
+    ws.wake_monitor();
+    tracing::info!(%org, job = %id, "job cancelled");
+    Ok(json_text(StatusCode::OK, org_job(&state, &org, &id)?.json.to_string()))
+}
+
+#[utoipa::path(delete, path = "/api/v2/orgs/{org}/jobs/{job_id}", tag = "jobs", security(("bearer" = [])),
+    params(("org" = String, Path), ("job_id" = String, Path)),
+    responses((status = 200, description = "Removed from the org's jobs (the state file keeps its history)", body = Deleted),
+        (status = 409, description = "The job is not terminal: cancel it first", body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+pub async fn delete_job(state: AppStateRef, org: String, id: String) -> ApiResult<Json<Deleted>> {
+    let job = org_job(&state, &org, &id)?;
+    if !job.status.is_terminal() {
+        return Err(ApiError::conflict(format!(
+            "job {id} is {}: cancel it first (:cancel), then delete it",
+            job.out.platform_status
+        )));
+    }
+    let ws = workspace_of(&state, &job)?;
+    let (st, jid) = (state.clone(), id.clone());
+    blocking(move || {
+        st.remove_job(&jid).map_err(ApiError::internal)?;
+        ws.with_client(|client| {
+            st.publish(client);
+            Ok(())
+        })
+        .map_err(ApiError::engine)
+    })
+    .await?;
+    Ok(Json(Deleted { id, deleted: true }))
+}
+
+/// Largest log read.
+const MAX_LOG_BYTES: u64 = 1 << 20;
+
+#[utoipa::path(get, path = "/api/v2/orgs/{org}/jobs/{job_id}:logs", tag = "jobs", security(("bearer" = [])),
+    params(("org" = String, Path), ("job_id" = String, Path), LogsQuery),
+    responses((status = 200, description = "main.out then main.err (tail), or one file's bytes from `offset` with X-Log-Offset, X-Next-Offset and X-Log-Size headers; empty before the job reaches Slurm", content_type = "text/plain", body = String),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 502, body = ErrorBody)))]
+pub async fn job_logs(state: AppStateRef, org: String, id: String, q: LogsQuery) -> ApiResult<Response> {
+    let job = org_job(&state, &org, &id)?;
+    let stream = match q.stream.as_deref().unwrap_or("both") {
+        "stdout" => Some(crate::engine::logs::Stream::Stdout),
+        "stderr" => Some(crate::engine::logs::Stream::Stderr),
+        "both" => None,
+        other => return Err(ApiError::field("stream", format!("{other:?} is not stdout, stderr or both"))),
+    };
+    if q.tail.is_some() && q.offset.is_some() {
+        return Err(ApiError::field("offset", "give tail or offset, not both"));
+    }
+    if let Some(t) = q.tail {
+        if !(1..=10_000).contains(&t) {
+            return Err(ApiError::field("tail", format!("{t} is not from 1 to 10000")));
+        }
+    }
+    let limit = q.limit.unwrap_or(65536);
+    if !(1..=MAX_LOG_BYTES).contains(&limit) {
+        return Err(ApiError::field("limit", format!("{limit} is not from 1 to {MAX_LOG_BYTES}")));
+    }
+    if let Some(a) = q.attempt {
+        if a == 0 || a > job.attempt {
+            return Err(ApiError::field("attempt", format!("job {id} has attempts 1 to {}", job.attempt)));
+        }
+    }
+    let text = |t: String| (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], t).into_response();
+    let on_slurm = match q.attempt {
+        Some(a) if a < job.attempt => true,
+        _ => job.out.backend_details.slurm_metadata.slurm_job_id.is_some(),
+    };
+    if !on_slurm {
+        return Ok(text(String::new()));
+    }
+    let ws = workspace_of(&state, &job)?;
+    match q.offset {
+        Some(offset) => {
+            let stream =
+                stream.ok_or_else(|| ApiError::field("stream", "reading from an offset needs stdout or stderr"))?;
+            let range = blocking(move || {
+                ws.with_client(|c| c.log_range(&id, stream, offset, limit, q.attempt)).map_err(ApiError::engine)
+            })
+            .await?;
+            let mut r = text(range.text);
+            let h = r.headers_mut();
+            h.insert("x-log-offset", range.offset.into());
+            h.insert("x-next-offset", range.next_offset.into());
+            if let Some(size) = range.size {
+                h.insert("x-log-size", size.into());
+            }
+            Ok(r)
+        }
+        None => {
+            let tail = q.tail.unwrap_or(200);
+            let logs =
+                blocking(move || ws.with_client(|c| c.job_logs(&id, Some(tail), q.attempt)).map_err(ApiError::engine))
+                    .await?;
+            Ok(text(match stream {
+                Some(crate::engine::logs::Stream::Stdout) => logs.stdout,
+                Some(crate::engine::logs::Stream::Stderr) => logs.stderr,
+                None if logs.stderr.is_empty() => logs.stdout,
+                None => format!(
+                    "{}{}{}",
+                    logs.stdout,
+                    if logs.stdout.ends_with('\n') || logs.stdout.is_empty() { "" } else { "\n" },
+                    logs.stderr
+                ),
+            }))
+        }
+    }
+}
+
+#[utoipa::path(get, path = "/api/v2/orgs/{org}/jobs/{job_id}:events", tag = "jobs", security(("bearer" = [])),
+    params(("org" = String, Path), ("job_id" = String, Path), EventsQuery),
+    responses((status = 200, description = "The job's history, oldest first (state file only)", body = EventList),
+        (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn job_events(state: AppStateRef, org: String, id: String, q: EventsQuery) -> ApiResult<Json<EventList>> {
+    let job = org_job(&state, &org, &id)?;
+    let ws = workspace_of(&state, &job)?;
+    let events = blocking(move || {
+        ws.with_client(|c| c.events_since(q.after.unwrap_or(0), std::slice::from_ref(&id), 100_000))
+            .map_err(ApiError::engine)
+    })
+    .await?;
+    Ok(Json(EventList {
+        events: events
+            .into_iter()
+            .map(|e| EventOut { id: e.id, at: rfc3339(e.at), kind: e.kind, detail: e.detail })
+            .collect(),
+    }))
+}
+
+#[utoipa::path(get, path = "/api/v2/orgs/{org}/jobs/{job_id}:attempts", tag = "jobs", security(("bearer" = [])),
+    params(("org" = String, Path), ("job_id" = String, Path)),
+    responses((status = 200, description = "Every submission to Slurm (retries are new attempts) with the evidence of how it ended", body = AttemptList),
+        (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn job_attempts(state: AppStateRef, org: String, id: String) -> ApiResult<Json<AttemptList>> {
+    let job = org_job(&state, &org, &id)?;
+    let ws = workspace_of(&state, &job)?;
+    let attempts = blocking(move || ws.with_client(|c| c.attempts(&id)).map_err(ApiError::engine)).await?;
+    Ok(Json(AttemptList {
+        attempts: attempts
+            .into_iter()
+            .map(|a| AttemptOut {
+                number: a.number,
+                slurm_job_name: a.slurm_job_name,
+                slurm_job_id: a.slurm_job_id,
+                login_host: a.login_host,
+                state: a.state,
+                exit_code: a.exit_code,
+                node_list: a.node_list,
+                failure_class: a.failure_class,
+                evidence: a.evidence,
+                excluded_nodes: a.excluded_nodes,
+                submitted_at: a.submitted_at.map(rfc3339),
+                ended_at: a.ended_at.map(rfc3339),
+            })
+            .collect(),
+    }))
+}
+
+#[utoipa::path(get, path = "/api/v2/orgs/{org}/stats", tag = "service", security(("bearer" = [])),
+    params(("org" = String, Path)),
+    responses((status = 200, description = "What the clusters were asked and what clients asked", body = Stats),
+        (status = 401, body = ErrorBody)))]
+pub async fn stats(State(state): State<AppStateRef>) -> Json<Stats> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let snapshot = state.snapshot();
+    Json(Stats {
+        uptime_secs: state.started.elapsed().as_secs(),
+        http_requests: state.http_requests.load(Relaxed),
+        open_streams: state.open_streams.load(Relaxed),
+        log_followers: state.followers.count(),
+        snapshot_version: snapshot.version,
+        jobs_cached: snapshot.jobs.len(),
+        workspaces: state
+            .workspaces
+            .iter()
+            .map(|w| {
+                let c = &w.counters;
+                let last = c.last_refresh_at.load(Relaxed);
+                WorkspaceStatsOut {
+                    workspace: w.id.clone(),
+                    refreshes: c.refreshes.load(Relaxed),
+                    refresh_errors: c.refresh_errors.load(Relaxed),
+                    round_trips: c.round_trips.load(Relaxed),
+                    refresh_round_trips: c.refresh_round_trips.load(Relaxed),
+                    ssh_logins: c.logins.load(Relaxed),
+                    active_jobs: c.active_jobs.load(Relaxed),
+                    monitor_interval_secs: c.interval_ms.load(Relaxed) as f64 / 1000.0,
+                    last_refresh_at: (last > 0).then(|| rfc3339(last as i64)),
+                    last_error: w.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+                }
+            })
+            .collect(),
+    })
+}

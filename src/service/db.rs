@@ -1,0 +1,267 @@
+//! The service's own records, in a SQLite file beside the state file (`<state>.service.db`): bearer
+//! tokens (only their SHA-256, never the token) and the jobs created through the API with their org
+//! and TAO fields. The engine's state file stays the engine's; the service never writes it directly.
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS tokens (
+    id          TEXT PRIMARY KEY,
+    org         TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    sha256      TEXT NOT NULL UNIQUE,
+    created_at  INTEGER NOT NULL,
+    revoked_at  INTEGER
+);
+CREATE TABLE IF NOT EXISTS api_jobs (
+    job_id      TEXT PRIMARY KEY,
+    org         TEXT NOT NULL,
+    workspace   TEXT NOT NULL,
+    action      TEXT,
+    specs       TEXT,
+    num_gpu     INTEGER,
+    token_id    TEXT,
+    created_at  INTEGER NOT NULL,
+    deleted_at  INTEGER
+);
+CREATE INDEX IF NOT EXISTS api_jobs_by_org ON api_jobs(org) WHERE deleted_at IS NULL;
+"#;
+
+/// The service database's path for a state file.
+pub fn path_for(state_path: &Path) -> PathBuf {
+    let mut p = state_path.as_os_str().to_owned();
+    p.push(".service.db");
+    PathBuf::from(p)
+}
+
+/// A token as listed (never the token itself).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct TokenRecord {
+    pub id: String,
+    pub org: String,
+    pub name: String,
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+/// What the service keeps of a job created through the API, beyond the engine's record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiJob {
+    pub job_id: String,
+    pub org: String,
+    pub workspace: String,
+    pub action: Option<String>,
+    pub specs: serde_json::Value,
+    pub num_gpu: Option<i64>,
+    pub token_id: Option<String>,
+    pub created_at: i64,
+}
+
+pub struct ServiceDb {
+    conn: Mutex<Connection>,
+    path: PathBuf,
+}
+
+fn sql_err(path: &Path, e: rusqlite::Error) -> String {
+    format!("service database {}: {e}", path.display())
+}
+
+/// `sha256(token)` in hex: what is stored and looked up.
+pub fn token_hash(token: &str) -> String {
+    Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// 32 random bytes (two v4 UUIDs from the OS generator: 244 random bits) in hex.
+fn random_hex() -> String {
+    let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    format!("{}{}", a.simple(), b.simple())
+}
+
+/// Whether `org` can name an org: letters, digits, `.`, `_`, `-`, at most 63.
+pub fn check_org(org: &str) -> Result<(), String> {
+    let ok = !org.is_empty() && org.len() <= 63 && org.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{org:?} is not an org name (letters, digits, . _ -, at most 63)"))
+    }
+}
+
+impl ServiceDb {
+    pub fn open(path: &Path) -> Result<ServiceDb, String> {
+        crate::private::ensure_private_file(path)?;
+        let conn = Connection::open(path).map_err(|e| sql_err(path, e))?;
+        conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(|e| sql_err(path, e))?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(|e| sql_err(path, e))?;
+        conn.execute_batch(SCHEMA).map_err(|e| sql_err(path, e))?;
+        Ok(ServiceDb { conn: Mutex::new(conn), path: path.to_path_buf() })
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Create a token for `org`; returns its record and the token, which is shown once and stored
+    /// only as its SHA-256.
+    pub fn create_token(&self, org: &str, name: &str) -> Result<(TokenRecord, String), String> {
+        check_org(org)?;
+        if name.chars().any(char::is_control) || name.len() > 200 {
+            return Err("the token's name must be one line of at most 200 characters".into());
+        }
+        let secret = random_hex();
+        let id = secret[..12].to_string();
+        let token = format!("tsk_{secret}");
+        let now = crate::store::now_secs();
+        self.conn()
+            .execute(
+                "INSERT INTO tokens (id, org, name, sha256, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![id, org, name, token_hash(&token), now],
+            )
+            .map_err(|e| sql_err(&self.path, e))?;
+        Ok((TokenRecord { id, org: org.into(), name: name.into(), created_at: now, revoked_at: None }, token))
+    }
+
+    /// Revoke a token by id; false when there is no such token (or it was revoked already).
+    pub fn revoke_token(&self, id: &str) -> Result<bool, String> {
+        let n = self
+            .conn()
+            .execute(
+                "UPDATE tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
+                params![id, crate::store::now_secs()],
+            )
+            .map_err(|e| sql_err(&self.path, e))?;
+        Ok(n == 1)
+    }
+
+    pub fn tokens(&self) -> Result<Vec<TokenRecord>, String> {
+        let conn = self.conn();
+        let mut st = conn
+            .prepare("SELECT id, org, name, created_at, revoked_at FROM tokens ORDER BY created_at, id")
+            .map_err(|e| sql_err(&self.path, e))?;
+        let rows = st
+            .query_map([], |r| {
+                Ok(TokenRecord {
+                    id: r.get(0)?,
+                    org: r.get(1)?,
+                    name: r.get(2)?,
+                    created_at: r.get(3)?,
+                    revoked_at: r.get(4)?,
+                })
+            })
+            .map_err(|e| sql_err(&self.path, e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| sql_err(&self.path, e))
+    }
+
+    /// The valid tokens: (sha256, id, org).
+    pub fn valid_tokens(&self) -> Result<Vec<(String, String, String)>, String> {
+        let conn = self.conn();
+        let mut st = conn
+            .prepare("SELECT sha256, id, org FROM tokens WHERE revoked_at IS NULL")
+            .map_err(|e| sql_err(&self.path, e))?;
+        let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).map_err(|e| sql_err(&self.path, e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| sql_err(&self.path, e))
+    }
+
+    /// A number that changes whenever another connection (`tao-slurm token ...`) commits.
+    pub fn data_version(&self) -> Result<i64, String> {
+        self.conn().pragma_query_value(None, "data_version", |r| r.get(0)).map_err(|e| sql_err(&self.path, e))
+    }
+
+    pub fn insert_job(&self, job: &ApiJob) -> Result<(), String> {
+        self.conn()
+            .execute(
+                "INSERT INTO api_jobs (job_id, org, workspace, action, specs, num_gpu, token_id, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![
+                    job.job_id,
+                    job.org,
+                    job.workspace,
+                    job.action,
+                    job.specs.to_string(),
+                    job.num_gpu,
+                    job.token_id,
+                    job.created_at
+                ],
+            )
+            .map_err(|e| sql_err(&self.path, e))?;
+        Ok(())
+    }
+
+    /// Mark a job deleted (it leaves the org's listings; the state file keeps its history).
+    pub fn delete_job(&self, job_id: &str) -> Result<bool, String> {
+        let n = self
+            .conn()
+            .execute(
+                "UPDATE api_jobs SET deleted_at = ?2 WHERE job_id = ?1 AND deleted_at IS NULL",
+                params![job_id, crate::store::now_secs()],
+            )
+            .map_err(|e| sql_err(&self.path, e))?;
+        Ok(n == 1)
+    }
+
+    /// Every job not deleted.
+    pub fn jobs(&self) -> Result<Vec<ApiJob>, String> {
+        let conn = self.conn();
+        let mut st = conn
+            .prepare(
+                "SELECT job_id, org, workspace, action, specs, num_gpu, token_id, created_at FROM api_jobs
+                 WHERE deleted_at IS NULL",
+            )
+            .map_err(|e| sql_err(&self.path, e))?;
+        let rows = st
+            .query_map([], |r| {
+                let specs: Option<String> = r.get(4)?;
+                Ok(ApiJob {
+                    job_id: r.get(0)?,
+                    org: r.get(1)?,
+                    workspace: r.get(2)?,
+                    action: r.get(3)?,
+                    specs: specs.and_then(|s| serde_json::from_str(&s).ok()).unwrap_or(serde_json::json!({})),
+                    num_gpu: r.get(5)?,
+                    token_id: r.get(6)?,
+                    created_at: r.get(7)?,
+                })
+            })
+            .map_err(|e| sql_err(&self.path, e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| sql_err(&self.path, e))
+    }
+
+    pub fn job_org(&self, job_id: &str) -> Result<Option<String>, String> {
+        self.conn()
+            .query_row("SELECT org FROM api_jobs WHERE job_id = ?1 AND deleted_at IS NULL", params![job_id], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(|e| sql_err(&self.path, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_stored_hashed_and_revoked() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = ServiceDb::open(&dir.path().join("s.db")).unwrap();
+        let (rec, token) = db.create_token("team-a", "ci").unwrap();
+        assert!(token.starts_with("tsk_") && token.len() == 4 + 64, "{token}");
+        let raw = std::fs::read(dir.path().join("s.db")).unwrap_or_default();
+        let wal = std::fs::read(dir.path().join("s.db-wal")).unwrap_or_default();
+        let needle = &token.as_bytes()[4..];
+        for bytes in [raw, wal] {
+            assert!(!bytes.windows(needle.len()).any(|w| w == needle), "the token itself is never stored");
+        }
+        let valid = db.valid_tokens().unwrap();
+        assert_eq!(valid, vec![(token_hash(&token), rec.id.clone(), "team-a".to_string())]);
+        assert!(db.revoke_token(&rec.id).unwrap());
+        assert!(!db.revoke_token(&rec.id).unwrap(), "once");
+        assert!(db.valid_tokens().unwrap().is_empty());
+        assert!(db.tokens().unwrap()[0].revoked_at.is_some());
+        assert!(db.create_token("a b", "x").is_err());
+    }
+}

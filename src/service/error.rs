@@ -1,0 +1,89 @@
+//! The API's errors: `{error_desc, error_code}` as the TAO service sends them, plus the field at fault
+//! when a request is invalid, with the HTTP status that fits.
+
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// An error reply.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong and what to do, in words.
+    pub error_desc: String,
+    /// A stable code: `invalid_field`, `unauthorized`, `forbidden`, `not_found`, `conflict`,
+    /// `payload_too_large`, `unsupported_media_type`, `cluster_unreachable`, `cluster_command_failed`,
+    /// `workspace_unavailable`, `internal`.
+    pub error_code: String,
+    /// The request field at fault (`gpus`, `backend_details.cluster_name`, `status`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub body: ErrorBody,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &str, desc: impl Into<String>) -> ApiError {
+        ApiError { status, body: ErrorBody { error_desc: desc.into(), error_code: code.into(), field: None } }
+    }
+
+    /// A request field is invalid (400).
+    pub fn field(field: impl Into<String>, desc: impl Into<String>) -> ApiError {
+        let field = field.into();
+        let mut e =
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_field", format!("invalid {field}: {}", desc.into()));
+        e.body.field = Some(field);
+        e
+    }
+
+    pub fn not_found(what: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", what)
+    }
+
+    pub fn conflict(desc: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::CONFLICT, "conflict", desc)
+    }
+
+    pub fn unauthorized(desc: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", desc)
+    }
+
+    pub fn internal(desc: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", desc)
+    }
+
+    /// An error of the engine, with the status that fits its class.
+    pub fn engine(e: crate::Error) -> ApiError {
+        use crate::store::StoreError;
+        use crate::Error;
+        match e {
+            Error::Spec(s) => ApiError::field(s.field.clone(), s.message),
+            Error::Store(StoreError::NotFound(id)) => ApiError::not_found(format!("no job {id}")),
+            Error::Store(e @ StoreError::Ambiguous(_)) => ApiError::field("job_id", e.to_string()),
+            Error::Store(e) => ApiError::internal(format!("local state: {e}")),
+            Error::Config(e) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "workspace_unavailable",
+                format!("the workspace's settings are incomplete: {e}"),
+            ),
+            Error::Remote(e) => ApiError::new(StatusCode::BAD_GATEWAY, "cluster_unreachable", e.to_string()),
+            Error::RemoteCommand(m) => ApiError::new(StatusCode::BAD_GATEWAY, "cluster_command_failed", m),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = (self.status, axum::Json(self.body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            r.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+        }
+        r
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

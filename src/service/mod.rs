@@ -1,0 +1,189 @@
+//! `tao-slurm serve`: one process that runs the HTTP API (in the TAO service's shape), the dashboard
+//! and the monitor of every workspace, over the same engine and state file as the CLI.
+//!
+//! ```text
+//! HTTP clients ──► axum (tokio) ──► auth (bearer token, org) ──► handlers ──► cache (snapshot, read-only)
+//!                                                      │                         ▲
+//!                                   create/cancel/logs ▼                         │ publish
+//!                                   blocking pool: Client per workspace ────────┤
+//!                                   monitor thread per workspace: one refresh ──┘ per interval
+//! ```
+//!
+//! The engine is synchronous; it runs on blocking threads (requests) and one dedicated thread per
+//! workspace (its monitor), never on the async workers, so no request waits behind a cluster.
+
+pub mod api;
+mod dashboard;
+pub mod db;
+pub mod error;
+pub mod openapi;
+mod sse;
+pub mod state;
+pub mod types;
+pub mod workspace;
+
+use crate::error::Error;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use error::ApiError;
+use state::AppState;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use workspace::Workspace;
+
+pub use openapi::document_json;
+
+/// Largest request body by default.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
+
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub bind: SocketAddr,
+    pub max_body_bytes: usize,
+}
+
+/// Every request under `/api/` but health needs a valid token; under `/api/v2/orgs/{org}/` its org.
+async fn authenticate(State(state): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
+    state.http_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = req.uri().path();
+    if !path.starts_with("/api/") || path == "/api/v2/health" {
+        return next.run(req).await;
+    }
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim);
+    let Some(presented) = presented else {
+        return ApiError::unauthorized(
+            "a bearer token is required (Authorization: Bearer <token>); an admin makes one with `tao-slurm token create --org ORG`",
+        )
+        .into_response();
+    };
+    let hash = db::token_hash(presented);
+    let token = state.tokens.read().unwrap_or_else(|e| e.into_inner()).get(&hash).cloned();
+    let Some(token) = token else {
+        return ApiError::unauthorized("the token is not valid (unknown or revoked)").into_response();
+    };
+    if let Some(rest) = path.strip_prefix("/api/v2/orgs/") {
+        let org = rest.split('/').next().unwrap_or("");
+        if org != token.org {
+            return ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!("this token is for org {}, not {org}", token.org),
+            )
+            .into_response();
+        }
+    }
+    req.extensions_mut().insert(token);
+    next.run(req).await
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("no such route; the API is described at /api/v2/openapi.json")
+}
+
+/// The service's routes.
+pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
+    let org = "/api/v2/orgs/{org}";
+    Router::new()
+        .route("/", get(dashboard::index))
+        .route("/assets/app.js", get(dashboard::app_js))
+        .route("/assets/app.css", get(dashboard::app_css))
+        .route("/api/v2/health", get(api::health))
+        .route("/api/v2/openapi.json", get(api::openapi_json))
+        .route(&format!("{org}/stats"), get(api::stats))
+        .route(&format!("{org}/workspaces"), get(api::list_workspaces))
+        .route(&format!("{org}/workspaces/{{workspace_ref}}"), get(api::workspace_ref))
+        .route(&format!("{org}/jobs"), get(api::list_jobs).post(api::create_job))
+        .route(&format!("{org}/jobs:stream"), get(sse::jobs_stream))
+        .route(
+            &format!("{org}/jobs/{{job_ref}}"),
+            get(api::job_get_ref).post(api::job_post_ref).delete(api::job_delete_ref),
+        )
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), authenticate))
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .with_state(state)
+}
+
+/// Run the service until interrupted. `workspaces`: (id, settings), at least one.
+pub fn serve(opts: ServeOptions, workspaces: Vec<(String, crate::config::Settings)>) -> Result<(), Error> {
+    let runtime_error = |e: std::io::Error| Error::RemoteCommand(format!("cannot start the service: {e}"));
+    let state_path = workspaces.first().map(|(_, s)| s.state_path.clone()).expect("at least one workspace");
+    let db = db::ServiceDb::open(&db::path_for(&state_path))
+        .map_err(|m| crate::spec::SpecError::new("TAO_SLURM_STATE", m))?;
+    let mut locks = Vec::new();
+    for (id, settings) in &workspaces {
+        match crate::cli::monitor::take_lock(&crate::cli::monitor::monitor_lock_path(settings))? {
+            Some(lock) => locks.push(lock),
+            None => tracing::warn!(
+                workspace = %id,
+                "another monitor follows this workspace's jobs too; both are safe (retries are claimed by compare-and-set)"
+            ),
+        }
+    }
+    let workspaces: Vec<Arc<Workspace>> =
+        workspaces.into_iter().map(|(id, settings)| Arc::new(Workspace::new(id, settings))).collect();
+    let state = Arc::new(AppState::new(workspaces, db).map_err(|m| crate::spec::SpecError::new("TAO_SLURM_STATE", m))?);
+    // The first snapshot before the first request; then one monitor thread per workspace.
+    if let Some(w) = state.workspaces.first() {
+        let _ = w.with_client(|c| {
+            state.publish(c);
+            Ok(())
+        });
+    }
+    for w in &state.workspaces {
+        let (w, st) = (w.clone(), state.clone());
+        std::thread::Builder::new()
+            .name(format!("monitor-{}", w.id))
+            .spawn(move || w.run_monitor(&|client| st.publish(client)))
+            .map_err(runtime_error)?;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("serve")
+        .enable_all()
+        .build()
+        .map_err(runtime_error)?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(opts.bind).await.map_err(|e| {
+            crate::spec::SpecError::new("bind", format!("cannot listen on {}: {e}", opts.bind))
+        })?;
+        let addr = listener.local_addr().map_err(runtime_error)?;
+        if !addr.ip().is_loopback() {
+            tracing::warn!(%addr, "listening beyond loopback over plain HTTP: put a TLS proxy in front, or tokens travel in clear");
+        }
+        let names: Vec<&str> = state.workspaces.iter().map(|w| w.id.as_str()).collect();
+        println!("listening on http://{addr}/ (workspaces: {})", names.join(", "));
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        let st = state.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                let s = st.clone();
+                if let Ok(Err(e)) = tokio::task::spawn_blocking(move || s.reload_tokens()).await {
+                    tracing::warn!(error = %e, "cannot read the tokens; keeping the ones loaded");
+                }
+            }
+        });
+        let app = router(state, opts.max_body_bytes);
+        // Interrupted: stop at once (open event streams would hold a graceful shutdown forever; the
+        // state file is consistent after every transaction).
+        tokio::select! {
+            served = std::future::IntoFuture::into_future(axum::serve(listener, app)) => served.map_err(runtime_error)?,
+            _ = tokio::signal::ctrl_c() => eprintln!("tao-slurm serve: interrupted; stopping"),
+        }
+        Ok::<(), Error>(())
+    })?;
+    drop(locks);
+    std::process::exit(0)
+}

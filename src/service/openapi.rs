@@ -1,0 +1,83 @@
+//! The OpenAPI 3.1 document, derived by utoipa from the handlers' annotations and the types'
+//! schemas, served at `/api/v2/openapi.json`.
+
+use super::{api, error, sse, types};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("A token made by `tao-slurm token create --org ORG`, for that org"))
+                    .build(),
+            ),
+        );
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "tao-slurm service",
+        description = "Jobs on Slurm clusters in the TAO service's shape: workspaces of cloud_type slurm (cluster profiles), jobs with backend_details.slurm_metadata, logs, events and server-sent event streams. Statuses: Pending, Running, Done (tao-slurm Complete), Error, Canceled, Paused. Errors are {error_desc, error_code, field?}.",
+        license(name = "Apache-2.0")
+    ),
+    paths(
+        api::health,
+        api::openapi_json,
+        api::stats,
+        api::list_workspaces,
+        api::get_workspace,
+        api::workspace_cluster,
+        api::create_job,
+        api::list_jobs,
+        sse::jobs_stream,
+        api::get_job,
+        api::delete_job,
+        api::cancel_job,
+        api::job_logs,
+        api::job_events,
+        api::job_attempts,
+        sse::job_stream,
+    ),
+    components(schemas(
+        error::ErrorBody,
+        types::TaoStatus,
+        types::JobCreate,
+        types::CommandIn,
+        types::BackendDetailsIn,
+        types::JobOut,
+        types::JobList,
+        types::JobListChange,
+        types::LogChunkOut,
+        types::PaginationInfo,
+        types::EventList,
+        types::AttemptList,
+        types::WorkspaceOut,
+        types::WorkspaceList,
+        types::ClusterOut,
+        types::Deleted,
+        types::Health,
+        types::Stats,
+    )),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "jobs", description = "Jobs: create, list, get, cancel, delete, logs, events, attempts, streams"),
+        (name = "workspaces", description = "Slurm workspaces: the cluster profiles this service runs jobs on"),
+        (name = "service", description = "Health, this document, counters"),
+    )
+)]
+pub struct ApiDoc;
+
+/// The document as JSON (built once).
+pub fn document_json() -> String {
+    static DOC: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DOC.get_or_init(|| ApiDoc::openapi().to_pretty_json().expect("the OpenAPI document serialises")).clone()
+}

@@ -1,0 +1,390 @@
+//! Server-sent events: a job's status changes and log lines, and the org's job list. Streams are
+//! built from the cache's change notifications; no stream owns a task, so a client that disconnects
+//! drops its stream and with it everything it held. Log lines come from one follower per job, shared
+//! by every client watching that job; it reads the two files at a fixed pace while someone watches
+//! and stops when nobody does.
+
+use super::api::{blocking, org_job, AppStateRef};
+use super::error::{ApiError, ApiResult};
+use super::types::{JobListChange, JobStreamQuery, LogChunkOut};
+use crate::engine::logs::Stream;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+/// How often a followed job's log files are read.
+const LOG_POLL: Duration = Duration::from_millis(1000);
+/// Bytes read per file and poll.
+const LOG_READ_BYTES: u64 = 256 * 1024;
+/// A new follower starts this far from the end of a long file.
+const LOG_START_BYTES: u64 = 64 * 1024;
+/// Log bytes a follower keeps for clients that join later.
+const BACKLOG_BYTES: usize = 1 << 20;
+
+#[derive(Debug, Clone)]
+pub enum LogMsg {
+    Chunk(LogChunkOut),
+    /// A retry started a new attempt: its logs follow.
+    Attempt(u32),
+    /// Every byte of the terminal job's logs was sent.
+    Done,
+}
+
+#[derive(Default)]
+struct Backlog {
+    msgs: VecDeque<LogMsg>,
+    bytes: usize,
+    done: bool,
+}
+
+pub struct Follower {
+    tx: tokio::sync::broadcast::Sender<LogMsg>,
+    backlog: Mutex<Backlog>,
+}
+
+impl Follower {
+    fn push(&self, msg: LogMsg) {
+        let mut b = self.backlog.lock().unwrap_or_else(|e| e.into_inner());
+        if let LogMsg::Chunk(c) = &msg {
+            b.bytes += c.text.len();
+        }
+        if matches!(msg, LogMsg::Done) {
+            b.done = true;
+        }
+        b.msgs.push_back(msg.clone());
+        while b.bytes > BACKLOG_BYTES {
+            match b.msgs.pop_front() {
+                Some(LogMsg::Chunk(c)) => b.bytes -= c.text.len(),
+                Some(_) => {}
+                None => break,
+            }
+        }
+        let _ = self.tx.send(msg);
+    }
+
+    /// What was sent so far, and a receiver of what comes next (no gap between them).
+    fn subscribe(&self) -> (Vec<LogMsg>, tokio::sync::broadcast::Receiver<LogMsg>) {
+        let b = self.backlog.lock().unwrap_or_else(|e| e.into_inner());
+        (b.msgs.iter().cloned().collect(), self.tx.subscribe())
+    }
+}
+
+/// The followers, by job id.
+#[derive(Default)]
+pub struct Followers(Mutex<HashMap<String, Weak<Follower>>>);
+
+impl Followers {
+    pub fn count(&self) -> usize {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).values().filter(|w| w.strong_count() > 0).count()
+    }
+
+    fn get_or_start(&self, state: &AppStateRef, job_id: &str) -> Arc<Follower> {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = map.get(job_id).and_then(Weak::upgrade) {
+            return f;
+        }
+        let f = Arc::new(Follower { tx: tokio::sync::broadcast::channel(1024).0, backlog: Default::default() });
+        map.insert(job_id.to_string(), Arc::downgrade(&f));
+        map.retain(|_, w| w.strong_count() > 0);
+        tokio::spawn(follow(state.clone(), job_id.to_string(), Arc::downgrade(&f)));
+        f
+    }
+}
+
+fn stream_name(s: Stream) -> &'static str {
+    match s {
+        Stream::Stdout => "stdout",
+        Stream::Stderr => "stderr",
+    }
+}
+
+/// Read a job's logs while anyone holds the follower.
+async fn follow(state: AppStateRef, id: String, follower: Weak<Follower>) {
+    let mut attempt = 0u32;
+    let mut offsets = [0u64; 2];
+    let mut started = false;
+    loop {
+        let Some(f) = follower.upgrade() else { break };
+        let Some(job) = state.snapshot().jobs.get(&id).cloned() else {
+            f.push(LogMsg::Done);
+            break;
+        };
+        let terminal = job.status.is_terminal();
+        if job.out.backend_details.slurm_metadata.slurm_job_id.is_none() {
+            if terminal {
+                f.push(LogMsg::Done);
+                break;
+            }
+        } else {
+            if job.attempt != attempt {
+                if attempt != 0 {
+                    f.push(LogMsg::Attempt(job.attempt));
+                }
+                attempt = job.attempt;
+                offsets = [0, 0];
+                started = false;
+            }
+            let Some(ws) = state.workspace(&job.out.workspace).cloned() else {
+                f.push(LogMsg::Done);
+                break;
+            };
+            let (jid, offs, first) = (id.clone(), offsets, !started);
+            let read = blocking(move || {
+                ws.with_client(|c| {
+                    let mut out = Vec::new();
+                    for (i, s) in [Stream::Stdout, Stream::Stderr].into_iter().enumerate() {
+                        let mut r = c.log_range(&jid, s, offs[i], LOG_READ_BYTES, Some(attempt))?;
+                        // A long log joined late: start near its end.
+                        if first && r.size.is_some_and(|size| size > r.next_offset + LOG_START_BYTES) {
+                            let from = r.size.unwrap_or(0) - LOG_START_BYTES;
+                            r = c.log_range(&jid, s, from, LOG_READ_BYTES, Some(attempt))?;
+                        }
+                        out.push((s, r));
+                    }
+                    Ok(out)
+                })
+                .map_err(ApiError::engine)
+            })
+            .await;
+            match read {
+                Ok(ranges) => {
+                    started = true;
+                    let mut caught_up = true;
+                    for (i, (s, r)) in ranges.into_iter().enumerate() {
+                        if !r.text.is_empty() {
+                            f.push(LogMsg::Chunk(LogChunkOut {
+                                stream: stream_name(s).into(),
+                                attempt,
+                                offset: r.offset,
+                                text: r.text,
+                            }));
+                        }
+                        caught_up &= r.size.is_none_or(|size| r.next_offset >= size);
+                        offsets[i] = r.next_offset;
+                    }
+                    if terminal && caught_up {
+                        f.push(LogMsg::Done);
+                        break;
+                    }
+                    if !caught_up {
+                        drop(f);
+                        continue;
+                    }
+                }
+                Err(e) => tracing::debug!(job = %id, error = %e.body.error_desc, "log read failed; trying again"),
+            }
+        }
+        drop(f);
+        tokio::time::sleep(LOG_POLL).await;
+    }
+    let mut map = state.followers.0.lock().unwrap_or_else(|e| e.into_inner());
+    if map.get(&id).is_some_and(|w| w.ptr_eq(&follower)) {
+        map.remove(&id);
+    }
+}
+
+/// Counts an open stream while it lives.
+struct StreamGuard(AppStateRef);
+
+impl StreamGuard {
+    fn new(state: &AppStateRef) -> StreamGuard {
+        state.open_streams.fetch_add(1, Ordering::Relaxed);
+        StreamGuard(state.clone())
+    }
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.0.open_streams.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn event(name: &str, data: String) -> Event {
+    Event::default().event(name).data(data)
+}
+
+fn log_event(msg: &LogMsg) -> Event {
+    match msg {
+        LogMsg::Chunk(c) => event("log", serde_json::to_string(c).expect("serialises")),
+        LogMsg::Attempt(a) => event("attempt", format!("{{\"attempt\":{a}}}")),
+        LogMsg::Done => event("logs_done", "{}".into()),
+    }
+}
+
+struct JobStream {
+    state: AppStateRef,
+    org: String,
+    id: String,
+    versions: tokio::sync::watch::Receiver<u64>,
+    rev: u64,
+    logs: Option<(Arc<Follower>, tokio::sync::broadcast::Receiver<LogMsg>)>,
+    logs_done: bool,
+    pending: VecDeque<Event>,
+    ended: bool,
+    _guard: StreamGuard,
+}
+
+async fn next_log(logs: &mut Option<(Arc<Follower>, tokio::sync::broadcast::Receiver<LogMsg>)>) -> Option<LogMsg> {
+    use tokio::sync::broadcast::error::RecvError;
+    let Some((_, rx)) = logs.as_mut() else { return std::future::pending().await };
+    loop {
+        match rx.recv().await {
+            Ok(m) => return Some(m),
+            // A slow client skipped some pieces: it can read them with :logs?offset=.
+            Err(RecvError::Lagged(_)) => continue,
+            Err(RecvError::Closed) => return None,
+        }
+    }
+}
+
+impl JobStream {
+    /// Queue a status event if the job changed; end when it is terminal and its logs are all sent.
+    fn check_job(&mut self) {
+        match org_job(&self.state, &self.org, &self.id) {
+            Ok(job) => {
+                if job.rev > self.rev {
+                    self.rev = job.rev;
+                    self.pending.push_back(event("status", job.json.to_string()));
+                }
+                if job.status.is_terminal() && (self.logs.is_none() || self.logs_done) && !self.ended {
+                    self.pending.push_back(event("end", format!("{{\"status\":\"{}\"}}", job.out.platform_status)));
+                    self.ended = true;
+                }
+            }
+            Err(_) => {
+                if !self.ended {
+                    self.pending.push_back(event("end", "{\"deleted\":true}".into()));
+                    self.ended = true;
+                }
+            }
+        }
+    }
+}
+
+#[utoipa::path(get, path = "/api/v2/orgs/{org}/jobs/{job_id}:stream", tag = "jobs", security(("bearer" = [])),
+    params(("org" = String, Path), ("job_id" = String, Path), JobStreamQuery),
+    responses((status = 200, description = "Server-sent events: `status` (a JobOut, at once and on each change), `log` (a LogChunkOut), `attempt` (a retry began), `logs_done`, and `end` when the job is terminal and every log byte was sent", content_type = "text/event-stream", body = LogChunkOut),
+        (status = 404, body = super::error::ErrorBody), (status = 401, body = super::error::ErrorBody)))]
+pub async fn job_stream(state: AppStateRef, org: String, id: String, q: JobStreamQuery) -> ApiResult<Response> {
+    let job = org_job(&state, &org, &id)?;
+    let mut pending = VecDeque::new();
+    pending.push_back(event("status", job.json.to_string()));
+    let mut logs_done = false;
+    let logs = if q.logs.unwrap_or(true) {
+        let f = state.followers.get_or_start(&state, &id);
+        let (backlog, rx) = f.subscribe();
+        for m in &backlog {
+            logs_done |= matches!(m, LogMsg::Done);
+            pending.push_back(log_event(m));
+        }
+        Some((f, rx))
+    } else {
+        None
+    };
+    let st = JobStream {
+        versions: state.version_tx.subscribe(),
+        _guard: StreamGuard::new(&state),
+        state,
+        org,
+        id,
+        rev: job.rev,
+        logs,
+        logs_done,
+        pending,
+        ended: false,
+    };
+    let stream = futures_util::stream::unfold(st, |mut st| async move {
+        loop {
+            if let Some(ev) = st.pending.pop_front() {
+                return Some((Ok::<Event, Infallible>(ev), st));
+            }
+            if st.ended {
+                return None;
+            }
+            st.check_job();
+            if !st.pending.is_empty() {
+                continue;
+            }
+            tokio::select! {
+                changed = st.versions.changed() => {
+                    if changed.is_err() { return None; }
+                }
+                msg = next_log(&mut st.logs) => match msg {
+                    Some(m) => {
+                        st.logs_done |= matches!(m, LogMsg::Done);
+                        st.pending.push_back(log_event(&m));
+                    }
+                    None => { st.logs = None; }
+                },
+            }
+        }
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response())
+}
+
+struct ListStream {
+    state: AppStateRef,
+    org: String,
+    versions: tokio::sync::watch::Receiver<u64>,
+    seen: u64,
+    first: bool,
+    _guard: StreamGuard,
+}
+
+#[utoipa::path(get, path = "/api/v2/orgs/{org}/jobs:stream", tag = "jobs", security(("bearer" = [])),
+    params(("org" = String, Path)),
+    responses((status = 200, description = "Server-sent events: `snapshot` (every job of the org) at once, then `jobs` with the jobs that changed and the ids removed, as the cache changes", content_type = "text/event-stream", body = JobListChange),
+        (status = 401, body = super::error::ErrorBody), (status = 403, body = super::error::ErrorBody)))]
+pub async fn jobs_stream(
+    axum::extract::State(state): axum::extract::State<AppStateRef>,
+    axum::extract::Path(org): axum::extract::Path<String>,
+) -> Response {
+    let st = ListStream {
+        versions: state.version_tx.subscribe(),
+        _guard: StreamGuard::new(&state),
+        state,
+        org,
+        seen: 0,
+        first: true,
+    };
+    let stream = futures_util::stream::unfold(st, |mut st| async move {
+        loop {
+            let snapshot = st.state.snapshot();
+            if st.first || snapshot.version > st.seen {
+                let jobs: Vec<&str> = snapshot
+                    .order
+                    .iter()
+                    .filter(|j| j.out.org == st.org && (st.first || j.rev > st.seen))
+                    .map(|j| &*j.json)
+                    .collect();
+                let removed: Vec<&String> = snapshot
+                    .removed
+                    .iter()
+                    .filter(|(v, _, org)| !st.first && *v > st.seen && *org == st.org)
+                    .map(|(_, id, _)| id)
+                    .collect();
+                let name = if st.first { "snapshot" } else { "jobs" };
+                let first = st.first;
+                st.first = false;
+                st.seen = snapshot.version;
+                if first || !jobs.is_empty() || !removed.is_empty() {
+                    let data = format!(
+                        "{{\"version\":{},\"jobs\":[{}],\"removed\":{}}}",
+                        snapshot.version,
+                        jobs.join(","),
+                        serde_json::to_string(&removed).expect("serialises")
+                    );
+                    return Some((Ok::<Event, Infallible>(event(name, data)), st));
+                }
+            }
+            if st.versions.changed().await.is_err() {
+                return None;
+            }
+        }
+    });
+    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
+}

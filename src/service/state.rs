@@ -1,0 +1,258 @@
+//! The service's shared state: workspaces, the job cache every request reads, tokens, counters.
+//!
+//! The cache is a snapshot of every API job, rebuilt from the state file after each monitor refresh
+//! and after each change a request makes (submit, cancel, delete), and swapped in whole: a request
+//! reads it without a lock held across anything and never causes a round trip to a cluster. Each job
+//! is kept with its reply already serialised, and the revision at which it last changed (for the
+//! event streams).
+
+use super::db::{ApiJob, ServiceDb};
+use super::types::{self, BackendDetailsOut, JobOut, SlurmMetadata, TaoStatus};
+use super::workspace::Workspace;
+use crate::client::JobView;
+use crate::Client;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+/// One job in the cache.
+pub struct CachedJob {
+    pub out: JobOut,
+    /// `out` as JSON.
+    pub json: Arc<str>,
+    pub status: crate::PlatformStatus,
+    pub attempt: u32,
+    pub created_at: i64,
+    pub updated_at: i64,
+    /// The snapshot version at which this job last changed.
+    pub rev: u64,
+    /// What decides whether it changed.
+    key: ChangeKey,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct ChangeKey {
+    updated_at: i64,
+    status: crate::PlatformStatus,
+    attempt: u32,
+    message: String,
+    slurm_job_id: Option<String>,
+    slurm_state: Option<String>,
+    next_retry_at: Option<i64>,
+}
+
+impl ChangeKey {
+    fn of(v: &JobView) -> ChangeKey {
+        ChangeKey {
+            updated_at: v.updated_at,
+            status: v.status,
+            attempt: v.attempt,
+            message: v.message.clone(),
+            slurm_job_id: v.slurm_job_id.clone(),
+            slurm_state: v.slurm_state.clone(),
+            next_retry_at: v.next_retry_at,
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Snapshot {
+    pub version: u64,
+    pub jobs: HashMap<String, Arc<CachedJob>>,
+    /// Newest first.
+    pub order: Vec<Arc<CachedJob>>,
+    /// Jobs that left the cache (deleted), with the version at which they did; the last thousand.
+    pub removed: Vec<(u64, String, String)>,
+}
+
+/// Per-token facts the requests need.
+#[derive(Debug, Clone)]
+pub struct TokenInfo {
+    pub id: String,
+    pub org: String,
+}
+
+pub struct AppState {
+    pub workspaces: Vec<Arc<Workspace>>,
+    pub db: ServiceDb,
+    metas: RwLock<HashMap<String, Arc<ApiJob>>>,
+    snapshot: RwLock<Arc<Snapshot>>,
+    publish_lock: Mutex<()>,
+    pub version_tx: tokio::sync::watch::Sender<u64>,
+    /// sha256 -> token.
+    pub tokens: RwLock<HashMap<String, TokenInfo>>,
+    tokens_version: AtomicI64,
+    pub started: Instant,
+    pub http_requests: AtomicU64,
+    pub open_streams: AtomicI64,
+    pub followers: super::sse::Followers,
+}
+
+impl AppState {
+    pub fn new(workspaces: Vec<Arc<Workspace>>, db: ServiceDb) -> Result<AppState, String> {
+        let metas = db.jobs()?.into_iter().map(|j| (j.job_id.clone(), Arc::new(j))).collect();
+        let state = AppState {
+            workspaces,
+            db,
+            metas: RwLock::new(metas),
+            snapshot: RwLock::new(Arc::new(Snapshot::default())),
+            publish_lock: Mutex::new(()),
+            version_tx: tokio::sync::watch::channel(0).0,
+            tokens: RwLock::new(HashMap::new()),
+            tokens_version: AtomicI64::new(i64::MIN),
+            started: Instant::now(),
+            http_requests: AtomicU64::new(0),
+            open_streams: AtomicI64::new(0),
+            followers: Default::default(),
+        };
+        state.reload_tokens()?;
+        Ok(state)
+    }
+
+    pub fn workspace(&self, id: &str) -> Option<&Arc<Workspace>> {
+        self.workspaces.iter().find(|w| w.id == id)
+    }
+
+    /// The workspace a job without one goes to: the only one, else `default`.
+    pub fn default_workspace(&self) -> Option<&Arc<Workspace>> {
+        if self.workspaces.len() == 1 {
+            return self.workspaces.first();
+        }
+        self.workspace("default")
+    }
+
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Read the tokens again if `tao-slurm token` changed them since the last read.
+    pub fn reload_tokens(&self) -> Result<(), String> {
+        let version = self.db.data_version()?;
+        if self.tokens_version.swap(version, Ordering::Relaxed) == version {
+            return Ok(());
+        }
+        let tokens = self.db.valid_tokens()?.into_iter().map(|(hash, id, org)| (hash, TokenInfo { id, org })).collect();
+        *self.tokens.write().unwrap_or_else(|e| e.into_inner()) = tokens;
+        Ok(())
+    }
+
+    pub fn add_job(&self, job: ApiJob) -> Result<(), String> {
+        self.db.insert_job(&job)?;
+        self.metas.write().unwrap_or_else(|e| e.into_inner()).insert(job.job_id.clone(), Arc::new(job));
+        Ok(())
+    }
+
+    pub fn remove_job(&self, job_id: &str) -> Result<bool, String> {
+        let removed = self.db.delete_job(job_id)?;
+        self.metas.write().unwrap_or_else(|e| e.into_inner()).remove(job_id);
+        Ok(removed)
+    }
+
+    /// Rebuild the cache from the state file (read through `client`, no remote call) and announce
+    /// the jobs that changed.
+    pub fn publish(&self, client: &Client) {
+        let _one_at_a_time = self.publish_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let views = match client.list_jobs() {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the state file; the cache stays as it was");
+                return;
+            }
+        };
+        let metas = self.metas.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let old = self.snapshot();
+        let version = old.version + 1;
+        let mut changed = false;
+        let mut jobs = HashMap::with_capacity(metas.len());
+        let mut order = Vec::with_capacity(metas.len());
+        for view in views {
+            let Some(meta) = metas.get(&view.job_id) else { continue };
+            let key = ChangeKey::of(&view);
+            let entry = match old.jobs.get(&view.job_id) {
+                Some(e) if e.key == key => e.clone(),
+                _ => {
+                    changed = true;
+                    Arc::new(cached(client, &view, meta, key, version))
+                }
+            };
+            jobs.insert(view.job_id.clone(), entry.clone());
+            order.push(entry);
+        }
+        let mut removed = old.removed.clone();
+        for (id, e) in &old.jobs {
+            if !jobs.contains_key(id) {
+                changed = true;
+                removed.push((version, id.clone(), e.out.org.clone()));
+            }
+        }
+        if !changed {
+            return;
+        }
+        if removed.len() > 1000 {
+            removed.drain(..removed.len() - 1000);
+        }
+        let snapshot = Arc::new(Snapshot { version, jobs, order, removed });
+        *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = snapshot;
+        self.version_tx.send_replace(version);
+    }
+}
+
+fn cached(client: &Client, view: &JobView, meta: &ApiJob, key: ChangeKey, rev: u64) -> CachedJob {
+    // Attempts are read only for jobs that were retried (rare); the others have no failed ids.
+    let failed_slurm_job_ids = if view.attempt > 1 {
+        client
+            .attempts(&view.job_id)
+            .map(|a| a.into_iter().filter(|a| a.number < view.attempt).filter_map(|a| a.slurm_job_id).collect())
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let out = JobOut {
+        id: view.job_id.clone(),
+        name: view.name.clone(),
+        org: meta.org.clone(),
+        workspace: meta.workspace.clone(),
+        action: meta.action.clone(),
+        status: TaoStatus::from(view.status),
+        platform_status: view.status.as_str().to_string(),
+        message: view.message.clone(),
+        pending_reason: types::pending_reason(view),
+        created_on: types::rfc3339(view.created_at),
+        last_modified: types::rfc3339(view.updated_at),
+        image: view.image.clone(),
+        nodes: view.nodes,
+        gpus_per_node: view.gpus_per_node,
+        num_gpu: meta.num_gpu,
+        specs: meta.specs.clone(),
+        progress: types::progress(view),
+        backend_details: BackendDetailsOut {
+            backend_type: "slurm".into(),
+            partition: view.partition.clone(),
+            cluster_name: meta.workspace.clone(),
+            slurm_metadata: SlurmMetadata {
+                slurm_job_id: view.slurm_job_id.clone(),
+                job_dir: view.job_dir.clone(),
+                results_dir: view.results_dir.clone(),
+                retry_count: view.retries,
+                failed_slurm_job_ids,
+                slurm_state: view.slurm_state.clone(),
+                exit_code: view.exit_code,
+                node_list: view.node_list.clone(),
+                login_host: view.login_host.clone(),
+                next_retry_at: view.next_retry_at.map(types::rfc3339),
+            },
+        },
+    };
+    let json: Arc<str> = serde_json::to_string(&out).expect("a job serialises").into();
+    CachedJob {
+        out,
+        json,
+        status: view.status,
+        attempt: view.attempt,
+        created_at: view.created_at,
+        updated_at: view.updated_at,
+        rev,
+        key,
+    }
+}

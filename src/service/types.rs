@@ -1,0 +1,575 @@
+//! The API's request and response bodies. Their OpenAPI schemas are derived from these types.
+
+use crate::client::JobView;
+use crate::PlatformStatus;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use utoipa::{IntoParams, ToSchema};
+
+/// A job's status in the TAO service's names. tao-slurm's own status is `platform_status`:
+///
+/// | status | platform_status | Slurm |
+/// |---|---|---|
+/// | Pending | Pending | PENDING, CONFIGURING, REQUEUED; not submitted yet; a retry waiting |
+/// | Running | Running | RUNNING, COMPLETING |
+/// | Done | Complete | COMPLETED with status.json SUCCESS (or exit 0) |
+/// | Error | Error | FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY... after any retries |
+/// | Canceled | Canceled | CANCELLED, PREEMPTED, REVOKED |
+/// | Paused | Paused | SUSPENDED, STOPPED |
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub enum TaoStatus {
+    Pending,
+    Running,
+    Done,
+    Error,
+    Canceled,
+    Paused,
+}
+
+impl From<PlatformStatus> for TaoStatus {
+    fn from(s: PlatformStatus) -> TaoStatus {
+        match s {
+            PlatformStatus::Pending => TaoStatus::Pending,
+            PlatformStatus::Running => TaoStatus::Running,
+            PlatformStatus::Complete => TaoStatus::Done,
+            PlatformStatus::Error => TaoStatus::Error,
+            PlatformStatus::Canceled => TaoStatus::Canceled,
+            PlatformStatus::Paused => TaoStatus::Paused,
+        }
+    }
+}
+
+/// A status name of either vocabulary (`Done` or `Complete`, any case).
+pub fn parse_status(text: &str) -> Option<PlatformStatus> {
+    if text.trim().eq_ignore_ascii_case("done") {
+        return Some(PlatformStatus::Complete);
+    }
+    PlatformStatus::parse(text)
+}
+
+/// The command: argv (a list), or one shell string run by `bash -c` (as the TAO SDK takes it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum CommandIn {
+    Argv(Vec<String>),
+    Shell(String),
+}
+
+/// Where the job runs, as the TAO service writes it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BackendDetailsIn {
+    /// Must be "slurm".
+    pub backend_type: Option<String>,
+    /// The Slurm partition (same as `partition`).
+    pub partition: Option<String>,
+    /// The workspace (cluster profile) to run on (same as `workspace`).
+    pub cluster_name: Option<String>,
+}
+
+/// A job to create: every field of a tao-slurm job (as a job file has them), plus the TAO service's
+/// `specs`, `num_gpu`, `backend_details`, `workspace` and `action`. Unknown fields are refused.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobCreate {
+    /// Container image: `nvcr.io/nvidia/tao/tao-toolkit:6.26.3-pyt`, `registry#image:tag`, or a `.sqsh` path.
+    pub image: String,
+    pub command: Option<CommandIn>,
+    /// With an argv command of one string: run it with `bash -c`.
+    #[serde(default)]
+    pub shell: bool,
+    /// A human label (the Slurm job name is always `tao-job-<id>`).
+    pub name: Option<String>,
+    /// The workspace (cluster profile) to run on; default: the only one, or `default`.
+    pub workspace: Option<String>,
+    /// A label of what the job does (`train`, `evaluate`...), kept with the job.
+    pub action: Option<String>,
+    /// The job's specs document, staged as `$TAO_SPECS_FILE` (inputs laid over it).
+    #[schema(value_type = Object)]
+    pub specs: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Total GPUs of the job, packed into full nodes (as `total_gpus`); -1: the default per node.
+    pub num_gpu: Option<i64>,
+    pub backend_details: Option<BackendDetailsIn>,
+    /// GPUs on every node.
+    pub gpus: Option<u32>,
+    /// Total GPUs, packed into full nodes.
+    pub total_gpus: Option<u32>,
+    pub nodes: Option<u32>,
+    pub cpus_per_task: Option<u32>,
+    /// Whole nodes to this job (default: only when it takes all of a node's GPUs).
+    pub exclusive: Option<bool>,
+    /// Memory per node as Slurm's `--mem` takes it (`64G`, `0` for all).
+    pub memory: Option<String>,
+    pub partition: Option<String>,
+    pub account: Option<String>,
+    pub qos: Option<String>,
+    pub constraint: Option<String>,
+    pub exclude: Option<String>,
+    pub reservation: Option<String>,
+    pub time_hours: Option<f64>,
+    pub timeout_hours: Option<f64>,
+    pub requeue: Option<bool>,
+    /// Variables exported to the container.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Names of secret variables whose values come from the service's environment (never values).
+    #[serde(default)]
+    pub secret_env: Vec<String>,
+    /// Mounts added to `/lustre` (`src[:dst[:ro]]`).
+    #[serde(default)]
+    pub mounts: Vec<String>,
+    #[serde(default)]
+    pub replace_default_mounts: bool,
+    pub container_workdir: Option<String>,
+    #[serde(default)]
+    pub no_container_mount_home: bool,
+    /// Allow-listed `#SBATCH` options (`mail-type`, `dependency`, `begin`, ...).
+    #[serde(default)]
+    pub sbatch_options: BTreeMap<String, String>,
+    pub max_timeout_requeues: Option<u32>,
+    /// Inputs by spec key (`custom.train_dataset.annotation_path = lustre:///...`).
+    #[serde(default)]
+    pub inputs: BTreeMap<String, String>,
+    pub dataset_root: Option<String>,
+    #[serde(default)]
+    pub dataset_files: Vec<String>,
+    #[serde(default)]
+    pub no_sqsh: bool,
+    #[serde(default)]
+    pub allow_registry_pull: bool,
+    /// A Cosmos-RL job's section (`config_text`, `commands`), as a job file's `[cosmos_rl]`.
+    #[schema(value_type = Option<Object>)]
+    pub cosmos_rl: Option<serde_json::Value>,
+}
+
+/// The fields of [`JobCreate`] that are the TAO service's, not a job file's.
+pub const TAO_ONLY_FIELDS: &[&str] = &["workspace", "action", "num_gpu", "backend_details"];
+
+/// What a job's container last wrote to status.json (the TAO service's `JobResult`).
+#[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
+pub struct JobProgress {
+    #[schema(value_type = Option<Object>)]
+    pub epoch: Option<serde_json::Value>,
+    #[schema(value_type = Option<Object>)]
+    pub max_epoch: Option<serde_json::Value>,
+    #[schema(value_type = Option<Object>)]
+    pub eta: Option<serde_json::Value>,
+    #[schema(value_type = Option<Object>)]
+    pub kpi: Option<serde_json::Value>,
+    pub last_message: Option<String>,
+    pub detailed_status: DetailedStatus,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
+pub struct DetailedStatus {
+    pub date: Option<String>,
+    pub time: Option<String>,
+    pub message: Option<String>,
+    /// STARTED, RUNNING, SUCCESS, FAILURE, SKIPPED.
+    pub status: Option<String>,
+}
+
+/// Runtime metadata of the job on Slurm, as the TAO service's handler writes it.
+#[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
+pub struct SlurmMetadata {
+    /// The current attempt's Slurm job id (None before it reaches Slurm).
+    pub slurm_job_id: Option<String>,
+    pub job_dir: String,
+    pub results_dir: String,
+    /// Resubmissions of infrastructure failures so far.
+    pub retry_count: u32,
+    /// Slurm job ids of the attempts that failed and were retried, oldest first.
+    pub failed_slurm_job_ids: Vec<String>,
+    pub slurm_state: Option<String>,
+    pub exit_code: Option<i32>,
+    pub node_list: Option<String>,
+    pub login_host: Option<String>,
+    /// When a scheduled retry is due (RFC 3339).
+    pub next_retry_at: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
+pub struct BackendDetailsOut {
+    /// Always "slurm".
+    pub backend_type: String,
+    pub partition: String,
+    /// The workspace (cluster profile) the job runs on.
+    pub cluster_name: String,
+    pub slurm_metadata: SlurmMetadata,
+}
+
+/// Why a job is pending, in Slurm's word and in plain words.
+#[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
+pub struct PendingReason {
+    /// Slurm's reason (`Resources`, `Priority`, `BeginTime`...).
+    pub code: String,
+    /// What it means, and what to do, when known.
+    pub words: Option<String>,
+    pub advice: Option<String>,
+}
+
+/// A job as the API shows it.
+#[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
+pub struct JobOut {
+    pub id: String,
+    pub name: Option<String>,
+    pub org: String,
+    pub workspace: String,
+    pub action: Option<String>,
+    pub status: TaoStatus,
+    /// tao-slurm's status: Pending, Running, Complete, Error, Canceled, Paused.
+    pub platform_status: String,
+    /// The status in words: Slurm's state, exit code, failure class, progress.
+    pub message: String,
+    pub pending_reason: Option<PendingReason>,
+    /// RFC 3339.
+    pub created_on: String,
+    pub last_modified: String,
+    pub image: String,
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+    pub num_gpu: Option<i64>,
+    #[schema(value_type = Object)]
+    pub specs: serde_json::Value,
+    pub progress: Option<JobProgress>,
+    pub backend_details: BackendDetailsOut,
+}
+
+/// Paging of a listing.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct PaginationInfo {
+    pub total_records: usize,
+    pub total_pages: usize,
+    pub page_size: usize,
+    pub page_index: usize,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct JobList {
+    pub jobs: Vec<JobOut>,
+    pub pagination_info: PaginationInfo,
+}
+
+/// Listing parameters.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// Jobs to skip (default 0).
+    pub skip: Option<usize>,
+    /// Page size, 1 to 1000 (default 100).
+    pub size: Option<usize>,
+    /// `created_on`, `last_modified`, `name` or `status`; a leading `-` sorts descending (default `-created_on`).
+    pub sort: Option<String>,
+    /// Comma-separated statuses, TAO's or tao-slurm's names (`Running,Done`).
+    pub status: Option<String>,
+    /// Only this workspace's jobs.
+    pub workspace: Option<String>,
+}
+
+/// Log parameters: the last `tail` lines of both files (default 200), or a byte range of one file from `offset`.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct LogsQuery {
+    /// The last N lines (at most 10000).
+    pub tail: Option<u32>,
+    /// Read from this byte offset instead (the reply's `X-Next-Offset` header continues it).
+    pub offset: Option<u64>,
+    /// Bytes to read from `offset` (default 65536, at most 1048576).
+    pub limit: Option<u64>,
+    /// `stdout` (main.out), `stderr` (main.err) or `both` (default; `offset` needs one file).
+    pub stream: Option<String>,
+    /// An earlier attempt (1-based); default: the current one.
+    pub attempt: Option<u32>,
+}
+
+/// Event parameters.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct EventsQuery {
+    /// Only events after this event id (a cursor).
+    pub after: Option<i64>,
+}
+
+/// One entry of a job's history.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct EventOut {
+    pub id: i64,
+    /// RFC 3339.
+    pub at: String,
+    /// created, submitted, status, retry, cancel, secrets_removed...
+    pub kind: String,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct EventList {
+    pub events: Vec<EventOut>,
+}
+
+/// One submission of a job to Slurm (a retry is a new attempt), with the evidence of how it ended.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AttemptOut {
+    pub number: u32,
+    pub slurm_job_name: String,
+    pub slurm_job_id: Option<String>,
+    pub login_host: Option<String>,
+    pub state: Option<String>,
+    pub exit_code: Option<i32>,
+    pub node_list: Option<String>,
+    /// infra, user, timeout, cancelled, preempted.
+    pub failure_class: Option<String>,
+    /// The log lines or facts the class was decided on.
+    pub evidence: Vec<String>,
+    pub excluded_nodes: String,
+    pub submitted_at: Option<String>,
+    pub ended_at: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct AttemptList {
+    pub attempts: Vec<AttemptOut>,
+}
+
+/// A Slurm workspace: a cluster profile.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct WorkspaceOut {
+    /// The profile's name (`default`: the settings without a profile).
+    pub id: String,
+    pub name: String,
+    /// Always "slurm".
+    pub cloud_type: String,
+    pub cloud_specific_details: CloudSpecificDetails,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CloudSpecificDetails {
+    pub slurm_user: Option<String>,
+    pub slurm_hostname: Vec<String>,
+    pub base_results_dir: String,
+    pub partition: String,
+    pub account: Option<String>,
+    pub max_gpus_per_node: u32,
+    pub time_hours: f64,
+    pub use_requeue: bool,
+    pub max_job_retries: u32,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct WorkspaceList {
+    pub workspaces: Vec<WorkspaceOut>,
+    pub pagination_info: PaginationInfo,
+}
+
+/// One preflight check.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct CheckOut {
+    pub name: String,
+    pub host: Option<String>,
+    pub ok: bool,
+    pub required: bool,
+    pub detail: String,
+    pub remediation: Option<String>,
+}
+
+/// One partition: limits and what is free now.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct PartitionOut {
+    pub name: String,
+    pub is_default: bool,
+    pub state: String,
+    pub max_time_minutes: Option<u64>,
+    pub nodes: u32,
+    pub nodes_usable: u32,
+    pub nodes_idle: u32,
+    pub gpus_total: u32,
+    pub gpus_used: u32,
+    pub gpus_free: u32,
+    pub cpus_total: u32,
+    pub cpus_idle: u32,
+}
+
+/// The cluster view of a workspace: preflight checks and partitions (cached for a minute).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ClusterOut {
+    pub workspace: String,
+    /// RFC 3339: when this was read from the cluster.
+    pub checked_at: String,
+    pub ok: bool,
+    pub checks: Vec<CheckOut>,
+    pub partitions: Vec<PartitionOut>,
+    /// Why the partitions could not be read, if they could not.
+    pub partitions_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, IntoParams, Default)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ClusterQuery {
+    /// Read again from the cluster now instead of the cached view.
+    pub refresh: Option<bool>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Deleted {
+    pub id: String,
+    pub deleted: bool,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Health {
+    pub status: String,
+}
+
+/// Counters of the service: what the cluster was asked, and what clients asked.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Stats {
+    pub uptime_secs: u64,
+    pub http_requests: u64,
+    pub open_streams: i64,
+    pub log_followers: usize,
+    pub snapshot_version: u64,
+    pub jobs_cached: usize,
+    pub workspaces: Vec<WorkspaceStatsOut>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct WorkspaceStatsOut {
+    pub workspace: String,
+    /// Refresh cycles of the monitor (each one round trip for all active jobs, or none without any).
+    pub refreshes: u64,
+    pub refresh_errors: u64,
+    /// Remote round trips of every kind (refreshes, submits, cancels, logs, cluster view).
+    pub round_trips: u64,
+    /// Round trips of the monitor's refreshes alone.
+    pub refresh_round_trips: u64,
+    pub ssh_logins: u64,
+    pub active_jobs: usize,
+    /// The monitor's current interval between refreshes.
+    pub monitor_interval_secs: f64,
+    pub last_refresh_at: Option<String>,
+    pub last_error: Option<String>,
+}
+
+/// RFC 3339 (UTC, seconds) for Unix seconds.
+pub fn rfc3339(secs: i64) -> String {
+    let days = secs.div_euclid(86400);
+    let rem = secs.rem_euclid(86400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// Slurm's pending reason out of a status message (`..., reason Resources: words (advice)`).
+pub fn pending_reason(view: &JobView) -> Option<PendingReason> {
+    if view.status != PlatformStatus::Pending {
+        return None;
+    }
+    let (_, rest) = view.message.split_once(", reason ")?;
+    let code: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+    if code.is_empty() {
+        return None;
+    }
+    let (words, advice) = match crate::slurm::explain_pending(&code) {
+        Some((w, a)) => (Some(w.to_string()), Some(a.to_string())),
+        None => (None, None),
+    };
+    Some(PendingReason { code, words, advice })
+}
+
+/// The progress of a job from its last status.json line.
+pub fn progress(view: &JobView) -> Option<JobProgress> {
+    let p = view.progress.as_ref()?.as_object()?;
+    let text = |k: &str| p.get(k).and_then(|v| v.as_str()).map(String::from);
+    let value = |k: &str| p.get(k).filter(|v| !v.is_null()).cloned();
+    Some(JobProgress {
+        epoch: value("epoch"),
+        max_epoch: value("max_epoch"),
+        eta: value("eta"),
+        kpi: value("kpi"),
+        last_message: text("message"),
+        detailed_status: DetailedStatus {
+            date: text("date"),
+            time: text("time"),
+            message: text("message"),
+            status: text("status"),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn every_job_field_can_be_created() {
+        // A job file's every field is a field of the API's create body (they are kept in step).
+        let spec = crate::JobSpec { cosmos_rl: Some(Default::default()), ..Default::default() };
+        let spec = serde_json::to_value(&spec).unwrap();
+        let create = serde_json::to_value(JobCreate::default()).unwrap();
+        for key in spec.as_object().unwrap().keys() {
+            assert!(create.get(key).is_some(), "JobSpec field {key} is missing from JobCreate");
+        }
+        for key in create.as_object().unwrap().keys() {
+            assert!(
+                spec.get(key).is_some() || TAO_ONLY_FIELDS.contains(&key.as_str()) || key == "specs",
+                "JobCreate field {key} is not a job field"
+            );
+        }
+    }
+
+    #[test]
+    fn statuses_of_both_vocabularies() {
+        assert_eq!(parse_status("done"), Some(PlatformStatus::Complete));
+        assert_eq!(parse_status("Complete"), Some(PlatformStatus::Complete));
+        assert_eq!(parse_status("running"), Some(PlatformStatus::Running));
+        assert_eq!(parse_status("Started"), None);
+        assert_eq!(TaoStatus::from(PlatformStatus::Complete), TaoStatus::Done);
+    }
+}
+
+/// Parameters of a job's event stream.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct JobStreamQuery {
+    /// Send the log lines too (default true).
+    pub logs: Option<bool>,
+}
+
+/// A piece of a job's log in its event stream (`event: log`).
+#[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
+pub struct LogChunkOut {
+    /// `stdout` (main.out) or `stderr` (main.err).
+    pub stream: String,
+    pub attempt: u32,
+    /// Byte offset of `text` in the file.
+    pub offset: u64,
+    pub text: String,
+}
+
+/// A change of the job list in its event stream (`event: jobs`; the first event, `snapshot`, holds
+/// every job of the org).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct JobListChange {
+    pub version: u64,
+    pub jobs: Vec<JobOut>,
+    /// Ids of jobs that were deleted.
+    pub removed: Vec<String>,
+}

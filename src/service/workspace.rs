@@ -1,0 +1,166 @@
+//! A workspace: one cluster profile, its clients and its monitor. The monitor is one thread per
+//! workspace that refreshes every active job of the cluster in one round trip at the monitor's pace
+//! (whatever the number of HTTP clients), performs due retries, and publishes what it learned to the
+//! cache that every request reads. Requests that must reach the cluster (create, cancel, logs, the
+//! cluster view) borrow a client from a small pool on a blocking thread.
+
+use crate::config::Settings;
+use crate::remote::TransportStats;
+use crate::Client;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Idle clients kept per workspace.
+const MAX_IDLE: usize = 4;
+
+#[derive(Default)]
+pub struct Counters {
+    pub refreshes: AtomicU64,
+    pub refresh_errors: AtomicU64,
+    pub round_trips: AtomicU64,
+    pub refresh_round_trips: AtomicU64,
+    pub logins: AtomicU64,
+    pub active_jobs: AtomicUsize,
+    /// Milliseconds.
+    pub interval_ms: AtomicU64,
+    pub last_refresh_at: AtomicU64,
+}
+
+pub struct Workspace {
+    /// The profile's name, or `default`.
+    pub id: String,
+    pub settings: Settings,
+    idle: Mutex<Vec<Client>>,
+    pub counters: Counters,
+    pub last_error: Mutex<Option<String>>,
+    /// Set to ask the monitor for an early refresh (after a submit or a cancel).
+    wake: (Mutex<bool>, Condvar),
+    /// The cluster view, cached: (when, the view as JSON-ready value).
+    pub cluster_view: tokio::sync::Mutex<Option<(Instant, super::types::ClusterOut)>>,
+}
+
+fn add(total: &AtomicU64, before: u64, after: u64) {
+    total.fetch_add(after.saturating_sub(before), Ordering::Relaxed);
+}
+
+impl Workspace {
+    pub fn new(id: String, settings: Settings) -> Workspace {
+        Workspace {
+            id,
+            settings,
+            idle: Mutex::new(Vec::new()),
+            counters: Counters::default(),
+            last_error: Mutex::new(None),
+            wake: (Mutex::new(false), Condvar::new()),
+            cluster_view: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    fn account(&self, before: TransportStats, after: TransportStats) {
+        add(&self.counters.round_trips, before.round_trips, after.round_trips);
+        add(&self.counters.logins, before.logins, after.logins);
+    }
+
+    /// Run `f` with a client of this workspace (blocking: call it from a blocking thread).
+    pub fn with_client<T>(&self, f: impl FnOnce(&Client) -> crate::Result<T>) -> crate::Result<T> {
+        let reused = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let client = match reused {
+            Some(c) => c,
+            None => Client::new(self.settings.clone())?,
+        };
+        let before = client.transport_stats();
+        let result = f(&client);
+        self.account(before, client.transport_stats());
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < MAX_IDLE {
+            idle.push(client);
+        }
+        result
+    }
+
+    /// Ask the monitor to refresh soon (it still keeps to the query budget).
+    pub fn wake_monitor(&self) {
+        let (lock, cv) = &self.wake;
+        *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        cv.notify_all();
+    }
+
+    /// Sleep until `deadline`, or until woken and `earliest` has passed.
+    fn sleep_until(&self, earliest: Instant, deadline: Instant) {
+        let (lock, cv) = &self.wake;
+        let mut woken = lock.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let now = Instant::now();
+            if now >= deadline || (*woken && now >= earliest) {
+                *woken = false;
+                return;
+            }
+            let until = if *woken { earliest } else { deadline };
+            woken = cv.wait_timeout(woken, until - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    /// The monitor: refresh, publish, sleep at the monitor's pace; never returns.
+    pub fn run_monitor(&self, publish: &dyn Fn(&Client)) {
+        let budget = self.settings.max_queries_per_minute;
+        // The budget's floor between two refreshes, kept even when woken early.
+        let floor = Duration::from_secs_f64(60.0 * crate::monitor::QUERIES_PER_REFRESH as f64 / budget.max(1) as f64);
+        let client = loop {
+            match Client::new(self.settings.clone()) {
+                Ok(c) => break c,
+                Err(e) => {
+                    tracing::warn!(workspace = %self.id, error = %e, "monitor cannot open the state file; retrying in 10 s");
+                    std::thread::sleep(Duration::from_secs(10));
+                }
+            }
+        };
+        let mut last_change = crate::store::now_secs();
+        let mut seen: std::collections::HashMap<String, (crate::PlatformStatus, u32)> = Default::default();
+        loop {
+            let started = Instant::now();
+            let before = client.transport_stats();
+            let result = client.refresh_summaries(&[]);
+            let after = client.transport_stats();
+            self.account(before, after);
+            add(&self.counters.refresh_round_trips, before.round_trips, after.round_trips);
+            self.counters.refreshes.fetch_add(1, Ordering::Relaxed);
+            self.counters.last_refresh_at.store(crate::store::now_secs() as u64, Ordering::Relaxed);
+            let interval = match result {
+                Ok(jobs) => {
+                    *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                    let now = crate::store::now_secs();
+                    for j in &jobs {
+                        let key = (j.status, j.attempt);
+                        if seen.get(&j.job_id) != Some(&key) {
+                            seen.insert(j.job_id.clone(), key);
+                            last_change = now;
+                        }
+                    }
+                    let active: Vec<_> = jobs.iter().filter(|j| !j.status.is_terminal()).collect();
+                    seen.retain(|id, _| active.iter().any(|j| &j.job_id == id));
+                    self.counters.active_jobs.store(active.len(), Ordering::Relaxed);
+                    let youngest =
+                        active.iter().map(|j| now - j.created_at).min().unwrap_or(i64::MAX).min(now - last_change);
+                    crate::monitor::next_interval(
+                        crate::monitor::Pace {
+                            youngest_age_secs: youngest,
+                            next_retry_in_secs: active.iter().filter_map(|j| j.next_retry_at).map(|t| t - now).min(),
+                            active_jobs: active.len(),
+                        },
+                        budget,
+                    )
+                }
+                Err(e) => {
+                    self.counters.refresh_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(workspace = %self.id, error = %e, "refresh failed; the cached state stays as it was");
+                    *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+                    Duration::from_secs(10)
+                }
+            };
+            self.counters.interval_ms.store(interval.as_millis() as u64, Ordering::Relaxed);
+            publish(&client);
+            self.sleep_until(started + floor, started + interval);
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! A running `tao-slurm serve` for the service's tests: two clusters (the sandbox's two login hosts
+//! as workspaces `login1` and `login2`, plus `default`), a token for org `team-a`, a free port on
+//! loopback. Dropping it stops the service.
+#![allow(dead_code)]
+
+use crate::common::Env;
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+pub const ORG: &str = "team-a";
+
+pub struct Service {
+    pub env: Env,
+    child: Child,
+    pub url: String,
+    pub token: String,
+    pub token_id: String,
+    pub http: reqwest::Client,
+}
+
+impl Drop for Service {
+    /// Stop the service, and cancel what a failed test left running (by cluster, as each needs).
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let out = self.env.run(&["list", "--active", "--json"]);
+        let Ok(Value::Array(jobs)) = serde_json::from_slice::<Value>(&out.stdout) else { return };
+        let mut by_cluster: std::collections::BTreeMap<Option<String>, Vec<String>> = Default::default();
+        for j in jobs {
+            let cluster = j["cluster"].as_str().map(String::from);
+            by_cluster.entry(cluster).or_default().push(j["job_id"].as_str().unwrap_or_default().to_string());
+        }
+        for (cluster, ids) in by_cluster {
+            let mut args: Vec<&str> = Vec::new();
+            if let Some(c) = &cluster {
+                args.extend(["--cluster", c.as_str()]);
+            }
+            args.push("cancel");
+            args.extend(ids.iter().map(String::as_str));
+            let _ = self.env.run(&args);
+        }
+    }
+}
+
+/// Short wall times let the sandbox's backfill start test jobs while others' big jobs wait for nodes.
+pub fn short(mut job: Value) -> Value {
+    job["time_hours"] = serde_json::json!(0.25);
+    job["timeout_hours"] = serde_json::json!(0.2);
+    job
+}
+
+impl Service {
+    /// Start a service over a fresh state file.
+    pub fn start() -> Service {
+        Service::start_with(&[])
+    }
+
+    /// The service's log (stderr).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.env.dir.path().join("serve.log")).unwrap_or_default()
+    }
+
+    /// Start with extra variables in the service's environment.
+    pub fn start_with(vars: &[(&str, &str)]) -> Service {
+        let mut env = Env::new();
+        for (k, v) in vars {
+            env.vars.insert(k.to_string(), v.to_string());
+        }
+        let clusters = env.dir.path().join("clusters.toml");
+        std::fs::write(
+            &clusters,
+            "[login1]\nslurm_hostname = [\"sandbox-login1\"]\n\n[login2]\nslurm_hostname = \"sandbox-login2\"\n",
+        )
+        .unwrap();
+        env.vars.insert("TAO_SLURM_CLUSTERS_FILE".into(), clusters.display().to_string());
+        let created = env.json(&["token", "create", "--org", ORG, "--name", "tests", "--json"]);
+        let token = created["token"].as_str().unwrap().to_string();
+        let token_id = created["id"].as_str().unwrap().to_string();
+        let mut child = env
+            .command(&["serve", "--port", "0"])
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(env.dir.path().join("serve.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let url = line
+            .strip_prefix("listening on ")
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or_else(|| panic!("serve did not start: {line:?}"))
+            .trim_end_matches('/')
+            .to_string();
+        assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+        Service { env, child, url, token, token_id, http: reqwest::Client::new() }
+    }
+
+    pub fn api(&self, path: &str) -> String {
+        format!("{}/api/v2/orgs/{ORG}{path}", self.url)
+    }
+
+    pub fn get(&self, url: &str) -> reqwest::RequestBuilder {
+        self.http.get(url).bearer_auth(&self.token)
+    }
+
+    pub async fn json(&self, url: &str) -> Value {
+        let r = self.get(url).send().await.unwrap();
+        let status = r.status();
+        let text = r.text().await.unwrap();
+        assert!(status.is_success(), "GET {url}: {status} {text}");
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{url}: not JSON ({e}): {text}"))
+    }
+
+    /// POST a job; returns (status, body).
+    pub async fn create(&self, body: &Value) -> (u16, Value) {
+        let body = short(body.clone());
+        let r = self.http.post(self.api("/jobs")).bearer_auth(&self.token).json(&body).send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Poll a job until `pred` holds (bounded).
+    pub async fn wait_job(&self, id: &str, limit: Duration, pred: impl Fn(&Value) -> bool) -> Value {
+        let start = Instant::now();
+        loop {
+            let j = self.json(&self.api(&format!("/jobs/{id}"))).await;
+            if pred(&j) {
+                return j;
+            }
+            assert!(start.elapsed() < limit, "job {id} not as expected after {limit:?}: {j}");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+}
+
+/// Read server-sent events from a response until `stop` says so or `limit` passes: (event, data).
+pub async fn read_events(
+    mut resp: reqwest::Response,
+    limit: Duration,
+    mut stop: impl FnMut(&str, &Value) -> bool,
+) -> Vec<(String, Value)> {
+    let mut buf = String::new();
+    let mut events = Vec::new();
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let chunk = match tokio::time::timeout_at(deadline, resp.chunk()).await {
+            Ok(Ok(Some(c))) => c,
+            _ => return events,
+        };
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(i) = buf.find("\n\n") {
+            let block: String = buf.drain(..i + 2).collect();
+            let mut name = "message".to_string();
+            let mut data = String::new();
+            for line in block.lines() {
+                if let Some(n) = line.strip_prefix("event:") {
+                    name = n.trim().to_string();
+                } else if let Some(d) = line.strip_prefix("data:") {
+                    data.push_str(d.strip_prefix(' ').unwrap_or(d));
+                }
+            }
+            if data.is_empty() {
+                continue;
+            }
+            let value: Value = serde_json::from_str(&data).unwrap_or(Value::String(data));
+            let done = stop(&name, &value);
+            events.push((name, value));
+            if done {
+                return events;
+            }
+        }
+    }
+}
