@@ -347,6 +347,13 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
         if !specs.is_object() {
             return Err(SpecError::new("specs", "must be a JSON object (a mapping of spec keys)"));
         }
+        let bytes = specs.to_string().len();
+        if bytes > crate::spec::MAX_SPECS_BYTES {
+            return Err(SpecError::new(
+                "specs",
+                format!("is {bytes} bytes as JSON; at most {} are staged", crate::spec::MAX_SPECS_BYTES),
+            ));
+        }
         // The TAO SDK's config mode: `{config_path}` in the command is the staged specs file.
         for word in &mut command {
             *word = word.replace("{config_path}", &layout.specs_file());
@@ -853,6 +860,9 @@ pub(crate) mod tests {
         assert_eq!(j["dataset"]["root"], "/lustre/coco", "inputs are laid over the specs");
         let bad = JobSpec { specs: Some(serde_json::json!([1])), ..spec() };
         assert_eq!(resolve(&bad, &s).unwrap_err().field, "specs");
+        let huge =
+            JobSpec { specs: Some(serde_json::json!({"x": "y".repeat(crate::spec::MAX_SPECS_BYTES)})), ..spec() };
+        assert!(resolve(&huge, &s).unwrap_err().message.contains("at most"), "a huge specs document is refused");
         // Without specs the command is left as it is.
         let plain = JobSpec { command: vec!["echo {config_path}".into()], ..spec() };
         assert_eq!(resolve(&plain, &s).unwrap().command, vec!["echo {config_path}"]);

@@ -140,6 +140,9 @@ impl JobSpec {
     }
 }
 
+/// The largest specs document a job may carry, as compact JSON (it is staged on shared storage).
+pub const MAX_SPECS_BYTES: usize = 256 * 1024;
+
 /// Parse `NAME=VALUE` for the field `field`.
 pub fn parse_pair(field: &str, text: &str) -> Result<(String, String), SpecError> {
     let (name, value) =
