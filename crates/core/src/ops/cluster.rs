@@ -1,0 +1,94 @@
+//! Facts about the cluster, their scripts and the readers of their output: what a submit checks
+//! against (partitions and their limits, which input paths exist, the cached squashfs file) and what
+//! the service's cluster view shows (each partition's free GPUs). The engine's `cluster` runs them.
+
+use crate::protocol::{sections, SECTION};
+use crate::script::shell::quote;
+use crate::slurm::{parse_partitions, PartitionInfo, PartitionUsage};
+
+/// What the login host says before a submission.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubmitFacts {
+    pub partitions: Vec<PartitionInfo>,
+    /// Required paths that `test -e` did not find.
+    pub missing_paths: Vec<String>,
+    /// The image's squashfs file, when the cache already holds it.
+    pub cached_sqsh: Option<String>,
+    pub host: String,
+}
+
+/// The paths of `paths` that do not exist, one `missing` section each.
+pub fn paths_script(paths: &[String]) -> String {
+    let mut s = String::new();
+    if !paths.is_empty() {
+        s.push_str(&format!(
+            "for p in {}; do [ -e \"$p\" ] || echo \"{SECTION}missing $p\"; done\n",
+            paths.iter().map(|p| quote(p)).collect::<Vec<_>>().join(" ")
+        ));
+    }
+    s
+}
+
+/// The paths [`paths_script`] reported missing.
+pub fn missing_from(stdout: &str) -> Vec<String> {
+    sections(stdout).into_iter().filter(|(n, _, _)| n == "missing").map(|(_, p, _)| p).collect()
+}
+
+/// The submit's facts script: the path checks, `extra` (the squashfs cache probe), the partitions.
+pub fn submit_facts_script(required_paths: &[String], extra: &str) -> String {
+    format!(
+        "{}{extra}echo '{SECTION}partitions'\nscontrol show partition -o || {{ echo 'tao-slurm: scontrol show partition failed' >&2; exit 3; }}\n",
+        paths_script(required_paths)
+    )
+}
+
+/// Read [`submit_facts_script`]'s output (of a run that exited 0).
+pub fn parse_submit_facts(stdout: &str, host: &str) -> SubmitFacts {
+    let secs = sections(stdout);
+    let partitions =
+        secs.iter().find(|(n, _, _)| n == "partitions").map(|(_, _, body)| parse_partitions(body)).unwrap_or_default();
+    let cached_sqsh = secs.iter().find(|(n, _, _)| n == "sqsh_cached").map(|(_, path, _)| path.clone());
+    SubmitFacts { partitions, missing_paths: missing_from(stdout), cached_sqsh, host: host.to_string() }
+}
+
+/// Each partition's limits, then every node's state and GPUs in use.
+pub fn partition_usage_script() -> String {
+    format!(
+        "echo '{SECTION}partitions'\nscontrol show partition -o || exit 3\necho '{SECTION}nodes'\nsinfo {} || exit 3\n",
+        crate::slurm::SINFO_NODES_ARGS.split_whitespace().map(quote).collect::<Vec<_>>().join(" ")
+    )
+}
+
+/// Read [`partition_usage_script`]'s output (of a run that exited 0).
+pub fn parse_partition_usage_output(stdout: &str) -> Vec<PartitionUsage> {
+    let secs = sections(stdout);
+    let body = |name: &str| secs.iter().find(|(n, _, _)| n == name).map(|(_, _, b)| b.clone()).unwrap_or_default();
+    crate::slurm::parse_partition_usage(&parse_partitions(&body("partitions")), &body("nodes"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn missing_paths_are_listed() {
+        let dir = std::env::temp_dir().join(format!("tao-slurm-paths-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let here = dir.display().to_string();
+        let paths = vec![here.clone(), format!("{here}/nope"), "/also missing".to_string()];
+        let out = std::process::Command::new("bash").arg("-c").arg(super::paths_script(&paths)).output().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(
+            super::missing_from(&String::from_utf8(out.stdout).unwrap()),
+            vec![format!("{here}/nope"), "/also missing".into()]
+        );
+    }
+
+    #[test]
+    fn submit_facts_are_read_from_their_sections() {
+        let out = "@@tao-slurm:missing /lustre/x\n@@tao-slurm:sqsh_cached /c/img.sqsh\n@@tao-slurm:partitions\nPartitionName=gpu MaxTime=04:00:00 State=UP\n";
+        let facts = super::parse_submit_facts(out, "login1");
+        assert_eq!(facts.missing_paths, ["/lustre/x"]);
+        assert_eq!(facts.cached_sqsh.as_deref(), Some("/c/img.sqsh"));
+        assert_eq!(facts.partitions.len(), 1, "{facts:?}");
+        assert_eq!(facts.host, "login1");
+    }
+}
