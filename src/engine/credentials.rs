@@ -1,36 +1,14 @@
-//! Install enroot credentials for nvcr.io on the cluster. The key travels only inside the script on
-//! ssh's standard input (printf is a bash builtin: no argv holds it) and lands only in the remote file.
+//! Install enroot credentials for nvcr.io on the cluster (the script is the core's
+//! `ops::credentials`), in one round trip.
 
 use crate::error::{Error, Result};
 use crate::remote::{Idempotency, Remote};
-use crate::script::shell::quote;
 use crate::spec::Secret;
-
-/// The machines whose lines we own in the credentials file.
-pub const NGC_MACHINES: &[&str] = &["nvcr.io", "authn.nvidia.com"];
-
-/// Replace our two machine lines, keep every other line, mode 600, under umask 077. Pure.
-pub fn enroot_credentials_script(key: &Secret) -> String {
-    let mut s = String::from("set -u\numask 077\n");
-    s.push_str("dir=\"${ENROOT_CONFIG_PATH:-$HOME/.config/enroot}\"\nf=\"$dir/.credentials\"\n");
-    s.push_str("mkdir -p \"$dir\" || exit 10\ntmp=\"$(mktemp \"$f.XXXXXX\")\" || exit 11\n");
-    let ours = NGC_MACHINES.iter().map(|m| m.replace('.', "\\.")).collect::<Vec<_>>().join("|");
-    s.push_str(&format!("if [ -f \"$f\" ]; then grep -v -E '^machine ({ours}) ' \"$f\" > \"$tmp\"; fi\n"));
-    for machine in NGC_MACHINES {
-        s.push_str(&format!(
-            "printf 'machine {machine} login $oauthtoken password %s\\n' {} >> \"$tmp\" || exit 12\n",
-            quote(key.expose())
-        ));
-    }
-    s.push_str("chmod 600 \"$tmp\" && mv -f \"$tmp\" \"$f\" || { rm -f \"$tmp\"; exit 13; }\necho \"$f\"\n");
-    s
-}
+pub use tao_slurm_core::ops::credentials::*;
 
 /// Install the credentials; returns the remote file's path and the host.
 pub fn install_enroot_credentials(remote: &dyn Remote, key: &Secret) -> Result<(String, String)> {
-    if key.expose().trim().is_empty() || key.expose().contains(['\n', '\r']) {
-        return Err(Error::RemoteCommand("NGC_KEY is empty or spans several lines; set it to your NGC API key".into()));
-    }
+    check_ngc_key(key).map_err(Error::RemoteCommand)?;
     let out = remote.run_script(&enroot_credentials_script(key), Idempotency::Idempotent)?;
     if out.exit_code != 0 {
         return Err(Error::RemoteCommand(format!(
@@ -41,40 +19,4 @@ pub fn install_enroot_credentials(remote: &dyn Remote, key: &Secret) -> Result<(
         )));
     }
     Ok((out.stdout.trim().to_string(), out.host))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn replaces_only_its_own_lines() {
-        let home = tempfile::tempdir().unwrap();
-        let dir = home.path().join(".config/enroot");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(
-            dir.join(".credentials"),
-            "machine other.io login u password p\nmachine nvcr.io login $oauthtoken password OLD\n",
-        )
-        .unwrap();
-        let key = Secret::new("k'ey$(x)");
-        for _ in 0..2 {
-            let out = std::process::Command::new("bash")
-                .arg("-c")
-                .arg(enroot_credentials_script(&key))
-                .env("HOME", home.path())
-                .env_remove("ENROOT_CONFIG_PATH")
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-            assert!(!String::from_utf8_lossy(&out.stdout).contains("k'ey"));
-        }
-        let text = std::fs::read_to_string(dir.join(".credentials")).unwrap();
-        assert_eq!(
-            text,
-            "machine other.io login u password p\nmachine nvcr.io login $oauthtoken password k'ey$(x)\nmachine authn.nvidia.com login $oauthtoken password k'ey$(x)\n"
-        );
-        use std::os::unix::fs::PermissionsExt;
-        assert_eq!(std::fs::metadata(dir.join(".credentials")).unwrap().permissions().mode() & 0o777, 0o600);
-    }
 }

@@ -1,11 +1,10 @@
 //! Convert a registry image into the shared squashfs cache (or find it there), in one round trip that
 //! lasts as long as the conversion; progress is printed meanwhile.
 
-use crate::engine::{sections, unprefix_lines};
 use crate::error::{Error, Result};
 use crate::remote::{Idempotency, Remote};
 use crate::spec::ImageRef;
-use crate::sqsh::{conversion_script, SqshPolicy};
+use crate::sqsh::{conversion_script, read_conversion, ConversionOutcome, SqshPolicy};
 use std::time::{Duration, Instant};
 
 /// How an image was made ready.
@@ -46,38 +45,19 @@ pub fn prepare(
         worker.join().expect("the conversion thread does not panic")
     })?;
     let seconds = started.elapsed().as_secs_f64();
-    let mut result: Option<(String, String)> = None;
-    let mut failure: Option<(String, String)> = None;
-    let mut tail = String::new();
-    for (name, arg, body) in sections(&out.stdout) {
-        if name != "sqsh" {
-            continue;
-        }
-        let mut words = arg.splitn(3, ' ');
-        match words.next() {
-            Some(how @ ("cached" | "waited" | "converted")) => {
-                result = Some((how.to_string(), words.next().unwrap_or("").to_string()));
-            }
-            Some("failed") => {
-                let rc = words.next().unwrap_or("?").to_string();
-                failure = Some((rc, words.next().unwrap_or("").to_string()));
-                tail = unprefix_lines(&body).trim_end().to_string();
-            }
-            Some("stale-lock") => {
-                tracing::warn!(owner = %words.collect::<Vec<_>>().join(" "), "took over an expired conversion lock")
-            }
-            _ => {}
-        }
+    let (outcome, stale_owners) = read_conversion(&out.stdout);
+    for owner in stale_owners {
+        tracing::warn!(%owner, "took over an expired conversion lock");
     }
-    if let Some((how, path)) = result {
-        return Ok(Prepared { image: image.original.clone(), sqsh_path: path, how, seconds });
-    }
-    let message = match failure {
-        Some((rc, log)) => format!(
+    let message = match outcome {
+        ConversionOutcome::Ready { how, path } => {
+            return Ok(Prepared { image: image.original.clone(), sqsh_path: path, how, seconds })
+        }
+        ConversionOutcome::Failed { rc, log, tail } => format!(
             "converting image {} to squashfs failed (enroot import exited {rc}); conversion log: {log}\n{tail}",
             image.original
         ),
-        None => {
+        ConversionOutcome::Unknown => {
             format!("converting image {} to squashfs failed on {}: {}", image.original, out.host, out.stderr.trim())
         }
     };

@@ -135,6 +135,49 @@ echo "{S}sqsh converted $cache"
     )
 }
 
+/// What a run of [`conversion_script`] reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConversionOutcome {
+    /// The image is ready at `path`: `cached`, `waited` (another submitter converted it) or `converted`.
+    Ready { how: String, path: String },
+    /// `enroot import` exited `rc`; its log file and the log's last lines.
+    Failed { rc: String, log: String, tail: String },
+    /// The script said neither (it stopped early: see its stderr).
+    Unknown,
+}
+
+/// Read [`conversion_script`]'s output: the outcome, and the owners of expired conversion locks it took
+/// over (for a warning).
+pub fn read_conversion(stdout: &str) -> (ConversionOutcome, Vec<String>) {
+    let mut ready = None;
+    let mut failed = None;
+    let mut stale_owners = Vec::new();
+    for (name, arg, body) in crate::protocol::sections(stdout) {
+        if name != "sqsh" {
+            continue;
+        }
+        let mut words = arg.splitn(3, ' ');
+        match words.next() {
+            Some(how @ ("cached" | "waited" | "converted")) => {
+                ready = Some(ConversionOutcome::Ready {
+                    how: how.to_string(),
+                    path: words.next().unwrap_or("").to_string(),
+                });
+            }
+            Some("failed") => {
+                failed = Some(ConversionOutcome::Failed {
+                    rc: words.next().unwrap_or("?").to_string(),
+                    log: words.next().unwrap_or("").to_string(),
+                    tail: crate::protocol::unprefix_lines(&body).trim_end().to_string(),
+                });
+            }
+            Some("stale-lock") => stale_owners.push(words.collect::<Vec<_>>().join(" ")),
+            _ => {}
+        }
+    }
+    (ready.or(failed).unwrap_or(ConversionOutcome::Unknown), stale_owners)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,5 +291,22 @@ mod tests {
         assert_eq!(probe("writable"), (false, "writable".into()));
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert_eq!(probe("ours"), (true, "ours".into()));
+    }
+
+    #[test]
+    fn a_conversion_reads_as_ready_failed_or_unknown() {
+        let ready = "@@tao-slurm:sqsh stale-lock pid 7 on login2\n@@tao-slurm:sqsh converted /c/a.sqsh\n";
+        let (outcome, stale) = read_conversion(ready);
+        assert_eq!(outcome, ConversionOutcome::Ready { how: "converted".into(), path: "/c/a.sqsh".into() });
+        assert_eq!(stale, ["pid 7 on login2"]);
+        let failed = "@@tao-slurm:sqsh failed 1 /c/a.log\n|no space left\n";
+        match read_conversion(failed).0 {
+            ConversionOutcome::Failed { rc, log, tail } => {
+                assert_eq!((rc.as_str(), log.as_str()), ("1", "/c/a.log"));
+                assert!(tail.contains("no space left"), "{tail}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(read_conversion("junk\n").0, ConversionOutcome::Unknown);
     }
 }

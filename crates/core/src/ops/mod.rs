@@ -3,6 +3,7 @@
 
 pub mod cancel;
 pub mod cluster;
+pub mod credentials;
 pub mod failure;
 pub mod inspect;
 pub mod refresh;
