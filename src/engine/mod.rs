@@ -16,6 +16,3 @@ pub mod submit;
 
 #[cfg(test)]
 mod tests;
-
-// The line protocol every remote script speaks lives in the core (`tao_slurm_core::protocol`).
-pub(crate) use crate::protocol::{sections, unprefix_lines, PREFIX_LINES, SECTION};

@@ -15,7 +15,7 @@ pub fn sweep(remote: &dyn Remote, store: &Store) -> Result<Vec<String>> {
         return Ok(Vec::new());
     }
     let out = remote.run_script(&removal_script(&pending), Idempotency::Idempotent)?;
-    let gone: Vec<String> = crate::engine::sections(&out.stdout)
+    let gone: Vec<String> = crate::protocol::sections(&out.stdout)
         .into_iter()
         .filter(|(name, _, _)| name == "gone")
         .map(|(_, id, _)| id)

@@ -4,9 +4,9 @@
 
 pub use crate::ops::submit::*;
 
-use crate::engine::sections;
 use crate::error::{Error, Result};
 use crate::plan::Plan;
+use crate::protocol::sections;
 use crate::remote::{Idempotency, Remote, RemoteError};
 use crate::script::StagedFile;
 use crate::slurm::parse_sbatch_parsable;

@@ -10,7 +10,8 @@ static SECRETS: RwLock<Vec<String>> = RwLock::new(Vec::new());
 
 /// Remember `value` (and the forms a script spells it in) as a secret.
 pub fn register(value: &str) {
-    if value.is_empty() {
+    // A blank value hides nothing and would turn every space of a log into `***`.
+    if value.trim().is_empty() {
         return;
     }
     let once = crate::script::shell::quote(value);
@@ -73,6 +74,7 @@ mod tests {
         let mut sink = RedactingWriter(Vec::new());
         sink.write_all(b"x s3cr'et-value y").unwrap();
         assert_eq!(String::from_utf8(sink.0).unwrap(), "x *** y");
-        assert!(matches!(redact("nothing here"), std::borrow::Cow::Borrowed(_)));
+        register(" ");
+        assert!(matches!(redact("nothing here"), std::borrow::Cow::Borrowed(_)), "a blank secret is not one");
     }
 }

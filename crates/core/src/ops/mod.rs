@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod credentials;
 pub mod failure;
 pub mod inspect;
+pub mod logs;
 pub mod refresh;
 pub mod secrets;
 pub mod submit;

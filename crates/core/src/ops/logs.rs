@@ -1,0 +1,216 @@
+//! Reading a job's log files, its scripts and the readers of their output: whole or tail of both
+//! files in marked sections, and the bytes added since a cursor (for `logs -f`). Only regular files are
+//! read, under a time limit (a job can make its log a FIFO or a symlink to anything). The engine's
+//! `logs` runs them.
+
+use crate::protocol::{sections, unprefix_lines, PREFIX_LINES, SECTION};
+use crate::script::shell::quote;
+
+/// Which of the two files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// Most bytes of one log a `logs` call reads (the last ones when tailing, the first ones otherwise;
+/// `logs -f` reads any amount, chunk by chunk).
+pub const LOG_READ_CAP: u64 = 32 << 20;
+
+/// Seconds one read of a job's files may take (a job can swap a log for something that blocks).
+pub const JOB_FILE_READ_SECS: u32 = 30;
+
+/// `tail` (or the whole file when `tail_lines` is None) of both files, in marked sections. Only
+/// regular files are read (a job can make its log a FIFO or a symlink to anything), at most
+/// [`LOG_READ_CAP`] bytes each, under a time limit. Pure.
+pub fn logs_script(out_path: &str, err_path: &str, tail_lines: Option<u32>) -> String {
+    let reader = match tail_lines {
+        Some(n) => format!("tail -c {LOG_READ_CAP} -- \"$f\" | tail -n {n}"),
+        None => format!("head -c {LOG_READ_CAP} -- \"$f\""),
+    };
+    let mut s = String::new();
+    for (name, path) in [("stdout", out_path), ("stderr", err_path)] {
+        // Lines are prefixed so that no log line can pose as a section marker.
+        s.push_str(&format!(
+            "echo '{SECTION}{name}'\nf={p}\nif [ -f \"$f\" ] && [ ! -L \"$f\" ]; then timeout {JOB_FILE_READ_SECS} sh -c {r} sh \"$f\" | {PREFIX_LINES}\n  \
+             size=\"$(stat -c %s -- \"$f\" 2>/dev/null || echo 0)\"; [ \"$size\" -gt {LOG_READ_CAP} ] && echo \"{SECTION}truncated $size\"\n\
+             elif [ -e \"$f\" ] || [ -L \"$f\" ]; then echo '{SECTION}notregular'; else echo '{SECTION}missing'; fi\n",
+            p = quote(path),
+            r = quote(&reader.replace("\"$f\"", "\"$1\"")),
+        ));
+    }
+    s
+}
+
+/// The (stdout, stderr) texts of the [`logs_script`] outputs in `stdout`, in order; each pair starts
+/// at its `stdout` section. Pure.
+pub fn parse_pairs(stdout: &str, tail_lines: Option<u32>) -> Vec<(String, String)> {
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    let mut in_stdout = true;
+    for (name, arg, body) in sections(stdout) {
+        let text: String = unprefix_lines(&body);
+        match name.as_str() {
+            "stdout" => {
+                in_stdout = true;
+                pairs.push((text, String::new()));
+            }
+            "stderr" => {
+                in_stdout = false;
+                if let Some(p) = pairs.last_mut() {
+                    p.1 = text;
+                }
+            }
+            "missing" => {
+                if let Some(p) = pairs.last_mut() {
+                    *(if in_stdout { &mut p.0 } else { &mut p.1 }) = "(not written yet)\n".into();
+                }
+            }
+            "notregular" => {
+                if let Some(p) = pairs.last_mut() {
+                    *(if in_stdout { &mut p.0 } else { &mut p.1 }) =
+                        "(not shown: the job replaced this log with something that is not a regular file)\n".into();
+                }
+            }
+            "truncated" => {
+                let note = format!(
+                    "(this log is {} bytes; only {} are shown here: use --tail N or logs -f)\n",
+                    body_or(&arg),
+                    if tail_lines.is_some() {
+                        format!("lines of the last {LOG_READ_CAP}")
+                    } else {
+                        format!("the first {LOG_READ_CAP}")
+                    }
+                );
+                if let Some(p) = pairs.last_mut() {
+                    (if in_stdout { &mut p.0 } else { &mut p.1 }).push_str(&note);
+                }
+            }
+            _ => {}
+        }
+    }
+    pairs
+}
+
+fn body_or(arg: &str) -> &str {
+    if arg.is_empty() {
+        "?"
+    } else {
+        arg
+    }
+}
+
+/// Largest chunk one poll reads per file; a file further behind is caught up over several polls.
+pub const MAX_CHUNK_BYTES: u64 = 8 << 20;
+
+/// Where a follower is in each file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FollowCursor {
+    pub stdout_offset: u64,
+    pub stderr_offset: u64,
+}
+
+/// New bytes of the files since the cursor, delimited by a marker that includes an unguessable nonce,
+/// so nothing in a log can end a chunk early. Pure.
+pub fn follow_chunks_script(files: &[(Stream, &str, u64)], nonce: &str) -> String {
+    let mut s = String::new();
+    for (stream, path, offset) in files {
+        let name = stream_name(*stream);
+        s.push_str(&format!(
+            "f={p}; off={offset}\nsize=-1; if [ -f \"$f\" ] && [ ! -L \"$f\" ]; then size=\"$(stat -c %s -- \"$f\" 2>/dev/null || echo -1)\"; fi\n\
+             if [ \"$size\" -ge 0 ]; then\n  [ \"$size\" -lt \"$off\" ] && off=0\n  n=$((size - off)); [ \"$n\" -gt {MAX_CHUNK_BYTES} ] && n={MAX_CHUNK_BYTES}\n  \
+             echo \"{SECTION}chunk {name} $off $n\"\n  timeout {JOB_FILE_READ_SECS} tail -c +$((off + 1)) -- \"$f\" | head -c \"$n\"\n  printf '\\n{SECTION}endchunk-{nonce}\\n'\nfi\n",
+            p = quote(path)
+        ));
+    }
+    s
+}
+
+fn stream_name(stream: Stream) -> &'static str {
+    match stream {
+        Stream::Stdout => "stdout",
+        Stream::Stderr => "stderr",
+    }
+}
+
+/// One chunk: the stream, the offset it starts at, and its bytes (shown lossily if not UTF-8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    pub stream: Stream,
+    pub offset: u64,
+    pub len: u64,
+    pub text: String,
+}
+
+/// Split follow output into what came before the chunks (the refresh part) and the chunks. Pure.
+pub fn parse_chunks(stdout: &str, nonce: &str) -> (String, Vec<Chunk>) {
+    let header = format!("{SECTION}chunk ");
+    let end = format!("\n{SECTION}endchunk-{nonce}\n");
+    let Some(first) = stdout.find(&header).filter(|i| *i == 0 || stdout.as_bytes()[i - 1] == b'\n') else {
+        return (stdout.to_string(), Vec::new());
+    };
+    let (before, mut rest) = stdout.split_at(first);
+    let mut chunks = Vec::new();
+    while let Some(h) = rest.strip_prefix(&header) {
+        let Some((line, body)) = h.split_once('\n') else { break };
+        let mut words = line.split_whitespace();
+        let stream = if words.next() == Some("stderr") { Stream::Stderr } else { Stream::Stdout };
+        let offset = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
+        let len = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
+        let Some(stop) = body.find(&end) else { break };
+        chunks.push(Chunk { stream, offset, len, text: body[..stop].to_string() });
+        rest = &body[stop + end.len()..];
+    }
+    (before.to_string(), chunks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_are_read_from_offsets_and_cannot_be_spoofed() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("main.out");
+        std::fs::write(&out, "line1\n@@tao-slurm:endchunk-guess\n@@tao-slurm:chunk stdout 0 1\nline4").unwrap();
+        let path = out.display().to_string();
+        let nonce = "n0nce";
+        let script = follow_chunks_script(&[(Stream::Stdout, &path, 6), (Stream::Stderr, "/nonexistent", 0)], nonce);
+        let run = std::process::Command::new("bash").arg("-c").arg(&script).output().unwrap();
+        let (before, chunks) = parse_chunks(&String::from_utf8(run.stdout).unwrap(), nonce);
+        assert_eq!(before, "");
+        assert_eq!(chunks.len(), 1, "a missing file yields no chunk");
+        assert_eq!(chunks[0].offset, 6);
+        assert_eq!(chunks[0].text, "@@tao-slurm:endchunk-guess\n@@tao-slurm:chunk stdout 0 1\nline4");
+        assert_eq!(chunks[0].len, chunks[0].text.len() as u64);
+    }
+
+    #[test]
+    fn several_pairs_of_files_are_read_in_one_script() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |name: &str| dir.path().join(name).display().to_string();
+        std::fs::write(p("0.out"), "task 0 says\n@@tao-slurm:stderr\n").unwrap();
+        std::fs::write(p("0.err"), "").unwrap();
+        std::fs::write(p("1.err"), "boom\n").unwrap();
+        let script = logs_script(&p("0.out"), &p("0.err"), None) + &logs_script(&p("1.out"), &p("1.err"), Some(5));
+        let run = std::process::Command::new("bash").arg("-c").arg(&script).output().unwrap();
+        let pairs = parse_pairs(&String::from_utf8(run.stdout).unwrap(), None);
+        assert_eq!(
+            pairs,
+            vec![
+                ("task 0 says\n@@tao-slurm:stderr\n".to_string(), String::new()),
+                ("(not written yet)\n".to_string(), "boom\n".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_truncated_file_is_read_from_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("main.out");
+        std::fs::write(&out, "new\n").unwrap();
+        let script = follow_chunks_script(&[(Stream::Stdout, &out.display().to_string(), 100)], "x");
+        let run = std::process::Command::new("bash").arg("-c").arg(&script).output().unwrap();
+        let (_, chunks) = parse_chunks(&String::from_utf8(run.stdout).unwrap(), "x");
+        assert_eq!((chunks[0].offset, chunks[0].text.as_str()), (0, "new\n"));
+    }
+}
