@@ -107,140 +107,178 @@ pub fn preflight_script(settings: &Settings) -> String {
 
 /// Turn one host's preflight output into checks. Pure.
 pub fn read_preflight(settings: &Settings, host: &str, stdout: &str) -> Vec<Check> {
-    let h = Some(host);
-    let mut checks = Vec::new();
-    let secs = sections(stdout);
-    let body = |name: &str| secs.iter().find(|(n, _, _)| n == name).map(|(_, _, b)| b.trim().to_string());
-    let rc = |name: &str| {
-        secs.iter()
+    let out = Sections { host, secs: sections(stdout) };
+    let mut checks = vec![out.slurm_commands(), out.slurm_version(), out.accounting()];
+    checks.extend(out.partitions(&settings.partition));
+    checks.extend(settings.account.as_deref().map(|a| out.account_association(a)));
+    checks.push(out.pyxis());
+    if settings.ngc_key.is_some() {
+        checks.push(out.enroot_credentials());
+    }
+    checks.push(out.results_directory(&settings.base_dir()));
+    checks
+}
+
+/// The preflight script's output on one host, read check by check.
+struct Sections<'a> {
+    host: &'a str,
+    secs: Vec<(String, String, String)>,
+}
+
+impl Sections<'_> {
+    fn h(&self) -> Option<&str> {
+        Some(self.host)
+    }
+
+    /// A section's body, trimmed.
+    fn body(&self, name: &str) -> Option<String> {
+        self.secs.iter().find(|(n, _, _)| n == name).map(|(_, _, b)| b.trim().to_string())
+    }
+
+    /// The exit status the script recorded for the step `name`.
+    fn rc(&self, name: &str) -> Option<i32> {
+        self.secs
+            .iter()
             .find(|(n, a, _)| n == "rc" && a.split_whitespace().next() == Some(name))
             .and_then(|(_, a, _)| a.split_whitespace().nth(1).and_then(|c| c.parse::<i32>().ok()))
-    };
+    }
 
-    let missing: Vec<&str> = SLURM_COMMANDS
-        .iter()
-        .copied()
-        .filter(|cmd| {
-            !secs.iter().any(|(n, a, _)| {
+    fn slurm_commands(&self) -> Check {
+        let found = |cmd: &str| {
+            self.secs.iter().any(|(n, a, _)| {
                 n == "cmd" && a.split_whitespace().next() == Some(cmd) && a.split_whitespace().nth(1).is_some()
             })
-        })
-        .collect();
-    checks.push(if missing.is_empty() {
-        Check::pass("slurm commands", h, SLURM_COMMANDS.join(", "))
-    } else {
+        };
+        let missing: Vec<&str> = SLURM_COMMANDS.iter().copied().filter(|cmd| !found(cmd)).collect();
+        if missing.is_empty() {
+            return Check::pass("slurm commands", self.h(), SLURM_COMMANDS.join(", "));
+        }
         Check::fail(
             "slurm commands",
-            h,
+            self.h(),
             format!("not found on PATH: {}", missing.join(", ")),
-            format!("Non-interactive SSH sessions on {host} must have the Slurm client commands on PATH (check the login node's PATH for `ssh {host} command -v sbatch`)."),
+            format!("Non-interactive SSH sessions on {host} must have the Slurm client commands on PATH (check the login node's PATH for `ssh {host} command -v sbatch`).", host = self.host),
         )
-    });
-    let version = body("version").unwrap_or_default();
-    checks.push(if rc("version") == Some(0) {
-        Check::pass("slurm version", h, version)
-    } else {
+    }
+
+    fn slurm_version(&self) -> Check {
+        let version = self.body("version").unwrap_or_default();
+        if self.rc("version") == Some(0) {
+            return Check::pass("slurm version", self.h(), version);
+        }
         Check::fail(
             "slurm version",
-            h,
+            self.h(),
             version,
             "sbatch --version failed; check the Slurm client installation on the login node.",
         )
-    });
-
-    let sacct_out = body("sacct").unwrap_or_default();
-    checks.push(match rc("sacct") {
-        Some(0) if !sacct_out.to_ascii_lowercase().contains("error") => {
-            Check::pass("accounting (sacct)", h, "sacct answers")
-        }
-        code => Check::fail(
-            "accounting (sacct)",
-            h,
-            format!("sacct exited {} : {}", code.map(|c| c.to_string()).unwrap_or("?".into()), summary(&sacct_out)),
-            ACCOUNTING_REMEDIATION,
-        ),
-    });
-
-    let partitions = parse_partitions(&body("partitions").unwrap_or_default());
-    for wanted in settings.partition.split(',') {
-        let name = format!("partition {wanted}");
-        checks.push(match partitions.iter().find(|p| p.name == wanted) {
-            Some(p) => {
-                let max = p.max_time_minutes.map(crate::slurm::format_duration_minutes).unwrap_or("UNLIMITED".into());
-                let gpus = p.tres.split(',').find(|t| t.starts_with("gres/gpu")).unwrap_or("no GPU gres");
-                Check::pass(&name, h, format!("MaxTime {max}, {gpus}, state {}", p.state))
-            }
-            None => Check::fail(
-                &name,
-                h,
-                format!(
-                    "does not exist (partitions: {})",
-                    partitions.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
-                ),
-                "Set SLURM_PARTITION to partitions that exist on this cluster (`sinfo -s` lists them).".to_string(),
-            ),
-        });
     }
 
-    if let Some(account) = &settings.account {
-        let out = body("association").unwrap_or_default();
-        checks.push(if rc("association") != Some(0) {
-            Check::fail("account association", h, format!("could not be checked: {}", summary(&out)), ACCOUNTING_REMEDIATION)
+    fn accounting(&self) -> Check {
+        let out = self.body("sacct").unwrap_or_default();
+        match self.rc("sacct") {
+            Some(0) if !out.to_ascii_lowercase().contains("error") => {
+                Check::pass("accounting (sacct)", self.h(), "sacct answers")
+            }
+            code => Check::fail(
+                "accounting (sacct)",
+                self.h(),
+                format!("sacct exited {} : {}", code.map(|c| c.to_string()).unwrap_or("?".into()), summary(&out)),
+                ACCOUNTING_REMEDIATION,
+            ),
+        }
+    }
+
+    /// One check per partition of the setting (a comma-separated list).
+    fn partitions(&self, wanted: &str) -> Vec<Check> {
+        let partitions = parse_partitions(&self.body("partitions").unwrap_or_default());
+        let check = |wanted: &str| {
+            let name = format!("partition {wanted}");
+            match partitions.iter().find(|p| p.name == wanted) {
+                Some(p) => {
+                    let max =
+                        p.max_time_minutes.map(crate::slurm::format_duration_minutes).unwrap_or("UNLIMITED".into());
+                    let gpus = p.tres.split(',').find(|t| t.starts_with("gres/gpu")).unwrap_or("no GPU gres");
+                    Check::pass(&name, self.h(), format!("MaxTime {max}, {gpus}, state {}", p.state))
+                }
+                None => Check::fail(
+                    &name,
+                    self.h(),
+                    format!(
+                        "does not exist (partitions: {})",
+                        partitions.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
+                    ),
+                    "Set SLURM_PARTITION to partitions that exist on this cluster (`sinfo -s` lists them).".to_string(),
+                ),
+            }
+        };
+        wanted.split(',').map(check).collect()
+    }
+
+    fn account_association(&self, account: &str) -> Check {
+        let out = self.body("association").unwrap_or_default();
+        if self.rc("association") != Some(0) {
+            Check::fail(
+                "account association",
+                self.h(),
+                format!("could not be checked: {}", summary(&out)),
+                ACCOUNTING_REMEDIATION,
+            )
         } else if out.lines().any(|l| l.split('|').next() == Some(account)) {
-            Check::pass("account association", h, format!("{account}: {}", out.lines().count()))
+            Check::pass("account association", self.h(), format!("{account}: {}", out.lines().count()))
         } else {
             Check::fail(
                 "account association",
-                h,
+                self.h(),
                 format!("no association of this user with account {account} ({})", summary(&out)),
                 "Set SLURM_ACCOUNT to an account you belong to (`sacctmgr show assoc user=$USER`), or ask the admins to add you.",
             )
-        });
+        }
     }
 
-    let pyxis_count = body("pyxis").and_then(|b| b.lines().last().and_then(|l| l.trim().parse::<u32>().ok()));
-    checks.push(if pyxis_count.unwrap_or(0) > 0 {
-        Check::pass("pyxis", h, "srun --help lists --container-image")
-    } else {
-        Check::fail("pyxis", h, "srun --help does not list --container-image", PYXIS_REMEDIATION)
-    });
+    fn pyxis(&self) -> Check {
+        let count = self.body("pyxis").and_then(|b| b.lines().last().and_then(|l| l.trim().parse::<u32>().ok()));
+        if count.unwrap_or(0) > 0 {
+            Check::pass("pyxis", self.h(), "srun --help lists --container-image")
+        } else {
+            Check::fail("pyxis", self.h(), "srun --help does not list --container-image", PYXIS_REMEDIATION)
+        }
+    }
 
-    if settings.ngc_key.is_some() {
-        let out = body("enroot_credentials").unwrap_or_default();
+    fn enroot_credentials(&self) -> Check {
+        let out = self.body("enroot_credentials").unwrap_or_default();
         let mut lines = out.lines();
         let mode = lines.next().unwrap_or("").trim().to_string();
         let entries: u32 = lines.next().and_then(|l| l.trim().parse().ok()).unwrap_or(0);
-        checks.push(if rc("enroot_credentials") == Some(0) && mode == "600" && entries > 0 {
-            Check::pass("enroot credentials", h, "~/.config/enroot/.credentials has nvcr.io, mode 600")
+        if self.rc("enroot_credentials") == Some(0) && mode == "600" && entries > 0 {
+            return Check::pass("enroot credentials", self.h(), "~/.config/enroot/.credentials has nvcr.io, mode 600");
+        }
+        let why = if mode.is_empty() || mode.contains("No such file") {
+            "missing".to_string()
+        } else if mode != "600" {
+            format!("mode {mode}, not 600")
         } else {
-            let why = if mode.is_empty() || mode.contains("No such file") {
-                "missing".to_string()
-            } else if mode != "600" {
-                format!("mode {mode}, not 600")
-            } else {
-                "no nvcr.io entry".to_string()
-            };
-            Check::fail("enroot credentials", h, why, ENROOT_CREDENTIALS_REMEDIATION)
-        });
+            "no nvcr.io entry".to_string()
+        };
+        Check::fail("enroot credentials", self.h(), why, ENROOT_CREDENTIALS_REMEDIATION)
     }
 
-    let base = settings.base_dir();
-    checks.push(if rc("base_dir") == Some(0) {
-        Check::pass("results directory", h, format!("{base} is writable"))
-    } else {
-        let why = body("base_dir").unwrap_or_default();
+    fn results_directory(&self, base: &str) -> Check {
+        if self.rc("base_dir") == Some(0) {
+            return Check::pass("results directory", self.h(), format!("{base} is writable"));
+        }
+        let why = self.body("base_dir").unwrap_or_default();
+        let detail = match why.lines().find(|l| l.contains("refusing")) {
+            Some(line) => line.trim_start_matches("tao-slurm: ").to_string(),
+            None => format!("{base} does not exist or is not writable"),
+        };
         Check::fail(
             "results directory",
-            h,
-            if why.contains("refusing") {
-                why.lines().find(|l| l.contains("refusing")).unwrap_or_default().trim_start_matches("tao-slurm: ").to_string()
-            } else {
-                format!("{base} does not exist or is not writable")
-            },
-            format!("Create it on shared storage (ssh {host} mkdir -p {base}) or set SLURM_BASE_RESULTS_DIR to a writable shared directory."),
+            self.h(),
+            detail,
+            format!("Create it on shared storage (ssh {host} mkdir -p {base}) or set SLURM_BASE_RESULTS_DIR to a writable shared directory.", host = self.host),
         )
-    });
-    checks
+    }
 }
 
 /// A warning naming every set variable that looks like a setting (`SLURM_`, `TAO_SLURM_`) but that
