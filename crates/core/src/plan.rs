@@ -324,197 +324,17 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
         return Err(SpecError::new("image", "is required (--image IMG)"));
     }
     let image = ImageRef::parse(spec.image.trim()).map_err(|m| SpecError::new("image", m))?;
-    // A Cosmos-RL job whose roles all have their own commands needs no job command.
-    let roles_have_commands = spec.cosmos_rl.as_ref().is_some_and(|c| c.commands.every_role_has_one());
-    if spec.command.is_empty() && !roles_have_commands {
-        return Err(SpecError::new("command", "is required: give it after `--` (for example `-- python train.py`)"));
-    }
-    for word in &spec.command {
-        if word.contains('\0') {
-            return Err(SpecError::new("command", "contains a NUL byte"));
-        }
-    }
-    if spec.shell && spec.command.len() != 1 {
-        return Err(SpecError::new("command", "with --shell, give the command as one string"));
-    }
-    let mut command = if spec.shell {
-        vec!["bash".to_string(), "-c".to_string(), spec.command[0].clone()]
-    } else {
-        spec.command.clone()
-    };
     let layout = Layout::new(&settings.base_dir(), job_id);
-    if let Some(specs) = &spec.specs {
-        if !specs.is_object() {
-            return Err(SpecError::new("specs", "must be a JSON object (a mapping of spec keys)"));
-        }
-        let bytes = specs.to_string().len();
-        if bytes > crate::spec::MAX_SPECS_BYTES {
-            return Err(SpecError::new(
-                "specs",
-                format!("is {bytes} bytes as JSON; at most {} are staged", crate::spec::MAX_SPECS_BYTES),
-            ));
-        }
-        // The TAO SDK's config mode: `{config_path}` in the command is the staged specs file.
-        for word in &mut command {
-            *word = word.replace("{config_path}", &layout.specs_file());
-        }
-    }
-    let (mut resources, cosmos) = match &spec.cosmos_rl {
-        Some(section) => {
-            let (resources, cosmos) = crate::cosmos::resolve(spec, section, &command, settings.max_gpus_per_node)?;
-            (resources, Some(cosmos))
-        }
-        None => (resolve_resources(spec, settings.max_gpus_per_node)?, None),
-    };
-    if spec.cpus_per_task.is_none() {
-        resources.cpus_per_task = settings.cpus_per_task;
-    }
-    if let Some(exclusive) = spec.exclusive {
-        resources.exclusive = exclusive;
-    }
-    if let Some(max) = settings.max_cpus_per_task.filter(|m| resources.cpus_per_task > *m) {
-        return Err(SpecError::new(
-            "cpus_per_task",
-            format!("{} CPUs per task is more than SLURM_MAX_CPUS_PER_TASK ({max})", resources.cpus_per_task),
-        ));
-    }
-
-    let partition = spec.partition.clone().unwrap_or_else(|| settings.partition.clone());
-    for p in partition.split(',') {
-        check_slurm_word("partition", p)?;
-    }
-    let account = spec.account.clone().or_else(|| settings.account.clone());
-    if let Some(a) = &account {
-        check_slurm_word("account", a)?;
-    }
-
-    let time_hours = spec.time_hours.unwrap_or(settings.time_hours);
-    check_hours("time_hours", time_hours)?;
-    let timeout_hours = match (spec.timeout_hours, spec.time_hours) {
-        (Some(t), _) => t,
-        // A shorter wall time given alone keeps the inner timeout just under it.
-        (None, Some(wall)) if settings.timeout_hours >= wall => wall * 0.95,
-        (None, _) => settings.timeout_hours,
-    };
-    check_hours("timeout_hours", timeout_hours)?;
-    let time_minutes = hours_to_minutes(time_hours);
-    let timeout_seconds = ((timeout_hours * 3600.0).ceil() as u64).max(1);
-    if timeout_hours >= time_hours || timeout_seconds >= time_minutes * 60 {
-        return Err(SpecError::new(
-            "timeout_hours",
-            format!("the inner timeout ({timeout_hours} h) must be shorter than the wall time ({time_hours} h) so the job can requeue itself before Slurm kills it"),
-        ));
-    }
-    let on_default_partitions = partition.split(',').all(|p| DEFAULT_PARTITIONS.split(',').any(|d| d == p));
-    if on_default_partitions && time_hours > DEFAULT_PARTITION_MAX_HOURS {
-        return Err(SpecError::new(
-            "time_hours",
-            format!("{time_hours} h is more than the {DEFAULT_PARTITION_MAX_HOURS} h that the partitions {partition} allow; ask for another partition (--partition) with a longer MaxTime, or at most {DEFAULT_PARTITION_MAX_HOURS} h"),
-        ));
-    }
-
-    let owned = |name: &str| {
-        RENDEZVOUS_VARS.contains(&name)
-            || name.starts_with("SLURM_")
-            || ["TAO_API_RESULTS_DIR", "TAO_JOB_ID", "TAO_SPECS_FILE", "TAO_RESULTS_ROOT", "TAO_API_JOB_ID"]
-                .contains(&name)
-    };
-    let mut env = Vec::new();
-    for (name, value) in &spec.env {
-        check_user_env_name("env", name, &owned)?;
-        check_text("env", value)?;
-        env.push((name.clone(), value.clone()));
-    }
-    let mut secret_names = Vec::new();
-    for name in &spec.secret_env {
-        check_user_env_name("secret_env", name, &owned)?;
-        if spec.env.contains_key(name) {
-            return Err(SpecError::new(
-                "secret_env",
-                format!("{name} is also set as a plain variable or by tao-slurm"),
-            ));
-        }
-        if !secret_names.contains(name) {
-            secret_names.push(name.clone());
-        }
-    }
-    // Credentials the TAO SDK forwards (HF_TOKEN, NGC_KEY, AWS keys), unless the job sets them itself.
-    for (name, _) in &settings.forwarded_secrets {
-        if !spec.env.contains_key(name) && !secret_names.contains(name) {
-            secret_names.push(name.clone());
-        }
-    }
-    if let Some(m) = &spec.memory {
-        check_with("memory", m, &MEMORY, "a size such as 64G, 512M or 0 (all of a node's memory)")?;
-    }
-    if let Some(q) = &spec.qos {
-        check_slurm_word("qos", q)?;
-    }
-    if let Some(r) = &spec.reservation {
-        check_slurm_word("reservation", r)?;
-    }
-    if let Some(c) = &spec.constraint {
-        check_with("constraint", c, &CONSTRAINT, "feature names joined by & | , with [ ] ( ) * :")?;
-    }
-    if let Some(x) = &spec.exclude {
-        check_with("exclude", x, &NODE_LIST, "a Slurm node list such as node[1-3],node7")?;
-    }
-    let mut sbatch_options = Vec::new();
-    for (name, value) in &spec.sbatch_options {
-        let name = name.trim_start_matches("--");
-        if !ALLOWED_SBATCH_OPTIONS.contains(&name) {
-            return Err(SpecError::new(
-                "sbatch_options",
-                format!(
-                    "--{name} is not an allowed extra sbatch option; allowed: {}",
-                    ALLOWED_SBATCH_OPTIONS.join(", ")
-                ),
-            ));
-        }
-        check_with("sbatch_options", value, &OPTION_VALUE, "letters, digits and _ . , : = @ + / % - (no spaces or #)")?;
-        sbatch_options.push((name.to_string(), value.clone()));
-    }
-    if let Some(mail) = &settings.mail_user {
-        check_with("SLURM_MAIL_USER", mail, &OPTION_VALUE, "an address such as me@example.org")?;
-        for (name, value) in [("mail-user", mail.as_str()), ("mail-type", "ALL")] {
-            if !sbatch_options.iter().any(|(n, _)| n == name) {
-                sbatch_options.push((name.to_string(), value.to_string()));
-            }
-        }
-    }
-
-    let mut mounts = Vec::new();
-    if !spec.replace_default_mounts {
-        for m in &settings.container_mounts {
-            check_mount(m).map_err(|e| SpecError::new("SLURM_CONTAINER_MOUNTS", e.message))?;
-            mounts.push(m.clone());
-        }
-    }
-    for m in &spec.mounts {
-        check_mount(m)?;
-        if !mounts.contains(m) {
-            mounts.push(m.clone());
-        }
-    }
-    if let Some(w) = &spec.container_workdir {
-        check_text("container_workdir", w)?;
-        if !w.starts_with('/') || w.contains(',') {
-            return Err(SpecError::new("container_workdir", "must be an absolute path without commas"));
-        }
-    }
-    if let Some(n) = &spec.name {
-        check_text("name", n)?;
-    }
-    let base = settings.base_dir();
-    // The base directory appears in #SBATCH lines, which sbatch reads without a shell: plain characters only.
-    let plain = |c: char| c.is_ascii_alphanumeric() || "_./+-".contains(c);
-    if !base.starts_with('/') || !base.chars().all(plain) || base.contains("/../") {
-        return Err(SpecError::new(
-            "SLURM_BASE_RESULTS_DIR",
-            format!("{base:?} must be an absolute path on shared storage made of letters, digits and _ . / + -"),
-        ));
-    }
-
+    let command = resolve_command(spec, &layout)?;
+    let (resources, cosmos) = resolve_job_resources(spec, settings, &command)?;
+    let (partition, account) = resolve_placement(spec, settings)?;
+    let (time_minutes, timeout_seconds) = resolve_times(spec, settings, &partition)?;
+    let (env, secret_names) = resolve_environment(spec, settings)?;
+    check_slurm_fields(spec)?;
+    let sbatch_options = resolve_sbatch_options(spec, settings)?;
+    let mounts = resolve_mounts(spec, settings)?;
+    check_container_fields(spec)?;
+    let base = checked_base_dir(settings)?;
     let (inputs, required_paths) = resolve_inputs(spec)?;
     let fetches: Vec<AuxFetch> = inputs
         .iter()
@@ -556,6 +376,247 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
         use_timeout: settings.use_timeout,
         specs: spec.specs.clone(),
     })
+}
+
+/// The command as it runs (`bash -c` for a shell string), with `{config_path}` naming the staged specs
+/// file when the job has specs.
+fn resolve_command(spec: &JobSpec, layout: &Layout) -> Result<Vec<String>, SpecError> {
+    // A Cosmos-RL job whose roles all have their own commands needs no job command.
+    let roles_have_commands = spec.cosmos_rl.as_ref().is_some_and(|c| c.commands.every_role_has_one());
+    if spec.command.is_empty() && !roles_have_commands {
+        return Err(SpecError::new("command", "is required: give it after `--` (for example `-- python train.py`)"));
+    }
+    if spec.command.iter().any(|word| word.contains('\0')) {
+        return Err(SpecError::new("command", "contains a NUL byte"));
+    }
+    if spec.shell && spec.command.len() != 1 {
+        return Err(SpecError::new("command", "with --shell, give the command as one string"));
+    }
+    let mut command = if spec.shell {
+        vec!["bash".to_string(), "-c".to_string(), spec.command[0].clone()]
+    } else {
+        spec.command.clone()
+    };
+    if let Some(specs) = &spec.specs {
+        if !specs.is_object() {
+            return Err(SpecError::new("specs", "must be a JSON object (a mapping of spec keys)"));
+        }
+        let bytes = specs.to_string().len();
+        if bytes > crate::spec::MAX_SPECS_BYTES {
+            return Err(SpecError::new(
+                "specs",
+                format!("is {bytes} bytes as JSON; at most {} are staged", crate::spec::MAX_SPECS_BYTES),
+            ));
+        }
+        // The TAO SDK's config mode: `{config_path}` in the command is the staged specs file.
+        for word in &mut command {
+            *word = word.replace("{config_path}", &layout.specs_file());
+        }
+    }
+    Ok(command)
+}
+
+/// Nodes, GPUs, CPUs and exclusivity (a Cosmos-RL job's from its roles), within the settings' limits.
+fn resolve_job_resources(
+    spec: &JobSpec,
+    settings: &Settings,
+    command: &[String],
+) -> Result<(Resources, Option<crate::cosmos::CosmosPlan>), SpecError> {
+    let (mut resources, cosmos) = match &spec.cosmos_rl {
+        Some(section) => {
+            let (resources, cosmos) = crate::cosmos::resolve(spec, section, command, settings.max_gpus_per_node)?;
+            (resources, Some(cosmos))
+        }
+        None => (resolve_resources(spec, settings.max_gpus_per_node)?, None),
+    };
+    if spec.cpus_per_task.is_none() {
+        resources.cpus_per_task = settings.cpus_per_task;
+    }
+    if let Some(exclusive) = spec.exclusive {
+        resources.exclusive = exclusive;
+    }
+    if let Some(max) = settings.max_cpus_per_task.filter(|m| resources.cpus_per_task > *m) {
+        return Err(SpecError::new(
+            "cpus_per_task",
+            format!("{} CPUs per task is more than SLURM_MAX_CPUS_PER_TASK ({max})", resources.cpus_per_task),
+        ));
+    }
+    Ok((resources, cosmos))
+}
+
+/// The partition list and the account, the job's or the settings'.
+fn resolve_placement(spec: &JobSpec, settings: &Settings) -> Result<(String, Option<String>), SpecError> {
+    let partition = spec.partition.clone().unwrap_or_else(|| settings.partition.clone());
+    for p in partition.split(',') {
+        check_slurm_word("partition", p)?;
+    }
+    let account = spec.account.clone().or_else(|| settings.account.clone());
+    if let Some(a) = &account {
+        check_slurm_word("account", a)?;
+    }
+    Ok((partition, account))
+}
+
+/// The wall time in minutes and the inner timeout in seconds, the timeout shorter than the wall time
+/// (so the job can requeue itself) and the wall time within the default partitions' limit.
+fn resolve_times(spec: &JobSpec, settings: &Settings, partition: &str) -> Result<(u64, u64), SpecError> {
+    let time_hours = spec.time_hours.unwrap_or(settings.time_hours);
+    check_hours("time_hours", time_hours)?;
+    let timeout_hours = match (spec.timeout_hours, spec.time_hours) {
+        (Some(t), _) => t,
+        // A shorter wall time given alone keeps the inner timeout just under it.
+        (None, Some(wall)) if settings.timeout_hours >= wall => wall * 0.95,
+        (None, _) => settings.timeout_hours,
+    };
+    check_hours("timeout_hours", timeout_hours)?;
+    let time_minutes = hours_to_minutes(time_hours);
+    let timeout_seconds = ((timeout_hours * 3600.0).ceil() as u64).max(1);
+    if timeout_hours >= time_hours || timeout_seconds >= time_minutes * 60 {
+        return Err(SpecError::new(
+            "timeout_hours",
+            format!("the inner timeout ({timeout_hours} h) must be shorter than the wall time ({time_hours} h) so the job can requeue itself before Slurm kills it"),
+        ));
+    }
+    let on_default_partitions = partition.split(',').all(|p| DEFAULT_PARTITIONS.split(',').any(|d| d == p));
+    if on_default_partitions && time_hours > DEFAULT_PARTITION_MAX_HOURS {
+        return Err(SpecError::new(
+            "time_hours",
+            format!("{time_hours} h is more than the {DEFAULT_PARTITION_MAX_HOURS} h that the partitions {partition} allow; ask for another partition (--partition) with a longer MaxTime, or at most {DEFAULT_PARTITION_MAX_HOURS} h"),
+        ));
+    }
+    Ok((time_minutes, timeout_seconds))
+}
+
+/// Variables as (name, value), in order.
+type EnvPairs = Vec<(String, String)>;
+
+/// The container's plain variables and the names of its secret ones (the job's, then the credentials
+/// the TAO SDK forwards unless the job sets them itself). Names tao-slurm or Slurm set are refused.
+fn resolve_environment(spec: &JobSpec, settings: &Settings) -> Result<(EnvPairs, Vec<String>), SpecError> {
+    let owned = |name: &str| {
+        RENDEZVOUS_VARS.contains(&name)
+            || name.starts_with("SLURM_")
+            || ["TAO_API_RESULTS_DIR", "TAO_JOB_ID", "TAO_SPECS_FILE", "TAO_RESULTS_ROOT", "TAO_API_JOB_ID"]
+                .contains(&name)
+    };
+    let mut env = Vec::new();
+    for (name, value) in &spec.env {
+        check_user_env_name("env", name, &owned)?;
+        check_text("env", value)?;
+        env.push((name.clone(), value.clone()));
+    }
+    let mut secret_names = Vec::new();
+    for name in &spec.secret_env {
+        check_user_env_name("secret_env", name, &owned)?;
+        if spec.env.contains_key(name) {
+            return Err(SpecError::new(
+                "secret_env",
+                format!("{name} is also set as a plain variable or by tao-slurm"),
+            ));
+        }
+        if !secret_names.contains(name) {
+            secret_names.push(name.clone());
+        }
+    }
+    for (name, _) in &settings.forwarded_secrets {
+        if !spec.env.contains_key(name) && !secret_names.contains(name) {
+            secret_names.push(name.clone());
+        }
+    }
+    Ok((env, secret_names))
+}
+
+/// The values that reach `#SBATCH` lines as they are: each in the form Slurm reads.
+fn check_slurm_fields(spec: &JobSpec) -> Result<(), SpecError> {
+    if let Some(m) = &spec.memory {
+        check_with("memory", m, &MEMORY, "a size such as 64G, 512M or 0 (all of a node's memory)")?;
+    }
+    if let Some(q) = &spec.qos {
+        check_slurm_word("qos", q)?;
+    }
+    if let Some(r) = &spec.reservation {
+        check_slurm_word("reservation", r)?;
+    }
+    if let Some(c) = &spec.constraint {
+        check_with("constraint", c, &CONSTRAINT, "feature names joined by & | , with [ ] ( ) * :")?;
+    }
+    if let Some(x) = &spec.exclude {
+        check_with("exclude", x, &NODE_LIST, "a Slurm node list such as node[1-3],node7")?;
+    }
+    Ok(())
+}
+
+/// The extra sbatch options (from the allow-list only), plus the mail settings unless the job sets them.
+fn resolve_sbatch_options(spec: &JobSpec, settings: &Settings) -> Result<Vec<(String, String)>, SpecError> {
+    let mut sbatch_options = Vec::new();
+    for (name, value) in &spec.sbatch_options {
+        let name = name.trim_start_matches("--");
+        if !ALLOWED_SBATCH_OPTIONS.contains(&name) {
+            return Err(SpecError::new(
+                "sbatch_options",
+                format!(
+                    "--{name} is not an allowed extra sbatch option; allowed: {}",
+                    ALLOWED_SBATCH_OPTIONS.join(", ")
+                ),
+            ));
+        }
+        check_with("sbatch_options", value, &OPTION_VALUE, "letters, digits and _ . , : = @ + / % - (no spaces or #)")?;
+        sbatch_options.push((name.to_string(), value.clone()));
+    }
+    if let Some(mail) = &settings.mail_user {
+        check_with("SLURM_MAIL_USER", mail, &OPTION_VALUE, "an address such as me@example.org")?;
+        for (name, value) in [("mail-user", mail.as_str()), ("mail-type", "ALL")] {
+            if !sbatch_options.iter().any(|(n, _)| n == name) {
+                sbatch_options.push((name.to_string(), value.to_string()));
+            }
+        }
+    }
+    Ok(sbatch_options)
+}
+
+/// The settings' default mounts (unless replaced), then the job's, each once.
+fn resolve_mounts(spec: &JobSpec, settings: &Settings) -> Result<Vec<String>, SpecError> {
+    let mut mounts = Vec::new();
+    if !spec.replace_default_mounts {
+        for m in &settings.container_mounts {
+            check_mount(m).map_err(|e| SpecError::new("SLURM_CONTAINER_MOUNTS", e.message))?;
+            mounts.push(m.clone());
+        }
+    }
+    for m in &spec.mounts {
+        check_mount(m)?;
+        if !mounts.contains(m) {
+            mounts.push(m.clone());
+        }
+    }
+    Ok(mounts)
+}
+
+fn check_container_fields(spec: &JobSpec) -> Result<(), SpecError> {
+    if let Some(w) = &spec.container_workdir {
+        check_text("container_workdir", w)?;
+        if !w.starts_with('/') || w.contains(',') {
+            return Err(SpecError::new("container_workdir", "must be an absolute path without commas"));
+        }
+    }
+    if let Some(n) = &spec.name {
+        check_text("name", n)?;
+    }
+    Ok(())
+}
+
+/// The base directory, which appears in #SBATCH lines (read by sbatch without a shell): an absolute
+/// path of plain characters only.
+fn checked_base_dir(settings: &Settings) -> Result<String, SpecError> {
+    let base = settings.base_dir();
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_./+-".contains(c);
+    if !base.starts_with('/') || !base.chars().all(plain) || base.contains("/../") {
+        return Err(SpecError::new(
+            "SLURM_BASE_RESULTS_DIR",
+            format!("{base:?} must be an absolute path on shared storage made of letters, digits and _ . / + -"),
+        ));
+    }
+    Ok(base)
 }
 
 /// Check a plan against the cluster's partitions: each must exist, and the wall time must fit its
