@@ -106,6 +106,10 @@ impl Store {
             tx.execute_batch(sql).map_err(err)?;
             tx.pragma_update(None, "user_version", i + 1).map_err(err)?;
         }
+        let undone: i64 = tx.query_row(schema::NEEDS_DOCS_REPAIR, [], |r| r.get(0)).map_err(err)?;
+        if undone > 0 {
+            tx.execute_batch(schema::REPAIR_DOCS_OF_MIGRATION_4).map_err(err)?;
+        }
         tx.commit().map_err(err)
     }
 

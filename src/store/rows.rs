@@ -1,7 +1,7 @@
 //! Reading jobs from rows: the columns a summary has, and decoding them (a corrupt row names its job).
 
 use super::StoreError;
-use crate::plan::Layout;
+use crate::plan::{Layout, Plan};
 use crate::status::PlatformStatus;
 use crate::store::{JobRecord, JobSummary};
 use rusqlite::Row;
@@ -117,7 +117,7 @@ impl FromJobRow for JobRecord {
         Ok((summary_row(r)?, r.get(SUMMARY_COLUMNS)?, r.get(SUMMARY_COLUMNS + 1)?))
     }
     fn decode((row, spec_json, plan_json): Self::Raw) -> Result<Self, StoreError> {
-        let plan = serde_json::from_str(&plan_json)
+        let plan = Plan::from_stored_json(&plan_json)
             .map_err(|e| StoreError::Corrupt { job_id: row.summary.job_id.clone(), message: format!("plan: {e}") })?;
         Ok(JobRecord { summary: row.decode()?, spec_json, plan })
     }

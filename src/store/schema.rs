@@ -113,3 +113,22 @@ UPDATE jobs SET submitted_at = (SELECT a.submitted_at FROM attempts a WHERE a.jo
 ALTER TABLE jobs ADD COLUMN cluster TEXT;
 "#,
 ];
+
+/// Migration 4 was changed after builds had shipped it: files they wrote are at version 4 or later
+/// but still keep the spec and plan in `jobs` (no `job_docs` table, no index of waiting jobs). This
+/// finishes that migration for them; [`NEEDS_DOCS_REPAIR`] says when. Never numbered: it runs once,
+/// when its condition holds, whatever the version.
+pub(super) const REPAIR_DOCS_OF_MIGRATION_4: &str = r#"
+CREATE TABLE IF NOT EXISTS job_docs (
+    job_id     TEXT PRIMARY KEY REFERENCES jobs(job_id),
+    spec_json  TEXT NOT NULL,
+    plan_json  TEXT NOT NULL
+);
+INSERT OR IGNORE INTO job_docs (job_id, spec_json, plan_json) SELECT job_id, spec_json, plan_json FROM jobs;
+ALTER TABLE jobs DROP COLUMN spec_json;
+ALTER TABLE jobs DROP COLUMN plan_json;
+CREATE INDEX IF NOT EXISTS jobs_waiting ON jobs(created_at) WHERE slurm_job_id IS NULL;
+"#;
+
+/// Whether `jobs` still holds the documents (a file of a build with the first form of migration 4).
+pub(super) const NEEDS_DOCS_REPAIR: &str = "SELECT COUNT(*) FROM pragma_table_info('jobs') WHERE name = 'plan_json'";

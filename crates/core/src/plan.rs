@@ -147,6 +147,25 @@ fn aux_fetch(base: &str, key: &str, scheme: &str, uri: &str) -> AuxFetch {
 }
 
 impl Plan {
+    /// A plan as the state file keeps it, including those that earlier builds wrote before a field
+    /// existed: each missing field gets the value that build behaved by (no extra sbatch options, no
+    /// secrets, no inputs, the inner timeout from its minutes, the default auxiliary-input limits).
+    pub fn from_stored_json(text: &str) -> Result<Plan, serde_json::Error> {
+        let mut value: serde_json::Value = serde_json::from_str(text)?;
+        if let Some(fields) = value.as_object_mut() {
+            for name in ["sbatch_options", "secret_names", "inputs", "required_paths", "fetches"] {
+                fields.entry(name).or_insert_with(|| serde_json::json!([]));
+            }
+            if !fields.contains_key("timeout_seconds") {
+                let minutes = fields.get("timeout_minutes").and_then(|m| m.as_u64()).unwrap_or(0);
+                fields.insert("timeout_seconds".into(), (minutes * 60).into());
+            }
+            fields.entry("aux_max_bytes").or_insert_with(|| crate::config::DEFAULT_AUX_MAX_BYTES.into());
+            fields.entry("aux_timeout_minutes").or_insert_with(|| crate::config::DEFAULT_AUX_TIMEOUT_MINUTES.into());
+        }
+        serde_json::from_value(value)
+    }
+
     /// The job's specs as nested JSON objects, from the dotted input keys (`a.b.c = v`).
     pub fn specs_json(&self) -> serde_json::Value {
         let mut root = match &self.specs {

@@ -10,6 +10,11 @@ use std::path::PathBuf;
 pub const MISSING_MESSAGE: &str =
     "MISSING: set SLURM_USER and SLURM_HOSTNAME (comma-separated for failover) in your env (~/.config/tao/.env).";
 
+/// The auxiliary-input limits when the settings do not give them (TAO_SLURM_AUX_MAX_BYTES,
+/// TAO_SLURM_AUX_TIMEOUT_MINUTES).
+pub const DEFAULT_AUX_MAX_BYTES: u64 = 10 << 30;
+pub const DEFAULT_AUX_TIMEOUT_MINUTES: u32 = 30;
+
 /// The packaged default partitions, treated as 4-hour queues.
 pub const DEFAULT_PARTITIONS: &str = "polar,polar3,polar4,grizzly";
 
@@ -310,9 +315,9 @@ impl Settings {
                         message: format!("{v:?} is not a number of bytes"),
                     })
                 },
-                || 10 << 30,
+                || DEFAULT_AUX_MAX_BYTES,
             )?,
-            aux_timeout_minutes: src.count("TAO_SLURM_AUX_TIMEOUT_MINUTES", 1, 30)? as u64,
+            aux_timeout_minutes: src.count("TAO_SLURM_AUX_TIMEOUT_MINUTES", 1, DEFAULT_AUX_TIMEOUT_MINUTES)? as u64,
             use_sqsh: src.flag("TAO_SLURM_USE_SQSH", true)?,
             sqsh: crate::sqsh::SqshPolicy {
                 cache_dir: src.get("TAO_SLURM_SQSH_CACHE_DIR").unwrap_or_default(),
