@@ -19,4 +19,6 @@ pub mod script;
 pub mod slurm;
 pub mod spec;
 pub mod sqsh;
+#[cfg(test)]
+pub(crate) mod stand_ins;
 pub mod status;

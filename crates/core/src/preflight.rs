@@ -317,19 +317,7 @@ mod tests {
     use crate::plan::tests::settings;
 
     fn run_script_with(bin: &[(&str, &str)], settings: &Settings) -> String {
-        let dir = tempfile::tempdir().unwrap();
-        for (name, body) in bin {
-            let p = dir.path().join(name);
-            std::fs::write(&p, format!("#!/bin/bash\n{body}\n")).unwrap();
-            std::process::Command::new("chmod").arg("+x").arg(&p).status().unwrap();
-        }
-        let out = std::process::Command::new("bash")
-            .arg("-c")
-            .arg(preflight_script(settings))
-            .env("PATH", format!("{}:/usr/bin:/bin", dir.path().display()))
-            .output()
-            .unwrap();
-        String::from_utf8(out.stdout).unwrap()
+        crate::stand_ins::StandIns::of(bin).stdout(&preflight_script(settings))
     }
 
     const HEALTHY: &[(&str, &str)] = &[

@@ -221,43 +221,23 @@ mod tests {
         }
     }
 
-    fn run(script: &str, bin: &std::path::Path) -> String {
-        let out = std::process::Command::new("bash")
-            .arg("-c")
-            .arg(script)
-            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
-            .output()
-            .unwrap();
-        String::from_utf8(out.stdout).unwrap()
-    }
-
     #[test]
     fn converts_once_then_serves_the_cache_and_ignores_stale_partials() {
         let dir = tempfile::tempdir().unwrap();
-        let bin = dir.path().join("bin");
-        std::fs::create_dir(&bin).unwrap();
         let count = dir.path().join("imports");
+        let bin = crate::stand_ins::StandIns::new();
         // Stand-in srun: run the command (enroot import -o OUT URI), here a fake enroot.
-        std::fs::write(
-            bin.join("srun"),
-            "#!/bin/bash\nwhile [[ $1 == -* ]]; do shift; [[ $1 != -* && $1 != enroot ]] && shift; done\nexec \"$@\"\n",
-        )
-        .unwrap();
-        std::fs::write(
-            bin.join("enroot"),
-            format!("#!/bin/bash\necho x >> {}\nprintf 'hsqs%s' \"$4\" > \"$3\"\n", count.display()),
-        )
-        .unwrap();
-        std::process::Command::new("chmod").arg("-R").arg("+x").arg(&bin).status().unwrap();
+        bin.add("srun", "while [[ $1 == -* ]]; do shift; [[ $1 != -* && $1 != enroot ]] && shift; done\nexec \"$@\"");
+        bin.add("enroot", &format!("echo x >> {}\nprintf 'hsqs%s' \"$4\" > \"$3\"", count.display()));
         let p = policy(&dir.path().join("cache"));
         let image = img("nvcr.io/nvidia/tao/tao-toolkit:6.26.3-pyt");
         std::fs::create_dir_all(&p.cache_dir).unwrap();
         let stale = format!("{}.partial.999", cache_path(&p, &image));
         std::fs::write(&stale, "half").unwrap();
-        let out = run(&conversion_script(&p, &image, false), &bin);
+        let out = bin.stdout(&conversion_script(&p, &image, false));
         assert!(out.contains("sqsh converted"), "{out}");
         assert!(!std::path::Path::new(&stale).exists(), "the stale partial was removed");
-        let out = run(&conversion_script(&p, &image, false), &bin);
+        let out = bin.stdout(&conversion_script(&p, &image, false));
         assert!(out.contains("sqsh cached"), "{out}");
         assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 1, "converted once");
         assert!(std::fs::read_to_string(cache_path(&p, &image)).unwrap().starts_with("hsqs"));
@@ -270,10 +250,9 @@ mod tests {
         std::fs::create_dir_all(&p.cache_dir).unwrap();
         let image = img("nvcr.io/nvidia/tao/tao-toolkit:6.26.3-pyt");
         let path = cache_path(&p, &image);
-        let bin = dir.path().join("bin");
-        std::fs::create_dir(&bin).unwrap();
+        let bin = crate::stand_ins::StandIns::new();
         let probe = |what: &str| {
-            let out = run(&cached_probe_script(&p, &image), &bin);
+            let out = bin.stdout(&cached_probe_script(&p, &image));
             (out.contains("sqsh_cached"), what.to_string())
         };
         // A symlink to a squashfs file elsewhere, a FIFO (reading it would hang), a file writable by others.

@@ -139,22 +139,7 @@ mod tests {
     use super::*;
 
     fn run(script: &str, scancel: &str, squeue: &str) -> String {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("scancel"), format!("#!/bin/bash\n{scancel}\n")).unwrap();
-        std::fs::write(dir.path().join("squeue"), format!("#!/bin/bash\n{squeue}\n")).unwrap();
-        std::process::Command::new("chmod")
-            .arg("+x")
-            .arg(dir.path().join("scancel"))
-            .arg(dir.path().join("squeue"))
-            .status()
-            .unwrap();
-        let out = std::process::Command::new("bash")
-            .arg("-c")
-            .arg(script)
-            .env("PATH", format!("{}:/usr/bin:/bin", dir.path().display()))
-            .output()
-            .unwrap();
-        String::from_utf8(out.stdout).unwrap()
+        crate::stand_ins::StandIns::of(&[("scancel", scancel), ("squeue", squeue)]).stdout(script)
     }
 
     #[test]
