@@ -17,7 +17,7 @@ fn logins_are_shared_and_missing_settings_never_connect() {
     let before = accepted_logins();
     let out = missing.run(&["submit", "--image", "ubuntu:22.04", "--", "true"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_ne!(out.status.code(), Some(0));
+    assert_eq!(out.status.code(), Some(3), "the configuration error's code");
     assert!(
         stderr.contains("MISSING: set SLURM_USER and SLURM_HOSTNAME (comma-separated for failover) in your env (~/.config/tao/.env)."),
         "{stderr}"

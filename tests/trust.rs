@@ -253,7 +253,7 @@ fn a_cache_entry_the_neighbour_planted_is_never_used() {
     let out = env.run(&["submit", "--json", "--image", image, "--gpus", "0", "--", "true"]);
     let (stdout, err) = text(&out);
     // It cannot replace the neighbour's file in a sticky directory: it says so and submits nothing.
-    assert_ne!(out.status.code(), Some(0), "{stdout}");
+    assert_eq!(out.status.code(), Some(5), "the remote command's failure: {stdout}");
     assert!(err.contains("belongs to another user"), "{err}");
     assert_eq!(std::fs::read_to_string(cache.join(&name)).unwrap(), "hsqs-planted");
     // In a directory others may write without a sticky bit, a symlink planted under the name is

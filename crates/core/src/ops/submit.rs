@@ -174,7 +174,8 @@ mod tests {
             let bin = dir.path().join("bin");
             std::fs::create_dir(&bin).unwrap();
             let seen = dir.path().join("seen-token");
-            std::fs::write(bin.join("sbatch"), "#!/bin/bash\necho 4242\n").unwrap();
+            // sbatch records what it was given: its arguments and its environment.
+            std::fs::write(bin.join("sbatch"), format!("#!/bin/bash\n{{ printf '%s\\n' \"$@\"; env; }} >> {}\necho 4242\n", seen.display())).unwrap();
             std::fs::write(bin.join("scontrol"), "#!/bin/bash\nexit 0\n").unwrap();
             Command::new("chmod").arg("-R").arg("+x").arg(&bin).status().unwrap();
             let out = Command::new("bash").arg("-c").arg(&script).env("PATH", format!("{}:/usr/bin:/bin", bin.display())).output().unwrap();
@@ -191,7 +192,9 @@ mod tests {
             use std::os::unix::fs::PermissionsExt;
             prop_assert_eq!(std::fs::metadata(plan.layout.secrets_file()).unwrap().permissions().mode() & 0o777, 0o600);
             prop_assert_eq!(std::fs::metadata(plan.layout.secrets_dir()).unwrap().permissions().mode() & 0o777, 0o700);
-            let _ = &seen;
+            let given = std::fs::read_to_string(&seen).unwrap();
+            prop_assert!(given.contains("--parsable"), "sbatch ran: {}", given);
+            prop_assert!(!given.contains("SECRET-"), "the secret reached sbatch's arguments or environment");
             prop_assert!(std::path::Path::new(&plan.layout.log_dir(&plan.layout.job_name, "4242")).is_dir(), "log dir made before release");
             // A second run of the same attempt adopts the job instead of submitting again.
             let again = Command::new("bash").arg("-c").arg(&script).env("PATH", format!("{}:/usr/bin:/bin", bin.display())).output().unwrap();
