@@ -201,3 +201,67 @@ fn a_due_retry_that_reaches_no_host_stays_due() {
     assert_eq!(waiting, [id], "still waiting for its submission, not Error");
     assert!(secrets::removal_script(&[]).contains("exit 0"));
 }
+
+/// A recorded job not yet submitted, and what its first submission needs.
+fn recorded_job() -> (tempfile::TempDir, Store, crate::plan::Plan) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("state.db")).unwrap();
+    let plan = crate::plan::resolve(&spec(), &settings()).unwrap();
+    store.insert_job("{}", &plan).unwrap();
+    (dir, store, plan)
+}
+
+fn submit_with(remote: &FakeRemote, store: &Store, plan: &crate::plan::Plan) -> crate::error::Result<String> {
+    let ticket = crate::engine::submit::AttemptTicket::first(plan);
+    crate::engine::submit::submit(remote, store, plan, &[], &Default::default(), &ticket).map(|s| s.slurm_job_id)
+}
+
+#[test]
+fn a_submission_whose_outcome_is_unknown_stays_pending_and_waits_to_be_found() {
+    let (_dir, store, plan) = recorded_job();
+    let id = plan.layout.job_id.clone();
+    let remote = FakeRemote::answering(vec![Err(RemoteError::Lost { host: "login1".into(), message: "reset".into() })]);
+    assert!(submit_with(&remote, &store, &plan).is_err());
+    let after = store.summary(&id).unwrap();
+    assert_eq!(after.status, PlatformStatus::Pending, "never Error: the job may be on Slurm");
+    assert!(after.message.contains("submission outcome unknown"), "{}", after.message);
+    assert!(after.slurm_job_id.is_none());
+    let waiting: Vec<String> = store.waiting_for_submission().unwrap().into_iter().map(|j| j.summary.job_id).collect();
+    assert_eq!(waiting, [id], "a later cycle finds it by name or resubmits under the same lock");
+    assert!(remote.sent()[0].contains(".submit-"), "the submission holds the attempt's lock");
+}
+
+#[test]
+fn a_refused_sbatch_is_an_error_and_an_unreleased_job_is_still_recorded() {
+    // sbatch refused the job: nothing is on Slurm, the job ends Error with sbatch's words.
+    let (_dir, store, plan) = recorded_job();
+    let id = plan.layout.job_id.clone();
+    let refused = RemoteOutput {
+        exit_code: 20,
+        stdout: String::new(),
+        stderr: "sbatch: error: Batch job submission failed: Invalid partition name specified".into(),
+        host: "login1".into(),
+    };
+    let remote = FakeRemote::answering(vec![Ok(refused)]);
+    let err = submit_with(&remote, &store, &plan).unwrap_err().to_string();
+    assert!(err.contains("Invalid partition name"), "{err}");
+    let after = store.summary(&id).unwrap();
+    assert_eq!(after.status, PlatformStatus::Error, "{}", after.message);
+    assert!(after.message.contains("Invalid partition name"), "{}", after.message);
+    assert!(store.events(&id).unwrap().iter().any(|(_, kind, _)| kind == "submit_failed"));
+    // sbatch gave an id but the release failed: the job is on Slurm, so its id is kept and it is not
+    // judged here (the refresh will see it held or running).
+    let (_dir2, store, plan) = recorded_job();
+    let id = plan.layout.job_id.clone();
+    let held = RemoteOutput {
+        exit_code: 21,
+        stdout: format!("{SECTION}slurm_job_id 4242\n"),
+        stderr: "scontrol: error: Unable to contact slurm controller".into(),
+        host: "login1".into(),
+    };
+    let remote = FakeRemote::answering(vec![Ok(held)]);
+    let err = submit_with(&remote, &store, &plan).unwrap_err().to_string();
+    assert!(err.contains("was submitted but not started"), "{err}");
+    let after = store.summary(&id).unwrap();
+    assert_eq!((after.slurm_job_id.as_deref(), after.status), (Some("4242"), PlatformStatus::Pending));
+}
