@@ -20,7 +20,7 @@ pub use crate::engine::logs::JobLogs;
 pub use crate::engine::submit::Submitted;
 
 /// A job as `status --json` shows it. Field names follow the contract's `slurm_metadata`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct JobView {
     pub job_id: String,
     pub name: Option<String>,

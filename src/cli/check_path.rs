@@ -1,3 +1,4 @@
+use super::output::{PathRow, PathsReport};
 use crate::client::PathCheck;
 use crate::config::Settings;
 use crate::error::{exit_code, Error};
@@ -18,8 +19,9 @@ impl CheckPathCmd {
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
         settings.require_remote()?;
         let results = Client::new(settings)?.check_paths(&self.uris)?;
+        let format = super::output::Format::from_json_flag(self.json);
         let mut ok = true;
-        let mut rows = Vec::new();
+        let mut paths = Vec::new();
         for (uri, r) in &results {
             let (state, detail) = match r {
                 PathCheck::Exists(path) => ("exists", path.clone()),
@@ -28,14 +30,9 @@ impl CheckPathCmd {
                 PathCheck::Refused(message) => ("refused", message.clone()),
             };
             ok &= matches!(state, "exists" | "not checked (fetched inside the job)");
-            rows.push(serde_json::json!({"uri": uri, "state": state, "detail": detail}));
-            if !self.json {
-                println!("{state:<8} {uri}  {detail}");
-            }
+            paths.push(PathRow { uri: uri.clone(), state: state.to_string(), detail });
         }
-        if self.json {
-            super::print_json(&serde_json::json!({"ok": ok, "paths": rows}));
-        }
+        super::output::emit(format, &PathsReport { ok, paths });
         Ok(if ok { 0 } else { exit_code::JOB_FAILED })
     }
 }

@@ -27,13 +27,9 @@ impl CredentialsCmd {
         })?;
         let remote = crate::remote::connect(&settings)?;
         let (path, host) = crate::engine::credentials::install_enroot_credentials(remote.as_ref(), &key)?;
-        if json {
-            super::print_json(
-                &serde_json::json!({"installed": path, "host": host, "machines": crate::engine::credentials::NGC_MACHINES}),
-            );
-        } else {
-            println!("Installed enroot credentials for nvcr.io and authn.nvidia.com in {path} on {host} (mode 600)");
-        }
+        let machines = crate::engine::credentials::NGC_MACHINES.iter().map(|m| m.to_string()).collect();
+        let report = super::output::CredentialsReport { installed: path, host, machines };
+        super::output::emit(super::output::Format::from_json_flag(json), &report);
         Ok(0)
     }
 }

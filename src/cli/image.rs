@@ -27,11 +27,7 @@ impl ImageCmd {
         let ImageAction::Import { image, force, json } = self.what;
         settings.require_remote()?;
         let prepared = Client::new(settings)?.prepare_image(&image, force)?;
-        if json {
-            super::print_json(&prepared);
-        } else {
-            println!("{} {} -> {} ({:.1} s)", prepared.how, prepared.image, prepared.sqsh_path, prepared.seconds);
-        }
+        super::output::emit(super::output::Format::from_json_flag(json), &prepared);
         Ok(0)
     }
 }

@@ -80,43 +80,8 @@ pub struct EventsCmd {
 impl EventsCmd {
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
         let events = Client::new(settings)?.events(&self.job_id)?;
-        if self.json {
-            let list: Vec<_> = events
-                .iter()
-                .map(|(at, kind, detail)| serde_json::json!({"at": at, "kind": kind, "detail": detail}))
-                .collect();
-            super::print_json(&list);
-        } else {
-            for (at, kind, detail) in events {
-                println!("{}  {kind:<14} {}", utc(at), super::clean(&detail));
-            }
-        }
+        let rows = events.into_iter().map(|(at, kind, detail)| super::output::EventRow { at, kind, detail }).collect();
+        super::output::emit(super::output::Format::from_json_flag(self.json), &super::output::EventsReport(rows));
         Ok(0)
-    }
-}
-
-/// `YYYY-MM-DD HH:MM:SSZ` for Unix seconds (days-from-civil, inverted; no time zone database needed).
-fn utc(secs: i64) -> String {
-    let days = secs.div_euclid(86400);
-    let rem = secs.rem_euclid(86400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}Z", rem / 3600, rem / 60 % 60, rem % 60)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn utc_dates() {
-        assert_eq!(super::utc(0), "1970-01-01 00:00:00Z");
-        assert_eq!(super::utc(951_782_400), "2000-02-29 00:00:00Z");
-        assert_eq!(super::utc(1_796_232_556), "2026-12-02 17:29:16Z");
     }
 }

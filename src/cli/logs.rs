@@ -1,3 +1,4 @@
+use super::output::ChunkLine;
 use crate::config::Settings;
 use crate::cosmos::Role;
 use crate::engine::logs::{Chunk, Stream};
@@ -58,7 +59,8 @@ impl LogsCmd {
             let mut print = |c: &Chunk| {
                 if self.json {
                     let stream = if c.stream == Stream::Stdout { "stdout" } else { "stderr" };
-                    println!("{}", serde_json::json!({"stream": stream, "offset": c.offset, "text": c.text}));
+                    let line = ChunkLine { stream: stream.to_string(), offset: c.offset, text: c.text.clone() };
+                    super::output::emit_line(&line);
                 } else if c.stream == Stream::Stdout {
                     let mut out = std::io::stdout().lock();
                     let _ = out.write_all(c.text.as_bytes());
@@ -85,7 +87,7 @@ impl LogsCmd {
         if let Some(role) = self.role {
             let logs = client.job_role_logs(&self.job_id, role, self.task, self.tail, self.attempt)?;
             if self.json {
-                super::print_json(&logs);
+                super::output::emit_json(&logs);
                 return Ok(0);
             }
             for t in &logs.tasks {
@@ -95,7 +97,7 @@ impl LogsCmd {
         }
         let logs = client.job_logs(&self.job_id, self.tail, self.attempt)?;
         if self.json {
-            super::print_json(&logs);
+            super::output::emit_json(&logs);
             return Ok(0);
         }
         print_pair(&streams, (&logs.stdout_path, &logs.stdout), (&logs.stderr_path, &logs.stderr), false);

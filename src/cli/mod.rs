@@ -9,8 +9,10 @@ mod jobs;
 mod logs;
 mod mcp;
 pub(crate) mod monitor;
+pub(crate) mod output;
 mod preflight;
 mod render;
+mod schema;
 mod serve;
 mod status;
 mod submit;
@@ -79,6 +81,8 @@ enum Command {
     Serve(serve::ServeCmd),
     /// Make, list and revoke the service's bearer tokens
     Token(token::TokenCmd),
+    /// Print the JSON schema of a command's --json output (of every command's without one)
+    Schema(schema::SchemaCmd),
 }
 
 /// Run the CLI and return the process exit code.
@@ -164,6 +168,9 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
     if let Command::Serve(c) = cli.command {
         return c.run(globals);
     }
+    if let Command::Schema(c) = cli.command {
+        return c.run();
+    }
     let settings = load_settings(&cli)?;
     match cli.command {
         Command::Submit(c) => c.run(settings),
@@ -180,13 +187,13 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::Image(c) => c.run(settings),
         Command::Credentials(c) => c.run(settings),
         Command::Token(c) => c.run(settings),
-        Command::Mcp(_) | Command::Serve(_) => unreachable!("served above"),
+        Command::Mcp(_) | Command::Serve(_) | Command::Schema(_) => unreachable!("run above"),
     }
 }
 
 /// Print a value as pretty JSON on stdout.
 pub(crate) fn print_json<T: serde::Serialize>(value: &T) {
-    println!("{}", serde_json::to_string_pretty(value).expect("serialisable"));
+    output::emit_json(value);
 }
 
 /// Remote text (job names, pending reasons, status.json messages, node lists) for a terminal: control

@@ -13,25 +13,8 @@ impl PreflightCmd {
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
         let checks = run_preflight(&settings);
         let ok = checks.iter().all(|c| c.ok || !c.required);
-        if self.json {
-            super::print_json(&serde_json::json!({"ok": ok, "checks": checks}));
-        } else {
-            for c in &checks {
-                let mark = match (c.ok, c.required) {
-                    (true, _) => "PASS",
-                    (false, true) => "FAIL",
-                    (false, false) => "WARN",
-                };
-                let host = c.host.as_deref().map(|h| format!(" [{h}]")).unwrap_or_default();
-                println!("{mark}  {}{host}: {}", c.name, c.detail);
-                if let (false, Some(r)) = (c.ok, &c.remediation) {
-                    for line in r.lines() {
-                        println!("      {line}");
-                    }
-                }
-            }
-            println!("{}", if ok { "preflight: all required checks passed" } else { "preflight: FAILED" });
-        }
+        let format = super::output::Format::from_json_flag(self.json);
+        super::output::emit(format, &super::output::PreflightReport { ok, checks });
         Ok(if ok { 0 } else { exit_code::JOB_FAILED })
     }
 }

@@ -1,4 +1,5 @@
 use super::job_args::JobArgs;
+use super::output::{FileRow, RenderReport};
 use crate::config::Settings;
 use crate::error::Error;
 use crate::plan::Plan;
@@ -30,31 +31,18 @@ impl RenderCmd {
 
 /// Print the staged files and, masked, the secret environment that sbatch would carry.
 pub(crate) fn print_plan(files: &[StagedFile], plan: &Plan, _secrets: &SecretValues, as_json: bool) {
-    let masked: serde_json::Map<String, serde_json::Value> =
-        plan.secret_names.iter().map(|n| (n.clone(), json!("***"))).collect();
-    if as_json {
-        let files: Vec<_> = files.iter().map(|f| json!({"path": f.path, "contents": f.contents})).collect();
-        let mut out = json!({"job_id": plan.layout.job_id, "plan": plan, "files": files, "secret_env": masked});
-        if let Some(c) = &plan.cosmos {
-            out["cosmos_rl"] = cosmos_json(c);
-        }
-        super::print_json(&out);
-        return;
-    }
-    if let Some(c) = &plan.cosmos {
-        println!("{}", crate::cosmos::split_table(c));
-    }
-    for f in files {
-        println!("==> {} <==\n{}", f.path, f.contents);
-        if !f.contents.ends_with('\n') {
-            println!();
-        }
-    }
-    if !masked.is_empty() {
-        println!("==> secret environment (values only in the job's mode-600 secrets file on the cluster, removed when it ends) <==");
-        for name in masked.keys() {
-            println!("{name}=***");
-        }
+    super::output::emit(super::output::Format::from_json_flag(as_json), &render_report(files, plan));
+}
+
+/// The plan, the staged files and the secret names, as `render` (and `submit --dry-run`) show them.
+pub(crate) fn render_report(files: &[StagedFile], plan: &Plan) -> RenderReport {
+    RenderReport {
+        job_id: plan.layout.job_id.clone(),
+        plan: serde_json::to_value(plan).expect("a plan serialises"),
+        files: files.iter().map(|f| FileRow { path: f.path.clone(), contents: f.contents.clone() }).collect(),
+        secret_env: plan.secret_names.iter().map(|n| (n.clone(), "***".to_string())).collect(),
+        cosmos_rl: plan.cosmos.as_ref().map(cosmos_json),
+        cosmos_table: plan.cosmos.as_ref().map(crate::cosmos::split_table),
     }
 }
 

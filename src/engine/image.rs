@@ -8,7 +8,7 @@ use crate::sqsh::{conversion_script, read_conversion, ConversionOutcome, SqshPol
 use std::time::{Duration, Instant};
 
 /// How an image was made ready.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
 pub struct Prepared {
     pub image: String,
     pub sqsh_path: String,

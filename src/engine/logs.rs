@@ -10,7 +10,7 @@ use crate::spec::SpecError;
 use crate::store::JobRecord;
 pub use tao_slurm_core::ops::logs::*;
 
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct JobLogs {
     pub job_id: String,
     pub slurm_job_id: String,
@@ -54,7 +54,7 @@ pub fn read_logs(remote: &dyn Remote, job: &JobRecord, tail_lines: Option<u32>) 
 }
 
 /// One task's logs of a Cosmos-RL role.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct TaskLogs {
     pub task: u32,
     pub stdout_path: String,
@@ -64,7 +64,7 @@ pub struct TaskLogs {
 }
 
 /// The logs of a Cosmos-RL role: one entry per task (node) read.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct RoleLogs {
     pub job_id: String,
     pub slurm_job_id: String,

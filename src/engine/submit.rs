@@ -15,7 +15,7 @@ use crate::status::PlatformStatus;
 use crate::store::StatusUpdate;
 use crate::store::Store;
 
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct Submitted {
     pub job_id: String,
     pub slurm_job_id: String,

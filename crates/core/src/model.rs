@@ -5,7 +5,7 @@ use crate::plan::{Layout, Plan};
 use crate::status::PlatformStatus;
 
 /// One entry of a job's history, with the id that orders all events (a cursor for followers).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct EventRecord {
     pub id: i64,
     pub job_id: String,
@@ -16,7 +16,7 @@ pub struct EventRecord {
 }
 
 /// One submission of a job to Slurm. A job has one attempt, plus one per retry.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
 pub struct AttemptRecord {
     pub number: u32,
     /// The Slurm job name: the attempt's unique token, by which it is found again.

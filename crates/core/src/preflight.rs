@@ -8,7 +8,7 @@ use crate::script::shell::quote;
 use crate::slurm::parse_partitions;
 use serde::Serialize;
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Check {
     pub name: String,
     /// The login host it ran on, when it is a remote check.

@@ -1,0 +1,276 @@
+//! One output layer. A command builds its result as a typed report and [`emit`]s it in the format
+//! chosen once for the run: for people, or as JSON. A report's JSON is its serde form, and its JSON
+//! schema is generated from the same type ([`schemas`], `tao-slurm schema`, docs/json-schemas.json),
+//! so what is printed and what is documented cannot drift. A command that can return several jobs
+//! always returns a list, even of one.
+
+use schemars::JsonSchema;
+use serde::Serialize;
+
+/// How the run prints its result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Human,
+    Json,
+}
+
+impl Format {
+    /// The format a command's `--json` flag asks for.
+    pub fn from_json_flag(json: bool) -> Format {
+        if json {
+            Format::Json
+        } else {
+            Format::Human
+        }
+    }
+}
+
+/// A command's result.
+pub trait Report: Serialize {
+    /// The text for people (with a final newline); remote text in it is already made safe.
+    fn human(&self) -> String;
+}
+
+/// Print `report` in `format`.
+pub fn emit<R: Report>(format: Format, report: &R) {
+    match format {
+        Format::Json => emit_json(report),
+        Format::Human => write_stdout(&report.human()),
+    }
+}
+
+/// Write to standard output; a reader that went away (`| head`) ends the run quietly, as ripgrep
+/// does, instead of a panic.
+fn write_stdout(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        panic!("cannot write to standard output: {e}");
+    }
+}
+
+/// A value as the JSON the run prints (for output that is streamed to people, such as logs, and
+/// reported whole as JSON).
+pub fn emit_json<T: Serialize>(value: &T) {
+    write_stdout(&(serde_json::to_string_pretty(value).expect("a report serialises") + "\n"));
+}
+
+/// One JSON line (for streams such as `logs -f --json`), its schema documented like a report's.
+pub fn emit_line<T: Serialize>(item: &T) {
+    write_stdout(&(serde_json::to_string(item).expect("a line serialises") + "\n"));
+}
+
+/// `preflight`: every check, and whether the required ones passed.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct PreflightReport {
+    pub ok: bool,
+    pub checks: Vec<crate::preflight::Check>,
+}
+
+impl Report for PreflightReport {
+    fn human(&self) -> String {
+        let mut s = String::new();
+        for c in &self.checks {
+            let mark = match (c.ok, c.required) {
+                (true, _) => "PASS",
+                (false, true) => "FAIL",
+                (false, false) => "WARN",
+            };
+            let host = c.host.as_deref().map(|h| format!(" [{}]", super::clean(h))).unwrap_or_default();
+            s.push_str(&format!("{mark}  {}{host}: {}\n", c.name, super::clean(&c.detail)));
+            if let (false, Some(r)) = (c.ok, &c.remediation) {
+                for line in r.lines() {
+                    s.push_str(&format!("      {line}\n"));
+                }
+            }
+        }
+        s.push_str(if self.ok { "preflight: all required checks passed\n" } else { "preflight: FAILED\n" });
+        s
+    }
+}
+
+/// `check-path`: each URI's state, and whether every path exists.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct PathsReport {
+    pub ok: bool,
+    pub paths: Vec<PathRow>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct PathRow {
+    pub uri: String,
+    /// `exists`, `missing`, `refused`, or `not checked (fetched inside the job)`.
+    pub state: String,
+    /// The path checked, or why it was refused.
+    pub detail: String,
+}
+
+impl Report for PathsReport {
+    fn human(&self) -> String {
+        self.paths.iter().map(|p| format!("{:<8} {}  {}\n", p.state, p.uri, super::clean(&p.detail))).collect()
+    }
+}
+
+/// `credentials enroot`: where the credentials were installed.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CredentialsReport {
+    /// The credentials file on the cluster.
+    pub installed: String,
+    pub host: String,
+    pub machines: Vec<String>,
+}
+
+impl Report for CredentialsReport {
+    fn human(&self) -> String {
+        format!(
+            "Installed enroot credentials for {} in {} on {} (mode 600)\n",
+            self.machines.join(" and "),
+            self.installed,
+            self.host
+        )
+    }
+}
+
+impl Report for crate::engine::image::Prepared {
+    fn human(&self) -> String {
+        format!("{} {} -> {} ({:.1} s)\n", self.how, self.image, self.sqsh_path, self.seconds)
+    }
+}
+
+/// `events`: a job's history, oldest first.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(transparent)]
+pub struct EventsReport(pub Vec<EventRow>);
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct EventRow {
+    /// Unix seconds.
+    pub at: i64,
+    pub kind: String,
+    pub detail: String,
+}
+
+impl Report for EventsReport {
+    fn human(&self) -> String {
+        self.0.iter().map(|e| format!("{}  {:<14} {}\n", utc(e.at), e.kind, super::clean(&e.detail))).collect()
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SSZ` for Unix seconds (days-from-civil, inverted; no time zone database needed).
+pub fn utc(secs: i64) -> String {
+    let days = secs.div_euclid(86400);
+    let rem = secs.rem_euclid(86400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// `render`: the plan, the files a submission stages, and the secret variables (names only).
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct RenderReport {
+    pub job_id: String,
+    /// The resolved plan (resources, partition, times, mounts, environment...).
+    pub plan: serde_json::Value,
+    pub files: Vec<FileRow>,
+    /// Each secret variable's name, its value shown as `***`.
+    pub secret_env: std::collections::BTreeMap<String, String>,
+    /// A Cosmos-RL job's split of roles over nodes and GPUs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cosmos_rl: Option<serde_json::Value>,
+    /// The split as a table, for people.
+    #[serde(skip)]
+    pub cosmos_table: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct FileRow {
+    pub path: String,
+    pub contents: String,
+}
+
+impl Report for RenderReport {
+    fn human(&self) -> String {
+        let mut s = String::new();
+        if let Some(t) = &self.cosmos_table {
+            s.push_str(&format!("{t}\n"));
+        }
+        for f in &self.files {
+            s.push_str(&format!("==> {} <==\n{}\n", f.path, f.contents));
+            if !f.contents.ends_with('\n') {
+                s.push('\n');
+            }
+        }
+        if !self.secret_env.is_empty() {
+            s.push_str("==> secret environment (values only in the job's mode-600 secrets file on the cluster, removed when it ends) <==\n");
+            for name in self.secret_env.keys() {
+                s.push_str(&format!("{name}=***\n"));
+            }
+        }
+        s
+    }
+}
+
+/// One piece of a followed log (`logs -f --json`, one JSON object per line).
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ChunkLine {
+    /// `stdout` (main.out) or `stderr` (main.err).
+    pub stream: String,
+    /// The byte offset of the piece in its file.
+    pub offset: u64,
+    pub text: String,
+}
+
+/// Every report's JSON schema, by the command that prints it.
+pub fn schemas() -> Vec<(&'static str, schemars::Schema)> {
+    vec![
+        ("check-path", schemars::schema_for!(PathsReport)),
+        ("credentials enroot", schemars::schema_for!(CredentialsReport)),
+        ("events", schemars::schema_for!(EventsReport)),
+        ("image import", schemars::schema_for!(crate::engine::image::Prepared)),
+        ("logs", schemars::schema_for!(crate::engine::logs::JobLogs)),
+        ("logs --role", schemars::schema_for!(crate::engine::logs::RoleLogs)),
+        ("logs -f (each line)", schemars::schema_for!(ChunkLine)),
+        ("preflight", schemars::schema_for!(PreflightReport)),
+        ("render", schemars::schema_for!(RenderReport)),
+    ]
+}
+
+/// All schemas as one document: `{command: schema}`.
+pub fn schemas_document() -> serde_json::Value {
+    serde_json::Value::Object(
+        schemas().into_iter().map(|(name, schema)| (name.to_string(), serde_json::to_value(schema).unwrap())).collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_schemas_are_the_printed_types() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/json-schemas.json");
+        let now = serde_json::to_string_pretty(&schemas_document()).unwrap() + "\n";
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::write(&path, &now).unwrap();
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(committed == now, "docs/json-schemas.json is stale: run UPDATE_GOLDEN=1 cargo test documented_schemas");
+    }
+
+    #[test]
+    fn utc_formats_known_instants() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00Z");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00:00Z");
+        assert_eq!(utc(1_796_256_000 + 3661), "2026-12-03 01:01:01Z");
+    }
+}

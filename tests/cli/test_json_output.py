@@ -1,0 +1,86 @@
+"""The CLI's --json output against the JSON schemas it documents (`tao-slurm schema`, generated from the
+types that print it): every documented command's real output on the sandbox validates, and a wrong
+output would not. A missing sandbox or binary is a failure, never a skip."""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+
+import jsonschema
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+BIN = pathlib.Path(os.environ.get("TAO_SLURM_BIN", REPO / "target" / "debug" / "tao-slurm"))
+SANDBOX = pathlib.Path(os.environ.get("SANDBOX_DIR", "/var/lib/tao-slurm-sandbox"))
+
+
+@pytest.fixture
+def env(tmp_path):
+    settings = SANDBOX / "settings.env"
+    if not settings.is_file():
+        pytest.fail(f"the sandbox cluster is not set up ({settings} is missing): bash dev/sandbox/up.sh")
+    if not BIN.is_file():
+        pytest.fail(f"{BIN} is missing: build it with cargo build (dev/test does)")
+    pairs = (line.split("=", 1) for line in settings.read_text().splitlines() if "=" in line)
+    e = {k.strip(): v.strip() for k, v in pairs}
+    home = tmp_path / "home"
+    home.mkdir()
+    e.update(
+        {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(home),
+            "TAO_SLURM_STATE": str(tmp_path / "state.db"),
+            "TAO_SLURM_CONTROL_DIR": "/tmp/tao-slurm-test-cm",
+            "TAO_SLURM_USE_SQSH": "false",
+        }
+    )
+    return e
+
+
+def run_json(env, *args, ok_codes=(0,)):
+    out = subprocess.run([str(BIN), *args], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode in ok_codes, f"{args}: {out.returncode}\n{out.stdout}\n{out.stderr}"
+    return json.loads(out.stdout)
+
+
+def schema(env, command):
+    return run_json(env, "schema", command)
+
+
+def test_every_documented_output_validates(env, tmp_path):
+    documented = run_json(env, "schema")
+    checked = set()
+
+    def check(command, value):
+        jsonschema.validate(value, documented[command])
+        checked.add(command)
+
+    check("preflight", run_json(env, "preflight", "--json", ok_codes=(0, 1)))
+    check("check-path", run_json(env, "check-path", "--json", "/tmp", "/nonexistent-tao", ok_codes=(1,)))
+    check(
+        "render",
+        run_json(env, "render", "--json", "--image", "ubuntu:22.04", "--gpus", "0", "--secret-env", "T", "--", "true"),
+    )
+    # A state file written by an earlier build: its jobs' history, offline.
+    state = tmp_path / "old.db"
+    shutil.copy(REPO / "tests/fixtures/state/v4-c7f1618.db", state)
+    old = dict(env, TAO_SLURM_STATE=str(state))
+    jobs = run_json(old, "list", "--json")
+    check("events", run_json(old, "events", jobs[0]["job_id"], "--json"))
+    # Every documented command whose output needs no job running on the cluster was checked.
+    assert checked == {"preflight", "check-path", "render", "events"}, checked
+    assert set(documented) >= checked
+
+
+def test_a_wrong_output_would_not_validate(env):
+    # The schemas constrain: a missing field or a wrong type is caught (so a pass above means something).
+    preflight = schema(env, "preflight")
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"checks": []}, preflight)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"ok": "yes", "checks": []}, preflight)
+    events = schema(env, "events")
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate([{"at": "noon", "kind": "x", "detail": ""}], events)
