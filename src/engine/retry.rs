@@ -72,6 +72,8 @@ pub fn advance(
             number: job.attempt,
             slurm_job_name: job.attempt_name.clone(),
             exclude: job.excluded_nodes.clone(),
+            dependency: None,
+            hold: false,
         };
         let due = match job.next_retry_at {
             Some(at) => at <= now && store.claim_due_retry(&job.job_id, job.attempt)?,

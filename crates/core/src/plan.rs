@@ -416,6 +416,8 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
     let owned = |name: &str| {
         RENDEZVOUS_VARS.contains(&name)
             || name.starts_with("SLURM_")
+            || name.starts_with("TAO_AFTER_")
+            || crate::spec::SWEEP_VARS.contains(&name)
             || ["TAO_API_RESULTS_DIR", "TAO_JOB_ID", "TAO_SPECS_FILE", "TAO_RESULTS_ROOT", "TAO_API_JOB_ID"]
                 .contains(&name)
     };

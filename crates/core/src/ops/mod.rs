@@ -2,7 +2,9 @@
 //! the decision it takes from what it learned. The engine runs the script and records the decision.
 
 pub mod cancel;
+pub mod depend;
 pub mod failure;
 pub mod refresh;
 pub mod secrets;
 pub mod submit;
+pub mod sweep;

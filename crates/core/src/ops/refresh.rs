@@ -70,6 +70,9 @@ pub struct RefreshTarget {
     pub results_root: String,
     /// status.json's signature when it was last read: an unchanged file is not read again.
     pub status_sig: Option<String>,
+    /// A sweep variant's index in its job array while its first attempt is that array's task: the
+    /// lock then holds the array's id, and the task's id is `<array>_<index>`.
+    pub array_index: Option<u32>,
 }
 
 impl RefreshTarget {
@@ -81,6 +84,7 @@ impl RefreshTarget {
             submit_lock: format!("{}/sbatch/.submit-{}", job.layout.job_dir, job.attempt_name),
             results_root: job.layout.results_root.clone(),
             status_sig: job.status_sig.clone(),
+            array_index: job.array_index(),
         }
     }
 }
@@ -186,7 +190,7 @@ pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
     // awk's standard output is the script's (fd 5); its standard error, the control lines, is captured.
     s.push_str(&format!(
         "exec 5>&1\necho '{SECTION}squeue'\n\
-         ctl=\"$( {{ squeue --me -t all -h -O {fmt} 2>&1; echo \"{SECTION}rc $?\"; }} | awk -F'|' {prog} /dev/fd/3 - 3<<'TAO_SLURM_JOBS' 2>&1 >&5\n\
+         ctl=\"$( {{ squeue --me -r -t all -h -O {fmt} 2>&1; echo \"{SECTION}rc $?\"; }} | awk -F'|' {prog} /dev/fd/3 - 3<<'TAO_SLURM_JOBS' 2>&1 >&5\n\
          {roots_list}{list}{LIST_END}\nTAO_SLURM_JOBS\n)\"\n\
          read -r _ sq_rc need missing <<<\"$ctl\"\n",
         fmt = quote(SQUEUE_FORMAT),
@@ -200,10 +204,11 @@ pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
          echo \"{SECTION}dbd_queue $(sdiag 2>/dev/null | awk -F: '/DBD Agent queue size/ {{ gsub(/ /, \"\", $2); print $2 }}')\"\nfi\n"
     ));
     for job in jobs.iter().filter(|j| j.slurm_job_id.is_none()) {
+        let task = job.array_index.map(|i| format!("_{i}")).unwrap_or_default();
         s.push_str(&format!(
             // Read only a regular file (a FIFO would hang us, a symlink could point anywhere), only
             // its first bytes, and only digits: no content of it can pose as a marker or an id.
-            "if [ ! -L {l} ] && [ -f {l}/slurm_job_id ] && [ ! -L {l}/slurm_job_id ]; then id=\"$(head -c 24 {l}/slurm_job_id 2>/dev/null | head -n 1)\"; case \"$id\" in ''|*[!0-9]*) ;; *) echo '{SECTION}lock_id {id}'; printf '|%s\\n' \"$id\";; esac; fi\n",
+            "if [ ! -L {l} ] && [ -f {l}/slurm_job_id ] && [ ! -L {l}/slurm_job_id ]; then id=\"$(head -c 24 {l}/slurm_job_id 2>/dev/null | head -n 1)\"; case \"$id\" in ''|*[!0-9]*) ;; *) echo '{SECTION}lock_id {id}'; printf '|%s{task}\\n' \"$id\";; esac; fi\n",
             l = quote(&job.submit_lock),
             id = job.job_id
         ));
@@ -252,7 +257,7 @@ pub fn parse_refresh_output(stdout: &str) -> Observations {
             "lock_id" => {
                 let id = unprefix_lines(&body);
                 let id = id.trim();
-                if !id.is_empty() && id.len() <= 20 && id.bytes().all(|b| b.is_ascii_digit()) {
+                if crate::slurm::is_slurm_job_id(id) {
                     obs.lock_ids.insert(arg.trim().to_string(), id.to_string());
                 }
             }
@@ -281,8 +286,9 @@ pub struct Decision {
     pub update: StatusUpdate,
 }
 
+/// The number that orders Slurm jobs by age: the id, or an array task's array id.
 fn numeric_id(id: &str) -> u64 {
-    id.parse().unwrap_or(0)
+    id.split('_').next().unwrap_or(id).parse().unwrap_or(0)
 }
 
 /// The script exits 124 only once its timeout requeues are used up.
@@ -350,12 +356,18 @@ fn slurm_job_of(job: &JobSummary, obs: &Observations) -> Option<(String, Option<
         return Some((id.clone(), Some(id.clone())));
     }
     let name = &job.attempt_name;
-    let live =
-        obs.squeue.as_ref().and_then(|q| q.iter().filter(|r| &r.name == name).max_by_key(|r| numeric_id(&r.job_id)));
-    let done = obs
-        .sacct_by_name
-        .as_ref()
-        .and_then(|a| a.iter().filter(|r| &r.name == name).max_by_key(|r| numeric_id(&r.job_id)));
+    // A sweep variant's first attempt is one task of its array (all tasks share the name).
+    let task = job.array_index().map(|i| format!("_{i}"));
+    let mine = |id: &str| match &task {
+        Some(t) => id.ends_with(t.as_str()),
+        None => true,
+    };
+    let live = obs.squeue.as_ref().and_then(|q| {
+        q.iter().filter(|r| &r.name == name && mine(&r.job_id)).max_by_key(|r| numeric_id(&r.job_id))
+    });
+    let done = obs.sacct_by_name.as_ref().and_then(|a| {
+        a.iter().filter(|r| &r.name == name && mine(&r.job_id)).max_by_key(|r| numeric_id(&r.job_id))
+    });
     let id = live.map(|r| r.job_id.clone()).or_else(|| done.map(|r| r.job_id.clone()))?;
     Some((id.clone(), Some(id)))
 }
@@ -504,6 +516,9 @@ mod tests {
             submitted_at: None,
             unseen_since: None,
             cluster: None,
+            sweep_id: None,
+            sweep_index: None,
+            gate: None,
         }
     }
 
@@ -515,6 +530,7 @@ mod tests {
             submit_lock: "/nonexistent/lock".into(),
             results_root: root.into(),
             status_sig: sig.map(String::from),
+            array_index: None,
         }
     }
 
