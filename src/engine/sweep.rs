@@ -1,0 +1,109 @@
+//! A sweep's submission in one round trip: every variant's files and the array's script staged, one
+//! `sbatch --array`, every task's log directory, release (the core's `ops::sweep`); then each
+//! variant's first attempt recorded as its task `<array>_<index>`.
+
+pub use crate::ops::sweep::*;
+
+use crate::engine::sections;
+use crate::error::{Error, Result};
+use crate::remote::{Idempotency, Remote, RemoteError};
+use crate::script::StagedFile;
+use crate::slurm::parse_sbatch_parsable;
+use crate::spec::SecretValues;
+use crate::status::PlatformStatus;
+use crate::store::{StatusUpdate, Store};
+
+/// A submitted sweep: its id, its array's Slurm job id and each variant's job and task ids.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SweepSubmitted {
+    pub sweep_id: String,
+    pub slurm_array_id: String,
+    pub login_host: String,
+    pub variants: Vec<VariantSubmitted>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct VariantSubmitted {
+    pub index: u32,
+    pub job_id: String,
+    pub slurm_job_id: String,
+    /// What varies: `NAME=value` words and the appended arguments.
+    pub values: String,
+}
+
+fn mark_all(store: &Store, sweep: &SweepPlan, status: PlatformStatus, message: &str) -> Result<()> {
+    store.in_transaction(|| -> Result<()> {
+        for (_, plan) in &sweep.variants {
+            store.update_status(
+                &plan.layout.job_id,
+                &StatusUpdate {
+                    status,
+                    message: message.to_string(),
+                    slurm_state: None,
+                    exit_code: None,
+                    node_list: None,
+                    progress: None,
+                },
+            )?;
+        }
+        Ok(())
+    })
+}
+
+/// Submit a sweep whose variants are already recorded in the store (as a group).
+pub fn submit_sweep(
+    remote: &dyn Remote,
+    store: &Store,
+    sweep: &SweepPlan,
+    files: &[Vec<StagedFile>],
+    secrets: &SecretValues,
+) -> Result<SweepSubmitted> {
+    let script = sweep_submit_script(sweep, files, secrets);
+    let out = match remote.run_script(&script, Idempotency::RunAtMostOnce) {
+        Ok(out) => out,
+        Err(e @ (RemoteError::Lost { .. } | RemoteError::TimedOut { .. })) => {
+            // Outcome unknown: each variant is looked up by the array's name and its index.
+            mark_all(store, sweep, PlatformStatus::Pending, &format!("submission outcome unknown: {e}"))?;
+            return Err(e.into());
+        }
+        Err(e) => {
+            mark_all(store, sweep, PlatformStatus::Error, &format!("not submitted: {e}"))?;
+            return Err(e.into());
+        }
+    };
+    let array_id = sections(&out.stdout)
+        .into_iter()
+        .find(|(name, _, _)| name == "slurm_job_id")
+        .and_then(|(_, arg, _)| parse_sbatch_parsable(&arg));
+    if let Some(id) = &array_id {
+        store.set_array_submitted(&sweep.sweep_id, id, &out.host)?;
+    }
+    if out.exit_code != 0 {
+        let detail = out.stderr.trim();
+        let message = match &array_id {
+            Some(id) => format!("sweep {} (Slurm job array {id}) was submitted but not started: {detail}", sweep.sweep_id),
+            None => format!("submission of sweep {} failed on {}: {detail}", sweep.sweep_id, out.host),
+        };
+        if array_id.is_none() && out.exit_code != 23 {
+            mark_all(store, sweep, PlatformStatus::Error, &message)?;
+        }
+        return Err(Error::RemoteCommand(message));
+    }
+    let array_id =
+        array_id.ok_or_else(|| Error::RemoteCommand(format!("sbatch printed no job id: {}", out.stdout.trim())))?;
+    Ok(SweepSubmitted {
+        sweep_id: sweep.sweep_id.clone(),
+        slurm_array_id: array_id.clone(),
+        login_host: out.host,
+        variants: sweep
+            .variants
+            .iter()
+            .map(|(v, p)| VariantSubmitted {
+                index: v.index,
+                job_id: p.layout.job_id.clone(),
+                slurm_job_id: task_id(&array_id, v.index),
+                values: v.describe(),
+            })
+            .collect(),
+    })
+}
