@@ -252,7 +252,8 @@ pub struct StepSpec {
     pub after: Option<Vec<String>>,
     pub image: Option<String>,
     pub command: Vec<String>,
-    pub shell: bool,
+    /// Run `command` with bash -c (default: as the job file's top level says).
+    pub shell: Option<bool>,
     pub env: BTreeMap<String, String>,
     pub gpus: Option<u32>,
     pub nodes: Option<u32>,
@@ -322,7 +323,7 @@ impl JobSpec {
             let over = JobSpec {
                 image: step.image.clone().unwrap_or_default(),
                 command: step.command.clone(),
-                shell: step.shell,
+                shell: step.shell.unwrap_or(self.shell),
                 env: step.env.clone(),
                 gpus: step.gpus,
                 nodes: step.nodes,
