@@ -111,6 +111,22 @@ fn reconcile_pass(remote: &dyn Remote, store: &Store) -> Result<(Vec<String>, bo
                         store.set_gate(job_id, gate)?;
                         let to = if dependency.is_empty() { "none (its dependencies are met)".to_string() } else { dependency.clone() };
                         store.add_event(job_id, "dependency", &format!("Slurm job {slurm_id} now depends on {to}"))?;
+                        // What this cycle's squeue said (DependencyNeverSatisfied, of the parent's
+                        // failed attempt) is no longer true.
+                        let job = store.summary(job_id)?;
+                        if job.status == PlatformStatus::Pending && job.message.contains(NEVER_SATISFIED) {
+                            store.update_status(
+                                job_id,
+                                &StatusUpdate {
+                                    status: job.status,
+                                    message: format!("waiting for its dependencies: re-pointed to {to} (a retry of the job it runs after)"),
+                                    slurm_state: job.slurm_state.clone(),
+                                    exit_code: job.exit_code,
+                                    node_list: None,
+                                    progress: None,
+                                },
+                            )?;
+                        }
                         touched.push(job_id.clone());
                     } else {
                         tracing::warn!(job = %job_id, "re-pointing the dependency of Slurm job {slurm_id} failed; tried again next cycle");

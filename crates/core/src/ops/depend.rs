@@ -133,21 +133,7 @@ pub fn reconcile(child: &Child, edges: &[Edge]) -> Option<Action> {
     let slurm_id = child.slurm_job_id.clone()?;
     let stored = child.gate.clone().unwrap_or_else(|| "free".into());
     let was_held = stored == "hold";
-    match &want {
-        Gate::Hold if !was_held && child.message.contains(NEVER_SATISFIED) => {
-            let waiting: Vec<&str> = edges
-                .iter()
-                .filter(|e| !e.parent_status.is_terminal() && e.parent_slurm_id.is_none())
-                .map(|e| e.parent_id.as_str())
-                .collect();
-            Some(Action::Explain {
-                job_id: child.job_id.clone(),
-                message: format!(
-                    "waiting for job {}, whose retry is not submitted yet; the dependency follows it to its new Slurm job",
-                    waiting.join(", ")
-                ),
-            })
-        }
+    let action = match &want {
         Gate::Hold => None,
         Gate::Free if was_held => Some(Action::Release { job_id: child.job_id.clone(), slurm_id }),
         want if want.stored() == stored => None,
@@ -160,7 +146,21 @@ pub fn reconcile(child: &Child, edges: &[Edge]) -> Option<Action> {
         }),
         // Free, from a dependency on a parent's earlier Slurm job: clear it.
         _ => Some(Action::Point { job_id: child.job_id.clone(), slurm_id, dependency: String::new(), release: false, gate: want.stored() }),
+    };
+    if action.is_none() && child.message.contains(NEVER_SATISFIED) {
+        // A parent's attempt failed and its retry (or verdict) is on its way: say so, never show
+        // Slurm's word for "it can never start".
+        let waiting: Vec<&str> =
+            edges.iter().filter(|e| !e.parent_status.is_terminal()).map(|e| e.parent_id.as_str()).collect();
+        return Some(Action::Explain {
+            job_id: child.job_id.clone(),
+            message: format!(
+                "waiting for job {}: its last attempt ended without success and tao-slurm retries it (or decides it failed); the dependency follows it to its new Slurm job",
+                waiting.join(", ")
+            ),
+        });
     }
+    action
 }
 
 /// The remote script for the Point, Release and Cancel actions, one status line each.
