@@ -507,7 +507,8 @@ impl Client {
         }
         let files: Vec<Vec<script::StagedFile>> =
             sweep.variants.iter().zip(&specs).map(|((_, plan), s)| self.staged_files(s, plan)).collect();
-        let spec_jsons: Vec<String> = specs.iter().map(|s| serde_json::to_string(s).expect("spec serialises")).collect();
+        let spec_jsons: Vec<String> =
+            specs.iter().map(|s| serde_json::to_string(s).expect("spec serialises")).collect();
         let members: Vec<(String, &Plan, crate::store::Member)> = sweep
             .variants
             .iter()
@@ -954,8 +955,12 @@ impl Client {
         let expanded;
         let ids = if ids.iter().any(|i| self.is_group(i).unwrap_or(false)) {
             expanded = self.expand_ids(ids)?;
-            let active: Vec<JobSummary> =
-                self.store.summaries(&expanded.iter().map(String::as_str).collect::<Vec<_>>())?.into_iter().filter(|j| !j.status.is_terminal()).collect();
+            let active: Vec<JobSummary> = self
+                .store
+                .summaries(&expanded.iter().map(String::as_str).collect::<Vec<_>>())?
+                .into_iter()
+                .filter(|j| !j.status.is_terminal())
+                .collect();
             self.refresh_and_advance(&active)?;
             expanded.as_slice()
         } else {

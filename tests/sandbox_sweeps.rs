@@ -55,10 +55,7 @@ fn a_hundred_variant_sweep_is_one_sbatch_in_two_round_trips_and_a_failed_variant
         command: vec![SWEEP_COMMAND.into()],
         shell: true,
         gpus: Some(0),
-        sweep: Some(tao_slurm::spec::SweepSpec {
-            grid: [("I".to_string(), values)].into(),
-            ..Default::default()
-        }),
+        sweep: Some(tao_slurm::spec::SweepSpec { grid: [("I".to_string(), values)].into(), ..Default::default() }),
         ..Default::default()
     };
     let submitted = client.create_sweep(&spec, &Default::default()).unwrap();
@@ -79,7 +76,11 @@ fn a_hundred_variant_sweep_is_one_sbatch_in_two_round_trips_and_a_failed_variant
     // Read every variant's record of what its task saw, in one login.
     let mut script = String::new();
     for j in &jobs {
-        script.push_str(&format!("echo \"{} $(cat {}/seen)\"\n", j["job_id"].as_str().unwrap(), j["results_dir"].as_str().unwrap()));
+        script.push_str(&format!(
+            "echo \"{} $(cat {}/seen)\"\n",
+            j["job_id"].as_str().unwrap(),
+            j["results_dir"].as_str().unwrap()
+        ));
     }
     let seen: std::collections::HashMap<String, String> = env
         .ssh(&script)
@@ -216,13 +217,17 @@ fn a_pipeline_keeps_its_order_across_its_first_steps_retry() {
     let eval_start = read_time(&env, &format!("{}/start", dir("eval")));
     let eval_done = read_time(&env, &format!("{}/done", dir("eval")));
     let export_start = read_time(&env, &format!("{}/start", dir("export")));
-    assert!(train_done <= eval_start && eval_done <= export_start, "{train_done} {eval_start} {eval_done} {export_start}");
+    assert!(
+        train_done <= eval_start && eval_done <= export_start,
+        "{train_done} {eval_start} {eval_done} {export_start}"
+    );
     // eval's Slurm dependency followed train to its new Slurm job.
     let events = env.json(&["events", &steps[1].1, "--json"]);
     let retry_id = attempts[1]["slurm_job_id"].as_str().unwrap();
     assert!(
-        events.as_array().unwrap().iter().any(|e| e["kind"] == "dependency"
-            && e["detail"].as_str().unwrap().contains(&format!("afterok:{retry_id}"))),
+        events.as_array().unwrap().iter().any(
+            |e| e["kind"] == "dependency" && e["detail"].as_str().unwrap().contains(&format!("afterok:{retry_id}"))
+        ),
         "{events}"
     );
 }
@@ -258,16 +263,8 @@ fn after_flag_waits_for_its_parent_and_notok_runs_only_on_failure() {
         env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--shell", "--", "sleep 3; exit 4"]);
     let prefix = &parent[..13];
     let (on_ok, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--after", prefix, "--", "true"]);
-    let (on_fail, on_fail_slurm) = env.submit(&[
-        "--image",
-        "ubuntu:22.04",
-        "--gpus",
-        "0",
-        "--after",
-        &format!("{prefix}:notok"),
-        "--",
-        "true",
-    ]);
+    let (on_fail, on_fail_slurm) =
+        env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--after", &format!("{prefix}:notok"), "--", "true"]);
     // While the parent runs: the first child waits on the parent's Slurm job, the second is held.
     let v = env.json(&["status", &on_fail, "--json"]);
     assert_eq!(v["status"], "Pending", "{v}");

@@ -185,7 +185,10 @@ impl JobArgs {
 
     /// The sweep flags as a `[sweep]` section (None without them).
     fn sweep_flags(&self) -> Result<Option<SweepSpec>, Error> {
-        if self.grid.is_empty() && self.grid_args.is_empty() && self.variants.is_empty() && self.max_concurrent.is_none()
+        if self.grid.is_empty()
+            && self.grid_args.is_empty()
+            && self.variants.is_empty()
+            && self.max_concurrent.is_none()
         {
             return Ok(None);
         }

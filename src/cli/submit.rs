@@ -65,7 +65,12 @@ impl SubmitCmd {
 
 impl SubmitCmd {
     /// A sweep: one Slurm job array, every variant a job of its own.
-    fn run_sweep(&self, settings: Settings, spec: &crate::JobSpec, secrets: &crate::spec::SecretValues) -> Result<i32, Error> {
+    fn run_sweep(
+        &self,
+        settings: Settings,
+        spec: &crate::JobSpec,
+        secrets: &crate::spec::SecretValues,
+    ) -> Result<i32, Error> {
         if self.dry_run {
             let variants = spec.sweep.as_ref().map(|s| s.variants()).transpose()?.unwrap_or_default();
             let ids: Vec<String> = variants.iter().map(|v| format!("variant-{}", v.index)).collect();
@@ -77,12 +82,18 @@ impl SubmitCmd {
                     .iter()
                     .map(|(v, _)| serde_json::json!({"index": v.index, "values": v.describe()}))
                     .collect();
-                super::print_json(&serde_json::json!({"variants": list, "array": sweep.array_range(), "array_script": sweep.array_script()}));
+                super::print_json(
+                    &serde_json::json!({"variants": list, "array": sweep.array_range(), "array_script": sweep.array_script()}),
+                );
             } else {
                 for (v, _) in &sweep.variants {
                     println!("variant {}: {}", v.index, v.describe());
                 }
-                println!("\none Slurm job array --array={}; its script:\n{}", sweep.array_range(), sweep.array_script());
+                println!(
+                    "\none Slurm job array --array={}; its script:\n{}",
+                    sweep.array_range(),
+                    sweep.array_script()
+                );
             }
             return Ok(0);
         }
@@ -108,7 +119,12 @@ impl SubmitCmd {
     }
 
     /// A pipeline: its steps submitted in order, each after the steps it names.
-    fn run_pipeline(&self, settings: Settings, spec: &crate::JobSpec, secrets: &crate::spec::SecretValues) -> Result<i32, Error> {
+    fn run_pipeline(
+        &self,
+        settings: Settings,
+        spec: &crate::JobSpec,
+        secrets: &crate::spec::SecretValues,
+    ) -> Result<i32, Error> {
         if self.dry_run {
             for step in spec.pipeline()? {
                 println!("step {}: {}", step.name, step.spec.command.join(" "));

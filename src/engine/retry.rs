@@ -70,7 +70,8 @@ pub fn advance(
     // A sweep variant's first attempt is its array's task: the array's submission is resumed by
     // finding it (by the sweep's lock or name), never by submitting the variant's script under the
     // array's name.
-    for job in jobs.iter().filter(|j| !j.status.is_terminal() && j.slurm_job_id.is_none() && j.array_index().is_none()) {
+    for job in jobs.iter().filter(|j| !j.status.is_terminal() && j.slurm_job_id.is_none() && j.array_index().is_none())
+    {
         // A job that runs after others is submitted with the dependency as it stands now; one that
         // can never run is not submitted (the cycle cancels it).
         let gate = crate::engine::depend::gate_of(store, &job.job_id)?;
@@ -102,7 +103,11 @@ pub fn advance(
                 if let Some(g) = &gate {
                     store.set_gate(&job.job_id, &g.stored())?;
                 }
-                store.add_event(&job.job_id, kind, &format!("attempt {} is Slurm job {}", job.attempt, s.slurm_job_id))?
+                store.add_event(
+                    &job.job_id,
+                    kind,
+                    &format!("attempt {} is Slurm job {}", job.attempt, s.slurm_job_id),
+                )?
             }
             Err(e) => tracing::warn!(job = %job.job_id, error = %e, "submission of attempt {} failed", job.attempt),
         }

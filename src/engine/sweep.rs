@@ -81,7 +81,9 @@ pub fn submit_sweep(
     if out.exit_code != 0 {
         let detail = out.stderr.trim();
         let message = match &array_id {
-            Some(id) => format!("sweep {} (Slurm job array {id}) was submitted but not started: {detail}", sweep.sweep_id),
+            Some(id) => {
+                format!("sweep {} (Slurm job array {id}) was submitted but not started: {detail}", sweep.sweep_id)
+            }
             None => format!("submission of sweep {} failed on {}: {detail}", sweep.sweep_id, out.host),
         };
         if array_id.is_none() && out.exit_code != 23 {

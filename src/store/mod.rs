@@ -167,11 +167,7 @@ impl Store {
 
     /// Record a sweep (or a pipeline: `array_name` None) and its members before anything is submitted,
     /// in one transaction.
-    pub fn insert_group(
-        &self,
-        group: &Group,
-        members: &[(String, &Plan, Member)],
-    ) -> Result<(), StoreError> {
+    pub fn insert_group(&self, group: &Group, members: &[(String, &Plan, Member)]) -> Result<(), StoreError> {
         self.in_transaction(|| {
             self.conn
                 .execute(

@@ -44,7 +44,11 @@ pub fn list(client: &Client, args: ListArgs) -> Result<Reply<ListOut>, ToolError
     let views = client.list(args.active_only).map_err(|e| ToolError::engine(e, "job_ids"))?;
     let only: Option<std::collections::HashSet<String>> = match &args.sweep_id {
         Some(id) => Some(
-            client.expand_ids(std::slice::from_ref(id)).map_err(|e| ToolError::engine(e, "sweep_id"))?.into_iter().collect(),
+            client
+                .expand_ids(std::slice::from_ref(id))
+                .map_err(|e| ToolError::engine(e, "sweep_id"))?
+                .into_iter()
+                .collect(),
         ),
         None => None,
     };

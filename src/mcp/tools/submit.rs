@@ -191,7 +191,10 @@ pub fn submit(client: &Client, args: SubmitArgs) -> Result<Reply<SubmitOut>, Too
 /// A sweep (one Slurm job array) or a pipeline (steps after one another).
 fn submit_group(client: &Client, args: &SubmitArgs, spec: &JobSpec) -> Result<Reply<SubmitOut>, ToolError> {
     if args.dry_run {
-        return Err(ToolError::invalid("dry_run", "not available for a sweep or a pipeline yet: submit it, or use the CLI's submit --dry-run"));
+        return Err(ToolError::invalid(
+            "dry_run",
+            "not available for a sweep or a pipeline yet: submit it, or use the CLI's submit --dry-run",
+        ));
     }
     let secrets = secrets(spec, args.secret_env_file.as_deref())?;
     let first = if spec.sweep.is_some() {
@@ -211,7 +214,13 @@ fn submit_group(client: &Client, args: &SubmitArgs, spec: &JobSpec) -> Result<Re
     let (summary, group_id, first_job, jobs, slurm, host) = if spec.sweep.is_some() {
         let s = client.create_sweep(spec, &secrets).map_err(|e| ToolError::engine(e, "sweep"))?;
         (
-            format!("submitted sweep {} ({} variants, Slurm job array {} via {})", s.sweep_id, s.variants.len(), s.slurm_array_id, s.login_host),
+            format!(
+                "submitted sweep {} ({} variants, Slurm job array {} via {})",
+                s.sweep_id,
+                s.variants.len(),
+                s.slurm_array_id,
+                s.login_host
+            ),
             s.sweep_id.clone(),
             s.variants[0].job_id.clone(),
             serde_json::to_value(&s.variants).expect("serialisable"),
@@ -231,7 +240,10 @@ fn submit_group(client: &Client, args: &SubmitArgs, spec: &JobSpec) -> Result<Re
         )
     };
     let monitor_started = if args.monitor {
-        Some(crate::cli::monitor::start_background_monitor(client.settings()).map_err(|e| ToolError::engine(e, "monitor"))?)
+        Some(
+            crate::cli::monitor::start_background_monitor(client.settings())
+                .map_err(|e| ToolError::engine(e, "monitor"))?,
+        )
     } else {
         None
     };

@@ -127,7 +127,11 @@ pub fn reconcile(child: &Child, edges: &[Edge]) -> Option<Action> {
     }
     let want = gate(edges);
     if let Gate::Never(message) = &want {
-        return Some(Action::Cancel { job_id: child.job_id.clone(), slurm_id: child.slurm_job_id.clone(), message: message.clone() });
+        return Some(Action::Cancel {
+            job_id: child.job_id.clone(),
+            slurm_id: child.slurm_job_id.clone(),
+            message: message.clone(),
+        });
     }
     // Not submitted yet (or a retry waiting): its submission takes the gate as it is then.
     let slurm_id = child.slurm_job_id.clone()?;
@@ -145,7 +149,13 @@ pub fn reconcile(child: &Child, edges: &[Edge]) -> Option<Action> {
             gate: want.stored(),
         }),
         // Free, from a dependency on a parent's earlier Slurm job: clear it.
-        _ => Some(Action::Point { job_id: child.job_id.clone(), slurm_id, dependency: String::new(), release: false, gate: want.stored() }),
+        _ => Some(Action::Point {
+            job_id: child.job_id.clone(),
+            slurm_id,
+            dependency: String::new(),
+            release: false,
+            gate: want.stored(),
+        }),
     };
     if action.is_none() && child.message.contains(NEVER_SATISFIED) {
         // A parent's attempt failed and its retry (or verdict) is on its way: say so, never show
@@ -221,7 +231,10 @@ mod tests {
         use DependKind::*;
         let cases: Vec<(Vec<Edge>, Gate)> = vec![
             (vec![edge("p", Ok, Running, Some("10"))], Gate::After("afterok:10".into())),
-            (vec![edge("p", Ok, Pending, Some("10")), edge("q", Ok, Pending, Some("11_3"))], Gate::After("afterok:10:11_3".into())),
+            (
+                vec![edge("p", Ok, Pending, Some("10")), edge("q", Ok, Pending, Some("11_3"))],
+                Gate::After("afterok:10:11_3".into()),
+            ),
             (vec![edge("p", Ok, Complete, Some("10"))], Gate::Free),
             (vec![edge("p", Ok, Error, Some("10"))], Gate::Never("dependency p ended Error".into())),
             (vec![edge("p", Ok, Canceled, Some("10"))], Gate::Never("dependency p ended Canceled".into())),
@@ -229,7 +242,10 @@ mod tests {
             (vec![edge("p", NotOk, Running, Some("10"))], Gate::Hold),
             (vec![edge("p", NotOk, Error, Some("10"))], Gate::Free),
             (vec![edge("p", NotOk, Complete, Some("10"))], Gate::Never("dependency p ended Complete".into())),
-            (vec![edge("p", Any, Canceled, Some("10")), edge("q", Ok, Running, Some("12"))], Gate::After("afterok:12".into())),
+            (
+                vec![edge("p", Any, Canceled, Some("10")), edge("q", Ok, Running, Some("12"))],
+                Gate::After("afterok:12".into()),
+            ),
             (vec![edge("p", Any, Running, Some("10"))], Gate::Hold),
         ];
         for (edges, want) in cases {
@@ -244,12 +260,21 @@ mod tests {
         let a = reconcile(&child(Some("20"), "afterok:10", ""), &[edge("p", K, Pending, Some("11"))]);
         assert_eq!(
             a,
-            Some(Action::Point { job_id: "c".into(), slurm_id: "20".into(), dependency: "afterok:11".into(), release: false, gate: "afterok:11".into() })
+            Some(Action::Point {
+                job_id: "c".into(),
+                slurm_id: "20".into(),
+                dependency: "afterok:11".into(),
+                release: false,
+                gate: "afterok:11".into()
+            })
         );
         // Already pointed there: nothing to do.
         assert_eq!(reconcile(&child(Some("20"), "afterok:11", ""), &[edge("p", K, Running, Some("11"))]), None);
         // The retry is not submitted yet: Slurm's reason is explained, never shown as a plain wait.
-        match reconcile(&child(Some("20"), "afterok:10", "Pending, reason DependencyNeverSatisfied"), &[edge("p", K, Pending, None)]) {
+        match reconcile(
+            &child(Some("20"), "afterok:10", "Pending, reason DependencyNeverSatisfied"),
+            &[edge("p", K, Pending, None)],
+        ) {
             Some(Action::Explain { message, .. }) => assert!(message.contains("waiting for job p"), "{message}"),
             other => panic!("{other:?}"),
         }
@@ -257,7 +282,11 @@ mod tests {
         for slurm in [Some("20"), None] {
             assert_eq!(
                 reconcile(&child(slurm, "afterok:10", ""), &[edge("p", K, Error, Some("10"))]),
-                Some(Action::Cancel { job_id: "c".into(), slurm_id: slurm.map(String::from), message: "dependency p ended Error".into() })
+                Some(Action::Cancel {
+                    job_id: "c".into(),
+                    slurm_id: slurm.map(String::from),
+                    message: "dependency p ended Error".into()
+                })
             );
         }
         // Held for `any`: released when the parent ends.
@@ -273,7 +302,13 @@ mod tests {
     #[test]
     fn the_script_quotes_and_reports_each_action() {
         let actions = vec![
-            Action::Point { job_id: "c".into(), slurm_id: "20".into(), dependency: "afterok:11".into(), release: true, gate: "x".into() },
+            Action::Point {
+                job_id: "c".into(),
+                slurm_id: "20".into(),
+                dependency: "afterok:11".into(),
+                release: true,
+                gate: "x".into(),
+            },
             Action::Explain { job_id: "d".into(), message: "m".into() },
             Action::Cancel { job_id: "e".into(), slurm_id: Some("30_2".into()), message: "m".into() },
         ];

@@ -362,12 +362,14 @@ fn slurm_job_of(job: &JobSummary, obs: &Observations) -> Option<(String, Option<
         Some(t) => id.ends_with(t.as_str()),
         None => true,
     };
-    let live = obs.squeue.as_ref().and_then(|q| {
-        q.iter().filter(|r| &r.name == name && mine(&r.job_id)).max_by_key(|r| numeric_id(&r.job_id))
-    });
-    let done = obs.sacct_by_name.as_ref().and_then(|a| {
-        a.iter().filter(|r| &r.name == name && mine(&r.job_id)).max_by_key(|r| numeric_id(&r.job_id))
-    });
+    let live = obs
+        .squeue
+        .as_ref()
+        .and_then(|q| q.iter().filter(|r| &r.name == name && mine(&r.job_id)).max_by_key(|r| numeric_id(&r.job_id)));
+    let done = obs
+        .sacct_by_name
+        .as_ref()
+        .and_then(|a| a.iter().filter(|r| &r.name == name && mine(&r.job_id)).max_by_key(|r| numeric_id(&r.job_id)));
     let id = live.map(|r| r.job_id.clone()).or_else(|| done.map(|r| r.job_id.clone()))?;
     Some((id.clone(), Some(id)))
 }

@@ -51,7 +51,8 @@ impl SweepPlan {
 
     /// The array's batch script (see [`render_array_script`]).
     pub fn array_script(&self) -> String {
-        let scripts: Vec<(u32, String)> = self.variants.iter().map(|(v, p)| (v.index, p.layout.script_file())).collect();
+        let scripts: Vec<(u32, String)> =
+            self.variants.iter().map(|(v, p)| (v.index, p.layout.script_file())).collect();
         render_array_script(self.first(), &self.array_name, &self.array_range(), &scripts)
     }
 }
@@ -106,11 +107,8 @@ pub fn sweep_submit_script(sweep: &SweepPlan, files: &[Vec<StagedFile>], secrets
     let lock = format!("{}/sbatch/.submit-{name}", layout.job_dir);
     let mut s = String::from("set -u\numask 077\n");
     s.push_str(crate::script::trust::TRUST_FUNCTIONS);
-    let mut dirs: Vec<String> = files
-        .iter()
-        .flatten()
-        .filter_map(|f| f.path.rsplit_once('/').map(|(d, _)| d.to_string()))
-        .collect();
+    let mut dirs: Vec<String> =
+        files.iter().flatten().filter_map(|f| f.path.rsplit_once('/').map(|(d, _)| d.to_string())).collect();
     dirs.extend([
         layout.job_dir.clone(),
         format!("{}/sbatch", layout.job_dir),
@@ -229,12 +227,20 @@ mod tests {
         assert!(!script.contains("%x-%j"), "{script}");
         assert!(script.contains(&format!("2) tao_variant={} ;;", quote(&p.layout.script_file()))));
         // The task's log directory is the one the engine computes from the task's Slurm id.
-        assert_eq!(p.layout.log_dir(&plan.array_name, &task_id("77", 2)), format!("{}/tao-sweep-sw1-77_2", p.layout.logs_root()));
+        assert_eq!(
+            p.layout.log_dir(&plan.array_name, &task_id("77", 2)),
+            format!("{}/tao-sweep-sw1-77_2", p.layout.logs_root())
+        );
         let err = plan_sweep(&JobSpec { nodes: Some(2), ..sweep_spec(2) }, &settings(), "s", &["a".into(), "b".into()])
             .unwrap_err();
         assert_eq!(err.field, "sweep");
-        let err = plan_sweep(&JobSpec { env: [("TAO_SWEEP_ID".into(), "x".into())].into(), ..sweep_spec(1) }, &settings(), "s", &["a".into()])
-            .unwrap_err();
+        let err = plan_sweep(
+            &JobSpec { env: [("TAO_SWEEP_ID".into(), "x".into())].into(), ..sweep_spec(1) },
+            &settings(),
+            "s",
+            &["a".into()],
+        )
+        .unwrap_err();
         assert_eq!(err.field, "env", "{err}");
     }
 
@@ -257,8 +263,11 @@ mod tests {
         let bin = dir.path().join("bin");
         std::fs::create_dir(&bin).unwrap();
         let calls = dir.path().join("calls");
-        std::fs::write(bin.join("sbatch"), format!("#!/bin/bash\necho \"sbatch $*\" >> {}\necho 4242\n", calls.display()))
-            .unwrap();
+        std::fs::write(
+            bin.join("sbatch"),
+            format!("#!/bin/bash\necho \"sbatch $*\" >> {}\necho 4242\n", calls.display()),
+        )
+        .unwrap();
         std::fs::write(bin.join("scontrol"), format!("#!/bin/bash\necho \"scontrol $*\" >> {}\n", calls.display()))
             .unwrap();
         Command::new("chmod").arg("-R").arg("+x").arg(&bin).status().unwrap();
@@ -288,7 +297,9 @@ mod tests {
         assert!(String::from_utf8_lossy(&again.stdout).contains("@@tao-slurm:adopted"));
         let calls = std::fs::read_to_string(&calls).unwrap();
         assert_eq!(calls.matches("sbatch ").count(), 1, "{calls}");
-        assert!(calls.contains(&format!("sbatch --parsable --hold --job-name=tao-sweep-sw {}", plan.array_script_file())));
+        assert!(
+            calls.contains(&format!("sbatch --parsable --hold --job-name=tao-sweep-sw {}", plan.array_script_file()))
+        );
         assert!(calls.contains("scontrol release 4242"));
     }
 }

@@ -13,8 +13,8 @@ pub use dataset::{dataset_warning, parse_input, InputLocation, AUX_SCHEMES, LOCA
 pub use image::ImageRef;
 pub use secret::{Secret, SecretValues};
 pub use sweep::{
-    parse_after, step_results_var, DependKind, PipelineStep, StepSpec, SweepSpec, Variant, VariantSpec, MAX_SWEEP_VARIANTS,
-    SWEEP_VARS,
+    parse_after, step_results_var, DependKind, PipelineStep, StepSpec, SweepSpec, Variant, VariantSpec,
+    MAX_SWEEP_VARIANTS, SWEEP_VARS,
 };
 pub use validate::{check_env_name, check_slurm_word, check_text, check_user_env_name, check_with, SpecError};
 

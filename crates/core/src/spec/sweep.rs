@@ -98,7 +98,9 @@ impl SweepSpec {
         if total > MAX_SWEEP_VARIANTS {
             return Err(SpecError::new(
                 "sweep",
-                format!("has {total} variants; one sweep is one Slurm job array of at most {MAX_SWEEP_VARIANTS}: split it"),
+                format!(
+                    "has {total} variants; one sweep is one Slurm job array of at most {MAX_SWEEP_VARIANTS}: split it"
+                ),
             ));
         }
         for name in self.grid.keys() {
@@ -106,7 +108,8 @@ impl SweepSpec {
         }
         for (name, values) in &self.grid {
             for v in values {
-                check_text("sweep.grid", v).map_err(|e| SpecError::new("sweep.grid", format!("{name}: {}", e.message)))?;
+                check_text("sweep.grid", v)
+                    .map_err(|e| SpecError::new("sweep.grid", format!("{name}: {}", e.message)))?;
             }
         }
         for (name, values) in &self.arg_grid {
@@ -386,15 +389,26 @@ mod tests {
             (SweepSpec::default(), "sweep"),
             (SweepSpec { grid: [("A".into(), vec![])].into(), ..Default::default() }, "sweep.grid"),
             (SweepSpec { grid: [("1A".into(), vec!["x".into()])].into(), ..Default::default() }, "sweep.grid"),
-            (SweepSpec { grid: [("TAO_SWEEP_INDEX".into(), vec!["x".into()])].into(), ..Default::default() }, "sweep.grid"),
+            (
+                SweepSpec { grid: [("TAO_SWEEP_INDEX".into(), vec!["x".into()])].into(), ..Default::default() },
+                "sweep.grid",
+            ),
             (SweepSpec { grid: [("A".into(), vec!["a\0".into()])].into(), ..Default::default() }, "sweep.grid"),
             (
-                SweepSpec { grid: [("A".into(), vec!["x".into()])].into(), max_concurrent: Some(0), ..Default::default() },
+                SweepSpec {
+                    grid: [("A".into(), vec!["x".into()])].into(),
+                    max_concurrent: Some(0),
+                    ..Default::default()
+                },
                 "sweep.max_concurrent",
             ),
             (
                 SweepSpec {
-                    grid: [("A".into(), (0..40).map(|i| i.to_string()).collect()), ("B".into(), (0..40).map(|i| i.to_string()).collect())].into(),
+                    grid: [
+                        ("A".into(), (0..40).map(|i| i.to_string()).collect()),
+                        ("B".into(), (0..40).map(|i| i.to_string()).collect()),
+                    ]
+                    .into(),
                     ..Default::default()
                 },
                 "sweep",
@@ -438,8 +452,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(forward.pipeline().unwrap_err().field, "steps.after", "only earlier steps: no cycles");
-        let twice =
-            JobSpec::from_toml("image = \"x\"\n[[steps]]\nname = \"a\"\n[[steps]]\nname = \"a\"\n").unwrap();
+        let twice = JobSpec::from_toml("image = \"x\"\n[[steps]]\nname = \"a\"\n[[steps]]\nname = \"a\"\n").unwrap();
         assert_eq!(twice.pipeline().unwrap_err().field, "steps.name");
     }
 
