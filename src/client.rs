@@ -1008,6 +1008,14 @@ impl Client {
 
     /// Jobs as the state file holds them (ids or prefixes), without asking the cluster.
     pub fn stored_jobs(&self, ids: &[String]) -> Result<Vec<JobView>> {
+        // A sweep or pipeline id stands for its jobs.
+        let expanded;
+        let ids = if ids.iter().any(|i| self.is_group(i).unwrap_or(false)) {
+            expanded = self.expand_ids(ids)?;
+            expanded.as_slice()
+        } else {
+            ids
+        };
         ids.iter().map(|i| Ok(JobView::from(&self.store.summary(i)?))).collect()
     }
 
