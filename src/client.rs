@@ -537,6 +537,24 @@ impl Client {
             &members,
         )?;
         let result = crate::engine::sweep::submit_sweep(self.remote()?, &self.store, &sweep, &files, &secrets);
+        if let Err(Error::Remote(e)) = &result {
+            if !matches!(e, RemoteError::Lost { .. } | RemoteError::TimedOut { .. }) {
+                // Nothing was sent: the sweep never reached the cluster.
+                for (_, plan) in &sweep.variants {
+                    self.store.update_status(
+                        &plan.layout.job_id,
+                        &crate::store::StatusUpdate {
+                            status: PlatformStatus::Error,
+                            message: format!("not submitted: {e}"),
+                            slurm_state: None,
+                            exit_code: None,
+                            node_list: None,
+                            progress: None,
+                        },
+                    )?;
+                }
+            }
+        }
         if result.is_err() {
             crate::engine::secrets::sweep_or_warn(self.remote()?, &self.store);
         }

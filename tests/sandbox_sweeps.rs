@@ -281,3 +281,67 @@ fn after_flag_waits_for_its_parent_and_notok_runs_only_on_failure() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("after"), "{}", String::from_utf8_lossy(&bad.stderr));
 }
+
+/// Run a sweep submit with a failpoint and SIGKILL it there; returns the sweep's job ids.
+fn sweep_submit_killed_at(env: &Env, failpoint: &str) -> Vec<String> {
+    use std::io::{BufRead, BufReader};
+    let mut cmd = env.command(&[
+        "submit",
+        "--image",
+        "ubuntu:22.04",
+        "--gpus",
+        "0",
+        "--grid",
+        "I=0,1,2",
+        "--shell",
+        "--",
+        "echo \"survived $I\"",
+    ]);
+    cmd.env("TAO_SLURM_FAILPOINT", failpoint).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    for line in stderr.lines() {
+        if line.unwrap().contains(&format!("failpoint {failpoint} reached")) {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let ids: Vec<String> = env
+        .json(&["list", "--json"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["job_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 3, "the variants were recorded before anything was sent");
+    ids
+}
+
+#[test]
+fn a_sweep_submitter_killed_before_or_after_sbatch_leaves_one_array_tracked_to_its_end() {
+    let handles: Vec<_> = ["after-record", "after-sbatch"]
+        .into_iter()
+        .map(|fp| {
+            std::thread::spawn(move || {
+                let env = Env::isolated();
+                let ids = sweep_submit_killed_at(&env, fp);
+                let sweep = env.json(&["list", "--sweeps", "--json"])[0]["sweep_id"].as_str().unwrap().to_string();
+                // Nothing sent (resumed after 30 s) or submitted but not recorded (found by its lock).
+                let jobs = wait_group(&env, &sweep, Duration::from_secs(150), fp, all_terminal);
+                for j in &jobs {
+                    assert_eq!(j["status"], "Complete", "{fp}: {j}");
+                    assert_eq!(j["attempt"], 1, "{fp}: {j}");
+                }
+                for id in &ids {
+                    let logs = env.json(&["logs", id, "--json"]);
+                    assert!(logs["stdout"].as_str().unwrap().contains("survived"), "{fp}: {logs}");
+                }
+                assert_eq!(array_ids_named(&env, &format!("tao-sweep-{sweep}")).len(), 1, "{fp}: one array");
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}

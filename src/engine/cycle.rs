@@ -54,6 +54,7 @@ impl Cycle<'_> {
         let waiting: Vec<JobRecord> =
             self.store.waiting_for_submission()?.into_iter().filter(|j| ids.contains(j.job_id.as_str())).collect();
         retry::advance(self.remote, self.store, &waiting, self.files_for)?;
+        crate::engine::sweep::resume(self.remote, self.store, &waiting, self.files_for)?;
         touched.extend(waiting.into_iter().map(|j| j.summary.job_id));
         // After the retries: a parent resubmitted just now has its new Slurm job to be pointed at.
         touched.extend(crate::engine::depend::reconcile(self.remote, self.store)?);
