@@ -787,4 +787,38 @@ mod tests {
         assert!(obs.squeue.is_none());
         assert!(decide(&jobs, &obs, now_secs()).is_empty());
     }
+
+    /// A sweep variant's first attempt is one task of its array: it is seen, adopted and decided by its
+    /// task id `<array>_<index>`, never by a sibling's.
+    #[test]
+    fn array_tasks_are_found_by_their_own_task_id() {
+        let mut variant = job("v2", "unused");
+        variant.slurm_job_id = None;
+        variant.sweep_id = Some("s".into());
+        variant.sweep_index = Some(2);
+        variant.attempt_name = "tao-sweep-s".into();
+        let squeue = "77_1|RUNNING|None|n1|x|1:00|0|tao-sweep-s\n77_2|PENDING|Priority||x|1:00|0|tao-sweep-s\n77_10|RUNNING|None|n2|x|1:00|0|tao-sweep-s\n";
+        let obs =
+            Observations { squeue: Some(parse_squeue(squeue)), sacct_by_name: Some(vec![]), ..Observations::default() };
+        let d = decide(std::slice::from_ref(&variant), &obs, now_secs());
+        assert_eq!(d[0].adopt.as_deref(), Some("77_2"), "{d:?}");
+        assert_eq!(d[0].update.status, PlatformStatus::Pending);
+        // Recorded: decided from its own line only.
+        let mut recorded = variant.clone();
+        recorded.slurm_job_id = Some("77_10".into());
+        let d = decide(std::slice::from_ref(&recorded), &obs, now_secs());
+        assert_eq!((d[0].adopt.clone(), d[0].update.status), (None, PlatformStatus::Running));
+        assert_eq!(d[0].update.node_list.as_deref(), Some("n2"));
+        // The lock holds the array's id: the refresh reads it as this task's id.
+        let mut target = target("v2", None, "/nonexistent", None);
+        target.array_index = Some(2);
+        let script = refresh_script(&[target]);
+        assert!(script.contains("printf '|%s_2\\n'"), "{script}");
+        let obs = parse_refresh_output("@@tao-slurm:lock_id v2\n|77_2\n@@tao-slurm:lock_id v3\n|77_2;rm\n");
+        assert_eq!(obs.lock_ids.get("v2").map(String::as_str), Some("77_2"));
+        assert!(!obs.lock_ids.contains_key("v3"), "only digits and one underscore are ids");
+        // A retried variant is an ordinary job again (its own name and id).
+        let retried = JobSummary { attempt: 2, ..variant };
+        assert_eq!(retried.array_index(), None);
+    }
 }
