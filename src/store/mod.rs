@@ -847,6 +847,55 @@ mod tests {
     }
 
     #[test]
+    fn a_sweep_is_recorded_at_once_found_by_its_id_and_its_dependencies_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.db")).unwrap();
+        let plans: Vec<_> = (0..3).map(|_| crate::plan::resolve(&spec(), &settings()).unwrap()).collect();
+        let members: Vec<(String, &Plan, Member)> = plans
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let m = Member {
+                    attempt_name: Some("tao-sweep-abc".into()),
+                    sweep_id: Some("abc-123".into()),
+                    sweep_index: Some(i as u32),
+                    ..Default::default()
+                };
+                ("{}".to_string(), p, m)
+            })
+            .collect();
+        let group = Group {
+            sweep_id: "abc-123".into(),
+            kind: "sweep".into(),
+            array_name: Some("tao-sweep-abc".into()),
+            ..Default::default()
+        };
+        store.insert_group(&group, &members).unwrap();
+        store.set_array_submitted("abc-123", "77", "login1").unwrap();
+        let (g, ids) = store.group("abc").unwrap().unwrap();
+        assert_eq!(g.slurm_array_id.as_deref(), Some("77"));
+        assert_eq!(ids, plans.iter().map(|p| p.layout.job_id.clone()).collect::<Vec<_>>(), "in index order");
+        let second = store.summary(&ids[1]).unwrap();
+        assert_eq!(second.slurm_job_id.as_deref(), Some("77_1"));
+        assert_eq!((second.sweep_index, second.array_index()), (Some(1), Some(1)));
+        assert_eq!(store.attempts(&ids[1]).unwrap()[0].slurm_job_name, "tao-sweep-abc");
+        assert!(store.group("zzz").unwrap().is_none());
+        // A job that runs after the first variant.
+        let child = crate::plan::resolve(&spec(), &settings()).unwrap();
+        let m = Member {
+            after: vec![(ids[0].clone(), "ok".into())],
+            gate: Some("afterok:77_0".into()),
+            ..Default::default()
+        };
+        store.in_transaction(|| store.insert_member("{}", &child, &m)).unwrap();
+        let deps = store.open_dependencies(Some(&child.layout.job_id)).unwrap();
+        assert_eq!(deps.len(), 1);
+        assert_eq!((deps[0].parent.as_str(), deps[0].kind.as_str()), (ids[0].as_str(), "ok"));
+        assert_eq!(deps[0].parent_slurm_id.as_deref(), Some("77_0"));
+        assert_eq!(store.summary(&child.layout.job_id).unwrap().gate.as_deref(), Some("afterok:77_0"));
+    }
+
+    #[test]
     fn jobs_survive_reopen_and_prefixes_resolve() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
