@@ -365,14 +365,25 @@ impl Client {
         let mut out = Vec::new();
         for word in after {
             let (id, kind) = crate::spec::parse_after("after", word)?;
-            let parent = self.store.summary(&id).map_err(|e| match e {
-                crate::store::StoreError::NotFound(_) => {
-                    Error::from(crate::spec::SpecError::new("after", format!("no job {id} in the local state")))
-                }
-                other => other.into(),
-            })?;
-            self.on_this_cluster(std::iter::once(&parent))?;
-            out.push((parent.job_id, kind));
+            // A job, or a sweep or pipeline: after every one of its jobs.
+            let parents: Vec<JobSummary> = match self.store.summary(&id) {
+                Ok(job) => vec![job],
+                Err(crate::store::StoreError::NotFound(_)) => match self.store.group(&id)? {
+                    Some((_, members)) => {
+                        self.store.summaries(&members.iter().map(String::as_str).collect::<Vec<_>>())?
+                    }
+                    None => {
+                        return Err(crate::spec::SpecError::new(
+                            "after",
+                            format!("no job, sweep or pipeline {id} in the local state"),
+                        )
+                        .into())
+                    }
+                },
+                Err(e) => return Err(e.into()),
+            };
+            self.on_this_cluster(&parents)?;
+            out.extend(parents.into_iter().map(|p| (p.job_id, kind)));
         }
         Ok(out)
     }

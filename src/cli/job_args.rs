@@ -122,8 +122,8 @@ pub struct JobArgs {
     /// At most this many sweep variants run at once (the job array's %N)
     #[arg(long)]
     pub max_concurrent: Option<u32>,
-    /// Run after another job: JOB[:ok|:notok|:any] (a job id or prefix; ok = after its success, the
-    /// default); repeatable. Kept across the other job's retries
+    /// Run after another job: JOB[:ok|:notok|:any] (a job id or prefix, or a sweep or pipeline id for
+    /// all its jobs; ok = after success, the default); repeatable. Kept across the other job's retries
     #[arg(long = "after", value_name = "JOB[:ok|:notok|:any]")]
     pub after: Vec<String>,
     /// The command run in the container, after `--`

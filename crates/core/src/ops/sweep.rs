@@ -82,6 +82,8 @@ pub fn plan_sweep(
                 "variants must be single-node jobs (a multi-node or Cosmos-RL job's tasks write logs by Slurm job id, which an array task does not have); submit such jobs one by one",
             ));
         }
+        // A label that tells the variants apart in listings.
+        plan.name = Some(format!("{}[{}]", plan.name.as_deref().unwrap_or("sweep"), v.index));
         plan.env.push(("TAO_SWEEP_ID".into(), sweep_id.to_string()));
         plan.env.push(("TAO_SWEEP_INDEX".into(), v.index.to_string()));
         plan.env.push(("TAO_SWEEP_VALUES".into(), v.describe()));
@@ -220,6 +222,7 @@ mod tests {
         assert!(p.env.contains(&("TAO_SWEEP_INDEX".to_string(), "2".to_string())));
         assert!(p.env.contains(&("TAO_SWEEP_VALUES".to_string(), "LR=0.2".to_string())));
         assert_eq!(v.index, 2);
+        assert_eq!(p.name.as_deref(), Some("sweep[2]"));
         let script = plan.array_script();
         assert!(script.contains("#SBATCH --array=0-3%3\n"), "{script}");
         assert!(script.contains("#SBATCH --job-name=tao-sweep-sw1\n"), "{script}");
