@@ -278,7 +278,7 @@ class SlurmSDK:
 
         Returns:
             ``{"sweep_id": ..., "slurm_array_id": ..., "jobs": [Job, ...]}`` (index order); the sweep
-            id is accepted by ``refresh`` and ``cancel_jobs`` for all its variants.
+            id is accepted by ``refresh`` and ``cancel_sweep`` for all its variants.
         """
         spec: Dict[str, Any] = {"image": image}
         if isinstance(command, str):
@@ -462,6 +462,19 @@ class SlurmSDK:
         self._update_job(view)
         self._wake.set()
         return view["status"] in TERMINAL_STATUSES
+
+    def cancel_sweep(self, sweep_id: str) -> List[JobStatus]:
+        """Cancel the variants of a sweep (or the steps of a pipeline) that have not finished; the
+        finished ones keep their status. Returns every one's status, in index order.
+
+        Raises:
+            JobNotFoundError: no such sweep; RemoteCommandError: a cancel Slurm did not confirm.
+        """
+        views = json.loads(self._engine.cancel([sweep_id]))
+        for view in views:
+            self._update_job(view)
+        self._wake.set()
+        return [self._status_from_view(v) for v in views]
 
     def wait(self, job_id: str, timeout: Optional[float] = None) -> JobStatus:
         """Block until the job is terminal and return its final status; a job with hooks returns
