@@ -320,9 +320,9 @@ pub fn to_spec(state: &AppState, req: &JobCreate) -> ApiResult<(JobSpec, Arc<Wor
         allow_registry_pull: req.allow_registry_pull,
         cosmos_rl,
         exclusive: req.exclusive,
-        // Sweeps, pipelines and dependencies are not in the service's create body (yet).
+        after: req.after.clone(),
+        // Sweeps and pipelines are not in the service's create body (yet).
         sweep: None,
-        after: Vec::new(),
         steps: Vec::new(),
     };
     if let Some(a) = &req.action {
