@@ -32,14 +32,25 @@ pub fn gate_of(store: &Store, job_id: &str) -> Result<Option<Gate>> {
 /// The active jobs that `ids` depend on, transitively (a refresh of a dependent job refreshes what it
 /// waits for, so that it can move on).
 pub fn active_parents(store: &Store, ids: &[&str]) -> Result<Vec<String>> {
+    // One query for every open dependency (none, usually): a refresh of thousands of jobs must not
+    // ask once per job.
+    let rows = store.open_dependencies(None)?;
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut parents_of: BTreeMap<&str, Vec<&DependencyRow>> = BTreeMap::new();
+    for row in &rows {
+        parents_of.entry(row.child.as_str()).or_default().push(row);
+    }
+    let given: std::collections::HashSet<&str> = ids.iter().copied().collect();
     let mut out: Vec<String> = Vec::new();
-    let mut todo: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+    let mut todo: Vec<&str> = ids.to_vec();
     while let Some(id) = todo.pop() {
-        for row in store.open_dependencies(Some(&id))? {
+        for row in parents_of.get(id).into_iter().flatten() {
             let status = PlatformStatus::parse(&row.parent_status).unwrap_or(PlatformStatus::Pending);
-            if !status.is_terminal() && !out.contains(&row.parent) && !ids.contains(&row.parent.as_str()) {
+            if !status.is_terminal() && !given.contains(row.parent.as_str()) && !out.contains(&row.parent) {
                 out.push(row.parent.clone());
-                todo.push(row.parent);
+                todo.push(row.parent.as_str());
             }
         }
     }
