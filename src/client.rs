@@ -653,6 +653,29 @@ impl Client {
         Ok(out)
     }
 
+    /// The jobs `ids` name, a sweep or pipeline id standing for its jobs (in index order). One lookup
+    /// per job id, as before groups existed: a group is looked for only when no job matches.
+    fn summaries_of(&self, ids: &[String]) -> Result<Vec<JobSummary>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            match self.store.summary(id) {
+                Ok(job) => out.push(job),
+                Err(crate::store::StoreError::NotFound(_)) => match self.store.group(id)? {
+                    Some((_, members)) => {
+                        let mut jobs = self.store.summaries(&members.iter().map(String::as_str).collect::<Vec<_>>())?;
+                        let order: std::collections::HashMap<&str, usize> =
+                            members.iter().enumerate().map(|(i, m)| (m.as_str(), i)).collect();
+                        jobs.sort_by_key(|j| order.get(j.job_id.as_str()).copied());
+                        out.extend(jobs);
+                    }
+                    None => return Err(crate::store::StoreError::NotFound(id.clone()).into()),
+                },
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(out)
+    }
+
     /// Whether `id` names a sweep or pipeline (and not a job).
     pub fn is_group(&self, id: &str) -> Result<bool> {
         if self.store.summary(id).is_ok() {
@@ -738,15 +761,7 @@ impl Client {
             return self.refresh_active(<[JobSummary]>::to_vec);
         }
         // A sweep or pipeline id stands for its jobs.
-        let expanded;
-        let ids = if ids.iter().any(|i| self.is_group(i).unwrap_or(false)) {
-            expanded = self.expand_ids(ids)?;
-            expanded.as_slice()
-        } else {
-            ids
-        };
-        let mut jobs: Vec<JobSummary> =
-            ids.iter().map(|i| self.store.summary(i)).collect::<std::result::Result<_, _>>()?;
+        let mut jobs = self.summaries_of(ids)?;
         let touched = if jobs.iter().all(|j| !j.status.is_terminal()) {
             self.refresh_and_advance(&jobs)?
         } else {
@@ -1038,14 +1053,7 @@ impl Client {
     /// Jobs as the state file holds them (ids or prefixes), without asking the cluster.
     pub fn stored_jobs(&self, ids: &[String]) -> Result<Vec<JobView>> {
         // A sweep or pipeline id stands for its jobs.
-        let expanded;
-        let ids = if ids.iter().any(|i| self.is_group(i).unwrap_or(false)) {
-            expanded = self.expand_ids(ids)?;
-            expanded.as_slice()
-        } else {
-            ids
-        };
-        ids.iter().map(|i| Ok(JobView::from(&self.store.summary(i)?))).collect()
+        Ok(self.summaries_of(ids)?.iter().map(JobView::from).collect())
     }
 
     /// Slurm's start-time estimate and queue position for a job whose current attempt is pending in
