@@ -167,15 +167,35 @@ pub fn sweep_submit_script(sweep: &SweepPlan, files: &[Vec<StagedFile>], secrets
             s.push_str(&format!("}} > {} || {{ rm -rf \"$lock\"; exit 12; }}\n", quote(&plan.layout.secrets_file())));
         }
     }
+    // Thousands of files: written by the shell's own printf into a fresh private staging directory
+    // (no process per file), then renamed into place with one `mv` per destination directory. As
+    // with `tao_put`, a symlink planted where a file goes is replaced, never followed.
     let array_file = StagedFile { path: sweep.array_script_file(), contents: sweep.array_script() };
+    let mut by_dir: std::collections::BTreeMap<&str, Vec<(&str, &str)>> = Default::default();
     for f in files.iter().flatten().chain(std::iter::once(&array_file)) {
-        s.push_str(&format!(
-            "tao_put {} {} || {{ rm -rf \"$lock\"; echo 'tao-slurm: cannot write {}' >&2; exit 11; }}\n",
-            quote(&f.path),
-            quote(&f.contents),
-            f.path.replace(['\'', '\\'], "")
-        ));
+        let (dir, name) = f.path.rsplit_once('/').unwrap_or((".", f.path.as_str()));
+        by_dir.entry(dir).or_default().push((name, f.contents.as_str()));
     }
+    s.push_str(&format!(
+        "stage=\"$(mktemp -d -- {})\" || {{ rm -rf \"$lock\"; echo 'tao-slurm: cannot create a staging directory' >&2; exit 11; }}\n\
+         staged() {{ rm -rf -- \"$stage\" \"$lock\"; echo \"tao-slurm: cannot stage the sweep's files ($1)\" >&2; exit 11; }}\n",
+        quote(&format!("{}/sbatch/.stage-XXXXXX", layout.job_dir))
+    ));
+    s.push_str("mkdir --");
+    for i in 0..by_dir.len() {
+        s.push_str(&format!(" \"$stage/{i}\""));
+    }
+    s.push_str(" || staged mkdir\nset -C\n");
+    for (i, (_, entries)) in by_dir.iter().enumerate() {
+        for (name, contents) in entries {
+            s.push_str(&format!("printf '%s' {} > \"$stage/{i}/\"{} || staged write\n", quote(contents), quote(name)));
+        }
+    }
+    s.push_str("set +C\n");
+    for (i, (dir, _)) in by_dir.iter().enumerate() {
+        s.push_str(&format!("mv -f -t {} -- \"$stage/{i}\"/* || staged rename\n", quote(dir)));
+    }
+    s.push_str("rm -rf -- \"$stage\"\n");
     s.push_str(&format!(
         "out=\"$(sbatch --parsable --hold --job-name={} {})\" || {{ rm -rf \"$lock\"; echo 'tao-slurm: sbatch refused the sweep' >&2; exit 20; }}\n",
         quote(name),
@@ -274,6 +294,12 @@ mod tests {
         std::fs::write(bin.join("scontrol"), format!("#!/bin/bash\necho \"scontrol $*\" >> {}\n", calls.display()))
             .unwrap();
         Command::new("chmod").arg("-R").arg("+x").arg(&bin).status().unwrap();
+        // A symlink planted where a file goes is replaced, never followed.
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let planted = &files[1][0].path;
+        std::fs::create_dir_all(std::path::Path::new(planted).parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(&victim, planted).unwrap();
         let run = || {
             Command::new("bash")
                 .arg("-c")
@@ -289,6 +315,8 @@ mod tests {
         for f in files.iter().flatten() {
             assert_eq!(std::fs::read_to_string(&f.path).unwrap(), f.contents);
         }
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(!std::fs::symlink_metadata(planted).unwrap().file_type().is_symlink());
         assert_eq!(std::fs::read_to_string(plan.array_script_file()).unwrap(), plan.array_script());
         for (v, p) in &plan.variants {
             assert!(std::path::Path::new(&p.layout.log_dir(&plan.array_name, &task_id("4242", v.index))).is_dir());
