@@ -118,7 +118,7 @@ fn main() {
             refresh_rts.push((client.transport_stats().round_trips - before) as f64);
             assert_eq!(views.len(), n);
         }
-        scancel_remote(&settings, &[s.slurm_array_id.clone()]);
+        scancel_remote(&settings, std::slice::from_ref(&s.slurm_array_id));
     }
 
     let report = json!({
