@@ -345,3 +345,50 @@ fn a_sweep_submitter_killed_before_or_after_sbatch_leaves_one_array_tracked_to_i
         h.join().unwrap();
     }
 }
+
+#[test]
+fn bad_sweeps_and_pipelines_are_refused_naming_the_field_before_any_connection() {
+    let mut env = Env::isolated();
+    // No cluster answers here: an error about the connection would mean the checks came too late.
+    env.vars.insert("SLURM_HOSTNAME".into(), "127.0.0.1:1".into());
+    let base = ["submit", "--image", "ubuntu:22.04", "--gpus", "0"];
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--grid", "1A=x,y", "--", "true"], "sweep.grid"),
+        (vec!["--grid", "A=x", "--max-concurrent", "0", "--", "true"], "sweep.max_concurrent"),
+        (vec!["--grid", "TAO_SWEEP_INDEX=1", "--", "true"], "sweep.grid"),
+        (vec!["--grid", "A=x", "--nodes", "2", "--", "true"], "sweep"),
+        (vec!["--variant", "A", "--", "true"], "sweep.variants"),
+        (vec!["--after", "x;y", "--", "true"], "after"),
+    ];
+    for (args, field) in cases {
+        let mut full: Vec<&str> = base.to_vec();
+        full.extend(args.iter());
+        let out = env.run(&full);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(err.contains(&format!("invalid {field}:")), "{args:?}: {err}");
+    }
+    let file = env.dir.path().join("p.toml");
+    std::fs::write(
+        &file,
+        "image = \"x\"\ncommand = [\"true\"]\n[[steps]]\nname = \"a\"\nafter = [\"b\"]\n[[steps]]\nname = \"b\"\n",
+    )
+    .unwrap();
+    let out = env.run(&["submit", "--spec", file.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid steps.after:"), "{out:?}");
+    // render shows the array's script offline.
+    let text = env.ok(&[
+        "render",
+        "--image",
+        "ubuntu:22.04",
+        "--gpus",
+        "0",
+        "--grid",
+        "A=1,2,3",
+        "--max-concurrent",
+        "2",
+        "--",
+        "true",
+    ]);
+    assert!(text.contains("#SBATCH --array=0-2%2") && text.contains("%x-%A_%a/main.out"), "{text}");
+}
