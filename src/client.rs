@@ -55,6 +55,11 @@ pub struct JobView {
     /// The cluster profile the job was submitted to (None: the settings without a profile).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,
+    /// The sweep or pipeline the job belongs to, and a sweep variant's index in it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sweep_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sweep_index: Option<u32>,
     /// Every attempt, first to last (filled by `job_status`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempts: Option<Vec<crate::store::AttemptRecord>>,
@@ -102,9 +107,34 @@ impl From<&JobSummary> for JobView {
             excluded_nodes: j.excluded_nodes.clone(),
             next_retry_at: j.next_retry_at,
             cluster: j.cluster.clone(),
+            sweep_id: j.sweep_id.clone(),
+            sweep_index: j.sweep_index,
             attempts: None,
         }
     }
+}
+
+/// A submitted pipeline: its id and each step's job.
+#[derive(Debug, Clone, Serialize)]
+pub struct PipelineSubmitted {
+    pub pipeline_id: String,
+    pub steps: Vec<StepSubmitted>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StepSubmitted {
+    pub name: String,
+    pub job_id: String,
+    pub slurm_job_id: String,
+}
+
+/// A sweep or pipeline with its members' statuses counted.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupView {
+    #[serde(flatten)]
+    pub group: crate::store::GroupRecord,
+    pub jobs: usize,
+    pub statuses: std::collections::BTreeMap<String, usize>,
 }
 
 /// The files a plan stages, with the user and login hosts the settings name in the metadata file.
@@ -292,8 +322,9 @@ impl Client {
         crate::engine::image::prepare(self.remote()?, &self.settings.sqsh_policy(), &image, force, true)
     }
 
-    /// Validate, record, stage and submit a job. `secrets` holds the values of `spec.secret_env`.
-    pub fn create_job(&self, spec: &JobSpec, secrets: &SecretValues) -> Result<Submitted> {
+    /// The online checks, the image made ready (the squashfs cache), and the secret values completed
+    /// by the forwarded credentials: what every submission needs before it records anything.
+    fn ready(&self, spec: &JobSpec, secrets: &SecretValues) -> Result<(Plan, SecretValues)> {
         let (mut plan, cached) = self.check_online_with_image(spec)?;
         if let Some(path) = cached {
             // Already in the cache (learned in the checks' round trip): no conversion round trip.
@@ -323,14 +354,67 @@ impl Client {
                 secrets.0.entry(name.clone()).or_insert_with(|| value.clone());
             }
         }
-        let secrets = &secrets;
         if let Some(missing) = plan.secret_names.iter().find(|n| !secrets.0.contains_key(*n)) {
             return Err(crate::spec::SpecError::new("secret_env", format!("{missing} has no value")).into());
         }
+        Ok((plan, secrets))
+    }
+
+    /// The jobs `after` names (`JOB[:ok|:notok|:any]`, ids or prefixes), as full ids with the kind.
+    fn resolve_after(&self, after: &[String]) -> Result<Vec<(String, crate::spec::DependKind)>> {
+        let mut out = Vec::new();
+        for word in after {
+            let (id, kind) = crate::spec::parse_after("after", word)?;
+            // A job, or a sweep or pipeline: after every one of its jobs.
+            let parents: Vec<JobSummary> = match self.store.summary(&id) {
+                Ok(job) => vec![job],
+                Err(crate::store::StoreError::NotFound(_)) => match self.store.group(&id)? {
+                    Some((_, members)) => {
+                        self.store.summaries(&members.iter().map(String::as_str).collect::<Vec<_>>())?
+                    }
+                    None => {
+                        return Err(crate::spec::SpecError::new(
+                            "after",
+                            format!("no job, sweep or pipeline {id} in the local state"),
+                        )
+                        .into())
+                    }
+                },
+                Err(e) => return Err(e.into()),
+            };
+            self.on_this_cluster(&parents)?;
+            out.extend(parents.into_iter().map(|p| (p.job_id, kind)));
+        }
+        Ok(out)
+    }
+
+    /// Validate, record, stage and submit a job. `secrets` holds the values of `spec.secret_env`.
+    /// A spec with a `[sweep]` or `[[steps]]` section is refused here: see [`Client::create_sweep`] and
+    /// [`Client::create_pipeline`].
+    pub fn create_job(&self, spec: &JobSpec, secrets: &SecretValues) -> Result<Submitted> {
+        if spec.sweep.is_some() {
+            return Err(crate::spec::SpecError::new("sweep", "submit a sweep with create_sweep").into());
+        }
+        if !spec.steps.is_empty() {
+            return Err(crate::spec::SpecError::new("steps", "submit a pipeline with create_pipeline").into());
+        }
+        let after = self.resolve_after(&spec.after)?;
+        let (plan, secrets) = self.ready(spec, secrets)?;
+        let secrets = &secrets;
         let files = self.staged_files(spec, &plan);
-        self.store.insert_job(&serde_json::to_string(spec).expect("spec serialises"), &plan)?;
-        let ticket = submit::AttemptTicket::first(&plan);
-        let result = submit::submit(self.remote()?, &self.store, &plan, &files, secrets, &ticket);
+        let member = crate::store::Member {
+            after: after.iter().map(|(id, kind)| (id.clone(), kind.as_str().to_string())).collect(),
+            ..Default::default()
+        };
+        self.store.in_transaction(|| {
+            self.store.insert_member(&serde_json::to_string(spec).expect("spec serialises"), &plan, &member)
+        })?;
+        let mut ticket = submit::AttemptTicket::first(&plan);
+        let gate = self.gate_for_submission(&plan.layout.job_id)?;
+        if let Some(g) = &gate {
+            (ticket.dependency, ticket.hold) = g.sbatch();
+        }
+        let result = self.submit_gated(&plan, &files, secrets, &ticket, gate.as_ref());
         if result.is_err() {
             // A failed submission may have written the secrets file before it stopped.
             crate::engine::secrets::sweep_or_warn(self.remote()?, &self.store);
@@ -376,6 +460,243 @@ impl Client {
             }
             other => other,
         }
+    }
+
+    /// The gate a recorded job is submitted with now; a job whose dependency can never be met is
+    /// recorded Canceled and refused.
+    fn gate_for_submission(&self, job_id: &str) -> Result<Option<crate::engine::depend::Gate>> {
+        let gate = crate::engine::depend::gate_of(&self.store, job_id)?;
+        if let Some(crate::engine::depend::Gate::Never(message)) = &gate {
+            self.store.update_status(
+                job_id,
+                &crate::store::StatusUpdate {
+                    status: PlatformStatus::Canceled,
+                    message: message.clone(),
+                    slurm_state: None,
+                    exit_code: None,
+                    node_list: None,
+                    progress: None,
+                },
+            )?;
+            return Err(crate::spec::SpecError::new("after", format!("job {job_id} can never run: {message}")).into());
+        }
+        Ok(gate)
+    }
+
+    /// Submit a recorded job's first attempt under its gate, and record the gate it was given.
+    fn submit_gated(
+        &self,
+        plan: &Plan,
+        files: &[script::StagedFile],
+        secrets: &SecretValues,
+        ticket: &submit::AttemptTicket,
+        gate: Option<&crate::engine::depend::Gate>,
+    ) -> Result<Submitted> {
+        let result = submit::submit(self.remote()?, &self.store, plan, files, secrets, ticket);
+        if let (Ok(_), Some(g)) = (&result, gate) {
+            self.store.set_gate(&plan.layout.job_id, &g.stored())?;
+        }
+        result
+    }
+
+    /// Validate, record, stage and submit a sweep (`spec.sweep`): every variant a job of its own, all
+    /// of them one Slurm job array, staged and submitted in one round trip (after the checks' one).
+    pub fn create_sweep(&self, spec: &JobSpec, secrets: &SecretValues) -> Result<crate::engine::sweep::SweepSubmitted> {
+        if !spec.after.is_empty() {
+            return Err(crate::spec::SpecError::new("after", "a sweep cannot run after other jobs (yet)").into());
+        }
+        let sweep_id = uuid::Uuid::new_v4().to_string();
+        let count = spec.sweep.as_ref().map(|s| s.variants()).transpose()?.map(|v| v.len()).unwrap_or(0);
+        let ids: Vec<String> = (0..count).map(|_| uuid::Uuid::new_v4().to_string()).collect();
+        // Every variant is validated offline before anything reaches the cluster.
+        let mut sweep = crate::engine::sweep::plan_sweep(spec, &self.settings, &sweep_id, &ids)?;
+        let first_spec = spec.for_variant(&sweep.variants[0].0);
+        let (ready, secrets) = self.ready(&first_spec, secrets)?;
+        let specs: Vec<JobSpec> = sweep.variants.iter().map(|(v, _)| spec.for_variant(v)).collect();
+        for (_, plan) in &mut sweep.variants {
+            plan.image = ready.image.clone();
+        }
+        let files: Vec<Vec<script::StagedFile>> =
+            sweep.variants.iter().zip(&specs).map(|((_, plan), s)| self.staged_files(s, plan)).collect();
+        let spec_jsons: Vec<String> =
+            specs.iter().map(|s| serde_json::to_string(s).expect("spec serialises")).collect();
+        let members: Vec<(String, &Plan, crate::store::Member)> = sweep
+            .variants
+            .iter()
+            .zip(spec_jsons)
+            .map(|((v, plan), json)| {
+                (
+                    json,
+                    plan,
+                    crate::store::Member {
+                        attempt_name: Some(sweep.array_name.clone()),
+                        sweep_id: Some(sweep_id.clone()),
+                        sweep_index: Some(v.index),
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect();
+        self.store.insert_group(
+            &crate::store::Group {
+                sweep_id: sweep_id.clone(),
+                kind: "sweep".into(),
+                name: spec.name.clone(),
+                array_name: Some(sweep.array_name.clone()),
+                max_concurrent: sweep.max_concurrent,
+            },
+            &members,
+        )?;
+        let result = crate::engine::sweep::submit_sweep(self.remote()?, &self.store, &sweep, &files, &secrets);
+        if let Err(Error::Remote(e)) = &result {
+            if !matches!(e, RemoteError::Lost { .. } | RemoteError::TimedOut { .. }) {
+                // Nothing was sent: the sweep never reached the cluster.
+                for (_, plan) in &sweep.variants {
+                    self.store.update_status(
+                        &plan.layout.job_id,
+                        &crate::store::StatusUpdate {
+                            status: PlatformStatus::Error,
+                            message: format!("not submitted: {e}"),
+                            slurm_state: None,
+                            exit_code: None,
+                            node_list: None,
+                            progress: None,
+                        },
+                    )?;
+                }
+            }
+        }
+        if result.is_err() {
+            crate::engine::secrets::sweep_or_warn(self.remote()?, &self.store);
+        }
+        result
+    }
+
+    /// Validate, record and submit a pipeline (`spec.steps`): each step a job of its own, submitted
+    /// in order with a Slurm dependency on the steps it runs after (kept across their retries).
+    /// Each step sees the results directory of every earlier step as `TAO_AFTER_<STEP>_RESULTS_DIR`.
+    pub fn create_pipeline(&self, spec: &JobSpec, secrets: &SecretValues) -> Result<PipelineSubmitted> {
+        let steps = spec.pipeline()?;
+        let external = self.resolve_after(&spec.after)?;
+        let pipeline_id = uuid::Uuid::new_v4().to_string();
+        let ids: Vec<String> = steps.iter().map(|_| uuid::Uuid::new_v4().to_string()).collect();
+        // Offline first: every step's plan.
+        let mut plans = Vec::new();
+        for (i, step) in steps.iter().enumerate() {
+            let mut plan = plan::resolve_with_id(&step.spec, &self.settings, &ids[i])?;
+            for (j, earlier) in steps[..i].iter().enumerate() {
+                let dir = plan::Layout::new(&plan.layout.job_dir, &ids[j]).results_dir();
+                plan.env.push((crate::spec::step_results_var(&earlier.name), dir));
+            }
+            plans.push(plan);
+        }
+        let mut ready_secrets = Vec::new();
+        for (step, plan) in steps.iter().zip(&mut plans) {
+            let (ready, secrets) = self.ready(&step.spec, secrets)?;
+            plan.image = ready.image;
+            ready_secrets.push(secrets);
+        }
+        let members: Vec<(String, &Plan, crate::store::Member)> = steps
+            .iter()
+            .zip(&plans)
+            .map(|(step, plan)| {
+                let mut after: Vec<(String, String)> =
+                    step.after.iter().map(|(j, kind)| (ids[*j].clone(), kind.as_str().to_string())).collect();
+                if step.after.is_empty() {
+                    after.extend(external.iter().map(|(id, kind)| (id.clone(), kind.as_str().to_string())));
+                }
+                (
+                    serde_json::to_string(&step.spec).expect("spec serialises"),
+                    plan,
+                    crate::store::Member { sweep_id: Some(pipeline_id.clone()), after, ..Default::default() },
+                )
+            })
+            .collect();
+        self.store.insert_group(
+            &crate::store::Group {
+                sweep_id: pipeline_id.clone(),
+                kind: "pipeline".into(),
+                name: spec.name.clone(),
+                array_name: None,
+                max_concurrent: None,
+            },
+            &members,
+        )?;
+        let mut submitted = Vec::new();
+        for ((step, plan), secrets) in steps.iter().zip(&plans).zip(&ready_secrets) {
+            let files = self.staged_files(&step.spec, plan);
+            let mut ticket = submit::AttemptTicket::first(plan);
+            let gate = self.gate_for_submission(&plan.layout.job_id)?;
+            if let Some(g) = &gate {
+                (ticket.dependency, ticket.hold) = g.sbatch();
+            }
+            let s = self.submit_gated(plan, &files, secrets, &ticket, gate.as_ref())?;
+            submitted.push(StepSubmitted { name: step.name.clone(), job_id: s.job_id, slurm_job_id: s.slurm_job_id });
+        }
+        Ok(PipelineSubmitted { pipeline_id, steps: submitted })
+    }
+
+    /// The ids given, with every sweep or pipeline id (or prefix) replaced by its members' job ids.
+    /// A job id wins over a group id it also prefixes.
+    pub fn expand_ids(&self, ids: &[String]) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        for id in ids {
+            match self.store.summary(id) {
+                Ok(job) => out.push(job.job_id),
+                Err(crate::store::StoreError::NotFound(_)) => match self.store.group(id)? {
+                    Some((_, members)) => out.extend(members),
+                    None => return Err(crate::store::StoreError::NotFound(id.clone()).into()),
+                },
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The jobs `ids` name, a sweep or pipeline id standing for its jobs (in index order). One lookup
+    /// per job id, as before groups existed: a group is looked for only when no job matches.
+    fn summaries_of(&self, ids: &[String]) -> Result<Vec<JobSummary>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            match self.store.summary(id) {
+                Ok(job) => out.push(job),
+                Err(crate::store::StoreError::NotFound(_)) => match self.store.group(id)? {
+                    Some((_, members)) => {
+                        let mut jobs = self.store.summaries(&members.iter().map(String::as_str).collect::<Vec<_>>())?;
+                        let order: std::collections::HashMap<&str, usize> =
+                            members.iter().enumerate().map(|(i, m)| (m.as_str(), i)).collect();
+                        jobs.sort_by_key(|j| order.get(j.job_id.as_str()).copied());
+                        out.extend(jobs);
+                    }
+                    None => return Err(crate::store::StoreError::NotFound(id.clone()).into()),
+                },
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether `id` names a sweep or pipeline (and not a job).
+    pub fn is_group(&self, id: &str) -> Result<bool> {
+        if self.store.summary(id).is_ok() {
+            return Ok(false);
+        }
+        Ok(self.store.group(id)?.is_some())
+    }
+
+    /// Every sweep and pipeline, newest first, with its members' statuses counted.
+    pub fn groups(&self) -> Result<Vec<GroupView>> {
+        let mut out = Vec::new();
+        for g in self.store.groups()? {
+            let members = self.store.group(&g.sweep_id)?.map(|(_, m)| m).unwrap_or_default();
+            let ids: Vec<&str> = members.iter().map(String::as_str).collect();
+            let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+            for j in self.store.summaries(&ids)? {
+                *counts.entry(j.status.to_string()).or_default() += 1;
+            }
+            out.push(GroupView { group: g, jobs: members.len(), statuses: counts });
+        }
+        Ok(out)
     }
 
     /// A job's status, refreshed from the cluster unless it is already terminal.
@@ -439,8 +760,8 @@ impl Client {
         if ids.is_empty() {
             return self.refresh_active(<[JobSummary]>::to_vec);
         }
-        let mut jobs: Vec<JobSummary> =
-            ids.iter().map(|i| self.store.summary(i)).collect::<std::result::Result<_, _>>()?;
+        // A sweep or pipeline id stands for its jobs.
+        let mut jobs = self.summaries_of(ids)?;
         let touched = if jobs.iter().all(|j| !j.status.is_terminal()) {
             self.refresh_and_advance(&jobs)?
         } else {
@@ -673,6 +994,22 @@ impl Client {
     /// Cancel jobs (idempotent: a terminal job stays as it is). Returns every job as it now is; a job
     /// whose cancel could not be confirmed keeps its status, and the error names it and the reason.
     pub fn cancel_jobs(&self, ids: &[String]) -> Result<Vec<JobView>> {
+        // A sweep or pipeline id stands for its jobs; they are refreshed first, so that only those
+        // that have not finished are cancelled (a variant that just completed stays Complete).
+        let expanded;
+        let ids = if ids.iter().any(|i| self.is_group(i).unwrap_or(false)) {
+            expanded = self.expand_ids(ids)?;
+            let active: Vec<JobSummary> = self
+                .store
+                .summaries(&expanded.iter().map(String::as_str).collect::<Vec<_>>())?
+                .into_iter()
+                .filter(|j| !j.status.is_terminal())
+                .collect();
+            self.refresh_and_advance(&active)?;
+            expanded.as_slice()
+        } else {
+            ids
+        };
         let jobs: Vec<JobRecord> = ids.iter().map(|i| self.store.get(i)).collect::<std::result::Result<_, _>>()?;
         self.on_this_cluster(jobs.iter().filter(|j| !j.status.is_terminal()).map(|j| &j.summary))?;
         if jobs.iter().any(|j| !j.status.is_terminal()) {
@@ -715,7 +1052,8 @@ impl Client {
 
     /// Jobs as the state file holds them (ids or prefixes), without asking the cluster.
     pub fn stored_jobs(&self, ids: &[String]) -> Result<Vec<JobView>> {
-        ids.iter().map(|i| Ok(JobView::from(&self.store.summary(i)?))).collect()
+        // A sweep or pipeline id stands for its jobs.
+        Ok(self.summaries_of(ids)?.iter().map(JobView::from).collect())
     }
 
     /// Slurm's start-time estimate and queue position for a job whose current attempt is pending in

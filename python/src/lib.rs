@@ -130,6 +130,22 @@ impl Engine {
         })
     }
 
+    /// Validate, record, stage and submit a sweep (`spec_json` is a JobSpec with a `sweep` section):
+    /// one Slurm job array, each variant a job of its own. Returns the sweep (JSON: sweep_id,
+    /// slurm_array_id, variants, and `jobs`, every variant as stored).
+    fn create_sweep(&self, py: Python<'_>, spec_json: &str, secrets: BTreeMap<String, String>) -> PyResult<String> {
+        let spec: JobSpec = serde_json::from_str(spec_json)
+            .map_err(|e| PyRuntimeError::new_err(format!("internal error: a bad job spec from tao_slurm: {e}")))?;
+        self.with(py, move |c| {
+            let values = SecretValues::resolve(&spec.secret_env, &secrets, &|n| std::env::var(n).ok())?;
+            let submitted = c.create_sweep(&spec, &values)?;
+            let ids: Vec<String> = submitted.variants.iter().map(|v| v.job_id.clone()).collect();
+            let mut out = serde_json::to_value(&submitted).expect("serialisable");
+            out["jobs"] = serde_json::to_value(c.stored_jobs(&ids)?).expect("serialisable");
+            Ok(out.to_string())
+        })
+    }
+
     /// Refresh the given jobs (all active ones when empty) in one round trip, performing due
     /// retries. Returns the jobs (JSON list); with no ids, those that just ended are included.
     fn refresh(&self, py: Python<'_>, ids: Vec<String>) -> PyResult<String> {

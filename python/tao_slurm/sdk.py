@@ -164,6 +164,7 @@ class SlurmSDK:
         exclusive: Optional[bool] = None,
         name: Optional[str] = None,
         sbatch_options: Optional[Mapping[str, str]] = None,
+        after: Optional[Sequence[str]] = None,
     ) -> Job:
         """Validate, stage and submit a job; returns it Pending (or Running).
 
@@ -196,6 +197,9 @@ class SlurmSDK:
             name: a label shown by ``list_jobs`` and the CLI.
             sbatch_options: extra ``#SBATCH`` options from an allow-list (``begin``, ``dependency``,
                 ``mail-type``, ``mem-per-gpu``, ...), as ``{"begin": "now+3600"}``.
+            after: jobs this one runs after, ``"JOB[:ok|:notok|:any]"`` (ids or prefixes; ``ok``, the
+                default, waits for success). Kept across their retries; a parent that can no longer
+                satisfy it cancels this job ("dependency <id> ended <status>").
 
         Raises:
             JobSpecError: an argument is invalid (``field`` names it); nothing was submitted.
@@ -234,11 +238,90 @@ class SlurmSDK:
                 spec["secret_env"] = list(secret_values)
             else:
                 spec["secret_env"] = [str(n) for n in secret_env]
+        if after:
+            spec["after"] = [str(a) for a in after]
         view = json.loads(self._engine.create_job(json.dumps(spec), secret_values))
         job = self._job_from_view(view)
         if hook_map:
             self._watch(job, hook_map)
         return job
+
+    def create_sweep(
+        self,
+        image: str,
+        command: Union[str, Sequence[str]],
+        gpu_count: int = 1,
+        env_vars: Optional[Mapping[str, Any]] = None,
+        *,
+        grid: Optional[Mapping[str, Sequence[Any]]] = None,
+        arg_grid: Optional[Mapping[str, Sequence[Any]]] = None,
+        variants: Optional[Sequence[Mapping[str, Any]]] = None,
+        max_concurrent: Optional[int] = None,
+        partition: Optional[str] = None,
+        account: Optional[str] = None,
+        time_hours: Optional[float] = None,
+        name: Optional[str] = None,
+        sbatch_options: Optional[Mapping[str, str]] = None,
+        secret_env: Union[None, Sequence[str], Mapping[str, str]] = None,
+    ) -> Dict[str, Any]:
+        """Submit a sweep: the job once per variant, every variant a job of its own (own id, status,
+        logs, retries), all of them one Slurm job array submitted in one round trip.
+
+        Args:
+            grid: environment values, ``{"LR": [0.1, 0.01], "BS": [32, 64]}``: every combination.
+            arg_grid: command arguments, ``{"--seed": [1, 2]}`` appends ``--seed 1`` (an option
+                ending with ``=`` appends ``--seed=1``).
+            variants: explicit variants, ``[{"env": {...}, "args": [...]}]``, after the grid's.
+            max_concurrent: at most this many variants run at once.
+            The other arguments are ``create_job``'s. Each task sees ``TAO_SWEEP_ID``,
+            ``TAO_SWEEP_INDEX`` and ``TAO_SWEEP_VALUES``.
+
+        Returns:
+            ``{"sweep_id": ..., "slurm_array_id": ..., "jobs": [Job, ...]}`` (index order); the sweep
+            id is accepted by ``refresh`` and ``cancel_sweep`` for all its variants.
+        """
+        spec: Dict[str, Any] = {"image": image}
+        if isinstance(command, str):
+            spec["command"] = ["set -euo pipefail\n" + command]
+            spec["shell"] = True
+        else:
+            spec["command"] = [str(w) for w in command]
+        spec.update(self._resources(gpu_count, 1))
+        if env_vars:
+            spec["env"] = {str(k): str(v) for k, v in env_vars.items()}
+        for key, value in (("partition", partition), ("account", account), ("name", name)):
+            if value is not None:
+                spec[key] = value
+        if time_hours is not None:
+            spec["time_hours"] = float(time_hours)
+        if sbatch_options:
+            spec["sbatch_options"] = {str(k): str(v) for k, v in sbatch_options.items()}
+        sweep: Dict[str, Any] = {}
+        if grid:
+            sweep["grid"] = {str(k): [str(v) for v in vs] for k, vs in grid.items()}
+        if arg_grid:
+            sweep["arg_grid"] = {str(k): [str(v) for v in vs] for k, vs in arg_grid.items()}
+        if variants:
+            sweep["variants"] = [
+                {"env": {str(k): str(v) for k, v in (x.get("env") or {}).items()}, "args": [str(a) for a in x.get("args") or []]}
+                for x in variants
+            ]
+        if max_concurrent is not None:
+            sweep["max_concurrent"] = int(max_concurrent)
+        spec["sweep"] = sweep
+        secret_values: Dict[str, str] = {}
+        if secret_env:
+            if isinstance(secret_env, Mapping):
+                secret_values = {str(k): str(v) for k, v in secret_env.items()}
+                spec["secret_env"] = list(secret_values)
+            else:
+                spec["secret_env"] = [str(n) for n in secret_env]
+        out = json.loads(self._engine.create_sweep(json.dumps(spec), secret_values))
+        return {
+            "sweep_id": out["sweep_id"],
+            "slurm_array_id": out["slurm_array_id"],
+            "jobs": [self._job_from_view(v) for v in out["jobs"]],
+        }
 
     def _resources(self, gpu_count: int, num_nodes: int) -> Dict[str, int]:
         """The TAO SDK's ``gpu_count`` as tao-slurm's ``gpus`` (per node) or ``total_gpus``."""
@@ -379,6 +462,19 @@ class SlurmSDK:
         self._update_job(view)
         self._wake.set()
         return view["status"] in TERMINAL_STATUSES
+
+    def cancel_sweep(self, sweep_id: str) -> List[JobStatus]:
+        """Cancel the variants of a sweep (or the steps of a pipeline) that have not finished; the
+        finished ones keep their status. Returns every one's status, in index order.
+
+        Raises:
+            JobNotFoundError: no such sweep; RemoteCommandError: a cancel Slurm did not confirm.
+        """
+        views = json.loads(self._engine.cancel([sweep_id]))
+        for view in views:
+            self._update_job(view)
+        self._wake.set()
+        return [self._status_from_view(v) for v in views]
 
     def wait(self, job_id: str, timeout: Optional[float] = None) -> JobStatus:
         """Block until the job is terminal and return its final status; a job with hooks returns

@@ -5,6 +5,7 @@ use clap::Args;
 
 #[derive(Args, Debug)]
 pub struct CancelCmd {
+    /// Job ids (or prefixes), or sweep/pipeline ids (their jobs that have not finished)
     #[arg(required = true)]
     pub job_ids: Vec<String>,
     #[arg(long)]

@@ -1,7 +1,7 @@
 //! The job-describing flags that `submit` and `render` share (flags override the job file).
 
 use crate::error::Error;
-use crate::spec::{parse_pair, CosmosRlSpec, JobSpec, SecretValues, SpecError};
+use crate::spec::{parse_pair, CosmosRlSpec, JobSpec, SecretValues, SpecError, SweepSpec, VariantSpec};
 use clap::Args;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -108,6 +108,24 @@ pub struct JobArgs {
     /// policy or rollout; one shell string run by bash -c); repeatable
     #[arg(long = "cosmos-command", value_name = "ROLE=COMMAND")]
     pub cosmos_commands: Vec<String>,
+    /// A sweep over an environment value, NAME=V1,V2,... (repeatable: every combination is a variant;
+    /// all variants go to Slurm as one job array)
+    #[arg(long = "grid", value_name = "NAME=V1,V2")]
+    pub grid: Vec<String>,
+    /// A sweep over a command argument, OPTION=V1,V2,... (each variant's command gets `OPTION VALUE`
+    /// appended; write `--grid-arg=--lr=0.1,0.01` when OPTION starts with a dash); repeatable
+    #[arg(long = "grid-arg", value_name = "OPTION=V1,V2")]
+    pub grid_args: Vec<String>,
+    /// One explicit sweep variant, NAME=V[,NAME=V...] of environment values (repeatable)
+    #[arg(long = "variant", value_name = "NAME=V,...")]
+    pub variants: Vec<String>,
+    /// At most this many sweep variants run at once (the job array's %N)
+    #[arg(long)]
+    pub max_concurrent: Option<u32>,
+    /// Run after another job: JOB[:ok|:notok|:any] (a job id or prefix, or a sweep or pipeline id for
+    /// all its jobs; ok = after success, the default); repeatable. Kept across the other job's retries
+    #[arg(long = "after", value_name = "JOB[:ok|:notok|:any]")]
+    pub after: Vec<String>,
     /// The command run in the container, after `--`
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -158,8 +176,40 @@ impl JobArgs {
             cosmos_rl: self.cosmos_flags()?,
             specs: None,
             exclusive: self.exclusive.then_some(true),
+            sweep: self.sweep_flags()?,
+            after: self.after.clone(),
+            steps: Vec::new(),
         };
         Ok(base.overlay(flags))
+    }
+
+    /// The sweep flags as a `[sweep]` section (None without them).
+    fn sweep_flags(&self) -> Result<Option<SweepSpec>, Error> {
+        if self.grid.is_empty()
+            && self.grid_args.is_empty()
+            && self.variants.is_empty()
+            && self.max_concurrent.is_none()
+        {
+            return Ok(None);
+        }
+        let axis = |field: &str, text: &str| -> Result<(String, Vec<String>), Error> {
+            let (name, values) = parse_pair(field, text)?;
+            Ok((name, values.split(',').map(String::from).collect()))
+        };
+        let mut sweep = SweepSpec { max_concurrent: self.max_concurrent, ..SweepSpec::default() };
+        for g in &self.grid {
+            let (name, values) = axis("sweep.grid", g)?;
+            sweep.grid.insert(name, values);
+        }
+        for g in &self.grid_args {
+            let (name, values) = axis("sweep.arg_grid", g)?;
+            sweep.arg_grid.insert(name, values);
+        }
+        for v in &self.variants {
+            let env = v.split(',').map(|pair| parse_pair("sweep.variants", pair)).collect::<Result<_, _>>()?;
+            sweep.variants.push(VariantSpec { env, args: Vec::new() });
+        }
+        Ok(Some(sweep))
     }
 
     /// The Cosmos-RL flags as a `[cosmos_rl]` section (None without them); the config is read here.

@@ -6,6 +6,11 @@ use clap::Args;
 
 #[derive(Args, Debug)]
 pub struct ListCmd {
+    /// Only the jobs of these sweeps or pipelines (ids or prefixes)
+    pub sweep_ids: Vec<String>,
+    /// List the sweeps and pipelines (with their jobs' statuses counted) instead of jobs
+    #[arg(long)]
+    pub sweeps: bool,
     /// Only jobs that are not yet terminal
     #[arg(long)]
     pub active: bool,
@@ -55,9 +60,37 @@ impl ListCmd {
             None => None,
         };
         let now = crate::store::now_secs();
-        let views: Vec<_> = Client::new(settings)?
+        let client = Client::new(settings)?;
+        if self.sweeps {
+            let groups = client.groups()?;
+            if self.json {
+                super::print_json(&groups);
+            } else if groups.is_empty() {
+                println!("no sweeps or pipelines");
+            } else {
+                for g in groups {
+                    let counts: Vec<String> = g.statuses.iter().map(|(s, n)| format!("{n} {s}")).collect();
+                    println!(
+                        "{}  {:<8} {:>5} jobs  {}{}",
+                        g.group.sweep_id,
+                        g.group.kind,
+                        g.jobs,
+                        counts.join(", "),
+                        g.group.slurm_array_id.map(|a| format!("  (Slurm job array {a})")).unwrap_or_default()
+                    );
+                }
+            }
+            return Ok(0);
+        }
+        let only: Option<std::collections::HashSet<String>> = if self.sweep_ids.is_empty() {
+            None
+        } else {
+            Some(client.expand_ids(&self.sweep_ids)?.into_iter().collect())
+        };
+        let views: Vec<_> = client
             .list(self.active)?
             .into_iter()
+            .filter(|v| only.as_ref().is_none_or(|o| o.contains(&v.job_id)))
             .filter(|v| status.is_none_or(|s| v.status == s))
             .filter(|v| since.is_none_or(|age| now - v.created_at <= age))
             .collect();

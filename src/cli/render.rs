@@ -20,6 +20,33 @@ impl RenderCmd {
     /// Offline: no transport is ever opened here.
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
         let spec = self.job.to_spec()?;
+        if spec.sweep.is_some() {
+            // A sweep: its first variant's plan and files, and the array's script (the others differ
+            // only in their values).
+            let count = spec.sweep.as_ref().map(|s| s.variants()).transpose()?.map(|v| v.len()).unwrap_or(0);
+            let ids: Vec<String> = (0..count).map(|i| format!("variant-{i}")).collect();
+            let sweep = crate::engine::sweep::plan_sweep(&spec, &settings, "render", &ids)?;
+            let (v, plan) = &sweep.variants[0];
+            let spec_json = serde_json::to_value(spec.for_variant(v)).expect("spec serialises");
+            let mut files = crate::client::staged_files_for(&settings, plan, &spec_json);
+            files.push(StagedFile { path: sweep.array_script_file(), contents: sweep.array_script() });
+            print_plan(&files, plan, &SecretValues::default(), self.json);
+            return Ok(0);
+        }
+        if !spec.steps.is_empty() {
+            // A pipeline: every step's files (the plan shown is the first step's).
+            let steps = spec.pipeline()?;
+            let mut files = Vec::new();
+            let mut first = None;
+            for (i, step) in steps.iter().enumerate() {
+                let plan = crate::plan::resolve_with_id(&step.spec, &settings, &format!("step-{i}-{}", step.name))?;
+                let spec_json = serde_json::to_value(&step.spec).expect("spec serialises");
+                files.extend(crate::client::staged_files_for(&settings, &plan, &spec_json));
+                first.get_or_insert(plan);
+            }
+            print_plan(&files, first.as_ref().expect("a pipeline has a step"), &SecretValues::default(), self.json);
+            return Ok(0);
+        }
         let plan = crate::plan::resolve(&spec, &settings)?;
         let spec_json = serde_json::to_value(&spec).expect("spec serialises");
         let files = crate::client::staged_files_for(&settings, &plan, &spec_json);

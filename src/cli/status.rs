@@ -6,7 +6,7 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 
 #[derive(Args, Debug)]
 pub struct StatusCmd {
-    /// Job ids (or unambiguous prefixes); none means every active job
+    /// Job ids (or unambiguous prefixes), or sweep/pipeline ids (their jobs); none means every active job
     pub job_ids: Vec<String>,
     #[arg(long)]
     pub json: bool,
@@ -15,13 +15,11 @@ pub struct StatusCmd {
 impl StatusCmd {
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
         let client = Client::new(settings)?;
-        let views = if self.job_ids.len() == 1 {
-            vec![client.job_status(&self.job_ids[0])?]
-        } else {
-            client.refresh(&self.job_ids)?
-        };
+        // One job: its status with its attempts. A sweep or pipeline id: its jobs.
+        let one_job = self.job_ids.len() == 1 && !client.is_group(&self.job_ids[0])?;
+        let views = if one_job { vec![client.job_status(&self.job_ids[0])?] } else { client.refresh(&self.job_ids)? };
         if self.json {
-            if self.job_ids.len() == 1 {
+            if one_job {
                 super::print_json(&views[0]);
             } else {
                 super::print_json(&views);

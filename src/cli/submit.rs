@@ -25,6 +25,12 @@ impl SubmitCmd {
         // Bad settings, a bad spec or a missing secret fail here, before any connection is attempted.
         settings.require_remote()?;
         let secrets = self.job.secrets(&spec)?;
+        if spec.sweep.is_some() {
+            return self.run_sweep(settings, &spec, &secrets);
+        }
+        if !spec.steps.is_empty() {
+            return self.run_pipeline(settings, &spec, &secrets);
+        }
         let plan = crate::plan::resolve(&spec, &settings)?;
         for (key, location) in &plan.inputs {
             if let Some(w) = crate::spec::dataset_warning(key, location) {
@@ -54,5 +60,96 @@ impl SubmitCmd {
             println!("Follow it with: tao-slurm watch {}", submitted.job_id);
         }
         Ok(0)
+    }
+}
+
+impl SubmitCmd {
+    /// A sweep: one Slurm job array, every variant a job of its own.
+    fn run_sweep(
+        &self,
+        settings: Settings,
+        spec: &crate::JobSpec,
+        secrets: &crate::spec::SecretValues,
+    ) -> Result<i32, Error> {
+        if self.dry_run {
+            let variants = spec.sweep.as_ref().map(|s| s.variants()).transpose()?.unwrap_or_default();
+            let ids: Vec<String> = variants.iter().map(|v| format!("variant-{}", v.index)).collect();
+            let sweep = crate::engine::sweep::plan_sweep(spec, &settings, "dry-run", &ids)?;
+            Client::new(settings)?.check_online(&spec.for_variant(&sweep.variants[0].0))?;
+            if self.json {
+                let list: Vec<_> = sweep
+                    .variants
+                    .iter()
+                    .map(|(v, _)| serde_json::json!({"index": v.index, "values": v.describe()}))
+                    .collect();
+                super::print_json(
+                    &serde_json::json!({"variants": list, "array": sweep.array_range(), "array_script": sweep.array_script()}),
+                );
+            } else {
+                for (v, _) in &sweep.variants {
+                    println!("variant {}: {}", v.index, v.describe());
+                }
+                println!(
+                    "\none Slurm job array --array={}; its script:\n{}",
+                    sweep.array_range(),
+                    sweep.array_script()
+                );
+            }
+            return Ok(0);
+        }
+        let client = Client::new(settings)?;
+        let submitted = client.create_sweep(spec, secrets)?;
+        self.after_submit(&client)?;
+        if self.json {
+            super::print_json(&submitted);
+        } else {
+            println!(
+                "Submitted sweep {} ({} variants, Slurm job array {} via {})",
+                submitted.sweep_id,
+                submitted.variants.len(),
+                submitted.slurm_array_id,
+                submitted.login_host
+            );
+            for v in &submitted.variants {
+                println!("  {:>4}  {}  {:<12} {}", v.index, v.job_id, v.slurm_job_id, v.values);
+            }
+            println!("Follow it with: tao-slurm watch {}", submitted.sweep_id);
+        }
+        Ok(0)
+    }
+
+    /// A pipeline: its steps submitted in order, each after the steps it names.
+    fn run_pipeline(
+        &self,
+        settings: Settings,
+        spec: &crate::JobSpec,
+        secrets: &crate::spec::SecretValues,
+    ) -> Result<i32, Error> {
+        if self.dry_run {
+            for step in spec.pipeline()? {
+                println!("step {}: {}", step.name, step.spec.command.join(" "));
+            }
+            return Ok(0);
+        }
+        let client = Client::new(settings)?;
+        let submitted = client.create_pipeline(spec, secrets)?;
+        self.after_submit(&client)?;
+        if self.json {
+            super::print_json(&submitted);
+        } else {
+            println!("Submitted pipeline {}", submitted.pipeline_id);
+            for s in &submitted.steps {
+                println!("  {:<16} {}  Slurm job {}", s.name, s.job_id, s.slurm_job_id);
+            }
+            println!("Follow it with: tao-slurm watch {}", submitted.pipeline_id);
+        }
+        Ok(0)
+    }
+
+    fn after_submit(&self, client: &Client) -> Result<(), Error> {
+        if self.monitor && super::monitor::start_background_monitor(client.settings())? {
+            eprintln!("started a background monitor (log: {}.monitor.log)", client.settings().state_path.display());
+        }
+        Ok(())
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct WatchCmd {
-    /// Job ids (or prefixes); none means every active job
+    /// Job ids (or prefixes), or sweep/pipeline ids (their jobs); none means every active job
     pub job_ids: Vec<String>,
     /// Seconds between refreshes
     #[arg(long, default_value_t = 5.0)]

@@ -30,6 +30,17 @@ impl Cycle<'_> {
             }
             return Ok(Vec::new());
         }
+        // A job that runs after others moves on only when they do: they are refreshed with it.
+        let ids: Vec<&str> = jobs.iter().map(|j| j.job_id.as_str()).collect();
+        let parents = crate::engine::depend::active_parents(self.store, &ids)?;
+        let with_parents: Vec<JobSummary>;
+        let jobs = if parents.is_empty() {
+            jobs
+        } else {
+            let parent_ids: Vec<&str> = parents.iter().map(String::as_str).collect();
+            with_parents = jobs.iter().cloned().chain(self.store.summaries(&parent_ids)?).collect();
+            &with_parents
+        };
         let (obs, host) = refresh::observe(self.remote, jobs)?;
         self.settle(jobs, &obs, &host)
     }
@@ -43,7 +54,10 @@ impl Cycle<'_> {
         let waiting: Vec<JobRecord> =
             self.store.waiting_for_submission()?.into_iter().filter(|j| ids.contains(j.job_id.as_str())).collect();
         retry::advance(self.remote, self.store, &waiting, self.files_for)?;
+        crate::engine::sweep::resume(self.remote, self.store, &waiting, self.files_for)?;
         touched.extend(waiting.into_iter().map(|j| j.summary.job_id));
+        // After the retries: a parent resubmitted just now has its new Slurm job to be pointed at.
+        touched.extend(crate::engine::depend::reconcile(self.remote, self.store)?);
         Ok(touched)
     }
 }

@@ -5,6 +5,7 @@ pub mod cancel;
 pub mod cluster;
 pub mod credentials;
 pub mod cycle;
+pub mod depend;
 pub mod image;
 pub mod inspect;
 pub mod logs;
@@ -13,6 +14,7 @@ pub mod refresh;
 pub mod retry;
 pub mod secrets;
 pub mod submit;
+pub mod sweep;
 
 #[cfg(test)]
 mod tests;

@@ -67,11 +67,24 @@ pub fn advance(
     files_for: &dyn Fn(&JobRecord) -> Vec<StagedFile>,
 ) -> Result<()> {
     let now = now_secs();
-    for job in jobs.iter().filter(|j| !j.status.is_terminal() && j.slurm_job_id.is_none()) {
+    // A sweep variant's first attempt is its array's task: the array's submission is resumed by
+    // finding it (by the sweep's lock or name), never by submitting the variant's script under the
+    // array's name.
+    for job in jobs.iter().filter(|j| !j.status.is_terminal() && j.slurm_job_id.is_none() && j.array_index().is_none())
+    {
+        // A job that runs after others is submitted with the dependency as it stands now; one that
+        // can never run is not submitted (the cycle cancels it).
+        let gate = crate::engine::depend::gate_of(store, &job.job_id)?;
+        if matches!(gate, Some(crate::engine::depend::Gate::Never(_))) {
+            continue;
+        }
+        let (dependency, hold) = gate.as_ref().map(|g| g.sbatch()).unwrap_or((None, false));
         let ticket = AttemptTicket {
             number: job.attempt,
             slurm_job_name: job.attempt_name.clone(),
             exclude: job.excluded_nodes.clone(),
+            dependency,
+            hold,
         };
         let due = match job.next_retry_at {
             Some(at) => at <= now && store.claim_due_retry(&job.job_id, job.attempt)?,
@@ -86,11 +99,16 @@ pub fn advance(
         let kind = if job.next_retry_at.is_some() { "retry" } else { "resume" };
         tracing::info!(job = %job.job_id, attempt = job.attempt, kind, "submitting");
         match submit(remote, store, &job.plan, &files_for(job), &SecretValues::default(), &ticket) {
-            Ok(s) => store.add_event(
-                &job.job_id,
-                kind,
-                &format!("attempt {} is Slurm job {}", job.attempt, s.slurm_job_id),
-            )?,
+            Ok(s) => {
+                if let Some(g) = &gate {
+                    store.set_gate(&job.job_id, &g.stored())?;
+                }
+                store.add_event(
+                    &job.job_id,
+                    kind,
+                    &format!("attempt {} is Slurm job {}", job.attempt, s.slurm_job_id),
+                )?
+            }
             Err(e) => tracing::warn!(job = %job.job_id, error = %e, "submission of attempt {} failed", job.attempt),
         }
     }

@@ -168,6 +168,23 @@ pub struct SubmitArgs {
     /// If converting the image fails, submit with the registry image anyway.
     #[serde(default)]
     pub allow_registry_pull: bool,
+    /// A sweep: this job once per variant, all variants one Slurm job array (one round trip). Fields:
+    /// grid {NAME: [values]} (environment values, every combination), arg_grid {OPTION: [values]}
+    /// (appended to the command as OPTION VALUE, or OPTION=VALUE when OPTION ends with =), variants
+    /// [{env: {..}, args: [..]}] (explicit), max_concurrent (how many run at once). Each variant is a
+    /// job of its own; the result's sweep_id stands for all of them in status, list, wait and cancel.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<serde_json::Value>,
+    /// Run after other jobs: ["JOB[:ok|:notok|:any]"] (job ids or prefixes; ok, the default, waits for
+    /// success). Kept across the other jobs' retries; a parent that fails cancels this job.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
+    /// A pipeline: steps [{name, after: ["STEP[:ok|:notok|:any]"], command, image, env, gpus, ...}],
+    /// each a job of its own run after the steps it names (default: the previous one), the top-level
+    /// fields their defaults. A step sees each earlier step's results directory as
+    /// $TAO_AFTER_<STEP>_RESULTS_DIR.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<serde_json::Value>,
     /// Job file (TOML) on this machine; the fields given here override it.
     #[serde(skip_serializing)]
     pub spec_file: Option<String>,
@@ -260,6 +277,8 @@ pub enum StatusName {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListArgs {
+    /// Only the jobs of this sweep or pipeline (its id or a prefix).
+    pub sweep_id: Option<String>,
     /// Only jobs that are not terminal.
     #[serde(default)]
     pub active_only: bool,

@@ -320,6 +320,10 @@ pub fn to_spec(state: &AppState, req: &JobCreate) -> ApiResult<(JobSpec, Arc<Wor
         allow_registry_pull: req.allow_registry_pull,
         cosmos_rl,
         exclusive: req.exclusive,
+        after: req.after.clone(),
+        // Sweeps and pipelines are not in the service's create body (yet).
+        sweep: None,
+        steps: Vec::new(),
     };
     if let Some(a) = &req.action {
         crate::spec::check_text("action", a).map_err(|e| ApiError::field("action", e.message))?;

@@ -140,6 +140,11 @@ pub struct JobCreate {
     /// A Cosmos-RL job's section (`config_text`, `commands`), as a job file's `[cosmos_rl]`.
     #[schema(value_type = Option<Object>)]
     pub cosmos_rl: Option<serde_json::Value>,
+    /// Jobs this one runs after, `JOB[:ok|:notok|:any]` (job ids or prefixes of the same workspace;
+    /// `ok`, the default, waits for success). Kept across their retries; a parent that can no longer
+    /// satisfy it cancels this job ("dependency <id> ended <status>").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
 }
 
 /// The fields of [`JobCreate`] that are the TAO service's, not a job file's.

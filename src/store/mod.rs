@@ -31,6 +31,52 @@ use schema::MIGRATIONS;
 use crate::model::timeout_runs;
 pub use crate::model::{AttemptRecord, EventRecord, JobRecord, JobSummary, StatusUpdate};
 
+/// How a job belongs to a group and to other jobs, as it is recorded.
+#[derive(Debug, Clone, Default)]
+pub struct Member {
+    /// Its first attempt's Slurm job name when not its own (a sweep variant's is its array's).
+    pub attempt_name: Option<String>,
+    pub sweep_id: Option<String>,
+    pub sweep_index: Option<u32>,
+    /// The dependency its first attempt is submitted with (see `ops::depend::Gate::stored`).
+    pub gate: Option<String>,
+    /// The jobs it runs after, with the kind (ok, notok, any).
+    pub after: Vec<(String, String)>,
+}
+
+/// A sweep or pipeline as recorded.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Group {
+    pub sweep_id: String,
+    /// `sweep` or `pipeline`.
+    pub kind: String,
+    pub name: Option<String>,
+    pub array_name: Option<String>,
+    pub max_concurrent: Option<u32>,
+}
+
+/// A group as read back, with its array's Slurm id once submitted.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct GroupRecord {
+    pub sweep_id: String,
+    pub kind: String,
+    pub name: Option<String>,
+    pub array_name: Option<String>,
+    pub slurm_array_id: Option<String>,
+    pub max_concurrent: Option<u32>,
+    pub created_at: i64,
+}
+
+/// One dependency of an active job, with its parent as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DependencyRow {
+    pub child: String,
+    pub parent: String,
+    pub kind: String,
+    pub parent_status: String,
+    pub parent_slurm_id: Option<String>,
+}
+
 /// See [`Store::change_token`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChangeToken {
@@ -120,21 +166,181 @@ impl Store {
 
     /// Record a job before it is submitted (on this store's cluster).
     pub fn insert_job(&self, spec_json: &str, plan: &Plan) -> Result<(), StoreError> {
-        let now = now_secs();
-        let plan_json = serde_json::to_string(plan).expect("a plan always serialises");
-        let job_id = &plan.layout.job_id;
+        self.in_transaction(|| self.insert_member(spec_json, plan, &Member::default()))
+    }
+
+    /// Record a sweep (or a pipeline: `array_name` None) and its members before anything is submitted,
+    /// in one transaction.
+    pub fn insert_group(&self, group: &Group, members: &[(String, &Plan, Member)]) -> Result<(), StoreError> {
         self.in_transaction(|| {
             self.conn
                 .execute(
+                    "INSERT INTO sweeps (sweep_id, kind, name, array_name, max_concurrent, created_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    params![group.sweep_id, group.kind, group.name, group.array_name, group.max_concurrent, now_secs()],
+                )
+                .map_err(|e| self.err(e))?;
+            for (spec_json, plan, member) in members {
+                self.insert_member(spec_json, plan, member)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// A sweep's array reached Slurm as `array_id`: each variant's first attempt is its task.
+    pub fn set_array_submitted(&self, sweep_id: &str, array_id: &str, host: &str) -> Result<(), StoreError> {
+        self.in_transaction(|| {
+            self.conn
+                .execute("UPDATE sweeps SET slurm_array_id = ?2 WHERE sweep_id = ?1", params![sweep_id, array_id])
+                .map_err(|e| self.err(e))?;
+            let members: Vec<(String, u32)> = {
+                let mut stmt = self
+                    .conn
+                    .prepare("SELECT job_id, sweep_index FROM jobs WHERE sweep_id = ?1 AND sweep_index IS NOT NULL AND attempt = 1")
+                    .map_err(|e| self.err(e))?;
+                let rows = stmt
+                    .query_map(params![sweep_id], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .map_err(|e| self.err(e))?;
+                rows.collect::<Result<_, _>>().map_err(|e| self.err(e))?
+            };
+            for (job_id, index) in members {
+                self.set_submitted(&job_id, &crate::ops::sweep::task_id(array_id, index), host)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The group (sweep or pipeline) with this id or unambiguous id prefix, and its members' job ids
+    /// in order; None when no group matches.
+    pub fn group(&self, id_or_prefix: &str) -> Result<Option<(GroupRecord, Vec<String>)>, StoreError> {
+        let pattern = format!("{}%", id_or_prefix.replace(['%', '_'], ""));
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT sweep_id, kind, name, array_name, slurm_array_id, max_concurrent, created_at FROM sweeps
+                 WHERE sweep_id = ?1 OR sweep_id LIKE ?2 ORDER BY sweep_id = ?1 DESC LIMIT 2",
+            )
+            .map_err(|e| self.err(e))?;
+        let found: Vec<GroupRecord> = stmt
+            .query_map(params![id_or_prefix, pattern], |r| {
+                Ok(GroupRecord {
+                    sweep_id: r.get(0)?,
+                    kind: r.get(1)?,
+                    name: r.get(2)?,
+                    array_name: r.get(3)?,
+                    slurm_array_id: r.get(4)?,
+                    max_concurrent: r.get(5)?,
+                    created_at: r.get(6)?,
+                })
+            })
+            .map_err(|e| self.err(e))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.err(e))?;
+        let group = match found.as_slice() {
+            [] => return Ok(None),
+            [one] => one.clone(),
+            [first, ..] if first.sweep_id == id_or_prefix => first.clone(),
+            _ => return Err(StoreError::Ambiguous(id_or_prefix.to_string())),
+        };
+        let mut stmt = self
+            .conn
+            .prepare("SELECT job_id FROM jobs WHERE sweep_id = ?1 ORDER BY sweep_index, rowid")
+            .map_err(|e| self.err(e))?;
+        let ids: Vec<String> = stmt
+            .query_map(params![group.sweep_id], |r| r.get(0))
+            .map_err(|e| self.err(e))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.err(e))?;
+        Ok(Some((group, ids)))
+    }
+
+    /// Every group, newest first.
+    pub fn groups(&self) -> Result<Vec<GroupRecord>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT sweep_id, kind, name, array_name, slurm_array_id, max_concurrent, created_at FROM sweeps ORDER BY rowid DESC",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(GroupRecord {
+                    sweep_id: r.get(0)?,
+                    kind: r.get(1)?,
+                    name: r.get(2)?,
+                    array_name: r.get(3)?,
+                    slurm_array_id: r.get(4)?,
+                    max_concurrent: r.get(5)?,
+                    created_at: r.get(6)?,
+                })
+            })
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
+    /// Record that `child` runs after `parent` (`kind`: ok, notok, any).
+    pub fn add_dependency(&self, child: &str, parent: &str, kind: &str) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO dependencies (child, parent, kind) VALUES (?1, ?2, ?3)",
+                params![child, parent, kind],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// The dependency a job's Slurm job was submitted or re-pointed with.
+    pub fn set_gate(&self, job_id: &str, gate: &str) -> Result<(), StoreError> {
+        self.conn
+            .execute("UPDATE jobs SET gate = ?2 WHERE job_id = ?1", params![job_id, gate])
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// The dependencies of `child` (all of them when None) whose child is not terminal, each with its
+    /// parent as stored now: (child, parent, kind, parent status, parent's Slurm job id).
+    pub fn open_dependencies(&self, child: Option<&str>) -> Result<Vec<DependencyRow>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT d.child, d.parent, d.kind, p.status, p.slurm_job_id FROM dependencies d
+                   JOIN jobs c ON c.job_id = d.child JOIN jobs p ON p.job_id = d.parent
+                 WHERE (?1 IS NULL OR d.child = ?1) AND c.{ACTIVE} AND c.cluster IS ?2 ORDER BY d.child, d.rowid"
+            ))
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(params![child, self.cluster], |r| {
+                Ok(DependencyRow {
+                    child: r.get(0)?,
+                    parent: r.get(1)?,
+                    kind: r.get(2)?,
+                    parent_status: r.get(3)?,
+                    parent_slurm_id: r.get(4)?,
+                })
+            })
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
+    /// Record one job (in the caller's transaction).
+    pub fn insert_member(&self, spec_json: &str, plan: &Plan, member: &Member) -> Result<(), StoreError> {
+        let now = now_secs();
+        let plan_json = serde_json::to_string(plan).expect("a plan always serialises");
+        let job_id = &plan.layout.job_id;
+        let attempt_name = member.attempt_name.clone().unwrap_or_else(|| plan.layout.job_name.clone());
+        {
+            self.conn
+                .execute(
                     "INSERT INTO jobs (job_id, name, status, message, created_at, updated_at, attempt, attempt_name,
-                       job_dir, image, nodes, gpus_per_node, partition, timeout_seconds, timeout_runs, has_secrets, cluster)
-                     VALUES (?1, ?2, ?3, 'staging', ?4, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                       job_dir, image, nodes, gpus_per_node, partition, timeout_seconds, timeout_runs, has_secrets, cluster,
+                       sweep_id, sweep_index, gate)
+                     VALUES (?1, ?2, ?3, 'staging', ?4, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
                     params![
                         job_id,
                         plan.name,
                         PlatformStatus::Pending.as_str(),
                         now,
-                        plan.layout.job_name,
+                        attempt_name,
                         plan.layout.job_dir,
                         plan.image.pyxis,
                         plan.resources.nodes,
@@ -143,7 +349,10 @@ impl Store {
                         plan.timeout_seconds as i64,
                         timeout_runs(plan),
                         !plan.secret_names.is_empty(),
-                        self.cluster
+                        self.cluster,
+                        member.sweep_id,
+                        member.sweep_index,
+                        member.gate
                     ],
                 )
                 .map_err(|e| self.err(e))?;
@@ -156,11 +365,14 @@ impl Store {
             self.conn
                 .execute(
                     "INSERT INTO attempts (job_id, number, slurm_job_name, recorded_at) VALUES (?1, 1, ?2, ?3)",
-                    params![job_id, plan.layout.job_name, now],
+                    params![job_id, attempt_name, now],
                 )
                 .map_err(|e| self.err(e))?;
-            self.add_event(job_id, "created", &format!("job recorded before submission as {}", plan.layout.job_name))
-        })
+            for (parent, kind) in &member.after {
+                self.add_dependency(job_id, parent, kind)?;
+            }
+            self.add_event(job_id, "created", &format!("job recorded before submission as {attempt_name}"))
+        }
     }
 
     /// The attempts of a job, first to last.
@@ -639,6 +851,55 @@ mod tests {
     }
 
     #[test]
+    fn a_sweep_is_recorded_at_once_found_by_its_id_and_its_dependencies_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.db")).unwrap();
+        let plans: Vec<_> = (0..3).map(|_| crate::plan::resolve(&spec(), &settings()).unwrap()).collect();
+        let members: Vec<(String, &Plan, Member)> = plans
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let m = Member {
+                    attempt_name: Some("tao-sweep-abc".into()),
+                    sweep_id: Some("abc-123".into()),
+                    sweep_index: Some(i as u32),
+                    ..Default::default()
+                };
+                ("{}".to_string(), p, m)
+            })
+            .collect();
+        let group = Group {
+            sweep_id: "abc-123".into(),
+            kind: "sweep".into(),
+            array_name: Some("tao-sweep-abc".into()),
+            ..Default::default()
+        };
+        store.insert_group(&group, &members).unwrap();
+        store.set_array_submitted("abc-123", "77", "login1").unwrap();
+        let (g, ids) = store.group("abc").unwrap().unwrap();
+        assert_eq!(g.slurm_array_id.as_deref(), Some("77"));
+        assert_eq!(ids, plans.iter().map(|p| p.layout.job_id.clone()).collect::<Vec<_>>(), "in index order");
+        let second = store.summary(&ids[1]).unwrap();
+        assert_eq!(second.slurm_job_id.as_deref(), Some("77_1"));
+        assert_eq!((second.sweep_index, second.array_index()), (Some(1), Some(1)));
+        assert_eq!(store.attempts(&ids[1]).unwrap()[0].slurm_job_name, "tao-sweep-abc");
+        assert!(store.group("zzz").unwrap().is_none());
+        // A job that runs after the first variant.
+        let child = crate::plan::resolve(&spec(), &settings()).unwrap();
+        let m = Member {
+            after: vec![(ids[0].clone(), "ok".into())],
+            gate: Some("afterok:77_0".into()),
+            ..Default::default()
+        };
+        store.in_transaction(|| store.insert_member("{}", &child, &m)).unwrap();
+        let deps = store.open_dependencies(Some(&child.layout.job_id)).unwrap();
+        assert_eq!(deps.len(), 1);
+        assert_eq!((deps[0].parent.as_str(), deps[0].kind.as_str()), (ids[0].as_str(), "ok"));
+        assert_eq!(deps[0].parent_slurm_id.as_deref(), Some("77_0"));
+        assert_eq!(store.summary(&child.layout.job_id).unwrap().gate.as_deref(), Some("afterok:77_0"));
+    }
+
+    #[test]
     fn jobs_survive_reopen_and_prefixes_resolve() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
@@ -736,10 +997,12 @@ mod tests {
         assert!(!s.has_secrets);
         assert_eq!(store.list_summaries(true).unwrap().len(), 3);
         assert_eq!(store.list_summaries(false).unwrap().len(), 4);
-        // The old active row's plan cannot be decoded: the retry engine's query skips it, and only it.
-        let waiting: Vec<String> =
-            store.waiting_for_submission().unwrap().into_iter().map(|j| j.summary.job_id).collect();
-        assert!(waiting.contains(&id) && !waiting.contains(&"old-build-pending".to_string()), "{waiting:?}");
+        // The old active row's plan decodes with what that build behaved by, so it can be resumed.
+        let waiting = store.waiting_for_submission().unwrap();
+        let ids: Vec<&str> = waiting.iter().map(|j| j.summary.job_id.as_str()).collect();
+        assert!(ids.contains(&id.as_str()) && ids.contains(&"old-build-pending"), "{ids:?}");
+        let old = waiting.iter().find(|j| j.summary.job_id == "old-build-pending").unwrap();
+        assert_eq!((old.plan.timeout_seconds, old.plan.secret_names.len()), (228 * 60, 0));
         store.set_status_sig(&id, "12:34").unwrap();
         assert_eq!(store.summary(&id).unwrap().status_sig.as_deref(), Some("12:34"));
     }

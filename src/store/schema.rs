@@ -112,6 +112,32 @@ UPDATE jobs SET submitted_at = (SELECT a.submitted_at FROM attempts a WHERE a.jo
     r#"
 ALTER TABLE jobs ADD COLUMN cluster TEXT;
 "#,
+    // (Issue 17.) Sweeps and pipelines: a group of jobs under one id (`sweeps`), each member a job
+    // of its own with its group and, for a sweep variant, its index in the group's job array. Jobs
+    // that run after others: their dependencies (kept here so that they survive the parents'
+    // retries) and the Slurm dependency each was last submitted or re-pointed with (`gate`).
+    r#"
+ALTER TABLE jobs ADD COLUMN sweep_id TEXT;
+ALTER TABLE jobs ADD COLUMN sweep_index INTEGER;
+ALTER TABLE jobs ADD COLUMN gate TEXT;
+CREATE INDEX jobs_by_sweep ON jobs(sweep_id) WHERE sweep_id IS NOT NULL;
+CREATE TABLE sweeps (
+    sweep_id        TEXT PRIMARY KEY,
+    kind            TEXT NOT NULL,
+    name            TEXT,
+    array_name      TEXT,
+    slurm_array_id  TEXT,
+    max_concurrent  INTEGER,
+    created_at      INTEGER NOT NULL
+);
+CREATE TABLE dependencies (
+    child   TEXT NOT NULL REFERENCES jobs(job_id),
+    parent  TEXT NOT NULL REFERENCES jobs(job_id),
+    kind    TEXT NOT NULL,
+    PRIMARY KEY (child, parent)
+);
+CREATE INDEX dependencies_by_parent ON dependencies(parent);
+"#,
 ];
 
 /// Migration 4 was changed after builds had shipped it: files they wrote are at version 4 or later

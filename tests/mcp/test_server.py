@@ -95,6 +95,35 @@ async def test_submit_wait_until_complete_then_logs(server_env):
 
 
 @run_async
+async def test_a_sweep_and_a_pipeline_through_the_submit_tool(server_env):
+    async with connect(server_env) as s:
+        sweep = {"grid": {"I": ["0", "1", "2"]}, "max_concurrent": 2}
+        sub = await s.ok("submit", {**JOB, "command": ['echo "i=$I index=$TAO_SWEEP_INDEX"'], "shell": True, "sweep": sweep})
+        sweep_id, variants = sub["sweep_id"], sub["jobs"]
+        assert len(variants) == 3 and variants[2]["slurm_job_id"].endswith("_2"), sub
+        start = time.monotonic()
+        while True:
+            data = await s.ok("wait", {"job_ids": [sweep_id], "timeout_secs": 20})
+            if all(j["status"] in ("Complete", "Error", "Canceled") for j in data["jobs"]):
+                break
+            assert time.monotonic() - start < 120, data
+        assert [j["status"] for j in data["jobs"]] == ["Complete"] * 3, data
+        listed = await s.ok("list", {"sweep_id": sweep_id[:8]})
+        assert listed["total"] == 3, listed
+        logs = await s.ok("logs", {"job_id": variants[1]["job_id"]})
+        assert logs["stdout"]["text"] == "i=1 index=1\n", logs
+
+        steps = [{"name": "first", "command": ["exit 3"]}, {"name": "second", "command": ["true"]}]
+        pipe = await s.ok("submit", {**JOB, "shell": True, "command": ["true"], "steps": steps})
+        second = pipe["jobs"][1]["job_id"]
+        last, _ = await s.wait_terminal(second)
+        job = last["jobs"][0]
+        assert job["status"] == "Canceled" and job["message"] == f"dependency {pipe['jobs'][0]['job_id']} ended Error", job
+        bad = await s.call("submit", {**JOB, "command": ["true"], "sweep": {"grid": {"I": []}}})
+        assert bad.is_error and "sweep.grid" in str(bad.content), bad
+
+
+@run_async
 async def test_a_pending_job_keeps_wait_waiting_until_cancelled(server_env):
     async with connect(server_env) as s:
         sub = await s.ok("submit", {**JOB, "command": ["true"], "sbatch_options": {"begin": "now+10days"}})

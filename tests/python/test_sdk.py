@@ -324,3 +324,26 @@ def test_missing_settings_are_a_credential_error_with_the_contract_message(tmp_p
     with pytest.raises(tao_slurm.ConfigError) as e:
         SlurmSDK()
     assert "SLURM_TIME_HOURS" in str(e.value) and not isinstance(e.value, tao_slurm.CredentialError)
+
+
+def test_a_sweep_is_one_array_each_variant_a_job_and_cancel_sweep_stops_the_unfinished(env, sdks):
+    sdk = sdks()
+    out = sdk.create_sweep(
+        image=IMAGE,
+        command='if [ "$I" -ge 2 ]; then sleep 600; fi; echo "index=$TAO_SWEEP_INDEX I=$I"',
+        gpu_count=0,
+        grid={"I": [0, 1, 2, 3]},
+    )
+    jobs = out["jobs"]
+    assert [j.id for j in jobs] and len(jobs) == 4
+    array = out["slurm_array_id"]
+    assert [sdk.get_job(j.id)["slurm_job_id"] for j in jobs] == [f"{array}_{i}" for i in range(4)]
+
+    def two_done_two_running():
+        statuses = [s.status for s in sdk.refresh([out["sweep_id"]])]
+        return statuses[:2] == ["Complete", "Complete"] and statuses[2:] == ["Running", "Running"]
+
+    until(two_done_two_running, 90, "two variants done, two running")
+    assert "index=1 I=1" in sdk.get_job_logs(jobs[1].id)
+    statuses = sdk.cancel_sweep(out["sweep_id"])
+    assert [s.status for s in statuses] == ["Complete", "Complete", "Canceled", "Canceled"]

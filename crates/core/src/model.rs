@@ -98,6 +98,24 @@ pub struct JobSummary {
     pub unseen_since: Option<i64>,
     /// The cluster profile the job was submitted to (None: the settings without a profile).
     pub cluster: Option<String>,
+    /// The sweep or pipeline the job belongs to (its group id), and a sweep variant's index.
+    pub sweep_id: Option<String>,
+    pub sweep_index: Option<u32>,
+    /// For a job that runs after others: the dependency it was submitted or last re-pointed with
+    /// (`afterok:<ids>`, `hold`, `free`; see `ops::depend::Gate::stored`).
+    pub gate: Option<String>,
+}
+
+impl JobSummary {
+    /// A sweep variant's index while its current attempt is its array's task (the first attempt;
+    /// retries are jobs of their own).
+    pub fn array_index(&self) -> Option<u32> {
+        if self.attempt == 1 {
+            self.sweep_index
+        } else {
+            None
+        }
+    }
 }
 
 /// How many runs the inner timeout may end before the job is an error (1 + timeout requeues).

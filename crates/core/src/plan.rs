@@ -515,6 +515,8 @@ fn resolve_environment(spec: &JobSpec, settings: &Settings) -> Result<(EnvPairs,
     let owned = |name: &str| {
         RENDEZVOUS_VARS.contains(&name)
             || name.starts_with("SLURM_")
+            || name.starts_with("TAO_AFTER_")
+            || crate::spec::SWEEP_VARS.contains(&name)
             || ["TAO_API_RESULTS_DIR", "TAO_JOB_ID", "TAO_SPECS_FILE", "TAO_RESULTS_ROOT", "TAO_API_JOB_ID"]
                 .contains(&name)
     };

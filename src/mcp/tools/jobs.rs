@@ -42,8 +42,19 @@ pub fn list(client: &Client, args: ListArgs) -> Result<Reply<ListOut>, ToolError
     let now = crate::store::now_secs();
     let wanted = args.status.map(|s| format!("{s:?}"));
     let views = client.list(args.active_only).map_err(|e| ToolError::engine(e, "job_ids"))?;
+    let only: Option<std::collections::HashSet<String>> = match &args.sweep_id {
+        Some(id) => Some(
+            client
+                .expand_ids(std::slice::from_ref(id))
+                .map_err(|e| ToolError::engine(e, "sweep_id"))?
+                .into_iter()
+                .collect(),
+        ),
+        None => None,
+    };
     let matched: Vec<JobBrief> = views
         .iter()
+        .filter(|v| only.as_ref().is_none_or(|o| o.contains(&v.job_id)))
         .filter(|v| wanted.as_deref().is_none_or(|w| w == v.status.as_str()))
         .filter(|v| since.is_none_or(|age| now - v.created_at <= age))
         .map(JobBrief::from)

@@ -45,6 +45,12 @@ pub struct SubmitOut {
     /// dry_run: the files that would be staged on shared storage.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub staged_files: Vec<String>,
+    /// A sweep's or pipeline's id: status, list (sweep_id), wait and cancel take it for all its jobs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sweep_id: Option<String>,
+    /// A sweep's variants or a pipeline's steps: each one's job id, Slurm job id and values or name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<serde_json::Value>,
     /// A background monitor was started (it performs retries while nobody calls status or wait).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub monitor_started: Option<bool>,
@@ -55,6 +61,11 @@ pub struct SubmitOut {
 pub fn to_spec(args: &SubmitArgs) -> Result<JobSpec, ToolError> {
     let value = serde_json::to_value(args).expect("submit arguments serialise");
     let fields: JobSpec = serde_path_to_error::deserialize(value).map_err(|e| {
+        // The sweep and steps arguments are free-form objects, checked only here.
+        let path = e.path().to_string();
+        if path.starts_with("sweep") || path.starts_with("steps") {
+            return ToolError::invalid(&path, e.inner().to_string());
+        }
         // Only a field of SubmitArgs that JobSpec lacks gets here: a bug, named as such.
         ToolError::failed(
             format!("internal: submit field {} is not a job field: {}", e.path(), e.inner()),
@@ -92,6 +103,9 @@ pub fn submit(client: &Client, args: SubmitArgs) -> Result<Reply<SubmitOut>, Too
     let spec = to_spec(&args)?;
     // Bad settings, a bad spec or a missing secret fail here, before any connection is attempted.
     client.settings().require_remote().map_err(|e| ToolError::engine(e.into(), "job_id"))?;
+    if spec.sweep.is_some() || !spec.steps.is_empty() {
+        return submit_group(client, &args, &spec);
+    }
     let plan = client.plan(&spec).map_err(|e| ToolError::engine(e, "job_id"))?;
     let secrets = secrets(&spec, args.secret_env_file.as_deref())?;
     let warnings: Vec<String> =
@@ -115,6 +129,8 @@ pub fn submit(client: &Client, args: SubmitArgs) -> Result<Reply<SubmitOut>, Too
             checks.push(format!("secret values found for {}", plan.secret_names.join(", ")));
         }
         let out = SubmitOut {
+            sweep_id: None,
+            jobs: None,
             dry_run: true,
             job_id: plan.layout.job_id.clone(),
             slurm_job_id: None,
@@ -147,6 +163,8 @@ pub fn submit(client: &Client, args: SubmitArgs) -> Result<Reply<SubmitOut>, Too
         None
     };
     let out = SubmitOut {
+        sweep_id: None,
+        jobs: None,
         dry_run: false,
         job_id: submitted.job_id.clone(),
         slurm_job_id: Some(submitted.slurm_job_id.clone()),
@@ -168,6 +186,84 @@ pub fn submit(client: &Client, args: SubmitArgs) -> Result<Reply<SubmitOut>, Too
         after_submit(&submitted.job_id),
         out,
     ))
+}
+
+/// A sweep (one Slurm job array) or a pipeline (steps after one another).
+fn submit_group(client: &Client, args: &SubmitArgs, spec: &JobSpec) -> Result<Reply<SubmitOut>, ToolError> {
+    if args.dry_run {
+        return Err(ToolError::invalid(
+            "dry_run",
+            "not available for a sweep or a pipeline yet: submit it, or use the CLI's submit --dry-run",
+        ));
+    }
+    let secrets = secrets(spec, args.secret_env_file.as_deref())?;
+    let first = if spec.sweep.is_some() {
+        let v = spec.sweep.as_ref().map(|s| s.variants()).transpose().map_err(|e| spec_error(&e.field.clone(), e))?;
+        spec.for_variant(&v.unwrap_or_default()[0])
+    } else {
+        spec.pipeline().map_err(|e| spec_error(&e.field.clone(), e))?.remove(0).spec
+    };
+    let plan = client.plan(&first).map_err(|e| ToolError::engine(e, "job_id"))?;
+    let resources = ResourcesOut {
+        nodes: plan.resources.nodes,
+        gpus_per_node: plan.resources.gpus_per_node,
+        partition: plan.partition.clone(),
+        time_minutes: plan.time_minutes,
+        image: plan.image.pyxis.clone(),
+    };
+    let (summary, group_id, first_job, jobs, slurm, host) = if spec.sweep.is_some() {
+        let s = client.create_sweep(spec, &secrets).map_err(|e| ToolError::engine(e, "sweep"))?;
+        (
+            format!(
+                "submitted sweep {} ({} variants, Slurm job array {} via {})",
+                s.sweep_id,
+                s.variants.len(),
+                s.slurm_array_id,
+                s.login_host
+            ),
+            s.sweep_id.clone(),
+            s.variants[0].job_id.clone(),
+            serde_json::to_value(&s.variants).expect("serialisable"),
+            s.slurm_array_id.clone(),
+            Some(s.login_host.clone()),
+        )
+    } else {
+        let p = client.create_pipeline(spec, &secrets).map_err(|e| ToolError::engine(e, "steps"))?;
+        let names: Vec<String> = p.steps.iter().map(|s| format!("{} ({})", s.name, s.job_id)).collect();
+        (
+            format!("submitted pipeline {}: {}", p.pipeline_id, names.join(", ")),
+            p.pipeline_id.clone(),
+            p.steps[0].job_id.clone(),
+            serde_json::to_value(&p.steps).expect("serialisable"),
+            p.steps[0].slurm_job_id.clone(),
+            None,
+        )
+    };
+    let monitor_started = if args.monitor {
+        Some(
+            crate::cli::monitor::start_background_monitor(client.settings())
+                .map_err(|e| ToolError::engine(e, "monitor"))?,
+        )
+    } else {
+        None
+    };
+    let out = SubmitOut {
+        dry_run: false,
+        job_id: first_job,
+        slurm_job_id: Some(slurm),
+        login_host: host,
+        job_dir: plan.layout.job_dir.clone(),
+        resources,
+        secret_env: plan.secret_names.clone(),
+        warnings: Vec::new(),
+        checks: Vec::new(),
+        script: None,
+        staged_files: Vec::new(),
+        sweep_id: Some(group_id.clone()),
+        jobs: Some(jobs),
+        monitor_started,
+    };
+    Ok(Reply::new(summary, after_submit(&group_id), out))
 }
 
 #[cfg(test)]
@@ -207,6 +303,31 @@ mod tests {
         assert_eq!(spec.env["A"], "b");
         assert_eq!(spec.secret_env, vec!["HF_TOKEN"]);
         assert_eq!(spec.sbatch_options["begin"], "now+1hour");
+    }
+
+    #[test]
+    fn sweep_after_and_steps_arguments_become_the_job_they_name() {
+        let args: SubmitArgs = parse(
+            json!({
+                "image": "ubuntu:22.04", "command": ["train"], "after": ["abc:notok"],
+                "sweep": {"grid": {"LR": ["0.1", "0.2"]}, "max_concurrent": 1}
+            })
+            .as_object()
+            .unwrap()
+            .clone(),
+        )
+        .unwrap();
+        let spec = to_spec(&args).unwrap();
+        assert_eq!(spec.after, vec!["abc:notok"]);
+        assert_eq!(spec.sweep.unwrap().variants().unwrap().len(), 2);
+        let args: SubmitArgs = parse(
+            json!({"image": "x", "command": ["a"], "steps": [{"name": "one"}, {"name": "two", "command": ["b"]}]})
+                .as_object()
+                .unwrap()
+                .clone(),
+        )
+        .unwrap();
+        assert_eq!(to_spec(&args).unwrap().pipeline().unwrap()[1].spec.command, vec!["b"]);
     }
 
     #[test]

@@ -19,6 +19,9 @@ pub fn target_of(job: &JobRecord) -> CancelTarget {
     match (&job.slurm_job_id, job.next_retry_at) {
         (Some(id), _) => CancelTarget::Id(id.clone()),
         (None, Some(_)) => CancelTarget::Nothing,
+        // A sweep variant whose array's id is not known: its name is the whole array's, so it is
+        // never cancelled by name (that would stop its siblings).
+        (None, None) if job.array_index().is_some() => CancelTarget::Nothing,
         (None, None) => CancelTarget::Name(job.attempt_name.clone()),
     }
 }

@@ -4,9 +4,11 @@
 pub mod cancel;
 pub mod cluster;
 pub mod credentials;
+pub mod depend;
 pub mod failure;
 pub mod inspect;
 pub mod logs;
 pub mod refresh;
 pub mod secrets;
 pub mod submit;
+pub mod sweep;

@@ -70,6 +70,9 @@ pub struct RefreshTarget {
     pub results_root: String,
     /// status.json's signature when it was last read: an unchanged file is not read again.
     pub status_sig: Option<String>,
+    /// A sweep variant's index in its job array while its first attempt is that array's task: the
+    /// lock then holds the array's id, and the task's id is `<array>_<index>`.
+    pub array_index: Option<u32>,
 }
 
 impl RefreshTarget {
@@ -81,6 +84,7 @@ impl RefreshTarget {
             submit_lock: format!("{}/sbatch/.submit-{}", job.layout.job_dir, job.attempt_name),
             results_root: job.layout.results_root.clone(),
             status_sig: job.status_sig.clone(),
+            array_index: job.array_index(),
         }
     }
 }
@@ -186,7 +190,7 @@ pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
     // awk's standard output is the script's (fd 5); its standard error, the control lines, is captured.
     s.push_str(&format!(
         "exec 5>&1\necho '{SECTION}squeue'\n\
-         ctl=\"$( {{ squeue --me -t all -h -O {fmt} 2>&1; echo \"{SECTION}rc $?\"; }} | awk -F'|' {prog} /dev/fd/3 - 3<<'TAO_SLURM_JOBS' 2>&1 >&5\n\
+         ctl=\"$( {{ squeue --me -r -t all -h -O {fmt} 2>&1; echo \"{SECTION}rc $?\"; }} | awk -F'|' {prog} /dev/fd/3 - 3<<'TAO_SLURM_JOBS' 2>&1 >&5\n\
          {roots_list}{list}{LIST_END}\nTAO_SLURM_JOBS\n)\"\n\
          read -r _ sq_rc need missing <<<\"$ctl\"\n",
         fmt = quote(SQUEUE_FORMAT),
@@ -200,10 +204,11 @@ pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
          echo \"{SECTION}dbd_queue $(sdiag 2>/dev/null | awk -F: '/DBD Agent queue size/ {{ gsub(/ /, \"\", $2); print $2 }}')\"\nfi\n"
     ));
     for job in jobs.iter().filter(|j| j.slurm_job_id.is_none()) {
+        let task = job.array_index.map(|i| format!("_{i}")).unwrap_or_default();
         s.push_str(&format!(
             // Read only a regular file (a FIFO would hang us, a symlink could point anywhere), only
             // its first bytes, and only digits: no content of it can pose as a marker or an id.
-            "if [ ! -L {l} ] && [ -f {l}/slurm_job_id ] && [ ! -L {l}/slurm_job_id ]; then id=\"$(head -c 24 {l}/slurm_job_id 2>/dev/null | head -n 1)\"; case \"$id\" in ''|*[!0-9]*) ;; *) echo '{SECTION}lock_id {id}'; printf '|%s\\n' \"$id\";; esac; fi\n",
+            "if [ ! -L {l} ] && [ -f {l}/slurm_job_id ] && [ ! -L {l}/slurm_job_id ]; then id=\"$(head -c 24 {l}/slurm_job_id 2>/dev/null | head -n 1)\"; case \"$id\" in ''|*[!0-9]*) ;; *) echo '{SECTION}lock_id {id}'; printf '|%s{task}\\n' \"$id\";; esac; fi\n",
             l = quote(&job.submit_lock),
             id = job.job_id
         ));
@@ -252,7 +257,7 @@ pub fn parse_refresh_output(stdout: &str) -> Observations {
             "lock_id" => {
                 let id = unprefix_lines(&body);
                 let id = id.trim();
-                if !id.is_empty() && id.len() <= 20 && id.bytes().all(|b| b.is_ascii_digit()) {
+                if crate::slurm::is_slurm_job_id(id) {
                     obs.lock_ids.insert(arg.trim().to_string(), id.to_string());
                 }
             }
@@ -281,8 +286,9 @@ pub struct Decision {
     pub update: StatusUpdate,
 }
 
+/// The number that orders Slurm jobs by age: the id, or an array task's array id.
 fn numeric_id(id: &str) -> u64 {
-    id.parse().unwrap_or(0)
+    id.split('_').next().unwrap_or(id).parse().unwrap_or(0)
 }
 
 /// The script exits 124 only once its timeout requeues are used up.
@@ -350,12 +356,20 @@ fn slurm_job_of(job: &JobSummary, obs: &Observations) -> Option<(String, Option<
         return Some((id.clone(), Some(id.clone())));
     }
     let name = &job.attempt_name;
-    let live =
-        obs.squeue.as_ref().and_then(|q| q.iter().filter(|r| &r.name == name).max_by_key(|r| numeric_id(&r.job_id)));
+    // A sweep variant's first attempt is one task of its array (all tasks share the name).
+    let task = job.array_index().map(|i| format!("_{i}"));
+    let mine = |id: &str| match &task {
+        Some(t) => id.ends_with(t.as_str()),
+        None => true,
+    };
+    let live = obs
+        .squeue
+        .as_ref()
+        .and_then(|q| q.iter().filter(|r| &r.name == name && mine(&r.job_id)).max_by_key(|r| numeric_id(&r.job_id)));
     let done = obs
         .sacct_by_name
         .as_ref()
-        .and_then(|a| a.iter().filter(|r| &r.name == name).max_by_key(|r| numeric_id(&r.job_id)));
+        .and_then(|a| a.iter().filter(|r| &r.name == name && mine(&r.job_id)).max_by_key(|r| numeric_id(&r.job_id)));
     let id = live.map(|r| r.job_id.clone()).or_else(|| done.map(|r| r.job_id.clone()))?;
     Some((id.clone(), Some(id)))
 }
@@ -504,6 +518,9 @@ mod tests {
             submitted_at: None,
             unseen_since: None,
             cluster: None,
+            sweep_id: None,
+            sweep_index: None,
+            gate: None,
         }
     }
 
@@ -515,6 +532,7 @@ mod tests {
             submit_lock: "/nonexistent/lock".into(),
             results_root: root.into(),
             status_sig: sig.map(String::from),
+            array_index: None,
         }
     }
 
@@ -768,5 +786,39 @@ mod tests {
         );
         assert!(obs.squeue.is_none());
         assert!(decide(&jobs, &obs, now_secs()).is_empty());
+    }
+
+    /// A sweep variant's first attempt is one task of its array: it is seen, adopted and decided by its
+    /// task id `<array>_<index>`, never by a sibling's.
+    #[test]
+    fn array_tasks_are_found_by_their_own_task_id() {
+        let mut variant = job("v2", "unused");
+        variant.slurm_job_id = None;
+        variant.sweep_id = Some("s".into());
+        variant.sweep_index = Some(2);
+        variant.attempt_name = "tao-sweep-s".into();
+        let squeue = "77_1|RUNNING|None|n1|x|1:00|0|tao-sweep-s\n77_2|PENDING|Priority||x|1:00|0|tao-sweep-s\n77_10|RUNNING|None|n2|x|1:00|0|tao-sweep-s\n";
+        let obs =
+            Observations { squeue: Some(parse_squeue(squeue)), sacct_by_name: Some(vec![]), ..Observations::default() };
+        let d = decide(std::slice::from_ref(&variant), &obs, now_secs());
+        assert_eq!(d[0].adopt.as_deref(), Some("77_2"), "{d:?}");
+        assert_eq!(d[0].update.status, PlatformStatus::Pending);
+        // Recorded: decided from its own line only.
+        let mut recorded = variant.clone();
+        recorded.slurm_job_id = Some("77_10".into());
+        let d = decide(std::slice::from_ref(&recorded), &obs, now_secs());
+        assert_eq!((d[0].adopt.clone(), d[0].update.status), (None, PlatformStatus::Running));
+        assert_eq!(d[0].update.node_list.as_deref(), Some("n2"));
+        // The lock holds the array's id: the refresh reads it as this task's id.
+        let mut target = target("v2", None, "/nonexistent", None);
+        target.array_index = Some(2);
+        let script = refresh_script(&[target]);
+        assert!(script.contains("printf '|%s_2\\n'"), "{script}");
+        let obs = parse_refresh_output("@@tao-slurm:lock_id v2\n|77_2\n@@tao-slurm:lock_id v3\n|77_2;rm\n");
+        assert_eq!(obs.lock_ids.get("v2").map(String::as_str), Some("77_2"));
+        assert!(!obs.lock_ids.contains_key("v3"), "only digits and one underscore are ids");
+        // A retried variant is an ordinary job again (its own name and id).
+        let retried = JobSummary { attempt: 2, ..variant };
+        assert_eq!(retried.array_index(), None);
     }
 }

@@ -13,11 +13,21 @@ pub struct AttemptTicket {
     pub number: u32,
     pub slurm_job_name: String,
     pub exclude: String,
+    /// `--dependency=` of the attempt (a job that runs after others: see [`crate::ops::depend`]).
+    pub dependency: Option<String>,
+    /// Leave the attempt held after submission (released by tao-slurm when its dependencies are met).
+    pub hold: bool,
 }
 
 impl AttemptTicket {
     pub fn first(plan: &Plan) -> AttemptTicket {
-        AttemptTicket { number: 1, slurm_job_name: plan.layout.job_name.clone(), exclude: String::new() }
+        AttemptTicket {
+            number: 1,
+            slurm_job_name: plan.layout.job_name.clone(),
+            exclude: String::new(),
+            dependency: None,
+            hold: false,
+        }
     }
 }
 
@@ -85,8 +95,9 @@ pub fn submit_script_with_hook(
     ));
     s.push_str(&format!("lock={}\nlogdir_prefix={}\n", quote(&lock), quote(&format!("{}/{name}", layout.logs_root()))));
     // Adopt rather than submit twice. The id in the lock is only ever digits (a job can write there).
+    let release_adopted = if ticket.hold { "" } else { "scontrol release \"$1\" >/dev/null 2>&1; " };
     s.push_str(&format!(
-        "adopt() {{ case \"$1\" in ''|*[!0-9]*) return;; esac; tao_put \"$lock/slurm_job_id\" \"$1\"; mkdir -p \"$logdir_prefix-$1\"; scontrol release \"$1\" >/dev/null 2>&1; echo \"{SECTION}slurm_job_id $1\"; echo '{SECTION}adopted'; exit 0; }}\n\
+        "adopt() {{ case \"$1\" in ''|*[!0-9]*) return;; esac; tao_put \"$lock/slurm_job_id\" \"$1\"; mkdir -p \"$logdir_prefix-$1\"; {release_adopted}echo \"{SECTION}slurm_job_id $1\"; echo '{SECTION}adopted'; exit 0; }}\n\
          if ! mkdir \"$lock\" 2>/dev/null; then\n\
          \x20 [ -d \"$lock\" ] && [ ! -L \"$lock\" ] && [ -O \"$lock\" ] || {{ echo \"tao-slurm: refusing $lock: not a directory of yours\" >&2; exit 14; }}\n\
          \x20 if [ -f \"$lock/slurm_job_id\" ] && [ ! -L \"$lock/slurm_job_id\" ]; then adopt \"$(head -c 24 \"$lock/slurm_job_id\" | head -n 1)\"; fi\n\
@@ -128,8 +139,11 @@ pub fn submit_script_with_hook(
             f.path.replace(['\'', '\\'], "")
         ));
     }
-    let exclude =
+    let mut exclude =
         if ticket.exclude.is_empty() { String::new() } else { format!(" --exclude={}", quote(&ticket.exclude)) };
+    if let Some(d) = &ticket.dependency {
+        exclude.push_str(&format!(" --dependency={}", quote(d)));
+    }
     s.push_str(&format!(
         "out=\"$(sbatch --parsable --hold --job-name={}{exclude} {})\" || {{ rm -rf \"$lock\"; echo 'tao-slurm: sbatch refused the job' >&2; exit 20; }}\n",
         quote(name),
@@ -139,9 +153,11 @@ pub fn submit_script_with_hook(
     s.push_str("tao_put \"$lock/slurm_job_id\" \"$id\"\n");
     s.push_str(&format!("echo \"{SECTION}slurm_job_id $id\"\n"));
     s.push_str("mkdir -p \"$logdir_prefix-$id\" || { scancel \"$id\"; echo 'tao-slurm: cannot create the log directory; job cancelled' >&2; exit 21; }\n");
-    s.push_str(
-        "scontrol release \"$id\" || { echo \"tao-slurm: job $id is held: scontrol release failed\" >&2; exit 22; }\n",
-    );
+    if !ticket.hold {
+        s.push_str(
+            "scontrol release \"$id\" || { echo \"tao-slurm: job $id is held: scontrol release failed\" >&2; exit 22; }\n",
+        );
+    }
     s
 }
 

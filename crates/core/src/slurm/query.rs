@@ -6,12 +6,13 @@ use serde::{Deserialize, Serialize};
 
 /// `squeue -o` format: job id, state, reason, node list, start time, time limit.
 /// `squeue -O` fields, each followed by `|`: id, state, reason, node list, start, limit, exit status
-/// (a raw wait status: code × 256 + signal), name. With `-t all`, squeue lists finished jobs that the
+/// (a raw wait status: code × 256 + signal), name. The id is `JobArrayID`: a plain job's id, and
+/// `<array>_<index>` for a task of a job array (squeue's `-r` lists every task on a line of its own). With `-t all`, squeue lists finished jobs that the
 /// controller still remembers: its word on how they ended is authoritative, where sacct lags. The job
 /// name comes last: it is the only free-text field, so a `|` in it cannot shift the others.
-pub const SQUEUE_FORMAT: &str = "JobID:|,State:|,Reason:|,NodeList:|,StartTime:|,TimeLimit:|,Exit_Code:|,Name:";
+pub const SQUEUE_FORMAT: &str = "JobArrayID:|,State:|,Reason:|,NodeList:|,StartTime:|,TimeLimit:|,Exit_Code:|,Name:";
 /// `sacct --format` fields, in the order [`parse_sacct`] reads them.
-pub const SACCT_FIELDS: &str = "JobIDRaw,State,ExitCode,DerivedExitCode,NodeList,Start,End,JobName";
+pub const SACCT_FIELDS: &str = "JobID,State,ExitCode,DerivedExitCode,NodeList,Start,End,JobName";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SqueueRecord {

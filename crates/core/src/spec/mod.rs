@@ -5,12 +5,17 @@ mod cosmos;
 mod dataset;
 mod image;
 mod secret;
+mod sweep;
 mod validate;
 
 pub use cosmos::{CosmosRlSpec, RoleCommands, MAX_CONFIG_BYTES};
 pub use dataset::{dataset_warning, parse_input, InputLocation, AUX_SCHEMES, LOCAL_PATH_MESSAGE};
 pub use image::ImageRef;
 pub use secret::{Secret, SecretValues};
+pub use sweep::{
+    parse_after, step_results_var, DependKind, PipelineStep, StepSpec, SweepSpec, Variant, VariantSpec,
+    MAX_SWEEP_VARIANTS, SWEEP_VARS,
+};
 pub use validate::{check_env_name, check_slurm_word, check_text, check_user_env_name, check_with, SpecError};
 
 use serde::{Deserialize, Serialize};
@@ -79,6 +84,15 @@ pub struct JobSpec {
     /// A Cosmos-RL job: controller, policy and rollout roles in one allocation, sized by its config.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cosmos_rl: Option<CosmosRlSpec>,
+    /// A sweep: this job once per variant, submitted as one Slurm job array.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<SweepSpec>,
+    /// Jobs this one runs after, `JOB[:ok|:notok|:any]` (platform job ids or prefixes).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
+    /// A pipeline: named steps, each after earlier ones.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepSpec>,
 }
 
 impl JobSpec {
@@ -136,6 +150,18 @@ impl JobSpec {
             (Some(file), Some(flags)) => Some(file.overlay(flags)),
             (file, flags) => flags.or(file),
         };
+        self.sweep = match (self.sweep, over.sweep) {
+            (Some(file), Some(flags)) => Some(file.overlay(flags)),
+            (file, flags) => flags.or(file),
+        };
+        for a in over.after {
+            if !self.after.contains(&a) {
+                self.after.push(a);
+            }
+        }
+        if !over.steps.is_empty() {
+            self.steps = over.steps;
+        }
         self
     }
 }

@@ -1,0 +1,195 @@
+//! Dependencies that survive retries: the gate a job is submitted with, and, in every refresh cycle,
+//! the re-pointing, releasing or cancelling of dependent jobs whose parents changed (the core's
+//! `ops::depend` decides; one round trip runs what it decided).
+
+pub use crate::ops::depend::*;
+
+use crate::error::Result;
+use crate::remote::{Idempotency, Remote};
+use crate::spec::DependKind;
+use crate::status::PlatformStatus;
+use crate::store::{DependencyRow, StatusUpdate, Store};
+use std::collections::BTreeMap;
+
+fn edge(row: &DependencyRow) -> Edge {
+    Edge {
+        parent_id: row.parent.clone(),
+        kind: DependKind::parse(&row.kind).unwrap_or(DependKind::Ok),
+        parent_status: PlatformStatus::parse(&row.parent_status).unwrap_or(PlatformStatus::Pending),
+        parent_slurm_id: row.parent_slurm_id.clone(),
+    }
+}
+
+/// The gate job `job_id` is to be submitted with now; None when it depends on nothing.
+pub fn gate_of(store: &Store, job_id: &str) -> Result<Option<Gate>> {
+    let rows = store.open_dependencies(Some(job_id))?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(gate(&rows.iter().map(edge).collect::<Vec<_>>())))
+}
+
+/// The active jobs that `ids` depend on, transitively (a refresh of a dependent job refreshes what it
+/// waits for, so that it can move on).
+pub fn active_parents(store: &Store, ids: &[&str]) -> Result<Vec<String>> {
+    // One query for every open dependency (none, usually): a refresh of thousands of jobs must not
+    // ask once per job.
+    let rows = store.open_dependencies(None)?;
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut parents_of: BTreeMap<&str, Vec<&DependencyRow>> = BTreeMap::new();
+    for row in &rows {
+        parents_of.entry(row.child.as_str()).or_default().push(row);
+    }
+    let given: std::collections::HashSet<&str> = ids.iter().copied().collect();
+    let mut out: Vec<String> = Vec::new();
+    let mut todo: Vec<&str> = ids.to_vec();
+    while let Some(id) = todo.pop() {
+        for row in parents_of.get(id).into_iter().flatten() {
+            let status = PlatformStatus::parse(&row.parent_status).unwrap_or(PlatformStatus::Pending);
+            if !status.is_terminal() && !given.contains(row.parent.as_str()) && !out.contains(&row.parent) {
+                out.push(row.parent.clone());
+                todo.push(row.parent.as_str());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Bring every dependent job in line with its parents as stored now: re-point Slurm dependencies at
+/// the parents' current attempts, release held jobs whose dependencies are met, cancel those that can
+/// never run (recorded Canceled, "dependency <id> ended <status>"), and explain Slurm's
+/// `DependencyNeverSatisfied` while a parent's retry is on its way. One round trip, only when there
+/// is something to run. Returns the ids of the jobs it changed.
+pub fn reconcile(remote: &dyn Remote, store: &Store) -> Result<Vec<String>> {
+    // A cancelled job cancels the jobs after it in turn: a chain ends at once, not one job per cycle.
+    let mut touched = Vec::new();
+    for _ in 0..64 {
+        let (changed, cancelled) = reconcile_pass(remote, store)?;
+        touched.extend(changed);
+        if !cancelled {
+            break;
+        }
+    }
+    touched.sort();
+    touched.dedup();
+    Ok(touched)
+}
+
+fn reconcile_pass(remote: &dyn Remote, store: &Store) -> Result<(Vec<String>, bool)> {
+    let rows = store.open_dependencies(None)?;
+    if rows.is_empty() {
+        return Ok((Vec::new(), false));
+    }
+    let mut by_child: BTreeMap<&str, Vec<Edge>> = BTreeMap::new();
+    for row in &rows {
+        by_child.entry(row.child.as_str()).or_default().push(edge(row));
+    }
+    let ids: Vec<&str> = by_child.keys().copied().collect();
+    let children = store.summaries(&ids)?;
+    let actions: Vec<Action> = children
+        .iter()
+        .filter_map(|c| {
+            let child = Child {
+                job_id: c.job_id.clone(),
+                status: c.status,
+                slurm_job_id: c.slurm_job_id.clone(),
+                gate: c.gate.clone(),
+                message: c.message.clone(),
+            };
+            reconcile_one(&child, by_child.get(c.job_id.as_str())?)
+        })
+        .collect();
+    if actions.is_empty() {
+        return Ok((Vec::new(), false));
+    }
+    let cancelled = actions.iter().any(|a| matches!(a, Action::Cancel { .. }));
+    let script = depend_script(&actions);
+    let results: BTreeMap<usize, bool> = if script.lines().count() > 1 {
+        let out = remote.run_script(&script, Idempotency::Idempotent)?;
+        parse_depend_output(&out.stdout).into_iter().collect()
+    } else {
+        BTreeMap::new()
+    };
+    let mut touched = Vec::new();
+    store.in_transaction(|| -> Result<()> {
+        for (i, action) in actions.iter().enumerate() {
+            let ok = results.get(&i).copied();
+            match action {
+                Action::Point { job_id, slurm_id, dependency, gate, .. } => {
+                    if ok == Some(true) {
+                        store.set_gate(job_id, gate)?;
+                        let to = if dependency.is_empty() { "none (its dependencies are met)".to_string() } else { dependency.clone() };
+                        store.add_event(job_id, "dependency", &format!("Slurm job {slurm_id} now depends on {to}"))?;
+                        // What this cycle's squeue said (DependencyNeverSatisfied, of the parent's
+                        // failed attempt) is no longer true.
+                        let job = store.summary(job_id)?;
+                        if job.status == PlatformStatus::Pending && job.message.contains(NEVER_SATISFIED) {
+                            store.update_status(
+                                job_id,
+                                &StatusUpdate {
+                                    status: job.status,
+                                    message: format!("waiting for its dependencies: re-pointed to {to} (a retry of the job it runs after)"),
+                                    slurm_state: job.slurm_state.clone(),
+                                    exit_code: job.exit_code,
+                                    node_list: None,
+                                    progress: None,
+                                },
+                            )?;
+                        }
+                        touched.push(job_id.clone());
+                    } else {
+                        tracing::warn!(job = %job_id, "re-pointing the dependency of Slurm job {slurm_id} failed; tried again next cycle");
+                    }
+                }
+                Action::Release { job_id, slurm_id } => {
+                    if ok == Some(true) {
+                        store.set_gate(job_id, "free")?;
+                        store.add_event(job_id, "dependency", &format!("dependencies met: Slurm job {slurm_id} released"))?;
+                        touched.push(job_id.clone());
+                    }
+                }
+                Action::Cancel { job_id, message, .. } => {
+                    // It can never run, whatever scancel said (a held or never-satisfied job does not start).
+                    let job = store.summary(job_id)?;
+                    store.update_status(
+                        job_id,
+                        &StatusUpdate {
+                            status: PlatformStatus::Canceled,
+                            message: message.clone(),
+                            slurm_state: job.slurm_state.clone(),
+                            exit_code: job.exit_code,
+                            node_list: None,
+                            progress: None,
+                        },
+                    )?;
+                    store.set_gate(job_id, "never")?;
+                    touched.push(job_id.clone());
+                }
+                Action::Explain { job_id, message } => {
+                    let job = store.summary(job_id)?;
+                    store.update_status(
+                        job_id,
+                        &StatusUpdate {
+                            status: job.status,
+                            message: message.clone(),
+                            slurm_state: job.slurm_state.clone(),
+                            exit_code: job.exit_code,
+                            node_list: None,
+                            progress: None,
+                        },
+                    )?;
+                    touched.push(job_id.clone());
+                }
+            }
+        }
+        Ok(())
+    })?;
+    crate::engine::secrets::sweep_or_warn(remote, store);
+    Ok((touched, cancelled))
+}
+
+fn reconcile_one(child: &Child, edges: &[Edge]) -> Option<Action> {
+    crate::ops::depend::reconcile(child, edges)
+}
