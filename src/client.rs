@@ -83,7 +83,7 @@ impl From<&JobSummary> for JobView {
             exit_code: j.exit_code,
             node_list: j.node_list.clone(),
             login_host: j.login_host.clone(),
-            job_dir: j.layout.job_dir.clone(),
+            job_dir: j.layout.base_dir.clone(),
             results_dir: j.layout.results_dir(),
             image: j.image.clone(),
             nodes: j.nodes,
@@ -115,13 +115,13 @@ impl From<&JobSummary> for JobView {
 }
 
 /// A submitted pipeline: its id and each step's job.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct PipelineSubmitted {
     pub pipeline_id: String,
     pub steps: Vec<StepSubmitted>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct StepSubmitted {
     pub name: String,
     pub job_id: String,
@@ -129,7 +129,7 @@ pub struct StepSubmitted {
 }
 
 /// A sweep or pipeline with its members' statuses counted.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct GroupView {
     #[serde(flatten)]
     pub group: crate::store::GroupRecord,
@@ -432,7 +432,7 @@ impl Client {
                         job_id: job.summary.job_id,
                         slurm_job_id,
                         login_host,
-                        job_dir: plan.layout.job_dir.clone(),
+                        job_dir: plan.layout.base_dir.clone(),
                     }),
                     _ => Err(Error::Remote(RemoteError::Lost {
                         host,
@@ -585,7 +585,7 @@ impl Client {
         for (i, step) in steps.iter().enumerate() {
             let mut plan = plan::resolve_with_id(&step.spec, &self.settings, &ids[i])?;
             for (j, earlier) in steps[..i].iter().enumerate() {
-                let dir = plan::Layout::new(&plan.layout.job_dir, &ids[j]).results_dir();
+                let dir = plan::Layout::new(&plan.layout.base_dir, &ids[j]).results_dir();
                 plan.env.push((crate::spec::step_results_var(&earlier.name), dir));
             }
             plans.push(plan);

@@ -105,7 +105,7 @@ fn preflight_is_green_and_names_each_broken_part() {
     {
         let (job, slurm_id) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--", "sleep", "4"]);
         let start = std::time::Instant::now();
-        while env.json(&["status", &job, "--json"])["status"] != "Running" {
+        while env.status(&job)["status"] != "Running" {
             assert!(start.elapsed() < std::time::Duration::from_secs(60), "job never ran");
             std::thread::sleep(std::time::Duration::from_millis(300));
         }
@@ -125,7 +125,7 @@ fn preflight_is_green_and_names_each_broken_part() {
         }
         for _ in 0..3 {
             let out = env.run(&["status", &job, "--json"]);
-            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let v: serde_json::Value = serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()[0].clone();
             assert_eq!(v["status"], "Running", "no verdict without accounting: {v}");
             assert!(String::from_utf8_lossy(&out.stderr).contains("sacct failed"), "and it says so");
         }

@@ -78,7 +78,7 @@ fn wait_running_then_terminal(env: &Env, job: &str) -> (Value, Duration) {
     let start = Instant::now();
     let mut running_since = None;
     loop {
-        let v = env.json(&["status", job, "--json"]);
+        let v = env.status(job);
         if v["status"] == "Running" && running_since.is_none() {
             running_since = Some(Instant::now());
         }

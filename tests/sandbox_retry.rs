@@ -82,7 +82,7 @@ fn a_node_failure_is_retried_elsewhere_and_both_attempts_keep_their_logs() {
     ]);
     let start = Instant::now();
     let running = loop {
-        let v = env.json(&["status", &job, "--json"]);
+        let v = env.status(&job);
         if v["status"] == "Running" && v["node_list"].is_string() {
             break v;
         }
@@ -111,7 +111,7 @@ fn a_node_failure_is_retried_elsewhere_and_both_attempts_keep_their_logs() {
     // The retry runs the same command again (sleep 600): wait for attempt 2 to run, then end it.
     let start = Instant::now();
     let v = loop {
-        let v = env.json(&["status", &job, "--json"]);
+        let v = env.status(&job);
         if v["attempt"] == 2 && v["status"] == "Running" {
             break v;
         }
@@ -220,7 +220,7 @@ fn concurrent_refreshers_resubmit_a_failed_job_exactly_once() {
                         .env("PATH", std::env::var("PATH").unwrap())
                         .output()
                         .unwrap();
-                    if let Ok(v) = serde_json::from_slice::<Value>(&out.stdout) {
+                    if let Ok(v) = serde_json::from_slice::<Value>(&out.stdout).map(|list| list[0].clone()) {
                         if matches!(v["status"].as_str(), Some("Complete" | "Error" | "Canceled")) {
                             return v;
                         }

@@ -28,7 +28,7 @@ fn inner_timeout_requeues_the_same_job_then_ends_timed_out() {
     let start = Instant::now();
     let mut nudged = 0;
     let v = loop {
-        let v = env.json(&["status", &job, "--json"]);
+        let v = env.status(&job);
         assert_eq!(v["slurm_job_id"].as_str(), Some(slurm.as_str()), "a requeue keeps the Slurm job id");
         if matches!(v["status"].as_str(), Some("Complete" | "Error" | "Canceled")) {
             break v;

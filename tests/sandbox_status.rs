@@ -19,7 +19,7 @@ fn adopt_raw(env: &Env, sbatch_args: &str) -> (String, String) {
 fn wait_for(env: &Env, job: &str, limit: Duration, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
     let start = Instant::now();
     loop {
-        let v = env.json(&["status", job, "--json"]);
+        let v = env.status(job);
         if pred(&v) {
             return v;
         }
@@ -139,7 +139,7 @@ fn a_job_aged_out_of_the_controller_gets_its_verdict_from_sacct() {
         assert!(start.elapsed() < Duration::from_secs(200), "job {slurm_id} never aged out");
         std::thread::sleep(Duration::from_secs(2));
     }
-    let v = env.json(&["status", &job, "--json"]);
+    let v = env.status(&job);
     assert_eq!((v["status"].as_str(), v["exit_code"].as_i64()), (Some("Error"), Some(4)), "{v}");
 }
 
@@ -184,6 +184,6 @@ fn logs_follow_streams_lines_and_stops_at_the_end() {
     assert_eq!(lines, vec!["line-1", "line-2", "line-3", "line-4", "line-5", "line-6"]);
     // Streamed: the first line arrived well before the job (and the follower) ended.
     assert!(ended - arrivals[0].0 >= Duration::from_secs(3), "line-1 at {:?}, end at {ended:?}", arrivals[0].0);
-    let v = env.json(&["status", &job, "--json"]);
+    let v = env.status(&job);
     assert_eq!(v["status"], "Complete");
 }

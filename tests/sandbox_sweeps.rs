@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 fn wait_group(env: &Env, id: &str, limit: Duration, what: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
     let start = Instant::now();
     loop {
-        let v = env.json(&["status", id, "--json"]);
+        let v = env.status(id);
         let jobs = v.as_array().unwrap_or_else(|| panic!("a group's status is a list: {v}")).clone();
         if done(&jobs) {
             return jobs;
@@ -96,7 +96,7 @@ fn a_hundred_variant_sweep_is_one_sbatch_in_two_round_trips_and_a_failed_variant
         assert_eq!(seen[id], format!("index={index} I={index} values=I={index} sweep={sweep}"), "{j}");
         if index == 37 {
             assert_eq!(j["attempt"], 2, "the failed variant was retried: {j}");
-            let attempts = env.json(&["status", id, "--json"])["attempts"].clone();
+            let attempts = env.status(id)["attempts"].clone();
             assert_eq!(attempts[0]["slurm_job_id"], format!("{array}_37"), "{attempts}");
             assert_eq!(attempts[0]["failure_class"], "infra", "{attempts}");
             let retry_id = attempts[1]["slurm_job_id"].as_str().unwrap();
@@ -206,7 +206,7 @@ fn a_pipeline_keeps_its_order_across_its_first_steps_retry() {
     for n in ["train", "eval", "export"] {
         assert_eq!(by_name(n)["status"], "Complete", "{n}: {:#}", by_name(n));
     }
-    let train_job = env.json(&["status", &steps[0].1, "--json"]);
+    let train_job = env.status(&steps[0].1);
     let attempts = train_job["attempts"].as_array().unwrap();
     assert_eq!(attempts.len(), 2, "train was retried: {train_job}");
     assert_ne!(attempts[0]["slurm_job_id"], attempts[1]["slurm_job_id"], "under a new Slurm job id");
@@ -266,7 +266,7 @@ fn after_flag_waits_for_its_parent_and_notok_runs_only_on_failure() {
     let (on_fail, on_fail_slurm) =
         env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--after", &format!("{prefix}:notok"), "--", "true"]);
     // While the parent runs: the first child waits on the parent's Slurm job, the second is held.
-    let v = env.json(&["status", &on_fail, "--json"]);
+    let v = env.status(&on_fail);
     assert_eq!(v["status"], "Pending", "{v}");
     let dep = env.ssh(&format!("scontrol show job {on_fail_slurm} | grep -o 'Reason=[A-Za-z]*'\n"));
     assert!(dep.contains("JobHeldUser"), "a notok child is held: {dep}");

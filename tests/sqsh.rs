@@ -137,7 +137,7 @@ fn images_are_converted_once_and_failures_submit_nothing() {
     // Unless registry pulls are allowed explicitly.
     let v = env.json(&["submit", "--json", "--allow-registry-pull", "--image", &broken, "--gpus", "0", "--", "true"]);
     let job = v["job_id"].as_str().unwrap();
-    let status = env.json(&["status", job, "--json"]);
+    let status = env.status(job);
     assert_eq!(status["image"], format!("nvcr.io#nvidia/tao/sqsh-broken-{}:3.0", std::process::id()));
     let _ = std::fs::remove_file(&log);
 }

@@ -28,13 +28,13 @@ fn logins_are_shared_and_missing_settings_never_connect() {
     let before = accepted_logins();
     let (job, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "1", "--", "sleep", "120"]);
     for _ in 0..20 {
-        let v = env.json(&["status", &job, "--json"]);
+        let v = env.status(&job);
         assert!(matches!(v["status"].as_str(), Some("Pending" | "Running")), "{v}");
     }
     let logins = accepted_logins() - before;
     env.ok(&["cancel", &job]);
     assert_eq!(logins, 1, "submit + 20 status invocations must share one SSH login");
-    let v = env.json(&["status", &job, "--json"]);
+    let v = env.status(&job);
     assert_eq!(v["status"], "Canceled");
 
     // 100 back-to-back remote commands in one process: one login.

@@ -58,8 +58,7 @@ fn check_two_jobs(copy: &Copy) {
     assert_eq!((failed["status"].as_str(), failed["exit_code"].as_i64()), (Some("Error"), Some(3)), "{failed}");
     // A terminal job's status is answered from the state file, with its one attempt.
     let id = failed["job_id"].as_str().unwrap();
-    let status = copy.json(&["status", id, "--json"]);
-    let status = if status.is_array() { status[0].clone() } else { status };
+    let status = copy.json(&["status", id, "--json"])[0].clone();
     assert_eq!(status["status"], "Error", "{status}");
     assert_eq!(status["slurm_job_id"], failed["slurm_job_id"], "{status}");
     let attempts = status["attempts"].as_array().unwrap_or_else(|| panic!("attempts: {status}"));
@@ -92,8 +91,7 @@ fn a_state_file_with_attempts_and_plan_columns_migrates_and_keeps_its_failure_ev
     // That build classified the failure; its class and evidence are kept on the attempt.
     let jobs = copy.json(&["list", "--json"]);
     let id = job(&jobs, "fixture-fail")["job_id"].as_str().unwrap().to_string();
-    let status = copy.json(&["status", &id, "--json"]);
-    let status = if status.is_array() { status[0].clone() } else { status };
+    let status = copy.json(&["status", &id, "--json"])[0].clone();
     let attempt = &status["attempts"][0];
     assert_eq!(attempt["failure_class"], "user", "{status}");
     assert!(attempt["evidence"].to_string().contains("exit code 3"), "{status}");

@@ -86,9 +86,7 @@ fn secrets_are_gone_whatever_way_a_job_ends_and_never_reach_a_log() {
     // Cancelled once it runs, or after a while pending (the shared sandbox may be busy): either
     // way its secrets file exists and must go.
     let start = Instant::now();
-    while env.json(&["status", &cancelled, "--json"])["status"] != "Running"
-        && start.elapsed() < Duration::from_secs(20)
-    {
+    while env.status(&cancelled)["status"] != "Running" && start.elapsed() < Duration::from_secs(20) {
         std::thread::sleep(Duration::from_millis(500));
     }
     assert!(base.join("secrets").join(&cancelled).join("env").exists(), "the secrets file was written");
@@ -101,7 +99,7 @@ fn secrets_are_gone_whatever_way_a_job_ends_and_never_reach_a_log() {
         let secrets_dir = base.join("secrets").join(job);
         assert!(!secrets_dir.exists(), "{} outlived job {job} ({want})", secrets_dir.display());
     }
-    let v = env.json(&["status", &infra, "--json"]);
+    let v = env.status(&infra);
     assert!(v["message"].as_str().unwrap().contains("retry budget exhausted"), "{v}");
     let out = env.json(&["logs", &user_error, "--json"]);
     assert!(out["stdout"].as_str().unwrap().contains("has-token"), "the job had its secret: {out}");

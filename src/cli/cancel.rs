@@ -15,13 +15,7 @@ pub struct CancelCmd {
 impl CancelCmd {
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
         let views = Client::new(settings)?.cancel_jobs(&self.job_ids)?;
-        if self.json {
-            super::print_json(&views);
-        } else {
-            for v in &views {
-                println!("{} {}", v.job_id, v.status);
-            }
-        }
+        super::output::emit(super::output::Format::from_json_flag(self.json), &super::output::JobsReport(views));
         Ok(0)
     }
 }

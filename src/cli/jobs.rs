@@ -61,25 +61,9 @@ impl ListCmd {
         };
         let now = crate::store::now_secs();
         let client = Client::new(settings)?;
+        let format = super::output::Format::from_json_flag(self.json);
         if self.sweeps {
-            let groups = client.groups()?;
-            if self.json {
-                super::print_json(&groups);
-            } else if groups.is_empty() {
-                println!("no sweeps or pipelines");
-            } else {
-                for g in groups {
-                    let counts: Vec<String> = g.statuses.iter().map(|(s, n)| format!("{n} {s}")).collect();
-                    println!(
-                        "{}  {:<8} {:>5} jobs  {}{}",
-                        g.group.sweep_id,
-                        g.group.kind,
-                        g.jobs,
-                        counts.join(", "),
-                        g.group.slurm_array_id.map(|a| format!("  (Slurm job array {a})")).unwrap_or_default()
-                    );
-                }
-            }
+            super::output::emit(format, &super::output::GroupsReport(client.groups()?));
             return Ok(0);
         }
         let only: Option<std::collections::HashSet<String>> = if self.sweep_ids.is_empty() {
@@ -94,11 +78,7 @@ impl ListCmd {
             .filter(|v| status.is_none_or(|s| v.status == s))
             .filter(|v| since.is_none_or(|age| now - v.created_at <= age))
             .collect();
-        if self.json {
-            super::print_json(&views);
-        } else {
-            super::status::print_table(&views);
-        }
+        super::output::emit(format, &super::output::JobsReport(views));
         Ok(0)
     }
 }

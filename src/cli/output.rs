@@ -230,18 +230,101 @@ pub struct ChunkLine {
     pub text: String,
 }
 
+/// `status`, `list`, `cancel`: jobs, always a list (of one for one job id).
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(transparent)]
+pub struct JobsReport(pub Vec<crate::JobView>);
+
+impl Report for JobsReport {
+    fn human(&self) -> String {
+        super::status::table(&self.0)
+    }
+}
+
+/// `list --sweeps`: the sweeps and pipelines, each with its jobs' statuses counted.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(transparent)]
+pub struct GroupsReport(pub Vec<crate::client::GroupView>);
+
+impl Report for GroupsReport {
+    fn human(&self) -> String {
+        if self.0.is_empty() {
+            return "no sweeps or pipelines\n".into();
+        }
+        self.0
+            .iter()
+            .map(|g| {
+                let counts: Vec<String> = g.statuses.iter().map(|(s, n)| format!("{n} {s}")).collect();
+                format!(
+                    "{}  {:<8} {:>5} jobs  {}{}\n",
+                    g.group.sweep_id,
+                    g.group.kind,
+                    g.jobs,
+                    counts.join(", "),
+                    g.group.slurm_array_id.as_ref().map(|a| format!("  (Slurm job array {a})")).unwrap_or_default()
+                )
+            })
+            .collect()
+    }
+}
+
+impl Report for crate::client::Submitted {
+    fn human(&self) -> String {
+        format!(
+            "Submitted job {} (Slurm job {} via {})\nFollow it with: tao-slurm watch {}\n",
+            self.job_id, self.slurm_job_id, self.login_host, self.job_id
+        )
+    }
+}
+
+impl Report for crate::engine::sweep::SweepSubmitted {
+    fn human(&self) -> String {
+        let mut s = format!(
+            "Submitted sweep {} ({} variants, Slurm job array {} via {})\n",
+            self.sweep_id,
+            self.variants.len(),
+            self.slurm_array_id,
+            self.login_host
+        );
+        for v in &self.variants {
+            s.push_str(&format!("  {:>4}  {}  {:<12} {}\n", v.index, v.job_id, v.slurm_job_id, v.values));
+        }
+        s.push_str(&format!("Follow it with: tao-slurm watch {}\n", self.sweep_id));
+        s
+    }
+}
+
+impl Report for crate::client::PipelineSubmitted {
+    fn human(&self) -> String {
+        let mut s = format!("Submitted pipeline {}\n", self.pipeline_id);
+        for step in &self.steps {
+            s.push_str(&format!("  {:<16} {}  Slurm job {}\n", step.name, step.job_id, step.slurm_job_id));
+        }
+        s.push_str(&format!("Follow it with: tao-slurm watch {}\n", self.pipeline_id));
+        s
+    }
+}
+
 /// Every report's JSON schema, by the command that prints it.
 pub fn schemas() -> Vec<(&'static str, schemars::Schema)> {
     vec![
+        ("cancel", schemars::schema_for!(JobsReport)),
         ("check-path", schemars::schema_for!(PathsReport)),
         ("credentials enroot", schemars::schema_for!(CredentialsReport)),
         ("events", schemars::schema_for!(EventsReport)),
         ("image import", schemars::schema_for!(crate::engine::image::Prepared)),
+        ("list", schemars::schema_for!(JobsReport)),
+        ("list --sweeps", schemars::schema_for!(GroupsReport)),
         ("logs", schemars::schema_for!(crate::engine::logs::JobLogs)),
         ("logs --role", schemars::schema_for!(crate::engine::logs::RoleLogs)),
         ("logs -f (each line)", schemars::schema_for!(ChunkLine)),
         ("preflight", schemars::schema_for!(PreflightReport)),
         ("render", schemars::schema_for!(RenderReport)),
+        ("status", schemars::schema_for!(JobsReport)),
+        ("submit", schemars::schema_for!(crate::client::Submitted)),
+        ("submit (a pipeline)", schemars::schema_for!(crate::client::PipelineSubmitted)),
+        ("submit (a sweep)", schemars::schema_for!(crate::engine::sweep::SweepSubmitted)),
+        ("watch --json (each line)", schemars::schema_for!(crate::JobView)),
     ]
 }
 

@@ -18,23 +18,16 @@ impl StatusCmd {
         // One job: its status with its attempts. A sweep or pipeline id: its jobs.
         let one_job = self.job_ids.len() == 1 && !client.is_group(&self.job_ids[0])?;
         let views = if one_job { vec![client.job_status(&self.job_ids[0])?] } else { client.refresh(&self.job_ids)? };
-        if self.json {
-            if one_job {
-                super::print_json(&views[0]);
-            } else {
-                super::print_json(&views);
-            }
-        } else {
-            print_table(&views);
-        }
+        // Always a list, even of one job: a script reads every answer the same way.
+        super::output::emit(super::output::Format::from_json_flag(self.json), &super::output::JobsReport(views));
         Ok(0)
     }
 }
 
-pub(crate) fn print_table(views: &[JobView]) {
+/// Jobs as a table for people.
+pub(crate) fn table(views: &[JobView]) -> String {
     if views.is_empty() {
-        println!("no jobs");
-        return;
+        return "no jobs\n".into();
     }
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED);
@@ -51,5 +44,5 @@ pub(crate) fn print_table(views: &[JobView]) {
             super::clean(&v.message),
         ]);
     }
-    println!("{table}");
+    format!("{table}\n")
 }

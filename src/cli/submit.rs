@@ -50,15 +50,7 @@ impl SubmitCmd {
         if self.monitor && super::monitor::start_background_monitor(client.settings())? {
             eprintln!("started a background monitor (log: {}.monitor.log)", client.settings().state_path.display());
         }
-        if self.json {
-            super::print_json(&submitted);
-        } else {
-            println!(
-                "Submitted job {} (Slurm job {} via {})",
-                submitted.job_id, submitted.slurm_job_id, submitted.login_host
-            );
-            println!("Follow it with: tao-slurm watch {}", submitted.job_id);
-        }
+        super::output::emit(super::output::Format::from_json_flag(self.json), &submitted);
         Ok(0)
     }
 }
@@ -100,21 +92,7 @@ impl SubmitCmd {
         let client = Client::new(settings)?;
         let submitted = client.create_sweep(spec, secrets)?;
         self.after_submit(&client)?;
-        if self.json {
-            super::print_json(&submitted);
-        } else {
-            println!(
-                "Submitted sweep {} ({} variants, Slurm job array {} via {})",
-                submitted.sweep_id,
-                submitted.variants.len(),
-                submitted.slurm_array_id,
-                submitted.login_host
-            );
-            for v in &submitted.variants {
-                println!("  {:>4}  {}  {:<12} {}", v.index, v.job_id, v.slurm_job_id, v.values);
-            }
-            println!("Follow it with: tao-slurm watch {}", submitted.sweep_id);
-        }
+        super::output::emit(super::output::Format::from_json_flag(self.json), &submitted);
         Ok(0)
     }
 
@@ -134,15 +112,7 @@ impl SubmitCmd {
         let client = Client::new(settings)?;
         let submitted = client.create_pipeline(spec, secrets)?;
         self.after_submit(&client)?;
-        if self.json {
-            super::print_json(&submitted);
-        } else {
-            println!("Submitted pipeline {}", submitted.pipeline_id);
-            for s in &submitted.steps {
-                println!("  {:<16} {}  Slurm job {}", s.name, s.job_id, s.slurm_job_id);
-            }
-            println!("Follow it with: tao-slurm watch {}", submitted.pipeline_id);
-        }
+        super::output::emit(super::output::Format::from_json_flag(self.json), &submitted);
         Ok(0)
     }
 

@@ -61,7 +61,7 @@ impl WatchCmd {
                     let key = (v.status, v.slurm_state.clone(), v.message.clone());
                     if last.get(&v.job_id) != Some(&key) {
                         if self.json {
-                            println!("{}", serde_json::to_string(v).expect("serialisable"));
+                            super::output::emit_line(v);
                         } else {
                             println!(
                                 "{}  {:<8} {:<12} {:>8}  {}",

@@ -115,5 +115,5 @@ pub fn submit(
     }
     let slurm_job_id =
         slurm_job_id.ok_or_else(|| Error::RemoteCommand(format!("sbatch printed no job id: {}", out.stdout.trim())))?;
-    Ok(Submitted { job_id: job_id.clone(), slurm_job_id, login_host: out.host, job_dir: plan.layout.job_dir.clone() })
+    Ok(Submitted { job_id: job_id.clone(), slurm_job_id, login_host: out.host, job_dir: plan.layout.base_dir.clone() })
 }

@@ -14,7 +14,7 @@ use crate::status::PlatformStatus;
 use crate::store::{JobRecord, StatusUpdate, Store};
 
 /// A submitted sweep: its id, its array's Slurm job id and each variant's job and task ids.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct SweepSubmitted {
     pub sweep_id: String,
     pub slurm_array_id: String,
@@ -22,7 +22,7 @@ pub struct SweepSubmitted {
     pub variants: Vec<VariantSubmitted>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct VariantSubmitted {
     pub index: u32,
     pub job_id: String,

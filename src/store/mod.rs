@@ -56,7 +56,7 @@ pub struct Group {
 }
 
 /// A group as read back, with its array's Slurm id once submitted.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
 pub struct GroupRecord {
     pub sweep_id: String,
     pub kind: String,
@@ -341,7 +341,7 @@ impl Store {
                         PlatformStatus::Pending.as_str(),
                         now,
                         attempt_name,
-                        plan.layout.job_dir,
+                        plan.layout.base_dir,
                         plan.image.pyxis,
                         plan.resources.nodes,
                         plan.resources.gpus_per_node,
@@ -983,7 +983,7 @@ mod tests {
         let store = Store::open(&path).unwrap();
         let legacy = store.summary("old-build-job").unwrap();
         assert_eq!((legacy.timeout_seconds, legacy.has_secrets), (228 * 60, false));
-        assert_eq!(legacy.layout.job_dir, plan.layout.job_dir);
+        assert_eq!(legacy.layout.base_dir, plan.layout.base_dir);
         let summary = store.summary(&id).unwrap();
         assert_eq!(summary, store.get(&id).unwrap().summary);
         assert!(summary.has_secrets);

@@ -63,14 +63,26 @@ def test_every_documented_output_validates(env, tmp_path):
         "render",
         run_json(env, "render", "--json", "--image", "ubuntu:22.04", "--gpus", "0", "--secret-env", "T", "--", "true"),
     )
+    # A job held a day (it never runs): submit, status, list and cancel of it.
+    held = ("--image", "ubuntu:22.04", "--gpus", "0", "--sbatch-option", "begin=now+1day", "--", "true")
+    submitted = run_json(env, "submit", "--json", *held)
+    check("submit", submitted)
+    job = submitted["job_id"]
+    status = run_json(env, "status", job, "--json")
+    assert isinstance(status, list) and len(status) == 1 and status[0]["job_id"] == job, status
+    check("status", status)
+    check("list", run_json(env, "list", "--json"))
+    cancelled = run_json(env, "cancel", job, "--json")
+    check("cancel", cancelled)
+    assert cancelled[0]["status"] == "Canceled", cancelled
     # A state file written by an earlier build: its jobs' history, offline.
     state = tmp_path / "old.db"
     shutil.copy(REPO / "tests/fixtures/state/v4-c7f1618.db", state)
     old = dict(env, TAO_SLURM_STATE=str(state))
     jobs = run_json(old, "list", "--json")
     check("events", run_json(old, "events", jobs[0]["job_id"], "--json"))
-    # Every documented command whose output needs no job running on the cluster was checked.
-    assert checked == {"preflight", "check-path", "render", "events"}, checked
+    # Every documented command whose output needs no job to run on the cluster was checked.
+    assert checked == {"preflight", "check-path", "render", "events", "submit", "status", "list", "cancel"}, checked
     assert set(documented) >= checked
 
 

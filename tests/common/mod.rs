@@ -93,6 +93,14 @@ impl Env {
         (v["job_id"].as_str().unwrap().to_string(), v["slurm_job_id"].as_str().unwrap().to_string())
     }
 
+    /// `status ID --json` of one job (the command answers a list, here of one).
+    pub fn status(&self, job_id: &str) -> Value {
+        let v = self.json(&["status", job_id, "--json"]);
+        let jobs = v.as_array().unwrap_or_else(|| panic!("status answers a list: {v}"));
+        assert_eq!(jobs.len(), 1, "one job asked, one answered: {v}");
+        jobs[0].clone()
+    }
+
     /// Poll `status --json` until the job is terminal (bounded, so a broken job fails the test).
     pub fn wait_terminal(&self, job_id: &str, limit: Duration) -> Value {
         self.wait_terminal_with(&[], job_id, limit)
@@ -104,7 +112,7 @@ impl Env {
         let mut args = flags.to_vec();
         args.extend(["status", job_id, "--json"]);
         loop {
-            let v = self.json(&args);
+            let v = self.json(&args)[0].clone();
             if matches!(v["status"].as_str(), Some("Complete" | "Error" | "Canceled")) {
                 return v;
             }

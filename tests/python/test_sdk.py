@@ -305,7 +305,7 @@ print(json.dumps({"job_id": job.id, "final": final.status, "logs": sdk.get_job_l
     cli = REPO / "target" / "debug" / "tao-slurm"
     assert cli.is_file(), f"{cli} is missing: dev/test builds it"
     out = subprocess.run([str(cli), "status", result["job_id"], "--json"], env=env, capture_output=True, text=True)
-    assert out.returncode == 0 and json.loads(out.stdout)["status"] == "Complete", out.stderr
+    assert out.returncode == 0 and json.loads(out.stdout)[0]["status"] == "Complete", out.stderr
 
 
 def test_missing_settings_are_a_credential_error_with_the_contract_message(tmp_path, monkeypatch):

@@ -11,7 +11,10 @@ pub const DEFAULT_MOUNT: &str = "/lustre";
 /// Where a job's files live on shared storage (contract §2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Layout {
-    pub job_dir: String,
+    /// The base directory on shared storage (SLURM_BASE_RESULTS_DIR) that holds every job's files.
+    /// Stored plans and the contract's JSON call it `job_dir`.
+    #[serde(rename = "job_dir")]
+    pub base_dir: String,
     pub results_root: String,
     pub job_id: String,
     pub job_name: String,
@@ -20,26 +23,23 @@ pub struct Layout {
 impl Layout {
     pub fn new(base: &str, job_id: &str) -> Layout {
         Layout {
-            job_dir: base.to_string(),
+            base_dir: base.to_string(),
             results_root: format!("{base}/results"),
             job_id: job_id.to_string(),
             job_name: slurm_job_name(job_id),
         }
     }
-    pub fn spec_file(&self) -> String {
-        format!("{}/specs/{}.json", self.job_dir, self.job_id)
-    }
     pub fn env_file(&self) -> String {
-        format!("{}/env/{}.json", self.job_dir, self.job_id)
+        format!("{}/env/{}.json", self.base_dir, self.job_id)
     }
     pub fn meta_file(&self) -> String {
-        format!("{}/meta/{}.json", self.job_dir, self.job_id)
+        format!("{}/meta/{}.json", self.base_dir, self.job_id)
     }
     pub fn script_file(&self) -> String {
-        format!("{}/sbatch/job_{}.sbatch", self.job_dir, self.job_id)
+        format!("{}/sbatch/job_{}.sbatch", self.base_dir, self.job_id)
     }
     pub fn logs_root(&self) -> String {
-        format!("{}/slurm-logs", self.job_dir)
+        format!("{}/slurm-logs", self.base_dir)
     }
     /// The log directory of one attempt: its Slurm job name and id (`%x-%j`).
     pub fn log_dir(&self, slurm_job_name: &str, slurm_job_id: &str) -> String {
@@ -47,11 +47,11 @@ impl Layout {
     }
     /// Secret values for the job, mode 600 in a directory of mode 700; deleted once the job is terminal.
     pub fn secrets_dir(&self) -> String {
-        format!("{}/secrets/{}", self.job_dir, self.job_id)
+        format!("{}/secrets/{}", self.base_dir, self.job_id)
     }
-    /// Where `TAO_SPECS_FILE` points: the job's specs with the inputs resolved.
+    /// The staged specs file, where `TAO_SPECS_FILE` points: the job's specs with the inputs resolved.
     pub fn specs_file(&self) -> String {
-        self.spec_file()
+        format!("{}/specs/{}.json", self.base_dir, self.job_id)
     }
     pub fn secrets_file(&self) -> String {
         format!("{}/env", self.secrets_dir())

@@ -107,7 +107,7 @@ impl CosmosPlan {
 /// Where the config is staged on shared storage: next to the job's specs, and `$COSMOS_RL_CONFIG`
 /// in the job.
 pub fn config_file(layout: &Layout) -> String {
-    format!("{}/specs/{}.cosmos-rl.toml", layout.job_dir, layout.job_id)
+    format!("{}/specs/{}.cosmos-rl.toml", layout.base_dir, layout.job_id)
 }
 
 /// Resolve a job's `[cosmos_rl]` section: parse the config, split the nodes (`--gpus` per node,

@@ -12,3 +12,4 @@ pub mod refresh;
 pub mod secrets;
 pub mod submit;
 pub mod sweep;
+pub mod template;

@@ -3,6 +3,7 @@
 //! parser, and the decision of each job's status from what it observed. Pure: the engine runs the
 //! script and records the decisions.
 
+use super::template;
 use crate::model::{JobSummary, StatusUpdate};
 use crate::protocol::{sections, unprefix_lines, PREFIX_LINES, SECTION};
 use crate::script::shell::quote;
@@ -81,7 +82,7 @@ impl RefreshTarget {
             job_id: job.job_id.clone(),
             slurm_job_id: job.slurm_job_id.clone(),
             job_name: job.attempt_name.clone(),
-            submit_lock: format!("{}/sbatch/.submit-{}", job.layout.job_dir, job.attempt_name),
+            submit_lock: format!("{}/sbatch/.submit-{}", job.layout.base_dir, job.attempt_name),
             results_root: job.layout.results_root.clone(),
             status_sig: job.status_sig.clone(),
             array_index: job.array_index(),
@@ -121,27 +122,10 @@ pub fn unseen_changes(jobs: &[JobSummary], obs: &Observations, now: i64) -> Vec<
 /// jobs' status.json may hold news (running or finished ones, and those without an id yet).
 fn select_program() -> String {
     let not_run = NOT_RUN_STATES.iter().map(SlurmState::as_str).collect::<Vec<_>>().join("|");
-    format!(
-        r#"!listed {{ if ($0 == "{LIST_END}") {{ listed = 1; next }}
-  split($0, f, "\t")
-  if (f[1] == "R") root[f[2]] = f[3]
-  else {{ n++; sid[n] = f[2]; jid[n] = f[3]; rix[n] = f[4]; sig[n] = f[5] }}
-  next }}
-/^{SECTION}rc / {{ rc = substr($0, {rc_at}); next }}
-{{ print "|" $0; if (NF > 1) state[$1] = $2 }}
-END {{
-  if (rc == "") rc = 1
-  printf "{SECTION}rc squeue %s\n", rc
-  for (i = 1; i <= n; i++) {{
-    s = sid[i]; want = 1
-    if (s in state) want = (state[s] !~ /^({not_run})$/)
-    else if (s != "-" && rc == "0") missing = missing (missing == "" ? "" : ",") s
-    if (want) out[++need] = jid[i] "\t" root[rix[i]] "/" jid[i] "/status.json\t" sig[i]
-  }}
-  print "rc " rc " " need + 0 " " missing > "/dev/stderr"
-  for (i = 1; i <= need; i++) print out[i] > "/dev/stderr"
-}}"#,
-        rc_at = SECTION.len() + 4
+    let rc_at = (SECTION.len() + 4).to_string();
+    template::fill(
+        include_str!("templates/refresh_select.awk"),
+        &[("LIST_END", LIST_END), ("SECTION", SECTION), ("RC_AT", &rc_at), ("NOT_RUN", &not_run)],
     )
 }
 
@@ -152,19 +136,22 @@ const STATUS_READ_SECS: u32 = 10;
 /// Reads `job<TAB>path<TAB>sig` lines and prints each file's last lines in a section: small files by
 /// bash builtins, larger ones from their last 64 KiB only (a file of one endless line costs no more).
 fn status_reader() -> String {
-    format!(
-        "while IFS=$'\\t' read -r j f g; do [ -L \"$f\" ] && continue; echo \"{SECTION}status_json $j $g\"\n\
-         if [ \"${{g%%:*}}\" -le {SMALL_STATUS_JSON} ]; then mapfile -t l < \"$f\"; n=${{#l[@]}}; \
-         [ \"$n\" -gt 0 ] && printf '|%s\\n' \"${{l[@]:$(( n > {STATUS_TAIL_LINES} ? n - {STATUS_TAIL_LINES} : 0 ))}}\"\n\
-         else tail -c 65536 -- \"$f\" | tail -n {STATUS_TAIL_LINES} | {PREFIX_LINES}; fi\ndone\n"
+    template::fill(
+        include_str!("templates/refresh_status_reader.sh"),
+        &[
+            ("SECTION", SECTION),
+            ("SMALL_STATUS_JSON", &SMALL_STATUS_JSON.to_string()),
+            ("TAIL_LINES", &STATUS_TAIL_LINES.to_string()),
+            ("PREFIX_LINES", PREFIX_LINES),
+        ],
     )
 }
 
 /// Reads the list of candidate status.json files (lines 2.. of `$ctl`) and `stat`'s signatures of
 /// those that exist; prints the ones whose signature differs from the one last read.
-const CHANGED_PROGRAM: &str = r#"NR == FNR { if (FNR > 1) { id[$2] = $1; old[$2] = $3 }; next }
-{ sp = index($0, " "); p = substr($0, sp + 1); g = substr($0, 1, sp - 1)
-  if ((p in id) && old[p] != g) print id[p] "\t" p "\t" g }"#;
+fn changed_program() -> String {
+    template::fill(include_str!("templates/refresh_changed.awk"), &[])
+}
 
 /// The remote script for a set of jobs. Pure.
 pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
@@ -228,7 +215,7 @@ pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
         "if [ \"${{need:-0}}\" -gt 0 ]; then\n  \
          awk -F'\\t' {changed} <(printf '%s\\n' \"$ctl\") <(printf '%s\\n' \"$ctl\" | awk -F'\\t' 'NR > 1 {{ print $2 }}' | xargs -d '\\n' -r sh -c 'find \"$@\" -maxdepth 0 -type f -printf \"%s:%Ts %p\\n\"' find 2>/dev/null) |\n  \
          timeout {STATUS_READ_SECS} bash -c {reader}\nfi\n",
-        changed = quote(CHANGED_PROGRAM),
+        changed = quote(&changed_program()),
         reader = quote(&status_reader()),
     ));
     s
@@ -479,6 +466,23 @@ pub fn changes_nothing(job: &JobSummary, u: &StatusUpdate) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_templates_are_filled_whole() {
+        let t = RefreshTarget {
+            job_id: "a".into(),
+            slurm_job_id: None,
+            job_name: "tao-job-a".into(),
+            submit_lock: "/x/lock".into(),
+            results_root: "/x/results".into(),
+            status_sig: None,
+            array_index: None,
+        };
+        let script = refresh_script(&[t]);
+        assert_eq!(super::template::unfilled(&script), Vec::<String>::new(), "{script}");
+        assert!(!script.contains("\n# "), "template comments are not sent");
+    }
+
     use super::*;
     use crate::plan::tests::{settings, spec};
 

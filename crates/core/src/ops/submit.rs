@@ -70,47 +70,39 @@ pub fn submit_script_with_hook(
 ) -> String {
     let layout = &plan.layout;
     let name = &ticket.slurm_job_name;
-    let lock = format!("{}/sbatch/.submit-{name}", layout.job_dir);
+    let lock = format!("{}/sbatch/.submit-{name}", layout.base_dir);
     let mut s = String::from("set -u\numask 077\n");
     s.push_str(crate::script::trust::TRUST_FUNCTIONS);
     let mut dirs: Vec<String> =
         files.iter().filter_map(|f| f.path.rsplit_once('/').map(|(d, _)| d.to_string())).collect();
     dirs.extend([
-        layout.job_dir.clone(),
-        format!("{}/sbatch", layout.job_dir),
+        layout.base_dir.clone(),
+        format!("{}/sbatch", layout.base_dir),
         layout.logs_root(),
         layout.results_root.clone(),
         layout.results_dir(),
     ]);
     let writes_secrets = !plan.secret_names.is_empty() && !secrets.0.is_empty();
     if writes_secrets {
-        dirs.push(format!("{}/secrets", layout.job_dir));
+        dirs.push(format!("{}/secrets", layout.base_dir));
     }
     dirs.sort();
     dirs.dedup();
     let dir_list = dirs.iter().map(|d| quote(d)).collect::<Vec<_>>().join(" ");
-    s.push_str(&format!("tao_trust_base {}\n", quote(&layout.job_dir)));
+    s.push_str(&format!("tao_trust_base {}\n", quote(&layout.base_dir)));
     s.push_str(&format!(
         "mkdir -p -- {dir_list} || {{ echo 'tao-slurm: cannot create the job directories' >&2; exit 10; }}\ntao_own_dirs {dir_list}\n"
     ));
     s.push_str(&format!("lock={}\nlogdir_prefix={}\n", quote(&lock), quote(&format!("{}/{name}", layout.logs_root()))));
     // Adopt rather than submit twice. The id in the lock is only ever digits (a job can write there).
     let release_adopted = if ticket.hold { "" } else { "scontrol release \"$1\" >/dev/null 2>&1; " };
-    s.push_str(&format!(
-        "adopt() {{ case \"$1\" in ''|*[!0-9]*) return;; esac; tao_put \"$lock/slurm_job_id\" \"$1\"; mkdir -p \"$logdir_prefix-$1\"; {release_adopted}echo \"{SECTION}slurm_job_id $1\"; echo '{SECTION}adopted'; exit 0; }}\n\
-         if ! mkdir \"$lock\" 2>/dev/null; then\n\
-         \x20 [ -d \"$lock\" ] && [ ! -L \"$lock\" ] && [ -O \"$lock\" ] || {{ echo \"tao-slurm: refusing $lock: not a directory of yours\" >&2; exit 14; }}\n\
-         \x20 if [ -f \"$lock/slurm_job_id\" ] && [ ! -L \"$lock/slurm_job_id\" ]; then adopt \"$(head -c 24 \"$lock/slurm_job_id\" | head -n 1)\"; fi\n\
-         \x20 existing=\"$(squeue --me -h --name={n} -o %i 2>/dev/null | head -n 1)\"\n\
-         \x20 [ -n \"$existing\" ] || existing=\"$(sacct -X -P -n -S now-30days -E now -s {states} --name={n} -o JobIDRaw 2>/dev/null | head -n 1)\"\n\
-         \x20 if [ -n \"$existing\" ]; then adopt \"$existing\"; fi\n\
-         \x20 age=$(( $(date +%s) - $(stat -c %Y \"$lock\") ))\n\
-         \x20 if [ \"$age\" -lt {STALE_SUBMIT_LOCK_SECS} ]; then echo 'tao-slurm: another submission of this attempt is in flight' >&2; exit 23; fi\n\
-         \x20 touch -h \"$lock\"\n\
-         fi\n",
-        n = quote(name),
+    let n = quote(name);
+    let lookup = format!(
+        "  existing=\"$(squeue --me -h --name={n} -o %i 2>/dev/null | head -n 1)\"\n  \
+         [ -n \"$existing\" ] || existing=\"$(sacct -X -P -n -S now-30days -E now -s {states} --name={n} -o JobIDRaw 2>/dev/null | head -n 1)\"",
         states = crate::ops::refresh::SACCT_ALL_STATES,
-    ));
+    );
+    s.push_str(&lock_script(&format!("mkdir -p \"$logdir_prefix-$1\"; {release_adopted}"), &lookup, "attempt"));
     s.push_str(before_sbatch);
     let secrets_file = quote(&layout.secrets_file());
     if writes_secrets {
@@ -161,8 +153,32 @@ pub fn submit_script_with_hook(
     s
 }
 
+/// The lock-or-adopt step of a submission ([`templates/submit_lock.sh`]): `on_adopt` runs for an
+/// adopted Slurm job id (`$1`), `lookup` sets `existing` to the id found by name, `what` names the
+/// submission in the message of exit 23.
+pub(crate) fn lock_script(on_adopt: &str, lookup: &str, what: &str) -> String {
+    super::template::fill(
+        include_str!("templates/submit_lock.sh"),
+        &[
+            ("ON_ADOPT", on_adopt),
+            ("LOOKUP", lookup),
+            ("WHAT", what),
+            ("SECTION", SECTION),
+            ("STALE_SECS", &STALE_SUBMIT_LOCK_SECS.to_string()),
+        ],
+    )
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_lock_template_is_filled_whole() {
+        let script = lock_script("mkdir -p \"$d\"; ", "  existing=x", "attempt");
+        assert_eq!(crate::ops::template::unfilled(&script), Vec::<String>::new(), "{script}");
+        assert!(script.contains("another submission of this attempt is in flight") && script.contains("existing=x"));
+    }
+
     use super::*;
     use crate::plan::tests::{resolve, settings, spec};
     use crate::spec::{JobSpec, Secret};

@@ -33,7 +33,7 @@ pub fn task_id(array_id: &str, index: u32) -> String {
 impl SweepPlan {
     /// Where the array's batch script is staged.
     pub fn array_script_file(&self) -> String {
-        format!("{}/sbatch/sweep_{}.sbatch", self.first().layout.job_dir, self.sweep_id)
+        format!("{}/sbatch/sweep_{}.sbatch", self.first().layout.base_dir, self.sweep_id)
     }
 
     fn first(&self) -> &Plan {
@@ -106,25 +106,25 @@ pub fn sweep_submit_script(sweep: &SweepPlan, files: &[Vec<StagedFile>], secrets
     let first = sweep.first();
     let layout = &first.layout;
     let name = &sweep.array_name;
-    let lock = format!("{}/sbatch/.submit-{name}", layout.job_dir);
+    let lock = format!("{}/sbatch/.submit-{name}", layout.base_dir);
     let mut s = String::from("set -u\numask 077\n");
     s.push_str(crate::script::trust::TRUST_FUNCTIONS);
     let mut dirs: Vec<String> =
         files.iter().flatten().filter_map(|f| f.path.rsplit_once('/').map(|(d, _)| d.to_string())).collect();
     dirs.extend([
-        layout.job_dir.clone(),
-        format!("{}/sbatch", layout.job_dir),
+        layout.base_dir.clone(),
+        format!("{}/sbatch", layout.base_dir),
         layout.logs_root(),
         layout.results_root.clone(),
     ]);
     let writes_secrets = !first.secret_names.is_empty() && !secrets.0.is_empty();
     if writes_secrets {
-        dirs.push(format!("{}/secrets", layout.job_dir));
+        dirs.push(format!("{}/secrets", layout.base_dir));
     }
     dirs.sort();
     dirs.dedup();
     let dir_list = dirs.iter().map(|d| quote(d)).collect::<Vec<_>>().join(" ");
-    s.push_str(&format!("tao_trust_base {}\n", quote(&layout.job_dir)));
+    s.push_str(&format!("tao_trust_base {}\n", quote(&layout.base_dir)));
     s.push_str(&format!(
         "mkdir -p -- {dir_list} || {{ echo 'tao-slurm: cannot create the job directories' >&2; exit 10; }}\ntao_own_dirs {dir_list}\n"
     ));
@@ -141,19 +141,10 @@ pub fn sweep_submit_script(sweep: &SweepPlan, files: &[Vec<StagedFile>], secrets
         quote(&lock),
         quote(&format!("{}/{name}", layout.logs_root()))
     ));
-    s.push_str(&format!(
-        "adopt() {{ case \"$1\" in ''|*[!0-9]*) return;; esac; tao_put \"$lock/slurm_job_id\" \"$1\"; logdirs \"$1\"; scontrol release \"$1\" >/dev/null 2>&1; echo \"{SECTION}slurm_job_id $1\"; echo '{SECTION}adopted'; exit 0; }}\n\
-         if ! mkdir \"$lock\" 2>/dev/null; then\n\
-         \x20 [ -d \"$lock\" ] && [ ! -L \"$lock\" ] && [ -O \"$lock\" ] || {{ echo \"tao-slurm: refusing $lock: not a directory of yours\" >&2; exit 14; }}\n\
-         \x20 if [ -f \"$lock/slurm_job_id\" ] && [ ! -L \"$lock/slurm_job_id\" ]; then adopt \"$(head -c 24 \"$lock/slurm_job_id\" | head -n 1)\"; fi\n\
-         \x20 existing=\"$(squeue --me -h --name={qn} -o %F 2>/dev/null | head -n 1)\"\n\
-         \x20 if [ -n \"$existing\" ]; then adopt \"$existing\"; fi\n\
-         \x20 age=$(( $(date +%s) - $(stat -c %Y \"$lock\") ))\n\
-         \x20 if [ \"$age\" -lt {stale} ]; then echo 'tao-slurm: another submission of this sweep is in flight' >&2; exit 23; fi\n\
-         \x20 touch -h \"$lock\"\n\
-         fi\n",
-        qn = quote(name),
-        stale = crate::ops::submit::STALE_SUBMIT_LOCK_SECS,
+    s.push_str(&crate::ops::submit::lock_script(
+        "logdirs \"$1\"; scontrol release \"$1\" >/dev/null 2>&1; ",
+        &format!("  existing=\"$(squeue --me -h --name={} -o %F 2>/dev/null | head -n 1)\"", quote(name)),
+        "sweep",
     ));
     if writes_secrets {
         for (_, plan) in &sweep.variants {
@@ -179,7 +170,7 @@ pub fn sweep_submit_script(sweep: &SweepPlan, files: &[Vec<StagedFile>], secrets
     s.push_str(&format!(
         "stage=\"$(mktemp -d -- {})\" || {{ rm -rf \"$lock\"; echo 'tao-slurm: cannot create a staging directory' >&2; exit 11; }}\n\
          staged() {{ rm -rf -- \"$stage\" \"$lock\"; echo \"tao-slurm: cannot stage the sweep's files ($1)\" >&2; exit 11; }}\n",
-        quote(&format!("{}/sbatch/.stage-XXXXXX", layout.job_dir))
+        quote(&format!("{}/sbatch/.stage-XXXXXX", layout.base_dir))
     ));
     s.push_str("mkdir --");
     for i in 0..by_dir.len() {

@@ -216,7 +216,7 @@ fn write_body(s: &mut String, plan: &Plan) {
     let _ = writeln!(
         s,
         "export HF_HOME={} PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1",
-        quote(&format!("{}/.cache/huggingface", layout.job_dir))
+        quote(&format!("{}/.cache/huggingface", layout.base_dir))
     );
     for (name, value) in &plan.env {
         let _ = writeln!(s, "export {name}={}", quote(value));
@@ -362,7 +362,7 @@ pub fn staged_files(plan: &Plan, spec_json: &serde_json::Value, slurm_user: &str
         "cloud_specific_details": {"slurm_user": slurm_user, "slurm_hostname": hosts},
     });
     let mut files = vec![
-        StagedFile { path: layout.spec_file(), contents: plan.specs_json().to_string() },
+        StagedFile { path: layout.specs_file(), contents: plan.specs_json().to_string() },
         StagedFile { path: layout.env_file(), contents: serde_json::Value::Object(env).to_string() },
         StagedFile { path: layout.meta_file(), contents: meta.to_string() },
     ];

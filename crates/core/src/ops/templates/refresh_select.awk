@@ -1,0 +1,22 @@
+# Reads the job list (fd 3, up to its end line), then squeue's output (stdin). Passes squeue's lines
+# through `|`-prefixed, and writes on stderr the control lines: `rc <squeue rc> <need> <missing ids>`,
+# then each job whose status.json is worth reading: `<job id>\t<path>\t<last signature>`.
+!listed { if ($0 == "@LIST_END@") { listed = 1; next }
+  split($0, f, "\t")
+  if (f[1] == "R") root[f[2]] = f[3]
+  else { n++; sid[n] = f[2]; jid[n] = f[3]; rix[n] = f[4]; sig[n] = f[5] }
+  next }
+/^@SECTION@rc / { rc = substr($0, @RC_AT@); next }
+{ print "|" $0; if (NF > 1) state[$1] = $2 }
+END {
+  if (rc == "") rc = 1
+  printf "@SECTION@rc squeue %s\n", rc
+  for (i = 1; i <= n; i++) {
+    s = sid[i]; want = 1
+    if (s in state) want = (state[s] !~ /^(@NOT_RUN@)$/)
+    else if (s != "-" && rc == "0") missing = missing (missing == "" ? "" : ",") s
+    if (want) out[++need] = jid[i] "\t" root[rix[i]] "/" jid[i] "/status.json\t" sig[i]
+  }
+  print "rc " rc " " need + 0 " " missing > "/dev/stderr"
+  for (i = 1; i <= need; i++) print out[i] > "/dev/stderr"
+}
