@@ -237,8 +237,31 @@ pub struct JobsReport(pub Vec<crate::JobView>);
 
 impl Report for JobsReport {
     fn human(&self) -> String {
-        super::status::table(&self.0)
+        table(&self.0)
     }
+}
+
+/// Jobs as a table for people.
+fn table(views: &[crate::JobView]) -> String {
+    if views.is_empty() {
+        return "no jobs\n".into();
+    }
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
+    table.set_header(["job id", "status", "slurm id", "slurm state", "exit", "nodes", "retries", "message"]);
+    for v in views {
+        table.add_row([
+            v.job_id.clone(),
+            v.status.to_string(),
+            v.slurm_job_id.clone().unwrap_or_default(),
+            super::clean(v.slurm_state.as_deref().unwrap_or_default()),
+            v.exit_code.map(|c| c.to_string()).unwrap_or_default(),
+            super::clean(v.node_list.as_deref().unwrap_or_default()),
+            v.retries.to_string(),
+            super::clean(&v.message),
+        ]);
+    }
+    format!("{table}\n")
 }
 
 /// `list --sweeps`: the sweeps and pipelines, each with its jobs' statuses counted.

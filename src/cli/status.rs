@@ -1,8 +1,7 @@
 use crate::config::Settings;
 use crate::error::Error;
-use crate::{Client, JobView};
+use crate::Client;
 use clap::Args;
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 
 #[derive(Args, Debug)]
 pub struct StatusCmd {
@@ -22,27 +21,4 @@ impl StatusCmd {
         super::output::emit(super::output::Format::from_json_flag(self.json), &super::output::JobsReport(views));
         Ok(0)
     }
-}
-
-/// Jobs as a table for people.
-pub(crate) fn table(views: &[JobView]) -> String {
-    if views.is_empty() {
-        return "no jobs\n".into();
-    }
-    let mut table = Table::new();
-    table.load_preset(UTF8_FULL_CONDENSED);
-    table.set_header(["job id", "status", "slurm id", "slurm state", "exit", "nodes", "retries", "message"]);
-    for v in views {
-        table.add_row([
-            v.job_id.clone(),
-            v.status.to_string(),
-            v.slurm_job_id.clone().unwrap_or_default(),
-            super::clean(v.slurm_state.as_deref().unwrap_or_default()),
-            v.exit_code.map(|c| c.to_string()).unwrap_or_default(),
-            super::clean(v.node_list.as_deref().unwrap_or_default()),
-            v.retries.to_string(),
-            super::clean(&v.message),
-        ]);
-    }
-    format!("{table}\n")
 }

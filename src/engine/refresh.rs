@@ -38,8 +38,10 @@ pub fn refresh(
     record(remote, store, policy, jobs, &obs, &host)
 }
 
-/// Store what a refresh's observations decide (classifying failures into retries or verdicts, and
-/// finishing adopted submissions); returns the ids of the jobs it wrote.
+/// Store what a refresh's observations decide; returns the ids of the jobs it wrote. Besides the
+/// store it may make three round trips, each a named step below: the evidence of failed attempts
+/// (which become retries or verdicts), the release of adopted submissions, and the removal of the
+/// secrets of jobs that ended.
 pub fn record(
     remote: &dyn Remote,
     store: &crate::store::Store,
@@ -60,20 +62,50 @@ pub fn record(
         .into_iter()
         .filter(|d| d.adopt.is_some() || by_id.get(d.job_id.as_str()).is_none_or(|j| !changes_nothing(j, &d.update)))
         .collect();
-    // Failures of an attempt are classified first (they may become retries, not verdicts); only
-    // these few need their whole records.
+    // Failures of an attempt are classified first (they may become retries, not verdicts).
     let (failed, settled): (Vec<&Decision>, Vec<&Decision>) =
         decisions.iter().partition(|d| is_attempt_failure(&d.update));
-    if !failed.is_empty() {
-        let ids: Vec<&str> = failed.iter().map(|d| d.job_id.as_str()).collect();
-        let records: HashMap<String, JobRecord> =
-            store.get_many(&ids)?.into_iter().map(|r| (r.job_id.clone(), r)).collect();
-        let failed: Vec<(&JobRecord, &Decision)> =
-            failed.into_iter().filter_map(|d| records.get(&d.job_id).map(|j| (j, d))).collect();
-        handle_failures(remote, store, policy, &failed)?;
+    classify_failures(remote, store, policy, &failed)?;
+    release_adopted(remote, &by_id, &settled)?;
+    let sigs: Vec<(&String, &String)> = obs
+        .status_sigs
+        .iter()
+        .filter(|(id, sig)| by_id.get(id.as_str()).is_some_and(|j| j.status_sig.as_ref() != Some(*sig)))
+        .collect();
+    let unseen = unseen_changes(jobs, obs, now);
+    store_settled(store, host, &settled, &sigs, &unseen)?;
+    // Whatever way a job just ended (settled here, or by the failure handling above), its secrets go.
+    crate::engine::secrets::sweep_or_warn(remote, store);
+    let mut touched: Vec<String> = decisions.iter().map(|d| d.job_id.clone()).collect();
+    touched.extend(unseen.iter().map(|(id, _)| id.clone()));
+    touched.extend(sigs.iter().map(|(id, _)| (*id).clone()));
+    touched.sort();
+    touched.dedup();
+    Ok(touched)
+}
+
+/// One round trip for the failed attempts' evidence, then a retry or a verdict for each; only these
+/// few jobs need their whole records.
+fn classify_failures(
+    remote: &dyn Remote,
+    store: &crate::store::Store,
+    policy: &RetryPolicy,
+    failed: &[&Decision],
+) -> Result<()> {
+    if failed.is_empty() {
+        return Ok(());
     }
-    // An adopted job may still be held, without its log directory, if its submitter died between
-    // sbatch and release: finish those two steps (both are harmless when already done).
+    let ids: Vec<&str> = failed.iter().map(|d| d.job_id.as_str()).collect();
+    let records: HashMap<String, JobRecord> =
+        store.get_many(&ids)?.into_iter().map(|r| (r.job_id.clone(), r)).collect();
+    let failed: Vec<(&JobRecord, &Decision)> =
+        failed.iter().filter_map(|d| records.get(&d.job_id).map(|j| (j, *d))).collect();
+    handle_failures(remote, store, policy, &failed)
+}
+
+/// An adopted job may still be held, without its log directory, if its submitter died between sbatch
+/// and release: one round trip finishes those two steps (both harmless when already done).
+fn release_adopted(remote: &dyn Remote, by_id: &HashMap<&str, &JobSummary>, settled: &[&Decision]) -> Result<()> {
     let adopted: Vec<String> = settled
         .iter()
         .filter_map(|d| {
@@ -89,40 +121,38 @@ pub fn record(
     if !adopted.is_empty() {
         remote.run_script(&(adopted.concat() + "exit 0\n"), Idempotency::Idempotent)?;
     }
-    let sigs: Vec<(&String, &String)> = obs
-        .status_sigs
-        .iter()
-        .filter(|(id, sig)| by_id.get(id.as_str()).is_some_and(|j| j.status_sig.as_ref() != Some(*sig)))
-        .collect();
-    let unseen = unseen_changes(jobs, obs, now);
-    if !settled.is_empty() || !sigs.is_empty() || !unseen.is_empty() {
-        store.in_transaction(|| {
-            for (id, since) in &unseen {
-                store.set_unseen_since(id, *since)?;
-            }
-            for d in &settled {
-                if let Some(id) = &d.adopt {
-                    store.set_submitted(&d.job_id, id, host)?;
-                    store.add_event(
-                        &d.job_id,
-                        "adopted",
-                        &format!("found Slurm job {id} by its name after an unknown submission outcome"),
-                    )?;
-                }
-                store.update_status(&d.job_id, &d.update)?;
-            }
-            for (id, sig) in &sigs {
-                store.set_status_sig(id, sig)?;
-            }
-            Ok::<(), crate::error::Error>(())
-        })?;
+    Ok(())
+}
+
+/// The settled statuses, adoptions, status.json signatures and unseen marks, in one transaction.
+fn store_settled(
+    store: &crate::store::Store,
+    host: &str,
+    settled: &[&Decision],
+    sigs: &[(&String, &String)],
+    unseen: &[(String, Option<i64>)],
+) -> Result<()> {
+    if settled.is_empty() && sigs.is_empty() && unseen.is_empty() {
+        return Ok(());
     }
-    // Whatever way a job just ended (settled here, or by the failure handling above), its secrets go.
-    crate::engine::secrets::sweep_or_warn(remote, store);
-    let mut touched: Vec<String> = decisions.iter().map(|d| d.job_id.clone()).collect();
-    touched.extend(unseen.iter().map(|(id, _)| id.clone()));
-    touched.extend(sigs.iter().map(|(id, _)| (*id).clone()));
-    touched.sort();
-    touched.dedup();
-    Ok(touched)
+    store.in_transaction(|| {
+        for (id, since) in unseen {
+            store.set_unseen_since(id, *since)?;
+        }
+        for d in settled {
+            if let Some(id) = &d.adopt {
+                store.set_submitted(&d.job_id, id, host)?;
+                store.add_event(
+                    &d.job_id,
+                    "adopted",
+                    &format!("found Slurm job {id} by its name after an unknown submission outcome"),
+                )?;
+            }
+            store.update_status(&d.job_id, &d.update)?;
+        }
+        for (id, sig) in sigs {
+            store.set_status_sig(id, sig)?;
+        }
+        Ok::<(), crate::error::Error>(())
+    })
 }

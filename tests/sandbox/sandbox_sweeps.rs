@@ -3,8 +3,7 @@
 //! retried alone; cancelling a sweep stops only what has not finished; a pipeline keeps its order
 //! across its first step's retry, and ends at once when a step fails for good.
 
-mod common;
-use common::Env;
+use crate::common::Env;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 

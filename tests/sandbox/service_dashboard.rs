@@ -4,12 +4,9 @@
 //! cancelled from its page after the confirmation. Screenshots go to docs/ when
 //! TAO_SLURM_UPDATE_SCREENSHOTS=1 (else to a temporary directory).
 
-mod common;
-mod service_support;
-
+use crate::service_support::{Service, ORG};
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
-use service_support::{Service, ORG};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 

@@ -1,8 +1,7 @@
 //! The batch script's contracts on the real cluster: the inner-timeout requeue and its cap, secrets
 //! that reach the task but no file, log or output, partition limits checked at submit, dry runs.
 
-mod common;
-use common::Env;
+use crate::common::Env;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};

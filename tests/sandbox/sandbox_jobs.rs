@@ -1,8 +1,7 @@
 //! End-to-end jobs on the sandbox cluster, over SSH: exit status, multi-node and single-node
 //! environment contracts, what reached Pyxis, logs.
 
-mod common;
-use common::Env;
+use crate::common::Env;
 use std::collections::HashMap;
 use std::time::Duration;
 

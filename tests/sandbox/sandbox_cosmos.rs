@@ -3,8 +3,7 @@
 //! The sandbox runs tasks on the host (the Pyxis stand-in only records the container options), so
 //! the command is a shell snippet that prints its environment.
 
-mod common;
-use common::Env;
+use crate::common::Env;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

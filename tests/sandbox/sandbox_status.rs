@@ -1,8 +1,7 @@
 //! Status at scale and every outcome for real on the sandbox: one round trip for 200 jobs, each
 //! Slurm end state mapped right, aged-out jobs, status.json verdicts, `logs -f`.
 
-mod common;
-use common::Env;
+use crate::common::Env;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

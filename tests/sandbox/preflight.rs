@@ -2,8 +2,7 @@
 //! `credentials enroot` never exposing the key. One test function: it switches parts of the shared
 //! sandbox off, so nothing else in this binary may run meanwhile.
 
-mod common;
-use common::{sandbox_dir, Env};
+use crate::common::{sandbox_dir, Env};
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,6 +41,7 @@ fn fail_lines(text: &str) -> Vec<String> {
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
+#[ignore = "stops a part of the shared cluster: dev/test runs it alone (cargo test --test sandbox -- --ignored)"]
 fn preflight_is_green_and_names_each_broken_part() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut env = Env::isolated();
@@ -207,6 +207,7 @@ fn uuid_like() -> String {
 }
 
 #[test]
+#[ignore = "stops a part of the shared cluster: dev/test runs it alone (cargo test --test sandbox -- --ignored)"]
 fn the_monitor_resumes_after_being_killed_and_gives_no_false_verdict_while_slurmctld_restarts() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let env = Env::isolated();
@@ -256,6 +257,7 @@ fn the_monitor_resumes_after_being_killed_and_gives_no_false_verdict_while_slurm
 }
 
 #[test]
+#[ignore = "stops a part of the shared cluster: dev/test runs it alone (cargo test --test sandbox -- --ignored)"]
 fn a_cancel_that_cannot_reach_the_controller_changes_nothing_and_says_why() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let env = Env::isolated();

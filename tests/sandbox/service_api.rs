@@ -3,11 +3,8 @@
 //! the OpenAPI document validated by openapi-spec-validator and every route in it exercised; bad
 //! bodies and bad tokens refused with the right status before anything reaches a cluster.
 
-mod common;
-mod service_support;
-
+use crate::service_support::{read_events, Service, ORG};
 use serde_json::{json, Value};
-use service_support::{read_events, Service, ORG};
 use std::collections::BTreeSet;
 use std::time::Duration;
 

@@ -2,8 +2,7 @@
 //! infrastructure failures retried on other nodes, user failures surfaced at once, the retry budget,
 //! and concurrent refreshers that must resubmit exactly once.
 
-mod common;
-use common::{sandbox_dir, Env};
+use crate::common::{sandbox_dir, Env};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

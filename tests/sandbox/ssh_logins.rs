@@ -1,8 +1,7 @@
 //! SSH login counts, read from the sandbox sshd's own log, for logins with this test's own key (so
 //! that nothing else using the sandbox meanwhile can change the counts).
 
-mod common;
-use common::{accepted_logins_with, Env};
+use crate::common::{accepted_logins_with, Env};
 use std::time::Duration;
 
 #[test]

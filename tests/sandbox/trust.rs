@@ -1,9 +1,8 @@
 //! Issue 12 on the sandbox: nothing another user, a job or a broken network can do makes tao-slurm
 //! leak a secret, hang, or report a false verdict. The hostile neighbour is a second Unix user of the
 //! sandbox (`SANDBOX_NEIGHBOUR`); shared storage is the sandbox's local filesystem.
-mod common;
 
-use common::{sandbox_dir, sandbox_settings, Env};
+use crate::common::{sandbox_dir, sandbox_settings, Env};
 use serde_json::Value;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};

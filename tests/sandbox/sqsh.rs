@@ -1,8 +1,7 @@
 //! The squashfs image cache on the sandbox, with the stand-in enroot: converted once for concurrent
 //! submits, served from the cache afterwards, stale partial files replaced, failures stop the submit.
 
-mod common;
-use common::{sandbox_dir, Env};
+use crate::common::{sandbox_dir, Env};
 use std::time::Duration;
 
 /// Writes the stand-in enroot's hooks file (read on the compute nodes) and removes it when dropped.

@@ -1,8 +1,7 @@
 //! The login-node transport against the sandbox's two sshd login hosts: failover only on connection
 //! failures, in-band exit status, key and host-key policies, local mode.
 
-mod common;
-use common::{sandbox_dir, Env};
+use crate::common::{sandbox_dir, Env};
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 use tao_slurm::remote::{self, Idempotency};
@@ -135,7 +134,7 @@ fn an_unknown_submission_is_found_by_its_name_and_never_resubmitted() {
 
 /// Logins accepted with this key fingerprint, per sshd log (in the order of SANDBOX_SSHD_LOGS).
 fn logins_per_host(fingerprint: &str) -> Vec<usize> {
-    common::sandbox_settings()["SANDBOX_SSHD_LOGS"]
+    crate::common::sandbox_settings()["SANDBOX_SSHD_LOGS"]
         .split(',')
         .map(|p| {
             std::fs::read_to_string(p)
