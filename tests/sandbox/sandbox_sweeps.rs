@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 fn wait_group(env: &Env, id: &str, limit: Duration, what: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
     let start = Instant::now();
     loop {
-        let v = env.status(id);
+        let v = env.json(&["status", id, "--json"]);
         let jobs = v.as_array().unwrap_or_else(|| panic!("a group's status is a list: {v}")).clone();
         if done(&jobs) {
             return jobs;
