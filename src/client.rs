@@ -447,14 +447,7 @@ impl Client {
                 // Nothing was sent: the job never reached the cluster.
                 self.store.update_status(
                     &plan.layout.job_id,
-                    &crate::store::StatusUpdate {
-                        status: PlatformStatus::Error,
-                        message: format!("not submitted: {e}"),
-                        slurm_state: None,
-                        exit_code: None,
-                        node_list: None,
-                        progress: None,
-                    },
+                    &crate::store::StatusUpdate::bare(PlatformStatus::Error, format!("not submitted: {e}")),
                 )?;
                 Err(e.into())
             }
@@ -467,17 +460,8 @@ impl Client {
     fn gate_for_submission(&self, job_id: &str) -> Result<Option<crate::engine::depend::Gate>> {
         let gate = crate::engine::depend::gate_of(&self.store, job_id)?;
         if let Some(crate::engine::depend::Gate::Never(message)) = &gate {
-            self.store.update_status(
-                job_id,
-                &crate::store::StatusUpdate {
-                    status: PlatformStatus::Canceled,
-                    message: message.clone(),
-                    slurm_state: None,
-                    exit_code: None,
-                    node_list: None,
-                    progress: None,
-                },
-            )?;
+            self.store
+                .update_status(job_id, &crate::store::StatusUpdate::bare(PlatformStatus::Canceled, message.clone()))?;
             return Err(crate::spec::SpecError::new("after", format!("job {job_id} can never run: {message}")).into());
         }
         Ok(gate)
@@ -554,14 +538,7 @@ impl Client {
                 for (_, plan) in &sweep.variants {
                     self.store.update_status(
                         &plan.layout.job_id,
-                        &crate::store::StatusUpdate {
-                            status: PlatformStatus::Error,
-                            message: format!("not submitted: {e}"),
-                            slurm_state: None,
-                            exit_code: None,
-                            node_list: None,
-                            progress: None,
-                        },
+                        &crate::store::StatusUpdate::bare(PlatformStatus::Error, format!("not submitted: {e}")),
                     )?;
                 }
             }

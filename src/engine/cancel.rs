@@ -25,14 +25,7 @@ pub fn cancel(remote: &dyn Remote, store: &Store, jobs: &[JobRecord]) -> Result<
             Ok(()) => {
                 store.update_status(
                     &job.job_id,
-                    &StatusUpdate {
-                        status: PlatformStatus::Canceled,
-                        message: "cancelled by the user".into(),
-                        slurm_state: job.slurm_state.clone(),
-                        exit_code: job.exit_code,
-                        node_list: None,
-                        progress: None,
-                    },
+                    &StatusUpdate::keeping_slurm_of(job, PlatformStatus::Canceled, "cancelled by the user"),
                 )?;
                 outcome.cancelled.push(job.job_id.clone());
             }

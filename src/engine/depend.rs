@@ -128,14 +128,7 @@ fn reconcile_pass(remote: &dyn Remote, store: &Store) -> Result<(Vec<String>, bo
                         if job.status == PlatformStatus::Pending && job.message.contains(NEVER_SATISFIED) {
                             store.update_status(
                                 job_id,
-                                &StatusUpdate {
-                                    status: job.status,
-                                    message: format!("waiting for its dependencies: re-pointed to {to} (a retry of the job it runs after)"),
-                                    slurm_state: job.slurm_state.clone(),
-                                    exit_code: job.exit_code,
-                                    node_list: None,
-                                    progress: None,
-                                },
+                                &StatusUpdate::keeping_slurm_of(&job, job.status, format!("waiting for its dependencies: re-pointed to {to} (a retry of the job it runs after)")),
                             )?;
                         }
                         touched.push(job_id.clone());
@@ -155,14 +148,7 @@ fn reconcile_pass(remote: &dyn Remote, store: &Store) -> Result<(Vec<String>, bo
                     let job = store.summary(job_id)?;
                     store.update_status(
                         job_id,
-                        &StatusUpdate {
-                            status: PlatformStatus::Canceled,
-                            message: message.clone(),
-                            slurm_state: job.slurm_state.clone(),
-                            exit_code: job.exit_code,
-                            node_list: None,
-                            progress: None,
-                        },
+                        &StatusUpdate::keeping_slurm_of(&job, PlatformStatus::Canceled, message.clone()),
                     )?;
                     store.set_gate(job_id, "never")?;
                     touched.push(job_id.clone());
@@ -171,14 +157,7 @@ fn reconcile_pass(remote: &dyn Remote, store: &Store) -> Result<(Vec<String>, bo
                     let job = store.summary(job_id)?;
                     store.update_status(
                         job_id,
-                        &StatusUpdate {
-                            status: job.status,
-                            message: message.clone(),
-                            slurm_state: job.slurm_state.clone(),
-                            exit_code: job.exit_code,
-                            node_list: None,
-                            progress: None,
-                        },
+                        &StatusUpdate::keeping_slurm_of(&job, job.status, message.clone()),
                     )?;
                     touched.push(job_id.clone());
                 }

@@ -63,14 +63,7 @@ pub fn submit(
             // job name (or submitted again later, which its lock makes safe).
             store.update_status(
                 job_id,
-                &StatusUpdate {
-                    status: PlatformStatus::Pending,
-                    message: format!("submission outcome unknown: {e}"),
-                    slurm_state: None,
-                    exit_code: None,
-                    node_list: None,
-                    progress: None,
-                },
+                &StatusUpdate::bare(PlatformStatus::Pending, format!("submission outcome unknown: {e}")),
             )?;
             return Err(e.into());
         }
@@ -99,17 +92,7 @@ pub fn submit(
         };
         store.add_event(job_id, "submit_failed", &message)?;
         if slurm_job_id.is_none() && out.exit_code != 23 {
-            store.update_status(
-                job_id,
-                &StatusUpdate {
-                    status: PlatformStatus::Error,
-                    message: message.clone(),
-                    slurm_state: None,
-                    exit_code: None,
-                    node_list: None,
-                    progress: None,
-                },
-            )?;
+            store.update_status(job_id, &StatusUpdate::bare(PlatformStatus::Error, message.clone()))?;
         }
         return Err(Error::RemoteCommand(message));
     }

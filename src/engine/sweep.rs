@@ -34,17 +34,7 @@ pub struct VariantSubmitted {
 fn mark_all(store: &Store, sweep: &SweepPlan, status: PlatformStatus, message: &str) -> Result<()> {
     store.in_transaction(|| -> Result<()> {
         for (_, plan) in &sweep.variants {
-            store.update_status(
-                &plan.layout.job_id,
-                &StatusUpdate {
-                    status,
-                    message: message.to_string(),
-                    slurm_state: None,
-                    exit_code: None,
-                    node_list: None,
-                    progress: None,
-                },
-            )?;
+            store.update_status(&plan.layout.job_id, &StatusUpdate::bare(status, message))?;
         }
         Ok(())
     })

@@ -138,3 +138,27 @@ pub struct StatusUpdate {
     /// The last status.json line; None keeps what was stored.
     pub progress: Option<String>,
 }
+
+impl StatusUpdate {
+    /// A status and its message, with nothing learned from Slurm (a submission that failed, a
+    /// dependency that can never be met, an outcome not known yet).
+    pub fn bare(status: PlatformStatus, message: impl Into<String>) -> StatusUpdate {
+        StatusUpdate {
+            status,
+            message: message.into(),
+            slurm_state: None,
+            exit_code: None,
+            node_list: None,
+            progress: None,
+        }
+    }
+
+    /// A new status and message for `job`, keeping what Slurm last said of it (state, exit code).
+    pub fn keeping_slurm_of(job: &JobSummary, status: PlatformStatus, message: impl Into<String>) -> StatusUpdate {
+        StatusUpdate {
+            slurm_state: job.slurm_state.clone(),
+            exit_code: job.exit_code,
+            ..StatusUpdate::bare(status, message)
+        }
+    }
+}
