@@ -211,7 +211,8 @@ fn input_paths_are_checked_before_anything_is_staged() {
 fn a_multi_node_job_ends_with_its_failing_ranks_exit_code() {
     let env = Env::new();
     // Rank 1 fails with 2 while rank 0 is still working: srun stops rank 0 (SIGTERM, 143), and the
-    // job must report rank 1's own status.
+    // job must report rank 1's own status. (Rank 1 waits a second after its message: Slurm's I/O
+    // forwarding may drop what a task wrote just before a kill-on-bad-exit tears the step down.)
     let (job, _) = env.submit(&[
         "--image",
         "ubuntu:22.04",
@@ -221,7 +222,7 @@ fn a_multi_node_job_ends_with_its_failing_ranks_exit_code() {
         "8",
         "--shell",
         "--",
-        "if [ \"$NODE_RANK\" = 1 ]; then sleep 2; echo 'rank 1 fails' >&2; exit 2; fi; echo rank-0-working; sleep 120",
+        "if [ \"$NODE_RANK\" = 1 ]; then sleep 2; echo 'rank 1 fails' >&2; sleep 1; exit 2; fi; echo rank-0-working; sleep 120",
     ]);
     let v = env.wait_terminal(&job, Duration::from_secs(120));
     assert_eq!((v["status"].as_str(), v["exit_code"].as_i64()), (Some("Error"), Some(2)), "{v}");
