@@ -67,6 +67,21 @@ pub struct GroupRecord {
     pub created_at: i64,
 }
 
+/// The columns [`group_row`] reads, in its order.
+const GROUP_COLUMNS: &str = "sweep_id, kind, name, array_name, slurm_array_id, max_concurrent, created_at";
+
+fn group_row(r: &rusqlite::Row) -> rusqlite::Result<GroupRecord> {
+    Ok(GroupRecord {
+        sweep_id: r.get(0)?,
+        kind: r.get(1)?,
+        name: r.get(2)?,
+        array_name: r.get(3)?,
+        slurm_array_id: r.get(4)?,
+        max_concurrent: r.get(5)?,
+        created_at: r.get(6)?,
+    })
+}
+
 /// One dependency of an active job, with its parent as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DependencyRow {
@@ -217,22 +232,11 @@ impl Store {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT sweep_id, kind, name, array_name, slurm_array_id, max_concurrent, created_at FROM sweeps
-                 WHERE sweep_id = ?1 OR sweep_id LIKE ?2 ORDER BY sweep_id = ?1 DESC LIMIT 2",
+                &format!("SELECT {GROUP_COLUMNS} FROM sweeps WHERE sweep_id = ?1 OR sweep_id LIKE ?2 ORDER BY sweep_id = ?1 DESC LIMIT 2"),
             )
             .map_err(|e| self.err(e))?;
         let found: Vec<GroupRecord> = stmt
-            .query_map(params![id_or_prefix, pattern], |r| {
-                Ok(GroupRecord {
-                    sweep_id: r.get(0)?,
-                    kind: r.get(1)?,
-                    name: r.get(2)?,
-                    array_name: r.get(3)?,
-                    slurm_array_id: r.get(4)?,
-                    max_concurrent: r.get(5)?,
-                    created_at: r.get(6)?,
-                })
-            })
+            .query_map(params![id_or_prefix, pattern], group_row)
             .map_err(|e| self.err(e))?
             .collect::<Result<_, _>>()
             .map_err(|e| self.err(e))?;
@@ -258,23 +262,9 @@ impl Store {
     pub fn groups(&self) -> Result<Vec<GroupRecord>, StoreError> {
         let mut stmt = self
             .conn
-            .prepare(
-                "SELECT sweep_id, kind, name, array_name, slurm_array_id, max_concurrent, created_at FROM sweeps ORDER BY rowid DESC",
-            )
+            .prepare(&format!("SELECT {GROUP_COLUMNS} FROM sweeps ORDER BY rowid DESC"))
             .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok(GroupRecord {
-                    sweep_id: r.get(0)?,
-                    kind: r.get(1)?,
-                    name: r.get(2)?,
-                    array_name: r.get(3)?,
-                    slurm_array_id: r.get(4)?,
-                    max_concurrent: r.get(5)?,
-                    created_at: r.get(6)?,
-                })
-            })
-            .map_err(|e| self.err(e))?;
+        let rows = stmt.query_map([], group_row).map_err(|e| self.err(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
     }
 
