@@ -23,8 +23,6 @@ pub mod remote;
 pub mod service;
 pub mod spec_file;
 pub mod store;
-#[cfg(test)]
-mod test_fixtures;
 
 /// Plans: the core's, plus [`plan::resolve`], which draws the new job's id.
 pub mod plan {

@@ -9,10 +9,10 @@ use crate::protocol::SECTION;
 use crate::remote::{Idempotency, Remote, RemoteError, RemoteOutput, TransportStats};
 use crate::status::PlatformStatus;
 use crate::store::Store;
-use crate::test_fixtures::{settings, spec};
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::Duration;
+use tao_slurm_core::fixtures::{settings, spec};
 
 /// A remote that answers from a script of replies, in order, and keeps every script it was sent.
 #[derive(Default)]

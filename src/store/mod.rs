@@ -796,7 +796,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_fixtures::{settings, spec};
+    use tao_slurm_core::fixtures::{settings, spec};
 
     #[test]
     fn processes_opening_a_new_state_file_at_once_migrate_it_once() {
@@ -980,7 +980,7 @@ mod tests {
         assert_eq!(summary.gpus_per_node, plan.resources.gpus_per_node);
         assert_eq!(summary.layout, plan.layout);
         // A job recorded now fills them at insert.
-        let other = crate::plan::resolve(&crate::test_fixtures::spec(), &settings()).unwrap();
+        let other = crate::plan::resolve(&tao_slurm_core::fixtures::spec(), &settings()).unwrap();
         store.insert_job("{}", &other).unwrap();
         let s = store.summary(&other.layout.job_id).unwrap();
         assert_eq!(s, store.get(&other.layout.job_id).unwrap().summary);

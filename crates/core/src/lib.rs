@@ -6,6 +6,8 @@
 
 pub mod config;
 pub mod cosmos;
+#[cfg(any(test, feature = "test-fixtures"))]
+pub mod fixtures;
 pub mod layout;
 pub mod model;
 pub mod monitor;

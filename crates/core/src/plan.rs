@@ -687,22 +687,7 @@ pub(crate) mod tests {
         resolve_with_id(spec, settings, "11111111-2222-4333-8444-555555555555")
     }
 
-    pub fn settings() -> Settings {
-        let env = [
-            ("SLURM_USER", "alice"),
-            ("SLURM_HOSTNAME", "login"),
-            ("HOME", "/home/alice"),
-            ("SLURM_BASE_RESULTS_DIR", "/lustre/alice"),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        Settings::from_sources(&SettingSources { flags: HashMap::new(), env, file: HashMap::new() }).unwrap()
-    }
-
-    pub fn spec() -> JobSpec {
-        JobSpec { image: "ubuntu:22.04".into(), command: vec!["true".into()], ..JobSpec::default() }
-    }
+    pub use crate::fixtures::{settings, spec};
 
     /// (--gpus, --total-gpus, --nodes)
     type GpuFlags = (Option<u32>, Option<u32>, Option<u32>);

@@ -1,9 +1,11 @@
-//! Settings and a spec for the engine's unit tests (the core's own fixtures are private to it).
+//! Settings and a spec for tests, shared with the engine's tests through the `test-fixtures` feature
+//! (a crate's own test items are invisible to other crates).
 
 use crate::config::{SettingSources, Settings};
 use crate::spec::JobSpec;
 use std::collections::HashMap;
 
+/// Settings of a user `alice` on host `login`, results under /lustre/alice.
 pub fn settings() -> Settings {
     let env = [
         ("SLURM_USER", "alice"),
@@ -17,6 +19,7 @@ pub fn settings() -> Settings {
     Settings::from_sources(&SettingSources { flags: HashMap::new(), env, file: HashMap::new() }).unwrap()
 }
 
+/// A one-node job that runs `true` in ubuntu:22.04.
 pub fn spec() -> JobSpec {
     JobSpec { image: "ubuntu:22.04".into(), command: vec!["true".into()], ..JobSpec::default() }
 }
