@@ -191,11 +191,6 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
     }
 }
 
-/// Print a value as pretty JSON on stdout.
-pub(crate) fn print_json<T: serde::Serialize>(value: &T) {
-    output::emit_json(value);
-}
-
 /// Remote text (job names, pending reasons, status.json messages, node lists) for a terminal: control
 /// characters are shown escaped, so no job can move the cursor, clear the screen or fake a row.
 pub(crate) fn clean(text: &str) -> String {

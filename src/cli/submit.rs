@@ -74,7 +74,7 @@ impl SubmitCmd {
                     .iter()
                     .map(|(v, _)| serde_json::json!({"index": v.index, "values": v.describe()}))
                     .collect();
-                super::print_json(
+                super::output::emit_json(
                     &serde_json::json!({"variants": list, "array": sweep.array_range(), "array_script": sweep.array_script()}),
                 );
             } else {

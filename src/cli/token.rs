@@ -42,7 +42,7 @@ impl TokenCmd {
             TokenAction::Create { org, name, json } => {
                 let (rec, token) = db.create_token(&org, &name).map_err(|m| SpecError::new("org", m))?;
                 if json {
-                    super::print_json(
+                    super::output::emit_json(
                         &serde_json::json!({"id": rec.id, "org": rec.org, "name": rec.name, "token": token}),
                     );
                 } else {
@@ -66,7 +66,7 @@ impl TokenCmd {
             TokenAction::List { json } => {
                 let tokens = db.tokens().map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
                 if json {
-                    super::print_json(&tokens);
+                    super::output::emit_json(&tokens);
                 } else {
                     for t in tokens {
                         let state = if t.revoked_at.is_some() { "revoked" } else { "valid" };

@@ -48,7 +48,8 @@ pub fn parse_submit_facts(stdout: &str, host: &str) -> SubmitFacts {
     let partitions =
         secs.iter().find(|(n, _, _)| n == "partitions").map(|(_, _, body)| parse_partitions(body)).unwrap_or_default();
     let cached_sqsh = secs.iter().find(|(n, _, _)| n == "sqsh_cached").map(|(_, path, _)| path.clone());
-    SubmitFacts { partitions, missing_paths: missing_from(stdout), cached_sqsh, host: host.to_string() }
+    let missing_paths = secs.iter().filter(|(n, _, _)| n == "missing").map(|(_, p, _)| p.clone()).collect();
+    SubmitFacts { partitions, missing_paths, cached_sqsh, host: host.to_string() }
 }
 
 /// Each partition's limits, then every node's state and GPUs in use.
