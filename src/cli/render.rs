@@ -4,7 +4,6 @@ use crate::config::Settings;
 use crate::error::Error;
 use crate::plan::Plan;
 use crate::script::StagedFile;
-use crate::spec::SecretValues;
 use clap::Args;
 use serde_json::json;
 
@@ -30,7 +29,7 @@ impl RenderCmd {
             let spec_json = serde_json::to_value(spec.for_variant(v)).expect("spec serialises");
             let mut files = crate::client::staged_files_for(&settings, plan, &spec_json);
             files.push(StagedFile { path: sweep.array_script_file(), contents: sweep.array_script() });
-            print_plan(&files, plan, &SecretValues::default(), self.json);
+            print_plan(&files, plan, self.json);
             return Ok(0);
         }
         if !spec.steps.is_empty() {
@@ -44,20 +43,20 @@ impl RenderCmd {
                 files.extend(crate::client::staged_files_for(&settings, &plan, &spec_json));
                 first.get_or_insert(plan);
             }
-            print_plan(&files, first.as_ref().expect("a pipeline has a step"), &SecretValues::default(), self.json);
+            print_plan(&files, first.as_ref().expect("a pipeline has a step"), self.json);
             return Ok(0);
         }
         let plan = crate::plan::resolve(&spec, &settings)?;
         let spec_json = serde_json::to_value(&spec).expect("spec serialises");
         let files = crate::client::staged_files_for(&settings, &plan, &spec_json);
         // Secrets need not be present to render: only their names are shown.
-        print_plan(&files, &plan, &SecretValues::default(), self.json);
+        print_plan(&files, &plan, self.json);
         Ok(0)
     }
 }
 
 /// Print the staged files and, masked, the secret environment that sbatch would carry.
-pub(crate) fn print_plan(files: &[StagedFile], plan: &Plan, _secrets: &SecretValues, as_json: bool) {
+pub(crate) fn print_plan(files: &[StagedFile], plan: &Plan, as_json: bool) {
     super::output::emit(super::output::Format::from_json_flag(as_json), &render_report(files, plan));
 }
 

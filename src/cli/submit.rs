@@ -43,7 +43,7 @@ impl SubmitCmd {
         let client = Client::new(settings)?;
         if self.dry_run {
             let plan = client.check_online(&spec)?;
-            super::render::print_plan(&client.staged_files(&spec, &plan), &plan, &secrets, self.json);
+            super::render::print_plan(&client.staged_files(&spec, &plan), &plan, self.json);
             return Ok(0);
         }
         let submitted = client.create_job(&spec, &secrets)?;
