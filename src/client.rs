@@ -206,6 +206,13 @@ impl Client {
         Ok(Client { settings, store, remote: OnceLock::new(), active: std::sync::Mutex::new(None) })
     }
 
+    /// A client over a transport the caller made (tests drive the client over a fake remote).
+    pub fn with_remote(settings: Settings, remote: Box<dyn Remote>) -> Result<Client> {
+        let client = Client::new(settings)?;
+        let _ = client.remote.set(remote);
+        Ok(client)
+    }
+
     pub fn settings(&self) -> &Settings {
         &self.settings
     }
