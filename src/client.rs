@@ -94,7 +94,7 @@ impl From<&JobSummary> for JobView {
             elapsed_secs: if j.status.is_terminal() {
                 j.updated_at - j.created_at
             } else {
-                crate::store::now_secs() - j.created_at
+                crate::clock::now() - j.created_at
             },
             progress: j.progress.as_deref().and_then(|p| serde_json::from_str(p).ok()),
             progress_message: j
@@ -414,7 +414,7 @@ impl Client {
             ..Default::default()
         };
         self.store.in_transaction(|| {
-            self.store.insert_member(&serde_json::to_string(spec).expect("spec serialises"), &plan, &member)
+            self.store.insert_member(&serde_json::to_string(spec).expect("spec serialises"), &plan, &member, crate::clock::now())
         })?;
         let mut ticket = submit::AttemptTicket::first(&plan);
         let gate = self.gate_for_submission(&plan.layout.job_id)?;
@@ -455,6 +455,7 @@ impl Client {
                 self.store.update_status(
                     &plan.layout.job_id,
                     &crate::store::StatusUpdate::bare(PlatformStatus::Error, format!("not submitted: {e}")),
+                    crate::clock::now(),
                 )?;
                 Err(e.into())
             }
@@ -468,7 +469,7 @@ impl Client {
         let gate = crate::engine::depend::gate_of(&self.store, job_id)?;
         if let Some(crate::engine::depend::Gate::Never(message)) = &gate {
             self.store
-                .update_status(job_id, &crate::store::StatusUpdate::bare(PlatformStatus::Canceled, message.clone()))?;
+                .update_status(job_id, &crate::store::StatusUpdate::bare(PlatformStatus::Canceled, message.clone()), crate::clock::now())?;
             return Err(crate::spec::SpecError::new("after", format!("job {job_id} can never run: {message}")).into());
         }
         Ok(gate)
@@ -537,6 +538,7 @@ impl Client {
                 max_concurrent: sweep.max_concurrent,
             },
             &members,
+            crate::clock::now(),
         )?;
         let result = crate::engine::sweep::submit_sweep(self.remote()?, &self.store, &sweep, &files, &secrets);
         if let Err(Error::Remote(e)) = &result {
@@ -546,6 +548,7 @@ impl Client {
                     self.store.update_status(
                         &plan.layout.job_id,
                         &crate::store::StatusUpdate::bare(PlatformStatus::Error, format!("not submitted: {e}")),
+                        crate::clock::now(),
                     )?;
                 }
             }
@@ -605,6 +608,7 @@ impl Client {
                 max_concurrent: None,
             },
             &members,
+            crate::clock::now(),
         )?;
         let mut submitted = Vec::new();
         for ((step, plan), secrets) in steps.iter().zip(&plans).zip(&ready_secrets) {

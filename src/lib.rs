@@ -13,6 +13,7 @@ pub use tao_slurm_core::{
 
 pub mod cli;
 pub mod client;
+pub mod clock;
 pub mod config;
 pub mod engine;
 pub mod error;

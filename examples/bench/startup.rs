@@ -39,6 +39,7 @@ pub fn startup() -> Value {
                 node_list: Some("node1".into()),
                 progress: None,
             },
+            tao_slurm::clock::now(),
         )
         .unwrap();
     drop(store);

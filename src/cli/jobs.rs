@@ -59,7 +59,7 @@ impl ListCmd {
             ),
             None => None,
         };
-        let now = crate::store::now_secs();
+        let now = crate::clock::now();
         let client = Client::new(settings)?;
         let format = super::output::Format::from_json_flag(self.json);
         if self.sweeps {

@@ -2,7 +2,7 @@ use crate::config::Settings;
 use crate::error::Error;
 use crate::monitor::{next_interval, Pace};
 use crate::spec::SpecError;
-use crate::store::now_secs;
+use crate::clock::now as now_secs;
 use crate::Client;
 use clap::Args;
 use std::collections::HashMap;

@@ -78,6 +78,7 @@ pub fn reconcile(remote: &dyn Remote, store: &Store) -> Result<Vec<String>> {
 }
 
 fn reconcile_pass(remote: &dyn Remote, store: &Store) -> Result<(Vec<String>, bool)> {
+    let now = crate::clock::now();
     let rows = store.open_dependencies(None)?;
     if rows.is_empty() {
         return Ok((Vec::new(), false));
@@ -121,7 +122,7 @@ fn reconcile_pass(remote: &dyn Remote, store: &Store) -> Result<(Vec<String>, bo
                     if ok == Some(true) {
                         store.set_gate(job_id, gate)?;
                         let to = if dependency.is_empty() { "none (its dependencies are met)".to_string() } else { dependency.clone() };
-                        store.add_event(job_id, "dependency", &format!("Slurm job {slurm_id} now depends on {to}"))?;
+                        store.add_event(job_id, "dependency", &format!("Slurm job {slurm_id} now depends on {to}"), now)?;
                         // What this cycle's squeue said (DependencyNeverSatisfied, of the parent's
                         // failed attempt) is no longer true.
                         let job = store.summary(job_id)?;
@@ -129,6 +130,7 @@ fn reconcile_pass(remote: &dyn Remote, store: &Store) -> Result<(Vec<String>, bo
                             store.update_status(
                                 job_id,
                                 &StatusUpdate::keeping_slurm_of(&job, job.status, format!("waiting for its dependencies: re-pointed to {to} (a retry of the job it runs after)")),
+                                now,
                             )?;
                         }
                         touched.push(job_id.clone());
@@ -139,7 +141,7 @@ fn reconcile_pass(remote: &dyn Remote, store: &Store) -> Result<(Vec<String>, bo
                 Action::Release { job_id, slurm_id } => {
                     if ok == Some(true) {
                         store.set_gate(job_id, "free")?;
-                        store.add_event(job_id, "dependency", &format!("dependencies met: Slurm job {slurm_id} released"))?;
+                        store.add_event(job_id, "dependency", &format!("dependencies met: Slurm job {slurm_id} released"), now)?;
                         touched.push(job_id.clone());
                     }
                 }
@@ -149,6 +151,7 @@ fn reconcile_pass(remote: &dyn Remote, store: &Store) -> Result<(Vec<String>, bo
                     store.update_status(
                         job_id,
                         &StatusUpdate::keeping_slurm_of(&job, PlatformStatus::Canceled, message.clone()),
+                        now,
                     )?;
                     store.set_gate(job_id, "never")?;
                     touched.push(job_id.clone());
@@ -158,6 +161,7 @@ fn reconcile_pass(remote: &dyn Remote, store: &Store) -> Result<(Vec<String>, bo
                     store.update_status(
                         job_id,
                         &StatusUpdate::keeping_slurm_of(&job, job.status, message.clone()),
+                        now,
                     )?;
                     touched.push(job_id.clone());
                 }

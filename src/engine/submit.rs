@@ -49,6 +49,7 @@ pub fn submit(
     ticket: &AttemptTicket,
 ) -> Result<Submitted> {
     let job_id = &plan.layout.job_id;
+    let now = crate::clock::now();
     pause_at_failpoint("after-record");
     let hook = if failpoint("remote-before-sbatch") {
         "echo 'tao-slurm: failpoint remote-before-sbatch reached' >&2\nsleep 20\n"
@@ -64,6 +65,7 @@ pub fn submit(
             store.update_status(
                 job_id,
                 &StatusUpdate::bare(PlatformStatus::Pending, format!("submission outcome unknown: {e}")),
+                now,
             )?;
             return Err(e.into());
         }
@@ -80,7 +82,7 @@ pub fn submit(
     }
     if let Some(id) = &slurm_job_id {
         // Recorded even if a later step failed: a submitted job is never forgotten.
-        store.set_submitted(job_id, id, &out.host)?;
+        store.set_submitted(job_id, id, &out.host, now)?;
     }
     if out.exit_code != 0 {
         let detail = out.stderr.trim();
@@ -90,9 +92,9 @@ pub fn submit(
             }
             None => format!("submission of job {job_id} failed on {}: {detail}", out.host),
         };
-        store.add_event(job_id, "submit_failed", &message)?;
+        store.add_event(job_id, "submit_failed", &message, now)?;
         if slurm_job_id.is_none() && out.exit_code != 23 {
-            store.update_status(job_id, &StatusUpdate::bare(PlatformStatus::Error, message.clone()))?;
+            store.update_status(job_id, &StatusUpdate::bare(PlatformStatus::Error, message.clone()), now)?;
         }
         return Err(Error::RemoteCommand(message));
     }

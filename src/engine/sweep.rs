@@ -32,9 +32,10 @@ pub struct VariantSubmitted {
 }
 
 fn mark_all(store: &Store, sweep: &SweepPlan, status: PlatformStatus, message: &str) -> Result<()> {
+    let now = crate::clock::now();
     store.in_transaction(|| -> Result<()> {
         for (_, plan) in &sweep.variants {
-            store.update_status(&plan.layout.job_id, &StatusUpdate::bare(status, message))?;
+            store.update_status(&plan.layout.job_id, &StatusUpdate::bare(status, message), now)?;
         }
         Ok(())
     })
@@ -50,6 +51,7 @@ pub fn submit_sweep(
 ) -> Result<SweepSubmitted> {
     crate::engine::submit::pause_at_failpoint("after-record");
     let script = sweep_submit_script(sweep, files, secrets);
+    let now = crate::clock::now();
     let out = match remote.run_script(&script, Idempotency::RunAtMostOnce) {
         Ok(out) => out,
         Err(e @ (RemoteError::Lost { .. } | RemoteError::TimedOut { .. })) => {
@@ -67,7 +69,7 @@ pub fn submit_sweep(
         .and_then(|(_, arg, _)| parse_sbatch_parsable(&arg));
     if let Some(id) = &array_id {
         crate::engine::submit::pause_at_failpoint("after-sbatch");
-        store.set_array_submitted(&sweep.sweep_id, id, &out.host)?;
+        store.set_array_submitted(&sweep.sweep_id, id, &out.host, now)?;
     }
     if out.exit_code != 0 {
         let detail = out.stderr.trim();
@@ -113,7 +115,7 @@ pub fn resume(
     waiting: &[JobRecord],
     files_for: &dyn Fn(&JobRecord) -> Vec<StagedFile>,
 ) -> Result<()> {
-    let now = crate::store::now_secs();
+    let now = crate::clock::now();
     let mut sweeps: Vec<&str> = waiting
         .iter()
         .filter(|j| !j.status.is_terminal() && j.slurm_job_id.is_none() && j.array_index().is_some())
@@ -153,6 +155,7 @@ pub fn resume(
                         &r.job_id,
                         "resume",
                         &format!("the sweep's job array is Slurm job {}", s.slurm_array_id),
+                        now,
                     )?;
                 }
             }

@@ -65,8 +65,8 @@ fn store_with_job(with_secrets: bool) -> (tempfile::TempDir, Store, String) {
     let spec =
         crate::spec::JobSpec { secret_env: if with_secrets { vec!["HF_TOKEN".into()] } else { vec![] }, ..spec() };
     let plan = crate::plan::resolve(&spec, &settings()).unwrap();
-    store.insert_job("{}", &plan).unwrap();
-    store.set_submitted(&plan.layout.job_id, "41", "login1").unwrap();
+    store.insert_job("{}", &plan, crate::clock::now()).unwrap();
+    store.set_submitted(&plan.layout.job_id, "41", "login1", crate::clock::now()).unwrap();
     (dir, store, plan.layout.job_id.clone())
 }
 
@@ -207,7 +207,7 @@ fn recorded_job() -> (tempfile::TempDir, Store, crate::plan::Plan) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("state.db")).unwrap();
     let plan = crate::plan::resolve(&spec(), &settings()).unwrap();
-    store.insert_job("{}", &plan).unwrap();
+    store.insert_job("{}", &plan, crate::clock::now()).unwrap();
     (dir, store, plan)
 }
 

@@ -151,7 +151,7 @@ pub async fn workspace_cluster(state: AppStateRef, id: String, q: ClusterQuery) 
         };
         Ok(ClusterOut {
             workspace: w.id.clone(),
-            checked_at: rfc3339(crate::store::now_secs()),
+            checked_at: rfc3339(crate::clock::now()),
             ok: checks.iter().all(|c| c.ok || !c.required),
             checks: checks
                 .into_iter()
@@ -362,7 +362,7 @@ pub async fn create_job(
         specs: spec.specs.clone().unwrap_or_else(|| serde_json::json!({})),
         num_gpu: req.num_gpu,
         token_id: Some(token.id.clone()),
-        created_at: crate::store::now_secs(),
+        created_at: crate::clock::now(),
     };
     let st = state.clone();
     let w = ws.clone();

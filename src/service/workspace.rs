@@ -115,7 +115,7 @@ impl Workspace {
                 }
             }
         };
-        let mut last_change = crate::store::now_secs();
+        let mut last_change = crate::clock::now();
         let mut seen: std::collections::HashMap<String, (crate::PlatformStatus, u32)> = Default::default();
         loop {
             let started = Instant::now();
@@ -125,11 +125,11 @@ impl Workspace {
             self.account(before, after);
             add(&self.counters.refresh_round_trips, before.round_trips, after.round_trips);
             self.counters.refreshes.fetch_add(1, Ordering::Relaxed);
-            self.counters.last_refresh_at.store(crate::store::now_secs() as u64, Ordering::Relaxed);
+            self.counters.last_refresh_at.store(crate::clock::now() as u64, Ordering::Relaxed);
             let interval = match result {
                 Ok(jobs) => {
                     *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                    let now = crate::store::now_secs();
+                    let now = crate::clock::now();
                     for j in &jobs {
                         let key = (j.status, j.attempt);
                         if seen.get(&j.job_id) != Some(&key) {

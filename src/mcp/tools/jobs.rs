@@ -39,7 +39,7 @@ pub fn list(client: &Client, args: ListArgs) -> Result<Reply<ListOut>, ToolError
         ),
         None => None,
     };
-    let now = crate::store::now_secs();
+    let now = crate::clock::now();
     let wanted = args.status.map(|s| format!("{s:?}"));
     let views = client.list(args.active_only).map_err(|e| ToolError::engine(e, "job_ids"))?;
     let only: Option<std::collections::HashSet<String>> = match &args.sweep_id {

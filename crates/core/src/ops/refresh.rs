@@ -370,7 +370,7 @@ fn status_json_of<'a>(job: &'a JobSummary, obs: &'a Observations) -> (Option<&'a
 /// The platform verdict for a Slurm state, with the inner timeout's own message for exit 124.
 fn verdict(job: &JobSummary, state: &SlurmState, exit_code: Option<i32>, status_json: Option<&str>) -> StatusVerdict {
     let mut verdict = map_status(state, exit_code, status_json);
-    if verdict.status == PlatformStatus::Error && exit_code == Some(124) {
+    if verdict.status == PlatformStatus::Error && exit_code == Some(crate::exit_codes::TIMED_OUT) {
         verdict.message = timed_out_message(job);
     }
     verdict
