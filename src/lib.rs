@@ -8,7 +8,7 @@
 //! ([`Client`]), and the front-ends ([`cli`], [`mcp`]) sit on the client. See docs/ARCHITECTURE.md.
 
 pub use tao_slurm_core::{
-    cosmos, model, monitor, ops, preflight, protocol, redact, retry, script, slurm, spec, sqsh, status,
+    cosmos, model, monitor, ops, preflight, protocol, retry, script, slurm, spec, sqsh, status,
 };
 
 pub mod cli;
@@ -24,6 +24,9 @@ pub mod remote;
 pub mod service;
 pub mod spec_file;
 pub mod store;
+
+/// Secret values kept out of logs: the engine's registry (see [`engine::redact`]).
+pub use engine::redact;
 
 /// Plans: the core's, plus [`plan::resolve`], which draws the new job's id.
 pub mod plan {

@@ -38,23 +38,14 @@ pub fn active_parents(store: &Store, ids: &[&str]) -> Result<Vec<String>> {
     if rows.is_empty() {
         return Ok(Vec::new());
     }
-    let mut parents_of: BTreeMap<&str, Vec<&DependencyRow>> = BTreeMap::new();
-    for row in &rows {
-        parents_of.entry(row.child.as_str()).or_default().push(row);
-    }
-    let given: std::collections::HashSet<&str> = ids.iter().copied().collect();
-    let mut out: Vec<String> = Vec::new();
-    let mut todo: Vec<&str> = ids.to_vec();
-    while let Some(id) = todo.pop() {
-        for row in parents_of.get(id).into_iter().flatten() {
-            let status = PlatformStatus::parse(&row.parent_status).unwrap_or(PlatformStatus::Pending);
-            if !status.is_terminal() && !given.contains(row.parent.as_str()) && !out.contains(&row.parent) {
-                out.push(row.parent.clone());
-                todo.push(row.parent.as_str());
-            }
-        }
-    }
-    Ok(out)
+    let edges: Vec<(&str, &str, PlatformStatus)> = rows
+        .iter()
+        .map(|r| {
+            let status = PlatformStatus::parse(&r.parent_status).unwrap_or(PlatformStatus::Pending);
+            (r.child.as_str(), r.parent.as_str(), status)
+        })
+        .collect();
+    Ok(crate::ops::depend::active_parents(&edges, ids))
 }
 
 /// Bring every dependent job in line with its parents as stored now: re-point Slurm dependencies at

@@ -7,7 +7,6 @@ pub use crate::ops::refresh::*;
 use crate::engine::retry::{handle_failures, is_attempt_failure, RetryPolicy};
 use crate::error::Result;
 use crate::remote::{Idempotency, Remote};
-use crate::script::shell::quote;
 use crate::store::{JobRecord, JobSummary};
 use std::collections::HashMap;
 
@@ -106,20 +105,16 @@ fn classify_failures(
 /// An adopted job may still be held, without its log directory, if its submitter died between sbatch
 /// and release: one round trip finishes those two steps (both harmless when already done).
 fn release_adopted(remote: &dyn Remote, by_id: &HashMap<&str, &JobSummary>, settled: &[&Decision]) -> Result<()> {
-    let adopted: Vec<String> = settled
+    let adopted: Vec<(String, String)> = settled
         .iter()
         .filter_map(|d| {
             let job = by_id.get(d.job_id.as_str())?;
             let id = d.adopt.as_ref()?;
-            Some(format!(
-                "mkdir -p {} && scontrol release {} >/dev/null 2>&1\n",
-                quote(&job.layout.log_dir(&job.attempt_name, id)),
-                quote(id)
-            ))
+            Some((job.layout.log_dir(&job.attempt_name, id), id.clone()))
         })
         .collect();
     if !adopted.is_empty() {
-        remote.run_script(&(adopted.concat() + "exit 0\n"), Idempotency::Idempotent)?;
+        remote.run_script(&crate::ops::submit::release_adopted_script(&adopted), Idempotency::Idempotent)?;
     }
     Ok(())
 }
