@@ -1,8 +1,8 @@
+use crate::clock::now as now_secs;
 use crate::config::Settings;
 use crate::error::Error;
 use crate::monitor::{next_interval, Pace};
 use crate::spec::SpecError;
-use crate::clock::now as now_secs;
 use crate::Client;
 use clap::Args;
 use std::collections::HashMap;

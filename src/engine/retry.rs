@@ -8,7 +8,6 @@ use crate::engine::submit::{submit, AttemptTicket};
 use crate::error::Result;
 use crate::ops::refresh::Decision;
 use crate::remote::{Idempotency, Remote};
-use crate::script::StagedFile;
 use crate::spec::SecretValues;
 use crate::store::{JobRecord, RetryPlan, StatusUpdate, Store};
 
@@ -48,7 +47,11 @@ pub fn handle_failures(
                 }
                 FailureOutcome::Final { failure, message } => {
                     store.close_attempt(&job.job_id, job.attempt, failure.class.as_str(), &failure.evidence, now)?;
-                    store.update_status(&job.job_id, &StatusUpdate { message: message.clone(), ..d.update.clone() }, now)?;
+                    store.update_status(
+                        &job.job_id,
+                        &StatusUpdate { message: message.clone(), ..d.update.clone() },
+                        now,
+                    )?;
                 }
             }
             Ok(())
@@ -57,14 +60,15 @@ pub fn handle_failures(
     Ok(())
 }
 
-/// Submit the retries that are due and resume interrupted submissions. `files_for` regenerates a
-/// job's staged files (the same every time); `secrets` are only available to the process that
-/// submitted the job, so a resumed job with secrets relies on the secrets file already on the cluster.
+/// Submit the retries that are due and resume interrupted submissions, each with its staged files
+/// regenerated from its stored spec and plan and `settings` (the same every time). Secret values are
+/// only available to the process that submitted the job, so a resumed job with secrets relies on
+/// the secrets file already on the cluster.
 pub fn advance(
     remote: &dyn Remote,
     store: &Store,
     jobs: &[JobRecord],
-    files_for: &dyn Fn(&JobRecord) -> Vec<StagedFile>,
+    settings: &crate::config::Settings,
 ) -> Result<()> {
     let now = crate::clock::now();
     // A sweep variant's first attempt is its array's task: the array's submission is resumed by
@@ -98,7 +102,14 @@ pub fn advance(
         }
         let kind = if job.next_retry_at.is_some() { "retry" } else { "resume" };
         tracing::info!(job = %job.job_id, attempt = job.attempt, kind, "submitting");
-        match submit(remote, store, &job.plan, &files_for(job), &SecretValues::default(), &ticket) {
+        match submit(
+            remote,
+            store,
+            &job.plan,
+            &crate::ops::submit::staged_files_of(settings, job),
+            &SecretValues::default(),
+            &ticket,
+        ) {
             Ok(s) => {
                 if let Some(g) = &gate {
                     store.set_gate(&job.job_id, &g.stored())?;

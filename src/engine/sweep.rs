@@ -116,7 +116,7 @@ pub fn resume(
     remote: &dyn Remote,
     store: &Store,
     waiting: &[JobRecord],
-    files_for: &dyn Fn(&JobRecord) -> Vec<StagedFile>,
+    settings: &crate::config::Settings,
 ) -> Result<()> {
     let now = crate::clock::now();
     let mut sweeps: Vec<&str> = waiting
@@ -149,7 +149,8 @@ pub fn resume(
                 })
                 .collect(),
         };
-        let files: Vec<Vec<StagedFile>> = records.iter().map(files_for).collect();
+        let files: Vec<Vec<StagedFile>> =
+            records.iter().map(|r| crate::ops::submit::staged_files_of(settings, r)).collect();
         tracing::info!(sweep = %sweep_id, variants = records.len(), "resuming the sweep's submission");
         match submit_sweep(remote, store, &plan, &files, &SecretValues::default()) {
             Ok(s) => {

@@ -62,7 +62,13 @@ impl Store {
     }
 
     /// The job's current attempt reached Slurm (see [`Store::set_submitted`]).
-    pub(super) fn attempt_submitted(&self, job_id: &str, slurm_job_id: &str, host: &str, now: i64) -> Result<(), StoreError> {
+    pub(super) fn attempt_submitted(
+        &self,
+        job_id: &str,
+        slurm_job_id: &str,
+        host: &str,
+        now: i64,
+    ) -> Result<(), StoreError> {
         self.conn
             .execute(
                 "UPDATE attempts SET slurm_job_id = ?2, login_host = ?3, submitted_at = ?4
@@ -75,13 +81,25 @@ impl Store {
 
     /// What a refresh saw of the job's current attempt (see [`Store::update_status`]); a terminal
     /// status ends it.
-    pub(super) fn current_attempt_observed(&self, job_id: &str, update: &StatusUpdate, now: i64) -> Result<(), StoreError> {
+    pub(super) fn current_attempt_observed(
+        &self,
+        job_id: &str,
+        update: &StatusUpdate,
+        now: i64,
+    ) -> Result<(), StoreError> {
         self.conn
             .execute(
                 "UPDATE attempts SET state = ?2, exit_code = ?3, node_list = COALESCE(node_list, ?4),
                    ended_at = CASE WHEN ?5 THEN COALESCE(ended_at, ?6) ELSE ended_at END
                  WHERE job_id = ?1 AND number = (SELECT attempt FROM jobs WHERE job_id = ?1)",
-                params![job_id, update.slurm_state, update.exit_code, update.node_list, update.status.is_terminal(), now],
+                params![
+                    job_id,
+                    update.slurm_state,
+                    update.exit_code,
+                    update.node_list,
+                    update.status.is_terminal(),
+                    now
+                ],
             )
             .map_err(|e| self.err(e))?;
         Ok(())
@@ -134,7 +152,13 @@ impl Store {
     }
 
     /// Record how an attempt ended (its Slurm state, exit code and nodes).
-    pub fn record_attempt_end(&self, job_id: &str, attempt: u32, update: &StatusUpdate, now: i64) -> Result<(), StoreError> {
+    pub fn record_attempt_end(
+        &self,
+        job_id: &str,
+        attempt: u32,
+        update: &StatusUpdate,
+        now: i64,
+    ) -> Result<(), StoreError> {
         self.conn
             .execute(
                 "UPDATE attempts SET state = ?3, exit_code = ?4, node_list = COALESCE(node_list, ?5), ended_at = ?6

@@ -161,16 +161,9 @@ impl Store {
         let mut assignments: Vec<String> = sets.iter().map(|(column, value)| format!("{column} = {value}")).collect();
         assignments.extend(touch.map(str::to_string));
         let differs: Vec<String> = sets.iter().map(|(column, value)| format!("{column} IS NOT {value}")).collect();
-        let sql = format!(
-            "UPDATE jobs SET {} WHERE job_id = ?1 AND ({})",
-            assignments.join(", "),
-            differs.join(" OR ")
-        );
-        let changed = self
-            .conn
-            .prepare_cached(&sql)
-            .and_then(|mut st| st.execute(params))
-            .map_err(|e| self.err(e))?;
+        let sql =
+            format!("UPDATE jobs SET {} WHERE job_id = ?1 AND ({})", assignments.join(", "), differs.join(" OR "));
+        let changed = self.conn.prepare_cached(&sql).and_then(|mut st| st.execute(params)).map_err(|e| self.err(e))?;
         Ok(changed > 0)
     }
 }

@@ -88,11 +88,8 @@ fn a_sweep_is_recorded_at_once_found_by_its_id_and_its_dependencies_kept() {
     assert!(store.group("zzz").unwrap().is_none());
     // A job that runs after the first variant.
     let child = crate::plan::resolve(&spec(), &settings()).unwrap();
-    let m = Member {
-        after: vec![(ids[0].clone(), "ok".into())],
-        gate: Some("afterok:77_0".into()),
-        ..Default::default()
-    };
+    let m =
+        Member { after: vec![(ids[0].clone(), "ok".into())], gate: Some("afterok:77_0".into()), ..Default::default() };
     store.in_transaction(|| store.insert_member("{}", &child, &m, NOW)).unwrap();
     let deps = store.open_dependencies(Some(&child.layout.job_id)).unwrap();
     assert_eq!(deps.len(), 1);

@@ -1,11 +1,13 @@
 //! Submission of one attempt: its ticket (the attempt's unique Slurm job name, by which it is found
 //! again) and the one remote script that stages the job's files and submits it at most once. Pure.
 
+use crate::config::Settings;
 use crate::exit_codes::{
     CANNOT_CREATE_DIRS, CANNOT_STAGE, CANNOT_WRITE_SECRETS, NO_LOG_DIR, RELEASE_FAILED, SBATCH_REFUSED,
     SECRETS_FILE_MISSING, SUBMISSION_IN_FLIGHT, UNTRUSTED_STORAGE,
 };
 use crate::layout::Layout;
+use crate::model::JobRecord;
 use crate::plan::Plan;
 use crate::protocol::SECTION;
 use crate::script::shell::quote;
@@ -43,6 +45,20 @@ pub fn attempt_name(plan: &Plan, number: u32) -> String {
     } else {
         format!("{}.a{number}", plan.layout.job_name)
     }
+}
+
+/// The files a plan stages, with the user and login hosts the settings name in the metadata file
+/// (the batch script last). Offline: `render` shows them without a cluster.
+pub fn staged_files_for(settings: &Settings, plan: &Plan, spec_json: &serde_json::Value) -> Vec<StagedFile> {
+    let hosts: Vec<String> = settings.login_hosts.iter().map(|h| h.label()).collect();
+    crate::script::staged_files(plan, spec_json, settings.slurm_user.as_deref().unwrap_or(""), &hosts)
+}
+
+/// The staged files of a recorded job, regenerated from its stored spec and plan (they are the same
+/// every time), for its retries and resumed submissions.
+pub fn staged_files_of(settings: &Settings, job: &JobRecord) -> Vec<StagedFile> {
+    let spec_json: serde_json::Value = serde_json::from_str(&job.spec_json).unwrap_or(serde_json::Value::Null);
+    staged_files_for(settings, &job.plan, &spec_json)
 }
 
 /// A submission lock older than this, with no Slurm job behind it, was left by a submitter that died

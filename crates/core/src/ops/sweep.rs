@@ -116,7 +116,9 @@ pub fn sweep_submit_script(sweep: &SweepPlan, files: &[Vec<StagedFile>], secrets
         s.push(' ');
         s.push_str(&quote(&p.layout.results_dir()));
     }
-    s.push_str(&format!(" || {{ echo 'tao-slurm: cannot create the results directories' >&2; exit {CANNOT_CREATE_DIRS}; }}\n"));
+    s.push_str(&format!(
+        " || {{ echo 'tao-slurm: cannot create the results directories' >&2; exit {CANNOT_CREATE_DIRS}; }}\n"
+    ));
     let n = sweep.variants.len();
     s.push_str(&format!(
         "logdirs() {{ local d=() i; for ((i = 0; i < {n}; i++)); do d+=(\"$logdir_prefix-$1_$i\"); done; mkdir -p -- \"${{d[@]}}\"; }}\n"
