@@ -16,9 +16,7 @@ use crate::config::Settings;
 use crate::engine::cycle::Cycle;
 use crate::engine::retry::RetryPolicy;
 use crate::error::Result;
-
 use crate::remote::{self, Remote};
-
 use crate::store::{ChangeToken, JobSummary, Store};
 use std::sync::OnceLock;
 
