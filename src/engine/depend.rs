@@ -107,61 +107,58 @@ fn reconcile_pass(remote: &dyn Remote, store: &Store) -> Result<(Vec<String>, bo
     let mut touched = Vec::new();
     store.in_transaction(|| -> Result<()> {
         for (i, action) in actions.iter().enumerate() {
-            let ok = results.get(&i).copied();
-            match action {
-                Action::Point { job_id, slurm_id, dependency, gate, .. } => {
-                    if ok == Some(true) {
-                        store.set_gate(job_id, gate)?;
-                        let to = if dependency.is_empty() { "none (its dependencies are met)".to_string() } else { dependency.clone() };
-                        store.add_event(job_id, "dependency", &format!("Slurm job {slurm_id} now depends on {to}"), now)?;
-                        // What this cycle's squeue said (DependencyNeverSatisfied, of the parent's
-                        // failed attempt) is no longer true.
-                        let job = store.summary(job_id)?;
-                        if job.status == PlatformStatus::Pending && job.message.contains(NEVER_SATISFIED) {
-                            store.update_status(
-                                job_id,
-                                &StatusUpdate::keeping_slurm_of(&job, job.status, format!("waiting for its dependencies: re-pointed to {to} (a retry of the job it runs after)")),
-                                now,
-                            )?;
-                        }
-                        touched.push(job_id.clone());
-                    } else {
-                        tracing::warn!(job = %job_id, "re-pointing the dependency of Slurm job {slurm_id} failed; tried again next cycle");
-                    }
-                }
-                Action::Release { job_id, slurm_id } => {
-                    if ok == Some(true) {
-                        store.set_gate(job_id, "free")?;
-                        store.add_event(job_id, "dependency", &format!("dependencies met: Slurm job {slurm_id} released"), now)?;
-                        touched.push(job_id.clone());
-                    }
-                }
-                Action::Cancel { job_id, message, .. } => {
-                    // It can never run, whatever scancel said (a held or never-satisfied job does not start).
-                    let job = store.summary(job_id)?;
-                    store.update_status(
-                        job_id,
-                        &StatusUpdate::keeping_slurm_of(&job, PlatformStatus::Canceled, message.clone()),
-                        now,
-                    )?;
-                    store.set_gate(job_id, "never")?;
-                    touched.push(job_id.clone());
-                }
-                Action::Explain { job_id, message } => {
-                    let job = store.summary(job_id)?;
-                    store.update_status(
-                        job_id,
-                        &StatusUpdate::keeping_slurm_of(&job, job.status, message.clone()),
-                        now,
-                    )?;
-                    touched.push(job_id.clone());
-                }
-            }
+            touched.extend(record_action(store, action, results.get(&i).copied(), now)?);
         }
         Ok(())
     })?;
     crate::engine::secrets::sweep_or_warn(remote, store);
     Ok((touched, cancelled))
+}
+
+/// Record what one action did (`ok`: what the cluster said of it; None when it ran nothing there).
+/// Returns the job it changed.
+fn record_action(store: &Store, action: &Action, ok: Option<bool>, now: i64) -> Result<Option<String>> {
+    let done = ok == Some(true);
+    match action {
+        Action::Point { job_id, slurm_id, .. } if !done => {
+            tracing::warn!(job = %job_id, "re-pointing the dependency of Slurm job {slurm_id} failed; tried again next cycle");
+            Ok(None)
+        }
+        Action::Point { job_id, slurm_id, dependency, gate, .. } => {
+            store.set_gate(job_id, gate)?;
+            let to =
+                if dependency.is_empty() { "none (its dependencies are met)".to_string() } else { dependency.clone() };
+            store.add_event(job_id, "dependency", &format!("Slurm job {slurm_id} now depends on {to}"), now)?;
+            // What this cycle's squeue said (DependencyNeverSatisfied, of the parent's failed
+            // attempt) is no longer true.
+            let job = store.summary(job_id)?;
+            if job.status == PlatformStatus::Pending && job.message.contains(NEVER_SATISFIED) {
+                let message =
+                    format!("waiting for its dependencies: re-pointed to {to} (a retry of the job it runs after)");
+                store.update_status(job_id, &StatusUpdate::keeping_slurm_of(&job, job.status, message), now)?;
+            }
+            Ok(Some(job_id.clone()))
+        }
+        Action::Release { .. } if !done => Ok(None),
+        Action::Release { job_id, slurm_id } => {
+            store.set_gate(job_id, "free")?;
+            store.add_event(job_id, "dependency", &format!("dependencies met: Slurm job {slurm_id} released"), now)?;
+            Ok(Some(job_id.clone()))
+        }
+        Action::Cancel { job_id, message, .. } => {
+            // It can never run, whatever scancel said (a held or never-satisfied job does not start).
+            let job = store.summary(job_id)?;
+            let update = StatusUpdate::keeping_slurm_of(&job, PlatformStatus::Canceled, message.clone());
+            store.update_status(job_id, &update, now)?;
+            store.set_gate(job_id, "never")?;
+            Ok(Some(job_id.clone()))
+        }
+        Action::Explain { job_id, message } => {
+            let job = store.summary(job_id)?;
+            store.update_status(job_id, &StatusUpdate::keeping_slurm_of(&job, job.status, message.clone()), now)?;
+            Ok(Some(job_id.clone()))
+        }
+    }
 }
 
 fn reconcile_one(child: &Child, edges: &[Edge]) -> Option<Action> {

@@ -116,7 +116,7 @@ impl Store {
                 .execute(
                     "UPDATE jobs SET attempt = ?3, attempt_name = ?4, slurm_job_id = NULL, slurm_state = NULL, exit_code = NULL,
                        submitted_at = NULL, unseen_since = NULL,
-                       node_list = NULL, login_host = NULL, status = 'Pending', message = ?5, next_retry_at = ?6,
+                       node_list = NULL, login_host = NULL, pending_reason = NULL, status = 'Pending', message = ?5, next_retry_at = ?6,
                        excluded_nodes = ?7, updated_at = ?8
                      WHERE job_id = ?1 AND attempt = ?2 AND status NOT IN ('Complete', 'Error', 'Canceled')",
                     params![

@@ -111,6 +111,7 @@ impl Store {
                 ("exit_code", "?5"),
                 ("node_list", "COALESCE(node_list, ?6)"),
                 ("progress", "COALESCE(?8, progress)"),
+                ("pending_reason", "?9"),
             ],
             Some("updated_at = ?7"),
             params![
@@ -121,7 +122,8 @@ impl Store {
                 update.exit_code,
                 update.node_list,
                 now,
-                update.progress
+                update.progress,
+                update.pending_reason
             ],
         )?;
         if !changed {

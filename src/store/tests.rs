@@ -118,6 +118,7 @@ fn jobs_survive_reopen_and_prefixes_resolve() {
                     exit_code: Some(3),
                     node_list: Some("node1".into()),
                     progress: None,
+                    pending_reason: None,
                 },
                 NOW,
             )

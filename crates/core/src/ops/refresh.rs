@@ -384,7 +384,9 @@ fn from_squeue(job: &JobSummary, rec: &SqueueRecord, obs: &Observations) -> Stat
     let progress = status_json.and_then(last_status_line).and_then(|l| l.message);
     let verdict = verdict(job, &rec.state, rec.exit_code, status_json);
     let mut message = verdict.message;
-    if verdict.status == PlatformStatus::Pending && !rec.reason.is_empty() && rec.reason != "None" {
+    let pending_reason = (verdict.status == PlatformStatus::Pending && !rec.reason.is_empty() && rec.reason != "None")
+        .then(|| rec.reason.clone());
+    if pending_reason.is_some() {
         message = match explain_pending(&rec.reason) {
             Some((words, advice)) => format!("{message}, reason {}: {words} ({advice})", rec.reason),
             None => format!("{message}, reason {}", rec.reason),
@@ -400,6 +402,7 @@ fn from_squeue(job: &JobSummary, rec: &SqueueRecord, obs: &Observations) -> Stat
         exit_code: if rec.state.is_finished() { rec.exit_code } else { None },
         node_list: Some(rec.node_list.clone()).filter(|n| !n.is_empty() && n != "(null)"),
         progress: status_json.and_then(last_status_raw),
+        pending_reason,
     }
 }
 
@@ -425,6 +428,7 @@ fn from_sacct(job: &JobSummary, rec: &SacctRecord, obs: &Observations) -> Option
         exit_code: rec.exit_code,
         node_list: Some(rec.node_list.clone()).filter(|n| !n.is_empty() && n != "None assigned"),
         progress: known.and_then(last_status_raw),
+        pending_reason: None,
     })
 }
 
@@ -450,6 +454,7 @@ fn lost(job: &JobSummary, slurm_id: &str, obs: &Observations, now: i64) -> Optio
         exit_code: None,
         node_list: None,
         progress: known.and_then(last_status_raw),
+        pending_reason: None,
     })
 }
 
@@ -462,6 +467,7 @@ pub fn changes_nothing(job: &JobSummary, u: &StatusUpdate) -> bool {
         && job.exit_code == u.exit_code
         && (u.node_list.is_none() || job.node_list.is_some())
         && (u.progress.is_none() || job.progress == u.progress)
+        && job.pending_reason == u.pending_reason
 }
 
 #[cfg(test)]
@@ -522,6 +528,7 @@ mod tests {
             submitted_at: None,
             unseen_since: None,
             cluster: None,
+            pending_reason: None,
             sweep_id: None,
             sweep_index: None,
             gate: None,
