@@ -248,3 +248,38 @@ fn events_since_a_cursor_by_job() {
     assert_eq!(store.events_since(cursor, &[], 1).unwrap().len(), 1, "limit");
     assert!(store.events_since(store.last_event_id().unwrap(), &[], 10).unwrap().is_empty());
 }
+
+#[test]
+fn a_write_that_changes_nothing_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("state.db")).unwrap();
+    let plan = crate::plan::resolve(&spec(), &settings()).unwrap();
+    let id = plan.layout.job_id.clone();
+    store.insert_job("{}", &plan, NOW).unwrap();
+    store.set_submitted(&id, "42", "login1", NOW).unwrap();
+    let pending = StatusUpdate {
+        slurm_state: Some("PENDING".into()),
+        pending_reason: Some("Resources".into()),
+        ..StatusUpdate::bare(PlatformStatus::Pending, "waiting, reason Resources")
+    };
+    store.update_status(&id, &pending, NOW).unwrap();
+    store.set_status_sig(&id, "1:2").unwrap();
+    store.set_unseen_since(&id, None).unwrap();
+    store.set_gate(&id, "free").unwrap();
+    let (token, events) = (store.change_token().unwrap(), store.events(&id).unwrap().len());
+    // The same writes again, later: no row changes, no event, the token stays.
+    store.update_status(&id, &pending, NOW + 60).unwrap();
+    store.set_status_sig(&id, "1:2").unwrap();
+    store.set_unseen_since(&id, None).unwrap();
+    store.set_gate(&id, "free").unwrap();
+    assert_eq!(store.change_token().unwrap(), token, "nothing changed, nothing written");
+    assert_eq!(store.events(&id).unwrap().len(), events);
+    let job = store.summary(&id).unwrap();
+    assert_eq!((job.updated_at, job.pending_reason.as_deref()), (NOW, Some("Resources")));
+    // A change of the reason alone is a change.
+    let other = StatusUpdate { pending_reason: Some("Priority".into()), ..pending.clone() };
+    store.update_status(&id, &other, NOW + 120).unwrap();
+    assert_ne!(store.change_token().unwrap(), token);
+    let job = store.summary(&id).unwrap();
+    assert_eq!((job.updated_at, job.pending_reason.as_deref()), (NOW + 120, Some("Priority")));
+}

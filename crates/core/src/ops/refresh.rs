@@ -832,4 +832,26 @@ mod tests {
         let retried = JobSummary { attempt: 2, ..variant };
         assert_eq!(retried.array_index(), None);
     }
+
+    #[test]
+    fn the_pending_reason_is_a_field_of_its_own() {
+        let jobs = vec![job("a", "10"), job("b", "11"), job("c", "12")];
+        let squeue =
+            "10|PENDING|Resources|||4:00:00|x\n11|PENDING|None|||4:00:00|x\n12|RUNNING|None|n1|x|1:00|0|tao-job-c\n";
+        let obs = Observations { squeue: Some(parse_squeue(squeue)), ..Observations::default() };
+        let d = decide(&jobs, &obs, now_secs());
+        let reason = |id: &str| d.iter().find(|x| x.job_id == id).and_then(|x| x.update.pending_reason.clone());
+        assert_eq!(reason("a").as_deref(), Some("Resources"));
+        assert_eq!((reason("b"), reason("c")), (None, None), "no reason, or not pending");
+        let a = d.iter().find(|x| x.job_id == "a").unwrap();
+        let seen = JobSummary {
+            status: a.update.status,
+            message: a.update.message.clone(),
+            slurm_state: a.update.slurm_state.clone(),
+            ..job("a", "10")
+        };
+        assert!(!changes_nothing(&seen, &a.update), "a reason not stored yet is a change");
+        let stored = JobSummary { pending_reason: Some("Resources".into()), ..seen };
+        assert!(changes_nothing(&stored, &a.update));
+    }
 }

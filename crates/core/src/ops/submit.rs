@@ -318,6 +318,43 @@ pub(crate) fn lock_script(on_adopt: &str, lookup: &str, what: &str) -> String {
 mod tests {
 
     #[test]
+    fn a_submission_outcome_is_read_from_its_id_and_exit_status() {
+        use Outcome::*;
+        let id = "@@tao-slurm:slurm_job_id 4242\n";
+        let cases: &[(&str, i32, Outcome)] = &[
+            (id, 0, Submitted("4242".into())),
+            ("@@tao-slurm:slurm_job_id 4242\n@@tao-slurm:adopted\n", 0, Submitted("4242".into())),
+            (id, crate::exit_codes::NO_LOG_DIR, NotStarted("4242".into())),
+            (id, crate::exit_codes::RELEASE_FAILED, NotStarted("4242".into())),
+            // An id sbatch gave wins over any exit status: the job is Slurm's.
+            (id, crate::exit_codes::SUBMISSION_IN_FLIGHT, NotStarted("4242".into())),
+            ("", crate::exit_codes::SUBMISSION_IN_FLIGHT, InFlight),
+            ("", crate::exit_codes::SBATCH_REFUSED, Refused),
+            ("", crate::exit_codes::UNTRUSTED_STORAGE, Refused),
+            ("", 0, NoJobId),
+            // sbatch --parsable's `id;cluster`; only digits are an id (a job can write into the lock
+            // the id is read back from).
+            ("@@tao-slurm:slurm_job_id 42;cluster\n", 0, Submitted("42".into())),
+            ("@@tao-slurm:slurm_job_id 4$(rm)2\n", 0, NoJobId),
+        ];
+        for (stdout, code, want) in cases {
+            let got = parse_outcome(stdout, *code);
+            assert_eq!(&got, want, "{stdout:?} exit {code}");
+            assert_eq!(got.slurm_job_id().is_some(), matches!(want, Submitted(_) | NotStarted(_)));
+        }
+    }
+
+    #[test]
+    fn a_job_and_a_sweep_share_the_preamble_and_the_sbatch_steps() {
+        let plan = resolve(&spec(), &settings()).unwrap();
+        let job = submit_script(&plan, &[], &SecretValues::default(), &AttemptTicket::first(&plan));
+        let preamble = preamble(&plan.layout, vec![plan.layout.results_dir()], false, &plan.layout.job_name);
+        assert!(job.starts_with(&preamble), "{job}");
+        assert!(job.contains(&format!("exit {}", crate::exit_codes::SBATCH_REFUSED)));
+        assert_eq!(crate::ops::template::unfilled(&job), Vec::<String>::new());
+    }
+
+    #[test]
     fn the_lock_template_is_filled_whole() {
         let script = lock_script("mkdir -p \"$d\"; ", "  existing=x", "attempt");
         assert_eq!(crate::ops::template::unfilled(&script), Vec::<String>::new(), "{script}");
