@@ -7,7 +7,9 @@
 //! [`engine`] runs each operation and records what it decided, [`client`] is the library API
 //! ([`Client`]), and the front-ends ([`cli`], [`mcp`]) sit on the client. See docs/ARCHITECTURE.md.
 
-pub use tao_slurm_core::{cosmos, model, monitor, ops, preflight, protocol, retry, script, slurm, spec, sqsh, status};
+pub use tao_slurm_core::{
+    cosmos, filter, model, monitor, ops, preflight, protocol, retry, script, slurm, spec, sqsh, status,
+};
 
 pub mod cli;
 pub mod client;

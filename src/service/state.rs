@@ -6,10 +6,10 @@
 //! is kept with its reply already serialised, and the revision at which it last changed (for the
 //! event streams).
 
-use super::db::{ApiJob, ServiceDb};
 use super::types::{self, BackendDetailsOut, JobOut, SlurmMetadata, TaoStatus};
 use super::workspace::Workspace;
 use crate::client::JobView;
+use crate::client::{ApiJob, ServiceDb};
 use crate::Client;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -144,7 +144,7 @@ impl AppState {
     }
 
     pub fn remove_job(&self, job_id: &str) -> Result<bool, String> {
-        let removed = self.db.delete_job(job_id)?;
+        let removed = self.db.delete_job(job_id, crate::client::now_secs())?;
         self.metas.write().unwrap_or_else(|e| e.into_inner()).remove(job_id);
         Ok(removed)
     }

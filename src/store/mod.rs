@@ -14,6 +14,7 @@ mod jobs;
 mod rows;
 mod schema;
 mod secrets;
+pub mod service_records;
 #[cfg(test)]
 mod tests;
 
