@@ -4,14 +4,16 @@
 mod partition;
 pub mod query;
 mod reason;
+#[cfg(test)]
+pub(crate) mod recorded;
 mod state;
 mod time;
 mod usage;
 
 pub use partition::{parse_partitions, PartitionInfo};
-pub use query::{parse_sacct, parse_sbatch_parsable, parse_squeue, SacctRecord, SqueueRecord};
+pub use query::{parse_exit_status, parse_sacct, parse_sbatch_parsable, parse_squeue, SacctRecord, SqueueRecord};
 pub use reason::explain_pending;
-pub use state::SlurmState;
+pub use state::{SlurmState, FINISHED_STATES};
 pub use time::{format_duration_minutes, hours_to_minutes, parse_slurm_duration_minutes};
 pub use usage::{parse_partition_usage, PartitionUsage, SINFO_NODES_ARGS};
 
