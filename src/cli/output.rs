@@ -68,6 +68,8 @@ pub fn emit_line<T: Serialize>(item: &T) {
 pub struct PreflightReport {
     pub ok: bool,
     pub checks: Vec<crate::preflight::Check>,
+    /// Each login host's Slurm version and Pyxis presence, as the checks found them.
+    pub clusters: Vec<crate::preflight::ClusterFacts>,
 }
 
 impl Report for PreflightReport {
@@ -86,6 +88,20 @@ impl Report for PreflightReport {
                     s.push_str(&format!("      {line}\n"));
                 }
             }
+        }
+        for f in &self.clusters {
+            let host = f.host.as_deref().map(|h| format!(" [{}]", super::clean(h))).unwrap_or_default();
+            let version = match (&f.slurm_version, f.slurm_version_tested) {
+                (Some(v), true) => format!("Slurm {v} (tested)"),
+                (Some(v), false) => format!("Slurm {v} (not tested)"),
+                (None, _) => "Slurm version unknown".into(),
+            };
+            let pyxis = match f.pyxis {
+                Some(true) => "Pyxis present",
+                Some(false) => "Pyxis absent",
+                None => "Pyxis unknown",
+            };
+            s.push_str(&format!("cluster{host}: {version}, {pyxis}\n"));
         }
         s.push_str(if self.ok { "preflight: all required checks passed\n" } else { "preflight: FAILED\n" });
         s

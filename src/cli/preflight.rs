@@ -14,7 +14,8 @@ impl PreflightCmd {
         let checks = run_preflight(&settings);
         let ok = checks.iter().all(|c| c.ok || !c.required);
         let format = super::output::Format::from_json_flag(self.json);
-        super::output::emit(format, &super::output::PreflightReport { ok, checks });
+        let clusters = crate::preflight::cluster_facts(&checks);
+        super::output::emit(format, &super::output::PreflightReport { ok, checks, clusters });
         Ok(if ok { 0 } else { exit_code::JOB_FAILED })
     }
 }

@@ -23,3 +23,4 @@ mod ssh_logins;
 mod state_fixtures;
 mod transport;
 mod trust;
+mod versions;
