@@ -50,7 +50,12 @@ pub fn cluster_facts(checks: &[Check]) -> Vec<ClusterFacts> {
         let i = match out.iter().position(|f| f.host == c.host) {
             Some(i) => i,
             None => {
-                out.push(ClusterFacts { host: c.host.clone(), slurm_version: None, slurm_version_tested: false, pyxis: None });
+                out.push(ClusterFacts {
+                    host: c.host.clone(),
+                    slurm_version: None,
+                    slurm_version_tested: false,
+                    pyxis: None,
+                });
                 out.len() - 1
             }
         };
@@ -214,7 +219,10 @@ impl Sections<'_> {
             let parsed = SlurmVersion::parse(&version);
             let detail = match parsed {
                 Some(v) if v.is_tested() => format!("Slurm {v} (a release tao-slurm is tested on)"),
-                Some(v) => format!("Slurm {v} (tao-slurm is tested on {}; other releases may print what it reads differently)", tested_releases()),
+                Some(v) => format!(
+                    "Slurm {v} (tao-slurm is tested on {}; other releases may print what it reads differently)",
+                    tested_releases()
+                ),
                 None => format!("{version} (not a version tao-slurm can read)"),
             };
             let mut check = Check::pass("slurm version", self.h(), detail);
@@ -296,7 +304,12 @@ impl Sections<'_> {
         let mut check = if count.unwrap_or(0) > 0 {
             Check::pass("pyxis", self.h(), "Pyxis present: srun --help lists --container-image")
         } else {
-            Check::fail("pyxis", self.h(), "Pyxis absent: srun --help does not list --container-image", PYXIS_REMEDIATION)
+            Check::fail(
+                "pyxis",
+                self.h(),
+                "Pyxis absent: srun --help does not list --container-image",
+                PYXIS_REMEDIATION,
+            )
         };
         // Only an answer of srun's is a finding; a failed ssh or script says nothing either way.
         check.found = count.map(|c| Found::Pyxis(c > 0));

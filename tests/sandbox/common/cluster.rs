@@ -41,7 +41,10 @@ impl Cluster {
                 self.release()
             )
         });
-        text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).collect()
+        text.lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .collect()
     }
 
     /// A user of the CLI on this cluster (as [`Env::new`]), after checking once that the cluster

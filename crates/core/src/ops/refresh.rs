@@ -366,12 +366,7 @@ pub fn unread(jobs: &[JobSummary], obs: &Observations) -> Vec<Unread> {
         let squeue = index.squeue.get(id).and_then(|r| r.unread.as_ref()).map(|w| ("squeue", w));
         let sacct = index.sacct.get(id).or_else(|| index.sacct_by_name.get(id)).and_then(|r| r.unread.as_ref());
         for (source, what) in squeue.into_iter().chain(sacct.map(|w| ("sacct", w))) {
-            out.push(Unread {
-                job_id: job.job_id.clone(),
-                slurm_job_id: slurm_id.clone(),
-                source,
-                what: what.clone(),
-            });
+            out.push(Unread { job_id: job.job_id.clone(), slurm_job_id: slurm_id.clone(), source, what: what.clone() });
         }
     }
     out
@@ -429,7 +424,8 @@ fn from_squeue(job: &JobSummary, rec: &SqueueRecord, acct: Option<&SacctRecord>,
     let status_json = if NOT_RUN_STATES.contains(&rec.state) { fresh } else { known };
     let progress = status_json.and_then(last_status_line).and_then(|l| l.message);
     let settled_acct = acct.filter(|a| a.unread.is_none() && a.state.is_finished() && a.name == job.attempt_name);
-    let exit_code = if rec.state.is_finished() { rec.exit_code.or(settled_acct.and_then(|a| a.exit_code)) } else { None };
+    let exit_code =
+        if rec.state.is_finished() { rec.exit_code.or(settled_acct.and_then(|a| a.exit_code)) } else { None };
     let verdict = verdict(job, &rec.state, exit_code, status_json);
     let mut message = verdict.message;
     if verdict.status == PlatformStatus::Pending && !rec.reason.is_empty() && rec.reason != "None" {
@@ -895,8 +891,18 @@ mod tests {
     #[test]
     fn exit_code_3_on_both_versions_from_squeue_or_from_sacct() {
         let recorded = [
-            ("22.05", include_str!("../../tests/fixtures/slurm-22.05/squeue.txt"), include_str!("../../tests/fixtures/slurm-22.05/sacct.txt"), include_str!("../../tests/fixtures/slurm-22.05/submit.txt")),
-            ("24.11", include_str!("../../tests/fixtures/slurm-24.11/squeue.txt"), include_str!("../../tests/fixtures/slurm-24.11/sacct.txt"), include_str!("../../tests/fixtures/slurm-24.11/submit.txt")),
+            (
+                "22.05",
+                include_str!("../../tests/fixtures/slurm-22.05/squeue.txt"),
+                include_str!("../../tests/fixtures/slurm-22.05/sacct.txt"),
+                include_str!("../../tests/fixtures/slurm-22.05/submit.txt"),
+            ),
+            (
+                "24.11",
+                include_str!("../../tests/fixtures/slurm-24.11/squeue.txt"),
+                include_str!("../../tests/fixtures/slurm-24.11/sacct.txt"),
+                include_str!("../../tests/fixtures/slurm-24.11/submit.txt"),
+            ),
         ];
         for (version, squeue, sacct, submit) in recorded {
             let id = submit.lines().find_map(|l| l.strip_prefix("exit3 ")).unwrap();

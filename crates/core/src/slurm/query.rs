@@ -66,7 +66,12 @@ fn fields<'a>(line: &'a str, asked: &str) -> (Vec<&'a str>, Option<String>) {
     let f: Vec<&str> = line.trim_end().split('|').map(str::trim).collect();
     let want = asked.split(',').count();
     let problem = (f.len() != want).then(|| {
-        format!("{} fields where {want} were asked for ({}): {:?}", f.len(), asked.replace(":|", "").replace(':', ""), line.trim_end())
+        format!(
+            "{} fields where {want} were asked for ({}): {:?}",
+            f.len(),
+            asked.replace(":|", "").replace(':', ""),
+            line.trim_end()
+        )
     });
     (f, problem)
 }
@@ -129,8 +134,8 @@ pub fn parse_sacct(stdout: &str) -> Vec<SacctRecord> {
         let get = |i: usize| f.get(i).copied().unwrap_or("");
         let (state, bad_state) = state_of(get(1));
         let (exit_code, exit_signal) = parse_exit_pair(get(2));
-        let bad_exit = (state.is_finished() && exit_code.is_none())
-            .then(|| format!("exit code {:?} is not code:signal", get(2)));
+        let bad_exit =
+            (state.is_finished() && exit_code.is_none()).then(|| format!("exit code {:?} is not code:signal", get(2)));
         let rec = SacctRecord {
             job_id: f[0].to_string(),
             state,

@@ -96,7 +96,10 @@ fn sacct_of_both_versions_is_read_whole_and_gives_the_exit_code() {
         assert_eq!(cancelled.state_text, "CANCELLED by 1001", "{}", r.version);
         // Step lines are not jobs.
         let steps = parse_sacct(r.sacct_steps);
-        assert_eq!(steps.iter().map(|s| (s.job_id.clone(), s.exit_code)).collect::<Vec<_>>(), [(r.id("exit3"), Some(3))]);
+        assert_eq!(
+            steps.iter().map(|s| (s.job_id.clone(), s.exit_code)).collect::<Vec<_>>(),
+            [(r.id("exit3"), Some(3))]
+        );
     }
 }
 
