@@ -201,13 +201,16 @@ on_both! {
         assert!(v["attempts"][0]["evidence"].to_string().contains("Cosmos-RL role rollout failed with exit code 2"), "{v}");
     }
 
-    /// The lost-job rule's evidence, read for real: squeue and sacct both answer, sdiag says
-    /// accounting is up to date, a job that never existed is absent from both (evidence), and a
-    /// finished job is found by sacct with its exit code.
+    /// The lost-job rule's evidence, read for real by the refresh script: squeue and sacct both
+    /// answer, sdiag says accounting is up to date, a job that never existed is absent from both (so
+    /// its absence is evidence), and a finished job is found by sacct with its exit code.
     fn the_lost_job_rule_reads_sdiag_and_both_commands(cluster) {
         let env = cluster.env();
         let (_, finished) = env.submit(&["--image", IMAGE, "--gpus", "0", "--shell", "--", "exit 7"]);
-        wait_ssh(&env, &format!("squeue -h -t all -j {finished} -o %T 2>/dev/null || true\n"), LIMIT, |s| s.trim().is_empty());
+        // Finished: the refresh asks sacct of it whether or not squeue still lists it.
+        wait_ssh(&env, &format!("squeue -h -t all -j {finished} -o %T 2>/dev/null || true\n"), LIMIT, |s| {
+            matches!(s.trim(), "" | "FAILED")
+        });
         let base = env.vars["SLURM_BASE_RESULTS_DIR"].clone();
         let target = |id: &str| tao_slurm::ops::refresh::RefreshTarget {
             job_id: format!("never-{id}"),
