@@ -161,9 +161,8 @@ on_both! {
             }
         }
         let cancelled = env.json(&["cancel", &sweep, "--json"]);
-        let statuses: Vec<(u64, &str)> = cancelled.as_array().unwrap().iter()
+        let mut statuses: Vec<(u64, &str)> = cancelled.as_array().unwrap().iter()
             .map(|j| (j["sweep_index"].as_u64().unwrap(), j["status"].as_str().unwrap())).collect();
-        let mut statuses = statuses;
         statuses.sort();
         assert_eq!(statuses, [(0, "Complete"), (1, "Error"), (2, "Canceled"), (3, "Canceled")], "{cancelled}");
         wait_ssh(&env, &format!("squeue --me -r -h -t PD,R,CG -o %i | grep '^{array}_' || true\n"), LIMIT, |s| s.trim().is_empty());
