@@ -70,6 +70,21 @@ pub fn cluster_facts(checks: &[Check]) -> Vec<ClusterFacts> {
     out
 }
 
+/// Every check of one preflight, and whether it passed: no required check failed.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct PreflightReport {
+    pub ok: bool,
+    pub checks: Vec<Check>,
+    /// Each login host's Slurm version and Pyxis presence, as the checks found them.
+    pub clusters: Vec<ClusterFacts>,
+}
+
+impl PreflightReport {
+    pub fn new(checks: Vec<Check>) -> PreflightReport {
+        PreflightReport { ok: checks.iter().all(|c| c.ok || !c.required), clusters: cluster_facts(&checks), checks }
+    }
+}
+
 impl Check {
     pub fn pass(name: &str, host: Option<&str>, detail: impl Into<String>) -> Check {
         Check {
