@@ -892,7 +892,7 @@ mod tests {
     fn the_pending_reason_is_a_field_of_its_own() {
         let jobs = vec![job("a", "10"), job("b", "11"), job("c", "12")];
         let squeue =
-            "10|PENDING|Resources|||4:00:00|x\n11|PENDING|None|||4:00:00|x\n12|RUNNING|None|n1|x|1:00|0|tao-job-c\n";
+            "10|PENDING|Resources|||4:00:00|0|x\n11|PENDING|None|||4:00:00|0|x\n12|RUNNING|None|n1|x|1:00|0|tao-job-c\n";
         let obs = Observations { squeue: Some(parse_squeue(squeue)), ..Observations::default() };
         let d = decide(&jobs, &obs, now_secs());
         let reason = |id: &str| d.iter().find(|x| x.job_id == id).and_then(|x| x.update.pending_reason.clone());
