@@ -283,3 +283,28 @@ fn a_write_that_changes_nothing_writes_nothing() {
     let job = store.summary(&id).unwrap();
     assert_eq!((job.updated_at, job.pending_reason.as_deref()), (NOW + 120, Some("Priority")));
 }
+
+#[test]
+fn the_store_never_reads_the_clock() {
+    let files = [
+        ("mod.rs", include_str!("mod.rs")),
+        ("jobs.rs", include_str!("jobs.rs")),
+        ("attempts.rs", include_str!("attempts.rs")),
+        ("events.rs", include_str!("events.rs")),
+        ("groups.rs", include_str!("groups.rs")),
+        ("dependencies.rs", include_str!("dependencies.rs")),
+        ("secrets.rs", include_str!("secrets.rs")),
+        ("rows.rs", include_str!("rows.rs")),
+        ("service_records.rs", include_str!("service_records.rs")),
+    ];
+    for (name, text) in files {
+        for clock in ["SystemTime", "Instant::now", "clock::now", "now_secs"] {
+            // Open's retry of a busy database is bounded by a deadline (a wait, not a time recorded).
+            let allowed = name == "mod.rs" && clock == "Instant::now";
+            assert!(
+                allowed || !text.contains(clock),
+                "src/store/{name} reads the clock ({clock}): take `now` from the caller"
+            );
+        }
+    }
+}
