@@ -1,14 +1,15 @@
 //! The squashfs image cache on the sandbox, with the stand-in enroot: converted once for concurrent
 //! submits, served from the cache afterwards, stale partial files replaced, failures stop the submit.
 
-use crate::common::{sandbox_dir, Env};
+use crate::common::sandbox;
+use crate::common::Env;
 use std::time::Duration;
 
 /// Writes the stand-in enroot's hooks file (read on the compute nodes) and removes it when dropped.
 struct EnrootHooks(std::path::PathBuf);
 impl EnrootHooks {
     fn set(text: &str) -> EnrootHooks {
-        let path = sandbox_dir().join("enroot-hooks.env");
+        let path = sandbox::dir().join("enroot-hooks.env");
         std::fs::write(&path, text).unwrap();
         EnrootHooks(path)
     }
