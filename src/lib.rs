@@ -24,6 +24,11 @@ pub mod service;
 pub mod spec_file;
 pub mod store;
 
+#[cfg(test)]
+mod client_tests;
+#[cfg(test)]
+mod test_remote;
+
 /// Plans: the core's, plus [`plan::resolve`], which draws the new job's id.
 pub mod plan {
     pub use tao_slurm_core::plan::*;
