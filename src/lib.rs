@@ -25,8 +25,6 @@ pub mod spec_file;
 pub mod store;
 
 #[cfg(test)]
-mod client_tests;
-#[cfg(test)]
 mod test_remote;
 
 /// Plans: the core's, plus [`plan::resolve`], which draws the new job's id.

@@ -8,6 +8,9 @@ mod refresh;
 mod submission;
 mod views;
 
+#[cfg(test)]
+mod tests;
+
 pub use crate::engine::logs::JobLogs;
 pub use crate::engine::submit::Submitted;
 pub use views::{FollowPoll, GroupView, JobCallbacks, JobView, PathCheck, PipelineSubmitted, StepSubmitted};
