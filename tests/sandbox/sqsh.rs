@@ -59,7 +59,11 @@ fn images_are_converted_once_and_failures_submit_nothing() {
     std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o666)).unwrap();
     let hooks = EnrootHooks::set(&format!("ENROOT_FAKE_LOG={}\nENROOT_FAKE_DELAY=3\n", log.display()));
     let image = format!("nvcr.io/nvidia/tao/sqsh-test-{}:1.0", std::process::id());
-    let imports = || std::fs::read_to_string(&log).unwrap().lines().filter(|l| l.contains(" import ")).count();
+    // Imports of this image only: the hooks file is the sandbox's, shared with other test runs.
+    let tag = format!("sqsh-test-{}:1.0", std::process::id());
+    let imports = || {
+        std::fs::read_to_string(&log).unwrap().lines().filter(|l| l.contains(" import ") && l.contains(&tag)).count()
+    };
 
     // Three concurrent submits of one new image: one import, three jobs on the cache file.
     let runs: Vec<_> = (0..3)
