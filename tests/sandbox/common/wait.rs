@@ -92,3 +92,22 @@ fn timed_out(what: &str, limit: Duration, seen: &str) -> String {
         format!("{what}: not so after {limit:?}; last seen: {seen}")
     }
 }
+
+#[test]
+fn a_wait_returns_what_it_found_and_a_timeout_names_what_was_awaited_and_seen() {
+    let mut looks = 0;
+    let found = wait_for("the third look", Duration::from_secs(5), Duration::ZERO, || {
+        looks += 1;
+        when(looks, |n| *n == 3)
+    });
+    assert_eq!((found, looks), (3, 3));
+    let timed_out = std::panic::catch_unwind(|| {
+        wait_for("a job that never ends", Duration::from_millis(50), Duration::from_millis(10), || {
+            Err::<(), _>("Running")
+        })
+    })
+    .unwrap_err();
+    let message = timed_out.downcast_ref::<String>().unwrap();
+    assert_eq!(message, "a job that never ends: not so after 50ms; last seen: Running");
+    assert_eq!(poll(Duration::ZERO, Duration::ZERO, || false), Err(String::new()), "one look, then the deadline");
+}
