@@ -3,7 +3,7 @@
 //! never a skip.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// The sandbox's directory: `SANDBOX_DIR`, else where dev/sandbox/up.sh puts it.
@@ -15,16 +15,17 @@ pub fn dir() -> PathBuf {
 /// sandbox's own, SANDBOX_*).
 pub fn settings() -> &'static HashMap<String, String> {
     static SETTINGS: OnceLock<HashMap<String, String>> = OnceLock::new();
-    SETTINGS.get_or_init(|| {
-        let path = dir().join("settings.env");
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-            panic!("the sandbox cluster is not set up ({}: {e}); start it with: bash dev/sandbox/up.sh", path.display())
-        });
-        text.lines()
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-            .collect()
-    })
+    SETTINGS.get_or_init(|| read_settings(&dir(), "bash dev/sandbox/up.sh"))
+}
+
+/// The settings.env a sandbox's start script wrote into `dir` (this sandbox's, or another
+/// cluster's); `start` is the command that sets that sandbox up.
+pub fn read_settings(dir: &Path, start: &str) -> HashMap<String, String> {
+    let path = dir.join("settings.env");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!("the sandbox cluster is not set up ({}: {e}); start it with: {start}", path.display())
+    });
+    text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).collect()
 }
 
 /// One setting, or a panic naming it.
