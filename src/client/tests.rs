@@ -44,7 +44,7 @@ fn squeue_line(slurm_id: &str, state: &str, reason: &str, job_id: &str) -> Strin
 }
 
 fn the_job(client: &Client, id: &str) -> JobView {
-    client.list(false).unwrap().into_iter().find(|j| j.job_id == id).unwrap()
+    client.list_jobs().unwrap().into_iter().find(|j| j.job_id == id).unwrap()
 }
 
 fn event_kinds(client: &Client, id: &str) -> Vec<String> {
@@ -68,7 +68,7 @@ fn a_lost_submission_stays_pending_is_found_by_name_and_is_never_sent_twice() {
     });
     let client = client_over(&remote, &dir);
     let err = client.create_job(&spec(), &Default::default()).unwrap_err().to_string();
-    let id = client.list(false).unwrap()[0].job_id.clone();
+    let id = client.list_jobs().unwrap()[0].job_id.clone();
     assert!(err.contains(&format!("job {id} was not found by name yet")) && err.contains("never resubmits"), "{err}");
     let job = the_job(&client, &id);
     assert_eq!(job.status, PlatformStatus::Pending, "never Error: the job may be on Slurm ({})", job.message);
@@ -222,7 +222,7 @@ fn a_job_submitted_after_a_parent_that_already_failed_is_canceled_and_never_sent
     let child_spec = crate::JobSpec { after: vec![parent.clone()], ..spec() };
     let err = client.create_job(&child_spec, &Default::default()).unwrap_err().to_string();
     assert!(err.contains("after") && err.contains("can never run"), "{err}");
-    let child = client.list(false).unwrap().into_iter().find(|j| j.job_id != parent).unwrap();
+    let child = client.list_jobs().unwrap().into_iter().find(|j| j.job_id != parent).unwrap();
     assert_eq!(child.status, PlatformStatus::Canceled, "{child:?}");
     assert_eq!(child.message, format!("dependency {parent} ended Error"));
     assert_eq!(remote.sent_of(Kind::Submit).len(), 1, "only the parent was ever submitted");
