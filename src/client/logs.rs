@@ -71,11 +71,10 @@ impl Client {
             Vec::new()
         } else {
             let (_, out, err) = logs::log_paths(&job)?;
-            let files_for = |j: &JobRecord| self.files_of(j);
-            logs::follow_files_once(&self.cycle(&files_for)?, &job, (&out, &err), streams, cursor)?
+            logs::follow_files_once(&self.cycle()?, &job, (&out, &err), streams, cursor)?
         };
         let caught_up = chunks.iter().all(|c| c.len < logs::MAX_CHUNK_BYTES);
-        let job = JobView::from(&self.store.summary(&job.job_id)?);
+        let job = JobView::at(&self.store.summary(&job.job_id)?, super::now_secs());
         Ok(FollowPoll { job, chunks, finished: was_terminal && caught_up, caught_up })
     }
 
@@ -114,20 +113,19 @@ impl Client {
                 // Not on Slurm yet (or outcome unknown): refresh until it has an id.
                 self.refresh_and_advance(std::slice::from_ref(&job.summary))?;
                 if was_terminal {
-                    return Ok(JobView::from(&job));
+                    return Ok(JobView::at(&job.summary, super::now_secs()));
                 }
                 std::thread::sleep(interval);
                 continue;
             }
             let (out, err) = paths_of(&job)?;
-            let files_for = |j: &JobRecord| self.files_of(j);
-            let chunks = logs::follow_files_once(&self.cycle(&files_for)?, &job, (&out, &err), streams, &mut cursor)?;
+            let chunks = logs::follow_files_once(&self.cycle()?, &job, (&out, &err), streams, &mut cursor)?;
             for c in &chunks {
                 on_chunk(c);
             }
             let caught_up = chunks.iter().all(|c| c.len < logs::MAX_CHUNK_BYTES);
             if was_terminal && caught_up {
-                return Ok(JobView::from(&job));
+                return Ok(JobView::at(&job.summary, super::now_secs()));
             }
             if caught_up {
                 std::thread::sleep(interval);

@@ -11,6 +11,9 @@ use crate::store::Store;
 use crate::test_remote::{lost, ok, unreachable, FakeRemote, Reply};
 use tao_slurm_core::fixtures::{settings, spec};
 
+/// The settings a cycle regenerates staged files with.
+static SETTINGS: std::sync::LazyLock<crate::config::Settings> = std::sync::LazyLock::new(settings);
+
 /// A state file with one submitted job (Slurm job 41), with secrets if asked.
 fn store_with_job(with_secrets: bool) -> (tempfile::TempDir, Store, String) {
     let dir = tempfile::tempdir().unwrap();
@@ -18,19 +21,19 @@ fn store_with_job(with_secrets: bool) -> (tempfile::TempDir, Store, String) {
     let spec =
         crate::spec::JobSpec { secret_env: if with_secrets { vec!["HF_TOKEN".into()] } else { vec![] }, ..spec() };
     let plan = crate::plan::resolve(&spec, &settings()).unwrap();
-    store.insert_job("{}", &plan).unwrap();
-    store.set_submitted(&plan.layout.job_id, "41", "login1").unwrap();
+    store.insert_job("{}", &plan, crate::clock::now()).unwrap();
+    store.set_submitted(&plan.layout.job_id, "41", "login1", crate::clock::now()).unwrap();
     (dir, store, plan.layout.job_id.clone())
 }
 
 /// A cycle whose retries wait an hour (so none is submitted within the test) ...
 fn cycle<'a>(remote: &'a FakeRemote, store: &'a Store, max_retries: u32) -> Cycle<'a> {
-    Cycle { remote, store, policy: RetryPolicy { max_retries, backoff_base_secs: 3600 }, files_for: &|_| Vec::new() }
+    Cycle { remote, store, policy: RetryPolicy { max_retries, backoff_base_secs: 3600 }, settings: &SETTINGS }
 }
 
 /// ... or are due at once.
 fn eager_cycle<'a>(remote: &'a FakeRemote, store: &'a Store) -> Cycle<'a> {
-    Cycle { remote, store, policy: RetryPolicy { max_retries: 3, backoff_base_secs: 0 }, files_for: &|_| Vec::new() }
+    Cycle { remote, store, policy: RetryPolicy { max_retries: 3, backoff_base_secs: 0 }, settings: &SETTINGS }
 }
 
 /// What the refresh script prints when sacct says the job ended in `state` with `exit`.
@@ -160,7 +163,7 @@ fn recorded_job() -> (tempfile::TempDir, Store, crate::plan::Plan) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("state.db")).unwrap();
     let plan = crate::plan::resolve(&spec(), &settings()).unwrap();
-    store.insert_job("{}", &plan).unwrap();
+    store.insert_job("{}", &plan, crate::clock::now()).unwrap();
     (dir, store, plan)
 }
 
