@@ -3,6 +3,7 @@
 //! reads the cluster's settings, `wait` is the one way to wait for something.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod sandbox;
 pub mod wait;
 
