@@ -224,7 +224,7 @@ fn a_refused_sbatch_is_an_error_and_an_unreleased_job_is_still_recorded() {
 
 /// A log line written into a shared buffer (the test's subscriber's writer).
 #[derive(Clone, Default)]
-struct LogBuffer(std::sync::Arc<Mutex<Vec<u8>>>);
+struct LogBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
 
 impl std::io::Write for LogBuffer {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
