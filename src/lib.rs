@@ -28,6 +28,9 @@ pub mod store;
 /// Secret values kept out of logs: the engine's registry (see [`engine::redact`]).
 pub use engine::redact;
 
+#[cfg(test)]
+mod test_remote;
+
 /// Plans: the core's, plus [`plan::resolve`], which draws the new job's id.
 pub mod plan {
     pub use tao_slurm_core::plan::*;

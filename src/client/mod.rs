@@ -10,6 +10,9 @@ mod secrets;
 mod submission;
 mod views;
 
+#[cfg(test)]
+mod tests;
+
 // Everything a front-end names comes from here or from the core: the engine's, the store's and the
 // transport's own paths stay theirs (tests/sandbox/architecture.rs checks it).
 pub use crate::engine::image::Prepared;

@@ -1,65 +1,18 @@
-//! Fast engine tests over a fake remote: each test scripts what the cluster answers (or that it does
-//! not answer) and checks what the engine records. The sandbox tests stay the proof that the scripts
-//! work on a real cluster; these pin the engine's handling of every answer, failures above all.
+//! Fast engine tests over a fake remote (`crate::test_remote`): each test scripts what the cluster
+//! answers (or that it does not answer) and checks what the engine records.
 
 use crate::engine::cycle::Cycle;
 use crate::engine::retry::RetryPolicy;
 use crate::engine::{cancel, secrets};
 use crate::protocol::SECTION;
-use crate::remote::{Idempotency, Remote, RemoteError, RemoteOutput, TransportStats};
+use crate::remote::RemoteOutput;
 use crate::status::PlatformStatus;
 use crate::store::Store;
-use std::collections::VecDeque;
-use std::sync::Mutex;
-use std::time::Duration;
+use crate::test_remote::{lost, ok, unreachable, FakeRemote, Reply};
+use tao_slurm_core::fixtures::{settings, spec};
 
 /// The settings a cycle regenerates staged files with.
 static SETTINGS: std::sync::LazyLock<crate::config::Settings> = std::sync::LazyLock::new(settings);
-use tao_slurm_core::fixtures::{settings, spec};
-
-/// A remote that answers from a script of replies, in order, and keeps every script it was sent.
-#[derive(Default)]
-struct FakeRemote {
-    replies: Mutex<VecDeque<Result<RemoteOutput, RemoteError>>>,
-    sent: Mutex<Vec<String>>,
-}
-
-impl FakeRemote {
-    fn answering(replies: Vec<Result<RemoteOutput, RemoteError>>) -> FakeRemote {
-        FakeRemote { replies: Mutex::new(replies.into()), sent: Mutex::default() }
-    }
-    fn sent(&self) -> Vec<String> {
-        self.sent.lock().unwrap().clone()
-    }
-}
-
-fn ok(stdout: &str) -> Result<RemoteOutput, RemoteError> {
-    Ok(RemoteOutput { exit_code: 0, stdout: stdout.into(), stderr: String::new(), host: "login1".into() })
-}
-
-fn unreachable() -> Result<RemoteOutput, RemoteError> {
-    Err(RemoteError::Unreachable {
-        hosts: "login1".into(),
-        message: "Connection refused".into(),
-        remediation: String::new(),
-    })
-}
-
-impl Remote for FakeRemote {
-    fn describe(&self) -> String {
-        "fake".into()
-    }
-    fn stats(&self) -> TransportStats {
-        TransportStats::default()
-    }
-    fn default_deadline(&self) -> Duration {
-        Duration::from_secs(1)
-    }
-    fn run_script_within(&self, script: &str, _: Idempotency, _: Duration) -> Result<RemoteOutput, RemoteError> {
-        self.sent.lock().unwrap().push(script.to_string());
-        self.replies.lock().unwrap().pop_front().unwrap_or_else(|| panic!("no reply scripted for:\n{script}"))
-    }
-}
 
 /// A state file with one submitted job (Slurm job 41), with secrets if asked.
 fn store_with_job(with_secrets: bool) -> (tempfile::TempDir, Store, String) {
@@ -84,7 +37,7 @@ fn eager_cycle<'a>(remote: &'a FakeRemote, store: &'a Store) -> Cycle<'a> {
 }
 
 /// What the refresh script prints when sacct says the job ended in `state` with `exit`.
-fn refresh_reply(job_name: &str, state: &str, exit: &str) -> Result<RemoteOutput, RemoteError> {
+fn refresh_reply(job_name: &str, state: &str, exit: &str) -> Reply {
     ok(&format!(
         "{SECTION}squeue\n{SECTION}rc squeue 0\n{SECTION}sacct\n|41|{state}|{exit}|0:0|node2|2026-12-03T10:00:00|2026-12-03T10:01:00|{job_name}\n{SECTION}rc sacct 0\n{SECTION}dbd_queue 0\n"
     ))
@@ -175,7 +128,7 @@ fn a_failed_query_gives_no_verdict_and_a_lost_connection_no_change() {
     let (_dir, store, id) = store_with_job(false);
     let remote = FakeRemote::answering(vec![
         ok(&format!("{SECTION}squeue\n|slurm_load_jobs error: Socket timed out\n{SECTION}rc squeue 1\n")),
-        Err(RemoteError::Lost { host: "login1".into(), message: "reset".into() }),
+        lost(),
     ]);
     let job = store.summary(&id).unwrap();
     cycle(&remote, &store, 3).run(std::slice::from_ref(&job)).unwrap();
@@ -223,7 +176,7 @@ fn submit_with(remote: &FakeRemote, store: &Store, plan: &crate::plan::Plan) -> 
 fn a_submission_whose_outcome_is_unknown_stays_pending_and_waits_to_be_found() {
     let (_dir, store, plan) = recorded_job();
     let id = plan.layout.job_id.clone();
-    let remote = FakeRemote::answering(vec![Err(RemoteError::Lost { host: "login1".into(), message: "reset".into() })]);
+    let remote = FakeRemote::answering(vec![lost()]);
     assert!(submit_with(&remote, &store, &plan).is_err());
     let after = store.summary(&id).unwrap();
     assert_eq!(after.status, PlatformStatus::Pending, "never Error: the job may be on Slurm");
@@ -271,7 +224,7 @@ fn a_refused_sbatch_is_an_error_and_an_unreleased_job_is_still_recorded() {
 
 /// A log line written into a shared buffer (the test's subscriber's writer).
 #[derive(Clone, Default)]
-struct LogBuffer(std::sync::Arc<Mutex<Vec<u8>>>);
+struct LogBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
 
 impl std::io::Write for LogBuffer {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

@@ -3,44 +3,23 @@ types that print it): every documented command's real output on the sandbox vali
 output would not. A missing sandbox or binary is a failure, never a skip."""
 
 import json
-import os
-import pathlib
 import shutil
 import subprocess
 
 import jsonschema
 import pytest
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
-BIN = pathlib.Path(os.environ.get("TAO_SLURM_BIN", REPO / "target" / "debug" / "tao-slurm"))
-SANDBOX = pathlib.Path(os.environ.get("SANDBOX_DIR", "/var/lib/tao-slurm-sandbox"))
+from tao_test_support import REPO, binary, user_env
 
 
 @pytest.fixture
 def env(tmp_path):
-    settings = SANDBOX / "settings.env"
-    if not settings.is_file():
-        pytest.fail(f"the sandbox cluster is not set up ({settings} is missing): bash dev/sandbox/up.sh")
-    if not BIN.is_file():
-        pytest.fail(f"{BIN} is missing: build it with cargo build (dev/test does)")
-    pairs = (line.split("=", 1) for line in settings.read_text().splitlines() if "=" in line)
-    e = {k.strip(): v.strip() for k, v in pairs}
     home = tmp_path / "home"
     home.mkdir()
-    e.update(
-        {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": str(home),
-            "TAO_SLURM_STATE": str(tmp_path / "state.db"),
-            "TAO_SLURM_CONTROL_DIR": "/tmp/tao-slurm-test-cm",
-            "TAO_SLURM_USE_SQSH": "false",
-        }
-    )
-    return e
+    return user_env(home, state=tmp_path / "state.db")
 
 
 def run_json(env, *args, ok_codes=(0,)):
-    out = subprocess.run([str(BIN), *args], env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([binary(), *args], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode in ok_codes, f"{args}: {out.returncode}\n{out.stdout}\n{out.stderr}"
     return json.loads(out.stdout)
 

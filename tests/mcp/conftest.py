@@ -6,34 +6,20 @@ import asyncio
 import contextlib
 import functools
 import json
-import os
 import pathlib
+import sys
 import time
 
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-BIN = pathlib.Path(os.environ.get("TAO_SLURM_BIN", REPO / "target" / "debug" / "tao-slurm"))
-SANDBOX = pathlib.Path(os.environ.get("SANDBOX_DIR", "/var/lib/tao-slurm-sandbox"))
-TERMINAL = ("Complete", "Error", "Canceled")
+# The helpers the three pytest suites share (tests/support/tao_test_support).
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "support"))
+from tao_test_support import TERMINAL, binary, user_env  # noqa: E402
+
 # The rule every non-terminal result must carry.
 KEEP_WAITING = "do not give a final answer unless the user asked to detach"
-
-
-def sandbox_settings() -> dict:
-    path = SANDBOX / "settings.env"
-    if not path.is_file():
-        pytest.fail(f"the sandbox cluster is not set up ({path} is missing): start it with bash dev/sandbox/up.sh")
-    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
-    return {k.strip(): v.strip() for k, v in pairs}
-
-
-def binary() -> str:
-    if not BIN.is_file():
-        pytest.fail(f"{BIN} is missing: build it with cargo build (dev/test does)")
-    return str(BIN)
 
 
 @pytest.fixture
@@ -42,22 +28,7 @@ def server_env(tmp_path) -> dict:
     the ControlMaster directory shared with the other tests (as a user's would be)."""
     home = tmp_path / "home"
     home.mkdir()
-    env = sandbox_settings()
-    env.update(
-        {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": str(home),
-            "TAO_SLURM_STATE": str(tmp_path / "state.db"),
-            "TAO_SLURM_CONTROL_DIR": "/tmp/tao-slurm-test-cm",
-            "TAO_SLURM_CONTROL_PERSIST": "120",
-            "TAO_SLURM_USE_SQSH": "false",
-            "TAO_SLURM_RETRY_BACKOFF_SECS": "1",
-            # wait polls every second (the default budget paces it at 4 s).
-            "TAO_SLURM_MAX_QUERIES_PER_MINUTE": "120",
-            "TAO_SLURM_LOG": "info",
-        }
-    )
-    return env
+    return {**user_env(home, state=tmp_path / "state.db"), "TAO_SLURM_LOG": "info"}
 
 
 def run_async(test):

@@ -7,7 +7,8 @@ import tempfile
 import time
 
 import anyio
-from conftest import KEEP_WAITING, binary, connect, run_async
+from conftest import KEEP_WAITING, connect, run_async
+from tao_test_support import binary, ssh_ports
 
 ALL_TOOLS = {
     "preflight", "check_paths", "submit", "status", "wait", "events", "logs",
@@ -269,7 +270,7 @@ async def test_preflight_failures_carry_the_remediation_verbatim(server_env, tmp
     server_env["SSH_KEY_PATH"] = str(key)
     # Straight to the login hosts: the sandbox's ssh_config would offer its own (accepted) key too.
     del server_env["SSH_CONFIG"]
-    server_env["SLURM_HOSTNAME"] = ",".join(f"127.0.0.1:{p}" for p in server_env["SANDBOX_SSH_PORTS"].split(","))
+    server_env["SLURM_HOSTNAME"] = ",".join(f"127.0.0.1:{p}" for p in ssh_ports())
     # Its own (short: a socket path has a length limit) ControlMaster directory: no shared master.
     server_env["TAO_SLURM_CONTROL_DIR"] = tempfile.mkdtemp(prefix="cm-", dir="/tmp")
     async with connect(server_env) as s:

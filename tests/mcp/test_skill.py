@@ -8,7 +8,8 @@ import subprocess
 import tomllib
 
 import yaml
-from conftest import REPO, binary, connect, run_async
+from conftest import connect, run_async
+from tao_test_support import REPO, binary
 
 SKILL = REPO / "skills" / "tao-slurm" / "SKILL.md"
 # Fields of a tool error result (error results have no output schema).

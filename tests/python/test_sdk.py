@@ -11,7 +11,8 @@ import threading
 import time
 
 import pytest
-from conftest import REPO, TERMINAL, last_json, run_python, until, user_env
+from conftest import last_json, run_python
+from tao_test_support import REPO, user_env, wait_until
 
 import tao_slurm
 from tao_slurm import JobSpecError, JobStatus, SlurmSDK
@@ -67,7 +68,10 @@ def test_exit_0_is_complete_and_exit_3_is_error_and_each_hook_fires_once(env, sd
     assert isinstance(done_ok, JobStatus) and done_ok.status == "Complete", done_ok
     assert done_bad.status == "Error" and "exit code 3" in done_bad.message, done_bad
     assert ok.status == "Complete" and bad.status == "Error", "the Job objects follow"
-    time.sleep(3)  # three more monitor polls: nothing fires again
+    # Nothing fires again: checked once the monitor has polled again since both ended, which a later
+    # job's hook proves (the monitor calls hooks as it polls).
+    later = sdk.create_job(image=IMAGE, command="true", gpu_count=0, hooks={"on_complete": lambda job: None})
+    assert sdk.wait(later.id, timeout=120).status == "Complete"
     with lock:
         got = list(calls)
     ends = sorted((n, j) for n, j, _, _ in got if n != "on_epoch_milestone")
@@ -246,15 +250,19 @@ while time.monotonic() < deadline:
         break
     time.sleep(0.3)
 final = sdk.wait({job_id!r}, timeout=30)
-time.sleep(2.5)
-print(json.dumps({{"seen": seen, "final": final.status, "calls": calls,
+# on_complete once: checked once the monitor has polled again since the job ended, which a later job's
+# hook proves (the monitor calls hooks as it polls).
+later = sdk.create_job(image="ubuntu:22.04", command="true", gpu_count=0, hooks={{"on_complete": lambda j: None}})
+later_final = sdk.wait(later.id, timeout=120)
+print(json.dumps({{"seen": seen, "final": final.status, "calls": calls, "later": later_final.status,
                    "logs": sdk.get_job_logs({job_id!r})}}))
 """,
         env,
+        timeout=300,
     )
     assert second.returncode == 0, second.stderr
     result = last_json(second.stdout)
-    assert result["final"] == "Complete" and result["seen"][-1] == "Complete", result
+    assert result["final"] == "Complete" and result["seen"][-1] == "Complete" and result["later"] == "Complete", result
     assert "Running" in result["seen"] or "Pending" in result["seen"], "it was picked up before it ended"
     assert result["calls"] == [job_id], "on_complete once"
     assert "finished" in result["logs"]
@@ -263,7 +271,7 @@ print(json.dumps({{"seen": seen, "final": final.status, "calls": calls,
 def test_settings_given_only_under_the_tao_sdk_names_take_effect(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
-    env = user_env(home, tao_names=True)
+    env = user_env(home, inherit=True, tao_names=True)
     assert "SLURM_USER" not in env and "SLURM_HOSTNAME" not in env and "TAO_SLURM_STATE" not in env
     env.update(
         {
@@ -343,7 +351,7 @@ def test_a_sweep_is_one_array_each_variant_a_job_and_cancel_sweep_stops_the_unfi
         statuses = [s.status for s in sdk.refresh([out["sweep_id"]])]
         return statuses[:2] == ["Complete", "Complete"] and statuses[2:] == ["Running", "Running"]
 
-    until(two_done_two_running, 90, "two variants done, two running")
+    wait_until(two_done_two_running, 90, "two variants done, two running")
     assert "index=1 I=1" in sdk.get_job_logs(jobs[1].id)
     statuses = sdk.cancel_sweep(out["sweep_id"])
     assert [s.status for s in statuses] == ["Complete", "Complete", "Canceled", "Canceled"]

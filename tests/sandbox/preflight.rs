@@ -2,11 +2,14 @@
 //! `credentials enroot` never exposing the key. One test function: it switches parts of the shared
 //! sandbox off, so nothing else in this binary may run meanwhile.
 
-use crate::common::{sandbox_dir, Env};
+use crate::common::sandbox;
+use crate::common::wait::wait_for;
+use crate::common::{is_terminal, Env};
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Runs a sandbox control script now, and its opposite when dropped (even if an assertion failed).
 struct Switch(&'static str, &'static [&'static str]);
@@ -104,25 +107,17 @@ fn preflight_is_green_and_names_each_broken_part() {
     // slurmdbd stopped: preflight names it, and no job gets a verdict from missing data.
     {
         let (job, slurm_id) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--", "sleep", "4"]);
-        let start = std::time::Instant::now();
-        while env.status(&job)["status"] != "Running" {
-            assert!(start.elapsed() < std::time::Duration::from_secs(60), "job never ran");
-            std::thread::sleep(std::time::Duration::from_millis(300));
-        }
+        env.wait_job(&job, "running", Duration::from_secs(60), |v| v["status"] == "Running");
         let dbd = Switch::flip("service-ctl.sh", &["stop", "slurmdbd"], &["start", "slurmdbd"]);
         // Wait until the controller has forgotten the job (MinJobAge): from then on only sacct could
         // tell how it ended.
-        loop {
+        wait_for("the job aged out of the controller", Duration::from_secs(240), Duration::from_millis(300), || {
             let out = Command::new("ssh")
                 .args(["-F", &env.vars["SSH_CONFIG"], "sandbox-login1", "squeue", "-t", "all", "-h", "-j", &slurm_id])
                 .output()
                 .unwrap();
-            if String::from_utf8_lossy(&out.stdout).trim().is_empty() {
-                break;
-            }
-            assert!(start.elapsed() < std::time::Duration::from_secs(240), "job never aged out of the controller");
-            std::thread::sleep(std::time::Duration::from_millis(300));
-        }
+            String::from_utf8_lossy(&out.stdout).trim().is_empty()
+        });
         for _ in 0..3 {
             let out = env.run(&["status", &job, "--json"]);
             let v: serde_json::Value = serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()[0].clone();
@@ -142,13 +137,13 @@ fn preflight_is_green_and_names_each_broken_part() {
         assert!(fails.iter().any(|l| l.contains("Problem talking to the database")), "{text}");
         drop(dbd);
         // Accounting is back: the verdict arrives (slurmctld re-sends the job's record within seconds).
-        let v = env.wait_terminal(&job, std::time::Duration::from_secs(90));
+        let v = env.wait_terminal(&job, Duration::from_secs(90));
         assert_eq!(v["status"], "Complete", "{v}");
         assert_eq!(v["exit_code"], 0);
     }
 
     // Enroot credentials: missing -> named failure; installed -> pass; the key never shows.
-    let creds = sandbox_dir().join("home/slurmuser/.config/enroot/.credentials");
+    let creds = sandbox::dir().join("home/slurmuser/.config/enroot/.credentials");
     let _ = std::fs::remove_file(&creds);
     let key = format!("nvapi-{}-{}", std::process::id(), uuid_like());
     let mut ngc = Env::isolated();
@@ -211,10 +206,13 @@ fn uuid_like() -> String {
 fn the_monitor_resumes_after_being_killed_and_gives_no_false_verdict_while_slurmctld_restarts() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let env = Env::isolated();
+    // The monitor's warnings go to a file: the test waits for the one that says a refresh met the
+    // controller down.
+    let monitor_log = env.dir.path().join("monitor.err");
     let spawn_monitor = || {
         env.command(&["monitor"])
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&monitor_log).unwrap())
             .spawn()
             .unwrap()
     };
@@ -224,27 +222,25 @@ fn the_monitor_resumes_after_being_killed_and_gives_no_false_verdict_while_slurm
     let state_of = || -> serde_json::Value {
         env.json(&["list", "--json"]).as_array().unwrap().iter().find(|v| v["job_id"] == job.as_str()).unwrap().clone()
     };
-    let start = std::time::Instant::now();
-    while state_of()["status"] != "Running" {
-        assert!(start.elapsed() < std::time::Duration::from_secs(60), "the monitor never saw the job run");
-        std::thread::sleep(std::time::Duration::from_millis(300));
-    }
+    wait_for("the monitor saw the job run", Duration::from_secs(60), Duration::from_millis(300), || {
+        state_of()["status"] == "Running"
+    });
     monitor.kill().unwrap();
     monitor.wait().unwrap();
     let mut monitor = spawn_monitor();
     {
         let _ctld = Switch::flip("service-ctl.sh", &["stop", "slurmctld"], &["start", "slurmctld"]);
-        std::thread::sleep(std::time::Duration::from_secs(8));
+        // The moment that proves it: a refresh of the restarted monitor found squeue failing (the
+        // refresh that, misreading the silence, would have given a verdict).
+        wait_for("a refresh met the controller down", Duration::from_secs(60), Duration::from_millis(300), || {
+            std::fs::read_to_string(&monitor_log).unwrap_or_default().contains("squeue failed")
+        });
         let v = state_of();
-        assert!(
-            !matches!(v["status"].as_str(), Some("Complete" | "Error" | "Canceled")),
-            "no verdict while slurmctld is down: {v}"
-        );
+        assert!(!is_terminal(&v), "no verdict while slurmctld is down: {v}");
     }
-    while !matches!(state_of()["status"].as_str(), Some("Complete" | "Error" | "Canceled")) {
-        assert!(start.elapsed() < std::time::Duration::from_secs(180), "the restarted monitor never finished the job");
-        std::thread::sleep(std::time::Duration::from_millis(500));
-    }
+    wait_for("the restarted monitor finished the job", Duration::from_secs(180), Duration::from_millis(500), || {
+        is_terminal(&state_of())
+    });
     monitor.kill().unwrap();
     monitor.wait().unwrap();
     let v = state_of();
@@ -278,16 +274,15 @@ fn a_cancel_that_cannot_reach_the_controller_changes_nothing_and_says_why() {
         assert!(events.as_array().unwrap().iter().any(|e| e["kind"] == "cancel_failed"), "{events}");
     }
     // With the controller back, the same cancel works.
-    let start = std::time::Instant::now();
-    loop {
+    wait_for("the cancel succeeds", Duration::from_secs(60), Duration::from_secs(1), || {
         let out = env.run(&["cancel", &job, "--json"]);
         if out.status.success() {
-            break;
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
         }
-        assert!(start.elapsed() < std::time::Duration::from_secs(60), "{}", String::from_utf8_lossy(&out.stderr));
-        std::thread::sleep(std::time::Duration::from_secs(1));
-    }
+    });
     assert_eq!(status_of()["status"], "Canceled");
-    let v = env.wait_terminal(&job, std::time::Duration::from_secs(30));
+    let v = env.wait_terminal(&job, Duration::from_secs(30));
     assert_eq!(v["status"], "Canceled", "{v}");
 }

@@ -3,7 +3,8 @@
 //! The sandbox runs tasks on the host (the Pyxis stand-in only records the container options), so
 //! the command is a shell snippet that prints its environment.
 
-use crate::common::Env;
+use crate::common::wait::{wait_for, when};
+use crate::common::{is_terminal, Env};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -74,19 +75,15 @@ fn role_logs(env: &Env, job: &str, role: &str) -> Vec<(String, String)> {
 /// Poll until terminal; returns the final status and how long the job ran (from the first time it
 /// was seen Running). A 4-node exclusive job may wait for other tests' jobs first.
 pub(crate) fn wait_running_then_terminal(env: &Env, job: &str) -> (Value, Duration) {
-    let start = Instant::now();
     let mut running_since = None;
-    loop {
+    let v = wait_for(&format!("job {job} terminal"), Duration::from_secs(900), Duration::from_millis(500), || {
         let v = env.status(job);
         if v["status"] == "Running" && running_since.is_none() {
             running_since = Some(Instant::now());
         }
-        if matches!(v["status"].as_str(), Some("Complete" | "Error" | "Canceled")) {
-            return (v, running_since.map_or(Duration::ZERO, |t| t.elapsed()));
-        }
-        assert!(start.elapsed() < Duration::from_secs(900), "job {job} not terminal in time: {v}");
-        std::thread::sleep(Duration::from_millis(500));
-    }
+        when(v, is_terminal)
+    });
+    (v, running_since.map_or(Duration::ZERO, |t| t.elapsed()))
 }
 
 #[test]

@@ -2,11 +2,13 @@
 //! infrastructure failures retried on other nodes, user failures surfaced at once, the retry budget,
 //! and concurrent refreshers that must resubmit exactly once.
 
-use crate::common::{sandbox_dir, Env};
+use crate::common::sandbox;
+use crate::common::wait::{wait_for, when};
+use crate::common::{is_terminal, Env};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn job_ids_in_state(env: &Env) -> Vec<String> {
     env.json(&["list", "--json"])
@@ -79,28 +81,18 @@ fn a_node_failure_is_retried_elsewhere_and_both_attempts_keep_their_logs() {
         "--",
         "echo \"attempt on $SLURMD_NODENAME\"; sleep 600",
     ]);
-    let start = Instant::now();
-    let running = loop {
-        let v = env.status(&job);
-        if v["status"] == "Running" && v["node_list"].is_string() {
-            break v;
-        }
-        assert!(start.elapsed() < Duration::from_secs(60), "never ran: {v}");
-        std::thread::sleep(Duration::from_millis(300));
-    };
+    let running = env.wait_job(&job, "running on a node", Duration::from_secs(60), |v| {
+        v["status"] == "Running" && v["node_list"].is_string()
+    });
     let node = running["node_list"].as_str().unwrap().to_string();
     // Running in Slurm's eyes comes before the container's first line: wait for it, so that the
     // first attempt's log has something to keep.
-    let start = Instant::now();
-    loop {
-        let logs = env.json(&["logs", &job, "--json"]);
-        if logs["stdout"].as_str().unwrap_or("").contains("attempt on node") {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(60), "the command never wrote: {logs}");
-        std::thread::sleep(Duration::from_millis(300));
-    }
-    let conf = sandbox_dir().join("etc/slurm.conf");
+    wait_for("the command's first line", Duration::from_secs(60), Duration::from_millis(300), || {
+        when(env.json(&["logs", &job, "--json"]), |logs| {
+            logs["stdout"].as_str().unwrap_or("").contains("attempt on node")
+        })
+    });
+    let conf = sandbox::dir().join("etc/slurm.conf");
     let out = Command::new("scontrol")
         .env("SLURM_CONF", &conf)
         .args(["update", &format!("nodename={node}"), "state=down", "reason=tao-slurm-test"])
@@ -108,15 +100,9 @@ fn a_node_failure_is_retried_elsewhere_and_both_attempts_keep_their_logs() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // The retry runs the same command again (sleep 600): wait for attempt 2 to run, then end it.
-    let start = Instant::now();
-    let v = loop {
-        let v = env.status(&job);
-        if v["attempt"] == 2 && v["status"] == "Running" {
-            break v;
-        }
-        assert!(start.elapsed() < Duration::from_secs(120), "no second attempt: {v}");
-        std::thread::sleep(Duration::from_millis(500));
-    };
+    let v = env.wait_job(&job, "running its second attempt", Duration::from_secs(120), |v| {
+        v["attempt"] == 2 && v["status"] == "Running"
+    });
     let _ = Command::new("scontrol")
         .env("SLURM_CONF", &conf)
         .args(["update", &format!("nodename={node}"), "state=resume"])
@@ -130,15 +116,11 @@ fn a_node_failure_is_retried_elsewhere_and_both_attempts_keep_their_logs() {
     assert_eq!(v["job_id"].as_str(), Some(job.as_str()), "one platform id");
     for k in ["1", "2"] {
         // Attempt 2 may not have written its first line yet.
-        let start = Instant::now();
-        loop {
-            let logs = env.json(&["logs", &job, "--attempt", k, "--json"]);
-            if logs["stdout"].as_str().unwrap().contains("attempt on node") {
-                break;
-            }
-            assert!(start.elapsed() < Duration::from_secs(60), "attempt {k}: {logs}");
-            std::thread::sleep(Duration::from_millis(300));
-        }
+        wait_for(&format!("attempt {k}'s first line"), Duration::from_secs(60), Duration::from_millis(300), || {
+            when(env.json(&["logs", &job, "--attempt", k, "--json"]), |logs| {
+                logs["stdout"].as_str().unwrap().contains("attempt on node")
+            })
+        });
     }
     env.ok(&["cancel", &job]);
     let events = env.json(&["events", &job, "--json"]);
@@ -209,9 +191,9 @@ fn concurrent_refreshers_resubmit_a_failed_job_exactly_once() {
         .map(|_| {
             let vars = env.vars.clone();
             let job = job.clone();
+            // Back to back, no pause: the two refreshers race each other (and the monitor).
             std::thread::spawn(move || {
-                let start = Instant::now();
-                loop {
+                wait_for(&format!("job {job} terminal"), Duration::from_secs(180), Duration::ZERO, || {
                     let out = Command::new(env!("CARGO_BIN_EXE_tao-slurm"))
                         .args(["status", &job, "--json"])
                         .env_clear()
@@ -219,13 +201,8 @@ fn concurrent_refreshers_resubmit_a_failed_job_exactly_once() {
                         .env("PATH", std::env::var("PATH").unwrap())
                         .output()
                         .unwrap();
-                    if let Ok(v) = serde_json::from_slice::<Value>(&out.stdout).map(|list| list[0].clone()) {
-                        if matches!(v["status"].as_str(), Some("Complete" | "Error" | "Canceled")) {
-                            return v;
-                        }
-                    }
-                    assert!(start.elapsed() < Duration::from_secs(180), "not terminal");
-                }
+                    serde_json::from_slice::<Value>(&out.stdout).ok().map(|list| list[0].clone()).filter(is_terminal)
+                })
             })
         })
         .collect();

@@ -1,10 +1,11 @@
 //! The batch script's contracts on the real cluster: the inner-timeout requeue and its cap, secrets
 //! that reach the task but no file, log or output, partition limits checked at submit, dry runs.
 
-use crate::common::Env;
+use crate::common::wait::{wait_for, when};
+use crate::common::{is_terminal, Env};
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[test]
 fn inner_timeout_requeues_the_same_job_then_ends_timed_out() {
@@ -24,17 +25,13 @@ fn inner_timeout_requeues_the_same_job_then_ends_timed_out() {
         "sleep",
         "120",
     ]);
-    let start = Instant::now();
     let mut nudged = 0;
-    let v = loop {
+    let v = wait_for(&format!("job {job} terminal"), Duration::from_secs(400), Duration::from_millis(700), || {
         let v = env.status(&job);
         assert_eq!(v["slurm_job_id"].as_str(), Some(slurm.as_str()), "a requeue keeps the Slurm job id");
-        if matches!(v["status"].as_str(), Some("Complete" | "Error" | "Canceled")) {
-            break v;
-        }
         // A requeued job waits ~120 s for its BeginTime; the test skips that wait (it tests the requeue,
         // not Slurm's delay). The nudge must not come within a second of the requeue (see the facts).
-        if v["message"].as_str().is_some_and(|m| m.contains("BeginTime")) {
+        if !is_terminal(&v) && v["message"].as_str().is_some_and(|m| m.contains("BeginTime")) {
             std::thread::sleep(Duration::from_millis(1500));
             let out = Command::new("ssh")
                 .args([
@@ -51,9 +48,8 @@ fn inner_timeout_requeues_the_same_job_then_ends_timed_out() {
             assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
             nudged += 1;
         }
-        assert!(start.elapsed() < Duration::from_secs(400), "not terminal in time: {v}");
-        std::thread::sleep(Duration::from_millis(700));
-    };
+        when(v, is_terminal)
+    });
     assert!(nudged >= 1, "the job was requeued at least once");
     assert_eq!(v["status"], "Error", "{v}");
     assert_eq!(v["exit_code"], 124, "{v}");

@@ -1,8 +1,8 @@
 //! Status at scale and every outcome for real on the sandbox: one round trip for 200 jobs, each
 //! Slurm end state mapped right, aged-out jobs, status.json verdicts, `logs -f`.
 
+use crate::common::wait::wait_for;
 use crate::common::Env;
-use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -13,18 +13,6 @@ pub(crate) fn adopt_raw(env: &Env, sbatch_args: &str) -> (String, String) {
     let plan = env.record_unsubmitted();
     let id = env.ssh(&format!("sbatch --parsable -o /dev/null --job-name={} {sbatch_args}\n", plan.layout.job_name));
     (plan.layout.job_id.clone(), id.trim().to_string())
-}
-
-fn wait_for(env: &Env, job: &str, limit: Duration, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-    let start = Instant::now();
-    loop {
-        let v = env.status(job);
-        if pred(&v) {
-            return v;
-        }
-        assert!(start.elapsed() < limit, "{what}: not reached after {limit:?}: {v}");
-        std::thread::sleep(Duration::from_millis(500));
-    }
 }
 
 #[test]
@@ -91,7 +79,7 @@ fn failing_and_cancelled_jobs_map_right() {
     let (held, held_id) = adopt_raw(&env, "--hold --wrap true");
     // Cancelled while running.
     let (running, running_id) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--", "sleep", "120"]);
-    wait_for(&env, &running, Duration::from_secs(60), "running", |v| v["status"] == "Running");
+    env.wait_job(&running, "running", Duration::from_secs(60), |v| v["status"] == "Running");
     env.ssh(&format!("scancel {pending_id} {running_id} {held_id}\n"));
     let v = env.wait_terminal(&fail, Duration::from_secs(120));
     assert_eq!((v["status"].as_str(), v["exit_code"].as_i64()), (Some("Error"), Some(1)), "{v}");
@@ -126,18 +114,13 @@ fn a_job_aged_out_of_the_controller_gets_its_verdict_from_sacct() {
     let env = Env::new();
     let (job, slurm_id) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--shell", "--", "exit 4"]);
     // No status call until the controller has forgotten the job (MinJobAge=10 in the sandbox).
-    let start = Instant::now();
-    loop {
+    wait_for(&format!("job {slurm_id} aged out"), Duration::from_secs(200), Duration::from_secs(2), || {
         let out = Command::new("ssh")
             .args(["-F", &env.vars["SSH_CONFIG"], "sandbox-login1", "scontrol", "show", "job", &slurm_id])
             .output()
             .unwrap();
-        if !out.status.success() {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(200), "job {slurm_id} never aged out");
-        std::thread::sleep(Duration::from_secs(2));
-    }
+        !out.status.success()
+    });
     let v = env.status(&job);
     assert_eq!((v["status"].as_str(), v["exit_code"].as_i64()), (Some("Error"), Some(4)), "{v}");
 }

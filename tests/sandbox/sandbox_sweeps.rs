@@ -3,26 +3,13 @@
 //! retried alone; cancelling a sweep stops only what has not finished; a pipeline keeps its order
 //! across its first step's retry, and ends at once when a step fails for good.
 
-use crate::common::Env;
+use crate::common::wait::wait_for;
+use crate::common::{is_terminal, Env};
 use serde_json::Value;
-use std::time::{Duration, Instant};
-
-/// Poll `status <ids...> --json` (a sweep or pipeline id gives its jobs) until `done` holds.
-fn wait_group(env: &Env, id: &str, limit: Duration, what: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-    let start = Instant::now();
-    loop {
-        let v = env.json(&["status", id, "--json"]);
-        let jobs = v.as_array().unwrap_or_else(|| panic!("a group's status is a list: {v}")).clone();
-        if done(&jobs) {
-            return jobs;
-        }
-        assert!(start.elapsed() < limit, "{what}: not reached after {limit:?}: {v:#}");
-        std::thread::sleep(Duration::from_millis(700));
-    }
-}
+use std::time::Duration;
 
 fn all_terminal(jobs: &[Value]) -> bool {
-    jobs.iter().all(|j| matches!(j["status"].as_str(), Some("Complete" | "Error" | "Canceled")))
+    jobs.iter().all(is_terminal)
 }
 
 /// The numeric array ids of the sweep's Slurm jobs (an array task's id is `<array>_<index>`).
@@ -68,7 +55,7 @@ fn a_hundred_variant_sweep_is_one_sbatch_in_two_round_trips_and_a_failed_variant
         assert_eq!(v.slurm_job_id, format!("{array}_{i}"));
         assert_eq!(v.values, format!("I={i}"));
     }
-    let jobs = wait_group(&env, &sweep, Duration::from_secs(240), "the sweep completes", all_terminal);
+    let jobs = env.wait_group(&sweep, "the sweep completes", Duration::from_secs(240), all_terminal);
     assert_eq!(jobs.len(), 100);
     let array_name = format!("tao-sweep-{sweep}");
     assert_eq!(array_ids_named(&env, &array_name), vec![array.clone()], "one sbatch: one job array");
@@ -129,7 +116,7 @@ fn cancelling_a_sweep_cancels_only_its_unfinished_variants() {
     ]);
     let sweep = out["sweep_id"].as_str().unwrap().to_string();
     let array = out["slurm_array_id"].as_str().unwrap().to_string();
-    wait_group(&env, &sweep, Duration::from_secs(90), "three done, three running", |jobs| {
+    env.wait_group(&sweep, "three done, three running", Duration::from_secs(90), |jobs| {
         jobs.iter().filter(|j| j["status"] == "Complete").count() == 3
             && jobs.iter().filter(|j| j["status"] == "Running").count() == 3
     });
@@ -141,15 +128,14 @@ fn cancelling_a_sweep_cancels_only_its_unfinished_variants() {
         assert_eq!(j["status"], want, "{j}");
     }
     // Slurm agrees: nothing of the array is left running.
-    let start = Instant::now();
-    loop {
+    wait_for("the array gone from the queue", Duration::from_secs(30), Duration::from_millis(500), || {
         let left = env.ssh(&format!("squeue --me -r -h -t PD,R,CG -o %i | grep '^{array}_' || true\n"));
         if left.trim().is_empty() {
-            break;
+            Ok(())
+        } else {
+            Err(left)
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "still in the queue: {left}");
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    });
     // `list <sweep>` shows its jobs only.
     let listed = env.json(&["list", &sweep, "--json"]);
     assert_eq!(listed.as_array().unwrap().len(), 6);
@@ -194,7 +180,7 @@ fn a_pipeline_keeps_its_order_across_its_first_steps_retry() {
         .map(|s| (s["name"].as_str().unwrap().to_string(), s["job_id"].as_str().unwrap().to_string()))
         .collect();
     assert_eq!(steps.iter().map(|s| s.0.as_str()).collect::<Vec<_>>(), ["train", "eval", "export"]);
-    let jobs = wait_group(&env, &pipeline, Duration::from_secs(150), "the pipeline ends", |jobs| {
+    let jobs = env.wait_group(&pipeline, "the pipeline ends", Duration::from_secs(150), |jobs| {
         // Slurm's DependencyNeverSatisfied is never shown as a plain wait.
         for j in jobs {
             assert!(!j["message"].as_str().unwrap_or("").contains("DependencyNeverSatisfied"), "{j}");
@@ -242,7 +228,7 @@ fn a_pipeline_whose_first_step_fails_cancels_the_later_steps_at_once() {
     let slurm: Vec<String> =
         out["steps"].as_array().unwrap().iter().map(|s| s["slurm_job_id"].as_str().unwrap().to_string()).collect();
     // The refresh that sees train fail ends the others too.
-    let jobs = wait_group(&env, &pipeline, Duration::from_secs(90), "train ends", |jobs| {
+    let jobs = env.wait_group(&pipeline, "train ends", Duration::from_secs(90), |jobs| {
         jobs.iter().any(|j| j["job_id"] == ids[0].as_str() && j["status"] == "Error")
     });
     let get = |id: &str| jobs.iter().find(|j| j["job_id"] == id).unwrap().clone();
@@ -327,7 +313,7 @@ fn a_sweep_submitter_killed_before_or_after_sbatch_leaves_one_array_tracked_to_i
                 let ids = sweep_submit_killed_at(&env, fp);
                 let sweep = env.json(&["list", "--sweeps", "--json"])[0]["sweep_id"].as_str().unwrap().to_string();
                 // Nothing sent (resumed after 30 s) or submitted but not recorded (found by its lock).
-                let jobs = wait_group(&env, &sweep, Duration::from_secs(150), fp, all_terminal);
+                let jobs = env.wait_group(&sweep, fp, Duration::from_secs(150), all_terminal);
                 for j in &jobs {
                     assert_eq!(j["status"], "Complete", "{fp}: {j}");
                     assert_eq!(j["attempt"], 1, "{fp}: {j}");

@@ -4,11 +4,12 @@
 //! cancelled from its page after the confirmation. Screenshots go to docs/ when
 //! TAO_SLURM_UPDATE_SCREENSHOTS=1 (else to a temporary directory).
 
+use crate::common::wait::wait_for_async;
 use crate::service_support::{Service, ORG};
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 struct Driver(Child);
 
@@ -50,34 +51,29 @@ async fn browser(profile: &std::path::Path) -> (Driver, Client) {
                 format!("--user-data-dir={}", profile.display())]
         }),
     );
-    let start = Instant::now();
-    loop {
-        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-        match ClientBuilder::new(connector)
-            .capabilities(caps.clone())
-            .connect(&format!("http://127.0.0.1:{port}"))
-            .await
-        {
-            Ok(c) => return (driver, c),
-            Err(e) => {
-                assert!(start.elapsed() < Duration::from_secs(30), "cannot start chromium over WebDriver: {e}");
-                tokio::time::sleep(Duration::from_millis(300)).await;
+    let client =
+        wait_for_async("chromium started over WebDriver", Duration::from_secs(30), Duration::from_millis(300), || {
+            let caps = caps.clone();
+            async move {
+                let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+                ClientBuilder::new(connector)
+                    .capabilities(caps)
+                    .connect(&format!("http://127.0.0.1:{port}"))
+                    .await
+                    .map_err(|e| e.to_string())
             }
-        }
-    }
+        })
+        .await;
+    (driver, client)
 }
 
 /// Wait until the script returns true.
 async fn until(c: &Client, what: &str, limit: Duration, script: &str, args: Vec<Value>) {
-    let start = Instant::now();
-    loop {
-        let v = c.execute(script, args.clone()).await.unwrap();
-        if v == Value::Bool(true) {
-            return;
-        }
-        assert!(start.elapsed() < limit, "{what}: not so after {limit:?}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    wait_for_async(what, limit, Duration::from_millis(250), || {
+        let args = args.clone();
+        async move { c.execute(script, args).await.unwrap() == Value::Bool(true) }
+    })
+    .await
 }
 
 const ROW_STATUS: &str =
@@ -196,7 +192,16 @@ async fn dashboard_follows_jobs_live_and_cancels() {
     c.find(Locator::Id("cancel-job")).await.unwrap().click().await.unwrap();
     until(&c, "the confirmation", limit, "return !document.getElementById('modal').hidden;", vec![]).await;
     c.find(Locator::Id("modal-no")).await.unwrap().click().await.unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The moment that proves it: the dialog has answered and the button is still enabled (the page
+    // disables it before it sends a cancel).
+    until(
+        &c,
+        "the dialog closed with the job still cancellable",
+        limit,
+        "const b = document.getElementById('cancel-job'); return document.getElementById('modal').hidden && !!b && !b.disabled;",
+        vec![],
+    )
+    .await;
     let still = svc.json(&svc.api(&format!("/jobs/{b_id}"))).await;
     assert_eq!(still["status"], "Running", "keeping it running cancels nothing");
     c.find(Locator::Id("cancel-job")).await.unwrap().click().await.unwrap();

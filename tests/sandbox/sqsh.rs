@@ -1,14 +1,15 @@
 //! The squashfs image cache on the sandbox, with the stand-in enroot: converted once for concurrent
 //! submits, served from the cache afterwards, stale partial files replaced, failures stop the submit.
 
-use crate::common::{sandbox_dir, Env};
+use crate::common::sandbox;
+use crate::common::Env;
 use std::time::Duration;
 
 /// Writes the stand-in enroot's hooks file (read on the compute nodes) and removes it when dropped.
 struct EnrootHooks(std::path::PathBuf);
 impl EnrootHooks {
     fn set(text: &str) -> EnrootHooks {
-        let path = sandbox_dir().join("enroot-hooks.env");
+        let path = sandbox::dir().join("enroot-hooks.env");
         std::fs::write(&path, text).unwrap();
         EnrootHooks(path)
     }
@@ -58,7 +59,11 @@ fn images_are_converted_once_and_failures_submit_nothing() {
     std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o666)).unwrap();
     let hooks = EnrootHooks::set(&format!("ENROOT_FAKE_LOG={}\nENROOT_FAKE_DELAY=3\n", log.display()));
     let image = format!("nvcr.io/nvidia/tao/sqsh-test-{}:1.0", std::process::id());
-    let imports = || std::fs::read_to_string(&log).unwrap().lines().filter(|l| l.contains(" import ")).count();
+    // Imports of this image only: the hooks file is the sandbox's, shared with other test runs.
+    let tag = format!("sqsh-test-{}:1.0", std::process::id());
+    let imports = || {
+        std::fs::read_to_string(&log).unwrap().lines().filter(|l| l.contains(" import ") && l.contains(&tag)).count()
+    };
 
     // Three concurrent submits of one new image: one import, three jobs on the cache file.
     let runs: Vec<_> = (0..3)

@@ -1,7 +1,9 @@
 //! SSH login counts, read from the sandbox sshd's own log, for logins with this test's own key (so
 //! that nothing else using the sandbox meanwhile can change the counts).
 
-use crate::common::{accepted_logins_with, Env};
+use crate::common::sandbox::accepted_logins_with;
+use crate::common::wait::wait_for;
+use crate::common::Env;
 use std::time::Duration;
 
 #[test]
@@ -78,7 +80,7 @@ fn logins_are_shared_and_missing_settings_never_connect() {
         .output()
         .unwrap();
     assert!(exit.status.success(), "{}", String::from_utf8_lossy(&exit.stderr));
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for("the master's socket gone", Duration::from_secs(30), Duration::from_millis(100), || !socket.exists());
     let before = accepted_logins();
     for i in 0..10 {
         let out = transport.run_script(&format!("echo {i}"), tao_slurm::remote::Idempotency::Idempotent).unwrap();

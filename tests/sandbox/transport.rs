@@ -1,7 +1,8 @@
 //! The login-node transport against the sandbox's two sshd login hosts: failover only on connection
 //! failures, in-band exit status, key and host-key policies, local mode.
 
-use crate::common::{sandbox_dir, Env};
+use crate::common::sandbox::{self, logins_per_host};
+use crate::common::Env;
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 use tao_slurm::remote::{self, Idempotency};
@@ -90,10 +91,10 @@ fn local_mode_runs_the_same_paths_without_ssh() {
     std::fs::create_dir(&base).unwrap();
     std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     env.vars.insert("SLURM_BASE_RESULTS_DIR".into(), base.display().to_string());
-    env.vars.insert("SLURM_CONF".into(), sandbox_dir().join("etc/slurm.conf").display().to_string());
+    env.vars.insert("SLURM_CONF".into(), sandbox::dir().join("etc/slurm.conf").display().to_string());
     env.vars.insert(
         "PATH".into(),
-        format!("{}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", sandbox_dir().join("bin").display()),
+        format!("{}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", sandbox::dir().join("bin").display()),
     );
     env.vars.remove("SLURM_HOSTNAME");
     env.vars.remove("SSH_KEY_PATH");
@@ -132,26 +133,12 @@ fn an_unknown_submission_is_found_by_its_name_and_never_resubmitted() {
     assert_eq!(env.slurm_jobs_named(&plan.layout.job_name), vec![slurm_id], "one Slurm job for the name, never two");
 }
 
-/// Logins accepted with this key fingerprint, per sshd log (in the order of SANDBOX_SSHD_LOGS).
-fn logins_per_host(fingerprint: &str) -> Vec<usize> {
-    crate::common::sandbox_settings()["SANDBOX_SSHD_LOGS"]
-        .split(',')
-        .map(|p| {
-            std::fs::read_to_string(p)
-                .unwrap()
-                .lines()
-                .filter(|l| l.contains("Accepted publickey for") && l.contains(fingerprint))
-                .count()
-        })
-        .collect()
-}
-
 #[test]
 fn a_login_host_behind_a_jump_host_is_reached_through_the_users_ssh_config() {
     let mut env = Env::isolated();
     let fingerprint = env.use_own_key();
     let key = env.vars["SSH_KEY_PATH"].clone();
-    let known = sandbox_dir().join("ssh/known_hosts");
+    let known = sandbox::dir().join("ssh/known_hosts");
     // The user's own ssh_config: the login host (port 2223) is reached only through a jump host
     // (port 2222), as on sites whose login nodes sit behind a bastion.
     let config = env.dir.path().join("ssh_config");
@@ -189,7 +176,7 @@ fn a_jump_host_is_held_to_the_same_known_hosts_and_batch_mode() {
     let mut env = Env::isolated();
     env.use_own_key();
     let key = env.vars["SSH_KEY_PATH"].clone();
-    let sandbox_known = std::fs::read_to_string(sandbox_dir().join("ssh/known_hosts")).unwrap();
+    let sandbox_known = std::fs::read_to_string(sandbox::dir().join("ssh/known_hosts")).unwrap();
     let home_ssh = env.dir.path().join(".ssh");
     std::fs::create_dir_all(&home_ssh).unwrap();
     std::fs::write(home_ssh.join("known_hosts"), &sandbox_known).unwrap();

@@ -2,7 +2,9 @@
 //! leak a secret, hang, or report a false verdict. The hostile neighbour is a second Unix user of the
 //! sandbox (`SANDBOX_NEIGHBOUR`); shared storage is the sandbox's local filesystem.
 
-use crate::common::{sandbox_dir, sandbox_settings, Env};
+use crate::common::sandbox::{self, ssh_ports};
+use crate::common::wait::{poll, wait_for};
+use crate::common::Env;
 use serde_json::Value;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -14,7 +16,7 @@ fn uniq() -> String {
 }
 
 fn neighbour() -> String {
-    sandbox_settings().get("SANDBOX_NEIGHBOUR").cloned().unwrap_or_else(|| "neighbour".into())
+    sandbox::settings().get("SANDBOX_NEIGHBOUR").cloned().unwrap_or_else(|| "neighbour".into())
 }
 
 /// Run a shell snippet as the neighbour (root runs the tests).
@@ -49,14 +51,6 @@ fn submit_json(env: &Env, args: &[&str]) -> (Value, String) {
     (serde_json::from_str(&stdout).unwrap(), stderr)
 }
 
-fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
 #[test]
 fn secrets_are_gone_whatever_way_a_job_ends_and_never_reach_a_log() {
     let mut env = Env::new();
@@ -84,10 +78,7 @@ fn secrets_are_gone_whatever_way_a_job_ends_and_never_reach_a_log() {
     let cancelled = submit("echo started; sleep 300", false);
     // Cancelled once it runs, or after a while pending (the shared sandbox may be busy): either
     // way its secrets file exists and must go.
-    let start = Instant::now();
-    while env.status(&cancelled)["status"] != "Running" && start.elapsed() < Duration::from_secs(20) {
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    let _ = poll(Duration::from_secs(20), Duration::from_millis(500), || env.status(&cancelled)["status"] == "Running");
     assert!(base.join("secrets").join(&cancelled).join("env").exists(), "the secrets file was written");
     let out = env.run(&["cancel", &cancelled]);
     logs.push_str(&text(&out).1);
@@ -154,17 +145,16 @@ fn a_submitter_killed_after_recording_never_lets_the_job_run_without_its_secret(
         cmd.env("TAO_SLURM_FAILPOINT", "after-record").stderr(std::process::Stdio::piped()).spawn().unwrap();
     // The attempt is recorded before anything is sent; the submitter dies right then.
     let state = PathBuf::from(&env.vars["TAO_SLURM_STATE"]);
-    wait_for("the job to be recorded", Duration::from_secs(90), || {
+    wait_for("the job recorded", Duration::from_secs(90), Duration::from_millis(500), || {
         env.json(&["list", "--json"]).as_array().is_some_and(|a| !a.is_empty())
     });
     child.kill().unwrap();
     child.wait().unwrap();
     let job = env.json(&["list", "--json"])[0]["job_id"].as_str().unwrap().to_string();
     assert!(state.exists());
-    // A later process resumes the submission (after 30 s): without the secret's value it refuses to
-    // submit, and says why.
-    std::thread::sleep(Duration::from_secs(32));
-    let v = env.wait_terminal(&job, Duration::from_secs(60));
+    // A later process resumes the submission (once it is 30 s old): without the secret's value it
+    // refuses to submit, and says why. (Before then a status leaves the job as it is.)
+    let v = env.wait_terminal(&job, Duration::from_secs(32 + 60));
     assert_eq!(v["status"], "Error", "{v}");
     let message = v["message"].as_str().unwrap();
     assert!(message.contains("secrets file") && message.contains("MY_TOKEN"), "{message}");
@@ -173,7 +163,7 @@ fn a_submitter_killed_after_recording_never_lets_the_job_run_without_its_secret(
 
 /// A directory below the sandbox's shared root (which root owns), of `owner` with `mode`.
 fn shared_dir(owner: &str, mode: u32) -> PathBuf {
-    let dir = sandbox_dir().join("shared").join(format!("open-{}", uniq()));
+    let dir = sandbox::dir().join("shared").join(format!("open-{}", uniq()));
     std::fs::create_dir(&dir).unwrap();
     assert!(Command::new("chown").arg(owner).arg(&dir).status().unwrap().success());
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -187,7 +177,7 @@ fn neighbour_dir(mode: u32) -> PathBuf {
 
 #[test]
 fn a_base_the_neighbour_can_write_or_owns_is_refused_and_nothing_of_theirs_runs() {
-    let marker = sandbox_dir().join("shared").join(format!("marker-{}", uniq()));
+    let marker = sandbox::dir().join("shared").join(format!("marker-{}", uniq()));
     // 1. A parent that others can write (root's, mode 777, no sticky bit).
     let open = shared_dir("root", 0o777);
     let mut env = Env::new();
@@ -265,7 +255,7 @@ fn a_cache_entry_the_neighbour_planted_is_never_used() {
     let entry = loose.join(&name);
     let meta = std::fs::symlink_metadata(&entry).unwrap();
     assert!(meta.file_type().is_file(), "the planted link was replaced");
-    assert_eq!(meta.uid(), std::fs::metadata(sandbox_dir().join("shared/slurmuser")).unwrap().uid());
+    assert_eq!(meta.uid(), std::fs::metadata(sandbox::dir().join("shared/slurmuser")).unwrap().uid());
     assert_eq!(env.wait_terminal(&job, Duration::from_secs(120))["status"], "Complete");
 }
 
@@ -340,10 +330,9 @@ fn a_remote_command_that_hangs_ends_at_its_deadline() {
 fn direct() -> Env {
     let mut env = Env::new();
     env.vars.remove("SSH_CONFIG");
-    let ports = sandbox_settings()["SANDBOX_SSH_PORTS"].clone();
     env.vars.insert(
         "SLURM_HOSTNAME".into(),
-        ports.split(',').map(|p| format!("127.0.0.1:{p}")).collect::<Vec<_>>().join(","),
+        ssh_ports().iter().map(|p| format!("127.0.0.1:{p}")).collect::<Vec<_>>().join(","),
     );
     env
 }
@@ -390,7 +379,7 @@ fn a_changed_host_key_is_a_possible_attack_and_stops_failover() {
         .success());
     let fake = std::fs::read_to_string(other.with_extension("pub")).unwrap();
     let real = std::fs::read_to_string(&env.vars["SSH_KNOWN_HOSTS"]).unwrap();
-    let ports: Vec<String> = sandbox_settings()["SANDBOX_SSH_PORTS"].split(',').map(String::from).collect();
+    let ports = ssh_ports();
     let fake_line =
         format!("[127.0.0.1]:{} {}", ports[0], fake.split_whitespace().take(2).collect::<Vec<_>>().join(" "));
     let real_lines: Vec<&str> =

@@ -24,7 +24,7 @@ impl Cluster {
     /// Its state directory (settings.env, logs, the shared results root).
     pub fn dir(self) -> PathBuf {
         match self {
-            Cluster::Slurm22_05 => super::sandbox_dir(),
+            Cluster::Slurm22_05 => super::sandbox::dir(),
             Cluster::Slurm24_11 => PathBuf::from(
                 std::env::var("SANDBOX_DIR_2411").unwrap_or_else(|_| "/var/lib/tao-slurm-sandbox-24.11".into()),
             ),
@@ -32,19 +32,7 @@ impl Cluster {
     }
 
     fn settings(self) -> HashMap<String, String> {
-        let path = self.dir().join("settings.env");
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-            panic!(
-                "the Slurm {} sandbox is not set up ({}: {e}); start it with: bash dev/sandbox/up.sh --slurm {}",
-                self.release(),
-                path.display(),
-                self.release()
-            )
-        });
-        text.lines()
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-            .collect()
+        super::sandbox::read_settings(&self.dir(), &format!("bash dev/sandbox/up.sh --slurm {}", self.release()))
     }
 
     /// A user of the CLI on this cluster (as [`Env::new`]), after checking once that the cluster

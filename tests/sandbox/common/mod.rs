@@ -1,26 +1,24 @@
 //! Shared harness for the integration tests: they drive the real `tao-slurm` binary against the real
-//! sandbox cluster (dev/sandbox) over real SSH. A missing sandbox is a failure, never a skip.
+//! sandbox cluster (dev/sandbox) over real SSH. A missing sandbox is a failure, never a skip. `sandbox`
+//! reads the cluster's settings, `wait` is the one way to wait for something.
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod sandbox;
+pub mod wait;
 
 use serde_json::Value;
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use wait::{poll, wait_for, when};
 
-pub fn sandbox_dir() -> PathBuf {
-    PathBuf::from(std::env::var("SANDBOX_DIR").unwrap_or_else(|_| "/var/lib/tao-slurm-sandbox".into()))
-}
+/// The statuses a job never leaves.
+pub const TERMINAL: [&str; 3] = ["Complete", "Error", "Canceled"];
 
-/// The settings the sandbox's start script wrote.
-pub fn sandbox_settings() -> HashMap<String, String> {
-    let path = sandbox_dir().join("settings.env");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!("the sandbox cluster is not set up ({}: {e}); start it with: bash dev/sandbox/up.sh", path.display())
-    });
-    text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).collect()
+/// Whether a job's JSON view (`status --json`, `list --json`) shows a terminal status.
+pub fn is_terminal(job: &Value) -> bool {
+    job["status"].as_str().is_some_and(|s| TERMINAL.contains(&s))
 }
 
 /// One isolated user of the CLI: its own HOME, state file and (unless shared) ControlMaster directory.
@@ -41,7 +39,7 @@ impl Env {
     /// Its own ControlMaster directory: the first remote command opens a new login.
     pub fn isolated() -> Env {
         let dir = tempfile::tempdir().unwrap();
-        let mut vars = sandbox_settings();
+        let mut vars = sandbox::settings().clone();
         vars.insert("HOME".into(), dir.path().display().to_string());
         vars.insert("TAO_SLURM_STATE".into(), dir.path().join("state.db").display().to_string());
         vars.insert("TAO_SLURM_CONTROL_DIR".into(), dir.path().join("cm").display().to_string());
@@ -110,17 +108,27 @@ impl Env {
 
     /// `wait_terminal` with global flags before `status` (e.g. `--local`).
     pub fn wait_terminal_with(&self, flags: &[&str], job_id: &str, limit: Duration) -> Value {
-        let start = Instant::now();
         let mut args = flags.to_vec();
         args.extend(["status", job_id, "--json"]);
-        loop {
-            let v = self.json(&args)[0].clone();
-            if matches!(v["status"].as_str(), Some("Complete" | "Error" | "Canceled")) {
-                return v;
-            }
-            assert!(start.elapsed() < limit, "job {job_id} not terminal after {limit:?}: {v}");
-            std::thread::sleep(Duration::from_millis(500));
-        }
+        wait_for(&format!("job {job_id} terminal"), limit, Duration::from_millis(500), || {
+            when(self.json(&args)[0].clone(), is_terminal)
+        })
+    }
+
+    /// Poll `status JOB --json` every half second until `done` holds for the job's view; returns it.
+    pub fn wait_job(&self, job_id: &str, what: &str, limit: Duration, done: impl Fn(&Value) -> bool) -> Value {
+        wait_for(&format!("job {job_id} {what}"), limit, Duration::from_millis(500), || {
+            when(self.status(job_id), &done)
+        })
+    }
+
+    /// Poll `status ID --json` of a sweep or pipeline (its jobs) until `done` holds for them.
+    pub fn wait_group(&self, id: &str, what: &str, limit: Duration, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        wait_for(&format!("{id}: {what}"), limit, Duration::from_millis(700), || {
+            let v = self.json(&["status", id, "--json"]);
+            let jobs = v.as_array().unwrap_or_else(|| panic!("a group's status is a list: {v}")).clone();
+            when(jobs, |jobs| done(jobs)).map_err(|_| format!("{v:#}"))
+        })
     }
 
     /// The library's settings for this user of the CLI.
@@ -186,22 +194,17 @@ impl Env {
     /// Run a command with a deadline; panics if it is still running then.
     pub fn run_with_deadline(&self, args: &[&str], limit: Duration) -> Output {
         let mut child = self.command(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        let start = Instant::now();
-        loop {
-            if child.try_wait().unwrap().is_some() {
-                return child.wait_with_output().unwrap();
-            }
-            if start.elapsed() > limit {
-                let _ = child.kill();
-                let out = child.wait_with_output().unwrap();
-                panic!(
-                    "tao-slurm {args:?} still running after {limit:?}\nstdout: {}\nstderr: {}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        let ended = poll(limit, Duration::from_millis(100), || child.try_wait().unwrap().is_some());
+        if ended.is_err() {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "tao-slurm {args:?} still running after {limit:?}\nstdout: {}\nstderr: {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
+        child.wait_with_output().unwrap()
     }
 }
 
@@ -214,31 +217,15 @@ impl Env {
         let st = Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-f"]).arg(&key).status().unwrap();
         assert!(st.success());
         let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
-        let auth = sandbox_dir().join("home/slurmuser/.ssh/authorized_keys");
+        let auth = sandbox::dir().join("home/slurmuser/.ssh/authorized_keys");
         use std::io::Write;
         std::fs::OpenOptions::new().append(true).open(&auth).unwrap().write_all(public.as_bytes()).unwrap();
         let out = Command::new("ssh-keygen").arg("-lf").arg(key.with_extension("pub")).output().unwrap();
         let fingerprint = String::from_utf8(out.stdout).unwrap().split_whitespace().nth(1).unwrap().to_string();
         self.vars.insert("SSH_KEY_PATH".into(), key.display().to_string());
         self.vars.remove("SSH_CONFIG");
-        let ports = sandbox_settings()["SANDBOX_SSH_PORTS"].clone();
-        let hosts: Vec<String> = ports.split(',').map(|p| format!("127.0.0.1:{p}")).collect();
+        let hosts: Vec<String> = sandbox::ssh_ports().iter().map(|p| format!("127.0.0.1:{p}")).collect();
         self.vars.insert("SLURM_HOSTNAME".into(), hosts.join(","));
         fingerprint
     }
-}
-
-/// Logins accepted so far with the key of this fingerprint.
-pub fn accepted_logins_with(fingerprint: &str) -> usize {
-    let settings = sandbox_settings();
-    settings["SANDBOX_SSHD_LOGS"]
-        .split(',')
-        .map(|p| {
-            std::fs::read_to_string(p)
-                .unwrap_or_else(|e| panic!("cannot read the sshd log {p}: {e}"))
-                .lines()
-                .filter(|l| l.contains("Accepted publickey for") && l.contains(fingerprint))
-                .count()
-        })
-        .sum()
 }

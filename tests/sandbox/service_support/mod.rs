@@ -3,11 +3,12 @@
 //! loopback. Dropping it stops the service.
 #![allow(dead_code)]
 
+use crate::common::wait::{wait_for_async, when};
 use crate::common::Env;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub const ORG: &str = "team-a";
 
@@ -122,15 +123,11 @@ impl Service {
 
     /// Poll a job until `pred` holds (bounded).
     pub async fn wait_job(&self, id: &str, limit: Duration, pred: impl Fn(&Value) -> bool) -> Value {
-        let start = Instant::now();
-        loop {
-            let j = self.json(&self.api(&format!("/jobs/{id}"))).await;
-            if pred(&j) {
-                return j;
-            }
-            assert!(start.elapsed() < limit, "job {id} not as expected after {limit:?}: {j}");
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
+        let url = self.api(&format!("/jobs/{id}"));
+        wait_for_async(&format!("job {id} as expected"), limit, Duration::from_millis(300), || async {
+            when(self.json(&url).await, &pred)
+        })
+        .await
     }
 }
 
