@@ -231,9 +231,8 @@ impl JobArgs {
     /// Values for the spec's secret names, from --secret-env-file and the submitting environment.
     pub fn secrets(&self, spec: &JobSpec) -> Result<SecretValues, Error> {
         let file: BTreeMap<String, String> = match &self.secret_env_file {
-            Some(p) => dotenvy::from_path_iter(p)
-                .and_then(|it| it.collect::<Result<BTreeMap<_, _>, _>>())
-                .map_err(|e| SpecError::new("secret_env_file", format!("cannot read {}: {e}", p.display())))?,
+            Some(p) => crate::private::read_env_file(p, crate::private::Trust::Private)
+                .map_err(|m| SpecError::new("secret_env_file", m))?,
             None => BTreeMap::new(),
         };
         Ok(SecretValues::resolve(&spec.secret_env, &file, &|n| std::env::var(n).ok())?)

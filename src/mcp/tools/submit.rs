@@ -87,9 +87,8 @@ fn spec_error(field: &str, e: SpecError) -> ToolError {
 /// file first, then this server's environment.
 fn secrets(spec: &JobSpec, secret_env_file: Option<&str>) -> Result<SecretValues, ToolError> {
     let file: BTreeMap<String, String> = match secret_env_file {
-        Some(p) => dotenvy::from_path_iter(p)
-            .and_then(|it| it.collect::<Result<BTreeMap<_, _>, _>>())
-            .map_err(|e| ToolError::invalid("secret_env_file", format!("cannot read {p}: {e}")))?,
+        Some(p) => crate::private::read_env_file(std::path::Path::new(p), crate::private::Trust::Private)
+            .map_err(|m| ToolError::invalid("secret_env_file", m))?,
         None => BTreeMap::new(),
     };
     SecretValues::resolve(&spec.secret_env, &file, &|n| std::env::var(n).ok()).map_err(|e| {
