@@ -181,7 +181,13 @@ mod tests {
         let f = top.path().join("clusters.toml");
         fs::write(&f, "").unwrap();
         // (mode, accepted as NotWritableByOthers, accepted as Private)
-        for (mode, shared, private) in [(0o600, true, true), (0o644, true, false), (0o664, false, false), (0o602, false, false), (0o640, true, false)] {
+        for (mode, shared, private) in [
+            (0o600, true, true),
+            (0o644, true, false),
+            (0o664, false, false),
+            (0o602, false, false),
+            (0o640, true, false),
+        ] {
             fs::set_permissions(&f, fs::Permissions::from_mode(mode)).unwrap();
             for (trust, ok) in [(Trust::NotWritableByOthers, shared), (Trust::Private, private)] {
                 let r = check_trusted_file(&f, trust);
@@ -193,7 +199,9 @@ mod tests {
         }
         // Owned by someone else (root owns /etc/hostname; the tests may run as root, then skip that row).
         if current_uid() != 0 {
-            assert!(check_trusted_file(Path::new("/etc/hostname"), Trust::NotWritableByOthers).unwrap_err().contains("belongs to user id 0"));
+            assert!(check_trusted_file(Path::new("/etc/hostname"), Trust::NotWritableByOthers)
+                .unwrap_err()
+                .contains("belongs to user id 0"));
         }
     }
 

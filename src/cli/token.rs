@@ -100,7 +100,9 @@ fn parse_lifetime(text: &str) -> Result<u64, String> {
 mod tests {
     #[test]
     fn lifetimes() {
-        for (text, secs) in [("30d", Some(30 * 86400)), ("12h", Some(43200)), ("90min", Some(5400)), ("2w", Some(1_209_600))] {
+        for (text, secs) in
+            [("30d", Some(30 * 86400)), ("12h", Some(43200)), ("90min", Some(5400)), ("2w", Some(1_209_600))]
+        {
             assert_eq!(super::parse_lifetime(text).ok(), secs, "{text}");
         }
         for bad in ["", "30", "thirty days", "10s", "-1d"] {

@@ -72,12 +72,24 @@ fn store_with_job(with_secrets: bool) -> (tempfile::TempDir, Store, String) {
 
 /// A cycle whose retries wait an hour (so none is submitted within the test) ...
 fn cycle<'a>(remote: &'a FakeRemote, store: &'a Store, max_retries: u32) -> Cycle<'a> {
-    Cycle { remote, store, policy: RetryPolicy { max_retries, backoff_base_secs: 3600 }, files_for: &|_| Vec::new(), observe_only: false }
+    Cycle {
+        remote,
+        store,
+        policy: RetryPolicy { max_retries, backoff_base_secs: 3600 },
+        files_for: &|_| Vec::new(),
+        observe_only: false,
+    }
 }
 
 /// ... or are due at once.
 fn eager_cycle<'a>(remote: &'a FakeRemote, store: &'a Store) -> Cycle<'a> {
-    Cycle { remote, store, policy: RetryPolicy { max_retries: 3, backoff_base_secs: 0 }, files_for: &|_| Vec::new(), observe_only: false }
+    Cycle {
+        remote,
+        store,
+        policy: RetryPolicy { max_retries: 3, backoff_base_secs: 0 },
+        files_for: &|_| Vec::new(),
+        observe_only: false,
+    }
 }
 
 /// What the refresh script prints when sacct says the job ended in `state` with `exit`.

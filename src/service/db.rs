@@ -152,7 +152,8 @@ impl ServiceDb {
                 params![id, org, name, token_hash(&token), now, expires_at],
             )
             .map_err(|e| sql_err(&self.path, e))?;
-        let record = TokenRecord { id, org: org.into(), name: name.into(), created_at: now, revoked_at: None, expires_at };
+        let record =
+            TokenRecord { id, org: org.into(), name: name.into(), created_at: now, revoked_at: None, expires_at };
         Ok((record, token))
     }
 
@@ -195,7 +196,9 @@ impl ServiceDb {
             .prepare("SELECT sha256, id, org, expires_at FROM tokens WHERE revoked_at IS NULL")
             .map_err(|e| sql_err(&self.path, e))?;
         let rows = st
-            .query_map([], |r| Ok(ValidToken { sha256: r.get(0)?, id: r.get(1)?, org: r.get(2)?, expires_at: r.get(3)? }))
+            .query_map([], |r| {
+                Ok(ValidToken { sha256: r.get(0)?, id: r.get(1)?, org: r.get(2)?, expires_at: r.get(3)? })
+            })
             .map_err(|e| sql_err(&self.path, e))?;
         rows.collect::<Result<_, _>>().map_err(|e| sql_err(&self.path, e))
     }
@@ -292,7 +295,8 @@ mod tests {
         }
         assert!(!token.contains(&rec.id), "the id is drawn apart from the secret");
         let valid = db.valid_tokens().unwrap();
-        let expected = ValidToken { sha256: token_hash(&token), id: rec.id.clone(), org: "team-a".into(), expires_at: None };
+        let expected =
+            ValidToken { sha256: token_hash(&token), id: rec.id.clone(), org: "team-a".into(), expires_at: None };
         assert_eq!(valid, vec![expected]);
         assert!(db.revoke_token(&rec.id).unwrap());
         assert!(!db.revoke_token(&rec.id).unwrap(), "once");

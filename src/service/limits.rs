@@ -121,7 +121,10 @@ mod tests {
         }
         assert_eq!(pool.in_use(), REMOTE_POOL_SIZE);
         let refused = pool.enter("w").await.unwrap_err();
-        assert_eq!((refused.status, refused.retry_after), (StatusCode::SERVICE_UNAVAILABLE, Some(REMOTE_POOL_RETRY_SECS)));
+        assert_eq!(
+            (refused.status, refused.retry_after),
+            (StatusCode::SERVICE_UNAVAILABLE, Some(REMOTE_POOL_RETRY_SECS))
+        );
         held.pop();
         assert!(pool.enter("w").await.is_ok(), "a freed place is taken");
     }

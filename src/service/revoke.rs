@@ -15,7 +15,8 @@ const CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// `response`, cut when the token `token_id` stops being valid, if it is an event stream.
 pub fn end_with_token(state: Arc<AppState>, token_id: String, response: Response) -> Response {
-    let streaming = response.headers().get(CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    let streaming =
+        response.headers().get(CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
     if !streaming {
         return response;
     }

@@ -8,9 +8,9 @@ use super::api::{blocking, org_job, AppStateRef};
 use super::error::{ApiError, ApiResult};
 use super::limits::FOLLOWERS_PER_ORG;
 use super::state::CachedJob;
-use axum::http::StatusCode;
 use super::types::{JobListChange, JobStreamQuery, LogChunkOut};
 use crate::engine::logs::Stream;
+use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use std::collections::{HashMap, VecDeque};
@@ -113,11 +113,8 @@ impl Followers {
             .retry_after(FOLLOWER_RETRY_SECS));
         }
         let f = Arc::new(Follower { tx: tokio::sync::broadcast::channel(1024).0, backlog: Default::default() });
-        let entry = FollowerEntry {
-            org: org.clone(),
-            workspace: job.out.workspace.clone(),
-            follower: Arc::downgrade(&f),
-        };
+        let entry =
+            FollowerEntry { org: org.clone(), workspace: job.out.workspace.clone(), follower: Arc::downgrade(&f) };
         map.insert(job.out.id.clone(), entry);
         tokio::spawn(follow(state.clone(), job.out.id.clone(), Arc::downgrade(&f)));
         Ok(f)
@@ -175,10 +172,7 @@ async fn follow(state: AppStateRef, id: String, follower: Weak<Follower>) {
             let (jid, offs, first) = (id.clone(), offsets, !started);
             // A follower's reads are remote work like any request's: in the workspace's pool (a
             // full pool skips this poll), counted, and paced by the workspace's query budget.
-            pause = follower_pause(
-                state.followers.count(|_, w| w == ws.id),
-                ws.settings.max_queries_per_minute,
-            );
+            pause = follower_pause(state.followers.count(|_, w| w == ws.id), ws.settings.max_queries_per_minute);
             let Ok(in_pool) = ws.pool.enter(&ws.id).await else {
                 drop(f);
                 tokio::time::sleep(pause).await;

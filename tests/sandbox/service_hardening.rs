@@ -54,10 +54,7 @@ async fn a_fifo_or_a_symlink_for_main_out_gets_every_log_route_answered_in_time_
             base = base.display()
         )
     };
-    let cases = [
-        ("fifo", swap("mkfifo \"$f\"")),
-        ("symlink", swap(&format!("ln -s {} \"$f\"", outside.display()))),
-    ];
+    let cases = [("fifo", swap("mkfifo \"$f\"")), ("symlink", swap(&format!("ln -s {} \"$f\"", outside.display())))];
     let mut ids = Vec::new();
     for (kind, command) in &cases {
         let (status, job) = svc
@@ -79,7 +76,12 @@ async fn a_fifo_or_a_symlink_for_main_out_gets_every_log_route_answered_in_time_
         })
         .await;
         // Every plain log route: in time, 200, never the linked file's content.
-        for route in [":logs", ":logs?stream=stdout&tail=5", ":logs?stream=stdout&offset=0", ":logs?stream=stdout&offset=3&limit=100"] {
+        for route in [
+            ":logs",
+            ":logs?stream=stdout&tail=5",
+            ":logs?stream=stdout&offset=0",
+            ":logs?stream=stdout&offset=3&limit=100",
+        ] {
             let started = Instant::now();
             let r = svc.get(&svc.api(&format!("/jobs/{id}{route}"))).timeout(ANSWER_WITHIN).send().await;
             let r = r.unwrap_or_else(|e| panic!("{kind} {route}: no answer within {ANSWER_WITHIN:?}: {e}"));
@@ -190,7 +192,8 @@ async fn fifty_parallel_log_requests_get_200_or_retry_after_and_the_monitor_goes
         match status {
             200 => {}
             429 | 503 => {
-                let secs: u64 = retry_after.as_deref().unwrap_or_else(|| panic!("{status} without Retry-After")).parse().unwrap();
+                let secs: u64 =
+                    retry_after.as_deref().unwrap_or_else(|| panic!("{status} without Retry-After")).parse().unwrap();
                 assert!((1..=60).contains(&secs), "{secs}");
             }
             other => panic!("a reply {other}: {body}"),
@@ -241,7 +244,19 @@ fn local_files_others_can_write_are_refused_with_the_fix() {
     std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o644)).unwrap();
     let submit = |env: &Env| {
         let f = secrets.display().to_string();
-        let out = env.run(&["submit", "--image", "ubuntu:22.04", "--gpus", "0", "--secret-env-file", &f, "--secret-env", "GOOD", "--", "true"]);
+        let out = env.run(&[
+            "submit",
+            "--image",
+            "ubuntu:22.04",
+            "--gpus",
+            "0",
+            "--secret-env-file",
+            &f,
+            "--secret-env",
+            "GOOD",
+            "--",
+            "true",
+        ]);
         assert!(!out.status.success(), "submitted");
         String::from_utf8_lossy(&out.stderr).into_owned()
     };

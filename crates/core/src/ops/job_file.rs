@@ -93,9 +93,14 @@ mod tests {
         std::os::unix::fs::symlink(&secret, &link).unwrap();
         let fifo = dir.path().join("fifo");
         mkfifo(&fifo);
-        let open = |path: &std::path::Path| bash(&format!("tao_jf_open {} 0 100; echo \"rc=$?\"", quote(&path.display().to_string())));
+        let open = |path: &std::path::Path| {
+            bash(&format!("tao_jf_open {} 0 100; echo \"rc=$?\"", quote(&path.display().to_string())))
+        };
         let (out, _) = open(&link);
-        assert!(!out.contains("linked file") && out.starts_with("rc=") && out != "rc=0\n", "refused at the open: {out}");
+        assert!(
+            !out.contains("linked file") && out.starts_with("rc=") && out != "rc=0\n",
+            "refused at the open: {out}"
+        );
         let (out, took) = open(&fifo);
         assert_eq!(out, "rc=0\n", "a FIFO without a writer reads as empty at once");
         assert!(took < Duration::from_secs(10), "{took:?}");
