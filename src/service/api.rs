@@ -628,12 +628,17 @@ pub async fn job_logs(state: AppStateRef, org: String, id: String, q: LogsQuery)
         }
         None => {
             let tail = q.tail.unwrap_or(200);
+            let keep_end = |text: &mut String, cap: usize| {
+                let (kept, cut) = crate::ops::logs::keep_end(text, cap);
+                *text = kept;
+                cut
+            };
             let mut logs =
                 blocking(move || ws.with_client(|c| c.job_logs(&id, Some(tail), q.attempt)).map_err(ApiError::engine))
                     .await?;
             // Capped like a range: `limit` bytes in all, the ends of the files kept.
             let cap = (if stream.is_none() && !logs.stderr.is_empty() { limit / 2 } else { limit }) as usize;
-            let (out_cut, err_cut) = (keep_last(&mut logs.stdout, cap), keep_last(&mut logs.stderr, cap));
+            let (out_cut, err_cut) = (keep_end(&mut logs.stdout, cap), keep_end(&mut logs.stderr, cap));
             let mut r = text(match stream {
                 Some(crate::engine::logs::Stream::Stdout) => logs.stdout,
                 Some(crate::engine::logs::Stream::Stderr) => logs.stderr,
@@ -651,23 +656,6 @@ pub async fn job_logs(state: AppStateRef, org: String, id: String, q: LogsQuery)
             Ok(r)
         }
     }
-}
-
-/// Keep the last `cap` bytes of `text`, from the start of a line when one begins in them; true when
-/// something was cut.
-fn keep_last(text: &mut String, cap: usize) -> bool {
-    if text.len() <= cap {
-        return false;
-    }
-    let mut start = text.len() - cap;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    if let Some(nl) = text[start..].find('\n').filter(|nl| start + nl + 1 < text.len()) {
-        start += nl + 1;
-    }
-    text.drain(..start);
-    true
 }
 
 #[utoipa::path(get, path = "/api/v2/orgs/{org}/jobs/{job_id}:events", tag = "jobs", security(("bearer" = [])),

@@ -100,6 +100,22 @@ fn body_or(arg: &str) -> &str {
     }
 }
 
+/// The last `max` bytes of `text`, starting at a line when one starts within them; and whether
+/// anything was cut (every reply of a log that has a byte cap). Pure.
+pub fn keep_end(text: &str, max: usize) -> (String, bool) {
+    if text.len() <= max {
+        return (text.to_string(), false);
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    if let Some(nl) = text[start..].find('\n').filter(|nl| start + nl + 1 < text.len()) {
+        start += nl + 1;
+    }
+    (text[start..].to_string(), true)
+}
+
 /// Largest chunk one poll reads per file; a file further behind is caught up over several polls.
 pub const MAX_CHUNK_BYTES: u64 = 8 << 20;
 
@@ -241,5 +257,13 @@ mod tests {
             let r = crate::ops::inspect::parse_log_range(&range, &path, 0).unwrap();
             assert!(r.not_regular && r.text.is_empty() && r.size.is_none(), "{r:?}");
         }
+    }
+
+    #[test]
+    fn the_end_is_kept_from_a_line_start() {
+        assert_eq!(keep_end("short", 10), ("short".to_string(), false));
+        assert_eq!(keep_end("line one\nline two\nthree\n", 12), ("three\n".to_string(), true));
+        let (t, cut) = keep_end("ééééé", 5);
+        assert!(cut && t.len() <= 5 && t.chars().all(|c| c == 'é'), "{t}");
     }
 }
