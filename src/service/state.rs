@@ -297,3 +297,18 @@ fn cached(client: &Client, view: &JobView, meta: &ApiJob, key: ChangeKey, rev: u
         key,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::TokenInfo;
+
+    #[test]
+    fn a_token_expires_at_its_time_and_one_without_expiry_never() {
+        let t = |expires_at| TokenInfo { id: "i".into(), org: "o".into(), expires_at };
+        for (expires_at, now, expired) in
+            [(None, i64::MAX, false), (Some(100), 99, false), (Some(100), 100, true), (Some(100), 101, true)]
+        {
+            assert_eq!(t(expires_at).expired(now), expired, "{expires_at:?} at {now}");
+        }
+    }
+}
