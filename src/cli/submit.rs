@@ -47,7 +47,7 @@ impl SubmitCmd {
             return Ok(0);
         }
         let submitted = client.create_job(&spec, &secrets)?;
-        if self.monitor && super::monitor::start_background_monitor(client.settings())? {
+        if self.monitor && crate::client::start_background_monitor(client.settings())? {
             eprintln!("started a background monitor (log: {}.monitor.log)", client.settings().state_path.display());
         }
         super::output::emit(super::output::Format::from_json_flag(self.json), &submitted);
@@ -66,7 +66,7 @@ impl SubmitCmd {
         if self.dry_run {
             let variants = spec.sweep.as_ref().map(|s| s.variants()).transpose()?.unwrap_or_default();
             let ids: Vec<String> = variants.iter().map(|v| format!("variant-{}", v.index)).collect();
-            let sweep = crate::engine::sweep::plan_sweep(spec, &settings, "dry-run", &ids)?;
+            let sweep = crate::client::plan_sweep(spec, &settings, "dry-run", &ids)?;
             Client::new(settings)?.check_online(&spec.for_variant(&sweep.variants[0].0))?;
             if self.json {
                 let list: Vec<_> = sweep
@@ -117,7 +117,7 @@ impl SubmitCmd {
     }
 
     fn after_submit(&self, client: &Client) -> Result<(), Error> {
-        if self.monitor && super::monitor::start_background_monitor(client.settings())? {
+        if self.monitor && crate::client::start_background_monitor(client.settings())? {
             eprintln!("started a background monitor (log: {}.monitor.log)", client.settings().state_path.display());
         }
         Ok(())

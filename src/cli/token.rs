@@ -1,9 +1,10 @@
 //! `tao-slurm token`: the service's bearer tokens, made and revoked by whoever administers the
 //! service (and can write its state). A token is shown once, at creation; only its SHA-256 is kept.
 
+use crate::client::service_records::path_for;
+use crate::client::ServiceDb;
 use crate::config::Settings;
 use crate::error::Error;
-use crate::service::db::{path_for, ServiceDb};
 use crate::spec::SpecError;
 use clap::{Args, Subcommand};
 
@@ -71,7 +72,7 @@ impl TokenCmd {
                     super::output::emit_json(&tokens);
                 } else {
                     for t in tokens {
-                        let expired = t.expires_at.is_some_and(|e| e <= crate::store::now_secs());
+                        let expired = t.expires_at.is_some_and(|e| e <= crate::client::now_secs());
                         let state = match (t.revoked_at, expired) {
                             (Some(_), _) => "revoked",
                             (None, true) => "expired",

@@ -100,6 +100,13 @@ impl From<&JobSummary> for JobView {
     }
 }
 
+/// A listing: the jobs that passed a filter (newest first, at most its limit) and how many passed.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct JobList {
+    pub jobs: Vec<JobView>,
+    pub total: usize,
+}
+
 /// A submitted pipeline: its id and each step's job.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct PipelineSubmitted {

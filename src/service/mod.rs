@@ -14,7 +14,6 @@
 
 pub mod api;
 mod dashboard;
-pub mod db;
 pub mod error;
 pub mod limits;
 pub mod openapi;
@@ -67,12 +66,12 @@ async fn authenticate(State(state): State<Arc<AppState>>, mut req: Request, next
         )
         .into_response();
     };
-    let hash = db::token_hash(presented);
+    let hash = crate::client::service_records::token_hash(presented);
     let token = state.tokens.read().unwrap_or_else(|e| e.into_inner()).get(&hash).cloned();
     let Some(token) = token else {
         return ApiError::unauthorized("the token is not valid (unknown or revoked)").into_response();
     };
-    if token.expired(crate::store::now_secs()) {
+    if token.expired(crate::client::now_secs()) {
         return ApiError::unauthorized(format!(
             "token {} expired; an admin makes a new one with `tao-slurm token create --org {}`",
             token.id, token.org
@@ -132,11 +131,11 @@ pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
 pub fn serve(opts: ServeOptions, workspaces: Vec<(String, crate::config::Settings)>) -> Result<(), Error> {
     let runtime_error = |e: std::io::Error| Error::RemoteCommand(format!("cannot start the service: {e}"));
     let state_path = workspaces.first().map(|(_, s)| s.state_path.clone()).expect("at least one workspace");
-    let db = db::ServiceDb::open(&db::path_for(&state_path))
+    let db = crate::client::ServiceDb::open(&crate::client::service_records::path_for(&state_path))
         .map_err(|m| crate::spec::SpecError::new("TAO_SLURM_STATE", m))?;
     let mut locks = Vec::new();
     for (id, settings) in &workspaces {
-        match crate::cli::monitor::take_lock(&crate::cli::monitor::monitor_lock_path(settings))? {
+        match crate::client::MonitorLock::take(settings)? {
             Some(lock) => locks.push(lock),
             None => tracing::warn!(
                 workspace = %id,

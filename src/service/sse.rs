@@ -9,7 +9,7 @@ use super::error::{ApiError, ApiResult};
 use super::limits::FOLLOWERS_PER_ORG;
 use super::state::CachedJob;
 use super::types::{JobListChange, JobStreamQuery, LogChunkOut};
-use crate::engine::logs::Stream;
+use crate::client::Stream;
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};

@@ -6,10 +6,10 @@
 //! is kept with its reply already serialised, and the revision at which it last changed (for the
 //! event streams).
 
-use super::db::{ApiJob, ServiceDb};
 use super::types::{self, BackendDetailsOut, JobOut, SlurmMetadata, TaoStatus};
 use super::workspace::Workspace;
 use crate::client::JobView;
+use crate::client::{ApiJob, ServiceDb};
 use crate::Client;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -174,7 +174,7 @@ impl AppState {
 
     /// Whether the token with this id is still accepted (not revoked, not expired).
     pub fn token_valid(&self, id: &str) -> bool {
-        let now = crate::store::now_secs();
+        let now = crate::client::now_secs();
         self.tokens.read().unwrap_or_else(|e| e.into_inner()).values().any(|t| t.id == id && !t.expired(now))
     }
 

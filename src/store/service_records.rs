@@ -144,7 +144,7 @@ impl ServiceDb {
         }
         let id = random_hex(ID_BYTES)?;
         let token = format!("tsk_{}", random_hex(SECRET_BYTES)?);
-        let now = crate::store::now_secs();
+        let now = super::now_secs();
         let expires_at = lifetime_secs.map(|s| now.saturating_add(i64::try_from(s).unwrap_or(i64::MAX)));
         self.conn()
             .execute(
@@ -163,7 +163,7 @@ impl ServiceDb {
             .conn()
             .execute(
                 "UPDATE tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
-                params![id, crate::store::now_secs()],
+                params![id, super::now_secs()],
             )
             .map_err(|e| sql_err(&self.path, e))?;
         Ok(n == 1)
@@ -234,7 +234,7 @@ impl ServiceDb {
             .conn()
             .execute(
                 "UPDATE api_jobs SET deleted_at = ?2 WHERE job_id = ?1 AND deleted_at IS NULL",
-                params![job_id, crate::store::now_secs()],
+                params![job_id, super::now_secs()],
             )
             .map_err(|e| sql_err(&self.path, e))?;
         Ok(n == 1)
