@@ -204,7 +204,10 @@ impl Engine {
         self.with(py, move |c| {
             let mut m = monitor.lock().unwrap_or_else(|e| e.into_inner());
             let step = m.step(c)?;
-            let views: Vec<tao_slurm::JobView> = step.jobs.iter().map(tao_slurm::JobView::from).collect();
+            let views: Vec<tao_slurm::JobView> = {
+                let now = tao_slurm::client::now_secs();
+                step.jobs.iter().map(|j| tao_slurm::JobView::at(j, now)).collect()
+            };
             Ok((json(&views), step.interval.as_secs_f64(), step.floor.as_secs_f64()))
         })
     }

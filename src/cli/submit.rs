@@ -31,7 +31,9 @@ impl SubmitCmd {
         if !spec.steps.is_empty() {
             return self.run_pipeline(settings, &spec, &secrets);
         }
-        let plan = crate::plan::resolve(&spec, &settings)?;
+        let client = Client::new(settings)?;
+        // Resolved once: its warnings are shown before anything is sent, then it is submitted as it is.
+        let plan = client.plan(&spec)?;
         for (key, location) in &plan.inputs {
             if let Some(w) = crate::spec::dataset_warning(key, location) {
                 eprintln!("{w}");
@@ -40,13 +42,12 @@ impl SubmitCmd {
         for note in plan.cosmos.iter().flat_map(|c| &c.notes) {
             eprintln!("warning: {note}");
         }
-        let client = Client::new(settings)?;
         if self.dry_run {
             let plan = client.check_online(&spec)?;
             super::render::print_plan(&client.staged_files(&spec, &plan), &plan, self.json);
             return Ok(0);
         }
-        let submitted = client.create_job(&spec, &secrets)?;
+        let submitted = client.create_job_planned(&spec, plan, &secrets)?;
         if self.monitor && crate::client::start_background_monitor(client.settings())? {
             eprintln!("started a background monitor (log: {}.monitor.log)", client.settings().state_path.display());
         }

@@ -97,7 +97,7 @@ impl Client {
     /// Jobs as the state file holds them (ids or prefixes), without asking the cluster.
     pub fn stored_jobs(&self, ids: &[String]) -> Result<Vec<JobView>> {
         // A sweep or pipeline id stands for its jobs.
-        Ok(self.summaries_of(ids)?.iter().map(JobView::from).collect())
+        Ok(self.summaries_of(ids)?.iter().map(|j| JobView::at(j, super::now_secs())).collect())
     }
 
     /// The jobs of the local state that pass `filter`, newest first, and how many passed before its
@@ -112,7 +112,7 @@ impl Client {
             .iter()
             .filter(|j| only.as_ref().is_none_or(|o| o.contains(&j.job_id)))
             .filter(|j| filter.matches(j.status, j.created_at, now))
-            .map(JobView::from)
+            .map(|j| JobView::at(j, super::now_secs()))
             .collect();
         let total = matched.len();
         let jobs = match filter.limit {

@@ -26,7 +26,9 @@ pub use crate::store::GroupRecord;
 pub use cluster::preflight;
 pub use monitor::{monitor_running, start_background_monitor, Monitor, MonitorLock, MonitorStep, AFTER_FAILURE};
 pub use secrets::secret_values;
-pub use views::{FollowPoll, GroupView, JobCallbacks, JobList, JobView, PathCheck, PipelineSubmitted, StepSubmitted};
+pub use views::{
+    FollowPoll, GroupView, JobCallbacks, JobList, JobView, PathCheck, PipelineSubmitted, StepSubmitted, Submission,
+};
 
 /// Unix seconds now: the one clock the front-ends read (the core is given `now`, never reads it).
 pub fn now_secs() -> i64 {

@@ -251,7 +251,7 @@ fn resolve_inputs(spec: &JobSpec) -> Result<ResolvedInputs, SpecError> {
 /// `gpu_count` and the TAO service's `num_gpu` (through [`gpus_from_count`]).
 pub fn pack_total_gpus(field: &str, total: u32, per_node: u32) -> Result<u32, SpecError> {
     let nodes = total.div_ceil(per_node.max(1));
-    if nodes > 1 && total % per_node != 0 {
+    if nodes > 1 && !total.is_multiple_of(per_node) {
         let (low, high) = (total - total % per_node, nodes * per_node);
         return Err(SpecError::new(
             field,
@@ -981,8 +981,9 @@ mod gpu_count_tests {
 
     #[test]
     fn tao_counts_are_per_node_up_to_a_node_and_a_total_above() {
+        type Ask = (Option<u32>, Option<u32>, Option<u32>);
         // (count, num_nodes) -> (gpus, total_gpus, nodes), nodes of 8 GPUs
-        let ok: &[((i64, Option<u32>), (Option<u32>, Option<u32>, Option<u32>))] = &[
+        let ok: &[((i64, Option<u32>), Ask)] = &[
             ((0, None), (Some(0), None, None)),
             ((2, Some(2)), (Some(2), None, Some(2))),
             ((8, None), (Some(8), None, None)),
