@@ -214,6 +214,10 @@ async fn fifty_parallel_log_requests_get_200_or_retry_after_and_the_monitor_goes
     }
     let r = svc.http.post(svc.api(&format!("/jobs/{id}:cancel"))).bearer_auth(&svc.token).send().await.unwrap();
     assert_eq!(r.status(), 200);
+    // `:cluster?refresh=true` runs the checks at most once per interval: a second ask shares the view.
+    let first = svc.json(&svc.api("/workspaces/login1:cluster?refresh=true")).await;
+    let second = svc.json(&svc.api("/workspaces/login1:cluster?refresh=true")).await;
+    assert_eq!(first["checked_at"], second["checked_at"], "the checks ran twice within the interval");
 }
 
 #[test]
