@@ -44,7 +44,9 @@ impl TokenCmd {
         let db = ServiceDb::open(&path_for(&settings.state_path)).map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
         match self.action {
             TokenAction::Create { org, name, expires, json } => {
-                let (rec, token) = db.create_token(&org, &name, expires).map_err(|m| SpecError::new("org", m))?;
+                let (rec, token) = db
+                    .create_token(&org, &name, expires, crate::client::now_secs())
+                    .map_err(|m| SpecError::new("org", m))?;
                 if json {
                     super::output::emit_json(&serde_json::json!({"id": rec.id, "org": rec.org, "name": rec.name,
                         "expires_at": rec.expires_at, "token": token}));
@@ -57,7 +59,7 @@ impl TokenCmd {
                 }
             }
             TokenAction::Revoke { id } => {
-                if !db.revoke_token(&id).map_err(|m| SpecError::new("id", m))? {
+                if !db.revoke_token(&id, crate::client::now_secs()).map_err(|m| SpecError::new("id", m))? {
                     return Err(SpecError::new(
                         "id",
                         format!("no valid token {id} (`tao-slurm token list` shows them)"),

@@ -130,13 +130,14 @@ impl ServiceDb {
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Create a token for `org`, valid until revoked or for `lifetime_secs`; returns its record and
-    /// the token, which is shown once and stored only as its SHA-256.
+    /// Create a token for `org`, valid until revoked or for `lifetime_secs` from `now`; returns its
+    /// record and the token, which is shown once and stored only as its SHA-256.
     pub fn create_token(
         &self,
         org: &str,
         name: &str,
         lifetime_secs: Option<u64>,
+        now: i64,
     ) -> Result<(TokenRecord, String), String> {
         check_org(org)?;
         if name.chars().any(char::is_control) || name.len() > 200 {
@@ -144,7 +145,6 @@ impl ServiceDb {
         }
         let id = random_hex(ID_BYTES)?;
         let token = format!("tsk_{}", random_hex(SECRET_BYTES)?);
-        let now = super::now_secs();
         let expires_at = lifetime_secs.map(|s| now.saturating_add(i64::try_from(s).unwrap_or(i64::MAX)));
         self.conn()
             .execute(
@@ -158,13 +158,10 @@ impl ServiceDb {
     }
 
     /// Revoke a token by id; false when there is no such token (or it was revoked already).
-    pub fn revoke_token(&self, id: &str) -> Result<bool, String> {
+    pub fn revoke_token(&self, id: &str, now: i64) -> Result<bool, String> {
         let n = self
             .conn()
-            .execute(
-                "UPDATE tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
-                params![id, super::now_secs()],
-            )
+            .execute("UPDATE tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL", params![id, now])
             .map_err(|e| sql_err(&self.path, e))?;
         Ok(n == 1)
     }
@@ -229,12 +226,12 @@ impl ServiceDb {
     }
 
     /// Mark a job deleted (it leaves the org's listings; the state file keeps its history).
-    pub fn delete_job(&self, job_id: &str) -> Result<bool, String> {
+    pub fn delete_job(&self, job_id: &str, now: i64) -> Result<bool, String> {
         let n = self
             .conn()
             .execute(
                 "UPDATE api_jobs SET deleted_at = ?2 WHERE job_id = ?1 AND deleted_at IS NULL",
-                params![job_id, super::now_secs()],
+                params![job_id, now],
             )
             .map_err(|e| sql_err(&self.path, e))?;
         Ok(n == 1)
@@ -285,7 +282,7 @@ mod tests {
     fn tokens_are_stored_hashed_and_revoked() {
         let dir = tempfile::tempdir().unwrap();
         let db = ServiceDb::open(&dir.path().join("s.db")).unwrap();
-        let (rec, token) = db.create_token("team-a", "ci", None).unwrap();
+        let (rec, token) = db.create_token("team-a", "ci", None, 1_700_000_000).unwrap();
         assert!(token.starts_with("tsk_") && token.len() == 4 + 64, "{token}");
         let raw = std::fs::read(dir.path().join("s.db")).unwrap_or_default();
         let wal = std::fs::read(dir.path().join("s.db-wal")).unwrap_or_default();
@@ -298,13 +295,13 @@ mod tests {
         let expected =
             ValidToken { sha256: token_hash(&token), id: rec.id.clone(), org: "team-a".into(), expires_at: None };
         assert_eq!(valid, vec![expected]);
-        assert!(db.revoke_token(&rec.id).unwrap());
-        assert!(!db.revoke_token(&rec.id).unwrap(), "once");
+        assert!(db.revoke_token(&rec.id, 1_700_000_000).unwrap());
+        assert!(!db.revoke_token(&rec.id, 1_700_000_000).unwrap(), "once");
         assert!(db.valid_tokens().unwrap().is_empty());
         assert!(db.tokens().unwrap()[0].revoked_at.is_some());
-        assert!(db.create_token("a b", "x", None).is_err());
-        let (rec, _) = db.create_token("team-a", "short", Some(3600)).unwrap();
-        assert_eq!(rec.expires_at, Some(rec.created_at + 3600));
+        assert!(db.create_token("a b", "x", None, 1_700_000_000).is_err());
+        let (rec, _) = db.create_token("team-a", "short", Some(3600), 1_700_000_000).unwrap();
+        assert_eq!(rec.expires_at, Some(1_700_000_000 + 3600));
         assert_eq!(db.valid_tokens().unwrap()[0].expires_at, rec.expires_at);
     }
 
@@ -312,7 +309,8 @@ mod tests {
     fn secrets_are_256_random_bits_and_ids_independent() {
         let dir = tempfile::tempdir().unwrap();
         let db = ServiceDb::open(&dir.path().join("s.db")).unwrap();
-        let made: Vec<(TokenRecord, String)> = (0..64).map(|_| db.create_token("o", "", None).unwrap()).collect();
+        let made: Vec<(TokenRecord, String)> =
+            (0..64).map(|_| db.create_token("o", "", None, 1_700_000_000).unwrap()).collect();
         for (rec, token) in &made {
             let hex = token.strip_prefix("tsk_").unwrap();
             assert_eq!(hex.len(), 64);
