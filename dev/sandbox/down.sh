@@ -105,4 +105,8 @@ if [[ $purge == 1 && -e "$SANDBOX_DIR" ]]; then
     echo "down.sh: purging $SANDBOX_DIR"
     rm -rf --one-file-system "${SANDBOX_DIR:?}"
 fi
+# the Slurm 24.11 cluster too, if it was ever brought up (up.sh --slurm 24.11)
+if [[ -e "${SANDBOX_DIR_2411:-/var/lib/tao-slurm-sandbox-24.11}" ]]; then
+    bash "$HERE/down-24.11.sh" ${1:+"$1"}
+fi
 echo "down.sh: done in $(awk -v a="$T0" -v b="$(date +%s%N)" 'BEGIN{printf "%.2f", (b-a)/1e9}') s"

@@ -6,6 +6,18 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=lib.sh
 . "$HERE/lib.sh"
 
+# --slurm 24.11: the second cluster, in a Debian 13 root (up-24.11.sh); plain up.sh is the 22.05 one
+case "${1:-}" in
+    "") ;;
+    --slurm)
+        case "${2:-}" in
+            22.05) ;;
+            24.11) exec bash "$HERE/up-24.11.sh" ;;
+            *) echo "usage: up.sh [--slurm 22.05|24.11]" >&2; exit 2 ;;
+        esac ;;
+    *) echo "usage: up.sh [--slurm 22.05|24.11]" >&2; exit 2 ;;
+esac
+
 # ---- knobs -------------------------------------------------------------------
 SSH_PORT="${SSH_PORT:-2222}"
 SSH_PORT2="${SSH_PORT2:-2223}"

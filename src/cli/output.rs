@@ -83,6 +83,20 @@ impl Report for PreflightReport {
                 }
             }
         }
+        for f in &self.clusters {
+            let host = f.host.as_deref().map(|h| format!(" [{}]", super::clean(h))).unwrap_or_default();
+            let version = match (&f.slurm_version, f.slurm_version_tested) {
+                (Some(v), true) => format!("Slurm {v} (tested)"),
+                (Some(v), false) => format!("Slurm {v} (not tested)"),
+                (None, _) => "Slurm version unknown".into(),
+            };
+            let pyxis = match f.pyxis {
+                Some(true) => "Pyxis present",
+                Some(false) => "Pyxis absent",
+                None => "Pyxis unknown",
+            };
+            s.push_str(&format!("cluster{host}: {version}, {pyxis}\n"));
+        }
         s.push_str(if self.ok { "preflight: all required checks passed\n" } else { "preflight: FAILED\n" });
         s
     }

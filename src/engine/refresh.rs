@@ -22,6 +22,28 @@ pub fn observe(remote: &dyn Remote, jobs: &[JobSummary]) -> Result<(Observations
     Ok((obs, out.host))
 }
 
+/// Each squeue or sacct line not understood (the job it names gets no verdict from it and waits) is
+/// logged once per process, not on every refresh.
+fn log_unread(jobs: &[JobSummary], obs: &Observations) {
+    use std::sync::{Mutex, OnceLock};
+    /// Distinct lines remembered; past this the memory starts again (a line may then be logged again).
+    const REMEMBERED: usize = 10_000;
+    static SEEN: OnceLock<Mutex<std::collections::HashSet<String>>> = OnceLock::new();
+    let seen = SEEN.get_or_init(Default::default);
+    for u in unread(jobs, obs) {
+        let first = seen.lock().map_or(true, |mut s| {
+            if s.len() >= REMEMBERED {
+                s.clear();
+            }
+            s.insert(u.what.clone())
+        });
+        if first {
+            tracing::warn!(job = %u.job_id, slurm_job = %u.slurm_job_id, source = u.source,
+                "Slurm output not understood, so the job gets no verdict from it and waits: {}", u.what);
+        }
+    }
+}
+
 /// Observe and record, without submitting due retries (see [`crate::engine::cycle::Cycle`] for the
 /// whole cycle); returns the ids of the jobs whose records changed.
 pub fn refresh(
@@ -89,6 +111,7 @@ pub fn record(
     if let Some(e) = &obs.sacct_error {
         tracing::warn!(error = %e, "sacct failed; finished jobs left as they were");
     }
+    log_unread(jobs, obs);
     let by_id: HashMap<&str, &JobSummary> = jobs.iter().map(|j| (j.job_id.as_str(), j)).collect();
     let now = crate::clock::now();
     let decisions: Vec<Decision> = decide(jobs, obs, now)

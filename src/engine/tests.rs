@@ -302,3 +302,47 @@ fn an_observe_only_cycle_records_statuses_and_acts_on_nothing() {
     assert_eq!(remote.sent().len(), 1, "no removal sent: {:?}", remote.sent());
     assert_eq!(store.secrets_to_remove().unwrap().len(), 1);
 }
+
+/// A log line written into a shared buffer (the test's subscriber's writer).
+#[derive(Clone, Default)]
+struct LogBuffer(std::sync::Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Issue 27: a state Slurm prints that tao-slurm does not know gives no verdict (the job keeps its
+/// status), and the line is logged once, however many refreshes see it.
+#[test]
+fn an_unknown_slurm_state_is_no_verdict_and_is_logged_once() {
+    let (_dir, store, id) = store_with_job(false);
+    let name = store.get(&id).unwrap().attempt_name.clone();
+    let before = store.summary(&id).unwrap();
+    let remote = FakeRemote::answering(vec![
+        refresh_reply(&name, "COMPLETED_BUT_DIFFERENTLY", "0:0"),
+        refresh_reply(&name, "COMPLETED_BUT_DIFFERENTLY", "0:0"),
+        refresh_reply(&name, "COMPLETED_BUT_DIFFERENTLY", "0:0"),
+    ]);
+    let logs = LogBuffer::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).finish();
+    tracing::subscriber::with_default(subscriber, || {
+        for _ in 0..3 {
+            let job = store.summary(&id).unwrap();
+            cycle(&remote, &store, 3).run(std::slice::from_ref(&job)).unwrap();
+        }
+    });
+    let after = store.summary(&id).unwrap();
+    assert_eq!((after.status, &after.message, after.exit_code), (before.status, &before.message, None));
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let said: Vec<&str> = text.lines().filter(|l| l.contains("not understood")).collect();
+    assert_eq!(said.len(), 1, "logged once in three refreshes: {text}");
+    assert!(said[0].contains("unknown Slurm state \"COMPLETED_BUT_DIFFERENTLY\""), "{}", said[0]);
+    assert!(said[0].contains("WARN"), "{}", said[0]);
+}

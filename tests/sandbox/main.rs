@@ -1,9 +1,11 @@
 //! Every integration test in one binary (one link of the engine instead of one per file): the CLI,
 //! the service, the transport and the state against the real sandbox cluster (dev/sandbox) over real
 //! SSH, plus the architecture and state-file checks. `common` and `service_support` are the shared
-//! harness. The tests that stop a part of the shared cluster (slurmctld, slurmdbd, pyxis; in `preflight`)
-//! are marked ignored so that they never run beside the others: dev/test runs them alone, after
-//! everything else (`cargo test --test sandbox -- --ignored --test-threads=1`).
+//! harness. `versions` runs the end-to-end group on both sandbox clusters, Slurm 22.05 and 24.11
+//! (`versions::slurm_22_05::*`, `versions::slurm_24_11::*`). The tests that stop a part of the shared
+//! cluster (slurmctld, slurmdbd, pyxis; in `preflight`) are marked ignored so that they never run
+//! beside the others: dev/test runs them alone, after everything else
+//! (`cargo test --test sandbox -- --ignored --test-threads=1`).
 
 mod common;
 mod service_support;
@@ -24,3 +26,4 @@ mod ssh_logins;
 mod state_fixtures;
 mod transport;
 mod trust;
+mod versions;

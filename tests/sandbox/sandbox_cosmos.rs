@@ -43,7 +43,7 @@ echo "config_first_line=$(head -n 1 "$COSMOS_RL_CONFIG")"
 echo "secret_length=${#TAO_TEST_SECRET}"
 "#;
 
-fn write_config(env: &Env) -> String {
+pub(crate) fn write_config(env: &Env) -> String {
     let path = env.dir.path().join("cosmos-rl.toml");
     std::fs::write(&path, CONFIG).unwrap();
     path.display().to_string()
@@ -73,7 +73,7 @@ fn role_logs(env: &Env, job: &str, role: &str) -> Vec<(String, String)> {
 
 /// Poll until terminal; returns the final status and how long the job ran (from the first time it
 /// was seen Running). A 4-node exclusive job may wait for other tests' jobs first.
-fn wait_running_then_terminal(env: &Env, job: &str) -> (Value, Duration) {
+pub(crate) fn wait_running_then_terminal(env: &Env, job: &str) -> (Value, Duration) {
     let start = Instant::now();
     let mut running_since = None;
     loop {

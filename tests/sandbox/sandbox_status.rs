@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 /// A job recorded as if its submission's answer was lost, submitted by hand with raw sbatch options the
 /// tool itself would never use (for outcomes such as TIMEOUT).
-fn adopt_raw(env: &Env, sbatch_args: &str) -> (String, String) {
+pub(crate) fn adopt_raw(env: &Env, sbatch_args: &str) -> (String, String) {
     let plan = env.record_unsubmitted();
     let id = env.ssh(&format!("sbatch --parsable -o /dev/null --job-name={} {sbatch_args}\n", plan.layout.job_name));
     (plan.layout.job_id.clone(), id.trim().to_string())

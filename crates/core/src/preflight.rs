@@ -5,7 +5,7 @@
 use crate::config::Settings;
 use crate::protocol::{sections, SECTION};
 use crate::script::shell::quote;
-use crate::slurm::parse_partitions;
+use crate::slurm::{parse_partitions, tested_releases, SlurmVersion};
 use serde::Serialize;
 
 #[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
@@ -18,6 +18,56 @@ pub struct Check {
     pub required: bool,
     pub detail: String,
     pub remediation: Option<String>,
+    /// What the check learned about the cluster, typed: its Slurm version, whether Pyxis is there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub found: Option<Found>,
+}
+
+/// A fact about the cluster that a check established.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Found {
+    SlurmVersion(SlurmVersion),
+    /// Whether `srun` takes `--container-image` (the Pyxis SPANK plugin is loaded).
+    Pyxis(bool),
+}
+
+/// One login host's cluster, as preflight found it.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct ClusterFacts {
+    pub host: Option<String>,
+    pub slurm_version: Option<SlurmVersion>,
+    /// Whether the version is one tao-slurm's end-to-end suite runs against.
+    pub slurm_version_tested: bool,
+    pub pyxis: Option<bool>,
+}
+
+/// The facts the checks established, one entry per host, in the checks' order. Pure.
+pub fn cluster_facts(checks: &[Check]) -> Vec<ClusterFacts> {
+    let mut out: Vec<ClusterFacts> = Vec::new();
+    for c in checks {
+        let Some(found) = &c.found else { continue };
+        let i = match out.iter().position(|f| f.host == c.host) {
+            Some(i) => i,
+            None => {
+                out.push(ClusterFacts {
+                    host: c.host.clone(),
+                    slurm_version: None,
+                    slurm_version_tested: false,
+                    pyxis: None,
+                });
+                out.len() - 1
+            }
+        };
+        match found {
+            Found::SlurmVersion(v) => {
+                out[i].slurm_version = Some(*v);
+                out[i].slurm_version_tested = v.is_tested();
+            }
+            Found::Pyxis(p) => out[i].pyxis = Some(*p),
+        }
+    }
+    out
 }
 
 /// Every check of one preflight, and whether it passed: no required check failed.
@@ -25,11 +75,13 @@ pub struct Check {
 pub struct PreflightReport {
     pub ok: bool,
     pub checks: Vec<Check>,
+    /// Each login host's Slurm version and Pyxis presence, as the checks found them.
+    pub clusters: Vec<ClusterFacts>,
 }
 
 impl PreflightReport {
     pub fn new(checks: Vec<Check>) -> PreflightReport {
-        PreflightReport { ok: checks.iter().all(|c| c.ok || !c.required), checks }
+        PreflightReport { ok: checks.iter().all(|c| c.ok || !c.required), clusters: cluster_facts(&checks), checks }
     }
 }
 
@@ -42,6 +94,7 @@ impl Check {
             required: true,
             detail: detail.into(),
             remediation: None,
+            found: None,
         }
     }
     pub fn fail(name: &str, host: Option<&str>, detail: impl Into<String>, remediation: impl Into<String>) -> Check {
@@ -52,6 +105,7 @@ impl Check {
             required: true,
             detail: detail.into(),
             remediation: Some(remediation.into()),
+            found: None,
         }
     }
 }
@@ -177,7 +231,18 @@ impl Sections<'_> {
     fn slurm_version(&self) -> Check {
         let version = self.body("version").unwrap_or_default();
         if self.rc("version") == Some(0) {
-            return Check::pass("slurm version", self.h(), version);
+            let parsed = SlurmVersion::parse(&version);
+            let detail = match parsed {
+                Some(v) if v.is_tested() => format!("Slurm {v} (a release tao-slurm is tested on)"),
+                Some(v) => format!(
+                    "Slurm {v} (tao-slurm is tested on {}; other releases may print what it reads differently)",
+                    tested_releases()
+                ),
+                None => format!("{version} (not a version tao-slurm can read)"),
+            };
+            let mut check = Check::pass("slurm version", self.h(), detail);
+            check.found = parsed.map(Found::SlurmVersion);
+            return check;
         }
         Check::fail(
             "slurm version",
@@ -251,11 +316,19 @@ impl Sections<'_> {
 
     fn pyxis(&self) -> Check {
         let count = self.body("pyxis").and_then(|b| b.lines().last().and_then(|l| l.trim().parse::<u32>().ok()));
-        if count.unwrap_or(0) > 0 {
-            Check::pass("pyxis", self.h(), "srun --help lists --container-image")
+        let mut check = if count.unwrap_or(0) > 0 {
+            Check::pass("pyxis", self.h(), "Pyxis present: srun --help lists --container-image")
         } else {
-            Check::fail("pyxis", self.h(), "srun --help does not list --container-image", PYXIS_REMEDIATION)
-        }
+            Check::fail(
+                "pyxis",
+                self.h(),
+                "Pyxis absent: srun --help does not list --container-image",
+                PYXIS_REMEDIATION,
+            )
+        };
+        // Only an answer of srun's is a finding; a failed ssh or script says nothing either way.
+        check.found = count.map(|c| Found::Pyxis(c > 0));
+        check
     }
 
     fn enroot_credentials(&self) -> Check {
@@ -366,5 +439,42 @@ mod tests {
         assert_eq!(get("pyxis").remediation.as_deref(), Some(PYXIS_REMEDIATION));
         assert!(!get("accounting (sacct)").ok);
         assert!(get("accounting (sacct)").detail.contains("Problem talking to the database"));
+    }
+
+    /// Preflight names the cluster's Slurm version and whether Pyxis is there, typed, on each host.
+    #[test]
+    fn the_slurm_version_and_pyxis_are_reported_typed() {
+        let s = settings();
+        let with = |version: &'static str, pyxis: bool| {
+            let mut bin: Vec<(&str, &str)> =
+                HEALTHY.iter().copied().filter(|(n, _)| *n != "sbatch" && *n != "srun").collect();
+            bin.push(("sbatch", version));
+            bin.push(("srun", if pyxis { "echo '  --container-image=IMAGE'" } else { "echo '  --nodes=N'" }));
+            read_preflight(&s, "login", &run_script_with(&bin, &s))
+        };
+        let cases = [
+            ("echo slurm 22.05.8", true, (22, 5, 8), true),
+            ("echo slurm-wlm 24.11.5", true, (24, 11, 5), true),
+            ("echo slurm 23.02.7", false, (23, 2, 7), false),
+        ];
+        for (version, pyxis, (major, minor, patch), tested) in cases {
+            let checks = with(version, pyxis);
+            let facts = cluster_facts(&checks);
+            assert_eq!(
+                facts,
+                [ClusterFacts {
+                    host: Some("login".into()),
+                    slurm_version: Some(SlurmVersion { major, minor, patch }),
+                    slurm_version_tested: tested,
+                    pyxis: Some(pyxis),
+                }],
+                "{version}"
+            );
+            let v = checks.iter().find(|c| c.name == "slurm version").unwrap();
+            assert!(v.detail.contains(&format!("{major}.{minor:02}.{patch}")), "{}", v.detail);
+            assert_eq!(v.detail.contains("tao-slurm is tested on 22.05, 24.11"), !tested, "{}", v.detail);
+            let json = serde_json::to_value(v).unwrap();
+            assert_eq!(json["found"]["slurm_version"]["minor"], minor, "{json}");
+        }
     }
 }

@@ -2,6 +2,8 @@
 //! sandbox cluster (dev/sandbox) over real SSH. A missing sandbox is a failure, never a skip.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::PathBuf;

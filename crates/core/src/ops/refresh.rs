@@ -8,7 +8,9 @@ use crate::model::{JobSummary, StatusUpdate};
 use crate::protocol::{sections, unprefix_lines, PREFIX_LINES, SECTION};
 use crate::script::shell::quote;
 use crate::slurm::query::{SACCT_FIELDS, SQUEUE_FORMAT};
-use crate::slurm::{explain_pending, parse_sacct, parse_squeue, SacctRecord, SlurmState, SqueueRecord};
+use crate::slurm::{
+    explain_pending, parse_sacct, parse_squeue, SacctRecord, SlurmState, SqueueRecord, FINISHED_STATES,
+};
 use crate::status::{last_status_line, last_status_raw, map_status, PlatformStatus, StatusVerdict};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
@@ -122,10 +124,17 @@ pub fn unseen_changes(jobs: &[JobSummary], obs: &Observations, now: i64) -> Vec<
 /// jobs' status.json may hold news (running or finished ones, and those without an id yet).
 fn select_program() -> String {
     let not_run = NOT_RUN_STATES.iter().map(SlurmState::as_str).collect::<Vec<_>>().join("|");
+    let finished = FINISHED_STATES.iter().map(SlurmState::as_str).collect::<Vec<_>>().join("|");
     let rc_at = (SECTION.len() + 4).to_string();
     template::fill(
         include_str!("templates/refresh_select.awk"),
-        &[("LIST_END", LIST_END), ("SECTION", SECTION), ("RC_AT", &rc_at), ("NOT_RUN", &not_run)],
+        &[
+            ("LIST_END", LIST_END),
+            ("SECTION", SECTION),
+            ("RC_AT", &rc_at),
+            ("NOT_RUN", &not_run),
+            ("FINISHED", &finished),
+        ],
     )
 }
 
@@ -318,18 +327,49 @@ pub fn decide(jobs: &[JobSummary], obs: &Observations, now: i64) -> Vec<Decision
         // Not found yet: the retry engine resubmits the attempt once it is safe to (the submission
         // script itself guarantees one sbatch per attempt).
         let Some((slurm_id, adopt)) = slurm_job_of(job, obs) else { continue };
-        let update = match index.squeue.get(slurm_id.as_str()) {
-            Some(rec) => Some(from_squeue(job, rec, obs)),
-            None => match index.sacct.get(slurm_id.as_str()).or_else(|| index.sacct_by_name.get(slurm_id.as_str())) {
-                Some(rec) => from_sacct(job, rec, obs),
-                None => lost(job, &slurm_id, obs, now),
-            },
+        let acct = index.sacct.get(slurm_id.as_str()).or_else(|| index.sacct_by_name.get(slurm_id.as_str()));
+        let update = match (index.squeue.get(slurm_id.as_str()), acct) {
+            (Some(rec), acct) if rec.unread.is_none() => Some(from_squeue(job, rec, acct.copied(), obs)),
+            // squeue's line was not understood: only accounting's settled word on a finished job may
+            // stand in for it; else the job waits (see `unread`).
+            (Some(_), Some(rec)) if rec.state.is_finished() => from_sacct(job, rec, obs),
+            (Some(_), _) => None,
+            (None, Some(rec)) => from_sacct(job, rec, obs),
+            (None, None) => lost(job, &slurm_id, obs, now),
         };
         if let Some(update) = update {
             decisions.push(Decision { job_id: job.job_id.clone(), adopt, update });
         }
     }
     decisions
+}
+
+/// A job whose Slurm output was not understood: it gets no verdict from that output, and the engine
+/// logs `what` once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unread {
+    pub job_id: String,
+    pub slurm_job_id: String,
+    /// `squeue` or `sacct`.
+    pub source: &'static str,
+    /// What was not understood, naming the field or state and quoting the line.
+    pub what: String,
+}
+
+/// The jobs whose squeue or sacct line was not understood, with what was not. Pure.
+pub fn unread(jobs: &[JobSummary], obs: &Observations) -> Vec<Unread> {
+    let index = Index::new(obs);
+    let mut out = Vec::new();
+    for job in jobs {
+        let Some((slurm_id, _)) = slurm_job_of(job, obs) else { continue };
+        let id = slurm_id.as_str();
+        let squeue = index.squeue.get(id).and_then(|r| r.unread.as_ref()).map(|w| ("squeue", w));
+        let sacct = index.sacct.get(id).or_else(|| index.sacct_by_name.get(id)).and_then(|r| r.unread.as_ref());
+        for (source, what) in squeue.into_iter().chain(sacct.map(|w| ("sacct", w))) {
+            out.push(Unread { job_id: job.job_id.clone(), slurm_job_id: slurm_id.clone(), source, what: what.clone() });
+        }
+    }
+    out
 }
 
 /// The Slurm job of the job's current attempt, and whether it was just found (to adopt): the id
@@ -376,13 +416,17 @@ fn verdict(job: &JobSummary, state: &SlurmState, exit_code: Option<i32>, status_
     verdict
 }
 
-/// What squeue (the controller) says of a job it still lists.
-fn from_squeue(job: &JobSummary, rec: &SqueueRecord, obs: &Observations) -> StatusUpdate {
+/// What squeue (the controller) says of a job it still lists. Of a finished job the refresh asked
+/// sacct too: its exit code stands in where squeue gave none.
+fn from_squeue(job: &JobSummary, rec: &SqueueRecord, acct: Option<&SacctRecord>, obs: &Observations) -> StatusUpdate {
     let (fresh, known) = status_json_of(job, obs);
     // A job that has not run (again) shows no progress, as before it was read.
     let status_json = if NOT_RUN_STATES.contains(&rec.state) { fresh } else { known };
     let progress = status_json.and_then(last_status_line).and_then(|l| l.message);
-    let verdict = verdict(job, &rec.state, rec.exit_code, status_json);
+    let settled_acct = acct.filter(|a| a.unread.is_none() && a.state.is_finished() && a.name == job.attempt_name);
+    let exit_code =
+        if rec.state.is_finished() { rec.exit_code.or(settled_acct.and_then(|a| a.exit_code)) } else { None };
+    let verdict = verdict(job, &rec.state, exit_code, status_json);
     let mut message = verdict.message;
     let pending_reason = (verdict.status == PlatformStatus::Pending && !rec.reason.is_empty() && rec.reason != "None")
         .then(|| rec.reason.clone());
@@ -399,7 +443,7 @@ fn from_squeue(job: &JobSummary, rec: &SqueueRecord, obs: &Observations) -> Stat
         status: verdict.status,
         message,
         slurm_state: Some(rec.state.to_string()),
-        exit_code: if rec.state.is_finished() { rec.exit_code } else { None },
+        exit_code,
         node_list: Some(rec.node_list.clone()).filter(|n| !n.is_empty() && n != "(null)"),
         progress: status_json.and_then(last_status_raw),
         pending_reason,
@@ -409,6 +453,10 @@ fn from_squeue(job: &JobSummary, rec: &SqueueRecord, obs: &Observations) -> Stat
 /// What sacct (accounting) says of a job the controller no longer lists; None while its record is
 /// not settled yet.
 fn from_sacct(job: &JobSummary, rec: &SacctRecord, obs: &Observations) -> Option<StatusUpdate> {
+    // A line not understood is no verdict (see `unread`).
+    if rec.unread.is_some() {
+        return None;
+    }
     // Right after a job ends, slurmdbd may hold a half-written record (JobName "allocation",
     // sometimes a wrong exit code). Only a record that carries our job name is settled.
     if !rec.name.is_empty() && rec.name != job.attempt_name {
@@ -549,12 +597,19 @@ mod tests {
 
     /// Run a refresh script with stand-in squeue and sacct (sacct prints its arguments first).
     fn run_with_stand_ins(script: &str, squeue_lines: &str) -> String {
+        run_with_sdiag(script, squeue_lines, "")
+    }
+
+    /// The same, with a stand-in sdiag that prints `sdiag_text`.
+    fn run_with_sdiag(script: &str, squeue_lines: &str, sdiag_text: &str) -> String {
         let dir = tempfile::tempdir().unwrap();
         let bin = dir.path();
         std::fs::write(bin.join("squeue"), format!("#!/bin/sh\nprintf '{squeue_lines}'\n")).unwrap();
-        std::fs::write(bin.join("sacct"), "#!/bin/sh\necho \"ARGS $*\"\necho '11|COMPLETED|0:0|0:0|node2|a|b'\n")
+        std::fs::write(bin.join("sacct"), "#!/bin/sh\necho \"ARGS $*\"\necho '11|COMPLETED|0:0|0:0|node2|a|b|x'\n")
             .unwrap();
-        for f in ["squeue", "sacct"] {
+        std::fs::write(bin.join("sdiag.txt"), sdiag_text).unwrap();
+        std::fs::write(bin.join("sdiag"), format!("#!/bin/sh\ncat '{}/sdiag.txt'\n", bin.display())).unwrap();
+        for f in ["squeue", "sacct", "sdiag"] {
             std::process::Command::new("chmod").arg("+x").arg(bin.join(f)).status().unwrap();
         }
         let out = std::process::Command::new("bash")
@@ -696,9 +751,9 @@ mod tests {
     fn decisions() {
         let jobs = vec![job("a", "10"), job("b", "11"), job("c", "12"), job("d", "13"), job("e", "14"), job("f", "15")];
         let obs = Observations {
-            squeue: Some(parse_squeue("10|PENDING|Resources|||4:00:00|x\n")),
+            squeue: Some(parse_squeue("10|PENDING|Resources|||4:00:00|0|x\n")),
             sacct: Some(parse_sacct(
-                "11|FAILED|3:0|0:0|node1|a|b\n12|CANCELLED by 0|0:15|0:0|node1|a|b\n14|FAILED|0:0|0:0|node1|a|b|allocation\n15|FAILED|0:0|0:0|node1|a|b|tao-job-f\n",
+                "11|FAILED|3:0|0:0|node1|a|b|\n12|CANCELLED by 0|0:15|0:0|node1|a|b|\n14|FAILED|0:0|0:0|node1|a|b|allocation\n15|FAILED|0:0|0:0|node1|a|b|tao-job-f\n",
             )),
             ..Observations::default()
         };
@@ -757,7 +812,7 @@ mod tests {
         );
         let locked = Observations {
             squeue: Some(vec![]),
-            sacct: Some(parse_sacct("31|COMPLETED|0:0|0:0|node1|a|b\n")),
+            sacct: Some(parse_sacct("31|COMPLETED|0:0|0:0|node1|a|b|\n")),
             lock_ids: [("u".to_string(), "31".to_string())].into(),
             ..Observations::default()
         };
@@ -837,7 +892,7 @@ mod tests {
     fn the_pending_reason_is_a_field_of_its_own() {
         let jobs = vec![job("a", "10"), job("b", "11"), job("c", "12")];
         let squeue =
-            "10|PENDING|Resources|||4:00:00|x\n11|PENDING|None|||4:00:00|x\n12|RUNNING|None|n1|x|1:00|0|tao-job-c\n";
+            "10|PENDING|Resources|||4:00:00|0|tao-job-a\n11|PENDING|None|||4:00:00|0|tao-job-b\n12|RUNNING|None|n1|x|1:00|0|tao-job-c\n";
         let obs = Observations { squeue: Some(parse_squeue(squeue)), ..Observations::default() };
         let d = decide(&jobs, &obs, now_secs());
         let reason = |id: &str| d.iter().find(|x| x.job_id == id).and_then(|x| x.update.pending_reason.clone());
@@ -853,5 +908,109 @@ mod tests {
         assert!(!changes_nothing(&seen, &a.update), "a reason not stored yet is a change");
         let stored = JobSummary { pending_reason: Some("Resources".into()), ..seen };
         assert!(changes_nothing(&stored, &a.update));
+    }
+
+    /// A job of the recorded fixtures, as tao-slurm would track it.
+    fn fixture_job(id: &str, slurm: &str, name: &str) -> JobSummary {
+        JobSummary { attempt_name: name.into(), ..job(id, slurm) }
+    }
+
+    /// The headline of issue 27: a job that exits 3 reports exit code 3 on both versions, whether the
+    /// refresh saw it in squeue (22.05 prints a wait status, 768; 24.11 prints `3:0`) or only in sacct.
+    #[test]
+    fn exit_code_3_on_both_versions_from_squeue_or_from_sacct() {
+        let recorded = [
+            (
+                "22.05",
+                include_str!("../../tests/fixtures/slurm-22.05/squeue.txt"),
+                include_str!("../../tests/fixtures/slurm-22.05/sacct.txt"),
+                include_str!("../../tests/fixtures/slurm-22.05/submit.txt"),
+            ),
+            (
+                "24.11",
+                include_str!("../../tests/fixtures/slurm-24.11/squeue.txt"),
+                include_str!("../../tests/fixtures/slurm-24.11/sacct.txt"),
+                include_str!("../../tests/fixtures/slurm-24.11/submit.txt"),
+            ),
+        ];
+        for (version, squeue, sacct, submit) in recorded {
+            let id = submit.lines().find_map(|l| l.strip_prefix("exit3 ")).unwrap();
+            let j = fixture_job("x", id, "tao-fixture-exit3");
+            let seen_by = [
+                ("squeue", Observations { squeue: Some(parse_squeue(squeue)), ..Observations::default() }),
+                (
+                    "sacct",
+                    Observations { squeue: Some(vec![]), sacct: Some(parse_sacct(sacct)), ..Observations::default() },
+                ),
+            ];
+            for (source, obs) in seen_by {
+                let d = decide(std::slice::from_ref(&j), &obs, now_secs());
+                assert_eq!(d.len(), 1, "{version} {source}");
+                let u = &d[0].update;
+                assert_eq!((u.status, u.exit_code), (PlatformStatus::Error, Some(3)), "{version} {source}: {u:?}");
+                assert!(u.message.contains("exit code 3"), "{version} {source}: {}", u.message);
+                assert!(unread(std::slice::from_ref(&j), &obs).is_empty());
+            }
+        }
+    }
+
+    /// A finished job squeue still lists but whose exit status it printed in a form not understood:
+    /// the refresh asked sacct too, and sacct's exit code is kept.
+    #[test]
+    fn a_finished_job_still_in_squeue_keeps_saccts_exit_code() {
+        let j = job("a", "40");
+        let obs = Observations {
+            squeue: Some(parse_squeue("40|FAILED|NonZeroExitCode|n1|x|1:00|exit three|tao-job-a\n")),
+            sacct: Some(parse_sacct("40|FAILED|3:0|0:0|n1|a|b|tao-job-a\n")),
+            ..Observations::default()
+        };
+        let d = decide(std::slice::from_ref(&j), &obs, now_secs());
+        assert_eq!((d[0].update.status, d[0].update.exit_code), (PlatformStatus::Error, Some(3)), "{d:?}");
+        // The script asks sacct for the finished ids squeue still lists (and never for running ones).
+        let jobs = vec![target("a", Some("40"), "/nonexistent", None), target("b", Some("41"), "/nonexistent", None)];
+        let squeue = "40|FAILED|NonZeroExitCode|n1|x|1:00|3:0|tao-job-a\\n41|RUNNING|None|n1|x|1:00|0:0|tao-job-b\\n";
+        let stdout = run_with_stand_ins(&refresh_script(&jobs), squeue);
+        assert!(stdout.contains("|ARGS -X -P -n -S now-30days -j 40 "), "{stdout}");
+    }
+
+    /// Issue 27: an unknown state and an extra sacct field give no verdict, and say what was not
+    /// understood.
+    #[test]
+    fn an_unknown_state_or_an_extra_sacct_field_is_no_verdict_and_is_named() {
+        let jobs = vec![job("a", "50"), job("b", "51"), job("c", "52")];
+        let obs = Observations {
+            squeue: Some(parse_squeue("50|FANCY_NEW_STATE|None|n1|x|1:00|0:0|tao-job-a\n")),
+            sacct: Some(parse_sacct(
+                "51|FAILED|3:0|0:0|n1|a|b|tao-job-b|extra\n52|COMPLETED_WITH_FLAIR|0:0|0:0|n1|a|b|tao-job-c\n",
+            )),
+            dbd_queue: Some(0),
+            ..Observations::default()
+        };
+        let late = now_secs() + LOST_JOB_GRACE_SECS + LOST_CONFIRM_SECS + 1;
+        assert_eq!(decide(&jobs, &obs, late), [], "no verdict from output not understood");
+        assert_eq!(unseen_changes(&jobs, &obs, late), [], "a line not understood still shows the job exists");
+        let said = unread(&jobs, &obs);
+        let what = |id: &str| said.iter().find(|u| u.job_id == id).map(|u| (u.source, u.what.clone())).unwrap();
+        let (source, a) = what("a");
+        assert_eq!(source, "squeue");
+        assert!(a.contains("unknown Slurm state \"FANCY_NEW_STATE\""), "{a}");
+        let (source, b) = what("b");
+        assert_eq!(source, "sacct");
+        assert!(b.contains("9 fields where 8 were asked for") && b.contains("|extra"), "{b}");
+        assert!(b.contains("JobID,State,ExitCode"), "names the fields asked for: {b}");
+        assert!(what("c").1.contains("COMPLETED_WITH_FLAIR"));
+    }
+
+    /// sdiag's accounting backlog, read from both versions' recorded output by the refresh script.
+    #[test]
+    fn sdiag_of_both_versions_gives_the_dbd_queue() {
+        let jobs = vec![target("a", Some("11"), "/nonexistent", None)];
+        for sdiag in [crate::slurm::recorded::SDIAG_22_05, crate::slurm::recorded::SDIAG_24_11] {
+            let obs = parse_refresh_output(&run_with_sdiag(&refresh_script(&jobs), "", sdiag));
+            assert_eq!(obs.dbd_queue, Some(0), "{sdiag}");
+        }
+        let behind = crate::slurm::recorded::SDIAG_24_11.replace("DBD Agent queue size: 0", "DBD Agent queue size: 17");
+        let obs = parse_refresh_output(&run_with_sdiag(&refresh_script(&jobs), "", &behind));
+        assert_eq!(obs.dbd_queue, Some(17));
     }
 }

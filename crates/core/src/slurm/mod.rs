@@ -4,16 +4,20 @@
 mod partition;
 pub mod query;
 mod reason;
+#[cfg(test)]
+pub(crate) mod recorded;
 mod state;
 mod time;
 mod usage;
+mod version;
 
 pub use partition::{parse_partitions, PartitionInfo};
-pub use query::{parse_sacct, parse_sbatch_parsable, parse_squeue, SacctRecord, SqueueRecord};
+pub use query::{parse_exit_status, parse_sacct, parse_sbatch_parsable, parse_squeue, SacctRecord, SqueueRecord};
 pub use reason::explain_pending;
-pub use state::SlurmState;
+pub use state::{SlurmState, FINISHED_STATES};
 pub use time::{format_duration_minutes, hours_to_minutes, parse_slurm_duration_minutes};
 pub use usage::{parse_partition_usage, PartitionUsage, SINFO_NODES_ARGS};
+pub use version::{tested_releases, SlurmVersion, TESTED_RELEASES};
 
 /// A Slurm job id as tao-slurm records it: digits, or `<array id>_<task index>` for an array task.
 /// Anything else (read from a file a job could write) is refused.

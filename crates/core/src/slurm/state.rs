@@ -31,6 +31,21 @@ pub enum SlurmState {
     Unknown(String),
 }
 
+/// The states in which Slurm will not run a job again by itself.
+pub const FINISHED_STATES: [SlurmState; 11] = [
+    SlurmState::Completed,
+    SlurmState::Failed,
+    SlurmState::BootFail,
+    SlurmState::Deadline,
+    SlurmState::OutOfMemory,
+    SlurmState::NodeFail,
+    SlurmState::Cancelled,
+    SlurmState::Preempted,
+    SlurmState::Revoked,
+    SlurmState::Timeout,
+    SlurmState::SpecialExit,
+];
+
 impl SlurmState {
     /// Parse a state word. sacct decorates some states (`CANCELLED by 1000`, `COMPLETED+`), and squeue
     /// may print short or long forms; both are accepted.
@@ -64,20 +79,7 @@ impl SlurmState {
 
     /// True once Slurm will not run this job again by itself.
     pub fn is_finished(&self) -> bool {
-        matches!(
-            self,
-            SlurmState::Completed
-                | SlurmState::Failed
-                | SlurmState::BootFail
-                | SlurmState::Deadline
-                | SlurmState::OutOfMemory
-                | SlurmState::NodeFail
-                | SlurmState::Cancelled
-                | SlurmState::Preempted
-                | SlurmState::Revoked
-                | SlurmState::Timeout
-                | SlurmState::SpecialExit
-        )
+        FINISHED_STATES.contains(self)
     }
 
     pub fn as_str(&self) -> &str {

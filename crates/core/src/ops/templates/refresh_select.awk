@@ -1,6 +1,7 @@
 # Reads the job list (fd 3, up to its end line), then squeue's output (stdin). Passes squeue's lines
-# through `|`-prefixed, and writes on stderr the control lines: `rc <squeue rc> <need> <missing ids>`,
-# then each job whose status.json is worth reading: `<job id>\t<path>\t<last signature>`.
+# through `|`-prefixed, and writes on stderr the control lines: `rc <squeue rc> <need> <sacct ids>`
+# (the ids squeue no longer lists, and the finished ones it still does: sacct's exit code stands in
+# where squeue's was not read), then each job whose status.json is worth reading: `<job id>\t<path>\t<last signature>`.
 !listed { if ($0 == "@LIST_END@") { listed = 1; next }
   split($0, f, "\t")
   if (f[1] == "R") root[f[2]] = f[3]
@@ -13,7 +14,7 @@ END {
   printf "@SECTION@rc squeue %s\n", rc
   for (i = 1; i <= n; i++) {
     s = sid[i]; want = 1
-    if (s in state) want = (state[s] !~ /^(@NOT_RUN@)$/)
+    if (s in state) { want = (state[s] !~ /^(@NOT_RUN@)$/); if (state[s] ~ /^(@FINISHED@)$/ && rc == "0") missing = missing (missing == "" ? "" : ",") s }
     else if (s != "-" && rc == "0") missing = missing (missing == "" ? "" : ",") s
     if (want) out[++need] = jid[i] "\t" root[rix[i]] "/" jid[i] "/status.json\t" sig[i]
   }

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Stop the Slurm 24.11 sandbox cluster (up-24.11.sh): every process running inside its root (slurmctld,
+# slurmd, slurmstepd and job tasks, slurmdbd, munged, the login sshd and its sessions) and its MariaDB;
+# then unmount what up-24.11.sh mounted into the root. The 22.05 cluster is not touched.
+#   down-24.11.sh               stop, keep state (DB, keys, spool, logs) and the root
+#   down-24.11.sh --purge       ... and delete the state directory (the root is kept: it takes minutes)
+#   down-24.11.sh --purge-root  ... and delete the root too
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+SANDBOX_DIR="${SANDBOX_DIR_2411:-/var/lib/tao-slurm-sandbox-24.11}"
+# shellcheck source=lib.sh
+. "$HERE/lib.sh"
+ROOT="${SANDBOX_ROOT_2411:-$SANDBOX_DIR.root}"
+
+purge=0
+case "${1:-}" in
+    --purge) purge=1 ;;
+    --purge-root) purge=2 ;;
+    "") ;;
+    *) echo "usage: $0 [--purge|--purge-root]" >&2; exit 2 ;;
+esac
+[[ $EUID -eq 0 ]] || { echo "down-24.11.sh must run as root" >&2; exit 1; }
+T0="$(date +%s%N)"
+
+# in_root_pids [EXCEPT_COMM...] -> processes whose root directory is ROOT (everything this cluster runs)
+in_root_pids() {
+    local d p comm skip c
+    for d in /proc/[0-9]*; do
+        p="${d#/proc/}"
+        [[ "$(readlink "$d/root" 2>/dev/null)" == "$ROOT" ]] || continue
+        pid_gone "$p" && continue
+        comm=""; { read -r comm <"$d/comm"; } 2>/dev/null || true
+        skip=0
+        for c in "$@"; do [[ "$comm" == "$c" ]] && skip=1; done
+        [[ $skip == 0 ]] && printf '%s\n' "$p"
+    done
+    return 0
+}
+
+if [[ -d "$ROOT/proc" ]] && mountpoint -q "$ROOT/proc"; then
+    # running jobs would stay RUNNING in the controller after their steps are killed
+    chroot "$ROOT" env SLURM_CONF="$ETC/slurm.conf" timeout 5 scancel --state=RUNNING >/dev/null 2>&1 || true
+    # wave 1: job steps (SIGKILL: slurmstepd ignores SIGTERM) and their tasks, then everything else
+    # but accounting and munge; wave 2: those
+    mapfile -t steps < <(in_root_pids | while read -r p; do [[ "$(cat "/proc/$p/comm" 2>/dev/null)" == slurmstepd ]] && echo "$p"; done)
+    if [[ ${#steps[@]} -gt 0 ]]; then
+        echo "down-24.11.sh: SIGKILL job steps and their tasks"
+        kill -KILL "${steps[@]}" $(descendants "${steps[@]}") 2>/dev/null || true
+    fi
+    mapfile -t w1 < <(in_root_pids slurmdbd munged)
+    [[ ${#w1[@]} -gt 0 ]] && { echo "down-24.11.sh: stopping sshd, slurmd, slurmctld: ${w1[*]}"; kill_and_wait 15 "${w1[@]}"; }
+    mapfile -t w2 < <(in_root_pids)
+    [[ ${#w2[@]} -gt 0 ]] && { echo "down-24.11.sh: stopping slurmdbd, munged: ${w2[*]}"; kill_and_wait 15 "${w2[@]}"; }
+fi
+# its MariaDB runs on the host (the host's 10.11), from its own my.cnf
+p="$(read_pidfile "$RUN/mariadbd.pid")"
+if [[ -n "$p" ]] && pid_is "$p" /usr/sbin/mariadbd && pid_mine "$p"; then
+    echo "down-24.11.sh: stopping mariadbd: $p"; kill_and_wait 30 "$p"
+fi
+rm -f "$RUN"/*.pid "$RUN"/munge/munged.pid "$RUN"/mysql/mariadbd.pid 2>/dev/null || true
+
+for m in "$ROOT$SANDBOX_DIR" "$ROOT/dev/pts" "$ROOT/dev" "$ROOT/sys" "$ROOT/proc"; do
+    mountpoint -q "$m" 2>/dev/null && { umount -R "$m" 2>/dev/null || umount -R -l "$m"; }
+done
+
+refuse() { case "$1" in ""|/|/var|/var/lib|/tmp|/root|/home|/usr|/etc) echo "down-24.11.sh: refusing to purge '$1'" >&2; exit 1 ;; esac; }
+if [[ $purge -ge 1 && -e "$SANDBOX_DIR" ]]; then
+    refuse "$SANDBOX_DIR"
+    [[ -e "$MARKER" || -z "$(ls -A "$SANDBOX_DIR" 2>/dev/null)" ]] || { echo "down-24.11.sh: $SANDBOX_DIR has no marker; refusing to purge" >&2; exit 1; }
+    echo "down-24.11.sh: purging $SANDBOX_DIR"
+    rm -rf --one-file-system "${SANDBOX_DIR:?}"
+fi
+if [[ $purge -ge 2 && -e "$ROOT" ]]; then
+    refuse "$ROOT"
+    [[ -f "$ROOT/.tao-slurm-packages" || ! -e "$ROOT/etc" ]] || { echo "down-24.11.sh: $ROOT is not a sandbox root; refusing" >&2; exit 1; }
+    echo "down-24.11.sh: purging $ROOT"
+    rm -rf --one-file-system "${ROOT:?}"
+fi
+echo "down-24.11.sh: done in $(awk -v a="$T0" -v b="$(date +%s%N)" 'BEGIN{printf "%.2f", (b-a)/1e9}') s"
