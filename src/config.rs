@@ -24,13 +24,10 @@ pub fn gather(mut flags: HashMap<String, String>, env_file: Option<&Path>) -> Re
     Ok(SettingSources { flags, env, file })
 }
 
+/// The env file, refused when another user owns it or others can write it (it says where jobs run
+/// and with which key).
 fn read_env_file(path: &Path) -> Result<HashMap<String, String>, ConfigError> {
-    let iter = dotenvy::from_path_iter(path)
-        .map_err(|e| ConfigError::EnvFile { path: path.to_path_buf(), message: e.to_string() })?;
-    let mut map = HashMap::new();
-    for item in iter {
-        let (k, v) = item.map_err(|e| ConfigError::EnvFile { path: path.to_path_buf(), message: e.to_string() })?;
-        map.insert(k, v);
-    }
-    Ok(map)
+    crate::private::read_env_file(path, crate::private::Trust::NotWritableByOthers)
+        .map(|m| m.into_iter().collect())
+        .map_err(|message| ConfigError::EnvFile { path: path.to_path_buf(), message })
 }

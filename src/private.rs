@@ -1,6 +1,10 @@
 //! Local files that must stay private to the user: the state database (and its WAL/SHM), the
 //! monitor's log and the directory of SSH control sockets. Created with modes 600/700; refused when
 //! another user owns them (someone who can replace them can read or hijack what we keep there).
+//! And the local files we only read but trust: the env file and `clusters.toml` (which say where
+//! jobs run and with which key) are refused when another user owns them or others can write them;
+//! a `secret_env_file` must be private (600, ours). Their parse errors name a line number, never
+//! the line (it may hold a secret).
 
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -71,6 +75,72 @@ pub fn ensure_private_file(file: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// How much a file we read must be ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trust {
+    /// Ours, and nobody else can write it (the env file, `clusters.toml`).
+    NotWritableByOthers,
+    /// Ours, and nobody else can read or write it (a file of secret values).
+    Private,
+}
+
+/// Refuse `path` unless it is a regular file that we own and, as `trust` says, others cannot write
+/// (or read); the error says how to fix it.
+pub fn check_trusted_file(path: &Path, trust: Trust) -> Result<(), String> {
+    let meta = fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
+    if meta.uid() != current_uid() {
+        return Err(format!(
+            "{} belongs to user id {}, not to you (user id {}): whoever owns it decides what tao-slurm does; copy it to a file of your own and `chmod 600` it",
+            path.display(),
+            meta.uid(),
+            current_uid()
+        ));
+    }
+    let mode = meta.permissions().mode() & 0o777;
+    let (loose, what) = match trust {
+        Trust::NotWritableByOthers => (mode & 0o022 != 0, "group or others can write it"),
+        Trust::Private => (mode & 0o077 != 0, "group or others can read or write it"),
+    };
+    if loose {
+        return Err(format!("{} has mode {mode:o}: {what}; run `chmod 600 {}`", path.display(), path.display()));
+    }
+    Ok(())
+}
+
+/// The `KEY=value` lines of an env file (dotenv syntax), after [`check_trusted_file`]. A line that
+/// does not parse is named by its number only.
+pub fn read_env_file(path: &Path, trust: Trust) -> Result<std::collections::BTreeMap<String, String>, String> {
+    check_trusted_file(path, trust)?;
+    let text = fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    parse_env_text(&text).map_err(|line| {
+        format!(
+            "{} line {line} is not KEY=value (dotenv syntax: quote values with spaces or special characters)",
+            path.display()
+        )
+    })
+}
+
+/// Parse env-file text; the 1-based number of the first line that does not parse on failure.
+fn parse_env_text(text: &str) -> Result<std::collections::BTreeMap<String, String>, usize> {
+    let mut map = std::collections::BTreeMap::new();
+    for item in dotenvy::from_read_iter(text.as_bytes()) {
+        match item {
+            Ok((k, v)) => {
+                map.insert(k, v);
+            }
+            Err(dotenvy::Error::LineParse(line, _)) => {
+                let at = text.find(line.trim_end()).unwrap_or(text.len());
+                return Err(text[..at].matches('\n').count() + 1);
+            }
+            Err(_) => return Err(text.lines().count().max(1)),
+        }
+    }
+    Ok(map)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,5 +173,48 @@ mod tests {
         let dir_link = top.path().join("cm");
         std::os::unix::fs::symlink(top.path(), &dir_link).unwrap();
         assert!(ensure_private_dir(&dir_link).unwrap_err().contains("not a directory"));
+    }
+
+    #[test]
+    fn trusted_files_by_owner_and_mode() {
+        let top = tempfile::tempdir().unwrap();
+        let f = top.path().join("clusters.toml");
+        fs::write(&f, "").unwrap();
+        // (mode, accepted as NotWritableByOthers, accepted as Private)
+        for (mode, shared, private) in [
+            (0o600, true, true),
+            (0o644, true, false),
+            (0o664, false, false),
+            (0o602, false, false),
+            (0o640, true, false),
+        ] {
+            fs::set_permissions(&f, fs::Permissions::from_mode(mode)).unwrap();
+            for (trust, ok) in [(Trust::NotWritableByOthers, shared), (Trust::Private, private)] {
+                let r = check_trusted_file(&f, trust);
+                assert_eq!(r.is_ok(), ok, "{mode:o} {trust:?}: {r:?}");
+                if let Err(e) = r {
+                    assert!(e.contains(&format!("chmod 600 {}", f.display())), "{e}");
+                }
+            }
+        }
+        // Owned by someone else (root owns /etc/hostname; the tests may run as root, then skip that row).
+        if current_uid() != 0 {
+            assert!(check_trusted_file(Path::new("/etc/hostname"), Trust::NotWritableByOthers)
+                .unwrap_err()
+                .contains("belongs to user id 0"));
+        }
+    }
+
+    #[test]
+    fn env_file_errors_name_the_line_never_its_text() {
+        let top = tempfile::tempdir().unwrap();
+        let f = top.path().join("secrets.env");
+        fs::write(&f, "# comment\nGOOD=1\n\nMULTI=\"a\nb\"\nBAD LINE hunter2-secret\nLATER=2\n").unwrap();
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o600)).unwrap();
+        let e = read_env_file(&f, Trust::Private).unwrap_err();
+        assert!(e.contains("line 6") && !e.contains("hunter2"), "{e}");
+        fs::write(&f, "A=1\nB=\"two words\"\n").unwrap();
+        let map = read_env_file(&f, Trust::Private).unwrap();
+        assert_eq!(map.get("B").map(String::as_str), Some("two words"));
     }
 }

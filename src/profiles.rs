@@ -67,6 +67,10 @@ fn invalid(message: String) -> ConfigError {
 
 /// Read the profiles of a file (none when it does not exist).
 pub fn read_profiles(path: &Path) -> Result<Vec<Profile>, ConfigError> {
+    // Who can write it decides which hosts, users and keys jobs run with.
+    if path.exists() {
+        crate::private::check_trusted_file(path, crate::private::Trust::NotWritableByOthers).map_err(invalid)?;
+    }
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),

@@ -24,6 +24,9 @@ enum TokenAction {
         /// A label (who or what uses it)
         #[arg(long, default_value = "")]
         name: String,
+        /// Stop accepting it after this long (`30d`, `12h`, `90min`); without it, until revoked
+        #[arg(long, value_parser = parse_lifetime)]
+        expires: Option<u64>,
         #[arg(long)]
         json: bool,
     },
@@ -40,13 +43,13 @@ impl TokenCmd {
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
         let db = ServiceDb::open(&path_for(&settings.state_path)).map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
         match self.action {
-            TokenAction::Create { org, name, json } => {
-                let (rec, token) =
-                    db.create_token(&org, &name, crate::client::now_secs()).map_err(|m| SpecError::new("org", m))?;
+            TokenAction::Create { org, name, expires, json } => {
+                let (rec, token) = db
+                    .create_token(&org, &name, expires, crate::client::now_secs())
+                    .map_err(|m| SpecError::new("org", m))?;
                 if json {
-                    super::output::emit_json(
-                        &serde_json::json!({"id": rec.id, "org": rec.org, "name": rec.name, "token": token}),
-                    );
+                    super::output::emit_json(&serde_json::json!({"id": rec.id, "org": rec.org, "name": rec.name,
+                        "expires_at": rec.expires_at, "token": token}));
                 } else {
                     println!("{token}");
                     eprintln!(
@@ -71,12 +74,42 @@ impl TokenCmd {
                     super::output::emit_json(&tokens);
                 } else {
                     for t in tokens {
-                        let state = if t.revoked_at.is_some() { "revoked" } else { "valid" };
+                        let expired = t.expires_at.is_some_and(|e| e <= crate::client::now_secs());
+                        let state = match (t.revoked_at, expired) {
+                            (Some(_), _) => "revoked",
+                            (None, true) => "expired",
+                            (None, false) => "valid",
+                        };
                         println!("{}  {:<20} {:<8} {}", t.id, t.org, state, super::clean(&t.name));
                     }
                 }
             }
         }
         Ok(0)
+    }
+}
+
+/// A lifetime in seconds from `30d`, `12h`, `90min`, `2w` (humantime's units), at least a minute.
+fn parse_lifetime(text: &str) -> Result<u64, String> {
+    let d = humantime::parse_duration(text)
+        .map_err(|e| format!("{text:?} is not a duration like 30d, 12h or 90min ({e})"))?;
+    if d.as_secs() < 60 {
+        return Err(format!("{text:?} is shorter than a minute; give at least 1min"));
+    }
+    Ok(d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn lifetimes() {
+        for (text, secs) in
+            [("30d", Some(30 * 86400)), ("12h", Some(43200)), ("90min", Some(5400)), ("2w", Some(1_209_600))]
+        {
+            assert_eq!(super::parse_lifetime(text).ok(), secs, "{text}");
+        }
+        for bad in ["", "30", "thirty days", "10s", "-1d"] {
+            assert!(super::parse_lifetime(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -64,13 +64,28 @@ pub struct Client {
     /// included) has changed the state file since: a long-lived client (the monitor, a service)
     /// refreshing thousands of jobs does not read them all again each time.
     active: std::sync::Mutex<Option<(ChangeToken, Vec<JobSummary>)>>,
+    /// Refreshes only observe and record statuses (`mcp --read-only`): see [`Cycle::observe_only`].
+    observe_only: bool,
 }
 
 impl Client {
     pub fn new(settings: Settings) -> Result<Client> {
         let mut store = Store::open(&settings.state_path)?;
         store.set_cluster(settings.cluster.clone());
-        Ok(Client { settings, store, remote: OnceLock::new(), active: std::sync::Mutex::new(None) })
+        Ok(Client {
+            settings,
+            store,
+            remote: OnceLock::new(),
+            active: std::sync::Mutex::new(None),
+            observe_only: false,
+        })
+    }
+
+    /// This client's refreshes observe and record statuses only: no scancel, release, resubmission,
+    /// dependency action or secret removal (what `mcp --read-only` runs with).
+    pub fn observing_only(mut self) -> Client {
+        self.observe_only = true;
+        self
     }
 
     /// A client over a transport the caller made (tests drive the client over a fake remote).
@@ -95,7 +110,13 @@ impl Client {
 
     /// The refresh cycle over this client's transport, state and settings.
     fn cycle(&self) -> Result<Cycle<'_>> {
-        Ok(Cycle { remote: self.remote()?, store: &self.store, policy: self.policy(), settings: &self.settings })
+        Ok(Cycle {
+            remote: self.remote()?,
+            store: &self.store,
+            policy: self.policy(),
+            settings: &self.settings,
+            observe_only: self.observe_only,
+        })
     }
 
     /// One refresh cycle over `jobs` (see [`Cycle`]); returns the ids of the jobs whose records changed.

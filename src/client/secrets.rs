@@ -6,12 +6,12 @@ use crate::spec::{SecretValues, SpecError};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Values for `names`, from `file` (when given) and this process's environment.
+/// Values for `names`, from `file` (when given; it must be private) and this process's environment.
 pub fn secret_values(names: &[String], file: Option<&Path>) -> Result<SecretValues> {
     let from_file: BTreeMap<String, String> = match file {
-        Some(p) => dotenvy::from_path_iter(p)
-            .and_then(|it| it.collect::<std::result::Result<BTreeMap<_, _>, _>>())
-            .map_err(|e| SpecError::new("secret_env_file", format!("cannot read {}: {e}", p.display())))?,
+        // Private (600, ours), and a bad line named by its number, never its text.
+        Some(p) => crate::private::read_env_file(p, crate::private::Trust::Private)
+            .map_err(|m| SpecError::new("secret_env_file", m))?,
         None => BTreeMap::new(),
     };
     Ok(SecretValues::resolve(names, &from_file, &|n| std::env::var(n).ok())?)

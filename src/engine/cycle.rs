@@ -17,6 +17,9 @@ pub struct Cycle<'a> {
     pub store: &'a Store,
     pub policy: RetryPolicy,
     pub settings: &'a Settings,
+    /// Observe and record statuses only ([`refresh::record_observed`]): no scancel, release,
+    /// resubmission, dependency action or secret removal (`mcp --read-only`).
+    pub observe_only: bool,
 }
 
 impl Cycle<'_> {
@@ -25,7 +28,7 @@ impl Cycle<'_> {
     pub fn run(&self, jobs: &[JobSummary]) -> Result<Vec<String>> {
         if jobs.is_empty() {
             // Secrets of jobs that ended while their removal could not run are still swept.
-            if !self.store.secrets_to_remove()?.is_empty() {
+            if !self.observe_only && !self.store.secrets_to_remove()?.is_empty() {
                 crate::engine::secrets::sweep_or_warn(self.remote, self.store);
             }
             return Ok(Vec::new());
@@ -48,6 +51,9 @@ impl Cycle<'_> {
     /// Everything after the observation (for callers whose round trip carried the refresh script
     /// along with something else, like `logs -f`).
     pub fn settle(&self, jobs: &[JobSummary], obs: &Observations, host: &str) -> Result<Vec<String>> {
+        if self.observe_only {
+            return refresh::record_observed(self.store, jobs, obs, host);
+        }
         let mut touched = refresh::record(self.remote, self.store, &self.policy, jobs, obs, host)?;
         // Only jobs without a Slurm job can have a retry to submit or a submission to resume.
         let ids: std::collections::HashSet<&str> = jobs.iter().map(|j| j.job_id.as_str()).collect();

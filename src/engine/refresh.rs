@@ -59,6 +59,40 @@ pub fn refresh(
     record(remote, store, policy, jobs, &obs, &host)
 }
 
+/// What an observer records (`mcp --read-only`): the statuses the observations decide and the
+/// progress of status.json, nothing that acts on the cluster. A failed attempt (which the full cycle
+/// turns into a retry or a verdict) and an interrupted submission found again (which the full cycle
+/// releases) are left as they were for a full cycle, so that an observer never takes a decision
+/// that a full cycle would have taken differently. Returns the ids of the jobs it wrote.
+pub fn record_observed(
+    store: &crate::store::Store,
+    jobs: &[JobSummary],
+    obs: &Observations,
+    host: &str,
+) -> Result<Vec<String>> {
+    let by_id: HashMap<&str, &JobSummary> = jobs.iter().map(|j| (j.job_id.as_str(), j)).collect();
+    let now = crate::clock::now();
+    let decisions: Vec<Decision> = decide(jobs, obs, now)
+        .into_iter()
+        .filter(|d| d.adopt.is_none() && !is_attempt_failure(&d.update))
+        .filter(|d| by_id.get(d.job_id.as_str()).is_none_or(|j| !changes_nothing(j, &d.update)))
+        .collect();
+    let settled: Vec<&Decision> = decisions.iter().collect();
+    let sigs: Vec<(&String, &String)> = obs
+        .status_sigs
+        .iter()
+        .filter(|(id, sig)| by_id.get(id.as_str()).is_some_and(|j| j.status_sig.as_ref() != Some(*sig)))
+        .collect();
+    let unseen = unseen_changes(jobs, obs, now);
+    store_settled(store, host, &settled, &sigs, &unseen, now)?;
+    let mut touched: Vec<String> = decisions.iter().map(|d| d.job_id.clone()).collect();
+    touched.extend(unseen.iter().map(|(id, _)| id.clone()));
+    touched.extend(sigs.iter().map(|(id, _)| (*id).clone()));
+    touched.sort();
+    touched.dedup();
+    Ok(touched)
+}
+
 /// Store what a refresh's observations decide; returns the ids of the jobs it wrote. Besides the
 /// store it may make three round trips, each a named step below: the evidence of failed attempts
 /// (which become retries or verdicts), the release of adopted submissions, and the removal of the

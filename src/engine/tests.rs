@@ -28,12 +28,24 @@ fn store_with_job(with_secrets: bool) -> (tempfile::TempDir, Store, String) {
 
 /// A cycle whose retries wait an hour (so none is submitted within the test) ...
 fn cycle<'a>(remote: &'a FakeRemote, store: &'a Store, max_retries: u32) -> Cycle<'a> {
-    Cycle { remote, store, policy: RetryPolicy { max_retries, backoff_base_secs: 3600 }, settings: &SETTINGS }
+    Cycle {
+        remote,
+        store,
+        policy: RetryPolicy { max_retries, backoff_base_secs: 3600 },
+        settings: &SETTINGS,
+        observe_only: false,
+    }
 }
 
 /// ... or are due at once.
 fn eager_cycle<'a>(remote: &'a FakeRemote, store: &'a Store) -> Cycle<'a> {
-    Cycle { remote, store, policy: RetryPolicy { max_retries: 3, backoff_base_secs: 0 }, settings: &SETTINGS }
+    Cycle {
+        remote,
+        store,
+        policy: RetryPolicy { max_retries: 3, backoff_base_secs: 0 },
+        settings: &SETTINGS,
+        observe_only: false,
+    }
 }
 
 /// What the refresh script prints when sacct says the job ended in `state` with `exit`.
@@ -220,6 +232,28 @@ fn a_refused_sbatch_is_an_error_and_an_unreleased_job_is_still_recorded() {
     assert!(err.contains("was submitted but not started"), "{err}");
     let after = store.summary(&id).unwrap();
     assert_eq!((after.slurm_job_id.as_deref(), after.status), (Some("4242"), PlatformStatus::Pending));
+}
+
+#[test]
+fn an_observe_only_cycle_records_statuses_and_acts_on_nothing() {
+    // A failed attempt: no evidence fetched, no retry, no verdict, no secret removal.
+    let (_dir, store, id) = store_with_job(true);
+    let name = store.get(&id).unwrap().attempt_name.clone();
+    let remote = FakeRemote::answering(vec![refresh_reply(&name, "FAILED", "1:0")]);
+    let observer = Cycle { observe_only: true, ..cycle(&remote, &store, 3) };
+    let job = store.summary(&id).unwrap();
+    observer.run(std::slice::from_ref(&job)).unwrap();
+    assert_eq!(remote.sent().len(), 1, "one round trip, the observation: {:?}", remote.sent());
+    let after = store.summary(&id).unwrap();
+    assert_eq!((after.status, after.attempt), (job.status, 1), "left for a full cycle to classify");
+    // A completed job: recorded; its secrets stay listed for a full cycle to remove.
+    let remote = FakeRemote::answering(vec![refresh_reply(&name, "COMPLETED", "0:0")]);
+    let observer = Cycle { observe_only: true, ..cycle(&remote, &store, 3) };
+    observer.run(std::slice::from_ref(&job)).unwrap();
+    assert_eq!(store.summary(&id).unwrap().status, PlatformStatus::Complete);
+    observer.run(&[]).unwrap();
+    assert_eq!(remote.sent().len(), 1, "no removal sent: {:?}", remote.sent());
+    assert_eq!(store.secrets_to_remove().unwrap().len(), 1);
 }
 
 /// A log line written into a shared buffer (the test's subscriber's writer).

@@ -17,13 +17,15 @@ const MAX_IDLE: usize = 4;
 
 pub struct Clients {
     load: SettingsLoader,
+    /// Clients only observe (`--read-only`): their refreshes act on nothing.
+    observe_only: bool,
     /// Idle clients with the fingerprint of the settings they were made with.
     idle: Mutex<Vec<(String, Client)>>,
 }
 
 impl Clients {
-    pub fn new(load: SettingsLoader) -> Clients {
-        Clients { load, idle: Mutex::new(Vec::new()) }
+    pub fn new(load: SettingsLoader, observe_only: bool) -> Clients {
+        Clients { load, observe_only, idle: Mutex::new(Vec::new()) }
     }
 
     /// The current settings.
@@ -44,7 +46,14 @@ impl Clients {
         };
         let client = match reused {
             Some((_, c)) => c,
-            None => Client::new(settings).map_err(|e| ToolError::engine(e, "job_id"))?,
+            None => {
+                let client = Client::new(settings).map_err(|e| ToolError::engine(e, "job_id"))?;
+                if self.observe_only {
+                    client.observing_only()
+                } else {
+                    client
+                }
+            }
         };
         let result = f(&client);
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());

@@ -25,7 +25,7 @@ pub fn serve(load_settings: SettingsLoader, read_only: bool) -> Result<(), Error
         .build()
         .map_err(|e| Error::RemoteCommand(format!("cannot start the MCP server's runtime: {e}")))?;
     runtime.block_on(async move {
-        let server = TaoSlurmServer::new(clients::Clients::new(load_settings), read_only);
+        let server = TaoSlurmServer::new(clients::Clients::new(load_settings, read_only), read_only);
         tracing::info!(read_only, tools = server.tools().len(), "MCP server on stdio");
         let running = server
             .serve(rmcp::transport::stdio())

@@ -91,8 +91,8 @@ fn workspace_out(w: &Workspace) -> WorkspaceOut {
     params(("org" = String, Path, description = "The token's org")),
     responses((status = 200, description = "The Slurm workspaces (cluster profiles)", body = WorkspaceList),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
-pub async fn list_workspaces(State(state): State<AppStateRef>) -> Json<WorkspaceList> {
-    let workspaces: Vec<WorkspaceOut> = state.workspaces.iter().map(|w| workspace_out(w)).collect();
+pub async fn list_workspaces(State(state): State<AppStateRef>, Path(org): Path<String>) -> Json<WorkspaceList> {
+    let workspaces: Vec<WorkspaceOut> = state.workspaces_of(&org).map(|w| workspace_out(w)).collect();
     let n = workspaces.len();
     Json(WorkspaceList {
         workspaces,
@@ -138,11 +138,14 @@ pub async fn workspace_cluster(state: AppStateRef, id: String, q: ClusterQuery) 
     // One reader at a time per workspace: concurrent requests wait for it and share its answer.
     let mut cached = ws.cluster_view.lock().await;
     if let Some((at, view)) = cached.as_ref() {
-        if !q.refresh.unwrap_or(false) && at.elapsed().as_secs() < CLUSTER_VIEW_SECS {
+        // A refresh asked for is run at most once per interval; within it the fresh view is shared.
+        let age = at.elapsed().as_secs();
+        if age < super::limits::CLUSTER_REFRESH_SECS || (!q.refresh.unwrap_or(false) && age < CLUSTER_VIEW_SECS) {
             return Ok(Json(view.clone()));
         }
     }
     let w = ws.clone();
+    let _in_pool = ws.pool.enter(&ws.id).await?;
     let view = blocking(move || {
         let checks = crate::client::preflight(&w.settings).checks;
         let (partitions, partitions_error) = match w.with_client(|c| c.partition_usage()) {
@@ -364,6 +367,7 @@ pub async fn create_job(
     };
     let st = state.clone();
     let w = ws.clone();
+    let _in_pool = ws.pool.enter(&ws.id).await?;
     let job_id = blocking(move || {
         w.with_client(|client| {
             let submitted = client.create_job(&spec, &secrets)?;
@@ -512,6 +516,7 @@ pub async fn cancel_job(state: AppStateRef, org: String, id: String) -> ApiResul
     }
     let ws = workspace_of(&state, &job)?;
     let (st, w, jid) = (state.clone(), ws.clone(), id.clone());
+    let _in_pool = ws.pool.enter(&ws.id).await?;
     blocking(move || {
         w.with_client(|client| {
             let result = client.cancel_job(&jid);
@@ -576,7 +581,7 @@ pub async fn job_logs(state: AppStateRef, org: String, id: String, q: LogsQuery)
             return Err(ApiError::field("tail", format!("{t} is not from 1 to 10000")));
         }
     }
-    let limit = q.limit.unwrap_or(65536);
+    let limit = q.limit.unwrap_or(if q.offset.is_some() { 65536 } else { MAX_LOG_BYTES });
     if !(1..=MAX_LOG_BYTES).contains(&limit) {
         return Err(ApiError::field("limit", format!("{limit} is not from 1 to {MAX_LOG_BYTES}")));
     }
@@ -594,6 +599,7 @@ pub async fn job_logs(state: AppStateRef, org: String, id: String, q: LogsQuery)
         return Ok(text(String::new()));
     }
     let ws = workspace_of(&state, &job)?;
+    let _in_pool = ws.pool.enter(&ws.id).await?;
     match q.offset {
         Some(offset) => {
             let stream =
@@ -613,10 +619,18 @@ pub async fn job_logs(state: AppStateRef, org: String, id: String, q: LogsQuery)
         }
         None => {
             let tail = q.tail.unwrap_or(200);
-            let logs =
+            let keep_end = |text: &mut String, cap: usize| {
+                let (kept, cut) = crate::ops::logs::keep_end(text, cap);
+                *text = kept;
+                cut
+            };
+            let mut logs =
                 blocking(move || ws.with_client(|c| c.job_logs(&id, Some(tail), q.attempt)).map_err(ApiError::engine))
                     .await?;
-            Ok(text(match stream {
+            // Capped like a range: `limit` bytes in all, the ends of the files kept.
+            let cap = (if stream.is_none() && !logs.stderr.is_empty() { limit / 2 } else { limit }) as usize;
+            let (out_cut, err_cut) = (keep_end(&mut logs.stdout, cap), keep_end(&mut logs.stderr, cap));
+            let mut r = text(match stream {
                 Some(crate::client::Stream::Stdout) => logs.stdout,
                 Some(crate::client::Stream::Stderr) => logs.stderr,
                 None if logs.stderr.is_empty() => logs.stdout,
@@ -626,7 +640,11 @@ pub async fn job_logs(state: AppStateRef, org: String, id: String, q: LogsQuery)
                     if logs.stdout.ends_with('\n') || logs.stdout.is_empty() { "" } else { "\n" },
                     logs.stderr
                 ),
-            }))
+            });
+            if out_cut || err_cut {
+                r.headers_mut().insert("x-log-truncated", header::HeaderValue::from_static("true"));
+            }
+            Ok(r)
         }
     }
 }
@@ -684,19 +702,19 @@ pub async fn job_attempts(state: AppStateRef, org: String, id: String) -> ApiRes
     params(("org" = String, Path)),
     responses((status = 200, description = "What the clusters were asked and what clients asked", body = Stats),
         (status = 401, body = ErrorBody)))]
-pub async fn stats(State(state): State<AppStateRef>) -> Json<Stats> {
+pub async fn stats(State(state): State<AppStateRef>, Path(org): Path<String>) -> Json<Stats> {
     use std::sync::atomic::Ordering::Relaxed;
     let snapshot = state.snapshot();
+    let counts = state.org_counts.lock().unwrap_or_else(|e| e.into_inner()).get(&org).cloned().unwrap_or_default();
     Json(Stats {
         uptime_secs: state.started.elapsed().as_secs(),
-        http_requests: state.http_requests.load(Relaxed),
-        open_streams: state.open_streams.load(Relaxed),
-        log_followers: state.followers.count(),
+        http_requests: counts.http_requests,
+        open_streams: counts.open_streams,
+        log_followers: state.followers.count(|o, _| o == org),
         snapshot_version: snapshot.version,
-        jobs_cached: snapshot.jobs.len(),
+        jobs_cached: snapshot.jobs.values().filter(|j| j.out.org == org).count(),
         workspaces: state
-            .workspaces
-            .iter()
+            .workspaces_of(&org)
             .map(|w| {
                 let c = &w.counters;
                 let last = c.last_refresh_at.load(Relaxed);
@@ -709,6 +727,9 @@ pub async fn stats(State(state): State<AppStateRef>) -> Json<Stats> {
                     ssh_logins: c.logins.load(Relaxed),
                     active_jobs: c.active_jobs.load(Relaxed),
                     monitor_interval_secs: c.interval_ms.load(Relaxed) as f64 / 1000.0,
+                    follower_reads: c.follower_reads.load(Relaxed),
+                    remote_in_use: w.pool.in_use(),
+                    remote_pool_size: super::limits::REMOTE_POOL_SIZE,
                     last_refresh_at: (last > 0).then(|| rfc3339(last as i64)),
                     last_error: w.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone(),
                 }

@@ -14,7 +14,8 @@ pub struct ErrorBody {
     pub error_desc: String,
     /// A stable code: `invalid_field`, `unauthorized`, `forbidden`, `not_found`, `conflict`,
     /// `payload_too_large`, `unsupported_media_type`, `cluster_unreachable`, `cluster_command_failed`,
-    /// `workspace_unavailable`, `internal`.
+    /// `workspace_unavailable`, `rate_limited` (429), `busy` (503), `internal`. The last two come
+    /// with a `Retry-After` header.
     pub error_code: String,
     /// The request field at fault (`gpus`, `backend_details.cluster_name`, `status`, ...).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -25,11 +26,23 @@ pub struct ErrorBody {
 pub struct ApiError {
     pub status: StatusCode,
     pub body: ErrorBody,
+    /// Seconds after which the request may succeed (`Retry-After`), for 429 and 503.
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &str, desc: impl Into<String>) -> ApiError {
-        ApiError { status, body: ErrorBody { error_desc: desc.into(), error_code: code.into(), field: None } }
+        ApiError {
+            status,
+            body: ErrorBody { error_desc: desc.into(), error_code: code.into(), field: None },
+            retry_after: None,
+        }
+    }
+
+    /// The same error, saying when to come back.
+    pub fn retry_after(mut self, secs: u64) -> ApiError {
+        self.retry_after = Some(secs);
+        self
     }
 
     /// A request field is invalid (400).
@@ -100,6 +113,9 @@ impl IntoResponse for ApiError {
         let mut r = (self.status, axum::Json(self.body)).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
             r.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+        }
+        if let Some(secs) = self.retry_after {
+            r.headers_mut().insert(header::RETRY_AFTER, secs.into());
         }
         r
     }

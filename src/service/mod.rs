@@ -15,7 +15,9 @@
 pub mod api;
 mod dashboard;
 pub mod error;
+pub mod limits;
 pub mod openapi;
+mod revoke;
 mod sse;
 pub mod state;
 pub mod types;
@@ -69,6 +71,13 @@ async fn authenticate(State(state): State<Arc<AppState>>, mut req: Request, next
     let Some(token) = token else {
         return ApiError::unauthorized("the token is not valid (unknown or revoked)").into_response();
     };
+    if token.expired(crate::client::now_secs()) {
+        return ApiError::unauthorized(format!(
+            "token {} expired; an admin makes a new one with `tao-slurm token create --org {}`",
+            token.id, token.org
+        ))
+        .into_response();
+    }
     if let Some(rest) = path.strip_prefix("/api/v2/orgs/") {
         let org = rest.split('/').next().unwrap_or("");
         if org != token.org {
@@ -80,8 +89,14 @@ async fn authenticate(State(state): State<Arc<AppState>>, mut req: Request, next
             .into_response();
         }
     }
+    state.count_for(&token.org, |c| c.http_requests += 1);
+    if let Err(e) = state.rate_limits.check(&token.id) {
+        return e.into_response();
+    }
+    let token_id = token.id.clone();
     req.extensions_mut().insert(token);
-    next.run(req).await
+    let response = next.run(req).await;
+    revoke::end_with_token(state, token_id, response)
 }
 
 async fn not_found() -> ApiError {

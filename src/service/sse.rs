@@ -6,8 +6,11 @@
 
 use super::api::{blocking, org_job, AppStateRef};
 use super::error::{ApiError, ApiResult};
+use super::limits::FOLLOWERS_PER_ORG;
+use super::state::CachedJob;
 use super::types::{JobListChange, JobStreamQuery, LogChunkOut};
 use crate::client::Stream;
+use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use std::collections::{HashMap, VecDeque};
@@ -73,26 +76,59 @@ impl Follower {
     }
 }
 
+/// A follower as the map keeps it: whose it is, and a handle that does not keep it alive.
+struct FollowerEntry {
+    org: String,
+    workspace: String,
+    follower: Weak<Follower>,
+}
+
 /// The followers, by job id.
 #[derive(Default)]
-pub struct Followers(Mutex<HashMap<String, Weak<Follower>>>);
+pub struct Followers(Mutex<HashMap<String, FollowerEntry>>);
 
 impl Followers {
-    pub fn count(&self) -> usize {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).values().filter(|w| w.strong_count() > 0).count()
+    /// Live followers that `keep` accepts (by org and workspace).
+    pub fn count(&self, keep: impl Fn(&str, &str) -> bool) -> usize {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.values().filter(|e| e.follower.strong_count() > 0 && keep(&e.org, &e.workspace)).count()
     }
 
-    fn get_or_start(&self, state: &AppStateRef, job_id: &str) -> Arc<Follower> {
+    /// The job's follower, started if it has none; an org at its [`FOLLOWERS_PER_ORG`] gets a 429.
+    fn get_or_start(&self, state: &AppStateRef, job: &CachedJob) -> ApiResult<Arc<Follower>> {
         let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(f) = map.get(job_id).and_then(Weak::upgrade) {
-            return f;
+        if let Some(f) = map.get(&job.out.id).and_then(|e| e.follower.upgrade()) {
+            return Ok(f);
+        }
+        map.retain(|_, e| e.follower.strong_count() > 0);
+        let org = &job.out.org;
+        if map.values().filter(|e| &e.org == org).count() >= FOLLOWERS_PER_ORG {
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!(
+                    "org {org} follows the logs of {FOLLOWERS_PER_ORG} jobs already; close a stream, open this one with logs=false, or retry later"
+                ),
+            )
+            .retry_after(FOLLOWER_RETRY_SECS));
         }
         let f = Arc::new(Follower { tx: tokio::sync::broadcast::channel(1024).0, backlog: Default::default() });
-        map.insert(job_id.to_string(), Arc::downgrade(&f));
-        map.retain(|_, w| w.strong_count() > 0);
-        tokio::spawn(follow(state.clone(), job_id.to_string(), Arc::downgrade(&f)));
-        f
+        let entry =
+            FollowerEntry { org: org.clone(), workspace: job.out.workspace.clone(), follower: Arc::downgrade(&f) };
+        map.insert(job.out.id.clone(), entry);
+        tokio::spawn(follow(state.clone(), job.out.id.clone(), Arc::downgrade(&f)));
+        Ok(f)
     }
+}
+
+/// `Retry-After` of a stream refused for the org's follower limit.
+const FOLLOWER_RETRY_SECS: u64 = 10;
+
+/// The pause between two reads of one follower: [`LOG_POLL`], or longer so that the workspace's
+/// followers together keep within its query budget (queries a minute). Pure.
+fn follower_pause(followers_in_workspace: usize, queries_per_minute: u32) -> Duration {
+    let share = Duration::from_secs_f64(60.0 * followers_in_workspace.max(1) as f64 / queries_per_minute.max(1) as f64);
+    share.max(LOG_POLL)
 }
 
 fn stream_name(s: Stream) -> &'static str {
@@ -107,6 +143,7 @@ async fn follow(state: AppStateRef, id: String, follower: Weak<Follower>) {
     let mut attempt = 0u32;
     let mut offsets = [0u64; 2];
     let mut started = false;
+    let mut pause = LOG_POLL;
     loop {
         let Some(f) = follower.upgrade() else { break };
         let Some(job) = state.snapshot().jobs.get(&id).cloned() else {
@@ -133,7 +170,17 @@ async fn follow(state: AppStateRef, id: String, follower: Weak<Follower>) {
                 break;
             };
             let (jid, offs, first) = (id.clone(), offsets, !started);
+            // A follower's reads are remote work like any request's: in the workspace's pool (a
+            // full pool skips this poll), counted, and paced by the workspace's query budget.
+            pause = follower_pause(state.followers.count(|_, w| w == ws.id), ws.settings.max_queries_per_minute);
+            let Ok(in_pool) = ws.pool.enter(&ws.id).await else {
+                drop(f);
+                tokio::time::sleep(pause).await;
+                continue;
+            };
+            ws.counters.follower_reads.fetch_add(1, Ordering::Relaxed);
             let read = blocking(move || {
+                let _in_pool = in_pool;
                 ws.with_client(|c| {
                     let mut out = Vec::new();
                     for (i, s) in [Stream::Stdout, Stream::Stderr].into_iter().enumerate() {
@@ -179,27 +226,29 @@ async fn follow(state: AppStateRef, id: String, follower: Weak<Follower>) {
             }
         }
         drop(f);
-        tokio::time::sleep(LOG_POLL).await;
+        tokio::time::sleep(pause).await;
     }
     let mut map = state.followers.0.lock().unwrap_or_else(|e| e.into_inner());
-    if map.get(&id).is_some_and(|w| w.ptr_eq(&follower)) {
+    if map.get(&id).is_some_and(|e| e.follower.ptr_eq(&follower)) {
         map.remove(&id);
     }
 }
 
-/// Counts an open stream while it lives.
-struct StreamGuard(AppStateRef);
+/// Counts an open stream (for the service and for its org) while it lives.
+struct StreamGuard(AppStateRef, String);
 
 impl StreamGuard {
-    fn new(state: &AppStateRef) -> StreamGuard {
+    fn new(state: &AppStateRef, org: &str) -> StreamGuard {
         state.open_streams.fetch_add(1, Ordering::Relaxed);
-        StreamGuard(state.clone())
+        state.count_for(org, |c| c.open_streams += 1);
+        StreamGuard(state.clone(), org.to_string())
     }
 }
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
         self.0.open_streams.fetch_sub(1, Ordering::Relaxed);
+        self.0.count_for(&self.1, |c| c.open_streams -= 1);
     }
 }
 
@@ -275,7 +324,7 @@ pub async fn job_stream(state: AppStateRef, org: String, id: String, q: JobStrea
     pending.push_back(event("status", job.json.to_string()));
     let mut logs_done = false;
     let logs = if q.logs.unwrap_or(true) {
-        let f = state.followers.get_or_start(&state, &id);
+        let f = state.followers.get_or_start(&state, &job)?;
         let (backlog, rx) = f.subscribe();
         for m in &backlog {
             logs_done |= matches!(m, LogMsg::Done);
@@ -287,7 +336,7 @@ pub async fn job_stream(state: AppStateRef, org: String, id: String, q: JobStrea
     };
     let st = JobStream {
         versions: state.version_tx.subscribe(),
-        _guard: StreamGuard::new(&state),
+        _guard: StreamGuard::new(&state, &org),
         state,
         org,
         id,
@@ -345,7 +394,7 @@ pub async fn jobs_stream(
 ) -> Response {
     let st = ListStream {
         versions: state.version_tx.subscribe(),
-        _guard: StreamGuard::new(&state),
+        _guard: StreamGuard::new(&state, &org),
         state,
         org,
         seen: 0,

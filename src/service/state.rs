@@ -71,6 +71,14 @@ pub struct Snapshot {
 pub struct TokenInfo {
     pub id: String,
     pub org: String,
+    /// Unix seconds after which it is refused; None: until revoked.
+    pub expires_at: Option<i64>,
+}
+
+impl TokenInfo {
+    pub fn expired(&self, now: i64) -> bool {
+        self.expires_at.is_some_and(|t| now >= t)
+    }
 }
 
 pub struct AppState {
@@ -87,6 +95,16 @@ pub struct AppState {
     pub http_requests: AtomicU64,
     pub open_streams: AtomicI64,
     pub followers: super::sse::Followers,
+    pub rate_limits: super::limits::RateLimits,
+    /// Per org: what its tokens asked (what `/stats` shows the org).
+    pub org_counts: Mutex<HashMap<String, OrgCounts>>,
+}
+
+/// What one org's tokens asked of the service.
+#[derive(Debug, Clone, Default)]
+pub struct OrgCounts {
+    pub http_requests: u64,
+    pub open_streams: i64,
 }
 
 impl AppState {
@@ -105,6 +123,8 @@ impl AppState {
             http_requests: AtomicU64::new(0),
             open_streams: AtomicI64::new(0),
             followers: Default::default(),
+            rate_limits: Default::default(),
+            org_counts: Default::default(),
         };
         state.reload_tokens()?;
         Ok(state)
@@ -132,9 +152,30 @@ impl AppState {
         if self.tokens_version.swap(version, Ordering::Relaxed) == version {
             return Ok(());
         }
-        let tokens = self.db.valid_tokens()?.into_iter().map(|(hash, id, org)| (hash, TokenInfo { id, org })).collect();
+        let tokens = self
+            .db
+            .valid_tokens()?
+            .into_iter()
+            .map(|t| (t.sha256, TokenInfo { id: t.id, org: t.org, expires_at: t.expires_at }))
+            .collect();
         *self.tokens.write().unwrap_or_else(|e| e.into_inner()) = tokens;
         Ok(())
+    }
+
+    /// Change `org`'s counts.
+    pub fn count_for(&self, org: &str, f: impl FnOnce(&mut OrgCounts)) {
+        f(self.org_counts.lock().unwrap_or_else(|e| e.into_inner()).entry(org.to_string()).or_default());
+    }
+
+    /// The workspaces `org` may use (where its jobs go, what it is shown).
+    pub fn workspaces_of(&self, _org: &str) -> impl Iterator<Item = &Arc<Workspace>> {
+        self.workspaces.iter()
+    }
+
+    /// Whether the token with this id is still accepted (not revoked, not expired).
+    pub fn token_valid(&self, id: &str) -> bool {
+        let now = crate::client::now_secs();
+        self.tokens.read().unwrap_or_else(|e| e.into_inner()).values().any(|t| t.id == id && !t.expired(now))
     }
 
     pub fn add_job(&self, job: ApiJob) -> Result<(), String> {
@@ -254,5 +295,20 @@ fn cached(client: &Client, view: &JobView, meta: &ApiJob, key: ChangeKey, rev: u
         updated_at: view.updated_at,
         rev,
         key,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TokenInfo;
+
+    #[test]
+    fn a_token_expires_at_its_time_and_one_without_expiry_never() {
+        let t = |expires_at| TokenInfo { id: "i".into(), org: "o".into(), expires_at };
+        for (expires_at, now, expired) in
+            [(None, i64::MAX, false), (Some(100), 99, false), (Some(100), 100, true), (Some(100), 101, true)]
+        {
+            assert_eq!(t(expires_at).expired(now), expired, "{expires_at:?} at {now}");
+        }
     }
 }

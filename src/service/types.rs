@@ -273,7 +273,9 @@ pub struct LogsQuery {
     pub tail: Option<u32>,
     /// Read from this byte offset instead (the reply's `X-Next-Offset` header continues it).
     pub offset: Option<u64>,
-    /// Bytes to read from `offset` (default 65536, at most 1048576).
+    /// Bytes to read from `offset` (default 65536, at most 1048576); with `tail`, the most bytes of the
+    /// reply (default and at most 1048576; the ends of the files are kept, `X-Log-Truncated: true` says
+    /// something was cut).
     pub limit: Option<u64>,
     /// `stdout` (main.out), `stderr` (main.err) or `both` (default; `offset` needs one file).
     pub stream: Option<String>,
@@ -420,14 +422,19 @@ pub struct Health {
     pub status: String,
 }
 
-/// Counters of the service: what the cluster was asked, and what clients asked.
+/// Counters of the service as one org sees them: what the org's tokens asked, its jobs and
+/// followers, and the workspaces it may use.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Stats {
     pub uptime_secs: u64,
+    /// Requests of the org's tokens.
     pub http_requests: u64,
+    /// The org's open event streams.
     pub open_streams: i64,
+    /// Jobs of the org whose logs are followed now.
     pub log_followers: usize,
     pub snapshot_version: u64,
+    /// The org's jobs in the cache.
     pub jobs_cached: usize,
     pub workspaces: Vec<WorkspaceStatsOut>,
 }
@@ -446,6 +453,11 @@ pub struct WorkspaceStatsOut {
     pub active_jobs: usize,
     /// The monitor's current interval between refreshes.
     pub monitor_interval_secs: f64,
+    /// Reads of log followers (event streams with logs), paced by the workspace's query budget.
+    pub follower_reads: u64,
+    /// Cluster operations requests are running now, and the most the workspace runs at once.
+    pub remote_in_use: usize,
+    pub remote_pool_size: usize,
     pub last_refresh_at: Option<String>,
     pub last_error: Option<String>,
 }

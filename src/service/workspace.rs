@@ -2,7 +2,10 @@
 //! workspace that refreshes every active job of the cluster in one round trip at the monitor's pace
 //! (whatever the number of HTTP clients), performs due retries, and publishes what it learned to the
 //! cache that every request reads. Requests that must reach the cluster (create, cancel, logs, the
-//! cluster view) borrow a client from a small pool on a blocking thread.
+//! cluster view, log followers) first take a place in the workspace's bounded [`RemotePool`] (503
+//! when it stays full), then borrow a client on a blocking thread.
+//!
+//! [`RemotePool`]: super::limits::RemotePool
 
 use crate::client::{now_secs, Monitor, TransportStats, AFTER_FAILURE};
 use crate::config::Settings;
@@ -25,6 +28,8 @@ pub struct Counters {
     /// Milliseconds.
     pub interval_ms: AtomicU64,
     pub last_refresh_at: AtomicU64,
+    /// Reads of the log followers of this workspace's jobs.
+    pub follower_reads: AtomicU64,
 }
 
 pub struct Workspace {
@@ -38,6 +43,8 @@ pub struct Workspace {
     wake: (Mutex<bool>, Condvar),
     /// The cluster view, cached: (when, the view as JSON-ready value).
     pub cluster_view: tokio::sync::Mutex<Option<(Instant, super::types::ClusterOut)>>,
+    /// Bounds the remote work requests cause (the monitor's refreshes are outside it).
+    pub pool: super::limits::RemotePool,
 }
 
 fn add(total: &AtomicU64, before: u64, after: u64) {
@@ -54,6 +61,7 @@ impl Workspace {
             last_error: Mutex::new(None),
             wake: (Mutex::new(false), Condvar::new()),
             cluster_view: tokio::sync::Mutex::new(None),
+            pool: Default::default(),
         }
     }
 

@@ -46,6 +46,17 @@ pub struct TokenRecord {
     pub name: String,
     pub created_at: i64,
     pub revoked_at: Option<i64>,
+    /// When it stops being accepted (Unix seconds); None: until revoked.
+    pub expires_at: Option<i64>,
+}
+
+/// A token the service accepts: what a request carries on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidToken {
+    pub sha256: String,
+    pub id: String,
+    pub org: String,
+    pub expires_at: Option<i64>,
 }
 
 /// What the service keeps of a job created through the API, beyond the engine's record.
@@ -75,11 +86,17 @@ pub fn token_hash(token: &str) -> String {
     Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// 32 random bytes (two v4 UUIDs from the OS generator: 244 random bits) in hex.
-fn random_hex() -> String {
-    let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
-    format!("{}{}", a.simple(), b.simple())
+/// `n` bytes from the operating system's generator, in hex.
+fn random_hex(n: usize) -> Result<String, String> {
+    let mut bytes = vec![0u8; n];
+    getrandom::fill(&mut bytes).map_err(|e| format!("the system's random generator failed: {e}"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
+
+/// Bytes of a token's secret part: 256 random bits.
+const SECRET_BYTES: usize = 32;
+/// Bytes of a token's id, drawn separately (the id is shown and logged; it says nothing of the secret).
+const ID_BYTES: usize = 8;
 
 /// Whether `org` can name an org: letters, digits, `.`, `_`, `-`, at most 63.
 pub fn check_org(org: &str) -> Result<(), String> {
@@ -98,6 +115,14 @@ impl ServiceDb {
         conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(|e| sql_err(path, e))?;
         conn.pragma_update(None, "journal_mode", "WAL").map_err(|e| sql_err(path, e))?;
         conn.execute_batch(SCHEMA).map_err(|e| sql_err(path, e))?;
+        // Expiry came later: databases made before it get the column.
+        let has_expiry: bool = conn
+            .query_row("SELECT COUNT(*) FROM pragma_table_info('tokens') WHERE name = 'expires_at'", [], |r| r.get(0))
+            .map(|n: i64| n > 0)
+            .map_err(|e| sql_err(path, e))?;
+        if !has_expiry {
+            conn.execute_batch("ALTER TABLE tokens ADD COLUMN expires_at INTEGER").map_err(|e| sql_err(path, e))?;
+        }
         Ok(ServiceDb { conn: Mutex::new(conn), path: path.to_path_buf() })
     }
 
@@ -105,23 +130,31 @@ impl ServiceDb {
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Create a token for `org`; returns its record and the token, which is shown once and stored
-    /// only as its SHA-256.
-    pub fn create_token(&self, org: &str, name: &str, now: i64) -> Result<(TokenRecord, String), String> {
+    /// Create a token for `org`, valid until revoked or for `lifetime_secs` from `now`; returns its
+    /// record and the token, which is shown once and stored only as its SHA-256.
+    pub fn create_token(
+        &self,
+        org: &str,
+        name: &str,
+        lifetime_secs: Option<u64>,
+        now: i64,
+    ) -> Result<(TokenRecord, String), String> {
         check_org(org)?;
         if name.chars().any(char::is_control) || name.len() > 200 {
             return Err("the token's name must be one line of at most 200 characters".into());
         }
-        let secret = random_hex();
-        let id = secret[..12].to_string();
-        let token = format!("tsk_{secret}");
+        let id = random_hex(ID_BYTES)?;
+        let token = format!("tsk_{}", random_hex(SECRET_BYTES)?);
+        let expires_at = lifetime_secs.map(|s| now.saturating_add(i64::try_from(s).unwrap_or(i64::MAX)));
         self.conn()
             .execute(
-                "INSERT INTO tokens (id, org, name, sha256, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![id, org, name, token_hash(&token), now],
+                "INSERT INTO tokens (id, org, name, sha256, created_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![id, org, name, token_hash(&token), now, expires_at],
             )
             .map_err(|e| sql_err(&self.path, e))?;
-        Ok((TokenRecord { id, org: org.into(), name: name.into(), created_at: now, revoked_at: None }, token))
+        let record =
+            TokenRecord { id, org: org.into(), name: name.into(), created_at: now, revoked_at: None, expires_at };
+        Ok((record, token))
     }
 
     /// Revoke a token by id; false when there is no such token (or it was revoked already).
@@ -136,7 +169,7 @@ impl ServiceDb {
     pub fn tokens(&self) -> Result<Vec<TokenRecord>, String> {
         let conn = self.conn();
         let mut st = conn
-            .prepare("SELECT id, org, name, created_at, revoked_at FROM tokens ORDER BY created_at, id")
+            .prepare("SELECT id, org, name, created_at, revoked_at, expires_at FROM tokens ORDER BY created_at, id")
             .map_err(|e| sql_err(&self.path, e))?;
         let rows = st
             .query_map([], |r| {
@@ -146,19 +179,24 @@ impl ServiceDb {
                     name: r.get(2)?,
                     created_at: r.get(3)?,
                     revoked_at: r.get(4)?,
+                    expires_at: r.get(5)?,
                 })
             })
             .map_err(|e| sql_err(&self.path, e))?;
         rows.collect::<Result<_, _>>().map_err(|e| sql_err(&self.path, e))
     }
 
-    /// The valid tokens: (sha256, id, org).
-    pub fn valid_tokens(&self) -> Result<Vec<(String, String, String)>, String> {
+    /// The tokens not revoked (an expired one is refused by its `expires_at`, checked on each use).
+    pub fn valid_tokens(&self) -> Result<Vec<ValidToken>, String> {
         let conn = self.conn();
         let mut st = conn
-            .prepare("SELECT sha256, id, org FROM tokens WHERE revoked_at IS NULL")
+            .prepare("SELECT sha256, id, org, expires_at FROM tokens WHERE revoked_at IS NULL")
             .map_err(|e| sql_err(&self.path, e))?;
-        let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).map_err(|e| sql_err(&self.path, e))?;
+        let rows = st
+            .query_map([], |r| {
+                Ok(ValidToken { sha256: r.get(0)?, id: r.get(1)?, org: r.get(2)?, expires_at: r.get(3)? })
+            })
+            .map_err(|e| sql_err(&self.path, e))?;
         rows.collect::<Result<_, _>>().map_err(|e| sql_err(&self.path, e))
     }
 
@@ -244,7 +282,7 @@ mod tests {
     fn tokens_are_stored_hashed_and_revoked() {
         let dir = tempfile::tempdir().unwrap();
         let db = ServiceDb::open(&dir.path().join("s.db")).unwrap();
-        let (rec, token) = db.create_token("team-a", "ci", 1_700_000_000).unwrap();
+        let (rec, token) = db.create_token("team-a", "ci", None, 1_700_000_000).unwrap();
         assert!(token.starts_with("tsk_") && token.len() == 4 + 64, "{token}");
         let raw = std::fs::read(dir.path().join("s.db")).unwrap_or_default();
         let wal = std::fs::read(dir.path().join("s.db-wal")).unwrap_or_default();
@@ -252,12 +290,39 @@ mod tests {
         for bytes in [raw, wal] {
             assert!(!bytes.windows(needle.len()).any(|w| w == needle), "the token itself is never stored");
         }
+        assert!(!token.contains(&rec.id), "the id is drawn apart from the secret");
         let valid = db.valid_tokens().unwrap();
-        assert_eq!(valid, vec![(token_hash(&token), rec.id.clone(), "team-a".to_string())]);
+        let expected =
+            ValidToken { sha256: token_hash(&token), id: rec.id.clone(), org: "team-a".into(), expires_at: None };
+        assert_eq!(valid, vec![expected]);
         assert!(db.revoke_token(&rec.id, 1_700_000_000).unwrap());
         assert!(!db.revoke_token(&rec.id, 1_700_000_000).unwrap(), "once");
         assert!(db.valid_tokens().unwrap().is_empty());
         assert!(db.tokens().unwrap()[0].revoked_at.is_some());
-        assert!(db.create_token("a b", "x", 1_700_000_000).is_err());
+        assert!(db.create_token("a b", "x", None, 1_700_000_000).is_err());
+        let (rec, _) = db.create_token("team-a", "short", Some(3600), 1_700_000_000).unwrap();
+        assert_eq!(rec.expires_at, Some(1_700_000_000 + 3600));
+        assert_eq!(db.valid_tokens().unwrap()[0].expires_at, rec.expires_at);
+    }
+
+    #[test]
+    fn secrets_are_256_random_bits_and_ids_independent() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = ServiceDb::open(&dir.path().join("s.db")).unwrap();
+        let made: Vec<(TokenRecord, String)> =
+            (0..64).map(|_| db.create_token("o", "", None, 1_700_000_000).unwrap()).collect();
+        for (rec, token) in &made {
+            let hex = token.strip_prefix("tsk_").unwrap();
+            assert_eq!(hex.len(), 64);
+            assert!(!hex.contains(&rec.id), "the id is drawn apart from the secret");
+        }
+        // No position of the secret is fixed (a UUID's version nibble would be): over 64 tokens each
+        // of the 64 hex digits takes several values.
+        for i in 0..64 {
+            let values: std::collections::HashSet<u8> = made.iter().map(|(_, t)| t.as_bytes()[4 + i]).collect();
+            assert!(values.len() > 1, "digit {i} is always {values:?}");
+        }
+        let ids: std::collections::HashSet<_> = made.iter().map(|(r, _)| r.id.clone()).collect();
+        assert_eq!(ids.len(), made.len());
     }
 }

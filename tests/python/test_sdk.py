@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import re
 import subprocess
@@ -355,3 +356,28 @@ def test_a_sweep_is_one_array_each_variant_a_job_and_cancel_sweep_stops_the_unfi
     assert "index=1 I=1" in sdk.get_job_logs(jobs[1].id)
     statuses = sdk.cancel_sweep(out["sweep_id"])
     assert [s.status for s in statuses] == ["Complete", "Complete", "Canceled", "Canceled"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_follow_logs_of_a_job_that_swaps_main_out_answers_without_the_linked_file(env, sdks, kind):
+    import secrets
+
+    base = env["SLURM_BASE_RESULTS_DIR"]
+    secret = "linked-content-" + secrets.token_hex(6)
+    outside = f"{base}/outside-{secrets.token_hex(6)}"
+    with open(outside, "w") as f:
+        f.write(secret + "\n")
+    os.chmod(outside, 0o644)
+    how = 'mkfifo "$f"' if kind == "fifo" else f'ln -s {outside} "$f"'
+    cmd = (
+        f'echo before-swap; f={base}/slurm-logs/$SLURM_JOB_NAME-$SLURM_JOB_ID/main.out; sleep 3; rm -f "$f"; {how}; '
+        "echo after-swap >&2; sleep 5"
+    )
+    sdk = sdks()
+    job = sdk.create_job(image=IMAGE, command=cmd, gpu_count=0)
+    started = time.monotonic()
+    chunks = list(sdk.follow_logs(job.id, poll_interval=0.5))
+    assert time.monotonic() - started < 180, "the follower did not finish in time"
+    text = "".join(chunks)
+    assert "after-swap" in "".join(c for c in chunks if c.stream == "stderr"), chunks
+    assert secret not in text and secret not in sdk.get_job_logs(job.id, tail=10)

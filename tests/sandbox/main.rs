@@ -20,6 +20,7 @@ mod sandbox_status;
 mod sandbox_sweeps;
 mod service_api;
 mod service_dashboard;
+mod service_hardening;
 mod sqsh;
 mod ssh_logins;
 mod state_fixtures;

@@ -46,22 +46,6 @@ pub struct LogsOut {
     pub range: Option<LogRangeOut>,
 }
 
-/// The last `max` bytes of `text`, starting at a line when one starts within them; and whether
-/// anything was cut.
-fn keep_end(text: &str, max: usize) -> (String, bool) {
-    if text.len() <= max {
-        return (text.to_string(), false);
-    }
-    let mut start = text.len() - max;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    if let Some(nl) = text[start..].find('\n').filter(|nl| start + nl + 1 < text.len()) {
-        start += nl + 1;
-    }
-    (text[start..].to_string(), true)
-}
-
 pub fn logs(client: &Client, args: LogsArgs) -> Result<Reply<LogsOut>, ToolError> {
     let max_bytes = check_range("max_bytes", args.max_bytes.unwrap_or(LOG_BYTES_DEFAULT), 1, LOG_BYTES_MAX)?;
     let view =
@@ -123,7 +107,7 @@ pub fn logs(client: &Client, args: LogsArgs) -> Result<Reply<LogsOut>, ToolError
     let lines = check_range("tail_lines", args.tail_lines.unwrap_or(LOG_LINES_DEFAULT), 1, LOG_LINES_MAX)?;
     let logs = client.job_logs(&view.job_id, Some(lines), args.attempt).map_err(|e| ToolError::engine(e, "job_id"))?;
     let cap = |path: String, text: &str| {
-        let (text, truncated) = keep_end(text, max_bytes as usize);
+        let (text, truncated) = crate::ops::logs::keep_end(text, max_bytes as usize);
         LogText { path, text, truncated }
     };
     let want_out = args.stream != StreamChoice::Stderr;
@@ -144,15 +128,4 @@ pub fn logs(client: &Client, args: LogsArgs) -> Result<Reply<LogsOut>, ToolError
         next_for_job(&job)
     };
     Ok(Reply::new(summary, next, LogsOut { job, stdout, stderr, range: None }))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_end_is_kept_from_a_line_start() {
-        assert_eq!(super::keep_end("short", 10), ("short".to_string(), false));
-        assert_eq!(super::keep_end("line one\nline two\nthree\n", 12), ("three\n".to_string(), true));
-        let (t, cut) = super::keep_end("ééééé", 5);
-        assert!(cut && t.len() <= 5 && t.chars().all(|c| c == 'é'), "{t}");
-    }
 }

@@ -53,16 +53,18 @@ pub fn evidence_script(failed: &[(&JobRecord, &Decision)]) -> String {
     for (job, d) in failed {
         let Some(slurm_id) = d.adopt.as_ref().or(job.slurm_job_id.as_ref()) else { continue };
         let dir = job.plan.layout.log_dir(&job.attempt_name, slurm_id);
-        s.push_str(&format!(
-            "echo '{SECTION}tail {id}'\ntail -q -n {EVIDENCE_LINES} {e} {o} 2>/dev/null | {PREFIX_LINES}\n",
-            id = job.job_id,
-            e = quote(&format!("{dir}/main.err")),
-            o = quote(&format!("{dir}/main.out")),
-        ));
+        // The job's own files, read by the one reader of job-written files (regular files only,
+        // briefly, the last 64 KiB of each).
+        s.push_str(&format!("echo '{SECTION}tail {id}'\n", id = job.job_id));
+        for f in [format!("{dir}/main.err"), format!("{dir}/main.out")] {
+            s.push_str(&format!(
+                "f={f}; read -r kind size <<<\"$(tao_jf_stat \"$f\")\"; [ \"$kind\" = regular ] && tao_jf_read \"$f\" $((size > 65536 ? size - 65536 : 0)) 65536 | tail -n {EVIDENCE_LINES} | {PREFIX_LINES}\n",
+                f = quote(&f)
+            ));
+        }
         // Cosmos-RL jobs name the role that failed first.
         s.push_str(&format!(
-            // Read only as a regular file, briefly: the log directory is the job's to write.
-            "if [ -f {f} ] && [ ! -L {f} ]; then echo \"{SECTION}failed_role {id} $(timeout 10 head -c 64 -- {f} | head -n 1)\"; fi\n",
+            "echo \"{SECTION}failed_role {id} $(tao_jf_read {f} 0 64 | head -n 1)\"\n",
             f = quote(&format!("{dir}/{}", crate::script::cosmos::FAILED_ROLE_FILE)),
             id = job.job_id,
         ));
@@ -74,7 +76,10 @@ pub fn evidence_script(failed: &[(&JobRecord, &Decision)]) -> String {
             ));
         }
     }
-    s
+    if s.is_empty() {
+        return s;
+    }
+    crate::ops::job_file::with_functions(&s)
 }
 
 /// What the evidence script found, per platform job id.

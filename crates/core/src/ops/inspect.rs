@@ -2,6 +2,7 @@
 //! output: Slurm's start-time estimate for a pending job, a byte range of a log file, and whether
 //! enroot credentials are installed. The engine's `inspect` runs each in one round trip.
 
+use crate::ops::job_file;
 use crate::protocol::{sections, SECTION};
 use crate::script::shell::quote;
 use serde::Serialize;
@@ -76,25 +77,31 @@ pub struct LogRange {
     pub text: String,
     /// The file was shorter than the offset asked for (rewritten), so this piece starts at 0.
     pub restarted: bool,
+    /// The job replaced the file with something that is not a regular file (a FIFO, a symlink): it
+    /// was not read.
+    pub not_regular: bool,
 }
 
 /// The file's size and up to `max_bytes` from `offset`, base64-encoded so that offsets stay exact
-/// whatever the bytes are (and no byte of the log can pose as a marker). Pure.
+/// whatever the bytes are (and no byte of the log can pose as a marker). Read by the one reader of
+/// job-written files ([`job_file`]): a FIFO or a symlink is reported, never opened. Pure.
 pub fn log_range_script(path: &str, offset: u64, max_bytes: u64) -> String {
-    format!(
+    job_file::with_functions(&format!(
         "f={p}; off={offset}\n\
-         size=\"$(stat -c %s \"$f\" 2>/dev/null)\" || exit 0\n\
+         read -r kind size <<<\"$(tao_jf_stat \"$f\")\"\n\
+         case \"$kind\" in regular) ;; missing) exit 0 ;; *) echo '{SECTION}notregular'; exit 0 ;; esac\n\
          [ \"$size\" -lt \"$off\" ] && off=0\n\
          echo \"{SECTION}range $size $off\"\n\
-         tail -c +$((off + 1)) \"$f\" | head -c {max_bytes} | base64 -w 0\necho\n",
+         tao_jf_read \"$f\" \"$off\" {max_bytes} | base64 -w 0\necho\n",
         p = quote(path)
-    )
+    ))
 }
 
 /// Read [`log_range_script`]'s output. A piece that stops before the end of the file is cut after its
 /// last newline (when it has one), so lines come whole and the next read starts at a line. Pure.
 pub fn parse_log_range(stdout: &str, path: &str, asked_offset: u64) -> Result<LogRange, String> {
-    let Some((_, arg, body)) = sections(stdout).into_iter().find(|(n, _, _)| n == "range") else {
+    let sections = sections(stdout);
+    let Some((_, arg, body)) = sections.iter().find(|(n, _, _)| n == "range") else {
         return Ok(LogRange {
             path: path.to_string(),
             offset: asked_offset,
@@ -102,6 +109,7 @@ pub fn parse_log_range(stdout: &str, path: &str, asked_offset: u64) -> Result<Lo
             size: None,
             text: String::new(),
             restarted: false,
+            not_regular: sections.iter().any(|(n, _, _)| n == "notregular"),
         });
     };
     let mut words = arg.split_whitespace().map(|w| w.parse::<u64>());
@@ -122,6 +130,7 @@ pub fn parse_log_range(stdout: &str, path: &str, asked_offset: u64) -> Result<Lo
         size: Some(size),
         text: String::from_utf8_lossy(&bytes).into_owned(),
         restarted: offset < asked_offset,
+        not_regular: false,
     })
 }
 

@@ -5,6 +5,7 @@
 
 use crate::cosmos::Role;
 use crate::model::JobRecord;
+use crate::ops::job_file;
 use crate::protocol::{sections, unprefix_lines, PREFIX_LINES, SECTION};
 use crate::script::shell::quote;
 use crate::spec::SpecError;
@@ -18,31 +19,31 @@ pub enum Stream {
 
 /// Most bytes of one log a `logs` call reads (the last ones when tailing, the first ones otherwise;
 /// `logs -f` reads any amount, chunk by chunk).
-pub const LOG_READ_CAP: u64 = 32 << 20;
+pub const LOG_READ_CAP: u64 = job_file::READ_CAP;
 
 /// Seconds one read of a job's files may take (a job can swap a log for something that blocks).
-pub const JOB_FILE_READ_SECS: u32 = 30;
+pub const JOB_FILE_READ_SECS: u32 = job_file::READ_SECS;
 
-/// `tail` (or the whole file when `tail_lines` is None) of both files, in marked sections. Only
-/// regular files are read (a job can make its log a FIFO or a symlink to anything), at most
-/// [`LOG_READ_CAP`] bytes each, under a time limit. Pure.
+/// `tail` (or the whole file when `tail_lines` is None) of both files, in marked sections, read by
+/// the one reader of job-written files ([`job_file`]): regular files only, at most [`LOG_READ_CAP`]
+/// bytes each, under a time limit. Pure.
 pub fn logs_script(out_path: &str, err_path: &str, tail_lines: Option<u32>) -> String {
-    let reader = match tail_lines {
-        Some(n) => format!("tail -c {LOG_READ_CAP} -- \"$f\" | tail -n {n}"),
-        None => format!("head -c {LOG_READ_CAP} -- \"$f\""),
-    };
     let mut s = String::new();
     for (name, path) in [("stdout", out_path), ("stderr", err_path)] {
+        let (skip, filter) = match tail_lines {
+            Some(n) => (format!("$((size > {LOG_READ_CAP} ? size - {LOG_READ_CAP} : 0))"), format!(" | tail -n {n}")),
+            None => ("0".to_string(), String::new()),
+        };
         // Lines are prefixed so that no log line can pose as a section marker.
         s.push_str(&format!(
-            "echo '{SECTION}{name}'\nf={p}\nif [ -f \"$f\" ] && [ ! -L \"$f\" ]; then timeout {JOB_FILE_READ_SECS} sh -c {r} sh \"$f\" | {PREFIX_LINES}\n  \
-             size=\"$(stat -c %s -- \"$f\" 2>/dev/null || echo 0)\"; [ \"$size\" -gt {LOG_READ_CAP} ] && echo \"{SECTION}truncated $size\"\n\
-             elif [ -e \"$f\" ] || [ -L \"$f\" ]; then echo '{SECTION}notregular'; else echo '{SECTION}missing'; fi\n",
+            "echo '{SECTION}{name}'\nf={p}\nread -r kind size <<<\"$(tao_jf_stat \"$f\")\"\n\
+             case \"$kind\" in\n  regular) tao_jf_read \"$f\" {skip} {LOG_READ_CAP}{filter} | {PREFIX_LINES}\n    \
+             [ \"$size\" -gt {LOG_READ_CAP} ] && echo \"{SECTION}truncated $size\" ;;\n  \
+             missing) echo '{SECTION}missing' ;;\n  *) echo '{SECTION}notregular' ;;\nesac\n",
             p = quote(path),
-            r = quote(&reader.replace("\"$f\"", "\"$1\"")),
         ));
     }
-    s
+    job_file::with_functions(&s)
 }
 
 /// The (stdout, stderr) texts of the [`logs_script`] outputs in `stdout`, in order; each pair starts
@@ -102,6 +103,22 @@ fn body_or(arg: &str) -> &str {
     }
 }
 
+/// The last `max` bytes of `text`, starting at a line when one starts within them; and whether
+/// anything was cut (every reply of a log that has a byte cap). Pure.
+pub fn keep_end(text: &str, max: usize) -> (String, bool) {
+    if text.len() <= max {
+        return (text.to_string(), false);
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    if let Some(nl) = text[start..].find('\n').filter(|nl| start + nl + 1 < text.len()) {
+        start += nl + 1;
+    }
+    (text[start..].to_string(), true)
+}
+
 /// Largest chunk one poll reads per file; a file further behind is caught up over several polls.
 pub const MAX_CHUNK_BYTES: u64 = 8 << 20;
 
@@ -119,13 +136,13 @@ pub fn follow_chunks_script(files: &[(Stream, &str, u64)], nonce: &str) -> Strin
     for (stream, path, offset) in files {
         let name = stream_name(*stream);
         s.push_str(&format!(
-            "f={p}; off={offset}\nsize=-1; if [ -f \"$f\" ] && [ ! -L \"$f\" ]; then size=\"$(stat -c %s -- \"$f\" 2>/dev/null || echo -1)\"; fi\n\
-             if [ \"$size\" -ge 0 ]; then\n  [ \"$size\" -lt \"$off\" ] && off=0\n  n=$((size - off)); [ \"$n\" -gt {MAX_CHUNK_BYTES} ] && n={MAX_CHUNK_BYTES}\n  \
-             echo \"{SECTION}chunk {name} $off $n\"\n  timeout {JOB_FILE_READ_SECS} tail -c +$((off + 1)) -- \"$f\" | head -c \"$n\"\n  printf '\\n{SECTION}endchunk-{nonce}\\n'\nfi\n",
+            "f={p}; off={offset}\nread -r kind size <<<\"$(tao_jf_stat \"$f\")\"\n\
+             if [ \"$kind\" = regular ]; then\n  [ \"$size\" -lt \"$off\" ] && off=0\n  n=$((size - off)); [ \"$n\" -gt {MAX_CHUNK_BYTES} ] && n={MAX_CHUNK_BYTES}\n  \
+             echo \"{SECTION}chunk {name} $off $n\"\n  tao_jf_read \"$f\" \"$off\" \"$n\"\n  printf '\\n{SECTION}endchunk-{nonce}\\n'\nfi\n",
             p = quote(path)
         ));
     }
-    s
+    job_file::with_functions(&s)
 }
 
 fn stream_name(stream: Stream) -> &'static str {
@@ -255,5 +272,41 @@ mod tests {
         let run = std::process::Command::new("bash").arg("-c").arg(&script).output().unwrap();
         let (_, chunks) = parse_chunks(&String::from_utf8(run.stdout).unwrap(), "x");
         assert_eq!((chunks[0].offset, chunks[0].text.as_str()), (0, "new\n"));
+    }
+
+    #[test]
+    fn every_reader_refuses_fifos_and_symlinks_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::write(&outside, "the linked file's content\n").unwrap();
+        let fifo = dir.path().join("fifo.out");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let link = dir.path().join("link.out");
+        std::os::unix::fs::symlink(&outside, &link).unwrap();
+        for path in [fifo.display().to_string(), link.display().to_string()] {
+            let run = |script: String| {
+                let started = std::time::Instant::now();
+                let out = std::process::Command::new("bash").arg("-c").arg(script).output().unwrap();
+                assert!(started.elapsed() < std::time::Duration::from_secs(10), "{path} blocked");
+                String::from_utf8(out.stdout).unwrap()
+            };
+            let tail = run(logs_script(&path, "/nonexistent", Some(10)));
+            assert!(!tail.contains("linked file") && tail.contains("notregular"), "{tail}");
+            let pairs = parse_pairs(&tail, Some(10));
+            assert!(pairs[0].0.starts_with("(not shown"), "{pairs:?}");
+            let follow = run(follow_chunks_script(&[(Stream::Stdout, &path, 0)], "n"));
+            assert_eq!(parse_chunks(&follow, "n").1, vec![], "{follow}");
+            let range = run(crate::ops::inspect::log_range_script(&path, 0, 100));
+            let r = crate::ops::inspect::parse_log_range(&range, &path, 0).unwrap();
+            assert!(r.not_regular && r.text.is_empty() && r.size.is_none(), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn the_end_is_kept_from_a_line_start() {
+        assert_eq!(keep_end("short", 10), ("short".to_string(), false));
+        assert_eq!(keep_end("line one\nline two\nthree\n", 12), ("three\n".to_string(), true));
+        let (t, cut) = keep_end("ééééé", 5);
+        assert!(cut && t.len() <= 5 && t.chars().all(|c| c == 'é'), "{t}");
     }
 }
