@@ -23,6 +23,9 @@ enum TokenAction {
         /// A label (who or what uses it)
         #[arg(long, default_value = "")]
         name: String,
+        /// An org admin token: it may also create and delete the org's workspaces and store its secrets
+        #[arg(long)]
+        admin: bool,
         #[arg(long)]
         json: bool,
     },
@@ -39,8 +42,11 @@ impl TokenCmd {
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
         let db = ServiceDb::open(&path_for(&settings.state_path)).map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
         match self.action {
-            TokenAction::Create { org, name, json } => {
+            TokenAction::Create { org, name, admin, json } => {
                 let (rec, token) = db.create_token(&org, &name).map_err(|m| SpecError::new("org", m))?;
+                if admin {
+                    db.make_admin(&rec.id).map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
+                }
                 if json {
                     super::output::emit_json(
                         &serde_json::json!({"id": rec.id, "org": rec.org, "name": rec.name, "token": token}),

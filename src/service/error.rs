@@ -13,7 +13,7 @@ pub struct ErrorBody {
     pub error_desc: String,
     /// A stable code: `invalid_field`, `unauthorized`, `forbidden`, `not_found`, `conflict`,
     /// `payload_too_large`, `unsupported_media_type`, `cluster_unreachable`, `cluster_command_failed`,
-    /// `workspace_unavailable`, `internal`.
+    /// `workspace_unavailable`, `preflight_failed`, `secrets_unavailable`, `internal`.
     pub error_code: String,
     /// The request field at fault (`gpus`, `backend_details.cluster_name`, `status`, ...).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -64,12 +64,19 @@ impl ApiError {
             Error::Spec(s) => ApiError::field(s.field.clone(), s.message),
             Error::Store(StoreError::NotFound(id)) => ApiError::not_found(format!("no job {id}")),
             Error::Store(e @ StoreError::Ambiguous(_)) => ApiError::field("job_id", e.to_string()),
-            Error::Store(e) => ApiError::internal(format!("local state: {e}")),
-            Error::Config(e) => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "workspace_unavailable",
-                format!("the workspace's settings are incomplete: {e}"),
-            ),
+            // Local files' paths stay in the service's log, never in a reply.
+            Error::Store(e) => {
+                tracing::warn!(error = %e, "local state");
+                ApiError::internal("the service's local state failed; the operator finds why in its log")
+            }
+            Error::Config(e) => {
+                tracing::warn!(error = %e, "a workspace's settings");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "workspace_unavailable",
+                    "the workspace's settings are incomplete; the operator finds why in the service's log",
+                )
+            }
             Error::Remote(e) => ApiError::new(StatusCode::BAD_GATEWAY, "cluster_unreachable", e.to_string()),
             Error::RemoteCommand(m) => ApiError::new(StatusCode::BAD_GATEWAY, "cluster_command_failed", m),
         }

@@ -71,11 +71,25 @@ pub struct Snapshot {
 pub struct TokenInfo {
     pub id: String,
     pub org: String,
+    /// An org admin token: it may also change the org's workspaces and secrets.
+    pub admin: bool,
 }
 
+/// Makes a workspace's settings: the service's own settings with these laid over them as flags.
+pub type SettingsMaker =
+    Box<dyn Fn(std::collections::BTreeMap<String, String>) -> crate::Result<crate::config::Settings> + Send + Sync>;
+
 pub struct AppState {
-    pub workspaces: Vec<Arc<Workspace>>,
+    workspaces: RwLock<Vec<Arc<Workspace>>>,
     pub db: ServiceDb,
+    /// The operator's rules (clusters.toml).
+    pub operator: super::operator::Operator,
+    /// The cipher of the orgs' stored secrets; None when the operator set no key file.
+    pub secret_box: Option<super::org_secrets::SecretBox>,
+    /// Settings for the orgs' own workspaces.
+    pub make_settings: SettingsMaker,
+    /// The state file (the service's database, its keys and monitor locks lie beside it).
+    pub state_path: std::path::PathBuf,
     metas: RwLock<HashMap<String, Arc<ApiJob>>>,
     snapshot: RwLock<Arc<Snapshot>>,
     publish_lock: Mutex<()>,
@@ -90,11 +104,22 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(workspaces: Vec<Arc<Workspace>>, db: ServiceDb) -> Result<AppState, String> {
+    pub fn new(
+        workspaces: Vec<Arc<Workspace>>,
+        db: ServiceDb,
+        operator: super::operator::Operator,
+        secret_box: Option<super::org_secrets::SecretBox>,
+        make_settings: SettingsMaker,
+        state_path: std::path::PathBuf,
+    ) -> Result<AppState, String> {
         let metas = db.jobs()?.into_iter().map(|j| (j.job_id.clone(), Arc::new(j))).collect();
         let state = AppState {
-            workspaces,
+            workspaces: RwLock::new(workspaces),
             db,
+            operator,
+            secret_box,
+            make_settings,
+            state_path,
             metas: RwLock::new(metas),
             snapshot: RwLock::new(Arc::new(Snapshot::default())),
             publish_lock: Mutex::new(()),
@@ -110,16 +135,56 @@ impl AppState {
         Ok(state)
     }
 
-    pub fn workspace(&self, id: &str) -> Option<&Arc<Workspace>> {
-        self.workspaces.iter().find(|w| w.id == id)
+    /// Every workspace (the operator's, then the orgs').
+    pub fn workspaces(&self) -> Vec<Arc<Workspace>> {
+        self.workspaces.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// The workspace a job without one goes to: the only one, else `default`.
-    pub fn default_workspace(&self) -> Option<&Arc<Workspace>> {
-        if self.workspaces.len() == 1 {
-            return self.workspaces.first();
+    /// A workspace by id, whoever may use it (for jobs already recorded in it).
+    pub fn workspace(&self, id: &str) -> Option<Arc<Workspace>> {
+        self.workspaces.read().unwrap_or_else(|e| e.into_inner()).iter().find(|w| w.id == id).cloned()
+    }
+
+    /// The workspaces `org` may use.
+    pub fn org_workspaces(&self, org: &str) -> Vec<Arc<Workspace>> {
+        self.workspaces().into_iter().filter(|w| w.usable_by(org)).collect()
+    }
+
+    /// A workspace `org` may use (one it may not is as if it did not exist).
+    pub fn org_workspace(&self, org: &str, id: &str) -> Option<Arc<Workspace>> {
+        self.workspace(id).filter(|w| w.usable_by(org))
+    }
+
+    /// The workspace an org's job without one goes to: the only one it may use, else `default`.
+    pub fn default_workspace(&self, org: &str) -> Option<Arc<Workspace>> {
+        let mine = self.org_workspaces(org);
+        if mine.len() == 1 {
+            return mine.into_iter().next();
         }
-        self.workspace("default")
+        mine.into_iter().find(|w| w.id == "default")
+    }
+
+    pub fn add_workspace(&self, w: Arc<Workspace>) {
+        self.workspaces.write().unwrap_or_else(|e| e.into_inner()).push(w);
+    }
+
+    /// Take a workspace out (its monitor stops); false when there was none of that id.
+    pub fn remove_workspace(&self, id: &str) -> bool {
+        let mut list = self.workspaces.write().unwrap_or_else(|e| e.into_inner());
+        let Some(i) = list.iter().position(|w| w.id == id) else { return false };
+        list.remove(i).stop();
+        true
+    }
+
+    /// Every secret value `org` has (stored, or mapped by the operator from the service's environment).
+    pub fn org_secret_values(&self, org: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
+        super::org_secrets::org_values(
+            &self.db,
+            self.secret_box.as_ref(),
+            org,
+            &self.operator.org(org),
+            &|n| std::env::var(n).ok(),
+        )
     }
 
     pub fn snapshot(&self) -> Arc<Snapshot> {
@@ -132,7 +197,16 @@ impl AppState {
         if self.tokens_version.swap(version, Ordering::Relaxed) == version {
             return Ok(());
         }
-        let tokens = self.db.valid_tokens()?.into_iter().map(|(hash, id, org)| (hash, TokenInfo { id, org })).collect();
+        let admins = self.db.admin_token_ids()?;
+        let tokens = self
+            .db
+            .valid_tokens()?
+            .into_iter()
+            .map(|(hash, id, org)| {
+                let admin = admins.contains(&id);
+                (hash, TokenInfo { id, org, admin })
+            })
+            .collect();
         *self.tokens.write().unwrap_or_else(|e| e.into_inner()) = tokens;
         Ok(())
     }

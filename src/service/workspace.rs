@@ -7,7 +7,7 @@
 use crate::config::Settings;
 use crate::remote::TransportStats;
 use crate::Client;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,10 +27,33 @@ pub struct Counters {
     pub last_refresh_at: AtomicU64,
 }
 
+/// Who may use a workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Access {
+    /// The operator's (a cluster profile, or `default`): the orgs it is granted to, which share its
+    /// Unix identity.
+    Shared(Vec<String>),
+    /// Made by an org through the API: that org only.
+    Owned(String),
+}
+
 pub struct Workspace {
-    /// The profile's name, or `default`.
+    /// The profile's name, `default`, or the id of an org's workspace.
     pub id: String,
+    /// What its owner calls it.
+    pub name: String,
     pub settings: Settings,
+    pub access: Access,
+    /// The operator's policy for this workspace (every org's own policy applies too).
+    pub policy: tao_slurm_core::policy::Policy,
+    /// When an org made it.
+    pub created_at: Option<i64>,
+    /// Its preflight passed: jobs may go to it.
+    pub ready: AtomicBool,
+    /// Deleted: its monitor stops.
+    pub stopped: AtomicBool,
+    /// The monitor lock of its cluster, held while this service follows it.
+    pub monitor_lock: Mutex<Option<std::fs::File>>,
     idle: Mutex<Vec<Client>>,
     pub counters: Counters,
     pub last_error: Mutex<Option<String>>,
@@ -45,15 +68,30 @@ fn add(total: &AtomicU64, before: u64, after: u64) {
 }
 
 impl Workspace {
-    pub fn new(id: String, settings: Settings) -> Workspace {
+    pub fn new(id: String, settings: Settings, access: Access) -> Workspace {
         Workspace {
+            name: id.clone(),
             id,
             settings,
+            access,
+            policy: Default::default(),
+            created_at: None,
+            ready: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+            monitor_lock: Mutex::new(None),
             idle: Mutex::new(Vec::new()),
             counters: Counters::default(),
             last_error: Mutex::new(None),
             wake: (Mutex::new(false), Condvar::new()),
             cluster_view: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Whether `org` may use it.
+    pub fn usable_by(&self, org: &str) -> bool {
+        match &self.access {
+            Access::Shared(orgs) => orgs.iter().any(|o| o == org),
+            Access::Owned(owner) => owner == org,
         }
     }
 
@@ -79,6 +117,13 @@ impl Workspace {
         result
     }
 
+    /// Stop its monitor (the workspace was deleted) and let go of the cluster's monitor lock.
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+        self.monitor_lock.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.wake_monitor();
+    }
+
     /// Ask the monitor to refresh soon (it still keeps to the query budget).
     pub fn wake_monitor(&self) {
         let (lock, cv) = &self.wake;
@@ -101,7 +146,7 @@ impl Workspace {
         }
     }
 
-    /// The monitor: refresh, publish, sleep at the monitor's pace; never returns.
+    /// The monitor: refresh, publish, sleep at the monitor's pace, until the workspace is deleted.
     pub fn run_monitor(&self, publish: &dyn Fn(&Client)) {
         let budget = self.settings.max_queries_per_minute;
         // The budget's floor between two refreshes, kept even when woken early.
@@ -117,7 +162,7 @@ impl Workspace {
         };
         let mut last_change = crate::store::now_secs();
         let mut seen: std::collections::HashMap<String, (crate::PlatformStatus, u32)> = Default::default();
-        loop {
+        while !self.stopped.load(Ordering::Relaxed) {
             let started = Instant::now();
             let before = client.transport_stats();
             let result = client.refresh_summaries(&[]);
