@@ -18,6 +18,7 @@ mod sandbox_status;
 mod sandbox_sweeps;
 mod service_api;
 mod service_dashboard;
+mod service_tenancy;
 mod sqsh;
 mod ssh_logins;
 mod state_fixtures;
