@@ -1,0 +1,125 @@
+//! The library API: what the CLI does, callable from Rust. A `Client` owns the settings, the local
+//! state and (opened on first use) the transport.
+
+mod cluster;
+mod logs;
+mod lookup;
+mod refresh;
+mod submission;
+mod views;
+
+pub use crate::engine::logs::JobLogs;
+pub use crate::engine::submit::Submitted;
+pub use views::{FollowPoll, GroupView, JobCallbacks, JobView, PathCheck, PipelineSubmitted, StepSubmitted};
+
+use crate::config::Settings;
+use crate::engine::cycle::Cycle;
+use crate::engine::retry::RetryPolicy;
+use crate::error::Result;
+use crate::plan::Plan;
+use crate::remote::{self, Remote};
+use crate::script;
+use crate::store::{ChangeToken, JobRecord, JobSummary, Store};
+use std::sync::OnceLock;
+
+/// The files a plan stages, with the user and login hosts the settings name in the metadata file.
+/// Offline: `render` uses it without a client.
+pub fn staged_files_for(settings: &Settings, plan: &Plan, spec_json: &serde_json::Value) -> Vec<script::StagedFile> {
+    let hosts: Vec<String> = settings.login_hosts.iter().map(|h| h.label()).collect();
+    script::staged_files(plan, spec_json, settings.slurm_user.as_deref().unwrap_or(""), &hosts)
+}
+
+/// A cluster profile's name in messages.
+fn cluster_label(cluster: Option<&str>) -> String {
+    match cluster {
+        Some(c) => format!("cluster {c}"),
+        None => "the cluster of the settings without a profile".to_string(),
+    }
+}
+
+/// The library API, mirroring the reference SDK: `create_job`, `job_status`, `job_logs`, `cancel_job`,
+/// `list_jobs`, and `wait_for` with callbacks. See `examples/sdk.rs`.
+pub struct Client {
+    settings: Settings,
+    store: Store,
+    remote: OnceLock<Box<dyn Remote>>,
+    /// The active jobs as this client last loaded and refreshed them, valid while nobody (this client
+    /// included) has changed the state file since: a long-lived client (the monitor, a service)
+    /// refreshing thousands of jobs does not read them all again each time.
+    active: std::sync::Mutex<Option<(ChangeToken, Vec<JobSummary>)>>,
+}
+
+impl Client {
+    pub fn new(settings: Settings) -> Result<Client> {
+        let mut store = Store::open(&settings.state_path)?;
+        store.set_cluster(settings.cluster.clone());
+        Ok(Client { settings, store, remote: OnceLock::new(), active: std::sync::Mutex::new(None) })
+    }
+
+    /// A client over a transport the caller made (tests drive the client over a fake remote).
+    pub fn with_remote(settings: Settings, remote: Box<dyn Remote>) -> Result<Client> {
+        let client = Client::new(settings)?;
+        let _ = client.remote.set(remote);
+        Ok(client)
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// What the transport has cost so far (zero if no remote command ran).
+    pub fn transport_stats(&self) -> crate::remote::TransportStats {
+        self.remote.get().map(|r| r.stats()).unwrap_or_default()
+    }
+
+    fn policy(&self) -> RetryPolicy {
+        RetryPolicy { max_retries: self.settings.max_retries, backoff_base_secs: self.settings.retry_backoff_secs }
+    }
+
+    /// The staged files of a recorded job, regenerated from its stored spec and plan (they are the
+    /// same every time), for retries and resumed submissions.
+    fn files_of(&self, job: &JobRecord) -> Vec<script::StagedFile> {
+        let spec_json: serde_json::Value = serde_json::from_str(&job.spec_json).unwrap_or(serde_json::Value::Null);
+        staged_files_for(&self.settings, &job.plan, &spec_json)
+    }
+
+    /// The refresh cycle over this client's transport and state.
+    fn cycle<'a>(&'a self, files_for: &'a dyn Fn(&JobRecord) -> Vec<script::StagedFile>) -> Result<Cycle<'a>> {
+        Ok(Cycle { remote: self.remote()?, store: &self.store, policy: self.policy(), files_for })
+    }
+
+    /// One refresh cycle over `jobs` (see [`Cycle`]); returns the ids of the jobs whose records changed.
+    fn refresh_and_advance(&self, jobs: &[JobSummary]) -> Result<Vec<String>> {
+        if jobs.is_empty() && self.store.secrets_to_remove()?.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.on_this_cluster(jobs)?;
+        self.cycle(&|j| self.files_of(j))?.run(jobs)
+    }
+
+    /// Refuse remote work on jobs of another cluster profile: its login hosts are not this client's.
+    fn on_this_cluster<'a>(&self, jobs: impl IntoIterator<Item = &'a JobSummary>) -> Result<()> {
+        match jobs.into_iter().find(|j| j.cluster != self.settings.cluster) {
+            None => Ok(()),
+            Some(j) => Err(crate::spec::SpecError::new(
+                "cluster",
+                format!(
+                    "job {} was submitted to {}, not to {}: use --cluster {}",
+                    j.job_id,
+                    cluster_label(j.cluster.as_deref()),
+                    cluster_label(self.settings.cluster.as_deref()),
+                    j.cluster.as_deref().unwrap_or("\"\" (none)")
+                ),
+            )
+            .into()),
+        }
+    }
+
+    fn remote(&self) -> Result<&dyn Remote> {
+        if let Some(r) = self.remote.get() {
+            return Ok(r.as_ref());
+        }
+        let r = remote::connect(&self.settings)?;
+        Ok(self.remote.get_or_init(|| r).as_ref())
+    }
+}

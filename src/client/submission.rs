@@ -1,0 +1,361 @@
+//! Submission: a spec checked offline and online, its image made ready, recorded, then submitted as
+//! a job, a sweep (one job array) or a pipeline.
+
+use super::{staged_files_for, Client, PipelineSubmitted, StepSubmitted, Submitted};
+use crate::engine::{cluster, submit};
+use crate::error::{Error, Result};
+use crate::plan::{self, Plan};
+use crate::remote::RemoteError;
+use crate::script;
+use crate::spec::{JobSpec, SecretValues};
+use crate::status::PlatformStatus;
+use crate::store::JobSummary;
+
+impl Client {
+    /// Validate and resolve a spec offline (what `render` prints).
+    pub fn plan(&self, spec: &JobSpec) -> Result<Plan> {
+        Ok(plan::resolve(spec, &self.settings)?)
+    }
+
+    /// The files a plan stages, the batch script last.
+    pub fn staged_files(&self, spec: &JobSpec, plan: &Plan) -> Vec<script::StagedFile> {
+        staged_files_for(&self.settings, plan, &serde_json::to_value(spec).expect("a spec always serialises"))
+    }
+
+    /// The checks a submit makes with the cluster (it answers, the partitions exist and allow the wall
+    /// time), after every offline check has passed. Submits nothing.
+    pub fn check_online(&self, spec: &JobSpec) -> Result<Plan> {
+        Ok(self.check_online_with_image(spec)?.0)
+    }
+
+    /// Whether this submit converts its image into the squashfs cache.
+    pub(super) fn wants_sqsh(&self, spec: &JobSpec, plan: &Plan) -> bool {
+        self.settings.use_sqsh && !spec.no_sqsh && !plan.image.is_sqsh_path
+    }
+
+    /// The online checks, plus (in the same round trip) whether the image is already in the cache.
+    pub(super) fn check_online_with_image(&self, spec: &JobSpec) -> Result<(Plan, Option<String>)> {
+        // Settings and spec are checked before anything touches the network.
+        self.settings.require_remote()?;
+        let plan = self.plan(spec)?;
+        let probe = if self.wants_sqsh(spec, &plan) {
+            crate::sqsh::cached_probe_script(&self.settings.sqsh_policy(), &plan.image)
+        } else {
+            String::new()
+        };
+        let facts = cluster::submit_facts(self.remote()?, &plan.required_paths, &probe)?;
+        if !facts.missing_paths.is_empty() {
+            return Err(crate::spec::SpecError::new(
+                "inputs",
+                format!(
+                    "these paths do not exist on the cluster (checked with test -e on {}); nothing was staged or submitted:\n  {}",
+                    facts.host,
+                    facts.missing_paths.join("\n  ")
+                ),
+            )
+            .into());
+        }
+        plan::check_partition_limits(&plan, &facts.partitions)?;
+        Ok((plan, facts.cached_sqsh))
+    }
+
+    /// Convert a registry image into the shared squashfs cache, or find it there (`image import`).
+    pub fn prepare_image(&self, image: &str, force: bool) -> Result<crate::engine::image::Prepared> {
+        let image = crate::spec::ImageRef::parse(image).map_err(|m| crate::spec::SpecError::new("image", m))?;
+        if image.is_sqsh_path {
+            return Err(crate::spec::SpecError::new("image", "is already a .sqsh file").into());
+        }
+        crate::engine::image::prepare(self.remote()?, &self.settings.sqsh_policy(), &image, force, true)
+    }
+
+    /// The online checks, the image made ready (the squashfs cache), and the secret values completed
+    /// by the forwarded credentials: what every submission needs before it records anything.
+    pub(super) fn ready(&self, spec: &JobSpec, secrets: &SecretValues) -> Result<(Plan, SecretValues)> {
+        let (mut plan, cached) = self.check_online_with_image(spec)?;
+        if let Some(path) = cached {
+            // Already in the cache (learned in the checks' round trip): no conversion round trip.
+            plan.image.pyxis = path;
+            plan.image.is_sqsh_path = true;
+        } else if self.wants_sqsh(spec, &plan) {
+            // Converted once into the shared cache; every node then reads the file instead of pulling.
+            match crate::engine::image::prepare(self.remote()?, &self.settings.sqsh_policy(), &plan.image, false, true)
+            {
+                Ok(prepared) => {
+                    plan.image.pyxis = prepared.sqsh_path;
+                    plan.image.is_sqsh_path = true;
+                }
+                Err(e) if spec.allow_registry_pull || self.settings.allow_registry_pull => {
+                    eprintln!(
+                        "warning: {e}\nwarning: submitting with the registry image: every node pulls it at job start"
+                    );
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // Credentials forwarded by the settings (the TAO SDK's HF_TOKEN, NGC_KEY, ...) fill the names
+        // of the plan that the caller gave no value for.
+        let mut secrets = secrets.clone();
+        for (name, value) in &self.settings.forwarded_secrets {
+            if plan.secret_names.contains(name) {
+                secrets.0.entry(name.clone()).or_insert_with(|| value.clone());
+            }
+        }
+        if let Some(missing) = plan.secret_names.iter().find(|n| !secrets.0.contains_key(*n)) {
+            return Err(crate::spec::SpecError::new("secret_env", format!("{missing} has no value")).into());
+        }
+        Ok((plan, secrets))
+    }
+
+    /// The jobs `after` names (`JOB[:ok|:notok|:any]`, ids or prefixes), as full ids with the kind.
+    pub(super) fn resolve_after(&self, after: &[String]) -> Result<Vec<(String, crate::spec::DependKind)>> {
+        let mut out = Vec::new();
+        for word in after {
+            let (id, kind) = crate::spec::parse_after("after", word)?;
+            // A job, or a sweep or pipeline: after every one of its jobs.
+            let parents: Vec<JobSummary> = match self.store.summary(&id) {
+                Ok(job) => vec![job],
+                Err(crate::store::StoreError::NotFound(_)) => match self.store.group(&id)? {
+                    Some((_, members)) => {
+                        self.store.summaries(&members.iter().map(String::as_str).collect::<Vec<_>>())?
+                    }
+                    None => {
+                        return Err(crate::spec::SpecError::new(
+                            "after",
+                            format!("no job, sweep or pipeline {id} in the local state"),
+                        )
+                        .into())
+                    }
+                },
+                Err(e) => return Err(e.into()),
+            };
+            self.on_this_cluster(&parents)?;
+            out.extend(parents.into_iter().map(|p| (p.job_id, kind)));
+        }
+        Ok(out)
+    }
+
+    /// Validate, record, stage and submit a job. `secrets` holds the values of `spec.secret_env`.
+    /// A spec with a `[sweep]` or `[[steps]]` section is refused here: see [`Client::create_sweep`] and
+    /// [`Client::create_pipeline`].
+    pub fn create_job(&self, spec: &JobSpec, secrets: &SecretValues) -> Result<Submitted> {
+        if spec.sweep.is_some() {
+            return Err(crate::spec::SpecError::new("sweep", "submit a sweep with create_sweep").into());
+        }
+        if !spec.steps.is_empty() {
+            return Err(crate::spec::SpecError::new("steps", "submit a pipeline with create_pipeline").into());
+        }
+        let after = self.resolve_after(&spec.after)?;
+        let (plan, secrets) = self.ready(spec, secrets)?;
+        let secrets = &secrets;
+        let files = self.staged_files(spec, &plan);
+        let member = crate::store::Member {
+            after: after.iter().map(|(id, kind)| (id.clone(), kind.as_str().to_string())).collect(),
+            ..Default::default()
+        };
+        self.store.in_transaction(|| {
+            self.store.insert_member(&serde_json::to_string(spec).expect("spec serialises"), &plan, &member)
+        })?;
+        let mut ticket = submit::AttemptTicket::first(&plan);
+        let gate = self.gate_for_submission(&plan.layout.job_id)?;
+        if let Some(g) = &gate {
+            (ticket.dependency, ticket.hold) = g.sbatch();
+        }
+        let result = self.submit_gated(&plan, &files, secrets, &ticket, gate.as_ref());
+        if result.is_err() {
+            // A failed submission may have written the secrets file before it stopped.
+            crate::engine::secrets::sweep_or_warn(self.remote()?, &self.store);
+        }
+        match result {
+            Err(Error::Remote(
+                RemoteError::Lost { host, message } | RemoteError::TimedOut { host, detail: message, .. },
+            )) => {
+                // The outcome is unknown: look the job up by its unique name (never resubmit blindly).
+                let job = self.store.get(&plan.layout.job_id)?;
+                let _ = self.refresh_and_advance(std::slice::from_ref(&job.summary));
+                let job = self.store.get(&plan.layout.job_id)?;
+                match (job.summary.slurm_job_id, job.summary.login_host) {
+                    (Some(slurm_job_id), Some(login_host)) => Ok(Submitted {
+                        job_id: job.summary.job_id,
+                        slurm_job_id,
+                        login_host,
+                        job_dir: plan.layout.base_dir.clone(),
+                    }),
+                    _ => Err(Error::Remote(RemoteError::Lost {
+                        host,
+                        message: format!(
+                            "{message}; job {} was not found by name yet: `tao-slurm status {}` keeps looking and never resubmits",
+                            plan.layout.job_id, plan.layout.job_id
+                        ),
+                    })),
+                }
+            }
+            Err(Error::Remote(e)) => {
+                // Nothing was sent: the job never reached the cluster.
+                self.store.update_status(
+                    &plan.layout.job_id,
+                    &crate::store::StatusUpdate::bare(PlatformStatus::Error, format!("not submitted: {e}")),
+                )?;
+                Err(e.into())
+            }
+            other => other,
+        }
+    }
+
+    /// The gate a recorded job is submitted with now; a job whose dependency can never be met is
+    /// recorded Canceled and refused.
+    pub(super) fn gate_for_submission(&self, job_id: &str) -> Result<Option<crate::engine::depend::Gate>> {
+        let gate = crate::engine::depend::gate_of(&self.store, job_id)?;
+        if let Some(crate::engine::depend::Gate::Never(message)) = &gate {
+            self.store
+                .update_status(job_id, &crate::store::StatusUpdate::bare(PlatformStatus::Canceled, message.clone()))?;
+            return Err(crate::spec::SpecError::new("after", format!("job {job_id} can never run: {message}")).into());
+        }
+        Ok(gate)
+    }
+
+    /// Submit a recorded job's first attempt under its gate, and record the gate it was given.
+    pub(super) fn submit_gated(
+        &self,
+        plan: &Plan,
+        files: &[script::StagedFile],
+        secrets: &SecretValues,
+        ticket: &submit::AttemptTicket,
+        gate: Option<&crate::engine::depend::Gate>,
+    ) -> Result<Submitted> {
+        let result = submit::submit(self.remote()?, &self.store, plan, files, secrets, ticket);
+        if let (Ok(_), Some(g)) = (&result, gate) {
+            self.store.set_gate(&plan.layout.job_id, &g.stored())?;
+        }
+        result
+    }
+
+    /// Validate, record, stage and submit a sweep (`spec.sweep`): every variant a job of its own, all
+    /// of them one Slurm job array, staged and submitted in one round trip (after the checks' one).
+    pub fn create_sweep(&self, spec: &JobSpec, secrets: &SecretValues) -> Result<crate::engine::sweep::SweepSubmitted> {
+        if !spec.after.is_empty() {
+            return Err(crate::spec::SpecError::new("after", "a sweep cannot run after other jobs (yet)").into());
+        }
+        let sweep_id = uuid::Uuid::new_v4().to_string();
+        let count = spec.sweep.as_ref().map(|s| s.variants()).transpose()?.map(|v| v.len()).unwrap_or(0);
+        let ids: Vec<String> = (0..count).map(|_| uuid::Uuid::new_v4().to_string()).collect();
+        // Every variant is validated offline before anything reaches the cluster.
+        let mut sweep = crate::engine::sweep::plan_sweep(spec, &self.settings, &sweep_id, &ids)?;
+        let first_spec = spec.for_variant(&sweep.variants[0].0);
+        let (ready, secrets) = self.ready(&first_spec, secrets)?;
+        let specs: Vec<JobSpec> = sweep.variants.iter().map(|(v, _)| spec.for_variant(v)).collect();
+        for (_, plan) in &mut sweep.variants {
+            plan.image = ready.image.clone();
+        }
+        let files: Vec<Vec<script::StagedFile>> =
+            sweep.variants.iter().zip(&specs).map(|((_, plan), s)| self.staged_files(s, plan)).collect();
+        let spec_jsons: Vec<String> =
+            specs.iter().map(|s| serde_json::to_string(s).expect("spec serialises")).collect();
+        let members: Vec<(String, &Plan, crate::store::Member)> = sweep
+            .variants
+            .iter()
+            .zip(spec_jsons)
+            .map(|((v, plan), json)| {
+                (
+                    json,
+                    plan,
+                    crate::store::Member {
+                        attempt_name: Some(sweep.array_name.clone()),
+                        sweep_id: Some(sweep_id.clone()),
+                        sweep_index: Some(v.index),
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect();
+        self.store.insert_group(
+            &crate::store::Group {
+                sweep_id: sweep_id.clone(),
+                kind: "sweep".into(),
+                name: spec.name.clone(),
+                array_name: Some(sweep.array_name.clone()),
+                max_concurrent: sweep.max_concurrent,
+            },
+            &members,
+        )?;
+        let result = crate::engine::sweep::submit_sweep(self.remote()?, &self.store, &sweep, &files, &secrets);
+        if let Err(Error::Remote(e)) = &result {
+            if !matches!(e, RemoteError::Lost { .. } | RemoteError::TimedOut { .. }) {
+                // Nothing was sent: the sweep never reached the cluster.
+                for (_, plan) in &sweep.variants {
+                    self.store.update_status(
+                        &plan.layout.job_id,
+                        &crate::store::StatusUpdate::bare(PlatformStatus::Error, format!("not submitted: {e}")),
+                    )?;
+                }
+            }
+        }
+        if result.is_err() {
+            crate::engine::secrets::sweep_or_warn(self.remote()?, &self.store);
+        }
+        result
+    }
+
+    /// Validate, record and submit a pipeline (`spec.steps`): each step a job of its own, submitted
+    /// in order with a Slurm dependency on the steps it runs after (kept across their retries).
+    /// Each step sees the results directory of every earlier step as `TAO_AFTER_<STEP>_RESULTS_DIR`.
+    pub fn create_pipeline(&self, spec: &JobSpec, secrets: &SecretValues) -> Result<PipelineSubmitted> {
+        let steps = spec.pipeline()?;
+        let external = self.resolve_after(&spec.after)?;
+        let pipeline_id = uuid::Uuid::new_v4().to_string();
+        let ids: Vec<String> = steps.iter().map(|_| uuid::Uuid::new_v4().to_string()).collect();
+        // Offline first: every step's plan.
+        let mut plans = Vec::new();
+        for (i, step) in steps.iter().enumerate() {
+            let mut plan = plan::resolve_with_id(&step.spec, &self.settings, &ids[i])?;
+            for (j, earlier) in steps[..i].iter().enumerate() {
+                let dir = plan::Layout::new(&plan.layout.base_dir, &ids[j]).results_dir();
+                plan.env.push((crate::spec::step_results_var(&earlier.name), dir));
+            }
+            plans.push(plan);
+        }
+        let mut ready_secrets = Vec::new();
+        for (step, plan) in steps.iter().zip(&mut plans) {
+            let (ready, secrets) = self.ready(&step.spec, secrets)?;
+            plan.image = ready.image;
+            ready_secrets.push(secrets);
+        }
+        let members: Vec<(String, &Plan, crate::store::Member)> = steps
+            .iter()
+            .zip(&plans)
+            .map(|(step, plan)| {
+                let mut after: Vec<(String, String)> =
+                    step.after.iter().map(|(j, kind)| (ids[*j].clone(), kind.as_str().to_string())).collect();
+                if step.after.is_empty() {
+                    after.extend(external.iter().map(|(id, kind)| (id.clone(), kind.as_str().to_string())));
+                }
+                (
+                    serde_json::to_string(&step.spec).expect("spec serialises"),
+                    plan,
+                    crate::store::Member { sweep_id: Some(pipeline_id.clone()), after, ..Default::default() },
+                )
+            })
+            .collect();
+        self.store.insert_group(
+            &crate::store::Group {
+                sweep_id: pipeline_id.clone(),
+                kind: "pipeline".into(),
+                name: spec.name.clone(),
+                array_name: None,
+                max_concurrent: None,
+            },
+            &members,
+        )?;
+        let mut submitted = Vec::new();
+        for ((step, plan), secrets) in steps.iter().zip(&plans).zip(&ready_secrets) {
+            let files = self.staged_files(&step.spec, plan);
+            let mut ticket = submit::AttemptTicket::first(plan);
+            let gate = self.gate_for_submission(&plan.layout.job_id)?;
+            if let Some(g) = &gate {
+                (ticket.dependency, ticket.hold) = g.sbatch();
+            }
+            let s = self.submit_gated(plan, &files, secrets, &ticket, gate.as_ref())?;
+            submitted.push(StepSubmitted { name: step.name.clone(), job_id: s.job_id, slurm_job_id: s.slurm_job_id });
+        }
+        Ok(PipelineSubmitted { pipeline_id, steps: submitted })
+    }
+}

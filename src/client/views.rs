@@ -1,0 +1,159 @@
+//! What the client hands back: job views, groups, submissions, path checks, follow polls.
+
+use crate::engine::logs;
+use crate::status::PlatformStatus;
+use crate::store::{JobRecord, JobSummary};
+use serde::Serialize;
+
+/// A job as `status --json` shows it. Field names follow the contract's `slurm_metadata`.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct JobView {
+    pub job_id: String,
+    pub name: Option<String>,
+    pub status: PlatformStatus,
+    pub message: String,
+    pub slurm_job_id: Option<String>,
+    pub slurm_state: Option<String>,
+    pub exit_code: Option<i32>,
+    pub node_list: Option<String>,
+    pub login_host: Option<String>,
+    pub job_dir: String,
+    pub results_dir: String,
+    pub image: String,
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+    pub partition: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    /// Seconds since submission (to the last refresh, for finished jobs).
+    pub elapsed_secs: i64,
+    /// The container's last status.json line (message, epoch, KPIs), when it wrote one.
+    pub progress: Option<serde_json::Value>,
+    pub progress_message: Option<String>,
+    /// The current attempt (1 + retries).
+    pub attempt: u32,
+    /// Resubmissions so far.
+    pub retries: u32,
+    /// Nodes the current attempt excludes.
+    pub excluded_nodes: String,
+    /// When a scheduled retry is due (Unix seconds).
+    pub next_retry_at: Option<i64>,
+    /// The cluster profile the job was submitted to (None: the settings without a profile).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// The sweep or pipeline the job belongs to, and a sweep variant's index in it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sweep_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sweep_index: Option<u32>,
+    /// Every attempt, first to last (filled by `job_status`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<Vec<crate::store::AttemptRecord>>,
+}
+
+impl From<&JobRecord> for JobView {
+    fn from(j: &JobRecord) -> JobView {
+        JobView::from(&j.summary)
+    }
+}
+
+impl From<&JobSummary> for JobView {
+    fn from(j: &JobSummary) -> JobView {
+        JobView {
+            job_id: j.job_id.clone(),
+            name: j.name.clone(),
+            status: j.status,
+            message: j.message.clone(),
+            slurm_job_id: j.slurm_job_id.clone(),
+            slurm_state: j.slurm_state.clone(),
+            exit_code: j.exit_code,
+            node_list: j.node_list.clone(),
+            login_host: j.login_host.clone(),
+            job_dir: j.layout.base_dir.clone(),
+            results_dir: j.layout.results_dir(),
+            image: j.image.clone(),
+            nodes: j.nodes,
+            gpus_per_node: j.gpus_per_node,
+            partition: j.partition.clone(),
+            created_at: j.created_at,
+            updated_at: j.updated_at,
+            elapsed_secs: if j.status.is_terminal() {
+                j.updated_at - j.created_at
+            } else {
+                crate::store::now_secs() - j.created_at
+            },
+            progress: j.progress.as_deref().and_then(|p| serde_json::from_str(p).ok()),
+            progress_message: j
+                .progress
+                .as_deref()
+                .and_then(|p| serde_json::from_str::<crate::status::StatusLine>(p).ok())
+                .and_then(|l| l.message),
+            attempt: j.attempt,
+            retries: j.attempt.saturating_sub(1),
+            excluded_nodes: j.excluded_nodes.clone(),
+            next_retry_at: j.next_retry_at,
+            cluster: j.cluster.clone(),
+            sweep_id: j.sweep_id.clone(),
+            sweep_index: j.sweep_index,
+            attempts: None,
+        }
+    }
+}
+
+/// A submitted pipeline: its id and each step's job.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct PipelineSubmitted {
+    pub pipeline_id: String,
+    pub steps: Vec<StepSubmitted>,
+}
+
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct StepSubmitted {
+    pub name: String,
+    pub job_id: String,
+    pub slurm_job_id: String,
+}
+
+/// A sweep or pipeline with its members' statuses counted.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct GroupView {
+    #[serde(flatten)]
+    pub group: crate::store::GroupRecord,
+    pub jobs: usize,
+    pub statuses: std::collections::BTreeMap<String, usize>,
+}
+
+/// What `check-path` found for one URI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathCheck {
+    Exists(String),
+    Missing(String),
+    /// An auxiliary input (s3, hf, ngc): fetched inside the job, not checked here.
+    NotChecked(String),
+    /// Not an acceptable URI; the reason.
+    Refused(String),
+}
+
+/// What one [`Client::follow_logs_poll`] found.
+#[derive(Debug, Clone)]
+pub struct FollowPoll {
+    /// The job after the poll's refresh.
+    pub job: JobView,
+    pub chunks: Vec<logs::Chunk>,
+    /// The job had ended before this poll and every byte of its logs has been read.
+    pub finished: bool,
+    /// Nothing more is waiting to be read now.
+    pub caught_up: bool,
+}
+
+/// Callbacks for [`Client::wait_for`]; each has an empty default.
+pub trait JobCallbacks {
+    /// The job (attempt) started running.
+    fn on_running(&mut self, _job: &JobView) {}
+    /// The job ended Complete.
+    fn on_complete(&mut self, _job: &JobView) {}
+    /// The job ended Error (after any retries).
+    fn on_error(&mut self, _job: &JobView) {}
+    /// An infrastructure failure was retried: `job.attempt` is the new attempt.
+    fn on_retry(&mut self, _job: &JobView) {}
+}
