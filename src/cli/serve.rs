@@ -38,7 +38,11 @@ fn read_operator(globals: &GlobalFlags) -> Result<crate::service::operator::Oper
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
-        Err(e) => return Err(SpecError::new(crate::profiles::FILE_SETTING, format!("cannot read {}: {e}", path.display())).into()),
+        Err(e) => {
+            return Err(
+                SpecError::new(crate::profiles::FILE_SETTING, format!("cannot read {}: {e}", path.display())).into()
+            )
+        }
     };
     crate::service::operator::parse(&text)
         .map_err(|m| SpecError::new(crate::profiles::FILE_SETTING, format!("{}: {m}", path.display())).into())

@@ -392,8 +392,7 @@ pub async fn create_job(
     // Every offline check (fields, resources, partition list, paths' forms, policy, secrets) before
     // any connection.
     ws.settings.require_remote().map_err(|e| ApiError::engine(e.into()))?;
-    let plan =
-        crate::plan::resolve(&spec, &ws.settings).map_err(|e| ApiError::field(e.field.clone(), e.message))?;
+    let plan = crate::plan::resolve(&spec, &ws.settings).map_err(|e| ApiError::field(e.field.clone(), e.message))?;
     super::policy::check(&policy, &plan, super::policy::active_jobs(&state, &org))?;
     let values = state.org_secret_values(&org).map_err(|m| {
         tracing::warn!(%org, error = %m, "cannot read the org's secrets");

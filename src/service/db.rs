@@ -291,8 +291,9 @@ impl ServiceDb {
         let mut st = conn
             .prepare("SELECT name, nonce, sealed FROM org_secrets WHERE org = ?1 ORDER BY name")
             .map_err(|e| sql_err(&self.path, e))?;
-        let rows =
-            st.query_map(params![org], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).map_err(|e| sql_err(&self.path, e))?;
+        let rows = st
+            .query_map(params![org], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .map_err(|e| sql_err(&self.path, e))?;
         rows.collect::<Result<_, _>>().map_err(|e| sql_err(&self.path, e))
     }
 

@@ -65,7 +65,8 @@ impl Operator {
 }
 
 fn policy_of(where_: &str, table: toml::Table) -> Result<Policy, String> {
-    let policy: Policy = toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| format!("{where_}: {}", e.message()))?;
+    let policy: Policy =
+        toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| format!("{where_}: {}", e.message()))?;
     policy.validate().map_err(|m| format!("{where_}: {m}"))?;
     Ok(policy)
 }

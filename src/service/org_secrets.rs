@@ -38,13 +38,14 @@ impl SecretBox {
     /// Read the key file: a regular file of ours (not a symlink), mode 600 or narrower, holding 32
     /// bytes (raw, or 64 hex digits).
     pub fn from_key_file(path: &Path) -> Result<SecretBox, String> {
-        let fix = format!(
-            "make it with: head -c 32 /dev/urandom > {0} && chmod 600 {0}",
-            path.display()
-        );
-        let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{KEY_FILE_SETTING}: cannot read the key file: {e}; {fix}"))?;
+        let fix = format!("make it with: head -c 32 /dev/urandom > {0} && chmod 600 {0}", path.display());
+        let meta = std::fs::symlink_metadata(path)
+            .map_err(|e| format!("{KEY_FILE_SETTING}: cannot read the key file: {e}; {fix}"))?;
         if !meta.is_file() {
-            return Err(format!("{KEY_FILE_SETTING}: {} is not a regular file (a symlink is never followed)", path.display()));
+            return Err(format!(
+                "{KEY_FILE_SETTING}: {} is not a regular file (a symlink is never followed)",
+                path.display()
+            ));
         }
         if meta.uid() != crate::private::current_uid() || meta.permissions().mode() & 0o077 != 0 {
             return Err(format!(
@@ -155,7 +156,6 @@ pub fn redact(text: String, values: &BTreeMap<String, String>) -> String {
     }
     out
 }
-
 
 /// A secret's value, as PUT sends it (never returned by any route).
 #[derive(Debug, Clone, serde::Deserialize, utoipa::ToSchema)]

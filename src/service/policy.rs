@@ -32,7 +32,8 @@ pub fn check(policy: &Policy, plan: &crate::plan::Plan, active_jobs: u32) -> Res
         active_jobs,
     };
     policy.check(&ask).map_err(|v| {
-        let mut e = ApiError::new(StatusCode::FORBIDDEN, "forbidden", format!("outside this org's policy: {}", v.message));
+        let mut e =
+            ApiError::new(StatusCode::FORBIDDEN, "forbidden", format!("outside this org's policy: {}", v.message));
         e.body.field = Some(v.field);
         e
     })

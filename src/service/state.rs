@@ -178,13 +178,9 @@ impl AppState {
 
     /// Every secret value `org` has (stored, or mapped by the operator from the service's environment).
     pub fn org_secret_values(&self, org: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
-        super::org_secrets::org_values(
-            &self.db,
-            self.secret_box.as_ref(),
-            org,
-            &self.operator.org(org),
-            &|n| std::env::var(n).ok(),
-        )
+        super::org_secrets::org_values(&self.db, self.secret_box.as_ref(), org, &self.operator.org(org), &|n| {
+            std::env::var(n).ok()
+        })
     }
 
     pub fn snapshot(&self) -> Arc<Snapshot> {

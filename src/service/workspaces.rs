@@ -190,9 +190,13 @@ fn check_details(d: &SlurmDetailsIn) -> ApiResult<()> {
         }
     }
     if let Some(b) = &d.base_results_dir {
-        crate::spec::check_text("base_results_dir", b).map_err(|e| ApiError::field(f("base_results_dir"), e.message))?;
+        crate::spec::check_text("base_results_dir", b)
+            .map_err(|e| ApiError::field(f("base_results_dir"), e.message))?;
         if !b.starts_with('/') || b.split('/').any(|c| c == "..") || b.contains(',') {
-            return Err(ApiError::field(f("base_results_dir"), format!("{b:?} is not an absolute path on the cluster")));
+            return Err(ApiError::field(
+                f("base_results_dir"),
+                format!("{b:?} is not an absolute path on the cluster"),
+            ));
         }
     }
     for (name, v) in [("partition", &d.partition), ("account", &d.account)] {
@@ -229,9 +233,8 @@ fn workspace_settings(state: &AppState, id: &str, org: &str, d: &SlurmDetailsIn)
     // Always over SSH as the workspace's user: never the service's own account on this machine.
     flags.insert("TAO_SLURM_LOCAL".to_string(), "false".to_string());
     flags.insert(crate::profiles::CLUSTER_SETTING.to_string(), id.to_string());
-    let mut settings = (state.make_settings)(flags).map_err(|e| {
-        ApiError::field("cloud_specific_details", scrub(state, &e.to_string()))
-    })?;
+    let mut settings = (state.make_settings)(flags)
+        .map_err(|e| ApiError::field("cloud_specific_details", scrub(state, &e.to_string())))?;
     settings.forwarded_secrets.clear();
     Ok(settings)
 }
@@ -337,7 +340,10 @@ pub async fn create_workspace(
     admin_only(&token)?;
     let req: WorkspaceCreate = super::api::parse_json(&headers, body)?;
     if req.cloud_type != "slurm" {
-        return Err(ApiError::field("cloud_type", format!("{:?}: this service makes \"slurm\" workspaces only", req.cloud_type)));
+        return Err(ApiError::field(
+            "cloud_type",
+            format!("{:?}: this service makes \"slurm\" workspaces only", req.cloud_type),
+        ));
     }
     if req.name.trim().is_empty() || req.name.len() > 500 || req.name.chars().any(char::is_control) {
         return Err(ApiError::field("name", "one line of 1 to 500 characters"));

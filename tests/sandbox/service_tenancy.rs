@@ -107,7 +107,10 @@ impl Org<'_> {
             if start.elapsed() > limit {
                 let log = self.svc.log();
                 let tail: Vec<&str> = log.lines().filter(|l| !l.contains(" INFO ")).take(12).collect();
-                panic!("job {id} not as expected after {limit:?}: {j}\nservice log (first warnings):\n{}", tail.join("\n"));
+                panic!(
+                    "job {id} not as expected after {limit:?}: {j}\nservice log (first warnings):\n{}",
+                    tail.join("\n")
+                );
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
@@ -206,7 +209,11 @@ max_gpus_per_job = 2
             "partition": "polar", "cloud_type": "slurm"}})
     };
     let (plain, e) = a_plain.post("/workspaces", ws_body("slurmuser", &base_a)).await;
-    assert_eq!((plain, e["error_code"].as_str()), (403, Some("forbidden")), "an org token does not make workspaces: {e}");
+    assert_eq!(
+        (plain, e["error_code"].as_str()),
+        (403, Some("forbidden")),
+        "an org token does not make workspaces: {e}"
+    );
     let (s, ws_a) = a.post("/workspaces", ws_body(&sandbox["SLURM_USER"], &base_a)).await;
     assert_eq!(s, 201, "{ws_a}");
     assert_eq!((ws_a["ready"].as_bool(), ws_a["shared"].as_bool()), (Some(true), Some(false)), "{ws_a}");
@@ -238,9 +245,7 @@ max_gpus_per_job = 2
 
     // team-b cannot use team-a's workspace nor login1, and sees the same answer for one that does
     // not exist.
-    let job = |ws: &str, cmd: &str| {
-        short(json!({"image": "ubuntu:22.04", "command": cmd, "gpus": 0, "workspace": ws}))
-    };
+    let job = |ws: &str, cmd: &str| short(json!({"image": "ubuntu:22.04", "command": cmd, "gpus": 0, "workspace": ws}));
     let mut refusals = Vec::new();
     for ws in [ws_a.as_str(), "login1", "no-such-workspace"] {
         let (s, e) = b.post("/jobs", job(ws, "true")).await;
@@ -270,7 +275,10 @@ max_gpus_per_job = 2
     let (s, text) = put(&a, "GONE_SOON", "to-be-deleted-value").await;
     assert_eq!(s, 204, "{text}");
     let (_, names) = a.get("/secrets").await;
-    assert_eq!(names, json!({"secrets": [{"name": "A_TOKEN", "source": "stored"}, {"name": "GONE_SOON", "source": "stored"}]}));
+    assert_eq!(
+        names,
+        json!({"secrets": [{"name": "A_TOKEN", "source": "stored"}, {"name": "GONE_SOON", "source": "stored"}]})
+    );
     assert_eq!(b.get("/secrets").await.1, json!({"secrets": []}), "team-b sees none of team-a's");
     assert_eq!(a.send(reqwest::Method::DELETE, "/secrets/GONE_SOON", None).await.0, 204);
     assert_eq!(a.send(reqwest::Method::DELETE, "/secrets/GONE_SOON", None).await.0, 404);
@@ -325,19 +333,16 @@ max_gpus_per_job = 2
     assert!(!ja.to_string().contains(A_SECRET));
     let a_id = ja["id"].as_str().unwrap().to_string();
     // login1, shared and opted in: the operator's NGC key reaches team-a's job there.
-    let (s, jl) = a
-        .post("/jobs", job("login1", r#"[ -n "${NGC_KEY:-}" ] && echo ngc-present || echo ngc-absent"#))
-        .await;
+    let (s, jl) =
+        a.post("/jobs", job("login1", r#"[ -n "${NGC_KEY:-}" ] && echo ngc-present || echo ngc-absent"#)).await;
     assert_eq!(s, 201, "{jl}");
     let l_id = jl["id"].as_str().unwrap().to_string();
 
     // `after`: another org's job is refused like one that does not exist, and so is a prefix.
     let mut afters = Vec::new();
-    for (o, ws, after) in [
-        (&b, &ws_b, a_id.clone()),
-        (&b, &ws_b, format!("{}-0000", &a_id[..8])),
-        (&a, &ws_a, a_id[..8].to_string()),
-    ] {
+    for (o, ws, after) in
+        [(&b, &ws_b, a_id.clone()), (&b, &ws_b, format!("{}-0000", &a_id[..8])), (&a, &ws_a, a_id[..8].to_string())]
+    {
         let mut j = job(ws, "true");
         j["after"] = json!([after]);
         let (s, e) = o.post("/jobs", j).await;
@@ -347,11 +352,7 @@ max_gpus_per_job = 2
     }
     assert!(afters.iter().all(|x| *x == afters[0]), "one answer: {afters:?}");
 
-    let running = a
-        .wait_job(&a_id, Duration::from_secs(180), |j| {
-            j["status"] == "Running" || terminal(j)
-        })
-        .await;
+    let running = a.wait_job(&a_id, Duration::from_secs(180), |j| j["status"] == "Running" || terminal(j)).await;
     assert_eq!(running["status"], "Running", "{running}");
     let start = Instant::now();
     while !a.text(&format!("/jobs/{a_id}:logs")).await.contains("a-ready") {
@@ -379,10 +380,7 @@ max_gpus_per_job = 2
     assert_eq!(done["status"], "Done", "{done}\n{b_logs}");
     for f in [&results, &specs, &secrets] {
         let line = b_logs.lines().find(|l| l.starts_with(&format!("read {f} "))).unwrap_or_default();
-        assert!(
-            line.contains("exit=1") && line.contains("Permission denied"),
-            "team-b read {f}: {line:?}\n{b_logs}"
-        );
+        assert!(line.contains("exit=1") && line.contains("Permission denied"), "team-b read {f}: {line:?}\n{b_logs}");
     }
     assert!(!b_logs.contains(A_SECRET) && !b_logs.contains("team-a's specs"), "{b_logs}");
     assert!(
