@@ -79,6 +79,9 @@ pub struct ApiJob {
     pub created_at: i64,
 }
 
+/// An org's secret as stored: (name, nonce, sealed value).
+pub type SealedSecret = (String, Vec<u8>, Vec<u8>);
+
 pub struct ServiceDb {
     conn: Mutex<Connection>,
     path: PathBuf,
@@ -285,8 +288,8 @@ impl ServiceDb {
         Ok(n == 1)
     }
 
-    /// An org's sealed secrets: (name, nonce, sealed), by name.
-    pub fn org_secrets(&self, org: &str) -> Result<Vec<(String, Vec<u8>, Vec<u8>)>, String> {
+    /// An org's sealed secrets, by name.
+    pub fn org_secrets(&self, org: &str) -> Result<Vec<SealedSecret>, String> {
         let conn = self.conn();
         let mut st = conn
             .prepare("SELECT name, nonce, sealed FROM org_secrets WHERE org = ?1 ORDER BY name")
