@@ -419,7 +419,10 @@ pub async fn create_job(
         w.with_client(|client| {
             let submitted = client.create_job(&spec, &secrets)?;
             st.add_job(super::db::ApiJob { job_id: submitted.job_id.clone(), ..meta })
-                .map_err(crate::Error::RemoteCommand)?;
+                .map_err(|m| {
+                    tracing::warn!(job = %submitted.job_id, error = %m, "submitted, but not recorded in the service's database");
+                    crate::Error::RemoteCommand("the job was submitted but the service could not record it; the operator finds why in its log".into())
+                })?;
             st.publish(client);
             Ok(submitted.job_id)
         })

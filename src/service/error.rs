@@ -52,8 +52,15 @@ impl ApiError {
         ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", desc)
     }
 
+    /// A failure of the service itself: the detail (which may name local files) goes to its log, the
+    /// reply says only where to look.
     pub fn internal(desc: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", desc)
+        tracing::warn!(error = %desc.into(), "internal error");
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the service failed; the operator finds why in its log",
+        )
     }
 
     /// An error of the engine, with the status that fits its class.

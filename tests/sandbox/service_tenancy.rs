@@ -6,7 +6,7 @@
 //! stay out of org workspaces; policy and `after` are checked before anything reaches a cluster.
 
 use crate::common::sandbox_settings;
-use crate::service_support::{short, Service, ORG};
+use crate::service_support::{read_events, short, Service, ORG};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -403,6 +403,16 @@ max_gpus_per_job = 2
     assert!(a_logs.contains("ngc-absent"), "{a_logs}");
     let a_range = a.text(&format!("/jobs/{a_id}:logs?offset=0&stream=stdout")).await;
     assert!(a_range.contains("a=***") && !a_range.contains(A_SECRET), "{a_range}");
+    // The event stream's log lines too.
+    let resp = svc.http.get(a.url(&format!("/jobs/{a_id}:stream"))).bearer_auth(&a.token).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let events = read_events(resp, Duration::from_secs(30), |name, data| {
+        name == "log" && data["text"].as_str().is_some_and(|t| t.contains("a-ready"))
+    })
+    .await;
+    let streamed: String =
+        events.iter().filter(|(n, _)| n == "log").map(|(_, d)| d["text"].as_str().unwrap_or("").to_string()).collect();
+    assert!(streamed.contains("a=***") && !streamed.contains(A_SECRET), "{streamed}");
     let l_done = a.wait_job(&l_id, Duration::from_secs(180), terminal).await;
     assert_eq!(l_done["status"], "Done", "{l_done}");
     assert!(a.text(&format!("/jobs/{l_id}:logs")).await.contains("ngc-present"), "opted in: forwarded");
