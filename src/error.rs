@@ -1,4 +1,7 @@
-//! The library's error, and the CLI exit code for each class of failure.
+//! The library's error, its kind, and each front-end's word for each kind: the CLI's exit code, the
+//! Python exception class (here), the HTTP status (`service::error::status_of`) and the MCP error's
+//! advice (`mcp::reply`). Every door derives its mapping from [`Error::kind`], and the table test below
+//! holds them together, so they cannot drift.
 
 use crate::config::ConfigError;
 use crate::remote::RemoteError;
@@ -20,6 +23,29 @@ pub enum Error {
     RemoteCommand(String),
 }
 
+/// What kind of failure an error is, whatever layer it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// A field of the request is invalid; nothing reached the cluster.
+    Invalid,
+    /// SLURM_USER or SLURM_HOSTNAME is not set.
+    MissingSettings,
+    /// A setting or a local file it names is invalid (a key readable by others, a missing key, ...).
+    Config,
+    /// No such job in the local state.
+    NotFound,
+    /// A job id prefix that matches more than one job.
+    Ambiguous,
+    /// No login host could be reached; nothing was sent.
+    Unreachable,
+    /// The connection broke or the call timed out mid-way: what it did on the cluster is unknown.
+    OutcomeUnknown,
+    /// A remote command ran and failed (sbatch refused the job, scancel failed, ...).
+    RemoteCommand,
+    /// The local state file is unusable.
+    State,
+}
+
 /// Exit codes, one per class, so scripts and agents can tell them apart.
 pub mod exit_code {
     pub const JOB_FAILED: i32 = 1;
@@ -30,18 +56,151 @@ pub mod exit_code {
     pub const STATE: i32 = 6;
 }
 
-impl Error {
-    pub fn exit_code(&self) -> i32 {
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 9] = [
+        ErrorKind::Invalid,
+        ErrorKind::MissingSettings,
+        ErrorKind::Config,
+        ErrorKind::NotFound,
+        ErrorKind::Ambiguous,
+        ErrorKind::Unreachable,
+        ErrorKind::OutcomeUnknown,
+        ErrorKind::RemoteCommand,
+        ErrorKind::State,
+    ];
+
+    /// The CLI's exit code.
+    pub fn exit_code(self) -> i32 {
         match self {
-            Error::Config(_) => exit_code::CONFIG,
-            Error::Spec(_) => exit_code::USAGE,
-            Error::Remote(RemoteError::Config(_)) => exit_code::CONFIG,
-            Error::Remote(RemoteError::KeyPermissions { .. } | RemoteError::KeyMissing { .. }) => exit_code::CONFIG,
-            Error::Remote(_) => exit_code::CONNECTION,
-            Error::Store(_) => exit_code::STATE,
-            Error::RemoteCommand(_) => exit_code::REMOTE_COMMAND,
+            ErrorKind::Invalid => exit_code::USAGE,
+            ErrorKind::MissingSettings | ErrorKind::Config => exit_code::CONFIG,
+            ErrorKind::Unreachable | ErrorKind::OutcomeUnknown => exit_code::CONNECTION,
+            ErrorKind::RemoteCommand => exit_code::REMOTE_COMMAND,
+            ErrorKind::NotFound | ErrorKind::Ambiguous | ErrorKind::State => exit_code::STATE,
+        }
+    }
+
+    /// The Python package's exception class (python/tao_slurm/errors.py defines each, with this exit
+    /// code; tests/python checks that they agree).
+    pub fn python_exception(self) -> &'static str {
+        match self {
+            ErrorKind::Invalid => "JobSpecError",
+            ErrorKind::MissingSettings => "CredentialError",
+            ErrorKind::Config => "ConfigError",
+            ErrorKind::NotFound | ErrorKind::Ambiguous => "JobNotFoundError",
+            ErrorKind::Unreachable | ErrorKind::OutcomeUnknown => "RemoteError",
+            ErrorKind::RemoteCommand => "RemoteCommandError",
+            ErrorKind::State => "StateError",
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Invalid => "invalid",
+            ErrorKind::MissingSettings => "missing_settings",
+            ErrorKind::Config => "config",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::Ambiguous => "ambiguous",
+            ErrorKind::Unreachable => "unreachable",
+            ErrorKind::OutcomeUnknown => "outcome_unknown",
+            ErrorKind::RemoteCommand => "remote_command",
+            ErrorKind::State => "state",
         }
     }
 }
 
+impl Error {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Config(ConfigError::Missing) | Error::Remote(RemoteError::Config(ConfigError::Missing)) => {
+                ErrorKind::MissingSettings
+            }
+            Error::Config(_) | Error::Remote(RemoteError::Config(_)) => ErrorKind::Config,
+            Error::Remote(RemoteError::KeyPermissions { .. } | RemoteError::KeyMissing { .. }) => ErrorKind::Config,
+            Error::Remote(RemoteError::Lost { .. } | RemoteError::TimedOut { .. }) => ErrorKind::OutcomeUnknown,
+            Error::Remote(_) => ErrorKind::Unreachable,
+            Error::Spec(_) => ErrorKind::Invalid,
+            Error::Store(StoreError::NotFound(_)) => ErrorKind::NotFound,
+            Error::Store(StoreError::Ambiguous(_)) => ErrorKind::Ambiguous,
+            Error::Store(_) => ErrorKind::State,
+            Error::RemoteCommand(_) => ErrorKind::RemoteCommand,
+        }
+    }
+
+    pub fn exit_code(&self) -> i32 {
+        self.kind().exit_code()
+    }
+}
+
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mcp::reply::ToolError;
+    use crate::service::error::ApiError;
+
+    /// One error of each kind, as the layers make them.
+    fn examples() -> Vec<(Error, ErrorKind)> {
+        let remote = |e: RemoteError| Error::Remote(e);
+        vec![
+            (SpecError::new("gpus", "too many").into(), ErrorKind::Invalid),
+            (ConfigError::Missing.into(), ErrorKind::MissingSettings),
+            (remote(RemoteError::Config(ConfigError::Missing)), ErrorKind::MissingSettings),
+            (remote(RemoteError::KeyMissing { path: "/k".into(), message: "no such file".into() }), ErrorKind::Config),
+            (remote(RemoteError::KeyPermissions { path: "/k".into() }), ErrorKind::Config),
+            (
+                remote(RemoteError::Unreachable {
+                    hosts: "h".into(),
+                    message: "refused".into(),
+                    remediation: String::new(),
+                }),
+                ErrorKind::Unreachable,
+            ),
+            (remote(RemoteError::Lost { host: "h".into(), message: "reset".into() }), ErrorKind::OutcomeUnknown),
+            (StoreError::NotFound("abc".into()).into(), ErrorKind::NotFound),
+            (StoreError::Ambiguous("a".into()).into(), ErrorKind::Ambiguous),
+            (StoreError::Dir { path: "/s".into(), message: "not ours".into() }.into(), ErrorKind::State),
+            (Error::RemoteCommand("sbatch: error".into()), ErrorKind::RemoteCommand),
+        ]
+    }
+
+    fn examples_at(i: usize) -> (Error, ErrorKind) {
+        examples().swap_remove(i)
+    }
+
+    /// kind -> (exit code, HTTP status, MCP: the caller's input is at fault, Python class)
+    fn table(kind: ErrorKind) -> (i32, u16, bool, &'static str) {
+        match kind {
+            ErrorKind::Invalid => (2, 400, true, "JobSpecError"),
+            ErrorKind::MissingSettings => (3, 503, false, "CredentialError"),
+            ErrorKind::Config => (3, 503, false, "ConfigError"),
+            ErrorKind::NotFound => (6, 404, true, "JobNotFoundError"),
+            ErrorKind::Ambiguous => (6, 400, true, "JobNotFoundError"),
+            ErrorKind::Unreachable => (4, 502, false, "RemoteError"),
+            ErrorKind::OutcomeUnknown => (4, 502, false, "RemoteError"),
+            ErrorKind::RemoteCommand => (5, 502, false, "RemoteCommandError"),
+            ErrorKind::State => (6, 500, false, "StateError"),
+        }
+    }
+
+    #[test]
+    fn every_front_end_maps_every_kind_as_the_table_says() {
+        let examples = examples();
+        for kind in ErrorKind::ALL {
+            assert!(examples.iter().any(|(_, k)| *k == kind), "no example of {kind:?}");
+        }
+        for i in 0..examples.len() {
+            // Error is not Clone: each door gets a copy of its own.
+            let copy = || examples_at(i);
+            let (error, kind) = copy();
+            assert_eq!(error.kind(), kind, "{error}");
+            let (exit, http, invalid, python) = table(kind);
+            let text = error.to_string();
+            assert_eq!(error.exit_code(), exit, "exit code of {text}");
+            assert_eq!(kind.python_exception(), python, "Python class of {text}");
+            assert_eq!(ApiError::engine(copy().0).status.as_u16(), http, "HTTP of {text}");
+            assert_eq!(ToolError::engine(copy().0, "job_id").is_invalid_input(), invalid, "MCP of {text}");
+        }
+    }
+}

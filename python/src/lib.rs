@@ -8,13 +8,11 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use tao_slurm::client::Client;
-use tao_slurm::config::{ConfigError, Settings};
-use tao_slurm::engine::logs::{FollowCursor, Stream};
-use tao_slurm::error::Error;
-use tao_slurm::remote::RemoteError;
+use tao_slurm::client::{Client, FollowCursor, JobFilter, Stream};
+use tao_slurm::config::Settings;
+use tao_slurm::error::{Error, ErrorKind};
 use tao_slurm::spec::{JobSpec, SecretValues};
-use tao_slurm::store::StoreError;
+use tao_slurm::status::PlatformStatus;
 
 /// Idle clients kept for the next calls (each holds a state-file connection and a warm shell on
 /// the login host's shared SSH master); more concurrent calls open extra ones, dropped afterwards.
@@ -26,21 +24,8 @@ const MAX_IDLE: usize = 4;
 struct Engine {
     settings: Settings,
     idle: Mutex<Vec<Client>>,
-}
-
-/// Where a failure belongs on the Python side: the class name in `tao_slurm.errors`.
-fn class_of(e: &Error) -> &'static str {
-    match e {
-        Error::Config(ConfigError::Missing) | Error::Remote(RemoteError::Config(ConfigError::Missing)) => {
-            "CredentialError"
-        }
-        Error::Config(_) | Error::Remote(RemoteError::Config(_)) => "ConfigError",
-        Error::Spec(_) => "JobSpecError",
-        Error::Remote(_) => "RemoteError",
-        Error::Store(StoreError::NotFound(_) | StoreError::Ambiguous(_)) => "JobNotFoundError",
-        Error::Store(_) => "StateError",
-        Error::RemoteCommand(_) => "RemoteCommandError",
-    }
+    /// The monitor thread's memory between steps.
+    monitor: Mutex<tao_slurm::client::Monitor>,
 }
 
 /// The Python exception for an engine error: its class, its message unchanged, its CLI exit code,
@@ -48,7 +33,7 @@ fn class_of(e: &Error) -> &'static str {
 fn to_py(py: Python<'_>, e: Error) -> PyErr {
     let build = || -> PyResult<PyErr> {
         let errors = py.import("tao_slurm.errors")?;
-        let class = errors.getattr(class_of(&e))?;
+        let class = errors.getattr(e.kind().python_exception())?;
         let instance = class.call1((e.to_string(),))?;
         instance.setattr("exit_code", e.exit_code())?;
         if let Error::Spec(s) = &e {
@@ -99,7 +84,8 @@ impl Engine {
             .and_then(|s| Settings::from_sources(&s))
             .map_err(|e| to_py(py, e.into()))?;
         settings.require_remote().map_err(|e| to_py(py, e.into()))?;
-        let engine = Engine { settings, idle: Mutex::new(Vec::new()) };
+        let monitor = Mutex::new(tao_slurm::client::Monitor::new(&settings));
+        let engine = Engine { settings, idle: Mutex::new(Vec::new()), monitor };
         // Opening the state file now reports a bad path here rather than at the first call.
         engine.with(py, |_| Ok(()))?;
         Ok(engine)
@@ -159,7 +145,7 @@ impl Engine {
 
     /// Every job in the state file, newest first (no remote call).
     fn list(&self, py: Python<'_>, active_only: bool) -> PyResult<String> {
-        self.with(py, move |c| Ok(json(&c.list(active_only)?)))
+        self.with(py, move |c| Ok(json(&c.list(&JobFilter { active_only, ..Default::default() })?.jobs)))
     }
 
     /// The job's attempts, first to last (no remote call).
@@ -207,7 +193,23 @@ impl Engine {
     /// credentials, results directory), as JSON.
     fn preflight(&self, py: Python<'_>) -> String {
         let settings = self.settings.clone();
-        py.detach(move || json(&tao_slurm::engine::preflight::run_preflight(&settings)))
+        py.detach(move || json(&tao_slurm::client::preflight(&settings).checks))
+    }
+
+    /// One step of the monitor (the one every door runs): every active job refreshed in one round
+    /// trip, due retries performed. Returns the jobs (JSON list, those that just ended included), the
+    /// seconds to the next step at the monitor's pace, and the query budget's floor in seconds.
+    fn monitor_step(&self, py: Python<'_>) -> PyResult<(String, f64, f64)> {
+        let monitor = &self.monitor;
+        self.with(py, move |c| {
+            let mut m = monitor.lock().unwrap_or_else(|e| e.into_inner());
+            let step = m.step(c)?;
+            let views: Vec<tao_slurm::JobView> = {
+                let now = tao_slurm::client::now_secs();
+                step.jobs.iter().map(|j| tao_slurm::JobView::at(j, now)).collect()
+            };
+            Ok((json(&views), step.interval.as_secs_f64(), step.floor.as_secs_f64()))
+        })
     }
 
     fn __repr__(&self) -> String {
@@ -218,6 +220,33 @@ impl Engine {
             self.settings.state_path.display()
         )
     }
+}
+
+/// The TAO SDK's `gpu_count` (and `num_nodes`) as a job's `gpus`/`total_gpus`/`nodes`, by the one
+/// packing rule of every door; a count that cannot be packed raises `JobSpecError` naming the field.
+#[pyfunction]
+#[pyo3(signature = (count, num_nodes, per_node))]
+fn gpus_from_count(
+    py: Python<'_>,
+    count: i64,
+    num_nodes: Option<u32>,
+    per_node: u32,
+) -> PyResult<HashMap<&'static str, u32>> {
+    let ask =
+        tao_slurm::plan::gpus_from_count("gpu_count", count, num_nodes, per_node).map_err(|e| to_py(py, e.into()))?;
+    let mut out = HashMap::new();
+    for (key, value) in [("gpus", ask.gpus), ("total_gpus", ask.total_gpus), ("nodes", ask.nodes)] {
+        if let Some(v) = value {
+            out.insert(key, v);
+        }
+    }
+    Ok(out)
+}
+
+/// The shortest time between two refreshes the query budget allows, in seconds (every poller's floor).
+#[pyfunction]
+fn budget_floor_secs(max_queries_per_minute: u32) -> f64 {
+    tao_slurm::monitor::budget_floor(max_queries_per_minute).as_secs_f64()
 }
 
 #[pymodule]
@@ -235,6 +264,15 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
             .try_init();
     }
     m.add_class::<Engine>()?;
+    // The engine's vocabulary, so the Python side never keeps its own copy.
+    m.add("TERMINAL_STATUSES", PlatformStatus::TERMINAL.iter().map(|s| s.as_str()).collect::<Vec<_>>())?;
+    m.add("STATUSES", PlatformStatus::ALL.iter().map(|s| s.as_str()).collect::<Vec<_>>())?;
+    m.add(
+        "ERROR_KINDS",
+        ErrorKind::ALL.iter().map(|k| (k.as_str(), k.python_exception(), k.exit_code())).collect::<Vec<_>>(),
+    )?;
+    m.add_function(wrap_pyfunction!(gpus_from_count, m)?)?;
+    m.add_function(wrap_pyfunction!(budget_floor_secs, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

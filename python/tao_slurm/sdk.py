@@ -36,7 +36,8 @@ __all__ = ["SlurmSDK", "EPOCH_PATTERN", "TERMINAL_STATUSES"]
 
 logger = logging.getLogger("tao_slurm")
 
-TERMINAL_STATUSES = frozenset({"Complete", "Error", "Canceled"})
+# The engine's terminal set, not a copy of it.
+TERMINAL_STATUSES = frozenset(_native.TERMINAL_STATUSES)
 #: The TAO SDK's epoch pattern, read in the last 20 log lines when status.json has no epoch.
 EPOCH_PATTERN = re.compile(r"[Ee]poch\s+(\d+)(?:/(\d+))?")
 HOOK_NAMES = ("on_complete", "on_error", "on_epoch_milestone")
@@ -325,30 +326,11 @@ class SlurmSDK:
 
     def _resources(self, gpu_count: int, num_nodes: int) -> Dict[str, int]:
         """The TAO SDK's ``gpu_count`` as tao-slurm's ``gpus`` (per node) or ``total_gpus``."""
+        if gpu_count is None or num_nodes is None:
+            raise JobSpecError("gpu_count and num_nodes must be numbers", field="gpu_count")
         per_node = int(self._settings["max_gpus_per_node"])
-        gpu_count, num_nodes = int(gpu_count), int(num_nodes)
-        if gpu_count < 0:
-            raise JobSpecError(f"gpu_count={gpu_count} must be 0 or more", field="gpu_count")
-        if gpu_count <= per_node:
-            return {"gpus": gpu_count, "nodes": num_nodes}
-        if gpu_count % per_node:
-            low, high = gpu_count - gpu_count % per_node, (gpu_count // per_node + 1) * per_node
-            valid = f"{low} or {high}" if low > per_node else f"{high}"
-            raise JobSpecError(
-                f"gpu_count={gpu_count} is more than a node's {per_node} GPUs, so it is a total packed into "
-                f"full nodes, and {gpu_count} does not fill nodes of {per_node} evenly; use {valid} (a multiple "
-                f"of {per_node}), or up to {per_node} per node with num_nodes (the TAO SDK would allocate "
-                f"{high} GPUs for {gpu_count})",
-                field="gpu_count",
-            )
-        nodes = gpu_count // per_node
-        if num_nodes not in (1, nodes):
-            raise JobSpecError(
-                f"gpu_count={gpu_count} (a total above a node's {per_node} GPUs) needs {nodes} nodes, but "
-                f"num_nodes={num_nodes}; leave num_nodes out, or give gpu_count={per_node} per node",
-                field="num_nodes",
-            )
-        return {"total_gpus": gpu_count}
+        # The one packing rule of every door (the engine's), with its messages.
+        return dict(_native.gpus_from_count(int(gpu_count), int(num_nodes), per_node))
 
     # -- status -----------------------------------------------------------------------------------
 
@@ -534,17 +516,21 @@ class SlurmSDK:
 
     def _monitor(self) -> None:
         while not self._stop.is_set():
+            pause = self._poll_interval
             try:
-                self._poll_once()
+                pause = self._poll_once()
             except Exception:  # noqa: BLE001 - the monitor must outlive any one failure
                 logger.warning("tao_slurm monitor: refresh failed; trying again", exc_info=True)
-            self._wake.wait(self._poll_interval)
+            self._wake.wait(pause)
             self._wake.clear()
 
-    def _poll_once(self) -> None:
+    def _poll_once(self) -> float:
+        """One step of the engine's monitor; returns the seconds to the next: the monitor's pace, at
+        most ``poll_interval``, never below the query budget's floor."""
         # Every active job of the state file in one round trip: this resumes jobs left by earlier
         # processes and performs their due retries. Jobs that just ended are in the answer.
-        views = {v["job_id"]: v for v in json.loads(self._engine.refresh([]))}
+        jobs, interval, floor = self._engine.monitor_step()
+        views = {v["job_id"]: v for v in json.loads(jobs)}
         with self._lock:
             watched = list(self._watched.values())
         missing = [w.job.id for w in watched if w.job.id not in views]
@@ -556,6 +542,7 @@ class SlurmSDK:
             view = views.get(w.job.id)
             if view is not None:
                 self._observe(w, view)
+        return max(floor, min(self._poll_interval, interval))
 
     def _observe(self, w: _Watch, view: Dict[str, Any]) -> None:
         """Call the hooks this view makes due, each once (monitor thread only)."""
@@ -611,8 +598,8 @@ class SlurmSDK:
     def _wait_interval(self) -> float:
         """How often wait() and follow_logs() poll: at most every poll_interval, at least every 5 s,
         within the query budget (TAO_SLURM_MAX_QUERIES_PER_MINUTE)."""
-        budget = 60.0 / max(int(self._settings["max_queries_per_minute"]), 1)
-        return max(budget, min(self._poll_interval, 5.0))
+        floor = _native.budget_floor_secs(max(int(self._settings["max_queries_per_minute"]), 1))
+        return max(floor, min(self._poll_interval, 5.0))
 
     @staticmethod
     def _check_hooks(hooks: Optional[Hooks]) -> Dict[str, Callable[..., Any]]:

@@ -1,7 +1,7 @@
 //! The job-describing flags that `submit` and `render` share (flags override the job file).
 
 use crate::error::Error;
-use crate::spec::{parse_pair, CosmosRlSpec, JobSpec, SecretValues, SpecError, SweepSpec, VariantSpec};
+use crate::spec::{parse_pair, CosmosRlSpec, JobSpec, SecretValues, SweepSpec, VariantSpec};
 use clap::Args;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -230,12 +230,6 @@ impl JobArgs {
 
     /// Values for the spec's secret names, from --secret-env-file and the submitting environment.
     pub fn secrets(&self, spec: &JobSpec) -> Result<SecretValues, Error> {
-        let file: BTreeMap<String, String> = match &self.secret_env_file {
-            Some(p) => dotenvy::from_path_iter(p)
-                .and_then(|it| it.collect::<Result<BTreeMap<_, _>, _>>())
-                .map_err(|e| SpecError::new("secret_env_file", format!("cannot read {}: {e}", p.display())))?,
-            None => BTreeMap::new(),
-        };
-        Ok(SecretValues::resolve(&spec.secret_env, &file, &|n| std::env::var(n).ok())?)
+        crate::client::secret_values(&spec.secret_env, self.secret_env_file.as_deref())
     }
 }

@@ -1,7 +1,7 @@
 use super::output::ChunkLine;
+use crate::client::{Chunk, Stream};
 use crate::config::Settings;
 use crate::cosmos::Role;
-use crate::engine::logs::{Chunk, Stream};
 use crate::error::Error;
 use crate::spec::SpecError;
 use crate::Client;

@@ -64,11 +64,7 @@ pub fn emit_line<T: Serialize>(item: &T) {
 }
 
 /// `preflight`: every check, and whether the required ones passed.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct PreflightReport {
-    pub ok: bool,
-    pub checks: Vec<crate::preflight::Check>,
-}
+pub use crate::client::PreflightReport;
 
 impl Report for PreflightReport {
     fn human(&self) -> String {
@@ -134,7 +130,7 @@ impl Report for CredentialsReport {
     }
 }
 
-impl Report for crate::engine::image::Prepared {
+impl Report for crate::client::Prepared {
     fn human(&self) -> String {
         format!("{} {} -> {} ({:.1} s)\n", self.how, self.image, self.sqsh_path, self.seconds)
     }
@@ -300,7 +296,7 @@ impl Report for crate::client::Submitted {
     }
 }
 
-impl Report for crate::engine::sweep::SweepSubmitted {
+impl Report for crate::client::SweepSubmitted {
     fn human(&self) -> String {
         let mut s = format!(
             "Submitted sweep {} ({} variants, Slurm job array {} via {})\n",
@@ -335,18 +331,18 @@ pub fn schemas() -> Vec<(&'static str, schemars::Schema)> {
         ("check-path", schemars::schema_for!(PathsReport)),
         ("credentials enroot", schemars::schema_for!(CredentialsReport)),
         ("events", schemars::schema_for!(EventsReport)),
-        ("image import", schemars::schema_for!(crate::engine::image::Prepared)),
+        ("image import", schemars::schema_for!(crate::client::Prepared)),
         ("list", schemars::schema_for!(JobsReport)),
         ("list --sweeps", schemars::schema_for!(GroupsReport)),
-        ("logs", schemars::schema_for!(crate::engine::logs::JobLogs)),
-        ("logs --role", schemars::schema_for!(crate::engine::logs::RoleLogs)),
+        ("logs", schemars::schema_for!(crate::client::JobLogs)),
+        ("logs --role", schemars::schema_for!(crate::client::RoleLogs)),
         ("logs -f (each line)", schemars::schema_for!(ChunkLine)),
         ("preflight", schemars::schema_for!(PreflightReport)),
         ("render", schemars::schema_for!(RenderReport)),
         ("status", schemars::schema_for!(JobsReport)),
         ("submit", schemars::schema_for!(crate::client::Submitted)),
         ("submit (a pipeline)", schemars::schema_for!(crate::client::PipelineSubmitted)),
-        ("submit (a sweep)", schemars::schema_for!(crate::engine::sweep::SweepSubmitted)),
+        ("submit (a sweep)", schemars::schema_for!(crate::client::SweepSubmitted)),
         ("watch --json (each line)", schemars::schema_for!(crate::JobView)),
     ]
 }

@@ -1,5 +1,4 @@
 use crate::config::Settings;
-use crate::engine::preflight::run_preflight;
 use crate::error::{exit_code, Error};
 use clap::Args;
 
@@ -11,10 +10,9 @@ pub struct PreflightCmd {
 
 impl PreflightCmd {
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
-        let checks = run_preflight(&settings);
-        let ok = checks.iter().all(|c| c.ok || !c.required);
-        let format = super::output::Format::from_json_flag(self.json);
-        super::output::emit(format, &super::output::PreflightReport { ok, checks });
+        let report = crate::client::preflight(&settings);
+        let ok = report.ok;
+        super::output::emit(super::output::Format::from_json_flag(self.json), &report);
         Ok(if ok { 0 } else { exit_code::JOB_FAILED })
     }
 }

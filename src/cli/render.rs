@@ -24,7 +24,7 @@ impl RenderCmd {
             // only in their values).
             let count = spec.sweep.as_ref().map(|s| s.variants()).transpose()?.map(|v| v.len()).unwrap_or(0);
             let ids: Vec<String> = (0..count).map(|i| format!("variant-{i}")).collect();
-            let sweep = crate::engine::sweep::plan_sweep(&spec, &settings, "render", &ids)?;
+            let sweep = crate::client::plan_sweep(&spec, &settings, "render", &ids)?;
             let (v, plan) = &sweep.variants[0];
             let spec_json = serde_json::to_value(spec.for_variant(v)).expect("spec serialises");
             let mut files = crate::client::staged_files_for(&settings, plan, &spec_json);

@@ -31,7 +31,9 @@ impl SubmitCmd {
         if !spec.steps.is_empty() {
             return self.run_pipeline(settings, &spec, &secrets);
         }
-        let plan = crate::plan::resolve(&spec, &settings)?;
+        let client = Client::new(settings)?;
+        // Resolved once: its warnings are shown before anything is sent, then it is submitted as it is.
+        let plan = client.plan(&spec)?;
         for (key, location) in &plan.inputs {
             if let Some(w) = crate::spec::dataset_warning(key, location) {
                 eprintln!("{w}");
@@ -40,14 +42,13 @@ impl SubmitCmd {
         for note in plan.cosmos.iter().flat_map(|c| &c.notes) {
             eprintln!("warning: {note}");
         }
-        let client = Client::new(settings)?;
         if self.dry_run {
             let plan = client.check_online(&spec)?;
             super::render::print_plan(&client.staged_files(&spec, &plan), &plan, self.json);
             return Ok(0);
         }
-        let submitted = client.create_job(&spec, &secrets)?;
-        if self.monitor && super::monitor::start_background_monitor(client.settings())? {
+        let submitted = client.create_job_planned(&spec, plan, &secrets)?;
+        if self.monitor && crate::client::start_background_monitor(client.settings())? {
             eprintln!("started a background monitor (log: {}.monitor.log)", client.settings().state_path.display());
         }
         super::output::emit(super::output::Format::from_json_flag(self.json), &submitted);
@@ -66,7 +67,7 @@ impl SubmitCmd {
         if self.dry_run {
             let variants = spec.sweep.as_ref().map(|s| s.variants()).transpose()?.unwrap_or_default();
             let ids: Vec<String> = variants.iter().map(|v| format!("variant-{}", v.index)).collect();
-            let sweep = crate::engine::sweep::plan_sweep(spec, &settings, "dry-run", &ids)?;
+            let sweep = crate::client::plan_sweep(spec, &settings, "dry-run", &ids)?;
             Client::new(settings)?.check_online(&spec.for_variant(&sweep.variants[0].0))?;
             if self.json {
                 let list: Vec<_> = sweep
@@ -117,7 +118,7 @@ impl SubmitCmd {
     }
 
     fn after_submit(&self, client: &Client) -> Result<(), Error> {
-        if self.monitor && super::monitor::start_background_monitor(client.settings())? {
+        if self.monitor && crate::client::start_background_monitor(client.settings())? {
             eprintln!("started a background monitor (log: {}.monitor.log)", client.settings().state_path.display());
         }
         Ok(())

@@ -1,9 +1,10 @@
 //! `tao-slurm token`: the service's bearer tokens, made and revoked by whoever administers the
 //! service (and can write its state). A token is shown once, at creation; only its SHA-256 is kept.
 
+use crate::client::service_records::path_for;
+use crate::client::ServiceDb;
 use crate::config::Settings;
 use crate::error::Error;
-use crate::service::db::{path_for, ServiceDb};
 use crate::spec::SpecError;
 use clap::{Args, Subcommand};
 

@@ -28,7 +28,12 @@ impl WatchCmd {
         }
         let client = Client::new(settings)?;
         let ids: Vec<String> = if self.job_ids.is_empty() {
-            client.list(true)?.into_iter().map(|v| v.job_id).collect()
+            client
+                .list(&crate::client::JobFilter { active_only: true, ..Default::default() })?
+                .jobs
+                .into_iter()
+                .map(|v| v.job_id)
+                .collect()
         } else {
             self.job_ids.clone()
         };

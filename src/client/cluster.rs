@@ -2,8 +2,10 @@
 //! a pending job's start estimate.
 
 use super::{Client, PathCheck};
+use crate::config::Settings;
 use crate::engine::cluster;
 use crate::error::Result;
+use crate::preflight::PreflightReport;
 
 impl Client {
     /// Check input URIs the way a submit does: parse each, then `test -e` every shared path in one
@@ -59,4 +61,29 @@ impl Client {
         self.settings.require_remote()?;
         crate::engine::inspect::credentials_status(self.remote()?)
     }
+
+    /// The preflight checks of this client's settings (see [`preflight`]).
+    pub fn preflight(&self) -> PreflightReport {
+        preflight(&self.settings)
+    }
+
+    /// Install the settings' NGC key as enroot credentials on the cluster (the key travels on stdin
+    /// only). Returns the credentials file, the login host, and the registries it covers.
+    pub fn install_enroot_credentials(&self) -> Result<(String, String, Vec<String>)> {
+        self.settings.require_remote()?;
+        let key = self.settings.ngc_key.clone().ok_or_else(|| {
+            crate::spec::SpecError::new(
+                "NGC_KEY",
+                "is not set; export NGC_KEY (your NGC API key) or put it in ~/.config/tao/.env",
+            )
+        })?;
+        let (path, host) = crate::engine::credentials::install_enroot_credentials(self.remote()?, &key)?;
+        Ok((path, host, crate::engine::credentials::NGC_MACHINES.iter().map(|m| m.to_string()).collect()))
+    }
+}
+
+/// Every preflight check: settings first (nothing is contacted without them), then for each login
+/// host a login and one round trip of remote checks. Needs no state file.
+pub fn preflight(settings: &Settings) -> PreflightReport {
+    PreflightReport::new(crate::engine::preflight::run_preflight(settings))
 }

@@ -75,7 +75,7 @@ impl Client {
             logs::follow_files_once(&self.cycle(&files_for)?, &job, (&out, &err), streams, cursor)?
         };
         let caught_up = chunks.iter().all(|c| c.len < logs::MAX_CHUNK_BYTES);
-        let job = JobView::from(&self.store.summary(&job.job_id)?);
+        let job = JobView::at(&self.store.summary(&job.job_id)?, super::now_secs());
         Ok(FollowPoll { job, chunks, finished: was_terminal && caught_up, caught_up })
     }
 
@@ -114,7 +114,7 @@ impl Client {
                 // Not on Slurm yet (or outcome unknown): refresh until it has an id.
                 self.refresh_and_advance(std::slice::from_ref(&job.summary))?;
                 if was_terminal {
-                    return Ok(JobView::from(&job));
+                    return Ok(JobView::at(&job.summary, super::now_secs()));
                 }
                 std::thread::sleep(interval);
                 continue;
@@ -127,7 +127,7 @@ impl Client {
             }
             let caught_up = chunks.iter().all(|c| c.len < logs::MAX_CHUNK_BYTES);
             if was_terminal && caught_up {
-                return Ok(JobView::from(&job));
+                return Ok(JobView::at(&job.summary, super::now_secs()));
             }
             if caught_up {
                 std::thread::sleep(interval);

@@ -1,6 +1,6 @@
 //! Finding jobs and groups in the local state: ids and prefixes, sweeps and pipelines, events.
 
-use super::{Client, GroupView, JobView};
+use super::{Client, GroupView, JobFilter, JobList, JobView};
 use crate::error::Result;
 use crate::store::JobSummary;
 
@@ -97,15 +97,33 @@ impl Client {
     /// Jobs as the state file holds them (ids or prefixes), without asking the cluster.
     pub fn stored_jobs(&self, ids: &[String]) -> Result<Vec<JobView>> {
         // A sweep or pipeline id stands for its jobs.
-        Ok(self.summaries_of(ids)?.iter().map(JobView::from).collect())
+        Ok(self.summaries_of(ids)?.iter().map(|j| JobView::at(j, super::now_secs())).collect())
     }
 
-    pub fn list(&self, active_only: bool) -> Result<Vec<JobView>> {
-        Ok(self.store.list_summaries(active_only)?.iter().map(JobView::from).collect())
+    /// The jobs of the local state that pass `filter`, newest first, and how many passed before its
+    /// limit cut the list (no remote call).
+    pub fn list(&self, filter: &JobFilter) -> Result<JobList> {
+        let only: Option<std::collections::HashSet<String>> =
+            if filter.groups.is_empty() { None } else { Some(self.expand_ids(&filter.groups)?.into_iter().collect()) };
+        let now = super::now_secs();
+        let matched: Vec<JobView> = self
+            .store
+            .list_summaries(filter.active_only)?
+            .iter()
+            .filter(|j| only.as_ref().is_none_or(|o| o.contains(&j.job_id)))
+            .filter(|j| filter.matches(j.status, j.created_at, now))
+            .map(|j| JobView::at(j, super::now_secs()))
+            .collect();
+        let total = matched.len();
+        let jobs = match filter.limit {
+            Some(n) => matched.into_iter().take(n).collect(),
+            None => matched,
+        };
+        Ok(JobList { jobs, total })
     }
 
     /// Every job in the local state, newest first (no remote call).
     pub fn list_jobs(&self) -> Result<Vec<JobView>> {
-        self.list(false)
+        Ok(self.list(&JobFilter::default())?.jobs)
     }
 }

@@ -4,13 +4,36 @@
 mod cluster;
 mod logs;
 mod lookup;
+mod monitor;
 mod refresh;
+mod secrets;
 mod submission;
 mod views;
 
-pub use crate::engine::logs::JobLogs;
+// Everything a front-end names comes from here or from the core: the engine's, the store's and the
+// transport's own paths stay theirs (tests/sandbox/architecture.rs checks it).
+pub use crate::engine::image::Prepared;
+pub use crate::engine::inspect::{CredentialsStatus, LogRange, StartEstimate};
+pub use crate::engine::logs::{Chunk, FollowCursor, JobLogs, RoleLogs, Stream};
 pub use crate::engine::submit::Submitted;
-pub use views::{FollowPoll, GroupView, JobCallbacks, JobView, PathCheck, PipelineSubmitted, StepSubmitted};
+pub use crate::engine::sweep::{plan_sweep, SweepSubmitted};
+pub use crate::filter::JobFilter;
+pub use crate::model::{AttemptRecord, EventRecord};
+pub use crate::preflight::PreflightReport;
+pub use crate::remote::{RemoteError, TransportStats};
+pub use crate::store::service_records::{self, ApiJob, ServiceDb, TokenRecord};
+pub use crate::store::GroupRecord;
+pub use cluster::preflight;
+pub use monitor::{monitor_running, start_background_monitor, Monitor, MonitorLock, MonitorStep, AFTER_FAILURE};
+pub use secrets::secret_values;
+pub use views::{
+    FollowPoll, GroupView, JobCallbacks, JobList, JobView, PathCheck, PipelineSubmitted, StepSubmitted, Submission,
+};
+
+/// Unix seconds now: the one clock the front-ends read (the core is given `now`, never reads it).
+pub fn now_secs() -> i64 {
+    crate::store::now_secs()
+}
 
 use crate::config::Settings;
 use crate::engine::cycle::Cycle;

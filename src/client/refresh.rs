@@ -11,12 +11,12 @@ impl Client {
     pub fn job_status(&self, id: &str) -> Result<JobView> {
         let job = self.store.summary(id)?;
         if job.status.is_terminal() {
-            let mut view = JobView::from(&job);
+            let mut view = JobView::at(&job, super::now_secs());
             view.attempts = Some(self.store.attempts(&job.job_id)?);
             return Ok(view);
         }
         self.refresh_and_advance(std::slice::from_ref(&job))?;
-        let mut view = JobView::from(&self.store.summary(&job.job_id)?);
+        let mut view = JobView::at(&self.store.summary(&job.job_id)?, super::now_secs());
         view.attempts = Some(self.store.attempts(&job.job_id)?);
         Ok(view)
     }
@@ -24,9 +24,9 @@ impl Client {
     /// Refresh every given job (all active ones when `ids` is empty) in one round trip.
     pub fn refresh(&self, ids: &[String]) -> Result<Vec<JobView>> {
         if ids.is_empty() {
-            return self.refresh_active(|jobs| jobs.iter().map(JobView::from).collect());
+            return self.refresh_active(|jobs| jobs.iter().map(|j| JobView::at(j, super::now_secs())).collect());
         }
-        Ok(self.refresh_summaries(ids)?.iter().map(JobView::from).collect())
+        Ok(self.refresh_summaries(ids)?.iter().map(|j| JobView::at(j, super::now_secs())).collect())
     }
 
     /// [`Client::refresh`], returning the jobs' summaries (the monitor follows thousands this way).
@@ -163,6 +163,6 @@ impl Client {
                 )));
             }
         }
-        jobs.iter().map(|j| Ok(JobView::from(&self.store.summary(&j.job_id)?))).collect()
+        jobs.iter().map(|j| Ok(JobView::at(&self.store.summary(&j.job_id)?, super::now_secs()))).collect()
     }
 }

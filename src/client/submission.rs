@@ -1,7 +1,7 @@
 //! Submission: a spec checked offline and online, its image made ready, recorded, then submitted as
 //! a job, a sweep (one job array) or a pipeline.
 
-use super::{staged_files_for, Client, PipelineSubmitted, StepSubmitted, Submitted};
+use super::{staged_files_for, Client, PipelineSubmitted, StepSubmitted, Submission, Submitted};
 use crate::engine::{cluster, submit};
 use crate::error::{Error, Result};
 use crate::plan::{self, Plan};
@@ -25,7 +25,7 @@ impl Client {
     /// The checks a submit makes with the cluster (it answers, the partitions exist and allow the wall
     /// time), after every offline check has passed. Submits nothing.
     pub fn check_online(&self, spec: &JobSpec) -> Result<Plan> {
-        Ok(self.check_online_with_image(spec)?.0)
+        Ok(self.check_online_with_image(spec, self.plan(spec)?)?.0)
     }
 
     /// Whether this submit converts its image into the squashfs cache.
@@ -34,10 +34,9 @@ impl Client {
     }
 
     /// The online checks, plus (in the same round trip) whether the image is already in the cache.
-    pub(super) fn check_online_with_image(&self, spec: &JobSpec) -> Result<(Plan, Option<String>)> {
+    pub(super) fn check_online_with_image(&self, spec: &JobSpec, plan: Plan) -> Result<(Plan, Option<String>)> {
         // Settings and spec are checked before anything touches the network.
         self.settings.require_remote()?;
-        let plan = self.plan(spec)?;
         let probe = if self.wants_sqsh(spec, &plan) {
             crate::sqsh::cached_probe_script(&self.settings.sqsh_policy(), &plan.image)
         } else {
@@ -70,8 +69,8 @@ impl Client {
 
     /// The online checks, the image made ready (the squashfs cache), and the secret values completed
     /// by the forwarded credentials: what every submission needs before it records anything.
-    pub(super) fn ready(&self, spec: &JobSpec, secrets: &SecretValues) -> Result<(Plan, SecretValues)> {
-        let (mut plan, cached) = self.check_online_with_image(spec)?;
+    pub(super) fn ready(&self, spec: &JobSpec, plan: Plan, secrets: &SecretValues) -> Result<(Plan, SecretValues)> {
+        let (mut plan, cached) = self.check_online_with_image(spec, plan)?;
         if let Some(path) = cached {
             // Already in the cache (learned in the checks' round trip): no conversion round trip.
             plan.image.pyxis = path;
@@ -138,6 +137,12 @@ impl Client {
     /// A spec with a `[sweep]` or `[[steps]]` section is refused here: see [`Client::create_sweep`] and
     /// [`Client::create_pipeline`].
     pub fn create_job(&self, spec: &JobSpec, secrets: &SecretValues) -> Result<Submitted> {
+        self.create_job_planned(spec, self.plan(spec)?, secrets)
+    }
+
+    /// [`Client::create_job`] of a spec the caller already resolved with [`Client::plan`] (to show
+    /// its warnings first): the plan is not resolved a second time.
+    pub fn create_job_planned(&self, spec: &JobSpec, plan: Plan, secrets: &SecretValues) -> Result<Submitted> {
         if spec.sweep.is_some() {
             return Err(crate::spec::SpecError::new("sweep", "submit a sweep with create_sweep").into());
         }
@@ -145,7 +150,7 @@ impl Client {
             return Err(crate::spec::SpecError::new("steps", "submit a pipeline with create_pipeline").into());
         }
         let after = self.resolve_after(&spec.after)?;
-        let (plan, secrets) = self.ready(spec, secrets)?;
+        let (plan, secrets) = self.ready(spec, plan, secrets)?;
         let secrets = &secrets;
         let files = self.staged_files(spec, &plan);
         let member = crate::store::Member {
@@ -241,7 +246,7 @@ impl Client {
         // Every variant is validated offline before anything reaches the cluster.
         let mut sweep = crate::engine::sweep::plan_sweep(spec, &self.settings, &sweep_id, &ids)?;
         let first_spec = spec.for_variant(&sweep.variants[0].0);
-        let (ready, secrets) = self.ready(&first_spec, secrets)?;
+        let (ready, secrets) = self.ready(&first_spec, sweep.variants[0].1.clone(), secrets)?;
         let specs: Vec<JobSpec> = sweep.variants.iter().map(|(v, _)| spec.for_variant(v)).collect();
         for (_, plan) in &mut sweep.variants {
             plan.image = ready.image.clone();
@@ -295,6 +300,18 @@ impl Client {
         result
     }
 
+    /// Validate, record and submit what the spec describes: a job, a sweep (`[sweep]`) or a pipeline
+    /// (`[[steps]]`).
+    pub fn submit(&self, spec: &JobSpec, secrets: &SecretValues) -> Result<Submission> {
+        Ok(if spec.sweep.is_some() {
+            Submission::Sweep(self.create_sweep(spec, secrets)?)
+        } else if !spec.steps.is_empty() {
+            Submission::Pipeline(self.create_pipeline(spec, secrets)?)
+        } else {
+            Submission::Job(self.create_job(spec, secrets)?)
+        })
+    }
+
     /// Validate, record and submit a pipeline (`spec.steps`): each step a job of its own, submitted
     /// in order with a Slurm dependency on the steps it runs after (kept across their retries).
     /// Each step sees the results directory of every earlier step as `TAO_AFTER_<STEP>_RESULTS_DIR`.
@@ -315,7 +332,7 @@ impl Client {
         }
         let mut ready_secrets = Vec::new();
         for (step, plan) in steps.iter().zip(&mut plans) {
-            let (ready, secrets) = self.ready(&step.spec, secrets)?;
+            let (ready, secrets) = self.ready(&step.spec, plan.clone(), secrets)?;
             plan.image = ready.image;
             ready_secrets.push(secrets);
         }

@@ -2,7 +2,7 @@
 
 use crate::engine::logs;
 use crate::status::PlatformStatus;
-use crate::store::{JobRecord, JobSummary};
+use crate::store::JobSummary;
 use serde::Serialize;
 
 /// A job as `status --json` shows it. Field names follow the contract's `slurm_metadata`.
@@ -51,14 +51,9 @@ pub struct JobView {
     pub attempts: Option<Vec<crate::store::AttemptRecord>>,
 }
 
-impl From<&JobRecord> for JobView {
-    fn from(j: &JobRecord) -> JobView {
-        JobView::from(&j.summary)
-    }
-}
-
-impl From<&JobSummary> for JobView {
-    fn from(j: &JobSummary) -> JobView {
+impl JobView {
+    /// The view of a job's summary at `now` (Unix seconds: the elapsed time of an active job).
+    pub fn at(j: &JobSummary, now: i64) -> JobView {
         JobView {
             job_id: j.job_id.clone(),
             name: j.name.clone(),
@@ -77,11 +72,7 @@ impl From<&JobSummary> for JobView {
             partition: j.partition.clone(),
             created_at: j.created_at,
             updated_at: j.updated_at,
-            elapsed_secs: if j.status.is_terminal() {
-                j.updated_at - j.created_at
-            } else {
-                crate::store::now_secs() - j.created_at
-            },
+            elapsed_secs: if j.status.is_terminal() { j.updated_at - j.created_at } else { now - j.created_at },
             progress: j.progress.as_deref().and_then(|p| serde_json::from_str(p).ok()),
             progress_message: j
                 .progress
@@ -98,6 +89,22 @@ impl From<&JobSummary> for JobView {
             attempts: None,
         }
     }
+}
+
+/// A listing: the jobs that passed a filter (newest first, at most its limit) and how many passed.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct JobList {
+    pub jobs: Vec<JobView>,
+    pub total: usize,
+}
+
+/// What [`Client::submit`] submitted.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Submission {
+    Job(crate::engine::submit::Submitted),
+    Sweep(crate::engine::sweep::SweepSubmitted),
+    Pipeline(PipelineSubmitted),
 }
 
 /// A submitted pipeline: its id and each step's job.

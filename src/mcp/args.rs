@@ -264,16 +264,6 @@ pub struct CancelArgs {
     pub job_ids: Vec<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
-pub enum StatusName {
-    Pending,
-    Running,
-    Complete,
-    Error,
-    Canceled,
-    Paused,
-}
-
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListArgs {
@@ -282,7 +272,7 @@ pub struct ListArgs {
     /// Only jobs that are not terminal.
     #[serde(default)]
     pub active_only: bool,
-    pub status: Option<StatusName>,
+    pub status: Option<crate::PlatformStatus>,
     /// Only jobs submitted within this long: 30m, 2h, 7d.
     pub since: Option<String>,
     /// At most this many, newest first (1 to 500, default 50).

@@ -6,7 +6,7 @@
 mod args;
 mod clients;
 mod hints;
-mod reply;
+pub(crate) mod reply;
 mod server;
 mod tools;
 mod wait;

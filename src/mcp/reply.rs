@@ -2,9 +2,8 @@
 //! as a short text for clients that show only text; and tool errors (`isError`) that say which field
 //! was wrong or what to do.
 
-use crate::error::Error;
-use crate::remote::RemoteError;
-use crate::store::StoreError;
+use crate::client::RemoteError;
+use crate::error::{Error, ErrorKind};
 use crate::JobView;
 use rmcp::model::{CallToolResult, ContentBlock};
 use schemars::JsonSchema;
@@ -59,6 +58,11 @@ impl ToolError {
         }
     }
 
+    /// A field the core refused, as a bad argument.
+    pub fn from_spec(e: crate::spec::SpecError) -> ToolError {
+        ToolError::invalid(&e.field, e.message)
+    }
+
     pub fn failed(message: impl Into<String>, next: impl Into<String>) -> ToolError {
         ToolError { field: None, message: message.into(), next: next.into() }
     }
@@ -66,36 +70,40 @@ impl ToolError {
     /// An engine error, in the words an agent acts on. `id_field` names the argument that held job ids,
     /// for errors about an unknown or ambiguous id.
     pub fn engine(e: Error, id_field: &str) -> ToolError {
-        match e {
-            Error::Spec(s) => {
+        let kind = e.kind();
+        match (kind, e) {
+            (_, Error::Spec(s)) => {
                 let mut t = ToolError::invalid(&s.field, s.message);
                 t.next = format!("correct `{}` (ask the user if you do not know the right value) and call again", s.field);
                 t
             }
-            Error::Store(StoreError::NotFound(id)) => ToolError::invalid(
+            (ErrorKind::NotFound, e) => ToolError::invalid(
                 id_field,
-                format!("no job {id} in the local state (it was submitted elsewhere or the id is wrong)"),
+                format!("{e} (it was submitted elsewhere or the id is wrong)"),
             )
             .with_next("call list to see the known jobs"),
-            Error::Store(StoreError::Ambiguous(id)) => {
-                ToolError::invalid(id_field, format!("the prefix {id} matches more than one job; give more characters"))
-            }
-            Error::Config(c) => ToolError::failed(
-                c.to_string(),
+            (ErrorKind::Ambiguous, e) => ToolError::invalid(id_field, e.to_string()),
+            (ErrorKind::MissingSettings | ErrorKind::Config, e) => ToolError::failed(
+                e.to_string(),
                 "the user's settings are missing or invalid: ask the user to fix them in ~/.config/tao/.env (or the environment of this MCP server), then call preflight",
             ),
-            Error::Remote(RemoteError::Unreachable { hosts, message, remediation }) => ToolError::failed(
+            (ErrorKind::Unreachable, Error::Remote(RemoteError::Unreachable { hosts, message, remediation })) => ToolError::failed(
                 format!("cannot connect to any login host ({hosts}): {message}"),
                 format!("show the user this remediation verbatim, ask for what it needs, then call preflight again:\n{remediation}"),
             ),
-            Error::Remote(r @ RemoteError::Lost { .. }) => ToolError::failed(
-                r.to_string(),
+            (ErrorKind::OutcomeUnknown, e) => ToolError::failed(
+                e.to_string(),
                 "call status for the job: it is found by its unique name, never submitted twice",
             ),
-            Error::Remote(r) => ToolError::failed(r.to_string(), "fix what the message says, then call preflight"),
-            Error::Store(s) => ToolError::failed(s.to_string(), "the local state file is unusable: tell the user"),
-            Error::RemoteCommand(m) => ToolError::failed(m, "tell the user what the cluster answered; call preflight if it looks like a cluster problem"),
+            (ErrorKind::Unreachable, e) => ToolError::failed(e.to_string(), "fix what the message says, then call preflight"),
+            (ErrorKind::State, e) => ToolError::failed(e.to_string(), "the local state file is unusable: tell the user"),
+            (ErrorKind::RemoteCommand | ErrorKind::Invalid, e) => ToolError::failed(e.to_string(), "tell the user what the cluster answered; call preflight if it looks like a cluster problem"),
         }
+    }
+
+    /// Whether the caller's input was at fault (a field to correct), rather than the world.
+    pub fn is_invalid_input(&self) -> bool {
+        self.field.is_some()
     }
 
     pub fn with_next(mut self, next: impl Into<String>) -> ToolError {
@@ -212,7 +220,7 @@ mod tests {
         assert!(s["summary"].as_str().unwrap().starts_with("error in `gpus`"));
         let spec = ToolError::engine(crate::spec::SpecError::new("partition", "no such partition").into(), "job_id");
         assert_eq!(spec.field.as_deref(), Some("partition"));
-        let missing = ToolError::engine(Error::Store(StoreError::NotFound("abc".into())), "job_ids");
+        let missing = ToolError::engine(Error::Store(crate::store::StoreError::NotFound("abc".into())), "job_ids");
         assert_eq!(missing.field.as_deref(), Some("job_ids"));
         assert_eq!(missing.next, "call list to see the known jobs");
     }

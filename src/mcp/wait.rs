@@ -7,8 +7,8 @@ use super::args::{check_range, WaitArgs, WAIT_DEFAULT_SECS, WAIT_MAX_SECS};
 use super::clients::{blocking, Clients};
 use super::hints::{for_jobs, jobs_summary};
 use super::reply::{briefs, JobBrief, Reply, ToolError};
+use crate::client::{now_secs, EventRecord};
 use crate::monitor::{next_interval, Pace};
-use crate::store::{now_secs, EventRecord};
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::{Peer, RoleServer};
 use schemars::JsonSchema;
@@ -135,7 +135,11 @@ pub async fn wait(
             Some(cursor) => cursor,
             None => c.last_event_id().map_err(|e| ToolError::engine(e, "job_ids"))?,
         };
-        let views = if given.is_empty() { c.list(true) } else { c.stored_jobs(&given) };
+        let views = if given.is_empty() {
+            c.list(&crate::client::JobFilter { active_only: true, ..Default::default() }).map(|l| l.jobs)
+        } else {
+            c.stored_jobs(&given)
+        };
         let ids: Vec<String> =
             views.map_err(|e| ToolError::engine(e, "job_ids"))?.into_iter().map(|v| v.job_id).collect();
         let history = c.events_since(0, &ids, MAX_EVENTS).map_err(|e| ToolError::engine(e, "job_ids"))?;

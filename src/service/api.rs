@@ -154,7 +154,7 @@ pub async fn workspace_cluster(
     let w = ws.clone();
     let st = state.clone();
     let view = blocking(move || {
-        let checks = crate::engine::preflight::run_preflight(&w.settings);
+        let checks = crate::client::preflight(&w.settings).checks;
         w.ready.store(checks.iter().all(|c| c.ok || !c.required), std::sync::atomic::Ordering::Relaxed);
         let (partitions, partitions_error) = match w.with_client(|c| c.partition_usage()) {
             Ok((p, _host)) => (p, None),
@@ -162,7 +162,7 @@ pub async fn workspace_cluster(
         };
         Ok(ClusterOut {
             workspace: w.id.clone(),
-            checked_at: rfc3339(crate::store::now_secs()),
+            checked_at: rfc3339(crate::client::now_secs()),
             ok: checks.iter().all(|c| c.ok || !c.required),
             checks: checks
                 .into_iter()
@@ -276,20 +276,18 @@ pub fn to_spec(state: &AppState, org: &str, req: &JobCreate) -> ApiResult<(JobSp
         }
         (a, b) => a.clone().or(b.clone()),
     };
-    let (mut gpus, mut total_gpus) = (req.gpus, req.total_gpus);
+    let (mut gpus, mut total_gpus, mut nodes) = (req.gpus, req.total_gpus, req.nodes);
     match req.num_gpu {
         None | Some(-1) => {}
-        Some(n) if !(-1..=100_000).contains(&n) => {
-            return Err(ApiError::field(
-                "num_gpu",
-                format!("{n} is not a number of GPUs (0 or more, or -1 for the default)"),
-            ))
-        }
         Some(_) if gpus.is_some() || total_gpus.is_some() => {
             return Err(ApiError::field("num_gpu", "give num_gpu, or gpus/total_gpus, not both"))
         }
-        Some(0) => gpus = Some(0),
-        Some(n) => total_gpus = Some(n as u32),
+        // TAO's count, by the one packing rule of every door.
+        Some(n) => {
+            let ask = crate::plan::gpus_from_count("num_gpu", n, req.nodes, ws.settings.max_gpus_per_node)
+                .map_err(ApiError::from_spec)?;
+            (gpus, total_gpus, nodes) = (ask.gpus, ask.total_gpus, ask.nodes);
+        }
     }
     let (command, shell) = match &req.command {
         None => (Vec::new(), req.shell),
@@ -315,7 +313,7 @@ pub fn to_spec(state: &AppState, org: &str, req: &JobCreate) -> ApiResult<(JobSp
         shell,
         gpus,
         total_gpus,
-        nodes: req.nodes,
+        nodes,
         cpus_per_task: req.cpus_per_task,
         memory: req.memory.clone(),
         partition,
@@ -403,7 +401,7 @@ pub async fn create_job(
         let (st, w, o) = (state.clone(), ws.clone(), org.clone());
         blocking(move || super::workspaces::preflight(&st, &w, &o)).await?;
     }
-    let meta = super::db::ApiJob {
+    let meta = crate::client::ApiJob {
         job_id: String::new(),
         org: org.clone(),
         workspace: ws.id.clone(),
@@ -411,14 +409,14 @@ pub async fn create_job(
         specs: spec.specs.clone().unwrap_or_else(|| serde_json::json!({})),
         num_gpu: req.num_gpu,
         token_id: Some(token.id.clone()),
-        created_at: crate::store::now_secs(),
+        created_at: crate::client::now_secs(),
     };
     let st = state.clone();
     let w = ws.clone();
     let job_id = blocking(move || {
         w.with_client(|client| {
             let submitted = client.create_job(&spec, &secrets)?;
-            st.add_job(super::db::ApiJob { job_id: submitted.job_id.clone(), ..meta })
+            st.add_job(crate::client::ApiJob { job_id: submitted.job_id.clone(), ..meta })
                 .map_err(|m| {
                     tracing::warn!(job = %submitted.job_id, error = %m, "submitted, but not recorded in the service's database");
                     crate::Error::RemoteCommand("the job was submitted but the service could not record it; the operator finds why in its log".into())
@@ -455,14 +453,7 @@ pub async fn list_jobs(State(state): State<AppStateRef>, Path(org): Path<String>
         Some(list) => Some(
             list.split(',')
                 .filter(|s| !s.trim().is_empty())
-                .map(|s| {
-                    parse_status(s).ok_or_else(|| {
-                        ApiError::field(
-                            "status",
-                            format!("{s:?} is not one of Pending, Running, Done (Complete), Error, Canceled, Paused"),
-                        )
-                    })
-                })
+                .map(|s| crate::filter::parse_status("status", s).map_err(ApiError::from_spec))
                 .collect::<ApiResult<Vec<_>>>()?,
         ),
     };
@@ -624,8 +615,8 @@ const MAX_LOG_BYTES: u64 = 1 << 20;
 pub async fn job_logs(state: AppStateRef, org: String, id: String, q: LogsQuery) -> ApiResult<Response> {
     let job = org_job(&state, &org, &id)?;
     let stream = match q.stream.as_deref().unwrap_or("both") {
-        "stdout" => Some(crate::engine::logs::Stream::Stdout),
-        "stderr" => Some(crate::engine::logs::Stream::Stderr),
+        "stdout" => Some(crate::client::Stream::Stdout),
+        "stderr" => Some(crate::client::Stream::Stderr),
         "both" => None,
         other => return Err(ApiError::field("stream", format!("{other:?} is not stdout, stderr or both"))),
     };
@@ -684,8 +675,8 @@ pub async fn job_logs(state: AppStateRef, org: String, id: String, q: LogsQuery)
                 blocking(move || ws.with_client(|c| c.job_logs(&id, Some(tail), q.attempt)).map_err(ApiError::engine))
                     .await?;
             Ok(text(match stream {
-                Some(crate::engine::logs::Stream::Stdout) => logs.stdout,
-                Some(crate::engine::logs::Stream::Stderr) => logs.stderr,
+                Some(crate::client::Stream::Stdout) => logs.stdout,
+                Some(crate::client::Stream::Stderr) => logs.stderr,
                 None if logs.stderr.is_empty() => logs.stdout,
                 None => format!(
                     "{}{}{}",

@@ -1,6 +1,7 @@
 //! The API's errors: `{error_desc, error_code}` as the TAO service sends them, plus the field at fault
 //! when a request is invalid, with the HTTP status that fits.
 
+use crate::error::ErrorKind;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
@@ -40,6 +41,11 @@ impl ApiError {
         e
     }
 
+    /// A field the core refused (400, naming it).
+    pub fn from_spec(e: crate::spec::SpecError) -> ApiError {
+        ApiError::field(e.field, e.message)
+    }
+
     pub fn not_found(what: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::NOT_FOUND, "not_found", what)
     }
@@ -63,30 +69,42 @@ impl ApiError {
         )
     }
 
-    /// An error of the engine, with the status that fits its class.
+    /// An error of the engine, with the status that fits its kind.
     pub fn engine(e: crate::Error) -> ApiError {
-        use crate::store::StoreError;
-        use crate::Error;
-        match e {
-            Error::Spec(s) => ApiError::field(s.field.clone(), s.message),
-            Error::Store(StoreError::NotFound(id)) => ApiError::not_found(format!("no job {id}")),
-            Error::Store(e @ StoreError::Ambiguous(_)) => ApiError::field("job_id", e.to_string()),
+        let kind = e.kind();
+        let status = status_of(kind);
+        match (kind, e) {
+            (_, crate::Error::Spec(s)) => ApiError::field(s.field.clone(), s.message),
+            (ErrorKind::NotFound, e) => ApiError::not_found(e.to_string()),
+            (ErrorKind::Ambiguous, e) => ApiError::field("job_id", e.to_string()),
             // Local files' paths stay in the service's log, never in a reply.
-            Error::Store(e) => {
-                tracing::warn!(error = %e, "local state");
-                ApiError::internal("the service's local state failed; the operator finds why in its log")
-            }
-            Error::Config(e) => {
+            (ErrorKind::State, e) => ApiError::internal(format!("local state: {e}")),
+            (ErrorKind::MissingSettings | ErrorKind::Config, e) => {
                 tracing::warn!(error = %e, "a workspace's settings");
                 ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
+                    status,
                     "workspace_unavailable",
                     "the workspace's settings are incomplete; the operator finds why in the service's log",
                 )
             }
-            Error::Remote(e) => ApiError::new(StatusCode::BAD_GATEWAY, "cluster_unreachable", e.to_string()),
-            Error::RemoteCommand(m) => ApiError::new(StatusCode::BAD_GATEWAY, "cluster_command_failed", m),
+            (ErrorKind::Unreachable | ErrorKind::OutcomeUnknown, e) => {
+                ApiError::new(status, "cluster_unreachable", e.to_string())
+            }
+            (ErrorKind::RemoteCommand | ErrorKind::Invalid, e) => {
+                ApiError::new(status, "cluster_command_failed", e.to_string())
+            }
         }
+    }
+}
+
+/// The HTTP status of each kind of engine error.
+pub fn status_of(kind: ErrorKind) -> StatusCode {
+    match kind {
+        ErrorKind::Invalid | ErrorKind::Ambiguous => StatusCode::BAD_REQUEST,
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::MissingSettings | ErrorKind::Config => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::Unreachable | ErrorKind::OutcomeUnknown | ErrorKind::RemoteCommand => StatusCode::BAD_GATEWAY,
+        ErrorKind::State => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 

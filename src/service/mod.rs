@@ -14,7 +14,6 @@
 
 pub mod api;
 mod dashboard;
-pub mod db;
 pub mod error;
 pub mod openapi;
 pub mod operator;
@@ -69,7 +68,7 @@ async fn authenticate(State(state): State<Arc<AppState>>, mut req: Request, next
         )
         .into_response();
     };
-    let hash = db::token_hash(presented);
+    let hash = crate::client::service_records::token_hash(presented);
     let token = state.tokens.read().unwrap_or_else(|e| e.into_inner()).get(&hash).cloned();
     let Some(token) = token else {
         return ApiError::unauthorized("the token is not valid (unknown or revoked)").into_response();
@@ -137,7 +136,7 @@ pub fn serve(opts: ServeOptions, setup: Setup) -> Result<(), Error> {
     let runtime_error = |e: std::io::Error| Error::RemoteCommand(format!("cannot start the service: {e}"));
     let Setup { workspaces, operator, secret_box, make_settings } = setup;
     let state_path = workspaces.first().map(|(_, s)| s.state_path.clone()).expect("at least one workspace");
-    let db = db::ServiceDb::open(&db::path_for(&state_path))
+    let db = crate::client::ServiceDb::open(&crate::client::service_records::path_for(&state_path))
         .map_err(|m| crate::spec::SpecError::new("TAO_SLURM_STATE", m))?;
     let workspaces: Vec<Arc<Workspace>> = workspaces
         .into_iter()

@@ -4,7 +4,7 @@
 //! only from these; any other name gets one neutral refusal, whatever the reason, so a caller learns
 //! nothing about the service's environment.
 
-use super::db::ServiceDb;
+use crate::client::ServiceDb;
 use super::error::ApiError;
 use super::operator::OrgRules;
 use crate::spec::SecretValues;

@@ -6,10 +6,10 @@
 //! is kept with its reply already serialised, and the revision at which it last changed (for the
 //! event streams).
 
-use super::db::{ApiJob, ServiceDb};
 use super::types::{self, BackendDetailsOut, JobOut, SlurmMetadata, TaoStatus};
 use super::workspace::Workspace;
 use crate::client::JobView;
+use crate::client::{ApiJob, ServiceDb};
 use crate::Client;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};

@@ -39,14 +39,6 @@ impl From<PlatformStatus> for TaoStatus {
     }
 }
 
-/// A status name of either vocabulary (`Done` or `Complete`, any case).
-pub fn parse_status(text: &str) -> Option<PlatformStatus> {
-    if text.trim().eq_ignore_ascii_case("done") {
-        return Some(PlatformStatus::Complete);
-    }
-    PlatformStatus::parse(text)
-}
-
 /// The command: argv (a list), or one shell string run by `bash -c` (as the TAO SDK takes it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
@@ -548,11 +540,7 @@ mod tests {
     }
 
     #[test]
-    fn statuses_of_both_vocabularies() {
-        assert_eq!(parse_status("done"), Some(PlatformStatus::Complete));
-        assert_eq!(parse_status("Complete"), Some(PlatformStatus::Complete));
-        assert_eq!(parse_status("running"), Some(PlatformStatus::Running));
-        assert_eq!(parse_status("Started"), None);
+    fn tao_names_our_complete_done() {
         assert_eq!(TaoStatus::from(PlatformStatus::Complete), TaoStatus::Done);
     }
 }

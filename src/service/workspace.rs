@@ -4,8 +4,8 @@
 //! cache that every request reads. Requests that must reach the cluster (create, cancel, logs, the
 //! cluster view) borrow a client from a small pool on a blocking thread.
 
+use crate::client::{now_secs, Monitor, TransportStats, AFTER_FAILURE};
 use crate::config::Settings;
-use crate::remote::TransportStats;
 use crate::Client;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -53,7 +53,7 @@ pub struct Workspace {
     /// Deleted: its monitor stops.
     pub stopped: AtomicBool,
     /// The monitor lock of its cluster, held while this service follows it.
-    pub monitor_lock: Mutex<Option<std::fs::File>>,
+    pub monitor_lock: Mutex<Option<crate::client::MonitorLock>>,
     idle: Mutex<Vec<Client>>,
     pub counters: Counters,
     pub last_error: Mutex<Option<String>>,
@@ -148,9 +148,6 @@ impl Workspace {
 
     /// The monitor: refresh, publish, sleep at the monitor's pace, until the workspace is deleted.
     pub fn run_monitor(&self, publish: &dyn Fn(&Client)) {
-        let budget = self.settings.max_queries_per_minute;
-        // The budget's floor between two refreshes, kept even when woken early.
-        let floor = Duration::from_secs_f64(60.0 * crate::monitor::QUERIES_PER_REFRESH as f64 / budget.max(1) as f64);
         let client = loop {
             match Client::new(self.settings.clone()) {
                 Ok(c) => break c,
@@ -160,47 +157,28 @@ impl Workspace {
                 }
             }
         };
-        let mut last_change = crate::store::now_secs();
-        let mut seen: std::collections::HashMap<String, (crate::PlatformStatus, u32)> = Default::default();
+        let mut monitor = Monitor::new(&self.settings);
+        let floor = crate::monitor::budget_floor(self.settings.max_queries_per_minute);
         while !self.stopped.load(Ordering::Relaxed) {
             let started = Instant::now();
             let before = client.transport_stats();
-            let result = client.refresh_summaries(&[]);
+            let result = monitor.step(&client);
             let after = client.transport_stats();
             self.account(before, after);
             add(&self.counters.refresh_round_trips, before.round_trips, after.round_trips);
             self.counters.refreshes.fetch_add(1, Ordering::Relaxed);
-            self.counters.last_refresh_at.store(crate::store::now_secs() as u64, Ordering::Relaxed);
+            self.counters.last_refresh_at.store(now_secs() as u64, Ordering::Relaxed);
             let interval = match result {
-                Ok(jobs) => {
+                Ok(step) => {
                     *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                    let now = crate::store::now_secs();
-                    for j in &jobs {
-                        let key = (j.status, j.attempt);
-                        if seen.get(&j.job_id) != Some(&key) {
-                            seen.insert(j.job_id.clone(), key);
-                            last_change = now;
-                        }
-                    }
-                    let active: Vec<_> = jobs.iter().filter(|j| !j.status.is_terminal()).collect();
-                    seen.retain(|id, _| active.iter().any(|j| &j.job_id == id));
-                    self.counters.active_jobs.store(active.len(), Ordering::Relaxed);
-                    let youngest =
-                        active.iter().map(|j| now - j.created_at).min().unwrap_or(i64::MAX).min(now - last_change);
-                    crate::monitor::next_interval(
-                        crate::monitor::Pace {
-                            youngest_age_secs: youngest,
-                            next_retry_in_secs: active.iter().filter_map(|j| j.next_retry_at).map(|t| t - now).min(),
-                            active_jobs: active.len(),
-                        },
-                        budget,
-                    )
+                    self.counters.active_jobs.store(step.active, Ordering::Relaxed);
+                    step.interval
                 }
                 Err(e) => {
                     self.counters.refresh_errors.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(workspace = %self.id, error = %e, "refresh failed; the cached state stays as it was");
                     *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
-                    Duration::from_secs(10)
+                    AFTER_FAILURE
                 }
             };
             self.counters.interval_ms.store(interval.as_millis() as u64, Ordering::Relaxed);

@@ -81,7 +81,7 @@ pub fn org_key(state_path: &FsPath, org: &str, assigned: Option<&FsPath>) -> Res
     if let Some(k) = assigned {
         return Ok(k.to_path_buf());
     }
-    super::db::check_org(org)?;
+    crate::client::service_records::check_org(org)?;
     let dir = keys_dir(state_path);
     crate::private::ensure_private_dir(&dir)?;
     let key = dir.join(format!("{org}_ed25519"));
@@ -242,7 +242,7 @@ fn workspace_settings(state: &AppState, id: &str, org: &str, d: &SlurmDetailsIn)
 /// Run a workspace's preflight (blocking); Err names the first required check that failed and what
 /// to do.
 pub fn preflight(state: &AppState, w: &Workspace, org: &str) -> Result<(), ApiError> {
-    let checks = crate::engine::preflight::run_preflight(&w.settings);
+    let checks = crate::client::preflight(&w.settings).checks;
     match checks.iter().find(|c| c.required && !c.ok) {
         None => {
             w.ready.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -275,8 +275,7 @@ pub fn preflight(state: &AppState, w: &Workspace, org: &str) -> Result<(), ApiEr
 
 /// Take the cluster's monitor lock (when free) and start the workspace's monitor thread.
 pub fn start_monitor(state: &Arc<AppState>, w: &Arc<Workspace>) -> Result<(), crate::Error> {
-    let lock_path = crate::cli::monitor::monitor_lock_path(&w.settings);
-    match crate::cli::monitor::take_lock(&lock_path)? {
+    match crate::client::MonitorLock::take(&w.settings)? {
         Some(lock) => *w.monitor_lock.lock().unwrap_or_else(|e| e.into_inner()) = Some(lock),
         None => tracing::warn!(
             workspace = %w.id,
@@ -350,7 +349,7 @@ pub async fn create_workspace(
     }
     check_details(&req.cloud_specific_details)?;
     let id = uuid::Uuid::new_v4().to_string();
-    let now = crate::store::now_secs();
+    let now = crate::client::now_secs();
     let w = Arc::new(build(&state, &id, &org, &req, now)?);
     let (st, w2, o) = (state.clone(), w.clone(), org.clone());
     let checked = blocking(move || Ok(preflight(&st, &w2, &o))).await?;

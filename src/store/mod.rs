@@ -23,6 +23,7 @@ pub enum StoreError {
 
 mod rows;
 mod schema;
+pub mod service_records;
 
 use rows::{list_tail, FromJobRow, ACTIVE};
 use schema::MIGRATIONS;

@@ -42,3 +42,27 @@ def test_error_classes_mirror_the_engine_and_the_tao_sdk():
     for cls in (tao_slurm.ConfigError, tao_slurm.JobSpecError, tao_slurm.RemoteError, tao_slurm.RemoteCommandError):
         assert issubclass(cls, tao_slurm.TaoSlurmError)
     assert str(tao_slurm.JobSpecError("bad", field="gpu_count")) == "bad"
+
+
+def test_the_status_vocabulary_and_error_kinds_come_from_the_engine():
+    from tao_slurm import _native, errors, sdk
+
+    # One terminal set: the engine's, not a copy kept in Python.
+    assert sdk.TERMINAL_STATUSES == frozenset(_native.TERMINAL_STATUSES) == {"Complete", "Error", "Canceled"}
+    assert set(_native.TERMINAL_STATUSES) < set(_native.STATUSES)
+    # Each kind of engine error raises the class the engine names, with the CLI's exit code for it.
+    kinds = {kind: (cls, code) for kind, cls, code in _native.ERROR_KINDS}
+    assert {"invalid", "not_found", "unreachable", "remote_command", "state"} <= set(kinds)
+    for kind, (cls, code) in kinds.items():
+        assert issubclass(getattr(errors, cls), errors.TaoSlurmError), kind
+        assert getattr(errors, cls).exit_code == code, (kind, cls, code)
+
+
+def test_gpu_count_is_packed_by_the_engines_rule():
+    from tao_slurm import _native
+
+    assert _native.gpus_from_count(2, 2, 8) == {"gpus": 2, "nodes": 2}
+    assert _native.gpus_from_count(16, 1, 8) == {"total_gpus": 16}
+    with pytest.raises(tao_slurm.JobSpecError) as e:
+        _native.gpus_from_count(12, 1, 8)
+    assert e.value.field == "gpu_count" and "use 16" in str(e.value) and e.value.exit_code == 2

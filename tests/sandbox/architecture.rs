@@ -179,3 +179,126 @@ fn the_core_has_no_io_crate_in_its_tree() {
         assert!(!tree.lines().any(|l| l.starts_with(forbidden)), "{forbidden} in the core's tree:\n{tree}");
     }
 }
+
+/// The front-ends' source files: the CLI, the MCP server, the service, the Python binding.
+const FRONT_ENDS: &[(&str, &str)] =
+    &[("cli", "src/cli"), ("mcp", "src/mcp"), ("service", "src/service"), ("python", "python/src")];
+
+/// Every `crate::` (or, in the Python binding, `tao_slurm::`) path of a front-end's file.
+fn front_end_paths(file: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(file).unwrap().replace("tao_slurm::", "crate::");
+    crate_paths(&text)
+}
+
+/// The rule over a tree: (file, path) of every use of a module the front-ends must not name.
+fn reaches_past_the_client(root: &Path) -> Vec<(String, String)> {
+    let mut hits = Vec::new();
+    for (_, dir) in FRONT_ENDS {
+        let mut files = Vec::new();
+        rust_files(&root.join(dir), &mut files);
+        for f in files {
+            for p in front_end_paths(&f) {
+                let top = p.split("::").nth(1).unwrap_or("");
+                if ["engine", "store", "remote"].contains(&top) {
+                    hits.push((f.strip_prefix(root).unwrap().display().to_string(), p));
+                }
+            }
+        }
+    }
+    hits
+}
+
+#[test]
+fn front_ends_reach_the_engine_only_through_the_client() {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let hits = reaches_past_the_client(here);
+    assert!(hits.is_empty(), "front-ends naming engine, store or remote (use crate::client instead): {hits:#?}");
+}
+
+/// (file, other front-end) for every front-end file that names another front-end. The CLI's `mcp`
+/// and `serve` commands start the other two, and `token` keeps the service's tokens: that is what
+/// they are, not a use of them.
+fn front_ends_importing_each_other(root: &Path) -> Vec<(String, String)> {
+    let mut hits = Vec::new();
+    for (name, dir) in FRONT_ENDS {
+        let mut files = Vec::new();
+        rust_files(&root.join(dir), &mut files);
+        for f in files {
+            let rel = f.strip_prefix(root).unwrap().display().to_string();
+            for p in front_end_paths(&f) {
+                let top = p.split("::").nth(1).unwrap_or("").to_string();
+                let starts = (rel == "src/cli/mcp.rs" && top == "mcp")
+                    || (["src/cli/serve.rs", "src/cli/token.rs"].contains(&rel.as_str()) && top == "service");
+                if top != *name && FRONT_ENDS.iter().any(|(other, _)| *other == top) && !starts {
+                    hits.push((rel.clone(), top));
+                }
+            }
+        }
+    }
+    hits
+}
+
+#[test]
+fn no_front_end_imports_another() {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let hits = front_ends_importing_each_other(here);
+    assert!(hits.is_empty(), "a front-end naming another (move what both need behind Client): {hits:#?}");
+}
+
+/// Every source file outside `src/store/` that names SQLite's crate.
+fn sqlite_outside_the_store(root: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    for dir in ["src", "python/src", "crates/core/src"] {
+        rust_files(&root.join(dir), &mut files);
+    }
+    files
+        .into_iter()
+        .filter(|f| !f.starts_with(root.join("src/store")))
+        .filter(|f| std::fs::read_to_string(f).unwrap().contains("rusqlite"))
+        .map(|f| f.strip_prefix(root).unwrap().display().to_string())
+        .collect()
+}
+
+#[test]
+fn only_the_store_touches_sqlite() {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let hits = sqlite_outside_the_store(here);
+    assert!(hits.is_empty(), "SQLite outside src/store: {hits:?}");
+}
+
+/// The three rules above catch what they are for: each is run over a scratch tree that breaks it.
+#[test]
+fn the_layout_rules_catch_a_break() {
+    let root = tempfile::tempdir().unwrap();
+    let write = |rel: &str, text: &str| {
+        let path = root.path().join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    for (_, dir) in FRONT_ENDS {
+        write(&format!("{dir}/mod.rs"), "use crate::client::Client;\n");
+    }
+    write("src/store/mod.rs", "use rusqlite::Connection;\n");
+    write("crates/core/src/lib.rs", "pub mod x;\n");
+    assert!(reaches_past_the_client(root.path()).is_empty());
+    assert!(front_ends_importing_each_other(root.path()).is_empty());
+    assert!(sqlite_outside_the_store(root.path()).is_empty());
+
+    write("src/mcp/tools.rs", "use crate::engine::logs::Stream;\n");
+    write("python/src/lib.rs", "use tao_slurm::store::StoreError;\n");
+    let hits: Vec<String> = reaches_past_the_client(root.path()).into_iter().map(|(f, _)| f).collect();
+    assert_eq!(hits, ["src/mcp/tools.rs", "python/src/lib.rs"]);
+
+    write("src/service/api.rs", "fn f() { crate::cli::monitor::take_lock(); }\n");
+    write("src/cli/serve.rs", "use crate::service::serve;\n");
+    write("src/cli/submit.rs", "use crate::mcp::reply::Reply;\n");
+    let mut hits = front_ends_importing_each_other(root.path());
+    hits.sort();
+    assert_eq!(
+        hits,
+        [("src/cli/submit.rs".to_string(), "mcp".to_string()), ("src/service/api.rs".into(), "cli".into())]
+    );
+
+    write("src/service/db.rs", "use rusqlite::params;\n");
+    assert_eq!(sqlite_outside_the_store(root.path()), ["src/service/db.rs"]);
+}

@@ -15,10 +15,17 @@ pub struct Pace {
     pub active_jobs: usize,
 }
 
+/// The shortest time between two refreshes the budget of scheduler queries per minute allows (each
+/// refresh costs [`QUERIES_PER_REFRESH`]): the pace of every poller, the monitor's, a wait's, a log
+/// follower's.
+pub fn budget_floor(max_queries_per_minute: u32) -> Duration {
+    Duration::from_secs_f64(60.0 * QUERIES_PER_REFRESH as f64 / max_queries_per_minute.max(1) as f64)
+}
+
 /// Often just after a submit or a change, less often for long runs, never more often than the budget
 /// of scheduler queries per minute allows.
 pub fn next_interval(pace: Pace, max_queries_per_minute: u32) -> Duration {
-    let floor = 60.0 * QUERIES_PER_REFRESH as f64 / max_queries_per_minute.max(1) as f64;
+    let floor = budget_floor(max_queries_per_minute).as_secs_f64();
     // With no active job a refresh reads only the local state file (no remote call): look often, so
     // that jobs submitted by other processes are picked up at once.
     if pace.active_jobs == 0 {

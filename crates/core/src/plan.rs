@@ -246,6 +246,52 @@ fn resolve_inputs(spec: &JobSpec) -> Result<ResolvedInputs, SpecError> {
     Ok((inputs, required))
 }
 
+/// How many nodes a total of GPUs takes: up to one node's worth goes on one node; more must fill whole
+/// nodes. The one packing rule (and its message) of every door: `--total-gpus`, the TAO SDK's
+/// `gpu_count` and the TAO service's `num_gpu` (through [`gpus_from_count`]).
+pub fn pack_total_gpus(field: &str, total: u32, per_node: u32) -> Result<u32, SpecError> {
+    let nodes = total.div_ceil(per_node.max(1));
+    if nodes > 1 && !total.is_multiple_of(per_node) {
+        let (low, high) = (total - total % per_node, nodes * per_node);
+        return Err(SpecError::new(
+            field,
+            format!(
+                "{total} GPUs do not fill nodes of {per_node} evenly; use {high} (a multiple of {per_node}) or at most {per_node} on one node (the nearest totals that work: {low} or {high})"
+            ),
+        ));
+    }
+    Ok(nodes)
+}
+
+/// What a GPU count in TAO's sense asks for: per node up to a node's GPUs (on `num_nodes` nodes, as the
+/// TAO SDK reads `gpu_count`), a total packed into full nodes above it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GpuAsk {
+    pub gpus: Option<u32>,
+    pub total_gpus: Option<u32>,
+    pub nodes: Option<u32>,
+}
+
+/// TAO's GPU count (`field` is the caller's name for it: `gpu_count`, `num_gpu`) and node count as a
+/// job's `gpus`/`total_gpus`/`nodes`.
+pub fn gpus_from_count(field: &str, count: i64, num_nodes: Option<u32>, per_node: u32) -> Result<GpuAsk, SpecError> {
+    let count = u32::try_from(count)
+        .map_err(|_| SpecError::new(field, format!("{count} is not a number of GPUs (0 or more)")))?;
+    if count <= per_node {
+        return Ok(GpuAsk { gpus: Some(count), total_gpus: None, nodes: num_nodes });
+    }
+    let nodes = pack_total_gpus(field, count, per_node)?;
+    match num_nodes {
+        Some(n) if n != 1 && n != nodes => Err(SpecError::new(
+            "num_nodes",
+            format!(
+                "{field}={count} (a total above a node's {per_node} GPUs) needs {nodes} nodes, but num_nodes={n}; leave num_nodes out, or give {field}={per_node} per node"
+            ),
+        )),
+        _ => Ok(GpuAsk { gpus: None, total_gpus: Some(count), nodes: None }),
+    }
+}
+
 /// Decide nodes × GPUs per node. `gpus` is always per node; `total_gpus` packs into full nodes and must
 /// fill them evenly.
 pub fn resolve_resources(spec: &JobSpec, max_per_node: u32) -> Result<Resources, SpecError> {
@@ -257,23 +303,7 @@ pub fn resolve_resources(spec: &JobSpec, max_per_node: u32) -> Result<Resources,
             if total == 0 {
                 return Err(SpecError::new("total_gpus", "must be at least 1; use --gpus 0 for a CPU-only job"));
             }
-            // Up to one node's worth goes on one node; more must fill whole nodes.
-            let nodes = total.div_ceil(max_per_node);
-            if nodes > 1 && total % max_per_node != 0 {
-                let suggestions: Vec<String> =
-                    [total - total % max_per_node, (total / max_per_node + 1) * max_per_node]
-                        .into_iter()
-                        .filter(|v| *v > 0)
-                        .map(|v| v.to_string())
-                        .collect();
-                return Err(SpecError::new(
-                    "total_gpus",
-                    format!(
-                        "{total} GPUs do not fill nodes of {max_per_node} evenly; use a total up to {max_per_node} or a multiple of {max_per_node} (for example {})",
-                        suggestions.join(" or ")
-                    ),
-                ));
-            }
+            let nodes = pack_total_gpus("total_gpus", total, max_per_node)?;
             if let Some(n) = spec.nodes {
                 if n != nodes {
                     return Err(SpecError::new(
@@ -942,5 +972,43 @@ pub(crate) mod tests {
         assert_eq!(slurm_job_name("abc-1"), "tao-job-abc-1");
         assert_eq!(slurm_job_name("a b/c"), "tao-job-a_b_c");
         assert_eq!(slurm_job_name(&"x".repeat(300)).len(), 120);
+    }
+}
+
+#[cfg(test)]
+mod gpu_count_tests {
+    use super::{gpus_from_count, pack_total_gpus, GpuAsk};
+
+    #[test]
+    fn tao_counts_are_per_node_up_to_a_node_and_a_total_above() {
+        type Ask = (Option<u32>, Option<u32>, Option<u32>);
+        // (count, num_nodes) -> (gpus, total_gpus, nodes), nodes of 8 GPUs
+        let ok: &[((i64, Option<u32>), Ask)] = &[
+            ((0, None), (Some(0), None, None)),
+            ((2, Some(2)), (Some(2), None, Some(2))),
+            ((8, None), (Some(8), None, None)),
+            ((16, None), (None, Some(16), None)),
+            ((16, Some(1)), (None, Some(16), None)),
+            ((16, Some(2)), (None, Some(16), None)),
+        ];
+        for ((count, nodes), (gpus, total, n)) in ok {
+            let want = GpuAsk { gpus: *gpus, total_gpus: *total, nodes: *n };
+            assert_eq!(gpus_from_count("gpu_count", *count, *nodes, 8).unwrap(), want, "{count} on {nodes:?}");
+        }
+        let e = gpus_from_count("gpu_count", 12, None, 8).unwrap_err();
+        assert_eq!(e.field, "gpu_count");
+        assert!(e.message.contains("use 16") && e.message.contains("8 or 16"), "{e}");
+        assert_eq!(gpus_from_count("num_gpu", 16, Some(4), 8).unwrap_err().field, "num_nodes");
+        assert_eq!(gpus_from_count("num_gpu", -2, None, 8).unwrap_err().field, "num_gpu");
+    }
+
+    #[test]
+    fn the_packing_message_is_the_same_for_every_field() {
+        let a = pack_total_gpus("total_gpus", 20, 8).unwrap_err();
+        let b = gpus_from_count("gpu_count", 20, None, 8).unwrap_err();
+        assert_eq!(a.message, b.message);
+        assert!(a.message.contains("use 24") && a.message.contains("16 or 24"), "{a}");
+        assert_eq!(pack_total_gpus("total_gpus", 24, 8).unwrap(), 3);
+        assert_eq!(pack_total_gpus("total_gpus", 5, 8).unwrap(), 1);
     }
 }

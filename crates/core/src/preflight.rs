@@ -20,6 +20,19 @@ pub struct Check {
     pub remediation: Option<String>,
 }
 
+/// Every check of one preflight, and whether it passed: no required check failed.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct PreflightReport {
+    pub ok: bool,
+    pub checks: Vec<Check>,
+}
+
+impl PreflightReport {
+    pub fn new(checks: Vec<Check>) -> PreflightReport {
+        PreflightReport { ok: checks.iter().all(|c| c.ok || !c.required), checks }
+    }
+}
+
 impl Check {
     pub fn pass(name: &str, host: Option<&str>, detail: impl Into<String>) -> Check {
         Check {

@@ -16,8 +16,21 @@ pub enum PlatformStatus {
 }
 
 impl PlatformStatus {
+    pub const ALL: [PlatformStatus; 6] = [
+        PlatformStatus::Pending,
+        PlatformStatus::Running,
+        PlatformStatus::Complete,
+        PlatformStatus::Error,
+        PlatformStatus::Canceled,
+        PlatformStatus::Paused,
+    ];
+
+    /// The statuses a job never leaves.
+    pub const TERMINAL: [PlatformStatus; 3] =
+        [PlatformStatus::Complete, PlatformStatus::Error, PlatformStatus::Canceled];
+
     pub fn is_terminal(self) -> bool {
-        matches!(self, PlatformStatus::Complete | PlatformStatus::Error | PlatformStatus::Canceled)
+        PlatformStatus::TERMINAL.contains(&self)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -31,17 +44,14 @@ impl PlatformStatus {
         }
     }
 
+    /// A status name of either vocabulary, any case: ours, or TAO's `Done` for Complete. (With the
+    /// field at fault in the error: `filter::parse_status`.)
     pub fn parse(text: &str) -> Option<PlatformStatus> {
-        [
-            PlatformStatus::Pending,
-            PlatformStatus::Running,
-            PlatformStatus::Complete,
-            PlatformStatus::Error,
-            PlatformStatus::Canceled,
-            PlatformStatus::Paused,
-        ]
-        .into_iter()
-        .find(|s| s.as_str().eq_ignore_ascii_case(text.trim()))
+        let text = text.trim();
+        if text.eq_ignore_ascii_case("done") {
+            return Some(PlatformStatus::Complete);
+        }
+        PlatformStatus::ALL.into_iter().find(|s| s.as_str().eq_ignore_ascii_case(text))
     }
 }
 

@@ -30,7 +30,7 @@ pub struct PreflightOut {
 }
 
 pub fn preflight(settings: &Settings) -> Reply<PreflightOut> {
-    let checks = crate::engine::preflight::run_preflight(settings);
+    let checks = crate::client::preflight(settings).checks;
     let ok = checks.iter().all(|c| c.ok || !c.required);
     let failed: Vec<_> = checks.iter().filter(|c| !c.ok && c.required).collect();
     let warned = checks.iter().filter(|c| !c.ok && !c.required).count();

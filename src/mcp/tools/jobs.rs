@@ -1,9 +1,10 @@
 //! Tools about jobs already submitted: status, list, cancel, events, explain.
 
+use crate::client::{EventRecord, JobFilter};
+use crate::filter::parse_age;
 use crate::mcp::args::{check_range, CancelArgs, EventsArgs, ExplainArgs, ListArgs, StatusArgs};
 use crate::mcp::hints::{for_jobs, jobs_summary};
 use crate::mcp::reply::{briefs, JobBrief, Reply, ToolError};
-use crate::store::EventRecord;
 use crate::Client;
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -32,35 +33,15 @@ pub struct ListOut {
 /// The local state's jobs, newest first (no remote call).
 pub fn list(client: &Client, args: ListArgs) -> Result<Reply<ListOut>, ToolError> {
     let limit = check_range("limit", args.limit.unwrap_or(50), 1, 500)? as usize;
-    let since = match &args.since {
-        Some(t) => Some(
-            parse_age(t)
-                .ok_or_else(|| ToolError::invalid("since", format!("{t:?} is not an age like 30m, 2h or 7d")))?,
-        ),
-        None => None,
+    let filter = JobFilter {
+        active_only: args.active_only,
+        statuses: args.status.into_iter().collect(),
+        since_secs: args.since.as_deref().map(|t| parse_age("since", t)).transpose().map_err(ToolError::from_spec)?,
+        groups: args.sweep_id.into_iter().collect(),
+        limit: Some(limit),
     };
-    let now = crate::store::now_secs();
-    let wanted = args.status.map(|s| format!("{s:?}"));
-    let views = client.list(args.active_only).map_err(|e| ToolError::engine(e, "job_ids"))?;
-    let only: Option<std::collections::HashSet<String>> = match &args.sweep_id {
-        Some(id) => Some(
-            client
-                .expand_ids(std::slice::from_ref(id))
-                .map_err(|e| ToolError::engine(e, "sweep_id"))?
-                .into_iter()
-                .collect(),
-        ),
-        None => None,
-    };
-    let matched: Vec<JobBrief> = views
-        .iter()
-        .filter(|v| only.as_ref().is_none_or(|o| o.contains(&v.job_id)))
-        .filter(|v| wanted.as_deref().is_none_or(|w| w == v.status.as_str()))
-        .filter(|v| since.is_none_or(|age| now - v.created_at <= age))
-        .map(JobBrief::from)
-        .collect();
-    let total = matched.len();
-    let jobs: Vec<JobBrief> = matched.into_iter().take(limit).collect();
+    let listed = client.list(&filter).map_err(|e| ToolError::engine(e, "sweep_id"))?;
+    let (total, jobs): (usize, Vec<JobBrief>) = (listed.total, listed.jobs.iter().map(JobBrief::from).collect());
     let summary = if total > jobs.len() {
         format!("{} (showing the newest {})", jobs_summary(&jobs), jobs.len())
     } else {
@@ -72,22 +53,6 @@ pub fn list(client: &Client, args: ListArgs) -> Result<Reply<ListOut>, ToolError
         "logs shows a job's output".to_string()
     };
     Ok(Reply::new(summary, next, ListOut { jobs, total }))
-}
-
-/// `30s`, `30m`, `2h`, `7d`, `1w` -> seconds.
-fn parse_age(text: &str) -> Option<i64> {
-    let text = text.trim();
-    let (num, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
-    let n: i64 = num.parse().ok()?;
-    let unit_secs = match unit {
-        "s" | "" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86400,
-        "w" => 7 * 86400,
-        _ => return None,
-    };
-    Some(n * unit_secs)
 }
 
 pub fn cancel(client: &Client, args: CancelArgs) -> Result<Reply<JobsOut>, ToolError> {
@@ -261,10 +226,7 @@ fn human_secs(secs: i64) -> String {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn ages_and_durations() {
-        assert_eq!(super::parse_age("2h"), Some(7200));
-        assert_eq!(super::parse_age("7d"), Some(7 * 86400));
-        assert_eq!(super::parse_age("soon"), None);
+    fn durations() {
         assert_eq!(super::human_secs(3 * 86400 + 7200), "3 d 2 h");
         assert_eq!(super::human_secs(4000), "1 h 6 min");
         assert_eq!(super::human_secs(59), "59 s");

@@ -8,7 +8,6 @@ use crate::spec::{JobSpec, SecretValues, SpecError};
 use crate::Client;
 use schemars::JsonSchema;
 use serde::Serialize;
-use std::collections::BTreeMap;
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct ResourcesOut {
@@ -86,16 +85,11 @@ fn spec_error(field: &str, e: SpecError) -> ToolError {
 /// Secret values for the spec's names, looked up exactly as `tao-slurm submit` does: the secrets
 /// file first, then this server's environment.
 fn secrets(spec: &JobSpec, secret_env_file: Option<&str>) -> Result<SecretValues, ToolError> {
-    let file: BTreeMap<String, String> = match secret_env_file {
-        Some(p) => dotenvy::from_path_iter(p)
-            .and_then(|it| it.collect::<Result<BTreeMap<_, _>, _>>())
-            .map_err(|e| ToolError::invalid("secret_env_file", format!("cannot read {p}: {e}")))?,
-        None => BTreeMap::new(),
-    };
-    SecretValues::resolve(&spec.secret_env, &file, &|n| std::env::var(n).ok()).map_err(|e| {
-        ToolError::invalid("secret_env", e.message).with_next(
+    crate::client::secret_values(&spec.secret_env, secret_env_file.map(std::path::Path::new)).map_err(|e| match e {
+        crate::Error::Spec(s) if s.field == "secret_env" => ToolError::invalid("secret_env", s.message).with_next(
             "the value must be in the environment of this MCP server (or in secret_env_file): ask the user to set it there and restart the server; never put a secret value in a tool argument",
-        )
+        ),
+        e => ToolError::engine(e, "secret_env_file"),
     })
 }
 
@@ -155,10 +149,7 @@ pub fn submit(client: &Client, args: SubmitArgs) -> Result<Reply<SubmitOut>, Too
     }
     let submitted = client.create_job(&spec, &secrets).map_err(|e| ToolError::engine(e, "job_id"))?;
     let monitor_started = if args.monitor {
-        Some(
-            crate::cli::monitor::start_background_monitor(client.settings())
-                .map_err(|e| ToolError::engine(e, "monitor"))?,
-        )
+        Some(crate::client::start_background_monitor(client.settings()).map_err(|e| ToolError::engine(e, "monitor"))?)
     } else {
         None
     };
@@ -240,10 +231,7 @@ fn submit_group(client: &Client, args: &SubmitArgs, spec: &JobSpec) -> Result<Re
         )
     };
     let monitor_started = if args.monitor {
-        Some(
-            crate::cli::monitor::start_background_monitor(client.settings())
-                .map_err(|e| ToolError::engine(e, "monitor"))?,
-        )
+        Some(crate::client::start_background_monitor(client.settings()).map_err(|e| ToolError::engine(e, "monitor"))?)
     } else {
         None
     };

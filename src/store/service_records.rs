@@ -136,7 +136,7 @@ impl ServiceDb {
         let secret = random_hex();
         let id = secret[..12].to_string();
         let token = format!("tsk_{secret}");
-        let now = crate::store::now_secs();
+        let now = super::now_secs();
         self.conn()
             .execute(
                 "INSERT INTO tokens (id, org, name, sha256, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -152,7 +152,7 @@ impl ServiceDb {
             .conn()
             .execute(
                 "UPDATE tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
-                params![id, crate::store::now_secs()],
+                params![id, super::now_secs()],
             )
             .map_err(|e| sql_err(&self.path, e))?;
         Ok(n == 1)
@@ -234,7 +234,7 @@ impl ServiceDb {
             .conn()
             .execute(
                 "UPDATE api_jobs SET deleted_at = ?2 WHERE job_id = ?1 AND deleted_at IS NULL",
-                params![job_id, crate::store::now_secs()],
+                params![job_id, super::now_secs()],
             )
             .map_err(|e| sql_err(&self.path, e))?;
         Ok(n == 1)
