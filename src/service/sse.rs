@@ -7,7 +7,7 @@
 use super::api::{blocking, org_job, AppStateRef};
 use super::error::{ApiError, ApiResult};
 use super::types::{JobListChange, JobStreamQuery, LogChunkOut};
-use crate::engine::logs::Stream;
+use crate::client::Stream;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use std::collections::{HashMap, VecDeque};
