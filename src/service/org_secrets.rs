@@ -4,9 +4,9 @@
 //! only from these; any other name gets one neutral refusal, whatever the reason, so a caller learns
 //! nothing about the service's environment.
 
-use crate::client::ServiceDb;
 use super::error::ApiError;
 use super::operator::OrgRules;
+use crate::client::ServiceDb;
 use crate::spec::SecretValues;
 use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
 use chacha20poly1305::{Key, XChaCha20Poly1305, XNonce};
