@@ -8,11 +8,12 @@
 //! ([`Client`]), and the front-ends ([`cli`], [`mcp`]) sit on the client. See docs/ARCHITECTURE.md.
 
 pub use tao_slurm_core::{
-    cosmos, filter, model, monitor, ops, preflight, protocol, redact, retry, script, slurm, spec, sqsh, status,
+    cosmos, filter, model, monitor, ops, preflight, protocol, retry, script, slurm, spec, sqsh, status,
 };
 
 pub mod cli;
 pub mod client;
+pub mod clock;
 pub mod config;
 pub mod engine;
 pub mod error;
@@ -23,6 +24,9 @@ pub mod remote;
 pub mod service;
 pub mod spec_file;
 pub mod store;
+
+/// Secret values kept out of logs: the engine's registry (see [`engine::redact`]).
+pub use engine::redact;
 
 /// Plans: the core's, plus [`plan::resolve`], which draws the new job's id.
 pub mod plan {

@@ -188,8 +188,8 @@ pub fn record_jobs(settings: &Settings, slurm_ids: &[String]) -> Vec<String> {
         .in_transaction(|| {
             for sid in slurm_ids {
                 let plan = tao_slurm::plan::resolve(&spec, settings).unwrap();
-                store.insert_job(&spec_json, &plan)?;
-                store.set_submitted(&plan.layout.job_id, sid, "sandbox-login1")?;
+                store.insert_job(&spec_json, &plan, tao_slurm::clock::now())?;
+                store.set_submitted(&plan.layout.job_id, sid, "sandbox-login1", tao_slurm::clock::now())?;
                 ids.push(plan.layout.job_id.clone());
             }
             Ok::<(), tao_slurm::store::StoreError>(())

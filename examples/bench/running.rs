@@ -28,8 +28,8 @@ pub fn running() -> Value {
     let ids: Vec<String> = ssh_script(&settings, &script).lines().map(|l| l.trim().to_string()).collect();
     assert_eq!(ids.len(), JOBS, "{ids:?}");
     for (p, id) in plans.iter().zip(&ids) {
-        store.insert_job("{}", p).unwrap();
-        store.set_submitted(&p.layout.job_id, id, "sandbox-login1").unwrap();
+        store.insert_job("{}", p, tao_slurm::clock::now()).unwrap();
+        store.set_submitted(&p.layout.job_id, id, "sandbox-login1", tao_slurm::clock::now()).unwrap();
     }
     let client = Client::new(settings.clone()).unwrap();
     // Until every job runs and has written its first line.

@@ -38,7 +38,9 @@ pub fn startup() -> Value {
                 exit_code: Some(0),
                 node_list: Some("node1".into()),
                 progress: None,
+                pending_reason: None,
             },
+            tao_slurm::clock::now(),
         )
         .unwrap();
     drop(store);

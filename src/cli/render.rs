@@ -27,7 +27,7 @@ impl RenderCmd {
             let sweep = crate::client::plan_sweep(&spec, &settings, "render", &ids)?;
             let (v, plan) = &sweep.variants[0];
             let spec_json = serde_json::to_value(spec.for_variant(v)).expect("spec serialises");
-            let mut files = crate::client::staged_files_for(&settings, plan, &spec_json);
+            let mut files = crate::ops::submit::staged_files_for(&settings, plan, &spec_json);
             files.push(StagedFile { path: sweep.array_script_file(), contents: sweep.array_script() });
             print_plan(&files, plan, self.json);
             return Ok(0);
@@ -40,7 +40,7 @@ impl RenderCmd {
             for (i, step) in steps.iter().enumerate() {
                 let plan = crate::plan::resolve_with_id(&step.spec, &settings, &format!("step-{i}-{}", step.name))?;
                 let spec_json = serde_json::to_value(&step.spec).expect("spec serialises");
-                files.extend(crate::client::staged_files_for(&settings, &plan, &spec_json));
+                files.extend(crate::ops::submit::staged_files_for(&settings, &plan, &spec_json));
                 first.get_or_insert(plan);
             }
             print_plan(&files, first.as_ref().expect("a pipeline has a step"), self.json);
@@ -48,7 +48,7 @@ impl RenderCmd {
         }
         let plan = crate::plan::resolve(&spec, &settings)?;
         let spec_json = serde_json::to_value(&spec).expect("spec serialises");
-        let files = crate::client::staged_files_for(&settings, &plan, &spec_json);
+        let files = crate::ops::submit::staged_files_for(&settings, &plan, &spec_json);
         // Secrets need not be present to render: only their names are shown.
         print_plan(&files, &plan, self.json);
         Ok(0)

@@ -44,7 +44,8 @@ impl TokenCmd {
         let db = ServiceDb::open(&path_for(&settings.state_path)).map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
         match self.action {
             TokenAction::Create { org, name, admin, json } => {
-                let (rec, token) = db.create_token(&org, &name).map_err(|m| SpecError::new("org", m))?;
+                let (rec, token) =
+                    db.create_token(&org, &name, crate::client::now_secs()).map_err(|m| SpecError::new("org", m))?;
                 if admin {
                     db.make_admin(&rec.id).map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
                 }
@@ -61,7 +62,7 @@ impl TokenCmd {
                 }
             }
             TokenAction::Revoke { id } => {
-                if !db.revoke_token(&id).map_err(|m| SpecError::new("id", m))? {
+                if !db.revoke_token(&id, crate::client::now_secs()).map_err(|m| SpecError::new("id", m))? {
                     return Err(SpecError::new(
                         "id",
                         format!("no valid token {id} (`tao-slurm token list` shows them)"),

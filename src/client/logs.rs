@@ -71,8 +71,7 @@ impl Client {
             Vec::new()
         } else {
             let (_, out, err) = logs::log_paths(&job)?;
-            let files_for = |j: &JobRecord| self.files_of(j);
-            logs::follow_files_once(&self.cycle(&files_for)?, &job, (&out, &err), streams, cursor)?
+            logs::follow_files_once(&self.cycle()?, &job, (&out, &err), streams, cursor)?
         };
         let caught_up = chunks.iter().all(|c| c.len < logs::MAX_CHUNK_BYTES);
         let job = JobView::at(&self.store.summary(&job.job_id)?, super::now_secs());
@@ -120,8 +119,7 @@ impl Client {
                 continue;
             }
             let (out, err) = paths_of(&job)?;
-            let files_for = |j: &JobRecord| self.files_of(j);
-            let chunks = logs::follow_files_once(&self.cycle(&files_for)?, &job, (&out, &err), streams, &mut cursor)?;
+            let chunks = logs::follow_files_once(&self.cycle()?, &job, (&out, &err), streams, &mut cursor)?;
             for c in &chunks {
                 on_chunk(c);
             }

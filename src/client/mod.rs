@@ -32,25 +32,16 @@ pub use views::{
 
 /// Unix seconds now: the one clock the front-ends read (the core is given `now`, never reads it).
 pub fn now_secs() -> i64 {
-    crate::store::now_secs()
+    crate::clock::now()
 }
 
 use crate::config::Settings;
 use crate::engine::cycle::Cycle;
 use crate::engine::retry::RetryPolicy;
 use crate::error::Result;
-use crate::plan::Plan;
 use crate::remote::{self, Remote};
-use crate::script;
-use crate::store::{ChangeToken, JobRecord, JobSummary, Store};
+use crate::store::{ChangeToken, JobSummary, Store};
 use std::sync::OnceLock;
-
-/// The files a plan stages, with the user and login hosts the settings name in the metadata file.
-/// Offline: `render` uses it without a client.
-pub fn staged_files_for(settings: &Settings, plan: &Plan, spec_json: &serde_json::Value) -> Vec<script::StagedFile> {
-    let hosts: Vec<String> = settings.login_hosts.iter().map(|h| h.label()).collect();
-    script::staged_files(plan, spec_json, settings.slurm_user.as_deref().unwrap_or(""), &hosts)
-}
 
 /// A cluster profile's name in messages.
 fn cluster_label(cluster: Option<&str>) -> String {
@@ -99,16 +90,9 @@ impl Client {
         RetryPolicy { max_retries: self.settings.max_retries, backoff_base_secs: self.settings.retry_backoff_secs }
     }
 
-    /// The staged files of a recorded job, regenerated from its stored spec and plan (they are the
-    /// same every time), for retries and resumed submissions.
-    fn files_of(&self, job: &JobRecord) -> Vec<script::StagedFile> {
-        let spec_json: serde_json::Value = serde_json::from_str(&job.spec_json).unwrap_or(serde_json::Value::Null);
-        staged_files_for(&self.settings, &job.plan, &spec_json)
-    }
-
-    /// The refresh cycle over this client's transport and state.
-    fn cycle<'a>(&'a self, files_for: &'a dyn Fn(&JobRecord) -> Vec<script::StagedFile>) -> Result<Cycle<'a>> {
-        Ok(Cycle { remote: self.remote()?, store: &self.store, policy: self.policy(), files_for })
+    /// The refresh cycle over this client's transport, state and settings.
+    fn cycle(&self) -> Result<Cycle<'_>> {
+        Ok(Cycle { remote: self.remote()?, store: &self.store, policy: self.policy(), settings: &self.settings })
     }
 
     /// One refresh cycle over `jobs` (see [`Cycle`]); returns the ids of the jobs whose records changed.
@@ -117,7 +101,7 @@ impl Client {
             return Ok(Vec::new());
         }
         self.on_this_cluster(jobs)?;
-        self.cycle(&|j| self.files_of(j))?.run(jobs)
+        self.cycle()?.run(jobs)
     }
 
     /// Refuse remote work on jobs of another cluster profile: its login hosts are not this client's.

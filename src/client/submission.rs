@@ -1,7 +1,7 @@
 //! Submission: a spec checked offline and online, its image made ready, recorded, then submitted as
 //! a job, a sweep (one job array) or a pipeline.
 
-use super::{staged_files_for, Client, PipelineSubmitted, StepSubmitted, Submission, Submitted};
+use super::{Client, PipelineSubmitted, StepSubmitted, Submission, Submitted};
 use crate::engine::{cluster, submit};
 use crate::error::{Error, Result};
 use crate::plan::{self, Plan};
@@ -19,7 +19,11 @@ impl Client {
 
     /// The files a plan stages, the batch script last.
     pub fn staged_files(&self, spec: &JobSpec, plan: &Plan) -> Vec<script::StagedFile> {
-        staged_files_for(&self.settings, plan, &serde_json::to_value(spec).expect("a spec always serialises"))
+        crate::ops::submit::staged_files_for(
+            &self.settings,
+            plan,
+            &serde_json::to_value(spec).expect("a spec always serialises"),
+        )
     }
 
     /// The checks a submit makes with the cluster (it answers, the partitions exist and allow the wall
@@ -158,7 +162,12 @@ impl Client {
             ..Default::default()
         };
         self.store.in_transaction(|| {
-            self.store.insert_member(&serde_json::to_string(spec).expect("spec serialises"), &plan, &member)
+            self.store.insert_member(
+                &serde_json::to_string(spec).expect("spec serialises"),
+                &plan,
+                &member,
+                crate::clock::now(),
+            )
         })?;
         let mut ticket = submit::AttemptTicket::first(&plan);
         let gate = self.gate_for_submission(&plan.layout.job_id)?;
@@ -199,6 +208,7 @@ impl Client {
                 self.store.update_status(
                     &plan.layout.job_id,
                     &crate::store::StatusUpdate::bare(PlatformStatus::Error, format!("not submitted: {e}")),
+                    crate::clock::now(),
                 )?;
                 Err(e.into())
             }
@@ -211,8 +221,11 @@ impl Client {
     pub(super) fn gate_for_submission(&self, job_id: &str) -> Result<Option<crate::engine::depend::Gate>> {
         let gate = crate::engine::depend::gate_of(&self.store, job_id)?;
         if let Some(crate::engine::depend::Gate::Never(message)) = &gate {
-            self.store
-                .update_status(job_id, &crate::store::StatusUpdate::bare(PlatformStatus::Canceled, message.clone()))?;
+            self.store.update_status(
+                job_id,
+                &crate::store::StatusUpdate::bare(PlatformStatus::Canceled, message.clone()),
+                crate::clock::now(),
+            )?;
             return Err(crate::spec::SpecError::new("after", format!("job {job_id} can never run: {message}")).into());
         }
         Ok(gate)
@@ -281,6 +294,7 @@ impl Client {
                 max_concurrent: sweep.max_concurrent,
             },
             &members,
+            crate::clock::now(),
         )?;
         let result = crate::engine::sweep::submit_sweep(self.remote()?, &self.store, &sweep, &files, &secrets);
         if let Err(Error::Remote(e)) = &result {
@@ -290,6 +304,7 @@ impl Client {
                     self.store.update_status(
                         &plan.layout.job_id,
                         &crate::store::StatusUpdate::bare(PlatformStatus::Error, format!("not submitted: {e}")),
+                        crate::clock::now(),
                     )?;
                 }
             }
@@ -361,6 +376,7 @@ impl Client {
                 max_concurrent: None,
             },
             &members,
+            crate::clock::now(),
         )?;
         let mut submitted = Vec::new();
         for ((step, plan), secrets) in steps.iter().zip(&plans).zip(&ready_secrets) {

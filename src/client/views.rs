@@ -30,6 +30,8 @@ pub struct JobView {
     /// The container's last status.json line (message, epoch, KPIs), when it wrote one.
     pub progress: Option<serde_json::Value>,
     pub progress_message: Option<String>,
+    /// Why Slurm keeps the job pending (its reason code, like `Resources`), while it does.
+    pub pending_reason: Option<String>,
     /// The current attempt (1 + retries).
     pub attempt: u32,
     /// Resubmissions so far.
@@ -79,6 +81,7 @@ impl JobView {
                 .as_deref()
                 .and_then(|p| serde_json::from_str::<crate::status::StatusLine>(p).ok())
                 .and_then(|l| l.message),
+            pending_reason: j.pending_reason.clone(),
             attempt: j.attempt,
             retries: j.attempt.saturating_sub(1),
             excluded_nodes: j.excluded_nodes.clone(),

@@ -11,6 +11,7 @@ use crate::store::{JobRecord, StatusUpdate, Store};
 
 /// Cancel the jobs that are not yet terminal.
 pub fn cancel(remote: &dyn Remote, store: &Store, jobs: &[JobRecord]) -> Result<CancelOutcome> {
+    let now = crate::clock::now();
     let active: Vec<&JobRecord> = jobs.iter().filter(|j| !j.status.is_terminal()).collect();
     let targets: Vec<CancelTarget> = active.iter().map(|j| target_of(j)).collect();
     let results = if targets.iter().all(|t| *t == CancelTarget::Nothing) {
@@ -26,11 +27,12 @@ pub fn cancel(remote: &dyn Remote, store: &Store, jobs: &[JobRecord]) -> Result<
                 store.update_status(
                     &job.job_id,
                     &StatusUpdate::keeping_slurm_of(job, PlatformStatus::Canceled, "cancelled by the user"),
+                    now,
                 )?;
                 outcome.cancelled.push(job.job_id.clone());
             }
             Err(reason) => {
-                store.add_event(&job.job_id, "cancel_failed", &reason)?;
+                store.add_event(&job.job_id, "cancel_failed", &reason, now)?;
                 outcome.failed.push((job.job_id.clone(), reason));
             }
         }

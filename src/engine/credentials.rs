@@ -9,6 +9,7 @@ pub use tao_slurm_core::ops::credentials::*;
 /// Install the credentials; returns the remote file's path and the host.
 pub fn install_enroot_credentials(remote: &dyn Remote, key: &Secret) -> Result<(String, String)> {
     check_ngc_key(key).map_err(Error::RemoteCommand)?;
+    crate::engine::redact::register(key.expose());
     let out = remote.run_script(&enroot_credentials_script(key), Idempotency::Idempotent)?;
     if out.exit_code != 0 {
         return Err(Error::RemoteCommand(format!(

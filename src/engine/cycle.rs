@@ -3,20 +3,20 @@
 //! (failures classified, retries scheduled, adopted submissions finished, statuses stored), submit
 //! the retries that are due and resume interrupted submissions, and remove finished jobs' secrets.
 
+use crate::config::Settings;
 use crate::engine::refresh::{self, Observations};
 use crate::engine::retry::{self, RetryPolicy};
 use crate::error::Result;
 use crate::remote::Remote;
-use crate::script::StagedFile;
 use crate::store::{JobRecord, JobSummary, Store};
 
-/// What a cycle needs: the transport, the state, the retry policy, and how to regenerate a recorded
-/// job's staged files (for its retries).
+/// What a cycle needs: the transport, the state, the retry policy, and the settings a recorded job's
+/// staged files are regenerated with (for its retries and resumed submissions).
 pub struct Cycle<'a> {
     pub remote: &'a dyn Remote,
     pub store: &'a Store,
     pub policy: RetryPolicy,
-    pub files_for: &'a dyn Fn(&JobRecord) -> Vec<StagedFile>,
+    pub settings: &'a Settings,
 }
 
 impl Cycle<'_> {
@@ -53,8 +53,8 @@ impl Cycle<'_> {
         let ids: std::collections::HashSet<&str> = jobs.iter().map(|j| j.job_id.as_str()).collect();
         let waiting: Vec<JobRecord> =
             self.store.waiting_for_submission()?.into_iter().filter(|j| ids.contains(j.job_id.as_str())).collect();
-        retry::advance(self.remote, self.store, &waiting, self.files_for)?;
-        crate::engine::sweep::resume(self.remote, self.store, &waiting, self.files_for)?;
+        retry::advance(self.remote, self.store, &waiting, self.settings)?;
+        crate::engine::sweep::resume(self.remote, self.store, &waiting, self.settings)?;
         touched.extend(waiting.into_iter().map(|j| j.summary.job_id));
         // After the retries: a parent resubmitted just now has its new Slurm job to be pointed at.
         touched.extend(crate::engine::depend::reconcile(self.remote, self.store)?);

@@ -38,23 +38,14 @@ pub fn active_parents(store: &Store, ids: &[&str]) -> Result<Vec<String>> {
     if rows.is_empty() {
         return Ok(Vec::new());
     }
-    let mut parents_of: BTreeMap<&str, Vec<&DependencyRow>> = BTreeMap::new();
-    for row in &rows {
-        parents_of.entry(row.child.as_str()).or_default().push(row);
-    }
-    let given: std::collections::HashSet<&str> = ids.iter().copied().collect();
-    let mut out: Vec<String> = Vec::new();
-    let mut todo: Vec<&str> = ids.to_vec();
-    while let Some(id) = todo.pop() {
-        for row in parents_of.get(id).into_iter().flatten() {
-            let status = PlatformStatus::parse(&row.parent_status).unwrap_or(PlatformStatus::Pending);
-            if !status.is_terminal() && !given.contains(row.parent.as_str()) && !out.contains(&row.parent) {
-                out.push(row.parent.clone());
-                todo.push(row.parent.as_str());
-            }
-        }
-    }
-    Ok(out)
+    let edges: Vec<(&str, &str, PlatformStatus)> = rows
+        .iter()
+        .map(|r| {
+            let status = PlatformStatus::parse(&r.parent_status).unwrap_or(PlatformStatus::Pending);
+            (r.child.as_str(), r.parent.as_str(), status)
+        })
+        .collect();
+    Ok(crate::ops::depend::active_parents(&edges, ids))
 }
 
 /// Bring every dependent job in line with its parents as stored now: re-point Slurm dependencies at
@@ -78,6 +69,7 @@ pub fn reconcile(remote: &dyn Remote, store: &Store) -> Result<Vec<String>> {
 }
 
 fn reconcile_pass(remote: &dyn Remote, store: &Store) -> Result<(Vec<String>, bool)> {
+    let now = crate::clock::now();
     let rows = store.open_dependencies(None)?;
     if rows.is_empty() {
         return Ok((Vec::new(), false));
@@ -115,58 +107,58 @@ fn reconcile_pass(remote: &dyn Remote, store: &Store) -> Result<(Vec<String>, bo
     let mut touched = Vec::new();
     store.in_transaction(|| -> Result<()> {
         for (i, action) in actions.iter().enumerate() {
-            let ok = results.get(&i).copied();
-            match action {
-                Action::Point { job_id, slurm_id, dependency, gate, .. } => {
-                    if ok == Some(true) {
-                        store.set_gate(job_id, gate)?;
-                        let to = if dependency.is_empty() { "none (its dependencies are met)".to_string() } else { dependency.clone() };
-                        store.add_event(job_id, "dependency", &format!("Slurm job {slurm_id} now depends on {to}"))?;
-                        // What this cycle's squeue said (DependencyNeverSatisfied, of the parent's
-                        // failed attempt) is no longer true.
-                        let job = store.summary(job_id)?;
-                        if job.status == PlatformStatus::Pending && job.message.contains(NEVER_SATISFIED) {
-                            store.update_status(
-                                job_id,
-                                &StatusUpdate::keeping_slurm_of(&job, job.status, format!("waiting for its dependencies: re-pointed to {to} (a retry of the job it runs after)")),
-                            )?;
-                        }
-                        touched.push(job_id.clone());
-                    } else {
-                        tracing::warn!(job = %job_id, "re-pointing the dependency of Slurm job {slurm_id} failed; tried again next cycle");
-                    }
-                }
-                Action::Release { job_id, slurm_id } => {
-                    if ok == Some(true) {
-                        store.set_gate(job_id, "free")?;
-                        store.add_event(job_id, "dependency", &format!("dependencies met: Slurm job {slurm_id} released"))?;
-                        touched.push(job_id.clone());
-                    }
-                }
-                Action::Cancel { job_id, message, .. } => {
-                    // It can never run, whatever scancel said (a held or never-satisfied job does not start).
-                    let job = store.summary(job_id)?;
-                    store.update_status(
-                        job_id,
-                        &StatusUpdate::keeping_slurm_of(&job, PlatformStatus::Canceled, message.clone()),
-                    )?;
-                    store.set_gate(job_id, "never")?;
-                    touched.push(job_id.clone());
-                }
-                Action::Explain { job_id, message } => {
-                    let job = store.summary(job_id)?;
-                    store.update_status(
-                        job_id,
-                        &StatusUpdate::keeping_slurm_of(&job, job.status, message.clone()),
-                    )?;
-                    touched.push(job_id.clone());
-                }
-            }
+            touched.extend(record_action(store, action, results.get(&i).copied(), now)?);
         }
         Ok(())
     })?;
     crate::engine::secrets::sweep_or_warn(remote, store);
     Ok((touched, cancelled))
+}
+
+/// Record what one action did (`ok`: what the cluster said of it; None when it ran nothing there).
+/// Returns the job it changed.
+fn record_action(store: &Store, action: &Action, ok: Option<bool>, now: i64) -> Result<Option<String>> {
+    let done = ok == Some(true);
+    match action {
+        Action::Point { job_id, slurm_id, .. } if !done => {
+            tracing::warn!(job = %job_id, "re-pointing the dependency of Slurm job {slurm_id} failed; tried again next cycle");
+            Ok(None)
+        }
+        Action::Point { job_id, slurm_id, dependency, gate, .. } => {
+            store.set_gate(job_id, gate)?;
+            let to =
+                if dependency.is_empty() { "none (its dependencies are met)".to_string() } else { dependency.clone() };
+            store.add_event(job_id, "dependency", &format!("Slurm job {slurm_id} now depends on {to}"), now)?;
+            // What this cycle's squeue said (DependencyNeverSatisfied, of the parent's failed
+            // attempt) is no longer true.
+            let job = store.summary(job_id)?;
+            if job.status == PlatformStatus::Pending && job.message.contains(NEVER_SATISFIED) {
+                let message =
+                    format!("waiting for its dependencies: re-pointed to {to} (a retry of the job it runs after)");
+                store.update_status(job_id, &StatusUpdate::keeping_slurm_of(&job, job.status, message), now)?;
+            }
+            Ok(Some(job_id.clone()))
+        }
+        Action::Release { .. } if !done => Ok(None),
+        Action::Release { job_id, slurm_id } => {
+            store.set_gate(job_id, "free")?;
+            store.add_event(job_id, "dependency", &format!("dependencies met: Slurm job {slurm_id} released"), now)?;
+            Ok(Some(job_id.clone()))
+        }
+        Action::Cancel { job_id, message, .. } => {
+            // It can never run, whatever scancel said (a held or never-satisfied job does not start).
+            let job = store.summary(job_id)?;
+            let update = StatusUpdate::keeping_slurm_of(&job, PlatformStatus::Canceled, message.clone());
+            store.update_status(job_id, &update, now)?;
+            store.set_gate(job_id, "never")?;
+            Ok(Some(job_id.clone()))
+        }
+        Action::Explain { job_id, message } => {
+            let job = store.summary(job_id)?;
+            store.update_status(job_id, &StatusUpdate::keeping_slurm_of(&job, job.status, message.clone()), now)?;
+            Ok(Some(job_id.clone()))
+        }
+    }
 }
 
 fn reconcile_one(child: &Child, edges: &[Edge]) -> Option<Action> {

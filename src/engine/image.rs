@@ -38,7 +38,11 @@ pub fn prepare(
         while !worker.is_finished() {
             std::thread::sleep(Duration::from_millis(100));
             if progress && started.elapsed() >= next_report {
-                eprintln!("tao-slurm: preparing {} as squashfs ({} s)", image.original, started.elapsed().as_secs());
+                tracing::warn!(
+                    "tao-slurm: still preparing {} as squashfs ({} s)",
+                    image.original,
+                    started.elapsed().as_secs()
+                );
                 next_report += Duration::from_secs(10);
             }
         }

@@ -6,7 +6,6 @@ use crate::cosmos::Role;
 use crate::engine::refresh::{parse_refresh_output, refresh_script, RefreshTarget};
 use crate::error::{Error, Result};
 use crate::remote::{Idempotency, Remote};
-use crate::spec::SpecError;
 use crate::store::JobRecord;
 pub use tao_slurm_core::ops::logs::*;
 
@@ -20,14 +19,19 @@ pub struct JobLogs {
     pub stderr: String,
 }
 
-/// The paths of the current attempt's two log files.
+/// The paths of the current attempt's two log files (the core's layout of them); an error while the
+/// attempt has no Slurm job.
 pub fn log_paths(job: &JobRecord) -> Result<(String, String, String)> {
-    let slurm_job_id = job
-        .slurm_job_id
-        .clone()
-        .ok_or_else(|| Error::RemoteCommand(format!("job {} has no Slurm job yet, so it has no logs", job.job_id)))?;
-    let dir = job.plan.layout.log_dir(&job.attempt_name, &slurm_job_id);
-    Ok((slurm_job_id, format!("{dir}/main.out"), format!("{dir}/main.err")))
+    crate::ops::logs::log_paths(job).ok_or_else(|| no_logs(job))
+}
+
+/// [`log_paths`] of one task of a Cosmos-RL role.
+pub fn role_log_paths(job: &JobRecord, role: Role, task: u32) -> Result<(String, String, String)> {
+    crate::ops::logs::role_log_paths(job, role, task).ok_or_else(|| no_logs(job))
+}
+
+fn no_logs(job: &JobRecord) -> Error {
+    Error::RemoteCommand(format!("job {} has no Slurm job yet, so it has no logs", job.job_id))
 }
 
 /// The job as seen from one of its attempts (for `logs --attempt K`).
@@ -70,38 +74,6 @@ pub struct RoleLogs {
     pub slurm_job_id: String,
     pub role: Role,
     pub tasks: Vec<TaskLogs>,
-}
-
-/// The tasks of `role` to read (all of them, or just `task`), checked against the job's split. Pure.
-pub fn role_tasks(job: &JobRecord, role: Role, task: Option<u32>) -> std::result::Result<Vec<u32>, SpecError> {
-    let Some(cosmos) = &job.plan.cosmos else {
-        return Err(SpecError::new(
-            "role",
-            format!("job {} is not a Cosmos-RL job: its logs are main.out and main.err (drop --role)", job.job_id),
-        ));
-    };
-    let tasks = cosmos.tasks(role);
-    if tasks == 0 {
-        return Err(SpecError::new(
-            "role",
-            format!("job {} has no {role} role (it trains without rollout workers)", job.job_id),
-        ));
-    }
-    match task {
-        None => Ok((0..tasks).collect()),
-        Some(t) if t < tasks => Ok(vec![t]),
-        Some(t) => Err(SpecError::new(
-            "task",
-            format!("the {role} role of job {} has tasks 0 to {} (one per node), not {t}", job.job_id, tasks - 1),
-        )),
-    }
-}
-
-/// The log files of one task of a role in the current attempt: `<log dir>/<role>/<task>.out|err`.
-pub fn role_log_paths(job: &JobRecord, role: Role, task: u32) -> Result<(String, String, String)> {
-    let (slurm_job_id, out, _) = log_paths(job)?;
-    let dir = out.rsplit_once('/').map_or(String::new(), |(d, _)| d.to_string());
-    Ok((slurm_job_id, format!("{dir}/{role}/{task}.out"), format!("{dir}/{role}/{task}.err")))
 }
 
 /// Read the logs of a role's tasks (whole or tail) in one round trip.

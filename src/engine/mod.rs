@@ -10,6 +10,7 @@ pub mod image;
 pub mod inspect;
 pub mod logs;
 pub mod preflight;
+pub mod redact;
 pub mod refresh;
 pub mod retry;
 pub mod secrets;

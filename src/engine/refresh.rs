@@ -7,7 +7,6 @@ pub use crate::ops::refresh::*;
 use crate::engine::retry::{handle_failures, is_attempt_failure, RetryPolicy};
 use crate::error::Result;
 use crate::remote::{Idempotency, Remote};
-use crate::script::shell::quote;
 use crate::store::{JobRecord, JobSummary};
 use std::collections::HashMap;
 
@@ -57,7 +56,7 @@ pub fn record(
         tracing::warn!(error = %e, "sacct failed; finished jobs left as they were");
     }
     let by_id: HashMap<&str, &JobSummary> = jobs.iter().map(|j| (j.job_id.as_str(), j)).collect();
-    let now = crate::store::now_secs();
+    let now = crate::clock::now();
     let decisions: Vec<Decision> = decide(jobs, obs, now)
         .into_iter()
         .filter(|d| d.adopt.is_some() || by_id.get(d.job_id.as_str()).is_none_or(|j| !changes_nothing(j, &d.update)))
@@ -73,7 +72,7 @@ pub fn record(
         .filter(|(id, sig)| by_id.get(id.as_str()).is_some_and(|j| j.status_sig.as_ref() != Some(*sig)))
         .collect();
     let unseen = unseen_changes(jobs, obs, now);
-    store_settled(store, host, &settled, &sigs, &unseen)?;
+    store_settled(store, host, &settled, &sigs, &unseen, now)?;
     // Whatever way a job just ended (settled here, or by the failure handling above), its secrets go.
     crate::engine::secrets::sweep_or_warn(remote, store);
     let mut touched: Vec<String> = decisions.iter().map(|d| d.job_id.clone()).collect();
@@ -106,20 +105,16 @@ fn classify_failures(
 /// An adopted job may still be held, without its log directory, if its submitter died between sbatch
 /// and release: one round trip finishes those two steps (both harmless when already done).
 fn release_adopted(remote: &dyn Remote, by_id: &HashMap<&str, &JobSummary>, settled: &[&Decision]) -> Result<()> {
-    let adopted: Vec<String> = settled
+    let adopted: Vec<(String, String)> = settled
         .iter()
         .filter_map(|d| {
             let job = by_id.get(d.job_id.as_str())?;
             let id = d.adopt.as_ref()?;
-            Some(format!(
-                "mkdir -p {} && scontrol release {} >/dev/null 2>&1\n",
-                quote(&job.layout.log_dir(&job.attempt_name, id)),
-                quote(id)
-            ))
+            Some((job.layout.log_dir(&job.attempt_name, id), id.clone()))
         })
         .collect();
     if !adopted.is_empty() {
-        remote.run_script(&(adopted.concat() + "exit 0\n"), Idempotency::Idempotent)?;
+        remote.run_script(&crate::ops::submit::release_adopted_script(&adopted), Idempotency::Idempotent)?;
     }
     Ok(())
 }
@@ -131,6 +126,7 @@ fn store_settled(
     settled: &[&Decision],
     sigs: &[(&String, &String)],
     unseen: &[(String, Option<i64>)],
+    now: i64,
 ) -> Result<()> {
     if settled.is_empty() && sigs.is_empty() && unseen.is_empty() {
         return Ok(());
@@ -141,14 +137,15 @@ fn store_settled(
         }
         for d in settled {
             if let Some(id) = &d.adopt {
-                store.set_submitted(&d.job_id, id, host)?;
+                store.set_submitted(&d.job_id, id, host, now)?;
                 store.add_event(
                     &d.job_id,
                     "adopted",
                     &format!("found Slurm job {id} by its name after an unknown submission outcome"),
+                    now,
                 )?;
             }
-            store.update_status(&d.job_id, &d.update)?;
+            store.update_status(&d.job_id, &d.update, now)?;
         }
         for (id, sig) in sigs {
             store.set_status_sig(id, sig)?;

@@ -8,9 +8,8 @@ use crate::engine::submit::{submit, AttemptTicket};
 use crate::error::Result;
 use crate::ops::refresh::Decision;
 use crate::remote::{Idempotency, Remote};
-use crate::script::StagedFile;
 use crate::spec::SecretValues;
-use crate::store::{now_secs, JobRecord, StatusUpdate, Store};
+use crate::store::{JobRecord, RetryPlan, StatusUpdate, Store};
 
 /// Decide what each failed attempt means (the core's [`decide_failure`]) and record it: a scheduled
 /// retry, or the job's final Error with the evidence. One round trip for all the evidence.
@@ -25,30 +24,34 @@ pub fn handle_failures(
     }
     let out = remote.run_script(&evidence_script(failed), Idempotency::Idempotent)?;
     let evidence = parse_evidence(&out.stdout);
+    let now = crate::clock::now();
     for (job, d) in failed {
         let attempts = store.attempts(&job.job_id)?;
-        let outcome = decide_failure(job, d, &evidence, policy, &attempts, now_secs());
+        let outcome = decide_failure(job, d, &evidence, policy, &attempts, now);
         store.in_transaction(|| -> Result<()> {
             if let Some(id) = &d.adopt {
-                store.set_submitted(&job.job_id, id, &out.host)?;
+                store.set_submitted(&job.job_id, id, &out.host, now)?;
             }
-            store.record_attempt_end(&job.job_id, job.attempt, &d.update)?;
+            store.record_attempt_end(&job.job_id, job.attempt, &d.update, now)?;
             match &outcome {
                 FailureOutcome::Retry { failure, next_name, exclude, not_before, message } => {
-                    store.schedule_retry(
-                        &job.job_id,
-                        job.attempt,
-                        failure.class.as_str(),
-                        &failure.evidence,
+                    let retry = RetryPlan {
+                        class: failure.class.as_str(),
+                        evidence: &failure.evidence,
                         next_name,
-                        exclude,
-                        *not_before,
+                        excluded_nodes: exclude,
+                        not_before: *not_before,
                         message,
-                    )?;
+                    };
+                    store.schedule_retry(&job.job_id, job.attempt, &retry, now)?;
                 }
                 FailureOutcome::Final { failure, message } => {
-                    store.close_attempt(&job.job_id, job.attempt, failure.class.as_str(), &failure.evidence)?;
-                    store.update_status(&job.job_id, &StatusUpdate { message: message.clone(), ..d.update.clone() })?;
+                    store.close_attempt(&job.job_id, job.attempt, failure.class.as_str(), &failure.evidence, now)?;
+                    store.update_status(
+                        &job.job_id,
+                        &StatusUpdate { message: message.clone(), ..d.update.clone() },
+                        now,
+                    )?;
                 }
             }
             Ok(())
@@ -57,16 +60,17 @@ pub fn handle_failures(
     Ok(())
 }
 
-/// Submit the retries that are due and resume interrupted submissions. `files_for` regenerates a
-/// job's staged files (the same every time); `secrets` are only available to the process that
-/// submitted the job, so a resumed job with secrets relies on the secrets file already on the cluster.
+/// Submit the retries that are due and resume interrupted submissions, each with its staged files
+/// regenerated from its stored spec and plan and `settings` (the same every time). Secret values are
+/// only available to the process that submitted the job, so a resumed job with secrets relies on
+/// the secrets file already on the cluster.
 pub fn advance(
     remote: &dyn Remote,
     store: &Store,
     jobs: &[JobRecord],
-    files_for: &dyn Fn(&JobRecord) -> Vec<StagedFile>,
+    settings: &crate::config::Settings,
 ) -> Result<()> {
-    let now = now_secs();
+    let now = crate::clock::now();
     // A sweep variant's first attempt is its array's task: the array's submission is resumed by
     // finding it (by the sweep's lock or name), never by submitting the variant's script under the
     // array's name.
@@ -87,7 +91,7 @@ pub fn advance(
             hold,
         };
         let due = match job.next_retry_at {
-            Some(at) => at <= now && store.claim_due_retry(&job.job_id, job.attempt)?,
+            Some(at) => at <= now && store.claim_due_retry(&job.job_id, job.attempt, now)?,
             None => {
                 let recorded = store.attempts(&job.job_id)?.last().map(|a| a.recorded_at).unwrap_or(job.created_at);
                 now - recorded > RESUME_SUBMISSION_AFTER_SECS
@@ -98,7 +102,14 @@ pub fn advance(
         }
         let kind = if job.next_retry_at.is_some() { "retry" } else { "resume" };
         tracing::info!(job = %job.job_id, attempt = job.attempt, kind, "submitting");
-        match submit(remote, store, &job.plan, &files_for(job), &SecretValues::default(), &ticket) {
+        match submit(
+            remote,
+            store,
+            &job.plan,
+            &crate::ops::submit::staged_files_of(settings, job),
+            &SecretValues::default(),
+            &ticket,
+        ) {
             Ok(s) => {
                 if let Some(g) = &gate {
                     store.set_gate(&job.job_id, &g.stored())?;
@@ -107,6 +118,7 @@ pub fn advance(
                     &job.job_id,
                     kind,
                     &format!("attempt {} is Slurm job {}", job.attempt, s.slurm_job_id),
+                    now,
                 )?
             }
             Err(e) => tracing::warn!(job = %job.job_id, error = %e, "submission of attempt {} failed", job.attempt),

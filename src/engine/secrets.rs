@@ -21,7 +21,7 @@ pub fn sweep(remote: &dyn Remote, store: &Store) -> Result<Vec<String>> {
         .map(|(_, id, _)| id)
         .filter(|id| pending.iter().any(|(p, _)| p == id))
         .collect();
-    store.mark_secrets_cleared(&gone)?;
+    store.mark_secrets_cleared(&gone, crate::clock::now())?;
     Ok(gone)
 }
 

@@ -6,10 +6,8 @@ pub use crate::ops::submit::*;
 
 use crate::error::{Error, Result};
 use crate::plan::Plan;
-use crate::protocol::sections;
 use crate::remote::{Idempotency, Remote, RemoteError};
 use crate::script::StagedFile;
-use crate::slurm::parse_sbatch_parsable;
 use crate::spec::SecretValues;
 use crate::status::PlatformStatus;
 use crate::store::StatusUpdate;
@@ -34,7 +32,7 @@ fn failpoint(name: &str) -> bool {
 
 pub(crate) fn pause_at_failpoint(name: &str) {
     if failpoint(name) {
-        eprintln!("tao-slurm: failpoint {name} reached");
+        tracing::warn!("tao-slurm: failpoint {name} reached");
         std::thread::sleep(std::time::Duration::from_secs(120));
     }
 }
@@ -49,6 +47,8 @@ pub fn submit(
     ticket: &AttemptTicket,
 ) -> Result<Submitted> {
     let job_id = &plan.layout.job_id;
+    let now = crate::clock::now();
+    crate::engine::redact::register_values(secrets);
     pause_at_failpoint("after-record");
     let hook = if failpoint("remote-before-sbatch") {
         "echo 'tao-slurm: failpoint remote-before-sbatch reached' >&2\nsleep 20\n"
@@ -64,6 +64,7 @@ pub fn submit(
             store.update_status(
                 job_id,
                 &StatusUpdate::bare(PlatformStatus::Pending, format!("submission outcome unknown: {e}")),
+                now,
             )?;
             return Err(e.into());
         }
@@ -71,32 +72,32 @@ pub fn submit(
         // again at the next refresh); the caller decides what a first submission's failure means.
         Err(e) => return Err(e.into()),
     };
-    let slurm_job_id = sections(&out.stdout)
-        .into_iter()
-        .find(|(name, _, _)| name == "slurm_job_id")
-        .and_then(|(_, arg, _)| parse_sbatch_parsable(&arg));
-    if slurm_job_id.is_some() {
+    let outcome = parse_outcome(&out.stdout, out.exit_code);
+    if let Some(id) = outcome.slurm_job_id() {
         pause_at_failpoint("after-sbatch");
-    }
-    if let Some(id) = &slurm_job_id {
         // Recorded even if a later step failed: a submitted job is never forgotten.
-        store.set_submitted(job_id, id, &out.host)?;
+        store.set_submitted(job_id, id, &out.host, now)?;
     }
-    if out.exit_code != 0 {
-        let detail = out.stderr.trim();
-        let message = match &slurm_job_id {
-            Some(id) => {
-                format!("job {job_id} (Slurm job {id}) was submitted but not started: {detail}")
-            }
-            None => format!("submission of job {job_id} failed on {}: {detail}", out.host),
-        };
-        store.add_event(job_id, "submit_failed", &message)?;
-        if slurm_job_id.is_none() && out.exit_code != 23 {
-            store.update_status(job_id, &StatusUpdate::bare(PlatformStatus::Error, message.clone()))?;
+    let detail = out.stderr.trim();
+    let slurm_job_id = match outcome {
+        Outcome::Submitted(id) => id,
+        Outcome::NoJobId => {
+            return Err(Error::RemoteCommand(format!("sbatch printed no job id: {}", out.stdout.trim())));
         }
-        return Err(Error::RemoteCommand(message));
-    }
-    let slurm_job_id =
-        slurm_job_id.ok_or_else(|| Error::RemoteCommand(format!("sbatch printed no job id: {}", out.stdout.trim())))?;
+        Outcome::NotStarted(id) => {
+            let message = format!("job {job_id} (Slurm job {id}) was submitted but not started: {detail}");
+            store.add_event(job_id, "submit_failed", &message, now)?;
+            return Err(Error::RemoteCommand(message));
+        }
+        // In flight: another run of this submission owns it, and the job stays as it is.
+        Outcome::InFlight | Outcome::Refused => {
+            let message = format!("submission of job {job_id} failed on {}: {detail}", out.host);
+            store.add_event(job_id, "submit_failed", &message, now)?;
+            if outcome == Outcome::Refused {
+                store.update_status(job_id, &StatusUpdate::bare(PlatformStatus::Error, message.clone()), now)?;
+            }
+            return Err(Error::RemoteCommand(message));
+        }
+    };
     Ok(Submitted { job_id: job_id.clone(), slurm_job_id, login_host: out.host, job_dir: plan.layout.base_dir.clone() })
 }

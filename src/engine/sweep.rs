@@ -5,10 +5,9 @@
 pub use crate::ops::sweep::*;
 
 use crate::error::{Error, Result};
-use crate::protocol::sections;
+use crate::ops::submit::Outcome;
 use crate::remote::{Idempotency, Remote, RemoteError};
 use crate::script::StagedFile;
-use crate::slurm::parse_sbatch_parsable;
 use crate::spec::SecretValues;
 use crate::status::PlatformStatus;
 use crate::store::{JobRecord, StatusUpdate, Store};
@@ -32,9 +31,10 @@ pub struct VariantSubmitted {
 }
 
 fn mark_all(store: &Store, sweep: &SweepPlan, status: PlatformStatus, message: &str) -> Result<()> {
+    let now = crate::clock::now();
     store.in_transaction(|| -> Result<()> {
         for (_, plan) in &sweep.variants {
-            store.update_status(&plan.layout.job_id, &StatusUpdate::bare(status, message))?;
+            store.update_status(&plan.layout.job_id, &StatusUpdate::bare(status, message), now)?;
         }
         Ok(())
     })
@@ -48,8 +48,10 @@ pub fn submit_sweep(
     files: &[Vec<StagedFile>],
     secrets: &SecretValues,
 ) -> Result<SweepSubmitted> {
+    crate::engine::redact::register_values(secrets);
     crate::engine::submit::pause_at_failpoint("after-record");
     let script = sweep_submit_script(sweep, files, secrets);
+    let now = crate::clock::now();
     let out = match remote.run_script(&script, Idempotency::RunAtMostOnce) {
         Ok(out) => out,
         Err(e @ (RemoteError::Lost { .. } | RemoteError::TimedOut { .. })) => {
@@ -61,29 +63,32 @@ pub fn submit_sweep(
         // resumed one is tried again later).
         Err(e) => return Err(e.into()),
     };
-    let array_id = sections(&out.stdout)
-        .into_iter()
-        .find(|(name, _, _)| name == "slurm_job_id")
-        .and_then(|(_, arg, _)| parse_sbatch_parsable(&arg));
-    if let Some(id) = &array_id {
+    let outcome = crate::ops::submit::parse_outcome(&out.stdout, out.exit_code);
+    if let Some(id) = outcome.slurm_job_id() {
         crate::engine::submit::pause_at_failpoint("after-sbatch");
-        store.set_array_submitted(&sweep.sweep_id, id, &out.host)?;
+        store.set_array_submitted(&sweep.sweep_id, id, &out.host, now)?;
     }
-    if out.exit_code != 0 {
-        let detail = out.stderr.trim();
-        let message = match &array_id {
-            Some(id) => {
-                format!("sweep {} (Slurm job array {id}) was submitted but not started: {detail}", sweep.sweep_id)
-            }
-            None => format!("submission of sweep {} failed on {}: {detail}", sweep.sweep_id, out.host),
-        };
-        if array_id.is_none() && out.exit_code != 23 {
-            mark_all(store, sweep, PlatformStatus::Error, &message)?;
+    let detail = out.stderr.trim();
+    let array_id = match outcome {
+        Outcome::Submitted(id) => id,
+        Outcome::NoJobId => {
+            return Err(Error::RemoteCommand(format!("sbatch printed no job id: {}", out.stdout.trim())));
         }
-        return Err(Error::RemoteCommand(message));
-    }
-    let array_id =
-        array_id.ok_or_else(|| Error::RemoteCommand(format!("sbatch printed no job id: {}", out.stdout.trim())))?;
+        Outcome::NotStarted(id) => {
+            return Err(Error::RemoteCommand(format!(
+                "sweep {} (Slurm job array {id}) was submitted but not started: {detail}",
+                sweep.sweep_id
+            )));
+        }
+        // In flight: another run of this submission owns the variants, which stay as they are.
+        Outcome::InFlight | Outcome::Refused => {
+            let message = format!("submission of sweep {} failed on {}: {detail}", sweep.sweep_id, out.host);
+            if outcome == Outcome::Refused {
+                mark_all(store, sweep, PlatformStatus::Error, &message)?;
+            }
+            return Err(Error::RemoteCommand(message));
+        }
+    };
     Ok(SweepSubmitted {
         sweep_id: sweep.sweep_id.clone(),
         slurm_array_id: array_id.clone(),
@@ -111,9 +116,9 @@ pub fn resume(
     remote: &dyn Remote,
     store: &Store,
     waiting: &[JobRecord],
-    files_for: &dyn Fn(&JobRecord) -> Vec<StagedFile>,
+    settings: &crate::config::Settings,
 ) -> Result<()> {
-    let now = crate::store::now_secs();
+    let now = crate::clock::now();
     let mut sweeps: Vec<&str> = waiting
         .iter()
         .filter(|j| !j.status.is_terminal() && j.slurm_job_id.is_none() && j.array_index().is_some())
@@ -144,7 +149,8 @@ pub fn resume(
                 })
                 .collect(),
         };
-        let files: Vec<Vec<StagedFile>> = records.iter().map(files_for).collect();
+        let files: Vec<Vec<StagedFile>> =
+            records.iter().map(|r| crate::ops::submit::staged_files_of(settings, r)).collect();
         tracing::info!(sweep = %sweep_id, variants = records.len(), "resuming the sweep's submission");
         match submit_sweep(remote, store, &plan, &files, &SecretValues::default()) {
             Ok(s) => {
@@ -153,6 +159,7 @@ pub fn resume(
                         &r.job_id,
                         "resume",
                         &format!("the sweep's job array is Slurm job {}", s.slurm_array_id),
+                        now,
                     )?;
                 }
             }

@@ -12,6 +12,9 @@ use crate::store::Store;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::Duration;
+
+/// The settings a cycle regenerates staged files with.
+static SETTINGS: std::sync::LazyLock<crate::config::Settings> = std::sync::LazyLock::new(settings);
 use tao_slurm_core::fixtures::{settings, spec};
 
 /// A remote that answers from a script of replies, in order, and keeps every script it was sent.
@@ -65,19 +68,19 @@ fn store_with_job(with_secrets: bool) -> (tempfile::TempDir, Store, String) {
     let spec =
         crate::spec::JobSpec { secret_env: if with_secrets { vec!["HF_TOKEN".into()] } else { vec![] }, ..spec() };
     let plan = crate::plan::resolve(&spec, &settings()).unwrap();
-    store.insert_job("{}", &plan).unwrap();
-    store.set_submitted(&plan.layout.job_id, "41", "login1").unwrap();
+    store.insert_job("{}", &plan, crate::clock::now()).unwrap();
+    store.set_submitted(&plan.layout.job_id, "41", "login1", crate::clock::now()).unwrap();
     (dir, store, plan.layout.job_id.clone())
 }
 
 /// A cycle whose retries wait an hour (so none is submitted within the test) ...
 fn cycle<'a>(remote: &'a FakeRemote, store: &'a Store, max_retries: u32) -> Cycle<'a> {
-    Cycle { remote, store, policy: RetryPolicy { max_retries, backoff_base_secs: 3600 }, files_for: &|_| Vec::new() }
+    Cycle { remote, store, policy: RetryPolicy { max_retries, backoff_base_secs: 3600 }, settings: &SETTINGS }
 }
 
 /// ... or are due at once.
 fn eager_cycle<'a>(remote: &'a FakeRemote, store: &'a Store) -> Cycle<'a> {
-    Cycle { remote, store, policy: RetryPolicy { max_retries: 3, backoff_base_secs: 0 }, files_for: &|_| Vec::new() }
+    Cycle { remote, store, policy: RetryPolicy { max_retries: 3, backoff_base_secs: 0 }, settings: &SETTINGS }
 }
 
 /// What the refresh script prints when sacct says the job ended in `state` with `exit`.
@@ -207,7 +210,7 @@ fn recorded_job() -> (tempfile::TempDir, Store, crate::plan::Plan) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("state.db")).unwrap();
     let plan = crate::plan::resolve(&spec(), &settings()).unwrap();
-    store.insert_job("{}", &plan).unwrap();
+    store.insert_job("{}", &plan, crate::clock::now()).unwrap();
     (dir, store, plan)
 }
 

@@ -218,7 +218,7 @@ pub async fn put_secret(
     })?;
     let (nonce, sealed) = sbox.seal(&org, &name, &req.value).map_err(ApiError::internal)?;
     crate::spec::Secret::new(req.value);
-    state.db.put_org_secret(&org, &name, &nonce, &sealed).map_err(db_error)?;
+    state.db.put_org_secret(&org, &name, &nonce, &sealed, crate::client::now_secs()).map_err(db_error)?;
     tracing::info!(%org, secret = %name, token = %token.id, "secret stored");
     Ok(axum::http::StatusCode::NO_CONTENT)
 }

@@ -214,7 +214,7 @@ impl AppState {
     }
 
     pub fn remove_job(&self, job_id: &str) -> Result<bool, String> {
-        let removed = self.db.delete_job(job_id)?;
+        let removed = self.db.delete_job(job_id, crate::client::now_secs())?;
         self.metas.write().unwrap_or_else(|e| e.into_inner()).remove(job_id);
         Ok(removed)
     }

@@ -474,16 +474,12 @@ pub fn rfc3339(secs: i64) -> String {
     format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
-/// Slurm's pending reason out of a status message (`..., reason Resources: words (advice)`).
+/// Slurm's pending reason of a job, with what it means and what to do when known.
 pub fn pending_reason(view: &JobView) -> Option<PendingReason> {
     if view.status != PlatformStatus::Pending {
         return None;
     }
-    let (_, rest) = view.message.split_once(", reason ")?;
-    let code: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
-    if code.is_empty() {
-        return None;
-    }
+    let code = view.pending_reason.clone().filter(|c| !c.is_empty())?;
     let (words, advice) = match crate::slurm::explain_pending(&code) {
         Some((w, a)) => (Some(w.to_string()), Some(a.to_string())),
         None => (None, None),

@@ -359,7 +359,7 @@ pub async fn create_workspace(
         }
     }
     let text = serde_json::to_string(&req).map_err(|e| ApiError::internal(e.to_string()))?;
-    state.db.insert_workspace(&id, &org, &text).map_err(|m| {
+    state.db.insert_workspace(&id, &org, &text, now).map_err(|m| {
         tracing::warn!(error = %m, "cannot record a workspace");
         ApiError::internal("the service cannot record the workspace; the operator finds why in its log")
     })?;
@@ -392,7 +392,7 @@ pub async fn delete_workspace(
     if active > 0 {
         return Err(ApiError::conflict(format!("workspace {id} has {active} active jobs: cancel them first")));
     }
-    state.db.delete_workspace(&id).map_err(|m| {
+    state.db.delete_workspace(&id, crate::client::now_secs()).map_err(|m| {
         tracing::warn!(error = %m, "cannot delete a workspace");
         ApiError::internal("the service cannot delete the workspace; the operator finds why in its log")
     })?;

@@ -22,12 +22,12 @@ macro_rules! summary_columns {
         "job_id, name, status, message, slurm_job_id, slurm_state, exit_code, node_list, login_host,
          created_at, updated_at, progress, attempt, attempt_name, next_retry_at, excluded_nodes, status_sig,
          job_dir, image, nodes, gpus_per_node, partition, timeout_seconds, timeout_runs, has_secrets,
-         submitted_at, unseen_since, cluster, sweep_id, sweep_index, gate"
+         submitted_at, unseen_since, cluster, sweep_id, sweep_index, gate, pending_reason"
     };
 }
 
 /// How many columns `summary_columns!` has: a record's documents follow.
-const SUMMARY_COLUMNS: usize = 31;
+const SUMMARY_COLUMNS: usize = 32;
 
 /// A summary as read, its status still text (decoded afterwards, with the job named if corrupt).
 pub(super) struct SummaryRow {
@@ -74,6 +74,7 @@ fn summary_row(r: &Row) -> rusqlite::Result<SummaryRow> {
             sweep_id: r.get(28)?,
             sweep_index: r.get(29)?,
             gate: r.get(30)?,
+            pending_reason: r.get(31)?,
         },
     })
 }

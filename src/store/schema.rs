@@ -138,6 +138,10 @@ CREATE TABLE dependencies (
 );
 CREATE INDEX dependencies_by_parent ON dependencies(parent);
 "#,
+    // (Issue 24.) Why Slurm keeps a job pending, as its own column (it was only in the message).
+    r#"
+ALTER TABLE jobs ADD COLUMN pending_reason TEXT;
+"#,
 ];
 
 /// Migration 4 was changed after builds had shipped it: files they wrote are at version 4 or later

@@ -128,7 +128,7 @@ impl ServiceDb {
 
     /// Create a token for `org`; returns its record and the token, which is shown once and stored
     /// only as its SHA-256.
-    pub fn create_token(&self, org: &str, name: &str) -> Result<(TokenRecord, String), String> {
+    pub fn create_token(&self, org: &str, name: &str, now: i64) -> Result<(TokenRecord, String), String> {
         check_org(org)?;
         if name.chars().any(char::is_control) || name.len() > 200 {
             return Err("the token's name must be one line of at most 200 characters".into());
@@ -136,7 +136,6 @@ impl ServiceDb {
         let secret = random_hex();
         let id = secret[..12].to_string();
         let token = format!("tsk_{secret}");
-        let now = super::now_secs();
         self.conn()
             .execute(
                 "INSERT INTO tokens (id, org, name, sha256, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -147,13 +146,10 @@ impl ServiceDb {
     }
 
     /// Revoke a token by id; false when there is no such token (or it was revoked already).
-    pub fn revoke_token(&self, id: &str) -> Result<bool, String> {
+    pub fn revoke_token(&self, id: &str, now: i64) -> Result<bool, String> {
         let n = self
             .conn()
-            .execute(
-                "UPDATE tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
-                params![id, super::now_secs()],
-            )
+            .execute("UPDATE tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL", params![id, now])
             .map_err(|e| sql_err(&self.path, e))?;
         Ok(n == 1)
     }
@@ -229,12 +225,12 @@ impl ServiceDb {
     }
 
     /// Mark a job deleted (it leaves the org's listings; the state file keeps its history).
-    pub fn delete_job(&self, job_id: &str) -> Result<bool, String> {
+    pub fn delete_job(&self, job_id: &str, now: i64) -> Result<bool, String> {
         let n = self
             .conn()
             .execute(
                 "UPDATE api_jobs SET deleted_at = ?2 WHERE job_id = ?1 AND deleted_at IS NULL",
-                params![job_id, super::now_secs()],
+                params![job_id, now],
             )
             .map_err(|e| sql_err(&self.path, e))?;
         Ok(n == 1)
@@ -268,12 +264,12 @@ impl ServiceDb {
     }
 
     /// Store (or replace) an org's sealed secret.
-    pub fn put_org_secret(&self, org: &str, name: &str, nonce: &[u8], sealed: &[u8]) -> Result<(), String> {
+    pub fn put_org_secret(&self, org: &str, name: &str, nonce: &[u8], sealed: &[u8], now: i64) -> Result<(), String> {
         self.conn()
             .execute(
                 "INSERT INTO org_secrets (org, name, nonce, sealed, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)
                  ON CONFLICT (org, name) DO UPDATE SET nonce = ?3, sealed = ?4, updated_at = ?5",
-                params![org, name, nonce, sealed, crate::store::now_secs()],
+                params![org, name, nonce, sealed, now],
             )
             .map_err(|e| sql_err(&self.path, e))?;
         Ok(())
@@ -301,23 +297,20 @@ impl ServiceDb {
     }
 
     /// Record an org's workspace (its create request as JSON).
-    pub fn insert_workspace(&self, id: &str, org: &str, request: &str) -> Result<(), String> {
+    pub fn insert_workspace(&self, id: &str, org: &str, request: &str, now: i64) -> Result<(), String> {
         self.conn()
             .execute(
                 "INSERT INTO org_workspaces (id, org, request, created_at) VALUES (?1, ?2, ?3, ?4)",
-                params![id, org, request, crate::store::now_secs()],
+                params![id, org, request, now],
             )
             .map_err(|e| sql_err(&self.path, e))?;
         Ok(())
     }
 
-    pub fn delete_workspace(&self, id: &str) -> Result<bool, String> {
+    pub fn delete_workspace(&self, id: &str, now: i64) -> Result<bool, String> {
         let n = self
             .conn()
-            .execute(
-                "UPDATE org_workspaces SET deleted_at = ?2 WHERE id = ?1 AND deleted_at IS NULL",
-                params![id, crate::store::now_secs()],
-            )
+            .execute("UPDATE org_workspaces SET deleted_at = ?2 WHERE id = ?1 AND deleted_at IS NULL", params![id, now])
             .map_err(|e| sql_err(&self.path, e))?;
         Ok(n == 1)
     }
@@ -352,7 +345,7 @@ mod tests {
     fn tokens_are_stored_hashed_and_revoked() {
         let dir = tempfile::tempdir().unwrap();
         let db = ServiceDb::open(&dir.path().join("s.db")).unwrap();
-        let (rec, token) = db.create_token("team-a", "ci").unwrap();
+        let (rec, token) = db.create_token("team-a", "ci", 1_700_000_000).unwrap();
         assert!(token.starts_with("tsk_") && token.len() == 4 + 64, "{token}");
         let raw = std::fs::read(dir.path().join("s.db")).unwrap_or_default();
         let wal = std::fs::read(dir.path().join("s.db-wal")).unwrap_or_default();
@@ -362,10 +355,10 @@ mod tests {
         }
         let valid = db.valid_tokens().unwrap();
         assert_eq!(valid, vec![(token_hash(&token), rec.id.clone(), "team-a".to_string())]);
-        assert!(db.revoke_token(&rec.id).unwrap());
-        assert!(!db.revoke_token(&rec.id).unwrap(), "once");
+        assert!(db.revoke_token(&rec.id, 1_700_000_000).unwrap());
+        assert!(!db.revoke_token(&rec.id, 1_700_000_000).unwrap(), "once");
         assert!(db.valid_tokens().unwrap().is_empty());
         assert!(db.tokens().unwrap()[0].revoked_at.is_some());
-        assert!(db.create_token("a b", "x").is_err());
+        assert!(db.create_token("a b", "x", 1_700_000_000).is_err());
     }
 }

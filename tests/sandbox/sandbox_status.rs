@@ -47,8 +47,8 @@ fn two_hundred_active_jobs_are_refreshed_in_one_round_trip() {
     let ids: Vec<String> = env.ssh(&script).lines().map(|l| l.trim().to_string()).collect();
     assert_eq!(ids.len(), 200);
     for (p, id) in plans.iter().zip(&ids) {
-        store.insert_job("{}", p).unwrap();
-        store.set_submitted(&p.layout.job_id, id, "sandbox-login1").unwrap();
+        store.insert_job("{}", p, tao_slurm::clock::now()).unwrap();
+        store.set_submitted(&p.layout.job_id, id, "sandbox-login1", tao_slurm::clock::now()).unwrap();
     }
     let client = tao_slurm::Client::new(settings.clone()).unwrap();
     let views = client.refresh(&[]).unwrap();
@@ -59,8 +59,8 @@ fn two_hundred_active_jobs_are_refreshed_in_one_round_trip() {
     let late = tao_slurm::plan::resolve(&spec, &settings).unwrap();
     let late_slurm =
         env.ssh(&format!("sbatch --parsable --hold -o /dev/null --job-name={} --wrap true\n", late.layout.job_name));
-    store.insert_job("{}", &late).unwrap();
-    store.set_submitted(&late.layout.job_id, late_slurm.trim(), "sandbox-login1").unwrap();
+    store.insert_job("{}", &late, tao_slurm::clock::now()).unwrap();
+    store.set_submitted(&late.layout.job_id, late_slurm.trim(), "sandbox-login1", tao_slurm::clock::now()).unwrap();
     let seen = client.refresh(&[]).unwrap();
     assert_eq!(seen.len(), 201, "a job recorded by another process is refreshed too");
     assert!(seen.iter().any(|v| v.job_id == late.layout.job_id && v.message.contains("JobHeldUser")));

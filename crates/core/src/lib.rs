@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod cosmos;
+pub mod exit_codes;
 pub mod filter;
 #[cfg(any(test, feature = "test-fixtures"))]
 pub mod fixtures;

@@ -101,6 +101,8 @@ pub struct JobSummary {
     /// The sweep or pipeline the job belongs to (its group id), and a sweep variant's index.
     pub sweep_id: Option<String>,
     pub sweep_index: Option<u32>,
+    /// Why Slurm keeps the job pending (squeue's reason code, like `Resources`), while it does.
+    pub pending_reason: Option<String>,
     /// For a job that runs after others: the dependency it was submitted or last re-pointed with
     /// (`afterok:<ids>`, `hold`, `free`; see `ops::depend::Gate::stored`).
     pub gate: Option<String>,
@@ -137,6 +139,10 @@ pub struct StatusUpdate {
     pub node_list: Option<String>,
     /// The last status.json line; None keeps what was stored.
     pub progress: Option<String>,
+    /// Why Slurm keeps the job pending (squeue's reason code, like `Resources`); None when it does
+    /// not, or gives no reason. Its explanation (`slurm::explain_pending`) is in the message too, for
+    /// people; programs read this field.
+    pub pending_reason: Option<String>,
 }
 
 impl StatusUpdate {
@@ -150,6 +156,7 @@ impl StatusUpdate {
             exit_code: None,
             node_list: None,
             progress: None,
+            pending_reason: None,
         }
     }
 
@@ -158,6 +165,7 @@ impl StatusUpdate {
         StatusUpdate {
             slurm_state: job.slurm_state.clone(),
             exit_code: job.exit_code,
+            pending_reason: if status == PlatformStatus::Pending { job.pending_reason.clone() } else { None },
             ..StatusUpdate::bare(status, message)
         }
     }

@@ -110,7 +110,7 @@ pub fn preflight_script(settings: &Settings) -> String {
         "base_dir",
         &format!(
             "{trust}tao_trust_base {b}; test -d {b} && test -w {b} && echo writable",
-            trust = crate::script::trust::TRUST_FUNCTIONS,
+            trust = crate::script::trust::trust_functions(),
             b = quote(&base)
         ),
     );

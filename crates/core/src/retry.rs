@@ -103,7 +103,7 @@ pub fn classify(state: &SlurmState, exit_code: Option<i32>, log_tail: &str) -> F
         SlurmState::Timeout | SlurmState::Deadline => f(FailureClass::Timeout, vec![format!("Slurm state {state}")]),
         SlurmState::Preempted => f(FailureClass::Preempted, vec!["Slurm state PREEMPTED".into()]),
         SlurmState::Cancelled | SlurmState::Revoked => f(FailureClass::Cancelled, vec![format!("Slurm state {state}")]),
-        _ if exit_code == Some(124) => {
+        _ if exit_code == Some(crate::exit_codes::TIMED_OUT) => {
             f(FailureClass::Timeout, vec!["the inner timeout was reached (exit 124)".into()])
         }
         _ => {

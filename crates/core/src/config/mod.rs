@@ -223,21 +223,16 @@ fn parse_u32(name: &'static str, text: &str, min: u32) -> Result<u32, ConfigErro
     }
 }
 
-impl Settings {
-    pub fn from_sources(src: &SettingSources) -> Result<Settings, ConfigError> {
-        let unrecognised = aliases::unrecognised(src);
-        let src = &aliases::apply(src);
-        let home = home_dir(&src.env);
-        // Without a home directory there is no private place for the state and the control sockets
-        // (a shared /tmp is not one): stop unless both are given.
-        let under_home = |what: &str, rest: &str| -> Result<PathBuf, ConfigError> {
-            home.as_ref().map(|h| h.join(rest)).ok_or_else(|| ConfigError::Invalid {
-                name: "HOME",
-                message: format!(
-                    "is not set, so there is no private place for {what}; set HOME, or set TAO_SLURM_STATE and TAO_SLURM_CONTROL_DIR (or XDG_DATA_HOME and XDG_CACHE_HOME) to directories only you can write"
-                ),
-            })
-        };
+/// The Slurm words every remote command is built from, each checked before it can reach a script.
+struct Slurm {
+    slurm_user: Option<String>,
+    login_hosts: Vec<LoginHost>,
+    partition: String,
+    account: Option<String>,
+}
+
+impl Slurm {
+    fn from_sources(src: &SettingSources) -> Result<Slurm, ConfigError> {
         let slurm_user = src.get("SLURM_USER").map(|u| u.trim().to_string());
         if let Some(u) = &slurm_user {
             let ok = u.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) && !u.starts_with('-');
@@ -264,21 +259,82 @@ impl Settings {
             crate::spec::check_slurm_word("account", a)
                 .map_err(|e| ConfigError::Invalid { name: "SLURM_ACCOUNT", message: e.message })?;
         }
-        let data_dir = || -> Result<PathBuf, ConfigError> {
-            Ok(match src.get("XDG_DATA_HOME") {
-                Some(d) => PathBuf::from(d),
-                None => under_home("the state file", ".local/share")?,
-            }
-            .join("tao-slurm"))
+        Ok(Slurm { slurm_user, login_hosts, partition, account })
+    }
+}
+
+/// The state file and the SSH control directory: given, or in the user's private data and cache
+/// directories.
+fn private_paths(src: &SettingSources) -> Result<(PathBuf, PathBuf), ConfigError> {
+    let home = home_dir(&src.env);
+    // Without a home directory there is no private place for the state and the control sockets
+    // (a shared /tmp is not one): stop unless both are given.
+    let under = |xdg: &str, what: &str, rest: &str| -> Result<PathBuf, ConfigError> {
+        let dir = match src.get(xdg) {
+            Some(d) => PathBuf::from(d),
+            None => home.as_ref().map(|h| h.join(rest)).ok_or_else(|| ConfigError::Invalid {
+                name: "HOME",
+                message: format!(
+                    "is not set, so there is no private place for {what}; set HOME, or set TAO_SLURM_STATE and TAO_SLURM_CONTROL_DIR (or XDG_DATA_HOME and XDG_CACHE_HOME) to directories only you can write"
+                ),
+            })?,
         };
-        let cache_dir = || -> Result<PathBuf, ConfigError> {
-            Ok(match src.get("XDG_CACHE_HOME") {
-                Some(d) => PathBuf::from(d),
-                None => under_home("the SSH control sockets", ".cache")?,
-            }
-            .join("tao-slurm"))
-        };
+        Ok(dir.join("tao-slurm"))
+    };
+    let control_dir = match src.get("TAO_SLURM_CONTROL_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => under("XDG_CACHE_HOME", "the SSH control sockets", ".cache")?.join("cm"),
+    };
+    let state_path = match src.get("TAO_SLURM_STATE") {
+        Some(p) => PathBuf::from(p),
+        None => under("XDG_DATA_HOME", "the state file", ".local/share")?.join("state.db"),
+    };
+    Ok((state_path, control_dir))
+}
+
+fn parse_bytes(v: &str) -> Result<u64, ConfigError> {
+    v.trim().parse().map_err(|_| ConfigError::Invalid {
+        name: "TAO_SLURM_AUX_MAX_BYTES",
+        message: format!("{v:?} is not a number of bytes"),
+    })
+}
+
+fn sqsh_policy(src: &SettingSources) -> Result<crate::sqsh::SqshPolicy, ConfigError> {
+    Ok(crate::sqsh::SqshPolicy {
+        cache_dir: src.get("TAO_SLURM_SQSH_CACHE_DIR").unwrap_or_default(),
+        partition: src.get("TAO_SLURM_SQSH_PARTITION").unwrap_or_else(|| "cpu".to_string()),
+        timeout_minutes: src.count("TAO_SLURM_SQSH_TIMEOUT_MINUTES", 1, 30)? as u64,
+        memory: src.get("TAO_SLURM_SQSH_MEMORY").unwrap_or_else(|| "32G".to_string()),
+        force_reconvert_latest: src.flag("TAO_SLURM_FORCE_RECONVERT_LATEST", false)?,
+        latest_max_age_hours: src.count("TAO_SLURM_SQSH_LATEST_MAX_AGE_HOURS", 0, 0)? as u64,
+    })
+}
+
+/// The credentials of the TAO SDK's names (HF_TOKEN, NGC_KEY, ...) that jobs asking for them get.
+fn forwarded_secrets(src: &SettingSources) -> Result<Vec<(String, crate::spec::Secret)>, ConfigError> {
+    if !src.flag("TAO_SLURM_FORWARD_CREDENTIALS", true)? {
+        return Ok(Vec::new());
+    }
+    Ok(aliases::FORWARDED_CREDENTIALS
+        .iter()
+        .filter_map(|(from, to)| src.get(from).map(|v| (to.to_string(), crate::spec::Secret::new(v))))
+        .collect())
+}
+
+fn cluster(src: &SettingSources) -> Result<Option<String>, ConfigError> {
+    let Some(name) = src.get(CLUSTER_SETTING) else { return Ok(None) };
+    let name = name.trim().to_string();
+    check_cluster_name(&name).map_err(|message| ConfigError::Invalid { name: "TAO_SLURM_CLUSTER", message })?;
+    Ok(Some(name))
+}
+
+impl Settings {
+    pub fn from_sources(src: &SettingSources) -> Result<Settings, ConfigError> {
+        let unrecognised = aliases::unrecognised(src);
+        let src = &aliases::apply(src);
+        let Slurm { slurm_user, login_hosts, partition, account } = Slurm::from_sources(src)?;
         let local = src.flag("TAO_SLURM_LOCAL", login_hosts.len() == 1 && login_hosts[0].is_local())?;
+        let (state_path, control_dir) = private_paths(src)?;
         Ok(Settings {
             slurm_user,
             login_hosts,
@@ -291,42 +347,20 @@ impl Settings {
             accept_new_host_keys: src.flag("SSH_ACCEPT_NEW_HOST_KEYS", false)?,
             control_persist_secs: src.count("TAO_SLURM_CONTROL_PERSIST", 0, 1800)?,
             remote_timeout_secs: src.count("TAO_SLURM_REMOTE_TIMEOUT", 1, 120)?,
-            control_dir: match src.get("TAO_SLURM_CONTROL_DIR") {
-                Some(d) => PathBuf::from(d),
-                None => cache_dir()?.join("cm"),
-            },
+            control_dir,
             base_results_dir: src.get("SLURM_BASE_RESULTS_DIR"),
             account,
             time_hours: src.hours("SLURM_TIME_HOURS", 4.0)?,
             timeout_hours: src.hours("SLURM_TIMEOUT_HOURS", 3.8)?,
             use_requeue: src.flag("SLURM_USE_REQUEUE", true)?,
             max_gpus_per_node: src.count("SLURM_MAX_GPUS_PER_NODE", 1, 8)?,
-            state_path: match src.get("TAO_SLURM_STATE") {
-                Some(p) => PathBuf::from(p),
-                None => data_dir()?.join("state.db"),
-            },
+            state_path,
             local,
             ngc_key: src.get("NGC_KEY").map(crate::spec::Secret::new),
-            aux_max_bytes: src.parse(
-                "TAO_SLURM_AUX_MAX_BYTES",
-                |v| {
-                    v.trim().parse().map_err(|_| ConfigError::Invalid {
-                        name: "TAO_SLURM_AUX_MAX_BYTES",
-                        message: format!("{v:?} is not a number of bytes"),
-                    })
-                },
-                || DEFAULT_AUX_MAX_BYTES,
-            )?,
+            aux_max_bytes: src.parse("TAO_SLURM_AUX_MAX_BYTES", parse_bytes, || DEFAULT_AUX_MAX_BYTES)?,
             aux_timeout_minutes: src.count("TAO_SLURM_AUX_TIMEOUT_MINUTES", 1, DEFAULT_AUX_TIMEOUT_MINUTES)? as u64,
             use_sqsh: src.flag("TAO_SLURM_USE_SQSH", true)?,
-            sqsh: crate::sqsh::SqshPolicy {
-                cache_dir: src.get("TAO_SLURM_SQSH_CACHE_DIR").unwrap_or_default(),
-                partition: src.get("TAO_SLURM_SQSH_PARTITION").unwrap_or_else(|| "cpu".to_string()),
-                timeout_minutes: src.count("TAO_SLURM_SQSH_TIMEOUT_MINUTES", 1, 30)? as u64,
-                memory: src.get("TAO_SLURM_SQSH_MEMORY").unwrap_or_else(|| "32G".to_string()),
-                force_reconvert_latest: src.flag("TAO_SLURM_FORCE_RECONVERT_LATEST", false)?,
-                latest_max_age_hours: src.count("TAO_SLURM_SQSH_LATEST_MAX_AGE_HOURS", 0, 0)? as u64,
-            },
+            sqsh: sqsh_policy(src)?,
             allow_registry_pull: src.flag("TAO_SLURM_ALLOW_REGISTRY_PULL", false)?,
             max_retries: src.count("MAX_JOB_RETRIES", 0, crate::retry::MAX_JOB_RETRIES)?,
             retry_backoff_secs: src.count("TAO_SLURM_RETRY_BACKOFF_SECS", 0, 30)? as u64,
@@ -343,24 +377,9 @@ impl Settings {
             },
             use_timeout: src.flag("SLURM_USE_TIMEOUT", true)?,
             mail_user: src.get("SLURM_MAIL_USER").map(|m| m.trim().to_string()),
-            forwarded_secrets: if src.flag("TAO_SLURM_FORWARD_CREDENTIALS", true)? {
-                aliases::FORWARDED_CREDENTIALS
-                    .iter()
-                    .filter_map(|(from, to)| src.get(from).map(|v| (to.to_string(), crate::spec::Secret::new(v))))
-                    .collect()
-            } else {
-                Vec::new()
-            },
+            forwarded_secrets: forwarded_secrets(src)?,
             unrecognised,
-            cluster: match src.get(CLUSTER_SETTING) {
-                Some(name) => {
-                    let name = name.trim().to_string();
-                    check_cluster_name(&name)
-                        .map_err(|message| ConfigError::Invalid { name: "TAO_SLURM_CLUSTER", message })?;
-                    Some(name)
-                }
-                None => None,
-            },
+            cluster: cluster(src)?,
         })
     }
 

@@ -207,6 +207,28 @@ pub fn parse_depend_output(stdout: &str) -> Vec<(usize, bool)> {
         .collect()
 }
 
+/// The active parents that the jobs `ids` wait for, transitively, leaving out those in `ids`: a
+/// refresh of a dependent job refreshes what it waits for, so that it can move on. `edges`: every
+/// open dependency as (child, parent, parent's status).
+pub fn active_parents(edges: &[(&str, &str, PlatformStatus)], ids: &[&str]) -> Vec<String> {
+    let mut parents_of: std::collections::BTreeMap<&str, Vec<(&str, PlatformStatus)>> = Default::default();
+    for (child, parent, status) in edges {
+        parents_of.entry(child).or_default().push((parent, *status));
+    }
+    let given: std::collections::HashSet<&str> = ids.iter().copied().collect();
+    let mut out: Vec<String> = Vec::new();
+    let mut todo: Vec<&str> = ids.to_vec();
+    while let Some(id) = todo.pop() {
+        for (parent, status) in parents_of.get(id).into_iter().flatten() {
+            if !status.is_terminal() && !given.contains(parent) && !out.iter().any(|o| o == parent) {
+                out.push(parent.to_string());
+                todo.push(parent);
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,5 +340,24 @@ mod tests {
         assert!(!s.contains("rc 1"), "nothing runs for an explanation: {s}");
         let out = "@@tao-slurm:rc 0 0\n@@tao-slurm:rc 2 1\n";
         assert_eq!(parse_depend_output(out), vec![(0, true), (2, false)]);
+    }
+
+    #[test]
+    fn the_active_parents_of_a_chain_are_found_once_and_ended_ones_left_out() {
+        let edges = [
+            ("c", "b", Running),
+            ("b", "a", Pending),
+            ("a", "root", Complete),
+            ("d", "b", Running),
+            ("e", "c", Pending),
+        ];
+        assert_eq!(active_parents(&edges, &["c"]), ["b", "a"]);
+        assert_eq!(active_parents(&edges, &["c", "d"]), ["b", "a"], "b once, though two jobs wait for it");
+        assert_eq!(active_parents(&edges, &["c", "b"]), ["a"], "a job given is not its own parent to add");
+        assert!(active_parents(&edges, &["a"]).is_empty(), "an ended parent needs no refresh");
+        assert!(active_parents(&edges, &["root"]).is_empty());
+        // A cycle (never made by tao-slurm, but a state file is input) ends.
+        let cycle = [("x", "y", Running), ("y", "x", Running)];
+        assert_eq!(active_parents(&cycle, &["x"]), ["y"]);
     }
 }

@@ -3,8 +3,11 @@
 //! read, under a time limit (a job can make its log a FIFO or a symlink to anything). The engine's
 //! `logs` runs them.
 
+use crate::cosmos::Role;
+use crate::model::JobRecord;
 use crate::protocol::{sections, unprefix_lines, PREFIX_LINES, SECTION};
 use crate::script::shell::quote;
+use crate::spec::SpecError;
 
 /// Which of the two files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,6 +164,46 @@ pub fn parse_chunks(stdout: &str, nonce: &str) -> (String, Vec<Chunk>) {
         rest = &body[stop + end.len()..];
     }
     (before.to_string(), chunks)
+}
+
+/// Where a job's attempt keeps its logs: (Slurm job id, main.out, main.err) in
+/// `<logs root>/<attempt name>-<Slurm job id>/`; None while the attempt has no Slurm job.
+pub fn log_paths(job: &JobRecord) -> Option<(String, String, String)> {
+    let slurm_job_id = job.slurm_job_id.clone()?;
+    let dir = job.plan.layout.log_dir(&job.attempt_name, &slurm_job_id);
+    Some((slurm_job_id, format!("{dir}/main.out"), format!("{dir}/main.err")))
+}
+
+/// The log files of one task of a Cosmos-RL role in the attempt: `<log dir>/<role>/<task>.out|err`.
+pub fn role_log_paths(job: &JobRecord, role: Role, task: u32) -> Option<(String, String, String)> {
+    let (slurm_job_id, out, _) = log_paths(job)?;
+    let dir = out.rsplit_once('/').map_or(String::new(), |(d, _)| d.to_string());
+    Some((slurm_job_id, format!("{dir}/{role}/{task}.out"), format!("{dir}/{role}/{task}.err")))
+}
+
+/// The tasks of `role` to read (all of them, or just `task`), checked against the job's split.
+pub fn role_tasks(job: &JobRecord, role: Role, task: Option<u32>) -> Result<Vec<u32>, SpecError> {
+    let Some(cosmos) = &job.plan.cosmos else {
+        return Err(SpecError::new(
+            "role",
+            format!("job {} is not a Cosmos-RL job: its logs are main.out and main.err (drop --role)", job.job_id),
+        ));
+    };
+    let tasks = cosmos.tasks(role);
+    if tasks == 0 {
+        return Err(SpecError::new(
+            "role",
+            format!("job {} has no {role} role (it trains without rollout workers)", job.job_id),
+        ));
+    }
+    match task {
+        None => Ok((0..tasks).collect()),
+        Some(t) if t < tasks => Ok(vec![t]),
+        Some(t) => Err(SpecError::new(
+            "task",
+            format!("the {role} role of job {} has tasks 0 to {} (one per node), not {t}", job.job_id, tasks - 1),
+        )),
+    }
 }
 
 #[cfg(test)]

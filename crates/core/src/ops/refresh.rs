@@ -370,7 +370,7 @@ fn status_json_of<'a>(job: &'a JobSummary, obs: &'a Observations) -> (Option<&'a
 /// The platform verdict for a Slurm state, with the inner timeout's own message for exit 124.
 fn verdict(job: &JobSummary, state: &SlurmState, exit_code: Option<i32>, status_json: Option<&str>) -> StatusVerdict {
     let mut verdict = map_status(state, exit_code, status_json);
-    if verdict.status == PlatformStatus::Error && exit_code == Some(124) {
+    if verdict.status == PlatformStatus::Error && exit_code == Some(crate::exit_codes::TIMED_OUT) {
         verdict.message = timed_out_message(job);
     }
     verdict
@@ -384,7 +384,9 @@ fn from_squeue(job: &JobSummary, rec: &SqueueRecord, obs: &Observations) -> Stat
     let progress = status_json.and_then(last_status_line).and_then(|l| l.message);
     let verdict = verdict(job, &rec.state, rec.exit_code, status_json);
     let mut message = verdict.message;
-    if verdict.status == PlatformStatus::Pending && !rec.reason.is_empty() && rec.reason != "None" {
+    let pending_reason = (verdict.status == PlatformStatus::Pending && !rec.reason.is_empty() && rec.reason != "None")
+        .then(|| rec.reason.clone());
+    if pending_reason.is_some() {
         message = match explain_pending(&rec.reason) {
             Some((words, advice)) => format!("{message}, reason {}: {words} ({advice})", rec.reason),
             None => format!("{message}, reason {}", rec.reason),
@@ -400,6 +402,7 @@ fn from_squeue(job: &JobSummary, rec: &SqueueRecord, obs: &Observations) -> Stat
         exit_code: if rec.state.is_finished() { rec.exit_code } else { None },
         node_list: Some(rec.node_list.clone()).filter(|n| !n.is_empty() && n != "(null)"),
         progress: status_json.and_then(last_status_raw),
+        pending_reason,
     }
 }
 
@@ -425,6 +428,7 @@ fn from_sacct(job: &JobSummary, rec: &SacctRecord, obs: &Observations) -> Option
         exit_code: rec.exit_code,
         node_list: Some(rec.node_list.clone()).filter(|n| !n.is_empty() && n != "None assigned"),
         progress: known.and_then(last_status_raw),
+        pending_reason: None,
     })
 }
 
@@ -450,6 +454,7 @@ fn lost(job: &JobSummary, slurm_id: &str, obs: &Observations, now: i64) -> Optio
         exit_code: None,
         node_list: None,
         progress: known.and_then(last_status_raw),
+        pending_reason: None,
     })
 }
 
@@ -462,6 +467,7 @@ pub fn changes_nothing(job: &JobSummary, u: &StatusUpdate) -> bool {
         && job.exit_code == u.exit_code
         && (u.node_list.is_none() || job.node_list.is_some())
         && (u.progress.is_none() || job.progress == u.progress)
+        && job.pending_reason == u.pending_reason
 }
 
 #[cfg(test)]
@@ -522,6 +528,7 @@ mod tests {
             submitted_at: None,
             unseen_since: None,
             cluster: None,
+            pending_reason: None,
             sweep_id: None,
             sweep_index: None,
             gate: None,
@@ -824,5 +831,27 @@ mod tests {
         // A retried variant is an ordinary job again (its own name and id).
         let retried = JobSummary { attempt: 2, ..variant };
         assert_eq!(retried.array_index(), None);
+    }
+
+    #[test]
+    fn the_pending_reason_is_a_field_of_its_own() {
+        let jobs = vec![job("a", "10"), job("b", "11"), job("c", "12")];
+        let squeue =
+            "10|PENDING|Resources|||4:00:00|x\n11|PENDING|None|||4:00:00|x\n12|RUNNING|None|n1|x|1:00|0|tao-job-c\n";
+        let obs = Observations { squeue: Some(parse_squeue(squeue)), ..Observations::default() };
+        let d = decide(&jobs, &obs, now_secs());
+        let reason = |id: &str| d.iter().find(|x| x.job_id == id).and_then(|x| x.update.pending_reason.clone());
+        assert_eq!(reason("a").as_deref(), Some("Resources"));
+        assert_eq!((reason("b"), reason("c")), (None, None), "no reason, or not pending");
+        let a = d.iter().find(|x| x.job_id == "a").unwrap();
+        let seen = JobSummary {
+            status: a.update.status,
+            message: a.update.message.clone(),
+            slurm_state: a.update.slurm_state.clone(),
+            ..job("a", "10")
+        };
+        assert!(!changes_nothing(&seen, &a.update), "a reason not stored yet is a change");
+        let stored = JobSummary { pending_reason: Some("Resources".into()), ..seen };
+        assert!(changes_nothing(&stored, &a.update));
     }
 }

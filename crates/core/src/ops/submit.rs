@@ -1,6 +1,13 @@
 //! Submission of one attempt: its ticket (the attempt's unique Slurm job name, by which it is found
 //! again) and the one remote script that stages the job's files and submits it at most once. Pure.
 
+use crate::config::Settings;
+use crate::exit_codes::{
+    CANNOT_CREATE_DIRS, CANNOT_STAGE, CANNOT_WRITE_SECRETS, NO_LOG_DIR, RELEASE_FAILED, SBATCH_REFUSED,
+    SECRETS_FILE_MISSING, SUBMISSION_IN_FLIGHT, UNTRUSTED_STORAGE,
+};
+use crate::layout::Layout;
+use crate::model::JobRecord;
 use crate::plan::Plan;
 use crate::protocol::SECTION;
 use crate::script::shell::quote;
@@ -40,6 +47,20 @@ pub fn attempt_name(plan: &Plan, number: u32) -> String {
     }
 }
 
+/// The files a plan stages, with the user and login hosts the settings name in the metadata file
+/// (the batch script last). Offline: `render` shows them without a cluster.
+pub fn staged_files_for(settings: &Settings, plan: &Plan, spec_json: &serde_json::Value) -> Vec<StagedFile> {
+    let hosts: Vec<String> = settings.login_hosts.iter().map(|h| h.label()).collect();
+    crate::script::staged_files(plan, spec_json, settings.slurm_user.as_deref().unwrap_or(""), &hosts)
+}
+
+/// The staged files of a recorded job, regenerated from its stored spec and plan (they are the same
+/// every time), for its retries and resumed submissions.
+pub fn staged_files_of(settings: &Settings, job: &JobRecord) -> Vec<StagedFile> {
+    let spec_json: serde_json::Value = serde_json::from_str(&job.spec_json).unwrap_or(serde_json::Value::Null);
+    staged_files_for(settings, &job.plan, &spec_json)
+}
+
 /// A submission lock older than this, with no Slurm job behind it, was left by a submitter that died
 /// before sbatch; it may be taken over.
 pub const STALE_SUBMIT_LOCK_SECS: u64 = 120;
@@ -70,87 +91,209 @@ pub fn submit_script_with_hook(
 ) -> String {
     let layout = &plan.layout;
     let name = &ticket.slurm_job_name;
-    let lock = format!("{}/sbatch/.submit-{name}", layout.base_dir);
-    let mut s = String::from("set -u\numask 077\n");
-    s.push_str(crate::script::trust::TRUST_FUNCTIONS);
+    let writes_secrets = !plan.secret_names.is_empty() && !secrets.0.is_empty();
     let mut dirs: Vec<String> =
         files.iter().filter_map(|f| f.path.rsplit_once('/').map(|(d, _)| d.to_string())).collect();
-    dirs.extend([
-        layout.base_dir.clone(),
-        format!("{}/sbatch", layout.base_dir),
-        layout.logs_root(),
-        layout.results_root.clone(),
-        layout.results_dir(),
-    ]);
-    let writes_secrets = !plan.secret_names.is_empty() && !secrets.0.is_empty();
-    if writes_secrets {
-        dirs.push(format!("{}/secrets", layout.base_dir));
-    }
-    dirs.sort();
-    dirs.dedup();
-    let dir_list = dirs.iter().map(|d| quote(d)).collect::<Vec<_>>().join(" ");
-    s.push_str(&format!("tao_trust_base {}\n", quote(&layout.base_dir)));
-    s.push_str(&format!(
-        "mkdir -p -- {dir_list} || {{ echo 'tao-slurm: cannot create the job directories' >&2; exit 10; }}\ntao_own_dirs {dir_list}\n"
-    ));
-    s.push_str(&format!("lock={}\nlogdir_prefix={}\n", quote(&lock), quote(&format!("{}/{name}", layout.logs_root()))));
-    // Adopt rather than submit twice. The id in the lock is only ever digits (a job can write there).
-    let release_adopted = if ticket.hold { "" } else { "scontrol release \"$1\" >/dev/null 2>&1; " };
-    let n = quote(name);
-    let lookup = format!(
-        "  existing=\"$(squeue --me -h --name={n} -o %i 2>/dev/null | head -n 1)\"\n  \
-         [ -n \"$existing\" ] || existing=\"$(sacct -X -P -n -S now-30days -E now -s {states} --name={n} -o JobIDRaw 2>/dev/null | head -n 1)\"",
-        states = crate::ops::refresh::SACCT_ALL_STATES,
-    );
-    s.push_str(&lock_script(&format!("mkdir -p \"$logdir_prefix-$1\"; {release_adopted}"), &lookup, "attempt"));
+    dirs.push(layout.results_dir());
+    let mut s = preamble(layout, dirs, writes_secrets, name);
+    s.push_str(&adopt_script(release_adopted_step(ticket.hold), name));
     s.push_str(before_sbatch);
-    let secrets_file = quote(&layout.secrets_file());
     if writes_secrets {
-        let dir = quote(&layout.secrets_dir());
-        s.push_str(&format!("rm -rf -- {dir} && mkdir -m 700 -- {dir} || {{ rm -rf \"$lock\"; exit 12; }}\n"));
-        // A debug log of this script shows `***` for the values (see `crate::redact`).
-        s.push_str("{\n");
-        for name in &plan.secret_names {
-            if let Some(value) = secrets.0.get(name) {
-                s.push_str(&format!("printf 'export %s=%s\\n' {name} {}\n", quote(&quote(value.expose()))));
-            }
-        }
-        s.push_str(&format!("}} > {secrets_file} || {{ rm -rf \"$lock\"; exit 12; }}\n"));
+        s.push_str(&secrets_file_script(plan, secrets));
     } else if !plan.secret_names.is_empty() {
+        let secrets_file = quote(&layout.secrets_file());
         s.push_str(&format!(
-            "if [ ! -f {secrets_file} ] || [ -L {secrets_file} ] || [ ! -O {secrets_file} ]; then rm -rf \"$lock\"; echo \"tao-slurm: the secrets file {} is missing (or is not a regular file of yours), so this attempt would run without {}; tao-slurm keeps secret values only on the cluster: submit the job again with them\" >&2; exit 13; fi\n",
+            "if [ ! -f {secrets_file} ] || [ -L {secrets_file} ] || [ ! -O {secrets_file} ]; then rm -rf \"$lock\"; echo \"tao-slurm: the secrets file {} is missing (or is not a regular file of yours), so this attempt would run without {}; tao-slurm keeps secret values only on the cluster: submit the job again with them\" >&2; exit {SECRETS_FILE_MISSING}; fi\n",
             layout.secrets_file().replace(['"', '$', '`', '\\'], ""),
             plan.secret_names.join(", ")
         ));
     }
     for f in files {
         s.push_str(&format!(
-            "tao_put {} {} || {{ rm -rf \"$lock\"; echo 'tao-slurm: cannot write {}' >&2; exit 11; }}\n",
+            "tao_put {} {} || {{ rm -rf \"$lock\"; echo 'tao-slurm: cannot write {}' >&2; exit {CANNOT_STAGE}; }}\n",
             quote(&f.path),
             quote(&f.contents),
             f.path.replace(['\'', '\\'], "")
         ));
     }
-    let mut exclude =
+    let mut options =
         if ticket.exclude.is_empty() { String::new() } else { format!(" --exclude={}", quote(&ticket.exclude)) };
     if let Some(d) = &ticket.dependency {
-        exclude.push_str(&format!(" --dependency={}", quote(d)));
+        options.push_str(&format!(" --dependency={}", quote(d)));
+    }
+    let steps = SbatchSteps {
+        what: "job",
+        name,
+        options: &options,
+        script: &layout.script_file(),
+        log_dirs: "mkdir -p \"$logdir_prefix-$id\"",
+        log_dirs_failed: "cannot create the log directory; job cancelled",
+        release: !ticket.hold,
+    };
+    s.push_str(&sbatch_script(&steps));
+    s
+}
+
+/// The step that finishes an adopted attempt (`$1`, its Slurm job id): its log directory, and its
+/// release unless it is to stay held. Both are harmless when already done. The refresh finishes
+/// attempts it adopts the same way ([`release_adopted_script`]).
+fn release_adopted_step(hold: bool) -> String {
+    let release = if hold { "" } else { "scontrol release \"$1\" >/dev/null 2>&1; " };
+    format!("mkdir -p \"$logdir_prefix-$1\"; {release}")
+}
+
+/// One round trip that finishes attempts the refresh adopted (found by name after their submitter
+/// stopped between sbatch and release): each one's log directory made and its hold released, both
+/// harmless when already done. `adopted`: (log directory, Slurm job id).
+pub fn release_adopted_script(adopted: &[(String, String)]) -> String {
+    let mut s: String = adopted
+        .iter()
+        .map(|(log_dir, id)| format!("mkdir -p {} && scontrol release {} >/dev/null 2>&1\n", quote(log_dir), quote(id)))
+        .collect();
+    s.push_str("exit 0\n");
+    s
+}
+
+/// The lock-or-adopt step of an attempt: an earlier run's job is found by the lock's id, else by
+/// name in squeue, else in sacct.
+fn adopt_script(on_adopt: String, name: &str) -> String {
+    let n = quote(name);
+    let lookup = format!(
+        "  existing=\"$(squeue --me -h --name={n} -o %i 2>/dev/null | head -n 1)\"\n  \
+         [ -n \"$existing\" ] || existing=\"$(sacct -X -P -n -S now-30days -E now -s {states} --name={n} -o JobIDRaw 2>/dev/null | head -n 1)\"",
+        states = crate::ops::refresh::SACCT_ALL_STATES,
+    );
+    lock_script(&on_adopt, &lookup, "attempt")
+}
+
+/// The start every submission script (a job's, a sweep's) shares: strict mode and private files, the
+/// trust functions, the shared storage checked (the base's ancestors and the directories that exist,
+/// one `stat`) and the directories made (the layout's own, `dirs`, and the secrets directory when it
+/// is written), and the lock's variables for the Slurm job name `name`.
+pub(crate) fn preamble(layout: &Layout, mut dirs: Vec<String>, writes_secrets: bool, name: &str) -> String {
+    dirs.extend([
+        layout.base_dir.clone(),
+        format!("{}/sbatch", layout.base_dir),
+        layout.logs_root(),
+        layout.results_root.clone(),
+    ]);
+    if writes_secrets {
+        dirs.push(format!("{}/secrets", layout.base_dir));
+    }
+    dirs.sort();
+    dirs.dedup();
+    let dir_list = dirs.iter().map(|d| quote(d)).collect::<Vec<_>>().join(" ");
+    let mut s = String::from("set -u\numask 077\n");
+    s.push_str(&crate::script::trust::trust_functions());
+    s.push_str(&format!("tao_trust_dirs {} {dir_list}\n", quote(&layout.base_dir)));
+    s.push_str(&format!(
+        "mkdir -p -- {dir_list} || {{ echo 'tao-slurm: cannot create the job directories' >&2; exit {CANNOT_CREATE_DIRS}; }}\n"
+    ));
+    s.push_str(&format!(
+        "lock={}\nlogdir_prefix={}\n",
+        quote(&format!("{}/sbatch/.submit-{name}", layout.base_dir)),
+        quote(&format!("{}/{name}", layout.logs_root()))
+    ));
+    s
+}
+
+/// The plan's secrets file, written afresh in a new directory of mode 700 (the values travel only on
+/// the script's standard input: printf is a builtin).
+pub(crate) fn secrets_file_script(plan: &Plan, secrets: &SecretValues) -> String {
+    let dir = quote(&plan.layout.secrets_dir());
+    let mut s = format!(
+        "rm -rf -- {dir} && mkdir -m 700 -- {dir} || {{ rm -rf \"$lock\"; exit {CANNOT_WRITE_SECRETS}; }}\n{{\n"
+    );
+    // A debug log of this script shows `***` for the values (see `crate::redact`).
+    for name in &plan.secret_names {
+        if let Some(value) = secrets.0.get(name) {
+            s.push_str(&format!("printf 'export %s=%s\\n' {name} {}\n", quote(&quote(value.expose()))));
+        }
     }
     s.push_str(&format!(
-        "out=\"$(sbatch --parsable --hold --job-name={}{exclude} {})\" || {{ rm -rf \"$lock\"; echo 'tao-slurm: sbatch refused the job' >&2; exit 20; }}\n",
-        quote(name),
-        quote(&layout.script_file())
+        "}} > {} || {{ rm -rf \"$lock\"; exit {CANNOT_WRITE_SECRETS}; }}\n",
+        quote(&plan.layout.secrets_file())
     ));
-    s.push_str("id=\"$(printf '%s\\n' \"$out\" | tail -n 1)\"; id=\"${id%%;*}\"\n");
+    s
+}
+
+/// What the end of a submission script does, for a job or a sweep's array.
+pub(crate) struct SbatchSteps<'a> {
+    /// `job` or `sweep`, in messages.
+    pub what: &'a str,
+    pub name: &'a str,
+    /// More sbatch options, quoted (`--exclude`, `--dependency`).
+    pub options: &'a str,
+    pub script: &'a str,
+    /// Makes the log directories of Slurm job `$id`, and what its failure says.
+    pub log_dirs: &'a str,
+    pub log_dirs_failed: &'a str,
+    pub release: bool,
+}
+
+/// The end every submission script shares: `sbatch --hold`, its id recorded in the lock and printed,
+/// the log directories made (the job is cancelled if they cannot be), and the hold released. No
+/// process but sbatch's, mkdir's and scontrol's: the id is cut out of sbatch's answer by the shell.
+pub(crate) fn sbatch_script(steps: &SbatchSteps) -> String {
+    let SbatchSteps { what, name, options, script, log_dirs, log_dirs_failed, release } = steps;
+    let mut s = format!(
+        "out=\"$(sbatch --parsable --hold --job-name={}{options} {})\" || {{ rm -rf \"$lock\"; echo 'tao-slurm: sbatch refused the {what}' >&2; exit {SBATCH_REFUSED}; }}\n",
+        quote(name),
+        quote(script)
+    );
+    s.push_str("id=\"${out##*$'\\n'}\"; id=\"${id%%;*}\"\n");
     s.push_str("tao_put \"$lock/slurm_job_id\" \"$id\"\n");
     s.push_str(&format!("echo \"{SECTION}slurm_job_id $id\"\n"));
-    s.push_str("mkdir -p \"$logdir_prefix-$id\" || { scancel \"$id\"; echo 'tao-slurm: cannot create the log directory; job cancelled' >&2; exit 21; }\n");
-    if !ticket.hold {
-        s.push_str(
-            "scontrol release \"$id\" || { echo \"tao-slurm: job $id is held: scontrol release failed\" >&2; exit 22; }\n",
-        );
+    s.push_str(&format!(
+        "{log_dirs} || {{ scancel \"$id\"; echo 'tao-slurm: {log_dirs_failed}' >&2; exit {NO_LOG_DIR}; }}\n"
+    ));
+    if *release {
+        s.push_str(&format!(
+            "scontrol release \"$id\" || {{ echo \"tao-slurm: {what} $id is held: scontrol release failed\" >&2; exit {RELEASE_FAILED}; }}\n"
+        ));
     }
     s
+}
+
+/// How a run of a submission script ended, read from its output and exit status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// sbatch took it (or an earlier run's job was adopted) and every later step ran.
+    Submitted(String),
+    /// sbatch took it, but a later step failed (log directory, release): it is Slurm's, not started.
+    NotStarted(String),
+    /// Another run of the same submission holds its lock and has not submitted yet: nothing was done.
+    InFlight,
+    /// Nothing reached Slurm: staging failed, the storage was refused, or sbatch refused it.
+    Refused,
+    /// The script ended well but printed no Slurm job id.
+    NoJobId,
+}
+
+impl Outcome {
+    /// The Slurm job id sbatch gave, when it got that far.
+    pub fn slurm_job_id(&self) -> Option<&str> {
+        match self {
+            Outcome::Submitted(id) | Outcome::NotStarted(id) => Some(id),
+            _ => None,
+        }
+    }
+}
+
+/// Read a submission script's run (a job's or a sweep's): the `slurm_job_id` section it printed (or
+/// the adopted job's) and its exit status.
+pub fn parse_outcome(stdout: &str, exit_code: i32) -> Outcome {
+    let id = crate::protocol::sections(stdout)
+        .into_iter()
+        .find(|(name, _, _)| name == "slurm_job_id")
+        .and_then(|(_, arg, _)| crate::slurm::parse_sbatch_parsable(&arg));
+    match (id, exit_code) {
+        (Some(id), 0) => Outcome::Submitted(id),
+        (Some(id), _) => Outcome::NotStarted(id),
+        (None, 0) => Outcome::NoJobId,
+        (None, SUBMISSION_IN_FLIGHT) => Outcome::InFlight,
+        (None, _) => Outcome::Refused,
+    }
 }
 
 /// The lock-or-adopt step of a submission ([`templates/submit_lock.sh`]): `on_adopt` runs for an
@@ -165,12 +308,51 @@ pub(crate) fn lock_script(on_adopt: &str, lookup: &str, what: &str) -> String {
             ("WHAT", what),
             ("SECTION", SECTION),
             ("STALE_SECS", &STALE_SUBMIT_LOCK_SECS.to_string()),
+            ("IN_FLIGHT", &SUBMISSION_IN_FLIGHT.to_string()),
+            ("UNTRUSTED", &UNTRUSTED_STORAGE.to_string()),
         ],
     )
 }
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_submission_outcome_is_read_from_its_id_and_exit_status() {
+        use Outcome::*;
+        let id = "@@tao-slurm:slurm_job_id 4242\n";
+        let cases: &[(&str, i32, Outcome)] = &[
+            (id, 0, Submitted("4242".into())),
+            ("@@tao-slurm:slurm_job_id 4242\n@@tao-slurm:adopted\n", 0, Submitted("4242".into())),
+            (id, crate::exit_codes::NO_LOG_DIR, NotStarted("4242".into())),
+            (id, crate::exit_codes::RELEASE_FAILED, NotStarted("4242".into())),
+            // An id sbatch gave wins over any exit status: the job is Slurm's.
+            (id, crate::exit_codes::SUBMISSION_IN_FLIGHT, NotStarted("4242".into())),
+            ("", crate::exit_codes::SUBMISSION_IN_FLIGHT, InFlight),
+            ("", crate::exit_codes::SBATCH_REFUSED, Refused),
+            ("", crate::exit_codes::UNTRUSTED_STORAGE, Refused),
+            ("", 0, NoJobId),
+            // sbatch --parsable's `id;cluster`; only digits are an id (a job can write into the lock
+            // the id is read back from).
+            ("@@tao-slurm:slurm_job_id 42;cluster\n", 0, Submitted("42".into())),
+            ("@@tao-slurm:slurm_job_id 4$(rm)2\n", 0, NoJobId),
+        ];
+        for (stdout, code, want) in cases {
+            let got = parse_outcome(stdout, *code);
+            assert_eq!(&got, want, "{stdout:?} exit {code}");
+            assert_eq!(got.slurm_job_id().is_some(), matches!(want, Submitted(_) | NotStarted(_)));
+        }
+    }
+
+    #[test]
+    fn a_job_and_a_sweep_share_the_preamble_and_the_sbatch_steps() {
+        let plan = resolve(&spec(), &settings()).unwrap();
+        let job = submit_script(&plan, &[], &SecretValues::default(), &AttemptTicket::first(&plan));
+        let preamble = preamble(&plan.layout, vec![plan.layout.results_dir()], false, &plan.layout.job_name);
+        assert!(job.starts_with(&preamble), "{job}");
+        assert!(job.contains(&format!("exit {}", crate::exit_codes::SBATCH_REFUSED)));
+        assert_eq!(crate::ops::template::unfilled(&job), Vec::<String>::new());
+    }
 
     #[test]
     fn the_lock_template_is_filled_whole() {

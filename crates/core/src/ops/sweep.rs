@@ -3,9 +3,9 @@
 //! caller draws the ids.
 
 use crate::config::Settings;
+use crate::exit_codes::{CANNOT_CREATE_DIRS, CANNOT_STAGE};
 use crate::layout::slurm_job_name;
 use crate::plan::{resolve_with_id, Plan};
-use crate::protocol::SECTION;
 use crate::script::shell::quote;
 use crate::script::{render_array_script, StagedFile};
 use crate::spec::{JobSpec, SecretValues, SpecError, Variant};
@@ -106,40 +106,22 @@ pub fn sweep_submit_script(sweep: &SweepPlan, files: &[Vec<StagedFile>], secrets
     let first = sweep.first();
     let layout = &first.layout;
     let name = &sweep.array_name;
-    let lock = format!("{}/sbatch/.submit-{name}", layout.base_dir);
-    let mut s = String::from("set -u\numask 077\n");
-    s.push_str(crate::script::trust::TRUST_FUNCTIONS);
-    let mut dirs: Vec<String> =
+    let dirs: Vec<String> =
         files.iter().flatten().filter_map(|f| f.path.rsplit_once('/').map(|(d, _)| d.to_string())).collect();
-    dirs.extend([
-        layout.base_dir.clone(),
-        format!("{}/sbatch", layout.base_dir),
-        layout.logs_root(),
-        layout.results_root.clone(),
-    ]);
     let writes_secrets = !first.secret_names.is_empty() && !secrets.0.is_empty();
-    if writes_secrets {
-        dirs.push(format!("{}/secrets", layout.base_dir));
-    }
-    dirs.sort();
-    dirs.dedup();
-    let dir_list = dirs.iter().map(|d| quote(d)).collect::<Vec<_>>().join(" ");
-    s.push_str(&format!("tao_trust_base {}\n", quote(&layout.base_dir)));
-    s.push_str(&format!(
-        "mkdir -p -- {dir_list} || {{ echo 'tao-slurm: cannot create the job directories' >&2; exit 10; }}\ntao_own_dirs {dir_list}\n"
-    ));
+    let mut s = crate::ops::submit::preamble(layout, dirs, writes_secrets, name);
     // Results directories: one mkdir for all (they sit in the results root checked above).
     s.push_str("mkdir -p --");
     for (_, p) in &sweep.variants {
         s.push(' ');
         s.push_str(&quote(&p.layout.results_dir()));
     }
-    s.push_str(" || { echo 'tao-slurm: cannot create the results directories' >&2; exit 10; }\n");
+    s.push_str(&format!(
+        " || {{ echo 'tao-slurm: cannot create the results directories' >&2; exit {CANNOT_CREATE_DIRS}; }}\n"
+    ));
     let n = sweep.variants.len();
     s.push_str(&format!(
-        "lock={}\nlogdir_prefix={}\nlogdirs() {{ local d=() i; for ((i = 0; i < {n}; i++)); do d+=(\"$logdir_prefix-$1_$i\"); done; mkdir -p -- \"${{d[@]}}\"; }}\n",
-        quote(&lock),
-        quote(&format!("{}/{name}", layout.logs_root()))
+        "logdirs() {{ local d=() i; for ((i = 0; i < {n}; i++)); do d+=(\"$logdir_prefix-$1_$i\"); done; mkdir -p -- \"${{d[@]}}\"; }}\n"
     ));
     s.push_str(&crate::ops::submit::lock_script(
         "logdirs \"$1\"; scontrol release \"$1\" >/dev/null 2>&1; ",
@@ -148,14 +130,7 @@ pub fn sweep_submit_script(sweep: &SweepPlan, files: &[Vec<StagedFile>], secrets
     ));
     if writes_secrets {
         for (_, plan) in &sweep.variants {
-            let dir = quote(&plan.layout.secrets_dir());
-            s.push_str(&format!("rm -rf -- {dir} && mkdir -m 700 -- {dir} || {{ rm -rf \"$lock\"; exit 12; }}\n{{\n"));
-            for secret in &plan.secret_names {
-                if let Some(value) = secrets.0.get(secret) {
-                    s.push_str(&format!("printf 'export %s=%s\\n' {secret} {}\n", quote(&quote(value.expose()))));
-                }
-            }
-            s.push_str(&format!("}} > {} || {{ rm -rf \"$lock\"; exit 12; }}\n", quote(&plan.layout.secrets_file())));
+            s.push_str(&crate::ops::submit::secrets_file_script(plan, secrets));
         }
     }
     // Thousands of files: written by the shell's own printf into a fresh private staging directory
@@ -168,8 +143,8 @@ pub fn sweep_submit_script(sweep: &SweepPlan, files: &[Vec<StagedFile>], secrets
         by_dir.entry(dir).or_default().push((name, f.contents.as_str()));
     }
     s.push_str(&format!(
-        "stage=\"$(mktemp -d -- {})\" || {{ rm -rf \"$lock\"; echo 'tao-slurm: cannot create a staging directory' >&2; exit 11; }}\n\
-         staged() {{ rm -rf -- \"$stage\" \"$lock\"; echo \"tao-slurm: cannot stage the sweep's files ($1)\" >&2; exit 11; }}\n",
+        "stage=\"$(mktemp -d -- {})\" || {{ rm -rf \"$lock\"; echo 'tao-slurm: cannot create a staging directory' >&2; exit {CANNOT_STAGE}; }}\n\
+         staged() {{ rm -rf -- \"$stage\" \"$lock\"; echo \"tao-slurm: cannot stage the sweep's files ($1)\" >&2; exit {CANNOT_STAGE}; }}\n",
         quote(&format!("{}/sbatch/.stage-XXXXXX", layout.base_dir))
     ));
     s.push_str("mkdir --");
@@ -187,18 +162,15 @@ pub fn sweep_submit_script(sweep: &SweepPlan, files: &[Vec<StagedFile>], secrets
         s.push_str(&format!("mv -f -t {} -- \"$stage/{i}\"/* || staged rename\n", quote(dir)));
     }
     s.push_str("rm -rf -- \"$stage\"\n");
-    s.push_str(&format!(
-        "out=\"$(sbatch --parsable --hold --job-name={} {})\" || {{ rm -rf \"$lock\"; echo 'tao-slurm: sbatch refused the sweep' >&2; exit 20; }}\n",
-        quote(name),
-        quote(&array_file.path)
-    ));
-    s.push_str("id=\"$(printf '%s\\n' \"$out\" | tail -n 1)\"; id=\"${id%%;*}\"\n");
-    s.push_str("tao_put \"$lock/slurm_job_id\" \"$id\"\n");
-    s.push_str(&format!("echo \"{SECTION}slurm_job_id $id\"\n"));
-    s.push_str("logdirs \"$id\" || { scancel \"$id\"; echo 'tao-slurm: cannot create the log directories; sweep cancelled' >&2; exit 21; }\n");
-    s.push_str(
-        "scontrol release \"$id\" || { echo \"tao-slurm: sweep $id is held: scontrol release failed\" >&2; exit 22; }\n",
-    );
+    s.push_str(&crate::ops::submit::sbatch_script(&crate::ops::submit::SbatchSteps {
+        what: "sweep",
+        name,
+        options: "",
+        script: &array_file.path,
+        log_dirs: "logdirs \"$id\"",
+        log_dirs_failed: "cannot create the log directories; sweep cancelled",
+        release: true,
+    }));
     s
 }
 

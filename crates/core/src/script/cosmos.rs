@@ -33,9 +33,9 @@ const ERR_FILES_SHOWN: u32 = 8;
 const ERR_LINES_SHOWN: u32 = 20;
 /// Seconds the script waits for one of those reads (a task can make its log a FIFO).
 const ERR_READ_SECS: u32 = 30;
-/// The exit status when the staged config is missing: the one the batch script gives a missing
-/// staged file, distinct from any command's.
-pub const EXIT_MISSING_CONFIG: i32 = super::EXIT_MISSING_FILE;
+// The exit status when the staged config is missing: the one the batch script gives a missing
+// staged file, distinct from any command's.
+use crate::exit_codes::MISSING_FILE as EXIT_MISSING_CONFIG;
 
 pub use crate::cosmos::SCRIPT_VAR_PREFIX;
 

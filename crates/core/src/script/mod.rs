@@ -18,9 +18,9 @@ pub struct StagedFile {
     pub contents: String,
 }
 
-/// The batch script's exit status when a file it needs (the secrets file, the staged specs) is
-/// missing or not trustworthy: distinct from any command's, and never retried (a user error).
-pub const EXIT_MISSING_FILE: i32 = 85;
+// The batch script's exit status when a file it needs (the secrets file, the staged specs) is
+// missing or not trustworthy: distinct from any command's, and never retried (a user error).
+use crate::exit_codes::{FETCH_FAILED, INPUT_TOO_LARGE, MISSING_FILE as EXIT_MISSING_FILE, TIMED_OUT};
 
 /// The batch script text.
 pub fn render_batch_script(plan: &Plan) -> String {
@@ -262,7 +262,7 @@ fn write_body(s: &mut String, plan: &Plan) {
             let _ = writeln!(s, "{} {} 2>\"$tao_srun_log\"", timeout_prefix(plan), shell::join(&srun_argv(plan)));
             w(s, "rc=$?");
             w(s, "cat -- \"$tao_srun_log\" >&2");
-            w(s, "if [ \"$rc\" -ne 0 ] && [ \"$rc\" -ne 124 ]; then");
+            w(s, &format!("if [ \"$rc\" -ne 0 ] && [ \"$rc\" -ne {TIMED_OUT} ]; then"));
             w(s, "  tao_task_rc=\"$(sed -n 's/^srun: error: .*: task [0-9]*: Exited with exit code \\([0-9]*\\)$/\\1/p' \"$tao_srun_log\" | head -n 1)\"");
             w(s, "  if [ -n \"$tao_task_rc\" ] && [ \"$tao_task_rc\" -ne 0 ]; then rc=\"$tao_task_rc\"; fi");
             w(s, "fi");
@@ -274,7 +274,7 @@ fn write_body(s: &mut String, plan: &Plan) {
     }
     // The batch script's exit status is the container step's: a failing command must be FAILED in Slurm.
     let counter = format!("{}/.timeout_requeues", layout.results_dir());
-    let _ = writeln!(s, "if [ \"$rc\" -eq 124 ]; then");
+    let _ = writeln!(s, "if [ \"$rc\" -eq {TIMED_OUT} ]; then");
     let _ = writeln!(s, "  counter={}", quote(&counter));
     w(s, "  done_requeues=\"$(cat \"$counter\" 2>/dev/null || echo 0)\"");
     if plan.requeue {
@@ -332,16 +332,16 @@ fn write_fetches(s: &mut String, plan: &Plan) {
         let _ = writeln!(s, "  if [ \"$owned\" = 1 ] && [ ! -f {dir}/.tao-complete ]; then");
         let _ = writeln!(s, "    echo \"${{SLURM_JOB_ID:-?}} $(hostname)\" > {lock}/owner");
         let _ = writeln!(s, "    echo \"tao-slurm: fetching \"{uri}\" into {}\" >&2", f.dir);
-        let _ = writeln!(s, "    rm -rf {dir} && mkdir -p {dir} || {{ rm -rf {lock}; exit 86; }}");
+        let _ = writeln!(s, "    rm -rf {dir} && mkdir -p {dir} || {{ rm -rf {lock}; exit {FETCH_FAILED}; }}");
         let _ = writeln!(
             s,
-            "    timeout {}m {command} </dev/null >&2 || {{ echo \"tao-slurm: fetching \"{uri}\" failed\" >&2; rm -rf {dir} {lock}; exit 86; }}",
+            "    timeout {}m {command} </dev/null >&2 || {{ echo \"tao-slurm: fetching \"{uri}\" failed\" >&2; rm -rf {dir} {lock}; exit {FETCH_FAILED}; }}",
             plan.aux_timeout_minutes
         );
         let _ = writeln!(s, "    size=\"$(du -sb {dir} | cut -f1)\"");
         let _ = writeln!(
             s,
-            "    if [ \"$size\" -gt {cap} ]; then rm -rf {dir} {lock}; echo \"tao-slurm: \"{uri}\" is $size bytes, more than the {cap}-byte cap for auxiliary inputs; put large inputs on the shared filesystem (lustre://)\" >&2; exit 87; fi",
+            "    if [ \"$size\" -gt {cap} ]; then rm -rf {dir} {lock}; echo \"tao-slurm: \"{uri}\" is $size bytes, more than the {cap}-byte cap for auxiliary inputs; put large inputs on the shared filesystem (lustre://)\" >&2; exit {INPUT_TOO_LARGE}; fi",
             cap = plan.aux_max_bytes
         );
         let _ = writeln!(s, "    touch {dir}/.tao-complete");

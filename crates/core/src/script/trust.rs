@@ -7,43 +7,57 @@
 /// write. A neighbour who could write there could plant a symlink, a script or a secrets file of their
 /// own. Files are written to a fresh temporary name and renamed over their target, so a symlink
 /// planted where a file goes is replaced, never followed.
-pub const TRUST_FUNCTIONS: &str = r#"tao_trust_base() {
-  local d="$1" p u m n parts=()
-  while [ ! -e "$d" ] && [ ! -L "$d" ] && [ "$d" != / ]; do d="${d%/*}"; [ -n "$d" ] || d=/; done
-  d="$(realpath -e -- "$d")" || { echo "tao-slurm: cannot resolve $1" >&2; exit 14; }
-  p="$d"; while [ -n "$p" ]; do parts+=("$p"); p="${p%/*}"; done; parts+=(/)
-  while read -r u m n; do
-    if [ "$u" != 0 ] && [ "$u" != "$EUID" ]; then
-      echo "tao-slurm: refusing $1: $n belongs to another user (uid $u), who could replace what tao-slurm writes below it; choose a SLURM_BASE_RESULTS_DIR under directories only you and root control" >&2; exit 14
-    fi
-    if (( 8#$m & 8#022 )) && ! (( 8#$m & 8#1000 )); then
-      echo "tao-slurm: refusing $1: $n is writable by group or others (mode $m), so another user could replace what tao-slurm writes below it; fix it with: chmod go-w $n (or choose another SLURM_BASE_RESULTS_DIR)" >&2; exit 14
-    fi
-  done < <(stat -c '%u %a %n' -- "${parts[@]}")
-}
-tao_own_dirs() {
-  local u m t n
+const TRUST_FUNCTIONS: &str = r#"tao_trust_dirs() {
+  local base="$1" d="$1" here="$PWD" p u m t n
+  local -a parts=() ; local -A is_part=() is_dir=()
+  shift
+  if [ -n "$base" ]; then
+    while [ ! -e "$d" ] && [ ! -L "$d" ] && [ "$d" != / ]; do d="${d%/*}"; [ -n "$d" ] || d=/; done
+    if [ -d "$d" ] && cd -P -- "$d" 2>/dev/null; then d="$PWD"; cd -- "$here" 2>/dev/null
+    else d="$(realpath -e -- "$d")" || { echo "tao-slurm: cannot resolve $base" >&2; exit @UNTRUSTED@; }; fi
+    p="$d"; while [ -n "$p" ]; do parts+=("$p"); is_part["$p"]=1; p="${p%/*}"; done; parts+=(/); is_part[/]=1
+  fi
+  for p in "$@"; do is_dir["$p"]=1; done
   while IFS='|' read -r u m t n; do
-    if [ "$t" != directory ] || [ "$u" != "$EUID" ] || (( 8#$m & 8#022 )); then
-      echo "tao-slurm: refusing $n: it is a $t of uid $u with mode $m, not a directory of yours that only you can write; remove it (or fix it with chmod go-w) and submit again" >&2; exit 14
+    if [ -n "${is_part["$n"]:-}" ]; then
+      if [ "$u" != 0 ] && [ "$u" != "$EUID" ]; then
+        echo "tao-slurm: refusing $base: $n belongs to another user (uid $u), who could replace what tao-slurm writes below it; choose a SLURM_BASE_RESULTS_DIR under directories only you and root control" >&2; exit @UNTRUSTED@
+      fi
+      if (( 8#$m & 8#022 )) && ! (( 8#$m & 8#1000 )); then
+        echo "tao-slurm: refusing $base: $n is writable by group or others (mode $m), so another user could replace what tao-slurm writes below it; fix it with: chmod go-w $n (or choose another SLURM_BASE_RESULTS_DIR)" >&2; exit @UNTRUSTED@
+      fi
     fi
-  done < <(stat -c '%u|%a|%F|%n' -- "$@")
+    if [ -n "${is_dir["$n"]:-}" ] && { [ "$t" != directory ] || [ "$u" != "$EUID" ] || (( 8#$m & 8#022 )); }; then
+      echo "tao-slurm: refusing $n: it is a $t of uid $u with mode $m, not a directory of yours that only you can write; remove it (or fix it with chmod go-w) and submit again" >&2; exit @UNTRUSTED@
+    fi
+  done < <(stat -c '%u|%a|%F|%n' -- ${parts[@]+"${parts[@]}"} "$@" 2>/dev/null)
 }
+tao_trust_base() { tao_trust_dirs "$1"; }
+tao_own_dirs() { tao_trust_dirs "" "$@"; }
 tao_put() {
-  local t="$1.tmp.$$.$RANDOM"
-  ( set -C; printf '%s' "$2" > "$t" ) 2>/dev/null && mv -fT -- "$t" "$1" || { rm -f -- "$t"; return 1; }
+  local t="$1.tmp.$$.$RANDOM" rc noclobber=
+  case $- in *C*) noclobber=1;; esac
+  set -C; { printf '%s' "$2" > "$t"; } 2>/dev/null; rc=$?; [ -n "$noclobber" ] || set +C
+  [ "$rc" = 0 ] && mv -fT -- "$t" "$1" || { rm -f -- "$t"; return 1; }
 }
 "#;
 
+/// The trust functions, with their exit code filled in: what remote scripts include. One `stat` (and
+/// no other process, but for a base that `cd -P` cannot enter) checks the base's ancestors and the
+/// directories that already exist; directories made afterwards are ours, mode 700 (umask 077).
+pub fn trust_functions() -> String {
+    TRUST_FUNCTIONS.replace("@UNTRUSTED@", &crate::exit_codes::UNTRUSTED_STORAGE.to_string())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::TRUST_FUNCTIONS;
+    use super::trust_functions;
     use std::os::unix::fs::PermissionsExt;
     use std::path::Path;
 
     fn run(body: &str) -> (i32, String) {
         let out =
-            std::process::Command::new("bash").arg("-c").arg(format!("{TRUST_FUNCTIONS}{body}")).output().unwrap();
+            std::process::Command::new("bash").arg("-c").arg(format!("{}{body}", trust_functions())).output().unwrap();
         (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
     }
 

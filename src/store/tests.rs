@@ -1,0 +1,285 @@
+//! The store's tests: each table's queries against a real SQLite file.
+
+use super::schema::MIGRATIONS;
+use super::*;
+use crate::plan::Plan;
+use crate::status::PlatformStatus;
+use rusqlite::{params, Connection};
+use tao_slurm_core::fixtures::{settings, spec};
+
+/// The moment every write of these tests happens at (the store never reads the clock).
+const NOW: i64 = 1_700_000_000;
+
+#[test]
+fn processes_opening_a_new_state_file_at_once_migrate_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
+    let opened: Vec<_> = (0..8)
+        .map(|_| {
+            let (path, barrier) = (path.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                Store::open(&path).map(|_| ()).map_err(|e| e.to_string())
+            })
+        })
+        .collect();
+    for t in opened {
+        t.join().unwrap().unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    store.insert_job("{}", &crate::plan::resolve(&spec(), &settings()).unwrap(), NOW).unwrap();
+}
+
+#[test]
+fn jobs_record_their_cluster_and_remote_work_keeps_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let mut a = Store::open(&path).unwrap();
+    a.set_cluster(Some("a".into()));
+    let plain = Store::open(&path).unwrap();
+    let pa = crate::plan::resolve(&spec(), &settings()).unwrap();
+    let p0 = crate::plan::resolve(&spec(), &settings()).unwrap();
+    a.insert_job("{}", &pa, NOW).unwrap();
+    plain.insert_job("{}", &p0, NOW).unwrap();
+    assert_eq!(plain.summary(&pa.layout.job_id).unwrap().cluster.as_deref(), Some("a"));
+    assert_eq!(a.summary(&p0.layout.job_id).unwrap().cluster, None);
+    let ids = |s: &Store| -> Vec<String> {
+        s.waiting_for_submission().unwrap().into_iter().map(|j| j.summary.job_id).collect()
+    };
+    assert_eq!(ids(&a), vec![pa.layout.job_id.clone()]);
+    assert_eq!(ids(&plain), vec![p0.layout.job_id.clone()]);
+    assert_eq!(plain.list_summaries(true).unwrap().len(), 2, "listing shows every cluster's jobs");
+}
+
+#[test]
+fn a_sweep_is_recorded_at_once_found_by_its_id_and_its_dependencies_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("state.db")).unwrap();
+    let plans: Vec<_> = (0..3).map(|_| crate::plan::resolve(&spec(), &settings()).unwrap()).collect();
+    let members: Vec<(String, &Plan, Member)> = plans
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let m = Member {
+                attempt_name: Some("tao-sweep-abc".into()),
+                sweep_id: Some("abc-123".into()),
+                sweep_index: Some(i as u32),
+                ..Default::default()
+            };
+            ("{}".to_string(), p, m)
+        })
+        .collect();
+    let group = Group {
+        sweep_id: "abc-123".into(),
+        kind: "sweep".into(),
+        array_name: Some("tao-sweep-abc".into()),
+        ..Default::default()
+    };
+    store.insert_group(&group, &members, NOW).unwrap();
+    store.set_array_submitted("abc-123", "77", "login1", NOW).unwrap();
+    let (g, ids) = store.group("abc").unwrap().unwrap();
+    assert_eq!(g.slurm_array_id.as_deref(), Some("77"));
+    assert_eq!(ids, plans.iter().map(|p| p.layout.job_id.clone()).collect::<Vec<_>>(), "in index order");
+    let second = store.summary(&ids[1]).unwrap();
+    assert_eq!(second.slurm_job_id.as_deref(), Some("77_1"));
+    assert_eq!((second.sweep_index, second.array_index()), (Some(1), Some(1)));
+    assert_eq!(store.attempts(&ids[1]).unwrap()[0].slurm_job_name, "tao-sweep-abc");
+    assert!(store.group("zzz").unwrap().is_none());
+    // A job that runs after the first variant.
+    let child = crate::plan::resolve(&spec(), &settings()).unwrap();
+    let m =
+        Member { after: vec![(ids[0].clone(), "ok".into())], gate: Some("afterok:77_0".into()), ..Default::default() };
+    store.in_transaction(|| store.insert_member("{}", &child, &m, NOW)).unwrap();
+    let deps = store.open_dependencies(Some(&child.layout.job_id)).unwrap();
+    assert_eq!(deps.len(), 1);
+    assert_eq!((deps[0].parent.as_str(), deps[0].kind.as_str()), (ids[0].as_str(), "ok"));
+    assert_eq!(deps[0].parent_slurm_id.as_deref(), Some("77_0"));
+    assert_eq!(store.summary(&child.layout.job_id).unwrap().gate.as_deref(), Some("afterok:77_0"));
+}
+
+#[test]
+fn jobs_survive_reopen_and_prefixes_resolve() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let plan = crate::plan::resolve(&spec(), &settings()).unwrap();
+    let id = plan.layout.job_id.clone();
+    {
+        let store = Store::open(&path).unwrap();
+        store.insert_job("{}", &plan, NOW).unwrap();
+        store.set_submitted(&id, "42", "login1", NOW).unwrap();
+        store
+            .update_status(
+                &id,
+                &StatusUpdate {
+                    status: PlatformStatus::Error,
+                    message: "exit code 3".into(),
+                    slurm_state: Some("FAILED".into()),
+                    exit_code: Some(3),
+                    node_list: Some("node1".into()),
+                    progress: None,
+                    pending_reason: None,
+                },
+                NOW,
+            )
+            .unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    let rec = store.get(&id[..8]).unwrap();
+    assert_eq!(rec.plan, plan);
+    assert_eq!(rec.status, PlatformStatus::Error);
+    assert_eq!(rec.exit_code, Some(3));
+    assert_eq!(rec.slurm_job_id.as_deref(), Some("42"));
+    assert!(store.list(true).unwrap().is_empty());
+    assert_eq!(store.list(false).unwrap().len(), 1);
+    let attempts = store.attempts(&id).unwrap();
+    assert_eq!(attempts.len(), 1);
+    assert_eq!((attempts[0].state.as_deref(), attempts[0].exit_code), (Some("FAILED"), Some(3)));
+    assert!(attempts[0].ended_at.is_some(), "a terminal status ends the attempt");
+    let kinds: Vec<String> = store.events(&id).unwrap().into_iter().map(|e| e.1).collect();
+    assert_eq!(kinds, vec!["created", "submitted", "status"]);
+    assert!(matches!(store.get("zzzz"), Err(StoreError::NotFound(_))));
+}
+
+#[test]
+fn summaries_agree_with_records_and_old_state_files_are_filled_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let mut spec = spec();
+    spec.secret_env = vec!["HF_TOKEN".into()];
+    let plan = crate::plan::resolve(&spec, &settings()).unwrap();
+    let id = plan.layout.job_id.clone();
+    {
+        // A state file as version 3 wrote it: no summary columns yet.
+        let conn = Connection::open(&path).unwrap();
+        for sql in &MIGRATIONS[..3] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 3).unwrap();
+        conn.execute(
+            "INSERT INTO jobs (job_id, spec_json, plan_json, status, created_at, updated_at, attempt_name)
+             VALUES (?1, '{}', ?2, 'Running', 1, 1, ?3)",
+            params![id, serde_json::to_string(&plan).unwrap(), plan.layout.job_name],
+        )
+        .unwrap();
+        // And one an earlier build wrote: `timeout_minutes`, no `secret_names`.
+        let mut old: serde_json::Value = serde_json::to_value(&plan).unwrap();
+        let o = old.as_object_mut().unwrap();
+        o.remove("timeout_seconds");
+        o.remove("secret_names");
+        o.insert("timeout_minutes".into(), 228.into());
+        conn.execute(
+            "INSERT INTO jobs (job_id, spec_json, plan_json, status, created_at, updated_at, attempt_name)
+             VALUES ('old-build-job', '{}', ?1, 'Complete', 1, 1, 'tao-job-old-build-job')",
+            params![old.to_string()],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO jobs (job_id, spec_json, plan_json, status, created_at, updated_at, attempt_name)
+             VALUES ('old-build-pending', '{}', ?1, 'Pending', 1, 1, 'tao-job-old-build-pending')",
+            params![old.to_string()],
+        )
+        .unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    let legacy = store.summary("old-build-job").unwrap();
+    assert_eq!((legacy.timeout_seconds, legacy.has_secrets), (228 * 60, false));
+    assert_eq!(legacy.layout.base_dir, plan.layout.base_dir);
+    let summary = store.summary(&id).unwrap();
+    assert_eq!(summary, store.get(&id).unwrap().summary);
+    assert!(summary.has_secrets);
+    assert_eq!(summary.gpus_per_node, plan.resources.gpus_per_node);
+    assert_eq!(summary.layout, plan.layout);
+    // A job recorded now fills them at insert.
+    let other = crate::plan::resolve(&tao_slurm_core::fixtures::spec(), &settings()).unwrap();
+    store.insert_job("{}", &other, NOW).unwrap();
+    let s = store.summary(&other.layout.job_id).unwrap();
+    assert_eq!(s, store.get(&other.layout.job_id).unwrap().summary);
+    assert!(!s.has_secrets);
+    assert_eq!(store.list_summaries(true).unwrap().len(), 3);
+    assert_eq!(store.list_summaries(false).unwrap().len(), 4);
+    // The old active row's plan decodes with what that build behaved by, so it can be resumed.
+    let waiting = store.waiting_for_submission().unwrap();
+    let ids: Vec<&str> = waiting.iter().map(|j| j.summary.job_id.as_str()).collect();
+    assert!(ids.contains(&id.as_str()) && ids.contains(&"old-build-pending"), "{ids:?}");
+    let old = waiting.iter().find(|j| j.summary.job_id == "old-build-pending").unwrap();
+    assert_eq!((old.plan.timeout_seconds, old.plan.secret_names.len()), (228 * 60, 0));
+    store.set_status_sig(&id, "12:34").unwrap();
+    assert_eq!(store.summary(&id).unwrap().status_sig.as_deref(), Some("12:34"));
+}
+
+#[test]
+fn the_change_token_moves_with_any_write_by_this_or_another_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let ours = Store::open(&path).unwrap();
+    let other = Store::open(&path).unwrap();
+    let t0 = ours.change_token().unwrap();
+    assert_eq!(ours.change_token().unwrap(), t0, "nothing changed");
+    let plan = crate::plan::resolve(&spec(), &settings()).unwrap();
+    other.insert_job("{}", &plan, NOW).unwrap();
+    let t1 = ours.change_token().unwrap();
+    assert_ne!(t1.others, t0.others, "another connection committed");
+    ours.set_status_sig(&plan.layout.job_id, "1:2").unwrap();
+    let t2 = ours.change_token().unwrap();
+    assert_eq!(t2.others, t1.others);
+    assert_ne!(t2.ours, t1.ours, "this connection wrote");
+}
+
+#[test]
+fn events_since_a_cursor_by_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("state.db")).unwrap();
+    assert_eq!(store.last_event_id().unwrap(), 0);
+    let plans: Vec<Plan> = (0..2).map(|_| crate::plan::resolve(&spec(), &settings()).unwrap()).collect();
+    for p in &plans {
+        store.insert_job("{}", p, NOW).unwrap();
+    }
+    let (a, b) = (plans[0].layout.job_id.as_str(), plans[1].layout.job_id.as_str());
+    let cursor = store.last_event_id().unwrap();
+    store.set_submitted(a, "41", "login1", NOW).unwrap();
+    store.set_submitted(b, "42", "login1", NOW).unwrap();
+    let all = store.events_since(cursor, &[], 10).unwrap();
+    assert_eq!(all.iter().map(|e| e.job_id.as_str()).collect::<Vec<_>>(), vec![a, b]);
+    assert!(all.iter().all(|e| e.kind == "submitted" && e.id > cursor));
+    let only_b = store.events_since(cursor, &[b], 10).unwrap();
+    assert_eq!(only_b.len(), 1);
+    assert_eq!(only_b[0].detail, "Slurm job 42 via login1");
+    assert_eq!(store.events_since(cursor, &[], 1).unwrap().len(), 1, "limit");
+    assert!(store.events_since(store.last_event_id().unwrap(), &[], 10).unwrap().is_empty());
+}
+
+#[test]
+fn a_write_that_changes_nothing_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("state.db")).unwrap();
+    let plan = crate::plan::resolve(&spec(), &settings()).unwrap();
+    let id = plan.layout.job_id.clone();
+    store.insert_job("{}", &plan, NOW).unwrap();
+    store.set_submitted(&id, "42", "login1", NOW).unwrap();
+    let pending = StatusUpdate {
+        slurm_state: Some("PENDING".into()),
+        pending_reason: Some("Resources".into()),
+        ..StatusUpdate::bare(PlatformStatus::Pending, "waiting, reason Resources")
+    };
+    store.update_status(&id, &pending, NOW).unwrap();
+    store.set_status_sig(&id, "1:2").unwrap();
+    store.set_unseen_since(&id, None).unwrap();
+    store.set_gate(&id, "free").unwrap();
+    let (token, events) = (store.change_token().unwrap(), store.events(&id).unwrap().len());
+    // The same writes again, later: no row changes, no event, the token stays.
+    store.update_status(&id, &pending, NOW + 60).unwrap();
+    store.set_status_sig(&id, "1:2").unwrap();
+    store.set_unseen_since(&id, None).unwrap();
+    store.set_gate(&id, "free").unwrap();
+    assert_eq!(store.change_token().unwrap(), token, "nothing changed, nothing written");
+    assert_eq!(store.events(&id).unwrap().len(), events);
+    let job = store.summary(&id).unwrap();
+    assert_eq!((job.updated_at, job.pending_reason.as_deref()), (NOW, Some("Resources")));
+    // A change of the reason alone is a change.
+    let other = StatusUpdate { pending_reason: Some("Priority".into()), ..pending.clone() };
+    store.update_status(&id, &other, NOW + 120).unwrap();
+    assert_ne!(store.change_token().unwrap(), token);
+    let job = store.summary(&id).unwrap();
+    assert_eq!((job.updated_at, job.pending_reason.as_deref()), (NOW + 120, Some("Priority")));
+}
