@@ -1,7 +1,7 @@
 //! The logs tool: the last lines of main.out/main.err, or a byte range to follow a file with, both
 //! capped in size (agents pay for every byte they read).
 
-use crate::engine::logs::Stream;
+use crate::client::Stream;
 use crate::mcp::args::{
     check_range, LogsArgs, StreamChoice, LOG_BYTES_DEFAULT, LOG_BYTES_MAX, LOG_LINES_DEFAULT, LOG_LINES_MAX,
 };
