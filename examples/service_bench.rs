@@ -183,8 +183,10 @@ async fn main() {
         ("TAO_SLURM_STATE".to_string(), format!("{d}/state.db")),
         ("TAO_SLURM_CONTROL_DIR".to_string(), format!("{d}/cm")),
         ("TAO_SLURM_USE_SQSH".to_string(), "false".to_string()),
-        ("TAO_SLURM_CLUSTERS_FILE".to_string(), format!("{d}/none.toml")),
+        ("TAO_SLURM_CLUSTERS_FILE".to_string(), format!("{d}/clusters.toml")),
     ]);
+    // No profile: the settings without one, granted to the bench's org.
+    std::fs::write(dir.path().join("clusters.toml"), "[default]\norgs = [\"bench\"]\n").unwrap();
     let cmd = |args: &[&str]| {
         let mut c = Command::new(&exe);
         c.args(args).env_clear().env("PATH", std::env::var("PATH").unwrap_or_default());

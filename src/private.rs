@@ -59,14 +59,22 @@ pub fn ensure_private_file(file: &Path) -> Result<(), String> {
             ensure_private_dir(dir)?;
         }
     }
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(file)
-        .map_err(|e| format!("cannot open {}: {e} (a symlink is never followed)", file.display()))?;
+    // Opened only to create it: closing a descriptor of a file drops every POSIX lock this process
+    // holds on it, and SQLite's locks on an open state file must survive a second Store::open (a
+    // lost lock lets another process delete the WAL under our connections: "disk I/O error").
+    if fs::symlink_metadata(file).is_err() {
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(file)
+            .map_err(|e| format!("cannot open {}: {e} (a symlink is never followed)", file.display()))?;
+    }
     let meta = fs::symlink_metadata(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    if !meta.is_file() {
+        return Err(format!("{} is not a regular file (a symlink is never followed)", file.display()));
+    }
     owned_by_us(file, &meta)?;
     if meta.permissions().mode() & 0o077 != 0 {
         fs::set_permissions(file, fs::Permissions::from_mode(0o600))

@@ -35,6 +35,14 @@ const TAO_NAMES: &[(&str, &str)] = &[
     ("account", "SLURM_ACCOUNT"),
 ];
 
+/// Keys of a profile that only the service reads (which orgs may use it, its policy, whether jobs
+/// get the operator's credentials): see `service::operator`.
+pub const SERVICE_KEYS: &[&str] = &["orgs", "policy", "forward_credentials"];
+
+/// Tables of the file that are not clusters: `[default]` holds the service's keys for the settings
+/// without a profile, `[orgs.NAME]` an org's policy (`service::operator`).
+pub const NOT_CLUSTERS: &[&str] = &["default", "orgs"];
+
 /// Settings a profile cannot set: they are about the local machine or the choice of profile itself.
 const NOT_IN_A_PROFILE: &[&str] = &[CLUSTER_SETTING, FILE_SETTING, "TAO_SLURM_STATE", "TAO_ENV_FILE", "HOME"];
 
@@ -84,12 +92,18 @@ pub fn parse_profiles(text: &str) -> Result<Vec<Profile>, String> {
     let table: toml::Table = toml::from_str(text).map_err(|e| e.message().to_string())?;
     let mut profiles = Vec::new();
     for (name, value) in table {
+        if NOT_CLUSTERS.contains(&name.as_str()) {
+            continue;
+        }
         check_name(&name)?;
         let toml::Value::Table(entries) = value else {
             return Err(format!("{name} must be a table ([{name}]) of settings"));
         };
         let mut settings = BTreeMap::new();
         for (key, value) in entries {
+            if SERVICE_KEYS.contains(&key.as_str()) {
+                continue;
+            }
             let setting = match TAO_NAMES.iter().find(|(tao, _)| *tao == key) {
                 Some((_, s)) => s.to_string(),
                 None if key.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
@@ -188,7 +202,6 @@ slurm_hostname = "c"
     fn typos_and_bad_names_are_refused() {
         for (text, want) in [
             ("[a]\nslurm_usr = \"x\"\n", "slurm_usr"),
-            ("[default]\nslurm_user = \"x\"\n", "default"),
             ("[\"a b\"]\nslurm_user = \"x\"\n", "cluster name"),
             ("[a]\nTAO_SLURM_STATE = \"/x\"\n", "cannot be set"),
             ("a = 1\n", "table"),

@@ -1,7 +1,7 @@
 use super::{settings_from, GlobalFlags};
 use crate::error::Error;
 use crate::spec::SpecError;
-use clap::Args;
+use clap::{Args, Subcommand};
 use std::net::{IpAddr, SocketAddr};
 
 #[derive(Args, Debug)]
@@ -15,6 +15,37 @@ pub struct ServeCmd {
     /// Largest request body, in bytes
     #[arg(long, default_value_t = crate::service::DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
+    #[command(subcommand)]
+    pub action: Option<ServeAction>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ServeAction {
+    /// Print the public key the service logs in with for an org's own workspaces (made on first
+    /// use), to add to the slurm_user's ~/.ssh/authorized_keys
+    Key {
+        #[arg(long)]
+        org: String,
+    },
+}
+
+/// The operator's rules: the service's keys of the profiles file.
+fn read_operator(globals: &GlobalFlags) -> Result<crate::service::operator::Operator, Error> {
+    let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+    let Some(path) = crate::profiles::profiles_path(globals.env_file.as_deref(), &env) else {
+        return Ok(Default::default());
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
+        Err(e) => {
+            return Err(
+                SpecError::new(crate::profiles::FILE_SETTING, format!("cannot read {}: {e}", path.display())).into()
+            )
+        }
+    };
+    crate::service::operator::parse(&text)
+        .map_err(|m| SpecError::new(crate::profiles::FILE_SETTING, format!("{}: {m}", path.display())).into())
 }
 
 impl ServeCmd {
@@ -22,6 +53,17 @@ impl ServeCmd {
     /// clusters.toml, plus `default` (the settings without a profile) when it names a cluster; with
     /// `--cluster NAME`, that profile only.
     pub(crate) fn run(self, globals: GlobalFlags) -> Result<i32, Error> {
+        let operator = read_operator(&globals)?;
+        if let Some(ServeAction::Key { org }) = &self.action {
+            let settings = settings_from(&globals)?;
+            let rules = operator.org(org);
+            let key = crate::service::workspaces::org_key(&settings.state_path, org, rules.ssh_key.as_deref())
+                .map_err(|m| SpecError::new("org", m))?;
+            let line = crate::service::workspaces::public_key(&key).map_err(|m| SpecError::new("org", m))?;
+            println!("{line}");
+            eprintln!("add it to ~/.ssh/authorized_keys of the slurm_user of each of org {org}'s workspaces");
+            return Ok(0);
+        }
         let mut workspaces = Vec::new();
         if let Some(name) = &globals.cluster {
             workspaces.push((name.clone(), settings_from(&globals)?));
@@ -60,12 +102,37 @@ impl ServeCmd {
             )
             .into());
         }
+        let sources = crate::config::gather(Default::default(), globals.env_file.as_deref())?;
+        let key_file = [&sources.flags, &sources.env, &sources.file]
+            .into_iter()
+            .find_map(|m| m.get(crate::service::org_secrets::KEY_FILE_SETTING).filter(|v| !v.trim().is_empty()));
+        let secret_box = match key_file {
+            Some(p) => Some(
+                crate::service::org_secrets::SecretBox::from_key_file(std::path::Path::new(p.trim()))
+                    .map_err(|m| SpecError::new(crate::service::org_secrets::KEY_FILE_SETTING, m))?,
+            ),
+            None => None,
+        };
+        let g = GlobalFlags { cluster: None, ..globals.clone() };
+        let make_settings: crate::service::state::SettingsMaker = Box::new(move |mut extra| {
+            // The cluster's name is the workspace's id, not a profile to look up.
+            let cluster = extra.remove(crate::profiles::CLUSTER_SETTING);
+            let mut sources = crate::config::gather(Default::default(), g.env_file.as_deref())?;
+            if let Some(s) = &g.state {
+                sources.flags.insert("TAO_SLURM_STATE".to_string(), s.display().to_string());
+            }
+            sources.flags.extend(extra);
+            if let Some(c) = cluster {
+                sources.flags.insert(crate::profiles::CLUSTER_SETTING.to_string(), c);
+            }
+            Ok(crate::config::Settings::from_sources(&sources)?)
+        });
         crate::service::serve(
             crate::service::ServeOptions {
                 bind: SocketAddr::new(self.bind, self.port),
                 max_body_bytes: self.max_body_bytes,
             },
-            workspaces,
+            crate::service::Setup { workspaces, operator, secret_box, make_settings },
         )?;
         Ok(0)
     }

@@ -27,6 +27,9 @@ enum TokenAction {
         /// Stop accepting it after this long (`30d`, `12h`, `90min`); without it, until revoked
         #[arg(long, value_parser = parse_lifetime)]
         expires: Option<u64>,
+        /// An org admin token: it may also create and delete the org's workspaces and store its secrets
+        #[arg(long)]
+        admin: bool,
         #[arg(long)]
         json: bool,
     },
@@ -43,10 +46,13 @@ impl TokenCmd {
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
         let db = ServiceDb::open(&path_for(&settings.state_path)).map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
         match self.action {
-            TokenAction::Create { org, name, expires, json } => {
+            TokenAction::Create { org, name, expires, admin, json } => {
                 let (rec, token) = db
                     .create_token(&org, &name, expires, crate::client::now_secs())
                     .map_err(|m| SpecError::new("org", m))?;
+                if admin {
+                    db.make_admin(&rec.id).map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
+                }
                 if json {
                     super::output::emit_json(&serde_json::json!({"id": rec.id, "org": rec.org, "name": rec.name,
                         "expires_at": rec.expires_at, "token": token}));

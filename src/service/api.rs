@@ -6,7 +6,7 @@ use super::error::{ApiError, ApiResult, ErrorBody};
 use super::state::{AppState, CachedJob, TokenInfo};
 use super::types::*;
 use super::workspace::Workspace;
-use crate::spec::{JobSpec, SecretValues};
+use crate::spec::JobSpec;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
@@ -41,7 +41,7 @@ pub fn org_job(state: &AppState, org: &str, id: &str) -> ApiResult<Arc<CachedJob
 }
 
 fn workspace_of(state: &AppState, job: &CachedJob) -> ApiResult<Arc<Workspace>> {
-    state.workspace(&job.out.workspace).cloned().ok_or_else(|| {
+    state.workspace(&job.out.workspace).ok_or_else(|| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "workspace_unavailable",
@@ -67,11 +67,14 @@ pub async fn openapi_json() -> Response {
     json_text(StatusCode::OK, super::openapi::document_json())
 }
 
-fn workspace_out(w: &Workspace) -> WorkspaceOut {
+pub fn workspace_out(w: &Workspace) -> WorkspaceOut {
     let s = &w.settings;
     WorkspaceOut {
         id: w.id.clone(),
-        name: w.id.clone(),
+        name: w.name.clone(),
+        shared: matches!(w.access, super::workspace::Access::Shared(_)),
+        created_on: w.created_at.map(rfc3339),
+        ready: w.ready.load(std::sync::atomic::Ordering::Relaxed),
         cloud_type: "slurm".into(),
         cloud_specific_details: CloudSpecificDetails {
             slurm_user: s.slurm_user.clone(),
@@ -89,10 +92,10 @@ fn workspace_out(w: &Workspace) -> WorkspaceOut {
 
 #[utoipa::path(get, path = "/api/v2/orgs/{org}/workspaces", tag = "workspaces", security(("bearer" = [])),
     params(("org" = String, Path, description = "The token's org")),
-    responses((status = 200, description = "The Slurm workspaces (cluster profiles)", body = WorkspaceList),
+    responses((status = 200, description = "The Slurm workspaces this org may use: the operator's granted to it, and its own", body = WorkspaceList),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn list_workspaces(State(state): State<AppStateRef>, Path(org): Path<String>) -> Json<WorkspaceList> {
-    let workspaces: Vec<WorkspaceOut> = state.workspaces_of(&org).map(|w| workspace_out(w)).collect();
+    let workspaces: Vec<WorkspaceOut> = state.org_workspaces(&org).iter().map(|w| workspace_out(w)).collect();
     let n = workspaces.len();
     Json(WorkspaceList {
         workspaces,
@@ -103,27 +106,28 @@ pub async fn list_workspaces(State(state): State<AppStateRef>, Path(org): Path<S
 /// `GET /workspaces/{workspace_id}` and `GET /workspaces/{workspace_id}:cluster`.
 pub async fn workspace_ref(
     State(state): State<AppStateRef>,
-    Path((_org, reference)): Path<(String, String)>,
+    Path((org, reference)): Path<(String, String)>,
     uri: Uri,
 ) -> ApiResult<Response> {
     match reference.rsplit_once(':') {
-        None => get_workspace(state, reference).await.map(IntoResponse::into_response),
+        None => get_workspace(state, org, reference).await.map(IntoResponse::into_response),
         Some((id, "cluster")) => {
-            workspace_cluster(state, id.to_string(), query(&uri)?).await.map(IntoResponse::into_response)
+            workspace_cluster(state, org, id.to_string(), query(&uri)?).await.map(IntoResponse::into_response)
         }
         Some((_, other)) => Err(ApiError::not_found(format!("no workspace action :{other} (there is :cluster)"))),
     }
 }
 
-fn find_workspace(state: &AppState, id: &str) -> ApiResult<Arc<Workspace>> {
-    state.workspace(id).cloned().ok_or_else(|| ApiError::not_found(format!("no workspace {id}")))
+/// A workspace the org may use (one it may not is not found, as if it did not exist).
+fn find_workspace(state: &AppState, org: &str, id: &str) -> ApiResult<Arc<Workspace>> {
+    state.org_workspace(org, id).ok_or_else(|| ApiError::not_found(format!("no workspace {id} for org {org}")))
 }
 
 #[utoipa::path(get, path = "/api/v2/orgs/{org}/workspaces/{workspace_id}", tag = "workspaces", security(("bearer" = [])),
     params(("org" = String, Path), ("workspace_id" = String, Path)),
     responses((status = 200, body = WorkspaceOut), (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
-pub async fn get_workspace(state: AppStateRef, id: String) -> ApiResult<Json<WorkspaceOut>> {
-    Ok(Json(workspace_out(&*find_workspace(&state, &id)?)))
+pub async fn get_workspace(state: AppStateRef, org: String, id: String) -> ApiResult<Json<WorkspaceOut>> {
+    Ok(Json(workspace_out(&*find_workspace(&state, &org, &id)?)))
 }
 
 /// How long a cluster view is served from the cache.
@@ -133,8 +137,13 @@ const CLUSTER_VIEW_SECS: u64 = 60;
     security(("bearer" = [])), params(("org" = String, Path), ("workspace_id" = String, Path), ClusterQuery),
     responses((status = 200, description = "Preflight checks and partitions with free GPUs (cached for a minute)", body = ClusterOut),
         (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
-pub async fn workspace_cluster(state: AppStateRef, id: String, q: ClusterQuery) -> ApiResult<Json<ClusterOut>> {
-    let ws = find_workspace(&state, &id)?;
+pub async fn workspace_cluster(
+    state: AppStateRef,
+    org: String,
+    id: String,
+    q: ClusterQuery,
+) -> ApiResult<Json<ClusterOut>> {
+    let ws = find_workspace(&state, &org, &id)?;
     // One reader at a time per workspace: concurrent requests wait for it and share its answer.
     let mut cached = ws.cluster_view.lock().await;
     if let Some((at, view)) = cached.as_ref() {
@@ -146,11 +155,13 @@ pub async fn workspace_cluster(state: AppStateRef, id: String, q: ClusterQuery) 
     }
     let w = ws.clone();
     let _in_pool = ws.pool.enter(&ws.id).await?;
+    let st = state.clone();
     let view = blocking(move || {
         let checks = crate::client::preflight(&w.settings).checks;
+        w.ready.store(checks.iter().all(|c| c.ok || !c.required), std::sync::atomic::Ordering::Relaxed);
         let (partitions, partitions_error) = match w.with_client(|c| c.partition_usage()) {
             Ok((p, _host)) => (p, None),
-            Err(e) => (Vec::new(), Some(e.to_string())),
+            Err(e) => (Vec::new(), Some(super::workspaces::scrub(&st, &e.to_string()))),
         };
         Ok(ClusterOut {
             workspace: w.id.clone(),
@@ -163,8 +174,8 @@ pub async fn workspace_cluster(state: AppStateRef, id: String, q: ClusterQuery) 
                     host: c.host,
                     ok: c.ok,
                     required: c.required,
-                    detail: c.detail,
-                    remediation: c.remediation,
+                    detail: super::workspaces::scrub(&st, &c.detail),
+                    remediation: c.remediation.map(|r| super::workspaces::scrub(&st, &r)),
                 })
                 .collect(),
             partitions: partitions
@@ -192,8 +203,11 @@ pub async fn workspace_cluster(state: AppStateRef, id: String, q: ClusterQuery) 
     Ok(Json(view))
 }
 
-/// The request body as [`JobCreate`], with the field of the first error named.
-fn parse_create(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> ApiResult<JobCreate> {
+/// The request body as JSON of type `T`, with the field of the first error named.
+pub fn parse_json<T: serde::de::DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<T> {
     let body = body.map_err(|e| {
         let status = e.status();
         let code = if status == StatusCode::PAYLOAD_TOO_LARGE { "payload_too_large" } else { "invalid_body" };
@@ -207,7 +221,7 @@ fn parse_create(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Api
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
-            "send the job as JSON with Content-Type: application/json",
+            "send the body as JSON with Content-Type: application/json",
         ));
     }
     let de = &mut serde_json::Deserializer::from_slice(&body);
@@ -221,7 +235,7 @@ fn parse_create(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Api
 }
 
 /// The engine's job for a request, the workspace it goes to, and what the service keeps of it.
-pub fn to_spec(state: &AppState, req: &JobCreate) -> ApiResult<(JobSpec, Arc<Workspace>)> {
+pub fn to_spec(state: &AppState, org: &str, req: &JobCreate) -> ApiResult<(JobSpec, Arc<Workspace>)> {
     let backend = req.backend_details.clone().unwrap_or_default();
     if let Some(t) = &backend.backend_type {
         if t != "slurm" {
@@ -240,15 +254,25 @@ pub fn to_spec(state: &AppState, req: &JobCreate) -> ApiResult<(JobSpec, Arc<Wor
         }
         (a, b) => a.clone().or(b.clone()),
     };
-    let names = || state.workspaces.iter().map(|w| w.id.as_str()).collect::<Vec<_>>().join(", ");
+    let names = || state.org_workspaces(org).iter().map(|w| w.id.clone()).collect::<Vec<_>>().join(", ");
     let ws = match &ws_name {
-        Some(n) => state.workspace(n).cloned().ok_or_else(|| {
-            ApiError::field("workspace", format!("no workspace {n:?}; the workspaces are: {}", names()))
+        // One answer for a workspace that does not exist and one the org may not use.
+        Some(n) => state.org_workspace(org, n).ok_or_else(|| {
+            let mut e = ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!("org {org} may not use a workspace {n:?}; the ones it may use: {}", names()),
+            );
+            e.body.field = Some("workspace".into());
+            e
         })?,
-        None => state.default_workspace().cloned().ok_or_else(|| {
-            ApiError::field("workspace", format!("is required: this service has several ({})", names()))
+        None => state.default_workspace(org).ok_or_else(|| {
+            ApiError::field("workspace", format!("is required: org {org} may use several or none ({})", names()))
         })?,
     };
+    for (i, a) in req.after.iter().enumerate() {
+        check_after(state, org, &format!("after[{i}]"), a)?;
+    }
     let partition = match (&req.partition, &backend.partition) {
         (Some(a), Some(b)) if a != b => {
             return Err(ApiError::field("backend_details.partition", format!("{b:?} differs from partition {a:?}")))
@@ -332,6 +356,19 @@ pub fn to_spec(state: &AppState, req: &JobCreate) -> ApiResult<(JobSpec, Arc<Wor
     Ok((spec, ws))
 }
 
+/// An `after` entry names an exact id of one of the org's jobs (`JOB[:ok|:notok|:any]`): no prefix,
+/// no group id, and the same answer for a job that does not exist and another org's.
+fn check_after(state: &AppState, org: &str, field: &str, entry: &str) -> ApiResult<()> {
+    let id = match entry.rsplit_once(':') {
+        Some((id, "ok" | "notok" | "any")) => id,
+        _ => entry,
+    };
+    if state.snapshot().jobs.get(id).is_some_and(|j| j.out.org == org) {
+        return Ok(());
+    }
+    Err(ApiError::field(field, format!("{id:?} is not the full id of a job of org {org} (JOB[:ok|:notok|:any])")))
+}
+
 #[utoipa::path(post, path = "/api/v2/orgs/{org}/jobs", tag = "jobs", security(("bearer" = [])),
     params(("org" = String, Path)), request_body = JobCreate,
     responses((status = 201, description = "Submitted to Slurm", body = JobOut),
@@ -346,15 +383,27 @@ pub async fn create_job(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
-    let req = parse_create(&headers, body)?;
-    let (spec, ws) = to_spec(&state, &req)?;
-    // Every offline check (fields, resources, partition list, paths' forms) before any connection.
+    let req: JobCreate = parse_json(&headers, body)?;
+    let (mut spec, ws) = to_spec(&state, &org, &req)?;
+    let policy = super::policy::effective(&state, &org, &ws);
+    if policy.allow_home_mount != Some(true) {
+        // Home is not mounted unless the operator allows it.
+        spec.no_container_mount_home = true;
+    }
+    // Every offline check (fields, resources, partition list, paths' forms, policy, secrets) before
+    // any connection.
     ws.settings.require_remote().map_err(|e| ApiError::engine(e.into()))?;
-    crate::plan::resolve(&spec, &ws.settings).map_err(|e| ApiError::field(e.field.clone(), e.message))?;
-    let secrets =
-        SecretValues::resolve(&spec.secret_env, &Default::default(), &|n| std::env::var(n).ok()).map_err(|e| {
-            ApiError::field("secret_env", format!("{} (values come from the service's environment)", e.message))
-        })?;
+    let plan = crate::plan::resolve(&spec, &ws.settings).map_err(|e| ApiError::field(e.field.clone(), e.message))?;
+    super::policy::check(&policy, &plan, super::policy::active_jobs(&state, &org))?;
+    let values = state.org_secret_values(&org).map_err(|m| {
+        tracing::warn!(%org, error = %m, "cannot read the org's secrets");
+        ApiError::internal("the service cannot read the org's secrets; the operator finds why in its log")
+    })?;
+    let secrets = super::org_secrets::resolve(&spec.secret_env, &org, &values)?;
+    if !ws.ready.load(std::sync::atomic::Ordering::Relaxed) {
+        let (st, w, o) = (state.clone(), ws.clone(), org.clone());
+        blocking(move || super::workspaces::preflight(&st, &w, &o)).await?;
+    }
     let meta = crate::client::ApiJob {
         job_id: String::new(),
         org: org.clone(),
@@ -372,7 +421,10 @@ pub async fn create_job(
         w.with_client(|client| {
             let submitted = client.create_job(&spec, &secrets)?;
             st.add_job(crate::client::ApiJob { job_id: submitted.job_id.clone(), ..meta })
-                .map_err(crate::Error::RemoteCommand)?;
+                .map_err(|m| {
+                    tracing::warn!(job = %submitted.job_id, error = %m, "submitted, but not recorded in the service's database");
+                    crate::Error::RemoteCommand("the job was submitted but the service could not record it; the operator finds why in its log".into())
+                })?;
             st.publish(client);
             Ok(submitted.job_id)
         })
@@ -600,6 +652,12 @@ pub async fn job_logs(state: AppStateRef, org: String, id: String, q: LogsQuery)
     }
     let ws = workspace_of(&state, &job)?;
     let _in_pool = ws.pool.enter(&ws.id).await?;
+    // The org's secret values never come back in a log (a job could still print one encoded).
+    let values = state.org_secret_values(&org).map_err(|m| {
+        tracing::warn!(%org, error = %m, "cannot read the org's secrets");
+        ApiError::internal("the service cannot read the org's secrets; the operator finds why in its log")
+    })?;
+    let text = |t: String| text(super::org_secrets::redact(t, &values));
     match q.offset {
         Some(offset) => {
             let stream =
@@ -714,7 +772,8 @@ pub async fn stats(State(state): State<AppStateRef>, Path(org): Path<String>) ->
         snapshot_version: snapshot.version,
         jobs_cached: snapshot.jobs.values().filter(|j| j.out.org == org).count(),
         workspaces: state
-            .workspaces_of(&org)
+            .org_workspaces(&org)
+            .iter()
             .map(|w| {
                 let c = &w.counters;
                 let last = c.last_refresh_at.load(Relaxed);

@@ -14,8 +14,8 @@ pub struct ErrorBody {
     pub error_desc: String,
     /// A stable code: `invalid_field`, `unauthorized`, `forbidden`, `not_found`, `conflict`,
     /// `payload_too_large`, `unsupported_media_type`, `cluster_unreachable`, `cluster_command_failed`,
-    /// `workspace_unavailable`, `rate_limited` (429), `busy` (503), `internal`. The last two come
-    /// with a `Retry-After` header.
+    /// `workspace_unavailable`, `preflight_failed`, `secrets_unavailable`, `rate_limited` (429),
+    /// `busy` (503), `internal`. The 429 and 503 come with a `Retry-After` header.
     pub error_code: String,
     /// The request field at fault (`gpus`, `backend_details.cluster_name`, `status`, ...).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -71,8 +71,15 @@ impl ApiError {
         ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", desc)
     }
 
+    /// A failure of the service itself: the detail (which may name local files) goes to its log, the
+    /// reply says only where to look.
     pub fn internal(desc: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", desc)
+        tracing::warn!(error = %desc.into(), "internal error");
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the service failed; the operator finds why in its log",
+        )
     }
 
     /// An error of the engine, with the status that fits its kind.
@@ -83,9 +90,15 @@ impl ApiError {
             (_, crate::Error::Spec(s)) => ApiError::field(s.field.clone(), s.message),
             (ErrorKind::NotFound, e) => ApiError::not_found(e.to_string()),
             (ErrorKind::Ambiguous, e) => ApiError::field("job_id", e.to_string()),
+            // Local files' paths stay in the service's log, never in a reply.
             (ErrorKind::State, e) => ApiError::internal(format!("local state: {e}")),
             (ErrorKind::MissingSettings | ErrorKind::Config, e) => {
-                ApiError::new(status, "workspace_unavailable", format!("the workspace's settings are incomplete: {e}"))
+                tracing::warn!(error = %e, "a workspace's settings");
+                ApiError::new(
+                    status,
+                    "workspace_unavailable",
+                    "the workspace's settings are incomplete; the operator finds why in the service's log",
+                )
             }
             (ErrorKind::Unreachable | ErrorKind::OutcomeUnknown, e) => {
                 ApiError::new(status, "cluster_unreachable", e.to_string())

@@ -17,18 +17,22 @@ mod dashboard;
 pub mod error;
 pub mod limits;
 pub mod openapi;
+pub mod operator;
+pub mod org_secrets;
+pub mod policy;
 mod revoke;
 mod sse;
 pub mod state;
 pub mod types;
 pub mod workspace;
+pub mod workspaces;
 
 use crate::error::Error;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, put};
 use axum::Router;
 use error::ApiError;
 use state::AppState;
@@ -113,8 +117,14 @@ pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
         .route("/api/v2/health", get(api::health))
         .route("/api/v2/openapi.json", get(api::openapi_json))
         .route(&format!("{org}/stats"), get(api::stats))
-        .route(&format!("{org}/workspaces"), get(api::list_workspaces))
-        .route(&format!("{org}/workspaces/{{workspace_ref}}"), get(api::workspace_ref))
+        .route(&format!("{org}/workspaces"), get(api::list_workspaces).post(workspaces::create_workspace))
+        .route(
+            &format!("{org}/workspaces/{{workspace_ref}}"),
+            get(api::workspace_ref).delete(workspaces::delete_workspace),
+        )
+        .route(&format!("{org}/ssh-key"), get(workspaces::ssh_key))
+        .route(&format!("{org}/secrets"), get(org_secrets::list_secrets))
+        .route(&format!("{org}/secrets/{{name}}"), put(org_secrets::put_secret).delete(org_secrets::delete_secret))
         .route(&format!("{org}/jobs"), get(api::list_jobs).post(api::create_job))
         .route(&format!("{org}/jobs:stream"), get(sse::jobs_stream))
         .route(
@@ -127,39 +137,52 @@ pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
         .with_state(state)
 }
 
-/// Run the service until interrupted. `workspaces`: (id, settings), at least one.
-pub fn serve(opts: ServeOptions, workspaces: Vec<(String, crate::config::Settings)>) -> Result<(), Error> {
+/// What `tao-slurm serve` hands the service: the operator's workspaces (id, settings), at least one,
+/// its rules, the cipher of the orgs' secrets, and how to make settings for an org's workspace.
+pub struct Setup {
+    pub workspaces: Vec<(String, crate::config::Settings)>,
+    pub operator: operator::Operator,
+    pub secret_box: Option<org_secrets::SecretBox>,
+    pub make_settings: state::SettingsMaker,
+}
+
+/// Run the service until interrupted.
+pub fn serve(opts: ServeOptions, setup: Setup) -> Result<(), Error> {
     let runtime_error = |e: std::io::Error| Error::RemoteCommand(format!("cannot start the service: {e}"));
+    let Setup { workspaces, operator, secret_box, make_settings } = setup;
     let state_path = workspaces.first().map(|(_, s)| s.state_path.clone()).expect("at least one workspace");
     let db = crate::client::ServiceDb::open(&crate::client::service_records::path_for(&state_path))
         .map_err(|m| crate::spec::SpecError::new("TAO_SLURM_STATE", m))?;
-    let mut locks = Vec::new();
-    for (id, settings) in &workspaces {
-        match crate::client::MonitorLock::take(settings)? {
-            Some(lock) => locks.push(lock),
-            None => tracing::warn!(
-                workspace = %id,
-                "another monitor follows this workspace's jobs too; both are safe (retries are claimed by compare-and-set)"
-            ),
-        }
-    }
-    let workspaces: Vec<Arc<Workspace>> =
-        workspaces.into_iter().map(|(id, settings)| Arc::new(Workspace::new(id, settings))).collect();
-    let state = Arc::new(AppState::new(workspaces, db).map_err(|m| crate::spec::SpecError::new("TAO_SLURM_STATE", m))?);
+    let workspaces: Vec<Arc<Workspace>> = workspaces
+        .into_iter()
+        .map(|(id, mut settings)| {
+            let rules = operator.shared(&id);
+            // The operator's credentials reach a shared workspace's jobs only when it opts in.
+            if !rules.forward_credentials {
+                settings.forwarded_secrets.clear();
+            }
+            let mut w = Workspace::new(id, settings, workspace::Access::Shared(rules.orgs));
+            w.policy = rules.policy;
+            // The operator's own clusters: their preflight is the operator's to run.
+            w.ready.store(true, std::sync::atomic::Ordering::Relaxed);
+            Arc::new(w)
+        })
+        .collect();
+    let state = Arc::new(
+        AppState::new(workspaces, db, operator, secret_box, make_settings, state_path)
+            .map_err(|m| crate::spec::SpecError::new("TAO_SLURM_STATE", m))?,
+    );
     // The first snapshot before the first request; then one monitor thread per workspace.
-    if let Some(w) = state.workspaces.first() {
+    if let Some(w) = state.workspaces().first() {
         let _ = w.with_client(|c| {
             state.publish(c);
             Ok(())
         });
     }
-    for w in &state.workspaces {
-        let (w, st) = (w.clone(), state.clone());
-        std::thread::Builder::new()
-            .name(format!("monitor-{}", w.id))
-            .spawn(move || w.run_monitor(&|client| st.publish(client)))
-            .map_err(runtime_error)?;
+    for w in &state.workspaces() {
+        workspaces::start_monitor(&state, w)?;
     }
+    workspaces::load(&state).map_err(|m| crate::spec::SpecError::new("TAO_SLURM_STATE", m))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("serve")
@@ -174,7 +197,7 @@ pub fn serve(opts: ServeOptions, workspaces: Vec<(String, crate::config::Setting
         if !addr.ip().is_loopback() {
             tracing::warn!(%addr, "listening beyond loopback over plain HTTP: put a TLS proxy in front, or tokens travel in clear");
         }
-        let names: Vec<&str> = state.workspaces.iter().map(|w| w.id.as_str()).collect();
+        let names: Vec<String> = state.workspaces().iter().map(|w| w.id.clone()).collect();
         println!("listening on http://{addr}/ (workspaces: {})", names.join(", "));
         use std::io::Write;
         let _ = std::io::stdout().flush();
@@ -198,6 +221,5 @@ pub fn serve(opts: ServeOptions, workspaces: Vec<(String, crate::config::Setting
         }
         Ok::<(), Error>(())
     })?;
-    drop(locks);
     std::process::exit(0)
 }

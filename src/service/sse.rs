@@ -165,7 +165,7 @@ async fn follow(state: AppStateRef, id: String, follower: Weak<Follower>) {
                 offsets = [0, 0];
                 started = false;
             }
-            let Some(ws) = state.workspace(&job.out.workspace).cloned() else {
+            let Some(ws) = state.workspace(&job.out.workspace) else {
                 f.push(LogMsg::Done);
                 break;
             };
@@ -200,6 +200,12 @@ async fn follow(state: AppStateRef, id: String, follower: Weak<Follower>) {
             match read {
                 Ok(ranges) => {
                     started = true;
+                    // The org's secret values never reach a client (defence in depth).
+                    let Ok(values) = state.org_secret_values(&job.out.org) else {
+                        tracing::warn!(job = %id, "cannot read the org's secrets; its logs are not streamed");
+                        f.push(LogMsg::Done);
+                        break;
+                    };
                     let mut caught_up = true;
                     for (i, (s, r)) in ranges.into_iter().enumerate() {
                         if !r.text.is_empty() {
@@ -207,7 +213,7 @@ async fn follow(state: AppStateRef, id: String, follower: Weak<Follower>) {
                                 stream: stream_name(s).into(),
                                 attempt,
                                 offset: r.offset,
-                                text: r.text,
+                                text: super::org_secrets::redact(r.text, &values),
                             }));
                         }
                         caught_up &= r.size.is_none_or(|size| r.next_offset >= size);

@@ -71,6 +71,8 @@ pub struct Snapshot {
 pub struct TokenInfo {
     pub id: String,
     pub org: String,
+    /// An org admin token: it may also change the org's workspaces and secrets.
+    pub admin: bool,
     /// Unix seconds after which it is refused; None: until revoked.
     pub expires_at: Option<i64>,
 }
@@ -81,9 +83,21 @@ impl TokenInfo {
     }
 }
 
+/// Makes a workspace's settings: the service's own settings with these laid over them as flags.
+pub type SettingsMaker =
+    Box<dyn Fn(std::collections::BTreeMap<String, String>) -> crate::Result<crate::config::Settings> + Send + Sync>;
+
 pub struct AppState {
-    pub workspaces: Vec<Arc<Workspace>>,
+    workspaces: RwLock<Vec<Arc<Workspace>>>,
     pub db: ServiceDb,
+    /// The operator's rules (clusters.toml).
+    pub operator: super::operator::Operator,
+    /// The cipher of the orgs' stored secrets; None when the operator set no key file.
+    pub secret_box: Option<super::org_secrets::SecretBox>,
+    /// Settings for the orgs' own workspaces.
+    pub make_settings: SettingsMaker,
+    /// The state file (the service's database, its keys and monitor locks lie beside it).
+    pub state_path: std::path::PathBuf,
     metas: RwLock<HashMap<String, Arc<ApiJob>>>,
     snapshot: RwLock<Arc<Snapshot>>,
     publish_lock: Mutex<()>,
@@ -108,11 +122,22 @@ pub struct OrgCounts {
 }
 
 impl AppState {
-    pub fn new(workspaces: Vec<Arc<Workspace>>, db: ServiceDb) -> Result<AppState, String> {
+    pub fn new(
+        workspaces: Vec<Arc<Workspace>>,
+        db: ServiceDb,
+        operator: super::operator::Operator,
+        secret_box: Option<super::org_secrets::SecretBox>,
+        make_settings: SettingsMaker,
+        state_path: std::path::PathBuf,
+    ) -> Result<AppState, String> {
         let metas = db.jobs()?.into_iter().map(|j| (j.job_id.clone(), Arc::new(j))).collect();
         let state = AppState {
-            workspaces,
+            workspaces: RwLock::new(workspaces),
             db,
+            operator,
+            secret_box,
+            make_settings,
+            state_path,
             metas: RwLock::new(metas),
             snapshot: RwLock::new(Arc::new(Snapshot::default())),
             publish_lock: Mutex::new(()),
@@ -130,16 +155,52 @@ impl AppState {
         Ok(state)
     }
 
-    pub fn workspace(&self, id: &str) -> Option<&Arc<Workspace>> {
-        self.workspaces.iter().find(|w| w.id == id)
+    /// Every workspace (the operator's, then the orgs').
+    pub fn workspaces(&self) -> Vec<Arc<Workspace>> {
+        self.workspaces.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// The workspace a job without one goes to: the only one, else `default`.
-    pub fn default_workspace(&self) -> Option<&Arc<Workspace>> {
-        if self.workspaces.len() == 1 {
-            return self.workspaces.first();
+    /// A workspace by id, whoever may use it (for jobs already recorded in it).
+    pub fn workspace(&self, id: &str) -> Option<Arc<Workspace>> {
+        self.workspaces.read().unwrap_or_else(|e| e.into_inner()).iter().find(|w| w.id == id).cloned()
+    }
+
+    /// The workspaces `org` may use.
+    pub fn org_workspaces(&self, org: &str) -> Vec<Arc<Workspace>> {
+        self.workspaces().into_iter().filter(|w| w.usable_by(org)).collect()
+    }
+
+    /// A workspace `org` may use (one it may not is as if it did not exist).
+    pub fn org_workspace(&self, org: &str, id: &str) -> Option<Arc<Workspace>> {
+        self.workspace(id).filter(|w| w.usable_by(org))
+    }
+
+    /// The workspace an org's job without one goes to: the only one it may use, else `default`.
+    pub fn default_workspace(&self, org: &str) -> Option<Arc<Workspace>> {
+        let mine = self.org_workspaces(org);
+        if mine.len() == 1 {
+            return mine.into_iter().next();
         }
-        self.workspace("default")
+        mine.into_iter().find(|w| w.id == "default")
+    }
+
+    pub fn add_workspace(&self, w: Arc<Workspace>) {
+        self.workspaces.write().unwrap_or_else(|e| e.into_inner()).push(w);
+    }
+
+    /// Take a workspace out (its monitor stops); false when there was none of that id.
+    pub fn remove_workspace(&self, id: &str) -> bool {
+        let mut list = self.workspaces.write().unwrap_or_else(|e| e.into_inner());
+        let Some(i) = list.iter().position(|w| w.id == id) else { return false };
+        list.remove(i).stop();
+        true
+    }
+
+    /// Every secret value `org` has (stored, or mapped by the operator from the service's environment).
+    pub fn org_secret_values(&self, org: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
+        super::org_secrets::org_values(&self.db, self.secret_box.as_ref(), org, &self.operator.org(org), &|n| {
+            std::env::var(n).ok()
+        })
     }
 
     pub fn snapshot(&self) -> Arc<Snapshot> {
@@ -152,11 +213,15 @@ impl AppState {
         if self.tokens_version.swap(version, Ordering::Relaxed) == version {
             return Ok(());
         }
+        let admins = self.db.admin_token_ids()?;
         let tokens = self
             .db
             .valid_tokens()?
             .into_iter()
-            .map(|t| (t.sha256, TokenInfo { id: t.id, org: t.org, expires_at: t.expires_at }))
+            .map(|t| {
+                let admin = admins.contains(&t.id);
+                (t.sha256, TokenInfo { id: t.id, org: t.org, expires_at: t.expires_at, admin })
+            })
             .collect();
         *self.tokens.write().unwrap_or_else(|e| e.into_inner()) = tokens;
         Ok(())
@@ -165,11 +230,6 @@ impl AppState {
     /// Change `org`'s counts.
     pub fn count_for(&self, org: &str, f: impl FnOnce(&mut OrgCounts)) {
         f(self.org_counts.lock().unwrap_or_else(|e| e.into_inner()).entry(org.to_string()).or_default());
-    }
-
-    /// The workspaces `org` may use (where its jobs go, what it is shown).
-    pub fn workspaces_of(&self, _org: &str) -> impl Iterator<Item = &Arc<Workspace>> {
-        self.workspaces.iter()
     }
 
     /// Whether the token with this id is still accepted (not revoked, not expired).
@@ -304,7 +364,7 @@ mod tests {
 
     #[test]
     fn a_token_expires_at_its_time_and_one_without_expiry_never() {
-        let t = |expires_at| TokenInfo { id: "i".into(), org: "o".into(), expires_at };
+        let t = |expires_at| TokenInfo { id: "i".into(), org: "o".into(), expires_at, admin: false };
         for (expires_at, now, expired) in
             [(None, i64::MAX, false), (Some(100), 99, false), (Some(100), 100, true), (Some(100), 101, true)]
         {

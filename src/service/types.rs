@@ -104,7 +104,7 @@ pub struct JobCreate {
     /// Variables exported to the container.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// Names of secret variables whose values come from the service's environment (never values).
+    /// Names of the org's secrets (stored with PUT /secrets/NAME, or mapped by the operator), never values.
     #[serde(default)]
     pub secret_env: Vec<String>,
     /// Mounts added to `/lustre` (`src[:dst[:ro]]`).
@@ -335,9 +335,17 @@ pub struct AttemptList {
 /// A Slurm workspace: a cluster profile.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct WorkspaceOut {
-    /// The profile's name (`default`: the settings without a profile).
+    /// The profile's name (`default`: the settings without a profile), or the id of an org's own.
     pub id: String,
     pub name: String,
+    /// The operator's, shared by the orgs it is granted to (they share its Unix identity); false for
+    /// an org's own.
+    pub shared: bool,
+    /// When an org made it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_on: Option<String>,
+    /// Its last preflight passed (jobs run a preflight first while it is false).
+    pub ready: bool,
     /// Always "slurm".
     pub cloud_type: String,
     pub cloud_specific_details: CloudSpecificDetails,

@@ -10,7 +10,7 @@
 use crate::client::{now_secs, Monitor, TransportStats, AFTER_FAILURE};
 use crate::config::Settings;
 use crate::Client;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -32,10 +32,33 @@ pub struct Counters {
     pub follower_reads: AtomicU64,
 }
 
+/// Who may use a workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Access {
+    /// The operator's (a cluster profile, or `default`): the orgs it is granted to, which share its
+    /// Unix identity.
+    Shared(Vec<String>),
+    /// Made by an org through the API: that org only.
+    Owned(String),
+}
+
 pub struct Workspace {
-    /// The profile's name, or `default`.
+    /// The profile's name, `default`, or the id of an org's workspace.
     pub id: String,
+    /// What its owner calls it.
+    pub name: String,
     pub settings: Settings,
+    pub access: Access,
+    /// The operator's policy for this workspace (every org's own policy applies too).
+    pub policy: tao_slurm_core::policy::Policy,
+    /// When an org made it.
+    pub created_at: Option<i64>,
+    /// Its preflight passed: jobs may go to it.
+    pub ready: AtomicBool,
+    /// Deleted: its monitor stops.
+    pub stopped: AtomicBool,
+    /// The monitor lock of its cluster, held while this service follows it.
+    pub monitor_lock: Mutex<Option<crate::client::MonitorLock>>,
     idle: Mutex<Vec<Client>>,
     pub counters: Counters,
     pub last_error: Mutex<Option<String>>,
@@ -52,16 +75,31 @@ fn add(total: &AtomicU64, before: u64, after: u64) {
 }
 
 impl Workspace {
-    pub fn new(id: String, settings: Settings) -> Workspace {
+    pub fn new(id: String, settings: Settings, access: Access) -> Workspace {
         Workspace {
+            name: id.clone(),
             id,
             settings,
+            access,
+            policy: Default::default(),
+            created_at: None,
+            ready: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+            monitor_lock: Mutex::new(None),
             idle: Mutex::new(Vec::new()),
             counters: Counters::default(),
             last_error: Mutex::new(None),
             wake: (Mutex::new(false), Condvar::new()),
             cluster_view: tokio::sync::Mutex::new(None),
             pool: Default::default(),
+        }
+    }
+
+    /// Whether `org` may use it.
+    pub fn usable_by(&self, org: &str) -> bool {
+        match &self.access {
+            Access::Shared(orgs) => orgs.iter().any(|o| o == org),
+            Access::Owned(owner) => owner == org,
         }
     }
 
@@ -87,6 +125,13 @@ impl Workspace {
         result
     }
 
+    /// Stop its monitor (the workspace was deleted) and let go of the cluster's monitor lock.
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+        self.monitor_lock.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.wake_monitor();
+    }
+
     /// Ask the monitor to refresh soon (it still keeps to the query budget).
     pub fn wake_monitor(&self) {
         let (lock, cv) = &self.wake;
@@ -109,7 +154,7 @@ impl Workspace {
         }
     }
 
-    /// The monitor: refresh, publish, sleep at the monitor's pace; never returns.
+    /// The monitor: refresh, publish, sleep at the monitor's pace, until the workspace is deleted.
     pub fn run_monitor(&self, publish: &dyn Fn(&Client)) {
         let client = loop {
             match Client::new(self.settings.clone()) {
@@ -122,7 +167,7 @@ impl Workspace {
         };
         let mut monitor = Monitor::new(&self.settings);
         let floor = crate::monitor::budget_floor(self.settings.max_queries_per_minute);
-        loop {
+        while !self.stopped.load(Ordering::Relaxed) {
             let started = Instant::now();
             let before = client.transport_stats();
             let result = monitor.step(&client);

@@ -29,6 +29,24 @@ CREATE TABLE IF NOT EXISTS api_jobs (
     deleted_at  INTEGER
 );
 CREATE INDEX IF NOT EXISTS api_jobs_by_org ON api_jobs(org) WHERE deleted_at IS NULL;
+CREATE TABLE IF NOT EXISTS admin_tokens (
+    id          TEXT PRIMARY KEY
+);
+CREATE TABLE IF NOT EXISTS org_secrets (
+    org         TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    nonce       BLOB NOT NULL,
+    sealed      BLOB NOT NULL,
+    updated_at  INTEGER NOT NULL,
+    PRIMARY KEY (org, name)
+);
+CREATE TABLE IF NOT EXISTS org_workspaces (
+    id          TEXT PRIMARY KEY,
+    org         TEXT NOT NULL,
+    request     TEXT NOT NULL,
+    created_at  INTEGER NOT NULL,
+    deleted_at  INTEGER
+);
 "#;
 
 /// The service database's path for a state file.
@@ -71,6 +89,9 @@ pub struct ApiJob {
     pub token_id: Option<String>,
     pub created_at: i64,
 }
+
+/// An org's secret as stored: (name, nonce, sealed value).
+pub type SealedSecret = (String, Vec<u8>, Vec<u8>);
 
 pub struct ServiceDb {
     conn: Mutex<Connection>,
@@ -200,6 +221,22 @@ impl ServiceDb {
         rows.collect::<Result<_, _>>().map_err(|e| sql_err(&self.path, e))
     }
 
+    /// Make a token an org admin token (it may also change the org's workspaces and secrets).
+    pub fn make_admin(&self, id: &str) -> Result<(), String> {
+        self.conn()
+            .execute("INSERT OR IGNORE INTO admin_tokens (id) VALUES (?1)", params![id])
+            .map_err(|e| sql_err(&self.path, e))?;
+        Ok(())
+    }
+
+    /// The ids of the org admin tokens.
+    pub fn admin_token_ids(&self) -> Result<Vec<String>, String> {
+        let conn = self.conn();
+        let mut st = conn.prepare("SELECT id FROM admin_tokens").map_err(|e| sql_err(&self.path, e))?;
+        let rows = st.query_map([], |r| r.get(0)).map_err(|e| sql_err(&self.path, e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| sql_err(&self.path, e))
+    }
+
     /// A number that changes whenever another connection (`tao-slurm token ...`) commits.
     pub fn data_version(&self) -> Result<i64, String> {
         self.conn().pragma_query_value(None, "data_version", |r| r.get(0)).map_err(|e| sql_err(&self.path, e))
@@ -260,6 +297,70 @@ impl ServiceDb {
                     created_at: r.get(7)?,
                 })
             })
+            .map_err(|e| sql_err(&self.path, e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| sql_err(&self.path, e))
+    }
+
+    /// Store (or replace) an org's sealed secret.
+    pub fn put_org_secret(&self, org: &str, name: &str, nonce: &[u8], sealed: &[u8], now: i64) -> Result<(), String> {
+        self.conn()
+            .execute(
+                "INSERT INTO org_secrets (org, name, nonce, sealed, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (org, name) DO UPDATE SET nonce = ?3, sealed = ?4, updated_at = ?5",
+                params![org, name, nonce, sealed, now],
+            )
+            .map_err(|e| sql_err(&self.path, e))?;
+        Ok(())
+    }
+
+    /// Remove an org's secret; false when it had none of that name.
+    pub fn delete_org_secret(&self, org: &str, name: &str) -> Result<bool, String> {
+        let n = self
+            .conn()
+            .execute("DELETE FROM org_secrets WHERE org = ?1 AND name = ?2", params![org, name])
+            .map_err(|e| sql_err(&self.path, e))?;
+        Ok(n == 1)
+    }
+
+    /// An org's sealed secrets, by name.
+    pub fn org_secrets(&self, org: &str) -> Result<Vec<SealedSecret>, String> {
+        let conn = self.conn();
+        let mut st = conn
+            .prepare("SELECT name, nonce, sealed FROM org_secrets WHERE org = ?1 ORDER BY name")
+            .map_err(|e| sql_err(&self.path, e))?;
+        let rows = st
+            .query_map(params![org], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .map_err(|e| sql_err(&self.path, e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| sql_err(&self.path, e))
+    }
+
+    /// Record an org's workspace (its create request as JSON).
+    pub fn insert_workspace(&self, id: &str, org: &str, request: &str, now: i64) -> Result<(), String> {
+        self.conn()
+            .execute(
+                "INSERT INTO org_workspaces (id, org, request, created_at) VALUES (?1, ?2, ?3, ?4)",
+                params![id, org, request, now],
+            )
+            .map_err(|e| sql_err(&self.path, e))?;
+        Ok(())
+    }
+
+    pub fn delete_workspace(&self, id: &str, now: i64) -> Result<bool, String> {
+        let n = self
+            .conn()
+            .execute("UPDATE org_workspaces SET deleted_at = ?2 WHERE id = ?1 AND deleted_at IS NULL", params![id, now])
+            .map_err(|e| sql_err(&self.path, e))?;
+        Ok(n == 1)
+    }
+
+    /// The orgs' workspaces not deleted: (id, org, request, created_at).
+    pub fn workspaces(&self) -> Result<Vec<(String, String, String, i64)>, String> {
+        let conn = self.conn();
+        let mut st = conn
+            .prepare("SELECT id, org, request, created_at FROM org_workspaces WHERE deleted_at IS NULL ORDER BY created_at, id")
+            .map_err(|e| sql_err(&self.path, e))?;
+        let rows = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
             .map_err(|e| sql_err(&self.path, e))?;
         rows.collect::<Result<_, _>>().map_err(|e| sql_err(&self.path, e))
     }

@@ -15,6 +15,7 @@ pub mod model;
 pub mod monitor;
 pub mod ops;
 pub mod plan;
+pub mod policy;
 pub mod preflight;
 pub mod protocol;
 pub mod redact;

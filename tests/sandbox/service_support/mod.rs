@@ -63,20 +63,33 @@ impl Service {
         std::fs::read_to_string(self.env.dir.path().join("serve.log")).unwrap_or_default()
     }
 
-    /// Start with extra variables in the service's environment.
+    /// Start with extra variables in the service's environment; every workspace is granted to `team-a`,
+    /// which may take `SERVICE_TEST_SECRET` from the service's environment.
     pub fn start_with(vars: &[(&str, &str)]) -> Service {
+        Service::start_configured(
+            vars,
+            "[default]\norgs = [\"team-a\"]\n\n[login1]\nslurm_hostname = [\"sandbox-login1\"]\norgs = [\"team-a\"]\n\n\
+             [login2]\nslurm_hostname = \"sandbox-login2\"\norgs = [\"team-a\"]\n\n\
+             [orgs.team-a]\nsecret_env = { SERVICE_TEST_SECRET = \"SERVICE_TEST_SECRET\" }\n",
+            false,
+        )
+    }
+
+    /// Start with extra variables and this clusters.toml (profiles and the operator's rules); the
+    /// token for `team-a` is an org admin token when `admin`.
+    pub fn start_configured(vars: &[(&str, &str)], clusters_toml: &str, admin: bool) -> Service {
         let mut env = Env::new();
         for (k, v) in vars {
             env.vars.insert(k.to_string(), v.to_string());
         }
         let clusters = env.dir.path().join("clusters.toml");
-        std::fs::write(
-            &clusters,
-            "[login1]\nslurm_hostname = [\"sandbox-login1\"]\n\n[login2]\nslurm_hostname = \"sandbox-login2\"\n",
-        )
-        .unwrap();
+        std::fs::write(&clusters, clusters_toml).unwrap();
         env.vars.insert("TAO_SLURM_CLUSTERS_FILE".into(), clusters.display().to_string());
-        let created = env.json(&["token", "create", "--org", ORG, "--name", "tests", "--json"]);
+        let mut args = vec!["token", "create", "--org", ORG, "--name", "tests", "--json"];
+        if admin {
+            args.push("--admin");
+        }
+        let created = env.json(&args);
         let token = created["token"].as_str().unwrap().to_string();
         let token_id = created["id"].as_str().unwrap().to_string();
         let mut child = env

@@ -1,0 +1,464 @@
+//! The orgs' own workspaces (TAO's WorkspaceReq with `cloud_type` "slurm"): each logs in as its own
+//! `slurm_user` with the key the service made for the org (or the one the operator assigned it), is
+//! usable only by the org that made it, and only once its preflight passes. Also the route that shows
+//! an org the public key to authorise, and the monitors of workspaces that appear at run time.
+
+use super::api::{blocking, AppStateRef};
+use super::error::{ApiError, ApiResult, ErrorBody};
+use super::state::{AppState, TokenInfo};
+use super::workspace::{Access, Workspace};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::Arc;
+use utoipa::ToSchema;
+
+/// A workspace to create: TAO's WorkspaceReq, for `cloud_type` "slurm".
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceCreate {
+    pub name: String,
+    /// TAO's flag; here a workspace is never shared beyond the org that makes it.
+    #[serde(default)]
+    pub shared: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// "slurm".
+    pub cloud_type: String,
+    pub cloud_specific_details: SlurmDetailsIn,
+    /// Keep the workspace even when its preflight fails (it becomes usable once a later preflight,
+    /// at a job's create or `:cluster?refresh=true`, passes).
+    #[serde(default)]
+    pub force_create: bool,
+}
+
+/// TAO's SlurmCloudPull, plus the partition and account jobs default to.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmDetailsIn {
+    pub slurm_user: String,
+    /// Login hosts, for failover: `host`, `host:port` or an ssh_config alias of the service.
+    pub slurm_hostname: Vec<String>,
+    /// Default `/lustre/users/<slurm_user>/tao-slurm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_results_dir: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    /// TAO repeats the cloud type here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cloud_type: Option<String>,
+}
+
+/// The public key the service logs in with for an org.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SshKeyOut {
+    pub org: String,
+    /// One line of `authorized_keys`.
+    pub public_key: String,
+    /// Whether the operator assigned the org a key of its own (then this is its public half).
+    pub assigned_by_operator: bool,
+    pub how_to_authorise: String,
+}
+
+/// The directory of the service's keys, beside its state file.
+pub fn keys_dir(state_path: &FsPath) -> PathBuf {
+    let mut p = state_path.as_os_str().to_owned();
+    p.push(".keys");
+    PathBuf::from(p)
+}
+
+/// The private key an org's workspaces log in with: the operator's assignment, else the service's
+/// own key for the org, made on first use (ed25519, mode 600 in a directory of mode 700).
+pub fn org_key(state_path: &FsPath, org: &str, assigned: Option<&FsPath>) -> Result<PathBuf, String> {
+    if let Some(k) = assigned {
+        return Ok(k.to_path_buf());
+    }
+    crate::client::service_records::check_org(org)?;
+    let dir = keys_dir(state_path);
+    crate::private::ensure_private_dir(&dir)?;
+    let key = dir.join(format!("{org}_ed25519"));
+    if std::fs::symlink_metadata(&key).is_err() {
+        let partial = dir.join(format!(".{org}_ed25519.{}", std::process::id()));
+        let _ = std::fs::remove_file(&partial);
+        let _ = std::fs::remove_file(partial.with_extension("pub"));
+        let out = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", &format!("tao-slurm-service-{org}"), "-f"])
+            .arg(&partial)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run ssh-keygen: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("ssh-keygen failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        }
+        let mut pub_partial = partial.as_os_str().to_owned();
+        pub_partial.push(".pub");
+        let mut pub_key = key.as_os_str().to_owned();
+        pub_key.push(".pub");
+        std::fs::rename(&pub_partial, &pub_key).map_err(|e| format!("cannot keep the key: {e}"))?;
+        std::fs::rename(&partial, &key).map_err(|e| format!("cannot keep the key: {e}"))?;
+    }
+    crate::private::ensure_private_file(&key)?;
+    Ok(key)
+}
+
+/// The public half of a private key (its `.pub` beside it, else derived by ssh-keygen).
+pub fn public_key(private: &FsPath) -> Result<String, String> {
+    let mut p = private.as_os_str().to_owned();
+    p.push(".pub");
+    if let Ok(text) = std::fs::read_to_string(PathBuf::from(p)) {
+        return Ok(text.trim().to_string());
+    }
+    let out = std::process::Command::new("ssh-keygen")
+        .arg("-y")
+        .arg("-f")
+        .arg(private)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run ssh-keygen: {e}"))?;
+    if !out.status.success() {
+        return Err("the org's key cannot be read; ask the operator".into());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// An org's key line, with how to authorise it.
+pub fn key_out(state: &AppState, org: &str) -> Result<SshKeyOut, String> {
+    let rules = state.operator.org(org);
+    let key = org_key(&state.state_path, org, rules.ssh_key.as_deref())?;
+    let public_key = public_key(&key)?;
+    Ok(SshKeyOut {
+        org: org.to_string(),
+        how_to_authorise: format!(
+            "append this line to ~/.ssh/authorized_keys of the slurm_user on every login host (mode 600): it lets this service, for org {org} only, log in as that user"
+        ),
+        public_key,
+        assigned_by_operator: rules.ssh_key.is_some(),
+    })
+}
+
+/// Replace the service's own local paths in a text shown to a client.
+pub fn scrub(state: &AppState, text: &str) -> String {
+    let mut out = text.to_string();
+    let dir = state.state_path.parent().map(|d| d.display().to_string()).unwrap_or_default();
+    if dir.len() > 1 {
+        out = out.replace(&dir, "<service>");
+    }
+    for k in state.operator.orgs.values().filter_map(|o| o.ssh_key.as_ref()) {
+        out = out.replace(&k.display().to_string(), "<the org's key>");
+    }
+    out
+}
+
+fn admin_only(token: &TokenInfo) -> ApiResult<()> {
+    if token.admin {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        "only an org admin token creates or deletes the org's workspaces (`tao-slurm token create --org ORG --admin`)",
+    ))
+}
+
+fn check_details(d: &SlurmDetailsIn) -> ApiResult<()> {
+    let f = |n: &str| format!("cloud_specific_details.{n}");
+    let user_ok = !d.slurm_user.is_empty()
+        && d.slurm_user.len() <= 32
+        && d.slurm_user.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && d.slurm_user.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_.-".contains(c));
+    if !user_ok {
+        return Err(ApiError::field(f("slurm_user"), format!("{:?} is not a Unix user name", d.slurm_user)));
+    }
+    if d.slurm_hostname.is_empty() || d.slurm_hostname.len() > 16 {
+        return Err(ApiError::field(f("slurm_hostname"), "give 1 to 16 login hosts"));
+    }
+    for h in &d.slurm_hostname {
+        let ok = !h.is_empty()
+            && h.len() <= 253
+            && h.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && h.chars().all(|c| c.is_ascii_alphanumeric() || ".-_:".contains(c));
+        if !ok {
+            return Err(ApiError::field(f("slurm_hostname"), format!("{h:?} is not a host, host:port or alias")));
+        }
+    }
+    if let Some(b) = &d.base_results_dir {
+        crate::spec::check_text("base_results_dir", b)
+            .map_err(|e| ApiError::field(f("base_results_dir"), e.message))?;
+        if !b.starts_with('/') || b.split('/').any(|c| c == "..") || b.contains(',') {
+            return Err(ApiError::field(
+                f("base_results_dir"),
+                format!("{b:?} is not an absolute path on the cluster"),
+            ));
+        }
+    }
+    for (name, v) in [("partition", &d.partition), ("account", &d.account)] {
+        if let Some(v) = v {
+            crate::spec::check_slurm_word(name, v).map_err(|e| ApiError::field(f(name), e.message))?;
+        }
+    }
+    if d.cloud_type.as_deref().is_some_and(|t| t != "slurm") {
+        return Err(ApiError::field(f("cloud_type"), "this service makes \"slurm\" workspaces only"));
+    }
+    Ok(())
+}
+
+/// The settings of an org's workspace: the service's own, with the workspace's identity, hosts and
+/// directories laid over them, the org's key, and never the operator's credentials.
+fn workspace_settings(state: &AppState, id: &str, org: &str, d: &SlurmDetailsIn) -> ApiResult<crate::config::Settings> {
+    let rules = state.operator.org(org);
+    let key = org_key(&state.state_path, org, rules.ssh_key.as_deref()).map_err(|m| {
+        tracing::warn!(%org, error = %m, "cannot make the org's key");
+        ApiError::internal("the service cannot make the org's SSH key; the operator finds why in its log")
+    })?;
+    let mut flags = BTreeMap::new();
+    flags.insert("SLURM_USER".to_string(), d.slurm_user.clone());
+    flags.insert("SLURM_HOSTNAME".to_string(), d.slurm_hostname.join(","));
+    flags.insert(
+        "SLURM_BASE_RESULTS_DIR".to_string(),
+        d.base_results_dir.clone().unwrap_or_else(|| format!("/lustre/users/{}/tao-slurm", d.slurm_user)),
+    );
+    if let Some(p) = &d.partition {
+        flags.insert("SLURM_PARTITION".to_string(), p.clone());
+    }
+    flags.insert("SLURM_ACCOUNT".to_string(), d.account.clone().unwrap_or_default());
+    flags.insert("SSH_KEY_PATH".to_string(), key.display().to_string());
+    // Always over SSH as the workspace's user: never the service's own account on this machine.
+    flags.insert("TAO_SLURM_LOCAL".to_string(), "false".to_string());
+    flags.insert(crate::profiles::CLUSTER_SETTING.to_string(), id.to_string());
+    let mut settings = (state.make_settings)(flags)
+        .map_err(|e| ApiError::field("cloud_specific_details", scrub(state, &e.to_string())))?;
+    settings.forwarded_secrets.clear();
+    Ok(settings)
+}
+
+/// Run a workspace's preflight (blocking); Err names the first required check that failed and what
+/// to do.
+pub fn preflight(state: &AppState, w: &Workspace, org: &str) -> Result<(), ApiError> {
+    let checks = crate::client::preflight(&w.settings).checks;
+    match checks.iter().find(|c| c.required && !c.ok) {
+        None => {
+            w.ready.store(true, std::sync::atomic::Ordering::Relaxed);
+            Ok(())
+        }
+        Some(c) => {
+            w.ready.store(false, std::sync::atomic::Ordering::Relaxed);
+            let mut desc = format!(
+                "workspace {} is not usable yet: its preflight check {:?}{} failed: {}",
+                w.id,
+                c.name,
+                c.host.as_deref().map(|h| format!(" on {h}")).unwrap_or_default(),
+                c.detail.trim()
+            );
+            if let Some(r) = &c.remediation {
+                desc.push_str(&format!("; what to do: {}", r.trim()));
+            }
+            if matches!(w.access, Access::Owned(_)) {
+                desc.push_str(&format!(
+                    " (the service logs in with the key GET /api/v2/orgs/{org}/ssh-key shows: authorise it for {})",
+                    w.settings.slurm_user.as_deref().unwrap_or("the slurm_user")
+                ));
+            }
+            let mut e = ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "preflight_failed", scrub(state, &desc));
+            e.body.field = Some(format!("preflight.{}", c.name));
+            Err(e)
+        }
+    }
+}
+
+/// Take the cluster's monitor lock (when free) and start the workspace's monitor thread.
+pub fn start_monitor(state: &Arc<AppState>, w: &Arc<Workspace>) -> Result<(), crate::Error> {
+    match crate::client::MonitorLock::take(&w.settings)? {
+        Some(lock) => *w.monitor_lock.lock().unwrap_or_else(|e| e.into_inner()) = Some(lock),
+        None => tracing::warn!(
+            workspace = %w.id,
+            "another monitor follows this workspace's jobs too; both are safe (retries are claimed by compare-and-set)"
+        ),
+    }
+    let (w, st) = (w.clone(), state.clone());
+    std::thread::Builder::new()
+        .name(format!("monitor-{}", w.id))
+        .spawn(move || w.run_monitor(&|client| st.publish(client)))
+        .map_err(|e| crate::Error::RemoteCommand(format!("cannot start a monitor: {e}")))?;
+    Ok(())
+}
+
+/// An org's workspace from its stored request (at start, or just made).
+fn build(state: &AppState, id: &str, org: &str, req: &WorkspaceCreate, created_at: i64) -> ApiResult<Workspace> {
+    let settings = workspace_settings(state, id, org, &req.cloud_specific_details)?;
+    let mut w = Workspace::new(id.to_string(), settings, Access::Owned(org.to_string()));
+    w.name = req.name.clone();
+    w.created_at = Some(created_at);
+    Ok(w)
+}
+
+/// The orgs' workspaces recorded in the service database (at start; their preflight runs at first
+/// use).
+pub fn load(state: &Arc<AppState>) -> Result<(), String> {
+    for (id, org, request, created_at) in state.db.workspaces()? {
+        let req: WorkspaceCreate = match serde_json::from_str(&request) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(workspace = %id, error = %e, "cannot read a stored workspace; skipped");
+                continue;
+            }
+        };
+        match build(state, &id, &org, &req, created_at) {
+            Ok(w) => {
+                let w = Arc::new(w);
+                state.add_workspace(w.clone());
+                if let Err(e) = start_monitor(state, &w) {
+                    tracing::warn!(workspace = %id, error = %e, "its monitor did not start");
+                }
+            }
+            Err(e) => tracing::warn!(workspace = %id, error = %e.body.error_desc, "a stored workspace is unusable"),
+        }
+    }
+    Ok(())
+}
+
+#[utoipa::path(post, path = "/api/v2/orgs/{org}/workspaces", tag = "workspaces", security(("bearer" = [])),
+    params(("org" = String, Path)), request_body = WorkspaceCreate,
+    responses((status = 201, description = "Made, and its preflight passed (or force_create)", body = super::types::WorkspaceOut),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 422, description = "Its preflight failed: `field` names the check (preflight.NAME), the text what to do; nothing kept", body = ErrorBody)))]
+pub async fn create_workspace(
+    State(state): State<AppStateRef>,
+    Extension(token): Extension<TokenInfo>,
+    Path(org): Path<String>,
+    headers: axum::http::HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    admin_only(&token)?;
+    let req: WorkspaceCreate = super::api::parse_json(&headers, body)?;
+    if req.cloud_type != "slurm" {
+        return Err(ApiError::field(
+            "cloud_type",
+            format!("{:?}: this service makes \"slurm\" workspaces only", req.cloud_type),
+        ));
+    }
+    if req.name.trim().is_empty() || req.name.len() > 500 || req.name.chars().any(char::is_control) {
+        return Err(ApiError::field("name", "one line of 1 to 500 characters"));
+    }
+    check_details(&req.cloud_specific_details)?;
+    let id = uuid::Uuid::new_v4().to_string();
+    let now = crate::client::now_secs();
+    let w = Arc::new(build(&state, &id, &org, &req, now)?);
+    let (st, w2, o) = (state.clone(), w.clone(), org.clone());
+    let checked = blocking(move || Ok(preflight(&st, &w2, &o))).await?;
+    if let Err(e) = checked {
+        if !req.force_create {
+            return Err(e);
+        }
+    }
+    let text = serde_json::to_string(&req).map_err(|e| ApiError::internal(e.to_string()))?;
+    state.db.insert_workspace(&id, &org, &text, now).map_err(|m| {
+        tracing::warn!(error = %m, "cannot record a workspace");
+        ApiError::internal("the service cannot record the workspace; the operator finds why in its log")
+    })?;
+    state.add_workspace(w.clone());
+    start_monitor(&state, &w).map_err(|e| ApiError::internal(e.to_string()))?;
+    tracing::info!(%org, workspace = %id, token = %token.id, "workspace created");
+    Ok((StatusCode::CREATED, Json(super::api::workspace_out(&w))).into_response())
+}
+
+#[utoipa::path(delete, path = "/api/v2/orgs/{org}/workspaces/{workspace_id}", tag = "workspaces", security(("bearer" = [])),
+    params(("org" = String, Path), ("workspace_id" = String, Path)),
+    responses((status = 200, body = super::types::Deleted),
+        (status = 403, description = "A workspace of the operator's: only the operator removes it", body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, description = "It has active jobs", body = ErrorBody)))]
+pub async fn delete_workspace(
+    State(state): State<AppStateRef>,
+    Extension(token): Extension<TokenInfo>,
+    Path((org, id)): Path<(String, String)>,
+) -> ApiResult<Json<super::types::Deleted>> {
+    admin_only(&token)?;
+    let w = state.org_workspace(&org, &id).ok_or_else(|| ApiError::not_found(format!("no workspace {id}")))?;
+    if !matches!(w.access, Access::Owned(_)) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!("workspace {id} is the operator's; only the operator removes it (clusters.toml)"),
+        ));
+    }
+    let active = state.snapshot().jobs.values().filter(|j| j.out.workspace == id && !j.status.is_terminal()).count();
+    if active > 0 {
+        return Err(ApiError::conflict(format!("workspace {id} has {active} active jobs: cancel them first")));
+    }
+    state.db.delete_workspace(&id, crate::client::now_secs()).map_err(|m| {
+        tracing::warn!(error = %m, "cannot delete a workspace");
+        ApiError::internal("the service cannot delete the workspace; the operator finds why in its log")
+    })?;
+    state.remove_workspace(&id);
+    Ok(Json(super::types::Deleted { id, deleted: true }))
+}
+
+#[utoipa::path(get, path = "/api/v2/orgs/{org}/ssh-key", tag = "workspaces", security(("bearer" = [])),
+    params(("org" = String, Path)),
+    responses((status = 200, description = "The public key this service logs in with for the org's own workspaces", body = SshKeyOut),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+pub async fn ssh_key(State(state): State<AppStateRef>, Path(org): Path<String>) -> ApiResult<Json<SshKeyOut>> {
+    let st = state.clone();
+    blocking(move || {
+        key_out(&st, &org).map(Json).map_err(|m| {
+            tracing::warn!(%org, error = %m, "cannot show the org's key");
+            ApiError::internal("the service cannot read the org's key; the operator finds why in its log")
+        })
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn details(user: &str, host: &str, base: Option<&str>) -> SlurmDetailsIn {
+        SlurmDetailsIn {
+            slurm_user: user.into(),
+            slurm_hostname: vec![host.into()],
+            base_results_dir: base.map(String::from),
+            partition: None,
+            account: None,
+            cloud_type: None,
+        }
+    }
+
+    #[test]
+    fn details_that_could_become_options_or_escape_are_refused() {
+        assert!(check_details(&details("alice", "login1.example.org:2222", Some("/lustre/alice"))).is_ok());
+        for (d, field) in [
+            (details("-oProxyCommand=x", "h", None), "slurm_user"),
+            (details("Alice Smith", "h", None), "slurm_user"),
+            (details("alice", "-oProxyCommand=x", None), "slurm_hostname"),
+            (details("alice", "h h", None), "slurm_hostname"),
+            (details("alice", "h", Some("relative")), "base_results_dir"),
+            (details("alice", "h", Some("/lustre/../etc")), "base_results_dir"),
+        ] {
+            let e = check_details(&d).unwrap_err();
+            assert_eq!(e.body.field.as_deref(), Some(format!("cloud_specific_details.{field}").as_str()), "{d:?}");
+        }
+    }
+
+    #[test]
+    fn an_org_key_is_made_once_private_and_per_org() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state.db");
+        let a = org_key(&state, "team-a", None).unwrap();
+        let again = org_key(&state, "team-a", None).unwrap();
+        assert_eq!(a, again);
+        let b = org_key(&state, "team-b", None).unwrap();
+        assert_ne!(public_key(&a).unwrap(), public_key(&b).unwrap(), "each org its own key");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&a).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::metadata(keys_dir(&state)).unwrap().permissions().mode() & 0o777, 0o700);
+        assert!(public_key(&a).unwrap().starts_with("ssh-ed25519 "));
+        assert!(org_key(&state, "../x", None).is_err());
+    }
+}
