@@ -5,7 +5,7 @@
 //! workspace it was not granted; secrets resolve only from the org's own; the operator's credentials
 //! stay out of org workspaces; policy and `after` are checked before anything reaches a cluster.
 
-use crate::common::sandbox_settings;
+use crate::common::sandbox::settings as sandbox_settings;
 use crate::service_support::{read_events, short, Service, ORG};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
