@@ -10,7 +10,8 @@ import subprocess
 import time
 
 import anyio
-from conftest import connect, run_async, sandbox_settings
+from conftest import connect, run_async
+from tao_test_support import sandbox_settings
 
 JOB = {"image": "ubuntu:22.04", "gpus": 0}
 
