@@ -15,6 +15,9 @@ pub struct ServeCmd {
     /// Largest request body, in bytes
     #[arg(long, default_value_t = crate::service::DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
+    /// Requests a second each token may make (bursts of twice as many); beyond it 429 + Retry-After
+    #[arg(long, default_value_t = crate::service::DEFAULT_REQUESTS_PER_SEC)]
+    pub rate_limit: u32,
     #[command(subcommand)]
     pub action: Option<ServeAction>,
 }
@@ -131,6 +134,7 @@ impl ServeCmd {
             crate::service::ServeOptions {
                 bind: SocketAddr::new(self.bind, self.port),
                 max_body_bytes: self.max_body_bytes,
+                requests_per_sec: self.rate_limit,
             },
             crate::service::Setup { workspaces, operator, secret_box, make_settings },
         )?;

@@ -30,6 +30,8 @@ pub const CLUSTER_REFRESH_SECS: u64 = 30;
 /// The per-token request limit (GCRA, by token id).
 pub struct RateLimits {
     limiter: RateLimiter<String, DefaultKeyedStateStore<String>, DefaultClock>,
+    per_sec: u32,
+    burst: u32,
 }
 
 impl Default for RateLimits {
@@ -42,7 +44,7 @@ impl RateLimits {
     pub fn new(per_sec: u32, burst: u32) -> RateLimits {
         let quota = Quota::per_second(NonZeroU32::new(per_sec.max(1)).expect("at least 1"))
             .allow_burst(NonZeroU32::new(burst.max(1)).expect("at least 1"));
-        RateLimits { limiter: RateLimiter::keyed(quota) }
+        RateLimits { limiter: RateLimiter::keyed(quota), per_sec: per_sec.max(1), burst: burst.max(1) }
     }
 
     /// Count one request of `token_id`; a 429 with the seconds to wait when over the limit.
@@ -54,7 +56,8 @@ impl RateLimits {
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate_limited",
                 format!(
-                    "this token made more than {REQUESTS_PER_SEC} requests a second (bursts of {REQUEST_BURST}); retry after {secs} s"
+                    "this token made more than {} requests a second (bursts of {}); retry after {secs} s",
+                    self.per_sec, self.burst
                 ),
             )
             .retry_after(secs.max(1))

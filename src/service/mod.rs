@@ -44,11 +44,15 @@ pub use openapi::document_json;
 
 /// Largest request body by default.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
+/// Requests a second one token may make by default (`serve --rate-limit`).
+pub const DEFAULT_REQUESTS_PER_SEC: u32 = limits::REQUESTS_PER_SEC;
 
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     pub bind: SocketAddr,
     pub max_body_bytes: usize,
+    /// Requests a second one token may make (bursts of twice as many).
+    pub requests_per_sec: u32,
 }
 
 /// Every request under `/api/` but health needs a valid token; under `/api/v2/orgs/{org}/` its org.
@@ -168,10 +172,10 @@ pub fn serve(opts: ServeOptions, setup: Setup) -> Result<(), Error> {
             Arc::new(w)
         })
         .collect();
-    let state = Arc::new(
-        AppState::new(workspaces, db, operator, secret_box, make_settings, state_path)
-            .map_err(|m| crate::spec::SpecError::new("TAO_SLURM_STATE", m))?,
-    );
+    let mut state = AppState::new(workspaces, db, operator, secret_box, make_settings, state_path)
+        .map_err(|m| crate::spec::SpecError::new("TAO_SLURM_STATE", m))?;
+    state.rate_limits = limits::RateLimits::new(opts.requests_per_sec, opts.requests_per_sec.saturating_mul(2));
+    let state = Arc::new(state);
     // The first snapshot before the first request; then one monitor thread per workspace.
     if let Some(w) = state.workspaces().first() {
         let _ = w.with_client(|c| {
