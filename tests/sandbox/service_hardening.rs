@@ -151,7 +151,8 @@ async fn a_revoked_token_ends_its_stream_and_is_refused_after() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_parallel_log_requests_get_200_or_retry_after_and_the_monitor_goes_on() {
-    let svc = Service::start_with(&[("TAO_SLURM_MAX_QUERIES_PER_MINUTE", "120")]);
+    // The default per-token limit (10 a second, bursts of 20), as an operator's service has it.
+    let svc = Service::start_with_rate_limit(&[("TAO_SLURM_MAX_QUERIES_PER_MINUTE", "120")], "10");
     let (status, job) = svc
         .create(&json!({"name": "chatty", "image": "ubuntu:22.04", "gpus": 0, "workspace": "login1",
             "command": "for i in $(seq 1 400); do echo line $i; done; sleep 300"}))

@@ -52,6 +52,10 @@ pub fn short(mut job: Value) -> Value {
     job
 }
 
+/// The tests poll in tight loops: they are not what the per-token limit is for (the parallel-requests
+/// test starts its service with the default limit, and meets it).
+const TESTS_RATE_LIMIT: &str = "200";
+
 impl Service {
     /// Start a service over a fresh state file.
     pub fn start() -> Service {
@@ -66,18 +70,28 @@ impl Service {
     /// Start with extra variables in the service's environment; every workspace is granted to `team-a`,
     /// which may take `SERVICE_TEST_SECRET` from the service's environment.
     pub fn start_with(vars: &[(&str, &str)]) -> Service {
-        Service::start_configured(
+        Service::start_with_rate_limit(vars, TESTS_RATE_LIMIT)
+    }
+
+    /// [`Service::start_with`] with this per-token limit (`serve --rate-limit`).
+    pub fn start_with_rate_limit(vars: &[(&str, &str)], rate_limit: &str) -> Service {
+        Service::launch(
             vars,
             "[default]\norgs = [\"team-a\"]\n\n[login1]\nslurm_hostname = [\"sandbox-login1\"]\norgs = [\"team-a\"]\n\n\
              [login2]\nslurm_hostname = \"sandbox-login2\"\norgs = [\"team-a\"]\n\n\
              [orgs.team-a]\nsecret_env = { SERVICE_TEST_SECRET = \"SERVICE_TEST_SECRET\" }\n",
             false,
+            rate_limit,
         )
     }
 
     /// Start with extra variables and this clusters.toml (profiles and the operator's rules); the
     /// token for `team-a` is an org admin token when `admin`.
     pub fn start_configured(vars: &[(&str, &str)], clusters_toml: &str, admin: bool) -> Service {
+        Service::launch(vars, clusters_toml, admin, TESTS_RATE_LIMIT)
+    }
+
+    fn launch(vars: &[(&str, &str)], clusters_toml: &str, admin: bool, rate_limit: &str) -> Service {
         let mut env = Env::new();
         for (k, v) in vars {
             env.vars.insert(k.to_string(), v.to_string());
@@ -93,9 +107,7 @@ impl Service {
         let token = created["token"].as_str().unwrap().to_string();
         let token_id = created["id"].as_str().unwrap().to_string();
         let mut child = env
-            // The tests poll in tight loops: they are not what the per-token limit is for (its 429 has a
-            // unit test, and the parallel-requests test meets the pool's 503 instead).
-            .command(&["serve", "--port", "0", "--rate-limit", "200"])
+            .command(&["serve", "--port", "0", "--rate-limit", rate_limit])
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(env.dir.path().join("serve.log")).unwrap())
             .spawn()
