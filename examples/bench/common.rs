@@ -132,13 +132,27 @@ pub fn small_spec() -> JobSpec {
 }
 
 /// A plain `ssh` to login1 through this user's ControlMaster (the one the transport opened).
+/// The socket of the transport's master in the user's control directory (its name carries a hash of
+/// the settings the transport was made with, so it is found rather than computed).
+fn master_socket(user: &User) -> std::path::PathBuf {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::read_dir(user.control_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| e.file_type().is_ok_and(|t| t.is_socket()))
+        .map(|e| e.path())
+        .expect("the submits left a master running in the control directory")
+}
+
 pub fn master_ssh(user: &User) -> Command {
     let v = &user.vars;
     let mut cmd = Command::new("ssh");
     cmd.arg("-F")
         .arg(&v["SSH_CONFIG"])
         .args(["-o", "BatchMode=yes", "-o", "ControlMaster=no", "-o"])
-        .arg(format!("ControlPath={}/%C", user.control_dir().display()))
+        .arg(format!("ControlPath={}", master_socket(user).display()))
+        .arg("-o")
+        .arg(format!("UserKnownHostsFile={}", v["SSH_KNOWN_HOSTS"]))
         .arg("-i")
         .arg(&v["SSH_KEY_PATH"])
         .args(["-l", &v["SLURM_USER"], "-p", "2222", "127.0.0.1"]);
