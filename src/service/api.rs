@@ -6,7 +6,6 @@ use super::error::{ApiError, ApiResult, ErrorBody};
 use super::state::{AppState, CachedJob, TokenInfo};
 use super::types::*;
 use super::workspace::Workspace;
-use crate::spec::JobSpec;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
@@ -234,141 +233,6 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// The engine's job for a request, the workspace it goes to, and what the service keeps of it.
-pub fn to_spec(state: &AppState, org: &str, req: &JobCreate) -> ApiResult<(JobSpec, Arc<Workspace>)> {
-    let backend = req.backend_details.clone().unwrap_or_default();
-    if let Some(t) = &backend.backend_type {
-        if t != "slurm" {
-            return Err(ApiError::field(
-                "backend_details.backend_type",
-                format!("{t:?}: this service runs \"slurm\" jobs only"),
-            ));
-        }
-    }
-    let ws_name = match (&req.workspace, &backend.cluster_name) {
-        (Some(a), Some(b)) if a != b => {
-            return Err(ApiError::field(
-                "backend_details.cluster_name",
-                format!("{b:?} differs from workspace {a:?}; give one, or the same in both"),
-            ))
-        }
-        (a, b) => a.clone().or(b.clone()),
-    };
-    let names = || state.org_workspaces(org).iter().map(|w| w.id.clone()).collect::<Vec<_>>().join(", ");
-    let ws = match &ws_name {
-        // One answer for a workspace that does not exist and one the org may not use.
-        Some(n) => state.org_workspace(org, n).ok_or_else(|| {
-            let mut e = ApiError::new(
-                StatusCode::FORBIDDEN,
-                "forbidden",
-                format!("org {org} may not use a workspace {n:?}; the ones it may use: {}", names()),
-            );
-            e.body.field = Some("workspace".into());
-            e
-        })?,
-        None => state.default_workspace(org).ok_or_else(|| {
-            ApiError::field("workspace", format!("is required: org {org} may use several or none ({})", names()))
-        })?,
-    };
-    for (i, a) in req.after.iter().enumerate() {
-        check_after(state, org, &format!("after[{i}]"), a)?;
-    }
-    let partition = match (&req.partition, &backend.partition) {
-        (Some(a), Some(b)) if a != b => {
-            return Err(ApiError::field("backend_details.partition", format!("{b:?} differs from partition {a:?}")))
-        }
-        (a, b) => a.clone().or(b.clone()),
-    };
-    let (mut gpus, mut total_gpus, mut nodes) = (req.gpus, req.total_gpus, req.nodes);
-    match req.num_gpu {
-        None | Some(-1) => {}
-        Some(_) if gpus.is_some() || total_gpus.is_some() => {
-            return Err(ApiError::field("num_gpu", "give num_gpu, or gpus/total_gpus, not both"))
-        }
-        // TAO's count, by the one packing rule of every door.
-        Some(n) => {
-            let ask = crate::plan::gpus_from_count("num_gpu", n, req.nodes, ws.settings.max_gpus_per_node)
-                .map_err(ApiError::from_spec)?;
-            (gpus, total_gpus, nodes) = (ask.gpus, ask.total_gpus, ask.nodes);
-        }
-    }
-    let (command, shell) = match &req.command {
-        None => (Vec::new(), req.shell),
-        Some(CommandIn::Argv(v)) => (v.clone(), req.shell),
-        Some(CommandIn::Shell(s)) => (vec![s.clone()], true),
-    };
-    let cosmos_rl = match &req.cosmos_rl {
-        None => None,
-        Some(v) => Some(
-            serde_path_to_error::deserialize(v.clone())
-                .map_err(|e| ApiError::field(format!("cosmos_rl.{}", e.path()), e.into_inner().to_string()))?,
-        ),
-    };
-    if let Some(c) = &cosmos_rl {
-        let c: &crate::spec::CosmosRlSpec = c;
-        if c.config.is_some() {
-            return Err(ApiError::field("cosmos_rl.config", "a file of the service's machine: send config_text"));
-        }
-    }
-    let spec = JobSpec {
-        image: req.image.clone(),
-        command,
-        shell,
-        gpus,
-        total_gpus,
-        nodes,
-        cpus_per_task: req.cpus_per_task,
-        memory: req.memory.clone(),
-        partition,
-        account: req.account.clone(),
-        qos: req.qos.clone(),
-        constraint: req.constraint.clone(),
-        exclude: req.exclude.clone(),
-        reservation: req.reservation.clone(),
-        time_hours: req.time_hours,
-        timeout_hours: req.timeout_hours,
-        requeue: req.requeue,
-        env: req.env.clone(),
-        secret_env: req.secret_env.clone(),
-        mounts: req.mounts.clone(),
-        replace_default_mounts: req.replace_default_mounts,
-        container_workdir: req.container_workdir.clone(),
-        no_container_mount_home: req.no_container_mount_home,
-        sbatch_options: req.sbatch_options.clone(),
-        name: req.name.clone(),
-        max_timeout_requeues: req.max_timeout_requeues,
-        inputs: req.inputs.clone(),
-        specs: req.specs.clone().map(serde_json::Value::Object),
-        dataset_root: req.dataset_root.clone(),
-        dataset_files: req.dataset_files.clone(),
-        no_sqsh: req.no_sqsh,
-        allow_registry_pull: req.allow_registry_pull,
-        cosmos_rl,
-        exclusive: req.exclusive,
-        after: req.after.clone(),
-        // Sweeps and pipelines are not in the service's create body (yet).
-        sweep: None,
-        steps: Vec::new(),
-    };
-    if let Some(a) = &req.action {
-        crate::spec::check_text("action", a).map_err(|e| ApiError::field("action", e.message))?;
-    }
-    Ok((spec, ws))
-}
-
-/// An `after` entry names an exact id of one of the org's jobs (`JOB[:ok|:notok|:any]`): no prefix,
-/// no group id, and the same answer for a job that does not exist and another org's.
-fn check_after(state: &AppState, org: &str, field: &str, entry: &str) -> ApiResult<()> {
-    let id = match entry.rsplit_once(':') {
-        Some((id, "ok" | "notok" | "any")) => id,
-        _ => entry,
-    };
-    if state.snapshot().jobs.get(id).is_some_and(|j| j.out.org == org) {
-        return Ok(());
-    }
-    Err(ApiError::field(field, format!("{id:?} is not the full id of a job of org {org} (JOB[:ok|:notok|:any])")))
-}
-
 #[utoipa::path(post, path = "/api/v2/orgs/{org}/jobs", tag = "jobs", security(("bearer" = [])),
     params(("org" = String, Path)), request_body = JobCreate,
     responses((status = 201, description = "Submitted to Slurm", body = JobOut),
@@ -384,7 +248,7 @@ pub async fn create_job(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let req: JobCreate = parse_json(&headers, body)?;
-    let (mut spec, ws) = to_spec(&state, &org, &req)?;
+    let (mut spec, ws) = super::translate::to_spec(&state, &org, &req)?;
     let policy = super::policy::effective(&state, &org, &ws);
     if policy.allow_home_mount != Some(true) {
         // Home is not mounted unless the operator allows it.

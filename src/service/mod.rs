@@ -23,6 +23,7 @@ pub mod policy;
 mod revoke;
 mod sse;
 pub mod state;
+mod translate;
 pub mod types;
 pub mod workspace;
 pub mod workspaces;
