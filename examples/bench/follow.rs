@@ -3,7 +3,7 @@
 use crate::common::*;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-use tao_slurm::engine::logs::Stream;
+use tao_slurm::client::Stream;
 use tao_slurm::{Client, JobSpec};
 
 pub fn follow(megabytes: usize) -> Value {

@@ -4,7 +4,7 @@ use crate::common::*;
 use crate::report::at_most;
 use serde_json::{json, Value};
 use std::time::Instant;
-use tao_slurm::engine::refresh::{refresh_script, RefreshTarget};
+use tao_slurm::ops::refresh::{refresh_script, RefreshTarget};
 use tao_slurm::remote::{self, Idempotency};
 use tao_slurm::slurm::query::SQUEUE_FORMAT;
 use tao_slurm::store::Store;

@@ -38,7 +38,7 @@ impl Client {
 
     /// Slurm's start-time estimate and queue position for a job whose current attempt is pending in
     /// Slurm; None when it has no Slurm job yet or Slurm no longer lists it as pending.
-    pub fn start_estimate(&self, id: &str) -> Result<Option<crate::engine::inspect::StartEstimate>> {
+    pub fn start_estimate(&self, id: &str) -> Result<Option<crate::ops::inspect::StartEstimate>> {
         let job = self.store.summary(id)?;
         self.on_this_cluster([&job])?;
         match &job.slurm_job_id {
@@ -57,7 +57,7 @@ impl Client {
     }
 
     /// Whether enroot credentials for nvcr.io are installed on the cluster (never the key itself).
-    pub fn enroot_credentials_status(&self) -> Result<crate::engine::inspect::CredentialsStatus> {
+    pub fn enroot_credentials_status(&self) -> Result<crate::ops::inspect::CredentialsStatus> {
         self.settings.require_remote()?;
         crate::engine::inspect::credentials_status(self.remote()?)
     }
@@ -78,7 +78,7 @@ impl Client {
             )
         })?;
         let (path, host) = crate::engine::credentials::install_enroot_credentials(self.remote()?, &key)?;
-        Ok((path, host, crate::engine::credentials::NGC_MACHINES.iter().map(|m| m.to_string()).collect()))
+        Ok((path, host, crate::ops::credentials::NGC_MACHINES.iter().map(|m| m.to_string()).collect()))
     }
 }
 

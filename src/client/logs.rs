@@ -24,7 +24,7 @@ impl Client {
     ) -> Result<logs::RoleLogs> {
         let job = self.job_at_attempt(id, attempt)?;
         // Checked before connecting: a wrong role or task needs no round trip to be refused.
-        logs::role_tasks(&job, role, task)?;
+        crate::ops::logs::role_tasks(&job, role, task)?;
         logs::read_role_logs(self.remote()?, &job, role, task, tail_lines)
     }
 
@@ -45,9 +45,9 @@ impl Client {
     pub fn follow_logs(
         &self,
         id: &str,
-        streams: &[logs::Stream],
+        streams: &[crate::ops::logs::Stream],
         interval: std::time::Duration,
-        on_chunk: &mut dyn FnMut(&logs::Chunk),
+        on_chunk: &mut dyn FnMut(&crate::ops::logs::Chunk),
     ) -> Result<JobView> {
         let main = |job: &JobRecord| logs::log_paths(job).map(|(_, out, err)| (out, err));
         self.follow_files(id, &main, streams, interval, on_chunk)
@@ -60,8 +60,8 @@ impl Client {
     pub fn follow_logs_poll(
         &self,
         id: &str,
-        streams: &[logs::Stream],
-        cursor: &mut logs::FollowCursor,
+        streams: &[crate::ops::logs::Stream],
+        cursor: &mut crate::ops::logs::FollowCursor,
     ) -> Result<FollowPoll> {
         let job = self.store.get(id)?;
         let was_terminal = job.status.is_terminal();
@@ -73,7 +73,7 @@ impl Client {
             let (_, out, err) = logs::log_paths(&job)?;
             logs::follow_files_once(&self.cycle()?, &job, (&out, &err), streams, cursor)?
         };
-        let caught_up = chunks.iter().all(|c| c.len < logs::MAX_CHUNK_BYTES);
+        let caught_up = chunks.iter().all(|c| c.len < crate::ops::logs::MAX_CHUNK_BYTES);
         let job = JobView::at(&self.store.summary(&job.job_id)?, super::now_secs());
         Ok(FollowPoll { job, chunks, finished: was_terminal && caught_up, caught_up })
     }
@@ -84,11 +84,11 @@ impl Client {
         id: &str,
         role: crate::cosmos::Role,
         task: u32,
-        streams: &[logs::Stream],
+        streams: &[crate::ops::logs::Stream],
         interval: std::time::Duration,
-        on_chunk: &mut dyn FnMut(&logs::Chunk),
+        on_chunk: &mut dyn FnMut(&crate::ops::logs::Chunk),
     ) -> Result<JobView> {
-        logs::role_tasks(&self.store.get(id)?, role, Some(task))?;
+        crate::ops::logs::role_tasks(&self.store.get(id)?, role, Some(task))?;
         let files = |job: &JobRecord| logs::role_log_paths(job, role, task).map(|(_, out, err)| (out, err));
         self.follow_files(id, &files, streams, interval, on_chunk)
     }
@@ -98,11 +98,11 @@ impl Client {
         &self,
         id: &str,
         paths_of: &dyn Fn(&JobRecord) -> Result<(String, String)>,
-        streams: &[logs::Stream],
+        streams: &[crate::ops::logs::Stream],
         interval: std::time::Duration,
-        on_chunk: &mut dyn FnMut(&logs::Chunk),
+        on_chunk: &mut dyn FnMut(&crate::ops::logs::Chunk),
     ) -> Result<JobView> {
-        let mut cursor = logs::FollowCursor::default();
+        let mut cursor = crate::ops::logs::FollowCursor::default();
         let job = self.store.summary(id)?;
         self.on_this_cluster([&job])?;
         let job_id = job.job_id;
@@ -123,7 +123,7 @@ impl Client {
             for c in &chunks {
                 on_chunk(c);
             }
-            let caught_up = chunks.iter().all(|c| c.len < logs::MAX_CHUNK_BYTES);
+            let caught_up = chunks.iter().all(|c| c.len < crate::ops::logs::MAX_CHUNK_BYTES);
             if was_terminal && caught_up {
                 return Ok(JobView::at(&job.summary, super::now_secs()));
             }
@@ -138,11 +138,11 @@ impl Client {
     pub fn log_range(
         &self,
         id: &str,
-        stream: logs::Stream,
+        stream: crate::ops::logs::Stream,
         offset: u64,
         max_bytes: u64,
         attempt: Option<u32>,
-    ) -> Result<crate::engine::inspect::LogRange> {
+    ) -> Result<crate::ops::inspect::LogRange> {
         let mut job = self.store.get(id)?;
         self.on_this_cluster([&job.summary])?;
         if let Some(n) = attempt {
@@ -156,7 +156,7 @@ impl Client {
             job = logs::as_attempt(&job, a);
         }
         let (_, out_path, err_path) = logs::log_paths(&job)?;
-        let path = if stream == logs::Stream::Stdout { out_path } else { err_path };
+        let path = if stream == crate::ops::logs::Stream::Stdout { out_path } else { err_path };
         crate::engine::inspect::log_range(self.remote()?, &path, offset, max_bytes)
     }
 }

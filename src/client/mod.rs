@@ -16,12 +16,14 @@ mod tests;
 // Everything a front-end names comes from here or from the core: the engine's, the store's and the
 // transport's own paths stay theirs (tests/sandbox/architecture.rs checks it).
 pub use crate::engine::image::Prepared;
-pub use crate::engine::inspect::{CredentialsStatus, LogRange, StartEstimate};
-pub use crate::engine::logs::{Chunk, FollowCursor, JobLogs, RoleLogs, Stream};
+pub use crate::engine::logs::{JobLogs, RoleLogs};
 pub use crate::engine::submit::Submitted;
-pub use crate::engine::sweep::{plan_sweep, SweepSubmitted};
+pub use crate::engine::sweep::SweepSubmitted;
 pub use crate::filter::JobFilter;
 pub use crate::model::{AttemptRecord, EventRecord};
+pub use crate::ops::inspect::{CredentialsStatus, LogRange, StartEstimate};
+pub use crate::ops::logs::{Chunk, FollowCursor, Stream};
+pub use crate::ops::sweep::plan_sweep;
 pub use crate::preflight::PreflightReport;
 pub use crate::remote::{RemoteError, TransportStats};
 pub use crate::store::service_records::{self, ApiJob, ServiceDb, TokenRecord};
@@ -40,8 +42,8 @@ pub fn now_secs() -> i64 {
 
 use crate::config::Settings;
 use crate::engine::cycle::Cycle;
-use crate::engine::retry::RetryPolicy;
 use crate::error::Result;
+use crate::ops::failure::RetryPolicy;
 use crate::remote::{self, Remote};
 use crate::store::{ChangeToken, JobSummary, Store};
 use std::sync::OnceLock;

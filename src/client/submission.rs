@@ -169,7 +169,7 @@ impl Client {
                 crate::clock::now(),
             )
         })?;
-        let mut ticket = submit::AttemptTicket::first(&plan);
+        let mut ticket = crate::ops::submit::AttemptTicket::first(&plan);
         let gate = self.gate_for_submission(&plan.layout.job_id)?;
         if let Some(g) = &gate {
             (ticket.dependency, ticket.hold) = g.sbatch();
@@ -218,9 +218,9 @@ impl Client {
 
     /// The gate a recorded job is submitted with now; a job whose dependency can never be met is
     /// recorded Canceled and refused.
-    pub(super) fn gate_for_submission(&self, job_id: &str) -> Result<Option<crate::engine::depend::Gate>> {
+    pub(super) fn gate_for_submission(&self, job_id: &str) -> Result<Option<crate::ops::depend::Gate>> {
         let gate = crate::engine::depend::gate_of(&self.store, job_id)?;
-        if let Some(crate::engine::depend::Gate::Never(message)) = &gate {
+        if let Some(crate::ops::depend::Gate::Never(message)) = &gate {
             self.store.update_status(
                 job_id,
                 &crate::store::StatusUpdate::bare(PlatformStatus::Canceled, message.clone()),
@@ -237,8 +237,8 @@ impl Client {
         plan: &Plan,
         files: &[script::StagedFile],
         secrets: &SecretValues,
-        ticket: &submit::AttemptTicket,
-        gate: Option<&crate::engine::depend::Gate>,
+        ticket: &crate::ops::submit::AttemptTicket,
+        gate: Option<&crate::ops::depend::Gate>,
     ) -> Result<Submitted> {
         let result = submit::submit(self.remote()?, &self.store, plan, files, secrets, ticket);
         if let (Ok(_), Some(g)) = (&result, gate) {
@@ -257,7 +257,7 @@ impl Client {
         let count = spec.sweep.as_ref().map(|s| s.variants()).transpose()?.map(|v| v.len()).unwrap_or(0);
         let ids: Vec<String> = (0..count).map(|_| uuid::Uuid::new_v4().to_string()).collect();
         // Every variant is validated offline before anything reaches the cluster.
-        let mut sweep = crate::engine::sweep::plan_sweep(spec, &self.settings, &sweep_id, &ids)?;
+        let mut sweep = crate::ops::sweep::plan_sweep(spec, &self.settings, &sweep_id, &ids)?;
         let first_spec = spec.for_variant(&sweep.variants[0].0);
         let (ready, secrets) = self.ready(&first_spec, sweep.variants[0].1.clone(), secrets)?;
         let specs: Vec<JobSpec> = sweep.variants.iter().map(|(v, _)| spec.for_variant(v)).collect();
@@ -381,7 +381,7 @@ impl Client {
         let mut submitted = Vec::new();
         for ((step, plan), secrets) in steps.iter().zip(&plans).zip(&ready_secrets) {
             let files = self.staged_files(&step.spec, plan);
-            let mut ticket = submit::AttemptTicket::first(plan);
+            let mut ticket = crate::ops::submit::AttemptTicket::first(plan);
             let gate = self.gate_for_submission(&plan.layout.job_id)?;
             if let Some(g) = &gate {
                 (ticket.dependency, ticket.hold) = g.sbatch();

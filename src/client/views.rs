@@ -1,6 +1,5 @@
 //! What the client hands back: job views, groups, submissions, path checks, follow polls.
 
-use crate::engine::logs;
 use crate::status::PlatformStatus;
 use crate::store::JobSummary;
 use serde::Serialize;
@@ -149,7 +148,7 @@ pub enum PathCheck {
 pub struct FollowPoll {
     /// The job after the poll's refresh.
     pub job: JobView,
-    pub chunks: Vec<logs::Chunk>,
+    pub chunks: Vec<crate::ops::logs::Chunk>,
     /// The job had ended before this poll and every byte of its logs has been read.
     pub finished: bool,
     /// Nothing more is waiting to be read now.

@@ -2,7 +2,7 @@
 //! that the job is stopped: scancel succeeded, or (when it failed) squeue shows the job finished or
 //! no longer knows it. A cancel that could not reach the controller changes nothing and says why.
 
-pub use crate::ops::cancel::*;
+use crate::ops::cancel::*;
 
 use crate::error::Result;
 use crate::remote::{Idempotency, Remote};

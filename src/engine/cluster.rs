@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::remote::{Idempotency, Remote};
-pub use tao_slurm_core::ops::cluster::*;
+use tao_slurm_core::ops::cluster::*;
 
 /// `extra` is appended to the script (the squashfs cache probe).
 pub fn submit_facts(remote: &dyn Remote, required_paths: &[String], extra: &str) -> Result<SubmitFacts> {

@@ -4,7 +4,7 @@
 use crate::error::{Error, Result};
 use crate::remote::{Idempotency, Remote};
 use crate::spec::Secret;
-pub use tao_slurm_core::ops::credentials::*;
+use tao_slurm_core::ops::credentials::*;
 
 /// Install the credentials; returns the remote file's path and the host.
 pub fn install_enroot_credentials(remote: &dyn Remote, key: &Secret) -> Result<(String, String)> {

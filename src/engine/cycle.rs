@@ -4,9 +4,11 @@
 //! the retries that are due and resume interrupted submissions, and remove finished jobs' secrets.
 
 use crate::config::Settings;
-use crate::engine::refresh::{self, Observations};
-use crate::engine::retry::{self, RetryPolicy};
+use crate::engine::refresh::{self};
+use crate::engine::retry::{self};
 use crate::error::Result;
+use crate::ops::failure::RetryPolicy;
+use crate::ops::refresh::Observations;
 use crate::remote::Remote;
 use crate::store::{JobRecord, JobSummary, Store};
 

@@ -2,7 +2,7 @@
 //! the re-pointing, releasing or cancelling of dependent jobs whose parents changed (the core's
 //! `ops::depend` decides; one round trip runs what it decided).
 
-pub use crate::ops::depend::*;
+use crate::ops::depend::*;
 
 use crate::error::Result;
 use crate::remote::{Idempotency, Remote};

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::remote::{Idempotency, Remote};
-pub use tao_slurm_core::ops::inspect::*;
+use tao_slurm_core::ops::inspect::*;
 
 /// Slurm's start estimate for a pending Slurm job (None: Slurm does not list it as pending).
 pub fn start_estimate(remote: &dyn Remote, slurm_job_id: &str) -> Result<Option<StartEstimate>> {

@@ -3,11 +3,13 @@
 //! same round trip). The scripts and readers are the core's `ops::logs`.
 
 use crate::cosmos::Role;
-use crate::engine::refresh::{parse_refresh_output, refresh_script, RefreshTarget};
 use crate::error::{Error, Result};
+use crate::ops::refresh::parse_refresh_output;
+use crate::ops::refresh::refresh_script;
+use crate::ops::refresh::RefreshTarget;
 use crate::remote::{Idempotency, Remote};
 use crate::store::JobRecord;
-pub use tao_slurm_core::ops::logs::*;
+use tao_slurm_core::ops::logs::*;
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct JobLogs {

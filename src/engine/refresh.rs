@@ -2,10 +2,12 @@
 //! the ids squeue no longer lists, and the tail of each job's `status.json` that changed since it was
 //! last read, all in one remote script whose cost barely grows with the number of jobs.
 
-pub use crate::ops::refresh::*;
+use crate::ops::refresh::*;
 
-use crate::engine::retry::{handle_failures, is_attempt_failure, RetryPolicy};
+use crate::engine::retry::handle_failures;
 use crate::error::Result;
+use crate::ops::failure::is_attempt_failure;
+use crate::ops::failure::RetryPolicy;
 use crate::remote::{Idempotency, Remote};
 use crate::store::{JobRecord, JobSummary};
 use std::collections::HashMap;

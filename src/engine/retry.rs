@@ -2,11 +2,12 @@
 //! resubmissions of infrastructure failures with a compare-and-set in the store, submit retries when
 //! they are due, and resume submissions that were interrupted.
 
-pub use crate::ops::failure::*;
+use crate::ops::failure::*;
 
-use crate::engine::submit::{submit, AttemptTicket};
+use crate::engine::submit::submit;
 use crate::error::Result;
 use crate::ops::refresh::Decision;
+use crate::ops::submit::AttemptTicket;
 use crate::remote::{Idempotency, Remote};
 use crate::spec::SecretValues;
 use crate::store::{JobRecord, RetryPlan, StatusUpdate, Store};
@@ -79,7 +80,7 @@ pub fn advance(
         // A job that runs after others is submitted with the dependency as it stands now; one that
         // can never run is not submitted (the cycle cancels it).
         let gate = crate::engine::depend::gate_of(store, &job.job_id)?;
-        if matches!(gate, Some(crate::engine::depend::Gate::Never(_))) {
+        if matches!(gate, Some(crate::ops::depend::Gate::Never(_))) {
             continue;
         }
         let (dependency, hold) = gate.as_ref().map(|g| g.sbatch()).unwrap_or((None, false));

@@ -2,7 +2,7 @@
 //! its secrets directory is removed, and a removal that could not run (host down) is tried again at
 //! every later refresh until the cluster confirms the directory is gone.
 
-pub use crate::ops::secrets::*;
+use crate::ops::secrets::*;
 
 use crate::error::Result;
 use crate::remote::{Idempotency, Remote};

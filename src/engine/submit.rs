@@ -2,7 +2,7 @@
 //! directory (its name holds the Slurm job id, so it can only be made after sbatch and must exist
 //! before the job starts), then release the hold.
 
-pub use crate::ops::submit::*;
+use crate::ops::submit::*;
 
 use crate::error::{Error, Result};
 use crate::plan::Plan;

@@ -2,7 +2,7 @@
 //! `sbatch --array`, every task's log directory, release (the core's `ops::sweep`); then each
 //! variant's first attempt recorded as its task `<array>_<index>`.
 
-pub use crate::ops::sweep::*;
+use crate::ops::sweep::*;
 
 use crate::error::{Error, Result};
 use crate::ops::submit::Outcome;

@@ -1,9 +1,9 @@
 //! Fast engine tests over a fake remote (`crate::test_remote`): each test scripts what the cluster
 //! answers (or that it does not answer) and checks what the engine records.
 
+use crate::engine::cancel;
 use crate::engine::cycle::Cycle;
-use crate::engine::retry::RetryPolicy;
-use crate::engine::{cancel, secrets};
+use crate::ops::failure::RetryPolicy;
 use crate::protocol::SECTION;
 use crate::remote::RemoteOutput;
 use crate::status::PlatformStatus;
@@ -167,7 +167,7 @@ fn a_due_retry_that_reaches_no_host_stays_due() {
     assert_eq!(after.excluded_nodes, "node2");
     let waiting: Vec<String> = store.waiting_for_submission().unwrap().into_iter().map(|j| j.summary.job_id).collect();
     assert_eq!(waiting, [id], "still waiting for its submission, not Error");
-    assert!(secrets::removal_script(&[]).contains("exit 0"));
+    assert!(crate::ops::secrets::removal_script(&[]).contains("exit 0"));
 }
 
 /// A recorded job not yet submitted, and what its first submission needs.
@@ -180,7 +180,7 @@ fn recorded_job() -> (tempfile::TempDir, Store, crate::plan::Plan) {
 }
 
 fn submit_with(remote: &FakeRemote, store: &Store, plan: &crate::plan::Plan) -> crate::error::Result<String> {
-    let ticket = crate::engine::submit::AttemptTicket::first(plan);
+    let ticket = crate::ops::submit::AttemptTicket::first(plan);
     crate::engine::submit::submit(remote, store, plan, &[], &Default::default(), &ticket).map(|s| s.slurm_job_id)
 }
 
