@@ -80,19 +80,10 @@ pub fn record_observed(
         .filter(|d| by_id.get(d.job_id.as_str()).is_none_or(|j| !changes_nothing(j, &d.update)))
         .collect();
     let settled: Vec<&Decision> = decisions.iter().collect();
-    let sigs: Vec<(&String, &String)> = obs
-        .status_sigs
-        .iter()
-        .filter(|(id, sig)| by_id.get(id.as_str()).is_some_and(|j| j.status_sig.as_ref() != Some(*sig)))
-        .collect();
+    let sigs = changed_sigs(obs, &by_id);
     let unseen = unseen_changes(jobs, obs, now);
     store_settled(store, host, &settled, &sigs, &unseen, now)?;
-    let mut touched: Vec<String> = decisions.iter().map(|d| d.job_id.clone()).collect();
-    touched.extend(unseen.iter().map(|(id, _)| id.clone()));
-    touched.extend(sigs.iter().map(|(id, _)| (*id).clone()));
-    touched.sort();
-    touched.dedup();
-    Ok(touched)
+    Ok(touched_ids(&decisions, &unseen, &sigs))
 }
 
 /// Store what a refresh's observations decide; returns the ids of the jobs it wrote. Besides the
@@ -125,21 +116,12 @@ pub fn record(
         decisions.iter().partition(|d| is_attempt_failure(&d.update));
     classify_failures(remote, store, policy, &failed)?;
     release_adopted(remote, &by_id, &settled)?;
-    let sigs: Vec<(&String, &String)> = obs
-        .status_sigs
-        .iter()
-        .filter(|(id, sig)| by_id.get(id.as_str()).is_some_and(|j| j.status_sig.as_ref() != Some(*sig)))
-        .collect();
+    let sigs = changed_sigs(obs, &by_id);
     let unseen = unseen_changes(jobs, obs, now);
     store_settled(store, host, &settled, &sigs, &unseen, now)?;
     // Whatever way a job just ended (settled here, or by the failure handling above), its secrets go.
     crate::engine::secrets::sweep_or_warn(remote, store);
-    let mut touched: Vec<String> = decisions.iter().map(|d| d.job_id.clone()).collect();
-    touched.extend(unseen.iter().map(|(id, _)| id.clone()));
-    touched.extend(sigs.iter().map(|(id, _)| (*id).clone()));
-    touched.sort();
-    touched.dedup();
-    Ok(touched)
+    Ok(touched_ids(&decisions, &unseen, &sigs))
 }
 
 /// One round trip for the failed attempts' evidence, then a retry or a verdict for each; only these
@@ -211,4 +193,23 @@ fn store_settled(
         }
         Ok::<(), crate::error::Error>(())
     })
+}
+
+/// The status.json signatures a refresh saw that differ from the stored ones (those files are read
+/// again next time only when they change again).
+fn changed_sigs<'a>(obs: &'a Observations, by_id: &HashMap<&str, &JobSummary>) -> Vec<(&'a String, &'a String)> {
+    obs.status_sigs
+        .iter()
+        .filter(|(id, sig)| by_id.get(id.as_str()).is_some_and(|j| j.status_sig.as_ref() != Some(*sig)))
+        .collect()
+}
+
+/// Every job a refresh wrote: by a decision, an unseen-since mark or a new status.json signature.
+fn touched_ids(decisions: &[Decision], unseen: &[(String, Option<i64>)], sigs: &[(&String, &String)]) -> Vec<String> {
+    let mut touched: Vec<String> = decisions.iter().map(|d| d.job_id.clone()).collect();
+    touched.extend(unseen.iter().map(|(id, _)| id.clone()));
+    touched.extend(sigs.iter().map(|(id, _)| (*id).clone()));
+    touched.sort();
+    touched.dedup();
+    touched
 }

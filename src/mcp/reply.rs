@@ -220,7 +220,12 @@ mod tests {
         assert!(s["summary"].as_str().unwrap().starts_with("error in `gpus`"));
         let spec = ToolError::engine(crate::spec::SpecError::new("partition", "no such partition").into(), "job_id");
         assert_eq!(spec.field.as_deref(), Some("partition"));
-        let missing = ToolError::engine(Error::Store(crate::store::StoreError::NotFound("abc".into())), "job_ids");
+        // An unknown id, as the client reports it.
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = tao_slurm_core::fixtures::settings();
+        settings.state_path = dir.path().join("state.db");
+        let unknown = crate::Client::new(settings).unwrap().job_status("abc").unwrap_err();
+        let missing = ToolError::engine(unknown, "job_ids");
         assert_eq!(missing.field.as_deref(), Some("job_ids"));
         assert_eq!(missing.next, "call list to see the known jobs");
     }
