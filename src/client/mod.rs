@@ -9,6 +9,7 @@ mod refresh;
 mod secrets;
 mod submission;
 mod views;
+mod wait;
 
 #[cfg(test)]
 mod tests;
@@ -34,6 +35,7 @@ pub use secrets::secret_values;
 pub use views::{
     FollowPoll, GroupView, JobCallbacks, JobList, JobView, PathCheck, PipelineSubmitted, StepSubmitted, Submission,
 };
+pub use wait::{Change, Wait, WaitTick};
 
 /// Unix seconds now: the one clock the front-ends read (the core is given `now`, never reads it).
 pub fn now_secs() -> i64 {
@@ -57,7 +59,7 @@ fn cluster_label(cluster: Option<&str>) -> String {
 }
 
 /// The library API, mirroring the reference SDK: `create_job`, `job_status`, `job_logs`, `cancel_job`,
-/// `list_jobs`, and `wait_for` with callbacks. See `examples/sdk.rs`.
+/// `list_jobs`, and `wait_for_job` with callbacks. See `examples/sdk.rs`.
 pub struct Client {
     settings: Settings,
     store: Store,
