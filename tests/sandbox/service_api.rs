@@ -177,7 +177,7 @@ async fn jobs_on_two_clusters_over_http() {
         assert_eq!(r.status(), 400, "{q}");
         let body: Value = r.json().await.unwrap();
         assert_eq!(
-            (body["error_code"].as_str(), body["field"].as_str()),
+            (body["error_type"].as_str(), body["field"].as_str()),
             (Some("invalid_field"), Some(field)),
             "{q}: {body}"
         );
@@ -343,7 +343,7 @@ async fn bad_requests_and_tokens_are_refused_before_any_cluster() {
         let got = r.status().as_u16();
         let v: Value = r.json().await.unwrap();
         assert_eq!(got, *status, "{body:.200}: {v}");
-        assert_eq!(v["error_code"], "invalid_field", "{v}");
+        assert_eq!(v["error_type"], "invalid_field", "{v}");
         assert_eq!(v["field"].as_str(), Some(*field), "{body:.200}: {v}");
         assert!(v["error_desc"].as_str().unwrap().contains(field.split('.').next_back().unwrap()), "{v}");
     }
@@ -351,7 +351,7 @@ async fn bad_requests_and_tokens_are_refused_before_any_cluster() {
     let r = post(with(json!({"workspace": "mars"})), "application/json", token()).await.unwrap();
     assert_eq!(r.status(), 403);
     let v: Value = r.json().await.unwrap();
-    assert_eq!((v["error_code"].as_str(), v["field"].as_str()), (Some("forbidden"), Some("workspace")), "{v}");
+    assert_eq!((v["error_type"].as_str(), v["field"].as_str()), (Some("forbidden"), Some("workspace")), "{v}");
     let r = post(good.to_string(), "text/plain", token()).await.unwrap();
     assert_eq!(r.status(), 415);
     // A body over the cap is refused once the cap is read (sent by hand, the body from another
@@ -384,7 +384,7 @@ async fn bad_requests_and_tokens_are_refused_before_any_cluster() {
     let r = post(good.to_string(), "application/json", None).await.unwrap();
     assert_eq!(r.status(), 401);
     assert_eq!(r.headers()["www-authenticate"], "Bearer");
-    assert_eq!(r.json::<Value>().await.unwrap()["error_code"], "unauthorized");
+    assert_eq!(r.json::<Value>().await.unwrap()["error_type"], "unauthorized");
     let r = post(good.to_string(), "application/json", Some(format!("tsk_{}", "0".repeat(64)))).await.unwrap();
     assert_eq!(r.status(), 401);
     let other = svc.env.json(&["token", "create", "--org", "team-b", "--json"]);
@@ -408,7 +408,7 @@ async fn bad_requests_and_tokens_are_refused_before_any_cluster() {
     .await;
     let r = post(good.to_string(), "application/json", Some(other_token.clone())).await.unwrap();
     assert_eq!(r.status(), 403, "team-b's token on team-a's routes");
-    assert_eq!(r.json::<Value>().await.unwrap()["error_code"], "forbidden");
+    assert_eq!(r.json::<Value>().await.unwrap()["error_type"], "forbidden");
     svc.env.ok(&["token", "revoke", &svc.token_id]);
     wait_for_async("a revoked token refused", Duration::from_secs(10), Duration::from_millis(250), || async {
         let r = post(with(json!({"gpus": "x"})), "application/json", token()).await.unwrap();
