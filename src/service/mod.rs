@@ -137,6 +137,7 @@ pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
             &format!("{org}/workspaces/{{workspace_ref}}"),
             get(api::workspace_ref).delete(workspaces::delete_workspace).put(tao_routes::workspace_update),
         )
+        .route(&format!("{org}/workspaces/{{workspace_ref}}/gpu_types"), get(tao_routes::workspace_gpu_types))
         .route(&format!("{org}/workspaces:backup"), axum::routing::any(tao_routes::workspace_update))
         .route(&format!("{org}/workspaces:restore"), axum::routing::any(tao_routes::workspace_update))
         .route(&format!("{org}/datasets"), axum::routing::any(tao_routes::datasets))

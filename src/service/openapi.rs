@@ -56,6 +56,7 @@ impl Modify for BearerAuth {
         api::job_attempts,
         sse::job_stream,
         super::tao_routes::gpu_types,
+        super::tao_routes::workspace_gpu_types,
         super::results::list_files,
         super::results::download,
         super::results::download_selective,

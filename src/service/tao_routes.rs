@@ -120,9 +120,32 @@ pub struct GpuDetails {
     responses((status = 200, description = "The GPU partitions of every workspace the org may use, from each cluster's view (cached for a minute)", body = [GpuDetails]),
         (status = 401, body = ErrorBody), (status = 404, description = "No cluster answered", body = ErrorBody)))]
 pub async fn gpu_types(State(state): State<AppStateRef>, Path(org): Path<String>) -> ApiResult<Json<Vec<GpuDetails>>> {
+    let workspaces = state.org_workspaces(&org);
+    gpus_of(state, org, workspaces).await
+}
+
+#[utoipa::path(get, path = "/api/v2/orgs/{org}/workspaces/{workspace_id}/gpu_types", tag = "workspaces", security(("bearer" = [])),
+    params(("org" = String, Path), ("workspace_id" = String, Path)),
+    responses((status = 200, description = "The GPU partitions of one workspace (TAO's per-workspace GPU types)", body = [GpuDetails]),
+        (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn workspace_gpu_types(
+    State(state): State<AppStateRef>,
+    Path((org, id)): Path<(String, String)>,
+) -> ApiResult<Json<Vec<GpuDetails>>> {
+    let w = state
+        .org_workspace(&org, &id)
+        .ok_or_else(|| ApiError::not_found(format!("no workspace {id} for org {org}")))?;
+    gpus_of(state, org, vec![w]).await
+}
+
+async fn gpus_of(
+    state: AppStateRef,
+    org: String,
+    workspaces: Vec<std::sync::Arc<super::workspace::Workspace>>,
+) -> ApiResult<Json<Vec<GpuDetails>>> {
     let mut out = Vec::new();
     let mut errors = Vec::new();
-    for w in state.org_workspaces(&org) {
+    for w in workspaces {
         let view = match super::api::workspace_cluster(
             state.clone(),
             org.clone(),
