@@ -68,16 +68,7 @@ fn overrides() -> ApiResult<&'static ImageOverrides> {
         let vars = ImageOverrides::from_vars(|k| std::env::var(k).ok());
         let Ok(path) = std::env::var("TAO_SLURM_TAO_IMAGES") else { return Ok(vars) };
         let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct File {
-            #[serde(default)]
-            images: BTreeMap<String, String>,
-            #[serde(default)]
-            networks: BTreeMap<String, String>,
-        }
-        let f: File = toml::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
-        Ok(vars.overlaid(&ImageOverrides { images: f.images, networks: f.networks }))
+        Ok(vars.overlaid(&images_file(&text).map_err(|e| format!("{path}: {e}"))?))
     });
     loaded.as_ref().map_err(|e| {
         tracing::warn!(error = %e, "the operator's TAO image file (TAO_SLURM_TAO_IMAGES) is invalid");
@@ -87,6 +78,24 @@ fn overrides() -> ApiResult<&'static ImageOverrides> {
             "the operator's TAO image file is invalid; the operator finds why in the service's log",
         )
     })
+}
+
+/// The operator's TAO image file: `[images]` KEY = "image" (TAO's keys: TAO_PYTORCH, TAO_DEPLOY,
+/// TAO_DS, VILA, COSMOS_RL, API, HUGGINGFACE, and "" for the default), `[networks]` name = "KEY".
+fn images_file(text: &str) -> Result<ImageOverrides, String> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct File {
+        #[serde(default)]
+        images: BTreeMap<String, String>,
+        #[serde(default)]
+        networks: BTreeMap<String, String>,
+    }
+    let f: File = toml::from_str(text).map_err(|e| e.to_string())?;
+    if let Some((n, _)) = f.images.iter().chain(&f.networks).find(|(_, v)| v.trim().is_empty()) {
+        return Err(format!("{n} is empty"));
+    }
+    Ok(ImageOverrides { images: f.images, networks: f.networks })
 }
 
 /// The network a TAO job runs: `network_arch`, or for a dataset job its `dataset_type`.
@@ -248,6 +257,14 @@ mod tests {
         assert!(w[0].starts_with("encryption_key ignored: TAO's model encryption"), "{w:?}");
         assert!(w[1].starts_with("shared ignored: not used"), "{w:?}");
         assert!(w[2].starts_with("backend_details.slurm_metadata ignored"), "{w:?}");
+    }
+
+    #[test]
+    fn the_operators_image_file_is_read_strictly() {
+        let o = images_file("[images]\nTAO_PYTORCH = \"reg#tao:pyt\"\n[networks]\nmy_net = \"TAO_PYTORCH\"\n").unwrap();
+        assert_eq!(tao_images::image_for("my_net", "train", None, &o), "reg#tao:pyt");
+        assert!(images_file("[images]\nTAO_PYTORCH = \"\"\n").unwrap_err().contains("TAO_PYTORCH"));
+        assert!(images_file("[imagez]\n").is_err());
     }
 
     #[test]
