@@ -16,7 +16,7 @@ fi
 # Debian's python3 ships venv (and its pip bootstrap) in a separate package.
 if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
     echo "dev/python-env.sh: installing python3-venv" >&2
-    apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >&2
+    dev/apt-get update -qq >&2 && dev/apt-get install -y -qq python3-venv >&2
 fi
 rm -rf "$venv"
 python3 -m venv "$venv" >&2

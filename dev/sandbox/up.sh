@@ -111,8 +111,8 @@ if [[ ${#missing[@]} -gt 0 ]]; then
         chmod 755 "$tmp_policy"
         trap 'rm -f /usr/sbin/policy-rc.d' EXIT
     fi
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >"/tmp/tao-slurm-sandbox-apt.log" 2>&1 \
+    "$HERE/../apt-get" update -qq
+    "$HERE/../apt-get" install -y -qq --no-install-recommends "${missing[@]}" >"/tmp/tao-slurm-sandbox-apt.log" 2>&1 \
         || { tail -n 40 /tmp/tao-slurm-sandbox-apt.log >&2; die "apt-get install failed"; }
     if [[ -n "$tmp_policy" ]]; then rm -f "$tmp_policy"; trap - EXIT; fi
 fi
