@@ -9,8 +9,21 @@ use axum::http::{header, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
-/// The most bytes (before compression) one archive may hold.
+/// The most bytes (before compression) one archive may hold, unless the service's environment says
+/// otherwise (`TAO_SLURM_DOWNLOAD_MAX_BYTES`).
 pub const MAX_ARCHIVE_BYTES: u64 = 128 << 20;
+
+/// The cap in force (read once; a value that is not a positive number is the default, with a warning).
+fn max_archive_bytes() -> u64 {
+    static CAP: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *CAP.get_or_init(|| match std::env::var("TAO_SLURM_DOWNLOAD_MAX_BYTES") {
+        Err(_) => MAX_ARCHIVE_BYTES,
+        Ok(v) => v.trim().parse().ok().filter(|n| *n > 0).unwrap_or_else(|| {
+            tracing::warn!(value = %v, "TAO_SLURM_DOWNLOAD_MAX_BYTES is not a positive number; using the default");
+            MAX_ARCHIVE_BYTES
+        }),
+    })
+}
 /// The most files a listing shows.
 const MAX_LISTED: usize = 10_000;
 
@@ -68,7 +81,7 @@ pub async fn list_files(state: AppStateRef, org: String, id: String, uri: Uri) -
         ("tar_files" = Option<bool>, Query, description = "Must be true (the default): the answer is always a tar.gz")),
     responses((status = 200, description = "A gzip'd tar of the files", content_type = "application/gzip"),
         (status = 400, body = ErrorBody), (status = 404, description = "No such job, no results yet, or a file asked for is not there", body = ErrorBody),
-        (status = 413, description = "More than 128 MiB before compression: ask for fewer files", body = ErrorBody),
+        (status = 413, description = "More than the cap (128 MiB before compression by default): ask for fewer files", body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 502, body = ErrorBody)))]
 pub async fn download_selective(state: AppStateRef, org: String, id: String, uri: Uri) -> ApiResult<Response> {
     let q = pairs(&uri);
@@ -80,7 +93,7 @@ pub async fn download_selective(state: AppStateRef, org: String, id: String, uri
         names: q.iter().filter(|(k, _)| k == "file_lists").map(|(_, v)| v.clone()).collect(),
         latest_checkpoint: flag(&q, "best_model", false)? || flag(&q, "latest_model", false)?,
         with_logs: false,
-        max_bytes: MAX_ARCHIVE_BYTES,
+        max_bytes: max_archive_bytes(),
     };
     archive(state, org, id, ask).await
 }
@@ -88,11 +101,12 @@ pub async fn download_selective(state: AppStateRef, org: String, id: String, uri
 #[utoipa::path(get, path = "/api/v2/orgs/{org}/jobs/{job_id}:download", tag = "jobs", security(("bearer" = [])),
     params(("org" = String, Path), ("job_id" = String, Path)),
     responses((status = 200, description = "A gzip'd tar of the whole results directory and the current attempt's logs (logs/main.out, logs/main.err)", content_type = "application/gzip"),
-        (status = 404, body = ErrorBody), (status = 413, description = "More than 128 MiB before compression: use :download_selective_files", body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 413, description = "More than the cap (128 MiB before compression by default): use :download_selective_files", body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 502, body = ErrorBody)))]
 pub async fn download(state: AppStateRef, org: String, id: String, uri: Uri) -> ApiResult<Response> {
     only_known(&pairs(&uri), &[])?;
-    let ask = ArchiveAsk { names: Vec::new(), latest_checkpoint: false, with_logs: true, max_bytes: MAX_ARCHIVE_BYTES };
+    let ask =
+        ArchiveAsk { names: Vec::new(), latest_checkpoint: false, with_logs: true, max_bytes: max_archive_bytes() };
     archive(state, org, id, ask).await
 }
 
@@ -116,7 +130,8 @@ async fn archive(state: AppStateRef, org: String, id: String, ask: ArchiveAsk) -
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",
             format!(
-                "the files asked for hold {n} bytes, more than the {MAX_ARCHIVE_BYTES}-byte cap of a download; ask for fewer with :download_selective_files?file_lists=..., or copy them from {} on the cluster",
+                "the files asked for hold {n} bytes, more than the {}-byte cap of a download; ask for fewer with :download_selective_files?file_lists=..., or copy them from {} on the cluster",
+                max_archive_bytes(),
                 job.out.backend_details.slurm_metadata.results_dir
             ),
         )),

@@ -19,6 +19,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "support"))
 from tao_test_support import binary, sandbox_settings, user_env  # noqa: E402
 
 ORG = "team-tao"
+DOWNLOAD_CAP = 1 << 20
 
 
 class Service:
@@ -41,6 +42,8 @@ def service(tmp_path_factory):
     # Short wall times let the sandbox's backfill start these jobs beside others' big ones.
     env["SLURM_TIME_HOURS"] = "0.25"
     env["SLURM_TIMEOUT_HOURS"] = "0.2"
+    # A small download cap, so that a test can pass it.
+    env["TAO_SLURM_DOWNLOAD_MAX_BYTES"] = str(DOWNLOAD_CAP)
     made = subprocess.run(
         [binary(), "token", "create", "--org", ORG, "--name", "tao-client", "--admin", "--json"],
         env=env, capture_output=True, text=True, timeout=60, check=False,

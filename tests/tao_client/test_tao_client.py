@@ -17,7 +17,7 @@ import requests
 from tao_sdk.client import TaoClient
 from tao_sdk.exceptions import TaoAPIError, TaoAuthenticationError, TaoNotFoundError
 
-from conftest import ORG
+from conftest import DOWNLOAD_CAP, ORG
 from tao_test_support import sandbox_settings, wait_until
 
 TERMINAL = ("Done", "Error", "Canceled")
@@ -142,6 +142,7 @@ def test_experiment_train_job_end_to_end(client, workspace, tmp_path):
     assert {"status.json", "model_epoch_003.pth", "logs/main.out"} <= set(names), names
     with pytest.raises(TaoNotFoundError):
         client.download_job_files(job_id, str(tmp_path / "none"), file_lists=["no-such-file.pth"])
+    assert not (tmp_path / "none" / f"{job_id}.tar.gz").exists()
     with pytest.raises(TaoAPIError, match="400"):
         client.download_job_files(job_id, str(tmp_path / "bad"), file_lists=["../../etc/passwd"])
 
@@ -173,6 +174,21 @@ def test_dataset_job_checks_its_paths_on_the_cluster(client, workspace, results_
     assert meta["image"] == "nvcr.io#nvidia/tao/tao-toolkit:6.0.0-data-services", "TAO_DS for data services"
     assert "dataset_report.json" in client.list_job_files(ds)
     assert f"dataset train_0: {data}" in client.get_job_logs(ds)
+
+
+def test_downloads_past_the_cap_are_refused_before_any_archive(client, workspace, tmp_path):
+    big = client.create_job(
+        kind="experiment", action="train",
+        specs={"stand_in": {"epochs": 1, "seconds_per_epoch": 0.1, "extra_bytes": DOWNLOAD_CAP + 1}},
+        name="tao-client-big", network_arch="rtdetr", workspace=workspace,
+    )["id"]
+    assert finished(client, big)["status"] == "Done"
+    with pytest.raises(TaoAPIError, match="413") as refused:
+        client.download_entire_job(big, str(tmp_path))
+    assert f"more than the {DOWNLOAD_CAP}-byte cap" in str(refused.value)
+    with pytest.raises(AttributeError, match="to_string"):
+        client.download_job_files(big, str(tmp_path / "small"), file_lists=["status.json"])
+    assert tar_names((tmp_path / "small" / f"{big}.tar.gz").read_bytes()) == ["status.json"]
 
 
 def test_listing_with_taos_filters(client, workspace):

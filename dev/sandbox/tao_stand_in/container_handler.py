@@ -4,7 +4,8 @@ metadata files as TAO's does, and plays a job: status.json lines (STARTED, RUNNI
 epoch/max_epoch/eta/kpi, then SUCCESS or FAILURE) and a checkpoint per epoch in the results directory.
 
 The specs' `stand_in` section steers it: `epochs` (default 2), `seconds_per_epoch` (default 0.5),
-`fail` (true: FAILURE after the first epoch, exit 1). A dataset action checks that every path under
+`fail` (true: FAILURE after the first epoch, exit 1), `extra_bytes` (a file `extra.bin` of that size).
+A dataset action checks that every path under
 the specs' `dataset_uris` exists and writes `dataset_report.json`."""
 
 import argparse
@@ -59,6 +60,9 @@ def main():
     if "dataset_uris" in specs:
         with open(os.path.join(results_dir, "dataset_report.json"), "w", encoding="utf-8") as f:
             json.dump({"action": a.action_name, "datasets": specs["dataset_uris"]}, f)
+    if steer.get("extra_bytes"):
+        with open(os.path.join(results_dir, "extra.bin"), "wb") as f:
+            f.write(b"\0" * int(steer["extra_bytes"]))
     epochs = int(steer.get("epochs", 2))
     pause = float(steer.get("seconds_per_epoch", 0.5))
     for epoch in range(1, epochs + 1):
