@@ -34,6 +34,9 @@ pub struct TaoJobCreate {
     pub eval_dataset_uri: Option<String>,
     pub inference_dataset_uri: Option<String>,
     pub calibration_dataset_uri: Option<String>,
+    /// Not TAO's: names of the org's secrets for the job (as tao-slurm's own body takes them), since
+    /// `docker_env_vars` are staged in plain text as TAO stages them.
+    pub secret_env: Option<Vec<String>>,
     /// Every other field of TAO's bodies.
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
@@ -156,12 +159,14 @@ fn warnings(req: &TaoJobCreate) -> Vec<String> {
         .collect()
 }
 
+/// A value that asks for nothing: null, false, empty, or an object of such values.
 fn is_unset(v: &Value) -> bool {
     match v {
         Value::Null | Value::Bool(false) => true,
         Value::String(s) => s.is_empty(),
         Value::Array(a) => a.is_empty(),
-        Value::Object(o) => o.is_empty(),
+        // `{"automl_enabled": false}` asks for nothing.
+        Value::Object(o) => o.values().all(is_unset),
         Value::Number(_) | Value::Bool(true) => false,
     }
 }
@@ -211,6 +216,7 @@ pub fn to_job_create(state: &AppState, org: &str, req: &TaoJobCreate) -> ApiResu
         backend_details: backend,
         env: req.docker_env_vars.iter().flatten().map(|(k, v)| (k.clone(), env_text(v))).collect(),
         inputs: dataset_inputs(req),
+        secret_env: req.secret_env.clone().unwrap_or_default(),
         after: req.parent_job_id.iter().cloned().collect(),
         ..Default::default()
     };

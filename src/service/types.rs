@@ -261,7 +261,7 @@ pub struct TaoJobFields {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration_dataset_uri: Option<String>,
     /// The request's fields tao-slurm did not use, each with why (TAO ignores unknown fields too).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub warnings: Vec<String>,
 }
 

@@ -20,6 +20,8 @@ from tao_test_support import binary, sandbox_settings, user_env  # noqa: E402
 
 ORG = "team-tao"
 DOWNLOAD_CAP = 1 << 20
+# A value of the service's environment the org may give its jobs as STAND_IN_SECRET.
+SECRET = "tao-client-secret-value-7f3a"
 
 
 class Service:
@@ -37,7 +39,9 @@ def service(tmp_path_factory):
     clusters = home / "clusters.toml"
     clusters.write_text(
         f'[default]\norgs = ["{ORG}"]\n\n[orgs.{ORG}]\nssh_key = "{sandbox_settings()["SSH_KEY_PATH"]}"\n'
+        'secret_env = { STAND_IN_SECRET = "TAO_CLIENT_TEST_SECRET" }\n'
     )
+    env["TAO_CLIENT_TEST_SECRET"] = SECRET
     env["TAO_SLURM_CLUSTERS_FILE"] = str(clusters)
     # Short wall times let the sandbox's backfill start these jobs beside others' big ones.
     env["SLURM_TIME_HOURS"] = "0.25"

@@ -7,6 +7,7 @@ delete, GPU types, and the 501 of TAO's features that have no meaning here."""
 from __future__ import annotations
 
 import io
+import pathlib
 import subprocess
 import tarfile
 import time
@@ -17,7 +18,7 @@ import requests
 from tao_sdk.client import TaoClient
 from tao_sdk.exceptions import TaoAPIError, TaoAuthenticationError, TaoNotFoundError
 
-from conftest import DOWNLOAD_CAP, ORG
+from conftest import DOWNLOAD_CAP, ORG, SECRET
 from tao_test_support import sandbox_settings, wait_until
 
 TERMINAL = ("Done", "Error", "Canceled")
@@ -244,6 +245,27 @@ def test_taos_features_without_meaning_here_answer_501(client):
         assert "not implemented by tao-slurm" in str(e.value)
     with pytest.raises(TaoAPIError, match="501"):
         client.update_job(str(uuid.uuid4()), {"name": "x"})
+
+
+def test_a_tao_body_may_name_the_orgs_secrets(service, client, workspace, results_base):
+    # Not TaoClient's (it has no such argument): TAO's body with tao-slurm's secret_env beside it.
+    r = requests.post(
+        f"{service.url}/api/v2/orgs/{ORG}/jobs",
+        json={"kind": "experiment", "action": "train", "network_arch": "dino", "name": "tao-client-secret",
+              "workspace": workspace, "specs": {"stand_in": {"epochs": 1, "seconds_per_epoch": 0.1}},
+              "docker_env_vars": {"STAND_IN_PLAIN": "visible"}, "secret_env": ["STAND_IN_SECRET"],
+              "automl_settings": {"automl_enabled": False}},
+        headers={"Authorization": f"Bearer {service.token}"},
+        timeout=120,
+    )
+    job = r.json()
+    assert r.status_code == 201, job
+    assert job["warnings"] == [], "an unset AutoML section warns of nothing"
+    assert finished(client, job["id"])["status"] == "Done"
+    logs = client.get_job_logs(job["id"])
+    assert "the secret STAND_IN_SECRET arrived" in logs and "docker_env_vars STAND_IN_PLAIN=visible" in logs, logs
+    staged = (pathlib.Path(results_base) / "env" / f"{job['id']}.json").read_text()
+    assert "STAND_IN_PLAIN" in staged and SECRET not in staged and SECRET not in logs
 
 
 def test_errors_have_taos_types(service, client):

@@ -49,6 +49,8 @@ def main():
     for k in sorted(env):
         if k.startswith("STAND_IN_"):
             print(f"docker_env_vars {k}={env[k]}")
+    if os.environ.get("STAND_IN_SECRET"):
+        print("the secret STAND_IN_SECRET arrived")
     steer = specs.get("stand_in", {})
     status(results_dir, status="STARTED", message="Starting " + a.action_name)
     for key, path in sorted(specs.get("dataset_uris", {}).items()):
