@@ -242,7 +242,7 @@ fn field_error<E: std::fmt::Display>(e: serde_path_to_error::Error<E>) -> ApiErr
 
 #[utoipa::path(post, path = "/api/v2/orgs/{org}/jobs", tag = "jobs", security(("bearer" = [])),
     params(("org" = String, Path)),
-    request_body(content = JobCreate, description = "tao-slurm's job, or TAO's ExperimentJobReq / DatasetJobReq (`kind`, `action`, `network_arch`, `specs`, ... and no `image`): run as tao-core runs it on Slurm (TAO's image table, its container entrypoint); fields not used are ignored and named in the reply's `warnings`"),
+    request_body(content = inline(JobCreateBody), description = "tao-slurm's job, or TAO's ExperimentJobReq / DatasetJobReq (`kind`, `action`, `network_arch`, `specs`, ... and no `image`): run as tao-core runs it on Slurm (TAO's image table, its container entrypoint); fields not used are ignored and named in the reply's `warnings`"),
     responses((status = 201, description = "Submitted to Slurm", body = JobOut),
         (status = 400, description = "Invalid: `field` names the field; nothing was sent to a cluster", body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 413, body = ErrorBody),

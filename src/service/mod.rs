@@ -24,7 +24,7 @@ mod results;
 mod revoke;
 mod sse;
 pub mod state;
-mod tao_jobs;
+pub mod tao_jobs;
 pub mod tao_routes;
 mod translate;
 pub mod types;

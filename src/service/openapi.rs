@@ -69,6 +69,7 @@ impl Modify for BearerAuth {
         types::BackendDetailsIn,
         types::JobOut,
         types::TaoJobFields,
+        super::tao_jobs::TaoJobCreate,
         types::JobResultOut,
         super::tao_routes::LoginReq,
         super::tao_routes::LoginRsp,

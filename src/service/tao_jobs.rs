@@ -13,19 +13,25 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-/// TAO's job create body: the fields this service uses, and the rest (ignored, warned about).
-#[derive(Debug, Clone, Default, Deserialize)]
+/// TAO's job create body (ExperimentJobReq, DatasetJobReq): the fields this service uses; every
+/// other field of TAO's is ignored and named in the job's `warnings`.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 pub struct TaoJobCreate {
+    /// `experiment` or `dataset`.
     pub kind: String,
     pub action: Option<String>,
+    #[schema(value_type = Option<Object>)]
     pub specs: Option<Value>,
     pub name: Option<String>,
     pub description: Option<String>,
     pub network_arch: Option<String>,
     pub workspace: Option<String>,
     pub num_gpu: Option<i64>,
+    /// `backend_type` "slurm", `partition`, `cluster_name` (the workspace).
+    #[schema(value_type = Option<Object>)]
     pub backend_details: Option<serde_json::Map<String, Value>>,
     pub parent_job_id: Option<String>,
+    #[schema(value_type = Option<Object>)]
     pub docker_env_vars: Option<BTreeMap<String, Value>>,
     pub tags: Option<Vec<String>>,
     pub dataset_type: Option<String>,
@@ -39,6 +45,7 @@ pub struct TaoJobCreate {
     pub secret_env: Option<Vec<String>>,
     /// Every other field of TAO's bodies.
     #[serde(flatten)]
+    #[schema(ignore)]
     pub other: BTreeMap<String, Value>,
 }
 

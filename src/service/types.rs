@@ -139,6 +139,15 @@ pub struct JobCreate {
     pub after: Vec<String>,
 }
 
+/// The body of a job create, for the OpenAPI document: tao-slurm's own or TAO's.
+#[derive(Deserialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum JobCreateBody {
+    Own(Box<JobCreate>),
+    Tao(Box<super::tao_jobs::TaoJobCreate>),
+}
+
 /// The fields of [`JobCreate`] that are the TAO service's, not a job file's.
 pub const TAO_ONLY_FIELDS: &[&str] = &["workspace", "action", "num_gpu", "backend_details"];
 
