@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The repository's Python environment for tests and benchmarks (.venv): the official MCP client (a
-# real client for tests/mcp), pytest and PyYAML, pinned in dev/python-requirements.txt. Idempotent:
+# real client for tests/mcp), pytest and PyYAML, TAO's REST client for tests/tao_client, pinned in
+# dev/python-requirements.txt and dev/python-requirements-nodeps.txt. Idempotent:
 # does nothing when .venv already holds exactly these pins. Prints the venv's python path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.venv
 req=dev/python-requirements.txt
+nodeps=dev/python-requirements-nodeps.txt
 stamp="$venv/.installed-requirements"
-if [ -x "$venv/bin/python" ] && cmp -s "$req" "$stamp"; then
+if [ -x "$venv/bin/python" ] && cat "$req" "$nodeps" | cmp -s - "$stamp"; then
     echo "$PWD/$venv/bin/python"
     exit 0
 fi
@@ -19,5 +21,7 @@ fi
 rm -rf "$venv"
 python3 -m venv "$venv" >&2
 "$venv/bin/pip" install -q --disable-pip-version-check -r "$req" >&2
-cp "$req" "$stamp"
+# Packages whose declared dependencies are heavier than what they use (see the file).
+"$venv/bin/pip" install -q --disable-pip-version-check --no-deps -r "$nodeps" >&2
+cat "$req" "$nodeps" >"$stamp"
 echo "$PWD/$venv/bin/python"

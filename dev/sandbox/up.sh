@@ -202,11 +202,20 @@ for rc in .profile .bashrc; do
     put_file "$T" "$USER_HOME/$rc" 0644 "$SSH_USER:$SSH_USER"
 done
 
-# stand-ins: enroot, the download tools that auxiliary inputs use (aws, huggingface-cli), and torchrun
-# (prints the rendezvous and ranks it was given; for multi-node launch tests)
-for tool in enroot aws huggingface-cli torchrun; do
+# stand-ins: enroot, the download tools that auxiliary inputs use (aws, huggingface-cli), torchrun
+# (prints the rendezvous and ranks it was given; for multi-node launch tests), and a TAO container's
+# `python` with a stand-in of TAO's container entrypoint (nvidia_tao_core...container_handler) in
+# $SD/pylib, for the TAO-job tests (tests/tao_client)
+for tool in enroot aws huggingface-cli torchrun python; do
     T="$(mktemp)"; cp "$HERE/bin/$tool" "$T"; put_file "$T" "$SD/bin/$tool" 0755
 done
+TAO_PKG="$SD/pylib/nvidia_tao_core/microservices/handlers"
+install -d -m 0755 "$TAO_PKG"
+for d in nvidia_tao_core nvidia_tao_core/microservices nvidia_tao_core/microservices/handlers; do
+    T="$(mktemp)"; echo '# tao-slurm sandbox stand-in (dev/sandbox/tao_stand_in)' >"$T"
+    put_file "$T" "$SD/pylib/$d/__init__.py" 0644
+done
+T="$(mktemp)"; cp "$HERE/tao_stand_in/container_handler.py" "$T"; put_file "$T" "$TAO_PKG/container_handler.py" 0644
 
 # SPANK plugin (rebuilt only when the source changed)
 if [[ ! -f "$SD/lib/container_stub.so" || "$HERE/spank/container_stub.c" -nt "$SD/lib/container_stub.so" ]]; then

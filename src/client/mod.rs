@@ -6,6 +6,7 @@ mod logs;
 mod lookup;
 mod monitor;
 mod refresh;
+mod results;
 mod secrets;
 mod submission;
 mod views;
@@ -31,6 +32,7 @@ pub use crate::store::service_records::{self, ApiJob, ServiceDb, TokenRecord};
 pub use crate::store::GroupRecord;
 pub use cluster::preflight;
 pub use monitor::{monitor_running, start_background_monitor, Monitor, MonitorLock, MonitorStep, AFTER_FAILURE};
+pub use results::{ArchiveAsk, ArchiveOut};
 pub use secrets::secret_values;
 pub use views::{
     FollowPoll, GroupView, JobCallbacks, JobList, JobView, PathCheck, PipelineSubmitted, StepSubmitted, Submission,
