@@ -18,6 +18,10 @@ pub struct ServeCmd {
     /// Requests a second each token may make (bursts of twice as many); beyond it 429 + Retry-After
     #[arg(long, default_value_t = crate::service::DEFAULT_REQUESTS_PER_SEC)]
     pub rate_limit: u32,
+    /// Serve Prometheus' `/metrics` on this address (e.g. 127.0.0.1:9464; port 0: any, printed on
+    /// start). It spans every org and has no token: bind it where only the operator's scraper reaches
+    #[arg(long)]
+    pub metrics_addr: Option<SocketAddr>,
     #[command(subcommand)]
     pub action: Option<ServeAction>,
 }
@@ -135,6 +139,7 @@ impl ServeCmd {
                 bind: SocketAddr::new(self.bind, self.port),
                 max_body_bytes: self.max_body_bytes,
                 requests_per_sec: self.rate_limit,
+                metrics_addr: self.metrics_addr,
             },
             crate::service::Setup { workspaces, operator, secret_box, make_settings },
         )?;

@@ -74,6 +74,11 @@ impl Client {
         Ok(self.store.attempts(&job.job_id)?)
     }
 
+    /// Retries so far on this client's cluster, by failure class. No remote call.
+    pub fn retries_by_class(&self) -> Result<Vec<(String, u64)>> {
+        Ok(self.store.retries_by_class()?)
+    }
+
     pub fn events(&self, id: &str) -> Result<Vec<(i64, String, String)>> {
         let job = self.store.get(id)?;
         Ok(self.store.events(&job.job_id)?)

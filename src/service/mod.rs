@@ -16,6 +16,7 @@ pub mod api;
 mod dashboard;
 pub mod error;
 pub mod limits;
+pub mod metrics;
 pub mod openapi;
 pub mod operator;
 pub mod org_secrets;
@@ -57,6 +58,8 @@ pub struct ServeOptions {
     pub max_body_bytes: usize,
     /// Requests a second one token may make (bursts of twice as many).
     pub requests_per_sec: u32,
+    /// Where `/metrics` is served (never on the API's address: it spans every org); None: nowhere.
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 /// Every request under `/api/` but health and login needs a valid token; under `/api/v2/orgs/{org}/` its org.
@@ -169,6 +172,7 @@ pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
         )
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(state.clone(), authenticate))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::observe))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(state)
 }
@@ -248,6 +252,15 @@ pub fn serve(opts: ServeOptions, setup: Setup) -> Result<(), Error> {
                 }
             }
         });
+        if let Some(metrics_addr) = opts.metrics_addr {
+            let listener = tokio::net::TcpListener::bind(metrics_addr).await.map_err(|e| {
+                crate::spec::SpecError::new("metrics-addr", format!("cannot listen on {metrics_addr}: {e}"))
+            })?;
+            println!("metrics on http://{}/metrics", listener.local_addr().map_err(runtime_error)?);
+            let app = Router::new().route("/metrics", get(metrics::scrape)).with_state(state.clone());
+            tokio::spawn(async move { axum::serve(listener, app).await });
+        }
+        let _ = std::io::stdout().flush();
         let app = router(state, opts.max_body_bytes);
         // Interrupted: stop at once (open event streams would hold a graceful shutdown forever; the
         // state file is consistent after every transaction).

@@ -112,6 +112,8 @@ pub struct AppState {
     pub rate_limits: super::limits::RateLimits,
     /// Per org: what its tokens asked (what `/stats` shows the org).
     pub org_counts: Mutex<HashMap<String, OrgCounts>>,
+    /// What `/metrics` shows beyond the counters above.
+    pub metrics: super::metrics::Metrics,
 }
 
 /// What one org's tokens asked of the service.
@@ -150,6 +152,7 @@ impl AppState {
             followers: Default::default(),
             rate_limits: Default::default(),
             org_counts: Default::default(),
+            metrics: Default::default(),
         };
         state.reload_tokens()?;
         Ok(state)

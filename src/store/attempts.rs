@@ -17,6 +17,23 @@ pub struct RetryPlan<'a> {
 }
 
 impl Store {
+    /// Retries so far of this store's cluster, by the failure class that caused them: attempts that
+    /// ended with a class and were followed by another attempt.
+    pub fn retries_by_class(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT a.failure_class, COUNT(*) FROM attempts a JOIN jobs j ON j.job_id = a.job_id
+                 WHERE a.failure_class IS NOT NULL AND a.number < j.attempt AND j.cluster IS ?1
+                 GROUP BY a.failure_class ORDER BY a.failure_class",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(params![self.cluster], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)))
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
     /// The attempts of a job, first to last.
     pub fn attempts(&self, job_id: &str) -> Result<Vec<AttemptRecord>, StoreError> {
         let mut stmt = self

@@ -19,6 +19,8 @@ pub struct Service {
     pub token: String,
     pub token_id: String,
     pub http: reqwest::Client,
+    /// `/metrics` when started with `--metrics-addr`.
+    pub metrics_url: Option<String>,
 }
 
 impl Drop for Service {
@@ -52,6 +54,12 @@ pub fn short(mut job: Value) -> Value {
     job
 }
 
+/// Every workspace granted to `team-a`, which may take `SERVICE_TEST_SECRET` from the environment.
+const DEFAULT_CLUSTERS: &str =
+    "[default]\norgs = [\"team-a\"]\n\n[login1]\nslurm_hostname = [\"sandbox-login1\"]\norgs = [\"team-a\"]\n\n\
+     [login2]\nslurm_hostname = \"sandbox-login2\"\norgs = [\"team-a\"]\n\n\
+     [orgs.team-a]\nsecret_env = { SERVICE_TEST_SECRET = \"SERVICE_TEST_SECRET\" }\n";
+
 /// The tests poll in tight loops: they are not what the per-token limit is for (the parallel-requests
 /// test starts its service with the default limit, and meets it).
 const TESTS_RATE_LIMIT: &str = "200";
@@ -75,23 +83,40 @@ impl Service {
 
     /// [`Service::start_with`] with this per-token limit (`serve --rate-limit`).
     pub fn start_with_rate_limit(vars: &[(&str, &str)], rate_limit: &str) -> Service {
-        Service::launch(
-            vars,
-            "[default]\norgs = [\"team-a\"]\n\n[login1]\nslurm_hostname = [\"sandbox-login1\"]\norgs = [\"team-a\"]\n\n\
-             [login2]\nslurm_hostname = \"sandbox-login2\"\norgs = [\"team-a\"]\n\n\
-             [orgs.team-a]\nsecret_env = { SERVICE_TEST_SECRET = \"SERVICE_TEST_SECRET\" }\n",
-            false,
-            rate_limit,
-        )
+        Service::launch(vars, DEFAULT_CLUSTERS, false, &["--rate-limit", rate_limit])
     }
 
     /// Start with extra variables and this clusters.toml (profiles and the operator's rules); the
     /// token for `team-a` is an org admin token when `admin`.
     pub fn start_configured(vars: &[(&str, &str)], clusters_toml: &str, admin: bool) -> Service {
-        Service::launch(vars, clusters_toml, admin, TESTS_RATE_LIMIT)
+        Service::launch(vars, clusters_toml, admin, &["--rate-limit", TESTS_RATE_LIMIT])
     }
 
-    fn launch(vars: &[(&str, &str)], clusters_toml: &str, admin: bool, rate_limit: &str) -> Service {
+    /// Start with the usual clusters, an org admin token when `admin`, and these `serve` flags.
+    pub fn start_flags(flags: &[&str], admin: bool) -> Service {
+        let mut args = vec!["--rate-limit", TESTS_RATE_LIMIT];
+        args.extend_from_slice(flags);
+        Service::launch(&[], DEFAULT_CLUSTERS, admin, &args)
+    }
+
+    /// The service's process id (to signal it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Wait for the service to exit (bounded); its exit status.
+    pub fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(start.elapsed() < limit, "the service did not exit within {limit:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn launch(vars: &[(&str, &str)], clusters_toml: &str, admin: bool, serve_flags: &[&str]) -> Service {
         let mut env = Env::new();
         for (k, v) in vars {
             env.vars.insert(k.to_string(), v.to_string());
@@ -106,14 +131,22 @@ impl Service {
         let created = env.json(&args);
         let token = created["token"].as_str().unwrap().to_string();
         let token_id = created["id"].as_str().unwrap().to_string();
+        let mut serve = vec!["serve", "--port", "0"];
+        serve.extend_from_slice(serve_flags);
         let mut child = env
-            .command(&["serve", "--port", "0", "--rate-limit", rate_limit])
+            .command(&serve)
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(env.dir.path().join("serve.log")).unwrap())
             .spawn()
             .unwrap();
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        stdout.read_line(&mut line).unwrap();
+        let metrics_url = serve_flags.contains(&"--metrics-addr").then(|| {
+            let mut m = String::new();
+            stdout.read_line(&mut m).unwrap();
+            m.strip_prefix("metrics on ").unwrap_or_else(|| panic!("no metrics address: {m:?}")).trim().to_string()
+        });
         let url = line
             .strip_prefix("listening on ")
             .and_then(|r| r.split_whitespace().next())
@@ -121,7 +154,7 @@ impl Service {
             .trim_end_matches('/')
             .to_string();
         assert!(url.starts_with("http://127.0.0.1:"), "{url}");
-        Service { env, child, url, token, token_id, http: reqwest::Client::new() }
+        Service { env, child, url, token, token_id, http: reqwest::Client::new(), metrics_url }
     }
 
     pub fn api(&self, path: &str) -> String {

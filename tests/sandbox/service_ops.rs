@@ -1,0 +1,125 @@
+//! Issue 25 over real HTTP against the sandbox: `/metrics` on its own address, parsed as Prometheus
+//! text; the audit trail of state-changing requests; readiness and graceful shutdown.
+
+use crate::service_support::Service;
+use serde_json::json;
+use std::time::Duration;
+
+/// Scrape `/metrics` and parse it with a Prometheus text-format parser.
+async fn scrape(svc: &Service) -> prometheus_parse::Scrape {
+    let url = svc.metrics_url.as_ref().expect("started with --metrics-addr");
+    let r = svc.http.get(url).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let ctype = r.headers()[reqwest::header::CONTENT_TYPE].to_str().unwrap().to_string();
+    assert!(ctype.starts_with("text/plain; version=0.0.4"), "{ctype}");
+    let text = r.text().await.unwrap();
+    // prometheus-parse 0.2 ends a sample's labels at the first `}`, even inside a quoted value (the
+    // route templates' `{org}`): spell them `<org>` for it. The text itself is what Prometheus reads.
+    let lines = text.lines().map(|l| Ok(within_quotes(l)));
+    prometheus_parse::Scrape::parse(lines).unwrap_or_else(|e| panic!("not Prometheus text ({e}):\n{text}"))
+}
+
+/// `l` with `{`/`}` inside quoted label values as `<`/`>`.
+fn within_quotes(l: &str) -> String {
+    let mut quoted = false;
+    l.chars()
+        .map(|c| match c {
+            '"' => {
+                quoted = !quoted;
+                c
+            }
+            '{' if quoted => '<',
+            '}' if quoted => '>',
+            c => c,
+        })
+        .collect()
+}
+
+/// The value of the sample `name` whose labels include `labels`.
+fn value(s: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    s.samples.iter().find(|x| x.metric == name && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v))).map(|x| {
+        match x.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            prometheus_parse::Value::Histogram(ref b) => b.last().map(|b| b.count).unwrap_or(0.0),
+            _ => f64::NAN,
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_served_on_their_own_address_as_prometheus_text_and_count_what_happened() {
+    let svc = Service::start_flags(&["--metrics-addr", "127.0.0.1:0"], false);
+    // Not on the API's address (it would show every org's figures to any token).
+    let r = svc.get(&format!("{}/metrics", svc.url)).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+
+    let (status, job) =
+        svc.create(&json!({"name": "metrics-a", "image": "ubuntu:22.04", "gpus": 0, "command": "echo metrics"})).await;
+    assert_eq!(status, 201, "{job}");
+    let id = job["id"].as_str().unwrap().to_string();
+    let (status, long) = svc
+        .create(&json!({"name": "metrics-b", "image": "ubuntu:22.04", "gpus": 0, "command": ["sleep", "600"]}))
+        .await;
+    assert_eq!(status, 201, "{long}");
+    let long_id = long["id"].as_str().unwrap().to_string();
+    let r = svc.http.post(svc.api(&format!("/jobs/{long_id}:cancel"))).bearer_auth(&svc.token).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let done = svc
+        .wait_job(&id, Duration::from_secs(400), |j| {
+            ["Done", "Error", "Canceled"].contains(&j["status"].as_str().unwrap_or(""))
+        })
+        .await;
+    assert_eq!(done["status"], "Done", "{done}");
+    let _ = svc.json(&svc.api("/jobs")).await;
+
+    let s = scrape(&svc).await;
+    let ws = done["workspace"].as_str().unwrap();
+    assert_eq!(value(&s, "tao_slurm_jobs", &[("workspace", ws), ("status", "Complete")]), Some(1.0), "{:?}", s.samples);
+    let long_ws = long["workspace"].as_str().unwrap();
+    assert_eq!(value(&s, "tao_slurm_jobs", &[("workspace", long_ws), ("status", "Canceled")]), Some(1.0));
+    assert!(value(&s, "tao_slurm_refreshes_total", &[("workspace", ws)]).unwrap() >= 1.0);
+    assert!(value(&s, "tao_slurm_round_trips_total", &[("workspace", ws)]).unwrap() >= 2.0, "submit and refresh");
+    // (A login may be an SSH master an earlier process left running: present, perhaps zero.)
+    assert!(value(&s, "tao_slurm_ssh_logins_total", &[("workspace", ws)]).is_some());
+    // Latency by route template (never by path: ids would make one series per job).
+    let created = value(
+        &s,
+        "tao_slurm_http_request_duration_seconds_count",
+        &[("method", "POST"), ("route", "/api/v2/orgs/<org>/jobs"), ("status", "201")],
+    );
+    let counts: Vec<_> = s.samples.iter().filter(|x| x.metric.ends_with("_seconds_count")).collect();
+    assert_eq!(created, Some(2.0), "two creates: {counts:?}");
+    let buckets = value(
+        &s,
+        "tao_slurm_http_request_duration_seconds",
+        &[("method", "POST"), ("route", "/api/v2/orgs/<org>/jobs"), ("status", "201")],
+    );
+    assert_eq!(buckets, Some(2.0), "the +Inf bucket counts both");
+    let cancels = value(
+        &s,
+        "tao_slurm_http_request_duration_seconds_count",
+        &[("method", "POST"), ("route", "/api/v2/orgs/<org>/jobs/<job_ref>"), ("status", "200")],
+    );
+    assert_eq!(cancels, Some(1.0));
+    assert!(!s.samples.iter().any(|x| x.labels.values().any(|v| v.contains(&id))), "no job id in a label");
+    assert_eq!(value(&s, "tao_slurm_open_streams", &[]), Some(0.0));
+
+    // An open event stream is counted while it is open.
+    let stream = svc.get(&svc.api("/jobs:stream")).send().await.unwrap();
+    assert_eq!(stream.status(), 200);
+    streams_become(&svc, 1.0).await;
+    drop(stream);
+    streams_become(&svc, 0.0).await;
+}
+
+async fn streams_become(svc: &Service, n: f64) {
+    crate::common::wait::wait_for_async(
+        &format!("{n} open streams in /metrics"),
+        Duration::from_secs(10),
+        Duration::from_millis(100),
+        || async { value(&scrape(svc).await, "tao_slurm_open_streams", &[]) == Some(n) },
+    )
+    .await;
+}
