@@ -1,5 +1,6 @@
 //! The command line: one file per command, all thin over [`crate::Client`].
 
+mod audit;
 mod cancel;
 mod check_path;
 mod credentials;
@@ -81,6 +82,8 @@ enum Command {
     Serve(serve::ServeCmd),
     /// Make, list and revoke the service's bearer tokens
     Token(token::TokenCmd),
+    /// Show the service's audit trail: who changed what, when, and how it ended
+    Audit(audit::AuditCmd),
     /// Print the JSON schema of a command's --json output (of every command's without one)
     Schema(schema::SchemaCmd),
 }
@@ -187,6 +190,7 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::Image(c) => c.run(settings),
         Command::Credentials(c) => c.run(settings),
         Command::Token(c) => c.run(settings),
+        Command::Audit(c) => c.run(settings),
         Command::Mcp(_) | Command::Serve(_) | Command::Schema(_) => unreachable!("run above"),
     }
 }

@@ -53,6 +53,7 @@ impl TokenCmd {
                 if admin {
                     db.make_admin(&rec.id).map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
                 }
+                super::audit::record_cli(&db, &rec.org, "tokens.create", "tao-slurm token create", &rec.id);
                 if json {
                     super::output::emit_json(&serde_json::json!({"id": rec.id, "org": rec.org, "name": rec.name,
                         "expires_at": rec.expires_at, "token": token}));
@@ -65,6 +66,7 @@ impl TokenCmd {
                 }
             }
             TokenAction::Revoke { id } => {
+                let org = db.tokens().ok().and_then(|t| t.into_iter().find(|t| t.id == id)).map(|t| t.org);
                 if !db.revoke_token(&id, crate::client::now_secs()).map_err(|m| SpecError::new("id", m))? {
                     return Err(SpecError::new(
                         "id",
@@ -72,6 +74,13 @@ impl TokenCmd {
                     )
                     .into());
                 }
+                super::audit::record_cli(
+                    &db,
+                    org.as_deref().unwrap_or(""),
+                    "tokens.revoke",
+                    "tao-slurm token revoke",
+                    &id,
+                );
                 eprintln!("token {id} revoked");
             }
             TokenAction::List { json } => {

@@ -29,6 +29,7 @@ pub use crate::ops::sweep::plan_sweep;
 pub use crate::preflight::PreflightReport;
 pub use crate::remote::{RemoteError, TransportStats};
 pub use crate::store::service_records::{self, ApiJob, ServiceDb, TokenRecord};
+pub use crate::store::AuditEntry;
 pub use crate::store::GroupRecord;
 pub use cluster::preflight;
 pub use monitor::{monitor_running, start_background_monitor, Monitor, MonitorLock, MonitorStep, AFTER_FAILURE};

@@ -13,6 +13,7 @@
 //! workspace (its monitor), never on the async workers, so no request waits behind a cluster.
 
 pub mod api;
+pub mod audit;
 mod dashboard;
 pub mod error;
 pub mod limits;
@@ -98,7 +99,8 @@ async fn authenticate(State(state): State<Arc<AppState>>, mut req: Request, next
         .into_response();
     }
     if let Some(rest) = path.strip_prefix("/api/v2/orgs/") {
-        let org = rest.split('/').next().unwrap_or("");
+        // `/orgs/{org}/...`, or `/orgs/{org}:action`.
+        let org = rest.split('/').next().unwrap_or("").split(':').next().unwrap_or("");
         if org != token.org {
             return ApiError::new(
                 StatusCode::FORBIDDEN,
@@ -134,6 +136,7 @@ pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
         .route("/api/v2/health/readiness", get(tao_routes::readiness))
         .route("/api/v2/login", axum::routing::post(tao_routes::login))
         .route("/api/v2/openapi.json", get(api::openapi_json))
+        .route("/api/v2/orgs/{org_ref}", get(audit::org_ref))
         .route(&format!("{org}/stats"), get(api::stats))
         .route(&format!("{org}/workspaces"), get(api::list_workspaces).post(workspaces::create_workspace))
         .route(
@@ -171,6 +174,7 @@ pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
             get(api::job_get_ref).post(api::job_post_ref).delete(api::job_delete_ref).patch(tao_routes::job_update),
         )
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), audit::record))
         .layer(axum::middleware::from_fn_with_state(state.clone(), authenticate))
         .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::observe))
         .layer(DefaultBodyLimit::max(max_body_bytes))

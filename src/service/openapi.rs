@@ -36,6 +36,7 @@ impl Modify for BearerAuth {
         super::tao_routes::login,
         api::openapi_json,
         api::stats,
+        super::audit::org_ref,
         api::list_workspaces,
         api::get_workspace,
         api::workspace_cluster,
@@ -63,6 +64,7 @@ impl Modify for BearerAuth {
     ),
     components(schemas(
         error::ErrorBody,
+        super::audit::AuditList,
         types::TaoStatus,
         types::JobCreate,
         types::CommandIn,

@@ -71,6 +71,8 @@ pub struct Snapshot {
 pub struct TokenInfo {
     pub id: String,
     pub org: String,
+    /// Its label (who or what uses it), for the audit trail.
+    pub name: String,
     /// An org admin token: it may also change the org's workspaces and secrets.
     pub admin: bool,
     /// Unix seconds after which it is refused; None: until revoked.
@@ -223,7 +225,7 @@ impl AppState {
             .into_iter()
             .map(|t| {
                 let admin = admins.contains(&t.id);
-                (t.sha256, TokenInfo { id: t.id, org: t.org, expires_at: t.expires_at, admin })
+                (t.sha256, TokenInfo { id: t.id, org: t.org, name: t.name, expires_at: t.expires_at, admin })
             })
             .collect();
         *self.tokens.write().unwrap_or_else(|e| e.into_inner()) = tokens;
@@ -369,7 +371,7 @@ mod tests {
 
     #[test]
     fn a_token_expires_at_its_time_and_one_without_expiry_never() {
-        let t = |expires_at| TokenInfo { id: "i".into(), org: "o".into(), expires_at, admin: false };
+        let t = |expires_at| TokenInfo { id: "i".into(), org: "o".into(), name: "n".into(), expires_at, admin: false };
         for (expires_at, now, expired) in
             [(None, i64::MAX, false), (Some(100), 99, false), (Some(100), 100, true), (Some(100), 101, true)]
         {

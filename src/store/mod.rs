@@ -7,6 +7,7 @@ use rusqlite::Connection;
 use std::path::Path;
 
 mod attempts;
+mod audit;
 mod dependencies;
 mod events;
 mod groups;
@@ -19,6 +20,7 @@ pub mod service_records;
 mod tests;
 
 pub use attempts::RetryPlan;
+pub use audit::AuditEntry;
 pub use dependencies::DependencyRow;
 pub use groups::{Group, GroupRecord};
 pub use jobs::Member;

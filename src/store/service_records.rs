@@ -40,6 +40,25 @@ CREATE TABLE IF NOT EXISTS org_secrets (
     updated_at  INTEGER NOT NULL,
     PRIMARY KEY (org, name)
 );
+CREATE TABLE IF NOT EXISTS audit (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    at          INTEGER NOT NULL,
+    org         TEXT NOT NULL,
+    token_id    TEXT,
+    token_name  TEXT,
+    action      TEXT NOT NULL,
+    method      TEXT NOT NULL,
+    path        TEXT NOT NULL,
+    target      TEXT,
+    status      INTEGER NOT NULL,
+    outcome     TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_by_org ON audit(org, id);
+-- Append-only: no connection may change or remove an entry.
+CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
+    BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
+    BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
 CREATE TABLE IF NOT EXISTS org_workspaces (
     id          TEXT PRIMARY KEY,
     org         TEXT NOT NULL,
@@ -74,6 +93,7 @@ pub struct ValidToken {
     pub sha256: String,
     pub id: String,
     pub org: String,
+    pub name: String,
     pub expires_at: Option<i64>,
 }
 
@@ -97,10 +117,10 @@ pub type SealedSecret = (String, Vec<u8>, Vec<u8>);
 
 pub struct ServiceDb {
     conn: Mutex<Connection>,
-    path: PathBuf,
+    pub(super) path: PathBuf,
 }
 
-fn sql_err(path: &Path, e: rusqlite::Error) -> String {
+pub(super) fn sql_err(path: &Path, e: rusqlite::Error) -> String {
     format!("service database {}: {e}", path.display())
 }
 
@@ -157,7 +177,7 @@ impl ServiceDb {
         Ok(ServiceDb { conn: Mutex::new(conn), path: path.to_path_buf() })
     }
 
-    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+    pub(super) fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -221,11 +241,17 @@ impl ServiceDb {
     pub fn valid_tokens(&self) -> Result<Vec<ValidToken>, String> {
         let conn = self.conn();
         let mut st = conn
-            .prepare("SELECT sha256, id, org, expires_at FROM tokens WHERE revoked_at IS NULL")
+            .prepare("SELECT sha256, id, org, expires_at, name FROM tokens WHERE revoked_at IS NULL")
             .map_err(|e| sql_err(&self.path, e))?;
         let rows = st
             .query_map([], |r| {
-                Ok(ValidToken { sha256: r.get(0)?, id: r.get(1)?, org: r.get(2)?, expires_at: r.get(3)? })
+                Ok(ValidToken {
+                    sha256: r.get(0)?,
+                    id: r.get(1)?,
+                    org: r.get(2)?,
+                    expires_at: r.get(3)?,
+                    name: r.get(4)?,
+                })
             })
             .map_err(|e| sql_err(&self.path, e))?;
         rows.collect::<Result<_, _>>().map_err(|e| sql_err(&self.path, e))
@@ -406,8 +432,13 @@ mod tests {
         }
         assert!(!token.contains(&rec.id), "the id is drawn apart from the secret");
         let valid = db.valid_tokens().unwrap();
-        let expected =
-            ValidToken { sha256: token_hash(&token), id: rec.id.clone(), org: "team-a".into(), expires_at: None };
+        let expected = ValidToken {
+            sha256: token_hash(&token),
+            id: rec.id.clone(),
+            org: "team-a".into(),
+            name: rec.name.clone(),
+            expires_at: None,
+        };
         assert_eq!(valid, vec![expected]);
         assert!(db.revoke_token(&rec.id, 1_700_000_000).unwrap());
         assert!(!db.revoke_token(&rec.id, 1_700_000_000).unwrap(), "once");

@@ -2,7 +2,7 @@
 //! text; the audit trail of state-changing requests; readiness and graceful shutdown.
 
 use crate::service_support::Service;
-use serde_json::json;
+use serde_json::{json, Value};
 use std::time::Duration;
 
 /// Scrape `/metrics` and parse it with a Prometheus text-format parser.
@@ -120,6 +120,87 @@ async fn streams_become(svc: &Service, n: f64) {
         Duration::from_secs(10),
         Duration::from_millis(100),
         || async { value(&scrape(svc).await, "tao_slurm_open_streams", &[]) == Some(n) },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_state_changing_request_is_in_the_audit_trail_with_its_actor_and_the_trail_is_append_only() {
+    let svc = Service::start_flags(&[], true);
+    let (status, job) =
+        svc.create(&json!({"name": "audited", "image": "ubuntu:22.04", "gpus": 0, "command": ["sleep", "600"]})).await;
+    assert_eq!(status, 201, "{job}");
+    let id = job["id"].as_str().unwrap().to_string();
+    let cancel = |job: String| svc.http.post(svc.api(&format!("/jobs/{job}:cancel"))).bearer_auth(&svc.token).send();
+    assert_eq!(cancel(id.clone()).await.unwrap().status(), 200);
+    assert_eq!(cancel("no-such-job".into()).await.unwrap().status(), 404);
+    let (status, bad) = svc.create(&json!({"name": "bad", "image": "ubuntu:22.04", "gpus": -1})).await;
+    assert_eq!(status, 400, "{bad}");
+    let _ = svc.json(&svc.api("/jobs")).await;
+
+    let trail = svc.json(&format!("{}:audit", svc.api(""))).await;
+    let entries = trail["entries"].as_array().unwrap();
+    let seen: Vec<(String, Value, u64, String)> = entries
+        .iter()
+        .filter(|e| e["token_id"].is_string())
+        .map(|e| {
+            assert_eq!(e["token_id"], svc.token_id.as_str(), "{e}");
+            assert_eq!(e["token_name"], "tests", "{e}");
+            assert_eq!(e["org"], crate::service_support::ORG, "{e}");
+            assert!(e["at"].as_i64().unwrap() > 1_700_000_000, "{e}");
+            (
+                e["action"].as_str().unwrap().to_string(),
+                e["target"].clone(),
+                e["status"].as_u64().unwrap(),
+                e["outcome"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            ("jobs.create".to_string(), json!(id), 201, "ok".to_string()),
+            ("jobs.cancel".to_string(), json!(id), 200, "ok".to_string()),
+            ("jobs.cancel".to_string(), json!("no-such-job"), 404, "not_found".to_string()),
+            ("jobs.create".to_string(), Value::Null, 400, "invalid_field".to_string()),
+        ],
+        "reads are not recorded; refusals are: {trail}"
+    );
+    // The token made on the command line is there too, as the operator's.
+    assert!(
+        entries
+            .iter()
+            .any(|e| e["action"] == "tokens.create" && e["target"] == svc.token_id.as_str() && e["token_id"].is_null()),
+        "{trail}"
+    );
+
+    // Append-only through the API: no route changes or removes an entry.
+    for method in [reqwest::Method::DELETE, reqwest::Method::POST, reqwest::Method::PUT, reqwest::Method::PATCH] {
+        let r = svc
+            .http
+            .request(method.clone(), format!("{}:audit", svc.api("")))
+            .bearer_auth(&svc.token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 405, "{method}");
+    }
+    let again = svc.json(&format!("{}:audit", svc.api(""))).await;
+    assert_eq!(again["entries"].as_array().unwrap()[..entries.len()], entries[..], "unchanged");
+
+    // The command line shows the same entries.
+    let cli = svc.env.json(&["audit", "--org", crate::service_support::ORG, "--json"]);
+    assert_eq!(cli.as_array().unwrap()[..entries.len()], entries[..]);
+
+    // Only org admin tokens read it.
+    let member = svc.env.json(&["token", "create", "--org", crate::service_support::ORG, "--name", "member", "--json"]);
+    let member = member["token"].as_str().unwrap().to_string();
+    let url = format!("{}:audit", svc.api(""));
+    crate::common::wait::wait_for_async(
+        "the member token refused the audit trail",
+        Duration::from_secs(10),
+        Duration::from_millis(200),
+        || async { svc.http.get(&url).bearer_auth(&member).send().await.unwrap().status() == 403 },
     )
     .await;
 }

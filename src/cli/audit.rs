@@ -1,0 +1,79 @@
+//! `tao-slurm audit`: the service's audit trail (every state-changing request, and the tokens made
+//! and revoked here), read from the service's database by whoever administers the service.
+
+use crate::client::service_records::path_for;
+use crate::client::{AuditEntry, ServiceDb};
+use crate::config::Settings;
+use crate::error::Error;
+use crate::spec::SpecError;
+use clap::Args;
+
+#[derive(Args, Debug)]
+pub struct AuditCmd {
+    /// Only this org's entries
+    #[arg(long)]
+    org: Option<String>,
+    /// Only entries after this id
+    #[arg(long, default_value_t = 0)]
+    after: i64,
+    /// At most this many entries
+    #[arg(long, default_value_t = 1000)]
+    limit: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+impl AuditCmd {
+    pub fn run(self, settings: Settings) -> Result<i32, Error> {
+        let db = ServiceDb::open(&path_for(&settings.state_path)).map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
+        let entries =
+            db.audit(self.org.as_deref(), self.after, self.limit).map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
+        if self.json {
+            super::output::emit_json(&entries);
+            return Ok(0);
+        }
+        for e in entries {
+            println!("{}", line(&e));
+        }
+        Ok(0)
+    }
+}
+
+fn line(e: &AuditEntry) -> String {
+    let actor = match (&e.token_id, &e.token_name) {
+        (Some(id), Some(name)) if !name.is_empty() => format!("{id} ({})", super::clean(name)),
+        (Some(id), _) => id.clone(),
+        (None, _) => "operator (command line)".into(),
+    };
+    format!(
+        "{:>6}  {}  {:<12} {:<20} {:<24} {:<38} {} {}",
+        e.id,
+        crate::service::types::rfc3339(e.at),
+        super::clean(&e.org),
+        actor,
+        e.action,
+        super::clean(e.target.as_deref().unwrap_or("-")),
+        e.status,
+        e.outcome
+    )
+}
+
+/// Record a change made on the command line (tokens), as the audit trail's operator entry.
+pub fn record_cli(db: &ServiceDb, org: &str, action: &str, command: &str, target: &str) {
+    let entry = AuditEntry {
+        id: 0,
+        at: crate::client::now_secs(),
+        org: org.to_string(),
+        token_id: None,
+        token_name: None,
+        action: action.to_string(),
+        method: "CLI".into(),
+        path: command.to_string(),
+        target: Some(target.to_string()),
+        status: 0,
+        outcome: "ok".to_string(),
+    };
+    if let Err(e) = db.append_audit(&entry) {
+        eprintln!("warning: cannot record this in the audit trail: {e}");
+    }
+}
