@@ -48,7 +48,7 @@ fn line(e: &AuditEntry) -> String {
     format!(
         "{:>6}  {}  {:<12} {:<20} {:<24} {:<38} {} {}",
         e.id,
-        crate::service::types::rfc3339(e.at),
+        crate::client::rfc3339(e.at),
         super::clean(&e.org),
         actor,
         e.action,

@@ -40,6 +40,8 @@ pub use views::{
 };
 pub use wait::{Change, Wait, WaitTick};
 
+pub use crate::clock::rfc3339;
+
 /// Unix seconds now: the one clock the front-ends read (the core is given `now`, never reads it).
 pub fn now_secs() -> i64 {
     crate::clock::now()
