@@ -1,9 +1,10 @@
 //! `GET /metrics` in Prometheus' text format, served on its own address (`serve --metrics-addr`),
 //! never on the API's: it spans every org.
 //!
-//! Request latencies are observed as they happen (one histogram, labelled by the route's template,
-//! never the path with its ids). Everything else is read at scrape time from the counters the
-//! service already keeps (workspaces' transport and monitor counters, the job cache, the open
+//! Nothing here waits for a database or a cluster. Request latencies are observed as they happen
+//! (one histogram, labelled by the route's template, never the path with its ids). Everything else
+//! is read at scrape time from what the service already keeps (workspaces' transport and monitor
+//! counters, the retries the monitor counted after its last refresh, the job cache, the open
 //! streams), so each figure has one source: `/stats` and `/metrics` cannot disagree.
 
 use super::state::AppState;
@@ -20,6 +21,7 @@ use std::time::Instant;
 pub struct Metrics {
     registry: Registry,
     latency: HistogramVec,
+    in_flight: prometheus::IntGauge,
 }
 
 /// Request latency buckets, seconds: cache reads take microseconds, cluster round trips seconds.
@@ -38,7 +40,13 @@ impl Default for Metrics {
         )
         .expect("a valid histogram");
         registry.register(Box::new(latency.clone())).expect("registered once");
-        Metrics { registry, latency }
+        let in_flight = prometheus::IntGauge::new(
+            "tao_slurm_http_requests_in_flight",
+            "Requests being answered now (a stopping service finishes these)",
+        )
+        .expect("a valid gauge");
+        registry.register(Box::new(in_flight.clone())).expect("registered once");
+        Metrics { registry, latency, in_flight }
     }
 }
 
@@ -47,7 +55,9 @@ pub async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Nex
     let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_string());
     let method = req.method().as_str().to_string();
     let start = Instant::now();
+    state.metrics.in_flight.inc();
     let response = next.run(req).await;
+    state.metrics.in_flight.dec();
     let route = route.unwrap_or_else(|| "unmatched".to_string());
     let status = response.status().as_u16().to_string();
     state.metrics.latency.with_label_values(&[&method, &route, &status]).observe(start.elapsed().as_secs_f64());
@@ -56,10 +66,8 @@ pub async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Nex
 
 /// `GET /metrics`.
 pub async fn scrape(State(state): State<Arc<AppState>>) -> Response {
-    let st = state.clone();
-    let retries = tokio::task::spawn_blocking(move || retries(&st)).await.unwrap_or_default();
     let scratch = Registry::new();
-    if let Err(e) = read_now(&state, &scratch, &retries) {
+    if let Err(e) = read_now(&state, &scratch) {
         return (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot gather the metrics: {e}\n")).into_response();
     }
     let mut families = state.metrics.registry.gather();
@@ -69,18 +77,6 @@ pub async fn scrape(State(state): State<Arc<AppState>>) -> Response {
         return (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode the metrics: {e}\n")).into_response();
     }
     ([(header::CONTENT_TYPE, TextEncoder::new().format_type().to_string())], body).into_response()
-}
-
-/// Retries by (workspace, class), read from the state file (no remote call).
-fn retries(state: &AppState) -> Vec<(String, String, u64)> {
-    let mut out = Vec::new();
-    for w in state.workspaces() {
-        match w.with_client(|c| c.retries_by_class()) {
-            Ok(counts) => out.extend(counts.into_iter().map(|(class, n)| (w.id.clone(), class, n))),
-            Err(e) => tracing::warn!(workspace = %w.id, error = %e, "cannot count the retries"),
-        }
-    }
-    out
 }
 
 fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> prometheus::Result<IntCounterVec> {
@@ -102,7 +98,7 @@ fn single(r: &Registry, name: &str, help: &str, value: i64) -> prometheus::Resul
 }
 
 /// Fill `r` with the figures as they are now.
-fn read_now(state: &AppState, r: &Registry, retries: &[(String, String, u64)]) -> prometheus::Result<()> {
+fn read_now(state: &AppState, r: &Registry) -> prometheus::Result<()> {
     let jobs =
         gauge(r, "tao_slurm_jobs", "Jobs created through the API, by workspace and status", &["workspace", "status"])?;
     let mut by: std::collections::BTreeMap<(String, &str), i64> = Default::default();
@@ -148,8 +144,10 @@ fn read_now(state: &AppState, r: &Registry, retries: &[(String, String, u64)]) -
         "Resubmissions, by the failure class that caused them",
         &["workspace", "class"],
     )?;
-    for (w, class, n) in retries {
-        retried.with_label_values(&[w, class]).inc_by(*n);
+    for w in state.workspaces() {
+        for (class, n) in w.counters.retries.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            retried.with_label_values(&[w.id.as_str(), class]).inc_by(*n);
+        }
     }
     let open = state.open_streams.load(Relaxed);
     single(r, "tao_slurm_open_streams", "Open event streams (jobs:stream and log follows)", open)?;

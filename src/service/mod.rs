@@ -190,6 +190,28 @@ pub struct Setup {
     pub make_settings: state::SettingsMaker,
 }
 
+/// How long a stopping service waits for the requests in flight.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Ctrl-C (SIGINT) or SIGTERM (what `docker stop` and systemd send).
+async fn stop_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch for SIGTERM; Ctrl-C still stops the service");
+                std::future::pending::<()>().await
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
 /// Run the service until interrupted.
 pub fn serve(opts: ServeOptions, setup: Setup) -> Result<(), Error> {
     let runtime_error = |e: std::io::Error| Error::RemoteCommand(format!("cannot start the service: {e}"));
@@ -265,13 +287,24 @@ pub fn serve(opts: ServeOptions, setup: Setup) -> Result<(), Error> {
             tokio::spawn(async move { axum::serve(listener, app).await });
         }
         let _ = std::io::stdout().flush();
-        let app = router(state, opts.max_body_bytes);
-        // Interrupted: stop at once (open event streams would hold a graceful shutdown forever; the
-        // state file is consistent after every transaction).
+        let app = router(state.clone(), opts.max_body_bytes);
+        let shutdown = state.shutdown.clone();
+        tokio::spawn(async move {
+            stop_signal().await;
+            eprintln!("tao-slurm serve: stopping; finishing the requests in flight (at most {SHUTDOWN_GRACE:?})");
+            shutdown.cancel();
+        });
+        // Stopping: the listener closes, event streams end, requests in flight (submissions among
+        // them) finish, within the grace period. The state file is consistent after every
+        // transaction, and a submission cut short is found and finished by the next monitor.
+        let served = axum::serve(listener, app).with_graceful_shutdown(state.shutdown.clone().cancelled_owned());
         tokio::select! {
-            served = std::future::IntoFuture::into_future(axum::serve(listener, app)) => served.map_err(runtime_error)?,
-            _ = tokio::signal::ctrl_c() => eprintln!("tao-slurm serve: interrupted; stopping"),
+            served = std::future::IntoFuture::into_future(served) => served.map_err(runtime_error)?,
+            _ = async { state.shutdown.cancelled().await; tokio::time::sleep(SHUTDOWN_GRACE).await } => {
+                eprintln!("tao-slurm serve: requests still in flight after {SHUTDOWN_GRACE:?}; stopping anyway")
+            }
         }
+        eprintln!("tao-slurm serve: stopped");
         Ok::<(), Error>(())
     })?;
     std::process::exit(0)

@@ -340,6 +340,8 @@ pub async fn job_stream(state: AppStateRef, org: String, id: String, q: JobStrea
     } else {
         None
     };
+    // Every stream ends when the service stops (a graceful shutdown waits for open connections).
+    let state_shutdown = state.shutdown.clone().cancelled_owned();
     let st = JobStream {
         versions: state.version_tx.subscribe(),
         _guard: StreamGuard::new(&state, &org),
@@ -378,6 +380,7 @@ pub async fn job_stream(state: AppStateRef, org: String, id: String, q: JobStrea
             }
         }
     });
+    let stream = futures_util::StreamExt::take_until(stream, state_shutdown);
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response())
 }
 
@@ -398,6 +401,7 @@ pub async fn jobs_stream(
     axum::extract::State(state): axum::extract::State<AppStateRef>,
     axum::extract::Path(org): axum::extract::Path<String>,
 ) -> Response {
+    let state_shutdown = state.shutdown.clone().cancelled_owned();
     let st = ListStream {
         versions: state.version_tx.subscribe(),
         _guard: StreamGuard::new(&state, &org),
@@ -441,5 +445,6 @@ pub async fn jobs_stream(
             }
         }
     });
+    let stream = futures_util::StreamExt::take_until(stream, state_shutdown);
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
 }

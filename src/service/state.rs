@@ -116,6 +116,11 @@ pub struct AppState {
     pub org_counts: Mutex<HashMap<String, OrgCounts>>,
     /// What `/metrics` shows beyond the counters above.
     pub metrics: super::metrics::Metrics,
+    /// Cancelled when the service is asked to stop: readiness fails, event streams end, new
+    /// connections are refused, requests in flight finish.
+    pub shutdown: tokio_util::sync::CancellationToken,
+    /// Held by the readiness probe running.
+    pub readiness_probe: tokio::sync::Mutex<()>,
 }
 
 /// What one org's tokens asked of the service.
@@ -155,6 +160,8 @@ impl AppState {
             rate_limits: Default::default(),
             org_counts: Default::default(),
             metrics: Default::default(),
+            shutdown: Default::default(),
+            readiness_probe: Default::default(),
         };
         state.reload_tokens()?;
         Ok(state)

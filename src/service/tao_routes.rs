@@ -85,10 +85,28 @@ pub async fn liveness() -> Json<&'static str> {
 }
 
 #[utoipa::path(get, path = "/api/v2/health/readiness", tag = "service",
-    responses((status = 200, description = "\"OK\" once the service answers (TAO's readiness)", body = String)))]
-pub async fn readiness() -> Json<&'static str> {
-    Json("OK")
+    responses((status = 200, description = "\"OK\": the service takes requests and its database takes writes (TAO's readiness)", body = String),
+        (status = 503, description = "Stopping, or the database does not take writes within 2 s", body = ErrorBody)))]
+pub async fn readiness(State(state): State<AppStateRef>) -> ApiResult<Json<&'static str>> {
+    let unready = |m: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", m).retry_after(5);
+    if state.shutdown.is_cancelled() {
+        return Err(unready("the service is stopping".into()));
+    }
+    // One probe at a time: a stuck database is not asked again by every probe that comes in.
+    let Ok(_one) = state.readiness_probe.try_lock() else {
+        return Err(unready("the previous readiness probe of the database has not finished".into()));
+    };
+    let st = state.clone();
+    let probed = tokio::task::spawn_blocking(move || st.db.probe_write(READINESS_WAIT)).await;
+    match probed {
+        Ok(Ok(())) => Ok(Json("OK")),
+        Ok(Err(e)) => Err(unready(format!("the service's database does not take writes: {e}"))),
+        Err(e) => Err(unready(format!("the readiness probe failed: {e}"))),
+    }
 }
+
+/// How long readiness waits for the database to take a write.
+const READINESS_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// TAO's GpuDetails: one entry per partition with GPUs of each workspace the org may use.
 #[derive(Debug, Clone, Serialize, ToSchema)]

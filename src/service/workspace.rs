@@ -30,6 +30,8 @@ pub struct Counters {
     pub last_refresh_at: AtomicU64,
     /// Reads of the log followers of this workspace's jobs.
     pub follower_reads: AtomicU64,
+    /// Retries so far by failure class, as the state file had them after the last refresh.
+    pub retries: Mutex<Vec<(String, u64)>>,
 }
 
 /// Who may use a workspace.
@@ -190,6 +192,10 @@ impl Workspace {
                 }
             };
             self.counters.interval_ms.store(interval.as_millis() as u64, Ordering::Relaxed);
+            match client.retries_by_class() {
+                Ok(r) => *self.counters.retries.lock().unwrap_or_else(|e| e.into_inner()) = r,
+                Err(e) => tracing::warn!(workspace = %self.id, error = %e, "cannot count the retries"),
+            }
             publish(&client);
             self.sleep_until(started + floor, started + interval);
         }

@@ -273,6 +273,19 @@ impl ServiceDb {
         rows.collect::<Result<_, _>>().map_err(|e| sql_err(&self.path, e))
     }
 
+    /// Whether the database takes writes now: a write transaction begun and rolled back, waiting at
+    /// most `wait` for another writer (readiness).
+    pub fn probe_write(&self, wait: std::time::Duration) -> Result<(), String> {
+        let conn = self.conn();
+        conn.busy_timeout(wait).map_err(|e| sql_err(&self.path, e))?;
+        let probed = conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK;").map_err(|e| sql_err(&self.path, e));
+        if probed.is_err() {
+            let _ = conn.execute_batch("ROLLBACK;");
+        }
+        conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(|e| sql_err(&self.path, e))?;
+        probed
+    }
+
     /// A number that changes whenever another connection (`tao-slurm token ...`) commits.
     pub fn data_version(&self) -> Result<i64, String> {
         self.conn().pragma_query_value(None, "data_version", |r| r.get(0)).map_err(|e| sql_err(&self.path, e))

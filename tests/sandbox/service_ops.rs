@@ -5,6 +5,9 @@ use crate::service_support::Service;
 use serde_json::{json, Value};
 use std::time::Duration;
 
+/// The documented routes this module exercises (service_api checks the others).
+pub const ROUTES: &[(&str, &str)] = &[("get", "/api/v2/orgs/{org}:audit")];
+
 /// Scrape `/metrics` and parse it with a Prometheus text-format parser.
 async fn scrape(svc: &Service) -> prometheus_parse::Scrape {
     let url = svc.metrics_url.as_ref().expect("started with --metrics-addr");
@@ -203,4 +206,73 @@ async fn every_state_changing_request_is_in_the_audit_trail_with_its_actor_and_t
         || async { svc.http.get(&url).bearer_auth(&member).send().await.unwrap().status() == 403 },
     )
     .await;
+}
+
+/// A write transaction held on a SQLite file until dropped (another writer waits for it).
+fn hold_writes(path: &str) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+    conn
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_fails_while_the_database_takes_no_writes_and_recovers() {
+    let svc = Service::start();
+    let url = format!("{}/api/v2/health/readiness", svc.url);
+    let ready = svc.http.get(&url).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+    assert_eq!(ready.json::<Value>().await.unwrap(), "OK");
+    let db = format!("{}.service.db", svc.env.vars["TAO_SLURM_STATE"]);
+    let lock = hold_writes(&db);
+    let r = svc.http.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    assert!(r.headers().contains_key(reqwest::header::RETRY_AFTER));
+    let body: Value = r.json().await.unwrap();
+    assert!(body["error_desc"].as_str().unwrap().contains("database does not take writes"), "{body}");
+    drop(lock);
+    assert_eq!(svc.http.get(&url).send().await.unwrap().status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_taking_requests_and_finishes_the_submission_in_flight() {
+    let mut svc = Service::start_flags(&["--metrics-addr", "127.0.0.1:0"], false);
+    let state = svc.env.vars["TAO_SLURM_STATE"].clone();
+    // The state file held: the create waits inside the service, in flight for sure.
+    let lock = hold_writes(&state);
+    let body = crate::service_support::short(
+        json!({"name": "graceful", "image": "ubuntu:22.04", "gpus": 0, "command": "echo graceful"}),
+    );
+    let create = tokio::spawn(svc.http.post(svc.api("/jobs")).bearer_auth(&svc.token).json(&body).send());
+    crate::common::wait::wait_for_async(
+        "the create in flight",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || async {
+            // (This scrape is itself in flight on the other address: it is not counted there.)
+            value(&scrape(&svc).await, "tao_slurm_http_requests_in_flight", &[]) == Some(1.0)
+        },
+    )
+    .await;
+    assert_eq!(unsafe { libc::kill(svc.pid() as i32, libc::SIGTERM) }, 0);
+    let health = format!("{}/api/v2/health", svc.url);
+    crate::common::wait::wait_for_async(
+        "new connections refused",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || async { reqwest::Client::new().get(&health).send().await.is_err() },
+    )
+    .await;
+    assert!(!create.is_finished(), "the create waits for the state file");
+    drop(lock);
+    let r = create.await.unwrap().unwrap();
+    assert_eq!(r.status(), 201, "the submission in flight finished");
+    let job: Value = r.json().await.unwrap();
+    let slurm_id = job["backend_details"]["slurm_metadata"]["slurm_job_id"].as_str().map(String::from);
+    assert!(slurm_id.is_some(), "submitted to Slurm: {job}");
+    let status = svc.wait_exit(Duration::from_secs(30));
+    assert!(status.success(), "{status:?}; log: {}", svc.log());
+    assert!(svc.log().contains("stopping; finishing the requests in flight"), "{}", svc.log());
+    let listed = svc.env.json(&["list", "--json"]);
+    let row = listed.as_array().unwrap().iter().find(|j| j["job_id"] == job["id"]).cloned();
+    assert_eq!(row.map(|j| j["slurm_job_id"].clone()), Some(json!(slurm_id)), "the state file has it");
 }
