@@ -119,6 +119,7 @@ async fn read_small_json(response: Response) -> (Response, Option<serde_json::Va
 
 /// `?after=ID&size=N` of the audit listing.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct AuditQuery {
     /// Entries after this id (the last one of the previous page).
