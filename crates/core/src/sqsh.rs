@@ -18,6 +18,9 @@ pub struct SqshPolicy {
     pub force_reconvert_latest: bool,
     /// Convert `:latest` again once the cache file is older than this (0: never by age).
     pub latest_max_age_hours: u64,
+    /// Where `enroot import` unpacks (SLURM_ENROOT_TEMP_PATH): a directory per conversion inside it,
+    /// removed afterwards. None: enroot's own default.
+    pub enroot_temp_path: Option<String>,
 }
 
 /// A readable form of the reference plus a short hash of all of it: `a/b_c:d` and `a_b/c:d` differ.
@@ -106,7 +109,7 @@ rm -f -- "$cache".partial.* 2>/dev/null
 # Fresh random names: nothing planted under a predictable name is ever written through.
 log="$(mktemp -- "$cache.log.XXXXXX")" || exit 10
 partial="$(mktemp -u -- "$cache.partial.XXXXXX")"
-srun -n1 -N1 -p {partition} --time={minutes} --mem={memory} -J {job} enroot import -o "$partial" {uri} > "$log" 2>&1
+{enroot_temp}srun -n1 -N1 -p {partition} --time={minutes} --mem={memory} -J {job} enroot import -o "$partial" {uri} > "$log" 2>&1
 rc=$?
 if [ "$rc" -ne 0 ] || ! sqsh_trusted "$partial"; then
   rm -f -- "$partial"
@@ -119,6 +122,7 @@ mv -fT -- "$log" "$cache.log"
 echo "{S}sqsh converted $cache"
 "#,
         trusted = TRUSTED_FUNCTION,
+        enroot_temp = enroot_temp_lines(policy),
         dir = quote(&policy.cache_dir),
         cache = quote(&cache),
         max_age = max_age_secs,
@@ -133,6 +137,18 @@ echo "{S}sqsh converted $cache"
         S = SECTION,
         prefix = crate::protocol::PREFIX_LINES,
     )
+}
+
+/// The lines that give `enroot import` its own temporary directory inside SLURM_ENROOT_TEMP_PATH
+/// (removed when the script ends), or nothing.
+fn enroot_temp_lines(policy: &SqshPolicy) -> String {
+    match &policy.enroot_temp_path {
+        Some(dir) if !dir.is_empty() => format!(
+            "export ENROOT_TEMP_PATH={}/\"tao-sqsh-$$\"\nmkdir -p -- \"$ENROOT_TEMP_PATH\" || exit 10\ntrap 'rm -rf \"$lock\" \"$ENROOT_TEMP_PATH\"' EXIT\n",
+            quote(dir.trim_end_matches('/'))
+        ),
+        _ => String::new(),
+    }
 }
 
 /// What a run of [`conversion_script`] reported.
@@ -218,7 +234,28 @@ mod tests {
             memory: "1G".into(),
             force_reconvert_latest: false,
             latest_max_age_hours: 0,
+            enroot_temp_path: None,
         }
+    }
+
+    #[test]
+    fn enroot_unpacks_in_its_own_directory_under_slurm_enroot_temp_path_removed_afterwards() {
+        let dir = tempfile::tempdir().unwrap();
+        let seen = dir.path().join("seen");
+        let bin = crate::stand_ins::StandIns::new();
+        bin.add("srun", "while [[ $1 == -* ]]; do shift; [[ $1 != -* && $1 != enroot ]] && shift; done\nexec \"$@\"");
+        bin.add(
+            "enroot",
+            &format!("echo \"$ENROOT_TEMP_PATH\" > {}; test -d \"$ENROOT_TEMP_PATH\"; printf hsqs > \"$3\"", seen.display()),
+        );
+        let tmp = dir.path().join("enroot-tmp");
+        let p = SqshPolicy { enroot_temp_path: Some(tmp.display().to_string()), ..policy(&dir.path().join("cache")) };
+        let out = bin.stdout(&conversion_script(&p, &img("ubuntu:22.04"), false));
+        assert!(out.contains("sqsh converted"), "{out}");
+        let used = std::fs::read_to_string(&seen).unwrap();
+        assert!(used.trim().starts_with(&format!("{}/tao-sqsh-", tmp.display())), "{used}");
+        assert!(!std::path::Path::new(used.trim()).exists(), "removed when the conversion ended");
+        assert!(!conversion_script(&policy(dir.path()), &img("ubuntu:22.04"), false).contains("ENROOT_TEMP_PATH"));
     }
 
     #[test]
