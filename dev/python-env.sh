@@ -6,8 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.venv
 req=dev/python-requirements.txt
+s3req=dev/python-requirements-s3.txt
 stamp="$venv/.installed-requirements"
-if [ -x "$venv/bin/python" ] && cmp -s "$req" "$stamp"; then
+if [ -x "$venv/bin/python" ] && cat "$req" "$s3req" | cmp -s - "$stamp"; then
     echo "$PWD/$venv/bin/python"
     exit 0
 fi
@@ -19,5 +20,7 @@ fi
 rm -rf "$venv"
 python3 -m venv "$venv" >&2
 "$venv/bin/pip" install -q --disable-pip-version-check -r "$req" >&2
-cp "$req" "$stamp"
+# A complete pinned closure, without moto[server]'s other services (see the file's header).
+"$venv/bin/pip" install -q --disable-pip-version-check --no-deps -r "$s3req" >&2
+cat "$req" "$s3req" >"$stamp"
 echo "$PWD/$venv/bin/python"

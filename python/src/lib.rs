@@ -228,6 +228,12 @@ impl Engine {
         self.with(py, move |c| Ok(c.list_path(&uri)?.map(|entries| json(&entries))))
     }
 
+    /// The checkpoint files of a job's results directory, newest last (JSON list of path, size,
+    /// modified; paths relative to the results directory).
+    fn checkpoints(&self, py: Python<'_>, id: String) -> PyResult<String> {
+        self.with(py, move |c| Ok(json(&c.checkpoint_files(&id)?)))
+    }
+
     /// Remove a finished job's results directory: true when removed, false when already gone.
     fn delete_job_results(&self, py: Python<'_>, id: String) -> PyResult<bool> {
         self.with(py, move |c| c.delete_job_results(&id))

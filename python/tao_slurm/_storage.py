@@ -1,5 +1,5 @@
 """The TAO SDK's storage calls of ``SlurmSDK``: ``check_path``, ``list_path``,
-``delete_job_artifacts``. ``lustre://`` goes to the cluster (one round trip each, where the TAO SDK's
+``get_checkpoints``, ``delete_job_artifacts``. ``lustre://`` goes to the cluster (one round trip each, where the TAO SDK's
 ``list_path`` cannot list Lustre at all); ``s3://`` uses fsspec/s3fs when the ``s3`` extra is
 installed (``pip install tao-slurm[s3]``), with the TAO SDK's settings ``ACCESS_KEY``, ``SECRET_KEY``
 and ``S3_ENDPOINT_URL``."""
@@ -73,6 +73,16 @@ class StorageCalls:
             return sorted(e.rstrip("/").split("/")[-1] for e in _s3_filesystem().ls(path))
         entries = self._engine.list_path(remote_path)
         return [] if entries is None else [e["name"] for e in json.loads(entries)]
+
+    def get_checkpoints(self, job_id: str) -> List[str]:
+        """The checkpoint files in the job's results directory (the TAO SDK's extensions: ``.pth``,
+        ``.tlt``, ``.hdf5``, ``.pt``, ``.ckpt``, ``.engine``, ``.onnx``, ``.trt``, up to four levels
+        down), as paths relative to it, newest last; one round trip. [] for an unknown job or one
+        with none (the TAO SDK always answers [] for its Lustre results directories)."""
+        try:
+            return [c["path"] for c in json.loads(self._engine.checkpoints(job_id))]
+        except JobNotFoundError:
+            return []
 
     def delete_job_artifacts(self, job_id: str) -> bool:
         """Remove a finished job's results directory (``<base>/results/<id>``; never through a

@@ -1,9 +1,10 @@
-//! Files on shared storage: a directory's entries (the TAO SDK's `list_path`) and a finished job's
-//! results directory removed (its `delete_job_artifacts`).
+//! Files on shared storage: a directory's entries (the TAO SDK's `list_path`), a job's checkpoint
+//! files (its `get_checkpoints`) and a finished job's results directory removed (its
+//! `delete_job_artifacts`).
 
 use super::Client;
 use crate::error::Result;
-use crate::ops::files::{DirEntry, Deletion, Listing};
+use crate::ops::files::{CheckpointFile, DirEntry, Deletion, Listing};
 use crate::spec::{InputLocation, SpecError};
 
 impl Client {
@@ -18,6 +19,14 @@ impl Client {
             Listing::Missing => Ok(None),
             Listing::NotADirectory => Err(SpecError::new("path", format!("{uri} is not a directory")).into()),
         }
+    }
+
+    /// The checkpoint files in a job's results directory (the TAO SDK's extensions, up to four levels
+    /// down), newest last, listed now (one round trip).
+    pub fn checkpoint_files(&self, id: &str) -> Result<Vec<CheckpointFile>> {
+        let job = self.store.summary(id)?;
+        self.on_this_cluster([&job])?;
+        crate::engine::files::checkpoints(self.remote()?, &job.layout.results_dir())
     }
 
     /// Remove a finished job's results directory (`<base>/results/<id>`, never through a symlink).

@@ -23,7 +23,7 @@ pub use crate::engine::sweep::SweepSubmitted;
 pub use crate::filter::JobFilter;
 pub use crate::model::{AttemptRecord, EventRecord};
 pub use crate::ops::inspect::{CredentialsStatus, LogRange, StartEstimate};
-pub use crate::ops::files::DirEntry;
+pub use crate::ops::files::{CheckpointFile, DirEntry};
 pub use crate::ops::logs::{Chunk, FollowCursor, Stream};
 pub use crate::ops::sweep::plan_sweep;
 pub use crate::preflight::PreflightReport;

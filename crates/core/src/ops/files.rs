@@ -1,5 +1,6 @@
 //! Files on shared storage that are not a job's logs: a directory's entries (the TAO SDK's
-//! `list_path`) and the removal of a finished job's results directory (`delete_job_artifacts`).
+//! `list_path`), the checkpoint files of a results directory (its `get_checkpoints`) and the removal
+//! of a finished job's results directory (`delete_job_artifacts`).
 //! Their scripts and the readers of their output; the engine's `files` runs them.
 
 use crate::protocol::{sections, unprefix_lines, SECTION};
@@ -65,6 +66,52 @@ fn parse_entry(line: &str) -> Option<DirEntry> {
     (!name.is_empty()).then(|| DirEntry { name, kind: kind.to_string(), size, modified })
 }
 
+/// The TAO SDK's checkpoint extensions (`get_checkpoints`), matched without regard to case.
+pub const CHECKPOINT_EXTENSIONS: &[&str] = &["pth", "tlt", "hdf5", "pt", "ckpt", "engine", "onnx", "trt"];
+
+/// How deep under the results directory checkpoints are looked for (`train/`, `train/weights/`...).
+pub const CHECKPOINT_DEPTH: u32 = 4;
+
+/// A checkpoint file of a job: its path relative to the results directory, size and time.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct CheckpointFile {
+    pub path: String,
+    pub size: u64,
+    /// Modification time, Unix seconds.
+    pub modified: i64,
+}
+
+/// Lists the checkpoint files under `dir`, one `|MTIME SIZE PATH` line each (nothing when `dir` is
+/// not there; names with a newline are left out).
+pub fn checkpoints_script(dir: &str) -> String {
+    let names: Vec<String> = CHECKPOINT_EXTENSIONS.iter().map(|e| format!("-iname '*.{e}'")).collect();
+    format!(
+        "p={}
+echo '{SECTION}checkpoints'
+[ -d \"$p\" ] && find \"$p/\" -mindepth 1 -maxdepth {CHECKPOINT_DEPTH} -type f \\( {} \\) ! -name $'*\\n*' -printf '|%T@ %s %P\\n' 2>/dev/null\nexit 0\n",
+        quote(dir),
+        names.join(" -o ")
+    )
+}
+
+/// The reader of [`checkpoints_script`]'s output: oldest first, newest last.
+pub fn parse_checkpoints(stdout: &str) -> Vec<CheckpointFile> {
+    let mut found: Vec<(f64, CheckpointFile)> = sections(stdout)
+        .into_iter()
+        .filter(|(n, _, _)| n == "checkpoints")
+        .flat_map(|(_, _, body)| unprefix_lines(&body).lines().map(str::to_string).collect::<Vec<_>>())
+        .filter_map(|line| {
+            let mut parts = line.splitn(3, ' ');
+            let time: f64 = parts.next()?.parse().ok()?;
+            let size = parts.next()?.parse().ok()?;
+            let path = parts.next()?.to_string();
+            (!path.is_empty()).then(|| (time, CheckpointFile { path, size, modified: time as i64 }))
+        })
+        .collect();
+    found.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.path.cmp(&b.1.path)));
+    found.into_iter().map(|(_, c)| c).collect()
+}
+
 /// Removes a results directory: only a real directory (not a symlink to one), with its contents;
 /// reports `deleted`, `absent` or `refused` (a symlink or another kind of file under the name).
 pub fn delete_dir_script(path: &str) -> String {
@@ -128,6 +175,25 @@ mod tests {
             panic!("a crafted name broke the listing")
         };
         assert!(entries.iter().any(|e| e.name == "@@tao-slurm:not_dir"));
+    }
+
+    #[test]
+    fn checkpoints_are_the_tao_sdks_extensions_newest_last() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("train/weights")).unwrap();
+        for (name, age) in [("train/weights/b.PTH", 10), ("train/a.ckpt", 100), ("model.onnx", 1), ("notes.txt", 0)] {
+            let path = d.join(name);
+            std::fs::write(&path, b"x").unwrap();
+            let when = std::time::SystemTime::now() - std::time::Duration::from_secs(age);
+            std::fs::File::options().write(true).open(&path).unwrap().set_modified(when).unwrap();
+        }
+        let found = parse_checkpoints(&run(&checkpoints_script(&d.display().to_string())));
+        let paths: Vec<&str> = found.iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(paths, vec!["train/a.ckpt", "train/weights/b.PTH", "model.onnx"]);
+        assert_eq!(found[0].size, 1);
+        let gone = d.join("nope").display().to_string();
+        assert!(parse_checkpoints(&run(&checkpoints_script(&gone))).is_empty());
     }
 
     #[test]
