@@ -44,6 +44,10 @@ fn to_py(py: Python<'_>, e: Error) -> PyErr {
     build().unwrap_or_else(|import_error| import_error)
 }
 
+/// One URI's answer from `check_paths`: the URI, whether it exists (None: not a shared path), and
+/// why it was refused.
+type PathAnswer = (String, Option<bool>, Option<String>);
+
 fn json<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).expect("engine values serialise")
 }
@@ -208,7 +212,7 @@ impl Engine {
 
     /// Which shared-storage URIs exist (one round trip): per URI, `true`/`false`, or None when it is
     /// not a shared path (s3://, hf_model://, ...), or the refusal's text for a URI that is not one.
-    fn check_paths(&self, py: Python<'_>, uris: Vec<String>) -> PyResult<Vec<(String, Option<bool>, Option<String>)>> {
+    fn check_paths(&self, py: Python<'_>, uris: Vec<String>) -> PyResult<Vec<PathAnswer>> {
         self.with(py, move |c| {
             Ok(c.check_paths(&uris)?
                 .into_iter()

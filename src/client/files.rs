@@ -4,7 +4,7 @@
 
 use super::Client;
 use crate::error::Result;
-use crate::ops::files::{CheckpointFile, DirEntry, Deletion, Listing};
+use crate::ops::files::{CheckpointFile, Deletion, DirEntry, Listing};
 use crate::spec::{InputLocation, SpecError};
 
 impl Client {

@@ -485,7 +485,10 @@ fn resolve_job_resources(
             if g > settings.max_gpus_per_node {
                 return Err(SpecError::new(
                     "gpus",
-                    format!("SLURM_NUM_GPUS={g} is more than a node has (SLURM_MAX_GPUS_PER_NODE={})", settings.max_gpus_per_node),
+                    format!(
+                        "SLURM_NUM_GPUS={g} is more than a node has (SLURM_MAX_GPUS_PER_NODE={})",
+                        settings.max_gpus_per_node
+                    ),
                 ));
             }
         }

@@ -246,7 +246,10 @@ mod tests {
         bin.add("srun", "while [[ $1 == -* ]]; do shift; [[ $1 != -* && $1 != enroot ]] && shift; done\nexec \"$@\"");
         bin.add(
             "enroot",
-            &format!("echo \"$ENROOT_TEMP_PATH\" > {}; test -d \"$ENROOT_TEMP_PATH\"; printf hsqs > \"$3\"", seen.display()),
+            &format!(
+                "echo \"$ENROOT_TEMP_PATH\" > {}; test -d \"$ENROOT_TEMP_PATH\"; printf hsqs > \"$3\"",
+                seen.display()
+            ),
         );
         let tmp = dir.path().join("enroot-tmp");
         let p = SqshPolicy { enroot_temp_path: Some(tmp.display().to_string()), ..policy(&dir.path().join("cache")) };

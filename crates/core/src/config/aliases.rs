@@ -323,7 +323,8 @@ mod tests {
 
     #[test]
     fn cloud_metadata_is_the_tao_sdks_shape() {
-        let env = [("S3_BUCKET_NAME", "data"), ("ACCESS_KEY", "AK"), ("SECRET_KEY", "SK"), ("CLOUD_REGION", "us-west-2")];
+        let env =
+            [("S3_BUCKET_NAME", "data"), ("ACCESS_KEY", "AK"), ("SECRET_KEY", "SK"), ("CLOUD_REGION", "us-west-2")];
         let get = |n: &str| env.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string());
         let m: serde_json::Value = serde_json::from_str(&cloud_metadata(get).unwrap()).unwrap();
         assert_eq!(

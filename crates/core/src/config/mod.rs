@@ -375,7 +375,11 @@ impl Settings {
             base_results_dir: src.get("SLURM_BASE_RESULTS_DIR"),
             account,
             time_hours: src.hours("SLURM_TIME_HOURS", 4.0)?,
-            timeout_hours: src.parse("SLURM_TIMEOUT_HOURS", |v| parse_hours("SLURM_TIMEOUT_HOURS", v).map(Some), || None)?,
+            timeout_hours: src.parse(
+                "SLURM_TIMEOUT_HOURS",
+                |v| parse_hours("SLURM_TIMEOUT_HOURS", v).map(Some),
+                || None,
+            )?,
             use_requeue: src.flag("SLURM_USE_REQUEUE", true)?,
             max_gpus_per_node: src.count("SLURM_MAX_GPUS_PER_NODE", 1, 8)?,
             state_path,
@@ -520,9 +524,17 @@ mod tests {
 
     #[test]
     fn booleans_read_as_the_tao_sdk_reads_them_and_other_text_is_an_error() {
-        for (text, want) in
-            [("y", true), ("Yes", true), ("1", true), ("TRUE", true), ("on", true), ("n", false), ("No", false), ("0", false), ("off", false)]
-        {
+        for (text, want) in [
+            ("y", true),
+            ("Yes", true),
+            ("1", true),
+            ("TRUE", true),
+            ("on", true),
+            ("n", false),
+            ("No", false),
+            ("0", false),
+            ("off", false),
+        ] {
             let s = Settings::from_sources(&sources(&[("SLURM_USE_REQUEUE", text)], &[])).unwrap();
             assert_eq!(s.use_requeue, want, "{text}");
         }

@@ -105,7 +105,7 @@ pub fn parse_checkpoints(stdout: &str) -> Vec<CheckpointFile> {
             let time: f64 = parts.next()?.parse().ok()?;
             let size = parts.next()?.parse().ok()?;
             let path = parts.next()?.to_string();
-            (!path.is_empty()).then(|| (time, CheckpointFile { path, size, modified: time as i64 }))
+            (!path.is_empty()).then_some((time, CheckpointFile { path, size, modified: time as i64 }))
         })
         .collect();
     found.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.path.cmp(&b.1.path)));
