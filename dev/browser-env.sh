@@ -7,5 +7,5 @@ if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then
 fi
 echo "dev/browser-env.sh: installing chromium and chromium-driver" >&2
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq >&2
-apt-get install -y -qq chromium chromium-driver fonts-dejavu-core >&2
+"$(dirname "${BASH_SOURCE[0]}")/apt-get" update -qq >&2
+"$(dirname "${BASH_SOURCE[0]}")/apt-get" install -y -qq chromium chromium-driver fonts-dejavu-core >&2

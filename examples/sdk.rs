@@ -40,7 +40,7 @@ fn main() -> Result<(), tao_slurm::Error> {
     };
     let submitted = client.create_job(&spec, &Default::default())?;
     println!("submitted {} as Slurm job {}", submitted.job_id, submitted.slurm_job_id);
-    let done = client.wait_for(&submitted.job_id, Duration::from_secs(2), &mut Print)?;
+    let done = client.wait_for_job(&submitted.job_id, Duration::from_secs(2), &mut Print)?;
     let logs = client.job_logs(&done.job_id, None, None)?;
     print!("{}", logs.stdout);
     Ok(())

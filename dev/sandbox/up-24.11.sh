@@ -97,8 +97,8 @@ command -v mariadbd >/dev/null || host_pkgs+=(mariadb-server mariadb-client)
 command -v ssh >/dev/null || host_pkgs+=(openssh-client)
 if [[ ${#host_pkgs[@]} -gt 0 ]]; then
     echo "up-24.11.sh: installing on the host: ${host_pkgs[*]}"
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${host_pkgs[@]}" >/tmp/tao-slurm-sandbox-2411-apt.log 2>&1 \
+    "$HERE/../apt-get" update -qq
+    "$HERE/../apt-get" install -y -qq --no-install-recommends "${host_pkgs[@]}" >/tmp/tao-slurm-sandbox-2411-apt.log 2>&1 \
         || die "apt-get install on the host failed" /tmp/tao-slurm-sandbox-2411-apt.log
 fi
 if [[ ! -x "$ROOT/usr/bin/apt-get" ]]; then

@@ -154,6 +154,25 @@ impl Engine {
         self.with(py, move |c| Ok(json(&c.refresh(&ids)?)))
     }
 
+    /// One poll of the client's wait: refresh the jobs (one round trip) and say what changed after
+    /// `cursor` (an event id; None: from now) and how long to sleep before the next poll (a fixed
+    /// `interval_secs`, floored by the query budget, or the monitor's pace). Returns the tick (JSON:
+    /// views, changes, cursor, all_terminal, pause).
+    #[pyo3(signature = (ids, interval_secs=None, cursor=None))]
+    fn wait_step(
+        &self,
+        py: Python<'_>,
+        ids: Vec<String>,
+        interval_secs: Option<f64>,
+        cursor: Option<i64>,
+    ) -> PyResult<String> {
+        let interval = interval_secs.filter(|s| s.is_finite() && *s >= 0.0).map(std::time::Duration::from_secs_f64);
+        self.with(py, move |c| {
+            let wait = c.wait_start(&ids, cursor, interval)?;
+            Ok(json(&c.wait_step(&wait)?))
+        })
+    }
+
     /// The jobs as the state file holds them (no remote call).
     fn stored(&self, py: Python<'_>, ids: Vec<String>) -> PyResult<String> {
         self.with(py, move |c| Ok(json(&c.stored_jobs(&ids)?)))

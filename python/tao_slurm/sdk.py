@@ -477,11 +477,12 @@ class SlurmSDK(StorageCalls):
             JobNotFoundError: no such job.
         """
         deadline = None if timeout is None else time.monotonic() + float(timeout)
-        interval = self._wait_interval()
         while True:
-            view = json.loads(self._engine.refresh([job_id]))[0]
+            # One poll of the engine's wait (the client's `wait_step`): the refresh and its pace.
+            tick = json.loads(self._engine.wait_step([job_id], self._wait_interval()))
+            view = tick["views"][0]
             self._update_job(view)
-            if view["status"] in TERMINAL_STATUSES:
+            if tick["all_terminal"]:
                 with self._lock:
                     watch = self._watched.get(view["job_id"])
                 if watch is not None:
@@ -491,7 +492,7 @@ class SlurmSDK(StorageCalls):
                 return self._status_from_view(view)
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"job {job_id} is still {view['status']} after {timeout} s: {view['message']}")
-            pause = interval if deadline is None else min(interval, max(deadline - time.monotonic(), 0.0))
+            pause = tick["pause"] if deadline is None else min(tick["pause"], max(deadline - time.monotonic(), 0.0))
             time.sleep(pause)
 
     def watch(self, job_id: str, hooks: Hooks) -> Job:

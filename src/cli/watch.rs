@@ -27,16 +27,8 @@ impl WatchCmd {
             return Err(Error::Spec(crate::spec::SpecError::new("interval", "must be at least 0.2 seconds")));
         }
         let client = Client::new(settings)?;
-        let ids: Vec<String> = if self.job_ids.is_empty() {
-            client
-                .list(&crate::client::JobFilter { active_only: true, ..Default::default() })?
-                .jobs
-                .into_iter()
-                .map(|v| v.job_id)
-                .collect()
-        } else {
-            self.job_ids.clone()
-        };
+        let wait = client.wait_start(&self.job_ids, None, Some(Duration::from_secs_f64(self.interval)))?;
+        let ids = wait.ids();
         if ids.is_empty() {
             eprintln!("no active jobs to watch");
             return Ok(0);
@@ -55,37 +47,39 @@ impl WatchCmd {
             );
         }
         let mut last: HashMap<String, (PlatformStatus, Option<String>, String)> = HashMap::new();
-        loop {
-            let views = client.refresh(&ids)?;
+        let end = client.wait_for(&wait, &mut |tick| {
             if live_table {
                 print!("\x1b[H\x1b[2J");
-                println!("{}", table(&views));
+                println!("{}", table(&tick.views));
                 println!("refreshing every {} s; Ctrl-C detaches", self.interval);
             } else {
-                for v in &views {
+                for v in &tick.views {
                     let key = (v.status, v.slurm_state.clone(), v.message.clone());
                     if last.get(&v.job_id) != Some(&key) {
-                        if self.json {
-                            super::output::emit_line(v);
-                        } else {
-                            println!(
-                                "{}  {:<8} {:<12} {:>8}  {}",
-                                v.job_id,
-                                v.status.as_str(),
-                                super::clean(v.slurm_state.as_deref().unwrap_or("-")),
-                                elapsed(v.elapsed_secs),
-                                super::clean(&v.message)
-                            );
-                        }
+                        self.print_line(v);
                         last.insert(v.job_id.clone(), key);
                     }
                 }
             }
-            if views.iter().all(|v| v.status.is_terminal()) {
-                let all_complete = views.iter().all(|v| v.status == PlatformStatus::Complete);
-                return Ok(if all_complete { 0 } else { exit_code::JOB_FAILED });
-            }
-            std::thread::sleep(Duration::from_secs_f64(self.interval));
+            false
+        })?;
+        let all_complete = end.views.iter().all(|v| v.status == PlatformStatus::Complete);
+        Ok(if all_complete { 0 } else { exit_code::JOB_FAILED })
+    }
+
+    /// One job's line when it changed (a JSON line with --json).
+    fn print_line(&self, v: &JobView) {
+        if self.json {
+            super::output::emit_line(v);
+        } else {
+            println!(
+                "{}  {:<8} {:<12} {:>8}  {}",
+                v.job_id,
+                v.status.as_str(),
+                super::clean(v.slurm_state.as_deref().unwrap_or("-")),
+                elapsed(v.elapsed_secs),
+                super::clean(&v.message)
+            );
         }
     }
 }

@@ -7,9 +7,11 @@ mod logs;
 mod lookup;
 mod monitor;
 mod refresh;
+mod results;
 mod secrets;
 mod submission;
 mod views;
+mod wait;
 
 #[cfg(test)]
 mod tests;
@@ -32,10 +34,12 @@ pub use crate::store::service_records::{self, ApiJob, ServiceDb, TokenRecord};
 pub use crate::store::GroupRecord;
 pub use cluster::preflight;
 pub use monitor::{monitor_running, start_background_monitor, Monitor, MonitorLock, MonitorStep, AFTER_FAILURE};
+pub use results::{ArchiveAsk, ArchiveOut};
 pub use secrets::secret_values;
 pub use views::{
     FollowPoll, GroupView, JobCallbacks, JobList, JobView, PathCheck, PipelineSubmitted, StepSubmitted, Submission,
 };
+pub use wait::{Change, Wait, WaitTick};
 
 /// Unix seconds now: the one clock the front-ends read (the core is given `now`, never reads it).
 pub fn now_secs() -> i64 {
@@ -59,7 +63,7 @@ fn cluster_label(cluster: Option<&str>) -> String {
 }
 
 /// The library API, mirroring the reference SDK: `create_job`, `job_status`, `job_logs`, `cancel_job`,
-/// `list_jobs`, and `wait_for` with callbacks. See `examples/sdk.rs`.
+/// `list_jobs`, and `wait_for_job` with callbacks. See `examples/sdk.rs`.
 pub struct Client {
     settings: Settings,
     store: Store,

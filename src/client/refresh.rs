@@ -1,9 +1,8 @@
-//! Refreshing jobs from the cluster (one round trip for any number), waiting, cancelling.
+//! Refreshing jobs from the cluster (one round trip for any number), cancelling.
 
-use super::{Client, JobCallbacks, JobView};
+use super::{Client, JobView};
 use crate::engine::cancel;
 use crate::error::{Error, Result};
-use crate::status::PlatformStatus;
 use crate::store::{JobRecord, JobSummary};
 
 impl Client {
@@ -85,41 +84,6 @@ impl Client {
             *cache = Some((after, jobs));
         }
         Ok(result)
-    }
-
-    /// Follow a job until it is terminal, calling `callbacks` on each transition. Never gives up
-    /// because time passed.
-    pub fn wait_for(
-        &self,
-        id: &str,
-        interval: std::time::Duration,
-        callbacks: &mut dyn JobCallbacks,
-    ) -> Result<JobView> {
-        let mut seen_running_attempt = 0;
-        let mut seen_attempt = 1;
-        loop {
-            let view = self.job_status(id)?;
-            if view.attempt > seen_attempt {
-                seen_attempt = view.attempt;
-                callbacks.on_retry(&view);
-            }
-            if view.status == PlatformStatus::Running && seen_running_attempt != view.attempt {
-                seen_running_attempt = view.attempt;
-                callbacks.on_running(&view);
-            }
-            match view.status {
-                PlatformStatus::Complete => {
-                    callbacks.on_complete(&view);
-                    return Ok(view);
-                }
-                PlatformStatus::Error => {
-                    callbacks.on_error(&view);
-                    return Ok(view);
-                }
-                PlatformStatus::Canceled => return Ok(view),
-                _ => std::thread::sleep(interval),
-            }
-        }
     }
 
     /// Cancel one job (idempotent).

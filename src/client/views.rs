@@ -155,7 +155,7 @@ pub struct FollowPoll {
     pub caught_up: bool,
 }
 
-/// Callbacks for [`Client::wait_for`]; each has an empty default.
+/// Callbacks for [`Client::wait_for_job`]; each has an empty default.
 pub trait JobCallbacks {
     /// The job (attempt) started running.
     fn on_running(&mut self, _job: &JobView) {}

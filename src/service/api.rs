@@ -39,7 +39,7 @@ pub fn org_job(state: &AppState, org: &str, id: &str) -> ApiResult<Arc<CachedJob
         .ok_or_else(|| ApiError::not_found(format!("no job {id} in org {org}")))
 }
 
-fn workspace_of(state: &AppState, job: &CachedJob) -> ApiResult<Arc<Workspace>> {
+pub(super) fn workspace_of(state: &AppState, job: &CachedJob) -> ApiResult<Arc<Workspace>> {
     state.workspace(&job.out.workspace).ok_or_else(|| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -224,17 +224,25 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(
         ));
     }
     let de = &mut serde_json::Deserializer::from_slice(&body);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        // The path names the field at fault (an unknown field included).
-        let field = if path == "." || path == "?" || path.is_empty() { "body".to_string() } else { path };
-        ApiError::field(field, inner.to_string())
-    })
+    serde_path_to_error::deserialize(de).map_err(field_error)
+}
+
+/// A JSON value as type `T`, with the field of the first error named.
+pub fn from_value<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> ApiResult<T> {
+    serde_path_to_error::deserialize(value).map_err(field_error)
+}
+
+fn field_error<E: std::fmt::Display>(e: serde_path_to_error::Error<E>) -> ApiError {
+    let path = e.path().to_string();
+    let inner = e.into_inner();
+    // The path names the field at fault (an unknown field included).
+    let field = if path == "." || path == "?" || path.is_empty() { "body".to_string() } else { path };
+    ApiError::field(field, inner.to_string())
 }
 
 #[utoipa::path(post, path = "/api/v2/orgs/{org}/jobs", tag = "jobs", security(("bearer" = [])),
-    params(("org" = String, Path)), request_body = JobCreate,
+    params(("org" = String, Path)),
+    request_body(content = inline(JobCreateBody), description = "tao-slurm's job, or TAO's ExperimentJobReq / DatasetJobReq (`kind`, `action`, `network_arch`, `specs`, ... and no `image`): run as tao-core runs it on Slurm (TAO's image table, its container entrypoint); fields not used are ignored and named in the reply's `warnings`"),
     responses((status = 201, description = "Submitted to Slurm", body = JobOut),
         (status = 400, description = "Invalid: `field` names the field; nothing was sent to a cluster", body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 413, body = ErrorBody),
@@ -247,7 +255,14 @@ pub async fn create_job(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
-    let req: JobCreate = parse_json(&headers, body)?;
+    let body: serde_json::Value = parse_json(&headers, body)?;
+    // TAO's ExperimentJobReq / DatasetJobReq (no image), or tao-slurm's own body.
+    let (req, tao) = if super::tao_jobs::is_tao_body(&body) {
+        let (req, fields) = super::tao_jobs::to_job_create(&state, &org, &from_value(body)?)?;
+        (req, Some(serde_json::to_value(fields).map_err(|e| ApiError::internal(e.to_string()))?))
+    } else {
+        (from_value::<JobCreate>(body)?, None)
+    };
     let (mut spec, ws) = super::translate::to_spec(&state, &org, &req)?;
     let policy = super::policy::effective(&state, &org, &ws);
     if policy.allow_home_mount != Some(true) {
@@ -277,6 +292,7 @@ pub async fn create_job(
         num_gpu: req.num_gpu,
         token_id: Some(token.id.clone()),
         created_at: crate::client::now_secs(),
+        tao,
     };
     let st = state.clone();
     let w = ws.clone();
@@ -307,42 +323,37 @@ pub async fn create_job(
 
 #[utoipa::path(get, path = "/api/v2/orgs/{org}/jobs", tag = "jobs", security(("bearer" = [])),
     params(("org" = String, Path), ListQuery),
-    responses((status = 200, description = "The org's jobs, from the cache (no cluster round trip)", body = JobList),
+    responses((status = 200, description = "The org's jobs, from the cache (no cluster round trip): all of them without `size`, as TAO lists them", body = JobList),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn list_jobs(State(state): State<AppStateRef>, Path(org): Path<String>, uri: Uri) -> ApiResult<Response> {
     let q: ListQuery = query(&uri)?;
-    let size = q.size.unwrap_or(100);
-    if !(1..=1000).contains(&size) {
-        return Err(ApiError::field("size", format!("{size} is not from 1 to 1000")));
+    if let Some(size) = q.size {
+        if !(1..=1000).contains(&size) {
+            return Err(ApiError::field("size", format!("{size} is not from 1 to 1000")));
+        }
     }
     let skip = q.skip.unwrap_or(0);
     let statuses = match &q.status {
         None => None,
-        Some(list) => Some(
-            list.split(',')
+        Some(list) => {
+            let (negated, list) = list.strip_prefix('!').map_or((false, list.as_str()), |l| (true, l));
+            let parsed = list
+                .split(',')
                 .filter(|s| !s.trim().is_empty())
                 .map(|s| crate::filter::parse_status("status", s).map_err(ApiError::from_spec))
-                .collect::<ApiResult<Vec<_>>>()?,
-        ),
+                .collect::<ApiResult<Vec<_>>>()?;
+            Some((negated, parsed))
+        }
     };
-    let sort = q.sort.as_deref().unwrap_or("-created_on");
-    let (descending, key) = match sort.strip_prefix('-') {
-        Some(k) => (true, k),
-        None => (false, sort),
-    };
-    if !["created_on", "last_modified", "name", "status"].contains(&key) {
-        return Err(ApiError::field(
-            "sort",
-            format!("{sort:?}: sort by created_on, last_modified, name or status (a leading - for descending)"),
-        ));
-    }
+    let (descending, key) = sort_key(q.sort.as_deref())?;
     let snapshot = state.snapshot();
     let mut jobs: Vec<&Arc<CachedJob>> = snapshot
         .order
         .iter()
         .filter(|j| j.out.org == org)
-        .filter(|j| statuses.as_ref().is_none_or(|s| s.contains(&j.status)))
+        .filter(|j| statuses.as_ref().is_none_or(|(neg, s)| s.contains(&j.status) != *neg))
         .filter(|j| q.workspace.as_ref().is_none_or(|w| &j.out.workspace == w))
+        .filter(|j| tao_filters(&q, j))
         .collect();
     // `order` is newest first already; sorts are stable, ties keep it.
     match key {
@@ -355,6 +366,7 @@ pub async fn list_jobs(State(state): State<AppStateRef>, Path(org): Path<String>
         jobs.reverse();
     }
     let total = jobs.len();
+    let size = q.size.unwrap_or(total.max(1));
     let page: Vec<&str> = jobs.iter().skip(skip).take(size).map(|j| &*j.json).collect();
     let info = PaginationInfo {
         total_records: total,
@@ -366,6 +378,61 @@ pub async fn list_jobs(State(state): State<AppStateRef>, Path(org): Path<String>
         StatusCode::OK,
         format!("{{\"jobs\":[{}],\"pagination_info\":{}}}", page.join(","), serde_json::to_string(&info).unwrap()),
     ))
+}
+
+/// The sort of a listing: ours (`created_on`, `-name`...) or TAO's (`date-descending`...), as
+/// (descending, key).
+fn sort_key(sort: Option<&str>) -> ApiResult<(bool, &str)> {
+    let sort = sort.unwrap_or("-created_on");
+    let tao = |s: &str| match s {
+        "date-descending" => Some((true, "created_on")),
+        "date-ascending" => Some((false, "created_on")),
+        "name-descending" => Some((true, "name")),
+        "name-ascending" => Some((false, "name")),
+        "status-descending" => Some((true, "status")),
+        "status-ascending" => Some((false, "status")),
+        _ => None,
+    };
+    let (descending, key) = tao(sort).unwrap_or_else(|| match sort.strip_prefix('-') {
+        Some(k) => (true, k),
+        None => (false, sort),
+    });
+    if !["created_on", "last_modified", "name", "status"].contains(&key) {
+        return Err(ApiError::field(
+            "sort",
+            format!("{sort:?}: sort by created_on, last_modified, name or status (a leading - for descending), or TAO's date-descending, name-ascending..."),
+        ));
+    }
+    Ok((descending, key))
+}
+
+/// TAO's filters of a listing: exact `name` (`!name` for all but), `network_arch`, `kind`, a tag
+/// (`tags` or `tag`), `search` in name, description or id.
+fn tao_filters(q: &ListQuery, j: &CachedJob) -> bool {
+    let exact = |want: &Option<String>, have: Option<&str>| match want.as_deref() {
+        None => true,
+        Some(w) => match w.strip_prefix('!') {
+            Some(not) => have != Some(not),
+            None => have == Some(w),
+        },
+    };
+    let tao = &j.out.tao;
+    let tag = q.tags.as_ref().or(q.tag.as_ref());
+    let tagged = tag.is_none_or(|t| match t.strip_prefix('!') {
+        Some(not) => !tao.tags.iter().any(|x| x == not),
+        None => tao.tags.iter().any(|x| x == t),
+    });
+    let found = q.search.as_ref().is_none_or(|s| {
+        let low = s.to_lowercase();
+        j.out.name.as_deref().is_some_and(|n| n.to_lowercase().contains(&low))
+            || tao.description.as_deref().is_some_and(|d| d.to_lowercase().contains(&low))
+            || j.out.id.contains(s.as_str())
+    });
+    exact(&q.name, j.out.name.as_deref())
+        && exact(&q.network_arch, tao.network_arch.as_deref())
+        && exact(&q.kind, tao.kind.as_deref())
+        && tagged
+        && found
 }
 
 /// `GET /jobs/{job_id}`, `:logs`, `:events`, `:attempts` and `:stream`.
@@ -384,8 +451,11 @@ pub async fn job_get_ref(
         "events" => job_events(state, org, id, query(&uri)?).await.map(IntoResponse::into_response),
         "attempts" => job_attempts(state, org, id).await.map(IntoResponse::into_response),
         "stream" => super::sse::job_stream(state, org, id, query(&uri)?).await,
+        "list_files" => super::results::list_files(state, org, id, uri).await.map(IntoResponse::into_response),
+        "download" => super::results::download(state, org, id, uri).await,
+        "download_selective_files" => super::results::download_selective(state, org, id, uri).await,
         other => Err(ApiError::not_found(format!(
-            "no job action :{other} for GET (there are :logs, :events, :attempts, :stream)"
+            "no job action :{other} for GET (there are :logs, :events, :attempts, :stream, :list_files, :download, :download_selective_files)"
         ))),
     }
 }
@@ -397,6 +467,7 @@ pub async fn job_post_ref(
 ) -> ApiResult<Response> {
     match reference.rsplit_once(':') {
         Some((id, "cancel")) => cancel_job(state, org, id.to_string()).await,
+        Some((_, a @ ("publish_model" | "log_update" | "status_update"))) => Err(super::tao_routes::not_here(a)),
         _ => Err(ApiError::not_found("no such job action for POST (there is :cancel)")),
     }
 }
@@ -406,6 +477,9 @@ pub async fn job_delete_ref(
     State(state): State<AppStateRef>,
     Path((org, reference)): Path<(String, String)>,
 ) -> ApiResult<Response> {
+    if reference.ends_with(":remove_published_model") {
+        return Err(super::tao_routes::not_here("remove_published_model"));
+    }
     if reference.contains(':') {
         return Err(ApiError::not_found("DELETE takes a job id"));
     }
@@ -477,18 +551,26 @@ pub async fn delete_job(state: AppStateRef, org: String, id: String) -> ApiResul
 /// Largest log read.
 const MAX_LOG_BYTES: u64 = 1 << 20;
 
-#[utoipa::path(get, path = "/api/v2/orgs/{org}/jobs/{job_id}:logs", tag = "jobs", security(("bearer" = [])),
-    params(("org" = String, Path), ("job_id" = String, Path), LogsQuery),
-    responses((status = 200, description = "main.out then main.err (tail), or one file's bytes from `offset` with X-Log-Offset, X-Next-Offset and X-Log-Size headers; empty before the job reaches Slurm", content_type = "text/plain", body = String),
-        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 502, body = ErrorBody)))]
-pub async fn job_logs(state: AppStateRef, org: String, id: String, q: LogsQuery) -> ApiResult<Response> {
-    let job = org_job(&state, &org, &id)?;
+/// A log read asked for, checked.
+struct LogAsk {
+    stream: Option<crate::client::Stream>,
+    limit: u64,
+}
+
+/// Check a log query against the job before anything reaches the cluster.
+fn log_ask(job: &CachedJob, q: &LogsQuery) -> ApiResult<LogAsk> {
     let stream = match q.stream.as_deref().unwrap_or("both") {
         "stdout" => Some(crate::client::Stream::Stdout),
         "stderr" => Some(crate::client::Stream::Stderr),
         "both" => None,
         other => return Err(ApiError::field("stream", format!("{other:?} is not stdout, stderr or both"))),
     };
+    if q.automl_experiment_index.is_some() {
+        return Err(ApiError::field(
+            "automl_experiment_index",
+            "AutoML is TAO's own scheduler; jobs here have one log",
+        ));
+    }
     if q.tail.is_some() && q.offset.is_some() {
         return Err(ApiError::field("offset", "give tail or offset, not both"));
     }
@@ -503,16 +585,32 @@ pub async fn job_logs(state: AppStateRef, org: String, id: String, q: LogsQuery)
     }
     if let Some(a) = q.attempt {
         if a == 0 || a > job.attempt {
-            return Err(ApiError::field("attempt", format!("job {id} has attempts 1 to {}", job.attempt)));
+            return Err(ApiError::field("attempt", format!("job {} has attempts 1 to {}", job.out.id, job.attempt)));
         }
     }
-    let text = |t: String| (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], t).into_response();
+    if q.offset.is_some() && stream.is_none() {
+        return Err(ApiError::field("stream", "reading from an offset needs stdout or stderr"));
+    }
+    Ok(LogAsk { stream, limit })
+}
+
+fn text_reply(t: String) -> Response {
+    (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], t).into_response()
+}
+
+#[utoipa::path(get, path = "/api/v2/orgs/{org}/jobs/{job_id}:logs", tag = "jobs", security(("bearer" = [])),
+    params(("org" = String, Path), ("job_id" = String, Path), LogsQuery),
+    responses((status = 200, description = "The whole log, main.out then main.err, as TAO gives it (at most 1 MiB: the end is kept, a first line says what was cut, and X-Log-Truncated: true), or the last `tail` lines, or one file's bytes from `offset` with X-Log-Offset, X-Next-Offset and X-Log-Size headers; empty before the job reaches Slurm", content_type = "text/plain", body = String),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 502, body = ErrorBody)))]
+pub async fn job_logs(state: AppStateRef, org: String, id: String, q: LogsQuery) -> ApiResult<Response> {
+    let job = org_job(&state, &org, &id)?;
+    let ask = log_ask(&job, &q)?;
     let on_slurm = match q.attempt {
         Some(a) if a < job.attempt => true,
         _ => job.out.backend_details.slurm_metadata.slurm_job_id.is_some(),
     };
     if !on_slurm {
-        return Ok(text(String::new()));
+        return Ok(text_reply(String::new()));
     }
     let ws = workspace_of(&state, &job)?;
     let _in_pool = ws.pool.enter(&ws.id).await?;
@@ -521,54 +619,61 @@ pub async fn job_logs(state: AppStateRef, org: String, id: String, q: LogsQuery)
         tracing::warn!(%org, error = %m, "cannot read the org's secrets");
         ApiError::internal("the service cannot read the org's secrets; the operator finds why in its log")
     })?;
-    let text = |t: String| text(super::org_secrets::redact(t, &values));
-    match q.offset {
-        Some(offset) => {
-            let stream =
-                stream.ok_or_else(|| ApiError::field("stream", "reading from an offset needs stdout or stderr"))?;
+    let (text, headers) = match (q.offset, ask.stream) {
+        (Some(offset), Some(stream)) => {
             let range = blocking(move || {
-                ws.with_client(|c| c.log_range(&id, stream, offset, limit, q.attempt)).map_err(ApiError::engine)
+                ws.with_client(|c| c.log_range(&id, stream, offset, ask.limit, q.attempt)).map_err(ApiError::engine)
             })
             .await?;
-            let mut r = text(range.text);
-            let h = r.headers_mut();
-            h.insert("x-log-offset", range.offset.into());
-            h.insert("x-next-offset", range.next_offset.into());
-            if let Some(size) = range.size {
-                h.insert("x-log-size", size.into());
-            }
-            Ok(r)
+            let mut h = vec![("x-log-offset", range.offset), ("x-next-offset", range.next_offset)];
+            h.extend(range.size.map(|s| ("x-log-size", s)));
+            (range.text, h.into_iter().map(|(k, v)| (k, header::HeaderValue::from(v))).collect())
         }
-        None => {
-            let tail = q.tail.unwrap_or(200);
-            let keep_end = |text: &mut String, cap: usize| {
-                let (kept, cut) = crate::ops::logs::keep_end(text, cap);
-                *text = kept;
-                cut
-            };
-            let mut logs =
-                blocking(move || ws.with_client(|c| c.job_logs(&id, Some(tail), q.attempt)).map_err(ApiError::engine))
+        _ => {
+            let logs =
+                blocking(move || ws.with_client(|c| c.job_logs(&id, q.tail, q.attempt)).map_err(ApiError::engine))
                     .await?;
-            // Capped like a range: `limit` bytes in all, the ends of the files kept.
-            let cap = (if stream.is_none() && !logs.stderr.is_empty() { limit / 2 } else { limit }) as usize;
-            let (out_cut, err_cut) = (keep_end(&mut logs.stdout, cap), keep_end(&mut logs.stderr, cap));
-            let mut r = text(match stream {
-                Some(crate::client::Stream::Stdout) => logs.stdout,
-                Some(crate::client::Stream::Stderr) => logs.stderr,
-                None if logs.stderr.is_empty() => logs.stdout,
-                None => format!(
-                    "{}{}{}",
-                    logs.stdout,
-                    if logs.stdout.ends_with('\n') || logs.stdout.is_empty() { "" } else { "\n" },
-                    logs.stderr
-                ),
-            });
-            if out_cut || err_cut {
-                r.headers_mut().insert("x-log-truncated", header::HeaderValue::from_static("true"));
-            }
-            Ok(r)
+            joined_logs(logs, ask.stream, ask.limit)
         }
+    };
+    let mut r = text_reply(super::org_secrets::redact(text, &values));
+    r.headers_mut().extend(headers.into_iter().map(|(k, v)| (header::HeaderName::from_static(k), v)));
+    Ok(r)
+}
+
+/// main.out then main.err (or one of them), `limit` bytes in all with the ends of the files kept; a
+/// first line says what was cut.
+fn joined_logs(
+    mut logs: crate::client::JobLogs,
+    stream: Option<crate::client::Stream>,
+    limit: u64,
+) -> (String, Vec<(&'static str, header::HeaderValue)>) {
+    let keep_end = |text: &mut String, cap: usize| {
+        let (kept, cut) = crate::ops::logs::keep_end(text, cap);
+        *text = kept;
+        cut
+    };
+    let cap = (if stream.is_none() && !logs.stderr.is_empty() { limit / 2 } else { limit }) as usize;
+    let (out_cut, err_cut) = (keep_end(&mut logs.stdout, cap), keep_end(&mut logs.stderr, cap));
+    let mut text = match stream {
+        Some(crate::client::Stream::Stdout) => logs.stdout,
+        Some(crate::client::Stream::Stderr) => logs.stderr,
+        None if logs.stderr.is_empty() => logs.stdout,
+        None => format!(
+            "{}{}{}",
+            logs.stdout,
+            if logs.stdout.ends_with('\n') || logs.stdout.is_empty() { "" } else { "\n" },
+            logs.stderr
+        ),
+    };
+    if !(out_cut || err_cut) {
+        return (text, Vec::new());
     }
+    text.insert_str(
+        0,
+        &format!("[tao-slurm: the log is longer than {limit} bytes; only the end of each file is shown here; read it all with ?stream=stdout&offset=0]\n"),
+    );
+    (text, vec![("x-log-truncated", header::HeaderValue::from_static("true"))])
 }
 
 #[utoipa::path(get, path = "/api/v2/orgs/{org}/jobs/{job_id}:events", tag = "jobs", security(("bearer" = [])),

@@ -1,5 +1,6 @@
-//! The API's errors: `{error_desc, error_code}` as the TAO service sends them, plus the field at fault
-//! when a request is invalid, with the HTTP status that fits.
+//! The API's errors: `{error_desc, error_code}` as the TAO service sends them (`error_code` an integer,
+//! as TAO's ErrorRsp has it: here the HTTP status), plus a stable `error_type` and the field at fault
+//! when a request is invalid.
 
 use crate::error::ErrorKind;
 use axum::http::{header, StatusCode};
@@ -12,11 +13,14 @@ use utoipa::ToSchema;
 pub struct ErrorBody {
     /// What went wrong and what to do, in words.
     pub error_desc: String,
+    /// An integer, as TAO's ErrorRsp has it: the HTTP status of the reply.
+    pub error_code: u16,
     /// A stable code: `invalid_field`, `unauthorized`, `forbidden`, `not_found`, `conflict`,
     /// `payload_too_large`, `unsupported_media_type`, `cluster_unreachable`, `cluster_command_failed`,
     /// `workspace_unavailable`, `preflight_failed`, `secrets_unavailable`, `rate_limited` (429),
-    /// `busy` (503), `internal`. The 429 and 503 come with a `Retry-After` header.
-    pub error_code: String,
+    /// `busy` (503), `not_implemented` (501), `internal`. The 429 and 503 come with a `Retry-After`
+    /// header.
+    pub error_type: String,
     /// The request field at fault (`gpus`, `backend_details.cluster_name`, `status`, ...).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
@@ -34,7 +38,12 @@ impl ApiError {
     pub fn new(status: StatusCode, code: &str, desc: impl Into<String>) -> ApiError {
         ApiError {
             status,
-            body: ErrorBody { error_desc: desc.into(), error_code: code.into(), field: None },
+            body: ErrorBody {
+                error_desc: desc.into(),
+                error_code: status.as_u16(),
+                error_type: code.into(),
+                field: None,
+            },
             retry_after: None,
         }
     }

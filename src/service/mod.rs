@@ -20,9 +20,12 @@ pub mod openapi;
 pub mod operator;
 pub mod org_secrets;
 pub mod policy;
+mod results;
 mod revoke;
 mod sse;
 pub mod state;
+pub mod tao_jobs;
+pub mod tao_routes;
 mod translate;
 pub mod types;
 pub mod workspace;
@@ -56,11 +59,15 @@ pub struct ServeOptions {
     pub requests_per_sec: u32,
 }
 
-/// Every request under `/api/` but health needs a valid token; under `/api/v2/orgs/{org}/` its org.
+/// Every request under `/api/` but health and login needs a valid token; under `/api/v2/orgs/{org}/` its org.
 async fn authenticate(State(state): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
     state.http_requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let path = req.uri().path();
-    if !path.starts_with("/api/") || path == "/api/v2/health" {
+    if !path.starts_with("/api/")
+        || path == "/api/v2/login"
+        || path == "/api/v2/health"
+        || path.starts_with("/api/v2/health/")
+    {
         return next.run(req).await;
     }
     let presented = req
@@ -120,21 +127,45 @@ pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
         .route("/assets/app.js", get(dashboard::app_js))
         .route("/assets/app.css", get(dashboard::app_css))
         .route("/api/v2/health", get(api::health))
+        .route("/api/v2/health/liveness", get(tao_routes::liveness))
+        .route("/api/v2/health/readiness", get(tao_routes::readiness))
+        .route("/api/v2/login", axum::routing::post(tao_routes::login))
         .route("/api/v2/openapi.json", get(api::openapi_json))
         .route(&format!("{org}/stats"), get(api::stats))
         .route(&format!("{org}/workspaces"), get(api::list_workspaces).post(workspaces::create_workspace))
         .route(
             &format!("{org}/workspaces/{{workspace_ref}}"),
-            get(api::workspace_ref).delete(workspaces::delete_workspace),
+            get(api::workspace_ref).delete(workspaces::delete_workspace).put(tao_routes::workspace_update),
         )
+        .route(&format!("{org}/workspaces/{{workspace_ref}}/gpu_types"), get(tao_routes::workspace_gpu_types))
+        .route(&format!("{org}/workspaces:backup"), axum::routing::any(tao_routes::workspace_update))
+        .route(&format!("{org}/workspaces:restore"), axum::routing::any(tao_routes::workspace_update))
+        .route(&format!("{org}/datasets"), axum::routing::any(tao_routes::datasets))
+        .route(&format!("{org}/datasets/{{rest}}"), axum::routing::any(tao_routes::datasets))
+        .route(&format!("{org}/inference_microservices"), axum::routing::any(tao_routes::inference_microservices))
+        .route(
+            &format!("{org}/inference_microservices/{{rest}}"),
+            axum::routing::any(tao_routes::inference_microservices),
+        )
+        .route(&format!("{org}/automl:get_param_details"), axum::routing::any(tao_routes::automl))
         .route(&format!("{org}/ssh-key"), get(workspaces::ssh_key))
         .route(&format!("{org}/secrets"), get(org_secrets::list_secrets))
         .route(&format!("{org}/secrets/{{name}}"), put(org_secrets::put_secret).delete(org_secrets::delete_secret))
         .route(&format!("{org}/jobs"), get(api::list_jobs).post(api::create_job))
         .route(&format!("{org}/jobs:stream"), get(sse::jobs_stream))
+        .route(&format!("{org}/jobs:gpu_types"), get(tao_routes::gpu_types))
+        .route(&format!("{org}/jobs:schema"), axum::routing::any(|| async { tao_routes::not_here("jobs:schema") }))
+        .route(
+            &format!("{org}/jobs:list_base_experiments"),
+            axum::routing::any(|| async { tao_routes::not_here("jobs:list_base_experiments") }),
+        )
+        .route(
+            &format!("{org}/jobs:load_airgapped"),
+            axum::routing::any(|| async { tao_routes::not_here("jobs:load_airgapped") }),
+        )
         .route(
             &format!("{org}/jobs/{{job_ref}}"),
-            get(api::job_get_ref).post(api::job_post_ref).delete(api::job_delete_ref),
+            get(api::job_get_ref).post(api::job_post_ref).delete(api::job_delete_ref).patch(tao_routes::job_update),
         )
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(state.clone(), authenticate))

@@ -26,11 +26,14 @@ impl Modify for BearerAuth {
 #[openapi(
     info(
         title = "tao-slurm service",
-        description = "Jobs on Slurm clusters in the TAO service's shape: workspaces of cloud_type slurm (cluster profiles), jobs with backend_details.slurm_metadata, logs, events and server-sent event streams. Statuses: Pending, Running, Done (tao-slurm Complete), Error, Canceled, Paused. Errors are {error_desc, error_code, field?}.",
+        description = "Jobs on Slurm clusters in the TAO service's shape: workspaces of cloud_type slurm (cluster profiles), jobs with backend_details.slurm_metadata, logs, events and server-sent event streams. Statuses: Pending, Running, Done (tao-slurm Complete), Error, Canceled, Paused. Errors are {error_desc, error_code (the HTTP status, an integer as in TAO), error_type, field?}. TAO's own client (nvidia-tao-client) works against it: POST /api/v2/login with a tao-slurm token as ngc_key, TAO's ExperimentJobReq/DatasetJobReq bodies, TAO's listing filters; TAO routes with no meaning here answer 501.",
         license(name = "Apache-2.0")
     ),
     paths(
         api::health,
+        super::tao_routes::liveness,
+        super::tao_routes::readiness,
+        super::tao_routes::login,
         api::openapi_json,
         api::stats,
         api::list_workspaces,
@@ -52,6 +55,11 @@ impl Modify for BearerAuth {
         api::job_events,
         api::job_attempts,
         sse::job_stream,
+        super::tao_routes::gpu_types,
+        super::tao_routes::workspace_gpu_types,
+        super::results::list_files,
+        super::results::download,
+        super::results::download_selective,
     ),
     components(schemas(
         error::ErrorBody,
@@ -60,6 +68,12 @@ impl Modify for BearerAuth {
         types::CommandIn,
         types::BackendDetailsIn,
         types::JobOut,
+        types::TaoJobFields,
+        super::tao_jobs::TaoJobCreate,
+        types::JobResultOut,
+        super::tao_routes::LoginReq,
+        super::tao_routes::LoginRsp,
+        super::tao_routes::GpuDetails,
         types::JobList,
         types::JobListChange,
         types::LogChunkOut,

@@ -327,6 +327,7 @@ fn cached(client: &Client, view: &JobView, meta: &ApiJob, key: ChangeKey, rev: u
         num_gpu: meta.num_gpu,
         specs: meta.specs.clone(),
         progress: types::progress(view),
+        job_details: types::job_details(view),
         backend_details: BackendDetailsOut {
             backend_type: "slurm".into(),
             partition: view.partition.clone(),
@@ -344,6 +345,7 @@ fn cached(client: &Client, view: &JobView, meta: &ApiJob, key: ChangeKey, rev: u
                 next_retry_at: view.next_retry_at.map(types::rfc3339),
             },
         },
+        tao: meta.tao.clone().and_then(|t| serde_json::from_value(t).ok()).unwrap_or_default(),
     };
     let json: Arc<str> = serde_json::to_string(&out).expect("a job serialises").into();
     CachedJob {

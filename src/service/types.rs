@@ -139,6 +139,15 @@ pub struct JobCreate {
     pub after: Vec<String>,
 }
 
+/// The body of a job create, for the OpenAPI document: tao-slurm's own or TAO's.
+#[derive(Deserialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum JobCreateBody {
+    Own(Box<JobCreate>),
+    Tao(Box<super::tao_jobs::TaoJobCreate>),
+}
+
 /// The fields of [`JobCreate`] that are the TAO service's, not a job file's.
 pub const TAO_ONLY_FIELDS: &[&str] = &["workspace", "action", "num_gpu", "backend_details"];
 
@@ -229,7 +238,61 @@ pub struct JobOut {
     #[schema(value_type = Object)]
     pub specs: serde_json::Value,
     pub progress: Option<JobProgress>,
+    /// TAO's JobResult of the job, by job id (empty until its container writes status.json).
+    pub job_details: BTreeMap<String, JobResultOut>,
     pub backend_details: BackendDetailsOut,
+    /// TAO's fields, for a job made from TAO's create body (`kind` is null for tao-slurm's own body).
+    #[serde(flatten)]
+    pub tao: TaoJobFields,
+}
+
+/// TAO's fields of a job made from TAO's ExperimentJobReq or DatasetJobReq, kept with the job.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TaoJobFields {
+    /// `experiment` or `dataset`; null for a job made from tao-slurm's own body.
+    pub kind: Option<String>,
+    /// The job it ran after (TAO's `parent_job_id`).
+    pub parent_id: Option<String>,
+    pub network_arch: Option<String>,
+    pub description: Option<String>,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataset_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataset_format: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub train_dataset_uris: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval_dataset_uri: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inference_dataset_uri: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration_dataset_uri: Option<String>,
+    /// The request's fields tao-slurm did not use, each with why (TAO ignores unknown fields too).
+    #[serde(default)]
+    pub warnings: Vec<String>,
+}
+
+/// TAO's JobResult: what the job's container last wrote to status.json.
+#[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
+pub struct JobResultOut {
+    pub detailed_status: DetailedStatus,
+    #[schema(value_type = Option<Object>)]
+    pub epoch: Option<serde_json::Value>,
+    #[schema(value_type = Option<Object>)]
+    pub max_epoch: Option<serde_json::Value>,
+    #[schema(value_type = Option<Object>)]
+    pub eta: Option<serde_json::Value>,
+    #[schema(value_type = Option<Object>)]
+    pub time_per_epoch: Option<serde_json::Value>,
+    #[schema(value_type = Option<Object>)]
+    pub cur_iter: Option<serde_json::Value>,
+    #[schema(value_type = Option<Object>)]
+    pub kpi: Option<serde_json::Value>,
+    #[schema(value_type = Option<Object>)]
+    pub key_metric: Option<serde_json::Value>,
+    pub message: Option<String>,
 }
 
 /// Paging of a listing.
@@ -256,15 +319,27 @@ pub struct ListQuery {
     pub skip: Option<usize>,
     /// Page size, 1 to 1000 (default 100).
     pub size: Option<usize>,
-    /// `created_on`, `last_modified`, `name` or `status`; a leading `-` sorts descending (default `-created_on`).
+    /// `created_on`, `last_modified`, `name` or `status`, a leading `-` sorting descending, or TAO's
+    /// `date-descending` (the default), `date-ascending`, `name-ascending`, `name-descending`,
+    /// `status-ascending`, `status-descending`.
     pub sort: Option<String>,
-    /// Comma-separated statuses, TAO's or tao-slurm's names (`Running,Done`).
+    /// Comma-separated statuses, TAO's or tao-slurm's names (`Running,Done`); `!Done`: all but one.
     pub status: Option<String>,
     /// Only this workspace's jobs.
     pub workspace: Option<String>,
+    /// TAO's filters: the exact name (`!name`: all but), network, kind, a tag (`tags`; `tag` too).
+    pub name: Option<String>,
+    pub network_arch: Option<String>,
+    pub kind: Option<String>,
+    pub tags: Option<String>,
+    pub tag: Option<String>,
+    /// Jobs whose name or description holds this text (any case), or whose id holds it.
+    pub search: Option<String>,
+    /// TAO's flag for the caller's own jobs; every job of the org is listed here.
+    pub user_only: Option<String>,
 }
 
-/// Log parameters: the last `tail` lines of both files (default 200), or a byte range of one file from `offset`.
+/// Log parameters: the whole of both files (default, capped), the last `tail` lines, or a byte range of one file from `offset`.
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
@@ -281,6 +356,8 @@ pub struct LogsQuery {
     pub stream: Option<String>,
     /// An earlier attempt (1-based); default: the current one.
     pub attempt: Option<u32>,
+    /// TAO's AutoML experiment index: refused (jobs here have one log).
+    pub automl_experiment_index: Option<i64>,
 }
 
 /// Event parameters.
@@ -517,6 +594,30 @@ pub fn progress(view: &JobView) -> Option<JobProgress> {
             status: text("status"),
         },
     })
+}
+
+/// TAO's `job_details` of a job: its JobResult under its id, from its last status.json line.
+pub fn job_details(view: &JobView) -> BTreeMap<String, JobResultOut> {
+    let Some(p) = view.progress.as_ref().and_then(|p| p.as_object()) else { return BTreeMap::new() };
+    let text = |k: &str| p.get(k).and_then(|v| v.as_str()).map(String::from);
+    let value = |k: &str| p.get(k).filter(|v| !v.is_null()).cloned();
+    let result = JobResultOut {
+        detailed_status: DetailedStatus {
+            date: text("date"),
+            time: text("time"),
+            message: text("message"),
+            status: text("status"),
+        },
+        epoch: value("epoch"),
+        max_epoch: value("max_epoch"),
+        eta: value("eta"),
+        time_per_epoch: value("time_per_epoch"),
+        cur_iter: value("cur_iter"),
+        kpi: value("kpi"),
+        key_metric: value("key_metric"),
+        message: text("message"),
+    };
+    [(view.job_id.clone(), result)].into()
 }
 
 #[cfg(test)]

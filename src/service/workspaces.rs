@@ -43,7 +43,10 @@ pub struct WorkspaceCreate {
 #[serde(deny_unknown_fields)]
 pub struct SlurmDetailsIn {
     pub slurm_user: String,
-    /// Login hosts, for failover: `host`, `host:port` or an ssh_config alias of the service.
+    /// Login hosts, for failover: `host`, `host:port` or an ssh_config alias of the service (one
+    /// string is one host, as TAO's client's SlurmCloudPull sends it).
+    #[serde(deserialize_with = "one_or_many")]
+    #[schema(value_type = Vec<String>)]
     pub slurm_hostname: Vec<String>,
     /// Default `/lustre/users/<slurm_user>/tao-slurm`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -55,6 +58,20 @@ pub struct SlurmDetailsIn {
     /// TAO repeats the cloud type here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cloud_type: Option<String>,
+}
+
+/// A list of strings, or one string as a list of one.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    })
 }
 
 /// The public key the service logs in with for an org.

@@ -88,6 +88,8 @@ pub struct ApiJob {
     pub num_gpu: Option<i64>,
     pub token_id: Option<String>,
     pub created_at: i64,
+    /// TAO's fields of a job made from TAO's create body (kind, network_arch, tags...), as JSON.
+    pub tao: Option<serde_json::Value>,
 }
 
 /// An org's secret as stored: (name, nonce, sealed value).
@@ -143,6 +145,14 @@ impl ServiceDb {
             .map_err(|e| sql_err(path, e))?;
         if !has_expiry {
             conn.execute_batch("ALTER TABLE tokens ADD COLUMN expires_at INTEGER").map_err(|e| sql_err(path, e))?;
+        }
+        // TAO's job fields came later too.
+        let has_tao: bool = conn
+            .query_row("SELECT COUNT(*) FROM pragma_table_info('api_jobs') WHERE name = 'tao'", [], |r| r.get(0))
+            .map(|n: i64| n > 0)
+            .map_err(|e| sql_err(path, e))?;
+        if !has_tao {
+            conn.execute_batch("ALTER TABLE api_jobs ADD COLUMN tao TEXT").map_err(|e| sql_err(path, e))?;
         }
         Ok(ServiceDb { conn: Mutex::new(conn), path: path.to_path_buf() })
     }
@@ -245,8 +255,8 @@ impl ServiceDb {
     pub fn insert_job(&self, job: &ApiJob) -> Result<(), String> {
         self.conn()
             .execute(
-                "INSERT INTO api_jobs (job_id, org, workspace, action, specs, num_gpu, token_id, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "INSERT INTO api_jobs (job_id, org, workspace, action, specs, num_gpu, token_id, created_at, tao)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                 params![
                     job.job_id,
                     job.org,
@@ -255,7 +265,8 @@ impl ServiceDb {
                     job.specs.to_string(),
                     job.num_gpu,
                     job.token_id,
-                    job.created_at
+                    job.created_at,
+                    job.tao.as_ref().map(|t| t.to_string())
                 ],
             )
             .map_err(|e| sql_err(&self.path, e))?;
@@ -279,13 +290,14 @@ impl ServiceDb {
         let conn = self.conn();
         let mut st = conn
             .prepare(
-                "SELECT job_id, org, workspace, action, specs, num_gpu, token_id, created_at FROM api_jobs
+                "SELECT job_id, org, workspace, action, specs, num_gpu, token_id, created_at, tao FROM api_jobs
                  WHERE deleted_at IS NULL",
             )
             .map_err(|e| sql_err(&self.path, e))?;
         let rows = st
             .query_map([], |r| {
                 let specs: Option<String> = r.get(4)?;
+                let tao: Option<String> = r.get(8)?;
                 Ok(ApiJob {
                     job_id: r.get(0)?,
                     org: r.get(1)?,
@@ -295,6 +307,7 @@ impl ServiceDb {
                     num_gpu: r.get(5)?,
                     token_id: r.get(6)?,
                     created_at: r.get(7)?,
+                    tao: tao.and_then(|t| serde_json::from_str(&t).ok()),
                 })
             })
             .map_err(|e| sql_err(&self.path, e))?;

@@ -39,6 +39,59 @@ fn validate_openapi(doc: &str) {
     );
 }
 
+/// The routes TAO's own client calls beyond jobs and workspaces, on a finished job (tests/tao_client
+/// drives them with the real client): login and health without a token, GPU types, files, downloads.
+async fn tao_routes(svc: &Service, job: &str, hit: &mut impl FnMut(&str, &str)) {
+    for probe in ["liveness", "readiness"] {
+        let r = svc.http.get(format!("{}/api/v2/health/{probe}", svc.url)).send().await.unwrap();
+        assert_eq!((r.status().as_u16(), r.json::<Value>().await.unwrap()), (200, json!("OK")), "{probe}");
+        hit("get", &format!("/api/v2/health/{probe}"));
+    }
+    let login = |key: String, org: &str| {
+        svc.http
+            .post(format!("{}/api/v2/login", svc.url))
+            .body(json!({"ngc_key": key, "ngc_org_name": org}).to_string())
+            .send()
+    };
+    let r = login(svc.token.clone(), ORG).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let creds: Value = r.json().await.unwrap();
+    assert_eq!(creds["token"], svc.token.as_str(), "{creds}");
+    hit("post", "/api/v2/login");
+    for (key, org) in [("tsk_nope".to_string(), ORG), (svc.token.clone(), "team-z")] {
+        let r = login(key, org).await.unwrap();
+        assert_eq!(r.status(), 401);
+        assert_eq!(r.json::<Value>().await.unwrap()["error_code"], 401);
+    }
+    let gpus = svc.json(&svc.api("/jobs:gpu_types")).await;
+    hit("get", "/api/v2/orgs/{org}/jobs:gpu_types");
+    let polar: Vec<&Value> = gpus.as_array().unwrap().iter().filter(|g| g["node"] == "polar").collect();
+    assert_eq!(polar.len(), 3, "one per workspace: {gpus}");
+    assert!(polar.iter().all(|g| g["max_limit"] == 32 && g["backend_type"] == "slurm"), "{gpus}");
+    let one = svc.json(&svc.api("/workspaces/login1/gpu_types")).await;
+    hit("get", "/api/v2/orgs/{org}/workspaces/{workspace_id}/gpu_types");
+    assert!(one.as_array().unwrap().iter().all(|g| g["cluster"] == "login1"), "{one}");
+    let files = svc.json(&svc.api(&format!("/jobs/{job}:list_files"))).await;
+    hit("get", "/api/v2/orgs/{org}/jobs/{job_id}:list_files");
+    assert_eq!(files, json!(["status.json", "logs/main.out", "logs/main.err"]));
+    for (route, query) in [("download", ""), ("download_selective_files", "?file_lists=status.json&tar_files=True")] {
+        let r = svc.get(&svc.api(&format!("/jobs/{job}:{route}{query}"))).send().await.unwrap();
+        assert_eq!(
+            (r.status().as_u16(), r.headers()["content-type"].to_str().unwrap()),
+            (200, "application/gzip"),
+            "{route}"
+        );
+        let bytes = r.bytes().await.unwrap();
+        assert_eq!(&bytes[..2], &[0x1f, 0x8b], "{route}: gzip");
+        hit("get", &format!("/api/v2/orgs/{{org}}/jobs/{{job_id}}:{route}"));
+    }
+    let r = svc.get(&svc.api(&format!("/jobs/{job}:download_selective_files?file_lists=../x"))).send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    let r = svc.get(&svc.api("/datasets")).send().await.unwrap();
+    assert_eq!(r.status(), 501);
+    assert!(r.text().await.unwrap().contains("not implemented by tao-slurm"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_on_two_clusters_over_http() {
     // A query budget of 60 a minute: a refresh every 2 s while the jobs are young.
@@ -160,6 +213,11 @@ async fn jobs_on_two_clusters_over_http() {
     assert_eq!(got["progress"]["detailed_status"]["status"], "SUCCESS");
     assert_eq!(got["backend_details"]["slurm_metadata"]["retry_count"], 0);
     assert_eq!(got["backend_details"]["slurm_metadata"]["failed_slurm_job_ids"], json!([]));
+    // TAO's JobResult keeps the last epoch past the final SUCCESS line that has none.
+    let result = &got["job_details"][a_id.as_str()];
+    assert_eq!((result["epoch"].as_u64(), result["max_epoch"].as_u64()), (Some(5), Some(5)), "{got}");
+    assert_eq!(got["kind"], Value::Null, "tao-slurm's own body: no TAO kind");
+    tao_routes(&svc, &a_id, &mut hit).await;
 
     // Listing: paging, sorting, status filter; bad parameters name themselves.
     let page = svc.json(&svc.api("/jobs?size=1&skip=1&sort=name")).await;
@@ -177,7 +235,7 @@ async fn jobs_on_two_clusters_over_http() {
         assert_eq!(r.status(), 400, "{q}");
         let body: Value = r.json().await.unwrap();
         assert_eq!(
-            (body["error_code"].as_str(), body["field"].as_str()),
+            (body["error_type"].as_str(), body["field"].as_str()),
             (Some("invalid_field"), Some(field)),
             "{q}: {body}"
         );
@@ -343,7 +401,7 @@ async fn bad_requests_and_tokens_are_refused_before_any_cluster() {
         let got = r.status().as_u16();
         let v: Value = r.json().await.unwrap();
         assert_eq!(got, *status, "{body:.200}: {v}");
-        assert_eq!(v["error_code"], "invalid_field", "{v}");
+        assert_eq!(v["error_type"], "invalid_field", "{v}");
         assert_eq!(v["field"].as_str(), Some(*field), "{body:.200}: {v}");
         assert!(v["error_desc"].as_str().unwrap().contains(field.split('.').next_back().unwrap()), "{v}");
     }
@@ -351,7 +409,7 @@ async fn bad_requests_and_tokens_are_refused_before_any_cluster() {
     let r = post(with(json!({"workspace": "mars"})), "application/json", token()).await.unwrap();
     assert_eq!(r.status(), 403);
     let v: Value = r.json().await.unwrap();
-    assert_eq!((v["error_code"].as_str(), v["field"].as_str()), (Some("forbidden"), Some("workspace")), "{v}");
+    assert_eq!((v["error_type"].as_str(), v["field"].as_str()), (Some("forbidden"), Some("workspace")), "{v}");
     let r = post(good.to_string(), "text/plain", token()).await.unwrap();
     assert_eq!(r.status(), 415);
     // A body over the cap is refused once the cap is read (sent by hand, the body from another
@@ -384,7 +442,7 @@ async fn bad_requests_and_tokens_are_refused_before_any_cluster() {
     let r = post(good.to_string(), "application/json", None).await.unwrap();
     assert_eq!(r.status(), 401);
     assert_eq!(r.headers()["www-authenticate"], "Bearer");
-    assert_eq!(r.json::<Value>().await.unwrap()["error_code"], "unauthorized");
+    assert_eq!(r.json::<Value>().await.unwrap()["error_type"], "unauthorized");
     let r = post(good.to_string(), "application/json", Some(format!("tsk_{}", "0".repeat(64)))).await.unwrap();
     assert_eq!(r.status(), 401);
     let other = svc.env.json(&["token", "create", "--org", "team-b", "--json"]);
@@ -408,7 +466,7 @@ async fn bad_requests_and_tokens_are_refused_before_any_cluster() {
     .await;
     let r = post(good.to_string(), "application/json", Some(other_token.clone())).await.unwrap();
     assert_eq!(r.status(), 403, "team-b's token on team-a's routes");
-    assert_eq!(r.json::<Value>().await.unwrap()["error_code"], "forbidden");
+    assert_eq!(r.json::<Value>().await.unwrap()["error_type"], "forbidden");
     svc.env.ok(&["token", "revoke", &svc.token_id]);
     wait_for_async("a revoked token refused", Duration::from_secs(10), Duration::from_millis(250), || async {
         let r = post(with(json!({"gpus": "x"})), "application/json", token()).await.unwrap();

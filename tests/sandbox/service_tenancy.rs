@@ -210,7 +210,7 @@ max_gpus_per_job = 2
     };
     let (plain, e) = a_plain.post("/workspaces", ws_body("slurmuser", &base_a)).await;
     assert_eq!(
-        (plain, e["error_code"].as_str()),
+        (plain, e["error_type"].as_str()),
         (403, Some("forbidden")),
         "an org token does not make workspaces: {e}"
     );
@@ -230,7 +230,7 @@ max_gpus_per_job = 2
     assert_eq!(key_a["assigned_by_operator"], true);
     assert_ne!(key_a["public_key"], key["public_key"], "each org its own key");
     let (s, e) = b.post("/workspaces", ws_body(&tenant(), &base_b)).await;
-    assert_eq!((s, e["error_code"].as_str()), (422, Some("preflight_failed")), "{e}");
+    assert_eq!((s, e["error_type"].as_str()), (422, Some("preflight_failed")), "{e}");
     assert!(e["field"].as_str().unwrap().starts_with("preflight."), "{e}");
     assert!(e["error_desc"].as_str().unwrap().contains("ssh-key"), "says what to do: {e}");
     errors.push(e);
@@ -317,7 +317,7 @@ max_gpus_per_job = 2
             j[k] = v.clone();
         }
         let (s, e) = b.post("/jobs", j).await;
-        assert_eq!((s, e["error_code"].as_str(), e["field"].as_str()), (403, Some("forbidden"), Some(field)), "{e}");
+        assert_eq!((s, e["error_type"].as_str(), e["field"].as_str()), (403, Some("forbidden"), Some(field)), "{e}");
         errors.push(e);
     }
     assert_eq!(svc.env.json(&["list", "--json"]).as_array().unwrap().len(), jobs_before, "nothing recorded");

@@ -27,3 +27,4 @@ pub mod sqsh;
 #[cfg(test)]
 pub(crate) mod stand_ins;
 pub mod status;
+pub mod tao_images;

@@ -82,14 +82,39 @@ pub fn last_status_line(text: &str) -> Option<StatusLine> {
     text.lines().rev().filter(|l| !l.trim().is_empty()).find_map(|l| serde_json::from_str::<StatusLine>(l).ok())
 }
 
-/// The last complete JSON line of a `status.json` text, as written: the job's latest progress.
+/// Progress fields a last line may lack (TAO's final SUCCESS line has no epoch) and that are then
+/// carried from the latest earlier line that has them, as TAO's JobResult carries them.
+const CARRIED: &[&str] = &["epoch", "max_epoch", "eta", "time_per_epoch", "cur_iter", "kpi", "key_metric"];
+
+/// The last complete JSON line of a `status.json` text: the job's latest progress, as written, or
+/// with the [`CARRIED`] fields it lacks taken from the earlier lines of `text`.
 pub fn last_status_raw(text: &str) -> Option<String> {
-    text.lines()
+    let mut lines = text
+        .lines()
         .rev()
         .map(str::trim)
         .filter(|l| !l.is_empty())
-        .find(|l| serde_json::from_str::<StatusLine>(l).is_ok())
-        .map(String::from)
+        .filter(|l| serde_json::from_str::<StatusLine>(l).is_ok());
+    let last = lines.next()?;
+    let Ok(serde_json::Value::Object(mut obj)) = serde_json::from_str::<serde_json::Value>(last) else {
+        return Some(last.to_string());
+    };
+    let mut carried = false;
+    for earlier in lines {
+        let missing: Vec<&str> = CARRIED.iter().copied().filter(|k| obj.get(*k).is_none_or(|v| v.is_null())).collect();
+        if missing.is_empty() {
+            break;
+        }
+        if let Ok(serde_json::Value::Object(e)) = serde_json::from_str::<serde_json::Value>(earlier) {
+            for k in missing {
+                if let Some(v) = e.get(k).filter(|v| !v.is_null()) {
+                    obj.insert(k.to_string(), v.clone());
+                    carried = true;
+                }
+            }
+        }
+    }
+    Some(if carried { serde_json::Value::Object(obj).to_string() } else { last.to_string() })
 }
 
 /// What decided a status, in words for the user.
@@ -198,5 +223,16 @@ mod tests {
         let text = "{\"status\":\"RUNNING\"}\nnot json\n{\"status\":\"SUCC";
         assert_eq!(last_status_line(text).unwrap().status, "RUNNING");
         assert!(last_status_line("").is_none());
+        // A final line without epochs keeps the last ones written; a line with them is as written.
+        let text = "{\"status\":\"RUNNING\",\"epoch\":2,\"max_epoch\":3,\"kpi\":{\"loss\":1}}\n{\"status\":\"RUNNING\",\"epoch\":3, \"max_epoch\":3}\n{\"status\":\"SUCCESS\",\"message\":\"done\"}\n";
+        let merged: serde_json::Value = serde_json::from_str(&last_status_raw(text).unwrap()).unwrap();
+        assert_eq!(
+            merged,
+            serde_json::json!({"status": "SUCCESS", "message": "done", "epoch": 3, "max_epoch": 3, "kpi": {"loss": 1}})
+        );
+        assert_eq!(
+            last_status_raw("{\"status\":\"RUNNING\",\"epoch\":3, \"max_epoch\":3}\n").unwrap(),
+            "{\"status\":\"RUNNING\",\"epoch\":3, \"max_epoch\":3}"
+        );
     }
 }

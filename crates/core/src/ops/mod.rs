@@ -11,6 +11,7 @@ pub mod inspect;
 pub mod job_file;
 pub mod logs;
 pub mod refresh;
+pub mod results;
 pub mod secrets;
 pub mod submit;
 pub mod sweep;

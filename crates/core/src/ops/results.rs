@@ -1,0 +1,187 @@
+//! A job's results directory from outside: the files in it (with sizes), and a gzip'd tar of all or
+//! some of them (plus the attempt's main.out/main.err as `logs/`), refused above a size cap before any
+//! archive is made. The tar comes back base64-encoded (remote output is text). Pure: scripts, parsers,
+//! and the check of the names a caller asks for.
+
+use crate::protocol::{sections, SECTION};
+use crate::script::shell::quote;
+use crate::spec::SpecError;
+
+/// One file of a results directory, its path relative to it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ResultFile {
+    pub path: String,
+    pub size: u64,
+}
+
+/// What an archive script answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Archive {
+    /// The gzip'd tar, base64-encoded.
+    Base64(String),
+    /// The selection holds this many bytes, more than the cap.
+    TooLarge(u64),
+    /// Names asked for that are not there.
+    Missing(Vec<String>),
+    /// The job has no results directory (yet).
+    NoResults,
+}
+
+/// The checkpoint files `latest_model` and `best_model` look for, as TAO's handler globs them.
+const CHECKPOINTS: &[&str] = &["*.pth", "*.tlt", "*.hdf5", "*.ckpt", "*.safetensors"];
+
+/// A name asked for must be a relative path inside the directory: no `..`, no leading `/` or `-`,
+/// no control characters.
+pub fn check_name(field: &str, name: &str) -> Result<(), SpecError> {
+    let bad = name.is_empty()
+        || name.starts_with('/')
+        || name.starts_with('-')
+        || name.chars().any(char::is_control)
+        || name.split('/').any(|p| p == "..");
+    if bad {
+        return Err(SpecError::new(
+            field,
+            format!("{name:?} is not a file of the job's results (a relative path, no '..', not starting with - or /)"),
+        ));
+    }
+    Ok(())
+}
+
+/// The logs of an attempt as the archive names them.
+fn log_members(logs: Option<(&str, &str)>) -> Vec<(String, &'static str)> {
+    match logs {
+        Some((out, err)) => vec![(out.to_string(), "logs/main.out"), (err.to_string(), "logs/main.err")],
+        None => Vec::new(),
+    }
+}
+
+/// List the regular files under `dir` (at most `max`), then the log files that exist.
+pub fn list_script(dir: &str, logs: Option<(&str, &str)>, max: usize) -> String {
+    let mut s = format!(
+        "d={}\nif [ -d \"$d\" ]; then echo '{SECTION}files'; (cd \"$d\" && find . -type f -printf '%s %P\\n' 2>/dev/null | head -n {max}); else echo '{SECTION}noresults'; fi\n",
+        quote(dir)
+    );
+    for (path, name) in log_members(logs) {
+        s.push_str(&format!("[ -f {p} ] && echo \"{SECTION}log {name} $(stat -c %s {p})\"\n", p = quote(&path)));
+    }
+    s
+}
+
+/// The files [`list_script`] found: results first (sorted), then the logs.
+pub fn parse_list(stdout: &str) -> Option<Vec<ResultFile>> {
+    let secs = sections(stdout);
+    let mut files: Vec<ResultFile> = secs
+        .iter()
+        .filter(|(n, _, _)| n == "files")
+        .flat_map(|(_, _, body)| body.lines())
+        .filter_map(|l| l.split_once(' '))
+        .filter_map(|(size, path)| Some(ResultFile { path: path.to_string(), size: size.parse().ok()? }))
+        .collect();
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    for (_, arg, _) in secs.iter().filter(|(n, _, _)| n == "log") {
+        if let Some((name, size)) = arg.rsplit_once(' ') {
+            files.push(ResultFile { path: name.to_string(), size: size.parse().unwrap_or(0) });
+        }
+    }
+    let no_results = secs.iter().any(|(n, _, _)| n == "noresults");
+    (!no_results || !files.is_empty()).then_some(files)
+}
+
+/// A gzip'd tar of `names` under `dir` (every file when empty), the newest checkpoint when
+/// `latest`, and the logs, refused above `cap` bytes. Names must have passed [`check_name`].
+pub fn archive_script(dir: &str, names: &[String], latest: bool, logs: Option<(&str, &str)>, cap: u64) -> String {
+    let mut s = format!(
+        "d={}\n[ -d \"$d\" ] || {{ echo '{SECTION}noresults'; exit 0; }}\ncd \"$d\" || exit 3\nsel=()\nmiss=0\n",
+        quote(dir)
+    );
+    for n in names {
+        s.push_str(&format!(
+            "if [ -e {q} ]; then sel+=({q}); else echo \"{SECTION}missing \"{q}; miss=1; fi\n",
+            q = quote(n)
+        ));
+    }
+    if latest {
+        let pattern = CHECKPOINTS.iter().map(|p| format!("-name '{p}'")).collect::<Vec<_>>().join(" -o ");
+        s.push_str(&format!(
+            "c=\"$(find . -type f \\( {pattern} \\) -printf '%T@ %P\\n' 2>/dev/null | sort -n | tail -n 1 | cut -d' ' -f2-)\"\n\
+             if [ -n \"$c\" ]; then sel+=(\"$c\"); else echo \"{SECTION}missing latest_model\"; miss=1; fi\n"
+        ));
+    }
+    if names.is_empty() && !latest {
+        s.push_str("sel=(.)\n");
+    }
+    s.push_str("[ \"$miss\" = 0 ] || exit 0\nlg=()\ndl=()\n");
+    for (path, name) in log_members(logs) {
+        let (parent, file) = path.rsplit_once('/').unwrap_or((".", path.as_str()));
+        s.push_str(&format!(
+            "if [ -f {p} ]; then lg+=(-C {dir} --transform {tr} {f}); dl+=({p}); fi\n",
+            p = quote(&path),
+            dir = quote(parent),
+            tr = quote(&format!("s,^{}$,{name},", file.replace('.', "\\."))),
+            f = quote(file)
+        ));
+    }
+    s.push_str(&format!(
+        "size=\"$(du -cbs \"${{sel[@]}}\" \"${{dl[@]}}\" 2>/dev/null | tail -n 1 | cut -f1)\"\n\
+         if [ \"${{size:-0}}\" -gt {cap} ]; then echo \"{SECTION}too_large $size\"; exit 0; fi\n\
+         echo '{SECTION}archive'\n\
+         tar -czf - --exclude='*.lock' \"${{sel[@]}}\" \"${{lg[@]}}\" | base64 -w 0 || exit 3\necho\n"
+    ));
+    s
+}
+
+/// What [`archive_script`] answered.
+pub fn parse_archive(stdout: &str) -> Archive {
+    let secs = sections(stdout);
+    if secs.iter().any(|(n, _, _)| n == "noresults") {
+        return Archive::NoResults;
+    }
+    let missing: Vec<String> = secs.iter().filter(|(n, _, _)| n == "missing").map(|(_, a, _)| a.clone()).collect();
+    if !missing.is_empty() {
+        return Archive::Missing(missing);
+    }
+    if let Some((_, size, _)) = secs.iter().find(|(n, _, _)| n == "too_large") {
+        return Archive::TooLarge(size.parse().unwrap_or(0));
+    }
+    let body = secs.iter().find(|(n, _, _)| n == "archive").map(|(_, _, b)| b.trim().to_string());
+    Archive::Base64(body.unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_stay_inside() {
+        for ok in ["status.json", "train/model_epoch_002.pth", "a b.txt"] {
+            assert!(check_name("file_lists", ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "/etc/passwd", "../x", "a/../../x", "-rf", "a\nb"] {
+            assert_eq!(check_name("file_lists", bad).unwrap_err().field, "file_lists", "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn lists_parse_sorted_with_logs_last() {
+        let out = format!("{SECTION}files\n12 z.pth\n3 status.json\n{SECTION}log logs/main.out 40\n");
+        let files = parse_list(&out).unwrap();
+        let names: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(names, ["status.json", "z.pth", "logs/main.out"]);
+        assert_eq!(files[2].size, 40);
+        assert_eq!(parse_list(&format!("{SECTION}noresults\n")), None);
+    }
+
+    #[test]
+    fn archives_parse() {
+        assert_eq!(parse_archive(&format!("{SECTION}archive\nH4sI\n")), Archive::Base64("H4sI".into()));
+        assert_eq!(parse_archive(&format!("{SECTION}too_large 99\n")), Archive::TooLarge(99));
+        assert_eq!(parse_archive(&format!("{SECTION}missing a.pth\n")), Archive::Missing(vec!["a.pth".into()]));
+        assert_eq!(parse_archive(&format!("{SECTION}noresults\n")), Archive::NoResults);
+    }
+
+    #[test]
+    fn archive_names_are_quoted() {
+        let s = archive_script("/r/x y", &["a b.pth".into()], false, None, 10);
+        assert!(s.contains("d='/r/x y'") && s.contains("sel+=('a b.pth')"), "{s}");
+    }
+}

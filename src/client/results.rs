@@ -1,0 +1,82 @@
+//! A job's results directory from a front-end: the files in it, and a gzip'd tar of all or some of
+//! them (with the attempt's logs), refused above a size cap before it is made.
+
+use super::Client;
+use crate::error::{Error, Result};
+use crate::ops::results::{archive_script, check_name, list_script, parse_archive, parse_list, Archive, ResultFile};
+use crate::remote::Idempotency;
+
+/// The longest an archive may take to make and bring back.
+const ARCHIVE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// An archive asked for: the files (every one when empty), the newest checkpoint, the logs.
+#[derive(Debug, Clone, Default)]
+pub struct ArchiveAsk {
+    pub names: Vec<String>,
+    pub latest_checkpoint: bool,
+    pub with_logs: bool,
+    pub max_bytes: u64,
+}
+
+/// What came back: the archive's bytes, or why there is none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArchiveOut {
+    Bytes(Vec<u8>),
+    TooLarge(u64),
+    Missing(Vec<String>),
+    NoResults,
+}
+
+impl Client {
+    /// The files of a job's results directory (paths relative to it, at most `max`), then its
+    /// current attempt's `logs/main.out` and `logs/main.err` when `with_logs`; None when the job has
+    /// no results directory yet.
+    pub fn list_results(&self, id: &str, with_logs: bool, max: usize) -> Result<Option<Vec<ResultFile>>> {
+        let job = self.store.get(id)?;
+        self.on_this_cluster([&job.summary])?;
+        let logs = crate::ops::logs::log_paths(&job).filter(|_| with_logs);
+        let script =
+            list_script(&job.plan.layout.results_dir(), logs.as_ref().map(|(_, o, e)| (o.as_str(), e.as_str())), max);
+        let out = self.remote()?.run_script(&script, Idempotency::Idempotent)?;
+        if out.exit_code != 0 {
+            return Err(Error::RemoteCommand(format!("listing the results of job {id} failed: {}", out.stderr.trim())));
+        }
+        Ok(parse_list(&out.stdout))
+    }
+
+    /// A gzip'd tar of a job's results (see [`ArchiveAsk`]); the names are checked first.
+    pub fn results_archive(&self, id: &str, ask: &ArchiveAsk) -> Result<ArchiveOut> {
+        for n in &ask.names {
+            check_name("file_lists", n)?;
+        }
+        let job = self.store.get(id)?;
+        self.on_this_cluster([&job.summary])?;
+        let logs = crate::ops::logs::log_paths(&job).filter(|_| ask.with_logs);
+        let script = archive_script(
+            &job.plan.layout.results_dir(),
+            &ask.names,
+            ask.latest_checkpoint,
+            logs.as_ref().map(|(_, o, e)| (o.as_str(), e.as_str())),
+            ask.max_bytes,
+        );
+        let out = self.remote()?.run_script_within(&script, Idempotency::Idempotent, ARCHIVE_DEADLINE)?;
+        if out.exit_code != 0 {
+            return Err(Error::RemoteCommand(format!(
+                "archiving the results of job {id} failed: {}",
+                out.stderr.trim()
+            )));
+        }
+        Ok(match parse_archive(&out.stdout) {
+            Archive::Base64(text) => {
+                use base64::Engine;
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(text.trim())
+                    .map_err(|e| Error::RemoteCommand(format!("the archive of job {id} came back damaged: {e}")))?;
+                ArchiveOut::Bytes(bytes)
+            }
+            Archive::TooLarge(n) => ArchiveOut::TooLarge(n),
+            Archive::Missing(m) => ArchiveOut::Missing(m),
+            Archive::NoResults => ArchiveOut::NoResults,
+        })
+    }
+}
