@@ -138,5 +138,5 @@ fn from_offset(
         at_end,
         text: r.text,
     };
-    return Ok(Reply::new(summary, next, LogsOut { job, stdout: None, stderr: None, range: Some(range) }));
+    Ok(Reply::new(summary, next, LogsOut { job, stdout: None, stderr: None, range: Some(range) }))
 }
