@@ -89,15 +89,15 @@ pub fn conversion_script(policy: &SqshPolicy, image: &ImageRef, force: bool) -> 
         r#"set -u
 umask 077
 {trusted}dir={dir}; cache={cache}; lock="$cache.lock"
-mkdir -p "$dir" || {{ echo "tao-slurm: cannot create the image cache $dir" >&2; exit 10; }}
-[ -d "$dir" ] && [ ! -L "$dir" ] || {{ echo "tao-slurm: the image cache $dir is not a directory" >&2; exit 10; }}
+mkdir -p "$dir" || {{ echo "tao-slurm: cannot create the image cache $dir" >&2; exit {dirs}; }}
+[ -d "$dir" ] && [ ! -L "$dir" ] || {{ echo "tao-slurm: the image cache $dir is not a directory" >&2; exit {dirs}; }}
 fresh() {{ sqsh_trusted "$cache" && {{ [ {max_age} -eq 0 ] || [ $(( $(date +%s) - $(stat -c %Y "$cache") )) -lt {max_age} ]; }}; }}
 if [ {force} -eq 0 ] && fresh; then echo "{S}sqsh cached $cache"; exit 0; fi
 deadline=$(( $(date +%s) + {expiry} ))
 while ! mkdir "$lock" 2>/dev/null; do
   age=$(( $(date +%s) - $(stat -c %Y "$lock" 2>/dev/null || date +%s) ))
   if [ "$age" -gt {expiry} ]; then echo "{S}sqsh stale-lock $(head -c 200 "$lock/owner" 2>/dev/null | tr -cd '[:print:]')"; rm -rf "$lock"; continue; fi
-  [ "$(date +%s)" -lt "$deadline" ] || {{ echo "tao-slurm: timed out waiting for another conversion of {image}" >&2; exit 31; }}
+  [ "$(date +%s)" -lt "$deadline" ] || {{ echo "tao-slurm: timed out waiting for another conversion of {image}" >&2; exit {busy}; }}
   sleep 1
 done
 echo "$(hostname) $$ $(date +%s)" > "$lock/owner"
@@ -107,7 +107,7 @@ if [ -e "$cache" ] || [ -L "$cache" ]; then echo "tao-slurm: not using $cache: i
 # Partials of converters that died are ours to remove (rm never follows a link it removes).
 rm -f -- "$cache".partial.* 2>/dev/null
 # Fresh random names: nothing planted under a predictable name is ever written through.
-log="$(mktemp -- "$cache.log.XXXXXX")" || exit 10
+log="$(mktemp -- "$cache.log.XXXXXX")" || exit {dirs}
 partial="$(mktemp -u -- "$cache.partial.XXXXXX")"
 {enroot_temp}srun -n1 -N1 -p {partition} --time={minutes} --mem={memory} -J {job} enroot import -o "$partial" {uri} > "$log" 2>&1
 rc=$?
@@ -115,14 +115,17 @@ if [ "$rc" -ne 0 ] || ! sqsh_trusted "$partial"; then
   rm -f -- "$partial"
   echo "{S}sqsh failed $rc $log"
   tail -n 20 -- "$log" | {prefix}
-  exit 30
+  exit {failed}
 fi
-mv -fT -- "$partial" "$cache" || {{ rm -f -- "$partial"; echo "{S}sqsh failed 32 $log"; echo "|tao-slurm: cannot replace $cache (it belongs to another user): remove it, or set TAO_SLURM_SQSH_CACHE_DIR to a directory of your own"; exit 30; }}
+mv -fT -- "$partial" "$cache" || {{ rm -f -- "$partial"; echo "{S}sqsh failed 32 $log"; echo "|tao-slurm: cannot replace $cache (it belongs to another user): remove it, or set TAO_SLURM_SQSH_CACHE_DIR to a directory of your own"; exit {failed}; }}
 mv -fT -- "$log" "$cache.log"
 echo "{S}sqsh converted $cache"
 "#,
         trusted = TRUSTED_FUNCTION,
         enroot_temp = enroot_temp_lines(policy),
+        dirs = crate::exit_codes::CANNOT_CREATE_DIRS,
+        busy = crate::exit_codes::CONVERSION_BUSY,
+        failed = crate::exit_codes::CONVERSION_FAILED,
         dir = quote(&policy.cache_dir),
         cache = quote(&cache),
         max_age = max_age_secs,
@@ -144,8 +147,9 @@ echo "{S}sqsh converted $cache"
 fn enroot_temp_lines(policy: &SqshPolicy) -> String {
     match &policy.enroot_temp_path {
         Some(dir) if !dir.is_empty() => format!(
-            "export ENROOT_TEMP_PATH={}/\"tao-sqsh-$$\"\nmkdir -p -- \"$ENROOT_TEMP_PATH\" || exit 10\ntrap 'rm -rf \"$lock\" \"$ENROOT_TEMP_PATH\"' EXIT\n",
-            quote(dir.trim_end_matches('/'))
+            "export ENROOT_TEMP_PATH={}/\"tao-sqsh-$$\"\nmkdir -p -- \"$ENROOT_TEMP_PATH\" || exit {}\ntrap 'rm -rf \"$lock\" \"$ENROOT_TEMP_PATH\"' EXIT\n",
+            quote(dir.trim_end_matches('/')),
+            crate::exit_codes::CANNOT_CREATE_DIRS
         ),
         _ => String::new(),
     }
