@@ -6,12 +6,10 @@ get_checkpoints), the rows of get_job/list_jobs, and the TAO SDK's own S3 wrappi
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import secrets
 import shutil
 import site
-import sys
 
 import pytest
 
@@ -109,6 +107,14 @@ def s3_server():
     server.stop()
 
 
+# What fsspec's S3 filesystem imports (s3fs, aiobotocore, botocore, aiohttp and theirs), by import name.
+IMAGE_PACKAGES = (
+    "fsspec", "s3fs", "aiobotocore", "botocore", "aiohttp", "aiohappyeyeballs", "aiosignal", "attr", "attrs",
+    "frozenlist", "multidict", "propcache", "yarl", "aioitertools", "wrapt", "jmespath", "dateutil", "six.py",
+    "urllib3", "idna", "typing_extensions.py",
+)  # fmt: skip
+
+
 @pytest.fixture
 def image_with_fsspec(env):
     """What the TAO SDK's entrypoint needs from the job's image: `python` with fsspec and s3fs (its
@@ -118,7 +124,17 @@ def image_with_fsspec(env):
     base = pathlib.Path(env["SLURM_BASE_RESULTS_DIR"])
     image = base / f"test-image-{secrets.token_hex(4)}"
     image.mkdir(mode=0o755)
-    packages = site.getsitepackages()[0]
+    # The packages are copied: the job's user may not be able to reach this venv (a private checkout).
+    packages = image / "site-packages"
+    venv = pathlib.Path(site.getsitepackages()[0])
+    for name in IMAGE_PACKAGES:
+        source = venv / name
+        assert source.exists(), f"{source} is missing: dev/python-env.sh installs it"
+        if source.is_dir():
+            shutil.copytree(source, packages / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            packages.mkdir(exist_ok=True)
+            shutil.copy2(source, packages / name)
     (image / "python").write_text(f'#!/bin/sh\nPYTHONPATH={packages} exec /usr/bin/python3 "$@"\n')
     (image / "pip").write_text('#!/bin/sh\necho "pip stand-in: the image already has fsspec and s3fs"\n')
     for f in ("python", "pip"):

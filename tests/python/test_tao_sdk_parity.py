@@ -1,4 +1,4 @@
-"""tao_slurm against NVIDIA's own nvidia-tao-sdk (pinned in dev/python-requirements-tao.txt), offline:
+"""tao_slurm against NVIDIA's own nvidia-tao-sdk (pinned in dev/python-requirements.txt), offline:
 the same calls and the same settings through the TAO SDK's SlurmSDK and its SlurmHandler and through
 tao_slurm, compared. Every difference that is left is named here (DIFFERENCES) and in the README's
 table of SlurmSDK methods, with its reason."""
@@ -175,7 +175,7 @@ def test_the_settings_the_tao_sdk_reads_are_read(settings_env):
     assert "CLOUD_METADATA" not in plan["env"]
 
 
-def test_hooks_are_as_lenient_as_the_tao_sdks(caplog):
+def test_hooks_are_as_lenient_as_the_tao_sdks():
     check = tao_slurm.SlurmSDK._check_hooks
     with pytest.warns(UserWarning, match="on_completed"):
         hooks = check({"on_completed": print, "on_error": None, "on_complete": print})
