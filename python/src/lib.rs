@@ -8,7 +8,7 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use tao_slurm::client::{Client, FollowCursor, JobFilter, Stream};
+use tao_slurm::client::{Client, FollowCursor, JobFilter, PathCheck, Stream};
 use tao_slurm::config::Settings;
 use tao_slurm::error::{Error, ErrorKind};
 use tao_slurm::spec::{JobSpec, SecretValues};
@@ -43,6 +43,10 @@ fn to_py(py: Python<'_>, e: Error) -> PyErr {
     };
     build().unwrap_or_else(|import_error| import_error)
 }
+
+/// One URI's answer from `check_paths`: the URI, whether it exists (None: not a shared path), and
+/// why it was refused.
+type PathAnswer = (String, Option<bool>, Option<String>);
 
 fn json<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).expect("engine values serialise")
@@ -100,6 +104,18 @@ impl Engine {
             "base_dir": s.base_dir(),
             "state_path": s.state_path.display().to_string(),
             "slurm_user": s.slurm_user,
+            "partition": s.partition,
+            "account": s.account,
+            "time_hours": s.time_hours,
+            "timeout_hours": s.timeout_hours,
+            "cpus_per_task": s.cpus_per_task,
+            "max_cpus_per_task": s.max_cpus_per_task,
+            "use_requeue": s.use_requeue,
+            "use_timeout": s.use_timeout,
+            "use_srun_logs": s.use_srun_logs,
+            "use_sqsh": s.use_sqsh,
+            "container_mounts": s.container_mounts,
+            "mail_user": s.mail_user,
         }))
     }
 
@@ -167,6 +183,11 @@ impl Engine {
         self.with(py, move |c| Ok(json(&c.list(&JobFilter { active_only, ..Default::default() })?.jobs)))
     }
 
+    /// The specs the job was staged with (JSON; no remote call).
+    fn staged_specs(&self, py: Python<'_>, id: String) -> PyResult<String> {
+        self.with(py, move |c| Ok(json(&c.staged_specs(&id)?)))
+    }
+
     /// The job's attempts, first to last (no remote call).
     fn attempts(&self, py: Python<'_>, id: String) -> PyResult<String> {
         self.with(py, move |c| Ok(json(&c.attempts(&id)?)))
@@ -205,6 +226,63 @@ impl Engine {
                 .map(|ch| (if ch.stream == Stream::Stdout { "stdout" } else { "stderr" }.to_string(), ch.text))
                 .collect();
             Ok((json(&poll.job), chunks, poll.finished, poll.caught_up, (cursor.stdout_offset, cursor.stderr_offset)))
+        })
+    }
+
+    /// Which shared-storage URIs exist (one round trip): per URI, `true`/`false`, or None when it is
+    /// not a shared path (s3://, hf_model://, ...), or the refusal's text for a URI that is not one.
+    fn check_paths(&self, py: Python<'_>, uris: Vec<String>) -> PyResult<Vec<PathAnswer>> {
+        self.with(py, move |c| {
+            Ok(c.check_paths(&uris)?
+                .into_iter()
+                .map(|(uri, check)| match check {
+                    PathCheck::Exists(_) => (uri, Some(true), None),
+                    PathCheck::Missing(_) => (uri, Some(false), None),
+                    PathCheck::NotChecked(_) => (uri, None, None),
+                    PathCheck::Refused(why) => (uri, None, Some(why)),
+                })
+                .collect())
+        })
+    }
+
+    /// A shared-storage directory's entries (JSON list of name, kind, size, modified), or None when
+    /// nothing is there.
+    fn list_path(&self, py: Python<'_>, uri: String) -> PyResult<Option<String>> {
+        self.with(py, move |c| Ok(c.list_path(&uri)?.map(|entries| json(&entries))))
+    }
+
+    /// The checkpoint files of a job's results directory, newest last (JSON list of path, size,
+    /// modified; paths relative to the results directory).
+    fn checkpoints(&self, py: Python<'_>, id: String) -> PyResult<String> {
+        self.with(py, move |c| Ok(json(&c.checkpoint_files(&id)?)))
+    }
+
+    /// Remove a finished job's results directory: true when removed, false when already gone.
+    fn delete_job_results(&self, py: Python<'_>, id: String) -> PyResult<bool> {
+        self.with(py, move |c| c.delete_job_results(&id))
+    }
+
+    /// The plan a spec resolves to, without submitting (no remote call): the resources, times and
+    /// names the batch script will carry, as JSON.
+    fn plan(&self, py: Python<'_>, spec_json: &str) -> PyResult<String> {
+        let spec: JobSpec = serde_json::from_str(spec_json)
+            .map_err(|e| PyRuntimeError::new_err(format!("internal error: a bad job spec from tao_slurm: {e}")))?;
+        self.with(py, move |c| {
+            let p = c.plan(&spec)?;
+            Ok(json(&serde_json::json!({
+                "nodes": p.resources.nodes,
+                "gpus_per_node": p.resources.gpus_per_node,
+                "cpus_per_task": p.resources.cpus_per_task,
+                "exclusive": p.resources.exclusive,
+                "time_minutes": p.time_minutes,
+                "timeout_seconds": p.timeout_seconds,
+                "use_timeout": p.use_timeout,
+                "requeue": p.requeue,
+                "partition": p.partition,
+                "env": p.env.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+                "secret_names": p.secret_names,
+                "mounts": p.mounts,
+            })))
         })
     }
 
@@ -262,6 +340,12 @@ fn gpus_from_count(
     Ok(out)
 }
 
+/// The infrastructure failure pattern a log line matches (the engine's list), or None.
+#[pyfunction]
+fn infra_pattern_of(line: &str) -> Option<&'static str> {
+    tao_slurm::retry::infra_pattern_of(line)
+}
+
 /// The shortest time between two refreshes the query budget allows, in seconds (every poller's floor).
 #[pyfunction]
 fn budget_floor_secs(max_queries_per_minute: u32) -> f64 {
@@ -292,6 +376,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add_function(wrap_pyfunction!(gpus_from_count, m)?)?;
     m.add_function(wrap_pyfunction!(budget_floor_secs, m)?)?;
+    m.add_function(wrap_pyfunction!(infra_pattern_of, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -18,13 +18,14 @@ from .errors import (
     StateError,
     TaoSlurmError,
 )
-from .models import Job, JobStatus, LogChunk
+from .models import Checkpoint, Job, JobStatus, LogChunk
 from .sdk import EPOCH_PATTERN, TERMINAL_STATUSES, SlurmSDK
 
 __all__ = [
     "SlurmSDK",
     "Job",
     "JobStatus",
+    "Checkpoint",
     "LogChunk",
     "EPOCH_PATTERN",
     "TERMINAL_STATUSES",

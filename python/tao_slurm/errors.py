@@ -56,8 +56,9 @@ class RemoteError(TaoSlurmError, ConnectionError):
     exit_code = 4
 
 
-class RemoteCommandError(TaoSlurmError):
-    """A command ran on the cluster and failed (sbatch refused the job, a cancel was not confirmed...)."""
+class RemoteCommandError(TaoSlurmError, RuntimeError):
+    """A command ran on the cluster and failed (sbatch refused the job, a cancel was not confirmed...).
+    Also a ``RuntimeError``, what the TAO SDK raises when sbatch fails."""
 
     exit_code = 5
 

@@ -1,10 +1,16 @@
-"""The TAO SDK's data classes, with the same fields and ``to_dict()`` keys."""
+"""The TAO SDK's data classes (``tao_sdk.models``), with the same fields and ``to_dict()`` keys:
+code that imports ``Job``, ``JobStatus``, ``Checkpoint`` or ``CredentialError`` from ``tao_sdk.models``
+imports them from here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Dict
+
+from .errors import CredentialError
+
+__all__ = ["Job", "JobStatus", "Checkpoint", "CredentialError", "LogChunk"]
 
 
 def _now() -> str:
@@ -60,6 +66,16 @@ class JobStatus:
     status: str
     message: str = ""
     updated_at: str = field(default_factory=_now)
+
+
+@dataclass
+class Checkpoint:
+    """A model checkpoint produced during training, as the TAO SDK's ``Checkpoint``."""
+
+    path: str
+    epoch: int
+    metric_name: str = ""
+    metric_value: float = 0.0
 
 
 class LogChunk(str):

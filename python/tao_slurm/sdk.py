@@ -24,11 +24,13 @@ import os
 import re
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from . import _native
+from ._storage import StorageCalls
 from .errors import JobNotFoundError, JobSpecError, RemoteCommandError
 from .models import Job, JobStatus, LogChunk
 
@@ -97,7 +99,7 @@ class _Watch:
     done: threading.Event = field(default_factory=threading.Event)
 
 
-class SlurmSDK:
+class SlurmSDK(StorageCalls):
     """Run and follow jobs on a Slurm cluster over SSH, with the TAO SDK's API.
 
     Settings come from the environment and ``~/.config/tao/.env`` (or ``TAO_ENV_FILE``), under
@@ -373,10 +375,14 @@ class SlurmSDK:
         return record["results_dir"] if record else ""
 
     def get_failure_analysis(self, job_id: str) -> Optional[Dict[str, Any]]:
-        """Why the job failed, from tao-slurm's classification of each attempt (no remote call):
-        ``reason`` (infra, user, timeout, cancelled, preempted), ``retriable``, ``match`` (the log
-        line that decided it), ``evidence``, ``exit_code``, ``slurm_state``, ``attempts``,
-        ``retries`` and ``message``. None when the job has not failed (or is unknown)."""
+        """Why the job failed, with the TAO SDK's keys: ``reason`` (``infrastructure_failure_pattern``
+        when a log line matched an infrastructure pattern, as there; else tao-slurm's class: ``user``,
+        ``timeout``, ``cancelled``, ``preempted``, ``infra``), ``pattern`` (the pattern matched, or
+        None), ``match`` (the line that decided it) and ``retriable``; plus tao-slurm's
+        ``failure_class``, ``evidence``, ``exit_code``, ``slurm_state``, ``attempts``, ``retries`` and
+        ``message``. From the recorded classification of each attempt (no remote call). None when the
+        job has not failed or is unknown (the TAO SDK answers None unless its logs match a pattern,
+        even for a job that failed for another reason)."""
         record = self.get_job(job_id)
         if record is None:
             return None
@@ -386,11 +392,15 @@ class SlurmSDK:
             return None
         last = failed[-1] if failed else (attempts[-1] if attempts else {})
         evidence = list(last.get("evidence") or [])
-        reason = last.get("failure_class") or "error"
+        failure_class = last.get("failure_class") or "error"
+        pattern = next((p for p in map(_native.infra_pattern_of, evidence) if p), None)
+        infra = failure_class == "infra"
         return {
-            "reason": reason,
-            "retriable": reason == "infra",
+            "reason": "infrastructure_failure_pattern" if infra and pattern else failure_class,
+            "pattern": pattern if infra else None,
             "match": evidence[0] if evidence else "",
+            "retriable": infra,
+            "failure_class": failure_class,
             "evidence": evidence,
             "exit_code": last.get("exit_code"),
             "slurm_state": last.get("state"),
@@ -604,17 +614,21 @@ class SlurmSDK:
 
     @staticmethod
     def _check_hooks(hooks: Optional[Hooks]) -> Dict[str, Callable[..., Any]]:
+        """The hooks that will be called. As lenient as the TAO SDK: an unknown name is never called
+        (a warning says so, where the TAO SDK is silent) and a None hook is ignored; a hook that is
+        neither None nor callable is refused here, where the TAO SDK fails when it comes due."""
         if not hooks:
             return {}
         unknown = [k for k in hooks if k not in HOOK_NAMES]
         if unknown:
-            raise JobSpecError(
-                f"unknown hook(s) {', '.join(map(repr, unknown))}; hooks are {', '.join(HOOK_NAMES)}", field="hooks"
-            )
-        for k, v in hooks.items():
+            message = f"unknown hook(s) {', '.join(map(repr, unknown))} will never be called; hooks are {', '.join(HOOK_NAMES)}"
+            logger.warning(message)
+            warnings.warn(message, stacklevel=3)
+        known = {k: v for k, v in hooks.items() if k in HOOK_NAMES and v is not None}
+        for k, v in known.items():
             if not callable(v):
                 raise JobSpecError(f"hook {k!r} is not callable", field="hooks")
-        return dict(hooks)
+        return known
 
     def _watch(self, job: Job, hooks: Dict[str, Callable[..., Any]]) -> None:
         with self._lock:
@@ -647,11 +661,22 @@ class SlurmSDK:
             job_id=view["job_id"], status=view["status"], message=view["message"], updated_at=_iso(view["updated_at"])
         )
 
-    @staticmethod
-    def _record(view: Dict[str, Any]) -> Dict[str, Any]:
-        """A job as a dict: tao-slurm's fields, with the TAO SDK's keys and forms where they meet
-        (``results_dir`` as ``lustre://``, times as ISO 8601 text)."""
+    def _record(self, view: Dict[str, Any]) -> Dict[str, Any]:
+        """A job as a dict: the TAO SDK's row (``job_id``, ``network_arch``, ``action``,
+        ``workspace_id``, ``backend_type``, ``backend_job_id``, ``status``, ``parent_job_id``, ``image``,
+        ``specs``, ``results_dir`` as ``lustre://``, ``local_results_dir``, ``base_checkpoint``,
+        ``plan_id``, ``step_id``, ``last_epoch``, ``instance_id``, ``created_at``/``updated_at`` as ISO
+        8601 text) with tao-slurm's fields beside it (``slurm_job_id``, ``message``, ``nodes``, ...)."""
         record = dict(view)
+        progress = view.get("progress") if isinstance(view.get("progress"), dict) else {}
+        try:
+            last_epoch = int(progress.get("epoch") or 0)
+        except (TypeError, ValueError):
+            last_epoch = 0
+        try:
+            specs = json.loads(self._engine.staged_specs(view["job_id"]))
+        except JobNotFoundError:
+            specs = {}
         record.update(
             {
                 "network_arch": "",
@@ -660,7 +685,14 @@ class SlurmSDK:
                 "backend_type": "slurm",
                 "backend_job_id": f"tao-job-{view['job_id']}",
                 "parent_job_id": None,
+                "specs": specs,
                 "results_dir": "lustre://" + view["results_dir"],
+                "local_results_dir": "",
+                "base_checkpoint": "",
+                "plan_id": view.get("sweep_id") or "",
+                "step_id": view.get("sweep_index") or 0,
+                "last_epoch": last_epoch,
+                "instance_id": "",
                 "created_at": _iso(view["created_at"]),
                 "updated_at": _iso(view["updated_at"]),
             }

@@ -48,7 +48,7 @@ pub struct JobArgs {
     /// Wall time in hours (default 4)
     #[arg(long)]
     pub time_hours: Option<f64>,
-    /// Inner timeout in hours, shorter than the wall time (default 3.8)
+    /// Inner timeout in hours, shorter than the wall time (default: the wall time less 0.2 h, SLURM_TIMEOUT_HOURS)
     #[arg(long)]
     pub timeout_hours: Option<f64>,
     /// Timeout requeues before the job ends as timed out (default 3)

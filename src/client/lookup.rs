@@ -105,6 +105,11 @@ impl Client {
         Ok(self.summaries_of(ids)?.iter().map(|j| JobView::at(j, super::now_secs())).collect())
     }
 
+    /// The specs a job was staged with (its `$TAO_SPECS_FILE`, inputs laid over), from the state file.
+    pub fn staged_specs(&self, id: &str) -> Result<serde_json::Value> {
+        Ok(self.store.get(id)?.plan.specs_json())
+    }
+
     /// The jobs of the local state that pass `filter`, newest first, and how many passed before its
     /// limit cut the list (no remote call).
     pub fn list(&self, filter: &JobFilter) -> Result<JobList> {

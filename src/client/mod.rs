@@ -2,6 +2,7 @@
 //! state and (opened on first use) the transport.
 
 mod cluster;
+mod files;
 mod logs;
 mod lookup;
 mod monitor;
@@ -23,6 +24,7 @@ pub use crate::engine::submit::Submitted;
 pub use crate::engine::sweep::SweepSubmitted;
 pub use crate::filter::JobFilter;
 pub use crate::model::{AttemptRecord, EventRecord};
+pub use crate::ops::files::{CheckpointFile, DirEntry};
 pub use crate::ops::inspect::{CredentialsStatus, LogRange, StartEstimate};
 pub use crate::ops::logs::{Chunk, FollowCursor, Stream};
 pub use crate::ops::sweep::plan_sweep;

@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod credentials;
 pub mod cycle;
 pub mod depend;
+pub mod files;
 pub mod image;
 pub mod inspect;
 pub mod logs;

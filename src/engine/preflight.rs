@@ -9,6 +9,7 @@ use crate::preflight::{preflight_script, read_preflight, Check};
 pub fn run_preflight(settings: &Settings) -> Vec<Check> {
     use crate::remote::{Idempotency, OpenSsh, Remote};
     let mut checks: Vec<Check> = crate::preflight::unrecognised_settings(settings).into_iter().collect();
+    checks.extend(crate::preflight::srun_logs_setting(settings));
     let user = match settings.require_remote() {
         Ok((user, _)) => {
             checks.push(Check::pass("settings", None, "SLURM_USER and SLURM_HOSTNAME are set"));

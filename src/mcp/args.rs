@@ -121,7 +121,7 @@ pub struct SubmitArgs {
     /// Wall time in hours (default 4; the default partitions allow at most 4).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_hours: Option<f64>,
-    /// Inner timeout in hours, below time_hours (default 3.8).
+    /// Inner timeout in hours, below time_hours (default: time_hours less 0.2, or SLURM_TIMEOUT_HOURS).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_hours: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]

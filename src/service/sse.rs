@@ -9,7 +9,7 @@ use super::error::{ApiError, ApiResult};
 use super::limits::FOLLOWERS_PER_ORG;
 use super::state::CachedJob;
 use super::types::{JobListChange, JobStreamQuery, LogChunkOut};
-use crate::client::Stream;
+use crate::client::{LogRange, Stream};
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -138,105 +138,133 @@ fn stream_name(s: Stream) -> &'static str {
     }
 }
 
+/// Where a follower stands in its job's logs: the attempt it reads and how far into each file.
+#[derive(Default)]
+struct Place {
+    attempt: u32,
+    offsets: [u64; 2],
+    started: bool,
+}
+
+/// What a follower does after a poll.
+enum Next {
+    Stop,
+    /// More is waiting: read again at once.
+    Now,
+    Pause,
+}
+
 /// Read a job's logs while anyone holds the follower.
 async fn follow(state: AppStateRef, id: String, follower: Weak<Follower>) {
-    let mut attempt = 0u32;
-    let mut offsets = [0u64; 2];
-    let mut started = false;
+    let mut place = Place::default();
     let mut pause = LOG_POLL;
     loop {
         let Some(f) = follower.upgrade() else { break };
-        let Some(job) = state.snapshot().jobs.get(&id).cloned() else {
-            f.push(LogMsg::Done);
-            break;
-        };
-        let terminal = job.status.is_terminal();
-        if job.out.backend_details.slurm_metadata.slurm_job_id.is_none() {
-            if terminal {
-                f.push(LogMsg::Done);
-                break;
-            }
-        } else {
-            if job.attempt != attempt {
-                if attempt != 0 {
-                    f.push(LogMsg::Attempt(job.attempt));
-                }
-                attempt = job.attempt;
-                offsets = [0, 0];
-                started = false;
-            }
-            let Some(ws) = state.workspace(&job.out.workspace) else {
-                f.push(LogMsg::Done);
-                break;
-            };
-            let (jid, offs, first) = (id.clone(), offsets, !started);
-            // A follower's reads are remote work like any request's: in the workspace's pool (a
-            // full pool skips this poll), counted, and paced by the workspace's query budget.
-            pause = follower_pause(state.followers.count(|_, w| w == ws.id), ws.settings.max_queries_per_minute);
-            let Ok(in_pool) = ws.pool.enter(&ws.id).await else {
-                drop(f);
-                tokio::time::sleep(pause).await;
-                continue;
-            };
-            ws.counters.follower_reads.fetch_add(1, Ordering::Relaxed);
-            let read = blocking(move || {
-                let _in_pool = in_pool;
-                ws.with_client(|c| {
-                    let mut out = Vec::new();
-                    for (i, s) in [Stream::Stdout, Stream::Stderr].into_iter().enumerate() {
-                        let mut r = c.log_range(&jid, s, offs[i], LOG_READ_BYTES, Some(attempt))?;
-                        // A long log joined late: start near its end.
-                        if first && r.size.is_some_and(|size| size > r.next_offset + LOG_START_BYTES) {
-                            let from = r.size.unwrap_or(0) - LOG_START_BYTES;
-                            r = c.log_range(&jid, s, from, LOG_READ_BYTES, Some(attempt))?;
-                        }
-                        out.push((s, r));
-                    }
-                    Ok(out)
-                })
-                .map_err(ApiError::engine)
-            })
-            .await;
-            match read {
-                Ok(ranges) => {
-                    started = true;
-                    // The org's secret values never reach a client (defence in depth).
-                    let Ok(values) = state.org_secret_values(&job.out.org) else {
-                        tracing::warn!(job = %id, "cannot read the org's secrets; its logs are not streamed");
-                        f.push(LogMsg::Done);
-                        break;
-                    };
-                    let mut caught_up = true;
-                    for (i, (s, r)) in ranges.into_iter().enumerate() {
-                        if !r.text.is_empty() {
-                            f.push(LogMsg::Chunk(LogChunkOut {
-                                stream: stream_name(s).into(),
-                                attempt,
-                                offset: r.offset,
-                                text: super::org_secrets::redact(r.text, &values),
-                            }));
-                        }
-                        caught_up &= r.size.is_none_or(|size| r.next_offset >= size);
-                        offsets[i] = r.next_offset;
-                    }
-                    if terminal && caught_up {
-                        f.push(LogMsg::Done);
-                        break;
-                    }
-                    if !caught_up {
-                        drop(f);
-                        continue;
-                    }
-                }
-                Err(e) => tracing::debug!(job = %id, error = %e.body.error_desc, "log read failed; trying again"),
-            }
-        }
+        let next = poll_logs(&state, &id, &f, &mut place, &mut pause).await;
         drop(f);
-        tokio::time::sleep(pause).await;
+        match next {
+            Next::Stop => break,
+            Next::Now => continue,
+            Next::Pause => tokio::time::sleep(pause).await,
+        }
     }
     let mut map = state.followers.0.lock().unwrap_or_else(|e| e.into_inner());
     if map.get(&id).is_some_and(|e| e.follower.ptr_eq(&follower)) {
         map.remove(&id);
+    }
+}
+
+/// One poll of a follower: read what is new in the job's two files and hand it to the clients.
+async fn poll_logs(state: &AppStateRef, id: &str, f: &Follower, place: &mut Place, pause: &mut Duration) -> Next {
+    let Some(job) = state.snapshot().jobs.get(id).cloned() else {
+        f.push(LogMsg::Done);
+        return Next::Stop;
+    };
+    if job.out.backend_details.slurm_metadata.slurm_job_id.is_none() {
+        if job.status.is_terminal() {
+            f.push(LogMsg::Done);
+            return Next::Stop;
+        }
+        return Next::Pause;
+    }
+    if job.attempt != place.attempt {
+        if place.attempt != 0 {
+            f.push(LogMsg::Attempt(job.attempt));
+        }
+        *place = Place { attempt: job.attempt, ..Place::default() };
+    }
+    let Some(ws) = state.workspace(&job.out.workspace) else {
+        f.push(LogMsg::Done);
+        return Next::Stop;
+    };
+    // A follower's reads are remote work like any request's: in the workspace's pool (a full pool
+    // skips this poll), counted, and paced by the workspace's query budget.
+    *pause = follower_pause(state.followers.count(|_, w| w == ws.id), ws.settings.max_queries_per_minute);
+    let Ok(in_pool) = ws.pool.enter(&ws.id).await else { return Next::Pause };
+    ws.counters.follower_reads.fetch_add(1, Ordering::Relaxed);
+    let (jid, offs, first, attempt) = (id.to_string(), place.offsets, !place.started, place.attempt);
+    let read = blocking(move || {
+        let _in_pool = in_pool;
+        ws.with_client(|c| {
+            let mut out = Vec::new();
+            for (i, s) in [Stream::Stdout, Stream::Stderr].into_iter().enumerate() {
+                let mut r = c.log_range(&jid, s, offs[i], LOG_READ_BYTES, Some(attempt))?;
+                // A long log joined late: start near its end.
+                if first && r.size.is_some_and(|size| size > r.next_offset + LOG_START_BYTES) {
+                    let from = r.size.unwrap_or(0) - LOG_START_BYTES;
+                    r = c.log_range(&jid, s, from, LOG_READ_BYTES, Some(attempt))?;
+                }
+                out.push((s, r));
+            }
+            Ok(out)
+        })
+        .map_err(ApiError::engine)
+    })
+    .await;
+    match read {
+        Ok(ranges) => publish(state, f, &job, place, ranges),
+        Err(e) => {
+            tracing::debug!(job = %id, error = %e.body.error_desc, "log read failed; trying again");
+            Next::Pause
+        }
+    }
+}
+
+/// Hand the chunks read to the follower's clients, the org's secret values redacted.
+fn publish(
+    state: &AppStateRef,
+    f: &Follower,
+    job: &CachedJob,
+    place: &mut Place,
+    ranges: Vec<(Stream, LogRange)>,
+) -> Next {
+    place.started = true;
+    // The org's secret values never reach a client (defence in depth).
+    let Ok(values) = state.org_secret_values(&job.out.org) else {
+        tracing::warn!(job = %job.out.id, "cannot read the org's secrets; its logs are not streamed");
+        f.push(LogMsg::Done);
+        return Next::Stop;
+    };
+    let mut caught_up = true;
+    for (i, (s, r)) in ranges.into_iter().enumerate() {
+        if !r.text.is_empty() {
+            f.push(LogMsg::Chunk(LogChunkOut {
+                stream: stream_name(s).into(),
+                attempt: place.attempt,
+                offset: r.offset,
+                text: super::org_secrets::redact(r.text, &values),
+            }));
+        }
+        caught_up &= r.size.is_none_or(|size| r.next_offset >= size);
+        place.offsets[i] = r.next_offset;
+    }
+    match (job.status.is_terminal(), caught_up) {
+        (true, true) => {
+            f.push(LogMsg::Done);
+            Next::Stop
+        }
+        (_, false) => Next::Now,
+        (false, true) => Next::Pause,
     }
 }
 

@@ -127,8 +127,8 @@ def test_gpu_count_is_per_node_up_to_a_node_and_a_total_above(env, sdks):
         sdk.create_job(image=IMAGE, command="true", gpu_count=16, num_nodes=4)
     assert e.value.field == "num_nodes", str(e.value)
     with pytest.raises(JobSpecError) as e:
-        sdk.create_job(image=IMAGE, command="true", hooks={"on_completed": print})
-    assert e.value.field == "hooks"
+        sdk.create_job(image=IMAGE, command="true", hooks={"on_complete": "print"})
+    assert e.value.field == "hooks", "a hook that cannot be called is refused before anything is submitted"
     total = sdk.create_job(image=IMAGE, command="true", gpu_count=16)
     per_node = sdk.create_job(image=IMAGE, command="true", gpu_count=2, num_nodes=2)
     assert (sdk.get_job(total.id)["nodes"], sdk.get_job(total.id)["gpus_per_node"]) == (2, 8)

@@ -302,3 +302,51 @@ fn the_layout_rules_catch_a_break() {
     write("src/service/db.rs", "use rusqlite::params;\n");
     assert_eq!(sqlite_outside_the_store(root.path()), ["src/service/db.rs"]);
 }
+
+/// The doors that wait for jobs, and the one call each polls with (the client's wait).
+const WAITS: &[(&str, &str)] =
+    &[("src/cli/watch.rs", "wait_for("), ("src/mcp/wait.rs", "wait_step("), ("python/tao_slurm/sdk.py", "wait_step(")];
+
+/// Waits that poll on their own: a door's wait that does not call the client's wait, or that
+/// refreshes jobs itself.
+fn waits_of_their_own(root: &Path) -> Vec<String> {
+    WAITS
+        .iter()
+        .filter(|(file, call)| {
+            let text = std::fs::read_to_string(root.join(file)).unwrap_or_default();
+            // Python's wait is one method of the SDK: only its body counts.
+            let text = python_method(&text, "wait");
+            !text.contains(call) || text.contains(".refresh(")
+        })
+        .map(|(file, _)| file.to_string())
+        .collect()
+}
+
+/// The body of a Python method (`    def name(` to the next method), or all of `text` without one.
+fn python_method<'a>(text: &'a str, name: &str) -> &'a str {
+    let Some(at) = text.find(&format!("    def {name}(")) else { return text };
+    let rest = &text[at + 4..];
+    let end = rest.find("\n    def ").map_or(text.len(), |e| at + 4 + e);
+    &text[at..end]
+}
+
+#[test]
+fn every_wait_polls_through_the_clients_wait() {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let hits = waits_of_their_own(here);
+    assert!(hits.is_empty(), "waits that poll on their own instead of Client::wait_step/wait_for: {hits:?}");
+    let root = tempfile::tempdir().unwrap();
+    for (file, call) in WAITS {
+        let path = root.path().join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, format!("fn f() {{ c.{call}w); }}\n")).unwrap();
+    }
+    assert!(waits_of_their_own(root.path()).is_empty());
+    std::fs::write(root.path().join("src/mcp/wait.rs"), "fn f() { c.wait_step(w); c.refresh(&ids); }\n").unwrap();
+    std::fs::write(
+        root.path().join("python/tao_slurm/sdk.py"),
+        "    def wait(self):\n        self._engine.refresh([id])\n    def other(self):\n        wait_step(\n",
+    )
+    .unwrap();
+    assert_eq!(waits_of_their_own(root.path()), ["src/mcp/wait.rs", "python/tao_slurm/sdk.py"]);
+}

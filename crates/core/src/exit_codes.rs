@@ -19,6 +19,10 @@ pub const NO_LOG_DIR: i32 = 21;
 pub const RELEASE_FAILED: i32 = 22;
 /// Another run of the same submission holds its lock and has not submitted yet: nothing was done.
 pub const SUBMISSION_IN_FLIGHT: i32 = 23;
+/// The image conversion failed (enroot import, or the cache file could not be replaced).
+pub const CONVERSION_FAILED: i32 = 30;
+/// Another conversion of the same image held its lock past the wait.
+pub const CONVERSION_BUSY: i32 = 31;
 /// The batch script: a file it needs (secrets, specs, a variant's script) is missing.
 pub const MISSING_FILE: i32 = 85;
 /// The batch script: an auxiliary input (s3, hf, ngc) could not be fetched.

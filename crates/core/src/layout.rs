@@ -4,6 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 pub const DEFAULT_CPUS_PER_TASK: u32 = 16;
+/// The most CPUs per task when SLURM_MAX_CPUS_PER_TASK does not say (the TAO SDK's cap).
+pub const DEFAULT_MAX_CPUS_PER_TASK: u32 = 128;
 
 /// The container mount every job has unless it replaces it (SLURM_CONTAINER_MOUNTS).
 pub const DEFAULT_MOUNT: &str = "/lustre";

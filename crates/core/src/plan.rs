@@ -478,19 +478,53 @@ fn resolve_job_resources(
         }
         None => (resolve_resources(spec, settings.max_gpus_per_node)?, None),
     };
-    if spec.cpus_per_task.is_none() {
-        resources.cpus_per_task = settings.cpus_per_task;
+    if spec.gpus.is_none() && spec.total_gpus.is_none() && cosmos.is_none() {
+        if let Some(g) = settings.default_gpus {
+            resources.gpus_per_node = g;
+            resources.exclusive = g > 0 && g == settings.max_gpus_per_node;
+            if g > settings.max_gpus_per_node {
+                return Err(SpecError::new(
+                    "gpus",
+                    format!(
+                        "SLURM_NUM_GPUS={g} is more than a node has (SLURM_MAX_GPUS_PER_NODE={})",
+                        settings.max_gpus_per_node
+                    ),
+                ));
+            }
+        }
+    }
+    let max = settings.max_cpus_per_task;
+    match spec.cpus_per_task {
+        Some(asked) if asked > max => {
+            return Err(SpecError::new(
+                "cpus_per_task",
+                format!("{asked} CPUs per task is more than SLURM_MAX_CPUS_PER_TASK ({max})"),
+            ))
+        }
+        Some(_) => {}
+        None => resources.cpus_per_task = default_cpus_per_task(&resources, cosmos.is_some(), settings),
     }
     if let Some(exclusive) = spec.exclusive {
         resources.exclusive = exclusive;
     }
-    if let Some(max) = settings.max_cpus_per_task.filter(|m| resources.cpus_per_task > *m) {
-        return Err(SpecError::new(
-            "cpus_per_task",
-            format!("{} CPUs per task is more than SLURM_MAX_CPUS_PER_TASK ({max})", resources.cpus_per_task),
-        ));
-    }
     Ok((resources, cosmos))
+}
+
+/// CPUs per task of a job that does not say, the TAO SDK's rule: SLURM_CPUS_PER_TASK (16), times the
+/// GPUs of a single-node job (its one task feeds every GPU's data loaders), capped by
+/// SLURM_MAX_CPUS_PER_TASK (128). A multi-node or Cosmos-RL job keeps the base.
+pub fn default_cpus_per_task(resources: &Resources, cosmos: bool, settings: &Settings) -> u32 {
+    let base = settings.cpus_per_task;
+    let per_gpu = resources.nodes == 1 && resources.gpus_per_node > 1 && !cosmos;
+    let cpus = if per_gpu { base.saturating_mul(resources.gpus_per_node) } else { base };
+    cpus.min(settings.max_cpus_per_task)
+}
+
+/// The inner timeout of a job whose wall time is `wall_hours` when neither it nor
+/// SLURM_TIMEOUT_HOURS says: 0.2 h less, as the TAO SDK's, but at least half the wall time (a wall
+/// time of 0.4 h or less keeps half of it for the requeue).
+pub fn default_timeout_hours(wall_hours: f64) -> f64 {
+    (wall_hours - 0.2).max(wall_hours / 2.0)
 }
 
 /// The partition list and the account, the job's or the settings'.
@@ -511,11 +545,11 @@ fn resolve_placement(spec: &JobSpec, settings: &Settings) -> Result<(String, Opt
 fn resolve_times(spec: &JobSpec, settings: &Settings, partition: &str) -> Result<(u64, u64), SpecError> {
     let time_hours = spec.time_hours.unwrap_or(settings.time_hours);
     check_hours("time_hours", time_hours)?;
-    let timeout_hours = match (spec.timeout_hours, spec.time_hours) {
+    let timeout_hours = match (spec.timeout_hours, settings.timeout_hours) {
         (Some(t), _) => t,
-        // A shorter wall time given alone keeps the inner timeout just under it.
-        (None, Some(wall)) if settings.timeout_hours >= wall => wall * 0.95,
-        (None, _) => settings.timeout_hours,
+        // A job's own shorter wall time is not refused for the setting's longer timeout.
+        (None, Some(t)) if spec.time_hours.is_none() || t < time_hours => t,
+        (None, _) => default_timeout_hours(time_hours),
     };
     check_hours("timeout_hours", timeout_hours)?;
     let time_minutes = hours_to_minutes(time_hours);
@@ -572,6 +606,13 @@ fn resolve_environment(spec: &JobSpec, settings: &Settings) -> Result<(EnvPairs,
     for (name, _) in &settings.forwarded_secrets {
         if !spec.env.contains_key(name) && !secret_names.contains(name) {
             secret_names.push(name.clone());
+        }
+    }
+    // The TAO SDK's script exports these for every job; the job's own values win.
+    for (name, value) in [("NCCL_DEBUG", &settings.nccl_debug), ("LOGLEVEL", &settings.log_level)] {
+        if !spec.env.contains_key(name) && !secret_names.iter().any(|n| n == name) {
+            check_text(name, value)?;
+            env.push((name.to_string(), value.clone()));
         }
     }
     Ok((env, secret_names))
@@ -781,6 +822,46 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_inner_timeout_defaults_to_the_wall_time_less_a_fifth_of_an_hour() {
+        // SLURM_TIME_HOURS=2 alone: --time 2 h, the inner timeout 1.8 h (a fixed 3.8 refused every job).
+        let s = tao_settings(&[("SLURM_TIME_HOURS", "2")]);
+        let p = resolve(&spec(), &s).unwrap();
+        assert_eq!((p.time_minutes, p.timeout_seconds), (120, 108 * 60));
+        // A job's own wall time takes the same rule; short ones keep half for the requeue.
+        let p = resolve(&JobSpec { time_hours: Some(1.0), ..spec() }, &settings()).unwrap();
+        assert_eq!(p.timeout_seconds, 48 * 60);
+        let p = resolve(&JobSpec { time_hours: Some(0.2), ..spec() }, &settings()).unwrap();
+        assert_eq!((p.time_minutes, p.timeout_seconds), (12, 6 * 60));
+        // SLURM_TIMEOUT_HOURS set: it is the timeout, unless a job's own wall time is shorter.
+        let s = tao_settings(&[("SLURM_TIMEOUT_HOURS", "3")]);
+        assert_eq!(resolve(&spec(), &s).unwrap().timeout_seconds, 3 * 3600);
+        assert_eq!(resolve(&JobSpec { time_hours: Some(1.0), ..spec() }, &s).unwrap().timeout_seconds, 48 * 60);
+        let s = tao_settings(&[("SLURM_TIME_HOURS", "2"), ("SLURM_TIMEOUT_HOURS", "2")]);
+        assert_eq!(resolve(&spec(), &s).unwrap_err().field, "timeout_hours", "the settings' own contradiction");
+    }
+
+    #[test]
+    fn cpus_per_task_is_sixteen_per_gpu_of_a_single_node_job_capped() {
+        let s = settings();
+        let cpus = |spec: JobSpec, s: &Settings| resolve(&spec, s).unwrap().resources.cpus_per_task;
+        assert_eq!(cpus(JobSpec { gpus: Some(4), ..spec() }, &s), 64);
+        assert_eq!(cpus(JobSpec { gpus: Some(8), ..spec() }, &s), 128);
+        assert_eq!(cpus(JobSpec { gpus: Some(1), ..spec() }, &s), 16);
+        assert_eq!(cpus(JobSpec { gpus: Some(0), ..spec() }, &s), 16);
+        assert_eq!(cpus(JobSpec { gpus: Some(8), nodes: Some(2), ..spec() }, &s), 16, "multi-node: per task as set");
+        assert_eq!(cpus(JobSpec { gpus: Some(4), cpus_per_task: Some(8), ..spec() }, &s), 8, "the job's own word");
+        let capped = tao_settings(&[("SLURM_MAX_CPUS_PER_TASK", "48")]);
+        assert_eq!(cpus(JobSpec { gpus: Some(4), ..spec() }, &capped), 48);
+        let err = resolve(&JobSpec { cpus_per_task: Some(200), ..spec() }, &s).unwrap_err();
+        assert!(err.field == "cpus_per_task" && err.message.contains("128"), "{err}");
+        // SLURM_NUM_GPUS is the GPUs of a job that does not say.
+        let two = tao_settings(&[("SLURM_NUM_GPUS", "2")]);
+        let p = resolve(&spec(), &two).unwrap();
+        assert_eq!((p.resources.gpus_per_node, p.resources.cpus_per_task), (2, 32));
+        assert_eq!(resolve(&JobSpec { gpus: Some(1), ..spec() }, &two).unwrap().resources.gpus_per_node, 1);
+    }
+
+    #[test]
     fn partition_limits_from_the_cluster() {
         let parts = crate::slurm::parse_partitions(
             "PartitionName=polar MaxTime=04:00:00\nPartitionName=long MaxTime=12:00:00\nPartitionName=debug MaxTime=00:30:00\n",
@@ -920,18 +1001,20 @@ pub(crate) mod tests {
         assert!(!s.use_sqsh && s.allow_registry_pull);
         assert_eq!((s.sqsh.partition.as_str(), s.sqsh.memory.as_str()), ("cpu2", "64G"));
         let p = resolve(&spec(), &s).unwrap();
+        assert_eq!(p.resources.cpus_per_task, 32, "24 per GPU of the 4, capped by SLURM_MAX_CPUS_PER_TASK");
+        let p = resolve(&JobSpec { gpus: Some(1), ..spec() }, &s).unwrap();
         assert_eq!(p.resources.cpus_per_task, 24);
         assert_eq!(p.mounts, vec!["/lustre", "/scratch:/scratch"]);
         assert!(!p.use_timeout);
         assert!(crate::script::render_batch_script(&p).contains("\ncommand srun "), "no inner timeout");
         assert!(p.sbatch_options.contains(&("mail-user".into(), "alice@example.org".into())));
         assert!(p.sbatch_options.contains(&("mail-type".into(), "ALL".into())));
-        assert_eq!(p.secret_names, vec!["HF_TOKEN", "AWS_ACCESS_KEY_ID"], "forwarded as secrets");
+        assert_eq!(p.secret_names, vec!["HF_TOKEN", "AWS_ACCESS_KEY_ID", "CLOUD_METADATA"], "forwarded as secrets");
         let script = crate::script::render_batch_script(&p);
         assert!(!script.contains("hf-secret") && !script.contains("=ak"), "{script}");
         // A job that sets the variable itself keeps its own; one asking more CPUs than the cap is refused.
         let own = JobSpec { env: [("HF_TOKEN".to_string(), "public".to_string())].into(), ..spec() };
-        assert_eq!(resolve(&own, &s).unwrap().secret_names, vec!["AWS_ACCESS_KEY_ID"]);
+        assert_eq!(resolve(&own, &s).unwrap().secret_names, vec!["AWS_ACCESS_KEY_ID", "CLOUD_METADATA"]);
         let err = resolve(&JobSpec { cpus_per_task: Some(64), ..spec() }, &s).unwrap_err();
         assert_eq!(err.field, "cpus_per_task");
         let off = tao_settings(&[("HF_TOKEN", "x"), ("TAO_SLURM_FORWARD_CREDENTIALS", "false")]);

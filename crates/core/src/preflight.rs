@@ -391,6 +391,23 @@ pub fn unrecognised_settings(settings: &Settings) -> Option<Check> {
     Some(check)
 }
 
+/// A warning when SLURM_USE_SRUN_LOGS asks for per-node srun log files: tao-slurm keeps every node's
+/// output in the job's main.out/main.err (its log reader, `follow` and the failure analysis read
+/// them), so the setting is read but changes nothing. Pure.
+pub fn srun_logs_setting(settings: &Settings) -> Option<Check> {
+    if !settings.use_srun_logs {
+        return None;
+    }
+    let mut check = Check::fail(
+        "SLURM_USE_SRUN_LOGS",
+        None,
+        "is true, but tao-slurm always writes every node's output to main.out/main.err (where logs, follow and the failure analysis read it)",
+        "Remove SLURM_USE_SRUN_LOGS (or set it to false); each line of a multi-node job's output already goes to main.out.",
+    );
+    check.required = false;
+    Some(check)
+}
+
 /// The last two lines of an error output: where Slurm's commands put the actual cause.
 fn summary(text: &str) -> String {
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
@@ -414,6 +431,15 @@ mod tests {
         ("scontrol", "echo 'PartitionName=polar MaxTime=04:00:00 State=UP TRES=cpu=8,gres/gpu=32'; echo 'PartitionName=polar3 MaxTime=04:00:00 State=UP'; echo 'PartitionName=polar4 MaxTime=04:00:00 State=UP'; echo 'PartitionName=grizzly MaxTime=04:00:00 State=UP'"),
         ("srun", "echo '      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH'"),
     ];
+
+    #[test]
+    fn srun_logs_true_is_a_warning_that_it_changes_nothing() {
+        let mut s = settings();
+        assert!(srun_logs_setting(&s).is_none());
+        s.use_srun_logs = true;
+        let check = srun_logs_setting(&s).unwrap();
+        assert!(!check.ok && !check.required && check.detail.contains("main.out"), "{check:?}");
+    }
 
     #[test]
     fn healthy_cluster_passes_except_the_missing_results_dir() {

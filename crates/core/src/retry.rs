@@ -54,6 +54,12 @@ const INFRA_PATTERNS: &[&str] = &[
     r"(?i)RDMA.*error",
 ];
 
+/// The infrastructure pattern (its text) that `line` matches, if any: what the TAO SDK's failure
+/// analysis names as `pattern`.
+pub fn infra_pattern_of(line: &str) -> Option<&'static str> {
+    INFRA.0.matches(line).iter().next().map(|i| INFRA_PATTERNS[i])
+}
+
 /// Errors that are the job's own even when an infrastructure pattern also matches: running out of
 /// GPU memory, missing files or modules, bad arguments.
 const USER_PATTERNS: &[&str] = &[
@@ -162,6 +168,12 @@ mod tests {
         for (state, code, log, want) in cases {
             assert_eq!(classify(state, *code, log).class, *want, "{state:?} {code:?} {log:?}");
         }
+    }
+
+    #[test]
+    fn the_pattern_of_a_matching_line_is_named() {
+        assert_eq!(infra_pattern_of("ncclSystemError: NCCL error: x"), Some(r"(?i)NCCL.*error"));
+        assert_eq!(infra_pattern_of("all fine"), None);
     }
 
     #[test]

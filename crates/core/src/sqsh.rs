@@ -18,6 +18,9 @@ pub struct SqshPolicy {
     pub force_reconvert_latest: bool,
     /// Convert `:latest` again once the cache file is older than this (0: never by age).
     pub latest_max_age_hours: u64,
+    /// Where `enroot import` unpacks (SLURM_ENROOT_TEMP_PATH): a directory per conversion inside it,
+    /// removed afterwards. None: enroot's own default.
+    pub enroot_temp_path: Option<String>,
 }
 
 /// A readable form of the reference plus a short hash of all of it: `a/b_c:d` and `a_b/c:d` differ.
@@ -86,15 +89,15 @@ pub fn conversion_script(policy: &SqshPolicy, image: &ImageRef, force: bool) -> 
         r#"set -u
 umask 077
 {trusted}dir={dir}; cache={cache}; lock="$cache.lock"
-mkdir -p "$dir" || {{ echo "tao-slurm: cannot create the image cache $dir" >&2; exit 10; }}
-[ -d "$dir" ] && [ ! -L "$dir" ] || {{ echo "tao-slurm: the image cache $dir is not a directory" >&2; exit 10; }}
+mkdir -p "$dir" || {{ echo "tao-slurm: cannot create the image cache $dir" >&2; exit {dirs}; }}
+[ -d "$dir" ] && [ ! -L "$dir" ] || {{ echo "tao-slurm: the image cache $dir is not a directory" >&2; exit {dirs}; }}
 fresh() {{ sqsh_trusted "$cache" && {{ [ {max_age} -eq 0 ] || [ $(( $(date +%s) - $(stat -c %Y "$cache") )) -lt {max_age} ]; }}; }}
 if [ {force} -eq 0 ] && fresh; then echo "{S}sqsh cached $cache"; exit 0; fi
 deadline=$(( $(date +%s) + {expiry} ))
 while ! mkdir "$lock" 2>/dev/null; do
   age=$(( $(date +%s) - $(stat -c %Y "$lock" 2>/dev/null || date +%s) ))
   if [ "$age" -gt {expiry} ]; then echo "{S}sqsh stale-lock $(head -c 200 "$lock/owner" 2>/dev/null | tr -cd '[:print:]')"; rm -rf "$lock"; continue; fi
-  [ "$(date +%s)" -lt "$deadline" ] || {{ echo "tao-slurm: timed out waiting for another conversion of {image}" >&2; exit 31; }}
+  [ "$(date +%s)" -lt "$deadline" ] || {{ echo "tao-slurm: timed out waiting for another conversion of {image}" >&2; exit {busy}; }}
   sleep 1
 done
 echo "$(hostname) $$ $(date +%s)" > "$lock/owner"
@@ -104,21 +107,25 @@ if [ -e "$cache" ] || [ -L "$cache" ]; then echo "tao-slurm: not using $cache: i
 # Partials of converters that died are ours to remove (rm never follows a link it removes).
 rm -f -- "$cache".partial.* 2>/dev/null
 # Fresh random names: nothing planted under a predictable name is ever written through.
-log="$(mktemp -- "$cache.log.XXXXXX")" || exit 10
+log="$(mktemp -- "$cache.log.XXXXXX")" || exit {dirs}
 partial="$(mktemp -u -- "$cache.partial.XXXXXX")"
-srun -n1 -N1 -p {partition} --time={minutes} --mem={memory} -J {job} enroot import -o "$partial" {uri} > "$log" 2>&1
+{enroot_temp}srun -n1 -N1 -p {partition} --time={minutes} --mem={memory} -J {job} enroot import -o "$partial" {uri} > "$log" 2>&1
 rc=$?
 if [ "$rc" -ne 0 ] || ! sqsh_trusted "$partial"; then
   rm -f -- "$partial"
   echo "{S}sqsh failed $rc $log"
   tail -n 20 -- "$log" | {prefix}
-  exit 30
+  exit {failed}
 fi
-mv -fT -- "$partial" "$cache" || {{ rm -f -- "$partial"; echo "{S}sqsh failed 32 $log"; echo "|tao-slurm: cannot replace $cache (it belongs to another user): remove it, or set TAO_SLURM_SQSH_CACHE_DIR to a directory of your own"; exit 30; }}
+mv -fT -- "$partial" "$cache" || {{ rm -f -- "$partial"; echo "{S}sqsh failed 32 $log"; echo "|tao-slurm: cannot replace $cache (it belongs to another user): remove it, or set TAO_SLURM_SQSH_CACHE_DIR to a directory of your own"; exit {failed}; }}
 mv -fT -- "$log" "$cache.log"
 echo "{S}sqsh converted $cache"
 "#,
         trusted = TRUSTED_FUNCTION,
+        enroot_temp = enroot_temp_lines(policy),
+        dirs = crate::exit_codes::CANNOT_CREATE_DIRS,
+        busy = crate::exit_codes::CONVERSION_BUSY,
+        failed = crate::exit_codes::CONVERSION_FAILED,
         dir = quote(&policy.cache_dir),
         cache = quote(&cache),
         max_age = max_age_secs,
@@ -133,6 +140,19 @@ echo "{S}sqsh converted $cache"
         S = SECTION,
         prefix = crate::protocol::PREFIX_LINES,
     )
+}
+
+/// The lines that give `enroot import` its own temporary directory inside SLURM_ENROOT_TEMP_PATH
+/// (removed when the script ends), or nothing.
+fn enroot_temp_lines(policy: &SqshPolicy) -> String {
+    match &policy.enroot_temp_path {
+        Some(dir) if !dir.is_empty() => format!(
+            "export ENROOT_TEMP_PATH={}/\"tao-sqsh-$$\"\nmkdir -p -- \"$ENROOT_TEMP_PATH\" || exit {}\ntrap 'rm -rf \"$lock\" \"$ENROOT_TEMP_PATH\"' EXIT\n",
+            quote(dir.trim_end_matches('/')),
+            crate::exit_codes::CANNOT_CREATE_DIRS
+        ),
+        _ => String::new(),
+    }
 }
 
 /// What a run of [`conversion_script`] reported.
@@ -218,7 +238,31 @@ mod tests {
             memory: "1G".into(),
             force_reconvert_latest: false,
             latest_max_age_hours: 0,
+            enroot_temp_path: None,
         }
+    }
+
+    #[test]
+    fn enroot_unpacks_in_its_own_directory_under_slurm_enroot_temp_path_removed_afterwards() {
+        let dir = tempfile::tempdir().unwrap();
+        let seen = dir.path().join("seen");
+        let bin = crate::stand_ins::StandIns::new();
+        bin.add("srun", "while [[ $1 == -* ]]; do shift; [[ $1 != -* && $1 != enroot ]] && shift; done\nexec \"$@\"");
+        bin.add(
+            "enroot",
+            &format!(
+                "echo \"$ENROOT_TEMP_PATH\" > {}; test -d \"$ENROOT_TEMP_PATH\"; printf hsqs > \"$3\"",
+                seen.display()
+            ),
+        );
+        let tmp = dir.path().join("enroot-tmp");
+        let p = SqshPolicy { enroot_temp_path: Some(tmp.display().to_string()), ..policy(&dir.path().join("cache")) };
+        let out = bin.stdout(&conversion_script(&p, &img("ubuntu:22.04"), false));
+        assert!(out.contains("sqsh converted"), "{out}");
+        let used = std::fs::read_to_string(&seen).unwrap();
+        assert!(used.trim().starts_with(&format!("{}/tao-sqsh-", tmp.display())), "{used}");
+        assert!(!std::path::Path::new(used.trim()).exists(), "removed when the conversion ended");
+        assert!(!conversion_script(&policy(dir.path()), &img("ubuntu:22.04"), false).contains("ENROOT_TEMP_PATH"));
     }
 
     #[test]

@@ -60,49 +60,7 @@ pub fn logs(client: &Client, args: LogsArgs) -> Result<Reply<LogsOut>, ToolError
         ));
     }
     if let Some(offset) = args.offset {
-        let stream = match args.stream {
-            StreamChoice::Stdout => Stream::Stdout,
-            StreamChoice::Stderr => Stream::Stderr,
-            StreamChoice::Both => {
-                return Err(ToolError::invalid(
-                    "stream",
-                    "reading from an offset needs one file: stream stdout or stderr",
-                ))
-            }
-        };
-        let r = client
-            .log_range(&view.job_id, stream, offset, max_bytes, args.attempt)
-            .map_err(|e| ToolError::engine(e, "job_id"))?;
-        let name = if stream == Stream::Stdout { "stdout" } else { "stderr" };
-        let at_end = r.size.is_none_or(|s| r.next_offset >= s);
-        let summary = match r.size {
-            None => format!("{name} of job {} is not written yet", job.job_id),
-            Some(size) => format!(
-                "{} bytes of {name} ({}..{} of {size}) of job {} ({})",
-                r.next_offset - r.offset,
-                r.offset,
-                r.next_offset,
-                job.job_id,
-                job.status
-            ),
-        };
-        let next = if !at_end {
-            format!("more is written: call logs with offset {} to read on", r.next_offset)
-        } else if job.terminal {
-            next_for_job(&job)
-        } else {
-            format!("call logs with offset {} later for new output; {}", r.next_offset, next_for_job(&job))
-        };
-        let range = LogRangeOut {
-            stream: name.into(),
-            path: r.path,
-            offset: r.offset,
-            next_offset: r.next_offset,
-            size: r.size,
-            at_end,
-            text: r.text,
-        };
-        return Ok(Reply::new(summary, next, LogsOut { job, stdout: None, stderr: None, range: Some(range) }));
+        return from_offset(client, &args, &view, job, offset, max_bytes, cursor);
     }
     let lines = check_range("tail_lines", args.tail_lines.unwrap_or(LOG_LINES_DEFAULT), 1, LOG_LINES_MAX)?;
     let logs = client.job_logs(&view.job_id, Some(lines), args.attempt).map_err(|e| ToolError::engine(e, "job_id"))?;
@@ -128,4 +86,57 @@ pub fn logs(client: &Client, args: LogsArgs) -> Result<Reply<LogsOut>, ToolError
         next_for_job(&job)
     };
     Ok(Reply::new(summary, next, LogsOut { job, stdout, stderr, range: None }))
+}
+
+/// One file read from a byte offset (the way to page through a long log).
+fn from_offset(
+    client: &Client,
+    args: &LogsArgs,
+    view: &crate::client::JobView,
+    job: JobBrief,
+    offset: u64,
+    max_bytes: u64,
+    cursor: Option<i64>,
+) -> Result<Reply<LogsOut>, ToolError> {
+    let next_for_job = |job: &JobBrief| for_jobs(std::slice::from_ref(job), cursor);
+    let stream = match args.stream {
+        StreamChoice::Stdout => Stream::Stdout,
+        StreamChoice::Stderr => Stream::Stderr,
+        StreamChoice::Both => {
+            return Err(ToolError::invalid("stream", "reading from an offset needs one file: stream stdout or stderr"))
+        }
+    };
+    let r = client
+        .log_range(&view.job_id, stream, offset, max_bytes, args.attempt)
+        .map_err(|e| ToolError::engine(e, "job_id"))?;
+    let name = if stream == Stream::Stdout { "stdout" } else { "stderr" };
+    let at_end = r.size.is_none_or(|s| r.next_offset >= s);
+    let summary = match r.size {
+        None => format!("{name} of job {} is not written yet", job.job_id),
+        Some(size) => format!(
+            "{} bytes of {name} ({}..{} of {size}) of job {} ({})",
+            r.next_offset - r.offset,
+            r.offset,
+            r.next_offset,
+            job.job_id,
+            job.status
+        ),
+    };
+    let next = if !at_end {
+        format!("more is written: call logs with offset {} to read on", r.next_offset)
+    } else if job.terminal {
+        next_for_job(&job)
+    } else {
+        format!("call logs with offset {} later for new output; {}", r.next_offset, next_for_job(&job))
+    };
+    let range = LogRangeOut {
+        stream: name.into(),
+        path: r.path,
+        offset: r.offset,
+        next_offset: r.next_offset,
+        size: r.size,
+        at_end,
+        text: r.text,
+    };
+    Ok(Reply::new(summary, next, LogsOut { job, stdout: None, stderr: None, range: Some(range) }))
 }

@@ -104,50 +104,12 @@ pub fn submit(client: &Client, args: SubmitArgs) -> Result<Reply<SubmitOut>, Too
     let secrets = secrets(&spec, args.secret_env_file.as_deref())?;
     let warnings: Vec<String> =
         plan.inputs.iter().filter_map(|(key, location)| crate::spec::dataset_warning(key, location)).collect();
-    let resources = |plan: &crate::plan::Plan| ResourcesOut {
-        nodes: plan.resources.nodes,
-        gpus_per_node: plan.resources.gpus_per_node,
-        partition: plan.partition.clone(),
-        time_minutes: plan.time_minutes,
-        image: plan.image.pyxis.clone(),
-    };
     if args.dry_run {
-        let plan = client.check_online(&spec).map_err(|e| ToolError::engine(e, "job_id"))?;
-        let files = client.staged_files(&spec, &plan);
-        let mut checks = vec!["settings and every job field are valid".to_string()];
-        if !plan.required_paths.is_empty() {
-            checks.push(format!("input paths exist on the cluster: {}", plan.required_paths.join(", ")));
-        }
-        checks.push(format!("partition {} exists and allows the wall time", plan.partition));
-        if !plan.secret_names.is_empty() {
-            checks.push(format!("secret values found for {}", plan.secret_names.join(", ")));
-        }
-        let out = SubmitOut {
-            sweep_id: None,
-            jobs: None,
-            dry_run: true,
-            job_id: plan.layout.job_id.clone(),
-            slurm_job_id: None,
-            login_host: None,
-            job_dir: plan.layout.base_dir.clone(),
-            resources: resources(&plan),
-            secret_env: plan.secret_names.clone(),
-            warnings,
-            checks,
-            script: files.last().map(|f| f.contents.clone()),
-            staged_files: files.iter().map(|f| f.path.clone()).collect(),
-            monitor_started: None,
-        };
-        return Ok(Reply::new(
-            format!(
-                "dry run passed: {} node(s) x {} GPU(s) on {}, nothing submitted",
-                out.resources.nodes, out.resources.gpus_per_node, out.resources.partition
-            ),
-            "show the user the plan if they asked for it, then call submit without dry_run",
-            out,
-        ));
+        return dry_run(client, &spec, warnings);
     }
-    let submitted = client.create_job(&spec, &secrets).map_err(|e| ToolError::engine(e, "job_id"))?;
+    let (resources, secret_env) = (resources(&plan), plan.secret_names.clone());
+    // The plan resolved above is the one submitted.
+    let submitted = client.create_job_planned(&spec, plan, &secrets).map_err(|e| ToolError::engine(e, "job_id"))?;
     let monitor_started = if args.monitor {
         Some(crate::client::start_background_monitor(client.settings()).map_err(|e| ToolError::engine(e, "monitor"))?)
     } else {
@@ -161,8 +123,8 @@ pub fn submit(client: &Client, args: SubmitArgs) -> Result<Reply<SubmitOut>, Too
         slurm_job_id: Some(submitted.slurm_job_id.clone()),
         login_host: Some(submitted.login_host.clone()),
         job_dir: submitted.job_dir.clone(),
-        resources: resources(&plan),
-        secret_env: plan.secret_names.clone(),
+        resources,
+        secret_env,
         warnings,
         checks: Vec::new(),
         script: None,
@@ -175,6 +137,54 @@ pub fn submit(client: &Client, args: SubmitArgs) -> Result<Reply<SubmitOut>, Too
             submitted.job_id, submitted.slurm_job_id, submitted.login_host
         ),
         after_submit(&submitted.job_id),
+        out,
+    ))
+}
+
+fn resources(plan: &crate::plan::Plan) -> ResourcesOut {
+    ResourcesOut {
+        nodes: plan.resources.nodes,
+        gpus_per_node: plan.resources.gpus_per_node,
+        partition: plan.partition.clone(),
+        time_minutes: plan.time_minutes,
+        image: plan.image.pyxis.clone(),
+    }
+}
+
+/// The online checks a submit would make, and the files it would stage; nothing is submitted.
+fn dry_run(client: &Client, spec: &JobSpec, warnings: Vec<String>) -> Result<Reply<SubmitOut>, ToolError> {
+    let plan = client.check_online(spec).map_err(|e| ToolError::engine(e, "job_id"))?;
+    let files = client.staged_files(spec, &plan);
+    let mut checks = vec!["settings and every job field are valid".to_string()];
+    if !plan.required_paths.is_empty() {
+        checks.push(format!("input paths exist on the cluster: {}", plan.required_paths.join(", ")));
+    }
+    checks.push(format!("partition {} exists and allows the wall time", plan.partition));
+    if !plan.secret_names.is_empty() {
+        checks.push(format!("secret values found for {}", plan.secret_names.join(", ")));
+    }
+    let out = SubmitOut {
+        sweep_id: None,
+        jobs: None,
+        dry_run: true,
+        job_id: plan.layout.job_id.clone(),
+        slurm_job_id: None,
+        login_host: None,
+        job_dir: plan.layout.base_dir.clone(),
+        resources: resources(&plan),
+        secret_env: plan.secret_names.clone(),
+        warnings,
+        checks,
+        script: files.last().map(|f| f.contents.clone()),
+        staged_files: files.iter().map(|f| f.path.clone()).collect(),
+        monitor_started: None,
+    };
+    Ok(Reply::new(
+        format!(
+            "dry run passed: {} node(s) x {} GPU(s) on {}, nothing submitted",
+            out.resources.nodes, out.resources.gpus_per_node, out.resources.partition
+        ),
+        "show the user the plan if they asked for it, then call submit without dry_run",
         out,
     ))
 }

@@ -64,6 +64,29 @@ pub const FORWARDED_CREDENTIALS: &[(&str, &str)] = &[
     ("S3_ENDPOINT_URL", "AWS_ENDPOINT_URL"),
 ];
 
+/// The TAO SDK's `CLOUD_METADATA` for its S3 settings, as its container entrypoint reads it:
+/// `{"aws":{BUCKET:{"cloud_region","access_key","secret_key","endpoint_url"}}}` (compact JSON). It
+/// holds the keys, so it is forwarded as a secret. None when none of `S3_BUCKET_NAME`, `ACCESS_KEY`,
+/// `SECRET_KEY`, `S3_ENDPOINT_URL`, `CLOUD_REGION` is set (the TAO SDK sends an empty bucket then).
+pub fn cloud_metadata(get: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let names = ["S3_BUCKET_NAME", "CLOUD_REGION", "ACCESS_KEY", "SECRET_KEY", "S3_ENDPOINT_URL"];
+    if names.iter().all(|n| get(n).is_none()) {
+        return None;
+    }
+    let value = |n: &str| get(n).map(|v| v.trim().to_string()).unwrap_or_default();
+    let mut bucket = serde_json::Map::new();
+    bucket.insert(
+        value("S3_BUCKET_NAME"),
+        serde_json::json!({
+            "cloud_region": value("CLOUD_REGION"),
+            "access_key": value("ACCESS_KEY"),
+            "secret_key": value("SECRET_KEY"),
+            "endpoint_url": value("S3_ENDPOINT_URL"),
+        }),
+    );
+    Some(serde_json::json!({ "aws": bucket }).to_string())
+}
+
 /// Every `SLURM_`/`TAO_SLURM_` name tao-slurm reads (its own settings, the TAO SDK's it honours, and
 /// its diagnostics). A unit test checks that every name `Settings::from_sources` asks for is here.
 pub const READ: &[&str] = &[
@@ -81,6 +104,9 @@ pub const READ: &[&str] = &[
     "SLURM_CONTAINER_MOUNTS",
     "SLURM_USE_TIMEOUT",
     "SLURM_MAIL_USER",
+    "SLURM_NUM_GPUS",
+    "SLURM_USE_SRUN_LOGS",
+    "SLURM_ENROOT_TEMP_PATH",
     "TAO_SLURM_STATE",
     "TAO_SLURM_LOCAL",
     "TAO_SLURM_CONTROL_DIR",
@@ -174,8 +200,8 @@ fn translate(how: Translate, value: &str) -> String {
     match how {
         Translate::Same => value.to_string(),
         Translate::Negate => match v.to_ascii_lowercase().as_str() {
-            "1" | "true" | "yes" | "on" => "false".to_string(),
-            "0" | "false" | "no" | "off" => "true".to_string(),
+            "1" | "true" | "yes" | "y" | "on" => "false".to_string(),
+            "0" | "false" | "no" | "n" | "off" => "true".to_string(),
             _ => value.to_string(),
         },
         Translate::Gigabytes if !v.is_empty() && v.chars().all(|c| c.is_ascii_digit()) => format!("{v}G"),
@@ -274,6 +300,7 @@ mod tests {
                 ("SLURM_PARTITON", "polar"),
                 ("TAO_SLURM_USE_SQHS", "false"),
                 ("SLURM_USE_SRUN_LOGS", "1"),
+                ("SLURM_USE_SRUN_LOG", "1"),
                 ("SLURM_JOB_ID", "12"),
                 ("SLURM_CONF", "/etc/slurm/slurm.conf"),
                 ("SLURM_USER", "alice"),
@@ -287,11 +314,24 @@ mod tests {
             got,
             vec![
                 ("SLURM_PARTITON".to_string(), Some("SLURM_PARTITION")),
-                ("SLURM_USE_SRUN_LOGS".to_string(), None),
+                ("SLURM_USE_SRUN_LOG".to_string(), Some("SLURM_USE_SRUN_LOGS")),
                 ("TAO_SLURM_COLOUR".to_string(), None),
                 ("TAO_SLURM_USE_SQHS".to_string(), Some("TAO_SLURM_USE_SQSH")),
             ]
         );
+    }
+
+    #[test]
+    fn cloud_metadata_is_the_tao_sdks_shape() {
+        let env =
+            [("S3_BUCKET_NAME", "data"), ("ACCESS_KEY", "AK"), ("SECRET_KEY", "SK"), ("CLOUD_REGION", "us-west-2")];
+        let get = |n: &str| env.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string());
+        let m: serde_json::Value = serde_json::from_str(&cloud_metadata(get).unwrap()).unwrap();
+        assert_eq!(
+            m,
+            serde_json::json!({"aws": {"data": {"cloud_region": "us-west-2", "access_key": "AK", "secret_key": "SK", "endpoint_url": ""}}})
+        );
+        assert_eq!(cloud_metadata(|_| None), None);
     }
 
     #[test]

@@ -113,7 +113,9 @@ pub struct Settings {
     pub base_results_dir: Option<String>,
     pub account: Option<String>,
     pub time_hours: f64,
-    pub timeout_hours: f64,
+    /// The inner timeout SLURM_TIMEOUT_HOURS gives; None: the wall time's default
+    /// ([`crate::plan::default_timeout_hours`]: 0.2 h less, as the TAO SDK's).
+    pub timeout_hours: Option<f64>,
     pub use_requeue: bool,
     pub max_gpus_per_node: u32,
     pub state_path: PathBuf,
@@ -138,7 +140,16 @@ pub struct Settings {
     /// CPUs per task of a job that does not say (SLURM_CPUS_PER_TASK), and the most a job may ask for
     /// (SLURM_MAX_CPUS_PER_TASK).
     pub cpus_per_task: u32,
-    pub max_cpus_per_task: Option<u32>,
+    pub max_cpus_per_task: u32,
+    /// GPUs per node of a job that does not say (SLURM_NUM_GPUS; tao-slurm's default 4 otherwise).
+    pub default_gpus: Option<u32>,
+    /// SLURM_USE_SRUN_LOGS, read as the TAO SDK reads it; tao-slurm keeps every node's output in
+    /// main.out/main.err whatever it says (preflight says so when it is true).
+    pub use_srun_logs: bool,
+    /// NCCL_DEBUG and LOGLEVEL, exported in every job's container as the TAO SDK's script does (INFO
+    /// unless set; a job's own `env` wins).
+    pub nccl_debug: String,
+    pub log_level: String,
     /// The container mounts every job has unless it replaces them (SLURM_CONTAINER_MOUNTS).
     pub container_mounts: Vec<String>,
     /// Run the container step under the inner timeout (SLURM_USE_TIMEOUT).
@@ -201,11 +212,16 @@ pub fn home_dir(env: &HashMap<String, String>) -> Option<PathBuf> {
     env.get("HOME").filter(|h| !h.is_empty()).map(PathBuf::from)
 }
 
-fn parse_bool(name: &'static str, text: &str) -> Result<bool, ConfigError> {
+/// A boolean as the TAO SDK reads one (`1`, `true`, `yes`, `y`, `on`), with the matching words for
+/// false; any other text is an error naming the setting, where the TAO SDK reads it as false.
+pub fn parse_bool(name: &'static str, text: &str) -> Result<bool, ConfigError> {
     match text.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Ok(true),
-        "0" | "false" | "no" | "off" => Ok(false),
-        other => Err(ConfigError::Invalid { name, message: format!("{other:?} is not true or false") }),
+        "1" | "true" | "yes" | "y" | "on" => Ok(true),
+        "0" | "false" | "no" | "n" | "off" => Ok(false),
+        other => Err(ConfigError::Invalid {
+            name,
+            message: format!("{other:?} is not a boolean (true/false, yes/no, y/n, 1/0, on/off)"),
+        }),
     }
 }
 
@@ -307,6 +323,7 @@ fn sqsh_policy(src: &SettingSources) -> Result<crate::sqsh::SqshPolicy, ConfigEr
         memory: src.get("TAO_SLURM_SQSH_MEMORY").unwrap_or_else(|| "32G".to_string()),
         force_reconvert_latest: src.flag("TAO_SLURM_FORCE_RECONVERT_LATEST", false)?,
         latest_max_age_hours: src.count("TAO_SLURM_SQSH_LATEST_MAX_AGE_HOURS", 0, 0)? as u64,
+        enroot_temp_path: src.get("SLURM_ENROOT_TEMP_PATH").map(|p| p.trim().to_string()),
     })
 }
 
@@ -315,10 +332,17 @@ fn forwarded_secrets(src: &SettingSources) -> Result<Vec<(String, crate::spec::S
     if !src.flag("TAO_SLURM_FORWARD_CREDENTIALS", true)? {
         return Ok(Vec::new());
     }
-    Ok(aliases::FORWARDED_CREDENTIALS
+    let mut out: Vec<(String, crate::spec::Secret)> = aliases::FORWARDED_CREDENTIALS
         .iter()
         .filter_map(|(from, to)| src.get(from).map(|v| (to.to_string(), crate::spec::Secret::new(v))))
-        .collect())
+        .collect();
+    if let Some(region) = src.get("CLOUD_REGION") {
+        out.push(("AWS_DEFAULT_REGION".to_string(), crate::spec::Secret::new(region.trim())));
+    }
+    if let Some(metadata) = aliases::cloud_metadata(|name| src.get(name)) {
+        out.push(("CLOUD_METADATA".to_string(), crate::spec::Secret::new(metadata)));
+    }
+    Ok(out)
 }
 
 fn cluster(src: &SettingSources) -> Result<Option<String>, ConfigError> {
@@ -351,7 +375,11 @@ impl Settings {
             base_results_dir: src.get("SLURM_BASE_RESULTS_DIR"),
             account,
             time_hours: src.hours("SLURM_TIME_HOURS", 4.0)?,
-            timeout_hours: src.hours("SLURM_TIMEOUT_HOURS", 3.8)?,
+            timeout_hours: src.parse(
+                "SLURM_TIMEOUT_HOURS",
+                |v| parse_hours("SLURM_TIMEOUT_HOURS", v).map(Some),
+                || None,
+            )?,
             use_requeue: src.flag("SLURM_USE_REQUEUE", true)?,
             max_gpus_per_node: src.count("SLURM_MAX_GPUS_PER_NODE", 1, 8)?,
             state_path,
@@ -366,11 +394,11 @@ impl Settings {
             retry_backoff_secs: src.count("TAO_SLURM_RETRY_BACKOFF_SECS", 0, 30)? as u64,
             max_queries_per_minute: src.count("TAO_SLURM_MAX_QUERIES_PER_MINUTE", 1, 30)?,
             cpus_per_task: src.count("SLURM_CPUS_PER_TASK", 1, crate::layout::DEFAULT_CPUS_PER_TASK)?,
-            max_cpus_per_task: src.parse(
-                "SLURM_MAX_CPUS_PER_TASK",
-                |v| parse_u32("SLURM_MAX_CPUS_PER_TASK", v, 1).map(Some),
-                || None,
-            )?,
+            max_cpus_per_task: src.count("SLURM_MAX_CPUS_PER_TASK", 1, crate::layout::DEFAULT_MAX_CPUS_PER_TASK)?,
+            default_gpus: src.parse("SLURM_NUM_GPUS", |v| parse_u32("SLURM_NUM_GPUS", v, 0).map(Some), || None)?,
+            use_srun_logs: src.flag("SLURM_USE_SRUN_LOGS", false)?,
+            nccl_debug: src.get("NCCL_DEBUG").map_or_else(|| "INFO".to_string(), |v| v.trim().to_string()),
+            log_level: src.get("LOGLEVEL").map_or_else(|| "INFO".to_string(), |v| v.trim().to_string()),
             container_mounts: match src.get("SLURM_CONTAINER_MOUNTS") {
                 Some(v) => v.split(',').map(str::trim).filter(|m| !m.is_empty()).map(String::from).collect(),
                 None => vec![crate::layout::DEFAULT_MOUNT.to_string()],
@@ -463,7 +491,7 @@ mod tests {
         assert_eq!(s.login_hosts.len(), 2);
         assert_eq!(s.login_hosts[1].port, Some(2200));
         assert_eq!(s.time_hours, 2.0);
-        assert_eq!(s.timeout_hours, 3.8);
+        assert_eq!(s.timeout_hours, None, "the wall time's default, not a fixed 3.8");
         assert_eq!(s.partition, DEFAULT_PARTITIONS);
         assert!(s.use_requeue);
         assert_eq!(s.connect_timeout_secs, 10);
@@ -482,9 +510,53 @@ mod tests {
 
     #[test]
     fn bad_values_name_the_setting() {
-        for (k, v) in [("SLURM_TIME_HOURS", "0"), ("SLURM_USE_REQUEUE", "maybe"), ("SLURM_PARTITION", "a b")] {
+        for (k, v) in [
+            ("SLURM_TIME_HOURS", "0"),
+            ("SLURM_USE_REQUEUE", "maybe"),
+            ("SLURM_PARTITION", "a b"),
+            ("SLURM_USE_SRUN_LOGS", "sometimes"),
+            ("SLURM_NUM_GPUS", "-1"),
+        ] {
             let err = Settings::from_sources(&sources(&[(k, v)], &[])).unwrap_err();
             assert!(err.to_string().contains(k), "{err}");
         }
+    }
+
+    #[test]
+    fn booleans_read_as_the_tao_sdk_reads_them_and_other_text_is_an_error() {
+        for (text, want) in [
+            ("y", true),
+            ("Yes", true),
+            ("1", true),
+            ("TRUE", true),
+            ("on", true),
+            ("n", false),
+            ("No", false),
+            ("0", false),
+            ("off", false),
+        ] {
+            let s = Settings::from_sources(&sources(&[("SLURM_USE_REQUEUE", text)], &[])).unwrap();
+            assert_eq!(s.use_requeue, want, "{text}");
+        }
+        let err = Settings::from_sources(&sources(&[("SLURM_USE_TIMEOUT", "yep")], &[])).unwrap_err().to_string();
+        assert!(err.contains("SLURM_USE_TIMEOUT") && err.contains("y/n"), "{err}");
+    }
+
+    #[test]
+    fn the_tao_sdk_settings_tao_slurm_once_ignored_are_read() {
+        let s = Settings::from_sources(&sources(
+            &[
+                ("SLURM_NUM_GPUS", "2"),
+                ("SLURM_USE_SRUN_LOGS", "y"),
+                ("SLURM_ENROOT_TEMP_PATH", "/scratch/enroot"),
+                ("NCCL_DEBUG", "WARN"),
+            ],
+            &[],
+        ))
+        .unwrap();
+        assert_eq!((s.default_gpus, s.use_srun_logs), (Some(2), true));
+        assert_eq!(s.sqsh.enroot_temp_path.as_deref(), Some("/scratch/enroot"));
+        assert_eq!((s.nccl_debug.as_str(), s.log_level.as_str()), ("WARN", "INFO"));
+        assert_eq!(s.max_cpus_per_task, 128);
     }
 }

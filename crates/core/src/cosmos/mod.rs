@@ -132,18 +132,7 @@ pub fn resolve(
             format!("a Cosmos-RL job uses 1 to {max_gpus_per_node} GPUs per node (SLURM_MAX_GPUS_PER_NODE), got {g}"),
         ));
     }
-    let text = section.config_text.as_deref().ok_or_else(|| {
-        SpecError::new(
-            "cosmos_rl.config",
-            "is required: give the Cosmos-RL config with --cosmos-config FILE, or config = \"FILE\" (or config_text) in [cosmos_rl]",
-        )
-    })?;
-    if text.len() > crate::spec::MAX_CONFIG_BYTES || text.contains('\0') {
-        return Err(SpecError::new(
-            "cosmos_rl.config",
-            format!("must be a text file of at most {} bytes", crate::spec::MAX_CONFIG_BYTES),
-        ));
-    }
+    let text = config_text(section)?;
     let config = parse_config(text)?;
     let split = split_nodes(&config, g)?;
     let total = split.total_nodes();
@@ -157,6 +146,36 @@ pub fn resolve(
             ),
         ));
     }
+    check_env_names(spec)?;
+    let commands = role_commands(section, command, &split)?;
+    let cpus_per_task = spec.cpus_per_task.unwrap_or(DEFAULT_CPUS_PER_TASK);
+    if cpus_per_task == 0 {
+        return Err(SpecError::new("cpus_per_task", "must be at least 1"));
+    }
+    let resources = Resources { nodes: total, gpus_per_node: g, exclusive: g == max_gpus_per_node, cpus_per_task };
+    let notes = config.notes.clone();
+    Ok((resources, CosmosPlan { split, config_text: text.to_string(), commands, notes }))
+}
+
+/// The section's config text, present and of a sane size.
+fn config_text(section: &CosmosRlSpec) -> Result<&str, SpecError> {
+    let text = section.config_text.as_deref().ok_or_else(|| {
+        SpecError::new(
+            "cosmos_rl.config",
+            "is required: give the Cosmos-RL config with --cosmos-config FILE, or config = \"FILE\" (or config_text) in [cosmos_rl]",
+        )
+    })?;
+    if text.len() > crate::spec::MAX_CONFIG_BYTES || text.contains('\0') {
+        return Err(SpecError::new(
+            "cosmos_rl.config",
+            format!("must be a text file of at most {} bytes", crate::spec::MAX_CONFIG_BYTES),
+        ));
+    }
+    Ok(text)
+}
+
+/// The job's own variables may not take the names the Cosmos-RL script sets.
+fn check_env_names(spec: &JobSpec) -> Result<(), SpecError> {
     for name in spec.env.keys().chain(&spec.secret_env) {
         let field = if spec.env.contains_key(name) { "env" } else { "secret_env" };
         if COSMOS_VARS.contains(&name.as_str()) {
@@ -169,6 +188,15 @@ pub fn resolve(
             ));
         }
     }
+    Ok(())
+}
+
+/// Each role's command: its own, or the job's.
+fn role_commands(
+    section: &CosmosRlSpec,
+    command: &[String],
+    split: &NodeSplit,
+) -> Result<Vec<(Role, Vec<String>)>, SpecError> {
     let mut commands = Vec::new();
     for role in Role::ALL {
         if role == Role::Rollout && split.rollout.is_none() {
@@ -189,13 +217,7 @@ pub fn resolve(
         }
         commands.push((role, argv.to_vec()));
     }
-    let cpus_per_task = spec.cpus_per_task.unwrap_or(DEFAULT_CPUS_PER_TASK);
-    if cpus_per_task == 0 {
-        return Err(SpecError::new("cpus_per_task", "must be at least 1"));
-    }
-    let resources = Resources { nodes: total, gpus_per_node: g, exclusive: g == max_gpus_per_node, cpus_per_task };
-    let notes = config.notes.clone();
-    Ok((resources, CosmosPlan { split, config_text: text.to_string(), commands, notes }))
+    Ok(commands)
 }
 
 /// The partitions' node counts, from their TRES (`node=N`); None where a partition does not say.

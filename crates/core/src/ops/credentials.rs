@@ -2,6 +2,7 @@
 //! The key travels only inside the script on ssh's standard input (printf is a bash builtin: no argv
 //! holds it) and lands only in the remote file. The engine's `credentials` runs it.
 
+use crate::exit_codes::{CANNOT_CREATE_DIRS, CANNOT_STAGE, CANNOT_WRITE_SECRETS};
 use crate::script::shell::quote;
 use crate::spec::Secret;
 
@@ -12,16 +13,20 @@ pub const NGC_MACHINES: &[&str] = &["nvcr.io", "authn.nvidia.com"];
 pub fn enroot_credentials_script(key: &Secret) -> String {
     let mut s = String::from("set -u\numask 077\n");
     s.push_str("dir=\"${ENROOT_CONFIG_PATH:-$HOME/.config/enroot}\"\nf=\"$dir/.credentials\"\n");
-    s.push_str("mkdir -p \"$dir\" || exit 10\ntmp=\"$(mktemp \"$f.XXXXXX\")\" || exit 11\n");
+    s.push_str(&format!(
+        "mkdir -p \"$dir\" || exit {CANNOT_CREATE_DIRS}\ntmp=\"$(mktemp \"$f.XXXXXX\")\" || exit {CANNOT_STAGE}\n"
+    ));
     let ours = NGC_MACHINES.iter().map(|m| m.replace('.', "\\.")).collect::<Vec<_>>().join("|");
     s.push_str(&format!("if [ -f \"$f\" ]; then grep -v -E '^machine ({ours}) ' \"$f\" > \"$tmp\"; fi\n"));
     for machine in NGC_MACHINES {
         s.push_str(&format!(
-            "printf 'machine {machine} login $oauthtoken password %s\\n' {} >> \"$tmp\" || exit 12\n",
+            "printf 'machine {machine} login $oauthtoken password %s\\n' {} >> \"$tmp\" || exit {CANNOT_WRITE_SECRETS}\n",
             quote(key.expose())
         ));
     }
-    s.push_str("chmod 600 \"$tmp\" && mv -f \"$tmp\" \"$f\" || { rm -f \"$tmp\"; exit 13; }\necho \"$f\"\n");
+    s.push_str(&format!(
+        "chmod 600 \"$tmp\" && mv -f \"$tmp\" \"$f\" || {{ rm -f \"$tmp\"; exit {CANNOT_WRITE_SECRETS}; }}\necho \"$f\"\n"
+    ));
     s
 }
 

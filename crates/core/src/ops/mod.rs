@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod credentials;
 pub mod depend;
 pub mod failure;
+pub mod files;
 pub mod inspect;
 pub mod job_file;
 pub mod logs;

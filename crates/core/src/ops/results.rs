@@ -58,7 +58,7 @@ fn log_members(logs: Option<(&str, &str)>) -> Vec<(String, &'static str)> {
 /// List the regular files under `dir` (at most `max`), then the log files that exist.
 pub fn list_script(dir: &str, logs: Option<(&str, &str)>, max: usize) -> String {
     let mut s = format!(
-        "d={}\nif [ -d \"$d\" ]; then echo '{SECTION}files'; (cd \"$d\" && find . -type f -printf '%s %P\\n' 2>/dev/null | head -n {max}); else echo '{SECTION}noresults'; fi\n",
+        "d={}\nif [ -d \"$d\" ] && [ ! -L \"$d\" ]; then echo '{SECTION}files'; (cd \"$d\" && find . -type f -printf '%s %P\\n' 2>/dev/null | head -n {max}); else echo '{SECTION}noresults'; fi\n",
         quote(dir)
     );
     for (path, name) in log_members(logs) {
@@ -91,12 +91,12 @@ pub fn parse_list(stdout: &str) -> Option<Vec<ResultFile>> {
 /// `latest`, and the logs, refused above `cap` bytes. Names must have passed [`check_name`].
 pub fn archive_script(dir: &str, names: &[String], latest: bool, logs: Option<(&str, &str)>, cap: u64) -> String {
     let mut s = format!(
-        "d={}\n[ -d \"$d\" ] || {{ echo '{SECTION}noresults'; exit 0; }}\ncd \"$d\" || exit 3\nsel=()\nmiss=0\n",
+        "d={}\n[ -d \"$d\" ] && [ ! -L \"$d\" ] || {{ echo '{SECTION}noresults'; exit 0; }}\ncd \"$d\" || exit 3\nroot=\"$(pwd -P)\"\nsel=()\nmiss=0\n",
         quote(dir)
     );
     for n in names {
         s.push_str(&format!(
-            "if [ -e {q} ]; then sel+=({q}); else echo \"{SECTION}missing \"{q}; miss=1; fi\n",
+            "r=\"$(realpath -e -- {q} 2>/dev/null)\"\ncase \"$r\" in \"$root\"/*) sel+=({q}) ;; *) echo \"{SECTION}missing \"{q}; miss=1 ;; esac\n",
             q = quote(n)
         ));
     }
@@ -183,5 +183,39 @@ mod tests {
     fn archive_names_are_quoted() {
         let s = archive_script("/r/x y", &["a b.pth".into()], false, None, 10);
         assert!(s.contains("d='/r/x y'") && s.contains("sel+=('a b.pth')"), "{s}");
+    }
+
+    /// A job controls its results directory: a link in it (or the directory itself a link) never
+    /// makes a download reach outside it. Run under bash with the real tar.
+    #[test]
+    fn links_never_lead_a_download_outside_the_results() {
+        let tmp = std::env::temp_dir().join(format!("tao-slurm-results-{}", std::process::id()));
+        let (results, outside) = (tmp.join("results"), tmp.join("outside"));
+        std::fs::create_dir_all(&results).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("secret"), "other's").unwrap();
+        std::fs::write(results.join("model.pth"), "mine").unwrap();
+        std::os::unix::fs::symlink(&outside, results.join("link")).unwrap();
+        std::os::unix::fs::symlink(&outside, tmp.join("linked-results")).unwrap();
+        let run = |dir: &std::path::Path, names: &[&str]| {
+            let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+            let script = archive_script(dir.to_str().unwrap(), &names, false, None, 1 << 20);
+            let out = std::process::Command::new("bash").arg("-c").arg(script).output().unwrap();
+            parse_archive(&String::from_utf8_lossy(&out.stdout))
+        };
+        assert_eq!(run(&results, &["link/secret"]), Archive::Missing(vec!["link/secret".into()]));
+        assert_eq!(run(&tmp.join("linked-results"), &["secret"]), Archive::NoResults);
+        assert!(matches!(run(&results, &["model.pth"]), Archive::Base64(b) if !b.is_empty()));
+        let list = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(list_script(tmp.join("linked-results").to_str().unwrap(), None, 10))
+            .output()
+            .unwrap();
+        assert_eq!(
+            parse_list(&String::from_utf8_lossy(&list.stdout)),
+            None,
+            "a linked results directory lists nothing"
+        );
+        std::fs::remove_dir_all(&tmp).unwrap();
     }
 }

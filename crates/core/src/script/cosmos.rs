@@ -87,11 +87,28 @@ fn step_line(plan: &Plan, cosmos: &CosmosPlan, role: Role) -> String {
 }
 
 pub(super) fn write_steps(s: &mut String, plan: &Plan, cosmos: &CosmosPlan) {
-    let split = &cosmos.split;
-    let (n_policy, n_rollout, total) = (split.policy_nodes(), split.rollout_nodes(), split.total_nodes());
+    write_environment(s, plan, cosmos);
     let roles = cosmos.roles();
     let role_words: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
     let role_words = role_words.join(" ");
+    let w = |s: &mut String, line: &str| {
+        s.push_str(line);
+        s.push('\n');
+    };
+    w(s, "declare -A tao_step");
+    for role in &roles {
+        w(s, &step_line(plan, cosmos, *role));
+        let _ = writeln!(s, "tao_step[{role}]=$!");
+    }
+    write_reaper(s, &role_words);
+    write_failure_lines(s);
+}
+
+/// The allocation checked against the split, and the variables every role reads.
+fn write_environment(s: &mut String, plan: &Plan, cosmos: &CosmosPlan) {
+    let split = &cosmos.split;
+    let (n_policy, n_rollout, total) = (split.policy_nodes(), split.rollout_nodes(), split.total_nodes());
+    let roles = cosmos.roles();
     let w = |s: &mut String, line: &str| {
         s.push_str(line);
         s.push('\n');
@@ -125,11 +142,14 @@ pub(super) fn write_steps(s: &mut String, plan: &Plan, cosmos: &CosmosPlan) {
     let _ = writeln!(s, "export POLICY_NODES=\"${{tao_hosts[*]:0:{n_policy}}}\"");
     let _ = writeln!(s, "export ROLLOUT_NODES=\"${{tao_hosts[*]:{n_policy}}}\"");
     w(s, "echo \"tao-slurm: Cosmos-RL controller at $COSMOS_CONTROLLER_HOST; policy on $POLICY_NODES; rollout on ${ROLLOUT_NODES:-no nodes}\" >&2");
-    w(s, "declare -A tao_step");
-    for role in &roles {
-        w(s, &step_line(plan, cosmos, *role));
-        let _ = writeln!(s, "tao_step[{role}]=$!");
-    }
+}
+
+/// Wait for the roles; the first to fail stops the others and gives the job its exit status.
+fn write_reaper(s: &mut String, role_words: &str) {
+    let w = |s: &mut String, line: &str| {
+        s.push_str(line);
+        s.push('\n');
+    };
     // Bash reaps the steps as they end and keeps their statuses for `wait`; `kill -0` tells which
     // have ended (as portable as it gets: `wait -n -p` needs bash 5.1). The script's own variables
     // all begin with `tao_` (and `rc`, the common tail's), so no job variable can collide with them.
@@ -174,6 +194,14 @@ pub(super) fn write_steps(s: &mut String, plan: &Plan, cosmos: &CosmosPlan) {
     w(s, "  [ \"$tao_running\" = 1 ] || break");
     w(s, "  sleep 1");
     w(s, "done");
+}
+
+/// The failing role named, with the last lines of its error files.
+fn write_failure_lines(s: &mut String) {
+    let w = |s: &mut String, line: &str| {
+        s.push_str(line);
+        s.push('\n');
+    };
     // The failing role's own error lines, where the failure's classification reads (main.err). Only
     // regular files, under a time limit: a task can replace its log with a FIFO or a symlink.
     w(s, "if [ -n \"$tao_failed_role\" ]; then");

@@ -81,6 +81,38 @@ impl SweepSpec {
         if self.max_concurrent == Some(0) {
             return Err(SpecError::new("sweep.max_concurrent", "must be at least 1"));
         }
+        let grid_count = self.grid_count()?;
+        let total = grid_count.saturating_add(self.variants.len());
+        if total > MAX_SWEEP_VARIANTS {
+            return Err(SpecError::new(
+                "sweep",
+                format!(
+                    "has {total} variants; one sweep is one Slurm job array of at most {MAX_SWEEP_VARIANTS}: split it"
+                ),
+            ));
+        }
+        self.check_grid()?;
+        let mut out = Vec::with_capacity(total);
+        out.extend((0..grid_count).map(|n| self.grid_variant(n)));
+        for (i, v) in self.variants.iter().enumerate() {
+            for (name, value) in &v.env {
+                check_sweep_env_name("sweep.variants.env", name)?;
+                check_text("sweep.variants.env", value)?;
+            }
+            for a in &v.args {
+                check_text("sweep.variants.args", a)?;
+            }
+            out.push(Variant {
+                index: (grid_count + i) as u32,
+                env: v.env.iter().map(|(n, v)| (n.clone(), v.clone())).collect(),
+                args: v.args.clone(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// How many combinations the grids make (0 without a grid); an axis without values is an error.
+    fn grid_count(&self) -> Result<usize, SpecError> {
         let mut count: usize = 1;
         for (field, name, values) in self
             .grid
@@ -93,16 +125,11 @@ impl SweepSpec {
             }
             count = count.saturating_mul(values.len());
         }
-        let grid_count = if self.grid.is_empty() && self.arg_grid.is_empty() { 0 } else { count };
-        let total = grid_count.saturating_add(self.variants.len());
-        if total > MAX_SWEEP_VARIANTS {
-            return Err(SpecError::new(
-                "sweep",
-                format!(
-                    "has {total} variants; one sweep is one Slurm job array of at most {MAX_SWEEP_VARIANTS}: split it"
-                ),
-            ));
-        }
+        Ok(if self.grid.is_empty() && self.arg_grid.is_empty() { 0 } else { count })
+    }
+
+    /// Every name and value of the grids checked.
+    fn check_grid(&self) -> Result<(), SpecError> {
         for name in self.grid.keys() {
             check_sweep_env_name("sweep.grid", name)?;
         }
@@ -121,42 +148,27 @@ impl SweepSpec {
                 check_text("sweep.arg_grid", v)?;
             }
         }
-        let mut out = Vec::with_capacity(total);
-        if grid_count > 0 {
-            let env_axes: Vec<(&String, &Vec<String>)> = self.grid.iter().collect();
-            let arg_axes: Vec<(&String, &Vec<String>)> = self.arg_grid.iter().collect();
-            let sizes: Vec<usize> = env_axes.iter().chain(arg_axes.iter()).map(|(_, v)| v.len()).collect();
-            for n in 0..grid_count {
-                // Mixed radix, the last axis fastest.
-                let mut rest = n;
-                let mut picks = vec![0; sizes.len()];
-                for (i, size) in sizes.iter().enumerate().rev() {
-                    picks[i] = rest % size;
-                    rest /= size;
-                }
-                let env = env_axes.iter().zip(&picks).map(|((name, vals), p)| ((*name).clone(), vals[*p].clone()));
-                let mut args = Vec::new();
-                for ((name, vals), p) in arg_axes.iter().zip(&picks[env_axes.len()..]) {
-                    push_arg(&mut args, name, &vals[*p]);
-                }
-                out.push(Variant { index: n as u32, env: env.collect(), args });
-            }
+        Ok(())
+    }
+
+    /// The grid's `n`th combination: mixed radix over the axes (environment first, then options),
+    /// the last axis fastest.
+    fn grid_variant(&self, n: usize) -> Variant {
+        let env_axes: Vec<(&String, &Vec<String>)> = self.grid.iter().collect();
+        let arg_axes: Vec<(&String, &Vec<String>)> = self.arg_grid.iter().collect();
+        let sizes: Vec<usize> = env_axes.iter().chain(arg_axes.iter()).map(|(_, v)| v.len()).collect();
+        let mut rest = n;
+        let mut picks = vec![0; sizes.len()];
+        for (i, size) in sizes.iter().enumerate().rev() {
+            picks[i] = rest % size;
+            rest /= size;
         }
-        for (i, v) in self.variants.iter().enumerate() {
-            for (name, value) in &v.env {
-                check_sweep_env_name("sweep.variants.env", name)?;
-                check_text("sweep.variants.env", value)?;
-            }
-            for a in &v.args {
-                check_text("sweep.variants.args", a)?;
-            }
-            out.push(Variant {
-                index: (grid_count + i) as u32,
-                env: v.env.iter().map(|(n, v)| (n.clone(), v.clone())).collect(),
-                args: v.args.clone(),
-            });
+        let env = env_axes.iter().zip(&picks).map(|((name, vals), p)| ((*name).clone(), vals[*p].clone()));
+        let mut args = Vec::new();
+        for ((name, vals), p) in arg_axes.iter().zip(&picks[env_axes.len()..]) {
+            push_arg(&mut args, name, &vals[*p]);
         }
-        Ok(out)
+        Variant { index: n as u32, env: env.collect(), args }
     }
 }
 
