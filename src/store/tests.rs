@@ -308,3 +308,31 @@ fn the_store_never_reads_the_clock() {
         }
     }
 }
+
+#[test]
+fn retries_are_counted_by_class_on_their_cluster_and_a_final_failure_is_no_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let mut a = Store::open(&path).unwrap();
+    a.set_cluster(Some("a".into()));
+    let plain = Store::open(&path).unwrap();
+    let plan = |s: &Store| {
+        let p = crate::plan::resolve(&spec(), &settings()).unwrap();
+        s.insert_job("{}", &p, NOW).unwrap();
+        p.layout.job_id
+    };
+    let retry = |s: &Store, id: &str, attempt: u32, class: &str| {
+        let next = format!("tao-job-{id}-{}", attempt + 1);
+        let plan =
+            RetryPlan { class, evidence: &[], next_name: &next, excluded_nodes: "", not_before: NOW, message: "retry" };
+        assert!(s.schedule_retry(id, attempt, &plan, NOW).unwrap());
+    };
+    let (j1, j2, j3) = (plan(&a), plan(&a), plan(&plain));
+    retry(&a, &j1, 1, "node_failure");
+    retry(&a, &j1, 2, "node_failure");
+    retry(&a, &j2, 1, "preempted");
+    retry(&plain, &j3, 1, "node_failure");
+    a.close_attempt(&j2, 2, "user_error", &[], NOW).unwrap();
+    assert_eq!(a.retries_by_class().unwrap(), vec![("node_failure".to_string(), 2), ("preempted".to_string(), 1)]);
+    assert_eq!(plain.retries_by_class().unwrap(), vec![("node_failure".to_string(), 1)]);
+}
