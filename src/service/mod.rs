@@ -304,6 +304,19 @@ pub fn serve(opts: ServeOptions, setup: Setup) -> Result<(), Error> {
                 eprintln!("tao-slurm serve: requests still in flight after {SHUTDOWN_GRACE:?}; stopping anyway")
             }
         }
+        // The monitors finish the cycle under way (a retry being submitted is submitted).
+        let st = state.clone();
+        let stopped = tokio::task::spawn_blocking(move || {
+            let workspaces = st.workspaces();
+            let deadline = std::time::Instant::now() + SHUTDOWN_GRACE;
+            workspaces.iter().for_each(|w| w.stop_monitor());
+            workspaces.iter().all(|w| w.wait_for_monitor(deadline.saturating_duration_since(std::time::Instant::now())))
+        })
+        .await
+        .unwrap_or(false);
+        if !stopped {
+            eprintln!("tao-slurm serve: a monitor was still busy after {SHUTDOWN_GRACE:?}; stopping anyway");
+        }
         eprintln!("tao-slurm serve: stopped");
         Ok::<(), Error>(())
     })?;

@@ -70,6 +70,19 @@ pub struct Workspace {
     pub cluster_view: tokio::sync::Mutex<Option<(Instant, super::types::ClusterOut)>>,
     /// Bounds the remote work requests cause (the monitor's refreshes are outside it).
     pub pool: super::limits::RemotePool,
+    /// Whether its monitor thread runs (a stopping service waits for it to finish its cycle).
+    monitor_running: (Mutex<bool>, Condvar),
+}
+
+/// Says the monitor stopped, however its thread ends.
+struct MonitorDone<'a>(&'a Workspace);
+
+impl Drop for MonitorDone<'_> {
+    fn drop(&mut self) {
+        let (lock, cv) = &self.0.monitor_running;
+        *lock.lock().unwrap_or_else(|e| e.into_inner()) = false;
+        cv.notify_all();
+    }
 }
 
 fn add(total: &AtomicU64, before: u64, after: u64) {
@@ -94,6 +107,7 @@ impl Workspace {
             wake: (Mutex::new(false), Condvar::new()),
             cluster_view: tokio::sync::Mutex::new(None),
             pool: Default::default(),
+            monitor_running: (Mutex::new(false), Condvar::new()),
         }
     }
 
@@ -134,6 +148,21 @@ impl Workspace {
         self.wake_monitor();
     }
 
+    /// Stop its monitor after the cycle under way (the service is stopping: a retry or resumed
+    /// submission in progress finishes); [`Workspace::wait_for_monitor`] waits for it.
+    pub fn stop_monitor(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+        self.wake_monitor();
+    }
+
+    /// Wait at most `limit` for the monitor thread to end; whether it did.
+    pub fn wait_for_monitor(&self, limit: Duration) -> bool {
+        let (lock, cv) = &self.monitor_running;
+        let running = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let (running, _) = cv.wait_timeout_while(running, limit, |r| *r).unwrap_or_else(|e| e.into_inner());
+        !*running
+    }
+
     /// Ask the monitor to refresh soon (it still keeps to the query budget).
     pub fn wake_monitor(&self) {
         let (lock, cv) = &self.wake;
@@ -147,7 +176,8 @@ impl Workspace {
         let mut woken = lock.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             let now = Instant::now();
-            if now >= deadline || (*woken && now >= earliest) {
+            let stopping = self.stopped.load(Ordering::Relaxed);
+            if now >= deadline || (*woken && (now >= earliest || stopping)) {
                 *woken = false;
                 return;
             }
@@ -156,8 +186,11 @@ impl Workspace {
         }
     }
 
-    /// The monitor: refresh, publish, sleep at the monitor's pace, until the workspace is deleted.
+    /// The monitor: refresh, publish, sleep at the monitor's pace, until the workspace is deleted
+    /// or the service stops.
     pub fn run_monitor(&self, publish: &dyn Fn(&Client)) {
+        *self.monitor_running.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        let _done = MonitorDone(self);
         let client = loop {
             match Client::new(self.settings.clone()) {
                 Ok(c) => break c,
