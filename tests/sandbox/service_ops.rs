@@ -273,7 +273,10 @@ async fn sigterm_stops_taking_requests_and_finishes_the_submission_in_flight() {
     assert!(status.success(), "{status:?}; log: {}", svc.log());
     let log = svc.log();
     assert!(log.contains("stopping; finishing the requests in flight"), "{log}");
-    assert!(log.contains("tao-slurm serve: stopped") && !log.contains("anyway"), "the monitors ended their cycles: {log}");
+    assert!(
+        log.contains("tao-slurm serve: stopped") && !log.contains("anyway"),
+        "the monitors ended their cycles: {log}"
+    );
     let listed = svc.env.json(&["list", "--json"]);
     let row = listed.as_array().unwrap().iter().find(|j| j["job_id"] == job["id"]).cloned();
     assert_eq!(row.map(|j| j["slurm_job_id"].clone()), Some(json!(slurm_id)), "the state file has it");
