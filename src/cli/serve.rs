@@ -62,78 +62,11 @@ impl ServeCmd {
     pub(crate) fn run(self, globals: GlobalFlags) -> Result<i32, Error> {
         let operator = read_operator(&globals)?;
         if let Some(ServeAction::Key { org }) = &self.action {
-            let settings = settings_from(&globals)?;
-            let rules = operator.org(org);
-            let key = crate::service::workspaces::org_key(&settings.state_path, org, rules.ssh_key.as_deref())
-                .map_err(|m| SpecError::new("org", m))?;
-            let line = crate::service::workspaces::public_key(&key).map_err(|m| SpecError::new("org", m))?;
-            println!("{line}");
-            eprintln!("add it to ~/.ssh/authorized_keys of the slurm_user of each of org {org}'s workspaces");
-            return Ok(0);
+            return print_org_key(&globals, &operator, org);
         }
-        let mut workspaces = Vec::new();
-        if let Some(name) = &globals.cluster {
-            workspaces.push((name.clone(), settings_from(&globals)?));
-        } else {
-            let env: std::collections::HashMap<String, String> = std::env::vars().collect();
-            let names: Vec<String> = match crate::profiles::profiles_path(globals.env_file.as_deref(), &env) {
-                Some(path) => crate::profiles::read_profiles(&path)?.into_iter().map(|p| p.name).collect(),
-                None => Vec::new(),
-            };
-            let default = settings_from(&globals)?;
-            if default.cluster.is_none() && default.require_remote().is_ok() {
-                workspaces.push(("default".to_string(), default));
-            }
-            for name in names {
-                if workspaces.iter().any(|(n, _)| *n == name) {
-                    continue;
-                }
-                let g = GlobalFlags { cluster: Some(name.clone()), ..globals.clone() };
-                workspaces.push((name, settings_from(&g)?));
-            }
-        }
-        if workspaces.is_empty() {
-            return Err(SpecError::new(
-                "cluster",
-                format!(
-                    "no cluster to serve: {} (or define clusters in clusters.toml beside the env file)",
-                    crate::config::MISSING_MESSAGE
-                ),
-            )
-            .into());
-        }
-        if let Some((id, s)) = workspaces.iter().find(|(_, s)| s.state_path != workspaces[0].1.state_path) {
-            return Err(SpecError::new(
-                "TAO_SLURM_STATE",
-                format!("workspace {id} uses another state file ({}); one service has one", s.state_path.display()),
-            )
-            .into());
-        }
-        let sources = crate::config::gather(Default::default(), globals.env_file.as_deref())?;
-        let key_file = [&sources.flags, &sources.env, &sources.file]
-            .into_iter()
-            .find_map(|m| m.get(crate::service::org_secrets::KEY_FILE_SETTING).filter(|v| !v.trim().is_empty()));
-        let secret_box = match key_file {
-            Some(p) => Some(
-                crate::service::org_secrets::SecretBox::from_key_file(std::path::Path::new(p.trim()))
-                    .map_err(|m| SpecError::new(crate::service::org_secrets::KEY_FILE_SETTING, m))?,
-            ),
-            None => None,
-        };
-        let g = GlobalFlags { cluster: None, ..globals.clone() };
-        let make_settings: crate::service::state::SettingsMaker = Box::new(move |mut extra| {
-            // The cluster's name is the workspace's id, not a profile to look up.
-            let cluster = extra.remove(crate::profiles::CLUSTER_SETTING);
-            let mut sources = crate::config::gather(Default::default(), g.env_file.as_deref())?;
-            if let Some(s) = &g.state {
-                sources.flags.insert("TAO_SLURM_STATE".to_string(), s.display().to_string());
-            }
-            sources.flags.extend(extra);
-            if let Some(c) = cluster {
-                sources.flags.insert(crate::profiles::CLUSTER_SETTING.to_string(), c);
-            }
-            Ok(crate::config::Settings::from_sources(&sources)?)
-        });
+        let workspaces = served_workspaces(&globals)?;
+        let secret_box = secret_box(&globals)?;
+        let make_settings = settings_maker(&globals);
         crate::service::serve(
             crate::service::ServeOptions {
                 bind: SocketAddr::new(self.bind, self.port),
@@ -145,4 +78,98 @@ impl ServeCmd {
         )?;
         Ok(0)
     }
+}
+
+/// `serve key --org ORG`: the public key the service logs in with for the org's workspaces.
+fn print_org_key(
+    globals: &GlobalFlags,
+    operator: &crate::service::operator::Operator,
+    org: &str,
+) -> Result<i32, Error> {
+    let settings = settings_from(globals)?;
+    let rules = operator.org(org);
+    let key = crate::service::workspaces::org_key(&settings.state_path, org, rules.ssh_key.as_deref())
+        .map_err(|m| SpecError::new("org", m))?;
+    let line = crate::service::workspaces::public_key(&key).map_err(|m| SpecError::new("org", m))?;
+    println!("{line}");
+    eprintln!("add it to ~/.ssh/authorized_keys of the slurm_user of each of org {org}'s workspaces");
+    Ok(0)
+}
+
+/// The operator's workspaces: every profile of clusters.toml, plus `default` (the settings without
+/// a profile) when it names a cluster; with `--cluster NAME`, that profile only. One state file.
+fn served_workspaces(globals: &GlobalFlags) -> Result<Vec<(String, crate::config::Settings)>, Error> {
+    let mut workspaces = Vec::new();
+    if let Some(name) = &globals.cluster {
+        workspaces.push((name.clone(), settings_from(globals)?));
+    } else {
+        let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+        let names: Vec<String> = match crate::profiles::profiles_path(globals.env_file.as_deref(), &env) {
+            Some(path) => crate::profiles::read_profiles(&path)?.into_iter().map(|p| p.name).collect(),
+            None => Vec::new(),
+        };
+        let default = settings_from(globals)?;
+        if default.cluster.is_none() && default.require_remote().is_ok() {
+            workspaces.push(("default".to_string(), default));
+        }
+        for name in names {
+            if workspaces.iter().any(|(n, _)| *n == name) {
+                continue;
+            }
+            let g = GlobalFlags { cluster: Some(name.clone()), ..globals.clone() };
+            workspaces.push((name, settings_from(&g)?));
+        }
+    }
+    if workspaces.is_empty() {
+        return Err(SpecError::new(
+            "cluster",
+            format!(
+                "no cluster to serve: {} (or define clusters in clusters.toml beside the env file)",
+                crate::config::MISSING_MESSAGE
+            ),
+        )
+        .into());
+    }
+    if let Some((id, s)) = workspaces.iter().find(|(_, s)| s.state_path != workspaces[0].1.state_path) {
+        return Err(SpecError::new(
+            "TAO_SLURM_STATE",
+            format!("workspace {id} uses another state file ({}); one service has one", s.state_path.display()),
+        )
+        .into());
+    }
+    Ok(workspaces)
+}
+
+/// The key that seals the orgs' secrets, when the operator names its file.
+fn secret_box(globals: &GlobalFlags) -> Result<Option<crate::service::org_secrets::SecretBox>, Error> {
+    let sources = crate::config::gather(Default::default(), globals.env_file.as_deref())?;
+    let key_file = [&sources.flags, &sources.env, &sources.file]
+        .into_iter()
+        .find_map(|m| m.get(crate::service::org_secrets::KEY_FILE_SETTING).filter(|v| !v.trim().is_empty()));
+    match key_file {
+        Some(p) => Ok(Some(
+            crate::service::org_secrets::SecretBox::from_key_file(std::path::Path::new(p.trim()))
+                .map_err(|m| SpecError::new(crate::service::org_secrets::KEY_FILE_SETTING, m))?,
+        )),
+        None => Ok(None),
+    }
+}
+
+/// How an org workspace's settings are made: the operator's sources, its state file, and the
+/// workspace's own values on top.
+fn settings_maker(globals: &GlobalFlags) -> crate::service::state::SettingsMaker {
+    let g = GlobalFlags { cluster: None, ..globals.clone() };
+    Box::new(move |mut extra| {
+        // The cluster's name is the workspace's id, not a profile to look up.
+        let cluster = extra.remove(crate::profiles::CLUSTER_SETTING);
+        let mut sources = crate::config::gather(Default::default(), g.env_file.as_deref())?;
+        if let Some(s) = &g.state {
+            sources.flags.insert("TAO_SLURM_STATE".to_string(), s.display().to_string());
+        }
+        sources.flags.extend(extra);
+        if let Some(c) = cluster {
+            sources.flags.insert(crate::profiles::CLUSTER_SETTING.to_string(), c);
+        }
+        Ok(crate::config::Settings::from_sources(&sources)?)
+    })
 }

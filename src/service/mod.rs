@@ -212,9 +212,9 @@ async fn stop_signal() {
     }
 }
 
-/// Run the service until interrupted.
-pub fn serve(opts: ServeOptions, setup: Setup) -> Result<(), Error> {
-    let runtime_error = |e: std::io::Error| Error::RemoteCommand(format!("cannot start the service: {e}"));
+/// The service's state: the operator's workspaces, the service database, the org workspaces it
+/// recorded, a monitor thread per workspace.
+fn start_state(opts: &ServeOptions, setup: Setup) -> Result<Arc<AppState>, Error> {
     let Setup { workspaces, operator, secret_box, make_settings } = setup;
     let state_path = workspaces.first().map(|(_, s)| s.state_path.clone()).expect("at least one workspace");
     let db = crate::client::ServiceDb::open(&crate::client::service_records::path_for(&state_path))
@@ -249,6 +249,56 @@ pub fn serve(opts: ServeOptions, setup: Setup) -> Result<(), Error> {
         workspaces::start_monitor(&state, w)?;
     }
     workspaces::load(&state).map_err(|m| crate::spec::SpecError::new("TAO_SLURM_STATE", m))?;
+    Ok(state)
+}
+
+/// Tokens created or revoked by `tao-slurm token` are seen within a second.
+fn reload_tokens_every_second(state: &Arc<AppState>) {
+    let st = state.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            let s = st.clone();
+            if let Ok(Err(e)) = tokio::task::spawn_blocking(move || s.reload_tokens()).await {
+                tracing::warn!(error = %e, "cannot read the tokens; keeping the ones loaded");
+            }
+        }
+    });
+}
+
+/// `/metrics` on its own address (its figures cover every org).
+async fn serve_metrics(addr: std::net::SocketAddr, state: &Arc<AppState>) -> Result<(), Error> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| crate::spec::SpecError::new("metrics-addr", format!("cannot listen on {addr}: {e}")))?;
+    let local = listener.local_addr().map_err(|e| Error::RemoteCommand(format!("cannot start the service: {e}")))?;
+    println!("metrics on http://{local}/metrics");
+    let app = Router::new().route("/metrics", get(metrics::scrape)).with_state(state.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(())
+}
+
+/// The monitors finish the cycle under way (a retry being submitted is submitted), within the grace.
+async fn stop_monitors(state: &Arc<AppState>) {
+    let st = state.clone();
+    let stopped = tokio::task::spawn_blocking(move || {
+        let workspaces = st.workspaces();
+        let deadline = std::time::Instant::now() + SHUTDOWN_GRACE;
+        workspaces.iter().for_each(|w| w.stop_monitor());
+        workspaces.iter().all(|w| w.wait_for_monitor(deadline.saturating_duration_since(std::time::Instant::now())))
+    })
+    .await
+    .unwrap_or(false);
+    if !stopped {
+        eprintln!("tao-slurm serve: a monitor was still busy after {SHUTDOWN_GRACE:?}; stopping anyway");
+    }
+}
+
+/// Run the service until interrupted.
+pub fn serve(opts: ServeOptions, setup: Setup) -> Result<(), Error> {
+    let runtime_error = |e: std::io::Error| Error::RemoteCommand(format!("cannot start the service: {e}"));
+    let state = start_state(&opts, setup)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("serve")
@@ -267,24 +317,9 @@ pub fn serve(opts: ServeOptions, setup: Setup) -> Result<(), Error> {
         println!("listening on http://{addr}/ (workspaces: {})", names.join(", "));
         use std::io::Write;
         let _ = std::io::stdout().flush();
-        let st = state.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-            loop {
-                tick.tick().await;
-                let s = st.clone();
-                if let Ok(Err(e)) = tokio::task::spawn_blocking(move || s.reload_tokens()).await {
-                    tracing::warn!(error = %e, "cannot read the tokens; keeping the ones loaded");
-                }
-            }
-        });
+        reload_tokens_every_second(&state);
         if let Some(metrics_addr) = opts.metrics_addr {
-            let listener = tokio::net::TcpListener::bind(metrics_addr).await.map_err(|e| {
-                crate::spec::SpecError::new("metrics-addr", format!("cannot listen on {metrics_addr}: {e}"))
-            })?;
-            println!("metrics on http://{}/metrics", listener.local_addr().map_err(runtime_error)?);
-            let app = Router::new().route("/metrics", get(metrics::scrape)).with_state(state.clone());
-            tokio::spawn(async move { axum::serve(listener, app).await });
+            serve_metrics(metrics_addr, &state).await?;
         }
         let _ = std::io::stdout().flush();
         let app = router(state.clone(), opts.max_body_bytes);
@@ -304,19 +339,7 @@ pub fn serve(opts: ServeOptions, setup: Setup) -> Result<(), Error> {
                 eprintln!("tao-slurm serve: requests still in flight after {SHUTDOWN_GRACE:?}; stopping anyway")
             }
         }
-        // The monitors finish the cycle under way (a retry being submitted is submitted).
-        let st = state.clone();
-        let stopped = tokio::task::spawn_blocking(move || {
-            let workspaces = st.workspaces();
-            let deadline = std::time::Instant::now() + SHUTDOWN_GRACE;
-            workspaces.iter().for_each(|w| w.stop_monitor());
-            workspaces.iter().all(|w| w.wait_for_monitor(deadline.saturating_duration_since(std::time::Instant::now())))
-        })
-        .await
-        .unwrap_or(false);
-        if !stopped {
-            eprintln!("tao-slurm serve: a monitor was still busy after {SHUTDOWN_GRACE:?}; stopping anyway");
-        }
+        stop_monitors(&state).await;
         eprintln!("tao-slurm serve: stopped");
         Ok::<(), Error>(())
     })?;
