@@ -3,6 +3,7 @@
 mod audit;
 mod cancel;
 mod check_path;
+mod checkpoints;
 mod credentials;
 mod image;
 mod job_args;
@@ -62,6 +63,8 @@ enum Command {
     Events(jobs::EventsCmd),
     /// Show a job's main.out and main.err
     Logs(logs::LogsCmd),
+    /// List the checkpoints in a job's results directory, newest last
+    Checkpoints(checkpoints::CheckpointsCmd),
     /// Follow jobs until they reach a terminal status
     Watch(watch::WatchCmd),
     /// Cancel jobs
@@ -182,6 +185,7 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::List(c) => c.run(settings),
         Command::Events(c) => c.run(settings),
         Command::Logs(c) => c.run(settings),
+        Command::Checkpoints(c) => c.run(settings),
         Command::Watch(c) => c.run(settings),
         Command::Cancel(c) => c.run(settings),
         Command::Preflight(c) => c.run(settings),

@@ -343,6 +343,7 @@ pub fn schemas() -> Vec<(&'static str, schemars::Schema)> {
     vec![
         ("cancel", schemars::schema_for!(JobsReport)),
         ("check-path", schemars::schema_for!(PathsReport)),
+        ("checkpoints", schemars::schema_for!(super::checkpoints::CheckpointsReport)),
         ("credentials enroot", schemars::schema_for!(CredentialsReport)),
         ("events", schemars::schema_for!(EventsReport)),
         ("image import", schemars::schema_for!(crate::client::Prepared)),
