@@ -14,6 +14,7 @@ pub(crate) mod monitor;
 pub(crate) mod output;
 mod preflight;
 mod render;
+mod retry;
 mod schema;
 mod serve;
 mod status;
@@ -69,6 +70,8 @@ enum Command {
     Watch(watch::WatchCmd),
     /// Cancel jobs
     Cancel(cancel::CancelCmd),
+    /// Run a job that ended Error or Canceled again, from its newest checkpoint
+    Retry(retry::RetryCmd),
     /// Manage the squashfs image cache on shared storage
     Image(image::ImageCmd),
     /// Check that input paths exist on the cluster's shared storage
@@ -188,6 +191,7 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::Checkpoints(c) => c.run(settings),
         Command::Watch(c) => c.run(settings),
         Command::Cancel(c) => c.run(settings),
+        Command::Retry(c) => c.run(settings),
         Command::Preflight(c) => c.run(settings),
         Command::Monitor(c) => c.run(settings),
         Command::CheckPath(c) => c.run(settings),

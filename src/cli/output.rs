@@ -354,6 +354,7 @@ pub fn schemas() -> Vec<(&'static str, schemars::Schema)> {
         ("logs -f (each line)", schemars::schema_for!(ChunkLine)),
         ("preflight", schemars::schema_for!(PreflightReport)),
         ("render", schemars::schema_for!(RenderReport)),
+        ("retry", schemars::schema_for!(JobsReport)),
         ("status", schemars::schema_for!(JobsReport)),
         ("submit", schemars::schema_for!(crate::client::Submitted)),
         ("submit (a pipeline)", schemars::schema_for!(crate::client::PipelineSubmitted)),

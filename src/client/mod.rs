@@ -8,6 +8,7 @@ mod lookup;
 mod monitor;
 mod refresh;
 mod results;
+mod retry;
 mod secrets;
 mod submission;
 mod views;

@@ -12,6 +12,7 @@ mod dependencies;
 mod events;
 mod groups;
 mod jobs;
+mod reopen;
 mod rows;
 mod schema;
 mod secrets;

@@ -4,7 +4,7 @@
 
 use crate::common::wait::{wait_for, when};
 use crate::common::{is_terminal, Env};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// A stand-in for a TAO training: `EPOCHS` epochs of `SECONDS` each, a checkpoint `epoch-N.pth` after
@@ -99,4 +99,36 @@ fn a_training_longer_than_its_time_limit_resumes_from_its_newest_checkpoint_each
     let cks = env.json(&["checkpoints", &job, "--json"]);
     let paths: Vec<&str> = cks["checkpoints"].as_array().unwrap().iter().map(|c| c["path"].as_str().unwrap()).collect();
     assert_eq!(paths.last(), Some(&"train/epoch-12.pth"), "{cks}");
+}
+
+#[test]
+fn retry_of_an_error_job_starts_from_its_checkpoint_and_two_retries_make_one_slurm_job() {
+    let env = Env::new();
+    let script = r#"dir="$TAO_API_RESULTS_DIR/$TAO_JOB_ID/train"; mkdir -p "$dir"
+if [ -z "${TAO_RESUME_CHECKPOINT:-}" ]; then echo x > "$dir/epoch-1.pth"; echo "failing after epoch 1"; exit 3; fi
+echo "resumed from $TAO_RESUME_CHECKPOINT""#;
+    let (job, first) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "1", "--shell", "--", script]);
+    let v = env.wait_terminal(&job, Duration::from_secs(180));
+    assert_eq!(v["status"], "Error", "{v}");
+    // Two callers at once: the store reopens the job once, so one new Slurm job.
+    let callers: Vec<_> = (0..2)
+        .map(|_| env.command(&["retry", &job, "--json"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap())
+        .collect();
+    for c in callers {
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let v = env.wait_terminal(&job, Duration::from_secs(180));
+    assert_eq!(v["status"], "Complete", "{v}");
+    assert_eq!(v["attempts"].as_array().map(Vec::len), Some(2), "{v}");
+    assert_ne!(v["slurm_job_id"].as_str(), Some(first.as_str()), "{v}");
+    let events = env.ok(&["events", &job, "--json"]);
+    assert_eq!(events.matches("\"retried\"").count(), 1, "{events}");
+    assert_eq!(env.slurm_jobs_named(&format!("tao-job-{job}.a2")).len(), 1, "one Slurm job for the retry");
+    let logs = env.json(&["logs", &job, "--json"]);
+    let out = logs["stdout"].as_str().unwrap();
+    assert!(out.contains("/train/epoch-1.pth"), "the retry resumed from the checkpoint: {out}");
+    // A completed job has nothing to retry.
+    let again = env.run(&["retry", &job]);
+    assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("nothing to retry"));
 }
