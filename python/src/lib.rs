@@ -207,6 +207,11 @@ impl Engine {
         self.with(py, move |c| Ok(json(&c.cancel_jobs(&ids)?)))
     }
 
+    /// A new attempt of a job that ended Error or Canceled, from its newest checkpoint (JSON view).
+    fn retry(&self, py: Python<'_>, id: String) -> PyResult<String> {
+        self.with(py, move |c| Ok(json(&c.retry_job(&id)?)))
+    }
+
     /// One poll of following a job's logs from byte offsets `(stdout, stderr)`: returns the job
     /// (JSON), the new pieces as `(stream, text)`, whether it is finished, whether nothing more is
     /// waiting, and the new offsets.
