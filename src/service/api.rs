@@ -460,15 +460,16 @@ pub async fn job_get_ref(
     }
 }
 
-/// `POST /jobs/{job_id}:cancel`.
+/// `POST /jobs/{job_id}:cancel` and `:retry`.
 pub async fn job_post_ref(
     State(state): State<AppStateRef>,
     Path((org, reference)): Path<(String, String)>,
 ) -> ApiResult<Response> {
     match reference.rsplit_once(':') {
         Some((id, "cancel")) => cancel_job(state, org, id.to_string()).await,
+        Some((id, "retry")) => super::long_training::retry_job(state, org, id.to_string()).await,
         Some((_, a @ ("publish_model" | "log_update" | "status_update"))) => Err(super::tao_routes::not_here(a)),
-        _ => Err(ApiError::not_found("no such job action for POST (there is :cancel)")),
+        _ => Err(ApiError::not_found("no such job action for POST (there are :cancel and :retry)")),
     }
 }
 

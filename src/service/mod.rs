@@ -17,6 +17,7 @@ pub mod audit;
 mod dashboard;
 pub mod error;
 pub mod limits;
+mod long_training;
 pub mod metrics;
 pub mod openapi;
 pub mod operator;
