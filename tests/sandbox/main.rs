@@ -11,6 +11,7 @@ mod common;
 mod service_support;
 
 mod architecture;
+mod notify;
 mod preflight;
 mod sandbox_cosmos;
 mod sandbox_jobs;

@@ -46,19 +46,24 @@ impl NoticeKind {
                 PlatformStatus::Canceled => Some(NoticeKind::Canceled),
                 PlatformStatus::Pending | PlatformStatus::Paused => None,
             },
-            "retry" if !detail.starts_with(RESUBMITTED) => Some(NoticeKind::Retried),
+            "retry" if !is_resubmission(detail) => Some(NoticeKind::Retried),
             "preempted" => Some(NoticeKind::Preempted),
             _ => None,
         }
     }
 }
 
-/// How a resubmission's event begins (`engine::retry` writes it with [`resubmitted_detail`]).
-const RESUBMITTED: &str = "attempt ";
-
 /// The detail of the event of a retry's (or resumed submission's) new Slurm job.
 pub fn resubmitted_detail(attempt: u32, slurm_job_id: &str) -> String {
-    format!("{RESUBMITTED}{attempt} is Slurm job {slurm_job_id}")
+    format!("attempt {attempt} is Slurm job {slurm_job_id}")
+}
+
+/// Whether a detail is [`resubmitted_detail`]'s (a scheduled retry's says `attempt 1 failed ...`).
+fn is_resubmission(detail: &str) -> bool {
+    detail
+        .strip_prefix("attempt ")
+        .map(|rest| rest.trim_start_matches(|c: char| c.is_ascii_digit()))
+        .is_some_and(|rest| rest.starts_with(" is Slurm job "))
 }
 
 /// The detail of a status event: `Running (Slurm RUNNING): message`.
@@ -282,6 +287,11 @@ mod tests {
             ("status", status_detail(PlatformStatus::Canceled, None, "by user"), Some(NoticeKind::Canceled)),
             ("status", status_detail(PlatformStatus::Pending, Some("PENDING"), "Resources"), None),
             ("retry", "infra failure: node lost; retry 1 in 30 s".to_string(), Some(NoticeKind::Retried)),
+            (
+                "retry",
+                "attempt 1 failed on node1 (ncclSystemError); retry 1 of 10 in 1 s, excluding node1".to_string(),
+                Some(NoticeKind::Retried),
+            ),
             ("retry", resubmitted_detail(2, "77"), None),
             ("preempted", "by a higher priority job".to_string(), Some(NoticeKind::Preempted)),
             ("submitted", "Slurm job 7 via h".to_string(), None),
