@@ -22,6 +22,7 @@ mod sandbox_sweeps;
 mod service_api;
 mod service_dashboard;
 mod service_hardening;
+mod service_kpis;
 mod service_ops;
 mod service_tenancy;
 mod sqsh;
