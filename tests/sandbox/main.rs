@@ -13,6 +13,7 @@ mod service_support;
 mod architecture;
 mod notify;
 mod preflight;
+mod progress_cli;
 mod sandbox_cosmos;
 mod sandbox_jobs;
 mod sandbox_retry;
