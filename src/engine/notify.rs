@@ -88,7 +88,7 @@ fn webhooks_of(store: &Store, job_id: &str, ours: &[Webhook]) -> Result<Vec<Webh
 fn queue(store: &Store, notice: &notify::Notice, hooks: &[Webhook], now: i64) -> Result<usize> {
     let mut queued = 0;
     for hook in hooks {
-        let body = hook.body(notice).to_string();
+        let body = notify::body(hook, notice).to_string();
         queued += usize::from(store.enqueue_notification(&notice.key, &hook.url, &notice.job_id, &body, now)?);
     }
     Ok(queued)

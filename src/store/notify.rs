@@ -130,3 +130,55 @@ impl Store {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_700_000_000;
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.db")).unwrap();
+        (dir, store)
+    }
+
+    #[test]
+    fn a_message_is_queued_once_and_each_webhook_gets_its_oldest_first() {
+        let (_d, s) = store();
+        assert!(s.enqueue_notification("j:1:started", "http://a/x", "j", "{}", NOW).unwrap());
+        assert!(!s.enqueue_notification("j:1:started", "http://a/x", "j", "{}", NOW).unwrap(), "once per key");
+        assert!(s.enqueue_notification("j:1:finished", "http://a/x", "j", "{}", NOW).unwrap());
+        assert!(s.enqueue_notification("j:1:started", "http://b/y", "j", "{}", NOW).unwrap());
+        let due = s.due_notifications(NOW).unwrap();
+        assert_eq!(due.iter().map(|m| m.url.as_str()).collect::<Vec<_>>(), ["http://a/x", "http://b/y"]);
+        let (first, b) = (due[0].id, due[1].id);
+        let ids = |at| s.due_notifications(at).unwrap().iter().map(|m| m.id).collect::<Vec<_>>();
+
+        // A claim is one process's; a failure waits for its backoff and keeps the later ones behind it.
+        assert!(s.claim_notification(first, NOW, NOW + 60).unwrap());
+        assert!(!s.claim_notification(first, NOW, NOW + 60).unwrap());
+        s.notification_failed(first, "HTTP 500", Some(NOW + 5), NOW).unwrap();
+        assert_eq!(ids(NOW), [b]);
+        let again = s.due_notifications(NOW + 5).unwrap();
+        assert_eq!((again[0].id, again[0].tries), (first, 1));
+        s.notification_delivered(first, NOW + 5).unwrap();
+        assert!(!s.claim_notification(first, NOW + 100, NOW + 160).unwrap(), "a delivered message is never sent again");
+        let next = ids(NOW + 5);
+        assert_eq!((next.len(), next[1]), (2, b));
+        assert!(next[0] > first && next[0] != b, "then the webhook's second message");
+
+        // Given up: the next one is due.
+        s.notification_failed(next[0], "HTTP 404", None, NOW + 6).unwrap();
+        assert_eq!(ids(NOW + 6), [b]);
+    }
+
+    #[test]
+    fn cursors_are_per_monitor() {
+        let (_d, s) = store();
+        assert_eq!(s.notify_cursor("monitor:").unwrap(), None);
+        s.set_notify_cursor("monitor:", 7).unwrap();
+        s.set_notify_cursor("monitor:", 9).unwrap();
+        assert_eq!((s.notify_cursor("monitor:").unwrap(), s.notify_cursor("monitor:b").unwrap()), (Some(9), None));
+    }
+}

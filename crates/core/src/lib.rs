@@ -30,3 +30,4 @@ pub mod sqsh;
 pub(crate) mod stand_ins;
 pub mod status;
 pub mod tao_images;
+pub mod webhook;

@@ -1,12 +1,13 @@
 //! Webhook notifications (issue 26): which entries of a job's history are worth a message, the
 //! message's words and JSON forms (Slack-compatible `{"text"}` and a generic one), the key that makes
-//! each message one delivery, the pace of retried deliveries, and a webhook URL as it may be logged
-//! (its path and query hidden: chat webhooks carry their token there). Pure: the engine finds the
-//! events, stores the outbox and sends.
+//! each message one delivery and the pace of retried deliveries (the webhooks themselves:
+//! `webhook`). Pure: the engine finds the events, stores the outbox and sends.
 
 use crate::model::{EventRecord, JobSummary};
 use crate::status::PlatformStatus;
 use serde::Serialize;
+
+pub use crate::webhook::{parse_webhooks, redact_url, Format, Webhook};
 
 /// A state change a webhook hears of. Other work (pause, resume, preemption: issue 23) hooks in by
 /// recording an event whose kind [`NoticeKind::of_event`] maps: `preempted` is one already.
@@ -160,66 +161,11 @@ fn words(kind: NoticeKind) -> &'static str {
     }
 }
 
-/// The JSON form a webhook gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    /// `{"text": ...}` only (Slack, Mattermost, Teams' and Discord's Slack-compatible endpoints).
-    Slack,
-    /// Every field of [`Notice`], `text` among them.
-    Generic,
-}
-
-/// A configured webhook: `slack:URL` or `json:URL` choose the form; a bare URL gets the Slack form
-/// on `hooks.slack.com` and the generic one elsewhere. Only http and https.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Webhook {
-    pub format: Format,
-    pub url: String,
-}
-
-impl Webhook {
-    pub fn parse(text: &str) -> Result<Webhook, String> {
-        let text = text.trim();
-        let (format, url) = match text.split_once(':') {
-            Some(("slack", rest)) => (Some(Format::Slack), rest),
-            Some(("json", rest)) => (Some(Format::Generic), rest),
-            _ => (None, text),
-        };
-        let host = url
-            .strip_prefix("https://")
-            .or_else(|| url.strip_prefix("http://"))
-            .map(|r| r.split(['/', '?', '#']).next().unwrap_or(""))
-            .filter(|h| !h.is_empty() && !h.contains(char::is_whitespace))
-            .ok_or_else(|| format!("{} is not an http(s) URL", redact_url(url)))?;
-        let format = format.unwrap_or(if host == "hooks.slack.com" { Format::Slack } else { Format::Generic });
-        Ok(Webhook { format, url: url.to_string() })
-    }
-
-    /// The body this webhook gets for a notice.
-    pub fn body(&self, notice: &Notice) -> serde_json::Value {
-        match self.format {
-            Format::Slack => serde_json::json!({ "text": notice.text }),
-            Format::Generic => serde_json::to_value(notice).expect("a notice serialises"),
-        }
-    }
-}
-
-/// Webhooks from a comma-separated list (the `TAO_SLURM_NOTIFY` setting) or repeated flags.
-pub fn parse_webhooks<'a>(items: impl IntoIterator<Item = &'a str>) -> Result<Vec<Webhook>, String> {
-    items.into_iter().flat_map(|i| i.split(',')).filter(|s| !s.trim().is_empty()).map(Webhook::parse).collect()
-}
-
-/// A URL as it may be logged: scheme and host only, the rest (where tokens live) replaced by `/***`.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return "***".to_string();
-    };
-    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let host = host.rsplit('@').next().unwrap_or(host);
-    if host.len() < rest.len() {
-        format!("{scheme}://{host}/***")
-    } else {
-        format!("{scheme}://{host}")
+/// The body `hook` gets for a notice.
+pub fn body(hook: &Webhook, notice: &Notice) -> serde_json::Value {
+    match hook.format {
+        Format::Slack => serde_json::json!({ "text": notice.text }),
+        Format::Generic => serde_json::to_value(notice).expect("a notice serialises"),
     }
 }
 
@@ -365,8 +311,8 @@ mod tests {
         let n =
             notice_of(&event(1, "status", &status_detail(PlatformStatus::Running, Some("RUNNING"), "")), &j, 2, None)
                 .unwrap();
-        assert_eq!(slack.body(&n), serde_json::json!({"text": n.text}));
-        let g = generic.body(&n);
+        assert_eq!(body(&slack, &n), serde_json::json!({"text": n.text}));
+        let g = body(&generic, &n);
         assert_eq!(
             (g["event"].as_str(), g["job_id"].as_str(), g["attempt"].as_u64()),
             (Some("started"), Some("abcdef1234"), Some(2))

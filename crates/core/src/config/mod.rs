@@ -446,6 +446,13 @@ impl Settings {
     }
 }
 
+/// `TAO_SLURM_NOTIFY`: comma-separated webhook URLs (`slack:`/`json:` prefixes), checked here.
+fn parse_webhooks(v: &str) -> Result<Vec<crate::spec::Secret>, ConfigError> {
+    crate::webhook::parse_webhooks([v])
+        .map_err(|message| ConfigError::Invalid { name: "TAO_SLURM_NOTIFY", message })?;
+    Ok(v.split(',').map(str::trim).filter(|u| !u.is_empty()).map(crate::spec::Secret::new).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -566,10 +573,28 @@ mod tests {
         assert_eq!((s.nccl_debug.as_str(), s.log_level.as_str()), ("WARN", "INFO"));
         assert_eq!(s.max_cpus_per_task, 128);
     }
-}
 
-/// `TAO_SLURM_NOTIFY`: comma-separated webhook URLs (`slack:`/`json:` prefixes), checked here.
-fn parse_webhooks(v: &str) -> Result<Vec<crate::spec::Secret>, ConfigError> {
-    crate::notify::parse_webhooks([v]).map_err(|message| ConfigError::Invalid { name: "TAO_SLURM_NOTIFY", message })?;
-    Ok(v.split(',').map(str::trim).filter(|u| !u.is_empty()).map(crate::spec::Secret::new).collect())
+    #[test]
+    fn webhooks_are_read_checked_and_never_printed() {
+        let s = Settings::from_sources(&sources(
+            &[("SLURM_HOSTNAME", "a"), ("TAO_SLURM_NOTIFY", "https://hooks.slack.com/T/B/TOKEN, json:http://h/x")],
+            &[],
+        ))
+        .unwrap();
+        let urls: Vec<&str> = s.notify.iter().map(|u| u.expose()).collect();
+        assert_eq!(urls, ["https://hooks.slack.com/T/B/TOKEN", "json:http://h/x"]);
+        assert!(!format!("{s:?}").contains("TOKEN"));
+        assert_eq!(
+            (
+                s.notify_pending_minutes,
+                Settings::from_sources(&sources(&[("SLURM_HOSTNAME", "a")], &[])).unwrap().notify.len()
+            ),
+            (60, 0)
+        );
+        let err =
+            Settings::from_sources(&sources(&[("SLURM_HOSTNAME", "a"), ("TAO_SLURM_NOTIFY", "ftp://h/TOKEN")], &[]))
+                .unwrap_err()
+                .to_string();
+        assert!(err.contains("TAO_SLURM_NOTIFY") && !err.contains("TOKEN"), "{err}");
+    }
 }
