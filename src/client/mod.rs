@@ -6,6 +6,7 @@ mod files;
 mod logs;
 mod lookup;
 mod monitor;
+mod notify;
 mod refresh;
 mod results;
 mod secrets;
@@ -35,6 +36,7 @@ pub use crate::store::AuditEntry;
 pub use crate::store::GroupRecord;
 pub use cluster::preflight;
 pub use monitor::{monitor_running, start_background_monitor, Monitor, MonitorLock, MonitorStep, AFTER_FAILURE};
+pub use notify::Notifier;
 pub use results::{ArchiveAsk, ArchiveOut};
 pub use secrets::secret_values;
 pub use views::{

@@ -11,7 +11,9 @@ mod common;
 mod service_support;
 
 mod architecture;
+mod notify;
 mod preflight;
+mod progress_cli;
 mod sandbox_cosmos;
 mod sandbox_jobs;
 mod sandbox_retry;
@@ -21,6 +23,7 @@ mod sandbox_sweeps;
 mod service_api;
 mod service_dashboard;
 mod service_hardening;
+mod service_kpis;
 mod service_ops;
 mod service_tenancy;
 mod sqsh;

@@ -10,9 +10,11 @@ pub mod exit_codes;
 pub mod filter;
 #[cfg(any(test, feature = "test-fixtures"))]
 pub mod fixtures;
+pub mod kpi;
 pub mod layout;
 pub mod model;
 pub mod monitor;
+pub mod notify;
 pub mod ops;
 pub mod plan;
 pub mod policy;
