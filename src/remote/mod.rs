@@ -3,6 +3,7 @@
 
 mod local;
 pub mod openssh;
+mod resolve;
 mod session;
 
 pub use local::LocalShell;
