@@ -25,6 +25,11 @@ const CLAIM_SECS: i64 = 60;
 pub fn enqueue(store: &Store, settings: &Settings, active: &[JobSummary], now: i64) -> Result<usize> {
     let name = format!("monitor:{}", settings.cluster.as_deref().unwrap_or(""));
     let ours = notify::parse_webhooks(settings.notify.iter().map(|s| s.expose())).unwrap_or_default();
+    let pending = active.iter().any(|j| j.status == crate::status::PlatformStatus::Pending);
+    // Nothing new and nobody waiting: no write (the monitor steps every few seconds).
+    if !pending && store.notify_cursor(&name)?.is_some_and(|c| store.last_event_id().is_ok_and(|l| l == c)) {
+        return Ok(0);
+    }
     store.in_transaction(|| {
         let mut queued = 0;
         let mut cursor = store.notify_cursor(&name)?;
