@@ -134,22 +134,48 @@ fn a_job_that_fails_once_and_completes_is_heard_in_order_each_message_once() {
     assert!(!log.contains("SECRET"), "{log}");
 
     // A new monitor sends nothing again: a second job's message arrives after the first's four and
-    // nothing else does (one webhook's messages are delivered in order, the oldest first).
+    // nothing else does (one webhook's messages are delivered in order, the oldest first). That job
+    // fails with a user error, and its message says so; a Slack-form webhook of the settings gets
+    // `{"text"}` only.
     first_monitor.kill().unwrap();
     first_monitor.wait().unwrap();
+    let slack = Receiver::start();
+    let mut env = env;
+    env.vars.insert("TAO_SLURM_NOTIFY".into(), format!("slack:http://127.0.0.1:{}/services/T0/B0/SECRET", slack.port));
     let (mut second_monitor, second_log) = monitor(&env);
-    let (job2, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--notify", &hook, "--", "true"]);
+    let user_error = "echo 'KeyError: train.num_epochs' >&2; exit 3";
+    let (job2, _) =
+        env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--notify", &hook, "--shell", "--", user_error]);
     let all = wait_for("the second job's last message", Duration::from_secs(300), Duration::from_millis(300), || {
         let m = receiver.messages();
-        if of_job(&m, &job2).iter().any(|x| x["event"] == "finished") {
+        if of_job(&m, &job2).iter().any(|x| x["event"] == "failed") {
             Ok(m)
         } else {
             Err(format!("{m:?}"))
         }
     });
-    second_monitor.kill().unwrap();
-    second_monitor.wait().unwrap();
+    let failed = of_job(&all, &job2).into_iter().find(|x| x["event"] == "failed").unwrap().clone();
+    assert_eq!(failed["failure_class"], "user", "{failed}");
+    assert!(failed["text"].as_str().unwrap().contains("failed [user]"), "{failed}");
     assert_eq!(of_job(&all, &job), ours, "each message of the first job once, across the restart");
     assert_eq!(all.len(), 4 + of_job(&all, &job2).len(), "{all:?}");
+    let texts =
+        wait_for("the Slack-form message of the failure", Duration::from_secs(120), Duration::from_millis(300), || {
+            let m = slack.messages();
+            if m.iter().any(|x| x["text"].as_str().is_some_and(|t| t.contains(&job2[..8]) && t.contains("failed"))) {
+                Ok(m)
+            } else {
+                Err(format!("{m:?}"))
+            }
+        });
+    second_monitor.kill().unwrap();
+    second_monitor.wait().unwrap();
+    for t in &texts {
+        assert_eq!(t.as_object().map(|o| o.keys().collect::<Vec<_>>()), Some(vec![&"text".to_string()]), "{t}");
+        assert!(
+            !t["text"].as_str().unwrap().contains(&job[..8]),
+            "the settings' webhook hears only the jobs after it was set: {t}"
+        );
+    }
     assert!(!second_log.lock().unwrap().contains("SECRET"));
 }
