@@ -151,3 +151,74 @@ fn post(http: &reqwest::blocking::Client, url: &str, body: &str) -> std::result:
         Err(format!("HTTP {}", res.status().as_u16()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::PlatformStatus;
+    use crate::store::StatusUpdate;
+    use serde_json::Value;
+    use tao_slurm_core::fixtures::{settings, spec};
+
+    const NOW: i64 = 1_800_000_000;
+
+    fn job(store: &Store, hooks: &[&str]) -> String {
+        let plan = crate::plan::resolve(&spec(), &settings()).unwrap();
+        let member =
+            crate::store::Member { webhooks: hooks.iter().map(|h| h.to_string()).collect(), ..Default::default() };
+        store.in_transaction(|| store.insert_member("{}", &plan, &member, NOW - 7200)).unwrap();
+        store.set_submitted(&plan.layout.job_id, "41", "login1", NOW - 7200).unwrap();
+        plan.layout.job_id.clone()
+    }
+
+    fn bodies(store: &Store) -> Vec<(String, Value)> {
+        store
+            .due_notifications(i64::MAX - 1)
+            .unwrap()
+            .into_iter()
+            .map(|m| (m.url, serde_json::from_str(&m.body).unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn events_become_messages_once_and_a_first_look_skips_the_old_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.db")).unwrap();
+        let old = job(&store, &["json:http://own/x"]);
+        store.update_status(&old, &StatusUpdate::bare(PlatformStatus::Running, "old"), NOW - 7200).unwrap();
+        let id = job(&store, &["json:http://own/x"]);
+        let mut s = settings();
+        s.notify = vec![crate::spec::Secret::new("slack:http://team/hook")];
+        s.notify_pending_minutes = 0;
+        store.update_status(&id, &StatusUpdate::bare(PlatformStatus::Running, "on n1"), NOW - 10).unwrap();
+        assert_eq!(
+            enqueue(&store, &s, &[], NOW).unwrap(),
+            2,
+            "the new job's start, to its own webhook and the settings'"
+        );
+        assert_eq!(enqueue(&store, &s, &[], NOW).unwrap(), 0, "nothing new");
+        store.update_status(&id, &StatusUpdate::bare(PlatformStatus::Complete, "exit 0"), NOW).unwrap();
+        assert_eq!(enqueue(&store, &s, &[], NOW).unwrap(), 2);
+        let got = bodies(&store);
+        let own: Vec<&str> =
+            got.iter().filter(|(u, _)| u == "http://own/x").map(|(_, b)| b["event"].as_str().unwrap()).collect();
+        assert_eq!(own, ["started"], "the oldest due per webhook");
+        let team = got.iter().find(|(u, _)| u == "http://team/hook").unwrap();
+        assert_eq!(team.1.as_object().unwrap().keys().collect::<Vec<_>>(), ["text"]);
+        assert!(got.iter().all(|(_, b)| b.to_string().contains(&id[..8])), "the old job is not announced: {got:?}");
+    }
+
+    #[test]
+    fn a_job_pending_past_the_limit_is_announced_once_per_attempt() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.db")).unwrap();
+        let id = job(&store, &["http://own/x"]);
+        let mut s = settings();
+        s.notify_pending_minutes = 60;
+        let pending = store.summary(&id).unwrap();
+        assert_eq!(pending.status, PlatformStatus::Pending);
+        assert_eq!(enqueue(&store, &s, std::slice::from_ref(&pending), NOW).unwrap(), 1);
+        assert_eq!(enqueue(&store, &s, std::slice::from_ref(&pending), NOW + 60).unwrap(), 0);
+        assert_eq!(bodies(&store)[0].1["event"], "stuck_pending");
+    }
+}
