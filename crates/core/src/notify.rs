@@ -331,6 +331,18 @@ mod tests {
     }
 
     #[test]
+    fn a_job_file_names_webhooks_that_the_staged_spec_never_holds() {
+        let spec = crate::spec::JobSpec::from_toml(
+            "image = \"ubuntu\"\ncommand = [\"true\"]\nnotify = [\"https://hooks.slack.com/T/B/TOKEN\"]",
+        )
+        .unwrap();
+        assert_eq!(spec.notify, ["https://hooks.slack.com/T/B/TOKEN"]);
+        let flags = crate::spec::JobSpec { notify: vec!["json:http://h/x".into()], ..Default::default() };
+        assert_eq!(spec.clone().overlay(flags).notify.len(), 2, "--notify adds to the file's");
+        assert!(!serde_json::to_string(&spec).unwrap().contains("TOKEN"));
+    }
+
+    #[test]
     fn backoff_doubles_from_5s_to_10min() {
         assert_eq!((1..=9).map(backoff_secs).collect::<Vec<_>>(), [5, 10, 20, 40, 80, 160, 320, 600, 600]);
     }
