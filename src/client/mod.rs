@@ -8,6 +8,7 @@ mod lookup;
 mod monitor;
 mod refresh;
 mod results;
+mod running;
 mod secrets;
 mod submission;
 mod views;
@@ -36,6 +37,7 @@ pub use crate::store::GroupRecord;
 pub use cluster::preflight;
 pub use monitor::{monitor_running, start_background_monitor, Monitor, MonitorLock, MonitorStep, AFTER_FAILURE};
 pub use results::{ArchiveAsk, ArchiveOut};
+pub use running::{ExecOutput, Forward, RunningJob};
 pub use secrets::secret_values;
 pub use views::{
     FollowPoll, GroupView, JobCallbacks, JobList, JobView, PathCheck, PipelineSubmitted, StepSubmitted, Submission,

@@ -12,6 +12,7 @@ mod service_support;
 
 mod architecture;
 mod preflight;
+mod running_jobs;
 mod sandbox_cosmos;
 mod sandbox_jobs;
 mod sandbox_retry;
