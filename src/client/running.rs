@@ -8,7 +8,7 @@ use crate::ops::running::{self, ExecTarget};
 use crate::status::PlatformStatus;
 
 /// What a bounded `exec` returns (the MCP tool, Python).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct ExecOutput {
     pub exit_code: i32,
     pub stdout: String,
