@@ -9,6 +9,7 @@ mod monitor;
 mod notify;
 mod refresh;
 mod results;
+mod running;
 mod secrets;
 mod submission;
 mod views;
@@ -38,6 +39,7 @@ pub use cluster::preflight;
 pub use monitor::{monitor_running, start_background_monitor, Monitor, MonitorLock, MonitorStep, AFTER_FAILURE};
 pub use notify::Notifier;
 pub use results::{ArchiveAsk, ArchiveOut};
+pub use running::{ExecOutput, Forward, RunningJob};
 pub use secrets::secret_values;
 pub use views::{
     FollowPoll, GroupView, JobCallbacks, JobList, JobView, PathCheck, PipelineSubmitted, StepSubmitted, Submission,

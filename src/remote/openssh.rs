@@ -488,6 +488,54 @@ impl Remote for OpenSsh {
             other => other,
         }
     }
+
+    fn attach(&self, command_line: &str, tty: bool) -> Result<i32, RemoteError> {
+        let index = self.current_host()?;
+        let mut cmd = Command::new("ssh");
+        cmd.arg(if tty { "-tt" } else { "-T" });
+        cmd.args(self.base_command(&self.hosts[index]).get_args()).arg("--").arg(command_line);
+        if let Some(sock) = &self.auth_sock {
+            cmd.env("SSH_AUTH_SOCK", sock);
+        }
+        self.counters.session();
+        let status = cmd.status().map_err(|e| RemoteError::Spawn { program: "ssh".into(), message: e.to_string() })?;
+        match status.code() {
+            // 255 is ssh's own failure; a command's 255 cannot be told apart, so it is reported as lost.
+            Some(255) => {
+                Err(RemoteError::Lost { host: self.hosts[index].label(), message: "ssh exited with status 255".into() })
+            }
+            Some(code) => Ok(code),
+            None => Ok(128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)),
+        }
+    }
+
+    fn forward(&self, listen: &str, to: &str, cancel: bool) -> Result<(), RemoteError> {
+        let index = self.current_host()?;
+        let mut cmd = Command::new("ssh");
+        cmd.args(["-O", if cancel { "cancel" } else { "forward" }, "-L"]).arg(format!("{listen}:{to}"));
+        cmd.args(self.base_command(&self.hosts[index]).get_args());
+        let err =
+            tempfile::tempfile().map_err(|e| RemoteError::Spawn { program: "ssh".into(), message: e.to_string() })?;
+        cmd.stderr(err.try_clone().map_err(|e| RemoteError::Spawn { program: "ssh".into(), message: e.to_string() })?);
+        cmd.stdin(Stdio::null()).stdout(Stdio::null());
+        // The master answers on a local socket at once.
+        match wait_bounded(cmd, Duration::from_secs(10)) {
+            Ok(Some(true)) => Ok(()),
+            other => {
+                use std::io::{Read, Seek};
+                let mut text = String::new();
+                let mut err = err;
+                let _ = err.seek(std::io::SeekFrom::Start(0));
+                let _ = err.read_to_string(&mut text);
+                let why = match other {
+                    Err(e) => e,
+                    Ok(None) => "the SSH master did not answer within 10 s".into(),
+                    _ => text.trim().to_string(),
+                };
+                Err(RemoteError::Spawn { program: "ssh -O forward".into(), message: why })
+            }
+        }
+    }
 }
 
 /// Why a master could not be brought up.

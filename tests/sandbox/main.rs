@@ -14,6 +14,7 @@ mod architecture;
 mod notify;
 mod preflight;
 mod progress_cli;
+mod running_jobs;
 mod sandbox_cosmos;
 mod sandbox_jobs;
 mod sandbox_retry;

@@ -4,4 +4,5 @@
 pub mod cluster;
 pub mod jobs;
 pub mod logs;
+pub mod running;
 pub mod submit;
