@@ -56,6 +56,8 @@ pub fn to_spec(state: &AppState, org: &str, req: &JobCreate) -> ApiResult<(JobSp
         sbatch_options: req.sbatch_options.clone(),
         name: req.name.clone(),
         max_timeout_requeues: req.max_timeout_requeues,
+        checkpoint_grace_seconds: req.checkpoint_grace_seconds,
+        checkpoint_patterns: req.checkpoint_patterns.clone(),
         inputs: req.inputs.clone(),
         specs: req.specs.clone().map(serde_json::Value::Object),
         dataset_root: req.dataset_root.clone(),

@@ -14,6 +14,8 @@ pub const MISSING_MESSAGE: &str =
 /// TAO_SLURM_AUX_TIMEOUT_MINUTES).
 pub const DEFAULT_AUX_MAX_BYTES: u64 = 10 << 30;
 pub const DEFAULT_AUX_TIMEOUT_MINUTES: u32 = 30;
+/// Seconds a job's step has to save a checkpoint between its warning (USR2) and its time limit.
+pub const DEFAULT_CHECKPOINT_GRACE_SECONDS: u64 = 300;
 
 /// The packaged default partitions, treated as 4-hour queues.
 pub const DEFAULT_PARTITIONS: &str = "polar,polar3,polar4,grizzly";
@@ -159,6 +161,11 @@ pub struct Settings {
     pub container_mounts: Vec<String>,
     /// Run the container step under the inner timeout (SLURM_USE_TIMEOUT).
     pub use_timeout: bool,
+    /// Seconds before the time limit a job's step is warned (USR2) to save a checkpoint
+    /// (TAO_SLURM_CHECKPOINT_GRACE, default 300; 0: no warning).
+    pub checkpoint_grace_seconds: u64,
+    /// What counts as a checkpoint (TAO_SLURM_CHECKPOINT_PATTERNS, comma-separated; TAO's by default).
+    pub checkpoint_patterns: Vec<String>,
     /// Mail Slurm's job notices to this address (SLURM_MAIL_USER, with --mail-type=ALL).
     pub mail_user: Option<String>,
     /// Credentials forwarded to every job's container as secrets, under the container's names
@@ -411,6 +418,16 @@ impl Settings {
                 None => vec![crate::layout::DEFAULT_MOUNT.to_string()],
             },
             use_timeout: src.flag("SLURM_USE_TIMEOUT", true)?,
+            checkpoint_grace_seconds: src.parse(
+                "TAO_SLURM_CHECKPOINT_GRACE",
+                |v| parse_u32("TAO_SLURM_CHECKPOINT_GRACE", v, 0).map(u64::from),
+                || DEFAULT_CHECKPOINT_GRACE_SECONDS,
+            )?,
+            checkpoint_patterns: match src.get("TAO_SLURM_CHECKPOINT_PATTERNS") {
+                Some(v) => crate::checkpoint::parse_patterns("TAO_SLURM_CHECKPOINT_PATTERNS", &v)
+                    .map_err(|e| ConfigError::Invalid { name: "TAO_SLURM_CHECKPOINT_PATTERNS", message: e.message })?,
+                None => crate::checkpoint::default_patterns(),
+            },
             mail_user: src.get("SLURM_MAIL_USER").map(|m| m.trim().to_string()),
             forwarded_secrets: forwarded_secrets(src)?,
             unrecognised,

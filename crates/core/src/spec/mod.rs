@@ -67,6 +67,11 @@ pub struct JobSpec {
     pub name: Option<String>,
     /// Timeout requeues allowed before the job ends as timed out (default 3).
     pub max_timeout_requeues: Option<u32>,
+    /// Seconds before the time limit the step is sent USR2 to save a checkpoint (0: never; default
+    /// TAO_SLURM_CHECKPOINT_GRACE).
+    pub checkpoint_grace_seconds: Option<u64>,
+    /// What counts as a checkpoint in the results directory (globs; `name/` for directories).
+    pub checkpoint_patterns: Vec<String>,
     /// Inputs by spec key (direct spec-key mode), e.g. `custom.train_dataset.annotation_path`.
     pub inputs: BTreeMap<String, String>,
     /// A dataset root (root mode): it must hold `dataset_files`.
@@ -118,8 +123,12 @@ impl JobSpec {
             container_workdir,
             name,
             max_timeout_requeues,
-            exclusive
+            exclusive,
+            checkpoint_grace_seconds
         );
+        if !over.checkpoint_patterns.is_empty() {
+            self.checkpoint_patterns = over.checkpoint_patterns;
+        }
         if !over.image.is_empty() {
             self.image = over.image;
         }
