@@ -186,7 +186,7 @@ case ":\$PATH:" in *":$SD/bin:"*) ;; *) export PATH="$SD/bin:\$PATH" ;; esac
 EOF
 put_file "$T" "$SD/env.sh" 0644
 user_rc up-24.11.sh "$USER_IDS" "$USER_HOME"
-stand_in_tools enroot aws huggingface-cli torchrun
+stand_in_tools enroot aws huggingface-cli torchrun tensorboard
 # the Pyxis stand-in, built inside the root against 24.11's slurm/spank.h
 if [[ ! -f "$SD/lib/container_stub.so" || "$HERE/spank/container_stub.c" -nt "$SD/lib/container_stub.so" ]]; then
     cp "$HERE/spank/container_stub.c" "$SD/lib/container_stub.c"

@@ -197,11 +197,11 @@ EOF
 put_file "$T" "$SD/env.sh" 0644
 user_rc up.sh "$SSH_USER:$SSH_USER" "$USER_HOME"
 
-# stand-ins: enroot, the download tools that auxiliary inputs use (aws, huggingface-cli), torchrun
+# stand-ins: enroot, the download tools that auxiliary inputs use (aws, huggingface-cli), torchrun, tensorboard
 # (prints the rendezvous and ranks it was given; for multi-node launch tests), and a TAO container's
 # `python` with a stand-in of TAO's container entrypoint (nvidia_tao_core...container_handler) in
 # $SD/pylib, for the TAO-job tests (tests/tao_client)
-stand_in_tools enroot aws huggingface-cli torchrun python
+stand_in_tools enroot aws huggingface-cli torchrun python tensorboard
 TAO_PKG="$SD/pylib/nvidia_tao_core/microservices/handlers"
 install -d -m 0755 "$TAO_PKG"
 for d in nvidia_tao_core nvidia_tao_core/microservices nvidia_tao_core/microservices/handlers; do

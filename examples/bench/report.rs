@@ -124,6 +124,15 @@ pub fn markdown(report: &Value) -> String {
             "Of a warm submit, the online checks (`scontrol show partition`, its own round trip) take {} ms.\n\n",
             f(&s["warm"]["check_online_ms_median"])
         ));
+        if let Some(c) = s.get("cli") {
+            md.push_str(&format!(
+                "A warm CLI `tao-slurm submit` (a new process sharing the master): {} ms, against {} ms for its floor (process start, `tao-slurm --help`, plus `sbatch --hold` and `scancel` in one `ssh` over the same master), measured in {} alternating pairs: {}x pair by pair.\n\n",
+                f(&c["cli_ms_median"]),
+                f(&c["floor_ms_median"]),
+                f(&c["pairs"]),
+                f(&c["ratio_median"])
+            ));
+        }
     }
     if let Some(s) = report.get("throughput") {
         md.push_str(&format!("## Submit throughput ({} sequential submits)\n\n", f(&s["submits"])));

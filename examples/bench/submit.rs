@@ -9,6 +9,47 @@ use tao_slurm::Client;
 
 const LATENCY_RUNS: usize = 11;
 const COLD_RUNS: usize = 5;
+const CLI_PAIRS: usize = 15;
+
+/// One CLI submit of a small job held by its begin time (the same job in the latency pairs and the
+/// throughput loop).
+const CLI_SUBMIT: [&str; 10] =
+    ["submit", "--json", "--image", "ubuntu:22.04", "--gpus", "0", "--sbatch-option", "begin=now+2hours", "--", "true"];
+
+/// A warm CLI submit against its floor, in alternating pairs in one run so that the machine's drift
+/// touches both: a new process per submit sharing the user's master, against a process start
+/// (`tao-slurm --help`) plus `sbatch --hold` and `scancel` in one `ssh` over the same master.
+fn cli_against_floor(user: &User) -> Value {
+    let mut ids = Vec::new();
+    let (mut cli, mut floor) = (Vec::new(), Vec::new());
+    let warm = user.cli(&CLI_SUBMIT).output().unwrap();
+    assert!(warm.status.success(), "{}", String::from_utf8_lossy(&warm.stderr));
+    ids.push(slurm_id_of(&warm.stdout));
+    for _ in 0..CLI_PAIRS {
+        let t = Instant::now();
+        let out = user.cli(&CLI_SUBMIT).output().unwrap();
+        cli.push(ms(t.elapsed()));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        ids.push(slurm_id_of(&out.stdout));
+        let t = Instant::now();
+        let start = user.cli(&["--help"]).output().unwrap();
+        let remote = master_ssh(user)
+            .arg("scancel \"$(sbatch --parsable --hold -o /dev/null --wrap true | cut -d';' -f1)\"")
+            .output()
+            .unwrap();
+        floor.push(ms(t.elapsed()));
+        assert!(start.status.success() && remote.status.success(), "{}", String::from_utf8_lossy(&remote.stderr));
+    }
+    scancel_remote(&user.settings(), &ids);
+    let ratios: Vec<f64> = cli.iter().zip(&floor).map(|(a, b)| a / b).collect();
+    json!({"cli_ms_median": median(cli), "floor_ms_median": median(floor), "ratio_median": median(ratios),
+           "pairs": CLI_PAIRS})
+}
+
+fn slurm_id_of(stdout: &[u8]) -> String {
+    let v: Value = serde_json::from_slice(stdout).unwrap();
+    v["slurm_job_id"].as_str().unwrap().to_string()
+}
 
 /// Local `sbatch --parsable --hold --wrap true` as root: (ms, Slurm id).
 fn local_sbatch() -> (f64, String) {
@@ -78,6 +119,7 @@ pub fn latency() -> Value {
     let sbatch_ms = median(local.iter().map(|l| l.0).collect());
     let rt_ms = median(rt);
     let session_rt_ms = median(session_rt);
+    let cli = cli_against_floor(&user);
     drop(transport);
     drop(client);
     drop(user);
@@ -109,10 +151,12 @@ pub fn latency() -> Value {
     json!({
         "warm": warm,
         "cold": cold,
+        "cli": cli,
         "floor": {"sbatch_local_ms_median": sbatch_ms, "round_trip_ms_median": rt_ms, "total_ms": floor,
                   "session_round_trip_ms_median": session_rt_ms},
         "targets": [
             at_most("submit", "warm submit within 3x the floor (local sbatch + one round trip on the warm master)", warm_ms, 3.0 * floor, "ms"),
+            at_most("submit", "warm CLI submit within 3x its floor (process start + sbatch and scancel in one ssh over the warm master), pair by pair", cli["ratio_median"].as_f64().unwrap(), 3.0, "x"),
         ],
     })
 }
@@ -128,18 +172,7 @@ fn rate(n: usize, secs: f64) -> f64 {
 pub fn throughput() -> Value {
     let n = submits();
     let spec = small_spec();
-    let args = [
-        "submit",
-        "--json",
-        "--image",
-        "ubuntu:22.04",
-        "--gpus",
-        "0",
-        "--sbatch-option",
-        "begin=now+2hours",
-        "--",
-        "true",
-    ];
+    let args = CLI_SUBMIT;
 
     // CLI: one process per submit, sharing the user's master.
     let user = User::new(Some(120));

@@ -212,6 +212,21 @@ impl Engine {
         self.with(py, move |c| Ok(json(&c.retry_job(&id)?)))
     }
 
+    /// Run `command` in the running job's container (on `node`, else once per node): its exit status
+    /// and at most `max_bytes` of each output stream (JSON).
+    #[pyo3(signature = (id, command, node=None, timeout_secs=60, max_bytes=65536))]
+    fn exec_job(
+        &self,
+        py: Python<'_>,
+        id: String,
+        command: Vec<String>,
+        node: Option<String>,
+        timeout_secs: u64,
+        max_bytes: u64,
+    ) -> PyResult<String> {
+        self.with(py, move |c| Ok(json(&c.exec_capture(&id, node.as_deref(), &command, timeout_secs, max_bytes)?)))
+    }
+
     /// One poll of following a job's logs from byte offsets `(stdout, stderr)`: returns the job
     /// (JSON), the new pieces as `(stream, text)`, whether it is finished, whether nothing more is
     /// waiting, and the new offsets.

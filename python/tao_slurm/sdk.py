@@ -469,6 +469,23 @@ class SlurmSDK(StorageCalls):
         self._wake.set()
         return self._status_from_view(view)
 
+    def exec_job(
+        self,
+        job_id: str,
+        command: List[str],
+        node: Optional[str] = None,
+        timeout_secs: int = 60,
+        max_bytes: int = 65536,
+    ) -> Dict[str, Any]:
+        """Run ``command`` (a list of words, never a shell line) inside the running job's container, on
+        ``node`` or once on each of its nodes (``srun --overlap``). Returns ``exit_code``, ``stdout``,
+        ``stderr`` (each at most ``max_bytes``), their full sizes and ``truncated``.
+
+        Raises:
+            JobNotFoundError: no such job; JobSpecError: the job is not running or the command is empty.
+        """
+        return json.loads(self._engine.exec_job(job_id, list(command), node, timeout_secs, max_bytes))
+
     def cancel_sweep(self, sweep_id: str) -> List[JobStatus]:
         """Cancel the variants of a sweep (or the steps of a pipeline) that have not finished; the
         finished ones keep their status. Returns every one's status, in index order.

@@ -134,6 +134,11 @@ pub struct JobArgs {
     /// all its jobs; ok = after success, the default); repeatable. Kept across the other job's retries
     #[arg(long = "after", value_name = "JOB[:ok|:notok|:any]")]
     pub after: Vec<String>,
+    /// Tell a webhook of the job's state changes (started, finished, failed, retried, preempted,
+    /// stuck pending): an http(s) URL, `slack:URL` for Slack's `{"text"}` form, `json:URL` for the
+    /// generic one (a bare URL: Slack's on hooks.slack.com); repeatable
+    #[arg(long = "notify", value_name = "URL")]
+    pub notify: Vec<String>,
     /// The command run in the container, after `--`
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -189,6 +194,7 @@ impl JobArgs {
             sweep: self.sweep_flags()?,
             after: self.after.clone(),
             steps: Vec::new(),
+            notify: self.notify.clone(),
         };
         Ok(base.overlay(flags))
     }

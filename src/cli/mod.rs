@@ -13,8 +13,10 @@ mod mcp;
 pub(crate) mod monitor;
 pub(crate) mod output;
 mod preflight;
+mod progress;
 mod render;
 mod retry;
+mod running;
 mod schema;
 mod serve;
 mod status;
@@ -90,6 +92,14 @@ enum Command {
     Token(token::TokenCmd),
     /// Show the service's audit trail: who changed what, when, and how it ended
     Audit(audit::AuditCmd),
+    /// Run a command in a running job's container, on its node(s); its exit status is passed back
+    Exec(running::ExecCmd),
+    /// A terminal in a running job's container
+    Shell(running::ShellCmd),
+    /// Forward a local port to a port on a running job's node (until Ctrl-C or --for)
+    Forward(running::ForwardCmd),
+    /// Start TensorBoard on a running job's results in its container and forward it here
+    Tensorboard(running::TensorboardCmd),
     /// Print the JSON schema of a command's --json output (of every command's without one)
     Schema(schema::SchemaCmd),
 }
@@ -199,6 +209,10 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::Credentials(c) => c.run(settings),
         Command::Token(c) => c.run(settings),
         Command::Audit(c) => c.run(settings),
+        Command::Exec(c) => c.run(settings),
+        Command::Shell(c) => c.run(settings),
+        Command::Forward(c) => c.run(settings),
+        Command::Tensorboard(c) => c.run(settings),
         Command::Mcp(_) | Command::Serve(_) | Command::Schema(_) => unreachable!("run above"),
     }
 }

@@ -6,9 +6,11 @@ mod files;
 mod logs;
 mod lookup;
 mod monitor;
+mod notify;
 mod refresh;
 mod results;
 mod retry;
+mod running;
 mod secrets;
 mod submission;
 mod views;
@@ -36,7 +38,9 @@ pub use crate::store::AuditEntry;
 pub use crate::store::GroupRecord;
 pub use cluster::preflight;
 pub use monitor::{monitor_running, start_background_monitor, Monitor, MonitorLock, MonitorStep, AFTER_FAILURE};
+pub use notify::Notifier;
 pub use results::{ArchiveAsk, ArchiveOut};
+pub use running::{ExecOutput, Forward, RunningJob};
 pub use secrets::secret_values;
 pub use views::{
     FollowPoll, GroupView, JobCallbacks, JobList, JobView, PathCheck, PipelineSubmitted, StepSubmitted, Submission,

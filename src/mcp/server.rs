@@ -8,7 +8,7 @@ use super::args::{
 };
 use super::clients::{blocking, blocking_with_settings, Clients};
 use super::reply::{Reply, ToolError};
-use super::tools::{cluster, jobs, logs, long_training, submit};
+use super::tools::{cluster, jobs, logs, long_training, running, submit};
 use super::wait::{wait, Progress, WaitOut};
 use crate::Client;
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Tools that change something (a job, the cluster's image cache): left out by `--read-only`.
-pub const MUTATING_TOOLS: &[&str] = &["submit", "cancel", "image_import", "retry"];
+pub const MUTATING_TOOLS: &[&str] = &["submit", "cancel", "image_import", "exec", "retry"];
 
 /// What the server tells an agent when it connects: the workflow in a few lines.
 const INSTRUCTIONS: &str = "tao-slurm runs containerised GPU jobs (NVIDIA TAO or any image) on the user's Slurm cluster over SSH. \
@@ -219,6 +219,16 @@ impl TaoSlurmServer {
     }
 
     #[tool(
+        description = "Run a command inside a RUNNING job's container, on its node(s) (srun --overlap): e.g. nvidia-smi, py-spy dump, ls of its results. Answers the exit status and at most max_bytes of stdout and stderr. The command is a list of words, never a shell line.",
+        input_schema = schema::<running::ExecArgs>(),
+        output_schema = output::<crate::client::ExecOutput>(),
+        annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
+    )]
+    async fn exec(&self, Parameters(arguments): Parameters<JsonObject>) -> CallToolResult {
+        self.run("exec", arguments, running::exec).await
+    }
+
+    #[tool(
         description = "Jobs in the local state, newest first, optionally filtered; no remote call.",
         input_schema = schema::<ListArgs>(),
         output_schema = output::<jobs::ListOut>(),
@@ -262,8 +272,11 @@ impl TaoSlurmServer {
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for TaoSlurmServer {
     fn get_info(&self) -> ServerConfig {
-        let mode =
-            if self.read_only { " (read-only: submit, cancel, retry and image_import are not offered)" } else { "" };
+        let mode = if self.read_only {
+            " (read-only: submit, cancel, retry, image_import and exec are not offered)"
+        } else {
+            ""
+        };
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(
                 Implementation::new("tao-slurm", env!("CARGO_PKG_VERSION")).with_title("tao-slurm: GPU jobs on Slurm"),

@@ -3,6 +3,7 @@
 
 mod local;
 pub mod openssh;
+mod resolve;
 mod session;
 
 pub use local::LocalShell;
@@ -118,6 +119,21 @@ pub trait Remote: Send + Sync {
         idempotency: Idempotency,
         deadline: std::time::Duration,
     ) -> Result<RemoteOutput, RemoteError>;
+
+    /// Run one command line on the login host with this process's standard streams (a terminal of
+    /// its own when `tty`), streaming its output; returns its exit status. The line is made by quoting
+    /// (see `ops::running`), never from user text.
+    fn attach(&self, command_line: &str, tty: bool) -> Result<i32, RemoteError> {
+        let _ = (command_line, tty);
+        Err(RemoteError::Spawn { program: self.describe(), message: "this transport cannot attach a command".into() })
+    }
+
+    /// Forward (or, with `cancel`, stop forwarding) `listen` on this machine to `to` as the login host
+    /// sees it (`node:port`), through the transport's existing connection.
+    fn forward(&self, listen: &str, to: &str, cancel: bool) -> Result<(), RemoteError> {
+        let _ = (listen, to, cancel);
+        Err(RemoteError::Spawn { program: self.describe(), message: "this transport cannot forward ports".into() })
+    }
 }
 
 /// The transport the settings ask for: local shell on the login node, else OpenSSH.

@@ -5,11 +5,13 @@
 //! certificates), their agent and known_hosts exactly as `ssh` does, and its ControlMaster lets separate
 //! short-lived CLI processes share one authenticated connection, which no in-process library can.
 
+use super::resolve::{Resolved, Target, TargetCache};
 use super::session::{CallError, Pool, Session};
 use super::{Idempotency, Remote, RemoteError, RemoteOutput};
 use crate::config::{LoginHost, Settings};
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -31,8 +33,8 @@ pub struct OpenSsh {
     /// agent, host-key policy): part of every control socket's name, so that a run with other
     /// settings never rides a master that was authenticated under the old ones.
     profile: String,
-    /// Per host, the ProxyCommand that replaces its ProxyJump (resolved once, on first use).
-    proxies: Vec<std::sync::OnceLock<Option<String>>>,
+    /// Per host, what `ssh -G` resolves for it (on first use; see `target`).
+    targets: Vec<Mutex<Option<Target>>>,
     counters: super::Counters,
     /// Index into `hosts` of the host whose master is up, once one is.
     active: Mutex<Option<usize>>,
@@ -66,7 +68,7 @@ impl OpenSsh {
         Ok(OpenSsh {
             remote_timeout: Duration::from_secs(settings.remote_timeout_secs.into()),
             profile,
-            proxies: hosts.iter().map(|_| std::sync::OnceLock::new()).collect(),
+            targets: hosts.iter().map(|_| Mutex::new(None)).collect(),
             user: user.to_string(),
             hosts: hosts.to_vec(),
             ssh_config: settings.ssh_config.clone(),
@@ -121,9 +123,8 @@ impl OpenSsh {
     fn base_command(&self, host: &LoginHost) -> Command {
         let mut cmd = Command::new("ssh");
         cmd.args(self.strict_options());
-        cmd.arg("-o").arg(format!("ControlPath={}/{}-%C", self.control_dir.display(), self.profile));
-        let index = self.hosts.iter().position(|h| h == host);
-        if let Some(proxy) = index.and_then(|i| self.proxies[i].get_or_init(|| self.proxy_for(host)).clone()) {
+        cmd.arg("-o").arg(self.control_path_option());
+        if let Some(proxy) = self.target(host).proxy {
             cmd.arg("-o").arg(format!("ProxyCommand={proxy}"));
         }
         if let Some(sock) = &self.auth_sock {
@@ -137,12 +138,60 @@ impl OpenSsh {
         cmd
     }
 
-    /// What ssh_config resolves for a destination (`ssh -G`): its real host name, port and
-    /// ProxyJump chain. None when ssh cannot resolve it (ssh itself will then say why).
-    fn resolve(&self, destination: &str, user: Option<&str>, port: Option<u16>) -> Option<Resolved> {
+    fn control_path_option(&self) -> String {
+        format!("ControlPath={}/{}-%C", self.control_dir.display(), self.profile)
+    }
+
+    /// What ssh_config makes of a login host: once per process, and across processes from the
+    /// control directory's cache while its stamp holds (see `TargetCache`), so that a CLI command
+    /// whose master is up starts no `ssh -G`.
+    fn target(&self, host: &LoginHost) -> Target {
+        let Some(i) = self.hosts.iter().position(|h| h == host) else { return Target::default() };
+        let mut slot = self.targets[i].lock().unwrap();
+        if slot.is_none() {
+            *slot = Some(match self.target_cache(host).load() {
+                Some(t) => t.cached(),
+                None => self.resolve_target(host),
+            });
+        }
+        slot.clone().unwrap_or_default()
+    }
+
+    /// `ssh -G` for a login host, remembered in the cache.
+    fn resolve_target(&self, host: &LoginHost) -> Target {
+        let control = self.control_path_option();
+        let target = match self.resolve(&host.host, Some(&self.user), host.port, Some(&control)) {
+            Some(r) => Target {
+                proxy: self.proxy_chain(&r, &r.jumps, 0),
+                control_path: r.control_path.as_ref().map(PathBuf::from),
+                from_cache: false,
+            },
+            None => return Target::default(),
+        };
+        self.target_cache(host).store(&target);
+        target
+    }
+
+    fn target_cache(&self, host: &LoginHost) -> TargetCache {
+        TargetCache::new(self.control_file(host, "resolved"), self.ssh_config.as_deref())
+    }
+
+    /// What ssh_config resolves for a destination (`ssh -G`): its real host name, port,
+    /// ProxyJump chain and (given our ControlPath option) its control socket. None when ssh cannot
+    /// resolve it (ssh itself will then say why).
+    fn resolve(
+        &self,
+        destination: &str,
+        user: Option<&str>,
+        port: Option<u16>,
+        control: Option<&str>,
+    ) -> Option<Resolved> {
         let mut cmd = Command::new("ssh");
         if let Some(cfg) = &self.ssh_config {
             cmd.arg("-F").arg(cfg);
+        }
+        if let Some(c) = control {
+            cmd.arg("-o").arg(c);
         }
         if let Some(u) = user {
             cmd.arg("-l").arg(u);
@@ -155,14 +204,6 @@ impl OpenSsh {
         Some(Resolved::parse(&String::from_utf8_lossy(&out)))
     }
 
-    /// The ProxyCommand that replaces the ProxyJump of `host` (if its ssh_config gives one): ssh
-    /// starts a ProxyJump hop with none of our command-line options (no BatchMode, not our
-    /// known_hosts or key), so each hop is spelled out as an ssh with the same strict options.
-    fn proxy_for(&self, host: &LoginHost) -> Option<String> {
-        let target = self.resolve(&host.host, Some(&self.user), host.port)?;
-        self.proxy_chain(&target, &target.jumps, 0)
-    }
-
     /// An ssh command that reaches `dest` through the hops `via` (the last hop connects to it).
     fn proxy_chain(&self, dest: &Resolved, via: &[String], depth: usize) -> Option<String> {
         let (last, before) = via.split_last()?;
@@ -171,7 +212,7 @@ impl OpenSsh {
             return None;
         }
         let hop = JumpHop::parse(last);
-        let resolved = self.resolve(&hop.host, hop.user.as_deref(), hop.port)?;
+        let resolved = self.resolve(&hop.host, hop.user.as_deref(), hop.port, None)?;
         // Hops before this one come from the chain; else from this hop's own ssh_config entry.
         let inner = if before.is_empty() {
             self.proxy_chain(&resolved, &resolved.jumps, depth + 1)
@@ -199,6 +240,26 @@ impl OpenSsh {
     }
 
     fn master_alive(&self, host: &LoginHost) -> bool {
+        // The master's socket, named as ssh names it: a master that listens accepts the connection
+        // and a stale socket file refuses it, without starting an ssh to ask (every CLI command
+        // checks once). A remembered name that no master answers is resolved again before a new
+        // master is started, so that a stale cache never makes a second login.
+        let target = self.target(host);
+        if let Some(path) = &target.control_path {
+            if UnixStream::connect(path).is_ok() {
+                return true;
+            }
+            if !target.from_cache {
+                return false;
+            }
+            self.target_cache(host).forget();
+            let fresh = self.resolve_target(host);
+            let alive = fresh.control_path.as_ref().is_some_and(|p| UnixStream::connect(p).is_ok());
+            if let Some(i) = self.hosts.iter().position(|h| h == host) {
+                *self.targets[i].lock().unwrap() = Some(fresh);
+            }
+            return alive;
+        }
         let mut cmd = Command::new("ssh");
         cmd.args(["-O", "check"]).args(self.base_command(host).get_args());
         // A wedged master must not wedge us: the check talks to a local socket and is quick.
@@ -427,6 +488,54 @@ impl Remote for OpenSsh {
             other => other,
         }
     }
+
+    fn attach(&self, command_line: &str, tty: bool) -> Result<i32, RemoteError> {
+        let index = self.current_host()?;
+        let mut cmd = Command::new("ssh");
+        cmd.arg(if tty { "-tt" } else { "-T" });
+        cmd.args(self.base_command(&self.hosts[index]).get_args()).arg("--").arg(command_line);
+        if let Some(sock) = &self.auth_sock {
+            cmd.env("SSH_AUTH_SOCK", sock);
+        }
+        self.counters.session();
+        let status = cmd.status().map_err(|e| RemoteError::Spawn { program: "ssh".into(), message: e.to_string() })?;
+        match status.code() {
+            // 255 is ssh's own failure; a command's 255 cannot be told apart, so it is reported as lost.
+            Some(255) => {
+                Err(RemoteError::Lost { host: self.hosts[index].label(), message: "ssh exited with status 255".into() })
+            }
+            Some(code) => Ok(code),
+            None => Ok(128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)),
+        }
+    }
+
+    fn forward(&self, listen: &str, to: &str, cancel: bool) -> Result<(), RemoteError> {
+        let index = self.current_host()?;
+        let mut cmd = Command::new("ssh");
+        cmd.args(["-O", if cancel { "cancel" } else { "forward" }, "-L"]).arg(format!("{listen}:{to}"));
+        cmd.args(self.base_command(&self.hosts[index]).get_args());
+        let err =
+            tempfile::tempfile().map_err(|e| RemoteError::Spawn { program: "ssh".into(), message: e.to_string() })?;
+        cmd.stderr(err.try_clone().map_err(|e| RemoteError::Spawn { program: "ssh".into(), message: e.to_string() })?);
+        cmd.stdin(Stdio::null()).stdout(Stdio::null());
+        // The master answers on a local socket at once.
+        match wait_bounded(cmd, Duration::from_secs(10)) {
+            Ok(Some(true)) => Ok(()),
+            other => {
+                use std::io::{Read, Seek};
+                let mut text = String::new();
+                let mut err = err;
+                let _ = err.seek(std::io::SeekFrom::Start(0));
+                let _ = err.read_to_string(&mut text);
+                let why = match other {
+                    Err(e) => e,
+                    Ok(None) => "the SSH master did not answer within 10 s".into(),
+                    _ => text.trim().to_string(),
+                };
+                Err(RemoteError::Spawn { program: "ssh -O forward".into(), message: why })
+            }
+        }
+    }
 }
 
 /// Why a master could not be brought up.
@@ -468,33 +577,6 @@ fn auth_profile(settings: &Settings, user: &str) -> String {
         h.update([0u8]);
     }
     h.finalize().iter().take(6).map(|b| format!("{b:02x}")).collect()
-}
-
-/// What `ssh -G` resolved for a destination.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Resolved {
-    hostname: String,
-    port: u16,
-    /// The ProxyJump hops, first to last (empty when none).
-    jumps: Vec<String>,
-}
-
-impl Resolved {
-    fn parse(text: &str) -> Resolved {
-        let mut r = Resolved { hostname: String::new(), port: 22, jumps: Vec::new() };
-        for line in text.lines() {
-            let (key, value) = line.split_once(' ').unwrap_or((line, ""));
-            match key {
-                "hostname" => r.hostname = value.trim().to_string(),
-                "port" => r.port = value.trim().parse().unwrap_or(22),
-                "proxyjump" if value.trim() != "none" => {
-                    r.jumps = value.split(',').map(|h| h.trim().to_string()).filter(|h| !h.is_empty()).collect()
-                }
-                _ => {}
-            }
-        }
-        r
-    }
 }
 
 /// One ProxyJump hop: `[user@]host[:port]` (or `ssh://[user@]host[:port]`).
@@ -549,6 +631,11 @@ fn run_bounded(mut cmd: Command, limit: Duration) -> Result<Vec<u8>, String> {
 fn wait_bounded(mut cmd: Command, limit: Duration) -> Result<Option<bool>, String> {
     let mut child = cmd.spawn().map_err(|e| format!("cannot run ssh: {e}"))?;
     let started = std::time::Instant::now();
+    // Most of these end within a few milliseconds (`ssh -G` runs in every CLI command), so the
+    // first 20 ms are watched closely and the pause grows from there; a fixed 10 ms pause cost each
+    // of them most of that.
+    let mut pause = Duration::from_micros(500);
+    let mut looks = 0u32;
     loop {
         match child.try_wait() {
             Ok(Some(status)) => return Ok(Some(status.success())),
@@ -557,7 +644,13 @@ fn wait_bounded(mut cmd: Command, limit: Duration) -> Result<Option<bool>, Strin
                 let _ = child.wait();
                 return Ok(None);
             }
-            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            Ok(None) => {
+                std::thread::sleep(pause);
+                looks += 1;
+                if looks > 40 {
+                    pause = (pause * 2).min(Duration::from_millis(10));
+                }
+            }
             Err(e) => return Err(e.to_string()),
         }
     }

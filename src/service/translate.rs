@@ -70,6 +70,8 @@ pub fn to_spec(state: &AppState, org: &str, req: &JobCreate) -> ApiResult<(JobSp
         // Sweeps and pipelines are not in the service's create body (yet).
         sweep: None,
         steps: Vec::new(),
+        // A workspace's webhooks are its profile's `TAO_SLURM_NOTIFY`.
+        notify: Vec::new(),
     };
     if let Some(a) = &req.action {
         crate::spec::check_text("action", a).map_err(|e| ApiError::field("action", e.message))?;

@@ -12,7 +12,10 @@ mod service_support;
 
 mod architecture;
 mod long_training;
+mod notify;
 mod preflight;
+mod progress_cli;
+mod running_jobs;
 mod sandbox_cosmos;
 mod sandbox_jobs;
 mod sandbox_retry;
@@ -22,6 +25,7 @@ mod sandbox_sweeps;
 mod service_api;
 mod service_dashboard;
 mod service_hardening;
+mod service_kpis;
 mod service_ops;
 mod service_tenancy;
 mod sqsh;

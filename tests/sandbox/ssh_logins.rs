@@ -33,8 +33,29 @@ fn logins_are_shared_and_missing_settings_never_connect() {
         assert!(matches!(v["status"].as_str(), Some("Pending" | "Running")), "{v}");
     }
     let logins = accepted_logins() - before;
-    env.ok(&["cancel", &job]);
     assert_eq!(logins, 1, "submit + 20 status invocations must share one SSH login");
+
+    // What ssh_config makes of the login host is remembered beside the master's socket (so that a
+    // command whose master is up starts no `ssh -G`). A remembered socket that no master answers is
+    // resolved again before any login: still the one login, and the entry names the real socket.
+    let cm = std::path::PathBuf::from(&env.vars["TAO_SLURM_CONTROL_DIR"]);
+    let entry = std::fs::read_dir(&cm)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "resolved"))
+        .expect("the login host's remembered resolution");
+    let real: serde_json::Value = serde_json::from_slice(&std::fs::read(&entry).unwrap()).unwrap();
+    let socket = real["target"]["control_path"].as_str().unwrap().to_string();
+    assert!(std::path::Path::new(&socket).exists(), "the remembered socket is the master's: {real}");
+    let mut stale = real.clone();
+    stale["target"]["control_path"] = cm.join("no-master-here").display().to_string().into();
+    std::fs::write(&entry, serde_json::to_vec(&stale).unwrap()).unwrap();
+    let v = env.status(&job);
+    assert!(matches!(v["status"].as_str(), Some("Pending" | "Running")), "{v}");
+    assert_eq!(accepted_logins() - before, 1, "a stale entry must not cost a login");
+    let again: serde_json::Value = serde_json::from_slice(&std::fs::read(&entry).unwrap()).unwrap();
+    assert_eq!(again["target"]["control_path"], socket.as_str(), "resolved again: {again}");
+    env.ok(&["cancel", &job]);
     let v = env.status(&job);
     assert_eq!(v["status"], "Canceled");
 

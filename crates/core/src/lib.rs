@@ -11,9 +11,11 @@ pub mod exit_codes;
 pub mod filter;
 #[cfg(any(test, feature = "test-fixtures"))]
 pub mod fixtures;
+pub mod kpi;
 pub mod layout;
 pub mod model;
 pub mod monitor;
+pub mod notify;
 pub mod ops;
 pub mod plan;
 pub mod policy;
@@ -29,3 +31,4 @@ pub mod sqsh;
 pub(crate) mod stand_ins;
 pub mod status;
 pub mod tao_images;
+pub mod webhook;

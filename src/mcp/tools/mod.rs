@@ -5,4 +5,5 @@ pub mod cluster;
 pub mod jobs;
 pub mod logs;
 pub mod long_training;
+pub mod running;
 pub mod submit;

@@ -12,6 +12,7 @@ pub mod job_file;
 pub mod logs;
 pub mod refresh;
 pub mod results;
+pub mod running;
 pub mod secrets;
 pub mod submit;
 pub mod sweep;

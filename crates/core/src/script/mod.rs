@@ -161,8 +161,15 @@ pub fn srun_argv(plan: &Plan) -> Vec<String> {
         argv.push("--open-mode=append".to_string());
     }
     argv.extend(container_options(plan));
+    argv.push(format!("--container-name={}", container_name(&plan.layout.job_id)));
     argv.extend(task_argv(plan, &plan.command));
     argv
+}
+
+/// The Pyxis name of a job's container: `exec`, `shell` and `tensorboard` join the running container
+/// by this name (`srun --overlap --jobid=… --container-name=…`).
+pub fn container_name(job_id: &str) -> String {
+    format!("tao-{job_id}")
 }
 
 /// The container options of a step: image, mounts, the environment it takes from the task, workdir.

@@ -10,6 +10,7 @@
 //! through slurmstepd, so it reaches the container's processes under Pyxis as under the stand-in.
 
 use crate::checkpoint::{newest_shell, RESUME_VAR, TAO_RESUME_KEY};
+use crate::exit_codes::TIMED_OUT;
 use crate::plan::Plan;
 use crate::script::shell::quote;
 use std::fmt::Write as _;
@@ -77,15 +78,16 @@ fn resume_specs_template(plan: &Plan) -> Option<String> {
 }
 
 /// The warning's trap: on USR2 (Slurm's, or the timer's before the inner timeout) every step of the
-/// job is sent USR2. `tao_interrupted` tells the wait loop its `wait` was cut short by the trap.
+/// job is sent USR2. `tao_interrupted` tells the wait loop its `wait` was cut short by the trap;
+/// `tao_warned` that the step was warned.
 pub fn write_trap(s: &mut String, plan: &Plan) {
     if !warns(plan) {
         return;
     }
-    let _ = writeln!(s, "tao_interrupted=0");
+    let _ = writeln!(s, "tao_interrupted=0 tao_warned=0");
     let _ = writeln!(
         s,
-        "tao_warn() {{ tao_interrupted=1; echo \"tao-slurm: the time limit is near: sending USR2 to the job's steps ({}s to save a checkpoint)\" >&2; scancel --signal=USR2 \"$SLURM_JOB_ID\" || echo \"tao-slurm: could not warn the steps\" >&2; }}",
+        "tao_warn() {{ tao_interrupted=1 tao_warned=1; echo \"tao-slurm: the time limit is near: sending USR2 to the job's steps ({}s to save a checkpoint)\" >&2; scancel --signal=USR2 \"$SLURM_JOB_ID\" || echo \"tao-slurm: could not warn the steps\" >&2; }}",
         plan.checkpoint_grace_seconds
     );
     s.push_str("trap tao_warn USR2\n");
@@ -114,6 +116,13 @@ pub fn write_step(s: &mut String, plan: &Plan, step: &str) {
     if plan.use_timeout {
         s.push_str("kill \"$tao_timer\" 2>/dev/null\n");
     }
+    // A program that does not handle USR2 ends at the warning (and one that does may end after
+    // saving): a warned step that fails ended at the time limit, so it is requeued as after the
+    // inner timeout rather than failing the job.
+    let _ = writeln!(
+        s,
+        "if [ \"$tao_warned\" = 1 ] && [ \"$rc\" -ne 0 ] && [ \"$rc\" -ne {TIMED_OUT} ]; then echo \"tao-slurm: the step ended after the warning (status $rc): counted as the time limit\" >&2; rc={TIMED_OUT}; fi"
+    );
 }
 
 #[cfg(test)]
@@ -195,9 +204,27 @@ mod tests {
         let body =
             "trap 'echo warned > \"$(dirname \"$0\")/../warned\"' USR2; for i in $(seq 30); do sleep 0.1; done; exit 7";
         let (rc, err, dir) = run(&render_batch_script(&p), body, |_| {});
-        assert_eq!(rc, 7, "the step's own status, not the trap's: {err}");
         assert!(err.contains("the time limit is near"), "{err}");
         assert!(dir.path().join("warned").exists(), "the step got USR2: {err}");
+        // Its own status (7, not the trap's), and a warned step that fails ended at the time limit:
+        // requeued as after the inner timeout (the stand-in scontrol requeues; the script exits 0).
+        assert!(err.contains("the step ended after the warning (status 7): counted as the time limit"), "{err}");
+        assert!(err.contains("inner timeout reached; requeueing (timeout requeue 1 of"), "{err}");
+        assert_eq!(rc, 0, "{err}");
+    }
+
+    #[test]
+    fn a_program_that_does_not_handle_the_warning_is_requeued_not_failed() {
+        let p = plan(JobSpec { timeout_hours: Some(3.0 / 3600.0), checkpoint_grace_seconds: Some(2), ..spec() });
+        // No USR2 handler: the warning ends it (status 140), as it ends a TAO container that ignores it.
+        let (rc, err, _dir) = run(&render_batch_script(&p), "exec sleep 30", |_| {});
+        assert!(err.contains("the step ended after the warning (status 140)"), "{err}");
+        assert!(err.contains("requeueing (timeout requeue 1 of"), "{err}");
+        assert_eq!(rc, 0, "{err}");
+        // Unwarned, a failing step keeps its status (no requeue).
+        let (rc, err, _dir) = run(&render_batch_script(&plan(spec())), "exit 7", |_| {});
+        assert_eq!(rc, 7, "{err}");
+        assert!(!err.contains("counted as the time limit"), "{err}");
     }
 
     #[test]

@@ -98,6 +98,10 @@ pub struct JobSpec {
     /// A pipeline: named steps, each after earlier ones.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepSpec>,
+    /// Webhooks told of the job's state changes (`--notify URL`; see `notify::Webhook`). Never
+    /// serialised: their URLs carry tokens, and the spec is staged on shared storage.
+    #[serde(skip_serializing)]
+    pub notify: Vec<String>,
 }
 
 impl JobSpec {
@@ -144,6 +148,7 @@ impl JobSpec {
         self.no_container_mount_home |= over.no_container_mount_home;
         self.sbatch_options.extend(over.sbatch_options);
         self.inputs.extend(over.inputs);
+        self.notify.extend(over.notify);
         if over.specs.is_some() {
             self.specs = over.specs;
         }

@@ -1,0 +1,211 @@
+//! Working with a running job: the `srun` that runs a command inside its allocation and container
+//! (`exec`, `shell`, `tensorboard`), the bounded capture script, and the node a forward reaches.
+
+use crate::script::{container_name, shell};
+
+/// Where and how a command runs in a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecTarget<'a> {
+    /// The job's current Slurm job id (its current attempt's: after a retry, the new allocation).
+    pub slurm_job_id: &'a str,
+    /// The tao-slurm job id (names the container).
+    pub job_id: &'a str,
+    /// One node of the job; None runs once on each of its nodes.
+    pub node: Option<&'a str>,
+    /// A pseudo-terminal for the task (`shell`).
+    pub pty: bool,
+}
+
+/// Why a command cannot run in a job.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExecError {
+    #[error("give a command to run (after --)")]
+    NoCommand,
+    #[error("a command word contains a NUL byte")]
+    Unquotable,
+    #[error("{0:?} is not a node name")]
+    BadNode(String),
+}
+
+/// The argv of the step that runs `command` in the job's running container: `--overlap` shares the
+/// job's resources instead of waiting for free ones, and `--container-name` joins the container the
+/// job's own step named (Pyxis named containers).
+pub fn exec_argv(t: &ExecTarget<'_>, command: &[String]) -> Result<Vec<String>, ExecError> {
+    if command.is_empty() {
+        return Err(ExecError::NoCommand);
+    }
+    if command.iter().any(|w| shell::check_quotable(w).is_err()) {
+        return Err(ExecError::Unquotable);
+    }
+    let mut argv =
+        vec!["srun".to_string(), "--overlap".into(), format!("--jobid={}", t.slurm_job_id), "--quiet".into()];
+    match t.node {
+        Some(node) => {
+            check_node(node)?;
+            argv.extend([format!("--nodelist={node}"), "--nodes=1".into(), "--ntasks=1".into()]);
+        }
+        None if t.pty => argv.extend(["--nodes=1".to_string(), "--ntasks=1".into()]),
+        None => argv.push("--ntasks-per-node=1".into()),
+    }
+    if t.pty {
+        argv.push("--pty".into());
+    }
+    argv.push(format!("--container-name={}", container_name(t.job_id)));
+    argv.push("--".into());
+    argv.extend(command.iter().cloned());
+    Ok(argv)
+}
+
+/// A node name as Slurm writes one (letters, digits, `-`, `_`, `.`): never a list or an option.
+pub fn check_node(node: &str) -> Result<(), ExecError> {
+    let ok = !node.is_empty()
+        && !node.starts_with('-')
+        && node.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ExecError::BadNode(node.to_string()))
+    }
+}
+
+/// The shell line that runs `argv` in the foreground under a deadline (`timeout`), with its own
+/// exit status.
+pub fn exec_line(argv: &[String], deadline_secs: u64) -> String {
+    format!("timeout --signal=TERM --kill-after=10 {deadline_secs}s {}", shell::join(argv))
+}
+
+/// The remote script that runs `argv` and returns at most `max_bytes` of each of its output streams
+/// (the MCP tool and the Python call are answered in one message). Its exit status is the command's.
+pub fn capture_script(argv: &[String], deadline_secs: u64, max_bytes: u64) -> String {
+    format!(
+        "d=$(mktemp -d) || exit 1\n\
+         {line} </dev/null >\"$d/out\" 2>\"$d/err\"\n\
+         rc=$?\n\
+         head -c {max_bytes} \"$d/out\"\n\
+         head -c {max_bytes} \"$d/err\" >&2\n\
+         echo \"tao-exec-sizes $(stat -c %s \"$d/out\") $(stat -c %s \"$d/err\")\" >&2\n\
+         rm -rf \"$d\"\n\
+         exit $rc\n",
+        line = exec_line(argv, deadline_secs)
+    )
+}
+
+/// The script that prints a node's line of `scontrol show node` (its address is [`node_addr`]).
+pub fn node_addr_script(node: &str) -> Result<String, ExecError> {
+    check_node(node)?;
+    Ok(format!("scontrol show node --oneliner -- {}", shell::quote(node)))
+}
+
+/// The address the login host reaches a node at: its `NodeAddr` (a name or an IP; the node's name
+/// when Slurm gives none).
+pub fn node_addr(node: &str, scontrol_line: &str) -> String {
+    scontrol_line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("NodeAddr="))
+        .filter(|a| !a.is_empty() && check_node(a).is_ok())
+        .unwrap_or(node)
+        .to_string()
+}
+
+/// The remote script that starts TensorBoard in the job's container on `node`, on `logdir`, unless
+/// something already answers on `addr:port` (the node's address), detached from the login shell (its log beside the
+/// results), and waits up to 30 s for it to answer. Exit 0 once it answers.
+pub fn tensorboard_script(t: &ExecTarget<'_>, addr: &str, logdir: &str, port: u16) -> Result<String, ExecError> {
+    check_node(addr)?;
+    let command: Vec<String> =
+        ["tensorboard", "--logdir", logdir, "--port", &port.to_string(), "--bind_all"].map(String::from).to_vec();
+    let argv = exec_argv(t, &command)?;
+    let probe = format!("(exec 3<>/dev/tcp/{addr}/{port}) 2>/dev/null");
+    Ok(format!(
+        "if ! {probe}; then\n\
+         \x20 setsid nohup {srun} </dev/null >{log} 2>&1 &\n\
+         fi\n\
+         for _ in $(seq 150); do {probe} && exit 0; sleep 0.2; done\n\
+         echo \"TensorBoard did not answer on {addr}:{port} within 30 s; its log:\" >&2\n\
+         tail -n 20 {log} >&2\n\
+         exit 1\n",
+        srun = shell::join(&argv),
+        log = shell::quote(&format!("{logdir}/tensorboard.log")),
+    ))
+}
+
+/// Splits a capture's stderr into the command's own stderr and the full sizes of both streams.
+pub fn parse_capture_stderr(stderr: &str) -> (String, u64, u64) {
+    let (text, marker) = match stderr.rfind("tao-exec-sizes ") {
+        Some(i) => (&stderr[..i], &stderr[i..]),
+        None => (stderr, ""),
+    };
+    let mut sizes = marker.split_whitespace().skip(1).map(|w| w.parse::<u64>().unwrap_or(0));
+    (text.to_string(), sizes.next().unwrap_or(0), sizes.next().unwrap_or(0))
+}
+
+/// The first node of a Slurm node list (`node[1-2],gpu3` → `node1`): where the batch step (and rank
+/// 0) runs, the node `forward` and `tensorboard` reach unless told another.
+pub fn first_node(node_list: &str) -> Option<String> {
+    let first = node_list.split(',').next()?.trim();
+    if first.is_empty() {
+        return None;
+    }
+    match first.split_once('[') {
+        None => Some(first.to_string()),
+        Some((prefix, range)) => {
+            let start = range.split(['-', ',', ']']).next()?;
+            Some(format!("{prefix}{start}"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(node: Option<&str>, pty: bool) -> ExecTarget<'_> {
+        ExecTarget { slurm_job_id: "42", job_id: "abc", node, pty }
+    }
+
+    #[test]
+    fn exec_joins_the_named_container_of_the_running_job() {
+        let argv = exec_argv(&target(Some("node2"), false), &["hostname".into()]).unwrap();
+        assert_eq!(
+            argv.join(" "),
+            "srun --overlap --jobid=42 --quiet --nodelist=node2 --nodes=1 --ntasks=1 --container-name=tao-abc -- hostname"
+        );
+        let all = exec_argv(&target(None, false), &["nvidia-smi".into()]).unwrap();
+        assert!(all.contains(&"--ntasks-per-node=1".to_string()));
+        let pty = exec_argv(&target(None, true), &["bash".into()]).unwrap();
+        assert!(pty.contains(&"--pty".to_string()) && pty.contains(&"--nodes=1".to_string()));
+    }
+
+    #[test]
+    fn user_words_stay_words() {
+        let argv = exec_argv(&target(None, false), &["echo".into(), "$(rm -rf ~); `x`".into()]).unwrap();
+        let line = exec_line(&argv, 60);
+        assert!(line.ends_with("-- echo '$(rm -rf ~); `x`'"), "{line}");
+        assert_eq!(exec_argv(&target(Some("-x"), false), &["true".into()]), Err(ExecError::BadNode("-x".into())));
+        assert_eq!(exec_argv(&target(Some("a,b"), false), &["true".into()]), Err(ExecError::BadNode("a,b".into())));
+        assert_eq!(exec_argv(&target(None, false), &[]), Err(ExecError::NoCommand));
+        assert_eq!(exec_argv(&target(None, false), &["a\0b".into()]), Err(ExecError::Unquotable));
+    }
+
+    #[test]
+    fn capture_sizes_are_read_back() {
+        assert_eq!(parse_capture_stderr("warn\ntao-exec-sizes 10 5\n"), ("warn\n".to_string(), 10, 5));
+        assert_eq!(parse_capture_stderr("lost"), ("lost".to_string(), 0, 0));
+    }
+
+    #[test]
+    fn node_address_from_scontrol() {
+        let line = "NodeName=node1 Arch=x86_64 CoresPerSocket=1 NodeAddr=127.0.0.1 NodeHostName=vm Version=22.05.8";
+        assert_eq!(node_addr("node1", line), "127.0.0.1");
+        assert_eq!(node_addr("node1", "NodeName=node1 State=IDLE"), "node1");
+        assert_eq!(node_addr("node1", "NodeAddr=a;b"), "node1");
+    }
+
+    #[test]
+    fn first_node_of_a_list() {
+        assert_eq!(first_node("node[3-4]").as_deref(), Some("node3"));
+        assert_eq!(first_node("gpu7,gpu9").as_deref(), Some("gpu7"));
+        assert_eq!(first_node("n[01,05]").as_deref(), Some("n01"));
+        assert_eq!(first_node(""), None);
+    }
+}

@@ -1,0 +1,181 @@
+//! Working with a running job: run a command in its container (`exec`, `shell`), forward a port of
+//! its node, start TensorBoard on its results. Each call looks the job up again first, so after a
+//! retry it reaches the new allocation and node.
+
+use super::Client;
+use crate::error::{Error, Result};
+use crate::ops::running::{self, ExecTarget};
+use crate::status::PlatformStatus;
+
+/// What a bounded `exec` returns (the MCP tool, Python).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+pub struct ExecOutput {
+    pub exit_code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    /// The streams' full sizes; more than was returned when `truncated`.
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    pub truncated: bool,
+}
+
+/// A running job's place on the cluster: its current Slurm job id and nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunningJob {
+    pub job_id: String,
+    pub slurm_job_id: String,
+    pub node_list: String,
+    pub results_dir: String,
+}
+
+/// A forward set up by [`Client::forward_port`]; stop it with [`Client::stop_forward`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Forward {
+    pub job_id: String,
+    pub node: String,
+    /// The node's address as the login host reaches it (Slurm's NodeAddr).
+    pub addr: String,
+    pub remote_port: u16,
+    pub local_port: u16,
+    /// `http://127.0.0.1:<local_port>/`.
+    pub url: String,
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> Error {
+    crate::spec::SpecError::new(field, message.into()).into()
+}
+
+impl Client {
+    /// The job, refreshed, if it runs now; else an error saying what it is doing.
+    pub fn running_job(&self, id: &str) -> Result<RunningJob> {
+        let view = self.job_status(id)?;
+        match (view.status, view.slurm_job_id, view.node_list) {
+            (PlatformStatus::Running, Some(slurm_job_id), Some(node_list)) if !node_list.is_empty() => {
+                Ok(RunningJob { job_id: view.job_id, slurm_job_id, node_list, results_dir: view.results_dir })
+            }
+            (status, ..) => {
+                Err(invalid("job_id", format!("job {} is {status:?}, not running: nothing to reach", view.job_id)))
+            }
+        }
+    }
+
+    fn exec_argv(&self, job: &RunningJob, node: Option<&str>, pty: bool, command: &[String]) -> Result<Vec<String>> {
+        let target = ExecTarget { slurm_job_id: &job.slurm_job_id, job_id: &job.job_id, node, pty };
+        running::exec_argv(&target, command).map_err(|e| invalid("command", e.to_string()))
+    }
+
+    /// Run `command` in the job's container (on `node`, else once per node) with this process's
+    /// streams; its exit status. Stopped after `deadline_secs`.
+    pub fn exec_stream(&self, id: &str, node: Option<&str>, command: &[String], deadline_secs: u64) -> Result<i32> {
+        let job = self.running_job(id)?;
+        let argv = self.exec_argv(&job, node, false, command)?;
+        Ok(self.remote()?.attach(&running::exec_line(&argv, deadline_secs), false)?)
+    }
+
+    /// A terminal in the job's container (`command`, default `bash`), on `node` or the first node.
+    pub fn shell(&self, id: &str, node: Option<&str>, command: &[String]) -> Result<i32> {
+        let job = self.running_job(id)?;
+        let command = if command.is_empty() { vec!["bash".to_string()] } else { command.to_vec() };
+        let argv = self.exec_argv(&job, node, true, &command)?;
+        Ok(self.remote()?.attach(&crate::script::shell::join(&argv), true)?)
+    }
+
+    /// Run `command` in the job's container and return at most `max_bytes` of each output stream.
+    pub fn exec_capture(
+        &self,
+        id: &str,
+        node: Option<&str>,
+        command: &[String],
+        deadline_secs: u64,
+        max_bytes: u64,
+    ) -> Result<ExecOutput> {
+        let job = self.running_job(id)?;
+        let argv = self.exec_argv(&job, node, false, command)?;
+        let script = running::capture_script(&argv, deadline_secs, max_bytes);
+        let out = self.remote()?.run_script_within(
+            &script,
+            crate::remote::Idempotency::RunAtMostOnce,
+            std::time::Duration::from_secs(deadline_secs + 30),
+        )?;
+        let (stderr, stdout_bytes, stderr_bytes) = running::parse_capture_stderr(&out.stderr);
+        Ok(ExecOutput {
+            exit_code: out.exit_code,
+            truncated: stdout_bytes > max_bytes || stderr_bytes > max_bytes,
+            stdout: out.stdout,
+            stderr,
+            stdout_bytes,
+            stderr_bytes,
+        })
+    }
+
+    /// Forward `local_port` on 127.0.0.1 (0: a free one) to `remote_port` on the job's `node` (default
+    /// its first), through the login host's SSH master. It stays until [`Client::stop_forward`] or
+    /// the master ends.
+    pub fn forward_port(&self, id: &str, node: Option<&str>, remote_port: u16, local_port: u16) -> Result<Forward> {
+        let job = self.running_job(id)?;
+        let node = match node {
+            Some(n) => {
+                running::check_node(n).map_err(|e| invalid("node", e.to_string()))?;
+                n.to_string()
+            }
+            None => running::first_node(&job.node_list)
+                .ok_or_else(|| invalid("node", format!("job {} has no node list", job.job_id)))?,
+        };
+        let addr = self.node_addr(&node)?;
+        let local_port = if local_port == 0 { free_local_port()? } else { local_port };
+        self.remote()?.forward(&format!("127.0.0.1:{local_port}"), &format!("{addr}:{remote_port}"), false)?;
+        Ok(Forward {
+            job_id: job.job_id,
+            node,
+            addr,
+            remote_port,
+            local_port,
+            url: format!("http://127.0.0.1:{local_port}/"),
+        })
+    }
+
+    /// Start TensorBoard in the job's container on its results directory (on its first node, unless
+    /// it already runs there) and forward it to `local_port` here (0: a free one).
+    pub fn tensorboard(&self, id: &str, port: u16, local_port: u16) -> Result<Forward> {
+        let job = self.running_job(id)?;
+        let node = running::first_node(&job.node_list)
+            .ok_or_else(|| invalid("node", format!("job {} has no node list", job.job_id)))?;
+        let addr = self.node_addr(&node)?;
+        let target = ExecTarget { slurm_job_id: &job.slurm_job_id, job_id: &job.job_id, node: Some(&node), pty: false };
+        let script = running::tensorboard_script(&target, &addr, &job.results_dir, port)
+            .map_err(|e| invalid("node", e.to_string()))?;
+        let out = self.remote()?.run_script_within(
+            &script,
+            crate::remote::Idempotency::Idempotent,
+            std::time::Duration::from_secs(60),
+        )?;
+        if out.exit_code != 0 {
+            return Err(Error::RemoteCommand(out.stderr.trim().to_string()));
+        }
+        self.forward_port(&job.job_id, Some(&node), port, local_port)
+    }
+
+    /// A node's address as the login host reaches it.
+    fn node_addr(&self, node: &str) -> Result<String> {
+        let script = running::node_addr_script(node).map_err(|e| invalid("node", e.to_string()))?;
+        let out = self.remote()?.run_script(&script, crate::remote::Idempotency::Idempotent)?;
+        if out.exit_code != 0 {
+            return Err(Error::RemoteCommand(format!("scontrol show node {node}: {}", out.stderr.trim())));
+        }
+        Ok(running::node_addr(node, &out.stdout))
+    }
+
+    /// Stop a forward made by [`Client::forward_port`].
+    pub fn stop_forward(&self, f: &Forward) -> Result<()> {
+        let to = format!("{}:{}", f.addr, f.remote_port);
+        Ok(self.remote()?.forward(&format!("127.0.0.1:{}", f.local_port), &to, true)?)
+    }
+}
+
+/// A port on 127.0.0.1 nothing listens on now (the forward takes it a moment later).
+fn free_local_port() -> Result<u16> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| Error::RemoteCommand(format!("no free local port: {e}")))
+}

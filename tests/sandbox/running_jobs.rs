@@ -1,0 +1,159 @@
+//! Working with a running job (issue 26): `exec` runs in the job's allocation and container and
+//! passes its exit status back, `shell` gives a terminal, `forward` reaches a server on the job's node
+//! and stops when asked, `tensorboard` starts the stand-in on the job's results and forwards it.
+
+use crate::common::wait::{wait_for, when};
+use crate::common::Env;
+use std::io::{Read, Write};
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(90);
+
+/// A job that runs until cancelled; returns its id and its node once it runs.
+fn running_job(env: &Env, command: &str) -> (String, String) {
+    let (job, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--shell", "--", command]);
+    let v = env.wait_job(&job, "running", LIMIT, |v| v["status"] == "Running" && v["node_list"].is_string());
+    (job, v["node_list"].as_str().unwrap().to_string())
+}
+
+/// One HTTP GET on 127.0.0.1:port; the response body, or the error.
+fn http_get(port: u16) -> Result<String, String> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET / HTTP/1.0\r\nHost: localhost\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).map_err(|e| e.to_string())?;
+    match text.split_once("\r\n\r\n") {
+        Some((head, body)) if head.starts_with("HTTP/1") => Ok(body.to_string()),
+        _ => Err(format!("not an HTTP answer: {text:?}")),
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[test]
+fn exec_runs_in_the_job_on_its_node_and_passes_the_exit_status_back() {
+    let env = Env::new();
+    let (job, node) = running_job(&env, "sleep 300");
+    let out = env.run(&["exec", &job, "--", "sh", "-c", "echo node=$SLURMD_NODENAME job=$SLURM_JOB_ID; hostname"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(0), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    let slurm = env.status(&job)["slurm_job_id"].as_str().unwrap().to_string();
+    assert!(text.contains(&format!("node={node} job={slurm}")), "{text}");
+    // The sandbox's nodes are slurmds on this machine: the job's node's host name is this machine's.
+    let host = String::from_utf8(std::process::Command::new("hostname").output().unwrap().stdout).unwrap();
+    assert!(text.lines().any(|l| l == host.trim()), "{text}");
+    assert_eq!(env.run(&["exec", &job, "--", "false"]).status.code(), Some(1));
+    assert_eq!(env.run(&["exec", &job, "--", "sh", "-c", "exit 7"]).status.code(), Some(7));
+    // The job's own step named its container; exec joined it by that name.
+    let named = env.run(&["exec", &job, "--node", &node, "--", "sh", "-c", "echo $SPANK_CONTAINER_NAME"]);
+    assert_eq!(String::from_utf8_lossy(&named.stdout).trim(), format!("tao-{job}"));
+    // A word with shell syntax stays one word.
+    let odd = env.ok(&["exec", &job, "--", "echo", "$(echo no); `x` 'q'"]);
+    assert_eq!(odd.trim(), "$(echo no); `x` 'q'");
+    env.ok(&["cancel", &job]);
+}
+
+#[test]
+fn forward_reaches_a_server_on_the_job_node_and_stops_when_asked() {
+    // A master of its own: a forward lives in its master, which other tests may stop.
+    let env = Env::isolated();
+    let port = free_port();
+    let (job, _) = running_job(
+        &env,
+        &format!("cd \"$TAO_API_RESULTS_DIR\" && echo forwarded-page > index.html && exec python3 -m http.server {port} --bind 127.0.0.1"),
+    );
+    let local = free_port();
+    let mut child = env.command(&["forward", &job, &format!("{port}:{local}"), "--for", "10min"]);
+    child.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let mut child = child.spawn().unwrap();
+    let body = wait_for("the forwarded page", LIMIT, Duration::from_millis(300), || {
+        http_get(local).and_then(|b| if b.contains("forwarded-page") { Ok(b) } else { Err(b) })
+    });
+    assert!(body.contains("forwarded-page"), "{body}");
+    // Ctrl-C stops it: the local port refuses connections afterwards.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(std::net::TcpStream::connect(("127.0.0.1", local)).is_err(), "the forward was cancelled");
+    env.ok(&["cancel", &job]);
+}
+
+#[test]
+fn tensorboard_starts_in_the_job_container_on_its_results_and_is_forwarded() {
+    let env = Env::isolated();
+    let (job, _) =
+        running_job(&env, "echo events > \"$TAO_API_RESULTS_DIR/$TAO_JOB_ID/events.out.tfevents.1\"; sleep 300");
+    let mut cmd = env.command(&["tensorboard", &job, "--port", &free_port().to_string(), "--for", "60s", "--json"]);
+    cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    // The JSON object is printed first, then the forward holds until Ctrl-C.
+    let mut text = String::new();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    while !text.ends_with("}\n") {
+        assert!(std::io::BufRead::read_line(&mut out, &mut text).unwrap() > 0, "stdout ended: {text:?}");
+    }
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+    let local = v["local_port"].as_u64().unwrap() as u16;
+    // The job writes its events file as its step starts, maybe after TensorBoard does.
+    let page = wait_for("the events file on the TensorBoard page", LIMIT, Duration::from_millis(300), || {
+        http_get(local).and_then(|p| if p.contains("events.out.tfevents.1") { Ok(p) } else { Err(p) })
+    });
+    assert!(page.contains("TensorBoard stand-in"), "{page}");
+    assert!(page.contains(&job), "TensorBoard reads the job's results directory: {page}");
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    env.ok(&["cancel", &job]);
+}
+
+#[test]
+fn shell_through_a_pseudo_terminal_runs_a_command_and_exits() {
+    let env = Env::new();
+    let (job, _) = running_job(&env, "sleep 300");
+    let (mut master, slave) = open_pty();
+    let mut cmd = env.command(&["shell", &job, "--", "sh"]);
+    cmd.stdin(slave.try_clone().unwrap()).stdout(slave.try_clone().unwrap()).stderr(slave);
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::setsid();
+            libc::ioctl(0, libc::TIOCSCTTY, 0);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    drop(cmd);
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let seen = seen.clone();
+        let mut master = master.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = master.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                seen.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
+    master.write_all(b"echo tty=$(test -t 0 && echo yes) sum=$((6*7))\r").unwrap();
+    wait_for("the shell's answer", LIMIT, Duration::from_millis(200), || {
+        when(seen.lock().unwrap().clone(), |s| s.contains("tty=yes sum=42"))
+    });
+    master.write_all(b"exit 3\r").unwrap();
+    let code = wait_for("the shell to end", LIMIT, Duration::from_millis(200), || child.try_wait().unwrap());
+    assert_eq!(code.code(), Some(3), "{}", seen.lock().unwrap());
+    drop(master);
+    let _ = reader;
+    env.ok(&["cancel", &job]);
+}
+
+fn open_pty() -> (std::fs::File, std::fs::File) {
+    use std::os::fd::FromRawFd;
+    let (mut m, mut s) = (0, 0);
+    let rc = unsafe { libc::openpty(&mut m, &mut s, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) };
+    assert_eq!(rc, 0, "openpty");
+    unsafe { (std::fs::File::from_raw_fd(m), std::fs::File::from_raw_fd(s)) }
+}
