@@ -18,7 +18,6 @@ mod dashboard;
 pub mod error;
 mod kpis;
 pub mod limits;
-mod long_training;
 pub mod metrics;
 pub mod openapi;
 pub mod operator;
