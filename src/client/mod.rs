@@ -13,6 +13,7 @@ mod secrets;
 mod submission;
 mod views;
 mod wait;
+mod workdir;
 
 #[cfg(test)]
 mod tests;
@@ -43,6 +44,7 @@ pub use views::{
     FollowPoll, GroupView, JobCallbacks, JobList, JobView, PathCheck, PipelineSubmitted, StepSubmitted, Submission,
 };
 pub use wait::{Change, Wait, WaitTick};
+pub use workdir::WorkdirUpload;
 
 pub use crate::clock::rfc3339;
 

@@ -13,6 +13,7 @@ mod service_support;
 mod architecture;
 mod preflight;
 mod running_jobs;
+mod running_workdir;
 mod sandbox_cosmos;
 mod sandbox_jobs;
 mod sandbox_retry;
