@@ -103,5 +103,9 @@ fn write_ordered(report: serde_json::Map<String, Value>) {
     }
     let value = Value::Object(ordered);
     std::fs::write("bench/report.json", serde_json::to_string_pretty(&value).unwrap()).unwrap();
-    std::fs::write("bench/report.md", report::markdown(&value)).unwrap();
+    // The other benches' sections (MCP, Python, service, sweeps) follow ours between their own
+    // markers: they are kept as they are.
+    let old = std::fs::read_to_string("bench/report.md").unwrap_or_default();
+    let others = old.find("<!-- ").map(|i| &old[i..]).unwrap_or("");
+    std::fs::write("bench/report.md", report::markdown(&value) + others).unwrap();
 }

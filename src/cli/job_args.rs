@@ -54,6 +54,14 @@ pub struct JobArgs {
     /// Timeout requeues before the job ends as timed out (default 3)
     #[arg(long)]
     pub max_timeout_requeues: Option<u32>,
+    /// Seconds before the time limit the step is sent USR2 to save a checkpoint; 0: never
+    /// (default 300, TAO_SLURM_CHECKPOINT_GRACE)
+    #[arg(long, value_name = "SECONDS")]
+    pub checkpoint_grace: Option<u64>,
+    /// What counts as a checkpoint in the results directory, a glob (`*.pth`; `name-*/` for
+    /// directories; repeatable; default TAO's, TAO_SLURM_CHECKPOINT_PATTERNS)
+    #[arg(long = "checkpoint-pattern", value_name = "GLOB")]
+    pub checkpoint_patterns: Vec<String>,
     /// Environment for the container, NAME=VALUE (repeatable)
     #[arg(long = "env", value_name = "NAME=VALUE")]
     pub env: Vec<String>,
@@ -130,6 +138,11 @@ pub struct JobArgs {
     /// all its jobs; ok = after success, the default); repeatable. Kept across the other job's retries
     #[arg(long = "after", value_name = "JOB[:ok|:notok|:any]")]
     pub after: Vec<String>,
+    /// Tell a webhook of the job's state changes (started, finished, failed, retried, preempted,
+    /// stuck pending): an http(s) URL, `slack:URL` for Slack's `{"text"}` form, `json:URL` for the
+    /// generic one (a bare URL: Slack's on hooks.slack.com); repeatable
+    #[arg(long = "notify", value_name = "URL")]
+    pub notify: Vec<String>,
     /// The command run in the container, after `--`
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -174,6 +187,8 @@ impl JobArgs {
             sbatch_options: pairs("sbatch_options", &self.sbatch_options)?,
             name: self.name.clone(),
             max_timeout_requeues: self.max_timeout_requeues,
+            checkpoint_grace_seconds: self.checkpoint_grace,
+            checkpoint_patterns: self.checkpoint_patterns.clone(),
             inputs: pairs("inputs", &self.inputs)?,
             dataset_root: self.dataset_root.clone(),
             dataset_files: self.dataset_files.clone(),
@@ -185,6 +200,7 @@ impl JobArgs {
             sweep: self.sweep_flags()?,
             after: self.after.clone(),
             steps: Vec::new(),
+            notify: self.notify.clone(),
         };
         Ok(base.overlay(flags))
     }

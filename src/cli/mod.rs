@@ -12,6 +12,7 @@ mod mcp;
 pub(crate) mod monitor;
 pub(crate) mod output;
 mod preflight;
+mod progress;
 mod render;
 mod running;
 mod schema;

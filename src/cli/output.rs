@@ -258,7 +258,17 @@ fn table(views: &[crate::JobView]) -> String {
     }
     let mut table = comfy_table::Table::new();
     table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
-    table.set_header(["job id", "status", "slurm id", "slurm state", "exit", "nodes", "retries", "message"]);
+    table.set_header([
+        "job id",
+        "status",
+        "slurm id",
+        "slurm state",
+        "exit",
+        "nodes",
+        "retries",
+        "progress",
+        "message",
+    ]);
     for v in views {
         table.add_row([
             v.job_id.clone(),
@@ -268,6 +278,7 @@ fn table(views: &[crate::JobView]) -> String {
             v.exit_code.map(|c| c.to_string()).unwrap_or_default(),
             super::clean(v.node_list.as_deref().unwrap_or_default()),
             v.retries.to_string(),
+            super::progress::bar(v),
             super::clean(&v.message),
         ]);
     }

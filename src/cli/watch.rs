@@ -46,7 +46,7 @@ impl WatchCmd {
                 ids.join(" ")
             );
         }
-        let mut last: HashMap<String, (PlatformStatus, Option<String>, String)> = HashMap::new();
+        let mut last: HashMap<String, (PlatformStatus, Option<String>, String, String)> = HashMap::new();
         let end = client.wait_for(&wait, &mut |tick| {
             if live_table {
                 print!("\x1b[H\x1b[2J");
@@ -54,7 +54,7 @@ impl WatchCmd {
                 println!("refreshing every {} s; Ctrl-C detaches", self.interval);
             } else {
                 for v in &tick.views {
-                    let key = (v.status, v.slurm_state.clone(), v.message.clone());
+                    let key = (v.status, v.slurm_state.clone(), v.message.clone(), super::progress::kpi_line(v));
                     if last.get(&v.job_id) != Some(&key) {
                         self.print_line(v);
                         last.insert(v.job_id.clone(), key);
@@ -80,6 +80,10 @@ impl WatchCmd {
                 elapsed(v.elapsed_secs),
                 super::clean(&v.message)
             );
+            let kpis = super::progress::kpi_line(v);
+            if !kpis.is_empty() {
+                println!("{}  {kpis}", " ".repeat(v.job_id.len()));
+            }
         }
     }
 }
@@ -92,7 +96,7 @@ fn elapsed(secs: i64) -> String {
 fn table(views: &[JobView]) -> Table {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
-    t.set_header(["job id", "status", "slurm state", "elapsed", "reason / message", "last progress"]);
+    t.set_header(["job id", "status", "slurm state", "elapsed", "reason / message", "progress", "KPIs"]);
     for v in views {
         t.add_row([
             v.job_id.clone(),
@@ -100,7 +104,8 @@ fn table(views: &[JobView]) -> Table {
             super::clean(v.slurm_state.as_deref().unwrap_or_default()),
             elapsed(v.elapsed_secs),
             super::clean(&v.message),
-            super::clean(v.progress_message.as_deref().unwrap_or_default()),
+            super::progress::bar(v),
+            super::progress::kpi_line(v),
         ]);
     }
     t

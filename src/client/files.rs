@@ -21,12 +21,12 @@ impl Client {
         }
     }
 
-    /// The checkpoint files in a job's results directory (the TAO SDK's extensions, up to four levels
-    /// down), newest last, listed now (one round trip).
+    /// The checkpoints in a job's results directory (the job's patterns, TAO's by default:
+    /// `tao_slurm_core::checkpoint`), newest last, listed now (one round trip).
     pub fn checkpoint_files(&self, id: &str) -> Result<Vec<CheckpointFile>> {
-        let job = self.store.summary(id)?;
-        self.on_this_cluster([&job])?;
-        crate::engine::files::checkpoints(self.remote()?, &job.layout.results_dir())
+        let job = self.store.get(id)?;
+        self.on_this_cluster([&job.summary])?;
+        crate::engine::files::checkpoints(self.remote()?, &job.layout.results_dir(), &job.plan.checkpoint_patterns)
     }
 
     /// Remove a finished job's results directory (`<base>/results/<id>`, never through a symlink).

@@ -22,6 +22,8 @@ pub struct Monitor {
     budget: u32,
     seen: HashMap<String, (PlatformStatus, u32, String)>,
     last_change: i64,
+    /// Delivers the webhook messages each step queues (started at the first step).
+    notifier: Option<super::Notifier>,
 }
 
 /// What one step saw.
@@ -40,13 +42,19 @@ pub struct MonitorStep {
 
 impl Monitor {
     pub fn new(settings: &Settings) -> Monitor {
-        Monitor { budget: settings.max_queries_per_minute, seen: HashMap::new(), last_change: super::now_secs() }
+        Monitor {
+            budget: settings.max_queries_per_minute,
+            seen: HashMap::new(),
+            last_change: super::now_secs(),
+            notifier: None,
+        }
     }
 
     /// Refresh every active job (one round trip; due retries and interrupted submissions included)
     /// and pick the pace. A failed refresh changes nothing: try again after [`AFTER_FAILURE`].
     pub fn step(&mut self, client: &Client) -> Result<MonitorStep> {
         let jobs = client.refresh_summaries(&[])?;
+        self.notify(client, &jobs);
         let now = super::now_secs();
         let mut changed = Vec::new();
         for j in &jobs {
@@ -73,6 +81,17 @@ impl Monitor {
             active,
             jobs,
         })
+    }
+}
+
+impl Monitor {
+    /// Queue the webhook messages of what changed and wake the notifier; never fails a step.
+    fn notify(&mut self, client: &Client, jobs: &[JobSummary]) {
+        if let Err(e) = client.queue_notifications(jobs) {
+            tracing::warn!("webhook messages not queued this time: {e}");
+        }
+        let state = &client.settings().state_path;
+        self.notifier.get_or_insert_with(|| super::Notifier::start(state.clone())).wake();
     }
 }
 

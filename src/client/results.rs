@@ -55,7 +55,7 @@ impl Client {
         let script = archive_script(
             &job.plan.layout.results_dir(),
             &ask.names,
-            ask.latest_checkpoint,
+            ask.latest_checkpoint.then_some(job.plan.checkpoint_patterns.as_slice()),
             logs.as_ref().map(|(_, o, e)| (o.as_str(), e.as_str())),
             ask.max_bytes,
         );

@@ -159,6 +159,7 @@ impl Client {
         let files = self.staged_files(spec, &plan);
         let member = crate::store::Member {
             after: after.iter().map(|(id, kind)| (id.clone(), kind.as_str().to_string())).collect(),
+            webhooks: webhooks_of(spec)?,
             ..Default::default()
         };
         self.store.in_transaction(|| {
@@ -268,6 +269,7 @@ impl Client {
             sweep.variants.iter().zip(&specs).map(|((_, plan), s)| self.staged_files(s, plan)).collect();
         let spec_jsons: Vec<String> =
             specs.iter().map(|s| serde_json::to_string(s).expect("spec serialises")).collect();
+        let webhooks = webhooks_of(spec)?;
         let members: Vec<(String, &Plan, crate::store::Member)> = sweep
             .variants
             .iter()
@@ -280,6 +282,7 @@ impl Client {
                         attempt_name: Some(sweep.array_name.clone()),
                         sweep_id: Some(sweep_id.clone()),
                         sweep_index: Some(v.index),
+                        webhooks: webhooks.clone(),
                         ..Default::default()
                     },
                 )
@@ -334,6 +337,7 @@ impl Client {
     /// Each step sees the results directory of every earlier step as `TAO_AFTER_<STEP>_RESULTS_DIR`.
     pub fn create_pipeline(&self, spec: &JobSpec, secrets: &SecretValues) -> Result<PipelineSubmitted> {
         let steps = spec.pipeline()?;
+        let webhooks = webhooks_of(spec)?;
         let external = self.resolve_after(&spec.after)?;
         let pipeline_id = uuid::Uuid::new_v4().to_string();
         let ids: Vec<String> = steps.iter().map(|_| uuid::Uuid::new_v4().to_string()).collect();
@@ -365,7 +369,12 @@ impl Client {
                 (
                     serde_json::to_string(&step.spec).expect("spec serialises"),
                     plan,
-                    crate::store::Member { sweep_id: Some(pipeline_id.clone()), after, ..Default::default() },
+                    crate::store::Member {
+                        sweep_id: Some(pipeline_id.clone()),
+                        after,
+                        webhooks: webhooks.clone(),
+                        ..Default::default()
+                    },
                 )
             })
             .collect();
@@ -393,4 +402,11 @@ impl Client {
         }
         Ok(PipelineSubmitted { pipeline_id, steps: submitted })
     }
+}
+
+/// A spec's own webhooks (`--notify`), checked (only http and https URLs).
+fn webhooks_of(spec: &JobSpec) -> Result<Vec<String>> {
+    crate::notify::parse_webhooks(spec.notify.iter().map(String::as_str))
+        .map_err(|m| crate::spec::SpecError::new("notify", m))?;
+    Ok(spec.notify.iter().map(|u| u.trim().to_string()).filter(|u| !u.is_empty()).collect())
 }

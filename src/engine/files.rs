@@ -26,8 +26,8 @@ pub fn delete_dir(remote: &dyn Remote, path: &str) -> Result<Deletion> {
 }
 
 /// The checkpoint files under a results directory, newest last (none when it is not there).
-pub fn checkpoints(remote: &dyn Remote, dir: &str) -> Result<Vec<CheckpointFile>> {
-    let out = remote.run_script(&checkpoints_script(dir), Idempotency::Idempotent)?;
+pub fn checkpoints(remote: &dyn Remote, dir: &str, patterns: &[String]) -> Result<Vec<CheckpointFile>> {
+    let out = remote.run_script(&checkpoints_script(dir, patterns), Idempotency::Idempotent)?;
     if out.exit_code != 0 {
         return Err(Error::RemoteCommand(format!("on {}: {}", out.host, out.stderr.trim())));
     }

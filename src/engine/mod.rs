@@ -10,6 +10,7 @@ pub mod files;
 pub mod image;
 pub mod inspect;
 pub mod logs;
+pub mod notify;
 pub mod preflight;
 pub mod redact;
 pub mod refresh;

@@ -83,6 +83,7 @@ pub fn record_observed(
     let sigs = changed_sigs(obs, &by_id);
     let unseen = unseen_changes(jobs, obs, now);
     store_settled(store, host, &settled, &sigs, &unseen, now)?;
+    keep_kpis(store, obs, now)?;
     Ok(touched_ids(&decisions, &unseen, &sigs))
 }
 
@@ -119,6 +120,7 @@ pub fn record(
     let sigs = changed_sigs(obs, &by_id);
     let unseen = unseen_changes(jobs, obs, now);
     store_settled(store, host, &settled, &sigs, &unseen, now)?;
+    keep_kpis(store, obs, now)?;
     // Whatever way a job just ended (settled here, or by the failure handling above), its secrets go.
     crate::engine::secrets::sweep_or_warn(remote, store);
     Ok(touched_ids(&decisions, &unseen, &sigs))
@@ -193,6 +195,17 @@ fn store_settled(
         }
         Ok::<(), crate::error::Error>(())
     })
+}
+
+/// Keep the progress lines of every status.json this refresh read (the job's KPIs over time).
+fn keep_kpis(store: &crate::store::Store, obs: &Observations, now: i64) -> Result<()> {
+    for (job_id, text) in &obs.status_json {
+        let lines = crate::kpi::progress_lines(text);
+        if !lines.is_empty() {
+            store.add_kpi_lines(job_id, &lines, now)?;
+        }
+    }
+    Ok(())
 }
 
 /// The status.json signatures a refresh saw that differ from the stored ones (those files are read

@@ -118,7 +118,7 @@ pub fn advance(
                 store.add_event(
                     &job.job_id,
                     kind,
-                    &format!("attempt {} is Slurm job {}", job.attempt, s.slurm_job_id),
+                    &crate::notify::resubmitted_detail(job.attempt, &s.slurm_job_id),
                     now,
                 )?
             }

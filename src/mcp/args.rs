@@ -126,6 +126,13 @@ pub struct SubmitArgs {
     pub timeout_hours: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_timeout_requeues: Option<u32>,
+    /// Seconds before the time limit the job is sent USR2 to save a checkpoint (0: never; default 300).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint_grace_seconds: Option<u64>,
+    /// What counts as a checkpoint in the results directory (globs; `name-*/` for directories;
+    /// default TAO's: *.pth, *.ckpt, *.tlt, *.hdf5, checkpoint-*/ ...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checkpoint_patterns: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub requeue: Option<bool>,
     /// Container environment NAME: value (never secrets: use secret_env).

@@ -435,7 +435,7 @@ fn tao_filters(q: &ListQuery, j: &CachedJob) -> bool {
         && found
 }
 
-/// `GET /jobs/{job_id}`, `:logs`, `:events`, `:attempts` and `:stream`.
+/// `GET /jobs/{job_id}`, `:logs`, `:events`, `:attempts`, `:kpis` and `:stream`.
 pub async fn job_get_ref(
     State(state): State<AppStateRef>,
     Path((org, reference)): Path<(String, String)>,
@@ -450,12 +450,13 @@ pub async fn job_get_ref(
         "logs" => job_logs(state, org, id, query(&uri)?).await,
         "events" => job_events(state, org, id, query(&uri)?).await.map(IntoResponse::into_response),
         "attempts" => job_attempts(state, org, id).await.map(IntoResponse::into_response),
+        "kpis" => super::kpis::job_kpis(state, org, id).await.map(IntoResponse::into_response),
         "stream" => super::sse::job_stream(state, org, id, query(&uri)?).await,
         "list_files" => super::results::list_files(state, org, id, uri).await.map(IntoResponse::into_response),
         "download" => super::results::download(state, org, id, uri).await,
         "download_selective_files" => super::results::download_selective(state, org, id, uri).await,
         other => Err(ApiError::not_found(format!(
-            "no job action :{other} for GET (there are :logs, :events, :attempts, :stream, :list_files, :download, :download_selective_files)"
+            "no job action :{other} for GET (there are :logs, :events, :attempts, :kpis, :stream, :list_files, :download, :download_selective_files)"
         ))),
     }
 }

@@ -16,6 +16,7 @@ pub mod api;
 pub mod audit;
 mod dashboard;
 pub mod error;
+mod kpis;
 pub mod limits;
 pub mod metrics;
 pub mod openapi;

@@ -58,6 +58,8 @@ pub fn to_spec(state: &AppState, org: &str, req: &JobCreate) -> ApiResult<(JobSp
         sbatch_options: req.sbatch_options.clone(),
         name: req.name.clone(),
         max_timeout_requeues: req.max_timeout_requeues,
+        checkpoint_grace_seconds: req.checkpoint_grace_seconds,
+        checkpoint_patterns: req.checkpoint_patterns.clone(),
         inputs: req.inputs.clone(),
         specs: req.specs.clone().map(serde_json::Value::Object),
         dataset_root: req.dataset_root.clone(),
@@ -70,6 +72,8 @@ pub fn to_spec(state: &AppState, org: &str, req: &JobCreate) -> ApiResult<(JobSp
         // Sweeps and pipelines are not in the service's create body (yet).
         sweep: None,
         steps: Vec::new(),
+        // A workspace's webhooks are its profile's `TAO_SLURM_NOTIFY`.
+        notify: Vec::new(),
     };
     if let Some(a) = &req.action {
         crate::spec::check_text("action", a).map_err(|e| ApiError::field("action", e.message))?;

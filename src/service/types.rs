@@ -119,6 +119,11 @@ pub struct JobCreate {
     #[serde(default)]
     pub sbatch_options: BTreeMap<String, String>,
     pub max_timeout_requeues: Option<u32>,
+    /// Seconds before the time limit the job is warned (USR2) to save a checkpoint; 0: never.
+    pub checkpoint_grace_seconds: Option<u64>,
+    /// What counts as a checkpoint (globs; `name-*/` for directories); TAO's by default.
+    #[serde(default)]
+    pub checkpoint_patterns: Vec<String>,
     /// Inputs by spec key (`custom.train_dataset.annotation_path = lustre:///...`).
     #[serde(default)]
     pub inputs: BTreeMap<String, String>,

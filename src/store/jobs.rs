@@ -20,6 +20,8 @@ pub struct Member {
     pub gate: Option<String>,
     /// The jobs it runs after, with the kind (ok, notok, any).
     pub after: Vec<(String, String)>,
+    /// Its own webhooks (`--notify`), recorded with it so that none of its changes is missed.
+    pub webhooks: Vec<String>,
 }
 
 impl Store {
@@ -71,6 +73,7 @@ impl Store {
         for (parent, kind) in &member.after {
             self.add_dependency(job_id, parent, kind)?;
         }
+        self.add_job_webhooks(job_id, &member.webhooks)?;
         self.add_event(job_id, "created", &format!("job recorded before submission as {attempt_name}"), now)
     }
 
@@ -131,12 +134,7 @@ impl Store {
         }
         self.current_attempt_observed(job_id, update, now)?;
         if status != update.status.as_str() || state != update.slurm_state {
-            let detail = format!(
-                "{} (Slurm {}): {}",
-                update.status,
-                update.slurm_state.as_deref().unwrap_or("-"),
-                update.message
-            );
+            let detail = crate::notify::status_detail(update.status, update.slurm_state.as_deref(), &update.message);
             self.add_event(job_id, "status", &detail, now)?;
         }
         Ok(())

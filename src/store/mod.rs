@@ -12,6 +12,8 @@ mod dependencies;
 mod events;
 mod groups;
 mod jobs;
+mod kpis;
+mod notify;
 mod rows;
 mod schema;
 mod secrets;
@@ -24,6 +26,7 @@ pub use audit::AuditEntry;
 pub use dependencies::DependencyRow;
 pub use groups::{Group, GroupRecord};
 pub use jobs::Member;
+pub use notify::Outgoing;
 // The job's domain types are the core's: a store of them, not their home.
 pub use crate::model::{AttemptRecord, EventRecord, JobRecord, JobSummary, StatusUpdate};
 

@@ -142,6 +142,42 @@ CREATE INDEX dependencies_by_parent ON dependencies(parent);
     r#"
 ALTER TABLE jobs ADD COLUMN pending_reason TEXT;
 "#,
+    // (Issue 26.) Webhooks: a job's own (`--notify`), the outbox of messages (one row per message and
+    // webhook, kept once delivered so that no restart sends it again), and how far each monitor has
+    // read the events. A job's KPIs over time: its status.json progress lines, each once.
+    r#"
+CREATE TABLE job_webhooks (
+    job_id  TEXT NOT NULL REFERENCES jobs(job_id),
+    url     TEXT NOT NULL,
+    PRIMARY KEY (job_id, url)
+);
+CREATE TABLE notifications (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    key           TEXT NOT NULL,
+    url           TEXT NOT NULL,
+    job_id        TEXT NOT NULL,
+    body          TEXT NOT NULL,
+    tries         INTEGER NOT NULL DEFAULT 0,
+    next_at       INTEGER NOT NULL,
+    claimed_until INTEGER,
+    delivered_at  INTEGER,
+    given_up_at   INTEGER,
+    last_error    TEXT,
+    UNIQUE (key, url)
+);
+CREATE INDEX notifications_open ON notifications(url, id) WHERE delivered_at IS NULL AND given_up_at IS NULL;
+CREATE TABLE notify_cursors (
+    name           TEXT PRIMARY KEY,
+    last_event_id  INTEGER NOT NULL
+);
+CREATE TABLE kpi_lines (
+    id      INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id  TEXT NOT NULL REFERENCES jobs(job_id),
+    at      INTEGER NOT NULL,
+    line    TEXT NOT NULL,
+    UNIQUE (job_id, line)
+);
+"#,
 ];
 
 /// Migration 4 was changed after builds had shipped it: files they wrote are at version 4 or later

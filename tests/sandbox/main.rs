@@ -11,7 +11,9 @@ mod common;
 mod service_support;
 
 mod architecture;
+mod notify;
 mod preflight;
+mod progress_cli;
 mod running_jobs;
 mod running_workdir;
 mod sandbox_cosmos;
@@ -23,6 +25,7 @@ mod sandbox_sweeps;
 mod service_api;
 mod service_dashboard;
 mod service_hardening;
+mod service_kpis;
 mod service_ops;
 mod service_tenancy;
 mod sqsh;

@@ -273,6 +273,16 @@ async fn jobs_on_two_clusters_over_http() {
     hit("get", "/api/v2/orgs/{org}/jobs/{job_id}:attempts");
     assert_eq!(at["attempts"].as_array().unwrap().len(), 1);
     assert_eq!(at["attempts"][0]["slurm_job_id"], got["backend_details"]["slurm_metadata"]["slurm_job_id"]);
+    // The KPIs over time: each epoch's report once, in order.
+    let kpis = svc.json(&svc.api(&format!("/jobs/{a_id}:kpis"))).await;
+    hit("get", "/api/v2/orgs/{org}/jobs/{job_id}:kpis");
+    let epochs: Vec<(f64, f64)> = kpis["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["epoch"].as_f64().unwrap(), p["kpi"]["loss"].as_f64().unwrap()))
+        .collect();
+    assert_eq!(epochs, [(1.0, 0.1), (2.0, 0.2), (3.0, 0.3), (4.0, 0.4), (5.0, 0.5)], "{kpis}");
 
     // B runs on login2: a running job cannot be deleted; cancel it; then it can.
     let b_running = svc.wait_job(&b_id, Duration::from_secs(400), |j| j["status"] == "Running").await;

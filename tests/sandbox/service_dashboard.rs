@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-struct Driver(Child);
+pub(crate) struct Driver(Child);
 
 impl Drop for Driver {
     fn drop(&mut self) {
@@ -24,7 +24,7 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-async fn browser(profile: &std::path::Path) -> (Driver, Client) {
+pub(crate) async fn browser(profile: &std::path::Path) -> (Driver, Client) {
     for tool in ["chromium", "chromedriver"] {
         assert!(
             Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().unwrap().status.success(),
@@ -68,7 +68,7 @@ async fn browser(profile: &std::path::Path) -> (Driver, Client) {
 }
 
 /// Wait until the script returns true.
-async fn until(c: &Client, what: &str, limit: Duration, script: &str, args: Vec<Value>) {
+pub(crate) async fn until(c: &Client, what: &str, limit: Duration, script: &str, args: Vec<Value>) {
     wait_for_async(what, limit, Duration::from_millis(250), || {
         let args = args.clone();
         async move { c.execute(script, args).await.unwrap() == Value::Bool(true) }
@@ -79,7 +79,7 @@ async fn until(c: &Client, what: &str, limit: Duration, script: &str, args: Vec<
 const ROW_STATUS: &str =
     "const r = document.querySelector(`tr[data-job-id='${arguments[0]}'] .status`); return !!r && r.dataset.status === arguments[1];";
 
-async fn screenshot(c: &Client, name: &str, dir: &std::path::Path) {
+pub(crate) async fn screenshot(c: &Client, name: &str, dir: &std::path::Path) {
     let png = c.screenshot().await.unwrap();
     assert!(png.starts_with(b"\x89PNG"), "a PNG");
     let to = if std::env::var("TAO_SLURM_UPDATE_SCREENSHOTS").as_deref() == Ok("1") {

@@ -4,15 +4,18 @@
 //! types. No I/O: no database, no processes, no clock, no random ids (callers pass them in), so every
 //! function here is tested with tables of cases and properties, without a cluster.
 
+pub mod checkpoint;
 pub mod config;
 pub mod cosmos;
 pub mod exit_codes;
 pub mod filter;
 #[cfg(any(test, feature = "test-fixtures"))]
 pub mod fixtures;
+pub mod kpi;
 pub mod layout;
 pub mod model;
 pub mod monitor;
+pub mod notify;
 pub mod ops;
 pub mod plan;
 pub mod policy;
@@ -28,3 +31,4 @@ pub mod sqsh;
 pub(crate) mod stand_ins;
 pub mod status;
 pub mod tao_images;
+pub mod webhook;

@@ -118,6 +118,13 @@ pub struct Plan {
     /// The job's own specs (a JSON object), under the inputs in the staged specs file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub specs: Option<serde_json::Value>,
+    /// What counts as a checkpoint in the results directory (`crate::checkpoint`; TAO's by default).
+    #[serde(default = "crate::checkpoint::default_patterns")]
+    pub checkpoint_patterns: Vec<String>,
+    /// Seconds before the inner timeout (and Slurm's wall limit) the step is sent USR2 to save a
+    /// checkpoint; 0: no warning (plans stored before this field had none).
+    #[serde(default)]
+    pub checkpoint_grace_seconds: u64,
 }
 
 fn yes() -> bool {
@@ -433,7 +440,20 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
         cosmos,
         use_timeout: settings.use_timeout,
         specs: spec.specs.clone(),
+        checkpoint_patterns: resolve_checkpoint_patterns(spec, settings)?,
+        checkpoint_grace_seconds: spec.checkpoint_grace_seconds.unwrap_or(settings.checkpoint_grace_seconds),
     })
+}
+
+/// The job's checkpoint patterns, else the setting's (TAO's by default).
+fn resolve_checkpoint_patterns(spec: &JobSpec, settings: &Settings) -> Result<Vec<String>, SpecError> {
+    if spec.checkpoint_patterns.is_empty() {
+        return Ok(settings.checkpoint_patterns.clone());
+    }
+    for p in &spec.checkpoint_patterns {
+        crate::checkpoint::check_pattern("checkpoint_patterns", p)?;
+    }
+    Ok(spec.checkpoint_patterns.clone())
 }
 
 /// The command as it runs (`bash -c` for a shell string), with `{config_path}` naming the staged specs

@@ -246,18 +246,55 @@ function confirmDialog(title, text, yes, no) {
   });
 }
 
+// A job's KPIs over time as an SVG line chart: x the epoch (or the report's number), y each KPI
+// scaled to its own range, one line and a point per report. Built with DOM calls, text as text.
+const SVG_NS = "http://www.w3.org/2000/svg";
+const KPI_COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2"];
+function svg(tag, attrs, ...children) {
+  const e = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
+  for (const c of children.flat()) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return e;
+}
+function kpiChart(points) {
+  const names = [...new Set(points.flatMap((p) => Object.keys(p.kpi)))].sort();
+  if (!names.length) return el("div", { class: "muted small", id: "kpi-empty" }, "No KPIs reported yet (status.json).");
+  const W = 720, H = 240, L = 48, R = 16, T = 12, B = 28;
+  const xs = points.map((p, i) => (p.epoch ?? p.cur_iter ?? i + 1));
+  const xMin = Math.min(...xs), xMax = Math.max(...xs, xMin + 1);
+  const x = (v) => L + ((v - xMin) / (xMax - xMin)) * (W - L - R);
+  const chart = svg("svg", { id: "kpi-chart", viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img", "aria-label": "KPIs over time" },
+    svg("line", { x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#94a3b8" }),
+    svg("line", { x1: L, y1: T, x2: L, y2: H - B, stroke: "#94a3b8" }),
+    svg("text", { x: L, y: H - 8, "font-size": 11, fill: "#64748b" }, `${points[0].epoch != null ? "epoch" : "report"} ${xMin}`),
+    svg("text", { x: W - R, y: H - 8, "font-size": 11, fill: "#64748b", "text-anchor": "end" }, String(xMax)));
+  const legend = el("div", { class: "kpi-legend small" });
+  names.forEach((name, k) => {
+    const color = KPI_COLORS[k % KPI_COLORS.length];
+    const pts = points.map((p, i) => [xs[i], p.kpi[name]]).filter(([, v]) => v != null);
+    const vs = pts.map(([, v]) => v);
+    const lo = Math.min(...vs), hi = Math.max(...vs), span = hi - lo || 1;
+    const y = (v) => H - B - ((v - lo) / span) * (H - T - B);
+    chart.append(svg("polyline", { points: pts.map(([a, v]) => `${x(a)},${y(v)}`).join(" "), fill: "none", stroke: color, "stroke-width": 2, "data-kpi": name }));
+    for (const [a, v] of pts) chart.append(svg("circle", { cx: x(a), cy: y(v), r: 3.5, fill: color, "data-kpi": name, "data-x": a, "data-value": v }, svg("title", {}, `${name} ${v} at ${a}`)));
+    legend.append(el("span", { class: "kpi-key", "data-kpi": name }, el("span", { class: "swatch", style: `background:${color}` }), ` ${name} ${vs[vs.length - 1]} (${lo}–${hi})`));
+  });
+  return el("div", {}, chart, legend);
+}
+
 function jobView(id) {
   const main = document.getElementById("main");
   const head = el("div", { class: "title" });
   const details = el("div", { class: "panel" });
   const attempts = el("div", { class: "panel", id: "attempts" }, el("h2", {}, "Attempts"));
   const events = el("div", { class: "panel", id: "events" }, el("h2", {}, "Events"));
+  const kpis = el("div", { class: "panel", id: "kpis" }, el("h2", {}, "KPIs"), el("div", { class: "muted small" }, "loading"));
   const out = el("pre", { class: "log", id: "log-stdout" });
   const err = el("pre", { class: "log err", id: "log-stderr" });
   const logs = el("div", { class: "panel" }, el("h2", {}, "Logs"),
     el("div", { class: "logs" }, el("div", {}, el("div", { class: "small muted" }, "main.out"), out), el("div", {}, el("div", { class: "small muted" }, "main.err"), err)),
     el("div", { class: "small muted", id: "log-state", style: "margin-top:6px" }, "following"));
-  main.replaceChildren(el("div", {}, el("a", { href: "#/", class: "small" }, "← All jobs")), head, details, logs, attempts, events);
+  main.replaceChildren(el("div", {}, el("a", { href: "#/", class: "small" }, "← All jobs")), head, details, kpis, logs, attempts, events);
   let job = null;
   const row = (k, v, cls) => [el("div", {}, el("div", { class: "k" }, k), el("div", { class: `v ${cls || ""}` }, v === null || v === undefined || v === "" ? "–" : v))];
   const renderJob = () => {
@@ -295,18 +332,29 @@ function jobView(id) {
         e.events.map((x) => el("li", {}, el("span", { class: "muted small" }, `${x.at} `), el("strong", {}, x.kind), " ", x.detail))));
     } catch (e) { /* shown again on the next change */ }
   };
+  let kpiCount = -1;
+  const loadKpis = async () => {
+    try {
+      const k = await call(`/jobs/${id}:kpis`);
+      if (k.points.length === kpiCount) return;
+      kpiCount = k.points.length;
+      kpis.replaceChildren(el("h2", {}, "KPIs"), kpiChart(k.points));
+    } catch (e) { /* tried again on the next change */ }
+  };
+  // The chart follows the job live: on each change the stream reports, and every 2 s while it runs.
+  const kpiTimer = setInterval(() => { if (!job || !["Done", "Error", "Canceled"].includes(job.status)) loadKpis(); }, 2000);
   const append = (pre, text) => {
     const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
     pre.append(document.createTextNode(text));
     if (atEnd) pre.scrollTop = pre.scrollHeight;
   };
   const stop = stream(`/jobs/${id}:stream`, (name, data) => {
-    if (name === "status") { job = data; renderJob(); loadHistory(); }
+    if (name === "status") { job = data; renderJob(); loadHistory(); loadKpis(); }
     else if (name === "log") append(data.stream === "stderr" ? err : out, data.text);
     else if (name === "attempt") { append(out, `\n--- attempt ${data.attempt} ---\n`); append(err, `\n--- attempt ${data.attempt} ---\n`); }
     else if (name === "end") { document.getElementById("log-state").textContent = `the job is ${job ? job.status : "gone"}; every log line was read`; return false; }
   }, setLive);
-  return { stop };
+  return { stop: () => { stop(); clearInterval(kpiTimer); } };
 }
 
 function alertText(text) {

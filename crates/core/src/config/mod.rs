@@ -14,6 +14,8 @@ pub const MISSING_MESSAGE: &str =
 /// TAO_SLURM_AUX_TIMEOUT_MINUTES).
 pub const DEFAULT_AUX_MAX_BYTES: u64 = 10 << 30;
 pub const DEFAULT_AUX_TIMEOUT_MINUTES: u32 = 30;
+/// Seconds a job's step has to save a checkpoint between its warning (USR2) and its time limit.
+pub const DEFAULT_CHECKPOINT_GRACE_SECONDS: u64 = 300;
 
 /// The packaged default partitions, treated as 4-hour queues.
 pub const DEFAULT_PARTITIONS: &str = "polar,polar3,polar4,grizzly";
@@ -127,6 +129,11 @@ pub struct Settings {
     pub retry_backoff_secs: u64,
     /// The monitor's budget of scheduler queries per minute.
     pub max_queries_per_minute: u32,
+    /// Webhooks every job of these settings (a workspace: its profile) notifies (`TAO_SLURM_NOTIFY`,
+    /// comma-separated; secrets: their URLs carry tokens).
+    pub notify: Vec<crate::spec::Secret>,
+    /// Minutes a submitted job may stay pending before its webhooks hear it is stuck (0: never).
+    pub notify_pending_minutes: u32,
     /// Convert registry images to squashfs files in a cache on shared storage before submitting.
     pub use_sqsh: bool,
     pub sqsh: crate::sqsh::SqshPolicy,
@@ -154,6 +161,11 @@ pub struct Settings {
     pub container_mounts: Vec<String>,
     /// Run the container step under the inner timeout (SLURM_USE_TIMEOUT).
     pub use_timeout: bool,
+    /// Seconds before the time limit a job's step is warned (USR2) to save a checkpoint
+    /// (TAO_SLURM_CHECKPOINT_GRACE, default 300; 0: no warning).
+    pub checkpoint_grace_seconds: u64,
+    /// What counts as a checkpoint (TAO_SLURM_CHECKPOINT_PATTERNS, comma-separated; TAO's by default).
+    pub checkpoint_patterns: Vec<String>,
     /// Mail Slurm's job notices to this address (SLURM_MAIL_USER, with --mail-type=ALL).
     pub mail_user: Option<String>,
     /// Credentials forwarded to every job's container as secrets, under the container's names
@@ -393,6 +405,8 @@ impl Settings {
             max_retries: src.count("MAX_JOB_RETRIES", 0, crate::retry::MAX_JOB_RETRIES)?,
             retry_backoff_secs: src.count("TAO_SLURM_RETRY_BACKOFF_SECS", 0, 30)? as u64,
             max_queries_per_minute: src.count("TAO_SLURM_MAX_QUERIES_PER_MINUTE", 1, 30)?,
+            notify: src.parse("TAO_SLURM_NOTIFY", parse_webhooks, Vec::new)?,
+            notify_pending_minutes: src.count("TAO_SLURM_NOTIFY_PENDING_MINUTES", 0, 60)?,
             cpus_per_task: src.count("SLURM_CPUS_PER_TASK", 1, crate::layout::DEFAULT_CPUS_PER_TASK)?,
             max_cpus_per_task: src.count("SLURM_MAX_CPUS_PER_TASK", 1, crate::layout::DEFAULT_MAX_CPUS_PER_TASK)?,
             default_gpus: src.parse("SLURM_NUM_GPUS", |v| parse_u32("SLURM_NUM_GPUS", v, 0).map(Some), || None)?,
@@ -404,6 +418,16 @@ impl Settings {
                 None => vec![crate::layout::DEFAULT_MOUNT.to_string()],
             },
             use_timeout: src.flag("SLURM_USE_TIMEOUT", true)?,
+            checkpoint_grace_seconds: src.parse(
+                "TAO_SLURM_CHECKPOINT_GRACE",
+                |v| parse_u32("TAO_SLURM_CHECKPOINT_GRACE", v, 0).map(u64::from),
+                || DEFAULT_CHECKPOINT_GRACE_SECONDS,
+            )?,
+            checkpoint_patterns: match src.get("TAO_SLURM_CHECKPOINT_PATTERNS") {
+                Some(v) => crate::checkpoint::parse_patterns("TAO_SLURM_CHECKPOINT_PATTERNS", &v)
+                    .map_err(|e| ConfigError::Invalid { name: "TAO_SLURM_CHECKPOINT_PATTERNS", message: e.message })?,
+                None => crate::checkpoint::default_patterns(),
+            },
             mail_user: src.get("SLURM_MAIL_USER").map(|m| m.trim().to_string()),
             forwarded_secrets: forwarded_secrets(src)?,
             unrecognised,
@@ -437,6 +461,13 @@ impl Settings {
             (None, None) => "/lustre/tao-slurm".to_string(),
         }
     }
+}
+
+/// `TAO_SLURM_NOTIFY`: comma-separated webhook URLs (`slack:`/`json:` prefixes), checked here.
+fn parse_webhooks(v: &str) -> Result<Vec<crate::spec::Secret>, ConfigError> {
+    crate::webhook::parse_webhooks([v])
+        .map_err(|message| ConfigError::Invalid { name: "TAO_SLURM_NOTIFY", message })?;
+    Ok(v.split(',').map(str::trim).filter(|u| !u.is_empty()).map(crate::spec::Secret::new).collect())
 }
 
 #[cfg(test)]
@@ -558,5 +589,29 @@ mod tests {
         assert_eq!(s.sqsh.enroot_temp_path.as_deref(), Some("/scratch/enroot"));
         assert_eq!((s.nccl_debug.as_str(), s.log_level.as_str()), ("WARN", "INFO"));
         assert_eq!(s.max_cpus_per_task, 128);
+    }
+
+    #[test]
+    fn webhooks_are_read_checked_and_never_printed() {
+        let s = Settings::from_sources(&sources(
+            &[("SLURM_HOSTNAME", "a"), ("TAO_SLURM_NOTIFY", "https://hooks.slack.com/T/B/TOKEN, json:http://h/x")],
+            &[],
+        ))
+        .unwrap();
+        let urls: Vec<&str> = s.notify.iter().map(|u| u.expose()).collect();
+        assert_eq!(urls, ["https://hooks.slack.com/T/B/TOKEN", "json:http://h/x"]);
+        assert!(!format!("{s:?}").contains("TOKEN"));
+        assert_eq!(
+            (
+                s.notify_pending_minutes,
+                Settings::from_sources(&sources(&[("SLURM_HOSTNAME", "a")], &[])).unwrap().notify.len()
+            ),
+            (60, 0)
+        );
+        let err =
+            Settings::from_sources(&sources(&[("SLURM_HOSTNAME", "a"), ("TAO_SLURM_NOTIFY", "ftp://h/TOKEN")], &[]))
+                .unwrap_err()
+                .to_string();
+        assert!(err.contains("TAO_SLURM_NOTIFY") && !err.contains("TOKEN"), "{err}");
     }
 }

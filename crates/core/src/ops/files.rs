@@ -66,12 +66,6 @@ fn parse_entry(line: &str) -> Option<DirEntry> {
     (!name.is_empty()).then(|| DirEntry { name, kind: kind.to_string(), size, modified })
 }
 
-/// The TAO SDK's checkpoint extensions (`get_checkpoints`), matched without regard to case.
-pub const CHECKPOINT_EXTENSIONS: &[&str] = &["pth", "tlt", "hdf5", "pt", "ckpt", "engine", "onnx", "trt"];
-
-/// How deep under the results directory checkpoints are looked for (`train/`, `train/weights/`...).
-pub const CHECKPOINT_DEPTH: u32 = 4;
-
 /// A checkpoint file of a job: its path relative to the results directory, size and time.
 #[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct CheckpointFile {
@@ -81,16 +75,13 @@ pub struct CheckpointFile {
     pub modified: i64,
 }
 
-/// Lists the checkpoint files under `dir`, one `|MTIME SIZE PATH` line each (nothing when `dir` is
-/// not there; names with a newline are left out).
-pub fn checkpoints_script(dir: &str) -> String {
-    let names: Vec<String> = CHECKPOINT_EXTENSIONS.iter().map(|e| format!("-iname '*.{e}'")).collect();
+/// Lists the checkpoints under `dir` that match `patterns` (the one rule: [`crate::checkpoint`]),
+/// one `|MTIME SIZE PATH` line each (nothing when `dir` is not there).
+pub fn checkpoints_script(dir: &str, patterns: &[String]) -> String {
     format!(
-        "p={}
-echo '{SECTION}checkpoints'
-[ -d \"$p\" ] && find \"$p/\" -mindepth 1 -maxdepth {CHECKPOINT_DEPTH} -type f \\( {} \\) ! -name $'*\\n*' -printf '|%T@ %s %P\\n' 2>/dev/null\nexit 0\n",
+        "p={}\necho '{SECTION}checkpoints'\n[ -d \"$p\" ] && find \"$p/\" {} -printf '|%T@ %s %P\\n' 2>/dev/null\nexit 0\n",
         quote(dir),
-        names.join(" -o ")
+        crate::checkpoint::find_tests(patterns)
     )
 }
 
@@ -188,12 +179,15 @@ mod tests {
             let when = std::time::SystemTime::now() - std::time::Duration::from_secs(age);
             std::fs::File::options().write(true).open(&path).unwrap().set_modified(when).unwrap();
         }
-        let found = parse_checkpoints(&run(&checkpoints_script(&d.display().to_string())));
+        let found = parse_checkpoints(&run(&checkpoints_script(
+            &d.display().to_string(),
+            &crate::checkpoint::default_patterns(),
+        )));
         let paths: Vec<&str> = found.iter().map(|c| c.path.as_str()).collect();
         assert_eq!(paths, vec!["train/a.ckpt", "train/weights/b.PTH", "model.onnx"]);
         assert_eq!(found[0].size, 1);
         let gone = d.join("nope").display().to_string();
-        assert!(parse_checkpoints(&run(&checkpoints_script(&gone))).is_empty());
+        assert!(parse_checkpoints(&run(&checkpoints_script(&gone, &crate::checkpoint::default_patterns()))).is_empty());
     }
 
     #[test]

@@ -27,9 +27,6 @@ pub enum Archive {
     NoResults,
 }
 
-/// The checkpoint files `latest_model` and `best_model` look for, as TAO's handler globs them.
-const CHECKPOINTS: &[&str] = &["*.pth", "*.tlt", "*.hdf5", "*.ckpt", "*.safetensors"];
-
 /// A name asked for must be a relative path inside the directory: no `..`, no leading `/` or `-`,
 /// no control characters.
 pub fn check_name(field: &str, name: &str) -> Result<(), SpecError> {
@@ -87,9 +84,15 @@ pub fn parse_list(stdout: &str) -> Option<Vec<ResultFile>> {
     (!no_results || !files.is_empty()).then_some(files)
 }
 
-/// A gzip'd tar of `names` under `dir` (every file when empty), the newest checkpoint when
-/// `latest`, and the logs, refused above `cap` bytes. Names must have passed [`check_name`].
-pub fn archive_script(dir: &str, names: &[String], latest: bool, logs: Option<(&str, &str)>, cap: u64) -> String {
+/// A gzip'd tar of `names` under `dir` (every file when empty), the newest checkpoint of the
+/// patterns `latest` gives when it is there ([`crate::checkpoint`]), and the logs, refused above `cap` bytes. Names must have passed [`check_name`].
+pub fn archive_script(
+    dir: &str,
+    names: &[String],
+    latest: Option<&[String]>,
+    logs: Option<(&str, &str)>,
+    cap: u64,
+) -> String {
     let mut s = format!(
         "d={}\n[ -d \"$d\" ] && [ ! -L \"$d\" ] || {{ echo '{SECTION}noresults'; exit 0; }}\ncd \"$d\" || exit 3\nroot=\"$(pwd -P)\"\nsel=()\nmiss=0\n",
         quote(dir)
@@ -100,14 +103,14 @@ pub fn archive_script(dir: &str, names: &[String], latest: bool, logs: Option<(&
             q = quote(n)
         ));
     }
-    if latest {
-        let pattern = CHECKPOINTS.iter().map(|p| format!("-name '{p}'")).collect::<Vec<_>>().join(" -o ");
+    if let Some(patterns) = latest {
+        let tests = crate::checkpoint::find_tests(patterns);
         s.push_str(&format!(
-            "c=\"$(find . -type f \\( {pattern} \\) -printf '%T@ %P\\n' 2>/dev/null | sort -n | tail -n 1 | cut -d' ' -f2-)\"\n\
+            "c=\"$(find . {tests} -printf '%T@ %P\\n' 2>/dev/null | sort -n | tail -n 1 | cut -d' ' -f2-)\"\n\
              if [ -n \"$c\" ]; then sel+=(\"$c\"); else echo \"{SECTION}missing latest_model\"; miss=1; fi\n"
         ));
     }
-    if names.is_empty() && !latest {
+    if names.is_empty() && latest.is_none() {
         s.push_str("sel=(.)\n");
     }
     s.push_str("[ \"$miss\" = 0 ] || exit 0\nlg=()\ndl=()\n");
@@ -181,7 +184,7 @@ mod tests {
 
     #[test]
     fn archive_names_are_quoted() {
-        let s = archive_script("/r/x y", &["a b.pth".into()], false, None, 10);
+        let s = archive_script("/r/x y", &["a b.pth".into()], None, None, 10);
         assert!(s.contains("d='/r/x y'") && s.contains("sel+=('a b.pth')"), "{s}");
     }
 
@@ -199,7 +202,7 @@ mod tests {
         std::os::unix::fs::symlink(&outside, tmp.join("linked-results")).unwrap();
         let run = |dir: &std::path::Path, names: &[&str]| {
             let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-            let script = archive_script(dir.to_str().unwrap(), &names, false, None, 1 << 20);
+            let script = archive_script(dir.to_str().unwrap(), &names, None, None, 1 << 20);
             let out = std::process::Command::new("bash").arg("-c").arg(script).output().unwrap();
             parse_archive(&String::from_utf8_lossy(&out.stdout))
         };

@@ -2,6 +2,7 @@
 //! the same text, and every value reaches the script through [`shell::quote`] or a character check.
 
 pub mod cosmos;
+pub mod resume;
 pub mod shell;
 pub mod trust;
 
@@ -111,12 +112,16 @@ fn write_directives(directive: &mut impl FnMut(String), plan: &Plan) {
     directive(format!("--error={logs}/%x-%j/main.err"));
     directive("--open-mode=append".into());
     directive(if plan.requeue { "--requeue".into() } else { "--no-requeue".into() });
+    if let Some(signal) = resume::signal_directive(plan) {
+        directive(signal);
+    }
 }
 
 /// Names passed to `--container-env`: the variables the container must take from the task environment
 /// rather than from the image.
 pub fn container_env_names(plan: &Plan) -> Vec<String> {
     let mut names: Vec<String> = TAO_CONTAINER_VARS.iter().map(|v| v.to_string()).collect();
+    names.push(crate::checkpoint::RESUME_VAR.to_string());
     if plan.resources.nodes > 1 {
         names.extend(["WORLD_SIZE", "NUM_GPU_PER_NODE", "MASTER_ADDR", "MASTER_PORT"].map(String::from));
     }
@@ -213,6 +218,8 @@ fn write_body(s: &mut String, plan: &Plan) {
     write_workdir(s, plan);
     write_fetches(s, plan);
     write_rendezvous(s, plan);
+    resume::write_resume(s, plan);
+    resume::write_trap(s, plan);
     line(s, "echo \"tao-slurm: job $TAO_JOB_ID, Slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST (restart ${SLURM_RESTART_COUNT:-0})\" >&2");
     write_steps(s, plan);
     write_exit(s, plan);
@@ -299,18 +306,15 @@ fn write_steps(s: &mut String, plan: &Plan) {
             // status the failing task itself ended with. Nothing a task prints can pose as it.
             let _ =
                 writeln!(s, "tao_srun_log={}/\"$SLURM_JOB_NAME-$SLURM_JOB_ID\"/srun.log", quote(&layout.logs_root()));
-            let _ = writeln!(s, "{} {} 2>\"$tao_srun_log\"", timeout_prefix(plan), shell::join(&srun_argv(plan)));
-            line(s, "rc=$?");
+            let step = format!("{} {} 2>\"$tao_srun_log\"", timeout_prefix(plan), shell::join(&srun_argv(plan)));
+            resume::write_step(s, plan, &step);
             line(s, "cat -- \"$tao_srun_log\" >&2");
             line(s, &format!("if [ \"$rc\" -ne 0 ] && [ \"$rc\" -ne {TIMED_OUT} ]; then"));
             line(s, "  tao_task_rc=\"$(sed -n 's/^srun: error: .*: task [0-9]*: Exited with exit code \\([0-9]*\\)$/\\1/p' \"$tao_srun_log\" | head -n 1)\"");
             line(s, "  if [ -n \"$tao_task_rc\" ] && [ \"$tao_task_rc\" -ne 0 ]; then rc=\"$tao_task_rc\"; fi");
             line(s, "fi");
         }
-        None => {
-            let _ = writeln!(s, "{} {}", timeout_prefix(plan), shell::join(&srun_argv(plan)));
-            line(s, "rc=$?");
-        }
+        None => resume::write_step(s, plan, &format!("{} {}", timeout_prefix(plan), shell::join(&srun_argv(plan)))),
     }
 }
 

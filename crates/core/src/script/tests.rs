@@ -46,7 +46,7 @@ fn two_nodes_of_eight() {
     }
     assert!(s.contains("timeout --signal=TERM --kill-after=60 13680s srun"));
     assert!(s.contains(
-        "--container-env=TAO_API_RESULTS_DIR,TAO_JOB_ID,TAO_SPECS_FILE,TAO_API_JOB_ID,TAO_RESULTS_ROOT,HF_HOME,PYTHONNOUSERSITE,PYTHONDONTWRITEBYTECODE,WORLD_SIZE,NUM_GPU_PER_NODE,MASTER_ADDR,MASTER_PORT"
+        "--container-env=TAO_API_RESULTS_DIR,TAO_JOB_ID,TAO_SPECS_FILE,TAO_API_JOB_ID,TAO_RESULTS_ROOT,HF_HOME,PYTHONNOUSERSITE,PYTHONDONTWRITEBYTECODE,TAO_RESUME_CHECKPOINT,WORLD_SIZE,NUM_GPU_PER_NODE,MASTER_ADDR,MASTER_PORT"
     ));
     // What TAO's containers read: the job id under both names, the results root, the TAO SDK's defaults.
     assert!(s.lines().any(|l| l == "export TAO_API_JOB_ID=\"$TAO_JOB_ID\" TAO_RESULTS_ROOT=\"$TAO_API_RESULTS_DIR\""));

@@ -75,6 +75,11 @@ pub struct JobSpec {
     pub name: Option<String>,
     /// Timeout requeues allowed before the job ends as timed out (default 3).
     pub max_timeout_requeues: Option<u32>,
+    /// Seconds before the time limit the step is sent USR2 to save a checkpoint (0: never; default
+    /// TAO_SLURM_CHECKPOINT_GRACE).
+    pub checkpoint_grace_seconds: Option<u64>,
+    /// What counts as a checkpoint in the results directory (globs; `name/` for directories).
+    pub checkpoint_patterns: Vec<String>,
     /// Inputs by spec key (direct spec-key mode), e.g. `custom.train_dataset.annotation_path`.
     pub inputs: BTreeMap<String, String>,
     /// A dataset root (root mode): it must hold `dataset_files`.
@@ -101,6 +106,10 @@ pub struct JobSpec {
     /// A pipeline: named steps, each after earlier ones.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepSpec>,
+    /// Webhooks told of the job's state changes (`--notify URL`; see `notify::Webhook`). Never
+    /// serialised: their URLs carry tokens, and the spec is staged on shared storage.
+    #[serde(skip_serializing)]
+    pub notify: Vec<String>,
 }
 
 impl JobSpec {
@@ -123,8 +132,12 @@ impl JobSpec {
             workdir,
             name,
             max_timeout_requeues,
-            exclusive
+            exclusive,
+            checkpoint_grace_seconds
         );
+        if !over.checkpoint_patterns.is_empty() {
+            self.checkpoint_patterns = over.checkpoint_patterns;
+        }
         if !over.image.is_empty() {
             self.image = over.image;
         }
@@ -144,6 +157,7 @@ impl JobSpec {
         self.no_container_mount_home |= over.no_container_mount_home;
         self.sbatch_options.extend(over.sbatch_options);
         self.inputs.extend(over.inputs);
+        self.notify.extend(over.notify);
         if over.specs.is_some() {
             self.specs = over.specs;
         }

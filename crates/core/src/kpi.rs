@@ -1,0 +1,124 @@
+//! A job's KPIs over time (issue 26): the lines of its `status.json` that report progress (epoch,
+//! iteration, ETA, the numbers of `kpi`), as points a chart plots, and the one-line summary the CLI's
+//! `watch` prints. Pure: the engine keeps the lines it reads, in the order read.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One progress report of a job, as `status.json` said it.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct KpiPoint {
+    /// Unix seconds when the line was first read.
+    pub at: i64,
+    pub epoch: Option<f64>,
+    pub max_epoch: Option<f64>,
+    pub cur_iter: Option<f64>,
+    pub eta: Option<String>,
+    /// The numeric KPIs (`kpi` of TAO's status lines, and a top-level `loss`), by name.
+    pub kpi: BTreeMap<String, f64>,
+    pub message: Option<String>,
+}
+
+/// The complete JSON lines of a status.json text that report progress, oldest first (a half-written
+/// last line is left for the next read).
+pub fn progress_lines(text: &str) -> Vec<&str> {
+    text.lines().map(str::trim).filter(|l| point_of(l, 0).is_some()).collect()
+}
+
+/// The point a status.json line reports, if it reports progress (an epoch, an iteration or a KPI).
+pub fn point_of(line: &str, at: i64) -> Option<KpiPoint> {
+    let serde_json::Value::Object(o) = serde_json::from_str::<serde_json::Value>(line).ok()? else {
+        return None;
+    };
+    let num = |k: &str| o.get(k).and_then(number);
+    let mut kpi: BTreeMap<String, f64> = match o.get("kpi") {
+        Some(serde_json::Value::Object(k)) => k.iter().filter_map(|(n, v)| Some((n.clone(), number(v)?))).collect(),
+        _ => BTreeMap::new(),
+    };
+    if let Some(loss) = num("loss") {
+        kpi.entry("loss".into()).or_insert(loss);
+    }
+    let point = KpiPoint {
+        at,
+        epoch: num("epoch"),
+        max_epoch: num("max_epoch"),
+        cur_iter: num("cur_iter"),
+        eta: o.get("eta").filter(|v| !v.is_null()).map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string)),
+        kpi,
+        message: o.get("message").and_then(|v| v.as_str()).map(str::to_string),
+    };
+    (point.epoch.is_some() || point.cur_iter.is_some() || !point.kpi.is_empty()).then_some(point)
+}
+
+/// A number, or a string that is one (TAO writes some KPIs as strings).
+fn number(v: &serde_json::Value) -> Option<f64> {
+    v.as_f64().or_else(|| v.as_str()?.trim().parse().ok()).filter(|f: &f64| f.is_finite())
+}
+
+/// The newest point in one line: `epoch 3/6 · loss 0.42 · eta 0:01:00`.
+pub fn one_line(p: &KpiPoint) -> String {
+    let mut parts = Vec::new();
+    match (p.epoch, p.max_epoch) {
+        (Some(e), Some(m)) => parts.push(format!("epoch {}/{}", fmt(e), fmt(m))),
+        (Some(e), None) => parts.push(format!("epoch {}", fmt(e))),
+        _ => {}
+    }
+    if let Some(i) = p.cur_iter {
+        parts.push(format!("iter {}", fmt(i)));
+    }
+    parts.extend(p.kpi.iter().map(|(k, v)| format!("{k} {}", fmt(*v))));
+    if let Some(eta) = &p.eta {
+        parts.push(format!("eta {eta}"));
+    }
+    parts.join(" · ")
+}
+
+/// A progress bar of `width` cells for `epoch` of `max` (None without both).
+pub fn bar(epoch: Option<f64>, max: Option<f64>, width: usize) -> Option<String> {
+    let (e, m) = (epoch?, max?);
+    if m <= 0.0 {
+        return None;
+    }
+    let filled = ((e / m).clamp(0.0, 1.0) * width as f64).round() as usize;
+    Some(format!("[{}{}] {}/{}", "#".repeat(filled), "-".repeat(width - filled), fmt(e), fmt(m)))
+}
+
+fn fmt(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{}", (v * 10_000.0).round() / 10_000.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_lines_keep_reports_and_leave_the_rest() {
+        let text = concat!(
+            "{\"status\":\"STARTED\",\"message\":\"starting\"}\n",
+            "{\"status\":\"RUNNING\",\"epoch\":1,\"max_epoch\":6,\"kpi\":{\"loss\":0.8,\"acc\":\"0.5\"},\"eta\":\"0:05:00\"}\n",
+            "{\"status\":\"RUNNING\",\"cur_iter\":10,\"loss\":0.7}\n",
+            "{\"status\":\"RUNNING\",\"epoch\":2,\"ma",
+        );
+        let lines = progress_lines(text);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        let p = point_of(lines[0], 5).unwrap();
+        assert_eq!((p.at, p.epoch, p.max_epoch), (5, Some(1.0), Some(6.0)));
+        assert_eq!(p.kpi, BTreeMap::from([("acc".into(), 0.5), ("loss".into(), 0.8)]));
+        assert_eq!(one_line(&p), "epoch 1/6 · acc 0.5 · loss 0.8 · eta 0:05:00");
+        assert_eq!(one_line(&point_of(lines[1], 0).unwrap()), "iter 10 · loss 0.7");
+        assert_eq!(point_of("[1,2]", 0), None);
+        assert_eq!(point_of("{\"kpi\":{\"loss\":\"NaN\"}}", 0), None, "no finite number, no point");
+    }
+
+    #[test]
+    fn the_bar_fills_with_the_epochs() {
+        assert_eq!(bar(Some(3.0), Some(6.0), 10).unwrap(), "[#####-----] 3/6");
+        assert_eq!(bar(Some(9.0), Some(6.0), 4).unwrap(), "[####] 9/6");
+        assert_eq!(bar(Some(1.0), None, 4), None);
+        assert_eq!(bar(Some(1.0), Some(0.0), 4), None);
+    }
+}
