@@ -3,6 +3,7 @@
 
 mod cluster;
 mod files;
+mod login;
 mod logs;
 mod lookup;
 mod monitor;
@@ -37,6 +38,7 @@ pub use crate::store::service_records::{self, ApiJob, ServiceDb, TokenRecord};
 pub use crate::store::AuditEntry;
 pub use crate::store::GroupRecord;
 pub use cluster::preflight;
+pub use login::LoginOutcome;
 pub use monitor::{monitor_running, start_background_monitor, Monitor, MonitorLock, MonitorStep, AFTER_FAILURE};
 pub use notify::Notifier;
 pub use results::{ArchiveAsk, ArchiveOut};
