@@ -145,7 +145,10 @@ if ! getent passwd "$SSH_USER" >/dev/null; then
     useradd -M -U -d "$USER_HOME" -s /bin/bash "$SSH_USER"
 fi
 [[ "$(getent passwd "$SSH_USER" | cut -d: -f6)" == "$USER_HOME" ]] || usermod -d "$USER_HOME" "$SSH_USER"
-[[ "$(getent shadow "$SSH_USER" | cut -d: -f2)" == "*" ]] || usermod -p '*' "$SSH_USER"
+# ...and a password, which only a test's own keyboard-interactive sshd asks for (the `login` tests of
+# a host that prompts); the sandbox's login sshds take keys only. Readable by root only.
+[[ -s "$SD/login-password" ]] || (umask 077; head -c 18 /dev/urandom | base64 | tr -d '/+=' >"$SD/login-password")
+echo "$SSH_USER:$(cat "$SD/login-password")" | chpasswd
 install -d -m 0755 -o "$SSH_USER" -g "$SSH_USER" "$USER_HOME" "$SD/shared/$SSH_USER"
 # a second user with no login: the hostile neighbour on shared storage in the trust tests
 NEIGHBOUR_USER="${NEIGHBOUR_USER:-neighbour}"

@@ -79,6 +79,10 @@ pub struct JobArgs {
     pub no_default_mount: bool,
     #[arg(long)]
     pub container_workdir: Option<String>,
+    /// Send this local directory with the job (honouring .gitignore and .taoslurmignore); the
+    /// command runs in its unpacked copy
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<String>,
     #[arg(long)]
     pub no_container_mount_home: bool,
     /// Extra sbatch option from an allow-list, NAME=VALUE (e.g. mail-type=END; repeatable)
@@ -177,6 +181,8 @@ impl JobArgs {
             mounts: self.mounts.clone(),
             replace_default_mounts: self.no_default_mount,
             container_workdir: self.container_workdir.clone(),
+            workdir: self.workdir.clone(),
+            workdir_archive: None,
             no_container_mount_home: self.no_container_mount_home,
             sbatch_options: pairs("sbatch_options", &self.sbatch_options)?,
             name: self.name.clone(),

@@ -8,6 +8,7 @@ mod credentials;
 mod image;
 mod job_args;
 mod jobs;
+mod login;
 mod logs;
 mod mcp;
 pub(crate) mod monitor;
@@ -92,6 +93,8 @@ enum Command {
     Token(token::TokenCmd),
     /// Show the service's audit trail: who changed what, when, and how it ended
     Audit(audit::AuditCmd),
+    /// Log in to the login host(s) once, answering its password or second-factor prompts here
+    Login(login::LoginCmd),
     /// Run a command in a running job's container, on its node(s); its exit status is passed back
     Exec(running::ExecCmd),
     /// A terminal in a running job's container
@@ -209,6 +212,7 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::Credentials(c) => c.run(settings),
         Command::Token(c) => c.run(settings),
         Command::Audit(c) => c.run(settings),
+        Command::Login(c) => c.run(settings),
         Command::Exec(c) => c.run(settings),
         Command::Shell(c) => c.run(settings),
         Command::Forward(c) => c.run(settings),

@@ -25,6 +25,7 @@ impl SubmitCmd {
         // Bad settings, a bad spec or a missing secret fail here, before any connection is attempted.
         settings.require_remote()?;
         let secrets = self.job.secrets(&spec)?;
+        let spec = if self.dry_run { spec } else { send_workdir(&settings, spec)? };
         if spec.sweep.is_some() {
             return self.run_sweep(settings, &spec, &secrets);
         }
@@ -54,6 +55,25 @@ impl SubmitCmd {
         super::output::emit(super::output::Format::from_json_flag(self.json), &submitted);
         Ok(0)
     }
+}
+
+/// Send the spec's workdir (if any) once, before the job, sweep or pipeline is submitted; say what
+/// it cost on stderr.
+fn send_workdir(settings: &Settings, spec: crate::JobSpec) -> Result<crate::JobSpec, Error> {
+    if spec.workdir.is_none() {
+        return Ok(spec);
+    }
+    let (spec, upload) = Client::new(settings.clone())?.send_workdir(&spec)?;
+    if let Some(u) = upload {
+        eprintln!(
+            "workdir {}: {} files, {} bytes packed, {} bytes uploaded",
+            &u.hash[..12],
+            u.files,
+            u.packed_bytes,
+            u.uploaded_bytes
+        );
+    }
+    Ok(spec)
 }
 
 impl SubmitCmd {

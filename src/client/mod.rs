@@ -3,6 +3,7 @@
 
 mod cluster;
 mod files;
+mod login;
 mod logs;
 mod lookup;
 mod monitor;
@@ -15,6 +16,7 @@ mod secrets;
 mod submission;
 mod views;
 mod wait;
+mod workdir;
 
 #[cfg(test)]
 mod tests;
@@ -37,6 +39,7 @@ pub use crate::store::service_records::{self, ApiJob, ServiceDb, TokenRecord};
 pub use crate::store::AuditEntry;
 pub use crate::store::GroupRecord;
 pub use cluster::preflight;
+pub use login::LoginOutcome;
 pub use monitor::{monitor_running, start_background_monitor, Monitor, MonitorLock, MonitorStep, AFTER_FAILURE};
 pub use notify::Notifier;
 pub use results::{ArchiveAsk, ArchiveOut};
@@ -46,6 +49,7 @@ pub use views::{
     FollowPoll, GroupView, JobCallbacks, JobList, JobView, PathCheck, PipelineSubmitted, StepSubmitted, Submission,
 };
 pub use wait::{Change, Wait, WaitTick};
+pub use workdir::WorkdirUpload;
 
 pub use crate::clock::rfc3339;
 

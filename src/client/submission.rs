@@ -319,8 +319,10 @@ impl Client {
     }
 
     /// Validate, record and submit what the spec describes: a job, a sweep (`[sweep]`) or a pipeline
-    /// (`[[steps]]`).
+    /// (`[[steps]]`), sending its workdir first (once for all of them).
     pub fn submit(&self, spec: &JobSpec, secrets: &SecretValues) -> Result<Submission> {
+        let (spec, _) = self.send_workdir(spec)?;
+        let spec = &spec;
         Ok(if spec.sweep.is_some() {
             Submission::Sweep(self.create_sweep(spec, secrets)?)
         } else if !spec.steps.is_empty() {

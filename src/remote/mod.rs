@@ -128,6 +128,14 @@ pub trait Remote: Send + Sync {
         Err(RemoteError::Spawn { program: self.describe(), message: "this transport cannot attach a command".into() })
     }
 
+    /// Open the connection to `host` (every login host when None) with the person at the terminal
+    /// answering its prompts, kept `persist` idle; per host, whether a new one was opened (false:
+    /// one was up).
+    fn login(&self, host: Option<&str>, persist: std::time::Duration) -> Result<Vec<(String, bool)>, RemoteError> {
+        let _ = (host, persist);
+        Err(RemoteError::Spawn { program: self.describe(), message: "this transport has no login".into() })
+    }
+
     /// Forward (or, with `cancel`, stop forwarding) `listen` on this machine to `to` as the login host
     /// sees it (`node:port`), through the transport's existing connection.
     fn forward(&self, listen: &str, to: &str, cancel: bool) -> Result<(), RemoteError> {

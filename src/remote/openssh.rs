@@ -307,6 +307,47 @@ impl OpenSsh {
         result
     }
 
+    /// Open the master of `host` with the person at the terminal answering ssh's prompts (a password,
+    /// a second factor), unless one is up; it then serves every later command in batch mode until
+    /// `persist` passes idle. True if a new master was opened.
+    pub fn login_host(&self, index: usize, persist: Duration) -> Result<bool, RemoteError> {
+        let host = &self.hosts[index];
+        let failed =
+            |message: String| RemoteError::Unreachable { hosts: host.label(), message, remediation: String::new() };
+        crate::private::ensure_private_dir(&self.control_dir).map_err(failed)?;
+        let lock_path = self.control_file(host, "lock");
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| failed(format!("cannot open {}: {e}", lock_path.display())))?;
+        lock.lock().map_err(|e| failed(format!("cannot lock {}: {e}", lock_path.display())))?;
+        if self.master_alive(host) {
+            return Ok(false);
+        }
+        let mut cmd = Command::new("ssh");
+        // The first value of an option wins: BatchMode=no before the strict options' BatchMode=yes.
+        cmd.args(["-f", "-N", "-o", "BatchMode=no", "-o", "ControlMaster=yes", "-o"])
+            .arg(format!("ControlPersist={}", persist.as_secs().max(1)));
+        cmd.args(self.base_command(host).get_args());
+        if let Some(sock) = &self.auth_sock {
+            cmd.env("SSH_AUTH_SOCK", sock);
+        }
+        self.counters.login();
+        let status = cmd.status().map_err(|e| RemoteError::Spawn { program: "ssh".into(), message: e.to_string() })?;
+        let _ = File::unlock(&lock);
+        if !status.success() {
+            return Err(failed(format!("ssh exited with {status}")));
+        }
+        let _ = fs::remove_file(self.control_file(host, "down"));
+        self.target_cache(host).forget();
+        if let Some(slot) = self.targets.get(index) {
+            *slot.lock().unwrap() = None;
+        }
+        Ok(true)
+    }
+
     fn start_master(&self, host: &LoginHost) -> Result<(), MasterError> {
         // stderr goes to a file, not a pipe: the backgrounded master (-f) keeps its stderr open, and a
         // pipe would never reach EOF.
@@ -383,7 +424,9 @@ impl OpenSsh {
         let first = self.hosts.first().map(|h| h.host.clone()).unwrap_or_default();
         let message = failures.join("; ");
         // The key set-up steps help only when authentication was the problem.
-        let remediation = if message.contains("Permission denied") || message.contains("no such identity") {
+        let remediation = if asks_for_a_prompt(&message) {
+            login_advice()
+        } else if message.contains("Permission denied") || message.contains("no such identity") {
             ssh_remediation(&self.user, &first)
         } else if message.contains("host key") {
             String::new()
@@ -509,6 +552,23 @@ impl Remote for OpenSsh {
         }
     }
 
+    fn login(&self, host: Option<&str>, persist: Duration) -> Result<Vec<(String, bool)>, RemoteError> {
+        let mut out = Vec::new();
+        for (i, h) in self.hosts.iter().enumerate() {
+            if host.is_none_or(|name| name == h.host || name == h.label()) {
+                out.push((h.label(), self.login_host(i, persist)?));
+            }
+        }
+        if out.is_empty() {
+            return Err(RemoteError::Unreachable {
+                hosts: self.describe(),
+                message: format!("{} is not one of the login hosts", host.unwrap_or_default()),
+                remediation: "name one of SLURM_HOSTNAME's hosts, or none for all".into(),
+            });
+        }
+        Ok(out)
+    }
+
     fn forward(&self, listen: &str, to: &str, cancel: bool) -> Result<(), RemoteError> {
         let index = self.current_host()?;
         let mut cmd = Command::new("ssh");
@@ -536,6 +596,23 @@ impl Remote for OpenSsh {
             }
         }
     }
+}
+
+/// ssh's refusal when the host offered only methods that need a person (a password, a second factor).
+fn asks_for_a_prompt(message: &str) -> bool {
+    message.lines().any(|l| {
+        l.contains("Permission denied (")
+            && (l.contains("keyboard-interactive") || l.contains("password"))
+            && !l.contains("publickey")
+    })
+}
+
+/// What to do when a login host wants a prompt answered.
+pub fn login_advice() -> String {
+    "This login host asks for a password or a second factor, which tao-slurm never answers in a command. \
+     Run `tao-slurm login` once in a terminal: it opens the connection with your answers, and every later \
+     command, the monitor, the MCP server and Python reuse it while it lasts."
+        .to_string()
 }
 
 /// Why a master could not be brought up.
@@ -730,6 +807,14 @@ mod tests {
             "@@@@@@@@@@@\n@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\nHost key verification failed.";
         assert!(host_key_changed(text));
         assert!(!host_key_changed("Host key verification failed."));
+    }
+
+    #[test]
+    fn a_host_that_wants_a_password_is_told_apart() {
+        assert!(asks_for_a_prompt("slurmuser@127.0.0.1: Permission denied (keyboard-interactive)."));
+        assert!(asks_for_a_prompt("u@h: Permission denied (password)."));
+        assert!(!asks_for_a_prompt("u@h: Permission denied (publickey,password)."));
+        assert!(!asks_for_a_prompt("Connection refused"));
     }
 
     #[test]

@@ -52,6 +52,8 @@ pub fn to_spec(state: &AppState, org: &str, req: &JobCreate) -> ApiResult<(JobSp
         mounts: req.mounts.clone(),
         replace_default_mounts: req.replace_default_mounts,
         container_workdir: req.container_workdir.clone(),
+        workdir: None,
+        workdir_archive: None,
         no_container_mount_home: req.no_container_mount_home,
         sbatch_options: req.sbatch_options.clone(),
         name: req.name.clone(),

@@ -16,6 +16,8 @@ mod notify;
 mod preflight;
 mod progress_cli;
 mod running_jobs;
+mod running_login;
+mod running_workdir;
 mod sandbox_cosmos;
 mod sandbox_jobs;
 mod sandbox_retry;

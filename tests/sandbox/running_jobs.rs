@@ -150,7 +150,7 @@ fn shell_through_a_pseudo_terminal_runs_a_command_and_exits() {
     env.ok(&["cancel", &job]);
 }
 
-fn open_pty() -> (std::fs::File, std::fs::File) {
+pub(crate) fn open_pty() -> (std::fs::File, std::fs::File) {
     use std::os::fd::FromRawFd;
     let (mut m, mut s) = (0, 0);
     let rc = unsafe { libc::openpty(&mut m, &mut s, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) };

@@ -94,6 +94,10 @@ pub struct Plan {
     pub secret_names: Vec<String>,
     pub mounts: Vec<String>,
     pub container_workdir: Option<String>,
+    /// The uploaded `--workdir` archive the job unpacks into [`Plan::workdir_dir`] (absent for jobs
+    /// without one, and in plans stored before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir_archive: Option<String>,
     pub mount_home: bool,
     pub name: Option<String>,
     /// Inputs by spec key, resolved.
@@ -381,6 +385,7 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
     }
     let image = ImageRef::parse(spec.image.trim()).map_err(|m| SpecError::new("image", m))?;
     let layout = Layout::new(&settings.base_dir(), job_id);
+    let unpacked_workdir = workdir_dir(&layout);
     let command = resolve_command(spec, &layout)?;
     let (resources, cosmos) = resolve_job_resources(spec, settings, &command)?;
     let (partition, account) = resolve_placement(spec, settings)?;
@@ -425,7 +430,11 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
         env,
         secret_names,
         mounts,
-        container_workdir: spec.container_workdir.clone(),
+        container_workdir: match (&spec.container_workdir, &spec.workdir_archive) {
+            (None, Some(_)) => Some(unpacked_workdir),
+            (w, _) => w.clone(),
+        },
+        workdir_archive: spec.workdir_archive.clone(),
         mount_home: !spec.no_container_mount_home,
         name: spec.name.clone(),
         cosmos,
@@ -705,6 +714,12 @@ fn resolve_mounts(spec: &JobSpec, settings: &Settings) -> Result<Vec<String>, Sp
 }
 
 fn check_container_fields(spec: &JobSpec) -> Result<(), SpecError> {
+    if let Some(a) = &spec.workdir_archive {
+        check_text("workdir_archive", a)?;
+        if !a.starts_with('/') {
+            return Err(SpecError::new("workdir_archive", "must be an absolute path on shared storage"));
+        }
+    }
     if let Some(w) = &spec.container_workdir {
         check_text("container_workdir", w)?;
         if !w.starts_with('/') || w.contains(',') {
@@ -765,6 +780,11 @@ pub fn check_partition_limits(plan: &Plan, partitions: &[crate::slurm::Partition
         crate::cosmos::check_partition_nodes(plan.resources.nodes, &plan.partition, &cosmos.split, partitions)?;
     }
     Ok(())
+}
+
+/// Where a job's `--workdir` is unpacked, and its command runs: `workdir` in its results directory.
+pub fn workdir_dir(layout: &Layout) -> String {
+    format!("{}/workdir", layout.results_dir())
 }
 
 #[cfg(test)]

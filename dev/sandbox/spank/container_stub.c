@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <unistd.h>
 #include <slurm/spank.h>
 
 SPANK_PLUGIN(container_stub, 1);
@@ -204,6 +206,21 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
 
 	slurm_verbose("container_stub: image=%s (stub: no container is started)",
 		      str_val[OPT_IMAGE] ? str_val[OPT_IMAGE] : "(none)");
+	return 0;
+}
+
+/* Like Pyxis, start the task in --container-workdir (it must exist: the job made it). */
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+	(void) ac;
+	(void) av;
+	if (!spank_remote(sp) || !str_val[OPT_WORKDIR])
+		return 0;
+	if (chdir(str_val[OPT_WORKDIR]) != 0) {
+		slurm_error("container_stub: --container-workdir %s: %s",
+			    str_val[OPT_WORKDIR], strerror(errno));
+		return -1;
+	}
 	return 0;
 }
 

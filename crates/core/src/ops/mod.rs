@@ -17,3 +17,4 @@ pub mod secrets;
 pub mod submit;
 pub mod sweep;
 pub mod template;
+pub mod workdir;

@@ -215,6 +215,7 @@ fn timeout_prefix(plan: &Plan) -> String {
 /// the exit that carries the step's status (or requeues after the inner timeout).
 fn write_body(s: &mut String, plan: &Plan) {
     write_environment(s, plan);
+    write_workdir(s, plan);
     write_fetches(s, plan);
     write_rendezvous(s, plan);
     resume::write_resume(s, plan);
@@ -264,6 +265,17 @@ fn write_environment(s: &mut String, plan: &Plan) {
         "[ -f \"$TAO_SPECS_FILE\" ] || {{ echo \"tao-slurm: the staged specs file $TAO_SPECS_FILE is missing\" >&2; exit {EXIT_MISSING_FILE}; }}"
     );
     let _ = writeln!(s, "mkdir -p {}", quote(&layout.results_dir()));
+}
+
+/// The uploaded `--workdir`, unpacked into the job's directory (again on each restart: a fresh copy).
+fn write_workdir(s: &mut String, plan: &Plan) {
+    let Some(archive) = &plan.workdir_archive else { return };
+    let dir = quote(&crate::plan::workdir_dir(&plan.layout));
+    let archive = quote(archive);
+    let _ = writeln!(
+        s,
+        "mkdir -p {dir} && tar -xzf {archive} -C {dir} || {{ echo \"tao-slurm: cannot unpack the workdir archive \"{archive}\" into \"{dir}\"\" >&2; exit {EXIT_MISSING_FILE}; }}"
+    );
 }
 
 /// Multi-node jobs meet at the first node; single-node jobs must not inherit a rendezvous.

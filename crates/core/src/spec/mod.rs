@@ -60,6 +60,14 @@ pub struct JobSpec {
     /// Replace the default mount instead of adding to it.
     pub replace_default_mounts: bool,
     pub container_workdir: Option<String>,
+    /// A local directory to send with the job (`workdir = "."`): packed, uploaded once per content
+    /// and unpacked into the job's directory, where the command then runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+    /// Where the client uploaded `workdir`'s archive on shared storage (set by the client, not by
+    /// people: the job unpacks it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workdir_archive: Option<String>,
     pub no_container_mount_home: bool,
     /// Extra `#SBATCH` options, from an allow-list of option names (`mail-type = "END"`).
     pub sbatch_options: BTreeMap<String, String>,
@@ -121,6 +129,7 @@ impl JobSpec {
             timeout_hours,
             requeue,
             container_workdir,
+            workdir,
             name,
             max_timeout_requeues,
             exclusive,

@@ -1,0 +1,135 @@
+//! `login` (issue 26) against a login host that asks for a password by keyboard-interactive: a
+//! third sshd owned by this test. Without `login` commands fail at once with the advice; after it
+//! (answered through a pseudo-terminal) submit, status and logs run without a prompt, over the one
+//! login.
+
+use crate::common::wait::{wait_for, when};
+use crate::common::Env;
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SANDBOX: &str = "/var/lib/tao-slurm-sandbox";
+
+/// An sshd on 127.0.0.1:`port` that takes slurmuser's password by keyboard-interactive only.
+struct PasswordSshd {
+    child: Child,
+    log: std::path::PathBuf,
+    port: u16,
+}
+
+impl PasswordSshd {
+    fn start(dir: &std::path::Path) -> PasswordSshd {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let conf = dir.join("sshd_config");
+        std::fs::write(
+            &conf,
+            format!(
+                "ListenAddress 127.0.0.1\nPort {port}\nHostKey {SANDBOX}/ssh/ssh_host_ed25519_key\nPidFile none\n\
+                 PubkeyAuthentication no\nPasswordAuthentication no\nKbdInteractiveAuthentication yes\nUsePAM yes\n\
+                 AuthenticationMethods keyboard-interactive\nAllowUsers slurmuser\nMaxSessions 64\nPrintMotd no\n\
+                 AllowTcpForwarding yes\nAllowStreamLocalForwarding yes\n\
+                 SetEnv SLURM_CONF={SANDBOX}/etc/slurm.conf PATH={SANDBOX}/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin\n"
+            ),
+        )
+        .unwrap();
+        let log = dir.join("sshd.log");
+        let child = Command::new("/usr/sbin/sshd")
+            .args(["-D", "-f"])
+            .arg(&conf)
+            .arg("-E")
+            .arg(&log)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for("the password sshd to listen", Duration::from_secs(10), Duration::from_millis(50), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        PasswordSshd { child, log, port }
+    }
+
+    fn accepted_logins(&self) -> usize {
+        std::fs::read_to_string(&self.log).unwrap_or_default().matches("Accepted keyboard-interactive").count()
+    }
+}
+
+impl Drop for PasswordSshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `tao-slurm login` in a pseudo-terminal, answering the password prompt; its exit code and output.
+fn login_through_a_pty(env: &Env, password: &str) -> (i32, String) {
+    let (mut master, slave) = crate::running_jobs::open_pty();
+    let mut cmd = env.command(&["login", "--persist", "5min"]);
+    cmd.stdin(slave.try_clone().unwrap()).stdout(slave.try_clone().unwrap()).stderr(slave);
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::setsid();
+            libc::ioctl(0, libc::TIOCSCTTY, 0);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    drop(cmd);
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let (seen, mut master) = (seen.clone(), master.try_clone().unwrap());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 1024];
+            while let Ok(n) = master.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                seen.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
+    wait_for("the password prompt", Duration::from_secs(20), Duration::from_millis(50), || {
+        when(seen.lock().unwrap().clone(), |s| s.contains("Password:"))
+    });
+    master.write_all(format!("{password}\n").as_bytes()).unwrap();
+    let status =
+        wait_for("login to end", Duration::from_secs(30), Duration::from_millis(50), || child.try_wait().unwrap());
+    drop(master);
+    let _ = reader;
+    let text = seen.lock().unwrap().clone();
+    (status.code().unwrap_or(-1), text)
+}
+
+#[test]
+fn login_answers_the_password_once_and_every_later_command_reuses_it() {
+    let password = std::fs::read_to_string(format!("{SANDBOX}/login-password")).expect("up.sh writes the password");
+    let mut env = Env::isolated();
+    let sshd = PasswordSshd::start(env.dir.path());
+    // Its own known_hosts: the new port's key is recorded there, not in the sandbox's.
+    let known = env.dir.path().join("known_hosts");
+    std::fs::copy(format!("{SANDBOX}/ssh/known_hosts"), &known).unwrap();
+    env.vars.insert("SLURM_HOSTNAME".into(), format!("127.0.0.1:{}", sshd.port));
+    env.vars.insert("SSH_KNOWN_HOSTS".into(), known.display().to_string());
+    env.vars.insert("SSH_ACCEPT_NEW_HOST_KEYS".into(), "true".into());
+
+    // Without login: at once, with the advice, never a hidden prompt.
+    let started = Instant::now();
+    let out = env.run(&["submit", "--image", "ubuntu:22.04", "--gpus", "0", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("Run `tao-slurm login`"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(10), "failed at once: {:?}", started.elapsed());
+    assert_eq!(sshd.accepted_logins(), 0);
+
+    let (code, text) = login_through_a_pty(&env, password.trim());
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("logged in") && !text.contains(password.trim()), "{text}");
+
+    let (job, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--shell", "--", "echo over-the-login"]);
+    let v = env.wait_terminal(&job, Duration::from_secs(120));
+    assert_eq!(v["status"], "Complete", "{v}");
+    let logs = env.json(&["logs", &job, "--json"]);
+    assert!(logs["stdout"].as_str().unwrap().contains("over-the-login"), "{logs}");
+    // A second login finds the connection up and asks nothing.
+    assert!(env.ok(&["login"]).contains("already logged in"));
+    assert_eq!(sshd.accepted_logins(), 1, "one password answered for every command");
+}

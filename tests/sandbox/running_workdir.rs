@@ -1,0 +1,62 @@
+//! `--workdir` (issue 26): the directory is packed without what `.gitignore` ignores, uploaded once
+//! per content, unpacked into the job's directory, and the command runs there.
+
+use crate::common::Env;
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// Submit with --workdir; the job id and the bytes the submit uploaded (from its report on stderr).
+fn submit(env: &Env, dir: &std::path::Path, extra: &[&str]) -> (String, u64) {
+    let d = dir.display().to_string();
+    let mut args = vec!["submit", "--json", "--image", "ubuntu:22.04", "--gpus", "0", "--workdir", &d];
+    args.extend_from_slice(extra);
+    args.extend(["--shell", "--", "pwd; find . -type f | sort; cat src/train.py"]);
+    let out = env.run(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let line = stderr.lines().find(|l| l.starts_with("workdir ")).unwrap_or_else(|| panic!("no report: {stderr}"));
+    let bytes = line.split(", ").find_map(|p| p.strip_suffix(" bytes uploaded")).unwrap().parse().unwrap();
+    let id = v["job_id"].as_str().or(v["sweep_id"].as_str()).unwrap().to_string();
+    (id, bytes)
+}
+
+#[test]
+fn workdir_is_sent_once_per_content_without_ignored_files_and_the_command_runs_in_it() {
+    let env = Env::new();
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    std::fs::create_dir_all(p.join("src")).unwrap();
+    std::fs::write(p.join(".gitignore"), "big.bin\n").unwrap();
+    std::fs::write(p.join("big.bin"), vec![7u8; 8 << 20]).unwrap();
+    // Unique content per run, so the first submit really uploads.
+    let token = uuid::Uuid::new_v4().to_string();
+    std::fs::write(p.join("src/train.py"), format!("print('{token}')\n")).unwrap();
+
+    let (job, first) = submit(&env, p, &[]);
+    assert!(first > 0 && first < 1 << 20, "the code uploaded, not the 8 MiB ignored file: {first}");
+    let v = env.wait_terminal(&job, LIMIT);
+    assert_eq!(v["status"], "Complete", "{v}");
+    let logs = env.json(&["logs", &job, "--json"]);
+    let out = logs["stdout"].as_str().unwrap();
+    assert!(out.contains(&token), "the job sees the code: {out}");
+    assert!(out.contains("./src/train.py") && !out.contains("big.bin"), "not the ignored file: {out}");
+    assert!(out.lines().next().unwrap().ends_with(&format!("{job}/workdir")), "runs in its unpacked copy: {out}");
+
+    let (_, second) = submit(&env, p, &[]);
+    assert_eq!(second, 0, "an unchanged directory uploads nothing");
+    // A sweep of the same content: one report, nothing uploaded, every variant sees the code.
+    let (sweep, swept) = submit(&env, p, &["--grid", "LR=0.1,0.2"]);
+    assert_eq!(swept, 0);
+    let jobs = env.wait_group(&sweep, "terminal", LIMIT, |jobs| jobs.iter().all(crate::common::is_terminal));
+    assert_eq!(jobs.len(), 2);
+    for j in &jobs {
+        let logs = env.json(&["logs", j["job_id"].as_str().unwrap(), "--json"]);
+        assert!(logs["stdout"].as_str().unwrap().contains(&token), "{logs}");
+    }
+
+    std::fs::write(p.join("src/train.py"), format!("print('{token}-2')\n")).unwrap();
+    let (_, third) = submit(&env, p, &[]);
+    assert!(third > 0, "a changed file uploads again");
+}
