@@ -207,6 +207,11 @@ impl Engine {
         self.with(py, move |c| Ok(json(&c.cancel_jobs(&ids)?)))
     }
 
+    /// A new attempt of a job that ended Error or Canceled, from its newest checkpoint (JSON view).
+    fn retry(&self, py: Python<'_>, id: String) -> PyResult<String> {
+        self.with(py, move |c| Ok(json(&c.retry_job(&id)?)))
+    }
+
     /// Run `command` in the running job's container (on `node`, else once per node): its exit status
     /// and at most `max_bytes` of each output stream (JSON).
     #[pyo3(signature = (id, command, node=None, timeout_secs=60, max_bytes=65536))]

@@ -75,9 +75,10 @@ class StorageCalls:
         return [] if entries is None else [e["name"] for e in json.loads(entries)]
 
     def get_checkpoints(self, job_id: str) -> List[str]:
-        """The checkpoint files in the job's results directory (the TAO SDK's extensions: ``.pth``,
-        ``.tlt``, ``.hdf5``, ``.pt``, ``.ckpt``, ``.engine``, ``.onnx``, ``.trt``, up to four levels
-        down), as paths relative to it, newest last; one round trip. [] for an unknown job or one
+        """The checkpoints in the job's results directory (the job's patterns; TAO's by default:
+        ``.pth``, ``.pt``, ``.ckpt``, ``.tlt``, ``.hdf5``, ``.engine``, ``.onnx``, ``.trt``,
+        ``.safetensors`` files and ``checkpoint-*`` directories, up to four levels down), as paths
+        relative to it, newest last; one round trip. [] for an unknown job or one
         with none (the TAO SDK always answers [] for its Lustre results directories)."""
         try:
             return [c["path"] for c in json.loads(self._engine.checkpoints(job_id))]

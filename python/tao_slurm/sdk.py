@@ -455,6 +455,20 @@ class SlurmSDK(StorageCalls):
         self._wake.set()
         return view["status"] in TERMINAL_STATUSES
 
+    def retry_job(self, job_id: str) -> JobStatus:
+        """Run a job that ended Error or Canceled again, in the same results directory: its next
+        attempt gets the newest checkpoint there in ``TAO_RESUME_CHECKPOINT`` (and TAO's
+        ``train.resume_training_checkpoint_path`` in its specs). Idempotent: a job already running
+        again is answered as it is, and two callers at once make one Slurm job.
+
+        Raises:
+            JobNotFoundError: no such job; JobSpecError: a job that completed, or had secrets.
+        """
+        view = json.loads(self._engine.retry(job_id))
+        self._update_job(view)
+        self._wake.set()
+        return self._status_from_view(view)
+
     def exec_job(
         self,
         job_id: str,

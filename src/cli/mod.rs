@@ -3,6 +3,7 @@
 mod audit;
 mod cancel;
 mod check_path;
+mod checkpoints;
 mod credentials;
 mod image;
 mod job_args;
@@ -15,6 +16,7 @@ pub(crate) mod output;
 mod preflight;
 mod progress;
 mod render;
+mod retry;
 mod running;
 mod schema;
 mod serve;
@@ -65,10 +67,14 @@ enum Command {
     Events(jobs::EventsCmd),
     /// Show a job's main.out and main.err
     Logs(logs::LogsCmd),
+    /// List the checkpoints in a job's results directory, newest last
+    Checkpoints(checkpoints::CheckpointsCmd),
     /// Follow jobs until they reach a terminal status
     Watch(watch::WatchCmd),
     /// Cancel jobs
     Cancel(cancel::CancelCmd),
+    /// Run a job that ended Error or Canceled again, from its newest checkpoint
+    Retry(retry::RetryCmd),
     /// Manage the squashfs image cache on shared storage
     Image(image::ImageCmd),
     /// Check that input paths exist on the cluster's shared storage
@@ -195,8 +201,10 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::List(c) => c.run(settings),
         Command::Events(c) => c.run(settings),
         Command::Logs(c) => c.run(settings),
+        Command::Checkpoints(c) => c.run(settings),
         Command::Watch(c) => c.run(settings),
         Command::Cancel(c) => c.run(settings),
+        Command::Retry(c) => c.run(settings),
         Command::Preflight(c) => c.run(settings),
         Command::Monitor(c) => c.run(settings),
         Command::CheckPath(c) => c.run(settings),

@@ -124,6 +124,23 @@ impl Report for PathsReport {
     }
 }
 
+/// `checkpoints`: a job's checkpoints, newest last; the newest is what its next attempt resumes from.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CheckpointsReport {
+    pub job_id: String,
+    /// Paths relative to the job's results directory, oldest first.
+    pub checkpoints: Vec<crate::ops::files::CheckpointFile>,
+}
+
+impl Report for CheckpointsReport {
+    fn human(&self) -> String {
+        if self.checkpoints.is_empty() {
+            return format!("job {} has no checkpoint yet\n", self.job_id);
+        }
+        self.checkpoints.iter().map(|c| format!("{:>12}  {}\n", c.size, super::clean(&c.path))).collect()
+    }
+}
+
 /// `credentials enroot`: where the credentials were installed.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct CredentialsReport {
@@ -354,6 +371,7 @@ pub fn schemas() -> Vec<(&'static str, schemars::Schema)> {
     vec![
         ("cancel", schemars::schema_for!(JobsReport)),
         ("check-path", schemars::schema_for!(PathsReport)),
+        ("checkpoints", schemars::schema_for!(CheckpointsReport)),
         ("credentials enroot", schemars::schema_for!(CredentialsReport)),
         ("events", schemars::schema_for!(EventsReport)),
         ("image import", schemars::schema_for!(crate::client::Prepared)),
@@ -364,6 +382,7 @@ pub fn schemas() -> Vec<(&'static str, schemars::Schema)> {
         ("logs -f (each line)", schemars::schema_for!(ChunkLine)),
         ("preflight", schemars::schema_for!(PreflightReport)),
         ("render", schemars::schema_for!(RenderReport)),
+        ("retry", schemars::schema_for!(JobsReport)),
         ("status", schemars::schema_for!(JobsReport)),
         ("submit", schemars::schema_for!(crate::client::Submitted)),
         ("submit (a pipeline)", schemars::schema_for!(crate::client::PipelineSubmitted)),

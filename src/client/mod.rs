@@ -10,6 +10,7 @@ mod monitor;
 mod notify;
 mod refresh;
 mod results;
+mod retry;
 mod running;
 mod secrets;
 mod submission;

@@ -8,7 +8,7 @@ use super::args::{
 };
 use super::clients::{blocking, blocking_with_settings, Clients};
 use super::reply::{Reply, ToolError};
-use super::tools::{cluster, jobs, logs, running, submit};
+use super::tools::{cluster, jobs, logs, long_training, running, submit};
 use super::wait::{wait, Progress, WaitOut};
 use crate::Client;
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Tools that change something (a job, the cluster's image cache): left out by `--read-only`.
-pub const MUTATING_TOOLS: &[&str] = &["submit", "cancel", "image_import", "exec"];
+pub const MUTATING_TOOLS: &[&str] = &["submit", "cancel", "image_import", "exec", "retry"];
 
 /// What the server tells an agent when it connects: the workflow in a few lines.
 const INSTRUCTIONS: &str = "tao-slurm runs containerised GPU jobs (NVIDIA TAO or any image) on the user's Slurm cluster over SSH. \
@@ -199,6 +199,26 @@ impl TaoSlurmServer {
     }
 
     #[tool(
+        description = "Run a job that ended Error or Canceled again, in its results directory: the new attempt resumes from its newest checkpoint ($TAO_RESUME_CHECKPOINT). Idempotent: a job already running again is answered as it is.",
+        input_schema = schema::<long_training::JobArgs>(),
+        output_schema = output::<long_training::RetryOut>(),
+        annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = true)
+    )]
+    async fn retry(&self, Parameters(arguments): Parameters<JsonObject>) -> CallToolResult {
+        self.run("retry", arguments, long_training::retry).await
+    }
+
+    #[tool(
+        description = "The checkpoints in a job's results directory, newest last (TAO's patterns by default); the newest is what its next attempt resumes from.",
+        input_schema = schema::<long_training::JobArgs>(),
+        output_schema = output::<long_training::CheckpointsOut>(),
+        annotations(read_only_hint = true, idempotent_hint = true, open_world_hint = true)
+    )]
+    async fn checkpoints(&self, Parameters(arguments): Parameters<JsonObject>) -> CallToolResult {
+        self.run("checkpoints", arguments, long_training::checkpoints).await
+    }
+
+    #[tool(
         description = "Run a command inside a RUNNING job's container, on its node(s) (srun --overlap): e.g. nvidia-smi, py-spy dump, ls of its results. Answers the exit status and at most max_bytes of stdout and stderr. The command is a list of words, never a shell line.",
         input_schema = schema::<running::ExecArgs>(),
         output_schema = output::<crate::client::ExecOutput>(),
@@ -252,8 +272,11 @@ impl TaoSlurmServer {
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for TaoSlurmServer {
     fn get_info(&self) -> ServerConfig {
-        let mode =
-            if self.read_only { " (read-only: submit, cancel, image_import and exec are not offered)" } else { "" };
+        let mode = if self.read_only {
+            " (read-only: submit, cancel, retry, image_import and exec are not offered)"
+        } else {
+            ""
+        };
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(
                 Implementation::new("tao-slurm", env!("CARGO_PKG_VERSION")).with_title("tao-slurm: GPU jobs on Slurm"),

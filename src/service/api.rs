@@ -461,15 +461,16 @@ pub async fn job_get_ref(
     }
 }
 
-/// `POST /jobs/{job_id}:cancel`.
+/// `POST /jobs/{job_id}:cancel` and `:retry`.
 pub async fn job_post_ref(
     State(state): State<AppStateRef>,
     Path((org, reference)): Path<(String, String)>,
 ) -> ApiResult<Response> {
     match reference.rsplit_once(':') {
         Some((id, "cancel")) => cancel_job(state, org, id.to_string()).await,
+        Some((id, "retry")) => retry_job(state, org, id.to_string()).await,
         Some((_, a @ ("publish_model" | "log_update" | "status_update"))) => Err(super::tao_routes::not_here(a)),
-        _ => Err(ApiError::not_found("no such job action for POST (there is :cancel)")),
+        _ => Err(ApiError::not_found("no such job action for POST (there are :cancel and :retry)")),
     }
 }
 
@@ -519,6 +520,31 @@ pub async fn cancel_job(state: AppStateRef, org: String, id: String) -> ApiResul
     .await?;
     ws.wake_monitor();
     tracing::info!(%org, job = %id, "job cancelled");
+    Ok(json_text(StatusCode::OK, org_job(&state, &org, &id)?.json.to_string()))
+}
+
+/// A new attempt of a job that ended Error or Canceled, from its newest checkpoint (TAO's `retry_job`).
+#[utoipa::path(post, path = "/api/v2/orgs/{org}/jobs/{job_id}:retry", tag = "jobs", security(("bearer" = [])),
+    params(("org" = String, Path), ("job_id" = String, Path)),
+    responses((status = 200, description = "The job with its new attempt, from its newest checkpoint (idempotent: a job already running again is returned as it is)", body = JobOut),
+        (status = 400, description = "A job that completed, or had secrets", body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+pub async fn retry_job(state: AppStateRef, org: String, id: String) -> ApiResult<Response> {
+    let job = org_job(&state, &org, &id)?;
+    let ws = workspace_of(&state, &job)?;
+    let (st, w, jid) = (state.clone(), ws.clone(), id.clone());
+    let _in_pool = ws.pool.enter(&ws.id).await?;
+    blocking(move || {
+        w.with_client(|client| {
+            let result = client.retry_job(&jid);
+            st.publish(client);
+            result.map(|_| ())
+        })
+        .map_err(ApiError::engine)
+    })
+    .await?;
+    ws.wake_monitor();
+    tracing::info!(%org, job = %id, "job retried");
     Ok(json_text(StatusCode::OK, org_job(&state, &org, &id)?.json.to_string()))
 }
 

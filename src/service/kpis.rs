@@ -1,5 +1,6 @@
 //! `GET /jobs/{job_id}:kpis` (issue 26): what a job reported in its status.json over time (epoch,
-//! iteration, ETA, the numbers of `kpi`), oldest first, for the dashboard's live chart.
+//! iteration, ETA, the numbers of `kpi`), oldest first, for the dashboard's live chart; a long job's
+//! many reports thinned to [`MAX_POINTS`], evenly, the newest always among them.
 
 use super::api::{blocking, org_job, workspace_of, AppStateRef};
 use super::error::{ApiError, ApiResult, ErrorBody};
@@ -9,6 +10,9 @@ use std::collections::BTreeMap;
 use utoipa::ToSchema;
 
 /// One progress report of the job.
+/// The most points one reply holds.
+pub const MAX_POINTS: usize = 1000;
+
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct KpiOut {
     /// When the report was first read (RFC 3339).
@@ -29,14 +33,14 @@ pub struct KpiList {
 
 #[utoipa::path(get, path = "/api/v2/orgs/{org}/jobs/{job_id}:kpis", tag = "jobs", security(("bearer" = [])),
     params(("org" = String, Path), ("job_id" = String, Path)),
-    responses((status = 200, description = "The job's progress reports from status.json, oldest first (state file only)", body = KpiList),
+    responses((status = 200, description = "The job's progress reports from status.json, oldest first (state file only; at most 1000, evenly spread, the newest kept)", body = KpiList),
         (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
 pub async fn job_kpis(state: AppStateRef, org: String, id: String) -> ApiResult<Json<KpiList>> {
     let job = org_job(&state, &org, &id)?;
     let ws = workspace_of(&state, &job)?;
     let points = blocking(move || ws.with_client(|c| c.kpi_history(&id)).map_err(ApiError::engine)).await?;
     Ok(Json(KpiList {
-        points: points
+        points: crate::kpi::thin(points, MAX_POINTS)
             .into_iter()
             .map(|p| KpiOut {
                 at: crate::clock::rfc3339(p.at),

@@ -52,6 +52,7 @@ impl Modify for BearerAuth {
         api::get_job,
         api::delete_job,
         api::cancel_job,
+        api::retry_job,
         api::job_logs,
         api::job_events,
         api::job_attempts,

@@ -14,6 +14,7 @@ mod groups;
 mod jobs;
 mod kpis;
 mod notify;
+mod reopen;
 mod rows;
 mod schema;
 mod secrets;

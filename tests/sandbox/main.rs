@@ -11,6 +11,7 @@ mod common;
 mod service_support;
 
 mod architecture;
+mod long_training;
 mod notify;
 mod preflight;
 mod progress_cli;

@@ -68,6 +68,16 @@ pub(crate) async fn browser(profile: &std::path::Path) -> (Driver, Client) {
 }
 
 /// Wait until the script returns true.
+/// Open the dashboard and sign in with the org and its token, up to the job list.
+pub(crate) async fn sign_in(c: &Client, svc: &Service) {
+    c.goto(&format!("{}/", svc.url)).await.unwrap();
+    c.wait().for_element(Locator::Id("login-form")).await.unwrap();
+    c.find(Locator::Id("org")).await.unwrap().send_keys(ORG).await.unwrap();
+    c.find(Locator::Id("token")).await.unwrap().send_keys(&svc.token).await.unwrap();
+    c.find(Locator::Id("signin")).await.unwrap().click().await.unwrap();
+    c.wait().for_element(Locator::Id("jobs-table")).await.unwrap();
+}
+
 pub(crate) async fn until(c: &Client, what: &str, limit: Duration, script: &str, args: Vec<Value>) {
     wait_for_async(what, limit, Duration::from_millis(250), || {
         let args = args.clone();
@@ -98,13 +108,7 @@ async fn dashboard_follows_jobs_live_and_cancels() {
     let shots = tempfile::tempdir().unwrap();
     let (_driver, c) = browser(profile.path()).await;
 
-    // Sign in with the org and its token.
-    c.goto(&format!("{}/", svc.url)).await.unwrap();
-    c.wait().for_element(Locator::Id("login-form")).await.unwrap();
-    c.find(Locator::Id("org")).await.unwrap().send_keys(ORG).await.unwrap();
-    c.find(Locator::Id("token")).await.unwrap().send_keys(&svc.token).await.unwrap();
-    c.find(Locator::Id("signin")).await.unwrap().click().await.unwrap();
-    c.wait().for_element(Locator::Id("jobs-table")).await.unwrap();
+    sign_in(&c, &svc).await;
     // A marker that a reload would wipe.
     c.execute("window.__noReload = 42; return true;", vec![]).await.unwrap();
 

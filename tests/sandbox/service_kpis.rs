@@ -4,9 +4,8 @@
 //! TAO_SLURM_UPDATE_SCREENSHOTS=1 (else to a temporary directory).
 
 use crate::common::wait::wait_for_async;
-use crate::service_dashboard::{browser, screenshot, until};
-use crate::service_support::{Service, ORG};
-use fantoccini::Locator;
+use crate::service_dashboard::{browser, screenshot, sign_in, until};
+use crate::service_support::Service;
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -21,12 +20,7 @@ async fn the_job_page_draws_its_kpis_point_by_point_without_a_reload() {
     let profile = tempfile::tempdir().unwrap();
     let shots = tempfile::tempdir().unwrap();
     let (_driver, c) = browser(profile.path()).await;
-    c.goto(&format!("{}/", svc.url)).await.unwrap();
-    c.wait().for_element(Locator::Id("login-form")).await.unwrap();
-    c.find(Locator::Id("org")).await.unwrap().send_keys(ORG).await.unwrap();
-    c.find(Locator::Id("token")).await.unwrap().send_keys(&svc.token).await.unwrap();
-    c.find(Locator::Id("signin")).await.unwrap().click().await.unwrap();
-    c.wait().for_element(Locator::Id("jobs-table")).await.unwrap();
+    sign_in(&c, &svc).await;
 
     let (s, a) = svc
         .create(&json!({"name": "classifier-train", "image": "ubuntu:22.04", "command": SIX_EPOCHS, "gpus": 1,

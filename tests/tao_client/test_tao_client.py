@@ -283,3 +283,25 @@ def test_errors_have_taos_types(service, client):
     with pytest.raises(TaoNotFoundError):
         client.get_job_metadata(str(uuid.uuid4()))
     assert time.monotonic() - t < 10
+
+
+def test_retry_job_resumes_from_the_newest_checkpoint(client, workspace):
+    # The stand-in fails after its first epoch unless its specs name a checkpoint to resume from.
+    job = client.create_job(
+        kind="experiment", action="train",
+        specs={"stand_in": {"epochs": 3, "fail_unless_resumed": True, "seconds_per_epoch": 0.1}},
+        name="tao-client-retried", network_arch="dino", workspace=workspace,
+    )["id"]
+    assert finished(client, job)["status"] == "Error"
+    client.retry_job(job)
+    meta = finished(client, job)
+    assert meta["status"] == "Done", meta
+    logs = client.get_job_logs(job)
+    # TAO's resume key in the staged specs and TAO_RESUME_CHECKPOINT name the first attempt's checkpoint.
+    resumed = [line for line in logs.splitlines() if line.startswith("Resuming from ")]
+    assert len(resumed) == 1 and resumed[0].count("model_epoch_001.pth") == 2, logs
+    # The retried attempt's log: it went on from epoch 2, it did not start again.
+    assert "Epoch 1/3" not in logs and "Epoch 2/3" in logs and "Epoch 3/3" in logs, logs
+    with pytest.raises(TaoAPIError, match="nothing to retry"):
+        client.retry_job(job)
+    assert client.get_job_metadata(job)["status"] == "Done"

@@ -55,6 +55,17 @@ fn number(v: &serde_json::Value) -> Option<f64> {
     v.as_f64().or_else(|| v.as_str()?.trim().parse().ok()).filter(|f: &f64| f.is_finite())
 }
 
+/// At most `max` of `points`, evenly spread, the first and the newest always kept (a chart of a
+/// long job's many reports).
+pub fn thin(points: Vec<KpiPoint>, max: usize) -> Vec<KpiPoint> {
+    let n = points.len();
+    if n <= max || max < 2 {
+        return points;
+    }
+    let keep: std::collections::BTreeSet<usize> = (0..max).map(|i| i * (n - 1) / (max - 1)).collect();
+    points.into_iter().enumerate().filter(|(i, _)| keep.contains(i)).map(|(_, p)| p).collect()
+}
+
 /// The newest point in one line: `epoch 3/6 · loss 0.42 · eta 0:01:00`.
 pub fn one_line(p: &KpiPoint) -> String {
     let mut parts = Vec::new();
@@ -112,6 +123,14 @@ mod tests {
         assert_eq!(one_line(&point_of(lines[1], 0).unwrap()), "iter 10 · loss 0.7");
         assert_eq!(point_of("[1,2]", 0), None);
         assert_eq!(point_of("{\"kpi\":{\"loss\":\"NaN\"}}", 0), None, "no finite number, no point");
+    }
+
+    #[test]
+    fn thinning_keeps_the_first_and_the_newest_evenly() {
+        let points: Vec<KpiPoint> = (0..1000).map(|i| point_of(&format!("{{\"cur_iter\":{i}}}"), i).unwrap()).collect();
+        let kept = thin(points.clone(), 5);
+        assert_eq!(kept.iter().map(|p| p.at).collect::<Vec<_>>(), [0, 249, 499, 749, 999]);
+        assert_eq!(thin(points[..3].to_vec(), 5).len(), 3);
     }
 
     #[test]

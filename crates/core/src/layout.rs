@@ -10,6 +10,10 @@ pub const DEFAULT_MAX_CPUS_PER_TASK: u32 = 128;
 /// The container mount every job has unless it replaces it (SLURM_CONTAINER_MOUNTS).
 pub const DEFAULT_MOUNT: &str = "/lustre";
 
+/// What tao-slurm's batch script keeps in a job's results directory beside the job's own files (the
+/// attempts and the timeout-requeue counter): listings and whole-directory downloads leave them out.
+pub const BOOKKEEPING: [&str; 2] = [".tao-slurm", ".timeout_requeues"];
+
 /// Where a job's files live on shared storage (contract §2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Layout {

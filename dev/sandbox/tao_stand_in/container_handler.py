@@ -4,7 +4,9 @@ metadata files as TAO's does, and plays a job: status.json lines (STARTED, RUNNI
 epoch/max_epoch/eta/kpi, then SUCCESS or FAILURE) and a checkpoint per epoch in the results directory.
 
 The specs' `stand_in` section steers it: `epochs` (default 2), `seconds_per_epoch` (default 0.5),
-`fail` (true: FAILURE after the first epoch, exit 1), `extra_bytes` (a file `extra.bin` of that size).
+`fail` (true: FAILURE after the first epoch, exit 1), `fail_unless_resumed` (the same, unless the
+specs' `train.resume_training_checkpoint_path` names a checkpoint: it then goes on from the epoch
+after that checkpoint's, as a TAO training resumes), `extra_bytes` (a file `extra.bin` of that size).
 A dataset action checks that every path under
 the specs' `dataset_uris` exists and writes `dataset_report.json`."""
 
@@ -12,6 +14,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import sys
 import time
 
@@ -67,7 +70,13 @@ def main():
             f.write(b"\0" * int(steer["extra_bytes"]))
     epochs = int(steer.get("epochs", 2))
     pause = float(steer.get("seconds_per_epoch", 0.5))
-    for epoch in range(1, epochs + 1):
+    resume = (specs.get("train") or {}).get("resume_training_checkpoint_path") or ""
+    start = 1
+    if resume:
+        m = re.search(r"model_epoch_(\d+)\.pth$", resume)
+        start = int(m.group(1)) + 1 if m else 1
+        print(f"Resuming from {resume} (TAO_RESUME_CHECKPOINT={os.environ.get('TAO_RESUME_CHECKPOINT', '')})")
+    for epoch in range(start, epochs + 1):
         time.sleep(pause)
         with open(os.path.join(results_dir, f"model_epoch_{epoch:03d}.pth"), "wb") as f:
             f.write(f"stand-in checkpoint of epoch {epoch}\n".encode())
@@ -75,7 +84,7 @@ def main():
         status(results_dir, status="RUNNING", epoch=epoch, max_epoch=epochs, eta=eta,
                kpi={"loss": round(1.0 / epoch, 4)}, message=f"Epoch {epoch}/{epochs}")
         print(f"Epoch {epoch}/{epochs} loss={1.0 / epoch:.4f}", flush=True)
-        if steer.get("fail"):
+        if steer.get("fail") or (steer.get("fail_unless_resumed") and not resume):
             status(results_dir, status="FAILURE", message="stand-in asked to fail")
             print("stand-in asked to fail", file=sys.stderr)
             return 1

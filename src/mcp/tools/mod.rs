@@ -4,5 +4,6 @@
 pub mod cluster;
 pub mod jobs;
 pub mod logs;
+pub mod long_training;
 pub mod running;
 pub mod submit;

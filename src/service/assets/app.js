@@ -276,7 +276,8 @@ function kpiChart(points) {
     const lo = Math.min(...vs), hi = Math.max(...vs), span = hi - lo || 1;
     const y = (v) => H - B - ((v - lo) / span) * (H - T - B);
     chart.append(svg("polyline", { points: pts.map(([a, v]) => `${x(a)},${y(v)}`).join(" "), fill: "none", stroke: color, "stroke-width": 2, "data-kpi": name }));
-    for (const [a, v] of pts) chart.append(svg("circle", { cx: x(a), cy: y(v), r: 3.5, fill: color, "data-kpi": name, "data-x": a, "data-value": v }, svg("title", {}, `${name} ${v} at ${a}`)));
+    // A point per report while they are few enough to see one by one.
+    if (pts.length <= 200) for (const [a, v] of pts) chart.append(svg("circle", { cx: x(a), cy: y(v), r: 3.5, fill: color, "data-kpi": name, "data-x": a, "data-value": v }, svg("title", {}, `${name} ${v} at ${a}`)));
     legend.append(el("span", { class: "kpi-key", "data-kpi": name }, el("span", { class: "swatch", style: `background:${color}` }), ` ${name} ${vs[vs.length - 1]} (${lo}–${hi})`));
   });
   return el("div", {}, chart, legend);

@@ -52,11 +52,17 @@ fn log_members(logs: Option<(&str, &str)>) -> Vec<(String, &'static str)> {
     }
 }
 
+/// `find` tests of tao-slurm's own files at the top of a results directory.
+fn bookkeeping_paths() -> String {
+    crate::layout::BOOKKEEPING.map(|b| format!("-path ./{b}")).join(" -o ")
+}
+
 /// List the regular files under `dir` (at most `max`), then the log files that exist.
 pub fn list_script(dir: &str, logs: Option<(&str, &str)>, max: usize) -> String {
     let mut s = format!(
-        "d={}\nif [ -d \"$d\" ] && [ ! -L \"$d\" ]; then echo '{SECTION}files'; (cd \"$d\" && find . -type f -printf '%s %P\\n' 2>/dev/null | head -n {max}); else echo '{SECTION}noresults'; fi\n",
-        quote(dir)
+        "d={}\nif [ -d \"$d\" ] && [ ! -L \"$d\" ]; then echo '{SECTION}files'; (cd \"$d\" && find . \\( {skip} \\) -prune -o -type f -printf '%s %P\\n' 2>/dev/null | head -n {max}); else echo '{SECTION}noresults'; fi\n",
+        quote(dir),
+        skip = bookkeeping_paths()
     );
     for (path, name) in log_members(logs) {
         s.push_str(&format!("[ -f {p} ] && echo \"{SECTION}log {name} $(stat -c %s {p})\"\n", p = quote(&path)));
@@ -128,7 +134,8 @@ pub fn archive_script(
         "size=\"$(du -cbs \"${{sel[@]}}\" \"${{dl[@]}}\" 2>/dev/null | tail -n 1 | cut -f1)\"\n\
          if [ \"${{size:-0}}\" -gt {cap} ]; then echo \"{SECTION}too_large $size\"; exit 0; fi\n\
          echo '{SECTION}archive'\n\
-         tar -czf - --exclude='*.lock' \"${{sel[@]}}\" \"${{lg[@]}}\" | base64 -w 0 || exit 3\necho\n"
+         tar -czf - --exclude='*.lock' {excludes} \"${{sel[@]}}\" \"${{lg[@]}}\" | base64 -w 0 || exit 3\necho\n",
+        excludes = crate::layout::BOOKKEEPING.map(|b| format!("--exclude=./{b}")).join(" ")
     ));
     s
 }
@@ -220,5 +227,32 @@ mod tests {
             "a linked results directory lists nothing"
         );
         std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    /// The batch script's own files (attempts, the requeue counter) are not the job's results: a
+    /// listing and a whole download leave them out, a file of the job's named like them stays.
+    #[test]
+    fn listings_and_whole_downloads_leave_out_tao_slurms_own_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        std::fs::create_dir_all(d.join(".tao-slurm")).unwrap();
+        std::fs::create_dir_all(d.join("train/.tao-slurm")).unwrap();
+        for f in [".tao-slurm/attempts", ".timeout_requeues", "status.json", "train/.tao-slurm/mine"] {
+            std::fs::write(d.join(f), "x").unwrap();
+        }
+        let list =
+            std::process::Command::new("bash").arg("-c").arg(list_script(d.to_str().unwrap(), None, 10)).output();
+        let names: Vec<String> =
+            parse_list(&String::from_utf8_lossy(&list.unwrap().stdout)).unwrap().into_iter().map(|f| f.path).collect();
+        assert_eq!(names, ["status.json", "train/.tao-slurm/mine"]);
+        let script = archive_script(d.to_str().unwrap(), &[], None, None, 1 << 20);
+        let out = std::process::Command::new("bash").arg("-c").arg(&script).output().unwrap();
+        let Archive::Base64(b64) = parse_archive(&String::from_utf8_lossy(&out.stdout)) else { panic!("no archive") };
+        std::fs::write(d.join("archive.b64"), b64).unwrap();
+        let tar = format!("base64 -d < {}/archive.b64 | tar -tzf -", d.display());
+        let out = std::process::Command::new("bash").arg("-c").arg(tar).output().unwrap();
+        let members = String::from_utf8_lossy(&out.stdout);
+        assert!(members.contains("./status.json") && members.contains("./train/.tao-slurm/mine"), "{members}");
+        assert!(!members.contains("attempts") && !members.contains("timeout_requeues"), "{members}");
     }
 }

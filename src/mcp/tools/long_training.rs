@@ -1,0 +1,47 @@
+//! Tools for training longer than the queue allows: a job's checkpoints, and `retry` of a job that
+//! ended Error or Canceled from its newest checkpoint.
+
+use crate::mcp::reply::{JobBrief, Reply, ToolError};
+use crate::ops::files::CheckpointFile;
+use crate::Client;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobArgs {
+    /// The job (its id or an unambiguous prefix).
+    pub job_id: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CheckpointsOut {
+    /// Paths relative to the job's results directory, newest last (what the next attempt resumes from).
+    pub checkpoints: Vec<CheckpointFile>,
+}
+
+/// The checkpoints in a job's results directory, newest last (one round trip).
+pub fn checkpoints(client: &Client, args: JobArgs) -> Result<Reply<CheckpointsOut>, ToolError> {
+    let checkpoints = client.checkpoint_files(&args.job_id).map_err(|e| ToolError::engine(e, "job_id"))?;
+    let summary = match checkpoints.last() {
+        Some(newest) => format!("{} checkpoints; newest {}", checkpoints.len(), newest.path),
+        None => "no checkpoint yet".to_string(),
+    };
+    Ok(Reply::new(summary, "retry runs an ended job again from the newest one", CheckpointsOut { checkpoints }))
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct RetryOut {
+    pub job: JobBrief,
+}
+
+/// A new attempt of a job that ended Error or Canceled, from its newest checkpoint.
+pub fn retry(client: &Client, args: JobArgs) -> Result<Reply<RetryOut>, ToolError> {
+    let view = client.retry_job(&args.job_id).map_err(|e| ToolError::engine(e, "job_id"))?;
+    let job = JobBrief::from(&view);
+    Ok(Reply::new(
+        format!("job {} is {} (attempt {})", view.job_id, view.status, view.attempt),
+        "wait follows it; logs show where it resumed from",
+        RetryOut { job },
+    ))
+}

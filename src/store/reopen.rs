@@ -1,0 +1,43 @@
+//! A new attempt of a job that has ended (`retry`): the job is Pending again under its next
+//! attempt, due now, in one compare-and-set so that of several callers exactly one reopens it.
+
+use super::{Store, StoreError};
+use rusqlite::params;
+
+impl Store {
+    /// Reopen `job_id` for attempt `attempt + 1` (named `next_name`) if it is still at `attempt` and
+    /// ended Error or Canceled; the new attempt's row says `cause`. Returns whether this call did.
+    pub fn reopen_ended(
+        &self,
+        job_id: &str,
+        attempt: u32,
+        next_name: &str,
+        cause: &str,
+        message: &str,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        self.in_transaction(|| {
+            let won = self
+                .conn
+                .execute(
+                    "UPDATE jobs SET attempt = ?3, attempt_name = ?4, slurm_job_id = NULL, slurm_state = NULL, exit_code = NULL,
+                       submitted_at = NULL, unseen_since = NULL, node_list = NULL, login_host = NULL, pending_reason = NULL,
+                       status = 'Pending', message = ?5, next_retry_at = ?6, updated_at = ?6
+                     WHERE job_id = ?1 AND attempt = ?2 AND status IN ('Error', 'Canceled')",
+                    params![job_id, attempt, attempt + 1, next_name, message, now],
+                )
+                .map_err(|e| self.err(e))?;
+            if won == 0 {
+                return Ok(false);
+            }
+            self.conn
+                .execute(
+                    "INSERT INTO attempts (job_id, number, slurm_job_name, excluded_nodes, recorded_at) VALUES (?1, ?2, ?3, '', ?4)",
+                    params![job_id, attempt + 1, next_name, now],
+                )
+                .map_err(|e| self.err(e))?;
+            self.add_event(job_id, cause, message, now)?;
+            Ok(true)
+        })
+    }
+}

@@ -1,0 +1,134 @@
+//! Training longer than the queue allows (issue 23), on the real cluster: a stand-in training that
+//! writes a checkpoint each epoch and resumes from `$TAO_RESUME_CHECKPOINT` survives its inner
+//! timeout twice (warned each time before it), resuming from its newest checkpoint, and completes.
+
+use crate::common::wait::{wait_for, when};
+use crate::common::{is_terminal, Env};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// A stand-in for a TAO training: `EPOCHS` epochs of `SECONDS` each, a checkpoint `epoch-N.pth` after
+/// each, resumed from `$TAO_RESUME_CHECKPOINT` when set; on USR2 (the warning) it says so and saves
+/// its last finished epoch again (so it is the newest). The sleeps ignore USR2 (only the training reacts).
+pub const TRAINING: &str = r#"set -u
+dir="$TAO_API_RESULTS_DIR/$TAO_JOB_ID/train"; mkdir -p "$dir"
+start=1
+if [ -n "${TAO_RESUME_CHECKPOINT:-}" ]; then
+  n="${TAO_RESUME_CHECKPOINT##*/epoch-}"; start=$(( ${n%.pth} + 1 ))
+  echo "training: resuming at epoch $start from $TAO_RESUME_CHECKPOINT"
+else
+  echo "training: starting from scratch"
+fi
+last=$((start - 1))
+trap 'echo "training: warned after epoch $last, saving"; [ "$last" -gt 0 ] && touch "$dir/epoch-$last.pth"' USR2
+for e in $(seq "$start" "$EPOCHS"); do
+  (trap '' USR2; exec sleep "$SECONDS") & s=$!
+  while kill -0 "$s" 2>/dev/null; do wait "$s"; done
+  echo "epoch $e" > "$dir/epoch-$e.pth"; last=$e
+  echo "training: finished epoch $e"
+done
+echo "training: done"
+"#;
+
+/// Ask Slurm to start a requeued job now (a requeue waits ~120 s for its BeginTime otherwise).
+pub fn nudge(env: &Env, slurm: &str) {
+    std::thread::sleep(Duration::from_millis(1500));
+    let out = Command::new("ssh")
+        .args([
+            "-F",
+            &env.vars["SSH_CONFIG"],
+            "sandbox-login1",
+            "scontrol",
+            "update",
+            &format!("JobId={slurm}"),
+            "StartTime=now",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn a_training_longer_than_its_time_limit_resumes_from_its_newest_checkpoint_each_time() {
+    let env = Env::new();
+    // 12 epochs of 4 s (48 s of training) under a 30 s inner timeout warned 10 s before it: three runs.
+    let (job, slurm) = env.submit(&[
+        "--image",
+        "ubuntu:22.04",
+        "--gpus",
+        "1",
+        "--time-hours",
+        "0.05",
+        "--timeout-hours",
+        &format!("{}", 30.0 / 3600.0),
+        "--max-timeout-requeues",
+        "4",
+        "--checkpoint-grace",
+        "10",
+        "--env",
+        "EPOCHS=12",
+        "--env",
+        "SECONDS=4",
+        "--shell",
+        "--",
+        TRAINING,
+    ]);
+    let v = wait_for(&format!("job {job} terminal"), Duration::from_secs(600), Duration::from_millis(700), || {
+        let v = env.status(&job);
+        if !is_terminal(&v) && v["message"].as_str().is_some_and(|m| m.contains("BeginTime")) {
+            nudge(&env, &slurm);
+        }
+        when(v, is_terminal)
+    });
+    let logs = env.json(&["logs", &job, "--json"]);
+    let (out, err) = (logs["stdout"].as_str().unwrap(), logs["stderr"].as_str().unwrap());
+    assert_eq!(v["status"], "Complete", "{v}\n{out}\n{err}");
+    // Warned before each inner timeout, and the training saw the warning.
+    assert!(err.matches("the time limit is near").count() >= 2, "{err}");
+    assert!(out.matches("training: warned after epoch").count() >= 2, "{out}");
+    // Every epoch finished exactly once: each run went on from the newest checkpoint, none restarted.
+    for e in 1..=12 {
+        assert_eq!(out.matches(&format!("training: finished epoch {e}\n")).count(), 1, "epoch {e}:\n{out}");
+    }
+    assert_eq!(out.matches("starting from scratch").count(), 1, "{out}");
+    let resumes: Vec<&str> = out.lines().filter(|l| l.starts_with("training: resuming at epoch")).collect();
+    assert!(resumes.len() >= 2, "at least three runs: {out}");
+    assert!(err.matches("tao-slurm: resuming from checkpoint ").count() >= 2, "{err}");
+    assert!(out.contains("training: done"), "{out}");
+    // The listing knows the checkpoints, newest last.
+    let cks = env.json(&["checkpoints", &job, "--json"]);
+    let paths: Vec<&str> = cks["checkpoints"].as_array().unwrap().iter().map(|c| c["path"].as_str().unwrap()).collect();
+    assert_eq!(paths.last(), Some(&"train/epoch-12.pth"), "{cks}");
+}
+
+#[test]
+fn retry_of_an_error_job_starts_from_its_checkpoint_and_two_retries_make_one_slurm_job() {
+    let env = Env::new();
+    let script = r#"dir="$TAO_API_RESULTS_DIR/$TAO_JOB_ID/train"; mkdir -p "$dir"
+if [ -z "${TAO_RESUME_CHECKPOINT:-}" ]; then echo x > "$dir/epoch-1.pth"; echo "failing after epoch 1"; exit 3; fi
+echo "resumed from $TAO_RESUME_CHECKPOINT""#;
+    let (job, first) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "1", "--shell", "--", script]);
+    let v = env.wait_terminal(&job, Duration::from_secs(180));
+    assert_eq!(v["status"], "Error", "{v}");
+    // Two callers at once: the store reopens the job once, so one new Slurm job.
+    let callers: Vec<_> = (0..2)
+        .map(|_| env.command(&["retry", &job, "--json"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap())
+        .collect();
+    for c in callers {
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let v = env.wait_terminal(&job, Duration::from_secs(180));
+    assert_eq!(v["status"], "Complete", "{v}");
+    assert_eq!(v["attempts"].as_array().map(Vec::len), Some(2), "{v}");
+    assert_ne!(v["slurm_job_id"].as_str(), Some(first.as_str()), "{v}");
+    let events = env.ok(&["events", &job, "--json"]);
+    assert_eq!(events.matches("\"retried\"").count(), 1, "{events}");
+    assert_eq!(env.slurm_jobs_named(&format!("tao-job-{job}.a2")).len(), 1, "one Slurm job for the retry");
+    let logs = env.json(&["logs", &job, "--json"]);
+    let out = logs["stdout"].as_str().unwrap();
+    assert!(out.contains("/train/epoch-1.pth"), "the retry resumed from the checkpoint: {out}");
+    // A completed job has nothing to retry.
+    let again = env.run(&["retry", &job]);
+    assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("nothing to retry"));
+}
