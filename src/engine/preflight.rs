@@ -43,7 +43,7 @@ pub fn run_preflight(settings: &Settings) -> Vec<Check> {
             let remediation = if changed {
                 "the host key changed: this may be a man-in-the-middle attack; ask the site whether the key really changed before you remove the old one (ssh-keygen -R)".to_string()
             } else {
-                crate::remote::openssh::ssh_remediation(&user, &host.host)
+                crate::remote::openssh::login_remediation(&user, &host.host, &e.to_string())
             };
             let mut c = Check::fail("ssh login", Some(&label), e.to_string(), remediation);
             // One unreachable host of several is a warning: failover covers it; a changed key never is.

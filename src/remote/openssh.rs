@@ -607,6 +607,16 @@ fn asks_for_a_prompt(message: &str) -> bool {
     })
 }
 
+/// What to do after a failed login: `tao-slurm login` when the host wants a prompt answered, else the
+/// key set-up steps.
+pub fn login_remediation(user: &str, host: &str, message: &str) -> String {
+    if asks_for_a_prompt(message) {
+        login_advice()
+    } else {
+        ssh_remediation(user, host)
+    }
+}
+
 /// What to do when a login host wants a prompt answered.
 pub fn login_advice() -> String {
     "This login host asks for a password or a second factor, which tao-slurm never answers in a command. \

@@ -118,6 +118,12 @@ fn login_answers_the_password_once_and_every_later_command_reuses_it() {
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("Run `tao-slurm login`"), "{stderr}");
     assert!(started.elapsed() < Duration::from_secs(10), "failed at once: {:?}", started.elapsed());
+    let preflight = env.run(&["preflight"]);
+    let report = String::from_utf8_lossy(&preflight.stdout).to_string() + &String::from_utf8_lossy(&preflight.stderr);
+    assert!(
+        !preflight.status.success() && report.contains("tao-slurm login"),
+        "preflight names the host's need: {report}"
+    );
     assert_eq!(sshd.accepted_logins(), 0);
 
     let (code, text) = login_through_a_pty(&env, password.trim());
