@@ -284,6 +284,11 @@ async fn jobs_on_two_clusters_over_http() {
         .collect();
     assert_eq!(epochs, [(1.0, 0.1), (2.0, 0.2), (3.0, 0.3), (4.0, 0.4), (5.0, 0.5)], "{kpis}");
 
+    // A completed job has nothing to retry (TAO's :retry of a Done job is refused the same way).
+    let r = svc.http.post(svc.api(&format!("/jobs/{a_id}:retry"))).bearer_auth(&svc.token).send().await.unwrap();
+    hit("post", "/api/v2/orgs/{org}/jobs/{job_id}:retry");
+    assert_eq!(r.status(), 400, "{}", r.text().await.unwrap());
+
     // B runs on login2: a running job cannot be deleted; cancel it; then it can.
     let b_running = svc.wait_job(&b_id, Duration::from_secs(400), |j| j["status"] == "Running").await;
     let r = svc.http.delete(svc.api(&format!("/jobs/{b_id}"))).bearer_auth(&svc.token).send().await.unwrap();
