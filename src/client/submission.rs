@@ -141,7 +141,8 @@ impl Client {
     /// A spec with a `[sweep]` or `[[steps]]` section is refused here: see [`Client::create_sweep`] and
     /// [`Client::create_pipeline`].
     pub fn create_job(&self, spec: &JobSpec, secrets: &SecretValues) -> Result<Submitted> {
-        self.create_job_planned(spec, self.plan(spec)?, secrets)
+        let (spec, _) = self.send_workdir(spec)?;
+        self.create_job_planned(&spec, self.plan(&spec)?, secrets)
     }
 
     /// [`Client::create_job`] of a spec the caller already resolved with [`Client::plan`] (to show
@@ -152,6 +153,13 @@ impl Client {
         }
         if !spec.steps.is_empty() {
             return Err(crate::spec::SpecError::new("steps", "submit a pipeline with create_pipeline").into());
+        }
+        if spec.workdir.is_some() && spec.workdir_archive.is_none() {
+            return Err(crate::spec::SpecError::new(
+                "workdir",
+                "send it first (Client::send_workdir), or submit with create_job or submit",
+            )
+            .into());
         }
         let after = self.resolve_after(&spec.after)?;
         let (plan, secrets) = self.ready(spec, plan, secrets)?;

@@ -59,4 +59,22 @@ fn workdir_is_sent_once_per_content_without_ignored_files_and_the_command_runs_i
     std::fs::write(p.join("src/train.py"), format!("print('{token}-2')\n")).unwrap();
     let (_, third) = submit(&env, p, &[]);
     assert!(third > 0, "a changed file uploads again");
+
+    // The library: create_job sends the workdir itself; a planned submit of a spec whose workdir was
+    // never sent is refused, naming the field, before anything reaches the cluster.
+    let client = tao_slurm::Client::new(env.settings()).unwrap();
+    let spec = tao_slurm::JobSpec {
+        image: "ubuntu:22.04".into(),
+        command: vec!["cat".into(), "src/train.py".into()],
+        gpus: Some(0),
+        workdir: Some(p.display().to_string()),
+        ..Default::default()
+    };
+    let refused = client.create_job_planned(&spec, client.plan(&spec).unwrap(), &Default::default()).unwrap_err();
+    assert!(refused.to_string().contains("workdir"), "{refused}");
+    let job = client.create_job(&spec, &Default::default()).unwrap().job_id;
+    let v = env.wait_terminal(&job, LIMIT);
+    assert_eq!(v["status"], "Complete", "{v}");
+    let logs = env.json(&["logs", &job, "--json"]);
+    assert!(logs["stdout"].as_str().unwrap().contains(&format!("{token}-2")), "{logs}");
 }
