@@ -4,7 +4,7 @@
 
 use crate::common::wait::{wait_for, when};
 use crate::common::{is_terminal, Env};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 /// A stand-in for a TAO training: `EPOCHS` epochs of `SECONDS` each, a checkpoint `epoch-N.pth` after
@@ -29,24 +29,6 @@ for e in $(seq "$start" "$EPOCHS"); do
 done
 echo "training: done"
 "#;
-
-/// Ask Slurm to start a requeued job now (a requeue waits ~120 s for its BeginTime otherwise).
-pub fn nudge(env: &Env, slurm: &str) {
-    std::thread::sleep(Duration::from_millis(1500));
-    let out = Command::new("ssh")
-        .args([
-            "-F",
-            &env.vars["SSH_CONFIG"],
-            "sandbox-login1",
-            "scontrol",
-            "update",
-            &format!("JobId={slurm}"),
-            "StartTime=now",
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-}
 
 #[test]
 fn a_training_longer_than_its_time_limit_resumes_from_its_newest_checkpoint_each_time() {
@@ -76,7 +58,7 @@ fn a_training_longer_than_its_time_limit_resumes_from_its_newest_checkpoint_each
     let v = wait_for(&format!("job {job} terminal"), Duration::from_secs(600), Duration::from_millis(700), || {
         let v = env.status(&job);
         if !is_terminal(&v) && v["message"].as_str().is_some_and(|m| m.contains("BeginTime")) {
-            nudge(&env, &slurm);
+            env.nudge(&slurm);
         }
         when(v, is_terminal)
     });

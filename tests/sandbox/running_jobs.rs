@@ -2,6 +2,7 @@
 //! passes its exit status back, `shell` gives a terminal, `forward` reaches a server on the job's node
 //! and stops when asked, `tensorboard` starts the stand-in on the job's results and forwards it.
 
+use crate::common::pty::PtyChild;
 use crate::common::wait::{wait_for, when};
 use crate::common::Env;
 use std::io::{Read, Write};
@@ -112,48 +113,13 @@ fn tensorboard_starts_in_the_job_container_on_its_results_and_is_forwarded() {
 fn shell_through_a_pseudo_terminal_runs_a_command_and_exits() {
     let env = Env::new();
     let (job, _) = running_job(&env, "sleep 300");
-    let (mut master, slave) = open_pty();
-    let mut cmd = env.command(&["shell", &job, "--", "sh"]);
-    cmd.stdin(slave.try_clone().unwrap()).stdout(slave.try_clone().unwrap()).stderr(slave);
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-            libc::setsid();
-            libc::ioctl(0, libc::TIOCSCTTY, 0);
-            Ok(())
-        });
-    }
-    let mut child = cmd.spawn().unwrap();
-    drop(cmd);
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let reader = {
-        let seen = seen.clone();
-        let mut master = master.try_clone().unwrap();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = master.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                seen.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        })
-    };
-    master.write_all(b"echo tty=$(test -t 0 && echo yes) sum=$((6*7))\r").unwrap();
+    let mut shell = PtyChild::spawn(env.command(&["shell", &job, "--", "sh"]));
+    shell.type_in("echo tty=$(test -t 0 && echo yes) sum=$((6*7))\r");
     wait_for("the shell's answer", LIMIT, Duration::from_millis(200), || {
-        when(seen.lock().unwrap().clone(), |s| s.contains("tty=yes sum=42"))
+        when(shell.seen(), |s| s.contains("tty=yes sum=42"))
     });
-    master.write_all(b"exit 3\r").unwrap();
-    let code = wait_for("the shell to end", LIMIT, Duration::from_millis(200), || child.try_wait().unwrap());
-    assert_eq!(code.code(), Some(3), "{}", seen.lock().unwrap());
-    drop(master);
-    let _ = reader;
+    shell.type_in("exit 3\r");
+    let code = wait_for("the shell to end", LIMIT, Duration::from_millis(200), || shell.child.try_wait().unwrap());
+    assert_eq!(code.code(), Some(3), "{}", shell.seen());
     env.ok(&["cancel", &job]);
-}
-
-pub(crate) fn open_pty() -> (std::fs::File, std::fs::File) {
-    use std::os::fd::FromRawFd;
-    let (mut m, mut s) = (0, 0);
-    let rc = unsafe { libc::openpty(&mut m, &mut s, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) };
-    assert_eq!(rc, 0, "openpty");
-    unsafe { (std::fs::File::from_raw_fd(m), std::fs::File::from_raw_fd(s)) }
 }

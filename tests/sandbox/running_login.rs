@@ -3,9 +3,9 @@
 //! (answered through a pseudo-terminal) submit, status and logs run without a prompt, over the one
 //! login.
 
+use crate::common::pty::PtyChild;
 use crate::common::wait::{wait_for, when};
 use crate::common::Env;
-use std::io::{Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -62,40 +62,15 @@ impl Drop for PasswordSshd {
 
 /// `tao-slurm login` in a pseudo-terminal, answering the password prompt; its exit code and output.
 fn login_through_a_pty(env: &Env, password: &str) -> (i32, String) {
-    let (mut master, slave) = crate::running_jobs::open_pty();
-    let mut cmd = env.command(&["login", "--persist", "5min"]);
-    cmd.stdin(slave.try_clone().unwrap()).stdout(slave.try_clone().unwrap()).stderr(slave);
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-            libc::setsid();
-            libc::ioctl(0, libc::TIOCSCTTY, 0);
-            Ok(())
-        });
-    }
-    let mut child = cmd.spawn().unwrap();
-    drop(cmd);
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let reader = {
-        let (seen, mut master) = (seen.clone(), master.try_clone().unwrap());
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 1024];
-            while let Ok(n) = master.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                seen.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        })
-    };
+    let mut login = PtyChild::spawn(env.command(&["login", "--persist", "5min"]));
     wait_for("the password prompt", Duration::from_secs(20), Duration::from_millis(50), || {
-        when(seen.lock().unwrap().clone(), |s| s.contains("Password:"))
+        when(login.seen(), |s| s.contains("Password:"))
     });
-    master.write_all(format!("{password}\n").as_bytes()).unwrap();
-    let status =
-        wait_for("login to end", Duration::from_secs(30), Duration::from_millis(50), || child.try_wait().unwrap());
-    drop(master);
-    let _ = reader;
-    let text = seen.lock().unwrap().clone();
+    login.type_in(&format!("{password}\n"));
+    let status = wait_for("login to end", Duration::from_secs(30), Duration::from_millis(50), || {
+        login.child.try_wait().unwrap()
+    });
+    let text = login.seen();
     (status.code().unwrap_or(-1), text)
 }
 

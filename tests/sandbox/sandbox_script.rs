@@ -32,20 +32,7 @@ fn inner_timeout_requeues_the_same_job_then_ends_timed_out() {
         // A requeued job waits ~120 s for its BeginTime; the test skips that wait (it tests the requeue,
         // not Slurm's delay). The nudge must not come within a second of the requeue (see the facts).
         if !is_terminal(&v) && v["message"].as_str().is_some_and(|m| m.contains("BeginTime")) {
-            std::thread::sleep(Duration::from_millis(1500));
-            let out = Command::new("ssh")
-                .args([
-                    "-F",
-                    &env.vars["SSH_CONFIG"],
-                    "sandbox-login1",
-                    "scontrol",
-                    "update",
-                    &format!("JobId={slurm}"),
-                    "StartTime=now",
-                ])
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            env.nudge(&slurm);
             nudged += 1;
         }
         when(v, is_terminal)

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod pty;
 pub mod sandbox;
 pub mod wait;
 
@@ -132,6 +133,19 @@ impl Env {
     }
 
     /// The library's settings for this user of the CLI.
+    /// Ask Slurm to start a requeued job now (a requeue waits ~120 s for its BeginTime otherwise).
+    /// Not within a second of the requeue: Slurm would ignore it (see the sandbox facts).
+    pub fn nudge(&self, slurm: &str) {
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let out = std::process::Command::new("ssh")
+            .args(["-F", &self.vars["SSH_CONFIG"], "sandbox-login1", "scontrol", "update"])
+            .arg(format!("JobId={slurm}"))
+            .arg("StartTime=now")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+
     pub fn settings(&self) -> tao_slurm::config::Settings {
         let sources = tao_slurm::config::SettingSources {
             flags: Default::default(),
