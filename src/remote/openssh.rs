@@ -281,18 +281,25 @@ impl OpenSsh {
             .unwrap_or(false)
     }
 
-    /// Bring up the master for `host` unless one is already up. Serialised across processes by a lock
-    /// file, so concurrent CLI invocations never open two logins to the same host.
-    pub fn ensure_master(&self, host: &LoginHost) -> Result<(), MasterError> {
-        crate::private::ensure_private_dir(&self.control_dir).map_err(MasterError::Failed)?;
+    /// The lock (a file in the control directory) that serialises opening `host`'s master across
+    /// processes, held until unlocked or dropped.
+    fn lock_host(&self, host: &LoginHost) -> Result<File, String> {
+        crate::private::ensure_private_dir(&self.control_dir)?;
         let lock_path = self.control_file(host, "lock");
         let lock = OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&lock_path)
-            .map_err(|e| MasterError::Failed(format!("cannot open {}: {e}", lock_path.display())))?;
-        lock.lock().map_err(|e| MasterError::Failed(format!("cannot lock {}: {e}", lock_path.display())))?;
+            .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))?;
+        lock.lock().map_err(|e| format!("cannot lock {}: {e}", lock_path.display()))?;
+        Ok(lock)
+    }
+
+    /// Bring up the master for `host` unless one is already up. Serialised across processes by a lock
+    /// file, so concurrent CLI invocations never open two logins to the same host.
+    pub fn ensure_master(&self, host: &LoginHost) -> Result<(), MasterError> {
+        let lock = self.lock_host(host).map_err(MasterError::Failed)?;
         let result = if self.master_alive(host) { Ok(()) } else { self.start_master(host) };
         let down = self.control_file(host, "down");
         match &result {
@@ -314,15 +321,7 @@ impl OpenSsh {
         let host = &self.hosts[index];
         let failed =
             |message: String| RemoteError::Unreachable { hosts: host.label(), message, remediation: String::new() };
-        crate::private::ensure_private_dir(&self.control_dir).map_err(failed)?;
-        let lock_path = self.control_file(host, "lock");
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| failed(format!("cannot open {}: {e}", lock_path.display())))?;
-        lock.lock().map_err(|e| failed(format!("cannot lock {}: {e}", lock_path.display())))?;
+        let lock = self.lock_host(host).map_err(failed)?;
         if self.master_alive(host) {
             return Ok(false);
         }
