@@ -122,16 +122,21 @@ impl Client {
                 .ok_or_else(|| invalid("node", format!("job {} has no node list", job.job_id)))?,
         };
         let addr = self.node_addr(&node)?;
+        self.forward_to(job.job_id, node, addr, remote_port, local_port)
+    }
+
+    /// The forward itself, to a node whose address is known.
+    fn forward_to(
+        &self,
+        job_id: String,
+        node: String,
+        addr: String,
+        remote_port: u16,
+        local_port: u16,
+    ) -> Result<Forward> {
         let local_port = if local_port == 0 { free_local_port()? } else { local_port };
         self.remote()?.forward(&format!("127.0.0.1:{local_port}"), &format!("{addr}:{remote_port}"), false)?;
-        Ok(Forward {
-            job_id: job.job_id,
-            node,
-            addr,
-            remote_port,
-            local_port,
-            url: format!("http://127.0.0.1:{local_port}/"),
-        })
+        Ok(Forward { job_id, node, addr, remote_port, local_port, url: format!("http://127.0.0.1:{local_port}/") })
     }
 
     /// Start TensorBoard in the job's container on its results directory (on its first node, unless
@@ -152,7 +157,7 @@ impl Client {
         if out.exit_code != 0 {
             return Err(Error::RemoteCommand(out.stderr.trim().to_string()));
         }
-        self.forward_port(&job.job_id, Some(&node), port, local_port)
+        self.forward_to(job.job_id, node, addr, port, local_port)
     }
 
     /// A node's address as the login host reaches it.

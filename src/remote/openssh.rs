@@ -423,10 +423,8 @@ impl OpenSsh {
         let first = self.hosts.first().map(|h| h.host.clone()).unwrap_or_default();
         let message = failures.join("; ");
         // The key set-up steps help only when authentication was the problem.
-        let remediation = if asks_for_a_prompt(&message) {
-            login_advice()
-        } else if message.contains("Permission denied") || message.contains("no such identity") {
-            ssh_remediation(&self.user, &first)
+        let remediation = if message.contains("Permission denied") || message.contains("no such identity") {
+            login_remediation(&self.user, &first, &message)
         } else if message.contains("host key") {
             String::new()
         } else {

@@ -82,8 +82,14 @@ pub fn find_tests(patterns: &[String]) -> String {
 /// Shell text that sets `var` to the newest checkpoint under the directory in `$dir_var` (an
 /// absolute path; empty when there is none).
 pub fn newest_shell(dir_var: &str, var: &str, patterns: &[String]) -> String {
+    format!("{var}=\"$({})\"", newest_pipeline(&format!("\"${dir_var}/\""), "%p", patterns))
+}
+
+/// The pipeline that prints the newest checkpoint under `start` (a shell word), as `find -printf`'s
+/// `path` directive gives it (`%p` with `start`, `%P` relative to it).
+pub fn newest_pipeline(start: &str, path: &str, patterns: &[String]) -> String {
     format!(
-        "{var}=\"$(find \"${dir_var}/\" {} -printf '%T@ %p\\n' 2>/dev/null | sort -n | tail -n 1 | cut -d' ' -f2-)\"",
+        "find {start} {} -printf '%T@ {path}\\n' 2>/dev/null | sort -n | tail -n 1 | cut -d' ' -f2-",
         find_tests(patterns)
     )
 }

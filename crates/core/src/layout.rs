@@ -12,7 +12,11 @@ pub const DEFAULT_MOUNT: &str = "/lustre";
 
 /// What tao-slurm's batch script keeps in a job's results directory beside the job's own files (the
 /// attempts and the timeout-requeue counter): listings and whole-directory downloads leave them out.
-pub const BOOKKEEPING: [&str; 2] = [".tao-slurm", ".timeout_requeues"];
+pub const BOOKKEEPING: [&str; 2] = [BOOKKEEPING_DIR, TIMEOUT_REQUEUES_FILE];
+/// The directory of the attempts' record (`attempts`).
+pub const BOOKKEEPING_DIR: &str = ".tao-slurm";
+/// The count of requeues after the inner timeout.
+pub const TIMEOUT_REQUEUES_FILE: &str = ".timeout_requeues";
 
 /// Where a job's files live on shared storage (contract §2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -110,10 +110,10 @@ pub fn archive_script(
         ));
     }
     if let Some(patterns) = latest {
-        let tests = crate::checkpoint::find_tests(patterns);
         s.push_str(&format!(
-            "c=\"$(find . {tests} -printf '%T@ %P\\n' 2>/dev/null | sort -n | tail -n 1 | cut -d' ' -f2-)\"\n\
-             if [ -n \"$c\" ]; then sel+=(\"$c\"); else echo \"{SECTION}missing latest_model\"; miss=1; fi\n"
+            "c=\"$({})\"\n\
+             if [ -n \"$c\" ]; then sel+=(\"$c\"); else echo \"{SECTION}missing latest_model\"; miss=1; fi\n",
+            crate::checkpoint::newest_pipeline(".", "%P", patterns)
         ));
     }
     if names.is_empty() && latest.is_none() {

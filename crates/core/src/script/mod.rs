@@ -321,7 +321,7 @@ fn write_steps(s: &mut String, plan: &Plan) {
 /// The batch script's exit status is the container step's: a failing command must be FAILED in Slurm.
 /// After the inner timeout the job requeues itself, a bounded number of times.
 fn write_exit(s: &mut String, plan: &Plan) {
-    let counter = format!("{}/.timeout_requeues", plan.layout.results_dir());
+    let counter = format!("{}/{}", plan.layout.results_dir(), crate::layout::TIMEOUT_REQUEUES_FILE);
     let _ = writeln!(s, "if [ \"$rc\" -eq {TIMED_OUT} ]; then");
     let _ = writeln!(s, "  counter={}", quote(&counter));
     line(s, "  done_requeues=\"$(cat \"$counter\" 2>/dev/null || echo 0)\"");

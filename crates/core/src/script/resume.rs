@@ -57,7 +57,11 @@ pub fn write_resume(s: &mut String, plan: &Plan) {
         );
         s.push_str("esac\n");
     }
-    s.push_str("mkdir -p \"$tao_results/.tao-slurm\" && printf '%s %s %s %s\\n' \"$(date +%s)\" \"$SLURM_JOB_ID\" \"${SLURM_RESTART_COUNT:-0}\" \"${tao_resume:--}\" >> \"$tao_results/.tao-slurm/attempts\"\n");
+    let _ = writeln!(
+        s,
+        "mkdir -p \"$tao_results/{d}\" && printf '%s %s %s %s\\n' \"$(date +%s)\" \"$SLURM_JOB_ID\" \"${{SLURM_RESTART_COUNT:-0}}\" \"${{tao_resume:--}}\" >> \"$tao_results/{d}/attempts\"",
+        d = crate::layout::BOOKKEEPING_DIR
+    );
 }
 
 /// The staged specs with TAO's resume key set to the placeholder (None for a job without specs).
