@@ -93,7 +93,7 @@ impl TensorboardCmd {
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
         let limit = self.for_.as_deref().map(|t| duration(t, "--for")).transpose()?;
         let client = Client::new(settings)?;
-        let forward = client.tensorboard(&self.job_id, self.port, self.local_port)?;
+        let forward = client.tensorboard(&self.job_id, self.port, self.local_port, None)?;
         hold(&client, &forward, limit, self.json)
     }
 }

@@ -140,15 +140,17 @@ impl Client {
     }
 
     /// Start TensorBoard in the job's container on its results directory (on its first node, unless
-    /// it already runs there) and forward it to `local_port` here (0: a free one).
-    pub fn tensorboard(&self, id: &str, port: u16, local_port: u16) -> Result<Forward> {
+    /// it already runs there) and forward it to `local_port` here (0: a free one). `path_prefix`:
+    /// TensorBoard's `--path_prefix` (the service serves it under one).
+    pub fn tensorboard(&self, id: &str, port: u16, local_port: u16, path_prefix: Option<&str>) -> Result<Forward> {
         let job = self.running_job(id)?;
         let node = running::first_node(&job.node_list)
             .ok_or_else(|| invalid("node", format!("job {} has no node list", job.job_id)))?;
         let addr = self.node_addr(&node)?;
         let target = ExecTarget { slurm_job_id: &job.slurm_job_id, job_id: &job.job_id, node: Some(&node), pty: false };
-        let script = running::tensorboard_script(&target, &addr, &job.results_dir, port)
-            .map_err(|e| invalid("node", e.to_string()))?;
+        let script = running::tensorboard_script(&target, &addr, &job.results_dir, port, path_prefix).map_err(|e| {
+            invalid(if matches!(e, running::ExecError::BadPathPrefix(_)) { "path_prefix" } else { "node" }, e.to_string())
+        })?;
         let out = self.remote()?.run_script_within(
             &script,
             crate::remote::Idempotency::Idempotent,

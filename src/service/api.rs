@@ -469,8 +469,9 @@ pub async fn job_post_ref(
     match reference.rsplit_once(':') {
         Some((id, "cancel")) => cancel_job(state, org, id.to_string()).await,
         Some((id, "retry")) => retry_job(state, org, id.to_string()).await,
+        Some((id, "tensorboard")) => super::tensorboard::open(state, org, id.to_string()).await,
         Some((_, a @ ("publish_model" | "log_update" | "status_update"))) => Err(super::tao_routes::not_here(a)),
-        _ => Err(ApiError::not_found("no such job action for POST (there are :cancel and :retry)")),
+        _ => Err(ApiError::not_found("no such job action for POST (there are :cancel, :retry and :tensorboard)")),
     }
 }
 

@@ -121,6 +121,8 @@ pub struct AppState {
     pub shutdown: tokio_util::sync::CancellationToken,
     /// Held by the readiness probe running.
     pub readiness_probe: tokio::sync::Mutex<()>,
+    /// The jobs' TensorBoards the service forwards, and who may reach them.
+    pub tensorboards: super::tensorboard::Sessions,
 }
 
 /// What one org's tokens asked of the service.
@@ -162,6 +164,7 @@ impl AppState {
             metrics: Default::default(),
             shutdown: Default::default(),
             readiness_probe: Default::default(),
+            tensorboards: Default::default(),
         };
         state.reload_tokens()?;
         Ok(state)

@@ -30,6 +30,7 @@ mod service_hardening;
 mod service_kpis;
 mod service_ops;
 mod service_tenancy;
+mod service_tensorboard;
 mod sqsh;
 mod ssh_logins;
 mod state_fixtures;

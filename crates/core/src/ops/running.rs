@@ -25,6 +25,8 @@ pub enum ExecError {
     Unquotable,
     #[error("{0:?} is not a node name")]
     BadNode(String),
+    #[error("{0:?} is not a URL path prefix (`/` then letters, digits, `-`, `_`, `/`)")]
+    BadPathPrefix(String),
 }
 
 /// The argv of the step that runs `command` in the job's running container: `--overlap` shares the
@@ -108,12 +110,23 @@ pub fn node_addr(node: &str, scontrol_line: &str) -> String {
 }
 
 /// The remote script that starts TensorBoard in the job's container on `node`, on `logdir`, unless
-/// something already answers on `addr:port` (the node's address), detached from the login shell (its log beside the
-/// results), and waits up to 30 s for it to answer. Exit 0 once it answers.
-pub fn tensorboard_script(t: &ExecTarget<'_>, addr: &str, logdir: &str, port: u16) -> Result<String, ExecError> {
+/// something already answers on `addr:port` (the node's address), detached from the login shell (its
+/// log beside the results), and waits up to 30 s for it to answer. Exit 0 once it answers.
+/// `path_prefix` serves it under that path (the service's proxy: `/tensorboard/<job id>`).
+pub fn tensorboard_script(
+    t: &ExecTarget<'_>,
+    addr: &str,
+    logdir: &str,
+    port: u16,
+    path_prefix: Option<&str>,
+) -> Result<String, ExecError> {
     check_node(addr)?;
-    let command: Vec<String> =
+    let mut command: Vec<String> =
         ["tensorboard", "--logdir", logdir, "--port", &port.to_string(), "--bind_all"].map(String::from).to_vec();
+    if let Some(prefix) = path_prefix {
+        check_path_prefix(prefix)?;
+        command.extend(["--path_prefix".to_string(), prefix.to_string()]);
+    }
     let argv = exec_argv(t, &command)?;
     let probe = format!("(exec 3<>/dev/tcp/{addr}/{port}) 2>/dev/null");
     Ok(format!(
@@ -127,6 +140,26 @@ pub fn tensorboard_script(t: &ExecTarget<'_>, addr: &str, logdir: &str, port: u1
         srun = shell::join(&argv),
         log = shell::quote(&format!("{logdir}/tensorboard.log")),
     ))
+}
+
+fn check_path_prefix(prefix: &str) -> Result<(), ExecError> {
+    let ok = prefix.starts_with('/')
+        && !prefix.contains("//")
+        && prefix.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'/'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ExecError::BadPathPrefix(prefix.to_string()))
+    }
+}
+
+/// The node port the service starts a job's TensorBoard on: one per job, spread over 20000-29999 so
+/// two jobs sharing a node rarely meet; when they do, each TensorBoard answers only under its own
+/// job's path prefix, so neither proxy shows the other's.
+pub fn service_tensorboard_port(job_id: &str) -> u16 {
+    // FNV-1a: stable across releases and platforms, unlike std's hasher.
+    let hash = job_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    20000 + (hash % 10000) as u16
 }
 
 /// Splits a capture's stderr into the command's own stderr and the full sizes of both streams.
@@ -161,6 +194,30 @@ mod tests {
 
     fn target(node: Option<&str>, pty: bool) -> ExecTarget<'_> {
         ExecTarget { slurm_job_id: "42", job_id: "abc", node, pty }
+    }
+
+    #[test]
+    fn tensorboard_takes_a_path_prefix_only_when_it_is_a_plain_path() {
+        let t = target(Some("node1"), false);
+        let plain = tensorboard_script(&t, "10.0.0.1", "/r/abc", 6006, None).unwrap();
+        assert!(plain.contains("--port 6006 --bind_all </dev/null"), "{plain}");
+        assert!(!plain.contains("--path_prefix"), "{plain}");
+        let prefixed = tensorboard_script(&t, "10.0.0.1", "/r/abc", 6006, Some("/tensorboard/abc")).unwrap();
+        assert!(prefixed.contains("--bind_all --path_prefix /tensorboard/abc </dev/null"), "{prefixed}");
+        for bad in ["tensorboard/abc", "/a b", "/a;rm", "//x", "/a/../b", "/x'y", ""] {
+            let e = tensorboard_script(&t, "10.0.0.1", "/r/abc", 6006, Some(bad));
+            assert!(matches!(e, Err(ExecError::BadPathPrefix(_))), "{bad:?}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn the_service_tensorboard_port_is_stable_and_in_its_range() {
+        for id in ["", "a", "5f0c2b9e-0000-4000-8000-000000000001", "job-2"] {
+            let p = service_tensorboard_port(id);
+            assert!((20000..30000).contains(&p), "{id}: {p}");
+            assert_eq!(p, service_tensorboard_port(id));
+        }
+        assert_ne!(service_tensorboard_port("job-1"), service_tensorboard_port("job-2"));
     }
 
     #[test]
