@@ -149,7 +149,10 @@ impl Client {
         let addr = self.node_addr(&node)?;
         let target = ExecTarget { slurm_job_id: &job.slurm_job_id, job_id: &job.job_id, node: Some(&node), pty: false };
         let script = running::tensorboard_script(&target, &addr, &job.results_dir, port, path_prefix).map_err(|e| {
-            invalid(if matches!(e, running::ExecError::BadPathPrefix(_)) { "path_prefix" } else { "node" }, e.to_string())
+            invalid(
+                if matches!(e, running::ExecError::BadPathPrefix(_)) { "path_prefix" } else { "node" },
+                e.to_string(),
+            )
         })?;
         let out = self.remote()?.run_script_within(
             &script,
