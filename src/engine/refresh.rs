@@ -112,6 +112,8 @@ pub fn record(
         .into_iter()
         .filter(|d| d.adopt.is_some() || by_id.get(d.job_id.as_str()).is_none_or(|j| !changes_nothing(j, &d.update)))
         .collect();
+    // Restarts of a Slurm job are attempts of their own before anything ends one.
+    let looked = record_looks(store, jobs, obs, now)?;
     // Failures of an attempt are classified first (they may become retries, not verdicts).
     let (failed, settled): (Vec<&Decision>, Vec<&Decision>) =
         decisions.iter().partition(|d| is_attempt_failure(&d.update));
@@ -123,7 +125,41 @@ pub fn record(
     keep_kpis(store, obs, now)?;
     // Whatever way a job just ended (settled here, or by the failure handling above), its secrets go.
     crate::engine::secrets::sweep_or_warn(remote, store);
-    Ok(touched_ids(&decisions, &unseen, &sigs))
+    let mut touched = touched_ids(&decisions, &unseen, &sigs);
+    touched.extend(looked);
+    touched.sort();
+    touched.dedup();
+    Ok(touched)
+}
+
+/// What the refresh found of the running jobs that resume: a newer checkpoint is kept, and each
+/// restart of the job's Slurm job (its own requeue after the inner timeout, or Slurm's after a
+/// preemption) becomes its next attempt, with its cause and the checkpoint it started from. Returns
+/// the ids of the jobs it wrote.
+fn record_looks(store: &crate::store::Store, jobs: &[JobSummary], obs: &Observations, now: i64) -> Result<Vec<String>> {
+    let mut touched = Vec::new();
+    for job in jobs {
+        if let Some(c) = obs.checkpoints.get(&job.job_id).filter(|c| job.checkpoint.as_ref() != Some(*c)) {
+            store.set_checkpoint(&job.job_id, c)?;
+            touched.push(job.job_id.clone());
+        }
+        let Some(starts) = obs.starts.get(&job.job_id).filter(|s| s.iter().any(|s| s.restart > 0)) else { continue };
+        let attempts = store.attempts(&job.job_id)?;
+        for (attempt, restart) in (job.attempt..).zip(crate::ops::refresh::new_restarts(job, &attempts, starts)) {
+            let message = format!(
+                "attempt {} ({}): Slurm job {} restarted, from {}",
+                attempt + 1,
+                restart.cause.map_or("requeued", |c| c.as_str()),
+                restart.slurm_job_id,
+                restart.checkpoint.as_deref().unwrap_or("no checkpoint")
+            );
+            if !store.record_restart(&job.job_id, attempt, restart, &message, now)? {
+                break;
+            }
+            touched.push(job.job_id.clone());
+        }
+    }
+    Ok(touched)
 }
 
 /// One round trip for the failed attempts' evidence, then a retry or a verdict for each; only these

@@ -44,7 +44,7 @@ impl Store {
             .conn
             .prepare(
                 "SELECT number, slurm_job_name, slurm_job_id, login_host, state, exit_code, node_list, failure_class,
-                        evidence, excluded_nodes, recorded_at, submitted_at, ended_at, cause, resumed_from
+                        evidence, excluded_nodes, recorded_at, submitted_at, ended_at, cause, resumed_from, slurm_restart
                  FROM attempts WHERE job_id = ?1 ORDER BY number",
             )
             .map_err(|e| self.err(e))?;
@@ -67,6 +67,7 @@ impl Store {
                     ended_at: r.get(12)?,
                     cause: r.get(13)?,
                     resumed_from: r.get(14)?,
+                    slurm_restart: r.get(15)?,
                 })
             })
             .map_err(|e| self.err(e))?;
@@ -178,6 +179,58 @@ impl Store {
             self.add_event(job_id, if retry.cause == "preempted" { "preempted" } else { "retry" }, retry.message, now)?;
             Ok(true)
         })
+    }
+
+    /// Record a restart of the job's current Slurm job (`restart.restart` > 0) as its next attempt:
+    /// the same Slurm job, made for `restart.cause`, started from its checkpoint. Only if `attempt` is
+    /// still the current one and on that Slurm job (compare-and-set). Returns whether this call did.
+    pub fn record_restart(
+        &self,
+        job_id: &str,
+        attempt: u32,
+        restart: &crate::ops::refresh::Start,
+        message: &str,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let cause = restart.cause.map(|c| c.as_str());
+        self.in_transaction(|| {
+            let won = self
+                .conn
+                .execute(
+                    "UPDATE jobs SET attempt = ?3, updated_at = ?4 WHERE job_id = ?1 AND attempt = ?2 AND slurm_job_id = ?5",
+                    params![job_id, attempt, attempt + 1, now, restart.slurm_job_id],
+                )
+                .map_err(|e| self.err(e))?;
+            if won == 0 {
+                return Ok(false);
+            }
+            self.conn
+                .execute(
+                    "UPDATE attempts SET ended_at = COALESCE(ended_at, ?3), failure_class = COALESCE(failure_class, ?4)
+                     WHERE job_id = ?1 AND number = ?2",
+                    params![job_id, attempt, restart.at, cause],
+                )
+                .map_err(|e| self.err(e))?;
+            self.conn
+                .execute(
+                    "INSERT INTO attempts (job_id, number, slurm_job_name, slurm_job_id, login_host, excluded_nodes,
+                       recorded_at, submitted_at, cause, resumed_from, slurm_restart)
+                     SELECT job_id, ?3, slurm_job_name, slurm_job_id, login_host, excluded_nodes, ?4, ?5, ?6, ?7, ?8
+                     FROM attempts WHERE job_id = ?1 AND number = ?2",
+                    params![job_id, attempt, attempt + 1, now, restart.at, cause, restart.checkpoint, restart.restart],
+                )
+                .map_err(|e| self.err(e))?;
+            self.add_event(job_id, "restarted", message, now)?;
+            Ok(true)
+        })
+    }
+
+    /// The job's newest checkpoint, as a refresh saw it.
+    pub fn set_checkpoint(&self, job_id: &str, checkpoint: &str) -> Result<(), StoreError> {
+        self.conn
+            .execute("UPDATE jobs SET checkpoint = ?2 WHERE job_id = ?1", params![job_id, checkpoint])
+            .map_err(|e| self.err(e))?;
+        Ok(())
     }
 
     /// Record how an attempt ended (its Slurm state, exit code and nodes).

@@ -187,6 +187,12 @@ ALTER TABLE attempts ADD COLUMN resumed_from TEXT;
 ALTER TABLE jobs ADD COLUMN checkpoint TEXT;
 ALTER TABLE jobs ADD COLUMN checkpoint_patterns TEXT;
 "#,
+    // (Issue 23.) An attempt that is Slurm's restart of the same Slurm job (the batch script's own
+    // requeue after the inner timeout, or Slurm's after a preemption): its restart count (NULL: the
+    // Slurm job's first start).
+    r#"
+ALTER TABLE attempts ADD COLUMN slurm_restart INTEGER;
+"#,
 ];
 
 /// Migration 4 was changed after builds had shipped it: files they wrote are at version 4 or later

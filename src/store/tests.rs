@@ -382,3 +382,36 @@ fn each_attempt_after_the_first_records_its_cause_and_checkpoint() {
     let kinds: Vec<String> = s.events(&id).unwrap().into_iter().map(|(_, kind, _)| kind).collect();
     assert!(kinds.contains(&"preempted".to_string()) && kinds.contains(&"retried".to_string()), "{kinds:?}");
 }
+
+#[test]
+fn a_restart_of_the_slurm_job_becomes_the_next_attempt_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::open(&dir.path().join("state.db")).unwrap();
+    let p = crate::plan::resolve(&spec(), &settings()).unwrap();
+    s.insert_job("{}", &p, NOW).unwrap();
+    let id = p.layout.job_id.clone();
+    s.set_submitted(&id, "41", "login1", NOW).unwrap();
+    let start = crate::ops::refresh::Start {
+        at: NOW + 30,
+        slurm_job_id: "41".into(),
+        restart: 1,
+        cause: Some(crate::attempts::Cause::Timeout),
+        checkpoint: Some("/r/train/epoch-5.pth".into()),
+    };
+    assert!(s.record_restart(&id, 1, &start, "attempt 2 (timeout)", NOW).unwrap());
+    // A second observer of the same restart (still at attempt 1) records nothing.
+    assert!(!s.record_restart(&id, 1, &start, "attempt 2 (timeout)", NOW).unwrap());
+    // Nor is a restart of another Slurm job taken for this one's.
+    let other = crate::ops::refresh::Start { slurm_job_id: "99".into(), ..start.clone() };
+    assert!(!s.record_restart(&id, 2, &other, "x", NOW).unwrap());
+    let job = s.summary(&id).unwrap();
+    assert_eq!((job.attempt, job.slurm_job_id.as_deref()), (2, Some("41")));
+    let a = s.attempts(&id).unwrap();
+    assert_eq!(a.len(), 2);
+    assert_eq!((a[0].failure_class.as_deref(), a[0].ended_at), (Some("timeout"), Some(NOW + 30)));
+    assert_eq!(
+        (a[1].cause.as_deref(), a[1].resumed_from.as_deref(), a[1].slurm_restart, a[1].slurm_job_id.as_deref()),
+        (Some("timeout"), Some("/r/train/epoch-5.pth"), Some(1), Some("41"))
+    );
+    assert_eq!(a[1].slurm_job_name, a[0].slurm_job_name, "the same Slurm job");
+}

@@ -7,7 +7,8 @@ use crate::common::{is_terminal, Env};
 use std::process::Stdio;
 use std::time::Duration;
 
-/// A stand-in for a TAO training: `EPOCHS` epochs of `SECONDS` each, a checkpoint `epoch-N.pth` after
+/// A stand-in for a TAO training: `EPOCHS` epochs of `EPOCH_SECONDS` each (not bash's `SECONDS`, which
+/// counts up), a checkpoint `epoch-N.pth` after
 /// each, resumed from `$TAO_RESUME_CHECKPOINT` when set; on USR2 (the warning) it says so and saves
 /// its last finished epoch again (so it is the newest). The sleeps ignore USR2 (only the training reacts).
 pub const TRAINING: &str = r#"set -u
@@ -22,7 +23,7 @@ fi
 last=$((start - 1))
 trap 'echo "training: warned after epoch $last, saving"; [ "$last" -gt 0 ] && touch "$dir/epoch-$last.pth"' USR2
 for e in $(seq "$start" "$EPOCHS"); do
-  (trap '' USR2; exec sleep "$SECONDS") & s=$!
+  (trap '' USR2; exec sleep "$EPOCH_SECONDS") & s=$!
   while kill -0 "$s" 2>/dev/null; do wait "$s"; done
   echo "epoch $e" > "$dir/epoch-$e.pth"; last=$e
   echo "training: finished epoch $e"
@@ -33,7 +34,8 @@ echo "training: done"
 #[test]
 fn a_training_longer_than_its_time_limit_resumes_from_its_newest_checkpoint_each_time() {
     let env = Env::new();
-    // 12 epochs of 4 s (48 s of training) under a 30 s inner timeout warned 10 s before it: three runs.
+    // 18 epochs of 4 s (72 s of training) under a 30 s inner timeout warned 10 s before it (the
+    // training goes on after the warning until the timeout: 7 epochs a run): three runs.
     let (job, slurm) = env.submit(&[
         "--image",
         "ubuntu:22.04",
@@ -48,9 +50,9 @@ fn a_training_longer_than_its_time_limit_resumes_from_its_newest_checkpoint_each
         "--checkpoint-grace",
         "10",
         "--env",
-        "EPOCHS=12",
+        "EPOCHS=18",
         "--env",
-        "SECONDS=4",
+        "EPOCH_SECONDS=4",
         "--shell",
         "--",
         TRAINING,
@@ -69,7 +71,7 @@ fn a_training_longer_than_its_time_limit_resumes_from_its_newest_checkpoint_each
     assert!(err.matches("the time limit is near").count() >= 2, "{err}");
     assert!(out.matches("training: warned after epoch").count() >= 2, "{out}");
     // Every epoch finished exactly once: each run went on from the newest checkpoint, none restarted.
-    for e in 1..=12 {
+    for e in 1..=18 {
         assert_eq!(out.matches(&format!("training: finished epoch {e}\n")).count(), 1, "epoch {e}:\n{out}");
     }
     assert_eq!(out.matches("starting from scratch").count(), 1, "{out}");
@@ -80,7 +82,61 @@ fn a_training_longer_than_its_time_limit_resumes_from_its_newest_checkpoint_each
     // The listing knows the checkpoints, newest last.
     let cks = env.json(&["checkpoints", &job, "--json"]);
     let paths: Vec<&str> = cks["checkpoints"].as_array().unwrap().iter().map(|c| c["path"].as_str().unwrap()).collect();
-    assert_eq!(paths.last(), Some(&"train/epoch-12.pth"), "{cks}");
+    assert_eq!(paths.last(), Some(&"train/epoch-18.pth"), "{cks}");
+    // Each run after the first is an attempt of its own, made for the timeout, from the checkpoint
+    // the run resumed from (the same Slurm job, restarted).
+    let attempts = v["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), resumes.len() + 1, "{v:#}\n{out}");
+    for (a, resumed) in attempts[1..].iter().zip(&resumes) {
+        assert_eq!((a["cause"].as_str(), a["slurm_job_id"].as_str()), (Some("timeout"), Some(slurm.as_str())), "{v:#}");
+        let from = a["resumed_from"].as_str().unwrap_or_else(|| panic!("no checkpoint: {v:#}"));
+        assert!(resumed.ends_with(from), "attempt {} from {from}, the training said {resumed}", a["number"]);
+    }
+    let n = attempts.len();
+    assert_eq!(v["attempt_summary"].as_str(), Some(format!("attempt {n} of at most 5 (timeout)").as_str()), "{v:#}");
+}
+
+#[test]
+fn a_training_whose_total_time_is_spent_ends_error_with_that_reason() {
+    let env = Env::new();
+    // It says 20 s of training in all; it needs 72 s. Runs of a 30 s timeout warned 10 s before give
+    // 20 s each: one run, plus one spare, so two queue-length attempts at most.
+    let (job, slurm) = env.submit(&[
+        "--image",
+        "ubuntu:22.04",
+        "--gpus",
+        "1",
+        "--time-hours",
+        "0.05",
+        "--timeout-hours",
+        &format!("{}", 30.0 / 3600.0),
+        "--total-time",
+        &format!("{}", 20.0 / 3600.0),
+        "--checkpoint-grace",
+        "10",
+        "--env",
+        "EPOCHS=18",
+        "--env",
+        "EPOCH_SECONDS=4",
+        "--shell",
+        "--",
+        TRAINING,
+    ]);
+    let v = wait_for(&format!("job {job} terminal"), Duration::from_secs(400), Duration::from_millis(700), || {
+        let v = env.status(&job);
+        if !is_terminal(&v) && v["message"].as_str().is_some_and(|m| m.contains("BeginTime")) {
+            env.nudge(&slurm);
+        }
+        when(v, is_terminal)
+    });
+    assert_eq!(v["status"], "Error", "{v:#}");
+    assert_eq!(
+        v["message"].as_str(),
+        Some("training budget spent: attempt 2 of at most 2 (timeout) (its total training time of 0.01 h was not enough)"),
+        "{v:#}"
+    );
+    let causes: Vec<Option<&str>> = v["attempts"].as_array().unwrap().iter().map(|a| a["cause"].as_str()).collect();
+    assert_eq!(causes, [None, Some("timeout")], "{v:#}");
 }
 
 #[test]
@@ -132,7 +188,7 @@ fn training_on(env: &Env, node: &str, epochs_done: u32, extra: &[&str]) -> (Stri
         "--env",
         "EPOCHS=8",
         "--env",
-        "SECONDS=3",
+        "EPOCH_SECONDS=3",
     ];
     args.extend_from_slice(extra);
     args.extend(["--shell", "--", TRAINING]);

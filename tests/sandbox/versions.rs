@@ -219,6 +219,7 @@ on_both! {
             results_root: format!("{base}/nonexistent"),
             status_sig: None,
             array_index: None,
+            look: None,
         };
         let script = tao_slurm::ops::refresh::refresh_script(&[target("987654321"), target(&finished)]);
         let obs = wait_until_accounted(&env, &script, &finished);

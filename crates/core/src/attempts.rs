@@ -132,7 +132,7 @@ pub fn budget_spent_message(runs: u32, total_seconds: u64) -> String {
 
 /// Seconds as hours, as a person reads them (`20 h`, `0.01 h`).
 fn hours_text(seconds: u64) -> String {
-    if seconds % 3600 == 0 {
+    if seconds.is_multiple_of(3600) {
         format!("{} h", seconds / 3600)
     } else {
         format!("{:.2} h", seconds as f64 / 3600.0)
@@ -295,7 +295,7 @@ mod tests {
             grace in 0u64..7200,
         ) {
             let runs = queue_runs(total, timeout, grace);
-            prop_assert!(runs >= 2 && runs <= MAX_QUEUE_RUNS);
+            prop_assert!((2..=MAX_QUEUE_RUNS).contains(&runs));
             let per_run = useful_seconds(timeout, grace).max(1);
             if runs < MAX_QUEUE_RUNS {
                 prop_assert!(u64::from(runs - 1) * per_run >= total);

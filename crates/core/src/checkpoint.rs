@@ -58,6 +58,12 @@ pub fn parse_patterns(field: &str, text: &str) -> Result<Vec<String>, SpecError>
 /// The `find` tests (after the starting point) that select checkpoints: files and directories by
 /// their patterns, never a name with a newline. Patterns passed [`check_pattern`].
 pub fn find_tests(patterns: &[String]) -> String {
+    format!("-mindepth 1 -maxdepth {DEPTH} ! -name $'*\\n*' \\( {} \\)", kinds(patterns))
+}
+
+/// The `find` expression that is true of a checkpoint (a file or a directory, which it prunes) by
+/// its patterns; `-false` when there is none.
+pub fn kinds(patterns: &[String]) -> String {
     let names = |dirs: bool| -> Vec<String> {
         patterns
             .iter()
@@ -76,7 +82,7 @@ pub fn find_tests(patterns: &[String]) -> String {
     if kinds.is_empty() {
         return "-false".to_string();
     }
-    format!("-mindepth 1 -maxdepth {DEPTH} ! -name $'*\\n*' \\( {} \\)", kinds.join(" -o "))
+    kinds.join(" -o ")
 }
 
 /// Shell text that sets `var` to the newest checkpoint under the directory in `$dir_var` (an

@@ -34,6 +34,9 @@ pub struct AttemptRecord {
     pub cause: Option<String>,
     /// The checkpoint this attempt started from, as known when it was made (None: none, or not known).
     pub resumed_from: Option<String>,
+    /// For an attempt that is a restart of the same Slurm job (a timeout requeue, or Slurm's own
+    /// requeue after a preemption): Slurm's restart count. None for a Slurm job's first start.
+    pub slurm_restart: Option<u32>,
     pub recorded_at: i64,
     pub submitted_at: Option<i64>,
     pub ended_at: Option<i64>,

@@ -50,6 +50,67 @@ pub struct Observations {
     /// Records slurmctld has not yet sent to the accounting database (sdiag's DBD Agent queue size),
     /// asked only when some job left squeue: while it is not zero, sacct may not know a finished job.
     pub dbd_queue: Option<u64>,
+    /// The newest checkpoint of each job whose checkpoints were looked for ([`RefreshTarget::look`]),
+    /// where it has one.
+    pub checkpoints: HashMap<String, String>,
+    /// The starts its batch script recorded (`layout::STARTS_FILE`), of the same jobs.
+    pub starts: HashMap<String, Vec<Start>>,
+}
+
+/// One start of a job's batch script, as it recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Start {
+    pub at: i64,
+    pub slurm_job_id: String,
+    /// Slurm's restart count: 0 on a Slurm job's first start.
+    pub restart: u32,
+    /// Why Slurm restarted it (`timeout`: the script's own requeue; `preempted`: Slurm's); None on a
+    /// first start.
+    pub cause: Option<crate::attempts::Cause>,
+    pub checkpoint: Option<String>,
+}
+
+/// The restarts of the job's current Slurm job that its attempts do not record yet, oldest first:
+/// each becomes the job's next attempt (`attempts` are the job's, first to last).
+pub fn new_restarts<'a>(
+    job: &JobSummary,
+    attempts: &[crate::model::AttemptRecord],
+    starts: &'a [Start],
+) -> Vec<&'a Start> {
+    let Some(current) = job.slurm_job_id.as_deref() else { return Vec::new() };
+    let recorded = attempts
+        .iter()
+        .filter(|a| a.slurm_job_id.as_deref() == Some(current))
+        .map(|a| a.slurm_restart.unwrap_or(0))
+        .max()
+        .unwrap_or(0);
+    let mut seen = recorded;
+    let mut out = Vec::new();
+    for s in starts.iter().filter(|s| s.slurm_job_id == current && s.restart > recorded) {
+        if s.restart > seen {
+            seen = s.restart;
+            out.push(s);
+        }
+    }
+    out
+}
+
+/// The last starts a job's batch script recorded, oldest first; a line not in the form is skipped.
+pub fn parse_starts(text: &str) -> Vec<Start> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(5, ' ');
+            let at = f.next()?.parse().ok()?;
+            let slurm_job_id = f.next().filter(|id| crate::slurm::is_slurm_job_id(id))?.to_string();
+            let restart = f.next()?.parse().ok()?;
+            let cause = match f.next()? {
+                "-" => None,
+                c => Some(crate::attempts::Cause::parse(c)?),
+            };
+            let checkpoint = f.next().filter(|c| *c != "-" && !c.is_empty()).map(String::from);
+            Some(Start { at, slurm_job_id, restart, cause, checkpoint })
+        })
+        .collect()
 }
 
 impl Observations {
@@ -76,7 +137,22 @@ pub struct RefreshTarget {
     /// A sweep variant's index in its job array while its first attempt is that array's task: the
     /// lock then holds the array's id, and the task's id is `<array>_<index>`.
     pub array_index: Option<u32>,
+    /// Where to look for the job's newest checkpoint and its recorded starts: only for a running
+    /// job that resumes (one `find` each, so not for the thousands a refresh may follow otherwise).
+    pub look: Option<CheckpointLook>,
 }
+
+/// A job's results directory and what counts as a checkpoint in it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckpointLook {
+    pub results_dir: String,
+    pub patterns: Vec<String>,
+}
+
+/// Lines of the starts record read per look (the newest; a job restarts far fewer times).
+const STARTS_LINES: u32 = 64;
+/// A starts record larger than this is not read (it holds a line per start: a job's own bloat).
+const STARTS_MAX_BYTES: u64 = 65_536;
 
 impl RefreshTarget {
     pub fn of(job: &JobSummary) -> RefreshTarget {
@@ -88,6 +164,9 @@ impl RefreshTarget {
             results_root: job.layout.results_root.clone(),
             status_sig: job.status_sig.clone(),
             array_index: job.array_index(),
+            look: (job.status == PlatformStatus::Running && !job.checkpoint_patterns.is_empty()).then(|| {
+                CheckpointLook { results_dir: job.layout.results_dir(), patterns: job.checkpoint_patterns.clone() }
+            }),
         }
     }
 }
@@ -227,7 +306,37 @@ pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
         changed = quote(&changed_program()),
         reader = quote(&status_reader()),
     ));
+    look_script(&mut s, jobs);
     s
+}
+
+/// The jobs with a [`CheckpointLook`], grouped by their patterns (usually one group): for each
+/// group one `find`, one awk and one bash (`templates/refresh_looks.sh`), whatever its size.
+fn look_script(s: &mut String, jobs: &[RefreshTarget]) {
+    let mut groups: BTreeMap<&[String], Vec<(&str, &str)>> = BTreeMap::new();
+    for job in jobs {
+        if let Some(look) = &job.look {
+            groups.entry(&look.patterns).or_default().push((look.results_dir.as_str(), job.job_id.as_str()));
+        }
+    }
+    for (patterns, members) in groups {
+        let dirs: Vec<String> = members.iter().map(|(d, _)| quote(&format!("{d}/"))).collect();
+        let list: String = members.iter().map(|(d, j)| format!("{d}/\t{j}\n")).collect();
+        s.push_str(&template::fill(
+            include_str!("templates/refresh_looks.sh"),
+            &[
+                ("DIRS", &dirs.join(" ")),
+                ("DEPTH", &crate::checkpoint::DEPTH.to_string()),
+                ("KINDS", &crate::checkpoint::kinds(patterns)),
+                ("STARTS_PATH", &format!("{}/{}", crate::layout::BOOKKEEPING_DIR, crate::layout::STARTS_FILE)),
+                ("STARTS_MAX", &STARTS_MAX_BYTES.to_string()),
+                ("STARTS_LINES", &STARTS_LINES.to_string()),
+                ("READ_SECS", &STATUS_READ_SECS.to_string()),
+                ("SECTION", SECTION),
+                ("LIST", &list),
+            ],
+        ));
+    }
 }
 
 /// Parse the refresh script's output. Pure.
@@ -258,6 +367,14 @@ pub fn parse_refresh_output(stdout: &str) -> Observations {
                 }
             }
             "dbd_queue" => obs.dbd_queue = arg.trim().parse().ok(),
+            "checkpoint" => {
+                if let Some((job, path)) = arg.split_once(' ').filter(|(_, p)| !p.trim().is_empty()) {
+                    obs.checkpoints.insert(job.to_string(), path.trim().to_string());
+                }
+            }
+            "starts" => {
+                obs.starts.insert(arg.trim().to_string(), parse_starts(&unprefix_lines(&body)));
+            }
             "status_json" => {
                 let (job, sig) = arg.split_once(' ').unwrap_or((&arg, ""));
                 obs.status_json.insert(job.to_string(), unprefix_lines(&body));
@@ -531,6 +648,7 @@ mod tests {
             results_root: "/x/results".into(),
             status_sig: None,
             array_index: None,
+            look: None,
         };
         let script = refresh_script(&[t]);
         assert_eq!(super::template::unfilled(&script), Vec::<String>::new(), "{script}");
@@ -594,6 +712,7 @@ mod tests {
             results_root: root.into(),
             status_sig: sig.map(String::from),
             array_index: None,
+            look: None,
         }
     }
 
@@ -1014,5 +1133,92 @@ mod tests {
         let behind = crate::slurm::recorded::SDIAG_24_11.replace("DBD Agent queue size: 0", "DBD Agent queue size: 17");
         let obs = parse_refresh_output(&run_with_sdiag(&refresh_script(&jobs), "", &behind));
         assert_eq!(obs.dbd_queue, Some(17));
+    }
+
+    #[test]
+    fn a_running_job_that_resumes_has_its_newest_checkpoint_and_starts_read_and_no_other_job() {
+        let dir = tempfile::tempdir().unwrap();
+        let results = dir.path().join("results/r1");
+        std::fs::create_dir_all(results.join("train")).unwrap();
+        std::fs::create_dir_all(results.join(".tao-slurm")).unwrap();
+        for (name, age) in [("train/epoch-1.pth", 60), ("train/epoch-2.pth", 30)] {
+            std::fs::write(results.join(name), b"x").unwrap();
+            let when = std::time::SystemTime::now() - std::time::Duration::from_secs(age);
+            std::fs::File::options().write(true).open(results.join(name)).unwrap().set_modified(when).unwrap();
+        }
+        let e1 = results.join("train/epoch-1.pth").display().to_string();
+        std::fs::write(
+            results.join(".tao-slurm/attempts"),
+            format!("100 41 0 - -\n200 41 1 timeout {e1}\ngarbage line\n300 41 2 preempted {e1}\n"),
+        )
+        .unwrap();
+        let mut running = job("r1", "41");
+        running.status = PlatformStatus::Running;
+        running.checkpoint_patterns = crate::checkpoint::default_patterns();
+        running.layout.results_root = dir.path().join("results").display().to_string();
+        let pending = JobSummary { status: PlatformStatus::Pending, ..running.clone() };
+        let plain = JobSummary { checkpoint_patterns: Vec::new(), ..running.clone() };
+        assert!(RefreshTarget::of(&running).look.is_some());
+        assert!(RefreshTarget::of(&pending).look.is_none() && RefreshTarget::of(&plain).look.is_none());
+        let script = refresh_script(&[RefreshTarget::of(&running)]);
+        let obs = parse_refresh_output(&run_with_stand_ins(&script, ""));
+        assert_eq!(obs.checkpoints.get("r1"), Some(&results.join("train/epoch-2.pth").display().to_string()));
+        let starts: Vec<(u32, Option<&str>, Option<&str>)> = obs.starts["r1"]
+            .iter()
+            .map(|s| (s.restart, s.cause.map(|c| c.as_str()), s.checkpoint.as_deref()))
+            .collect();
+        assert_eq!(
+            starts,
+            vec![(0, None, None), (1, Some("timeout"), Some(e1.as_str())), (2, Some("preempted"), Some(e1.as_str()))]
+        );
+        // Nothing is looked for when no job asks: the script is as before.
+        assert!(!refresh_script(&[RefreshTarget::of(&plain)]).contains("TAO_SLURM_LOOKS"));
+        assert_eq!(super::template::unfilled(&script), Vec::<String>::new(), "{script}");
+    }
+
+    #[test]
+    fn only_the_current_slurm_jobs_restarts_not_yet_recorded_are_new() {
+        use crate::attempts::Cause::*;
+        let start = |id: &str, restart: u32| Start {
+            at: 0,
+            slurm_job_id: id.into(),
+            restart,
+            cause: (restart > 0).then_some(Timeout),
+            checkpoint: None,
+        };
+        let attempt = |number: u32, id: &str, restart: Option<u32>| crate::model::AttemptRecord {
+            number,
+            slurm_job_name: "n".into(),
+            slurm_job_id: Some(id.into()),
+            login_host: None,
+            state: None,
+            exit_code: None,
+            node_list: None,
+            failure_class: None,
+            evidence: vec![],
+            excluded_nodes: String::new(),
+            cause: None,
+            resumed_from: None,
+            slurm_restart: restart,
+            recorded_at: 0,
+            submitted_at: None,
+            ended_at: None,
+        };
+        let job = job("j", "41");
+        let starts = [start("40", 0), start("40", 1), start("41", 0), start("41", 1), start("41", 1), start("41", 2)];
+        let restarts = |attempts: &[crate::model::AttemptRecord]| -> Vec<u32> {
+            new_restarts(&job, attempts, &starts).iter().map(|s| s.restart).collect()
+        };
+        // (attempts recorded, restarts still new)
+        let cases: Vec<(Vec<crate::model::AttemptRecord>, Vec<u32>)> = vec![
+            (vec![attempt(1, "40", None), attempt(2, "41", None)], vec![1, 2]),
+            (vec![attempt(1, "41", None), attempt(2, "41", Some(1))], vec![2]),
+            (vec![attempt(1, "41", None), attempt(2, "41", Some(1)), attempt(3, "41", Some(2))], vec![]),
+        ];
+        for (attempts, want) in cases {
+            assert_eq!(restarts(&attempts), want, "{attempts:?}");
+        }
+        let unsubmitted = JobSummary { slurm_job_id: None, ..job.clone() };
+        assert!(new_restarts(&unsubmitted, &[], &starts).is_empty());
     }
 }
