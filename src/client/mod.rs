@@ -43,7 +43,7 @@ pub use login::LoginOutcome;
 pub use monitor::{monitor_running, start_background_monitor, Monitor, MonitorLock, MonitorStep, AFTER_FAILURE};
 pub use notify::Notifier;
 pub use results::{ArchiveAsk, ArchiveOut};
-pub use running::{ExecOutput, Forward, RunningJob};
+pub use running::{ExecOutput, Forward, RunningJob, Where};
 pub use secrets::secret_values;
 pub use views::{
     FollowPoll, GroupView, JobCallbacks, JobList, JobView, PathCheck, PipelineSubmitted, StepSubmitted, Submission,

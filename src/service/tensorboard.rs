@@ -59,7 +59,8 @@ fn digest(secret: &str) -> String {
 
 fn mint() -> ApiResult<String> {
     let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|e| ApiError::internal(format!("the system's random generator failed: {e}")))?;
+    getrandom::fill(&mut bytes)
+        .map_err(|e| ApiError::internal(format!("the system's random generator failed: {e}")))?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
@@ -185,7 +186,9 @@ async fn serve(state: &AppStateRef, job_id: &str, req: Request) -> ApiResult<Res
     let sessions = &state.tensorboards;
     if let Some(ticket) = query_value(req.uri().query(), "ticket") {
         let grant = Sessions::check(&sessions.tickets, &ticket, job_id, now, true).ok_or_else(|| {
-            ApiError::unauthorized("the link is not valid (used, expired or for another job); ask for a new one (:tensorboard)")
+            ApiError::unauthorized(
+                "the link is not valid (used, expired or for another job); ask for a new one (:tensorboard)",
+            )
         })?;
         let secret = Sessions::grant(&sessions.cookies, Grant { expires_at: now + COOKIE_SECS, ..grant }, now)?;
         let path = format!("{}/", prefix(job_id));
@@ -194,7 +197,9 @@ async fn serve(state: &AppStateRef, job_id: &str, req: Request) -> ApiResult<Res
     }
     let grant = cookie_values(req.headers())
         .find_map(|c| Sessions::check(&sessions.cookies, &c, job_id, now, false))
-        .ok_or_else(|| ApiError::unauthorized("no valid TensorBoard session for this job; open a new link (:tensorboard)"))?;
+        .ok_or_else(|| {
+        ApiError::unauthorized("no valid TensorBoard session for this job; open a new link (:tensorboard)")
+    })?;
     let job = org_job(state, &grant.org, job_id)?;
     let port = match sessions.forwarded(job_id, job.attempt) {
         Some((p, _)) if job.status == PlatformStatus::Running => p,

@@ -43,11 +43,13 @@ async fn redeem(svc: &Service, http: &reqwest::Client, link: &Value, id: &str) -
 async fn tensorboard_is_reached_through_the_service_with_a_one_time_link() {
     let svc = Service::start();
     let http = no_redirects();
-    let (s, a) = svc.create(&json!({"name": "tb", "image": "ubuntu:22.04", "command": EVENTS, "workspace": "login1"})).await;
+    let (s, a) =
+        svc.create(&json!({"name": "tb", "image": "ubuntu:22.04", "command": EVENTS, "workspace": "login1"})).await;
     assert_eq!(s, 201, "{a}");
     let id = a["id"].as_str().unwrap().to_string();
     // A job that is not running yet has no TensorBoard (or one that already runs: then skip ahead).
-    let early = svc.http.post(svc.api(&format!("/jobs/{id}:tensorboard"))).bearer_auth(&svc.token).send().await.unwrap();
+    let early =
+        svc.http.post(svc.api(&format!("/jobs/{id}:tensorboard"))).bearer_auth(&svc.token).send().await.unwrap();
     assert!(matches!(early.status().as_u16(), 409 | 200), "{}", early.text().await.unwrap());
     svc.wait_job(&id, LIMIT, |j| j["status"] == "Running").await;
 
@@ -89,7 +91,9 @@ async fn tensorboard_is_reached_through_the_service_with_a_one_time_link() {
     assert!(data["files"].as_array().unwrap().iter().any(|f| f == "events.out.tfevents.7"), "{data}");
 
     // The cookie is this job's only.
-    let (s, b) = svc.create(&json!({"name": "tb2", "image": "ubuntu:22.04", "command": "sleep 300", "workspace": "login1"})).await;
+    let (s, b) = svc
+        .create(&json!({"name": "tb2", "image": "ubuntu:22.04", "command": "sleep 300", "workspace": "login1"}))
+        .await;
     assert_eq!(s, 201, "{b}");
     let other = b["id"].as_str().unwrap().to_string();
     let cross = http.get(format!("{}/tensorboard/{other}/", svc.url)).header(COOKIE, &cookie).send().await.unwrap();
@@ -105,6 +109,7 @@ async fn tensorboard_is_reached_through_the_service_with_a_one_time_link() {
     assert_eq!(gone.status(), StatusCode::GONE, "{}", gone.text().await.unwrap());
     let after = http.get(&page_url).header(COOKIE, &cookie).send().await.unwrap();
     assert_eq!(after.status(), StatusCode::UNAUTHORIZED, "the session ended with the job");
-    let ended = svc.http.post(svc.api(&format!("/jobs/{id}:tensorboard"))).bearer_auth(&svc.token).send().await.unwrap();
+    let ended =
+        svc.http.post(svc.api(&format!("/jobs/{id}:tensorboard"))).bearer_auth(&svc.token).send().await.unwrap();
     assert_eq!(ended.status(), StatusCode::CONFLICT);
 }
