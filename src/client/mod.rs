@@ -53,6 +53,12 @@ pub use workdir::WorkdirUpload;
 
 pub use crate::clock::rfc3339;
 
+/// The span of work on one job: every log line inside it names the job (`job{job_id=...}`), in the
+/// command line's, the MCP server's and the service's logs alike.
+pub(crate) fn job_span(id: &str) -> tracing::Span {
+    tracing::info_span!("job", job_id = %id)
+}
+
 /// Unix seconds now: the one clock the front-ends read (the core is given `now`, never reads it).
 pub fn now_secs() -> i64 {
     crate::clock::now()

@@ -73,6 +73,7 @@ fn invalid(field: &str, message: impl Into<String>) -> Error {
 impl Client {
     /// The job, refreshed, if it runs now; else an error saying what it is doing.
     pub fn running_job(&self, id: &str) -> Result<RunningJob> {
+        let _span = super::job_span(id).entered();
         let view = self.job_status(id)?;
         match (view.status, view.slurm_job_id, view.node_list) {
             (PlatformStatus::Running, Some(slurm_job_id), Some(node_list)) if !node_list.is_empty() => {
