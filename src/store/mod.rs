@@ -14,6 +14,7 @@ mod groups;
 mod jobs;
 mod kpis;
 mod notify;
+mod pause;
 mod reopen;
 mod rows;
 mod schema;
@@ -28,6 +29,7 @@ pub use dependencies::DependencyRow;
 pub use groups::{Group, GroupRecord};
 pub use jobs::Member;
 pub use notify::Outgoing;
+pub use pause::{NewDocs, PauseAsk};
 // The job's domain types are the core's: a store of them, not their home.
 pub use crate::model::{AttemptRecord, EventRecord, JobRecord, JobSummary, StatusUpdate};
 
