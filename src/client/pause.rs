@@ -75,6 +75,16 @@ impl Client {
         if step == ResumeStep::Nothing {
             return self.job_status(&job.job_id);
         }
+        if self.store.paused_by_us(&[job.job_id.as_str()])?.is_empty() {
+            return Err(SpecError::new(
+                "job_id",
+                format!(
+                    "job {} is suspended by Slurm, not paused by tao-slurm: `scontrol resume` takes it up",
+                    job.job_id
+                ),
+            )
+            .into());
+        }
         let changed = match specs {
             Some(s) => with_new_specs(&job.job_id, &job.plan, &job.spec_json, s)?,
             None => None,

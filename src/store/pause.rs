@@ -115,7 +115,8 @@ impl Store {
     ) -> Result<bool, StoreError> {
         let next = Reopening { attempt, next_name, cause: "resumed", message };
         self.in_transaction(|| {
-            if !self.reopen(job_id, &next, "status = 'Paused'", "Resuming", now)? {
+            let ours = "status = 'Paused' AND EXISTS (SELECT 1 FROM pauses p WHERE p.job_id = jobs.job_id AND p.attempt = jobs.attempt)";
+            if !self.reopen(job_id, &next, ours, "Resuming", now)? {
                 return Ok(false);
             }
             if let Some(d) = docs {
@@ -176,10 +177,12 @@ mod tests {
         assert!(store.paused_by_us(&[j1]).unwrap().is_empty());
         let events = store.events(j1).unwrap();
         assert_eq!(events.iter().filter(|e| e.1 == "resumed").count(), 1);
-        // A Slurm-suspended job (Paused without a pause row) is not ours.
+        // A Slurm-suspended job (Paused without a pause row) is not ours, and not resumed here.
         let p2 = crate::plan::resolve(&spec(), &settings()).unwrap();
+        let j2 = p2.layout.job_id.as_str();
         store.insert_job("{}", &p2, 100).unwrap();
-        store.update_status(&p2.layout.job_id, &StatusUpdate::bare(PlatformStatus::Paused, "SUSPENDED"), 102).unwrap();
-        assert!(store.paused_by_us(&[p2.layout.job_id.as_str()]).unwrap().is_empty());
+        store.update_status(j2, &StatusUpdate::bare(PlatformStatus::Paused, "SUSPENDED"), 102).unwrap();
+        assert!(store.paused_by_us(&[j2]).unwrap().is_empty());
+        assert!(!store.reopen_paused(j2, 1, "next", None, "resumed", 300).unwrap());
     }
 }
