@@ -8,6 +8,7 @@ mod logs;
 mod lookup;
 mod monitor;
 mod notify;
+mod pause;
 mod refresh;
 mod results;
 mod retry;

@@ -15,6 +15,7 @@ mod jobs;
 mod kpis;
 mod leases;
 mod notify;
+mod pause;
 mod reopen;
 mod rows;
 mod schema;
@@ -30,6 +31,7 @@ pub use groups::{Group, GroupRecord};
 pub use jobs::Member;
 pub use leases::Lease;
 pub use notify::Outgoing;
+pub use pause::{NewDocs, PauseAsk};
 // The job's domain types are the core's: a store of them, not their home.
 pub use crate::model::{AttemptRecord, EventRecord, JobRecord, JobSummary, StatusUpdate};
 

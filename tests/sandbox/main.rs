@@ -13,6 +13,7 @@ mod service_support;
 mod architecture;
 mod long_training;
 mod notify;
+mod pause_resume;
 mod preflight;
 mod progress_cli;
 mod running_jobs;
