@@ -11,14 +11,13 @@ impl Client {
         let _span = super::job_span(id).entered();
         let job = self.store.summary(id)?;
         if job.status.is_terminal() {
-            let mut view = JobView::at(&job, super::now_secs());
-            view.attempts = Some(self.store.attempts(&job.job_id)?);
-            return Ok(view);
+            return Ok(
+                JobView::at(&job, super::now_secs()).with_attempts(self.store.attempts(&job.job_id)?, job.timeout_runs)
+            );
         }
         self.refresh_and_advance(std::slice::from_ref(&job))?;
-        let mut view = JobView::at(&self.store.summary(&job.job_id)?, super::now_secs());
-        view.attempts = Some(self.store.attempts(&job.job_id)?);
-        Ok(view)
+        let job = self.store.summary(&job.job_id)?;
+        Ok(JobView::at(&job, super::now_secs()).with_attempts(self.store.attempts(&job.job_id)?, job.timeout_runs))
     }
 
     /// Refresh every given job (all active ones when `ids` is empty) in one round trip.

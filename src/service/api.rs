@@ -755,6 +755,8 @@ pub async fn job_attempts(state: AppStateRef, org: String, id: String) -> ApiRes
                 failure_class: a.failure_class,
                 evidence: a.evidence,
                 excluded_nodes: a.excluded_nodes,
+                cause: a.cause,
+                resumed_from: a.resumed_from,
                 submitted_at: a.submitted_at.map(rfc3339),
                 ended_at: a.ended_at.map(rfc3339),
             })

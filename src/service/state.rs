@@ -400,6 +400,7 @@ fn cached(client: &Client, view: &JobView, meta: &ApiJob, key: ChangeKey, rev: u
                 node_list: view.node_list.clone(),
                 login_host: view.login_host.clone(),
                 next_retry_at: view.next_retry_at.map(types::rfc3339),
+                latest_checkpoint: view.checkpoint.clone(),
             },
         },
         tao: meta.tao.clone().and_then(|t| serde_json::from_value(t).ok()).unwrap_or_default(),

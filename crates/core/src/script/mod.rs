@@ -339,6 +339,13 @@ fn write_exit(s: &mut String, plan: &Plan) {
             "    echo \"tao-slurm: inner timeout reached; requeueing (timeout requeue $((done_requeues + 1)) of {})\" >&2",
             plan.max_timeout_requeues
         );
+        let _ = writeln!(
+            s,
+            "    mkdir -p {d} && echo {} > {d}/{}",
+            crate::attempts::Cause::Timeout.as_str(),
+            crate::layout::REQUEUE_CAUSE_FILE,
+            d = quote(&format!("{}/{}", plan.layout.results_dir(), crate::layout::BOOKKEEPING_DIR))
+        );
         line(s, "    scontrol requeue \"$SLURM_JOB_ID\" && exit 0");
         line(s, "  fi");
     }
