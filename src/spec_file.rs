@@ -28,6 +28,18 @@ pub fn read_cosmos_config(section: &mut CosmosRlSpec, relative_to: &Path) -> Res
     Ok(())
 }
 
+/// Read a specs file (`resume --spec`): a JSON object of spec keys, as TAO's resume body's `specs`.
+pub fn read_specs_file(path: &Path) -> Result<serde_json::Value, SpecError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| SpecError::new("spec", format!("cannot read {}: {e}", path.display())))?;
+    let specs: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| SpecError::new("spec", format!("{} is not JSON: {e}", path.display())))?;
+    if !specs.is_object() {
+        return Err(SpecError::new("spec", format!("{} must hold a JSON object of spec keys", path.display())));
+    }
+    Ok(specs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -212,9 +212,33 @@ impl Engine {
         self.with(py, move |c| Ok(json(&c.retry_job(&id)?)))
     }
 
-    /// Run `command` in the running job's container (on `node`, else once per node): its exit status
-    /// and at most `max_bytes` of each output stream (JSON).
-    #[pyo3(signature = (id, command, node=None, timeout_secs=60, max_bytes=65536))]
+    /// Pause a job (graceful: the checkpoint signal first, Pausing until it ends or its grace
+    /// passes); its view (JSON).
+    #[pyo3(signature = (id, graceful=false))]
+    fn pause(&self, py: Python<'_>, id: String, graceful: bool) -> PyResult<String> {
+        self.with(py, move |c| Ok(json(&c.pause_job(&id, graceful)?)))
+    }
+
+    /// Resume a paused job from its newest checkpoint, with `specs` (a JSON object's text) replacing
+    /// its own when given; its view (JSON).
+    #[pyo3(signature = (id, specs=None))]
+    fn resume(&self, py: Python<'_>, id: String, specs: Option<String>) -> PyResult<String> {
+        self.with(py, move |c| {
+            let specs: Option<serde_json::Value> = match specs {
+                Some(text) => Some(
+                    serde_json::from_str(&text)
+                        .map_err(|e| Error::from(tao_slurm::spec::SpecError::new("specs", format!("not JSON: {e}"))))?,
+                ),
+                None => None,
+            };
+            Ok(json(&c.resume_job(&id, specs.as_ref())?))
+        })
+    }
+
+    /// Run `command` in the running job's container (on `node`, or a Cosmos-RL job's `role`, else once
+    /// per node): its exit status and at most `max_bytes` of each output stream (JSON).
+    #[pyo3(signature = (id, command, node=None, timeout_secs=60, max_bytes=65536, role=None))]
+    #[allow(clippy::too_many_arguments)] // Python's keyword arguments, one each
     fn exec_job(
         &self,
         py: Python<'_>,
@@ -223,8 +247,10 @@ impl Engine {
         node: Option<String>,
         timeout_secs: u64,
         max_bytes: u64,
+        role: Option<String>,
     ) -> PyResult<String> {
-        self.with(py, move |c| Ok(json(&c.exec_capture(&id, node.as_deref(), &command, timeout_secs, max_bytes)?)))
+        let at = tao_slurm::client::Where::new(node.as_deref(), role.as_deref());
+        self.with(py, move |c| Ok(json(&c.exec_capture(&id, &at, &command, timeout_secs, max_bytes)?)))
     }
 
     /// One poll of following a job's logs from byte offsets `(stdout, stderr)`: returns the job

@@ -469,6 +469,38 @@ class SlurmSDK(StorageCalls):
         self._wake.set()
         return self._status_from_view(view)
 
+    def pause_job(self, job_id: str, graceful: bool = False) -> JobStatus:
+        """Pause a job (TAO's ``pause_job``): its Slurm job is cancelled and its allocation released,
+        status ``Paused``. ``graceful``: a running job first gets the checkpoint signal (USR2, as
+        before a time limit) and is ``Pausing`` until it ends or its checkpoint grace passes. Its
+        dependants wait. Idempotent: a paused job is answered as it is.
+
+        Raises:
+            JobNotFoundError: no such job; JobSpecError: a job that ended.
+        """
+        view = json.loads(self._engine.pause(job_id, graceful))
+        self._update_job(view)
+        self._wake.set()
+        return self._status_from_view(view)
+
+    def resume_job(
+        self, job_id: str, specs: Optional[Mapping[str, Any]] = None, parent_job_id: Optional[str] = None
+    ) -> JobStatus:
+        """Resume a paused job (TAO's ``resume_job``): a new attempt from its newest checkpoint
+        (``TAO_RESUME_CHECKPOINT``, and TAO's ``train.resume_training_checkpoint_path`` in its specs),
+        with ``specs`` replacing its own when given and not empty; ``Resuming`` until Slurm runs it.
+        Idempotent: two callers at once make one Slurm job. ``parent_job_id`` is TAO's and is not used
+        (the job's dependencies stay as they were).
+
+        Raises:
+            JobNotFoundError: no such job; JobSpecError: a job that ended or is still pausing.
+        """
+        del parent_job_id
+        view = json.loads(self._engine.resume(job_id, None if specs is None else json.dumps(dict(specs))))
+        self._update_job(view)
+        self._wake.set()
+        return self._status_from_view(view)
+
     def exec_job(
         self,
         job_id: str,
@@ -476,15 +508,17 @@ class SlurmSDK(StorageCalls):
         node: Optional[str] = None,
         timeout_secs: int = 60,
         max_bytes: int = 65536,
+        role: Optional[str] = None,
     ) -> Dict[str, Any]:
         """Run ``command`` (a list of words, never a shell line) inside the running job's container, on
-        ``node`` or once on each of its nodes (``srun --overlap``). Returns ``exit_code``, ``stdout``,
+        ``node`` or once on each of its nodes (``srun --overlap``); for a Cosmos-RL job, on ``role``'s
+        nodes in its container (controller, policy, rollout). Returns ``exit_code``, ``stdout``,
         ``stderr`` (each at most ``max_bytes``), their full sizes and ``truncated``.
 
         Raises:
             JobNotFoundError: no such job; JobSpecError: the job is not running or the command is empty.
         """
-        return json.loads(self._engine.exec_job(job_id, list(command), node, timeout_secs, max_bytes))
+        return json.loads(self._engine.exec_job(job_id, list(command), node, timeout_secs, max_bytes, role))
 
     def cancel_sweep(self, sweep_id: str) -> List[JobStatus]:
         """Cancel the variants of a sweep (or the steps of a pipeline) that have not finished; the

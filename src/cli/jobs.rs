@@ -15,7 +15,7 @@ pub struct ListCmd {
     /// Only jobs that are not yet terminal
     #[arg(long)]
     pub active: bool,
-    /// Only jobs in this status (Pending, Running, Complete, Error, Canceled, Paused)
+    /// Only jobs in this status (Pending, Running, Complete, Error, Canceled, Paused, Pausing, Resuming)
     #[arg(long)]
     pub status: Option<String>,
     /// Only jobs submitted within this long (30m, 2h, 7d)

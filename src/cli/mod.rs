@@ -13,6 +13,7 @@ mod logs;
 mod mcp;
 pub(crate) mod monitor;
 pub(crate) mod output;
+mod pause;
 mod preflight;
 mod progress;
 mod render;
@@ -75,6 +76,10 @@ enum Command {
     Cancel(cancel::CancelCmd),
     /// Run a job that ended Error or Canceled again, from its newest checkpoint
     Retry(retry::RetryCmd),
+    /// Pause a job: its allocation released (--graceful: after it saves a checkpoint)
+    Pause(pause::PauseCmd),
+    /// Resume a paused job from its newest checkpoint, optionally with new specs
+    Resume(pause::ResumeCmd),
     /// Manage the squashfs image cache on shared storage
     Image(image::ImageCmd),
     /// Check that input paths exist on the cluster's shared storage
@@ -205,6 +210,8 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::Watch(c) => c.run(settings),
         Command::Cancel(c) => c.run(settings),
         Command::Retry(c) => c.run(settings),
+        Command::Pause(c) => c.run(settings),
+        Command::Resume(c) => c.run(settings),
         Command::Preflight(c) => c.run(settings),
         Command::Monitor(c) => c.run(settings),
         Command::CheckPath(c) => c.run(settings),

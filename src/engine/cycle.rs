@@ -10,6 +10,7 @@ use crate::error::Result;
 use crate::ops::failure::RetryPolicy;
 use crate::ops::refresh::Observations;
 use crate::remote::Remote;
+use crate::status::PlatformStatus;
 use crate::store::{JobRecord, JobSummary, Store};
 
 /// What a cycle needs: the transport, the state, the retry policy, and the settings a recorded job's
@@ -28,6 +29,14 @@ impl Cycle<'_> {
     /// Observe `jobs` in one round trip and settle what that shows. Returns the ids of the jobs whose
     /// records changed.
     pub fn run(&self, jobs: &[JobSummary]) -> Result<Vec<String>> {
+        let kept;
+        let jobs = match self.without_paused(jobs)? {
+            Some(k) => {
+                kept = k;
+                kept.as_slice()
+            }
+            None => jobs,
+        };
         if jobs.is_empty() {
             // Secrets of jobs that ended while their removal could not run are still swept.
             if !self.observe_only && !self.store.secrets_to_remove()?.is_empty() {
@@ -53,19 +62,47 @@ impl Cycle<'_> {
     /// Everything after the observation (for callers whose round trip carried the refresh script
     /// along with something else, like `logs -f`).
     pub fn settle(&self, jobs: &[JobSummary], obs: &Observations, host: &str) -> Result<Vec<String>> {
+        let kept;
+        let jobs = match self.without_paused(jobs)? {
+            Some(k) => {
+                kept = k;
+                kept.as_slice()
+            }
+            None => jobs,
+        };
         if self.observe_only {
             return refresh::record_observed(self.store, jobs, obs, host);
         }
         let mut touched = refresh::record(self.remote, self.store, &self.policy, jobs, obs, host)?;
-        // Only jobs without a Slurm job can have a retry to submit or a submission to resume.
         let ids: std::collections::HashSet<&str> = jobs.iter().map(|j| j.job_id.as_str()).collect();
-        let waiting: Vec<JobRecord> =
-            self.store.waiting_for_submission()?.into_iter().filter(|j| ids.contains(j.job_id.as_str())).collect();
+        // A graceful pause whose bound passed: the job is cancelled now (Paused).
+        touched.extend(crate::engine::pause::stop_overdue(self.remote, self.store, &ids)?);
+        // Only jobs without a Slurm job can have a retry to submit or a submission to resume; a
+        // paused (or pausing) job has none to submit until it is resumed.
+        let waiting: Vec<JobRecord> = self
+            .store
+            .waiting_for_submission()?
+            .into_iter()
+            .filter(|j| ids.contains(j.job_id.as_str()))
+            .filter(|j| !matches!(j.status, PlatformStatus::Paused | PlatformStatus::Pausing))
+            .collect();
         retry::advance(self.remote, self.store, &waiting, self.settings)?;
         crate::engine::sweep::resume(self.remote, self.store, &waiting, self.settings)?;
         touched.extend(waiting.into_iter().map(|j| j.summary.job_id));
         // After the retries: a parent resubmitted just now has its new Slurm job to be pointed at.
         touched.extend(crate::engine::depend::reconcile(self.remote, self.store)?);
         Ok(touched)
+    }
+
+    /// `jobs` without those tao-slurm paused (their Slurm job was cancelled by the pause: there is
+    /// nothing to observe until they are resumed); None when there are none.
+    fn without_paused(&self, jobs: &[JobSummary]) -> Result<Option<Vec<JobSummary>>> {
+        if !jobs.iter().any(|j| j.status == PlatformStatus::Paused) {
+            return Ok(None);
+        }
+        let ids: Vec<&str> =
+            jobs.iter().filter(|j| j.status == PlatformStatus::Paused).map(|j| j.job_id.as_str()).collect();
+        let ours = self.store.paused_by_us(&ids)?;
+        Ok(Some(jobs.iter().filter(|j| !ours.contains(&j.job_id)).cloned().collect()))
     }
 }

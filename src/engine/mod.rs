@@ -11,6 +11,7 @@ pub mod image;
 pub mod inspect;
 pub mod logs;
 pub mod notify;
+pub mod pause;
 pub mod preflight;
 pub mod redact;
 pub mod refresh;

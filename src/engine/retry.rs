@@ -10,6 +10,7 @@ use crate::ops::refresh::Decision;
 use crate::ops::submit::AttemptTicket;
 use crate::remote::{Idempotency, Remote};
 use crate::spec::SecretValues;
+use crate::status::PlatformStatus;
 use crate::store::{JobRecord, RetryPlan, StatusUpdate, Store};
 
 /// Decide what each failed attempt means (the core's [`decide_failure`]) and record it: a scheduled
@@ -77,8 +78,14 @@ pub fn advance(
     // A sweep variant's first attempt is its array's task: the array's submission is resumed by
     // finding it (by the sweep's lock or name), never by submitting the variant's script under the
     // array's name.
-    for job in jobs.iter().filter(|j| !j.status.is_terminal() && j.slurm_job_id.is_none() && j.array_index().is_none())
-    {
+    // A paused job is submitted again only when resumed (its status is then Resuming).
+    let submittable = |j: &&JobRecord| {
+        !j.status.is_terminal()
+            && !matches!(j.status, PlatformStatus::Paused | PlatformStatus::Pausing)
+            && j.slurm_job_id.is_none()
+            && j.array_index().is_none()
+    };
+    for job in jobs.iter().filter(submittable) {
         // A job that runs after others is submitted with the dependency as it stands now; one that
         // can never run is not submitted (the cycle cancels it).
         let gate = crate::engine::depend::gate_of(store, &job.job_id)?;

@@ -11,7 +11,23 @@ pub const KEEP_WAITING: &str =
 /// What to do about a set of jobs: wait for those not terminal (with the cursor to pass), else read
 /// the logs of those that are.
 pub fn for_jobs(jobs: &[JobBrief], cursor: Option<i64>) -> String {
-    let active: Vec<&JobBrief> = jobs.iter().filter(|j| !j.terminal).collect();
+    // A paused job waits for the user, not for the cluster: it is resumed, never waited for.
+    let (paused, active): (Vec<&JobBrief>, Vec<&JobBrief>) =
+        jobs.iter().filter(|j| !j.terminal).partition(|j| j.status == "Paused");
+    let paused_note = match paused.as_slice() {
+        [] => String::new(),
+        some => {
+            let ids: Vec<&str> = some.iter().map(|j| j.job_id.as_str()).collect();
+            format!(
+                "; Paused: {} (resume {{\"job_id\": \"{}\"}} when the user asks; nothing to wait for)",
+                ids.join(", "),
+                ids[0]
+            )
+        }
+    };
+    if active.is_empty() && !paused.is_empty() {
+        return paused_note.trim_start_matches("; ").to_string();
+    }
     if !active.is_empty() {
         let mut groups: Vec<(String, Vec<&str>)> = Vec::new();
         for j in &active {
@@ -24,7 +40,7 @@ pub fn for_jobs(jobs: &[JobBrief], cursor: Option<i64>) -> String {
         let ids: Vec<String> = active.iter().map(|j| format!("\"{}\"", j.job_id)).collect();
         let cursor = cursor.map(|c| format!(", \"cursor\": {c}")).unwrap_or_default();
         return format!(
-            "still {}: call wait {{\"job_ids\": [{}]{cursor}}} again; {KEEP_WAITING}",
+            "still {}: call wait {{\"job_ids\": [{}]{cursor}}} again; {KEEP_WAITING}{paused_note}",
             states.join("; "),
             ids.join(", ")
         );
@@ -113,6 +129,19 @@ mod tests {
         assert!(hint.contains("a is Complete: read its output with logs {\"job_id\": \"a\"}"), "{hint}");
         assert!(hint.contains("b ended in Error: read logs"), "{hint}");
         assert!(!hint.contains("wait"), "{hint}");
+    }
+
+    #[test]
+    fn a_paused_job_is_resumed_not_waited_for() {
+        let hint = for_jobs(&[job("a", "Paused")], None);
+        assert!(hint.starts_with("Paused: a (resume {\"job_id\": \"a\"}"), "{hint}");
+        assert!(!hint.contains("call wait"), "{hint}");
+        let hint = for_jobs(&[job("a", "Paused"), job("b", "Running")], None);
+        assert!(hint.starts_with("still Running: b: call wait {\"job_ids\": [\"b\"]}"), "{hint}");
+        assert!(
+            hint.ends_with("Paused: a (resume {\"job_id\": \"a\"} when the user asks; nothing to wait for)"),
+            "{hint}"
+        );
     }
 
     #[test]

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Tools that change something (a job, the cluster's image cache): left out by `--read-only`.
-pub const MUTATING_TOOLS: &[&str] = &["submit", "cancel", "image_import", "exec", "retry"];
+pub const MUTATING_TOOLS: &[&str] = &["submit", "cancel", "image_import", "exec", "retry", "pause", "resume"];
 
 /// What the server tells an agent when it connects: the workflow in a few lines.
 const INSTRUCTIONS: &str = "tao-slurm runs containerised GPU jobs (NVIDIA TAO or any image) on the user's Slurm cluster over SSH. \
@@ -209,6 +209,26 @@ impl TaoSlurmServer {
     }
 
     #[tool(
+        description = "Pause a job: its Slurm job is cancelled and its allocation released (status Paused); graceful: it first gets the checkpoint signal (USR2) and is Pausing until it ends or its checkpoint grace passes. Its dependants wait. Idempotent. Only when the user asks.",
+        input_schema = schema::<long_training::PauseArgs>(),
+        output_schema = output::<long_training::RetryOut>(),
+        annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = true)
+    )]
+    async fn pause(&self, Parameters(arguments): Parameters<JsonObject>) -> CallToolResult {
+        self.run("pause", arguments, long_training::pause).await
+    }
+
+    #[tool(
+        description = "Resume a paused job: a new attempt from its newest checkpoint ($TAO_RESUME_CHECKPOINT, and TAO's resume key in its specs), optionally with new specs; Resuming until Slurm runs it. Idempotent: concurrent resumes make one Slurm job.",
+        input_schema = schema::<long_training::ResumeArgs>(),
+        output_schema = output::<long_training::RetryOut>(),
+        annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = true)
+    )]
+    async fn resume(&self, Parameters(arguments): Parameters<JsonObject>) -> CallToolResult {
+        self.run("resume", arguments, long_training::resume).await
+    }
+
+    #[tool(
         description = "The checkpoints in a job's results directory, newest last (TAO's patterns by default); the newest is what its next attempt resumes from.",
         input_schema = schema::<long_training::JobArgs>(),
         output_schema = output::<long_training::CheckpointsOut>(),
@@ -273,7 +293,7 @@ impl TaoSlurmServer {
 impl ServerHandler for TaoSlurmServer {
     fn get_info(&self) -> ServerConfig {
         let mode = if self.read_only {
-            " (read-only: submit, cancel, retry, image_import and exec are not offered)"
+            " (read-only: submit, cancel, retry, pause, resume, image_import and exec are not offered)"
         } else {
             ""
         };

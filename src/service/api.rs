@@ -299,14 +299,23 @@ pub async fn create_job(
     let _in_pool = ws.pool.enter(&ws.id).await?;
     let job_id = blocking(move || {
         w.with_client(|client| {
-            let submitted = client.create_job(&spec, &secrets)?;
-            st.add_job(crate::client::ApiJob { job_id: submitted.job_id.clone(), ..meta })
-                .map_err(|m| {
-                    tracing::warn!(job = %submitted.job_id, error = %m, "submitted, but not recorded in the service's database");
-                    crate::Error::RemoteCommand("the job was submitted but the service could not record it; the operator finds why in its log".into())
-                })?;
+            // The org's record first: a replica that dies mid-submission leaves a job the next
+            // lease holder finishes submitting, and that job is the org's, not a stray.
+            let plan = client.plan(&spec)?;
+            let job_id = plan.layout.job_id.clone();
+            st.add_job(crate::client::ApiJob { job_id: job_id.clone(), ..meta }).map_err(|m| {
+                tracing::warn!(job = %job_id, error = %m, "cannot record a job in the service's database; not submitted");
+                crate::Error::RemoteCommand("the service could not record the job, so it did not submit it; the operator finds why in its log".into())
+            })?;
+            if let Err(e) = client.create_job_planned(&spec, plan, &secrets) {
+                // Refused before it was recorded: nothing of it remains.
+                if !client.stored_jobs(std::slice::from_ref(&job_id)).is_ok_and(|v| !v.is_empty()) {
+                    let _ = st.remove_job(&job_id);
+                }
+                return Err(e);
+            }
             st.publish(client);
-            Ok(submitted.job_id)
+            Ok(job_id)
         })
         .map_err(ApiError::engine)
     })

@@ -23,6 +23,7 @@ pub mod openapi;
 pub mod operator;
 pub mod org_secrets;
 pub mod policy;
+pub mod replica;
 mod results;
 mod revoke;
 mod sse;
@@ -345,6 +346,7 @@ pub fn serve(opts: ServeOptions, setup: Setup) -> Result<(), Error> {
             }
         }
         stop_monitors(&state).await;
+        state.release_leases();
         state.tensorboards.close_all();
         eprintln!("tao-slurm serve: stopped");
         Ok::<(), Error>(())

@@ -15,7 +15,9 @@ use utoipa::{IntoParams, ToSchema};
 /// | Done | Complete | COMPLETED with status.json SUCCESS (or exit 0) |
 /// | Error | Error | FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY... after any retries |
 /// | Canceled | Canceled | CANCELLED, PREEMPTED, REVOKED |
-/// | Paused | Paused | SUSPENDED, STOPPED |
+/// | Paused | Paused | SUSPENDED, STOPPED; paused by `:pause` (its allocation released) |
+/// | Pausing | Pausing | a graceful `:pause` waiting for the job to save a checkpoint and end |
+/// | Resuming | Resuming | a `:resume`'s new attempt, until Slurm runs it |
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub enum TaoStatus {
     Pending,
@@ -24,6 +26,8 @@ pub enum TaoStatus {
     Error,
     Canceled,
     Paused,
+    Pausing,
+    Resuming,
 }
 
 impl From<PlatformStatus> for TaoStatus {
@@ -35,6 +39,8 @@ impl From<PlatformStatus> for TaoStatus {
             PlatformStatus::Error => TaoStatus::Error,
             PlatformStatus::Canceled => TaoStatus::Canceled,
             PlatformStatus::Paused => TaoStatus::Paused,
+            PlatformStatus::Pausing => TaoStatus::Pausing,
+            PlatformStatus::Resuming => TaoStatus::Resuming,
         }
     }
 }
@@ -236,7 +242,7 @@ pub struct JobOut {
     pub workspace: String,
     pub action: Option<String>,
     pub status: TaoStatus,
-    /// tao-slurm's status: Pending, Running, Complete, Error, Canceled, Paused.
+    /// tao-slurm's status: Pending, Running, Complete, Error, Canceled, Paused, Pausing, Resuming.
     pub platform_status: String,
     /// The status in words: Slurm's state, exit code, failure class, progress.
     pub message: String,

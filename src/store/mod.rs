@@ -13,7 +13,9 @@ mod events;
 mod groups;
 mod jobs;
 mod kpis;
+mod leases;
 mod notify;
+mod pause;
 mod reopen;
 mod rows;
 mod schema;
@@ -27,7 +29,9 @@ pub use audit::AuditEntry;
 pub use dependencies::DependencyRow;
 pub use groups::{Group, GroupRecord};
 pub use jobs::Member;
+pub use leases::Lease;
 pub use notify::Outgoing;
+pub use pause::{NewDocs, PauseAsk};
 // The job's domain types are the core's: a store of them, not their home.
 pub use crate::model::{AttemptRecord, EventRecord, JobRecord, JobSummary, StatusUpdate};
 

@@ -18,29 +18,53 @@ impl Store {
         message: &str,
         now: i64,
     ) -> Result<bool, StoreError> {
-        self.in_transaction(|| {
-            let won = self
-                .conn
-                .execute(
+        let next = Reopening { attempt, next_name, cause, message };
+        self.in_transaction(|| self.reopen(job_id, &next, "status IN ('Error', 'Canceled')", "Pending", now))
+    }
+
+    /// Reopen `job_id` for its next attempt if it is at `next.attempt` and in a status `from` (an
+    /// SQL condition) admits: status `to`, due now, its attempt row and event written. Within the
+    /// caller's transaction. Returns whether this call did.
+    pub(super) fn reopen(
+        &self,
+        job_id: &str,
+        next: &Reopening<'_>,
+        from: &str,
+        to: &str,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let won = self
+            .conn
+            .execute(
+                &format!(
                     "UPDATE jobs SET attempt = ?3, attempt_name = ?4, slurm_job_id = NULL, slurm_state = NULL, exit_code = NULL,
                        submitted_at = NULL, unseen_since = NULL, node_list = NULL, login_host = NULL, pending_reason = NULL,
-                       status = 'Pending', message = ?5, next_retry_at = ?6, updated_at = ?6
-                     WHERE job_id = ?1 AND attempt = ?2 AND status IN ('Error', 'Canceled')",
-                    params![job_id, attempt, attempt + 1, next_name, message, now],
-                )
-                .map_err(|e| self.err(e))?;
-            if won == 0 {
-                return Ok(false);
-            }
-            self.conn
-                .execute(
-                    "INSERT INTO attempts (job_id, number, slurm_job_name, excluded_nodes, recorded_at, cause, resumed_from)
-                     VALUES (?1, ?2, ?3, '', ?4, ?5, (SELECT checkpoint FROM jobs WHERE job_id = ?1))",
-                    params![job_id, attempt + 1, next_name, now, cause],
-                )
-                .map_err(|e| self.err(e))?;
-            self.add_event(job_id, cause, message, now)?;
-            Ok(true)
-        })
+                       status = ?7, message = ?5, next_retry_at = ?6, updated_at = ?6
+                     WHERE job_id = ?1 AND attempt = ?2 AND {from}"
+                ),
+                params![job_id, next.attempt, next.attempt + 1, next.next_name, next.message, now, to],
+            )
+            .map_err(|e| self.err(e))?;
+        if won == 0 {
+            return Ok(false);
+        }
+        self.conn
+            .execute(
+                "INSERT INTO attempts (job_id, number, slurm_job_name, excluded_nodes, recorded_at, cause, resumed_from)
+                 VALUES (?1, ?2, ?3, '', ?4, ?5, (SELECT checkpoint FROM jobs WHERE job_id = ?1))",
+                params![job_id, next.attempt + 1, next.next_name, now, next.cause],
+            )
+            .map_err(|e| self.err(e))?;
+        self.add_event(job_id, next.cause, next.message, now)?;
+        Ok(true)
     }
+}
+
+/// The attempt a job is at and what its next one is called and why (the cause its attempt row and
+/// event say: `retried`, `resumed`).
+pub(super) struct Reopening<'a> {
+    pub attempt: u32,
+    pub next_name: &'a str,
+    pub cause: &'a str,
+    pub message: &'a str,
 }

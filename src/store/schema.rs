@@ -178,6 +178,17 @@ CREATE TABLE kpi_lines (
     UNIQUE (job_id, line)
 );
 "#,
+    // (Issue 23.) Pauses: a row per job paused by tao-slurm (its allocation released: not Slurm's
+    // SUSPENDED), for the attempt that was paused, with when a graceful pause cancels the job.
+    r#"
+CREATE TABLE pauses (
+    job_id        TEXT PRIMARY KEY REFERENCES jobs(job_id),
+    attempt       INTEGER NOT NULL,
+    graceful      INTEGER NOT NULL,
+    requested_at  INTEGER NOT NULL,
+    cancel_at     INTEGER NOT NULL
+);
+"#,
     // (Issue 23.) Why each attempt after the first was made (`attempts::Cause`: timeout, infra,
     // preempted, resumed, retried) and the checkpoint it started from; a job's newest checkpoint as
     // last seen, and the patterns it is looked for by (NULL: the job asked for no resume).

@@ -82,12 +82,14 @@ mod tests {
             ("Error", PlatformStatus::Error),
             ("Canceled", PlatformStatus::Canceled),
             ("Paused", PlatformStatus::Paused),
+            ("pausing", PlatformStatus::Pausing),
+            ("Resuming", PlatformStatus::Resuming),
         ] {
             assert_eq!(parse_status("status", text).unwrap(), status, "{text}");
         }
         let e = parse_status("status", "Finished").unwrap_err();
         assert_eq!(e.field, "status");
-        assert!(e.message.contains("Pending, Running, Complete, Error, Canceled, Paused"), "{e}");
+        assert!(e.message.contains("Pending, Running, Complete, Error, Canceled, Paused, Pausing, Resuming"), "{e}");
     }
 
     #[test]

@@ -45,7 +45,10 @@ impl NoticeKind {
                 PlatformStatus::Complete => Some(NoticeKind::Finished),
                 PlatformStatus::Error => Some(NoticeKind::Failed),
                 PlatformStatus::Canceled => Some(NoticeKind::Canceled),
-                PlatformStatus::Pending | PlatformStatus::Paused => None,
+                PlatformStatus::Pending
+                | PlatformStatus::Paused
+                | PlatformStatus::Pausing
+                | PlatformStatus::Resuming => None,
             },
             "retry" if !is_resubmission(detail) => Some(NoticeKind::Retried),
             "preempted" => Some(NoticeKind::Preempted),

@@ -1,5 +1,6 @@
 //! Platform status: the contract's mapping from Slurm states (and the container's `status.json`) to
-//! Pending, Running, Complete, Error, Canceled, Paused. Pure.
+//! Pending, Running, Complete, Error, Canceled, Paused; and the two steps of a pause and a resume
+//! that only tao-slurm takes (Pausing, Resuming: `ops::pause`). Pure.
 
 use crate::slurm::SlurmState;
 use serde::{Deserialize, Serialize};
@@ -12,17 +13,25 @@ pub enum PlatformStatus {
     Complete,
     Error,
     Canceled,
+    // Slurm suspended the job, or tao-slurm paused it (its allocation released: `pause`).
     Paused,
+    // A pause asked for: the job got its checkpoint signal and is cancelled once it ends or its
+    // grace passes.
+    Pausing,
+    // A resume asked for: its new attempt is on its way to Slurm or pending there.
+    Resuming,
 }
 
 impl PlatformStatus {
-    pub const ALL: [PlatformStatus; 6] = [
+    pub const ALL: [PlatformStatus; 8] = [
         PlatformStatus::Pending,
         PlatformStatus::Running,
         PlatformStatus::Complete,
         PlatformStatus::Error,
         PlatformStatus::Canceled,
         PlatformStatus::Paused,
+        PlatformStatus::Pausing,
+        PlatformStatus::Resuming,
     ];
 
     /// The statuses a job never leaves.
@@ -41,6 +50,8 @@ impl PlatformStatus {
             PlatformStatus::Error => "Error",
             PlatformStatus::Canceled => "Canceled",
             PlatformStatus::Paused => "Paused",
+            PlatformStatus::Pausing => "Pausing",
+            PlatformStatus::Resuming => "Resuming",
         }
     }
 

@@ -98,3 +98,33 @@ def wait_until(condition: Callable[[], T], limit: float, what: str, pause: float
             return value
         assert time.monotonic() - start < limit, f"{what}: not so after {limit} s (last seen: {value!r})"
         time.sleep(pause)
+
+
+# A stand-in for a TAO training (the one of tests/sandbox/long_training.rs): $EPOCHS epochs of $SECONDS
+# each, a checkpoint `train/epoch-N.pth` after each, resumed from $TAO_RESUME_CHECKPOINT when set; on
+# USR2 (the checkpoint signal) it says so and saves its last finished epoch again.
+TRAINING = r"""set -u
+dir="$TAO_API_RESULTS_DIR/$TAO_JOB_ID/train"; mkdir -p "$dir"
+start=1
+if [ -n "${TAO_RESUME_CHECKPOINT:-}" ]; then
+  n="${TAO_RESUME_CHECKPOINT##*/epoch-}"; start=$(( ${n%.pth} + 1 ))
+  echo "training: resuming at epoch $start from $TAO_RESUME_CHECKPOINT"
+else
+  echo "training: starting from scratch"
+fi
+last=$((start - 1))
+trap 'echo "training: warned after epoch $last, saving"; [ "$last" -gt 0 ] && touch "$dir/epoch-$last.pth"' USR2
+for e in $(seq "$start" "$EPOCHS"); do
+  (trap '' USR2; exec sleep "$SECONDS") & s=$!
+  while kill -0 "$s" 2>/dev/null; do wait "$s"; done
+  echo "epoch $e" > "$dir/epoch-$e.pth"; last=$e
+  echo "training: finished epoch $e"
+done
+echo "training: done"
+"""
+
+
+def finished_epochs(log: str) -> list:
+    """The epochs a TRAINING log says it finished, in order."""
+    prefix = "training: finished epoch "
+    return [int(line[len(prefix):]) for line in log.splitlines() if line.startswith(prefix)]

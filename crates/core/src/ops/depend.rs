@@ -162,6 +162,20 @@ pub fn reconcile(child: &Child, edges: &[Edge]) -> Option<Action> {
         // Slurm's word for "it can never start".
         let waiting: Vec<&str> =
             edges.iter().filter(|e| !e.parent_status.is_terminal()).map(|e| e.parent_id.as_str()).collect();
+        let paused: Vec<&str> = edges
+            .iter()
+            .filter(|e| matches!(e.parent_status, PlatformStatus::Paused | PlatformStatus::Pausing))
+            .map(|e| e.parent_id.as_str())
+            .collect();
+        if !paused.is_empty() {
+            return Some(Action::Explain {
+                job_id: child.job_id.clone(),
+                message: format!(
+                    "waiting for job {}: it is paused; the dependency follows it to its new Slurm job when it is resumed",
+                    paused.join(", ")
+                ),
+            });
+        }
         return Some(Action::Explain {
             job_id: child.job_id.clone(),
             message: format!(
@@ -300,6 +314,19 @@ mod tests {
             Some(Action::Explain { message, .. }) => assert!(message.contains("waiting for job p"), "{message}"),
             other => panic!("{other:?}"),
         }
+        // The parent is paused (its Slurm job cancelled): the child waits, and is told why; once
+        // the parent is resumed under a new Slurm job, the child is re-pointed at it.
+        let never = child(Some("20"), "afterok:10", "Pending, reason DependencyNeverSatisfied");
+        for paused in [Paused, Pausing] {
+            match reconcile(&never, &[edge("p", K, paused, Some("10"))]) {
+                Some(Action::Explain { message, .. }) => assert!(message.contains("job p: it is paused"), "{message}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(matches!(
+            reconcile(&never, &[edge("p", K, Resuming, Some("12"))]),
+            Some(Action::Point { dependency, .. }) if dependency == "afterok:12"
+        ));
         // The parent failed for good: the child ends at once, whether submitted or not.
         for slurm in [Some("20"), None] {
             assert_eq!(

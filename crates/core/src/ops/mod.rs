@@ -10,6 +10,7 @@ pub mod files;
 pub mod inspect;
 pub mod job_file;
 pub mod logs;
+pub mod pause;
 pub mod refresh;
 pub mod results;
 pub mod running;

@@ -455,6 +455,7 @@ pub fn decide(jobs: &[JobSummary], obs: &Observations, now: i64) -> Vec<Decision
             (None, None) => lost(job, &slurm_id, obs, now),
         };
         if let Some(update) = update {
+            let update = crate::ops::pause::held(job.status, update);
             decisions.push(Decision { job_id: job.job_id.clone(), adopt, update });
         }
     }

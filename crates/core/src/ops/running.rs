@@ -1,6 +1,7 @@
 //! Working with a running job: the `srun` that runs a command inside its allocation and container
 //! (`exec`, `shell`, `tensorboard`), the bounded capture script, and the node a forward reaches.
 
+use crate::cosmos::{CosmosPlan, Role};
 use crate::script::{container_name, shell};
 
 /// Where and how a command runs in a job.
@@ -10,10 +11,20 @@ pub struct ExecTarget<'a> {
     pub slurm_job_id: &'a str,
     /// The tao-slurm job id (names the container).
     pub job_id: &'a str,
-    /// One node of the job; None runs once on each of its nodes.
-    pub node: Option<&'a str>,
+    pub place: Place,
     /// A pseudo-terminal for the task (`shell`).
     pub pty: bool,
+}
+
+/// Which of the job's nodes, and which container there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    /// Once on each node (a terminal: the first), in the job's container.
+    EveryNode,
+    /// One node, in the job's container.
+    Node(String),
+    /// The nodes of a Cosmos-RL role (a terminal: its first), in that role's container.
+    Role(Role, Vec<String>),
 }
 
 /// Why a command cannot run in a job.
@@ -27,6 +38,74 @@ pub enum ExecError {
     BadNode(String),
     #[error("{0:?} is not a URL path prefix (`/` then letters, digits, `-`, `_`, `/`)")]
     BadPathPrefix(String),
+    #[error("give a node or a role, not both")]
+    NodeAndRole,
+    #[error("this job is not a Cosmos-RL job: it has no roles; give a node (or neither)")]
+    NoRoles,
+    #[error("{0:?} is not a role of this job; its roles are {1}")]
+    BadRole(String, String),
+    #[error("this Cosmos-RL job runs one container per role: give a role ({0})")]
+    NeedRole(String),
+    #[error("node {0} is not one of this job's nodes ({1})")]
+    NotItsNode(String, String),
+    #[error("the job's node list {0:?} is not a Slurm host list")]
+    BadNodeList(String),
+}
+
+/// Where `node` or `role` (at most one) is in a job running on `node_list`: for a Cosmos-RL job a
+/// node means the role that runs there (the policy on the first node, which the controller shares)
+/// and neither is refused, since each role has its own container.
+pub fn resolve_place(
+    node: Option<&str>,
+    role: Option<&str>,
+    cosmos: Option<&CosmosPlan>,
+    node_list: &str,
+) -> Result<Place, ExecError> {
+    if let Some(n) = node {
+        check_node(n)?;
+    }
+    let Some(cosmos) = cosmos else {
+        return match (node, role) {
+            (Some(_), Some(_)) => Err(ExecError::NodeAndRole),
+            (_, Some(_)) => Err(ExecError::NoRoles),
+            (Some(n), None) => Ok(Place::Node(n.to_string())),
+            (None, None) => Ok(Place::EveryNode),
+        };
+    };
+    let hosts = crate::slurm::hostlist::expand(node_list).ok_or_else(|| ExecError::BadNodeList(node_list.into()))?;
+    let roles = cosmos.roles();
+    let names = || roles.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", ");
+    let role = match (node, role) {
+        (Some(_), Some(_)) => return Err(ExecError::NodeAndRole),
+        (None, None) => return Err(ExecError::NeedRole(names())),
+        (None, Some(r)) => {
+            Role::parse(r).filter(|r| roles.contains(r)).ok_or_else(|| ExecError::BadRole(r.into(), names()))?
+        }
+        (Some(n), None) => {
+            let policy = cosmos.split.policy_nodes() as usize;
+            match hosts.iter().position(|h| h == n) {
+                Some(i) if i < policy => Role::Policy,
+                Some(_) => Role::Rollout,
+                None => return Err(ExecError::NotItsNode(n.into(), node_list.into())),
+            }
+        }
+    };
+    let nodes = role_nodes(cosmos, role, &hosts);
+    Ok(match node {
+        Some(n) => Place::Role(role, vec![n.to_string()]),
+        None => Place::Role(role, nodes),
+    })
+}
+
+/// A role's nodes in the allocation, as the batch script assigns them: the controller on the first
+/// node, the policy on the first `policy_nodes`, the rollout on the rest.
+fn role_nodes(cosmos: &CosmosPlan, role: Role, hosts: &[String]) -> Vec<String> {
+    let policy = (cosmos.split.policy_nodes() as usize).min(hosts.len());
+    match role {
+        Role::Controller => hosts.iter().take(1).cloned().collect(),
+        Role::Policy => hosts[..policy].to_vec(),
+        Role::Rollout => hosts[policy..].to_vec(),
+    }
 }
 
 /// The argv of the step that runs `command` in the job's running container: `--overlap` shares the
@@ -41,18 +120,49 @@ pub fn exec_argv(t: &ExecTarget<'_>, command: &[String]) -> Result<Vec<String>, 
     }
     let mut argv =
         vec!["srun".to_string(), "--overlap".into(), format!("--jobid={}", t.slurm_job_id), "--quiet".into()];
-    match t.node {
-        Some(node) => {
-            check_node(node)?;
-            argv.extend([format!("--nodelist={node}"), "--nodes=1".into(), "--ntasks=1".into()]);
+    let one = |argv: &mut Vec<String>, node: &str| -> Result<(), ExecError> {
+        check_node(node)?;
+        argv.extend([format!("--nodelist={node}"), "--nodes=1".into(), "--ntasks=1".into()]);
+        Ok(())
+    };
+    let container = match &t.place {
+        Place::Node(node) => {
+            one(&mut argv, node)?;
+            container_name(t.job_id)
         }
-        None if t.pty => argv.extend(["--nodes=1".to_string(), "--ntasks=1".into()]),
-        None => argv.push("--ntasks-per-node=1".into()),
-    }
+        Place::EveryNode => {
+            if t.pty {
+                argv.extend(["--nodes=1".to_string(), "--ntasks=1".into()]);
+            } else {
+                argv.push("--ntasks-per-node=1".into());
+            }
+            container_name(t.job_id)
+        }
+        Place::Role(role, nodes) => {
+            match nodes.as_slice() {
+                [] => return Err(ExecError::BadRole(role.to_string(), "none with nodes".into())),
+                [node] => one(&mut argv, node)?,
+                [first, ..] if t.pty => one(&mut argv, first)?,
+                many => {
+                    for n in many {
+                        check_node(n)?;
+                    }
+                    let k = many.len();
+                    argv.extend([
+                        format!("--nodelist={}", many.join(",")),
+                        format!("--nodes={k}"),
+                        format!("--ntasks={k}"),
+                        "--ntasks-per-node=1".into(),
+                    ]);
+                }
+            }
+            crate::script::role_container_name(t.job_id, *role)
+        }
+    };
     if t.pty {
         argv.push("--pty".into());
     }
-    argv.push(format!("--container-name={}", container_name(t.job_id)));
+    argv.push(format!("--container-name={container}"));
     argv.push("--".into());
     argv.extend(command.iter().cloned());
     Ok(argv)
@@ -193,7 +303,8 @@ mod tests {
     use super::*;
 
     fn target(node: Option<&str>, pty: bool) -> ExecTarget<'_> {
-        ExecTarget { slurm_job_id: "42", job_id: "abc", node, pty }
+        let place = node.map_or(Place::EveryNode, |n| Place::Node(n.to_string()));
+        ExecTarget { slurm_job_id: "42", job_id: "abc", place, pty }
     }
 
     #[test]

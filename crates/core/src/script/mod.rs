@@ -172,6 +172,12 @@ pub fn container_name(job_id: &str) -> String {
     format!("tao-{job_id}")
 }
 
+/// The Pyxis name of a Cosmos-RL role's container (each role runs a step of its own; the controller
+/// shares the first node with a policy task, so one name per job would join two containers).
+pub fn role_container_name(job_id: &str, role: crate::cosmos::Role) -> String {
+    format!("tao-{job_id}-{role}")
+}
+
 /// The container options of a step: image, mounts, the environment it takes from the task, workdir.
 fn container_options(plan: &Plan) -> Vec<String> {
     let mut argv = vec![format!("--container-image={}", plan.image.pyxis)];
