@@ -271,5 +271,5 @@ impl JobArgs {
 }
 
 fn parse_on_preempt(text: &str) -> Result<crate::attempts::OnPreempt, String> {
-    crate::attempts::OnPreempt::parse("on_preempt", text).map_err(|e| e.message)
+    crate::attempts::OnPreempt::parse(text)
 }

@@ -63,7 +63,8 @@ pub struct JobView {
 impl JobView {
     /// The view with its attempts and their summary.
     pub fn with_attempts(mut self, attempts: Vec<crate::store::AttemptRecord>, timeout_runs: u32) -> JobView {
-        self.attempt_summary = Some(crate::attempts::attempt_summary(&attempts, timeout_runs));
+        let causes: Vec<Option<&str>> = attempts.iter().map(|a| a.cause.as_deref()).collect();
+        self.attempt_summary = Some(crate::attempts::attempt_summary(&causes, timeout_runs));
         self.attempts = Some(attempts);
         self
     }

@@ -63,9 +63,9 @@ pub fn to_spec(state: &AppState, org: &str, req: &JobCreate) -> ApiResult<(JobSp
         on_preempt: req
             .on_preempt
             .as_deref()
-            .map(|t| crate::attempts::OnPreempt::parse("on_preempt", t))
+            .map(crate::attempts::OnPreempt::parse)
             .transpose()
-            .map_err(|e| ApiError::field("on_preempt", e.message))?,
+            .map_err(|m| ApiError::field("on_preempt", m))?,
         max_preemptions: req.max_preemptions,
         total_time_hours: req.total_time_hours,
         inputs: req.inputs.clone(),

@@ -2,7 +2,6 @@
 //! preempted job does (`--on-preempt`, with a budget of its own), and the total training budget
 //! (`--total-time`) as a bound on the queue-length runs it may use. Pure.
 
-use crate::spec::SpecError;
 use serde::{Deserialize, Serialize};
 
 /// Why an attempt after the first was made.
@@ -56,11 +55,12 @@ impl OnPreempt {
         }
     }
 
-    pub fn parse(field: &str, text: &str) -> Result<OnPreempt, SpecError> {
+    /// `resume` or `cancel` (any case); otherwise what is wrong with `text`.
+    pub fn parse(text: &str) -> Result<OnPreempt, String> {
         match text.trim().to_ascii_lowercase().as_str() {
             "resume" => Ok(OnPreempt::Resume),
             "cancel" => Ok(OnPreempt::Cancel),
-            other => Err(SpecError::new(field, format!("{other:?} is neither resume nor cancel"))),
+            other => Err(format!("{other:?} is neither resume nor cancel")),
         }
     }
 }
@@ -89,12 +89,9 @@ pub fn queue_runs(total_seconds: u64, timeout_seconds: u64, grace_seconds: u64) 
 }
 
 /// The job's total training time in seconds, checked: positive, at most a year.
-pub fn total_seconds(field: &str, hours: f64) -> Result<u64, SpecError> {
+pub fn total_seconds(hours: f64) -> Result<u64, String> {
     if !(hours.is_finite() && hours > 0.0 && hours <= 24.0 * 366.0) {
-        return Err(SpecError::new(
-            field,
-            format!("{hours} is not a training time in hours (more than 0, at most a year)"),
-        ));
+        return Err(format!("{hours} is not a training time in hours (more than 0, at most a year)"));
     }
     Ok((hours * 3600.0).ceil() as u64)
 }
@@ -115,9 +112,10 @@ pub fn attempt_line(attempt: u32, at_most: Option<u32>, cause: Option<&str>) -> 
 /// A job's attempts as its status says them: the queue-length run it is on (the first run and one
 /// per timeout requeue) of the most it may use (`timeout_runs`, from its total training time or its
 /// timeout requeues), and why its current attempt was made: `attempt 3 of at most 7 (timeout)`.
-pub fn attempt_summary(attempts: &[crate::model::AttemptRecord], timeout_runs: u32) -> String {
-    let timeout_attempts = attempts.iter().filter(|a| a.cause.as_deref() == Some(Cause::Timeout.as_str())).count();
-    let current = attempts.last().and_then(|a| a.cause.as_deref());
+/// `causes` are the job's attempts' causes, first to last.
+pub fn attempt_summary(causes: &[Option<&str>], timeout_runs: u32) -> String {
+    let timeout_attempts = causes.iter().filter(|c| **c == Some(Cause::Timeout.as_str())).count();
+    let current = causes.last().copied().flatten();
     attempt_line(1 + timeout_attempts as u32, (timeout_runs > 1).then_some(timeout_runs), current)
 }
 
@@ -225,9 +223,9 @@ mod tests {
 
     #[test]
     fn total_time_is_checked() {
-        assert_eq!(total_seconds("total_time_hours", 1.5).unwrap(), 5400);
+        assert_eq!(total_seconds(1.5).unwrap(), 5400);
         for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 24.0 * 400.0] {
-            assert!(total_seconds("total_time_hours", bad).is_err(), "{bad}");
+            assert!(total_seconds(bad).is_err(), "{bad}");
         }
     }
 
@@ -250,6 +248,16 @@ mod tests {
             preempted_message("t", "node1", None, PreemptNext::Cancel),
             "preempted at t on node1; canceled (on-preempt cancel)"
         );
+    }
+
+    #[test]
+    fn the_summary_counts_queue_length_runs_and_names_the_current_cause() {
+        assert_eq!(attempt_summary(&[None], 4), "attempt 1 of at most 4");
+        assert_eq!(
+            attempt_summary(&[None, Some("timeout"), Some("preempted"), Some("timeout")], 7),
+            "attempt 3 of at most 7 (timeout)"
+        );
+        assert_eq!(attempt_summary(&[None, Some("retried")], 1), "attempt 1 (retried)");
     }
 
     #[test]
@@ -277,8 +285,8 @@ mod tests {
         for (on, before, max, want) in cases {
             assert_eq!(after_preemption(on, before, max), want, "{on:?} {before} {max}");
         }
-        assert_eq!(OnPreempt::parse("f", " Cancel ").unwrap(), Cancel);
-        assert!(OnPreempt::parse("f", "requeue").is_err());
+        assert_eq!(OnPreempt::parse(" Cancel ").unwrap(), Cancel);
+        assert!(OnPreempt::parse("requeue").is_err());
         for c in Cause::ALL {
             assert_eq!(Cause::parse(c.as_str()), Some(c));
         }

@@ -487,7 +487,7 @@ fn resolve_queue_budget(
             "a total training time needs requeue (the job runs again after each timeout)",
         ));
     }
-    let total = crate::attempts::total_seconds(field, hours)?;
+    let total = crate::attempts::total_seconds(hours).map_err(|m| SpecError::new(field, m))?;
     Ok((crate::attempts::queue_runs(total, timeout_seconds, grace_seconds) - 1, Some(total)))
 }
 

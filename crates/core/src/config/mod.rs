@@ -433,8 +433,8 @@ impl Settings {
                 None => crate::checkpoint::default_patterns(),
             },
             on_preempt: match src.get("TAO_SLURM_ON_PREEMPT") {
-                Some(v) => crate::attempts::OnPreempt::parse("TAO_SLURM_ON_PREEMPT", &v)
-                    .map_err(|e| ConfigError::Invalid { name: "TAO_SLURM_ON_PREEMPT", message: e.message })?,
+                Some(v) => crate::attempts::OnPreempt::parse(&v)
+                    .map_err(|message| ConfigError::Invalid { name: "TAO_SLURM_ON_PREEMPT", message })?,
                 None => crate::attempts::OnPreempt::default(),
             },
             max_preemptions: src.count("TAO_SLURM_MAX_PREEMPTIONS", 0, crate::attempts::DEFAULT_MAX_PREEMPTIONS)?,
