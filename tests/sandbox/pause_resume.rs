@@ -27,7 +27,7 @@ fn a_graceful_pause_saves_a_checkpoint_and_two_resumes_go_on_from_it_as_one_slur
         "--env",
         "EPOCHS=8",
         "--env",
-        "SECONDS=2",
+        "EPOCH_SECONDS=4",
         "--shell",
         "--",
         TRAINING,
