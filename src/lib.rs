@@ -8,8 +8,8 @@
 //! ([`Client`]), and the front-ends ([`cli`], [`mcp`]) sit on the client. See docs/ARCHITECTURE.md.
 
 pub use tao_slurm_core::{
-    cosmos, filter, kpi, model, monitor, notify, ops, preflight, protocol, retry, script, slurm, spec, sqsh, status,
-    tao_images,
+    attempts, cosmos, filter, kpi, model, monitor, notify, ops, preflight, protocol, retry, script, slurm, spec, sqsh,
+    status, tao_images,
 };
 
 pub mod cli;

@@ -278,6 +278,10 @@ SelectTypeParameters=CR_Core
 GresTypes=gpu
 SchedulerType=sched/backfill
 SchedulerParameters=batch_sched_delay=0
+# Preemption (issue 23): a job of a higher-PriorityTier partition (urgent) ends the jobs of the others
+# on the nodes it needs, as PREEMPTED (CANCEL: tao-slurm resubmits it itself, see README)
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
 EnforcePartLimits=ALL
 KillWait=5
 JobRequeue=1
@@ -304,6 +308,7 @@ cat <<EOF
 PartitionName=polar Nodes=node[1-$NODES] Default=YES MaxTime=04:00:00 DefaultTime=01:00:00 State=UP
 PartitionName=long Nodes=node[1-$NODES] MaxTime=12:00:00 DefaultTime=01:00:00 State=UP
 PartitionName=debug Nodes=node[1-$NODES] MaxTime=00:30:00 DefaultTime=00:10:00 State=UP
+PartitionName=urgent Nodes=node[1-$NODES] PriorityTier=10 MaxTime=04:00:00 DefaultTime=00:10:00 State=UP
 EOF
 }
 

@@ -235,9 +235,10 @@ impl Engine {
         })
     }
 
-    /// Run `command` in the running job's container (on `node`, else once per node): its exit status
-    /// and at most `max_bytes` of each output stream (JSON).
-    #[pyo3(signature = (id, command, node=None, timeout_secs=60, max_bytes=65536))]
+    /// Run `command` in the running job's container (on `node`, or a Cosmos-RL job's `role`, else once
+    /// per node): its exit status and at most `max_bytes` of each output stream (JSON).
+    #[pyo3(signature = (id, command, node=None, timeout_secs=60, max_bytes=65536, role=None))]
+    #[allow(clippy::too_many_arguments)] // Python's keyword arguments, one each
     fn exec_job(
         &self,
         py: Python<'_>,
@@ -246,8 +247,10 @@ impl Engine {
         node: Option<String>,
         timeout_secs: u64,
         max_bytes: u64,
+        role: Option<String>,
     ) -> PyResult<String> {
-        self.with(py, move |c| Ok(json(&c.exec_capture(&id, node.as_deref(), &command, timeout_secs, max_bytes)?)))
+        let at = tao_slurm::client::Where::new(node.as_deref(), role.as_deref());
+        self.with(py, move |c| Ok(json(&c.exec_capture(&id, &at, &command, timeout_secs, max_bytes)?)))
     }
 
     /// One poll of following a job's logs from byte offsets `(stdout, stderr)`: returns the job

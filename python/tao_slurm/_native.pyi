@@ -20,7 +20,13 @@ class Engine:
     def cancel(self, ids: List[str]) -> str: ...
     def retry(self, id: str) -> str: ...
     def exec_job(
-        self, id: str, command: List[str], node: Optional[str] = None, timeout_secs: int = 60, max_bytes: int = 65536
+        self,
+        id: str,
+        command: List[str],
+        node: Optional[str] = None,
+        timeout_secs: int = 60,
+        max_bytes: int = 65536,
+        role: Optional[str] = None,
     ) -> str: ...
     def follow_poll(
         self, id: str, offsets: Tuple[int, int]

@@ -508,15 +508,17 @@ class SlurmSDK(StorageCalls):
         node: Optional[str] = None,
         timeout_secs: int = 60,
         max_bytes: int = 65536,
+        role: Optional[str] = None,
     ) -> Dict[str, Any]:
         """Run ``command`` (a list of words, never a shell line) inside the running job's container, on
-        ``node`` or once on each of its nodes (``srun --overlap``). Returns ``exit_code``, ``stdout``,
+        ``node`` or once on each of its nodes (``srun --overlap``); for a Cosmos-RL job, on ``role``'s
+        nodes in its container (controller, policy, rollout). Returns ``exit_code``, ``stdout``,
         ``stderr`` (each at most ``max_bytes``), their full sizes and ``truncated``.
 
         Raises:
             JobNotFoundError: no such job; JobSpecError: the job is not running or the command is empty.
         """
-        return json.loads(self._engine.exec_job(job_id, list(command), node, timeout_secs, max_bytes))
+        return json.loads(self._engine.exec_job(job_id, list(command), node, timeout_secs, max_bytes, role))
 
     def cancel_sweep(self, sweep_id: str) -> List[JobStatus]:
         """Cancel the variants of a sweep (or the steps of a pipeline) that have not finished; the

@@ -62,6 +62,17 @@ pub struct JobArgs {
     /// directories; repeatable; default TAO's, TAO_SLURM_CHECKPOINT_PATTERNS)
     #[arg(long = "checkpoint-pattern", value_name = "GLOB")]
     pub checkpoint_patterns: Vec<String>,
+    /// What a preemption does: resume (a new attempt from the newest checkpoint) or cancel (the job
+    /// ends Canceled with the reason) (default resume, TAO_SLURM_ON_PREEMPT)
+    #[arg(long, value_name = "resume|cancel", value_parser = parse_on_preempt)]
+    pub on_preempt: Option<crate::attempts::OnPreempt>,
+    /// Preemptions survived before the job ends Canceled (default 10, TAO_SLURM_MAX_PREEMPTIONS)
+    #[arg(long)]
+    pub max_preemptions: Option<u32>,
+    /// The training's total time in hours: bounds the queue-length runs the job may use (shown as
+    /// `attempt 3 of at most 7`), instead of --max-timeout-requeues
+    #[arg(long = "total-time", value_name = "HOURS")]
+    pub total_time_hours: Option<f64>,
     /// Environment for the container, NAME=VALUE (repeatable)
     #[arg(long = "env", value_name = "NAME=VALUE")]
     pub env: Vec<String>,
@@ -189,6 +200,9 @@ impl JobArgs {
             max_timeout_requeues: self.max_timeout_requeues,
             checkpoint_grace_seconds: self.checkpoint_grace,
             checkpoint_patterns: self.checkpoint_patterns.clone(),
+            on_preempt: self.on_preempt,
+            max_preemptions: self.max_preemptions,
+            total_time_hours: self.total_time_hours,
             inputs: pairs("inputs", &self.inputs)?,
             dataset_root: self.dataset_root.clone(),
             dataset_files: self.dataset_files.clone(),
@@ -254,4 +268,8 @@ impl JobArgs {
     pub fn secrets(&self, spec: &JobSpec) -> Result<SecretValues, Error> {
         crate::client::secret_values(&spec.secret_env, self.secret_env_file.as_deref())
     }
+}
+
+fn parse_on_preempt(text: &str) -> Result<crate::attempts::OnPreempt, String> {
+    crate::attempts::OnPreempt::parse("on_preempt", text).map_err(|e| e.message)
 }

@@ -299,7 +299,31 @@ fn table(views: &[crate::JobView]) -> String {
             super::clean(&v.message),
         ]);
     }
-    format!("{table}\n")
+    let mut out = format!("{table}\n");
+    for v in views {
+        out.push_str(&attempt_lines(v));
+    }
+    out
+}
+
+/// Under the table, for a job shown with its attempts: its attempt summary, newest checkpoint, and
+/// each attempt after the first with its cause and the checkpoint it started from.
+fn attempt_lines(v: &crate::JobView) -> String {
+    let (Some(summary), Some(attempts)) = (&v.attempt_summary, &v.attempts) else { return String::new() };
+    let mut out = format!("{}: {}", v.job_id, super::clean(summary));
+    if let Some(c) = &v.checkpoint {
+        out.push_str(&format!("; newest checkpoint {}", super::clean(c)));
+    }
+    out.push('\n');
+    for a in attempts.iter().filter(|a| a.number > 1) {
+        out.push_str(&format!(
+            "  attempt {} ({}) from {}\n",
+            a.number,
+            a.cause.as_deref().unwrap_or("-"),
+            super::clean(a.resumed_from.as_deref().unwrap_or("no checkpoint"))
+        ));
+    }
+    out
 }
 
 /// `list --sweeps`: the sweeps and pipelines, each with its jobs' statuses counted.

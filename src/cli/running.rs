@@ -1,5 +1,6 @@
 //! `exec`, `shell`, `forward` and `tensorboard`: working with a running job.
 
+use crate::client::Where;
 use crate::config::Settings;
 use crate::error::Error;
 use crate::Client;
@@ -11,8 +12,11 @@ pub struct ExecCmd {
     /// Job id (or prefix)
     pub job_id: String,
     /// Run on this node of the job only (default: once on each of its nodes)
-    #[arg(long)]
+    #[arg(long, conflicts_with = "role")]
     pub node: Option<String>,
+    /// A Cosmos-RL job: run on this role's nodes, in its container (controller, policy, rollout)
+    #[arg(long)]
+    pub role: Option<String>,
     /// Stop the command after this long (e.g. 30s, 10min)
     #[arg(long, default_value = "1h")]
     pub timeout: String,
@@ -24,7 +28,8 @@ pub struct ExecCmd {
 impl ExecCmd {
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
         let secs = duration(&self.timeout, "--timeout")?.as_secs().max(1);
-        Client::new(settings)?.exec_stream(&self.job_id, self.node.as_deref(), &self.command, secs)
+        let at = Where::new(self.node.as_deref(), self.role.as_deref());
+        Client::new(settings)?.exec_stream(&self.job_id, &at, &self.command, secs)
     }
 }
 
@@ -33,8 +38,11 @@ pub struct ShellCmd {
     /// Job id (or prefix)
     pub job_id: String,
     /// The node of the job to open it on (default: its first)
-    #[arg(long)]
+    #[arg(long, conflicts_with = "role")]
     pub node: Option<String>,
+    /// A Cosmos-RL job: open it in this role's container, on its first node
+    #[arg(long)]
+    pub role: Option<String>,
     /// What to run instead of bash, after `--`
     #[arg(last = true)]
     pub command: Vec<String>,
@@ -42,7 +50,8 @@ pub struct ShellCmd {
 
 impl ShellCmd {
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
-        Client::new(settings)?.shell(&self.job_id, self.node.as_deref(), &self.command)
+        let at = Where::new(self.node.as_deref(), self.role.as_deref());
+        Client::new(settings)?.shell(&self.job_id, &at, &self.command)
     }
 }
 
@@ -53,8 +62,11 @@ pub struct ForwardCmd {
     /// PORT on the job's node, or PORT:LOCAL to listen on LOCAL here (default: the same port)
     pub ports: String,
     /// The node of the job (default: its first)
-    #[arg(long)]
+    #[arg(long, conflicts_with = "role")]
     pub node: Option<String>,
+    /// A Cosmos-RL job: the first node of this role
+    #[arg(long)]
+    pub role: Option<String>,
     /// Stop after this long (e.g. 2h) instead of at Ctrl-C
     #[arg(long = "for", value_name = "DURATION")]
     pub for_: Option<String>,
@@ -67,7 +79,8 @@ impl ForwardCmd {
         let (remote, local) = parse_ports(&self.ports)?;
         let limit = self.for_.as_deref().map(|t| duration(t, "--for")).transpose()?;
         let client = Client::new(settings)?;
-        let forward = client.forward_port(&self.job_id, self.node.as_deref(), remote, local)?;
+        let at = Where::new(self.node.as_deref(), self.role.as_deref());
+        let forward = client.forward_port(&self.job_id, &at, remote, local)?;
         hold(&client, &forward, limit, self.json)
     }
 }
@@ -93,7 +106,7 @@ impl TensorboardCmd {
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
         let limit = self.for_.as_deref().map(|t| duration(t, "--for")).transpose()?;
         let client = Client::new(settings)?;
-        let forward = client.tensorboard(&self.job_id, self.port, self.local_port)?;
+        let forward = client.tensorboard(&self.job_id, self.port, self.local_port, None)?;
         hold(&client, &forward, limit, self.json)
     }
 }

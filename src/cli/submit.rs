@@ -63,7 +63,20 @@ fn send_workdir(settings: &Settings, spec: crate::JobSpec) -> Result<crate::JobS
     if spec.workdir.is_none() {
         return Ok(spec);
     }
-    let (spec, upload) = Client::new(settings.clone())?.send_workdir(&spec)?;
+    // A bar on stderr while the upload goes, when a person watches it.
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut shown = false;
+    let mut show = |sent: u64, total: u64| {
+        if tty {
+            eprint!("\r{}", super::progress::upload_line(sent, total));
+            shown = true;
+        }
+    };
+    let sent = Client::new(settings.clone())?.send_workdir_with(&spec, &mut show);
+    if shown {
+        eprintln!();
+    }
+    let (spec, upload) = sent?;
     if let Some(u) = upload {
         eprintln!(
             "workdir {}: {} files, {} bytes packed, {} bytes uploaded",

@@ -8,6 +8,7 @@ use crate::store::JobRecord;
 impl Client {
     /// The logs of the current attempt, or of attempt `attempt` (1-based) when given.
     pub fn job_logs(&self, id: &str, tail_lines: Option<u32>, attempt: Option<u32>) -> Result<JobLogs> {
+        let _span = super::job_span(id).entered();
         let job = self.job_at_attempt(id, attempt)?;
         logs::read_logs(self.remote()?, &job, tail_lines)
     }

@@ -44,7 +44,7 @@ pub use login::LoginOutcome;
 pub use monitor::{monitor_running, start_background_monitor, Monitor, MonitorLock, MonitorStep, AFTER_FAILURE};
 pub use notify::Notifier;
 pub use results::{ArchiveAsk, ArchiveOut};
-pub use running::{ExecOutput, Forward, RunningJob};
+pub use running::{ExecOutput, Forward, RunningJob, Where};
 pub use secrets::secret_values;
 pub use views::{
     FollowPoll, GroupView, JobCallbacks, JobList, JobView, PathCheck, PipelineSubmitted, StepSubmitted, Submission,
@@ -53,6 +53,12 @@ pub use wait::{Change, Wait, WaitTick};
 pub use workdir::WorkdirUpload;
 
 pub use crate::clock::rfc3339;
+
+/// The span of work on one job: every log line inside it names the job (`job{job_id=...}`), in the
+/// command line's, the MCP server's and the service's logs alike.
+pub(crate) fn job_span(id: &str) -> tracing::Span {
+    tracing::info_span!("job", job_id = %id)
+}
 
 /// Unix seconds now: the one clock the front-ends read (the core is given `now`, never reads it).
 pub fn now_secs() -> i64 {

@@ -8,16 +8,16 @@ use crate::store::{JobRecord, JobSummary};
 impl Client {
     /// A job's status, refreshed from the cluster unless it is already terminal.
     pub fn job_status(&self, id: &str) -> Result<JobView> {
+        let _span = super::job_span(id).entered();
         let job = self.store.summary(id)?;
         if job.status.is_terminal() {
-            let mut view = JobView::at(&job, super::now_secs());
-            view.attempts = Some(self.store.attempts(&job.job_id)?);
-            return Ok(view);
+            return Ok(
+                JobView::at(&job, super::now_secs()).with_attempts(self.store.attempts(&job.job_id)?, job.timeout_runs)
+            );
         }
         self.refresh_and_advance(std::slice::from_ref(&job))?;
-        let mut view = JobView::at(&self.store.summary(&job.job_id)?, super::now_secs());
-        view.attempts = Some(self.store.attempts(&job.job_id)?);
-        Ok(view)
+        let job = self.store.summary(&job.job_id)?;
+        Ok(JobView::at(&job, super::now_secs()).with_attempts(self.store.attempts(&job.job_id)?, job.timeout_runs))
     }
 
     /// Refresh every given job (all active ones when `ids` is empty) in one round trip.
@@ -88,6 +88,7 @@ impl Client {
 
     /// Cancel one job (idempotent).
     pub fn cancel_job(&self, id: &str) -> Result<JobView> {
+        let _span = super::job_span(id).entered();
         Ok(self.cancel_jobs(&[id.to_string()])?.remove(0))
     }
 
@@ -114,6 +115,10 @@ impl Client {
         self.on_this_cluster(jobs.iter().filter(|j| !j.status.is_terminal()).map(|j| &j.summary))?;
         if jobs.iter().any(|j| !j.status.is_terminal()) {
             let outcome = cancel::cancel(self.remote()?, &self.store, &jobs)?;
+            for id in &outcome.cancelled {
+                let _span = super::job_span(id).entered();
+                tracing::info!("cancelled on Slurm");
+            }
             if !outcome.failed.is_empty() {
                 let list: Vec<String> = outcome.failed.iter().map(|(id, why)| format!("{id}: {why}")).collect();
                 return Err(Error::RemoteCommand(format!(

@@ -12,6 +12,7 @@ impl Client {
     /// one compare-and-set, and only the caller that wins submits; the others (and a retry of a job
     /// that is already running again) answer the job as it is.
     pub fn retry_job(&self, id: &str) -> Result<JobView> {
+        let _span = super::job_span(id).entered();
         let job = self.store.get(id)?;
         self.on_this_cluster([&job.summary])?;
         match job.status {

@@ -4,7 +4,7 @@
 
 use super::Client;
 use crate::error::{Error, Result};
-use crate::ops::running::{self, ExecTarget};
+use crate::ops::running::{self, ExecTarget, Place};
 use crate::status::PlatformStatus;
 
 /// What a bounded `exec` returns (the MCP tool, Python).
@@ -17,6 +17,20 @@ pub struct ExecOutput {
     pub stdout_bytes: u64,
     pub stderr_bytes: u64,
     pub truncated: bool,
+}
+
+/// Where in a running job a command or forward goes: a node, a Cosmos-RL role, or neither (every
+/// node; a terminal or forward: the first). At most one of the two.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Where {
+    pub node: Option<String>,
+    pub role: Option<String>,
+}
+
+impl Where {
+    pub fn new(node: Option<&str>, role: Option<&str>) -> Where {
+        Where { node: node.map(String::from), role: role.map(String::from) }
+    }
 }
 
 /// A running job's place on the cluster: its current Slurm job id and nodes.
@@ -41,6 +55,17 @@ pub struct Forward {
     pub url: String,
 }
 
+/// A place the job does not have, with the field at fault.
+fn place_error(e: running::ExecError) -> Error {
+    use running::ExecError::*;
+    let field = match e {
+        BadNode(_) | NotItsNode(..) => "node",
+        NodeAndRole | NoRoles | BadRole(..) | NeedRole(_) => "role",
+        _ => "job_id",
+    };
+    invalid(field, e.to_string())
+}
+
 fn invalid(field: &str, message: impl Into<String>) -> Error {
     crate::spec::SpecError::new(field, message.into()).into()
 }
@@ -48,6 +73,7 @@ fn invalid(field: &str, message: impl Into<String>) -> Error {
 impl Client {
     /// The job, refreshed, if it runs now; else an error saying what it is doing.
     pub fn running_job(&self, id: &str) -> Result<RunningJob> {
+        let _span = super::job_span(id).entered();
         let view = self.job_status(id)?;
         match (view.status, view.slurm_job_id, view.node_list) {
             (PlatformStatus::Running, Some(slurm_job_id), Some(node_list)) if !node_list.is_empty() => {
@@ -59,24 +85,32 @@ impl Client {
         }
     }
 
-    fn exec_argv(&self, job: &RunningJob, node: Option<&str>, pty: bool, command: &[String]) -> Result<Vec<String>> {
-        let target = ExecTarget { slurm_job_id: &job.slurm_job_id, job_id: &job.job_id, node, pty };
+    /// Where `at` is in the running job (a role needs the job's Cosmos-RL plan).
+    fn place(&self, job: &RunningJob, at: &Where) -> Result<Place> {
+        let plan = self.store.get(&job.job_id)?.plan;
+        running::resolve_place(at.node.as_deref(), at.role.as_deref(), plan.cosmos.as_ref(), &job.node_list)
+            .map_err(place_error)
+    }
+
+    fn exec_argv(&self, job: &RunningJob, at: &Where, pty: bool, command: &[String]) -> Result<Vec<String>> {
+        let place = self.place(job, at)?;
+        let target = ExecTarget { slurm_job_id: &job.slurm_job_id, job_id: &job.job_id, place, pty };
         running::exec_argv(&target, command).map_err(|e| invalid("command", e.to_string()))
     }
 
-    /// Run `command` in the job's container (on `node`, else once per node) with this process's
-    /// streams; its exit status. Stopped after `deadline_secs`.
-    pub fn exec_stream(&self, id: &str, node: Option<&str>, command: &[String], deadline_secs: u64) -> Result<i32> {
+    /// Run `command` in the job's container (at a node or role, else once per node) with this
+    /// process's streams; its exit status. Stopped after `deadline_secs`.
+    pub fn exec_stream(&self, id: &str, at: &Where, command: &[String], deadline_secs: u64) -> Result<i32> {
         let job = self.running_job(id)?;
-        let argv = self.exec_argv(&job, node, false, command)?;
+        let argv = self.exec_argv(&job, at, false, command)?;
         Ok(self.remote()?.attach(&running::exec_line(&argv, deadline_secs), false)?)
     }
 
-    /// A terminal in the job's container (`command`, default `bash`), on `node` or the first node.
-    pub fn shell(&self, id: &str, node: Option<&str>, command: &[String]) -> Result<i32> {
+    /// A terminal in the job's container (`command`, default `bash`), at a node or role, or the first node.
+    pub fn shell(&self, id: &str, at: &Where, command: &[String]) -> Result<i32> {
         let job = self.running_job(id)?;
         let command = if command.is_empty() { vec!["bash".to_string()] } else { command.to_vec() };
-        let argv = self.exec_argv(&job, node, true, &command)?;
+        let argv = self.exec_argv(&job, at, true, &command)?;
         Ok(self.remote()?.attach(&crate::script::shell::join(&argv), true)?)
     }
 
@@ -84,13 +118,13 @@ impl Client {
     pub fn exec_capture(
         &self,
         id: &str,
-        node: Option<&str>,
+        at: &Where,
         command: &[String],
         deadline_secs: u64,
         max_bytes: u64,
     ) -> Result<ExecOutput> {
         let job = self.running_job(id)?;
-        let argv = self.exec_argv(&job, node, false, command)?;
+        let argv = self.exec_argv(&job, at, false, command)?;
         let script = running::capture_script(&argv, deadline_secs, max_bytes);
         let out = self.remote()?.run_script_within(
             &script,
@@ -111,15 +145,16 @@ impl Client {
     /// Forward `local_port` on 127.0.0.1 (0: a free one) to `remote_port` on the job's `node` (default
     /// its first), through the login host's SSH master. It stays until [`Client::stop_forward`] or
     /// the master ends.
-    pub fn forward_port(&self, id: &str, node: Option<&str>, remote_port: u16, local_port: u16) -> Result<Forward> {
+    pub fn forward_port(&self, id: &str, at: &Where, remote_port: u16, local_port: u16) -> Result<Forward> {
         let job = self.running_job(id)?;
-        let node = match node {
-            Some(n) => {
-                running::check_node(n).map_err(|e| invalid("node", e.to_string()))?;
-                n.to_string()
-            }
-            None => running::first_node(&job.node_list)
+        let node = match self.place(&job, at)? {
+            Place::Node(n) => n,
+            Place::EveryNode => running::first_node(&job.node_list)
                 .ok_or_else(|| invalid("node", format!("job {} has no node list", job.job_id)))?,
+            Place::Role(role, nodes) => nodes
+                .into_iter()
+                .next()
+                .ok_or_else(|| invalid("role", format!("the {role} role of job {} has no node", job.job_id)))?,
         };
         let addr = self.node_addr(&node)?;
         self.forward_to(job.job_id, node, addr, remote_port, local_port)
@@ -140,15 +175,22 @@ impl Client {
     }
 
     /// Start TensorBoard in the job's container on its results directory (on its first node, unless
-    /// it already runs there) and forward it to `local_port` here (0: a free one).
-    pub fn tensorboard(&self, id: &str, port: u16, local_port: u16) -> Result<Forward> {
+    /// it already runs there) and forward it to `local_port` here (0: a free one). `path_prefix`:
+    /// TensorBoard's `--path_prefix` (the service serves it under one).
+    pub fn tensorboard(&self, id: &str, port: u16, local_port: u16, path_prefix: Option<&str>) -> Result<Forward> {
         let job = self.running_job(id)?;
         let node = running::first_node(&job.node_list)
             .ok_or_else(|| invalid("node", format!("job {} has no node list", job.job_id)))?;
         let addr = self.node_addr(&node)?;
-        let target = ExecTarget { slurm_job_id: &job.slurm_job_id, job_id: &job.job_id, node: Some(&node), pty: false };
-        let script = running::tensorboard_script(&target, &addr, &job.results_dir, port)
-            .map_err(|e| invalid("node", e.to_string()))?;
+        // The first node's container (a Cosmos-RL job's: the policy's there).
+        let place = self.place(&job, &Where::new(Some(&node), None))?;
+        let target = ExecTarget { slurm_job_id: &job.slurm_job_id, job_id: &job.job_id, place, pty: false };
+        let script = running::tensorboard_script(&target, &addr, &job.results_dir, port, path_prefix).map_err(|e| {
+            invalid(
+                if matches!(e, running::ExecError::BadPathPrefix(_)) { "path_prefix" } else { "node" },
+                e.to_string(),
+            )
+        })?;
         let out = self.remote()?.run_script_within(
             &script,
             crate::remote::Idempotency::Idempotent,

@@ -148,6 +148,7 @@ impl Client {
     /// [`Client::create_job`] of a spec the caller already resolved with [`Client::plan`] (to show
     /// its warnings first): the plan is not resolved a second time.
     pub fn create_job_planned(&self, spec: &JobSpec, plan: Plan, secrets: &SecretValues) -> Result<Submitted> {
+        let _span = super::job_span(&plan.layout.job_id).entered();
         if spec.sweep.is_some() {
             return Err(crate::spec::SpecError::new("sweep", "submit a sweep with create_sweep").into());
         }

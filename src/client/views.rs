@@ -47,9 +47,26 @@ pub struct JobView {
     pub sweep_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sweep_index: Option<u32>,
-    /// Every attempt, first to last (filled by `job_status`).
+    /// Every attempt, first to last, each with its cause and the checkpoint it started from (filled
+    /// by `job_status`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempts: Option<Vec<crate::store::AttemptRecord>>,
+    /// `attempt 3 of at most 7 (timeout)`: the queue-length run the job is on, the most it may use,
+    /// and why its current attempt was made (`attempts::attempt_summary`; filled by `job_status`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt_summary: Option<String>,
+    /// The job's newest checkpoint (a path on the cluster), as last seen: by a refresh while it
+    /// runs, when it failed or was preempted, or as an attempt started from it.
+    pub checkpoint: Option<String>,
+}
+
+impl JobView {
+    /// The view with its attempts and their summary.
+    pub fn with_attempts(mut self, attempts: Vec<crate::store::AttemptRecord>, timeout_runs: u32) -> JobView {
+        self.attempt_summary = Some(crate::attempts::attempt_summary(&attempts, timeout_runs));
+        self.attempts = Some(attempts);
+        self
+    }
 }
 
 impl JobView {
@@ -89,6 +106,8 @@ impl JobView {
             sweep_id: j.sweep_id.clone(),
             sweep_index: j.sweep_index,
             attempts: None,
+            attempt_summary: None,
+            checkpoint: j.checkpoint.clone(),
         }
     }
 }

@@ -29,26 +29,29 @@ pub struct Packed {
     pub files: usize,
 }
 
+/// How far an upload is: (bytes sent, bytes to send).
+pub type UploadProgress<'a> = &'a mut dyn FnMut(u64, u64);
+
 impl Client {
     /// If `spec` names a workdir, send it (unless already there) and return the spec pointing at its
     /// archive, with what it cost. Sweep variants and pipeline steps copy the spec: one upload.
     pub fn send_workdir(&self, spec: &JobSpec) -> Result<(JobSpec, Option<WorkdirUpload>)> {
+        self.send_workdir_with(spec, &mut |_, _| {})
+    }
+
+    /// [`Client::send_workdir`], telling `progress` after each part sent.
+    pub fn send_workdir_with(
+        &self,
+        spec: &JobSpec,
+        progress: UploadProgress<'_>,
+    ) -> Result<(JobSpec, Option<WorkdirUpload>)> {
         let Some(dir) = &spec.workdir else { return Ok((spec.clone(), None)) };
         let packed = pack(Path::new(dir))?;
         let archive = workdir::archive_path(&self.settings.base_dir(), &packed.hash);
-        let remote = self.remote()?;
-        let present = remote.run_script(&workdir::present_script(&archive), Idempotency::Idempotent)?;
+        let present = self.remote()?.run_script(&workdir::present_script(&archive), Idempotency::Idempotent)?;
         let mut uploaded_bytes = 0;
         if present.exit_code != 0 {
-            use base64::Engine;
-            let encoded = base64::engine::general_purpose::STANDARD.encode(&packed.gz);
-            let out = remote.run_script(&workdir::upload_script(&archive, &encoded), Idempotency::Idempotent)?;
-            if out.exit_code != 0 {
-                return Err(Error::RemoteCommand(format!(
-                    "cannot upload the workdir to {archive}: {}",
-                    out.stderr.trim()
-                )));
-            }
+            self.upload(&archive, &packed.gz, progress)?;
             uploaded_bytes = packed.gz.len() as u64;
         }
         let mut sent = spec.clone();
@@ -61,6 +64,56 @@ impl Client {
             uploaded_bytes,
         };
         Ok((sent, Some(upload)))
+    }
+
+    /// Send `gz` as `archive`: in one script when it is small, else part by part into a private
+    /// directory beside it, then assembled and checked against its size and sha-256.
+    fn upload(&self, archive: &str, gz: &[u8], progress: UploadProgress<'_>) -> Result<()> {
+        use base64::Engine;
+        let encode = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let remote = self.remote()?;
+        let total = gz.len() as u64;
+        let failed = |out: crate::remote::RemoteOutput| {
+            Error::RemoteCommand(format!("cannot upload the workdir to {archive}: {}", out.stderr.trim()))
+        };
+        progress(0, total);
+        if gz.len() <= workdir::UPLOAD_PART_BYTES {
+            let out = remote.run_script(&workdir::upload_script(archive, &encode(gz)), Idempotency::Idempotent)?;
+            if out.exit_code != 0 {
+                return Err(failed(out));
+            }
+            progress(total, total);
+            return Ok(());
+        }
+        // Two submits of the same new content at once each send their own parts.
+        let parts_dir = format!("{archive}.parts-{}", uuid::Uuid::new_v4().simple());
+        let mut sent = 0u64;
+        let chunks: Vec<&[u8]> = gz.chunks(workdir::UPLOAD_PART_BYTES).collect();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let out = remote.run_script(&workdir::part_script(&parts_dir, i, &encode(chunk)), Idempotency::Idempotent);
+            match out {
+                Ok(out) if out.exit_code == 0 => {}
+                stopped => {
+                    // Best effort: the parts of an upload that stopped are of no use to anyone.
+                    let rm = format!("rm -rf {}\n", crate::script::shell::quote(&parts_dir));
+                    let _ = remote.run_script(&rm, Idempotency::Idempotent);
+                    return Err(match stopped {
+                        Ok(out) => failed(out),
+                        Err(e) => e.into(),
+                    });
+                }
+            }
+            sent += chunk.len() as u64;
+            progress(sent, total);
+        }
+        use sha2::{Digest, Sha256};
+        let sha: String = Sha256::digest(gz).iter().map(|b| format!("{b:02x}")).collect();
+        let script = workdir::assemble_script(archive, &parts_dir, chunks.len(), total, &sha);
+        let out = remote.run_script(&script, Idempotency::Idempotent)?;
+        if out.exit_code != 0 {
+            return Err(failed(out));
+        }
+        Ok(())
     }
 }
 

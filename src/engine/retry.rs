@@ -36,8 +36,10 @@ pub fn handle_failures(
             }
             store.record_attempt_end(&job.job_id, job.attempt, &d.update, now)?;
             match &outcome {
-                FailureOutcome::Retry { failure, next_name, exclude, not_before, message } => {
+                FailureOutcome::Retry { failure, cause, resumed_from, next_name, exclude, not_before, message } => {
                     let retry = RetryPlan {
+                        cause: cause.as_str(),
+                        resumed_from: resumed_from.as_deref(),
                         class: failure.class.as_str(),
                         evidence: &failure.evidence,
                         next_name,

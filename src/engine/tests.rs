@@ -299,3 +299,49 @@ fn an_unknown_slurm_state_is_no_verdict_and_is_logged_once() {
     assert!(said[0].contains("unknown Slurm state \"COMPLETED_BUT_DIFFERENTLY\""), "{}", said[0]);
     assert!(said[0].contains("WARN"), "{}", said[0]);
 }
+
+#[test]
+fn a_preemption_resumes_from_the_checkpoint_on_its_own_budget_or_cancels_as_asked() {
+    use crate::attempts::OnPreempt;
+    // (on_preempt, max_preemptions, status, attempt, message part)
+    for (on, max, want_status, want_attempt, says) in [
+        (
+            OnPreempt::Resume,
+            10,
+            PlatformStatus::Pending,
+            2,
+            "on node2, resuming from /ck/epoch-3.pth (preemption 1 of at most 10)",
+        ),
+        (OnPreempt::Cancel, 10, PlatformStatus::Canceled, 1, "on node2; canceled (on-preempt cancel)"),
+        (OnPreempt::Resume, 0, PlatformStatus::Canceled, 1, "canceled: preempted 0 times, its budget of preemptions"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.db")).unwrap();
+        let spec = crate::spec::JobSpec { on_preempt: Some(on), max_preemptions: Some(max), ..spec() };
+        let plan = crate::plan::resolve(&spec, &settings()).unwrap();
+        store.insert_job("{}", &plan, crate::clock::now()).unwrap();
+        let id = plan.layout.job_id.clone();
+        store.set_submitted(&id, "41", "login1", crate::clock::now()).unwrap();
+        let name = store.get(&id).unwrap().attempt_name.clone();
+        let remote = FakeRemote::answering(vec![
+            refresh_reply(&name, "PREEMPTED", "0:0"),
+            ok(&format!("{SECTION}tail {id}\n{SECTION}checkpoint {id} /ck/epoch-3.pth\n{SECTION}down {id} \n")),
+            // The resumed attempt is due at once; its submission reaches no host here.
+            unreachable(),
+        ]);
+        // No infrastructure retry is allowed: a preemption does not draw on that budget.
+        let job = store.summary(&id).unwrap();
+        cycle(&remote, &store, 0).run(std::slice::from_ref(&job)).unwrap();
+        let after = store.summary(&id).unwrap();
+        assert_eq!((after.status, after.attempt), (want_status, want_attempt), "{on:?}: {}", after.message);
+        assert!(after.message.starts_with("preempted at ") && after.message.contains(says), "{}", after.message);
+        let attempts = store.attempts(&id).unwrap();
+        assert_eq!(attempts[0].failure_class.as_deref(), Some("preempted"), "{attempts:?}");
+        if want_attempt == 2 {
+            assert_eq!(attempts[1].cause.as_deref(), Some("preempted"));
+            assert_eq!(attempts[1].resumed_from.as_deref(), Some("/ck/epoch-3.pth"));
+            assert_eq!(attempts[1].excluded_nodes, "", "a preempted job's nodes are not excluded");
+            assert_eq!(after.checkpoint.as_deref(), Some("/ck/epoch-3.pth"));
+        }
+    }
+}

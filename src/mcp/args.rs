@@ -133,6 +133,17 @@ pub struct SubmitArgs {
     /// default TAO's: *.pth, *.ckpt, *.tlt, *.hdf5, checkpoint-*/ ...).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub checkpoint_patterns: Vec<String>,
+    /// What a preemption does: `resume` (a new attempt from the newest checkpoint; default) or
+    /// `cancel` (the job ends Canceled with the reason).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on_preempt: Option<crate::attempts::OnPreempt>,
+    /// Preemptions survived before the job ends Canceled (default 10).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_preemptions: Option<u32>,
+    /// The training's total time in hours: bounds the queue-length runs the job may use (instead of
+    /// max_timeout_requeues).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_time_hours: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub requeue: Option<bool>,
     /// Container environment NAME: value (never secrets: use secret_env).

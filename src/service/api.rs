@@ -299,14 +299,23 @@ pub async fn create_job(
     let _in_pool = ws.pool.enter(&ws.id).await?;
     let job_id = blocking(move || {
         w.with_client(|client| {
-            let submitted = client.create_job(&spec, &secrets)?;
-            st.add_job(crate::client::ApiJob { job_id: submitted.job_id.clone(), ..meta })
-                .map_err(|m| {
-                    tracing::warn!(job = %submitted.job_id, error = %m, "submitted, but not recorded in the service's database");
-                    crate::Error::RemoteCommand("the job was submitted but the service could not record it; the operator finds why in its log".into())
-                })?;
+            // The org's record first: a replica that dies mid-submission leaves a job the next
+            // lease holder finishes submitting, and that job is the org's, not a stray.
+            let plan = client.plan(&spec)?;
+            let job_id = plan.layout.job_id.clone();
+            st.add_job(crate::client::ApiJob { job_id: job_id.clone(), ..meta }).map_err(|m| {
+                tracing::warn!(job = %job_id, error = %m, "cannot record a job in the service's database; not submitted");
+                crate::Error::RemoteCommand("the service could not record the job, so it did not submit it; the operator finds why in its log".into())
+            })?;
+            if let Err(e) = client.create_job_planned(&spec, plan, &secrets) {
+                // Refused before it was recorded: nothing of it remains.
+                if !client.stored_jobs(std::slice::from_ref(&job_id)).is_ok_and(|v| !v.is_empty()) {
+                    let _ = st.remove_job(&job_id);
+                }
+                return Err(e);
+            }
             st.publish(client);
-            Ok(submitted.job_id)
+            Ok(job_id)
         })
         .map_err(ApiError::engine)
     })
@@ -461,7 +470,7 @@ pub async fn job_get_ref(
     }
 }
 
-/// `POST /jobs/{job_id}:cancel`, `:retry`, `:pause` and `:resume`.
+/// `POST /jobs/{job_id}:cancel`, `:retry`, `:pause`, `:resume` and `:tensorboard`.
 pub async fn job_post_ref(
     State(state): State<AppStateRef>,
     Path((org, reference)): Path<(String, String)>,
@@ -473,8 +482,11 @@ pub async fn job_post_ref(
         Some((id, "retry")) => retry_job(state, org, id.to_string()).await,
         Some((id, "pause")) => super::pause::pause_job(state, org, id.to_string(), headers, body).await,
         Some((id, "resume")) => super::pause::resume_job(state, org, id.to_string(), headers, body).await,
+        Some((id, "tensorboard")) => super::tensorboard::open(state, org, id.to_string()).await,
         Some((_, a @ ("publish_model" | "log_update" | "status_update"))) => Err(super::tao_routes::not_here(a)),
-        _ => Err(ApiError::not_found("no such job action for POST (there are :cancel, :retry, :pause and :resume)")),
+        _ => Err(ApiError::not_found(
+            "no such job action for POST (there are :cancel, :retry, :pause, :resume and :tensorboard)",
+        )),
     }
 }
 
@@ -749,6 +761,8 @@ pub async fn job_attempts(state: AppStateRef, org: String, id: String) -> ApiRes
                 failure_class: a.failure_class,
                 evidence: a.evidence,
                 excluded_nodes: a.excluded_nodes,
+                cause: a.cause,
+                resumed_from: a.resumed_from,
                 submitted_at: a.submitted_at.map(rfc3339),
                 ended_at: a.ended_at.map(rfc3339),
             })

@@ -124,6 +124,13 @@ fn read_now(state: &AppState, r: &Registry) -> prometheus::Result<()> {
     let interval = ws_gauge("tao_slurm_monitor_interval_milliseconds", "The monitor's current interval")?;
     let in_use = ws_gauge("tao_slurm_remote_in_use", "Places of the request pool taken (cluster work of requests)")?;
     let ready = ws_gauge("tao_slurm_workspace_ready", "1 when the workspace's preflight passed")?;
+    let lease = gauge(
+        r,
+        "tao_slurm_lease_held",
+        "1 when this replica holds the workspace's monitor lease (it refreshes that cluster)",
+        &["workspace", "replica"],
+    )?;
+    let epoch = ws_gauge("tao_slurm_lease_epoch", "The epoch of the workspace's lease when this replica holds it")?;
     for w in state.workspaces() {
         let c = &w.counters;
         let l = [w.id.as_str()];
@@ -137,6 +144,8 @@ fn read_now(state: &AppState, r: &Registry) -> prometheus::Result<()> {
         interval.with_label_values(&l).set(c.interval_ms.load(Relaxed) as i64);
         in_use.with_label_values(&l).set(w.pool.in_use() as i64);
         ready.with_label_values(&l).set(w.ready.load(Relaxed) as i64);
+        lease.with_label_values(&[w.id.as_str(), state.replica_id.as_str()]).set(w.lease.held.load(Relaxed) as i64);
+        epoch.with_label_values(&l).set(w.lease.epoch.load(Relaxed));
     }
     let retried = counter(
         r,

@@ -24,12 +24,14 @@ pub mod operator;
 pub mod org_secrets;
 mod pause;
 pub mod policy;
+pub mod replica;
 mod results;
 mod revoke;
 mod sse;
 pub mod state;
 pub mod tao_jobs;
 pub mod tao_routes;
+pub mod tensorboard;
 mod translate;
 pub mod types;
 pub mod workspace;
@@ -160,6 +162,9 @@ pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
         .route(&format!("{org}/secrets"), get(org_secrets::list_secrets))
         .route(&format!("{org}/secrets/{{name}}"), put(org_secrets::put_secret).delete(org_secrets::delete_secret))
         .route(&format!("{org}/jobs"), get(api::list_jobs).post(api::create_job))
+        // Outside /api/: reached with the cookie a :tensorboard link's ticket becomes, not a token.
+        .route("/tensorboard/{job_id}/", axum::routing::any(tensorboard::proxy))
+        .route("/tensorboard/{job_id}/{*rest}", axum::routing::any(tensorboard::proxy))
         .route(&format!("{org}/jobs:stream"), get(sse::jobs_stream))
         .route(&format!("{org}/jobs:gpu_types"), get(tao_routes::gpu_types))
         .route(&format!("{org}/jobs:schema"), axum::routing::any(|| async { tao_routes::not_here("jobs:schema") }))
@@ -342,6 +347,8 @@ pub fn serve(opts: ServeOptions, setup: Setup) -> Result<(), Error> {
             }
         }
         stop_monitors(&state).await;
+        state.release_leases();
+        state.tensorboards.close_all();
         eprintln!("tao-slurm serve: stopped");
         Ok::<(), Error>(())
     })?;

@@ -101,6 +101,9 @@ pub struct AppState {
     /// The state file (the service's database, its keys and monitor locks lie beside it).
     pub state_path: std::path::PathBuf,
     metas: RwLock<HashMap<String, Arc<ApiJob>>>,
+    /// When the records were last read from the database, and the state file's jobs found not to be
+    /// the API's then (the command line's), by when they were checked.
+    metas_read: Mutex<(Instant, HashMap<String, Instant>)>,
     snapshot: RwLock<Arc<Snapshot>>,
     publish_lock: Mutex<()>,
     pub version_tx: tokio::sync::watch::Sender<u64>,
@@ -121,6 +124,10 @@ pub struct AppState {
     pub shutdown: tokio_util::sync::CancellationToken,
     /// Held by the readiness probe running.
     pub readiness_probe: tokio::sync::Mutex<()>,
+    /// This process's name among the service's replicas (the holder of the leases it takes).
+    pub replica_id: String,
+    /// The jobs' TensorBoards the service forwards, and who may reach them.
+    pub tensorboards: super::tensorboard::Sessions,
 }
 
 /// What one org's tokens asked of the service.
@@ -148,6 +155,7 @@ impl AppState {
             make_settings,
             state_path,
             metas: RwLock::new(metas),
+            metas_read: Mutex::new((Instant::now(), HashMap::new())),
             snapshot: RwLock::new(Arc::new(Snapshot::default())),
             publish_lock: Mutex::new(()),
             version_tx: tokio::sync::watch::channel(0).0,
@@ -162,6 +170,8 @@ impl AppState {
             metrics: Default::default(),
             shutdown: Default::default(),
             readiness_probe: Default::default(),
+            tensorboards: Default::default(),
+            replica_id: super::replica::new_id(),
         };
         state.reload_tokens()?;
         Ok(state)
@@ -273,6 +283,7 @@ impl AppState {
                 return;
             }
         };
+        self.read_metas_if_stale(&views);
         let metas = self.metas.read().unwrap_or_else(|e| e.into_inner()).clone();
         let old = self.snapshot();
         let version = old.version + 1;
@@ -308,6 +319,40 @@ impl AppState {
         let snapshot = Arc::new(Snapshot { version, jobs, order, removed });
         *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = snapshot;
         self.version_tx.send_replace(version);
+    }
+}
+
+/// Read the jobs' records again after [`METAS_FRESH`], or at once for a job of the state file not
+/// yet checked: other replicas create and delete jobs in the same database.
+const METAS_FRESH: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl AppState {
+    fn read_metas_if_stale(&self, views: &[JobView]) {
+        let mut read = self.metas_read.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        let stale = now.duration_since(read.0) >= METAS_FRESH;
+        let unknown = {
+            let metas = self.metas.read().unwrap_or_else(|e| e.into_inner());
+            let checked = &read.1;
+            views.iter().any(|v| {
+                !metas.contains_key(&v.job_id)
+                    && checked.get(&v.job_id).is_none_or(|at| now.duration_since(*at) >= METAS_FRESH)
+            })
+        };
+        if !stale && !unknown {
+            return;
+        }
+        let jobs = match self.db.jobs() {
+            Ok(j) => j,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the jobs' records; the cache keeps the ones it has");
+                return;
+            }
+        };
+        let metas: HashMap<String, Arc<ApiJob>> = jobs.into_iter().map(|j| (j.job_id.clone(), Arc::new(j))).collect();
+        read.1 = views.iter().filter(|v| !metas.contains_key(&v.job_id)).map(|v| (v.job_id.clone(), now)).collect();
+        read.0 = now;
+        *self.metas.write().unwrap_or_else(|e| e.into_inner()) = metas;
     }
 }
 
@@ -355,6 +400,7 @@ fn cached(client: &Client, view: &JobView, meta: &ApiJob, key: ChangeKey, rev: u
                 node_list: view.node_list.clone(),
                 login_host: view.login_host.clone(),
                 next_retry_at: view.next_retry_at.map(types::rfc3339),
+                latest_checkpoint: view.checkpoint.clone(),
             },
         },
         tao: meta.tao.clone().and_then(|t| serde_json::from_value(t).ok()).unwrap_or_default(),

@@ -60,6 +60,14 @@ pub fn to_spec(state: &AppState, org: &str, req: &JobCreate) -> ApiResult<(JobSp
         max_timeout_requeues: req.max_timeout_requeues,
         checkpoint_grace_seconds: req.checkpoint_grace_seconds,
         checkpoint_patterns: req.checkpoint_patterns.clone(),
+        on_preempt: req
+            .on_preempt
+            .as_deref()
+            .map(|t| crate::attempts::OnPreempt::parse("on_preempt", t))
+            .transpose()
+            .map_err(|e| ApiError::field("on_preempt", e.message))?,
+        max_preemptions: req.max_preemptions,
+        total_time_hours: req.total_time_hours,
         inputs: req.inputs.clone(),
         specs: req.specs.clone().map(serde_json::Value::Object),
         dataset_root: req.dataset_root.clone(),

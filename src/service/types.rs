@@ -130,6 +130,12 @@ pub struct JobCreate {
     /// What counts as a checkpoint (globs; `name-*/` for directories); TAO's by default.
     #[serde(default)]
     pub checkpoint_patterns: Vec<String>,
+    /// What a preemption does: `resume` (default) or `cancel`.
+    pub on_preempt: Option<String>,
+    /// Preemptions survived before the job ends Canceled (default 10).
+    pub max_preemptions: Option<u32>,
+    /// The training's total time in hours: bounds the queue-length runs (timeout requeues).
+    pub total_time_hours: Option<f64>,
     /// Inputs by spec key (`custom.train_dataset.annotation_path = lustre:///...`).
     #[serde(default)]
     pub inputs: BTreeMap<String, String>,
@@ -203,6 +209,8 @@ pub struct SlurmMetadata {
     pub login_host: Option<String>,
     /// When a scheduled retry is due (RFC 3339).
     pub next_retry_at: Option<String>,
+    /// The job's newest checkpoint (a path on the cluster), as last seen.
+    pub latest_checkpoint: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
@@ -304,6 +312,8 @@ pub struct JobResultOut {
     #[schema(value_type = Option<Object>)]
     pub key_metric: Option<serde_json::Value>,
     pub message: Option<String>,
+    /// The job's newest checkpoint (a path on the cluster), as last seen (tao-slurm's addition).
+    pub latest_checkpoint: Option<String>,
 }
 
 /// Paging of a listing.
@@ -411,6 +421,10 @@ pub struct AttemptOut {
     /// The log lines or facts the class was decided on.
     pub evidence: Vec<String>,
     pub excluded_nodes: String,
+    /// Why this attempt was made: timeout, infra, preempted, resumed, retried (none for the first).
+    pub cause: Option<String>,
+    /// The checkpoint this attempt started from, as known when it was made.
+    pub resumed_from: Option<String>,
     pub submitted_at: Option<String>,
     pub ended_at: Option<String>,
 }
@@ -593,9 +607,15 @@ pub fn progress(view: &JobView) -> Option<JobProgress> {
     })
 }
 
-/// TAO's `job_details` of a job: its JobResult under its id, from its last status.json line.
+/// TAO's `job_details` of a job: its JobResult under its id, from its last status.json line, with
+/// its newest checkpoint (empty while it has neither).
 pub fn job_details(view: &JobView) -> BTreeMap<String, JobResultOut> {
-    let Some(p) = view.progress.as_ref().and_then(|p| p.as_object()) else { return BTreeMap::new() };
+    let empty = serde_json::Map::new();
+    let p = match view.progress.as_ref().and_then(|p| p.as_object()) {
+        Some(p) => p,
+        None if view.checkpoint.is_some() => &empty,
+        None => return BTreeMap::new(),
+    };
     let text = |k: &str| p.get(k).and_then(|v| v.as_str()).map(String::from);
     let value = |k: &str| p.get(k).filter(|v| !v.is_null()).cloned();
     let result = JobResultOut {
@@ -613,6 +633,7 @@ pub fn job_details(view: &JobView) -> BTreeMap<String, JobResultOut> {
         kpi: value("kpi"),
         key_metric: value("key_metric"),
         message: text("message"),
+        latest_checkpoint: view.checkpoint.clone(),
     };
     [(view.job_id.clone(), result)].into()
 }

@@ -72,6 +72,8 @@ pub struct Workspace {
     pub pool: super::limits::RemotePool,
     /// Whether its monitor thread runs (a stopping service waits for it to finish its cycle).
     monitor_running: (Mutex<bool>, Condvar),
+    /// Whether this replica follows its cluster now (see `replica`).
+    pub lease: super::replica::LeaseState,
 }
 
 /// Says the monitor stopped, however its thread ends.
@@ -108,6 +110,7 @@ impl Workspace {
             cluster_view: tokio::sync::Mutex::new(None),
             pool: Default::default(),
             monitor_running: (Mutex::new(false), Condvar::new()),
+            lease: Default::default(),
         }
     }
 
@@ -170,25 +173,30 @@ impl Workspace {
         cv.notify_all();
     }
 
-    /// Sleep until `deadline`, or until woken and `earliest` has passed.
-    fn sleep_until(&self, earliest: Instant, deadline: Instant) {
+    /// Sleep until `deadline`, or until woken and `earliest` has passed; whether it was woken.
+    fn sleep_until(&self, earliest: Instant, deadline: Instant) -> bool {
         let (lock, cv) = &self.wake;
         let mut woken = lock.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             let now = Instant::now();
             let stopping = self.stopped.load(Ordering::Relaxed);
-            if now >= deadline || (*woken && (now >= earliest || stopping)) {
+            if *woken && (now >= earliest || stopping) {
                 *woken = false;
-                return;
+                return true;
             }
-            let until = if *woken { earliest } else { deadline };
+            if now >= deadline {
+                return false;
+            }
+            let until = if *woken { earliest.min(deadline) } else { deadline };
             woken = cv.wait_timeout(woken, until - now).unwrap_or_else(|e| e.into_inner()).0;
         }
     }
 
-    /// The monitor: refresh, publish, sleep at the monitor's pace, until the workspace is deleted
-    /// or the service stops.
-    pub fn run_monitor(&self, publish: &dyn Fn(&Client)) {
+    /// The monitor: while this replica holds the workspace's lease (`lease` takes or renews it),
+    /// refresh and publish at the monitor's pace; while another does, publish what the shared state
+    /// says every [`super::replica::OBSERVE_EVERY`]. Until the workspace is deleted or the service
+    /// stops.
+    pub fn run_monitor(&self, publish: &dyn Fn(&Client), lease: &dyn Fn() -> bool) {
         *self.monitor_running.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
         let _done = MonitorDone(self);
         let client = loop {
@@ -202,35 +210,49 @@ impl Workspace {
         };
         let mut monitor = Monitor::new(&self.settings);
         let floor = crate::monitor::budget_floor(self.settings.max_queries_per_minute);
+        let (mut last, mut next) = (Instant::now(), Instant::now());
         while !self.stopped.load(Ordering::Relaxed) {
-            let started = Instant::now();
-            let before = client.transport_stats();
-            let result = monitor.step(&client);
-            let after = client.transport_stats();
-            self.account(before, after);
-            add(&self.counters.refresh_round_trips, before.round_trips, after.round_trips);
-            self.counters.refreshes.fetch_add(1, Ordering::Relaxed);
-            self.counters.last_refresh_at.store(now_secs() as u64, Ordering::Relaxed);
-            let interval = match result {
-                Ok(step) => {
-                    *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                    self.counters.active_jobs.store(step.active, Ordering::Relaxed);
-                    step.interval
-                }
-                Err(e) => {
-                    self.counters.refresh_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(workspace = %self.id, error = %e, "refresh failed; the cached state stays as it was");
-                    *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
-                    AFTER_FAILURE
-                }
-            };
-            self.counters.interval_ms.store(interval.as_millis() as u64, Ordering::Relaxed);
-            match client.retries_by_class() {
-                Ok(r) => *self.counters.retries.lock().unwrap_or_else(|e| e.into_inner()) = r,
-                Err(e) => tracing::warn!(workspace = %self.id, error = %e, "cannot count the retries"),
+            let held = lease();
+            if Instant::now() >= next {
+                last = Instant::now();
+                let interval = if held { self.refresh(&client, &mut monitor) } else { super::replica::OBSERVE_EVERY };
+                publish(&client);
+                next = last + interval;
             }
-            publish(&client);
-            self.sleep_until(started + floor, started + interval);
+            // Woken (a submit or cancel): the next cycle now, though not before the budget's floor.
+            if self.sleep_until(last + floor, next.min(Instant::now() + super::replica::RENEW_EVERY)) {
+                next = Instant::now();
+            }
         }
+    }
+
+    /// One refresh of the monitor, with its counts; the interval until the next.
+    fn refresh(&self, client: &Client, monitor: &mut Monitor) -> Duration {
+        let before = client.transport_stats();
+        let result = monitor.step(client);
+        let after = client.transport_stats();
+        self.account(before, after);
+        add(&self.counters.refresh_round_trips, before.round_trips, after.round_trips);
+        self.counters.refreshes.fetch_add(1, Ordering::Relaxed);
+        self.counters.last_refresh_at.store(now_secs() as u64, Ordering::Relaxed);
+        let interval = match result {
+            Ok(step) => {
+                *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                self.counters.active_jobs.store(step.active, Ordering::Relaxed);
+                step.interval
+            }
+            Err(e) => {
+                self.counters.refresh_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(workspace = %self.id, error = %e, "refresh failed; the cached state stays as it was");
+                *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+                AFTER_FAILURE
+            }
+        };
+        self.counters.interval_ms.store(interval.as_millis() as u64, Ordering::Relaxed);
+        match client.retries_by_class() {
+            Ok(r) => *self.counters.retries.lock().unwrap_or_else(|e| e.into_inner()) = r,
+            Err(e) => tracing::warn!(workspace = %self.id, error = %e, "cannot count the retries"),
+        }
+        interval
     }
 }

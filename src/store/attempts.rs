@@ -8,6 +8,10 @@ use rusqlite::params;
 /// A retry to schedule: the failure that ended the current attempt and what the next one is.
 #[derive(Debug, Clone, Copy)]
 pub struct RetryPlan<'a> {
+    /// Why the next attempt is made (`attempts::Cause`: `infra`, `preempted`).
+    pub cause: &'a str,
+    /// The checkpoint the next attempt starts from, as known now.
+    pub resumed_from: Option<&'a str>,
     pub class: &'a str,
     pub evidence: &'a [String],
     pub next_name: &'a str,
@@ -40,7 +44,7 @@ impl Store {
             .conn
             .prepare(
                 "SELECT number, slurm_job_name, slurm_job_id, login_host, state, exit_code, node_list, failure_class,
-                        evidence, excluded_nodes, recorded_at, submitted_at, ended_at
+                        evidence, excluded_nodes, recorded_at, submitted_at, ended_at, cause, resumed_from
                  FROM attempts WHERE job_id = ?1 ORDER BY number",
             )
             .map_err(|e| self.err(e))?;
@@ -61,6 +65,8 @@ impl Store {
                     recorded_at: r.get(10)?,
                     submitted_at: r.get(11)?,
                     ended_at: r.get(12)?,
+                    cause: r.get(13)?,
+                    resumed_from: r.get(14)?,
                 })
             })
             .map_err(|e| self.err(e))?;
@@ -159,11 +165,17 @@ impl Store {
                 .map_err(|e| self.err(e))?;
             self.conn
                 .execute(
-                    "INSERT INTO attempts (job_id, number, slurm_job_name, excluded_nodes, recorded_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                    params![job_id, attempt + 1, retry.next_name, retry.excluded_nodes, now],
+                    "INSERT INTO attempts (job_id, number, slurm_job_name, excluded_nodes, recorded_at, cause, resumed_from)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    params![job_id, attempt + 1, retry.next_name, retry.excluded_nodes, now, retry.cause, retry.resumed_from],
                 )
                 .map_err(|e| self.err(e))?;
-            self.add_event(job_id, "retry", retry.message, now)?;
+            if let Some(c) = retry.resumed_from {
+                self.conn
+                    .execute("UPDATE jobs SET checkpoint = ?2 WHERE job_id = ?1", params![job_id, c])
+                    .map_err(|e| self.err(e))?;
+            }
+            self.add_event(job_id, if retry.cause == "preempted" { "preempted" } else { "retry" }, retry.message, now)?;
             Ok(true)
         })
     }

@@ -40,8 +40,8 @@ impl Store {
             .execute(
                 "INSERT INTO jobs (job_id, name, status, message, created_at, updated_at, attempt, attempt_name,
                    job_dir, image, nodes, gpus_per_node, partition, timeout_seconds, timeout_runs, has_secrets, cluster,
-                   sweep_id, sweep_index, gate)
-                 VALUES (?1, ?2, ?3, 'staging', ?4, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+                   sweep_id, sweep_index, gate, checkpoint_patterns)
+                 VALUES (?1, ?2, ?3, 'staging', ?4, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
                 params![
                     job_id,
                     plan.name,
@@ -59,7 +59,8 @@ impl Store {
                     self.cluster,
                     member.sweep_id,
                     member.sweep_index,
-                    member.gate
+                    member.gate,
+                    crate::script::resume::warns(plan).then(|| plan.checkpoint_patterns.join(","))
                 ],
             )
             .map_err(|e| self.err(e))?;

@@ -13,6 +13,7 @@ mod events;
 mod groups;
 mod jobs;
 mod kpis;
+mod leases;
 mod notify;
 mod pause;
 mod reopen;
@@ -28,6 +29,7 @@ pub use audit::AuditEntry;
 pub use dependencies::DependencyRow;
 pub use groups::{Group, GroupRecord};
 pub use jobs::Member;
+pub use leases::Lease;
 pub use notify::Outgoing;
 pub use pause::{NewDocs, PauseAsk};
 // The job's domain types are the core's: a store of them, not their home.

@@ -6,7 +6,9 @@ use rusqlite::params;
 
 impl Store {
     /// Reopen `job_id` for attempt `attempt + 1` (named `next_name`) if it is still at `attempt` and
-    /// ended Error or Canceled; the new attempt's row says `cause`. Returns whether this call did.
+    /// ended Error or Canceled; the new attempt's row says `cause` (`attempts::Cause`: `retried` for
+    /// `retry`, `resumed` for a resume after a pause) and the job's last known checkpoint as the one
+    /// it starts from (its batch script looks again). Returns whether this call did.
     pub fn reopen_ended(
         &self,
         job_id: &str,
@@ -48,8 +50,9 @@ impl Store {
         }
         self.conn
             .execute(
-                "INSERT INTO attempts (job_id, number, slurm_job_name, excluded_nodes, recorded_at) VALUES (?1, ?2, ?3, '', ?4)",
-                params![job_id, next.attempt + 1, next.next_name, now],
+                "INSERT INTO attempts (job_id, number, slurm_job_name, excluded_nodes, recorded_at, cause, resumed_from)
+                 VALUES (?1, ?2, ?3, '', ?4, ?5, (SELECT checkpoint FROM jobs WHERE job_id = ?1))",
+                params![job_id, next.attempt + 1, next.next_name, now, next.cause],
             )
             .map_err(|e| self.err(e))?;
         self.add_event(job_id, next.cause, next.message, now)?;

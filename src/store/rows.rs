@@ -22,12 +22,13 @@ macro_rules! summary_columns {
         "job_id, name, status, message, slurm_job_id, slurm_state, exit_code, node_list, login_host,
          created_at, updated_at, progress, attempt, attempt_name, next_retry_at, excluded_nodes, status_sig,
          job_dir, image, nodes, gpus_per_node, partition, timeout_seconds, timeout_runs, has_secrets,
-         submitted_at, unseen_since, cluster, sweep_id, sweep_index, gate, pending_reason"
+         submitted_at, unseen_since, cluster, sweep_id, sweep_index, gate, pending_reason, checkpoint,
+         checkpoint_patterns"
     };
 }
 
 /// How many columns `summary_columns!` has: a record's documents follow.
-const SUMMARY_COLUMNS: usize = 32;
+const SUMMARY_COLUMNS: usize = 34;
 
 /// A summary as read, its status still text (decoded afterwards, with the job named if corrupt).
 pub(super) struct SummaryRow {
@@ -75,6 +76,11 @@ fn summary_row(r: &Row) -> rusqlite::Result<SummaryRow> {
             sweep_index: r.get(29)?,
             gate: r.get(30)?,
             pending_reason: r.get(31)?,
+            checkpoint: r.get(32)?,
+            checkpoint_patterns: r
+                .get::<_, Option<String>>(33)?
+                .map(|p| p.split(',').map(String::from).collect())
+                .unwrap_or_default(),
         },
     })
 }

@@ -189,6 +189,15 @@ CREATE TABLE pauses (
     cancel_at     INTEGER NOT NULL
 );
 "#,
+    // (Issue 23.) Why each attempt after the first was made (`attempts::Cause`: timeout, infra,
+    // preempted, resumed, retried) and the checkpoint it started from; a job's newest checkpoint as
+    // last seen, and the patterns it is looked for by (NULL: the job asked for no resume).
+    r#"
+ALTER TABLE attempts ADD COLUMN cause TEXT;
+ALTER TABLE attempts ADD COLUMN resumed_from TEXT;
+ALTER TABLE jobs ADD COLUMN checkpoint TEXT;
+ALTER TABLE jobs ADD COLUMN checkpoint_patterns TEXT;
+"#,
 ];
 
 /// Migration 4 was changed after builds had shipped it: files they wrote are at version 4 or later

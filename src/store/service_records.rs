@@ -59,6 +59,13 @@ CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
     BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
     BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
+-- Which replica follows which workspace's cluster (see leases.rs).
+CREATE TABLE IF NOT EXISTS leases (
+    name        TEXT PRIMARY KEY,
+    holder      TEXT NOT NULL,
+    epoch       INTEGER NOT NULL,
+    expires_at  INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS org_workspaces (
     id          TEXT PRIMARY KEY,
     org         TEXT NOT NULL,

@@ -323,8 +323,16 @@ fn retries_are_counted_by_class_on_their_cluster_and_a_final_failure_is_no_retry
     };
     let retry = |s: &Store, id: &str, attempt: u32, class: &str| {
         let next = format!("tao-job-{id}-{}", attempt + 1);
-        let plan =
-            RetryPlan { class, evidence: &[], next_name: &next, excluded_nodes: "", not_before: NOW, message: "retry" };
+        let plan = RetryPlan {
+            cause: "infra",
+            resumed_from: None,
+            class,
+            evidence: &[],
+            next_name: &next,
+            excluded_nodes: "",
+            not_before: NOW,
+            message: "retry",
+        };
         assert!(s.schedule_retry(id, attempt, &plan, NOW).unwrap());
     };
     let (j1, j2, j3) = (plan(&a), plan(&a), plan(&plain));
@@ -335,4 +343,42 @@ fn retries_are_counted_by_class_on_their_cluster_and_a_final_failure_is_no_retry
     a.close_attempt(&j2, 2, "user_error", &[], NOW).unwrap();
     assert_eq!(a.retries_by_class().unwrap(), vec![("node_failure".to_string(), 2), ("preempted".to_string(), 1)]);
     assert_eq!(plain.retries_by_class().unwrap(), vec![("node_failure".to_string(), 1)]);
+}
+
+#[test]
+fn each_attempt_after_the_first_records_its_cause_and_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::open(&dir.path().join("state.db")).unwrap();
+    let p = crate::plan::resolve(&spec(), &settings()).unwrap();
+    s.insert_job("{}", &p, NOW).unwrap();
+    let id = p.layout.job_id.clone();
+    let preempted = RetryPlan {
+        cause: "preempted",
+        resumed_from: Some("/r/train/epoch-2.pth"),
+        class: "preempted",
+        evidence: &[],
+        next_name: "n2",
+        excluded_nodes: "",
+        not_before: NOW,
+        message: "preempted at t on node1, resuming from /r/train/epoch-2.pth",
+    };
+    assert!(s.schedule_retry(&id, 1, &preempted, NOW).unwrap());
+    assert_eq!(s.summary(&id).unwrap().checkpoint.as_deref(), Some("/r/train/epoch-2.pth"));
+    // The job ends Error; `retry` (or a resume after a pause) reopens it with its own cause, from
+    // the job's last known checkpoint.
+    s.update_status(&id, &StatusUpdate::bare(PlatformStatus::Error, "failed"), NOW).unwrap();
+    assert!(s.reopen_ended(&id, 2, "n3", "retried", "retried", NOW).unwrap());
+    let attempts = s.attempts(&id).unwrap();
+    let got: Vec<(u32, Option<&str>, Option<&str>)> =
+        attempts.iter().map(|a| (a.number, a.cause.as_deref(), a.resumed_from.as_deref())).collect();
+    assert_eq!(
+        got,
+        vec![
+            (1, None, None),
+            (2, Some("preempted"), Some("/r/train/epoch-2.pth")),
+            (3, Some("retried"), Some("/r/train/epoch-2.pth"))
+        ]
+    );
+    let kinds: Vec<String> = s.events(&id).unwrap().into_iter().map(|(_, kind, _)| kind).collect();
+    assert!(kinds.contains(&"preempted".to_string()) && kinds.contains(&"retried".to_string()), "{kinds:?}");
 }

@@ -114,3 +114,105 @@ echo "resumed from $TAO_RESUME_CHECKPOINT""#;
     let again = env.run(&["retry", &job]);
     assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("nothing to retry"));
 }
+
+/// Submits the stand-in training pinned to `node` (all its GPUs, so no other job shares it) and
+/// waits until it has saved `epochs_done` checkpoints; returns (job id, Slurm job id).
+fn training_on(env: &Env, node: &str, epochs_done: u32, extra: &[&str]) -> (String, String) {
+    let others: Vec<String> = (1..=4).map(|i| format!("node{i}")).filter(|n| n != node).collect();
+    let exclude = others.join(",");
+    let mut args = vec![
+        "--image",
+        "ubuntu:22.04",
+        "--gpus",
+        "8",
+        "--exclude",
+        &exclude,
+        "--time-hours",
+        "0.05",
+        "--env",
+        "EPOCHS=8",
+        "--env",
+        "SECONDS=3",
+    ];
+    args.extend_from_slice(extra);
+    args.extend(["--shell", "--", TRAINING]);
+    let (job, slurm) = env.submit(&args);
+    let done = format!("training: finished epoch {epochs_done}\n");
+    wait_for(
+        &format!("job {job} saves {epochs_done} checkpoints"),
+        Duration::from_secs(180),
+        Duration::from_millis(700),
+        || {
+            let out = env.json(&["logs", &job, "--json"])["stdout"].as_str().unwrap_or_default().to_string();
+            when(out, |o| o.contains(&done))
+        },
+    );
+    (job, slurm)
+}
+
+/// A job of the sandbox's `urgent` partition (PriorityTier 10) that needs all of `node`: Slurm
+/// preempts what runs there. Returns its Slurm job id.
+fn preempt(env: &Env, node: &str) -> String {
+    env.ssh(&format!(
+        "sbatch --parsable -p urgent -w {node} --exclusive --gres=gpu:8 -J tao-test-urgent --wrap 'sleep 4'"
+    ))
+    .trim()
+    .to_string()
+}
+
+#[test]
+fn a_preempted_training_resumes_from_its_checkpoint_and_completes() {
+    let env = Env::new();
+    let (job, first) = training_on(&env, "node4", 2, &[]);
+    let urgent = preempt(&env, "node4");
+    let v = env.wait_terminal(&job, Duration::from_secs(300));
+    let logs = env.json(&["logs", &job, "--json"]);
+    let (out, err) = (logs["stdout"].as_str().unwrap(), logs["stderr"].as_str().unwrap());
+    assert_eq!(v["status"], "Complete", "{v}\n{out}\n{err}");
+    // Slurm ended the first attempt as PREEMPTED for the urgent job, which ran.
+    let states = env.ssh(&format!("sacct -X -P -n -j {first},{urgent} -o JobID,State"));
+    assert!(
+        states.contains(&format!("{first}|PREEMPTED")) && states.contains(&format!("{urgent}|COMPLETED")),
+        "{states}"
+    );
+    // The second attempt was made for the preemption, from the newest checkpoint, which the
+    // training went on from.
+    let attempts = v["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{v:#}");
+    assert_eq!(
+        (attempts[0]["failure_class"].as_str(), attempts[1]["cause"].as_str()),
+        (Some("preempted"), Some("preempted")),
+        "{v:#}"
+    );
+    let from = attempts[1]["resumed_from"].as_str().unwrap_or_else(|| panic!("no checkpoint recorded: {v:#}"));
+    assert!(from.contains("/train/epoch-"), "{v:#}");
+    assert!(out.contains("training: resuming at epoch") && out.contains(from), "{out}");
+    assert!(!out.contains("starting from scratch"), "the second attempt resumed: {out}");
+    assert!(out.contains("training: done"), "{out}");
+    let first_out = env.json(&["logs", &job, "--attempt", "1", "--json"]);
+    assert!(first_out["stdout"].as_str().unwrap().contains("starting from scratch"), "{first_out}");
+    // The status said what happened, and the checkpoint is known.
+    let events = env.ok(&["events", &job, "--json"]);
+    assert!(
+        events.contains("preempted at ") && events.contains("on node4, resuming from ") && events.contains(from),
+        "{events}"
+    );
+    assert!(v["checkpoint"].as_str().is_some_and(|c| c.contains("/train/epoch-")), "{v:#}");
+    assert_eq!(v["attempt_summary"], "attempt 1 of at most 4 (preempted)", "{v:#}");
+}
+
+#[test]
+fn with_on_preempt_cancel_a_preempted_job_ends_canceled_with_the_reason() {
+    let env = Env::new();
+    let (job, first) = training_on(&env, "node3", 1, &["--on-preempt", "cancel"]);
+    preempt(&env, "node3");
+    let v = env.wait_terminal(&job, Duration::from_secs(180));
+    assert_eq!(v["status"], "Canceled", "{v:#}");
+    let message = v["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("preempted at ") && message.ends_with("on node3; canceled (on-preempt cancel)"),
+        "{v:#}"
+    );
+    assert_eq!(v["attempts"].as_array().map(Vec::len), Some(1), "no new attempt: {v:#}");
+    assert_eq!(v["slurm_job_id"].as_str(), Some(first.as_str()), "{v:#}");
+}

@@ -78,3 +78,52 @@ fn workdir_is_sent_once_per_content_without_ignored_files_and_the_command_runs_i
     let logs = env.json(&["logs", &job, "--json"]);
     assert!(logs["stdout"].as_str().unwrap().contains(&format!("{token}-2")), "{logs}");
 }
+
+/// A workdir larger than one upload part goes in parts behind a progress bar (on a terminal), is
+/// assembled and checked, and the job sees every byte of it.
+#[test]
+fn a_large_workdir_uploads_in_parts_with_a_progress_bar() {
+    use crate::common::pty::PtyChild;
+    use crate::common::wait::wait_for;
+    use sha2::{Digest, Sha256};
+    let env = Env::new();
+    let dir = tempfile::tempdir().unwrap();
+    // 5 MiB that gzip cannot shrink (three 2 MiB parts), unique per run.
+    let mut x = uuid::Uuid::new_v4().as_u128() as u64 | 1;
+    let data: Vec<u8> = (0..5 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(dir.path().join("weights.bin"), &data).unwrap();
+    let want: String = Sha256::digest(&data).iter().map(|b| format!("{b:02x}")).collect();
+    let d = dir.path().display().to_string();
+    let cmd = env.command(&[
+        "submit",
+        "--json",
+        "--image",
+        "ubuntu:22.04",
+        "--gpus",
+        "0",
+        "--workdir",
+        &d,
+        "--",
+        "sha256sum",
+        "weights.bin",
+    ]);
+    let mut pty = PtyChild::spawn(cmd);
+    let status = wait_for("the submit", LIMIT, Duration::from_millis(200), || pty.child.try_wait().unwrap());
+    let seen = pty.seen();
+    assert!(status.success(), "{seen}");
+    assert!(seen.contains("workdir upload [------------] 0.0/5.0 MiB"), "{seen}");
+    assert!(seen.contains("workdir upload [#####-------] 2.0/5.0 MiB"), "{seen}");
+    assert!(seen.contains("workdir upload [############] 5.0/5.0 MiB"), "{seen}");
+    let job = seen.split("\"job_id\": \"").nth(1).and_then(|r| r.split('"').next()).unwrap_or_else(|| panic!("{seen}"));
+    let v = env.wait_terminal(job, LIMIT);
+    assert_eq!(v["status"], "Complete", "{v}");
+    let logs = env.json(&["logs", job, "--json"]);
+    assert!(logs["stdout"].as_str().unwrap().contains(&want), "the job sees the same bytes: {logs}");
+}

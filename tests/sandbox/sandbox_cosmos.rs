@@ -310,3 +310,62 @@ fn render_shows_the_split_and_the_script_offline() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid rollout.parallelism.tp_size"), "{out:?}");
 }
+
+/// `exec --role` reaches the role's nodes and the container its step named; `--node` the role that
+/// runs there; a Cosmos-RL job without either is refused with the roles named (issue 26).
+#[test]
+fn exec_by_role_reaches_the_roles_nodes_and_container() {
+    let env = Env::new();
+    let config = write_config(&env);
+    let (job, _) = env.submit(&[
+        "--image",
+        "nvcr.io/nvidia/tao/tao-toolkit:6.26.3-pyt",
+        "--cosmos-config",
+        &config,
+        "--time-hours",
+        "0.2",
+        "--shell",
+        "--",
+        "echo \"policy_nodes=$POLICY_NODES\"; echo \"rollout_nodes=$ROLLOUT_NODES\"; sleep 600",
+    ]);
+    // The controller's log names each role's nodes once the job runs.
+    let c = wait_for("the controller's report", Duration::from_secs(900), Duration::from_millis(500), || {
+        let status = env.status(&job);
+        assert!(!is_terminal(&status), "{status}");
+        let logs = if status["status"] == "Running" { role_logs(&env, &job, "controller") } else { vec![] };
+        let r = logs.first().map(|(o, _)| report(o)).unwrap_or_default();
+        if r.contains_key("rollout_nodes") {
+            Ok(r)
+        } else {
+            Err(status)
+        }
+    });
+    let ran = |args: &[&str]| {
+        let mut all = vec!["exec", &job];
+        all.extend_from_slice(args);
+        all.extend(["--", "sh", "-c", "echo \"$SLURMD_NODENAME $SPANK_CONTAINER_NAME\""]);
+        let out = env.run(&all);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect();
+        lines.sort();
+        lines
+    };
+    let on = |nodes: &str, role: &str| {
+        let mut want: Vec<String> = nodes.split(' ').map(|n| format!("{n} tao-{job}-{role}")).collect();
+        want.sort();
+        want
+    };
+    assert_eq!(ran(&["--role", "rollout"]), on(&c["rollout_nodes"], "rollout"));
+    assert_eq!(ran(&["--role", "policy"]), on(&c["policy_nodes"], "policy"));
+    let first = c["policy_nodes"].split(' ').next().unwrap().to_string();
+    assert_eq!(ran(&["--role", "controller"]), on(&first, "controller"));
+    let last_rollout = c["rollout_nodes"].split(' ').next_back().unwrap().to_string();
+    assert_eq!(ran(&["--node", &last_rollout]), on(&last_rollout, "rollout"));
+    let bare = env.run(&["exec", &job, "--", "true"]);
+    assert_ne!(bare.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&bare.stderr);
+    assert!(err.contains("give a role (controller, policy, rollout)"), "{err}");
+    let wrong = env.run(&["exec", &job, "--role", "critic", "--", "true"]);
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("\"critic\" is not a role of this job"));
+    env.ok(&["cancel", &job]);
+}

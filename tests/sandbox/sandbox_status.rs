@@ -169,3 +169,18 @@ fn logs_follow_streams_lines_and_stops_at_the_end() {
     let v = env.status(&job);
     assert_eq!(v["status"], "Complete");
 }
+
+/// Work on one job runs in a span naming it: the debug log of `status` and `cancel` names the job on
+/// the lines the refresh and the cancel write (issue 25).
+#[test]
+fn log_lines_of_work_on_a_job_carry_its_id() {
+    let env = Env::new();
+    let (job, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--", "sleep", "60"]);
+    for verb in ["status", "cancel"] {
+        let out = env.command(&[verb, &job]).env("TAO_SLURM_LOG", "debug").output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let log = String::from_utf8_lossy(&out.stderr);
+        let inside: Vec<&str> = log.lines().filter(|l| l.contains(&format!("job{{job_id={job}}}"))).collect();
+        assert!(!inside.is_empty(), "{verb}: no line in the job's span:\n{log}");
+    }
+}

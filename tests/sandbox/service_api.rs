@@ -302,6 +302,10 @@ async fn jobs_on_two_clusters_over_http() {
         assert_eq!(r.status(), 400);
         assert!(r.text().await.unwrap().contains(words));
     }
+    // Nor a TensorBoard (service_tensorboard opens one of a running job).
+    let r = svc.http.post(svc.api(&format!("/jobs/{a_id}:tensorboard"))).bearer_auth(&svc.token).send().await.unwrap();
+    hit("post", "/api/v2/orgs/{org}/jobs/{job_id}:tensorboard");
+    assert_eq!(r.status(), 409, "{}", r.text().await.unwrap());
 
     // B runs on login2: a running job cannot be deleted; cancel it; then it can.
     let b_running = svc.wait_job(&b_id, Duration::from_secs(400), |j| j["status"] == "Running").await;

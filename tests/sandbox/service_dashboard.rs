@@ -193,6 +193,25 @@ async fn dashboard_follows_jobs_live_and_cancels() {
     c.goto(&format!("{}/#/jobs/{b_id}", svc.url)).await.unwrap();
     until(&c, "B's page", limit, "const b = document.getElementById('cancel-job'); return !!b && !b.disabled;", vec![])
         .await;
+    // TensorBoard opens in a window of its own, through the service's one-time link.
+    let main_window = c.window().await.unwrap();
+    c.find(Locator::Id("open-tensorboard")).await.unwrap().click().await.unwrap();
+    let tb_window = wait_for_async("TensorBoard's window", limit, Duration::from_millis(200), || {
+        let (c, main_window) = (c.clone(), main_window.clone());
+        async move {
+            let windows = c.windows().await.unwrap();
+            windows.into_iter().find(|w| *w != main_window).ok_or("one window".to_string())
+        }
+    })
+    .await;
+    c.switch_to_window(tb_window).await.unwrap();
+    until(&c, "the TensorBoard page of B", limit,
+        "return document.body && document.body.textContent.includes('TensorBoard stand-in') && document.body.textContent.includes(arguments[0]);",
+        vec![json!(b_id)]).await;
+    assert!(c.current_url().await.unwrap().path().ends_with(&format!("/tensorboard/{b_id}/")));
+    c.close_window().await.unwrap();
+    c.switch_to_window(main_window).await.unwrap();
+
     c.find(Locator::Id("cancel-job")).await.unwrap().click().await.unwrap();
     until(&c, "the confirmation", limit, "return !document.getElementById('modal').hidden;", vec![]).await;
     c.find(Locator::Id("modal-no")).await.unwrap().click().await.unwrap();

@@ -10,8 +10,12 @@ pub const ROUTES: &[(&str, &str)] = &[("get", "/api/v2/orgs/{org}:audit")];
 
 /// Scrape `/metrics` and parse it with a Prometheus text-format parser.
 async fn scrape(svc: &Service) -> prometheus_parse::Scrape {
-    let url = svc.metrics_url.as_ref().expect("started with --metrics-addr");
-    let r = svc.http.get(url).send().await.unwrap();
+    scrape_url(&svc.http, svc.metrics_url.as_ref().expect("started with --metrics-addr")).await
+}
+
+/// [`scrape`] of a metrics address.
+pub(crate) async fn scrape_url(http: &reqwest::Client, url: &str) -> prometheus_parse::Scrape {
+    let r = http.get(url).send().await.unwrap();
     assert_eq!(r.status(), 200);
     let ctype = r.headers()[reqwest::header::CONTENT_TYPE].to_str().unwrap().to_string();
     assert!(ctype.starts_with("text/plain; version=0.0.4"), "{ctype}");

@@ -248,7 +248,12 @@ on_both! {
         let (parts, _) = client.partition_usage().unwrap();
         let names: Vec<(&str, bool, Option<u64>, u32, u32)> =
             parts.iter().map(|p| (p.name.as_str(), p.is_default, p.max_time_minutes, p.nodes, p.gpus_total)).collect();
-        assert_eq!(names, [("polar", true, Some(240), 4, 32), ("long", false, Some(720), 4, 32), ("debug", false, Some(30), 4, 32)]);
+        assert_eq!(names, [
+            ("polar", true, Some(240), 4, 32),
+            ("long", false, Some(720), 4, 32),
+            ("debug", false, Some(30), 4, 32),
+            ("urgent", false, Some(240), 4, 32),
+        ]);
     }
 }
 

@@ -17,6 +17,12 @@ pub const BOOKKEEPING: [&str; 2] = [BOOKKEEPING_DIR, TIMEOUT_REQUEUES_FILE];
 pub const BOOKKEEPING_DIR: &str = ".tao-slurm";
 /// The count of requeues after the inner timeout.
 pub const TIMEOUT_REQUEUES_FILE: &str = ".timeout_requeues";
+/// In [`BOOKKEEPING_DIR`]: one line per start of the batch script, `<unix time> <Slurm job id>
+/// <restart count> <cause> <checkpoint or ->` (cause `-` on a Slurm job's first start).
+pub const STARTS_FILE: &str = "attempts";
+/// In [`BOOKKEEPING_DIR`]: why the batch script requeued its own job (`timeout`), read and removed
+/// by the next start; a restart without it was Slurm's own requeue (a preemption).
+pub const REQUEUE_CAUSE_FILE: &str = "requeue-cause";
 
 /// Where a job's files live on shared storage (contract §2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -4,6 +4,7 @@
 //! types. No I/O: no database, no processes, no clock, no random ids (callers pass them in), so every
 //! function here is tested with tables of cases and properties, without a cluster.
 
+pub mod attempts;
 pub mod checkpoint;
 pub mod config;
 pub mod cosmos;

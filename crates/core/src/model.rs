@@ -29,6 +29,11 @@ pub struct AttemptRecord {
     pub failure_class: Option<String>,
     pub evidence: Vec<String>,
     pub excluded_nodes: String,
+    /// Why this attempt was made (`attempts::Cause`: timeout, infra, preempted, resumed, retried);
+    /// None for a job's first.
+    pub cause: Option<String>,
+    /// The checkpoint this attempt started from, as known when it was made (None: none, or not known).
+    pub resumed_from: Option<String>,
     pub recorded_at: i64,
     pub submitted_at: Option<i64>,
     pub ended_at: Option<i64>,
@@ -106,6 +111,11 @@ pub struct JobSummary {
     /// For a job that runs after others: the dependency it was submitted or last re-pointed with
     /// (`afterok:<ids>`, `hold`, `free`; see `ops::depend::Gate::stored`).
     pub gate: Option<String>,
+    /// The job's newest checkpoint (a path on the cluster) as last seen by a refresh or a retry.
+    pub checkpoint: Option<String>,
+    /// What counts as a checkpoint for this job, when it asked to be warned before its time limit
+    /// (and so resumes); empty: its checkpoints are not looked for by refreshes.
+    pub checkpoint_patterns: Vec<String>,
 }
 
 impl JobSummary {

@@ -125,6 +125,20 @@ pub struct Plan {
     /// checkpoint; 0: no warning (plans stored before this field had none).
     #[serde(default)]
     pub checkpoint_grace_seconds: u64,
+    /// What a preemption does (plans stored before this field: resume).
+    #[serde(default)]
+    pub on_preempt: crate::attempts::OnPreempt,
+    /// Preemptions survived before the job ends Canceled.
+    #[serde(default = "default_max_preemptions")]
+    pub max_preemptions: u32,
+    /// The training's total time, when the job stated it: `max_timeout_requeues` then comes from it
+    /// (`attempts::queue_runs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_time_seconds: Option<u64>,
+}
+
+fn default_max_preemptions() -> u32 {
+    crate::attempts::DEFAULT_MAX_PREEMPTIONS
 }
 
 fn yes() -> bool {
@@ -397,6 +411,10 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
     check_container_fields(spec)?;
     let base = checked_base_dir(settings)?;
     let (inputs, required_paths) = resolve_inputs(spec)?;
+    let requeue = spec.requeue.unwrap_or(settings.use_requeue);
+    let checkpoint_grace_seconds = spec.checkpoint_grace_seconds.unwrap_or(settings.checkpoint_grace_seconds);
+    let (max_timeout_requeues, total_time_seconds) =
+        resolve_queue_budget(spec, requeue, timeout_seconds, checkpoint_grace_seconds)?;
     let fetches: Vec<AuxFetch> = inputs
         .iter()
         .filter_map(|(key, loc)| match loc {
@@ -425,8 +443,8 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
         sbatch_options,
         time_minutes,
         timeout_seconds,
-        requeue: spec.requeue.unwrap_or(settings.use_requeue),
-        max_timeout_requeues: spec.max_timeout_requeues.unwrap_or(DEFAULT_MAX_TIMEOUT_REQUEUES),
+        requeue,
+        max_timeout_requeues,
         env,
         secret_names,
         mounts,
@@ -441,8 +459,36 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
         use_timeout: settings.use_timeout,
         specs: spec.specs.clone(),
         checkpoint_patterns: resolve_checkpoint_patterns(spec, settings)?,
-        checkpoint_grace_seconds: spec.checkpoint_grace_seconds.unwrap_or(settings.checkpoint_grace_seconds),
+        checkpoint_grace_seconds,
+        on_preempt: spec.on_preempt.unwrap_or(settings.on_preempt),
+        max_preemptions: spec.max_preemptions.unwrap_or(settings.max_preemptions),
+        total_time_seconds,
     })
+}
+
+/// The timeout requeues a job may use, and its total training time: from the total time when the
+/// job states one (`attempts::queue_runs` runs, so one fewer requeue), else as it says (default 3).
+fn resolve_queue_budget(
+    spec: &JobSpec,
+    requeue: bool,
+    timeout_seconds: u64,
+    grace_seconds: u64,
+) -> Result<(u32, Option<u64>), SpecError> {
+    let Some(hours) = spec.total_time_hours else {
+        return Ok((spec.max_timeout_requeues.unwrap_or(DEFAULT_MAX_TIMEOUT_REQUEUES), None));
+    };
+    let field = "total_time_hours";
+    if spec.max_timeout_requeues.is_some() {
+        return Err(SpecError::new(field, "give either the total training time or max_timeout_requeues, not both"));
+    }
+    if !requeue {
+        return Err(SpecError::new(
+            field,
+            "a total training time needs requeue (the job runs again after each timeout)",
+        ));
+    }
+    let total = crate::attempts::total_seconds(field, hours)?;
+    Ok((crate::attempts::queue_runs(total, timeout_seconds, grace_seconds) - 1, Some(total)))
 }
 
 /// The job's checkpoint patterns, else the setting's (TAO's by default).

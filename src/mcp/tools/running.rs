@@ -1,6 +1,6 @@
 //! `exec`: a command in a running job's container, its output bounded (not offered by `--read-only`).
 
-use crate::client::ExecOutput;
+use crate::client::{ExecOutput, Where};
 use crate::mcp::args::check_range;
 use crate::mcp::reply::{Reply, ToolError};
 use crate::Client;
@@ -16,6 +16,8 @@ pub struct ExecArgs {
     pub command: Vec<String>,
     /// One node of the job (default: once on each of its nodes).
     pub node: Option<String>,
+    /// A Cosmos-RL job's role (controller, policy, rollout): its nodes and container. Not with node.
+    pub role: Option<String>,
     /// Stop the command after this many seconds (1 to 600, default 60).
     pub timeout_secs: Option<u64>,
     /// At most this many bytes of each of stdout and stderr (1 to 65536, default 16384).
@@ -30,7 +32,7 @@ pub fn exec(client: &Client, args: ExecArgs) -> Result<Reply<ExecOutput>, ToolEr
     let secs = check_range("timeout_secs", args.timeout_secs.unwrap_or(60), 1, 600)?;
     let max = check_range("max_bytes", args.max_bytes.unwrap_or(16384), 1, 65536)?;
     let out = client
-        .exec_capture(&args.job_id, args.node.as_deref(), &args.command, secs, max)
+        .exec_capture(&args.job_id, &Where::new(args.node.as_deref(), args.role.as_deref()), &args.command, secs, max)
         .map_err(|e| ToolError::engine(e, "job_id"))?;
     let summary = format!(
         "{} exited {}{}",

@@ -308,7 +308,14 @@ function jobView(id) {
       try { job = await call(`/jobs/${id}:cancel`, { method: "POST" }); renderJob(); }
       catch (e) { cancel.disabled = false; alertText(`Cancel failed: ${e.message}`); }
     } }, "Cancel job");
-    head.replaceChildren(el("h1", { id: "job-title" }, job.name || job.id), pill(job.status), el("span", { class: "muted mono" }, job.id), el("span", { class: "spacer" }), cancel);
+    // TensorBoard opens through the service: the link's one-time ticket becomes a cookie for its path.
+    const tensorboard = el("button", { id: "open-tensorboard", disabled: job.status !== "Running", onclick: async () => {
+      tensorboard.disabled = true;
+      try { const link = await call(`/jobs/${id}:tensorboard`, { method: "POST" }); window.open(link.url, "_blank", "noopener"); }
+      catch (e) { alertText(`TensorBoard failed: ${e.message}`); }
+      finally { tensorboard.disabled = job.status !== "Running"; }
+    } }, "TensorBoard");
+    head.replaceChildren(el("h1", { id: "job-title" }, job.name || job.id), pill(job.status), el("span", { class: "muted mono" }, job.id), el("span", { class: "spacer" }), tensorboard, cancel);
     details.replaceChildren(el("div", { class: "grid" },
       row("Slurm job", m.slurm_job_id, "mono"), row("Slurm state", m.slurm_state, "slurm-state"), row("Cluster", job.workspace),
       row("Nodes", nodesText(job)), row("Partition", job.backend_details.partition), row("Image", job.image, "mono"),

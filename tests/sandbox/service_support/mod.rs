@@ -47,6 +47,49 @@ impl Drop for Service {
     }
 }
 
+/// A second `serve` process of a [`Service`] (same state, same tokens). Dropping it kills it.
+pub struct Replica {
+    pub child: Child,
+    pub url: String,
+    pub metrics_url: Option<String>,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start `serve` on a free port with `env`: the process, its URL and its metrics URL (when started
+/// with `--metrics-addr`).
+fn spawn_serve(env: &Env, serve_flags: &[&str], log: &str) -> (Child, String, Option<String>) {
+    let mut serve = vec!["serve", "--port", "0"];
+    serve.extend_from_slice(serve_flags);
+    let mut child = env
+        .command(&serve)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(env.dir.path().join(log)).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    stdout.read_line(&mut line).unwrap();
+    let metrics_url = serve_flags.contains(&"--metrics-addr").then(|| {
+        let mut m = String::new();
+        stdout.read_line(&mut m).unwrap();
+        m.strip_prefix("metrics on ").unwrap_or_else(|| panic!("no metrics address: {m:?}")).trim().to_string()
+    });
+    let url = line
+        .strip_prefix("listening on ")
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("serve did not start: {line:?}"))
+        .trim_end_matches('/')
+        .to_string();
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    (child, url, metrics_url)
+}
+
 /// Short wall times let the sandbox's backfill start test jobs while others' big jobs wait for nodes.
 pub fn short(mut job: Value) -> Value {
     job["time_hours"] = serde_json::json!(0.25);
@@ -131,34 +174,21 @@ impl Service {
         let created = env.json(&args);
         let token = created["token"].as_str().unwrap().to_string();
         let token_id = created["id"].as_str().unwrap().to_string();
-        let mut serve = vec!["serve", "--port", "0"];
-        serve.extend_from_slice(serve_flags);
-        let mut child = env
-            .command(&serve)
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(env.dir.path().join("serve.log")).unwrap())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        stdout.read_line(&mut line).unwrap();
-        let metrics_url = serve_flags.contains(&"--metrics-addr").then(|| {
-            let mut m = String::new();
-            stdout.read_line(&mut m).unwrap();
-            m.strip_prefix("metrics on ").unwrap_or_else(|| panic!("no metrics address: {m:?}")).trim().to_string()
-        });
-        let url = line
-            .strip_prefix("listening on ")
-            .and_then(|r| r.split_whitespace().next())
-            .unwrap_or_else(|| panic!("serve did not start: {line:?}"))
-            .trim_end_matches('/')
-            .to_string();
-        assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+        let (child, url, metrics_url) = spawn_serve(&env, serve_flags, "serve.log");
         Service { env, child, url, token, token_id, http: reqwest::Client::new(), metrics_url }
     }
 
     pub fn api(&self, path: &str) -> String {
         format!("{}/api/v2/orgs/{ORG}{path}", self.url)
+    }
+
+    /// Another `serve` on the same state and database (a replica), with these flags; its log is
+    /// `<name>.log` in the test's directory.
+    pub fn replica(&self, name: &str, serve_flags: &[&str]) -> Replica {
+        let mut flags = vec!["--rate-limit", TESTS_RATE_LIMIT];
+        flags.extend_from_slice(serve_flags);
+        let (child, url, metrics_url) = spawn_serve(&self.env, &flags, &format!("{name}.log"));
+        Replica { child, url, metrics_url }
     }
 
     pub fn get(&self, url: &str) -> reqwest::RequestBuilder {

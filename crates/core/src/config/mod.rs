@@ -166,6 +166,10 @@ pub struct Settings {
     pub checkpoint_grace_seconds: u64,
     /// What counts as a checkpoint (TAO_SLURM_CHECKPOINT_PATTERNS, comma-separated; TAO's by default).
     pub checkpoint_patterns: Vec<String>,
+    /// What a preemption does to a job that does not say (TAO_SLURM_ON_PREEMPT: resume or cancel).
+    pub on_preempt: crate::attempts::OnPreempt,
+    /// Preemptions a job survives (TAO_SLURM_MAX_PREEMPTIONS, default 10), apart from MAX_JOB_RETRIES.
+    pub max_preemptions: u32,
     /// Mail Slurm's job notices to this address (SLURM_MAIL_USER, with --mail-type=ALL).
     pub mail_user: Option<String>,
     /// Credentials forwarded to every job's container as secrets, under the container's names
@@ -428,6 +432,12 @@ impl Settings {
                     .map_err(|e| ConfigError::Invalid { name: "TAO_SLURM_CHECKPOINT_PATTERNS", message: e.message })?,
                 None => crate::checkpoint::default_patterns(),
             },
+            on_preempt: match src.get("TAO_SLURM_ON_PREEMPT") {
+                Some(v) => crate::attempts::OnPreempt::parse("TAO_SLURM_ON_PREEMPT", &v)
+                    .map_err(|e| ConfigError::Invalid { name: "TAO_SLURM_ON_PREEMPT", message: e.message })?,
+                None => crate::attempts::OnPreempt::default(),
+            },
+            max_preemptions: src.count("TAO_SLURM_MAX_PREEMPTIONS", 0, crate::attempts::DEFAULT_MAX_PREEMPTIONS)?,
             mail_user: src.get("SLURM_MAIL_USER").map(|m| m.trim().to_string()),
             forwarded_secrets: forwarded_secrets(src)?,
             unrecognised,

@@ -2,6 +2,7 @@
 //! of its nodes are down now), the reading of it, and the decision: a retry (with backoff and node
 //! exclusion) or a final verdict. Pure: the engine runs the script and records the outcome.
 
+use crate::attempts::{after_preemption, preempted_message, utc_text, Cause, PreemptNext};
 use crate::model::{AttemptRecord, JobRecord, StatusUpdate};
 use crate::ops::refresh::Decision;
 use crate::ops::submit::attempt_name;
@@ -32,9 +33,14 @@ pub const RESUME_SUBMISSION_AFTER_SECS: i64 = 30;
 const EVIDENCE_LINES: u32 = 200;
 
 /// Is this verdict a failure of the attempt that may deserve a retry (and so must be classified)?
+/// A preemption (Canceled, by Slurm) is one: the job may resume.
 pub fn is_attempt_failure(update: &StatusUpdate) -> bool {
+    let state = update.slurm_state.as_deref().map(SlurmState::parse);
+    if update.status == PlatformStatus::Canceled {
+        return state == Some(SlurmState::Preempted);
+    }
     update.status == PlatformStatus::Error
-        && update.slurm_state.as_deref().map(SlurmState::parse).is_some_and(|s| {
+        && state.is_some_and(|s| {
             matches!(
                 s,
                 SlurmState::Failed
@@ -68,6 +74,16 @@ pub fn evidence_script(failed: &[(&JobRecord, &Decision)]) -> String {
             f = quote(&format!("{dir}/{}", crate::script::cosmos::FAILED_ROLE_FILE)),
             id = job.job_id,
         ));
+        // The newest checkpoint, which the next attempt would start from.
+        s.push_str(&format!(
+            "echo \"{SECTION}checkpoint {id} $({})\"\n",
+            crate::checkpoint::newest_pipeline(
+                &quote(&format!("{}/", job.plan.layout.results_dir())),
+                "%p",
+                &job.plan.checkpoint_patterns
+            ),
+            id = job.job_id,
+        ));
         if let Some(nodes) = d.update.node_list.as_ref().or(job.node_list.as_ref()) {
             s.push_str(&format!(
                 "echo \"{SECTION}down {id} $(sinfo -h -N -n {n} -t down,drain,fail,no_respond -o %N 2>/dev/null | sort -u | paste -sd, -)\"\n",
@@ -90,6 +106,8 @@ pub struct Evidence {
     pub down: HashMap<String, String>,
     /// For Cosmos-RL jobs, the role that failed first (as evidence text).
     pub failed_roles: HashMap<String, String>,
+    /// The newest checkpoint in each job's results directory, where it has one.
+    pub checkpoints: HashMap<String, String>,
 }
 
 /// Read the evidence script's output.
@@ -106,6 +124,11 @@ pub fn parse_evidence(stdout: &str) -> Evidence {
                         .extend(crate::script::cosmos::failed_role_evidence(text).map(|r| (job.to_string(), r)));
                 }
             }
+            "checkpoint" => {
+                if let Some((job, path)) = arg.split_once(' ').filter(|(_, p)| !p.trim().is_empty()) {
+                    e.checkpoints.insert(job.to_string(), path.trim().to_string());
+                }
+            }
             "down" => {
                 if let Some((job, nodes)) = arg.split_once(' ') {
                     e.down.insert(job.to_string(), nodes.trim().to_string());
@@ -120,8 +143,17 @@ pub fn parse_evidence(stdout: &str) -> Evidence {
 /// What a failed attempt leads to.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FailureOutcome {
-    /// An infrastructure failure within the budget: the next attempt, after a backoff, avoiding nodes.
-    Retry { failure: Failure, next_name: String, exclude: String, not_before: i64, message: String },
+    /// An infrastructure failure within the budget (after a backoff, avoiding nodes), or a
+    /// preemption (at once): the next attempt, made for `cause`, from `resumed_from`.
+    Retry {
+        failure: Failure,
+        cause: Cause,
+        resumed_from: Option<String>,
+        next_name: String,
+        exclude: String,
+        not_before: i64,
+        message: String,
+    },
     /// The job ends Error with this message.
     Final { failure: Failure, message: String },
 }
@@ -143,8 +175,14 @@ pub fn decide_failure(
         failure.evidence.insert(0, role.clone());
     }
     let said = failure.evidence.join(" | ");
-    let retries_so_far = job.attempt.saturating_sub(1);
+    // Attempts made before causes were recorded were infrastructure retries.
+    let retries_so_far =
+        made_for(attempts, Cause::Infra) + attempts.iter().filter(|a| a.number > 1 && a.cause.is_none()).count() as u32;
     let nodes = d.update.node_list.clone().or(job.node_list.clone()).unwrap_or_default();
+    let checkpoint = evidence.checkpoints.get(&job.job_id).cloned();
+    if failure.class == FailureClass::Preempted {
+        return after_preempted(job, failure, attempts, &nodes, checkpoint, now);
+    }
     if failure.class == FailureClass::Infra && retries_so_far < policy.max_retries {
         let exclude = evidence.down.get(&job.job_id).filter(|n| !n.is_empty()).cloned().unwrap_or(nodes.clone());
         let retry = retries_so_far + 1;
@@ -158,6 +196,8 @@ pub fn decide_failure(
         );
         return FailureOutcome::Retry {
             failure,
+            cause: Cause::Infra,
+            resumed_from: checkpoint,
             next_name: attempt_name(&job.plan, job.attempt + 1),
             exclude,
             not_before: now + wait as i64,
@@ -175,8 +215,40 @@ pub fn decide_failure(
             })
             .collect();
         format!("retry budget exhausted: {} attempts failed ({said}): {}", attempts.len(), list.join("; "))
+    } else if let (FailureClass::Timeout, Some(total)) = (failure.class, job.plan.total_time_seconds) {
+        crate::attempts::budget_spent_message(job.timeout_runs, total)
     } else {
         format!("{} ({} failure, not retried: {said})", d.update.message, failure.class.as_str())
     };
     FailureOutcome::Final { failure, message }
+}
+/// How many of the job's attempts were made for `cause`.
+pub fn made_for(attempts: &[AttemptRecord], cause: Cause) -> u32 {
+    attempts.iter().filter(|a| a.cause.as_deref() == Some(cause.as_str())).count() as u32
+}
+
+/// A preempted attempt: a new attempt at once from the newest checkpoint (on any node: the nodes did
+/// nothing wrong), or the job ends Canceled with the reason (`--on-preempt cancel`, or too many).
+fn after_preempted(
+    job: &JobRecord,
+    failure: Failure,
+    attempts: &[AttemptRecord],
+    nodes: &str,
+    checkpoint: Option<String>,
+    now: i64,
+) -> FailureOutcome {
+    let next = after_preemption(job.plan.on_preempt, made_for(attempts, Cause::Preempted), job.plan.max_preemptions);
+    let message = preempted_message(&utc_text(now), nodes, checkpoint.as_deref(), next);
+    match next {
+        PreemptNext::Resume { .. } => FailureOutcome::Retry {
+            failure,
+            cause: Cause::Preempted,
+            resumed_from: checkpoint,
+            next_name: attempt_name(&job.plan, job.attempt + 1),
+            exclude: job.excluded_nodes.clone(),
+            not_before: now,
+            message,
+        },
+        PreemptNext::Cancel | PreemptNext::BudgetSpent { .. } => FailureOutcome::Final { failure, message },
+    }
 }

@@ -581,6 +581,8 @@ mod tests {
             sweep_id: None,
             sweep_index: None,
             gate: None,
+            checkpoint: None,
+            checkpoint_patterns: Vec::new(),
         }
     }
 

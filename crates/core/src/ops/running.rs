@@ -1,6 +1,7 @@
 //! Working with a running job: the `srun` that runs a command inside its allocation and container
 //! (`exec`, `shell`, `tensorboard`), the bounded capture script, and the node a forward reaches.
 
+use crate::cosmos::{CosmosPlan, Role};
 use crate::script::{container_name, shell};
 
 /// Where and how a command runs in a job.
@@ -10,10 +11,20 @@ pub struct ExecTarget<'a> {
     pub slurm_job_id: &'a str,
     /// The tao-slurm job id (names the container).
     pub job_id: &'a str,
-    /// One node of the job; None runs once on each of its nodes.
-    pub node: Option<&'a str>,
+    pub place: Place,
     /// A pseudo-terminal for the task (`shell`).
     pub pty: bool,
+}
+
+/// Which of the job's nodes, and which container there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    /// Once on each node (a terminal: the first), in the job's container.
+    EveryNode,
+    /// One node, in the job's container.
+    Node(String),
+    /// The nodes of a Cosmos-RL role (a terminal: its first), in that role's container.
+    Role(Role, Vec<String>),
 }
 
 /// Why a command cannot run in a job.
@@ -25,6 +36,76 @@ pub enum ExecError {
     Unquotable,
     #[error("{0:?} is not a node name")]
     BadNode(String),
+    #[error("{0:?} is not a URL path prefix (`/` then letters, digits, `-`, `_`, `/`)")]
+    BadPathPrefix(String),
+    #[error("give a node or a role, not both")]
+    NodeAndRole,
+    #[error("this job is not a Cosmos-RL job: it has no roles; give a node (or neither)")]
+    NoRoles,
+    #[error("{0:?} is not a role of this job; its roles are {1}")]
+    BadRole(String, String),
+    #[error("this Cosmos-RL job runs one container per role: give a role ({0})")]
+    NeedRole(String),
+    #[error("node {0} is not one of this job's nodes ({1})")]
+    NotItsNode(String, String),
+    #[error("the job's node list {0:?} is not a Slurm host list")]
+    BadNodeList(String),
+}
+
+/// Where `node` or `role` (at most one) is in a job running on `node_list`: for a Cosmos-RL job a
+/// node means the role that runs there (the policy on the first node, which the controller shares)
+/// and neither is refused, since each role has its own container.
+pub fn resolve_place(
+    node: Option<&str>,
+    role: Option<&str>,
+    cosmos: Option<&CosmosPlan>,
+    node_list: &str,
+) -> Result<Place, ExecError> {
+    if let Some(n) = node {
+        check_node(n)?;
+    }
+    let Some(cosmos) = cosmos else {
+        return match (node, role) {
+            (Some(_), Some(_)) => Err(ExecError::NodeAndRole),
+            (_, Some(_)) => Err(ExecError::NoRoles),
+            (Some(n), None) => Ok(Place::Node(n.to_string())),
+            (None, None) => Ok(Place::EveryNode),
+        };
+    };
+    let hosts = crate::slurm::hostlist::expand(node_list).ok_or_else(|| ExecError::BadNodeList(node_list.into()))?;
+    let roles = cosmos.roles();
+    let names = || roles.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", ");
+    let role = match (node, role) {
+        (Some(_), Some(_)) => return Err(ExecError::NodeAndRole),
+        (None, None) => return Err(ExecError::NeedRole(names())),
+        (None, Some(r)) => {
+            Role::parse(r).filter(|r| roles.contains(r)).ok_or_else(|| ExecError::BadRole(r.into(), names()))?
+        }
+        (Some(n), None) => {
+            let policy = cosmos.split.policy_nodes() as usize;
+            match hosts.iter().position(|h| h == n) {
+                Some(i) if i < policy => Role::Policy,
+                Some(_) => Role::Rollout,
+                None => return Err(ExecError::NotItsNode(n.into(), node_list.into())),
+            }
+        }
+    };
+    let nodes = role_nodes(cosmos, role, &hosts);
+    Ok(match node {
+        Some(n) => Place::Role(role, vec![n.to_string()]),
+        None => Place::Role(role, nodes),
+    })
+}
+
+/// A role's nodes in the allocation, as the batch script assigns them: the controller on the first
+/// node, the policy on the first `policy_nodes`, the rollout on the rest.
+fn role_nodes(cosmos: &CosmosPlan, role: Role, hosts: &[String]) -> Vec<String> {
+    let policy = (cosmos.split.policy_nodes() as usize).min(hosts.len());
+    match role {
+        Role::Controller => hosts.iter().take(1).cloned().collect(),
+        Role::Policy => hosts[..policy].to_vec(),
+        Role::Rollout => hosts[policy..].to_vec(),
+    }
 }
 
 /// The argv of the step that runs `command` in the job's running container: `--overlap` shares the
@@ -39,18 +120,49 @@ pub fn exec_argv(t: &ExecTarget<'_>, command: &[String]) -> Result<Vec<String>, 
     }
     let mut argv =
         vec!["srun".to_string(), "--overlap".into(), format!("--jobid={}", t.slurm_job_id), "--quiet".into()];
-    match t.node {
-        Some(node) => {
-            check_node(node)?;
-            argv.extend([format!("--nodelist={node}"), "--nodes=1".into(), "--ntasks=1".into()]);
+    let one = |argv: &mut Vec<String>, node: &str| -> Result<(), ExecError> {
+        check_node(node)?;
+        argv.extend([format!("--nodelist={node}"), "--nodes=1".into(), "--ntasks=1".into()]);
+        Ok(())
+    };
+    let container = match &t.place {
+        Place::Node(node) => {
+            one(&mut argv, node)?;
+            container_name(t.job_id)
         }
-        None if t.pty => argv.extend(["--nodes=1".to_string(), "--ntasks=1".into()]),
-        None => argv.push("--ntasks-per-node=1".into()),
-    }
+        Place::EveryNode => {
+            if t.pty {
+                argv.extend(["--nodes=1".to_string(), "--ntasks=1".into()]);
+            } else {
+                argv.push("--ntasks-per-node=1".into());
+            }
+            container_name(t.job_id)
+        }
+        Place::Role(role, nodes) => {
+            match nodes.as_slice() {
+                [] => return Err(ExecError::BadRole(role.to_string(), "none with nodes".into())),
+                [node] => one(&mut argv, node)?,
+                [first, ..] if t.pty => one(&mut argv, first)?,
+                many => {
+                    for n in many {
+                        check_node(n)?;
+                    }
+                    let k = many.len();
+                    argv.extend([
+                        format!("--nodelist={}", many.join(",")),
+                        format!("--nodes={k}"),
+                        format!("--ntasks={k}"),
+                        "--ntasks-per-node=1".into(),
+                    ]);
+                }
+            }
+            crate::script::role_container_name(t.job_id, *role)
+        }
+    };
     if t.pty {
         argv.push("--pty".into());
     }
-    argv.push(format!("--container-name={}", container_name(t.job_id)));
+    argv.push(format!("--container-name={container}"));
     argv.push("--".into());
     argv.extend(command.iter().cloned());
     Ok(argv)
@@ -108,12 +220,23 @@ pub fn node_addr(node: &str, scontrol_line: &str) -> String {
 }
 
 /// The remote script that starts TensorBoard in the job's container on `node`, on `logdir`, unless
-/// something already answers on `addr:port` (the node's address), detached from the login shell (its log beside the
-/// results), and waits up to 30 s for it to answer. Exit 0 once it answers.
-pub fn tensorboard_script(t: &ExecTarget<'_>, addr: &str, logdir: &str, port: u16) -> Result<String, ExecError> {
+/// something already answers on `addr:port` (the node's address), detached from the login shell (its
+/// log beside the results), and waits up to 30 s for it to answer. Exit 0 once it answers.
+/// `path_prefix` serves it under that path (the service's proxy: `/tensorboard/<job id>`).
+pub fn tensorboard_script(
+    t: &ExecTarget<'_>,
+    addr: &str,
+    logdir: &str,
+    port: u16,
+    path_prefix: Option<&str>,
+) -> Result<String, ExecError> {
     check_node(addr)?;
-    let command: Vec<String> =
+    let mut command: Vec<String> =
         ["tensorboard", "--logdir", logdir, "--port", &port.to_string(), "--bind_all"].map(String::from).to_vec();
+    if let Some(prefix) = path_prefix {
+        check_path_prefix(prefix)?;
+        command.extend(["--path_prefix".to_string(), prefix.to_string()]);
+    }
     let argv = exec_argv(t, &command)?;
     let probe = format!("(exec 3<>/dev/tcp/{addr}/{port}) 2>/dev/null");
     Ok(format!(
@@ -127,6 +250,26 @@ pub fn tensorboard_script(t: &ExecTarget<'_>, addr: &str, logdir: &str, port: u1
         srun = shell::join(&argv),
         log = shell::quote(&format!("{logdir}/tensorboard.log")),
     ))
+}
+
+fn check_path_prefix(prefix: &str) -> Result<(), ExecError> {
+    let ok = prefix.starts_with('/')
+        && !prefix.contains("//")
+        && prefix.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'/'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ExecError::BadPathPrefix(prefix.to_string()))
+    }
+}
+
+/// The node port the service starts a job's TensorBoard on: one per job, spread over 20000-29999 so
+/// two jobs sharing a node rarely meet; when they do, each TensorBoard answers only under its own
+/// job's path prefix, so neither proxy shows the other's.
+pub fn service_tensorboard_port(job_id: &str) -> u16 {
+    // FNV-1a: stable across releases and platforms, unlike std's hasher.
+    let hash = job_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    20000 + (hash % 10000) as u16
 }
 
 /// Splits a capture's stderr into the command's own stderr and the full sizes of both streams.
@@ -160,7 +303,32 @@ mod tests {
     use super::*;
 
     fn target(node: Option<&str>, pty: bool) -> ExecTarget<'_> {
-        ExecTarget { slurm_job_id: "42", job_id: "abc", node, pty }
+        let place = node.map_or(Place::EveryNode, |n| Place::Node(n.to_string()));
+        ExecTarget { slurm_job_id: "42", job_id: "abc", place, pty }
+    }
+
+    #[test]
+    fn tensorboard_takes_a_path_prefix_only_when_it_is_a_plain_path() {
+        let t = target(Some("node1"), false);
+        let plain = tensorboard_script(&t, "10.0.0.1", "/r/abc", 6006, None).unwrap();
+        assert!(plain.contains("--port 6006 --bind_all </dev/null"), "{plain}");
+        assert!(!plain.contains("--path_prefix"), "{plain}");
+        let prefixed = tensorboard_script(&t, "10.0.0.1", "/r/abc", 6006, Some("/tensorboard/abc")).unwrap();
+        assert!(prefixed.contains("--bind_all --path_prefix /tensorboard/abc </dev/null"), "{prefixed}");
+        for bad in ["tensorboard/abc", "/a b", "/a;rm", "//x", "/a/../b", "/x'y", ""] {
+            let e = tensorboard_script(&t, "10.0.0.1", "/r/abc", 6006, Some(bad));
+            assert!(matches!(e, Err(ExecError::BadPathPrefix(_))), "{bad:?}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn the_service_tensorboard_port_is_stable_and_in_its_range() {
+        for id in ["", "a", "5f0c2b9e-0000-4000-8000-000000000001", "job-2"] {
+            let p = service_tensorboard_port(id);
+            assert!((20000..30000).contains(&p), "{id}: {p}");
+            assert_eq!(p, service_tensorboard_port(id));
+        }
+        assert_ne!(service_tensorboard_port("job-1"), service_tensorboard_port("job-2"));
     }
 
     #[test]

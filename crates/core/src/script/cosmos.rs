@@ -75,6 +75,7 @@ fn step_line(plan: &Plan, cosmos: &CosmosPlan, role: Role) -> String {
     }
     head.extend([format!("--nodes={tasks}"), format!("--ntasks={tasks}"), "--ntasks-per-node=1".to_string()]);
     let mut tail = container_options(plan);
+    tail.push(format!("--container-name={}", super::role_container_name(&plan.layout.job_id, role)));
     tail.extend(task_argv(plan, cosmos.command(role)));
     format!(
         "COSMOS_NODE_ROLE={role} LOCAL_NODE_LIST={} {} {} --nodelist={} --output=\"$tao_logs/{role}/%t.out\" --error=\"$tao_logs/{role}/%t.err\" {} 2>\"$tao_logs/{role}/{SRUN_MESSAGES_FILE}\" &",
@@ -288,6 +289,54 @@ mod tests {
         }
     }
 
+    /// `exec --role` and `--node` of a Cosmos-RL job reach the role's nodes and the container its
+    /// step named; a plain job has no roles; a Cosmos-RL job needs one.
+    #[test]
+    fn exec_reaches_a_roles_nodes_and_its_container() {
+        use crate::ops::running::{exec_argv, resolve_place, ExecError, ExecTarget, Place};
+        let plan = resolve_with_id(&cosmos_spec(TWO_AND_TWO), &settings(), ID).unwrap();
+        let cosmos = plan.cosmos.as_ref();
+        let script = render_batch_script(&plan);
+        let nodes = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        type Case<'a> = (Option<&'a str>, Option<&'a str>, Result<Place, ExecError>);
+        let cases: &[Case] = &[
+            (None, Some("controller"), Ok(Place::Role(Role::Controller, nodes(&["node1"])))),
+            (None, Some("policy"), Ok(Place::Role(Role::Policy, nodes(&["node1", "node2"])))),
+            (None, Some("rollout"), Ok(Place::Role(Role::Rollout, nodes(&["node3", "node4"])))),
+            (Some("node4"), None, Ok(Place::Role(Role::Rollout, nodes(&["node4"])))),
+            (Some("node1"), None, Ok(Place::Role(Role::Policy, nodes(&["node1"])))),
+            (Some("node9"), None, Err(ExecError::NotItsNode("node9".into(), "node[1-4]".into()))),
+            (None, None, Err(ExecError::NeedRole("controller, policy, rollout".into()))),
+            (Some("node1"), Some("policy"), Err(ExecError::NodeAndRole)),
+            (None, Some("critic"), Err(ExecError::BadRole("critic".into(), "controller, policy, rollout".into()))),
+        ];
+        for (node, role, want) in cases {
+            assert_eq!(&resolve_place(*node, *role, cosmos, "node[1-4]"), want, "{node:?} {role:?}");
+        }
+        assert_eq!(resolve_place(None, Some("policy"), None, "node1"), Err(ExecError::NoRoles));
+        assert_eq!(resolve_place(Some("node1"), None, None, "node1"), Ok(Place::Node("node1".into())));
+        // The container each role's step names is the one exec joins.
+        for role in Role::ALL {
+            let place = resolve_place(None, Some(role.as_str()), cosmos, "node[1-4]").unwrap();
+            let target = ExecTarget { slurm_job_id: "7", job_id: ID, place, pty: false };
+            let argv = exec_argv(&target, &["nvidia-smi".into()]).unwrap().join(" ");
+            let name = format!("--container-name=tao-{ID}-{role}");
+            assert!(argv.contains(&name), "{argv}");
+            assert!(script.contains(&name), "the {role} step names its container");
+        }
+        let target = ExecTarget {
+            slurm_job_id: "7",
+            job_id: ID,
+            place: Place::Role(Role::Rollout, nodes(&["node3", "node4"])),
+            pty: false,
+        };
+        let argv = exec_argv(&target, &["hostname".into()]).unwrap().join(" ");
+        assert!(argv.contains("--nodelist=node3,node4 --nodes=2 --ntasks=2 --ntasks-per-node=1"), "{argv}");
+        let shell = ExecTarget { pty: true, ..target };
+        let argv = exec_argv(&shell, &["bash".into()]).unwrap().join(" ");
+        assert!(argv.contains("--nodelist=node3 --nodes=1 --ntasks=1 --pty"), "{argv}");
+    }
+
     #[test]
     fn the_script_keeps_our_guarantees() {
         let s = render(JobSpec { secret_env: vec!["HF_TOKEN".into()], ..cosmos_spec(TWO_AND_TWO) });
@@ -309,7 +358,11 @@ mod tests {
             3,
             "each step has the inner timeout"
         );
-        assert!(s.contains(",HF_TOKEN -- sh -c"), "the secret reaches every step's container by name");
+        assert_eq!(
+            s.matches(",HF_TOKEN --container-name=").count(),
+            3,
+            "the secret reaches every step's container by name"
+        );
         assert!(s.contains("exit \"$rc\""));
     }
 

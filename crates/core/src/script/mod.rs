@@ -172,6 +172,12 @@ pub fn container_name(job_id: &str) -> String {
     format!("tao-{job_id}")
 }
 
+/// The Pyxis name of a Cosmos-RL role's container (each role runs a step of its own; the controller
+/// shares the first node with a policy task, so one name per job would join two containers).
+pub fn role_container_name(job_id: &str, role: crate::cosmos::Role) -> String {
+    format!("tao-{job_id}-{role}")
+}
+
 /// The container options of a step: image, mounts, the environment it takes from the task, workdir.
 fn container_options(plan: &Plan) -> Vec<String> {
     let mut argv = vec![format!("--container-image={}", plan.image.pyxis)];
@@ -332,6 +338,13 @@ fn write_exit(s: &mut String, plan: &Plan) {
             s,
             "    echo \"tao-slurm: inner timeout reached; requeueing (timeout requeue $((done_requeues + 1)) of {})\" >&2",
             plan.max_timeout_requeues
+        );
+        let _ = writeln!(
+            s,
+            "    mkdir -p {d} && echo {} > {d}/{}",
+            crate::attempts::Cause::Timeout.as_str(),
+            crate::layout::REQUEUE_CAUSE_FILE,
+            d = quote(&format!("{}/{}", plan.layout.results_dir(), crate::layout::BOOKKEEPING_DIR))
         );
         line(s, "    scontrol requeue \"$SLURM_JOB_ID\" && exit 0");
         line(s, "  fi");

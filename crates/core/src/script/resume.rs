@@ -9,6 +9,7 @@
 //! the same way: `scancel --signal=USR2 <job>` signals every step of the job (not the batch shell),
 //! through slurmstepd, so it reaches the container's processes under Pyxis as under the stand-in.
 
+use crate::attempts::Cause;
 use crate::checkpoint::{newest_shell, RESUME_VAR, TAO_RESUME_KEY};
 use crate::exit_codes::TIMED_OUT;
 use crate::plan::Plan;
@@ -34,14 +35,14 @@ pub fn signal_directive(plan: &Plan) -> Option<String> {
 /// Seconds after the step starts that the batch shell warns it before the inner timeout: the grace
 /// before it, or half the timeout when the grace is longer than that.
 pub fn warn_after_seconds(plan: &Plan) -> u64 {
-    let t = plan.timeout_seconds;
-    t.saturating_sub(plan.checkpoint_grace_seconds).max(t / 2)
+    crate::attempts::useful_seconds(plan.timeout_seconds, plan.checkpoint_grace_seconds)
 }
 
 /// The newest checkpoint in the results directory (left by an earlier attempt: a requeue after the
 /// inner timeout, a retry, a preemption, a resume after a pause) is exported as
 /// `$TAO_RESUME_CHECKPOINT` (empty on a first attempt); a job with specs gets it under TAO's resume
-/// key too. Each start is appended to `.tao-slurm/attempts` in the results directory.
+/// key too. Each start is appended to `.tao-slurm/attempts` in the results directory, with its cause
+/// when Slurm restarted the job (`layout::STARTS_FILE`).
 pub fn write_resume(s: &mut String, plan: &Plan) {
     let _ = writeln!(s, "tao_results={}", quote(&plan.layout.results_dir()));
     let _ = writeln!(s, "{}", newest_shell("tao_results", "tao_resume", &plan.checkpoint_patterns));
@@ -57,10 +58,19 @@ pub fn write_resume(s: &mut String, plan: &Plan) {
         );
         s.push_str("esac\n");
     }
+    let (d, starts, marker) =
+        (crate::layout::BOOKKEEPING_DIR, crate::layout::STARTS_FILE, crate::layout::REQUEUE_CAUSE_FILE);
+    // A restart is the script's own requeue after the inner timeout (it left the marker) or Slurm's.
     let _ = writeln!(
         s,
-        "mkdir -p \"$tao_results/{d}\" && printf '%s %s %s %s\\n' \"$(date +%s)\" \"$SLURM_JOB_ID\" \"${{SLURM_RESTART_COUNT:-0}}\" \"${{tao_resume:--}}\" >> \"$tao_results/{d}/attempts\"",
-        d = crate::layout::BOOKKEEPING_DIR
+        "tao_cause=-; if [ \"${{SLURM_RESTART_COUNT:-0}}\" -gt 0 ]; then tao_cause={}; [ \"$(head -c 16 \"$tao_results/{d}/{marker}\" 2>/dev/null)\" = {} ] && tao_cause={}; fi; rm -f \"$tao_results/{d}/{marker}\"",
+        Cause::Preempted.as_str(),
+        Cause::Timeout.as_str(),
+        Cause::Timeout.as_str()
+    );
+    let _ = writeln!(
+        s,
+        "mkdir -p \"$tao_results/{d}\" && printf '%s %s %s %s %s\\n' \"$(date +%s)\" \"$SLURM_JOB_ID\" \"${{SLURM_RESTART_COUNT:-0}}\" \"$tao_cause\" \"${{tao_resume:--}}\" >> \"$tao_results/{d}/{starts}\""
     );
 }
 
@@ -149,10 +159,20 @@ mod tests {
     /// environment's TAO_RESUME_CHECKPOINT in `resume`), `scancel --signal=USR2` signals it.
     /// Returns (exit status, stderr, the stand-in tree).
     fn run(script: &str, srun_body: &str, before: impl FnOnce(&Path)) -> (i32, String, tempfile::TempDir) {
-        let dir = tempfile::tempdir().unwrap();
+        run_in(tempfile::tempdir().unwrap(), "0", script, srun_body, before)
+    }
+
+    /// [`run`] in `dir` (left as an earlier run left it), as Slurm's restart `restart` of the job.
+    fn run_in(
+        dir: tempfile::TempDir,
+        restart: &str,
+        script: &str,
+        srun_body: &str,
+        before: impl FnOnce(&Path),
+    ) -> (i32, String, tempfile::TempDir) {
         let d = dir.path();
         let bin = d.join("bin");
-        std::fs::create_dir(&bin).unwrap();
+        std::fs::create_dir_all(&bin).unwrap();
         let exe = |name: &str, body: &str| {
             use std::os::unix::fs::PermissionsExt;
             std::fs::write(bin.join(name), format!("#!/bin/bash\n{body}\n")).unwrap();
@@ -179,6 +199,7 @@ mod tests {
             .env("SLURM_JOB_ID", "77")
             .env("SLURM_JOB_NAME", "tao-job-x")
             .env("SLURM_JOB_NODELIST", "nodeA")
+            .env("SLURM_RESTART_COUNT", restart)
             .output()
             .unwrap();
         (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned(), dir)
@@ -258,6 +279,30 @@ mod tests {
         assert_eq!(staged["train"]["resume_training_checkpoint_path"], newest.as_str());
         assert_eq!(staged["train"]["num_epochs"], 3, "the job's own specs stay");
         let attempts = std::fs::read_to_string(dir.path().join(&results).join(".tao-slurm/attempts")).unwrap();
-        assert!(attempts.trim_end().ends_with(&format!(" 77 0 {newest}")), "{attempts}");
+        assert!(attempts.trim_end().ends_with(&format!(" 77 0 - {newest}")), "{attempts}");
+    }
+
+    #[test]
+    fn each_start_is_recorded_with_its_cause_timeout_for_our_own_requeue_preempted_for_slurms() {
+        let p = plan(JobSpec { timeout_hours: Some(3.0 / 3600.0), checkpoint_grace_seconds: Some(2), ..spec() });
+        let script = render_batch_script(&p);
+        // The first start times out and requeues itself; the restart finds the marker.
+        let (rc, err, dir) = run(&script, "exec sleep 30", |_| {});
+        assert_eq!(rc, 0, "{err}");
+        let (rc, err, dir) = run_in(dir, "1", &script, "exit 0", |_| {});
+        assert_eq!(rc, 0, "{err}");
+        // A restart the script did not ask for is Slurm's own (after a preemption).
+        let (rc, err, dir) = run_in(dir, "2", &script, "exit 0", |_| {});
+        assert_eq!(rc, 0, "{err}");
+        let starts =
+            std::fs::read_to_string(dir.path().join(format!("lustre/results/{ID}/.tao-slurm/attempts"))).unwrap();
+        let causes: Vec<(&str, &str)> = starts
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split(' ').collect();
+                (f[2], f[3])
+            })
+            .collect();
+        assert_eq!(causes, vec![("0", "-"), ("1", "timeout"), ("2", "preempted")], "{starts}");
     }
 }

@@ -1,6 +1,7 @@
 //! The Slurm dialect: job states, time formats, and parsers for `sbatch`, `squeue` and `sacct` output.
 //! Pure functions over text; nothing here runs a command.
 
+pub mod hostlist;
 mod partition;
 pub mod query;
 mod reason;

@@ -80,6 +80,14 @@ pub struct JobSpec {
     pub checkpoint_grace_seconds: Option<u64>,
     /// What counts as a checkpoint in the results directory (globs; `name/` for directories).
     pub checkpoint_patterns: Vec<String>,
+    /// What a preemption does: `resume` (a new attempt from the newest checkpoint; default
+    /// TAO_SLURM_ON_PREEMPT) or `cancel` (the job ends Canceled with the reason).
+    pub on_preempt: Option<crate::attempts::OnPreempt>,
+    /// Preemptions survived before the job ends Canceled (default TAO_SLURM_MAX_PREEMPTIONS).
+    pub max_preemptions: Option<u32>,
+    /// The training's total time in hours: bounds the queue-length runs (timeout requeues) the job
+    /// may use (`attempts::queue_runs`), in place of `max_timeout_requeues`.
+    pub total_time_hours: Option<f64>,
     /// Inputs by spec key (direct spec-key mode), e.g. `custom.train_dataset.annotation_path`.
     pub inputs: BTreeMap<String, String>,
     /// A dataset root (root mode): it must hold `dataset_files`.
@@ -133,7 +141,10 @@ impl JobSpec {
             name,
             max_timeout_requeues,
             exclusive,
-            checkpoint_grace_seconds
+            checkpoint_grace_seconds,
+            on_preempt,
+            max_preemptions,
+            total_time_hours
         );
         if !over.checkpoint_patterns.is_empty() {
             self.checkpoint_patterns = over.checkpoint_patterns;

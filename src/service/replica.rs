@@ -1,0 +1,73 @@
+//! This process among the service's replicas (issue 25). Any number of `serve` processes on one
+//! database answer every route; a lease per workspace in that database decides which one follows
+//! the workspace's cluster (refreshes, retries, resumed submissions). The others read the shared
+//! state at the monitor's pace, so their caches and streams follow too. A holder renews its lease
+//! every [`RENEW_EVERY`]; when it dies, another replica takes the lease once it expires, so within
+//! [`LEASE_SECS`] + [`RENEW_EVERY`]. A replica that cannot reach the database stops refreshing at
+//! once (it cannot show that it still holds the lease).
+
+use super::state::AppState;
+use super::workspace::Workspace;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::Duration;
+
+/// How long a lease lasts without renewal.
+pub const LEASE_SECS: i64 = 15;
+/// How often its holder renews it.
+pub const RENEW_EVERY: Duration = Duration::from_secs(5);
+/// How often a replica without a workspace's lease reads the workspace's jobs.
+pub const OBSERVE_EVERY: Duration = Duration::from_secs(2);
+
+/// This process's name among the replicas: host, process id and a random part (a restarted process
+/// is a new replica).
+pub fn new_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("{}-{}-{}", host.trim(), std::process::id(), &random[..8])
+}
+
+/// The lease of a workspace's monitor.
+pub fn lease_name(workspace: &str) -> String {
+    format!("monitor:{workspace}")
+}
+
+/// What this replica knows of a workspace's lease.
+#[derive(Debug, Default)]
+pub struct LeaseState {
+    pub held: AtomicBool,
+    /// Its epoch when held (grows each time it changes hands).
+    pub epoch: AtomicI64,
+}
+
+impl AppState {
+    /// Take or renew `w`'s lease for this replica; whether it holds it now.
+    pub fn keep_lease(&self, w: &Workspace) -> bool {
+        let now = crate::client::now_secs();
+        let taken = self.db.take_lease(&lease_name(&w.id), &self.replica_id, LEASE_SECS, now);
+        let (held, epoch) = match taken {
+            Ok(Some(epoch)) => (true, epoch),
+            Ok(None) => (false, 0),
+            Err(e) => {
+                tracing::warn!(workspace = %w.id, error = %e, "cannot renew the monitor's lease; not refreshing until it can");
+                (false, 0)
+            }
+        };
+        let was = w.lease.held.swap(held, Ordering::Relaxed);
+        w.lease.epoch.store(epoch, Ordering::Relaxed);
+        if held != was {
+            tracing::info!(workspace = %w.id, replica = %self.replica_id, epoch, held, "monitor lease changed");
+        }
+        held
+    }
+
+    /// Let go of every lease this replica holds (it is stopping): another replica takes them at once.
+    pub fn release_leases(&self) {
+        for w in self.workspaces() {
+            if w.lease.held.swap(false, Ordering::Relaxed) {
+                if let Err(e) = self.db.release_lease(&lease_name(&w.id), &self.replica_id) {
+                    tracing::warn!(workspace = %w.id, error = %e, "cannot release the monitor's lease; it expires by itself");
+                }
+            }
+        }
+    }
+}

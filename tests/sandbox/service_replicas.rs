@@ -1,0 +1,219 @@
+//! Replicas (issue 25): two `serve` processes on one database answer every route and see each
+//! other's jobs; one holds each workspace's monitor lease. The holder is killed with SIGKILL in the
+//! middle of a burst of 200 submissions, some of which need a retry: the other takes the lease
+//! within the bound, every job the service took reaches its end, and Slurm's accounting shows no
+//! attempt submitted twice.
+
+use crate::common::wait::wait_for_async;
+use crate::service_ops::scrape_url;
+use crate::service_support::Service;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const WS: &str = "login1";
+const BURST: usize = 200;
+/// The lease's bound (15 s without renewal, renewed every 5 s), with room for a loaded machine.
+const TAKEOVER_LIMIT: Duration = Duration::from_secs(45);
+
+/// Every tenth job fails its first run with an infrastructure pattern (NCCL), then succeeds.
+const COMMAND: &str = "d=\"$TAO_API_RESULTS_DIR/$TAO_JOB_ID\"; mkdir -p \"$d\"; \
+    if [ \"$RETRY_ME\" = 1 ] && [ ! -e \"$d/failed-once\" ]; then touch \"$d/failed-once\"; \
+    echo 'ncclSystemError: NCCL error: unhandled system error' >&2; exit 1; fi; sleep 1";
+
+/// Whether the replica at `metrics` holds the workspace's lease (None: it does not answer).
+async fn holds(http: &reqwest::Client, metrics: &str) -> Option<bool> {
+    http.get(metrics).send().await.ok()?;
+    let s = scrape_url(http, metrics).await;
+    let held = s.samples.iter().any(|x| {
+        x.metric == "tao_slurm_lease_held"
+            && x.labels.get("workspace") == Some(WS)
+            && matches!(x.value, prometheus_parse::Value::Gauge(v) if v == 1.0)
+    });
+    Some(held)
+}
+
+async fn create(http: &reqwest::Client, base: &str, token: &str, i: usize) -> Result<String, String> {
+    let body = json!({"name": format!("burst-{i}"), "image": "ubuntu:22.04", "command": COMMAND, "workspace": WS,
+        "env": {"RETRY_ME": if i % 10 == 3 { "1" } else { "0" }}});
+    let body = crate::service_support::short(body);
+    let r = http
+        .post(format!("{base}/api/v2/orgs/team-a/jobs"))
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = r.status();
+    let v: Value = r.json().await.map_err(|e| e.to_string())?;
+    if status == 201 {
+        Ok(v["id"].as_str().unwrap().to_string())
+    } else {
+        Err(format!("{status}: {v}"))
+    }
+}
+
+async fn job(http: &reqwest::Client, base: &str, token: &str, id: &str) -> Value {
+    let r = http.get(format!("{base}/api/v2/orgs/team-a/jobs/{id}")).bearer_auth(token).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{id} on {base}");
+    r.json().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replicas_share_jobs_and_the_survivor_of_a_sigkill_finishes_every_job_once() {
+    let svc = Service::start_flags(&["--metrics-addr", "127.0.0.1:0"], false);
+    let mut b = svc.replica("replica-b", &["--metrics-addr", "127.0.0.1:0"]);
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
+    let (a_url, a_metrics) = (svc.url.clone(), svc.metrics_url.clone().unwrap());
+    let b_metrics = b.metrics_url.clone().unwrap();
+
+    // One holder of the workspace's lease.
+    let a_holds = wait_for_async("one holder of the lease", TAKEOVER_LIMIT, Duration::from_millis(300), || async {
+        match (holds(&http, &a_metrics).await, holds(&http, &b_metrics).await) {
+            (Some(a), Some(b)) if a != b => Ok(a),
+            seen => Err(format!("{seen:?}")),
+        }
+    })
+    .await;
+
+    // A job made on either replica is seen on both.
+    let on_a = create(&http, &a_url, &svc.token, 1000).await.unwrap();
+    let on_b = create(&http, &b.url, &svc.token, 1001).await.unwrap();
+    for id in [&on_a, &on_b] {
+        for base in [&a_url, &b.url] {
+            wait_for_async("the job on both replicas", Duration::from_secs(30), Duration::from_millis(200), || {
+                let (http, base, token) = (http.clone(), base.clone(), svc.token.clone());
+                async move {
+                    let r = http.get(format!("{base}/api/v2/orgs/team-a/jobs/{id}")).bearer_auth(&token).send().await;
+                    match r {
+                        Ok(r) if r.status() == 200 => Ok(()),
+                        Ok(r) => Err(r.status().to_string()),
+                        Err(e) => Err(e.to_string()),
+                    }
+                }
+            })
+            .await;
+        }
+    }
+
+    // The burst, to both replicas, 16 at a time; the lease holder dies a third of the way in.
+    let (holder_pid, survivor, survivor_metrics) = if a_holds {
+        (svc.pid(), b.url.clone(), b_metrics.clone())
+    } else {
+        (b.child.id(), a_url.clone(), a_metrics.clone())
+    };
+    let accepted = Arc::new(tokio::sync::Mutex::new(Vec::<String>::new()));
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let killed_at = Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let mut workers = Vec::new();
+    for _ in 0..16 {
+        let (http, token, accepted, next, killed_at) =
+            (http.clone(), svc.token.clone(), accepted.clone(), next.clone(), killed_at.clone());
+        let (a_url, b_url, survivor) = (a_url.clone(), b.url.clone(), survivor.clone());
+        workers.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if i >= BURST {
+                    return;
+                }
+                if i == BURST / 3 {
+                    unsafe { libc::kill(holder_pid as i32, libc::SIGKILL) };
+                    *killed_at.lock().unwrap() = Some(Instant::now());
+                }
+                let dead = killed_at.lock().unwrap().is_some();
+                let base = if dead {
+                    &survivor
+                } else if i % 2 == 0 {
+                    &a_url
+                } else {
+                    &b_url
+                };
+                // A request cut off by the kill has no answer; the job it may have made is found below.
+                if let Ok(id) = create(&http, base, &token, i).await {
+                    accepted.lock().await.push(id);
+                }
+            }
+        }));
+    }
+    for w in workers {
+        w.await.unwrap();
+    }
+    let killed_at = killed_at.lock().unwrap().expect("the holder was killed");
+    if !a_holds {
+        let _ = b.child.wait();
+    }
+
+    // The survivor takes the lease within the bound.
+    wait_for_async("the survivor to take the lease", TAKEOVER_LIMIT, Duration::from_millis(200), || async {
+        match holds(&http, &survivor_metrics).await {
+            Some(true) => Ok(()),
+            seen => Err(format!("{seen:?}")),
+        }
+    })
+    .await;
+    eprintln!("lease taken over {:.1} s after the SIGKILL", killed_at.elapsed().as_secs_f64());
+
+    // Every job the org has, those cut off mid-request included, ends Complete on the survivor.
+    let accepted = accepted.lock().await.clone();
+    assert!(accepted.len() >= BURST - 20, "most submissions were taken: {}", accepted.len());
+    let listed: Value = http
+        .get(format!("{survivor}/api/v2/orgs/team-a/jobs"))
+        .bearer_auth(&svc.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: BTreeSet<String> =
+        listed["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap().to_string()).collect();
+    for id in accepted.iter().chain([&on_a, &on_b]) {
+        assert!(ids.contains(id), "job {id}, taken by a replica, is listed by the survivor");
+    }
+    let ends = wait_for_async("every job at its end", Duration::from_secs(900), Duration::from_secs(2), || async {
+        let mut open = 0;
+        let mut ends = BTreeMap::new();
+        for id in &ids {
+            let j = job(&http, &survivor, &svc.token, id).await;
+            match j["status"].as_str().unwrap() {
+                s @ ("Done" | "Error" | "Canceled") => {
+                    ends.insert(
+                        id.clone(),
+                        (s.to_string(), j["backend_details"]["slurm_metadata"]["retry_count"].clone()),
+                    );
+                }
+                _ => open += 1,
+            }
+        }
+        if open == 0 {
+            Ok(ends)
+        } else {
+            Err(format!("{open} of {} not ended", ids.len()))
+        }
+    })
+    .await;
+    eprintln!(
+        "{} of {BURST} submissions answered, {} jobs listed, all ended {:.0} s after the SIGKILL",
+        accepted.len(),
+        ids.len(),
+        killed_at.elapsed().as_secs_f64()
+    );
+    let not_done: Vec<_> = ends.iter().filter(|(_, (s, _))| s != "Done").collect();
+    assert!(not_done.is_empty(), "every job completes: {not_done:?}");
+    let retried = ends.values().filter(|(_, r)| r.as_u64().unwrap_or(0) > 0).count();
+    assert!(retried >= BURST / 10 - 2, "the jobs that failed once were retried: {retried}");
+    eprintln!("{retried} jobs retried after an infrastructure failure");
+
+    // Slurm's accounting: every attempt of every job submitted once.
+    let names = svc.env.ssh("sacct -X -P -n -S now-1hours -E now -o JobName%200\n");
+    let mut count: BTreeMap<&str, usize> = BTreeMap::new();
+    for n in names.lines().map(str::trim).filter(|n| ids.iter().any(|id| n.contains(id.as_str()))) {
+        *count.entry(n).or_default() += 1;
+    }
+    let twice: Vec<_> = count.iter().filter(|(_, c)| **c > 1).collect();
+    assert!(twice.is_empty(), "submitted twice: {twice:?}");
+    for id in &ids {
+        assert!(count.contains_key(format!("tao-job-{id}").as_str()), "job {id}'s first attempt is in sacct");
+    }
+}
