@@ -60,7 +60,8 @@ class Job:
 @dataclass
 class JobStatus:
     """A job's status, as the TAO SDK's ``JobStatus``: Pending, Running, Complete, Error, Canceled,
-    Paused, or Unknown for an id the state file does not hold."""
+    Paused (and tao-slurm's Pausing and Resuming: ``pause_job``, ``resume_job``), or Unknown for an id
+    the state file does not hold."""
 
     job_id: str
     status: str

@@ -345,3 +345,57 @@ fn a_preemption_resumes_from_the_checkpoint_on_its_own_budget_or_cancels_as_aske
         }
     }
 }
+
+/// Pause `id` as the client does: Pausing from `from` (cancelled from `cancel_at` on), Paused when `done`.
+fn pause(store: &Store, id: &str, from: PlatformStatus, cancel_at: i64, done: bool) {
+    let ask = crate::store::PauseAsk { attempt: 1, from, graceful: !done, cancel_at, message: "pausing" };
+    assert!(store.begin_pause(id, &ask, crate::clock::now()).unwrap());
+    if done {
+        assert!(store.finish_pause(id, 1, "paused", crate::clock::now()).unwrap());
+    }
+}
+
+#[test]
+fn a_paused_job_is_neither_observed_nor_submitted_until_resumed() {
+    // Recorded long ago and never submitted: a cycle would resume its submission, were it not paused.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("state.db")).unwrap();
+    let plan = crate::plan::resolve(&spec(), &settings()).unwrap();
+    let id = plan.layout.job_id.clone();
+    let long_ago = crate::clock::now() - 10 * crate::ops::failure::RESUME_SUBMISSION_AFTER_SECS;
+    store.insert_job("{}", &plan, long_ago).unwrap();
+    pause(&store, &id, PlatformStatus::Pending, long_ago, true);
+    let remote = FakeRemote::answering(vec![]);
+    let touched = eager_cycle(&remote, &store).run(&[store.summary(&id).unwrap()]).unwrap();
+    assert!(remote.sent().is_empty(), "nothing observed or submitted: {:?}", remote.sent());
+    assert!(touched.is_empty());
+    assert_eq!(store.get(&id).unwrap().status, PlatformStatus::Paused);
+}
+
+#[test]
+fn a_pausing_job_past_its_grace_is_cancelled_and_paused_not_failed() {
+    let (_dir, store, id) = store_with_job(false);
+    let name = store.get(&id).unwrap().attempt_name.clone();
+    pause(&store, &id, PlatformStatus::Pending, crate::clock::now() - 1, false);
+    let remote = FakeRemote::answering(vec![
+        refresh_reply(&name, "RUNNING", "0:0"),
+        ok(&format!("{SECTION}scancel\n{SECTION}rc scancel 0\n")),
+    ]);
+    eager_cycle(&remote, &store).run(&[store.summary(&id).unwrap()]).unwrap();
+    assert!(remote.sent()[1].contains("scancel 41 "), "{:?}", remote.sent());
+    let job = store.get(&id).unwrap();
+    assert_eq!((job.status, job.attempt), (PlatformStatus::Paused, 1), "{}", job.message);
+    // Its Slurm job ended CANCELLED by the pause: no refresh makes it Canceled, or retries it.
+    let remote = FakeRemote::answering(vec![]);
+    eager_cycle(&remote, &store).run(&[store.summary(&id).unwrap()]).unwrap();
+    assert!(remote.sent().is_empty());
+    // A pausing job whose Slurm job ended by itself (it saved and exited) is Paused by the refresh.
+    let (_dir, store, id) = store_with_job(false);
+    let name = store.get(&id).unwrap().attempt_name.clone();
+    pause(&store, &id, PlatformStatus::Pending, crate::clock::now() + 3600, false);
+    let remote = FakeRemote::answering(vec![refresh_reply(&name, "FAILED", "140:0")]);
+    eager_cycle(&remote, &store).run(&[store.summary(&id).unwrap()]).unwrap();
+    let job = store.get(&id).unwrap();
+    assert_eq!((job.status, job.attempt), (PlatformStatus::Paused, 1), "not a failure to retry: {}", job.message);
+    assert_eq!(remote.sent().len(), 1, "no evidence fetched, no cancel: {:?}", remote.sent());
+}

@@ -470,17 +470,23 @@ pub async fn job_get_ref(
     }
 }
 
-/// `POST /jobs/{job_id}:cancel` and `:retry`.
+/// `POST /jobs/{job_id}:cancel`, `:retry`, `:pause`, `:resume` and `:tensorboard`.
 pub async fn job_post_ref(
     State(state): State<AppStateRef>,
     Path((org, reference)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     match reference.rsplit_once(':') {
         Some((id, "cancel")) => cancel_job(state, org, id.to_string()).await,
         Some((id, "retry")) => retry_job(state, org, id.to_string()).await,
+        Some((id, "pause")) => super::pause::pause_job(state, org, id.to_string(), headers, body).await,
+        Some((id, "resume")) => super::pause::resume_job(state, org, id.to_string(), headers, body).await,
         Some((id, "tensorboard")) => super::tensorboard::open(state, org, id.to_string()).await,
         Some((_, a @ ("publish_model" | "log_update" | "status_update"))) => Err(super::tao_routes::not_here(a)),
-        _ => Err(ApiError::not_found("no such job action for POST (there are :cancel, :retry and :tensorboard)")),
+        _ => Err(ApiError::not_found(
+            "no such job action for POST (there are :cancel, :retry, :pause, :resume and :tensorboard)",
+        )),
     }
 }
 

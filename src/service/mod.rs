@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod operator;
 pub mod org_secrets;
+mod pause;
 pub mod policy;
 pub mod replica;
 mod results;

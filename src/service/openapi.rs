@@ -26,7 +26,7 @@ impl Modify for BearerAuth {
 #[openapi(
     info(
         title = "tao-slurm service",
-        description = "Jobs on Slurm clusters in the TAO service's shape: workspaces of cloud_type slurm (cluster profiles), jobs with backend_details.slurm_metadata, logs, events and server-sent event streams. Statuses: Pending, Running, Done (tao-slurm Complete), Error, Canceled, Paused. Errors are {error_desc, error_code (the HTTP status, an integer as in TAO), error_type, field?}. TAO's own client (nvidia-tao-client) works against it: POST /api/v2/login with a tao-slurm token as ngc_key, TAO's ExperimentJobReq/DatasetJobReq bodies, TAO's listing filters; TAO routes with no meaning here answer 501.",
+        description = "Jobs on Slurm clusters in the TAO service's shape: workspaces of cloud_type slurm (cluster profiles), jobs with backend_details.slurm_metadata, logs, events and server-sent event streams. Statuses: Pending, Running, Done (tao-slurm Complete), Error, Canceled, Paused, Pausing, Resuming. Errors are {error_desc, error_code (the HTTP status, an integer as in TAO), error_type, field?}. TAO's own client (nvidia-tao-client) works against it: POST /api/v2/login with a tao-slurm token as ngc_key, TAO's ExperimentJobReq/DatasetJobReq bodies, TAO's listing filters; TAO routes with no meaning here answer 501.",
         license(name = "Apache-2.0")
     ),
     paths(
@@ -53,6 +53,8 @@ impl Modify for BearerAuth {
         api::delete_job,
         api::cancel_job,
         api::retry_job,
+        super::pause::pause_job,
+        super::pause::resume_job,
         super::tensorboard::open,
         api::job_logs,
         api::job_events,
@@ -67,6 +69,8 @@ impl Modify for BearerAuth {
     ),
     components(schemas(
         error::ErrorBody,
+        super::pause::PauseBody,
+        super::pause::ResumeBody,
         super::audit::AuditList,
         types::TaoStatus,
         types::JobCreate,

@@ -51,6 +51,13 @@ def test_every_documented_output_validates(env, tmp_path):
     assert isinstance(status, list) and len(status) == 1 and status[0]["job_id"] == job, status
     check("status", status)
     check("list", run_json(env, "list", "--json"))
+    # Paused (not running yet: cancelled at once), then resumed: held a day again, Resuming.
+    paused = run_json(env, "pause", job, "--json")
+    check("pause", paused)
+    assert paused[0]["status"] == "Paused", paused
+    resumed = run_json(env, "resume", job, "--json")
+    check("resume", resumed)
+    assert resumed[0]["status"] == "Resuming" and resumed[0]["attempt"] == 2, resumed
     cancelled = run_json(env, "cancel", job, "--json")
     check("cancel", cancelled)
     assert cancelled[0]["status"] == "Canceled", cancelled
@@ -61,7 +68,9 @@ def test_every_documented_output_validates(env, tmp_path):
     jobs = run_json(old, "list", "--json")
     check("events", run_json(old, "events", jobs[0]["job_id"], "--json"))
     # Every documented command whose output needs no job to run on the cluster was checked.
-    assert checked == {"preflight", "check-path", "render", "events", "submit", "status", "list", "cancel"}, checked
+    assert checked == {
+        "preflight", "check-path", "render", "events", "submit", "status", "list", "pause", "resume", "cancel"
+    }, checked
     assert set(documented) >= checked
 
 

@@ -288,6 +288,20 @@ async fn jobs_on_two_clusters_over_http() {
     let r = svc.http.post(svc.api(&format!("/jobs/{a_id}:retry"))).bearer_auth(&svc.token).send().await.unwrap();
     hit("post", "/api/v2/orgs/{org}/jobs/{job_id}:retry");
     assert_eq!(r.status(), 400, "{}", r.text().await.unwrap());
+    // Nor to pause or resume (the whole of both: tests/tao_client, through TAO's own client).
+    for (action, words) in [("pause", "nothing to pause"), ("resume", "nothing to resume")] {
+        let r = svc
+            .http
+            .post(svc.api(&format!("/jobs/{a_id}:{action}")))
+            .bearer_auth(&svc.token)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        hit("post", &format!("/api/v2/orgs/{{org}}/jobs/{{job_id}}:{action}"));
+        assert_eq!(r.status(), 400);
+        assert!(r.text().await.unwrap().contains(words));
+    }
     // Nor a TensorBoard (service_tensorboard opens one of a running job).
     let r = svc.http.post(svc.api(&format!("/jobs/{a_id}:tensorboard"))).bearer_auth(&svc.token).send().await.unwrap();
     hit("post", "/api/v2/orgs/{org}/jobs/{job_id}:tensorboard");

@@ -2,16 +2,18 @@
 `tao-slurm serve` on the sandbox: login with a tao-slurm token, a Slurm workspace, TAO experiment and
 dataset jobs run through TAO's container entrypoint (the sandbox's stand-in writes status.json epochs
 and checkpoints), their metadata, logs, listings with TAO's filters, files and downloads, cancel,
-delete, GPU types, and the 501 of TAO's features that have no meaning here."""
+delete, retry, pause and resume, GPU types, and the 501 of TAO's features that have no meaning here."""
 
 from __future__ import annotations
 
 import io
 import pathlib
+import re
 import subprocess
 import tarfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -305,3 +307,50 @@ def test_retry_job_resumes_from_the_newest_checkpoint(client, workspace):
     with pytest.raises(TaoAPIError, match="nothing to retry"):
         client.retry_job(job)
     assert client.get_job_metadata(job)["status"] == "Done"
+
+
+def test_pause_job_gracefully_and_resume_job_go_on_from_the_checkpoint(service, client, workspace):
+    # 6 epochs of 2 s; the stand-in ends on the checkpoint signal (as a program without a handler
+    # does), after the checkpoint of each finished epoch.
+    specs = {"stand_in": {"epochs": 6, "seconds_per_epoch": 2}}
+    job = client.create_job(
+        kind="experiment", action="train", specs=specs, name="tao-client-paused", network_arch="dino",
+        workspace=workspace,
+    )["id"]
+    wait_until(lambda: "Epoch 2/6" in client.get_job_logs(job), 180, "two epochs", pause=1)
+    client.pause_job(job, graceful=True)
+    meta = wait_until(
+        lambda: (lambda m: m if m["status"] == "Paused" else None)(client.get_job_metadata(job)), 120,
+        "the pause ends", pause=1,
+    )
+    client.pause_job(job)  # idempotent
+    assert client.get_job_metadata(job)["status"] == "Paused", meta
+    saved = max(int(n) for n in re.findall(r"Epoch (\d)/6", client.get_job_logs(job)))
+    assert saved < 6
+    # Two resumes at once (TAO's body, with specs that make the rest faster): one new attempt.
+    faster = {"stand_in": {"epochs": 6, "seconds_per_epoch": 0.2}}
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda _: client.resume_job(job, faster), range(2)))
+    assert client.get_job_metadata(job)["status"] in ("Resuming", "Running", "Done")
+    meta = finished(client, job)
+    assert meta["status"] == "Done", meta
+    attempts = requests.get(
+        f"{service.url}/api/v2/orgs/{ORG}/jobs/{job}:attempts",
+        headers={"Authorization": f"Bearer {service.token}"}, timeout=30,
+    ).json()["attempts"]
+    assert len(attempts) == 2, attempts
+    logs = client.get_job_logs(job)
+    assert "Resuming from " in logs and f"model_epoch_{saved:03d}.pth" in logs, logs
+    assert f"Epoch {saved}/6" not in logs and "Epoch 6/6" in logs, logs
+    with pytest.raises(TaoAPIError, match="nothing to resume"):
+        client.resume_job(job, {})
+    with pytest.raises(TaoAPIError, match="nothing to pause"):
+        client.pause_job(job)
+    # Each pause and resume is in the org's audit trail, with its outcome.
+    trail = requests.get(
+        f"{service.url}/api/v2/orgs/{ORG}:audit", params={"size": 1000},
+        headers={"Authorization": f"Bearer {service.token}"}, timeout=30,
+    ).json()["entries"]
+    mine = [(e["action"], e["status"]) for e in trail if e["target"] == job]
+    assert mine.count(("jobs.pause", 200)) == 2 and mine.count(("jobs.resume", 200)) == 2, mine
+    assert ("jobs.resume", 400) in mine and ("jobs.pause", 400) in mine, mine

@@ -4,7 +4,7 @@
 "use strict";
 
 const STORE_KEY = "tao-slurm-dashboard";
-const STATUSES = ["Pending", "Running", "Done", "Error", "Canceled", "Paused"];
+const STATUSES = ["Pending", "Running", "Done", "Error", "Canceled", "Paused", "Pausing", "Resuming"];
 let auth = null; // {org, token}
 let jobs = new Map(); // id -> job
 let workspaces = [];
