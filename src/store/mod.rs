@@ -63,6 +63,9 @@ pub struct ChangeToken {
     pub ours: u64,
 }
 
+/// The PostgreSQL schema of the engine's state (the state file's tables).
+pub const STATE_SCHEMA: &str = "tao_state";
+
 const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub struct Store {
@@ -105,10 +108,27 @@ impl Store {
         Ok(store)
     }
 
+    /// The state the settings name: the PostgreSQL database of `TAO_SLURM_DATABASE_URL` (its schema
+    /// [`STATE_SCHEMA`], shared by every cluster profile as the state file is), else the state file.
+    pub fn open_for(settings: &crate::config::Settings) -> Result<Store, StoreError> {
+        match &settings.database_url {
+            Some(url) => Store::open_postgres_with(
+                url.expose(),
+                settings.database_password.as_ref().map(|p| p.expose()),
+                STATE_SCHEMA,
+            ),
+            None => Store::open(&settings.state_path),
+        }
+    }
+
     /// The store in PostgreSQL's schema `schema` (made and migrated if new) of the database at `url`.
     pub fn open_postgres(url: &str, schema: &str) -> Result<Store, StoreError> {
+        Store::open_postgres_with(url, None, schema)
+    }
+
+    fn open_postgres_with(url: &str, password: Option<&str>, schema: &str) -> Result<Store, StoreError> {
         let path = format!("{} (schema {schema})", sql::redact_url(url));
-        let conn = postgres_schema::open(url, schema, schema::MIGRATIONS)
+        let conn = postgres_schema::open(url, password, schema, schema::MIGRATIONS)
             .map_err(|source| StoreError::Sqlite { path: path.clone(), source })?;
         Ok(Store { conn, path, cluster: None })
     }

@@ -11,8 +11,16 @@ const VERSION_TABLE: &str = "tao_schema_version";
 
 /// Connect to `url` and open the schema `schema` (made and migrated by `migrations` if needed).
 /// `schema` must be a name [`schema_name`] made: it is quoted all the same.
-pub(super) fn open(url: &str, schema: &str, migrations: &[&str]) -> Result<Conn, Error> {
-    let client = postgres::Client::connect(url, postgres::NoTls)?;
+pub(super) fn open(url: &str, password: Option<&str>, schema: &str, migrations: &[&str]) -> Result<Conn, Error> {
+    super::sql::off_runtime(|| open_here(url, password, schema, migrations))
+}
+
+fn open_here(url: &str, password: Option<&str>, schema: &str, migrations: &[&str]) -> Result<Conn, Error> {
+    let mut config: postgres::Config = url.parse()?;
+    if let Some(p) = password {
+        config.password(p);
+    }
+    let client = config.connect(postgres::NoTls)?;
     let mut pg = Pg::new(client, schema);
     let quoted = quote_ident(schema);
     pg.client().batch_execute(&format!("SET search_path TO {quoted}"))?;
@@ -66,23 +74,6 @@ pub fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-/// The schema of a store named `id` (a workspace's id): `prefix_` and the id's letters and digits
-/// lower-cased, anything else `_`, cut to PostgreSQL's 63 bytes with a hash of the whole id kept, so
-/// two ids never share a schema.
-#[allow(dead_code)] // the service's workspaces name their schemas by it (not wired yet)
-pub fn schema_name(prefix: &str, id: &str) -> String {
-    let clean: String =
-        id.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect();
-    let hash = id.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3));
-    let name = format!("{prefix}_{clean}");
-    if clean == id && name.len() <= 63 {
-        name
-    } else {
-        let keep = name.chars().take(63 - 17).collect::<String>();
-        format!("{keep}_{hash:016x}")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,12 +90,7 @@ mod tests {
     }
 
     #[test]
-    fn schema_names_are_plain_and_distinct() {
-        assert_eq!(schema_name("ws", "gpu_a"), "ws_gpu_a");
-        let odd = schema_name("ws", "Org.A-1");
-        assert!(odd.starts_with("ws_org_a_1_") && odd.len() <= 63, "{odd}");
-        assert_ne!(schema_name("ws", "a-b"), schema_name("ws", "a_b"));
-        assert!(schema_name("ws", &"x".repeat(100)).len() <= 63);
+    fn identifiers_are_quoted() {
         assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
     }
 }

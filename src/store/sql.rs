@@ -566,6 +566,18 @@ impl Pg {
     }
 }
 
+/// Run `f`, a call of PostgreSQL's sync client, where it may run: that client drives a runtime of its
+/// own, which must not start on a tokio worker thread (the service's and MCP's handlers). There the
+/// call goes to `block_in_place` (a multi-thread runtime) or to a thread of its own.
+pub fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Err(_) => f(),
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        Ok(_) => std::thread::scope(|s| s.spawn(f).join().unwrap_or_else(|p| std::panic::resume_unwind(p))),
+    }
+}
+
 impl Conn {
     pub fn execute(&self, sql: &str, params: impl Params) -> Result<usize> {
         match self {
@@ -573,7 +585,11 @@ impl Conn {
                 let values = params.values();
                 Ok(c.prepare_cached(sql)?.execute(rusqlite::params_from_iter(values.iter().map(sqlite_value)))?)
             }
-            Conn::Postgres(pg) => pg.borrow_mut().execute(sql, params.values()),
+            Conn::Postgres(pg) => {
+                let (mut pg, values) = (pg.borrow_mut(), params.values());
+                let pg: &mut Pg = &mut pg;
+                off_runtime(move || pg.execute(sql, values))
+            }
         }
     }
 
@@ -595,7 +611,11 @@ impl Conn {
     pub fn execute_batch(&self, sql: &str) -> Result<()> {
         match self {
             Conn::Sqlite(c) => Ok(c.execute_batch(sql)?),
-            Conn::Postgres(pg) => Ok(pg.borrow_mut().client.batch_execute(sql)?),
+            Conn::Postgres(pg) => {
+                let mut pg = pg.borrow_mut();
+                let client = &mut pg.client;
+                Ok(off_runtime(move || client.batch_execute(sql))?)
+            }
         }
     }
 
@@ -611,7 +631,11 @@ impl Conn {
                 })?;
                 Ok(rows.collect::<Result<_, _>>()?)
             }
-            Conn::Postgres(pg) => pg.borrow_mut().rows(sql, values),
+            Conn::Postgres(pg) => {
+                let mut pg = pg.borrow_mut();
+                let pg: &mut Pg = &mut pg;
+                off_runtime(move || pg.rows(sql, values))
+            }
         }
     }
 
@@ -627,14 +651,22 @@ impl Conn {
     pub fn begin(&self) -> Result<()> {
         match self {
             Conn::Sqlite(c) => Ok(c.execute_batch("BEGIN IMMEDIATE")?),
-            Conn::Postgres(pg) => pg.borrow_mut().begin(),
+            Conn::Postgres(pg) => {
+                let mut pg = pg.borrow_mut();
+                let pg: &mut Pg = &mut pg;
+                off_runtime(move || pg.begin())
+            }
         }
     }
 
     pub fn commit(&self) -> Result<()> {
         match self {
             Conn::Sqlite(c) => Ok(c.execute_batch("COMMIT")?),
-            Conn::Postgres(pg) => pg.borrow_mut().commit(),
+            Conn::Postgres(pg) => {
+                let mut pg = pg.borrow_mut();
+                let pg: &mut Pg = &mut pg;
+                off_runtime(move || pg.commit())
+            }
         }
     }
 
@@ -643,7 +675,11 @@ impl Conn {
             Conn::Sqlite(c) => {
                 let _ = c.execute_batch("ROLLBACK");
             }
-            Conn::Postgres(pg) => pg.borrow_mut().rollback(),
+            Conn::Postgres(pg) => {
+                let mut pg = pg.borrow_mut();
+                let pg: &mut Pg = &mut pg;
+                off_runtime(move || pg.rollback())
+            }
         }
     }
 
