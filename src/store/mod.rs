@@ -63,9 +63,6 @@ pub struct ChangeToken {
     pub ours: u64,
 }
 
-/// The PostgreSQL schema of the engine's state (the state file's tables).
-pub const STATE_SCHEMA: &str = "tao_state";
-
 const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub struct Store {
@@ -109,13 +106,14 @@ impl Store {
     }
 
     /// The state the settings name: the PostgreSQL database of `TAO_SLURM_DATABASE_URL` (its schema
-    /// [`STATE_SCHEMA`], shared by every cluster profile as the state file is), else the state file.
+    /// `TAO_SLURM_DATABASE_SCHEMA`, shared by every cluster profile as the state file is), else the
+    /// state file.
     pub fn open_for(settings: &crate::config::Settings) -> Result<Store, StoreError> {
         match &settings.database_url {
             Some(url) => Store::open_postgres_with(
                 url.expose(),
                 settings.database_password.as_ref().map(|p| p.expose()),
-                STATE_SCHEMA,
+                &settings.database_schema,
             ),
             None => Store::open(&settings.state_path),
         }

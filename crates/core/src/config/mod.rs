@@ -138,6 +138,9 @@ pub struct Settings {
     /// The database's password when its URL has none (`TAO_SLURM_DATABASE_PASSWORD`: a URL given on
     /// the command line never carries one).
     pub database_password: Option<crate::spec::Secret>,
+    /// The schema of the state in that database (`TAO_SLURM_DATABASE_SCHEMA`, default `tao_state`):
+    /// letters, digits and `_`, as a state file's path is one service's.
+    pub database_schema: String,
     /// Minutes a submitted job may stay pending before its webhooks hear it is stuck (0: never).
     pub notify_pending_minutes: u32,
     /// Convert registry images to squashfs files in a cache on shared storage before submitting.
@@ -236,6 +239,20 @@ pub fn home_dir(env: &HashMap<String, String>) -> Option<PathBuf> {
 
 /// A boolean as the TAO SDK reads one (`1`, `true`, `yes`, `y`, `on`), with the matching words for
 /// false; any other text is an error naming the setting, where the TAO SDK reads it as false.
+/// A schema's name: 1 to 63 lower-case letters, digits and `_`, not starting with a digit.
+fn parse_schema(v: &str) -> Result<String, ConfigError> {
+    let v = v.trim();
+    let ok = (1..=63).contains(&v.len())
+        && v.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && !v.starts_with(|c: char| c.is_ascii_digit());
+    if ok {
+        Ok(v.to_string())
+    } else {
+        let message = format!("{v:?} is not a schema name (1-63 of a-z, 0-9, _; not starting with a digit)");
+        Err(ConfigError::Invalid { name: "TAO_SLURM_DATABASE_SCHEMA", message })
+    }
+}
+
 /// A secret's text, None when blank.
 fn secret_text(v: &str) -> Option<crate::spec::Secret> {
     (!v.trim().is_empty()).then(|| crate::spec::Secret::new(v.trim()))
@@ -423,6 +440,7 @@ impl Settings {
             notify: src.parse("TAO_SLURM_NOTIFY", parse_webhooks, Vec::new)?,
             database_url: src.parse("TAO_SLURM_DATABASE_URL", |v| Ok(secret_text(v)), || None)?,
             database_password: src.parse("TAO_SLURM_DATABASE_PASSWORD", |v| Ok(secret_text(v)), || None)?,
+            database_schema: src.parse("TAO_SLURM_DATABASE_SCHEMA", parse_schema, || "tao_state".to_string())?,
             notify_pending_minutes: src.count("TAO_SLURM_NOTIFY_PENDING_MINUTES", 0, 60)?,
             cpus_per_task: src.count("SLURM_CPUS_PER_TASK", 1, crate::layout::DEFAULT_CPUS_PER_TASK)?,
             max_cpus_per_task: src.count("SLURM_MAX_CPUS_PER_TASK", 1, crate::layout::DEFAULT_MAX_CPUS_PER_TASK)?,
