@@ -36,7 +36,7 @@ impl Store {
             .prepare_cached(&format!(
                 "SELECT d.child, d.parent, d.kind, p.status, p.slurm_job_id FROM dependencies d
                    JOIN jobs c ON c.job_id = d.child JOIN jobs p ON p.job_id = d.parent
-                 WHERE (?1 IS NULL OR d.child = ?1) AND c.{ACTIVE} AND c.cluster IS NOT DISTINCT FROM ?2 ORDER BY d.child, d.rowid"
+                 WHERE (CAST(?1 AS TEXT) IS NULL OR d.child = ?1) AND c.{ACTIVE} AND c.cluster IS NOT DISTINCT FROM ?2 ORDER BY d.child, d.rowid"
             ))
             .map_err(|e| self.err(e))?;
         let rows = stmt

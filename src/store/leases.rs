@@ -3,7 +3,7 @@
 //! hands, so a holder that lost it can tell. Callers pass `now` (Unix seconds).
 
 use super::service_records::{sql_err, ServiceDb};
-use rusqlite::{params, OptionalExtension};
+use super::sql::{params, OptionalExtension};
 use serde::Serialize;
 
 /// A lease as stored.
@@ -63,11 +63,11 @@ impl ServiceDb {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_lease_has_one_holder_until_it_expires_or_is_released() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = ServiceDb::open(&dir.path().join("s.db")).unwrap();
-        let other = ServiceDb::open(&dir.path().join("s.db")).unwrap();
+    use crate::store::test_place::both;
+
+    both! { fn a_lease_has_one_holder_until_it_expires_or_is_released(place) {
+        let db = place.service_db();
+        let other = place.service_db();
         assert_eq!(db.take_lease("monitor:a", "r1", 15, 100).unwrap(), Some(1));
         assert_eq!(other.take_lease("monitor:a", "r2", 15, 105).unwrap(), None, "held by r1");
         assert_eq!(db.take_lease("monitor:a", "r1", 15, 110).unwrap(), Some(1), "renewed, same epoch");
@@ -81,7 +81,7 @@ mod tests {
         let all = db.leases().unwrap();
         assert_eq!(all.len(), 2);
         assert_eq!(all[0], Lease { name: "monitor:a".into(), holder: "r1".into(), epoch: 3, expires_at: 142 });
-    }
+    }}
 
     /// Of many replicas racing for a free lease, exactly one gets it.
     #[test]

@@ -62,6 +62,16 @@ impl Place {
         self.try_open().unwrap()
     }
 
+    /// The service database on this place.
+    pub fn service_db(&self) -> super::service_records::ServiceDb {
+        match &*self.0 {
+            Inner::Sqlite(dir) => super::service_records::ServiceDb::open(&dir.path().join("s.db")).unwrap(),
+            Inner::Postgres { url, schema } => {
+                super::service_records::ServiceDb::open_postgres(url, None, schema).unwrap()
+            }
+        }
+    }
+
     pub fn try_open(&self) -> Result<Store, super::StoreError> {
         match &*self.0 {
             Inner::Sqlite(dir) => Store::open(&dir.path().join("state.db")),

@@ -28,9 +28,14 @@ fn split_password(url: &str) -> (String, String) {
 async fn a_job_created_listed_and_cancelled_over_http_lives_in_postgres() {
     let url = database_url();
     let (bare, password) = split_password(&url);
-    let schema = format!("svc_test_{}", uuid::Uuid::new_v4().simple());
+    let schema = format!("svc_{}", uuid::Uuid::new_v4().simple());
     let svc = Service::start_with_flags(
-        &[("TAO_SLURM_DATABASE_PASSWORD", &password), ("TAO_SLURM_DATABASE_SCHEMA", &schema)],
+        // The token command (before the service starts) finds the same database in the environment.
+        &[
+            ("TAO_SLURM_DATABASE_URL", &bare),
+            ("TAO_SLURM_DATABASE_PASSWORD", &password),
+            ("TAO_SLURM_DATABASE_SCHEMA", &schema),
+        ],
         &["--database", &bare],
     );
     let (status, created) = svc
@@ -59,5 +64,11 @@ fn rows_in_postgres(url: &str, schema: &str, id: &str) {
     let q = format!("SELECT kind FROM \"{schema}\".events WHERE job_id = $1 ORDER BY id");
     let kinds: Vec<String> = db.query(q.as_str(), &[&id]).unwrap().iter().map(|r| r.get(0)).collect();
     assert!(kinds.contains(&"created".to_string()) && kinds.contains(&"submitted".to_string()), "{kinds:?}");
-    db.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE")).unwrap();
+    // The service's own records too: the API's job and the audit trail of its create and cancel.
+    let q = format!("SELECT org FROM \"{schema}_service\".api_jobs WHERE job_id = $1");
+    assert_eq!(db.query_one(q.as_str(), &[&id]).unwrap().get::<_, String>(0), "team-a");
+    let q = format!("SELECT action FROM \"{schema}_service\".audit WHERE target = $1 ORDER BY id");
+    let actions: Vec<String> = db.query(q.as_str(), &[&id]).unwrap().iter().map(|r| r.get(0)).collect();
+    assert!(actions.iter().any(|a| a.contains("cancel")), "{actions:?}");
+    db.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE; DROP SCHEMA \"{schema}_service\" CASCADE")).unwrap();
 }

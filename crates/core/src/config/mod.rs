@@ -239,16 +239,17 @@ pub fn home_dir(env: &HashMap<String, String>) -> Option<PathBuf> {
 
 /// A boolean as the TAO SDK reads one (`1`, `true`, `yes`, `y`, `on`), with the matching words for
 /// false; any other text is an error naming the setting, where the TAO SDK reads it as false.
-/// A schema's name: 1 to 63 lower-case letters, digits and `_`, not starting with a digit.
+/// A schema's name: 1 to 55 lower-case letters, digits and `_`, not starting with a digit.
 fn parse_schema(v: &str) -> Result<String, ConfigError> {
     let v = v.trim();
-    let ok = (1..=63).contains(&v.len())
+    // 55: the service's records go in `<name>_service`, within PostgreSQL's 63.
+    let ok = (1..=55).contains(&v.len())
         && v.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
         && !v.starts_with(|c: char| c.is_ascii_digit());
     if ok {
         Ok(v.to_string())
     } else {
-        let message = format!("{v:?} is not a schema name (1-63 of a-z, 0-9, _; not starting with a digit)");
+        let message = format!("{v:?} is not a schema name (1-55 of a-z, 0-9, _; not starting with a digit)");
         Err(ConfigError::Invalid { name: "TAO_SLURM_DATABASE_SCHEMA", message })
     }
 }
