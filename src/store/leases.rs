@@ -83,18 +83,15 @@ mod tests {
         assert_eq!(all[0], Lease { name: "monitor:a".into(), holder: "r1".into(), epoch: 3, expires_at: 142 });
     }}
 
-    /// Of many replicas racing for a free lease, exactly one gets it.
-    #[test]
-    fn racing_replicas_get_one_holder() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.db");
-        ServiceDb::open(&path).unwrap();
+    both! { fn racing_replicas_get_one_holder(place) {
+        // Of many replicas racing for a free lease, exactly one gets it.
+        place.service_db();
         let won: Vec<bool> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..8)
                 .map(|i| {
-                    let path = path.clone();
+                    let place = place.clone();
                     s.spawn(move || {
-                        let db = ServiceDb::open(&path).unwrap();
+                        let db = place.service_db();
                         db.take_lease("monitor:x", &format!("r{i}"), 15, 1000).unwrap().is_some()
                     })
                 })
@@ -102,5 +99,5 @@ mod tests {
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
         assert_eq!(won.iter().filter(|w| **w).count(), 1, "{won:?}");
-    }
+    }}
 }

@@ -279,6 +279,8 @@ fn the_store_never_reads_the_clock() {
         ("dependencies.rs", include_str!("dependencies.rs")),
         ("secrets.rs", include_str!("secrets.rs")),
         ("rows.rs", include_str!("rows.rs")),
+        ("sql.rs", include_str!("sql.rs")),
+        ("postgres_schema.rs", include_str!("postgres_schema.rs")),
         ("service_records.rs", include_str!("service_records.rs")),
     ];
     for (name, text) in files {
