@@ -411,3 +411,29 @@ SetEnv SLURM_CONF=$ETC/slurm.conf PATH=$SSH_BIN_PATH
 Subsystem sftp internal-sftp
 EOF
 }
+
+# postgres_up USER PASSWORD DATABASE PORT: Debian's newest PostgreSQL cluster running (pg_ctlcluster:
+# no systemd here), a role that logs in with PASSWORD over 127.0.0.1 (scram, Debian's pg_hba) and its
+# own DATABASE. Idempotent: a running cluster is left as it is, the role's password is set again.
+postgres_up() {
+    local user="$1" pass="$2" db="$3" port="$4" ver
+    ver="$(ls /usr/lib/postgresql | sort -V | tail -n1)"
+    [[ -n "$ver" ]] || die "no PostgreSQL under /usr/lib/postgresql"
+    if ! pg_lsclusters -h "$ver" main >/dev/null 2>&1 || [[ -z "$(pg_lsclusters -h "$ver" main)" ]]; then
+        pg_createcluster -p "$port" "$ver" main >/dev/null || die "pg_createcluster $ver main failed"
+    fi
+    if [[ "$(pg_lsclusters -h "$ver" main | awk '{print $4}')" != online ]]; then
+        pg_ctlcluster "$ver" main start 9>&- || die "PostgreSQL $ver did not start" "/var/log/postgresql/postgresql-$ver-main.log"
+    fi
+    wait_for 30 "postgresql" runuser -u postgres -- psql -p "$port" -Atqc 'SELECT 1' \
+        || die "PostgreSQL does not answer on port $port" "/var/log/postgresql/postgresql-$ver-main.log"
+    # The password is passed as a psql variable (:'pass' quotes it), never on a command line.
+    runuser -u postgres -- psql -p "$port" -v ON_ERROR_STOP=1 -qAt -v user="$user" -v pass="$pass" -v db="$db" <<'SQL' \
+        || die "PostgreSQL role/database setup failed"
+SELECT format('CREATE ROLE %I LOGIN', :'user') WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = :'user') \gexec
+SELECT format('ALTER ROLE %I PASSWORD %L', :'user', :'pass') \gexec
+SELECT format('CREATE DATABASE %I OWNER %I', :'db', :'user') WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = :'db') \gexec
+SQL
+    PGPASSWORD="$pass" psql -h 127.0.0.1 -p "$port" -U "$user" -d "$db" -Atqc 'SELECT 1' >/dev/null \
+        || die "PostgreSQL: $user cannot log in to $db over 127.0.0.1"
+}

@@ -41,6 +41,8 @@ HOST="$(hostname -s)"
 SSH_BIN_PATH="$SD/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 MUNGE_SOCKET="$RUN/munge/munge.socket"
 DB_PASS="slurm-sandbox-db"   # only reachable on 127.0.0.1:$DB_PORT
+# The PostgreSQL of the service's store tests (Debian's cluster, password auth on 127.0.0.1 only).
+PG_USER="tao_slurm_test"; PG_DB="tao_slurm_test"; PG_PASS="tao-slurm-sandbox-pg"; PG_PORT=5432
 USER_HOME="$SD/home/$SSH_USER"
 
 [[ $EUID -eq 0 ]] || { echo "up.sh must run as root" >&2; exit 1; }
@@ -96,7 +98,7 @@ flock -w 120 9 || die "another up.sh holds $SD/.up.lock"
 
 # ---- 1. packages ---------------------------------------------------------------
 PKGS=(slurm-wlm slurmctld slurmd slurm-client slurmdbd libslurm-dev munge
-      mariadb-server mariadb-client openssh-server openssh-client gcc libc6-dev)
+      mariadb-server mariadb-client openssh-server openssh-client gcc libc6-dev postgresql postgresql-client)
 installed=" $({ dpkg-query -W -f='${db:Status-Abbrev}${Package} ' "${PKGS[@]}" 2>/dev/null || true; } | tr -s ' ' | sed 's/ii \([^ ]*\)/+\1/g') "
 missing=()
 for p in "${PKGS[@]}"; do
@@ -284,6 +286,7 @@ SANDBOX_TENANT=$TENANT_USER
 SANDBOX_DIR=$SD
 SANDBOX_SSHD_LOGS=$LOG/sshd-$SSH_PORT.log,$LOG/sshd-$SSH_PORT2.log
 SANDBOX_SSH_PORTS=$SSH_PORT,$SSH_PORT2
+TAO_SLURM_TEST_DATABASE_URL=postgresql://$PG_USER:$PG_PASS@127.0.0.1:$PG_PORT/$PG_DB
 EOF
 put_file "$T" "$SD/settings.env" 0644
 phase_done "configs + spank build"
@@ -321,6 +324,10 @@ GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
 GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';
 EOF
 phase_done "mariadb"
+
+# ---- 4b. PostgreSQL (the service's second store backend; its tests' database) ------------------
+postgres_up "$PG_USER" "$PG_PASS" "$PG_DB" "$PG_PORT"
+phase_done "postgresql"
 
 # ---- 5. slurmdbd + registration --------------------------------------------------------------
 if running slurmdbd /usr/sbin/slurmdbd; then

@@ -1,7 +1,6 @@
 //! `tao-slurm audit`: the service's audit trail (every state-changing request, and the tokens made
 //! and revoked here), read from the service's database by whoever administers the service.
 
-use crate::client::service_records::path_for;
 use crate::client::{AuditEntry, ServiceDb};
 use crate::config::Settings;
 use crate::error::Error;
@@ -25,7 +24,7 @@ pub struct AuditCmd {
 
 impl AuditCmd {
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
-        let db = ServiceDb::open(&path_for(&settings.state_path)).map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
+        let db = ServiceDb::open_for(&settings).map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
         let entries =
             db.audit(self.org.as_deref(), self.after, self.limit).map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
         if self.json {

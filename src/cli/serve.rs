@@ -22,6 +22,11 @@ pub struct ServeCmd {
     /// start). It spans every org and has no token: bind it where only the operator's scraper reaches
     #[arg(long)]
     pub metrics_addr: Option<SocketAddr>,
+    /// Keep the jobs' state in this PostgreSQL database (`postgresql://user@host:port/db`; as
+    /// TAO_SLURM_DATABASE_URL). Its password comes from TAO_SLURM_DATABASE_PASSWORD, never the
+    /// command line
+    #[arg(long, value_name = "URL")]
+    pub database: Option<String>,
     #[command(subcommand)]
     pub action: Option<ServeAction>,
 }
@@ -60,6 +65,18 @@ impl ServeCmd {
     /// clusters.toml, plus `default` (the settings without a profile) when it names a cluster; with
     /// `--cluster NAME`, that profile only.
     pub(crate) fn run(self, globals: GlobalFlags) -> Result<i32, Error> {
+        if let Some(url) = &self.database {
+            if has_password(url) {
+                return Err(SpecError::new(
+                    "--database",
+                    "the URL carries a password: give it in TAO_SLURM_DATABASE_PASSWORD (or the whole URL in \
+                     TAO_SLURM_DATABASE_URL), never on the command line",
+                )
+                .into());
+            }
+            // Before any settings are read (one thread yet): every workspace's settings see it.
+            std::env::set_var("TAO_SLURM_DATABASE_URL", url);
+        }
         let operator = read_operator(&globals)?;
         if let Some(ServeAction::Key { org }) = &self.action {
             return print_org_key(&globals, &operator, org);
@@ -138,6 +155,13 @@ fn served_workspaces(globals: &GlobalFlags) -> Result<Vec<(String, crate::config
         .into());
     }
     Ok(workspaces)
+}
+
+/// Whether a database URL holds a password (`user:password@` or `password=`).
+fn has_password(url: &str) -> bool {
+    let authority = url.split_once("://").map_or("", |(_, rest)| rest.split(['/', '?']).next().unwrap_or(""));
+    authority.rsplit_once('@').is_some_and(|(user, _)| user.contains(':'))
+        || url.to_ascii_lowercase().contains("password=")
 }
 
 /// The key that seals the orgs' secrets, when the operator names its file.

@@ -1,7 +1,6 @@
 //! `tao-slurm token`: the service's bearer tokens, made and revoked by whoever administers the
 //! service (and can write its state). A token is shown once, at creation; only its SHA-256 is kept.
 
-use crate::client::service_records::path_for;
 use crate::client::ServiceDb;
 use crate::config::Settings;
 use crate::error::Error;
@@ -44,7 +43,7 @@ enum TokenAction {
 
 impl TokenCmd {
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
-        let db = ServiceDb::open(&path_for(&settings.state_path)).map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
+        let db = ServiceDb::open_for(&settings).map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
         match self.action {
             TokenAction::Create { org, name, expires, admin, json } => {
                 let (rec, token) = db

@@ -97,7 +97,7 @@ pub struct Client {
 
 impl Client {
     pub fn new(settings: Settings) -> Result<Client> {
-        let mut store = Store::open(&settings.state_path)?;
+        let mut store = Store::open_for(&settings)?;
         store.set_cluster(settings.cluster.clone());
         Ok(Client {
             settings,

@@ -90,8 +90,8 @@ impl Monitor {
         if let Err(e) = client.queue_notifications(jobs) {
             tracing::warn!("webhook messages not queued this time: {e}");
         }
-        let state = &client.settings().state_path;
-        self.notifier.get_or_insert_with(|| super::Notifier::start(state.clone())).wake();
+        let settings = client.settings();
+        self.notifier.get_or_insert_with(|| super::Notifier::start(settings.clone())).wake();
     }
 }
 

@@ -5,7 +5,6 @@ use super::Client;
 use crate::error::Result;
 use crate::kpi::KpiPoint;
 use crate::model::JobSummary;
-use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -34,10 +33,10 @@ pub struct Notifier {
 }
 
 impl Notifier {
-    pub fn start(state_path: PathBuf) -> Notifier {
+    pub fn start(settings: crate::config::Settings) -> Notifier {
         let (wake, woken) = mpsc::channel::<()>();
         let spawned = std::thread::Builder::new().name("notifier".into()).spawn(move || {
-            let store = match crate::store::Store::open(&state_path) {
+            let store = match crate::store::Store::open_for(&settings) {
                 Ok(s) => s,
                 Err(e) => return tracing::warn!("the notifier cannot open the state file: {e}"),
             };

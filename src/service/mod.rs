@@ -223,9 +223,10 @@ async fn stop_signal() {
 /// recorded, a monitor thread per workspace.
 fn start_state(opts: &ServeOptions, setup: Setup) -> Result<Arc<AppState>, Error> {
     let Setup { workspaces, operator, secret_box, make_settings } = setup;
-    let state_path = workspaces.first().map(|(_, s)| s.state_path.clone()).expect("at least one workspace");
-    let db = crate::client::ServiceDb::open(&crate::client::service_records::path_for(&state_path))
-        .map_err(|m| crate::spec::SpecError::new("TAO_SLURM_STATE", m))?;
+    let first = workspaces.first().map(|(_, s)| s.clone()).expect("at least one workspace");
+    let state_path = first.state_path.clone();
+    let db =
+        crate::client::ServiceDb::open_for(&first).map_err(|m| crate::spec::SpecError::new("TAO_SLURM_STATE", m))?;
     let workspaces: Vec<Arc<Workspace>> = workspaces
         .into_iter()
         .map(|(id, mut settings)| {

@@ -1,9 +1,9 @@
 //! The `attempts` table: one row per submission of a job (the first, and one per retry), with how
 //! it ended and why.
 
+use super::sql::params;
 use super::{Store, StoreError};
 use crate::model::{AttemptRecord, StatusUpdate};
-use rusqlite::params;
 
 /// A retry to schedule: the failure that ended the current attempt and what the next one is.
 #[derive(Debug, Clone, Copy)]
@@ -28,7 +28,7 @@ impl Store {
             .conn
             .prepare(
                 "SELECT a.failure_class, COUNT(*) FROM attempts a JOIN jobs j ON j.job_id = a.job_id
-                 WHERE a.failure_class IS NOT NULL AND a.number < j.attempt AND j.cluster IS ?1
+                 WHERE a.failure_class IS NOT NULL AND a.number < j.attempt AND j.cluster IS NOT DISTINCT FROM ?1
                  GROUP BY a.failure_class ORDER BY a.failure_class",
             )
             .map_err(|e| self.err(e))?;
@@ -114,7 +114,7 @@ impl Store {
         self.conn
             .execute(
                 "UPDATE attempts SET state = ?2, exit_code = ?3, node_list = COALESCE(node_list, ?4),
-                   ended_at = CASE WHEN ?5 THEN COALESCE(ended_at, ?6) ELSE ended_at END
+                   ended_at = CASE WHEN ?5 <> 0 THEN COALESCE(ended_at, ?6) ELSE ended_at END
                  WHERE job_id = ?1 AND number = (SELECT attempt FROM jobs WHERE job_id = ?1)",
                 params![
                     job_id,

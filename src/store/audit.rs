@@ -3,7 +3,7 @@
 //! change or removal, and nothing here offers one.
 
 use super::service_records::{sql_err, ServiceDb};
-use rusqlite::params;
+use super::sql::params;
 use serde::Serialize;
 
 /// One state-changing request, as recorded.
@@ -32,14 +32,25 @@ pub struct AuditEntry {
 impl ServiceDb {
     /// Add an entry (its `id` is given by the database); returns that id.
     pub fn append_audit(&self, e: &AuditEntry) -> Result<i64, String> {
-        let conn = self.conn();
-        conn.execute(
-            "INSERT INTO audit (at, org, token_id, token_name, action, method, path, target, status, outcome)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            params![e.at, e.org, e.token_id, e.token_name, e.action, e.method, e.path, e.target, e.status, e.outcome],
-        )
-        .map_err(|err| sql_err(&self.path, err))?;
-        Ok(conn.last_insert_rowid())
+        self.conn()
+            .query_row(
+                "INSERT INTO audit (at, org, token_id, token_name, action, method, path, target, status, outcome)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING id",
+                params![
+                    e.at,
+                    e.org,
+                    e.token_id,
+                    e.token_name,
+                    e.action,
+                    e.method,
+                    e.path,
+                    e.target,
+                    e.status,
+                    e.outcome
+                ],
+                |r| r.get(0),
+            )
+            .map_err(|err| sql_err(&self.path, err))
     }
 
     /// Entries after `after` (an entry id), oldest first, at most `limit`; of `org`, or of all.
@@ -48,7 +59,7 @@ impl ServiceDb {
         let mut st = conn
             .prepare(
                 "SELECT id, at, org, token_id, token_name, action, method, path, target, status, outcome FROM audit
-                 WHERE id > ?1 AND (?2 IS NULL OR org = ?2) ORDER BY id LIMIT ?3",
+                 WHERE id > ?1 AND (CAST(?2 AS TEXT) IS NULL OR org = ?2) ORDER BY id LIMIT ?3",
             )
             .map_err(|e| sql_err(&self.path, e))?;
         let rows = st
@@ -92,10 +103,10 @@ mod tests {
         }
     }
 
-    #[test]
-    fn entries_are_kept_in_order_by_org_and_cannot_be_changed_or_removed() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = ServiceDb::open(&dir.path().join("s.db")).unwrap();
+    use crate::store::test_place::both;
+
+    both! { fn entries_are_kept_in_order_by_org_and_cannot_be_changed_or_removed(place) {
+        let db = place.service_db();
         let a = db.append_audit(&entry("team-a", "jobs.create")).unwrap();
         let b = db.append_audit(&entry("team-b", "jobs.create")).unwrap();
         let c = db.append_audit(&entry("team-a", "jobs.cancel")).unwrap();
@@ -109,5 +120,5 @@ mod tests {
             assert!(err.contains("append-only"), "{sql}: {err}");
         }
         assert_eq!(db.audit(None, 0, 100).unwrap().len(), 3);
-    }
+    }}
 }

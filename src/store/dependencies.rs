@@ -2,8 +2,8 @@
 //! that it survives the parents' retries).
 
 use super::rows::ACTIVE;
+use super::sql::params;
 use super::{Store, StoreError};
-use rusqlite::params;
 
 /// One dependency of an active job, with its parent as stored.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,7 +20,8 @@ impl Store {
     pub fn add_dependency(&self, child: &str, parent: &str, kind: &str) -> Result<(), StoreError> {
         self.conn
             .execute(
-                "INSERT OR REPLACE INTO dependencies (child, parent, kind) VALUES (?1, ?2, ?3)",
+                "INSERT INTO dependencies (child, parent, kind) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (child, parent) DO UPDATE SET kind = excluded.kind",
                 params![child, parent, kind],
             )
             .map_err(|e| self.err(e))?;
@@ -35,7 +36,7 @@ impl Store {
             .prepare_cached(&format!(
                 "SELECT d.child, d.parent, d.kind, p.status, p.slurm_job_id FROM dependencies d
                    JOIN jobs c ON c.job_id = d.child JOIN jobs p ON p.job_id = d.parent
-                 WHERE (?1 IS NULL OR d.child = ?1) AND c.{ACTIVE} AND c.cluster IS ?2 ORDER BY d.child, d.rowid"
+                 WHERE (CAST(?1 AS TEXT) IS NULL OR d.child = ?1) AND c.{ACTIVE} AND c.cluster IS NOT DISTINCT FROM ?2 ORDER BY d.child, d.rowid"
             ))
             .map_err(|e| self.err(e))?;
         let rows = stmt

@@ -1,8 +1,8 @@
 //! The `events` table: a job's history, and a cursor over every job's for followers.
 
+use super::sql::params;
 use super::{Store, StoreError};
 use crate::model::EventRecord;
-use rusqlite::params;
 
 impl Store {
     pub fn add_event(&self, job_id: &str, kind: &str, detail: &str, now: i64) -> Result<(), StoreError> {
@@ -38,12 +38,12 @@ impl Store {
             format!(" AND job_id IN ({})", vec!["?"; job_ids.len()].join(","))
         };
         let sql = format!("SELECT id, job_id, at, kind, detail FROM events WHERE id > ?{filter} ORDER BY id LIMIT ?");
-        let mut values: Vec<rusqlite::types::Value> = vec![after.into()];
-        values.extend(job_ids.iter().map(|id| rusqlite::types::Value::from(id.to_string())));
+        let mut values: Vec<super::sql::Value> = vec![after.into()];
+        values.extend(job_ids.iter().map(|id| super::sql::Value::from(id.to_string())));
         values.push((limit.min(i64::MAX as usize) as i64).into());
         let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
         let rows = stmt
-            .query_map(rusqlite::params_from_iter(values), |r| {
+            .query_map(super::sql::params_from_iter(values), |r| {
                 Ok(EventRecord { id: r.get(0)?, job_id: r.get(1)?, at: r.get(2)?, kind: r.get(3)?, detail: r.get(4)? })
             })
             .map_err(|e| self.err(e))?;

@@ -1,9 +1,9 @@
 //! The `sweeps` table: sweeps and pipelines, each a group of jobs under one id.
 
 use super::jobs::Member;
+use super::sql::params;
 use super::{Store, StoreError};
 use crate::plan::Plan;
-use rusqlite::params;
 
 /// A sweep or pipeline as recorded.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
@@ -31,7 +31,7 @@ pub struct GroupRecord {
 /// The columns [`group_row`] reads, in its order.
 const GROUP_COLUMNS: &str = "sweep_id, kind, name, array_name, slurm_array_id, max_concurrent, created_at";
 
-fn group_row(r: &rusqlite::Row) -> rusqlite::Result<GroupRecord> {
+fn group_row(r: &super::sql::Row) -> super::sql::Result<GroupRecord> {
     Ok(GroupRecord {
         sweep_id: r.get(0)?,
         kind: r.get(1)?,

@@ -2,12 +2,12 @@
 //! listing, and the writes of its current state (submitted, status, gate, status.json signature).
 
 use super::rows::{list_tail, FromJobRow, ACTIVE};
+use super::sql::{params, OptionalExtension};
 use super::{Store, StoreError};
 use crate::model::timeout_runs;
 use crate::model::{JobRecord, JobSummary, StatusUpdate};
 use crate::plan::Plan;
 use crate::status::PlatformStatus;
-use rusqlite::{params, OptionalExtension};
 
 /// How a job belongs to a group and to other jobs, as it is recorded.
 #[derive(Debug, Clone, Default)]
@@ -185,12 +185,12 @@ impl Store {
     }
 
     /// Run `T`'s query with `tail` (WHERE, ORDER BY ...) and decode its rows.
-    fn rows<T: FromJobRow>(&self, tail: &str, params: impl rusqlite::Params) -> Result<Vec<T>, StoreError> {
+    fn rows<T: FromJobRow>(&self, tail: &str, params: impl super::sql::Params) -> Result<Vec<T>, StoreError> {
         self.raw_rows::<T>(tail, params)?.into_iter().map(T::decode).collect()
     }
 
     /// `T`'s rows as read, not decoded yet.
-    fn raw_rows<T: FromJobRow>(&self, tail: &str, params: impl rusqlite::Params) -> Result<Vec<T::Raw>, StoreError> {
+    fn raw_rows<T: FromJobRow>(&self, tail: &str, params: impl super::sql::Params) -> Result<Vec<T::Raw>, StoreError> {
         let mut stmt = self.conn.prepare_cached(&format!("{}{tail}", T::SELECT)).map_err(|e| self.err(e))?;
         let raws = stmt.query_map(params, T::raw).map_err(|e| self.err(e))?.collect::<Result<_, _>>();
         raws.map_err(|e| self.err(e))
@@ -203,7 +203,7 @@ impl Store {
         for chunk in ids.chunks(500) {
             let marks = vec!["?"; chunk.len()].join(",");
             for row in
-                self.rows::<T>(&format!(" WHERE job_id IN ({marks})"), rusqlite::params_from_iter(chunk.iter()))?
+                self.rows::<T>(&format!(" WHERE job_id IN ({marks})"), super::sql::params_from_iter(chunk.iter()))?
             {
                 found.insert(row.id().to_string(), row);
             }
@@ -227,7 +227,9 @@ impl Store {
     /// could not be submitted anyway, and must not stop every refresh.
     pub fn waiting_for_submission(&self) -> Result<Vec<JobRecord>, StoreError> {
         let raws = self.raw_rows::<JobRecord>(
-            &format!(" WHERE {ACTIVE} AND slurm_job_id IS NULL AND cluster IS ?1 ORDER BY created_at"),
+            &format!(
+                " WHERE {ACTIVE} AND slurm_job_id IS NULL AND cluster IS NOT DISTINCT FROM ?1 ORDER BY created_at"
+            ),
             params![self.cluster],
         )?;
         Ok(raws

@@ -1,15 +1,15 @@
 //! A job's KPIs over time (issue 26): the progress lines of its status.json, each kept once, in the
 //! order first read.
 
+use super::sql::params;
 use super::{Store, StoreError};
-use rusqlite::params;
 
 impl Store {
     /// Keep the progress lines a refresh read; lines already kept add nothing.
     pub fn add_kpi_lines(&self, job_id: &str, lines: &[&str], now: i64) -> Result<(), StoreError> {
         for line in lines {
             self.conn
-                .prepare_cached("INSERT OR IGNORE INTO kpi_lines (job_id, at, line) VALUES (?1, ?2, ?3)")
+                .prepare_cached("INSERT INTO kpi_lines (job_id, at, line) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING")
                 .and_then(|mut st| st.execute(params![job_id, now, line]))
                 .map_err(|e| self.err(e))?;
         }

@@ -3,7 +3,7 @@
 //! hands, so a holder that lost it can tell. Callers pass `now` (Unix seconds).
 
 use super::service_records::{sql_err, ServiceDb};
-use rusqlite::{params, OptionalExtension};
+use super::sql::{params, OptionalExtension};
 use serde::Serialize;
 
 /// A lease as stored.
@@ -63,11 +63,11 @@ impl ServiceDb {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_lease_has_one_holder_until_it_expires_or_is_released() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = ServiceDb::open(&dir.path().join("s.db")).unwrap();
-        let other = ServiceDb::open(&dir.path().join("s.db")).unwrap();
+    use crate::store::test_place::both;
+
+    both! { fn a_lease_has_one_holder_until_it_expires_or_is_released(place) {
+        let db = place.service_db();
+        let other = place.service_db();
         assert_eq!(db.take_lease("monitor:a", "r1", 15, 100).unwrap(), Some(1));
         assert_eq!(other.take_lease("monitor:a", "r2", 15, 105).unwrap(), None, "held by r1");
         assert_eq!(db.take_lease("monitor:a", "r1", 15, 110).unwrap(), Some(1), "renewed, same epoch");
@@ -81,20 +81,17 @@ mod tests {
         let all = db.leases().unwrap();
         assert_eq!(all.len(), 2);
         assert_eq!(all[0], Lease { name: "monitor:a".into(), holder: "r1".into(), epoch: 3, expires_at: 142 });
-    }
+    }}
 
-    /// Of many replicas racing for a free lease, exactly one gets it.
-    #[test]
-    fn racing_replicas_get_one_holder() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.db");
-        ServiceDb::open(&path).unwrap();
+    both! { fn racing_replicas_get_one_holder(place) {
+        // Of many replicas racing for a free lease, exactly one gets it.
+        place.service_db();
         let won: Vec<bool> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..8)
                 .map(|i| {
-                    let path = path.clone();
+                    let place = place.clone();
                     s.spawn(move || {
-                        let db = ServiceDb::open(&path).unwrap();
+                        let db = place.service_db();
                         db.take_lease("monitor:x", &format!("r{i}"), 15, 1000).unwrap().is_some()
                     })
                 })
@@ -102,5 +99,5 @@ mod tests {
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
         assert_eq!(won.iter().filter(|w| **w).count(), 1, "{won:?}");
-    }
+    }}
 }

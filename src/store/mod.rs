@@ -4,6 +4,7 @@
 //! dependencies, secrets). The store never reads the clock: callers pass `now` (Unix seconds).
 
 use rusqlite::Connection;
+use sql::Conn;
 use std::path::Path;
 
 mod attempts;
@@ -16,11 +17,15 @@ mod kpis;
 mod leases;
 mod notify;
 mod pause;
+mod postgres_schema;
 mod reopen;
 mod rows;
 mod schema;
 mod secrets;
 pub mod service_records;
+pub(crate) mod sql;
+#[cfg(test)]
+pub(crate) mod test_place;
 #[cfg(test)]
 mod tests;
 
@@ -38,7 +43,7 @@ pub use crate::model::{AttemptRecord, EventRecord, JobRecord, JobSummary, Status
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("state database {path}: {source}")]
-    Sqlite { path: String, source: rusqlite::Error },
+    Sqlite { path: String, source: sql::Error },
     #[error("state file {path}: {message}")]
     Dir { path: String, message: String },
     #[error("no job {0} in the local state; `tao-slurm list` shows the known jobs")]
@@ -60,12 +65,8 @@ pub struct ChangeToken {
 
 const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-fn is_busy(e: &rusqlite::Error) -> bool {
-    matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked))
-}
-
 pub struct Store {
-    conn: Connection,
+    conn: Conn,
     path: String,
     /// The cluster profile of the client using this store: new jobs record it, and the queries that
     /// lead to remote work (submissions to resume, secrets to remove) keep to its jobs.
@@ -84,7 +85,7 @@ impl Store {
         let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
         loop {
             match Self::open_once(path, &p) {
-                Err(StoreError::Sqlite { source, .. }) if is_busy(&source) && std::time::Instant::now() < deadline => {
+                Err(StoreError::Sqlite { source, .. }) if source.is_busy() && std::time::Instant::now() < deadline => {
                     std::thread::sleep(std::time::Duration::from_millis(20));
                 }
                 other => return other,
@@ -93,28 +94,55 @@ impl Store {
     }
 
     fn open_once(path: &Path, p: &str) -> Result<Store, StoreError> {
-        let err = |source| StoreError::Sqlite { path: p.to_string(), source };
+        let err = |e: rusqlite::Error| StoreError::Sqlite { path: p.to_string(), source: e.into() };
         let conn = Connection::open(path).map_err(err)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(err)?;
         conn.pragma_update(None, "journal_mode", "WAL").map_err(err)?;
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(err)?;
         conn.pragma_update(None, "foreign_keys", "ON").map_err(err)?;
-        let mut store = Store { conn, path: p.to_string(), cluster: None };
+        let mut store = Store { conn: Conn::Sqlite(conn), path: p.to_string(), cluster: None };
         store.migrate()?;
         Ok(store)
     }
 
-    fn err(&self, source: rusqlite::Error) -> StoreError {
-        StoreError::Sqlite { path: self.path.clone(), source }
+    /// The state the settings name: the PostgreSQL database of `TAO_SLURM_DATABASE_URL` (its schema
+    /// `TAO_SLURM_DATABASE_SCHEMA`, shared by every cluster profile as the state file is), else the
+    /// state file.
+    pub fn open_for(settings: &crate::config::Settings) -> Result<Store, StoreError> {
+        match &settings.database_url {
+            Some(url) => Store::open_postgres_with(
+                url.expose(),
+                settings.database_password.as_ref().map(|p| p.expose()),
+                &settings.database_schema,
+            ),
+            None => Store::open(&settings.state_path),
+        }
+    }
+
+    /// The store in PostgreSQL's schema `schema` (made and migrated if new) of the database at `url`.
+    pub fn open_postgres(url: &str, schema: &str) -> Result<Store, StoreError> {
+        Store::open_postgres_with(url, None, schema)
+    }
+
+    fn open_postgres_with(url: &str, password: Option<&str>, schema: &str) -> Result<Store, StoreError> {
+        let path = format!("{} (schema {schema})", sql::redact_url(url));
+        let conn = postgres_schema::open(url, password, schema, schema::MIGRATIONS)
+            .map_err(|source| StoreError::Sqlite { path: path.clone(), source })?;
+        Ok(Store { conn, path, cluster: None })
+    }
+
+    fn err(&self, source: impl Into<sql::Error>) -> StoreError {
+        StoreError::Sqlite { path: self.path.clone(), source: source.into() }
     }
 
     fn migrate(&mut self) -> Result<(), StoreError> {
+        let Conn::Sqlite(conn) = &mut self.conn else { return Ok(()) };
         // Processes that open a new state file at the same moment (a submit and a `list`, two Python
         // processes) must not both run the migrations: the version is read and the migrations run
         // under one write lock, so the second waits (busy timeout) and then finds them done.
         let path = self.path.clone();
-        let err = |source| StoreError::Sqlite { path: path.clone(), source };
-        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(err)?;
+        let err = |e: rusqlite::Error| StoreError::Sqlite { path: path.clone(), source: e.into() };
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(err)?;
         let version: usize = tx.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(err)?;
         for (i, sql) in schema::MIGRATIONS.iter().enumerate().skip(version) {
             tx.execute_batch(sql).map_err(err)?;
@@ -138,43 +166,45 @@ impl Store {
         if !self.conn.is_autocommit() {
             return f();
         }
-        self.conn.execute_batch("BEGIN IMMEDIATE").map_err(|e| E::from(self.err(e)))?;
+        self.conn.begin().map_err(|e| E::from(self.err(e)))?;
         match f() {
             Ok(v) => {
-                self.conn.execute_batch("COMMIT").map_err(|e| E::from(self.err(e)))?;
+                self.conn.commit().map_err(|e| E::from(self.err(e)))?;
                 Ok(v)
             }
             Err(e) => {
-                let _ = self.conn.execute_batch("ROLLBACK");
+                self.conn.rollback();
                 Err(e)
             }
         }
     }
 
     /// A value that differs whenever the state may have changed since it was last taken: a commit by
-    /// any other connection (`PRAGMA data_version`, other processes included) or a write by this one.
+    /// any other connection (`PRAGMA data_version`, other processes included; on PostgreSQL the
+    /// schema's change counter, which every writing transaction bumps) or a write by this one.
     pub fn change_token(&self) -> Result<ChangeToken, StoreError> {
-        let others: i64 = self.conn.pragma_query_value(None, "data_version", |r| r.get(0)).map_err(|e| self.err(e))?;
+        let others: i64 = self.conn.data_version().map_err(|e| self.err(e))?;
         Ok(ChangeToken { others, ours: self.conn.total_changes() })
     }
 
     /// The one rule for "nothing changed": set `sets` (column, new value as SQL over the
     /// parameters) on the job row `?1` only where at least one column would differ from its new
-    /// value (`IS NOT`, so NULLs compare). A write that changes nothing then matches no row: nothing
+    /// value (`IS DISTINCT FROM`, so NULLs compare). A write that changes nothing then matches no row: nothing
     /// is written, the change token stays, and no event follows. `touch` (like `updated_at = ?4`) is
     /// set along with a change but never counts as one. Returns whether the row changed.
     fn update_job_if_changed(
         &self,
         sets: &[(&str, &str)],
         touch: Option<&str>,
-        params: impl rusqlite::Params,
+        params: impl sql::Params,
     ) -> Result<bool, StoreError> {
         let mut assignments: Vec<String> = sets.iter().map(|(column, value)| format!("{column} = {value}")).collect();
         assignments.extend(touch.map(str::to_string));
-        let differs: Vec<String> = sets.iter().map(|(column, value)| format!("{column} IS NOT {value}")).collect();
+        let differs: Vec<String> =
+            sets.iter().map(|(column, value)| format!("{column} IS DISTINCT FROM {value}")).collect();
         let sql =
             format!("UPDATE jobs SET {} WHERE job_id = ?1 AND ({})", assignments.join(", "), differs.join(" OR "));
-        let changed = self.conn.prepare_cached(&sql).and_then(|mut st| st.execute(params)).map_err(|e| self.err(e))?;
+        let changed = self.conn.execute(&sql, params).map_err(|e| self.err(e))?;
         Ok(changed > 0)
     }
 }

@@ -2,8 +2,8 @@
 //! and webhook, unique by the message's key, kept once delivered) and the monitors' cursors over the
 //! events. Delivery keeps each webhook's order: only its oldest open message is due.
 
+use super::sql::{params, OptionalExtension};
 use super::{Store, StoreError};
-use rusqlite::{params, OptionalExtension};
 
 /// A message due for delivery.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,7 +20,7 @@ impl Store {
     pub fn add_job_webhooks(&self, job_id: &str, urls: &[String]) -> Result<(), StoreError> {
         for url in urls {
             self.conn
-                .prepare_cached("INSERT OR IGNORE INTO job_webhooks (job_id, url) VALUES (?1, ?2)")
+                .prepare_cached("INSERT INTO job_webhooks (job_id, url) VALUES (?1, ?2) ON CONFLICT DO NOTHING")
                 .and_then(|mut st| st.execute(params![job_id, url]))
                 .map_err(|e| self.err(e))?;
         }
@@ -68,7 +68,7 @@ impl Store {
         let n = self
             .conn
             .prepare_cached(
-                "INSERT OR IGNORE INTO notifications (key, url, job_id, body, next_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT INTO notifications (key, url, job_id, body, next_at) VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
             )
             .and_then(|mut st| st.execute(params![key, url, job_id, body, now]))
             .map_err(|e| self.err(e))?;
@@ -133,19 +133,13 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
 
     const NOW: i64 = 1_700_000_000;
 
-    fn store() -> (tempfile::TempDir, Store) {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("state.db")).unwrap();
-        (dir, store)
-    }
+    use crate::store::test_place::both;
 
-    #[test]
-    fn a_message_is_queued_once_and_each_webhook_gets_its_oldest_first() {
-        let (_d, s) = store();
+    both! { fn a_message_is_queued_once_and_each_webhook_gets_its_oldest_first(place) {
+        let s = place.open();
         assert!(s.enqueue_notification("j:1:started", "http://a/x", "j", "{}", NOW).unwrap());
         assert!(!s.enqueue_notification("j:1:started", "http://a/x", "j", "{}", NOW).unwrap(), "once per key");
         assert!(s.enqueue_notification("j:1:finished", "http://a/x", "j", "{}", NOW).unwrap());
@@ -171,14 +165,13 @@ mod tests {
         // Given up: the next one is due.
         s.notification_failed(next[0], "HTTP 404", None, NOW + 6).unwrap();
         assert_eq!(ids(NOW + 6), [b]);
-    }
+    }}
 
-    #[test]
-    fn cursors_are_per_monitor() {
-        let (_d, s) = store();
+    both! { fn cursors_are_per_monitor(place) {
+        let s = place.open();
         assert_eq!(s.notify_cursor("monitor:").unwrap(), None);
         s.set_notify_cursor("monitor:", 7).unwrap();
         s.set_notify_cursor("monitor:", 9).unwrap();
         assert_eq!((s.notify_cursor("monitor:").unwrap(), s.notify_cursor("monitor:b").unwrap()), (Some(9), None));
-    }
+    }}
 }

@@ -3,10 +3,10 @@
 //! current attempt; Slurm's SUSPENDED (also Paused) has none.
 
 use super::reopen::Reopening;
+use super::sql::params;
 use super::{Store, StoreError};
 use crate::notify::status_detail;
 use crate::status::PlatformStatus;
-use rusqlite::params;
 
 /// A pause asked for: the attempt it stops, and when a graceful one cancels the job.
 #[derive(Debug, Clone, Copy)]
@@ -144,10 +144,10 @@ mod tests {
         PauseAsk { attempt: 1, from, graceful: true, cancel_at, message: "pausing" }
     }
 
-    #[test]
-    fn a_pause_and_a_resume_each_win_once_and_a_paused_job_is_known_as_ours() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("state.db")).unwrap();
+    use crate::store::test_place::both;
+
+    both! { fn a_pause_and_a_resume_each_win_once_and_a_paused_job_is_known_as_ours(place) {
+        let store = place.open();
         let plan = crate::plan::resolve(&spec(), &settings()).unwrap();
         let j1 = plan.layout.job_id.clone();
         let j1 = j1.as_str();
@@ -184,5 +184,5 @@ mod tests {
         store.update_status(j2, &StatusUpdate::bare(PlatformStatus::Paused, "SUSPENDED"), 102).unwrap();
         assert!(store.paused_by_us(&[j2]).unwrap().is_empty());
         assert!(!store.reopen_paused(j2, 1, "next", None, "resumed", 300).unwrap());
-    }
+    }}
 }

@@ -1,8 +1,8 @@
 //! A new attempt of a job that has ended (`retry`): the job is Pending again under its next
 //! attempt, due now, in one compare-and-set so that of several callers exactly one reopens it.
 
+use super::sql::params;
 use super::{Store, StoreError};
-use rusqlite::params;
 
 impl Store {
     /// Reopen `job_id` for attempt `attempt + 1` (named `next_name`) if it is still at `attempt` and

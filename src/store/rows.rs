@@ -1,10 +1,10 @@
 //! Reading jobs from rows: the columns a summary has, and decoding them (a corrupt row names its job).
 
+use super::sql::Row;
 use super::StoreError;
 use crate::plan::{Layout, Plan};
 use crate::status::PlatformStatus;
 use crate::store::{JobRecord, JobSummary};
-use rusqlite::Row;
 
 pub(super) const ACTIVE: &str = "status NOT IN ('Complete', 'Error', 'Canceled')";
 
@@ -36,7 +36,7 @@ pub(super) struct SummaryRow {
     summary: JobSummary,
 }
 
-fn summary_row(r: &Row) -> rusqlite::Result<SummaryRow> {
+fn summary_row(r: &Row) -> super::sql::Result<SummaryRow> {
     let job_id: String = r.get(0)?;
     let job_dir: String = r.get(17)?;
     let timeout_seconds: i64 = r.get(22)?;
@@ -100,7 +100,7 @@ impl SummaryRow {
 pub(super) trait FromJobRow: Sized {
     const SELECT: &'static str;
     type Raw;
-    fn raw(r: &Row) -> rusqlite::Result<Self::Raw>;
+    fn raw(r: &Row) -> super::sql::Result<Self::Raw>;
     fn decode(raw: Self::Raw) -> Result<Self, StoreError>;
     fn id(&self) -> &str;
 }
@@ -108,7 +108,7 @@ pub(super) trait FromJobRow: Sized {
 impl FromJobRow for JobSummary {
     const SELECT: &'static str = concat!("SELECT ", summary_columns!(), " FROM jobs");
     type Raw = SummaryRow;
-    fn raw(r: &Row) -> rusqlite::Result<SummaryRow> {
+    fn raw(r: &Row) -> super::sql::Result<SummaryRow> {
         summary_row(r)
     }
     fn decode(raw: SummaryRow) -> Result<Self, StoreError> {
@@ -123,7 +123,7 @@ impl FromJobRow for JobRecord {
     const SELECT: &'static str =
         concat!("SELECT ", summary_columns!(), ", spec_json, plan_json FROM jobs JOIN job_docs USING (job_id)");
     type Raw = (SummaryRow, String, String);
-    fn raw(r: &Row) -> rusqlite::Result<Self::Raw> {
+    fn raw(r: &Row) -> super::sql::Result<Self::Raw> {
         Ok((summary_row(r)?, r.get(SUMMARY_COLUMNS)?, r.get(SUMMARY_COLUMNS + 1)?))
     }
     fn decode((row, spec_json, plan_json): Self::Raw) -> Result<Self, StoreError> {

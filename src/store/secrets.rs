@@ -2,9 +2,9 @@
 //! `secrets_cleared`).
 
 use super::rows::ACTIVE;
+use super::sql::params;
 use super::{Store, StoreError};
 use crate::plan::Layout;
-use rusqlite::params;
 
 impl Store {
     /// Terminal jobs whose secrets directory may still be on the cluster: (job id, directory).
@@ -13,7 +13,7 @@ impl Store {
             .conn
             .prepare_cached(&format!(
                 "SELECT job_id, job_dir FROM jobs WHERE has_secrets = 1 AND secrets_cleared = 0 AND NOT ({ACTIVE})
-                   AND cluster IS ?1"
+                   AND cluster IS NOT DISTINCT FROM ?1"
             ))
             .map_err(|e| self.err(e))?;
         let rows = st

@@ -2,7 +2,8 @@
 //! tokens (only their SHA-256, never the token) and the jobs created through the API with their org
 //! and TAO fields. The engine's state file stays the engine's; the service never writes it directly.
 
-use rusqlite::{params, Connection, OptionalExtension};
+use super::sql::{params, Conn, OptionalExtension};
+use rusqlite::Connection;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
@@ -54,11 +55,6 @@ CREATE TABLE IF NOT EXISTS audit (
     outcome     TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS audit_by_org ON audit(org, id);
--- Append-only: no connection may change or remove an entry.
-CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
-    BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
-    BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
 -- Which replica follows which workspace's cluster (see leases.rs).
 CREATE TABLE IF NOT EXISTS leases (
     name        TEXT PRIMARY KEY,
@@ -73,6 +69,21 @@ CREATE TABLE IF NOT EXISTS org_workspaces (
     created_at  INTEGER NOT NULL,
     deleted_at  INTEGER
 );
+"#;
+
+/// Append-only: no connection may change or remove an audit entry (SQLite's triggers).
+const AUDIT_APPEND_ONLY: &str = r#"
+CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
+    BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
+    BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
+"#;
+
+/// The same in PostgreSQL's dialect.
+const AUDIT_APPEND_ONLY_PG: &str = r#"
+CREATE FUNCTION audit_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN RAISE EXCEPTION 'the audit trail is append-only'; END $$;
+CREATE TRIGGER audit_no_change BEFORE UPDATE OR DELETE ON audit FOR EACH ROW EXECUTE FUNCTION audit_append_only();
 "#;
 
 /// The service database's path for a state file.
@@ -123,12 +134,12 @@ pub struct ApiJob {
 pub type SealedSecret = (String, Vec<u8>, Vec<u8>);
 
 pub struct ServiceDb {
-    conn: Mutex<Connection>,
+    conn: Mutex<Conn>,
     pub(super) path: PathBuf,
 }
 
-pub(super) fn sql_err(path: &Path, e: rusqlite::Error) -> String {
-    format!("service database {}: {e}", path.display())
+pub(super) fn sql_err(path: &Path, e: impl Into<super::sql::Error>) -> String {
+    format!("service database {}: {}", path.display(), e.into())
 }
 
 /// `sha256(token)` in hex: what is stored and looked up.
@@ -165,6 +176,7 @@ impl ServiceDb {
         conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(|e| sql_err(path, e))?;
         conn.pragma_update(None, "journal_mode", "WAL").map_err(|e| sql_err(path, e))?;
         conn.execute_batch(SCHEMA).map_err(|e| sql_err(path, e))?;
+        conn.execute_batch(AUDIT_APPEND_ONLY).map_err(|e| sql_err(path, e))?;
         // Expiry came later: databases made before it get the column.
         let has_expiry: bool = conn
             .query_row("SELECT COUNT(*) FROM pragma_table_info('tokens') WHERE name = 'expires_at'", [], |r| r.get(0))
@@ -181,10 +193,33 @@ impl ServiceDb {
         if !has_tao {
             conn.execute_batch("ALTER TABLE api_jobs ADD COLUMN tao TEXT").map_err(|e| sql_err(path, e))?;
         }
-        Ok(ServiceDb { conn: Mutex::new(conn), path: path.to_path_buf() })
+        Ok(ServiceDb { conn: Mutex::new(Conn::Sqlite(conn)), path: path.to_path_buf() })
     }
 
-    pub(super) fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+    /// The service database the settings name: PostgreSQL's schema `<TAO_SLURM_DATABASE_SCHEMA>_service`
+    /// (`tao_state_service`) when `TAO_SLURM_DATABASE_URL` is set, else `<state>.service.db`.
+    pub fn open_for(settings: &crate::config::Settings) -> Result<ServiceDb, String> {
+        let Some(url) = &settings.database_url else { return ServiceDb::open(&path_for(&settings.state_path)) };
+        let password = settings.database_password.as_ref().map(|p| p.expose());
+        ServiceDb::open_postgres(url.expose(), password, &format!("{}_service", settings.database_schema))
+    }
+
+    /// The service database in PostgreSQL's schema `schema` of the database at `url`.
+    pub(super) fn open_postgres(url: &str, password: Option<&str>, schema: &str) -> Result<ServiceDb, String> {
+        let shown = PathBuf::from(format!("{} (schema {schema})", super::sql::redact_url(url)));
+        // The same numbered list as SQLite's file reaches by its checks: the tables, the two columns
+        // added later, the append-only rule.
+        let migrations = [
+            SCHEMA,
+            "ALTER TABLE tokens ADD COLUMN expires_at INTEGER;",
+            "ALTER TABLE api_jobs ADD COLUMN tao TEXT;",
+            AUDIT_APPEND_ONLY_PG,
+        ];
+        let conn = super::postgres_schema::open(url, password, schema, &migrations).map_err(|e| sql_err(&shown, e))?;
+        Ok(ServiceDb { conn: Mutex::new(conn), path: shown })
+    }
+
+    pub(super) fn conn(&self) -> std::sync::MutexGuard<'_, Conn> {
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -267,7 +302,7 @@ impl ServiceDb {
     /// Make a token an org admin token (it may also change the org's workspaces and secrets).
     pub fn make_admin(&self, id: &str) -> Result<(), String> {
         self.conn()
-            .execute("INSERT OR IGNORE INTO admin_tokens (id) VALUES (?1)", params![id])
+            .execute("INSERT INTO admin_tokens (id) VALUES (?1) ON CONFLICT DO NOTHING", params![id])
             .map_err(|e| sql_err(&self.path, e))?;
         Ok(())
     }
@@ -284,6 +319,11 @@ impl ServiceDb {
     /// most `wait` for another writer (readiness).
     pub fn probe_write(&self, wait: std::time::Duration) -> Result<(), String> {
         let conn = self.conn();
+        let Conn::Sqlite(conn) = &*conn else {
+            conn.begin().map_err(|e| sql_err(&self.path, e))?;
+            conn.rollback();
+            return Ok(());
+        };
         conn.busy_timeout(wait).map_err(|e| sql_err(&self.path, e))?;
         let probed = conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK;").map_err(|e| sql_err(&self.path, e));
         if probed.is_err() {
@@ -295,7 +335,7 @@ impl ServiceDb {
 
     /// A number that changes whenever another connection (`tao-slurm token ...`) commits.
     pub fn data_version(&self) -> Result<i64, String> {
-        self.conn().pragma_query_value(None, "data_version", |r| r.get(0)).map_err(|e| sql_err(&self.path, e))
+        self.conn().data_version().map_err(|e| sql_err(&self.path, e))
     }
 
     pub fn insert_job(&self, job: &ApiJob) -> Result<(), String> {

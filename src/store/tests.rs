@@ -1,6 +1,7 @@
 //! The store's tests: each table's queries against a real SQLite file.
 
 use super::schema::MIGRATIONS;
+use super::test_place::both;
 use super::*;
 use crate::plan::Plan;
 use crate::status::PlatformStatus;
@@ -10,34 +11,29 @@ use tao_slurm_core::fixtures::{settings, spec};
 /// The moment every write of these tests happens at (the store never reads the clock).
 const NOW: i64 = 1_700_000_000;
 
-#[test]
-fn processes_opening_a_new_state_file_at_once_migrate_it_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("state.db");
+// (On PostgreSQL: one new schema, its migrations applied once under the schema's lock.)
+both! { fn processes_opening_a_new_state_file_at_once_migrate_it_once(place) {
     let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
     let opened: Vec<_> = (0..8)
         .map(|_| {
-            let (path, barrier) = (path.clone(), barrier.clone());
+            let (place, barrier) = (place.clone(), barrier.clone());
             std::thread::spawn(move || {
                 barrier.wait();
-                Store::open(&path).map(|_| ()).map_err(|e| e.to_string())
+                place.try_open().map(|_| ()).map_err(|e| e.to_string())
             })
         })
         .collect();
     for t in opened {
         t.join().unwrap().unwrap();
     }
-    let store = Store::open(&path).unwrap();
+    let store = place.open();
     store.insert_job("{}", &crate::plan::resolve(&spec(), &settings()).unwrap(), NOW).unwrap();
-}
+}}
 
-#[test]
-fn jobs_record_their_cluster_and_remote_work_keeps_to_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("state.db");
-    let mut a = Store::open(&path).unwrap();
+both! { fn jobs_record_their_cluster_and_remote_work_keeps_to_it(place) {
+    let mut a = place.open();
     a.set_cluster(Some("a".into()));
-    let plain = Store::open(&path).unwrap();
+    let plain = place.open();
     let pa = crate::plan::resolve(&spec(), &settings()).unwrap();
     let p0 = crate::plan::resolve(&spec(), &settings()).unwrap();
     a.insert_job("{}", &pa, NOW).unwrap();
@@ -50,12 +46,10 @@ fn jobs_record_their_cluster_and_remote_work_keeps_to_it() {
     assert_eq!(ids(&a), vec![pa.layout.job_id.clone()]);
     assert_eq!(ids(&plain), vec![p0.layout.job_id.clone()]);
     assert_eq!(plain.list_summaries(true).unwrap().len(), 2, "listing shows every cluster's jobs");
-}
+}}
 
-#[test]
-fn a_sweep_is_recorded_at_once_found_by_its_id_and_its_dependencies_kept() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&dir.path().join("state.db")).unwrap();
+both! { fn a_sweep_is_recorded_at_once_found_by_its_id_and_its_dependencies_kept(place) {
+    let store = place.open();
     let plans: Vec<_> = (0..3).map(|_| crate::plan::resolve(&spec(), &settings()).unwrap()).collect();
     let members: Vec<(String, &Plan, Member)> = plans
         .iter()
@@ -96,16 +90,13 @@ fn a_sweep_is_recorded_at_once_found_by_its_id_and_its_dependencies_kept() {
     assert_eq!((deps[0].parent.as_str(), deps[0].kind.as_str()), (ids[0].as_str(), "ok"));
     assert_eq!(deps[0].parent_slurm_id.as_deref(), Some("77_0"));
     assert_eq!(store.summary(&child.layout.job_id).unwrap().gate.as_deref(), Some("afterok:77_0"));
-}
+}}
 
-#[test]
-fn jobs_survive_reopen_and_prefixes_resolve() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("state.db");
+both! { fn jobs_survive_reopen_and_prefixes_resolve(place) {
     let plan = crate::plan::resolve(&spec(), &settings()).unwrap();
     let id = plan.layout.job_id.clone();
     {
-        let store = Store::open(&path).unwrap();
+        let store = place.open();
         store.insert_job("{}", &plan, NOW).unwrap();
         store.set_submitted(&id, "42", "login1", NOW).unwrap();
         store
@@ -124,7 +115,7 @@ fn jobs_survive_reopen_and_prefixes_resolve() {
             )
             .unwrap();
     }
-    let store = Store::open(&path).unwrap();
+    let store = place.open();
     let rec = store.get(&id[..8]).unwrap();
     assert_eq!(rec.plan, plan);
     assert_eq!(rec.status, PlatformStatus::Error);
@@ -139,7 +130,7 @@ fn jobs_survive_reopen_and_prefixes_resolve() {
     let kinds: Vec<String> = store.events(&id).unwrap().into_iter().map(|e| e.1).collect();
     assert_eq!(kinds, vec!["created", "submitted", "status"]);
     assert!(matches!(store.get("zzzz"), Err(StoreError::NotFound(_))));
-}
+}}
 
 #[test]
 fn summaries_agree_with_records_and_old_state_files_are_filled_in() {
@@ -208,12 +199,9 @@ fn summaries_agree_with_records_and_old_state_files_are_filled_in() {
     assert_eq!(store.summary(&id).unwrap().status_sig.as_deref(), Some("12:34"));
 }
 
-#[test]
-fn the_change_token_moves_with_any_write_by_this_or_another_connection() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("state.db");
-    let ours = Store::open(&path).unwrap();
-    let other = Store::open(&path).unwrap();
+both! { fn the_change_token_moves_with_any_write_by_this_or_another_connection(place) {
+    let ours = place.open();
+    let other = place.open();
     let t0 = ours.change_token().unwrap();
     assert_eq!(ours.change_token().unwrap(), t0, "nothing changed");
     let plan = crate::plan::resolve(&spec(), &settings()).unwrap();
@@ -224,12 +212,10 @@ fn the_change_token_moves_with_any_write_by_this_or_another_connection() {
     let t2 = ours.change_token().unwrap();
     assert_eq!(t2.others, t1.others);
     assert_ne!(t2.ours, t1.ours, "this connection wrote");
-}
+}}
 
-#[test]
-fn events_since_a_cursor_by_job() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&dir.path().join("state.db")).unwrap();
+both! { fn events_since_a_cursor_by_job(place) {
+    let store = place.open();
     assert_eq!(store.last_event_id().unwrap(), 0);
     let plans: Vec<Plan> = (0..2).map(|_| crate::plan::resolve(&spec(), &settings()).unwrap()).collect();
     for p in &plans {
@@ -247,12 +233,10 @@ fn events_since_a_cursor_by_job() {
     assert_eq!(only_b[0].detail, "Slurm job 42 via login1");
     assert_eq!(store.events_since(cursor, &[], 1).unwrap().len(), 1, "limit");
     assert!(store.events_since(store.last_event_id().unwrap(), &[], 10).unwrap().is_empty());
-}
+}}
 
-#[test]
-fn a_write_that_changes_nothing_writes_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&dir.path().join("state.db")).unwrap();
+both! { fn a_write_that_changes_nothing_writes_nothing(place) {
+    let store = place.open();
     let plan = crate::plan::resolve(&spec(), &settings()).unwrap();
     let id = plan.layout.job_id.clone();
     store.insert_job("{}", &plan, NOW).unwrap();
@@ -282,7 +266,7 @@ fn a_write_that_changes_nothing_writes_nothing() {
     assert_ne!(store.change_token().unwrap(), token);
     let job = store.summary(&id).unwrap();
     assert_eq!((job.updated_at, job.pending_reason.as_deref()), (NOW + 120, Some("Priority")));
-}
+}}
 
 #[test]
 fn the_store_never_reads_the_clock() {
@@ -295,6 +279,8 @@ fn the_store_never_reads_the_clock() {
         ("dependencies.rs", include_str!("dependencies.rs")),
         ("secrets.rs", include_str!("secrets.rs")),
         ("rows.rs", include_str!("rows.rs")),
+        ("sql.rs", include_str!("sql.rs")),
+        ("postgres_schema.rs", include_str!("postgres_schema.rs")),
         ("service_records.rs", include_str!("service_records.rs")),
     ];
     for (name, text) in files {
@@ -309,13 +295,10 @@ fn the_store_never_reads_the_clock() {
     }
 }
 
-#[test]
-fn retries_are_counted_by_class_on_their_cluster_and_a_final_failure_is_no_retry() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("state.db");
-    let mut a = Store::open(&path).unwrap();
+both! { fn retries_are_counted_by_class_on_their_cluster_and_a_final_failure_is_no_retry(place) {
+    let mut a = place.open();
     a.set_cluster(Some("a".into()));
-    let plain = Store::open(&path).unwrap();
+    let plain = place.open();
     let plan = |s: &Store| {
         let p = crate::plan::resolve(&spec(), &settings()).unwrap();
         s.insert_job("{}", &p, NOW).unwrap();
@@ -343,12 +326,10 @@ fn retries_are_counted_by_class_on_their_cluster_and_a_final_failure_is_no_retry
     a.close_attempt(&j2, 2, "user_error", &[], NOW).unwrap();
     assert_eq!(a.retries_by_class().unwrap(), vec![("node_failure".to_string(), 2), ("preempted".to_string(), 1)]);
     assert_eq!(plain.retries_by_class().unwrap(), vec![("node_failure".to_string(), 1)]);
-}
+}}
 
-#[test]
-fn each_attempt_after_the_first_records_its_cause_and_checkpoint() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Store::open(&dir.path().join("state.db")).unwrap();
+both! { fn each_attempt_after_the_first_records_its_cause_and_checkpoint(place) {
+    let s = place.open();
     let p = crate::plan::resolve(&spec(), &settings()).unwrap();
     s.insert_job("{}", &p, NOW).unwrap();
     let id = p.layout.job_id.clone();
@@ -381,12 +362,10 @@ fn each_attempt_after_the_first_records_its_cause_and_checkpoint() {
     );
     let kinds: Vec<String> = s.events(&id).unwrap().into_iter().map(|(_, kind, _)| kind).collect();
     assert!(kinds.contains(&"preempted".to_string()) && kinds.contains(&"retried".to_string()), "{kinds:?}");
-}
+}}
 
-#[test]
-fn a_restart_of_the_slurm_job_becomes_the_next_attempt_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Store::open(&dir.path().join("state.db")).unwrap();
+both! { fn a_restart_of_the_slurm_job_becomes_the_next_attempt_once(place) {
+    let s = place.open();
     let p = crate::plan::resolve(&spec(), &settings()).unwrap();
     s.insert_job("{}", &p, NOW).unwrap();
     let id = p.layout.job_id.clone();
@@ -414,4 +393,4 @@ fn a_restart_of_the_slurm_job_becomes_the_next_attempt_once() {
         (Some("timeout"), Some("/r/train/epoch-5.pth"), Some(1), Some("41"))
     );
     assert_eq!(a[1].slurm_job_name, a[0].slurm_job_name, "the same Slurm job");
-}
+}}

@@ -135,6 +135,13 @@ impl Service {
         Service::launch(vars, clusters_toml, admin, &["--rate-limit", TESTS_RATE_LIMIT])
     }
 
+    /// Start with extra variables in its environment and these `serve` flags (usual clusters).
+    pub fn start_with_flags(vars: &[(&str, &str)], flags: &[&str]) -> Service {
+        let mut args = vec!["--rate-limit", TESTS_RATE_LIMIT];
+        args.extend_from_slice(flags);
+        Service::launch(vars, DEFAULT_CLUSTERS, false, &args)
+    }
+
     /// Start with the usual clusters, an org admin token when `admin`, and these `serve` flags.
     pub fn start_flags(flags: &[&str], admin: bool) -> Service {
         let mut args = vec!["--rate-limit", TESTS_RATE_LIMIT];

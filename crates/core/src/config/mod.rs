@@ -132,6 +132,15 @@ pub struct Settings {
     /// Webhooks every job of these settings (a workspace: its profile) notifies (`TAO_SLURM_NOTIFY`,
     /// comma-separated; secrets: their URLs carry tokens).
     pub notify: Vec<crate::spec::Secret>,
+    /// The PostgreSQL database the state lives in instead of the state file (`TAO_SLURM_DATABASE_URL`,
+    /// `serve --database`): a secret, since its URL may carry a password.
+    pub database_url: Option<crate::spec::Secret>,
+    /// The database's password when its URL has none (`TAO_SLURM_DATABASE_PASSWORD`: a URL given on
+    /// the command line never carries one).
+    pub database_password: Option<crate::spec::Secret>,
+    /// The schema of the state in that database (`TAO_SLURM_DATABASE_SCHEMA`, default `tao_state`):
+    /// letters, digits and `_`, as a state file's path is one service's.
+    pub database_schema: String,
     /// Minutes a submitted job may stay pending before its webhooks hear it is stuck (0: never).
     pub notify_pending_minutes: u32,
     /// Convert registry images to squashfs files in a cache on shared storage before submitting.
@@ -230,6 +239,26 @@ pub fn home_dir(env: &HashMap<String, String>) -> Option<PathBuf> {
 
 /// A boolean as the TAO SDK reads one (`1`, `true`, `yes`, `y`, `on`), with the matching words for
 /// false; any other text is an error naming the setting, where the TAO SDK reads it as false.
+/// A schema's name: 1 to 55 lower-case letters, digits and `_`, not starting with a digit.
+fn parse_schema(v: &str) -> Result<String, ConfigError> {
+    let v = v.trim();
+    // 55: the service's records go in `<name>_service`, within PostgreSQL's 63.
+    let ok = (1..=55).contains(&v.len())
+        && v.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && !v.starts_with(|c: char| c.is_ascii_digit());
+    if ok {
+        Ok(v.to_string())
+    } else {
+        let message = format!("{v:?} is not a schema name (1-55 of a-z, 0-9, _; not starting with a digit)");
+        Err(ConfigError::Invalid { name: "TAO_SLURM_DATABASE_SCHEMA", message })
+    }
+}
+
+/// A secret's text, None when blank.
+fn secret_text(v: &str) -> Option<crate::spec::Secret> {
+    (!v.trim().is_empty()).then(|| crate::spec::Secret::new(v.trim()))
+}
+
 pub fn parse_bool(name: &'static str, text: &str) -> Result<bool, ConfigError> {
     match text.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "y" | "on" => Ok(true),
@@ -410,6 +439,9 @@ impl Settings {
             retry_backoff_secs: src.count("TAO_SLURM_RETRY_BACKOFF_SECS", 0, 30)? as u64,
             max_queries_per_minute: src.count("TAO_SLURM_MAX_QUERIES_PER_MINUTE", 1, 30)?,
             notify: src.parse("TAO_SLURM_NOTIFY", parse_webhooks, Vec::new)?,
+            database_url: src.parse("TAO_SLURM_DATABASE_URL", |v| Ok(secret_text(v)), || None)?,
+            database_password: src.parse("TAO_SLURM_DATABASE_PASSWORD", |v| Ok(secret_text(v)), || None)?,
+            database_schema: src.parse("TAO_SLURM_DATABASE_SCHEMA", parse_schema, || "tao_state".to_string())?,
             notify_pending_minutes: src.count("TAO_SLURM_NOTIFY_PENDING_MINUTES", 0, 60)?,
             cpus_per_task: src.count("SLURM_CPUS_PER_TASK", 1, crate::layout::DEFAULT_CPUS_PER_TASK)?,
             max_cpus_per_task: src.count("SLURM_MAX_CPUS_PER_TASK", 1, crate::layout::DEFAULT_MAX_CPUS_PER_TASK)?,

@@ -1,0 +1,780 @@
+//! The store's one connection, on either backend: SQLite (a file) or PostgreSQL (a schema of its own in
+//! a shared database). The per-table files write their SQL once, portably (`?N` parameters, `ON
+//! CONFLICT`, `RETURNING`, `IS [NOT] DISTINCT FROM`), and call the few methods here, shaped like
+//! rusqlite's: `execute`, `query_row`, `prepare(..).query_map`, `execute_batch`. For PostgreSQL the
+//! `?N` become `$N`; values travel as [`Value`] and rows are read into [`Row`]s of them.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// A value as the store writes and reads it: integers are i64 everywhere (BIGINT on PostgreSQL),
+/// booleans 0/1.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    I64(i64),
+    F64(f64),
+    Text(String),
+    Blob(Vec<u8>),
+}
+
+impl From<i64> for Value {
+    fn from(n: i64) -> Value {
+        Value::I64(n)
+    }
+}
+
+impl From<String> for Value {
+    fn from(s: String) -> Value {
+        Value::Text(s)
+    }
+}
+
+#[derive(Debug)]
+pub enum Error {
+    Sqlite(rusqlite::Error),
+    Postgres(postgres::Error),
+    /// `query_row` found no row (see [`OptionalExtension`]).
+    NoRows,
+    /// A column that does not hold the type asked for.
+    Column {
+        index: usize,
+        message: String,
+    },
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Sqlite(e) => write!(f, "{e}"),
+            // A server's error as it reports it (never the connection string: the driver has none).
+            Error::Postgres(e) => match e.as_db_error() {
+                Some(db) => write!(f, "{}: {} ({})", db.severity(), db.message(), db.code().code()),
+                None => write!(f, "{e}"),
+            },
+            Error::NoRows => write!(f, "no row"),
+            Error::Column { index, message } => write!(f, "column {index}: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<rusqlite::Error> for Error {
+    fn from(e: rusqlite::Error) -> Error {
+        match e {
+            rusqlite::Error::QueryReturnedNoRows => Error::NoRows,
+            e => Error::Sqlite(e),
+        }
+    }
+}
+
+impl From<postgres::Error> for Error {
+    fn from(e: postgres::Error) -> Error {
+        Error::Postgres(e)
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// SQLite's "busy" or "locked" (another writer holds the file).
+    pub fn is_busy(&self) -> bool {
+        matches!(self, Error::Sqlite(e) if matches!(e.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)))
+    }
+}
+
+/// `query_row(..).optional()`: no row is `None`, as with rusqlite.
+pub trait OptionalExtension<T> {
+    fn optional(self) -> Result<Option<T>>;
+}
+
+impl<T> OptionalExtension<T> for Result<T> {
+    fn optional(self) -> Result<Option<T>> {
+        match self {
+            Ok(v) => Ok(Some(v)),
+            Err(Error::NoRows) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// What a parameter can be: anything the store writes.
+pub trait ToValue {
+    fn to_value(&self) -> Value;
+}
+
+macro_rules! int_to_value {
+    ($($t:ty),*) => {$(
+        impl ToValue for $t {
+            fn to_value(&self) -> Value {
+                // Every integer the store writes fits (ids, counts, Unix seconds).
+                Value::I64(i64::try_from(*self).unwrap_or(i64::MAX))
+            }
+        }
+    )*};
+}
+int_to_value!(i64, i32, u32, u16, u8, u64, usize);
+
+impl ToValue for bool {
+    fn to_value(&self) -> Value {
+        Value::I64(i64::from(*self))
+    }
+}
+impl ToValue for f64 {
+    fn to_value(&self) -> Value {
+        Value::F64(*self)
+    }
+}
+impl ToValue for str {
+    fn to_value(&self) -> Value {
+        Value::Text(self.to_string())
+    }
+}
+impl ToValue for String {
+    fn to_value(&self) -> Value {
+        Value::Text(self.clone())
+    }
+}
+impl ToValue for [u8] {
+    fn to_value(&self) -> Value {
+        Value::Blob(self.to_vec())
+    }
+}
+impl ToValue for Vec<u8> {
+    fn to_value(&self) -> Value {
+        Value::Blob(self.clone())
+    }
+}
+impl ToValue for Value {
+    fn to_value(&self) -> Value {
+        self.clone()
+    }
+}
+impl<T: ToValue + ?Sized> ToValue for &T {
+    fn to_value(&self) -> Value {
+        (**self).to_value()
+    }
+}
+impl<T: ToValue> ToValue for Option<T> {
+    fn to_value(&self) -> Value {
+        self.as_ref().map_or(Value::Null, ToValue::to_value)
+    }
+}
+
+/// A statement's parameters: `params![..]`, `[]` or [`params_from_iter`].
+pub trait Params {
+    fn values(self) -> Vec<Value>;
+}
+impl Params for &[&dyn ToValue] {
+    fn values(self) -> Vec<Value> {
+        self.iter().map(|p| p.to_value()).collect()
+    }
+}
+impl Params for [&dyn ToValue; 0] {
+    fn values(self) -> Vec<Value> {
+        Vec::new()
+    }
+}
+impl Params for Vec<Value> {
+    fn values(self) -> Vec<Value> {
+        self
+    }
+}
+
+/// Parameters from an iterator (the `IN (?1, ?2, ...)` of a chunk of ids).
+pub fn params_from_iter<I: IntoIterator>(iter: I) -> Vec<Value>
+where
+    I::Item: ToValue,
+{
+    iter.into_iter().map(|v| v.to_value()).collect()
+}
+
+/// rusqlite's `params!`, over [`ToValue`].
+macro_rules! params {
+    () => { &[] as &[&dyn $crate::store::sql::ToValue] };
+    ($($p:expr),+ $(,)?) => { &[$(&$p as &dyn $crate::store::sql::ToValue),+] as &[&dyn $crate::store::sql::ToValue] };
+}
+pub(crate) use params;
+
+/// What a column can be read as.
+pub trait FromValue: Sized {
+    fn from_value(v: &Value) -> std::result::Result<Self, String>;
+}
+
+macro_rules! int_from_value {
+    ($($t:ty),*) => {$(
+        impl FromValue for $t {
+            fn from_value(v: &Value) -> std::result::Result<Self, String> {
+                match v {
+                    Value::I64(n) => <$t>::try_from(*n).map_err(|_| format!("{n} out of range")),
+                    other => Err(format!("{other:?} is not an integer")),
+                }
+            }
+        }
+    )*};
+}
+int_from_value!(i64, i32, u32, u16, u8, u64, usize);
+
+impl FromValue for bool {
+    fn from_value(v: &Value) -> std::result::Result<Self, String> {
+        i64::from_value(v).map(|n| n != 0)
+    }
+}
+impl FromValue for f64 {
+    fn from_value(v: &Value) -> std::result::Result<Self, String> {
+        match v {
+            Value::F64(x) => Ok(*x),
+            Value::I64(n) => Ok(*n as f64),
+            other => Err(format!("{other:?} is not a number")),
+        }
+    }
+}
+impl FromValue for String {
+    fn from_value(v: &Value) -> std::result::Result<Self, String> {
+        match v {
+            Value::Text(s) => Ok(s.clone()),
+            other => Err(format!("{other:?} is not text")),
+        }
+    }
+}
+impl FromValue for Vec<u8> {
+    fn from_value(v: &Value) -> std::result::Result<Self, String> {
+        match v {
+            Value::Blob(b) => Ok(b.clone()),
+            other => Err(format!("{other:?} is not a blob")),
+        }
+    }
+}
+impl FromValue for Value {
+    fn from_value(v: &Value) -> std::result::Result<Self, String> {
+        Ok(v.clone())
+    }
+}
+impl<T: FromValue> FromValue for Option<T> {
+    fn from_value(v: &Value) -> std::result::Result<Self, String> {
+        match v {
+            Value::Null => Ok(None),
+            v => T::from_value(v).map(Some),
+        }
+    }
+}
+
+/// A column's index (rusqlite's `get::<_, T>(0)` shape).
+pub trait RowIndex {
+    fn index(self) -> usize;
+}
+impl RowIndex for usize {
+    fn index(self) -> usize {
+        self
+    }
+}
+
+/// One row as read.
+pub struct Row {
+    values: Vec<Value>,
+}
+
+impl Row {
+    pub fn get<I: RowIndex, T: FromValue>(&self, index: I) -> Result<T> {
+        let index = index.index();
+        let v = self.values.get(index).ok_or_else(|| Error::Column { index, message: "no such column".into() })?;
+        T::from_value(v).map_err(|message| Error::Column { index, message })
+    }
+}
+
+/// `?N` placeholders as PostgreSQL's `$N`, outside string literals, quoted identifiers and comments;
+/// a bare `?` is numbered as SQLite numbers it (one more than the largest number before it).
+pub fn to_dollar_params(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut chars = sql.chars().peekable();
+    let mut largest = 0u32;
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' | '"' => {
+                out.push(c);
+                // A doubled quote inside is an escaped one: the literal goes on, which this loop does.
+                for d in chars.by_ref() {
+                    out.push(d);
+                    if d == c {
+                        break;
+                    }
+                }
+            }
+            '-' if chars.peek() == Some(&'-') => {
+                out.push(c);
+                for d in chars.by_ref() {
+                    out.push(d);
+                    if d == '\n' {
+                        break;
+                    }
+                }
+            }
+            '?' => {
+                let mut digits = String::new();
+                while let Some(d) = chars.next_if(char::is_ascii_digit) {
+                    digits.push(d);
+                }
+                let n = digits.parse().unwrap_or(largest + 1);
+                largest = largest.max(n);
+                out.push_str(&format!("${n}"));
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The PostgreSQL half: one client, its prepared statements, and what this connection wrote.
+pub struct Pg {
+    client: postgres::Client,
+    /// By the SQL as the store wrote it and the parameters' types (0: inferred by the server).
+    statements: HashMap<(String, Vec<u32>), postgres::Statement>,
+    /// The key of this schema's write lock (see [`Conn::begin`]).
+    lock_key: i32,
+    in_transaction: bool,
+    /// Rows this connection has written (SQLite's `total_changes`).
+    changes: u64,
+    /// Rows written in the open transaction: its commit bumps the schema's change counter.
+    dirty: bool,
+    /// How many times this connection bumped the counter: the rest are other connections' commits.
+    own_bumps: i64,
+}
+
+/// The advisory lock class of a schema's writes (its second key: a hash of the schema's name).
+const WRITE_LOCK_CLASS: i32 = 0x7a05;
+
+/// The one-row table whose counter every writing transaction bumps: PostgreSQL's `data_version`.
+pub(super) const CHANGES_TABLE: &str = "tao_changes";
+
+pub enum Conn {
+    Sqlite(rusqlite::Connection),
+    Postgres(Box<RefCell<Pg>>),
+}
+
+/// A statement to run (rusqlite's `prepare` shape; PostgreSQL's is prepared when run, and cached).
+pub struct Statement<'c> {
+    conn: &'c Conn,
+    sql: String,
+}
+
+impl Statement<'_> {
+    pub fn execute(&mut self, params: impl Params) -> Result<usize> {
+        self.conn.execute(&self.sql, params)
+    }
+
+    pub fn query_map<T>(
+        &mut self,
+        params: impl Params,
+        f: impl FnMut(&Row) -> Result<T>,
+    ) -> Result<std::vec::IntoIter<Result<T>>> {
+        Ok(self.conn.rows(&self.sql, params.values())?.iter().map(f).collect::<Vec<_>>().into_iter())
+    }
+}
+
+fn pg_type(v: &Value) -> postgres::types::Type {
+    use postgres::types::{Kind, Type};
+    match v {
+        Value::I64(_) => Type::INT8,
+        Value::F64(_) => Type::FLOAT8,
+        Value::Text(_) => Type::TEXT,
+        Value::Blob(_) => Type::BYTEA,
+        // Left to the server: the column or expression it meets says.
+        Value::Null => Type::new("unspecified".into(), 0, Kind::Simple, "pg_catalog".into()),
+    }
+}
+
+impl postgres::types::ToSql for Value {
+    fn to_sql(
+        &self,
+        ty: &postgres::types::Type,
+        out: &mut postgres::types::private::BytesMut,
+    ) -> std::result::Result<postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        use postgres::types::{IsNull, Type};
+        match (self, ty) {
+            (Value::Null, _) => return Ok(IsNull::Yes),
+            (Value::I64(n), &Type::INT4) => i32::try_from(*n)?.to_sql(ty, out)?,
+            (Value::I64(n), &Type::INT2) => i16::try_from(*n)?.to_sql(ty, out)?,
+            (Value::I64(n), &Type::BOOL) => (*n != 0).to_sql(ty, out)?,
+            (Value::I64(n), &Type::FLOAT8) => (*n as f64).to_sql(ty, out)?,
+            (Value::I64(n), _) => n.to_sql(ty, out)?,
+            (Value::F64(x), _) => x.to_sql(ty, out)?,
+            (Value::Text(s), _) => s.to_sql(ty, out)?,
+            (Value::Blob(b), _) => b.to_sql(ty, out)?,
+        };
+        Ok(IsNull::No)
+    }
+
+    fn accepts(_: &postgres::types::Type) -> bool {
+        true
+    }
+
+    postgres::types::to_sql_checked!();
+}
+
+/// A PostgreSQL column of any type the store's queries produce, as a [`Value`].
+struct PgCell(Value);
+
+impl<'a> postgres::types::FromSql<'a> for PgCell {
+    fn from_sql(
+        ty: &postgres::types::Type,
+        raw: &'a [u8],
+    ) -> std::result::Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        use postgres::types::Type;
+        Ok(PgCell(match *ty {
+            Type::INT8 => Value::I64(i64::from_sql(ty, raw)?),
+            Type::INT4 => Value::I64(i32::from_sql(ty, raw)?.into()),
+            Type::INT2 => Value::I64(i16::from_sql(ty, raw)?.into()),
+            Type::BOOL => Value::I64(bool::from_sql(ty, raw)?.into()),
+            Type::FLOAT8 => Value::F64(f64::from_sql(ty, raw)?),
+            Type::FLOAT4 => Value::F64(f32::from_sql(ty, raw)?.into()),
+            Type::BYTEA => Value::Blob(Vec::<u8>::from_sql(ty, raw)?),
+            _ => Value::Text(String::from_sql(ty, raw)?),
+        }))
+    }
+
+    fn from_sql_null(_: &postgres::types::Type) -> std::result::Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(PgCell(Value::Null))
+    }
+
+    fn accepts(ty: &postgres::types::Type) -> bool {
+        use postgres::types::Type;
+        matches!(
+            *ty,
+            Type::INT8
+                | Type::INT4
+                | Type::INT2
+                | Type::BOOL
+                | Type::FLOAT8
+                | Type::FLOAT4
+                | Type::BYTEA
+                | Type::TEXT
+                | Type::VARCHAR
+                | Type::BPCHAR
+                | Type::NAME
+                | Type::UNKNOWN
+        )
+    }
+}
+
+impl Pg {
+    pub(super) fn new(client: postgres::Client, schema: &str) -> Pg {
+        // The lock's key: a stable hash of the schema's name (FNV-1a), so every process agrees.
+        let hash = schema.bytes().fold(0x811c9dc5u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x01000193));
+        Pg {
+            client,
+            statements: HashMap::new(),
+            lock_key: hash as i32,
+            in_transaction: false,
+            changes: 0,
+            dirty: false,
+            own_bumps: 0,
+        }
+    }
+
+    fn statement(&mut self, sql: &str, values: &[Value]) -> Result<postgres::Statement> {
+        let types: Vec<postgres::types::Type> = values.iter().map(pg_type).collect();
+        let key = (sql.to_string(), types.iter().map(|t| t.oid()).collect::<Vec<_>>());
+        if let Some(st) = self.statements.get(&key) {
+            return Ok(st.clone());
+        }
+        let st = self.client.prepare_typed(&to_dollar_params(sql), &types)?;
+        self.statements.insert(key, st.clone());
+        Ok(st)
+    }
+
+    fn execute(&mut self, sql: &str, values: Vec<Value>) -> Result<usize> {
+        let st = self.statement(sql, &values)?;
+        let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = values.iter().map(|v| v as _).collect();
+        let n = self.client.execute(&st, &refs)?;
+        self.wrote(n)?;
+        Ok(n as usize)
+    }
+
+    fn rows(&mut self, sql: &str, values: Vec<Value>) -> Result<Vec<Row>> {
+        let st = self.statement(sql, &values)?;
+        let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = values.iter().map(|v| v as _).collect();
+        let rows = self.client.query(&st, &refs)?;
+        // A query that writes (INSERT .. RETURNING) counts its rows as written.
+        if !sql.trim_start().get(..6).is_some_and(|w| w.eq_ignore_ascii_case("select")) {
+            self.wrote(rows.len() as u64)?;
+        }
+        rows.iter()
+            .map(|r| {
+                let values = (0..r.len()).map(|i| r.try_get::<_, PgCell>(i).map(|c| c.0)).collect::<Result<_, _>>()?;
+                Ok(Row { values })
+            })
+            .collect()
+    }
+
+    /// `n` rows written: outside a transaction the change counter moves at once, inside at commit.
+    fn wrote(&mut self, n: u64) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        self.changes += n;
+        if self.in_transaction {
+            self.dirty = true;
+            Ok(())
+        } else {
+            self.bump()
+        }
+    }
+
+    fn bump(&mut self) -> Result<()> {
+        self.client.batch_execute(&format!("UPDATE {CHANGES_TABLE} SET n = n + 1"))?;
+        self.own_bumps += 1;
+        Ok(())
+    }
+
+    /// Begin a transaction that holds this schema's write lock until it ends: writers take turns, as
+    /// SQLite's `BEGIN IMMEDIATE` makes them (a read-then-write sees no other writer in between).
+    pub(super) fn begin(&mut self) -> Result<()> {
+        self.client.batch_execute("BEGIN")?;
+        self.in_transaction = true;
+        self.dirty = false;
+        let locked = self.client.execute("SELECT pg_advisory_xact_lock($1, $2)", &[&WRITE_LOCK_CLASS, &self.lock_key]);
+        if let Err(e) = locked {
+            self.rollback();
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    pub(super) fn commit(&mut self) -> Result<()> {
+        if self.dirty {
+            if let Err(e) = self.bump() {
+                self.rollback();
+                return Err(e);
+            }
+        }
+        let done = self.client.batch_execute("COMMIT");
+        self.in_transaction = false;
+        self.dirty = false;
+        done.map_err(Error::from)
+    }
+
+    pub(super) fn rollback(&mut self) {
+        let _ = self.client.batch_execute("ROLLBACK");
+        self.in_transaction = false;
+        self.dirty = false;
+    }
+
+    pub(super) fn client(&mut self) -> &mut postgres::Client {
+        &mut self.client
+    }
+}
+
+/// Run `f`, a call of PostgreSQL's sync client, where it may run: that client drives a runtime of its
+/// own, which must not start on a tokio worker thread (the service's and MCP's handlers). There the
+/// call goes to `block_in_place` (a multi-thread runtime) or to a thread of its own.
+pub fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Err(_) => f(),
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        Ok(_) => std::thread::scope(|s| s.spawn(f).join().unwrap_or_else(|p| std::panic::resume_unwind(p))),
+    }
+}
+
+impl Conn {
+    pub fn execute(&self, sql: &str, params: impl Params) -> Result<usize> {
+        match self {
+            Conn::Sqlite(c) => {
+                let values = params.values();
+                Ok(c.prepare_cached(sql)?.execute(rusqlite::params_from_iter(values.iter().map(sqlite_value)))?)
+            }
+            Conn::Postgres(pg) => {
+                let (mut pg, values) = (pg.borrow_mut(), params.values());
+                let pg: &mut Pg = &mut pg;
+                off_runtime(move || pg.execute(sql, values))
+            }
+        }
+    }
+
+    pub fn query_row<T>(&self, sql: &str, params: impl Params, f: impl FnOnce(&Row) -> Result<T>) -> Result<T> {
+        let rows = self.rows(sql, params.values())?;
+        f(rows.first().ok_or(Error::NoRows)?)
+    }
+
+    pub fn prepare(&self, sql: &str) -> Result<Statement<'_>> {
+        Ok(Statement { conn: self, sql: sql.to_string() })
+    }
+
+    pub fn prepare_cached(&self, sql: &str) -> Result<Statement<'_>> {
+        self.prepare(sql)
+    }
+
+    /// Statements without parameters, one after another.
+    #[allow(dead_code)] // the service database's (next)
+    pub fn execute_batch(&self, sql: &str) -> Result<()> {
+        match self {
+            Conn::Sqlite(c) => Ok(c.execute_batch(sql)?),
+            Conn::Postgres(pg) => {
+                let mut pg = pg.borrow_mut();
+                let client = &mut pg.client;
+                Ok(off_runtime(move || client.batch_execute(sql))?)
+            }
+        }
+    }
+
+    fn rows(&self, sql: &str, values: Vec<Value>) -> Result<Vec<Row>> {
+        match self {
+            Conn::Sqlite(c) => {
+                let mut st = c.prepare_cached(sql)?;
+                let n = st.column_count();
+                let rows = st.query_map(rusqlite::params_from_iter(values.iter().map(sqlite_value)), |r| {
+                    let values: rusqlite::Result<Vec<Value>> =
+                        (0..n).map(|i| r.get::<_, rusqlite::types::Value>(i).map(from_sqlite)).collect();
+                    values.map(|values| Row { values })
+                })?;
+                Ok(rows.collect::<Result<_, _>>()?)
+            }
+            Conn::Postgres(pg) => {
+                let mut pg = pg.borrow_mut();
+                let pg: &mut Pg = &mut pg;
+                off_runtime(move || pg.rows(sql, values))
+            }
+        }
+    }
+
+    /// Whether no transaction is open.
+    pub fn is_autocommit(&self) -> bool {
+        match self {
+            Conn::Sqlite(c) => c.is_autocommit(),
+            Conn::Postgres(pg) => !pg.borrow().in_transaction,
+        }
+    }
+
+    /// Begin a writing transaction (SQLite: `BEGIN IMMEDIATE`; PostgreSQL: see [`Pg::begin`]).
+    pub fn begin(&self) -> Result<()> {
+        match self {
+            Conn::Sqlite(c) => Ok(c.execute_batch("BEGIN IMMEDIATE")?),
+            Conn::Postgres(pg) => {
+                let mut pg = pg.borrow_mut();
+                let pg: &mut Pg = &mut pg;
+                off_runtime(move || pg.begin())
+            }
+        }
+    }
+
+    pub fn commit(&self) -> Result<()> {
+        match self {
+            Conn::Sqlite(c) => Ok(c.execute_batch("COMMIT")?),
+            Conn::Postgres(pg) => {
+                let mut pg = pg.borrow_mut();
+                let pg: &mut Pg = &mut pg;
+                off_runtime(move || pg.commit())
+            }
+        }
+    }
+
+    pub fn rollback(&self) {
+        match self {
+            Conn::Sqlite(c) => {
+                let _ = c.execute_batch("ROLLBACK");
+            }
+            Conn::Postgres(pg) => {
+                let mut pg = pg.borrow_mut();
+                let pg: &mut Pg = &mut pg;
+                off_runtime(move || pg.rollback())
+            }
+        }
+    }
+
+    /// A number that changes when another connection commits (SQLite's `data_version`; on
+    /// PostgreSQL the schema's change counter less this connection's own bumps).
+    pub fn data_version(&self) -> Result<i64> {
+        match self {
+            Conn::Sqlite(c) => Ok(c.pragma_query_value(None, "data_version", |r| r.get(0))?),
+            Conn::Postgres(pg) => {
+                let n: i64 = self.query_row(&format!("SELECT n FROM {CHANGES_TABLE}"), [], |r| r.get(0))?;
+                Ok(n - pg.borrow().own_bumps)
+            }
+        }
+    }
+
+    /// Rows this connection has written.
+    pub fn total_changes(&self) -> u64 {
+        match self {
+            Conn::Sqlite(c) => c.total_changes(),
+            Conn::Postgres(pg) => pg.borrow().changes,
+        }
+    }
+}
+
+fn sqlite_value(v: &Value) -> rusqlite::types::Value {
+    match v {
+        Value::Null => rusqlite::types::Value::Null,
+        Value::I64(n) => rusqlite::types::Value::Integer(*n),
+        Value::F64(x) => rusqlite::types::Value::Real(*x),
+        Value::Text(s) => rusqlite::types::Value::Text(s.clone()),
+        Value::Blob(b) => rusqlite::types::Value::Blob(b.clone()),
+    }
+}
+
+fn from_sqlite(v: rusqlite::types::Value) -> Value {
+    match v {
+        rusqlite::types::Value::Null => Value::Null,
+        rusqlite::types::Value::Integer(n) => Value::I64(n),
+        rusqlite::types::Value::Real(x) => Value::F64(x),
+        rusqlite::types::Value::Text(s) => Value::Text(s),
+        rusqlite::types::Value::Blob(b) => Value::Blob(b),
+    }
+}
+
+/// A database URL as it may be shown: without its password (`postgresql://user:secret@host/db` ->
+/// `postgresql://user@host/db`; `password=secret` in a key=value string -> `password=***`).
+pub fn redact_url(url: &str) -> String {
+    if let Some((scheme, rest)) = url.split_once("://") {
+        let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+        let authority = match authority.rsplit_once('@') {
+            Some((userinfo, host)) => format!("{}@{host}", userinfo.split(':').next().unwrap_or("")),
+            None => authority.to_string(),
+        };
+        let tail = regex::Regex::new(r"(?i)(password=)[^&]*").expect("valid").replace_all(tail, "${1}***");
+        return format!("{scheme}://{authority}{tail}");
+    }
+    regex::Regex::new(r"(?i)(password\s*=\s*)('[^']*'|\S+)").expect("valid").replace_all(url, "${1}***").into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn question_marks_become_dollars_outside_literals_and_comments() {
+        assert_eq!(
+            to_dollar_params("SELECT a FROM t WHERE b = ?1 AND c IN (?2, ?10)"),
+            "SELECT a FROM t WHERE b = $1 AND c IN ($2, $10)"
+        );
+        assert_eq!(
+            to_dollar_params("SELECT '?1', 'it''s ?2', \"?3\" FROM t WHERE x = ?4"),
+            "SELECT '?1', 'it''s ?2', \"?3\" FROM t WHERE x = $4"
+        );
+        assert_eq!(to_dollar_params("-- what ?1 means\nSELECT ?1"), "-- what ?1 means\nSELECT $1");
+        assert_eq!(
+            to_dollar_params("SELECT a FROM t WHERE b > ? AND c IN (?, ?) LIMIT ?"),
+            "SELECT a FROM t WHERE b > $1 AND c IN ($2, $3) LIMIT $4"
+        );
+        assert_eq!(to_dollar_params("SELECT ?2, ?"), "SELECT $2, $3", "as SQLite numbers a bare one");
+    }
+
+    #[test]
+    fn a_url_is_shown_without_its_password() {
+        assert_eq!(
+            redact_url("postgresql://u:s3cret@db:5432/tao?sslmode=require"),
+            "postgresql://u@db:5432/tao?sslmode=require"
+        );
+        assert_eq!(
+            redact_url("postgres://u:p@h/d?password=x&application_name=a"),
+            "postgres://u@h/d?password=***&application_name=a"
+        );
+        assert_eq!(redact_url("host=h user=u password=s3cret dbname=d"), "host=h user=u password=*** dbname=d");
+        assert_eq!(redact_url("postgresql://u@h/d"), "postgresql://u@h/d");
+        for shown in [redact_url("postgresql://u:s3cret@h/d"), redact_url("password='s3cret' host=h")] {
+            assert!(!shown.contains("s3cret"), "{shown}");
+        }
+    }
+}
