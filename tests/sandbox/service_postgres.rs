@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 /// The sandbox's test database (dev/sandbox/up.sh writes it to settings.env); no URL is a failure.
-fn database_url() -> String {
+pub(crate) fn database_url() -> String {
     std::env::var("TAO_SLURM_TEST_DATABASE_URL").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| {
         let text = std::fs::read_to_string("/var/lib/tao-slurm-sandbox/settings.env").unwrap_or_default();
         text.lines()
@@ -17,7 +17,7 @@ fn database_url() -> String {
 }
 
 /// `postgresql://user:password@rest` as (`postgresql://user@rest`, password).
-fn split_password(url: &str) -> (String, String) {
+pub(crate) fn split_password(url: &str) -> (String, String) {
     let (scheme, rest) = url.split_once("://").unwrap();
     let (userinfo, host) = rest.split_once('@').unwrap();
     let (user, password) = userinfo.split_once(':').unwrap();

@@ -63,7 +63,28 @@ async fn job(http: &reqwest::Client, base: &str, token: &str, id: &str) -> Value
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replicas_share_jobs_and_the_survivor_of_a_sigkill_finishes_every_job_once() {
     let svc = Service::start_flags(&["--metrics-addr", "127.0.0.1:0"], false);
-    let mut b = svc.replica("replica-b", &["--metrics-addr", "127.0.0.1:0"]);
+    survivor_finishes_every_job_once(svc, &["--metrics-addr", "127.0.0.1:0"]).await;
+}
+
+/// The same on PostgreSQL: two `serve --database` replicas on one schema.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replicas_on_postgres_share_jobs_and_the_survivor_of_a_sigkill_finishes_every_job_once() {
+    let (bare, password) = crate::service_postgres::split_password(&crate::service_postgres::database_url());
+    let schema = format!("replicas_{}", uuid::Uuid::new_v4().simple());
+    let flags = ["--database", bare.as_str(), "--metrics-addr", "127.0.0.1:0"];
+    let svc = Service::start_with_flags(
+        &[
+            ("TAO_SLURM_DATABASE_URL", &bare),
+            ("TAO_SLURM_DATABASE_PASSWORD", &password),
+            ("TAO_SLURM_DATABASE_SCHEMA", &schema),
+        ],
+        &flags,
+    );
+    survivor_finishes_every_job_once(svc, &flags).await;
+}
+
+async fn survivor_finishes_every_job_once(svc: Service, replica_flags: &[&str]) {
+    let mut b = svc.replica("replica-b", replica_flags);
     let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
     let (a_url, a_metrics) = (svc.url.clone(), svc.metrics_url.clone().unwrap());
     let b_metrics = b.metrics_url.clone().unwrap();
