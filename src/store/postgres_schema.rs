@@ -21,9 +21,10 @@ fn open_here(url: &str, password: Option<&str>, schema: &str, migrations: &[&str
         config.password(p);
     }
     let client = config.connect(postgres::NoTls)?;
-    let mut pg = Pg::new(client, schema);
     let quoted = quote_ident(schema);
-    pg.client().batch_execute(&format!("SET search_path TO {quoted}"))?;
+    let search_path = format!("SET search_path TO {quoted}");
+    let mut pg = Pg::new(client, config, schema, search_path.clone());
+    pg.client().batch_execute(&search_path)?;
     pg.begin()?;
     let migrated = migrate(&mut pg, &quoted, migrations);
     match migrated {

@@ -329,6 +329,10 @@ pub fn to_dollar_params(sql: &str) -> String {
 /// The PostgreSQL half: one client, its prepared statements, and what this connection wrote.
 pub struct Pg {
     client: postgres::Client,
+    /// How to connect again (a restarted or unreachable server closes the connection for good).
+    config: postgres::Config,
+    /// `SET search_path TO <schema>`, run on each new connection.
+    search_path: String,
     /// By the SQL as the store wrote it and the parameters' types (0: inferred by the server).
     statements: HashMap<(String, Vec<u32>), postgres::Statement>,
     /// The key of this schema's write lock (see [`Conn::begin`]).
@@ -459,11 +463,13 @@ impl<'a> postgres::types::FromSql<'a> for PgCell {
 }
 
 impl Pg {
-    pub(super) fn new(client: postgres::Client, schema: &str) -> Pg {
+    pub(super) fn new(client: postgres::Client, config: postgres::Config, schema: &str, search_path: String) -> Pg {
         // The lock's key: a stable hash of the schema's name (FNV-1a), so every process agrees.
         let hash = schema.bytes().fold(0x811c9dc5u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x01000193));
         Pg {
             client,
+            config,
+            search_path,
             statements: HashMap::new(),
             lock_key: hash as i32,
             in_transaction: false,
@@ -473,7 +479,23 @@ impl Pg {
         }
     }
 
+    /// Outside a transaction, a closed connection (the server restarted, or was out of reach) is
+    /// opened again, with its schema; its prepared statements went with it. Within one, the error
+    /// reaches the caller, which rolls back; the next transaction connects again.
+    fn reconnect_if_closed(&mut self) -> Result<()> {
+        if self.in_transaction || !self.client.is_closed() {
+            return Ok(());
+        }
+        let mut client = self.config.connect(postgres::NoTls)?;
+        client.batch_execute(&self.search_path)?;
+        self.client = client;
+        self.statements.clear();
+        tracing::info!("reconnected to PostgreSQL");
+        Ok(())
+    }
+
     fn statement(&mut self, sql: &str, values: &[Value]) -> Result<postgres::Statement> {
+        self.reconnect_if_closed()?;
         let types: Vec<postgres::types::Type> = values.iter().map(pg_type).collect();
         let key = (sql.to_string(), types.iter().map(|t| t.oid()).collect::<Vec<_>>());
         if let Some(st) = self.statements.get(&key) {
@@ -531,6 +553,7 @@ impl Pg {
     /// Begin a transaction that holds this schema's write lock until it ends: writers take turns, as
     /// SQLite's `BEGIN IMMEDIATE` makes them (a read-then-write sees no other writer in between).
     pub(super) fn begin(&mut self) -> Result<()> {
+        self.reconnect_if_closed()?;
         self.client.batch_execute("BEGIN")?;
         self.in_transaction = true;
         self.dirty = false;
@@ -612,9 +635,12 @@ impl Conn {
         match self {
             Conn::Sqlite(c) => Ok(c.execute_batch(sql)?),
             Conn::Postgres(pg) => {
-                let mut pg = pg.borrow_mut();
-                let client = &mut pg.client;
-                Ok(off_runtime(move || client.batch_execute(sql))?)
+                let mut guard = pg.borrow_mut();
+                let pg: &mut Pg = &mut guard;
+                off_runtime(move || {
+                    pg.reconnect_if_closed()?;
+                    Ok(pg.client.batch_execute(sql)?)
+                })
             }
         }
     }

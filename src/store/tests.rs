@@ -394,3 +394,24 @@ both! { fn a_restart_of_the_slurm_job_becomes_the_next_attempt_once(place) {
     );
     assert_eq!(a[1].slurm_job_name, a[0].slurm_job_name, "the same Slurm job");
 }}
+
+/// A connection the server dropped (restarted, or out of reach for a while) is opened again on the
+/// next use, in the same schema: the store goes on without a restart of the process (issue 25).
+#[test]
+fn a_dropped_postgres_connection_is_opened_again() {
+    let place = crate::store::test_place::Place::postgres();
+    let s = place.open();
+    let p = crate::plan::resolve(&spec(), &settings()).unwrap();
+    s.insert_job("{}", &p, NOW).unwrap();
+    // End this store's session on the server (only it: other tests share the database).
+    let pid: i64 = s.conn.query_row("SELECT pg_backend_pid()", crate::store::sql::params![], |r| r.get(0)).unwrap();
+    let mut admin = postgres::Client::connect(&crate::store::test_place::database_url(), postgres::NoTls).unwrap();
+    let ended: bool = admin.query_one("SELECT pg_terminate_backend($1)", &[&(pid as i32)]).unwrap().get(0);
+    assert!(ended, "the store's session {pid} was ended");
+    // The first use may meet the dropped connection; the store is usable again right after.
+    let _ = s.summary(&p.layout.job_id);
+    let job = s.summary(&p.layout.job_id).unwrap();
+    assert_eq!(job.job_id, p.layout.job_id);
+    let q = crate::plan::resolve(&spec(), &settings()).unwrap();
+    s.insert_job("{}", &q, NOW).unwrap();
+}
