@@ -512,6 +512,32 @@ pub async fn get_job(state: AppStateRef, org: String, id: String) -> ApiResult<R
     Ok(json_text(StatusCode::OK, org_job(&state, &org, &id)?.json.to_string()))
 }
 
+/// Run `act` on the org's job with a client of its workspace (within the request pool, off the
+/// runtime), publish what it changed, wake the monitor, and reply with the job as it now is: the
+/// shape of every job action (cancel, retry, pause, resume).
+pub(super) async fn act_on_job(
+    state: AppStateRef,
+    org: &str,
+    id: &str,
+    act: impl FnOnce(&crate::Client, &str) -> crate::Result<()> + Send + 'static,
+) -> ApiResult<Response> {
+    let job = org_job(&state, org, id)?;
+    let ws = workspace_of(&state, &job)?;
+    let (st, w, jid) = (state.clone(), ws.clone(), id.to_string());
+    let _in_pool = ws.pool.enter(&ws.id).await?;
+    blocking(move || {
+        w.with_client(|client| {
+            let result = act(client, &jid);
+            st.publish(client);
+            result
+        })
+        .map_err(ApiError::engine)
+    })
+    .await?;
+    ws.wake_monitor();
+    Ok(json_text(StatusCode::OK, org_job(&state, org, id)?.json.to_string()))
+}
+
 #[utoipa::path(post, path = "/api/v2/orgs/{org}/jobs/{job_id}:cancel", tag = "jobs", security(("bearer" = [])),
     params(("org" = String, Path), ("job_id" = String, Path)),
     responses((status = 200, description = "Cancelled (idempotent: a terminal job is returned as it is)", body = JobOut),
@@ -522,21 +548,9 @@ pub async fn cancel_job(state: AppStateRef, org: String, id: String) -> ApiResul
     if job.status.is_terminal() {
         return Ok(json_text(StatusCode::OK, job.json.to_string()));
     }
-    let ws = workspace_of(&state, &job)?;
-    let (st, w, jid) = (state.clone(), ws.clone(), id.clone());
-    let _in_pool = ws.pool.enter(&ws.id).await?;
-    blocking(move || {
-        w.with_client(|client| {
-            let result = client.cancel_job(&jid);
-            st.publish(client);
-            result.map(|_| ())
-        })
-        .map_err(ApiError::engine)
-    })
-    .await?;
-    ws.wake_monitor();
+    let reply = act_on_job(state, &org, &id, |c, jid| c.cancel_job(jid).map(|_| ())).await?;
     tracing::info!(%org, job = %id, "job cancelled");
-    Ok(json_text(StatusCode::OK, org_job(&state, &org, &id)?.json.to_string()))
+    Ok(reply)
 }
 
 /// A new attempt of a job that ended Error or Canceled, from its newest checkpoint (TAO's `retry_job`).
@@ -546,22 +560,9 @@ pub async fn cancel_job(state: AppStateRef, org: String, id: String) -> ApiResul
         (status = 400, description = "A job that completed, or had secrets", body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn retry_job(state: AppStateRef, org: String, id: String) -> ApiResult<Response> {
-    let job = org_job(&state, &org, &id)?;
-    let ws = workspace_of(&state, &job)?;
-    let (st, w, jid) = (state.clone(), ws.clone(), id.clone());
-    let _in_pool = ws.pool.enter(&ws.id).await?;
-    blocking(move || {
-        w.with_client(|client| {
-            let result = client.retry_job(&jid);
-            st.publish(client);
-            result.map(|_| ())
-        })
-        .map_err(ApiError::engine)
-    })
-    .await?;
-    ws.wake_monitor();
+    let reply = act_on_job(state, &org, &id, |c, jid| c.retry_job(jid).map(|_| ())).await?;
     tracing::info!(%org, job = %id, "job retried");
-    Ok(json_text(StatusCode::OK, org_job(&state, &org, &id)?.json.to_string()))
+    Ok(reply)
 }
 
 #[utoipa::path(delete, path = "/api/v2/orgs/{org}/jobs/{job_id}", tag = "jobs", security(("bearer" = [])),

@@ -2,12 +2,12 @@
 //! TAO's JobResumeReq), over the client's `pause_job` and `resume_job`. Both answer the job as it
 //! then is (TAO's client reads no reply of either).
 
-use super::api::{blocking, json_text, org_job, parse_json, workspace_of, AppStateRef};
-use super::error::{ApiError, ApiResult, ErrorBody};
+use super::api::{act_on_job, parse_json, AppStateRef};
+use super::error::{ApiResult, ErrorBody};
 use super::types::JobOut;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -61,22 +61,9 @@ pub async fn pause_job(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let ask: PauseBody = body_or_default(&headers, body)?;
-    let job = org_job(&state, &org, &id)?;
-    let ws = workspace_of(&state, &job)?;
-    let (st, w, jid) = (state.clone(), ws.clone(), id.clone());
-    let _in_pool = ws.pool.enter(&ws.id).await?;
-    blocking(move || {
-        w.with_client(|client| {
-            let result = client.pause_job(&jid, ask.graceful);
-            st.publish(client);
-            result.map(|_| ())
-        })
-        .map_err(ApiError::engine)
-    })
-    .await?;
-    ws.wake_monitor();
+    let reply = act_on_job(state, &org, &id, move |c, jid| c.pause_job(jid, ask.graceful).map(|_| ())).await?;
     tracing::info!(%org, job = %id, graceful = ask.graceful, "job paused");
-    Ok(json_text(StatusCode::OK, org_job(&state, &org, &id)?.json.to_string()))
+    Ok(reply)
 }
 
 #[utoipa::path(post, path = "/api/v2/orgs/{org}/jobs/{job_id}:resume", tag = "jobs", security(("bearer" = [])),
@@ -93,20 +80,7 @@ pub async fn resume_job(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let ask: ResumeBody = body_or_default(&headers, body)?;
-    let job = org_job(&state, &org, &id)?;
-    let ws = workspace_of(&state, &job)?;
-    let (st, w, jid) = (state.clone(), ws.clone(), id.clone());
-    let _in_pool = ws.pool.enter(&ws.id).await?;
-    blocking(move || {
-        w.with_client(|client| {
-            let result = client.resume_job(&jid, ask.specs.as_ref());
-            st.publish(client);
-            result.map(|_| ())
-        })
-        .map_err(ApiError::engine)
-    })
-    .await?;
-    ws.wake_monitor();
+    let reply = act_on_job(state, &org, &id, move |c, jid| c.resume_job(jid, ask.specs.as_ref()).map(|_| ())).await?;
     tracing::info!(%org, job = %id, "job resumed");
-    Ok(json_text(StatusCode::OK, org_job(&state, &org, &id)?.json.to_string()))
+    Ok(reply)
 }
