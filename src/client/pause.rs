@@ -16,6 +16,7 @@ impl Client {
     /// ends Paused, its allocation released; its dependants wait. A paused or pausing job is
     /// answered as it is; a job that ended is an error.
     pub fn pause_job(&self, id: &str, graceful: bool) -> Result<JobView> {
+        let _span = super::job_span(id).entered();
         let job = self.store.get(id)?;
         self.on_this_cluster([&job.summary])?;
         // Whether it runs (and so can save a checkpoint) is what Slurm says now: refreshed first.
@@ -69,21 +70,12 @@ impl Client {
     /// concurrent callers one reopens it (one Slurm job); the others, and a resume of a job that is
     /// not paused but going, answer it as it is. A job that ended, or is still pausing, is an error.
     pub fn resume_job(&self, id: &str, specs: Option<&serde_json::Value>) -> Result<JobView> {
+        let _span = super::job_span(id).entered();
         let job = self.store.get(id)?;
         self.on_this_cluster([&job.summary])?;
         let step = resume_step(&job.job_id, job.status).map_err(|m| SpecError::new("job_id", m))?;
         if step == ResumeStep::Nothing {
             return self.job_status(&job.job_id);
-        }
-        if self.store.paused_by_us(&[job.job_id.as_str()])?.is_empty() {
-            return Err(SpecError::new(
-                "job_id",
-                format!(
-                    "job {} is suspended by Slurm, not paused by tao-slurm: `scontrol resume` takes it up",
-                    job.job_id
-                ),
-            )
-            .into());
         }
         let changed = match specs {
             Some(s) => with_new_specs(&job.job_id, &job.plan, &job.spec_json, s)?,
@@ -106,9 +98,22 @@ impl Client {
             if docs.is_some() { " with new specs" } else { "" },
             job.attempt + 1
         );
+        // The compare-and-set reopens only a job tao-slurm paused. When it does not, either another
+        // caller reopened it after our read (answered as it now is) or Slurm suspended it.
         if self.store.reopen_paused(&job.job_id, job.attempt, &next, docs, &message, super::now_secs())? {
             let summary = self.store.summary(&job.job_id)?;
             self.refresh_and_advance(&[summary])?;
+        } else if self.store.get(&job.job_id).map(|now| (now.attempt, now.status))? == (job.attempt, job.status)
+            && self.store.paused_by_us(&[job.job_id.as_str()])?.is_empty()
+        {
+            return Err(SpecError::new(
+                "job_id",
+                format!(
+                    "job {} is suspended by Slurm, not paused by tao-slurm: `scontrol resume` takes it up",
+                    job.job_id
+                ),
+            )
+            .into());
         }
         self.job_status(&job.job_id)
     }

@@ -227,3 +227,47 @@ fn a_job_submitted_after_a_parent_that_already_failed_is_canceled_and_never_sent
     assert_eq!(child.message, format!("dependency {parent} ended Error"));
     assert_eq!(remote.sent_of(Kind::Submit).len(), 1, "only the parent was ever submitted");
 }
+
+#[test]
+fn concurrent_resumes_of_paused_jobs_each_answer_the_job_and_submit_it_once() {
+    // Several clients on one state file (as the service's workers are) resume the same paused jobs
+    // at once: every call answers the job as it now is, and each job is submitted once more.
+    let dir = tempfile::tempdir().unwrap();
+    let next_id = Arc::new(AtomicU32::new(5000));
+    let remote = FakeRemote::responding({
+        let next_id = next_id.clone();
+        move |script| match Kind::of(script) {
+            Kind::Facts => facts(),
+            Kind::Submit => ok(&format!("{SECTION}slurm_job_id {}\n", next_id.fetch_add(1, Ordering::SeqCst))),
+            Kind::Cancel => ok(&format!("{SECTION}scancel\n{SECTION}rc scancel 0\n")),
+            Kind::Refresh => refresh(&[], &[]),
+            Kind::ReleaseAdopted => ok(""),
+            other => panic!("unexpected {other:?} script:\n{script}"),
+        }
+    });
+    let first = client_over(&remote, &dir);
+    let jobs: Vec<String> = (0..8)
+        .map(|_| {
+            let id = first.create_job(&spec(), &Default::default()).unwrap().job_id;
+            assert_eq!(first.pause_job(&id, false).unwrap().status, PlatformStatus::Paused);
+            id
+        })
+        .collect();
+    // A client per caller (a client is one connection), all started before any resumes.
+    let callers = 4;
+    let start = std::sync::Barrier::new(jobs.len() * callers);
+    std::thread::scope(|s| {
+        for id in &jobs {
+            for _ in 0..callers {
+                let (remote, dir, start) = (&remote, &dir, &start);
+                s.spawn(move || {
+                    let client = client_over(remote, dir);
+                    start.wait();
+                    let view = client.resume_job(id, None).unwrap_or_else(|e| panic!("resume of {id}: {e}"));
+                    assert_ne!(view.status, PlatformStatus::Paused, "{view:?}");
+                });
+            }
+        }
+    });
+    assert_eq!(remote.sent_of(Kind::Submit).len(), 2 * jobs.len(), "one more submission per job");
+}
