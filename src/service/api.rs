@@ -303,10 +303,15 @@ pub async fn create_job(
             // lease holder finishes submitting, and that job is the org's, not a stray.
             let plan = client.plan(&spec)?;
             let job_id = plan.layout.job_id.clone();
-            st.add_job(crate::client::ApiJob { job_id: job_id.clone(), ..meta }).map_err(|m| {
+            if let Err(m) = st.add_job(crate::client::ApiJob { job_id: job_id.clone(), ..meta }) {
                 tracing::warn!(job = %job_id, error = %m, "cannot record a job in the service's database; not submitted");
-                crate::Error::RemoteCommand("the service could not record the job, so it did not submit it; the operator finds why in its log".into())
-            })?;
+                return Ok(Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "database_unavailable",
+                    "the service could not record the job, so it did not submit it; ask again later (the operator finds why in its log)",
+                )
+                .retry_after(5)));
+            }
             if let Err(e) = client.create_job_planned(&spec, plan, &secrets) {
                 // Refused before it was recorded: nothing of it remains.
                 if !client.stored_jobs(std::slice::from_ref(&job_id)).is_ok_and(|v| !v.is_empty()) {
@@ -315,11 +320,11 @@ pub async fn create_job(
                 return Err(e);
             }
             st.publish(client);
-            Ok(job_id)
+            Ok(Ok(job_id))
         })
         .map_err(ApiError::engine)
     })
-    .await?;
+    .await??;
     ws.wake_monitor();
     tracing::info!(%org, workspace = %ws.id, job = %job_id, token = %token.id, "job created");
     let job = org_job(&state, &org, &job_id)?;

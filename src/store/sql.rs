@@ -338,6 +338,8 @@ pub struct Pg {
     /// The key of this schema's write lock (see [`Conn::begin`]).
     lock_key: i32,
     in_transaction: bool,
+    /// An error said the server is gone (it may not show in `is_closed`): connect again on next use.
+    lost: bool,
     /// Rows this connection has written (SQLite's `total_changes`).
     changes: u64,
     /// Rows written in the open transaction: its commit bumps the schema's change counter.
@@ -473,6 +475,7 @@ impl Pg {
             statements: HashMap::new(),
             lock_key: hash as i32,
             in_transaction: false,
+            lost: false,
             changes: 0,
             dirty: false,
             own_bumps: 0,
@@ -483,15 +486,38 @@ impl Pg {
     /// opened again, with its schema; its prepared statements went with it. Within one, the error
     /// reaches the caller, which rolls back; the next transaction connects again.
     fn reconnect_if_closed(&mut self) -> Result<()> {
-        if self.in_transaction || !self.client.is_closed() {
+        if self.in_transaction || !(self.lost || self.client.is_closed()) {
             return Ok(());
         }
-        let mut client = self.config.connect(postgres::NoTls)?;
-        client.batch_execute(&self.search_path)?;
+        let mut client = self.config.connect(postgres::NoTls).map_err(|e| self.note(e))?;
+        client.batch_execute(&self.search_path).map_err(|e| self.note(e))?;
         self.client = client;
         self.statements.clear();
+        self.lost = false;
         tracing::info!("reconnected to PostgreSQL");
         Ok(())
+    }
+
+    /// An error of the client, remembered when it says the connection is gone: a reset socket or
+    /// an administrator's shutdown leaves `is_closed` false until the next call fails too.
+    fn note(&mut self, e: postgres::Error) -> Error {
+        if connection_lost(&e) {
+            self.lost = true;
+        }
+        Error::Postgres(e)
+    }
+
+    /// Run `f` once more on a new connection when the old one turned out to be gone before `f`
+    /// could do anything: only for what is safe to repeat (a read, or a `BEGIN`), never inside a
+    /// transaction.
+    fn again_if_lost<T>(&mut self, mut f: impl FnMut(&mut Pg) -> Result<T>) -> Result<T> {
+        match f(self) {
+            Err(Error::Postgres(e)) if !self.in_transaction && connection_lost(&e) => {
+                self.lost = true;
+                f(self)
+            }
+            done => done,
+        }
     }
 
     fn statement(&mut self, sql: &str, values: &[Value]) -> Result<postgres::Statement> {
@@ -501,7 +527,7 @@ impl Pg {
         if let Some(st) = self.statements.get(&key) {
             return Ok(st.clone());
         }
-        let st = self.client.prepare_typed(&to_dollar_params(sql), &types)?;
+        let st = self.client.prepare_typed(&to_dollar_params(sql), &types).map_err(|e| self.note(e))?;
         self.statements.insert(key, st.clone());
         Ok(st)
     }
@@ -509,17 +535,22 @@ impl Pg {
     fn execute(&mut self, sql: &str, values: Vec<Value>) -> Result<usize> {
         let st = self.statement(sql, &values)?;
         let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = values.iter().map(|v| v as _).collect();
-        let n = self.client.execute(&st, &refs)?;
+        let n = self.client.execute(&st, &refs).map_err(|e| self.note(e))?;
         self.wrote(n)?;
         Ok(n as usize)
     }
 
     fn rows(&mut self, sql: &str, values: Vec<Value>) -> Result<Vec<Row>> {
-        let st = self.statement(sql, &values)?;
-        let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = values.iter().map(|v| v as _).collect();
-        let rows = self.client.query(&st, &refs)?;
+        let select = sql.trim_start().get(..6).is_some_and(|w| w.eq_ignore_ascii_case("select"));
+        let query = |pg: &mut Pg| {
+            let st = pg.statement(sql, &values)?;
+            let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = values.iter().map(|v| v as _).collect();
+            pg.client.query(&st, &refs).map_err(|e| pg.note(e))
+        };
+        // A read is asked again on a new connection; a write is not (it may have been done).
+        let rows = if select { self.again_if_lost(query)? } else { query(self)? };
         // A query that writes (INSERT .. RETURNING) counts its rows as written.
-        if !sql.trim_start().get(..6).is_some_and(|w| w.eq_ignore_ascii_case("select")) {
+        if !select {
             self.wrote(rows.len() as u64)?;
         }
         rows.iter()
@@ -545,7 +576,7 @@ impl Pg {
     }
 
     fn bump(&mut self) -> Result<()> {
-        self.client.batch_execute(&format!("UPDATE {CHANGES_TABLE} SET n = n + 1"))?;
+        self.client.batch_execute(&format!("UPDATE {CHANGES_TABLE} SET n = n + 1")).map_err(|e| self.note(e))?;
         self.own_bumps += 1;
         Ok(())
     }
@@ -553,14 +584,17 @@ impl Pg {
     /// Begin a transaction that holds this schema's write lock until it ends: writers take turns, as
     /// SQLite's `BEGIN IMMEDIATE` makes them (a read-then-write sees no other writer in between).
     pub(super) fn begin(&mut self) -> Result<()> {
-        self.reconnect_if_closed()?;
-        self.client.batch_execute("BEGIN")?;
+        self.again_if_lost(|pg| {
+            pg.reconnect_if_closed()?;
+            pg.client.batch_execute("BEGIN").map_err(|e| pg.note(e))
+        })?;
         self.in_transaction = true;
         self.dirty = false;
         let locked = self.client.execute("SELECT pg_advisory_xact_lock($1, $2)", &[&WRITE_LOCK_CLASS, &self.lock_key]);
         if let Err(e) = locked {
+            let e = self.note(e);
             self.rollback();
-            return Err(e.into());
+            return Err(e);
         }
         Ok(())
     }
@@ -572,10 +606,10 @@ impl Pg {
                 return Err(e);
             }
         }
-        let done = self.client.batch_execute("COMMIT");
+        let done = self.client.batch_execute("COMMIT").map_err(|e| self.note(e));
         self.in_transaction = false;
         self.dirty = false;
-        done.map_err(Error::from)
+        done
     }
 
     pub(super) fn rollback(&mut self) {
@@ -587,6 +621,26 @@ impl Pg {
     pub(super) fn client(&mut self) -> &mut postgres::Client {
         &mut self.client
     }
+}
+
+/// Whether an error means the connection is gone: closed, a socket error, a connection failure
+/// (SQLSTATE class 08), or the server ending the session (57P01-57P03: shutdown, crash, cannot connect now).
+fn connection_lost(e: &postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    if let Some(code) = e.code() {
+        let code = code.code();
+        return code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03");
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if s.is::<std::io::Error>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
 }
 
 /// Run `f`, a call of PostgreSQL's sync client, where it may run: that client drives a runtime of its
@@ -639,7 +693,7 @@ impl Conn {
                 let pg: &mut Pg = &mut guard;
                 off_runtime(move || {
                     pg.reconnect_if_closed()?;
-                    Ok(pg.client.batch_execute(sql)?)
+                    pg.client.batch_execute(sql).map_err(|e| pg.note(e))
                 })
             }
         }

@@ -408,10 +408,16 @@ fn a_dropped_postgres_connection_is_opened_again() {
     let mut admin = postgres::Client::connect(&crate::store::test_place::database_url(), postgres::NoTls).unwrap();
     let ended: bool = admin.query_one("SELECT pg_terminate_backend($1)", &[&(pid as i32)]).unwrap().get(0);
     assert!(ended, "the store's session {pid} was ended");
-    // The first use may meet the dropped connection; the store is usable again right after.
-    let _ = s.summary(&p.layout.job_id);
+    // The first read meets the dropped connection and is asked again on a new one.
     let job = s.summary(&p.layout.job_id).unwrap();
     assert_eq!(job.job_id, p.layout.job_id);
     let q = crate::plan::resolve(&spec(), &settings()).unwrap();
     s.insert_job("{}", &q, NOW).unwrap();
+    // A writing transaction on a dropped connection starts again on a new one too.
+    let pid: i64 = s.conn.query_row("SELECT pg_backend_pid()", crate::store::sql::params![], |r| r.get(0)).unwrap();
+    let ended: bool = admin.query_one("SELECT pg_terminate_backend($1)", &[&(pid as i32)]).unwrap().get(0);
+    assert!(ended, "the store's session {pid} was ended again");
+    let r = crate::plan::resolve(&spec(), &settings()).unwrap();
+    s.insert_job("{}", &r, NOW).unwrap();
+    assert_eq!(s.summary(&r.layout.job_id).unwrap().job_id, r.layout.job_id);
 }
