@@ -103,7 +103,8 @@ fn read_now(state: &AppState, r: &Registry) -> prometheus::Result<()> {
         gauge(r, "tao_slurm_jobs", "Jobs created through the API, by workspace and status", &["workspace", "status"])?;
     let mut by: std::collections::BTreeMap<(String, &str), i64> = Default::default();
     for j in state.snapshot().order.iter() {
-        *by.entry((j.out.workspace.clone(), j.status.as_str())).or_default() += 1;
+        // The status as the API shows it (Done, not the engine's Complete).
+        *by.entry((j.out.workspace.clone(), super::types::TaoStatus::from(j.status).as_str())).or_default() += 1;
     }
     for ((w, s), n) in by {
         jobs.with_label_values(&[&w, s]).set(n);

@@ -30,6 +30,22 @@ pub enum TaoStatus {
     Resuming,
 }
 
+impl TaoStatus {
+    /// The name the API writes (metrics label their series with it too).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaoStatus::Pending => "Pending",
+            TaoStatus::Running => "Running",
+            TaoStatus::Done => "Done",
+            TaoStatus::Error => "Error",
+            TaoStatus::Canceled => "Canceled",
+            TaoStatus::Paused => "Paused",
+            TaoStatus::Pausing => "Pausing",
+            TaoStatus::Resuming => "Resuming",
+        }
+    }
+}
+
 impl From<PlatformStatus> for TaoStatus {
     fn from(s: PlatformStatus) -> TaoStatus {
         match s {
@@ -669,6 +685,9 @@ mod tests {
     #[test]
     fn tao_names_our_complete_done() {
         assert_eq!(TaoStatus::from(PlatformStatus::Complete), TaoStatus::Done);
+        for s in [TaoStatus::Pending, TaoStatus::Done, TaoStatus::Canceled, TaoStatus::Resuming] {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str(), "as_str is the name the API writes");
+        }
     }
 }
 

@@ -30,6 +30,7 @@ mod service_dashboard;
 mod service_hardening;
 mod service_kpis;
 mod service_ops;
+mod service_partition;
 mod service_postgres;
 mod service_replicas;
 mod service_tenancy;

@@ -83,7 +83,7 @@ async fn metrics_are_served_on_their_own_address_as_prometheus_text_and_count_wh
 
     let s = scrape(&svc).await;
     let ws = done["workspace"].as_str().unwrap();
-    assert_eq!(value(&s, "tao_slurm_jobs", &[("workspace", ws), ("status", "Complete")]), Some(1.0), "{:?}", s.samples);
+    assert_eq!(value(&s, "tao_slurm_jobs", &[("workspace", ws), ("status", "Done")]), Some(1.0), "{:?}", s.samples);
     let long_ws = long["workspace"].as_str().unwrap();
     assert_eq!(value(&s, "tao_slurm_jobs", &[("workspace", long_ws), ("status", "Canceled")]), Some(1.0));
     assert!(value(&s, "tao_slurm_refreshes_total", &[("workspace", ws)]).unwrap() >= 1.0);

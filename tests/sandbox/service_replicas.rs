@@ -2,7 +2,8 @@
 //! other's jobs; one holds each workspace's monitor lease. The holder is killed with SIGKILL in the
 //! middle of a burst of 200 submissions, some of which need a retry: the other takes the lease
 //! within the bound, every job the service took reaches its end, and Slurm's accounting shows no
-//! attempt submitted twice.
+//! attempt submitted twice. Some jobs are cancelled in the burst; the audit trail has every answered
+//! create and cancel with its actor, and `/metrics` is scraped and parsed throughout.
 
 use crate::common::wait::wait_for_async;
 use crate::service_ops::scrape_url;
@@ -51,6 +52,39 @@ async fn create(http: &reqwest::Client, base: &str, token: &str, i: usize) -> Re
         Ok(v["id"].as_str().unwrap().to_string())
     } else {
         Err(format!("{status}: {v}"))
+    }
+}
+
+/// Cancel a job; its status in the reply when the replica answered 200.
+async fn cancel(http: &reqwest::Client, base: &str, token: &str, id: &str) -> Option<String> {
+    let r = http.post(format!("{base}/api/v2/orgs/team-a/jobs/{id}:cancel")).bearer_auth(token).send().await.ok()?;
+    if r.status() != 200 {
+        return None;
+    }
+    let v: Value = r.json().await.ok()?;
+    v["status"].as_str().map(String::from)
+}
+
+/// Every entry of the org's audit trail, page by page.
+async fn audit_trail(http: &reqwest::Client, base: &str, token: &str) -> Result<Vec<Value>, String> {
+    let mut entries = Vec::new();
+    let mut after = 0;
+    loop {
+        let r = http
+            .get(format!("{base}/api/v2/orgs/team-a:audit?size=1000&after={after}"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        if r.status() != 200 {
+            return Err(r.status().to_string());
+        }
+        let page: Value = r.json().await.map_err(|e| e.to_string())?;
+        entries.extend(page["entries"].as_array().unwrap().iter().cloned());
+        match page["next_after"].as_i64() {
+            Some(next) => after = next,
+            None => return Ok(entries),
+        }
     }
 }
 
@@ -125,12 +159,17 @@ async fn survivor_finishes_every_job_once(svc: Service, replica_flags: &[&str]) 
         (b.child.id(), a_url.clone(), a_metrics.clone())
     };
     let accepted = Arc::new(tokio::sync::Mutex::new(Vec::<String>::new()));
+    // Jobs cancelled in the burst: (id, the status the cancel answered).
+    let cancelled = Arc::new(tokio::sync::Mutex::new(Vec::<(String, String)>::new()));
+    // Jobs whose cancel had no answer (the kill cut it off): they may end either way.
+    let maybe_cancelled = Arc::new(tokio::sync::Mutex::new(Vec::<String>::new()));
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let killed_at = Arc::new(std::sync::Mutex::new(None::<Instant>));
     let mut workers = Vec::new();
     for _ in 0..16 {
         let (http, token, accepted, next, killed_at) =
             (http.clone(), svc.token.clone(), accepted.clone(), next.clone(), killed_at.clone());
+        let (cancelled, maybe_cancelled) = (cancelled.clone(), maybe_cancelled.clone());
         let (a_url, b_url, survivor) = (a_url.clone(), b.url.clone(), survivor.clone());
         workers.push(tokio::spawn(async move {
             loop {
@@ -152,7 +191,13 @@ async fn survivor_finishes_every_job_once(svc: Service, replica_flags: &[&str]) 
                 };
                 // A request cut off by the kill has no answer; the job it may have made is found below.
                 if let Ok(id) = create(&http, base, &token, i).await {
-                    accepted.lock().await.push(id);
+                    accepted.lock().await.push(id.clone());
+                    if i % 20 == 11 {
+                        match cancel(&http, base, &token, &id).await {
+                            Some(status) => cancelled.lock().await.push((id, status)),
+                            None => maybe_cancelled.lock().await.push(id),
+                        }
+                    }
                 }
             }
         }));
@@ -220,11 +265,70 @@ async fn survivor_finishes_every_job_once(svc: Service, replica_flags: &[&str]) 
         ids.len(),
         killed_at.elapsed().as_secs_f64()
     );
-    let not_done: Vec<_> = ends.iter().filter(|(_, (s, _))| s != "Done").collect();
-    assert!(not_done.is_empty(), "every job completes: {not_done:?}");
+    let cancelled = cancelled.lock().await.clone();
+    let maybe_cancelled = maybe_cancelled.lock().await.clone();
+    assert!(cancelled.len() >= BURST / 20 - 2, "most cancels were answered: {cancelled:?}");
+    for (id, answered) in &cancelled {
+        let end = &ends[id].0;
+        assert!(end == "Canceled" || answered == "Done", "{id} was cancelled ({answered}) and ended {end}");
+    }
+    let not_done: Vec<_> = ends
+        .iter()
+        .filter(|(id, (s, _))| s != "Done" && !cancelled.iter().any(|(c, _)| c == *id) && !maybe_cancelled.contains(id))
+        .collect();
+    assert!(not_done.is_empty(), "every job not cancelled completes: {not_done:?}");
     let retried = ends.values().filter(|(_, r)| r.as_u64().unwrap_or(0) > 0).count();
     assert!(retried >= BURST / 10 - 2, "the jobs that failed once were retried: {retried}");
     eprintln!("{retried} jobs retried after an infrastructure failure");
+
+    // The survivor's /metrics (parsed as Prometheus text) counts the jobs by status as they ended.
+    let mut by_status: BTreeMap<String, f64> = BTreeMap::new();
+    for (s, _) in ends.values() {
+        *by_status.entry(s.clone()).or_default() += 1.0;
+    }
+    wait_for_async("the jobs by status in /metrics", Duration::from_secs(30), Duration::from_millis(300), || async {
+        let scraped = scrape_url(&http, &survivor_metrics).await;
+        let seen: BTreeMap<String, f64> = scraped
+            .samples
+            .iter()
+            .filter(|x| x.metric == "tao_slurm_jobs" && x.labels.get("workspace") == Some(WS))
+            .filter_map(|x| match x.value {
+                prometheus_parse::Value::Gauge(v) if v > 0.0 => Some((x.labels.get("status")?.to_string(), v)),
+                _ => None,
+            })
+            .collect();
+        if seen == by_status {
+            Ok(())
+        } else {
+            Err(format!("{seen:?}, expected {by_status:?}"))
+        }
+    })
+    .await;
+
+    // The audit trail (read with an org admin token made on the command line, as an operator
+    // would): every answered create and cancel, with the test's token as its actor.
+    let auditor = svc.env.json(&["token", "create", "--org", "team-a", "--name", "auditor", "--admin", "--json"]);
+    let auditor = auditor["token"].as_str().unwrap().to_string();
+    let trail = wait_for_async("the audit trail", Duration::from_secs(30), Duration::from_millis(300), || {
+        audit_trail(&http, &survivor, &auditor)
+    })
+    .await;
+    let recorded = |action: &str, id: &str| {
+        trail.iter().any(|e| {
+            e["action"] == action
+                && e["target"] == id
+                && e["outcome"] == "ok"
+                && e["token_id"] == svc.token_id.as_str()
+                && e["token_name"] == "tests"
+        })
+    };
+    for id in accepted.iter().chain([&on_a, &on_b]) {
+        assert!(recorded("jobs.create", id), "the create of {id} is in the audit trail with its actor");
+    }
+    for (id, _) in &cancelled {
+        assert!(recorded("jobs.cancel", id), "the cancel of {id} is in the audit trail with its actor");
+    }
+    eprintln!("audit trail: {} entries, {} cancels in the burst", trail.len(), cancelled.len());
 
     // Slurm's accounting: every attempt of every job submitted once.
     let names = svc.env.ssh("sacct -X -P -n -S now-1hours -E now -o JobName%200\n");
@@ -234,7 +338,10 @@ async fn survivor_finishes_every_job_once(svc: Service, replica_flags: &[&str]) 
     }
     let twice: Vec<_> = count.iter().filter(|(_, c)| **c > 1).collect();
     assert!(twice.is_empty(), "submitted twice: {twice:?}");
-    for id in &ids {
+    // A job cancelled before Slurm had it (a create cut off by the SIGKILL, finished by the survivor
+    // after the cancel) never reaches sacct; every other job does.
+    let was_cancelled = |id: &String| cancelled.iter().any(|(c, _)| c == id) || maybe_cancelled.contains(id);
+    for id in ids.iter().filter(|id| !was_cancelled(id)) {
         assert!(count.contains_key(format!("tao-job-{id}").as_str()), "job {id}'s first attempt is in sacct");
     }
 }
