@@ -333,6 +333,16 @@ impl OpenSsh {
         if let Some(sock) = &self.auth_sock {
             cmd.env("SSH_AUTH_SOCK", sock);
         }
+        // The master must outlive the terminal: closing it right after `login` hangs up its
+        // foreground group, which the master is still in until ssh's -f has detached it. ssh keeps an
+        // inherited SIGHUP ignored (as rsh does), so it never quits on that hangup.
+        // SAFETY: signal(2) is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                libc::signal(libc::SIGHUP, libc::SIG_IGN);
+                Ok(())
+            });
+        }
         self.counters.login();
         let status = cmd.status().map_err(|e| RemoteError::Spawn { program: "ssh".into(), message: e.to_string() })?;
         let _ = File::unlock(&lock);

@@ -74,6 +74,21 @@ fn login_through_a_pty(env: &Env, password: &str) -> (i32, String) {
     (status.code().unwrap_or(-1), text)
 }
 
+/// The pids of the SSH masters whose control sockets are in `control_dir` (by their command line,
+/// or the title `ssh: <socket> [mux]` some builds give a master).
+fn master_pids(control_dir: &std::path::Path) -> Vec<i32> {
+    let dir = control_dir.display().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            (cmdline.contains("[mux]") || cmdline.contains("ControlMaster=yes")) && cmdline.contains(&dir)
+        })
+        .collect()
+}
+
 #[test]
 fn login_answers_the_password_once_and_every_later_command_reuses_it() {
     let password = std::fs::read_to_string(format!("{SANDBOX}/login-password")).expect("up.sh writes the password");
@@ -104,6 +119,18 @@ fn login_answers_the_password_once_and_every_later_command_reuses_it() {
     let (code, text) = login_through_a_pty(&env, password.trim());
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("logged in") && !text.contains(password.trim()), "{text}");
+
+    // The master outlives the terminal it was opened in: it ignores the hangup of closing it (a
+    // race CI met once, the master quitting on the PTY's close before ssh -f had detached it).
+    let masters = master_pids(&env.dir.path().join("cm"));
+    let ps = Command::new("ps").args(["-eo", "pid,sid,args"]).output().unwrap();
+    assert_eq!(masters.len(), 1, "one master: {masters:?}\n{}", String::from_utf8_lossy(&ps.stdout));
+    let status = std::fs::read_to_string(format!("/proc/{}/status", masters[0])).unwrap();
+    let ignored =
+        status.lines().find_map(|l| l.strip_prefix("SigIgn:")).map(|m| u64::from_str_radix(m.trim(), 16).unwrap());
+    assert_eq!(ignored.map(|m| m & 1), Some(1), "the master ignores SIGHUP: {status}");
+    // SAFETY: a signal to a process of this test's.
+    assert_eq!(unsafe { libc::kill(masters[0], libc::SIGHUP) }, 0);
 
     let (job, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--shell", "--", "echo over-the-login"]);
     let v = env.wait_terminal(&job, Duration::from_secs(120));
