@@ -157,7 +157,7 @@ impl Engine {
     /// One poll of the client's wait: refresh the jobs (one round trip) and say what changed after
     /// `cursor` (an event id; None: from now) and how long to sleep before the next poll (a fixed
     /// `interval_secs`, floored by the query budget, or the monitor's pace). Returns the tick (JSON:
-    /// views, changes, cursor, all_terminal, pause).
+    /// views, changes, cursor, all_terminal, paused, all_settled, pause).
     #[pyo3(signature = (ids, interval_secs=None, cursor=None))]
     fn wait_step(
         &self,

@@ -534,8 +534,8 @@ class SlurmSDK(StorageCalls):
         return [self._status_from_view(v) for v in views]
 
     def wait(self, job_id: str, timeout: Optional[float] = None) -> JobStatus:
-        """Block until the job is terminal and return its final status; a job with hooks returns
-        after its hooks have run. Never gives up because time passed, unless ``timeout`` (seconds)
+        """Block until the job is terminal, or paused by ``pause_job`` (it goes on only after
+        ``resume_job``), and return its status; a job with hooks returns after its hooks have run. Never gives up because time passed, unless ``timeout`` (seconds)
         is given: then ``TimeoutError``.
 
         Raises:
@@ -547,6 +547,8 @@ class SlurmSDK(StorageCalls):
             tick = json.loads(self._engine.wait_step([job_id], self._wait_interval()))
             view = tick["views"][0]
             self._update_job(view)
+            if tick["all_settled"] and not tick["all_terminal"]:
+                return self._status_from_view(view)  # paused by pause_job: only a resume goes on
             if tick["all_terminal"]:
                 with self._lock:
                     watch = self._watched.get(view["job_id"])

@@ -20,7 +20,7 @@ pub struct WatchCmd {
 }
 
 impl WatchCmd {
-    /// Refresh until every watched job is terminal. Never gives up because time passed; Ctrl-C only
+    /// Refresh until every watched job is terminal or paused by tao-slurm. Never gives up because time passed; Ctrl-C only
     /// detaches (the jobs keep running).
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
         if !(self.interval.is_finite() && self.interval >= 0.2) {
@@ -63,6 +63,9 @@ impl WatchCmd {
             }
             false
         })?;
+        for id in &end.paused {
+            eprintln!("{id} is paused: it goes on after `tao-slurm resume {id}`");
+        }
         let all_complete = end.views.iter().all(|v| v.status == PlatformStatus::Complete);
         Ok(if all_complete { 0 } else { exit_code::JOB_FAILED })
     }

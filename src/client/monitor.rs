@@ -32,7 +32,7 @@ pub struct MonitorStep {
     pub jobs: Vec<JobSummary>,
     /// The jobs whose status, attempt or message changed since the last step (all of them at the first).
     pub changed: Vec<JobSummary>,
-    /// How many are still active.
+    /// How many are still active: neither ended nor paused by tao-slurm.
     pub active: usize,
     /// When to refresh next: soon after a change, rarely for long runs, never above the query budget.
     pub interval: Duration,
@@ -65,7 +65,12 @@ impl Monitor {
                 self.last_change = now;
             }
         }
-        let active: Vec<&JobSummary> = jobs.iter().filter(|j| !j.status.is_terminal()).collect();
+        // A job tao-slurm paused waits for a person's resume: nothing to follow (an idle monitor may end).
+        let paused: Vec<&str> =
+            jobs.iter().filter(|j| j.status == PlatformStatus::Paused).map(|j| j.job_id.as_str()).collect();
+        let paused = if paused.is_empty() { Default::default() } else { client.store.paused_by_us(&paused)? };
+        let active: Vec<&JobSummary> =
+            jobs.iter().filter(|j| !j.status.is_terminal() && !paused.contains(&j.job_id)).collect();
         self.seen.retain(|id, _| active.iter().any(|j| &j.job_id == id));
         let youngest = active.iter().map(|j| now - j.created_at).min().unwrap_or(i64::MAX).min(now - self.last_change);
         let pace = Pace {

@@ -271,3 +271,42 @@ fn concurrent_resumes_of_paused_jobs_each_answer_the_job_and_submit_it_once() {
     });
     assert_eq!(remote.sent_of(Kind::Submit).len(), 2 * jobs.len(), "one more submission per job");
 }
+
+#[test]
+fn a_job_paused_by_us_ends_a_wait_and_leaves_the_monitor_idle() {
+    // A paused job changes only when someone resumes it: a wait on it ends rather than wait for
+    // ever, and the monitor does not count it as a job to follow (its --idle-exit may end).
+    let dir = tempfile::tempdir().unwrap();
+    let listed: Arc<Mutex<Vec<String>>> = Arc::default();
+    let next_id = Arc::new(AtomicU32::new(6000));
+    let remote = FakeRemote::responding({
+        let (listed, next_id) = (listed.clone(), next_id.clone());
+        move |script| match Kind::of(script) {
+            Kind::Facts => facts(),
+            Kind::Submit => ok(&format!("{SECTION}slurm_job_id {}\n", next_id.fetch_add(1, Ordering::SeqCst))),
+            Kind::Cancel => ok(&format!("{SECTION}scancel\n{SECTION}rc scancel 0\n")),
+            Kind::Refresh => refresh(&listed.lock().unwrap(), &[]),
+            Kind::ReleaseAdopted => ok(""),
+            other => panic!("unexpected {other:?} script:\n{script}"),
+        }
+    });
+    let client = client_over(&remote, &dir);
+    let paused = client.create_job(&spec(), &Default::default()).unwrap().job_id;
+    assert_eq!(client.pause_job(&paused, false).unwrap().status, PlatformStatus::Paused);
+    let running = client.create_job(&spec(), &Default::default()).unwrap();
+    let slurm_id = running.slurm_job_id.clone();
+    listed.lock().unwrap().push(squeue_line(&slurm_id, "RUNNING", "None", &running.job_id));
+    let every = Some(std::time::Duration::from_millis(200));
+
+    let alone = client.wait_step(&client.wait_start(std::slice::from_ref(&paused), None, every).unwrap()).unwrap();
+    assert_eq!((alone.all_terminal, alone.all_settled, alone.paused.clone()), (false, true, vec![paused.clone()]));
+    let both = [paused.clone(), running.job_id.clone()];
+    let tick = client.wait_step(&client.wait_start(&both, None, every).unwrap()).unwrap();
+    assert!(!tick.all_settled, "a running job keeps the wait going: {:?}", tick.views);
+
+    let mut monitor = super::Monitor::new(client.settings());
+    assert_eq!(monitor.step(&client).unwrap().active, 1, "the running job only");
+    listed.lock().unwrap().clear();
+    client.cancel_job(&running.job_id).unwrap();
+    assert_eq!(monitor.step(&client).unwrap().active, 0, "nothing to follow while the other is paused");
+}

@@ -129,6 +129,11 @@ pub struct WaitTick {
     /// Past every event read of these jobs: where the next wait starts to hear only later changes.
     pub cursor: i64,
     pub all_terminal: bool,
+    /// The jobs tao-slurm paused (`pause`): they stay Paused until someone resumes them.
+    pub paused: Vec<String>,
+    /// Every job is terminal or paused by tao-slurm: nothing changes any more without a person, so a
+    /// wait ends here rather than wait for ever.
+    pub all_settled: bool,
     /// How long to sleep before the next poll.
     #[serde(serialize_with = "secs")]
     pub pause: Duration,
@@ -171,8 +176,16 @@ impl Client {
             Some(i) => i.max(budget_floor(budget)),
             None => next_interval(pace(&views, super::now_secs()), budget),
         };
+        let paused_here: Vec<&str> =
+            views.iter().filter(|v| v.status == PlatformStatus::Paused).map(|v| v.job_id.as_str()).collect();
+        let paused_by_us =
+            if paused_here.is_empty() { Default::default() } else { self.store.paused_by_us(&paused_here)? };
+        let paused: Vec<String> =
+            views.iter().filter(|v| paused_by_us.contains(&v.job_id)).map(|v| v.job_id.clone()).collect();
         Ok(WaitTick {
             all_terminal: views.iter().all(|v| v.status.is_terminal()),
+            all_settled: views.iter().all(|v| v.status.is_terminal() || paused_by_us.contains(&v.job_id)),
+            paused,
             changes: changes_after(&wait.seen, &found),
             cursor: found.last().map(|e| e.id).unwrap_or(wait.start_cursor),
             views,
@@ -180,19 +193,20 @@ impl Client {
         })
     }
 
-    /// Poll until every job is terminal or `on_tick` says to stop (returns true), sleeping the
-    /// pause between polls. Never gives up because time passed. Returns the last poll.
+    /// Poll until every job is terminal or paused by tao-slurm (`all_settled`), or `on_tick` says to
+    /// stop (returns true), sleeping the pause between polls. Never gives up because time passed.
+    /// Returns the last poll.
     pub fn wait_for(&self, wait: &Wait, on_tick: &mut dyn FnMut(&WaitTick) -> bool) -> Result<WaitTick> {
         loop {
             let tick = self.wait_step(wait)?;
-            if on_tick(&tick) || tick.all_terminal {
+            if on_tick(&tick) || tick.all_settled {
                 return Ok(tick);
             }
             std::thread::sleep(tick.pause);
         }
     }
 
-    /// Follow one job until it is terminal, calling `callbacks` on each transition, polling every
+    /// Follow one job until it is terminal or paused by tao-slurm, calling `callbacks` on each transition, polling every
     /// `interval`. Returns the final view.
     pub fn wait_for_job(&self, id: &str, interval: Duration, callbacks: &mut dyn JobCallbacks) -> Result<JobView> {
         let wait = self.wait_start(&[id.to_string()], None, Some(interval))?;

@@ -76,7 +76,7 @@ pub async fn wait(
         let tick = blocking(clients, move |c| c.wait_step(&step).map_err(|e| ToolError::engine(e, "job_ids"))).await?;
         let jobs = briefs(&tick.views);
         let now = Instant::now();
-        if !tick.changes.is_empty() || tick.all_terminal || now >= deadline {
+        if !tick.changes.is_empty() || tick.all_settled || now >= deadline {
             return Ok(answer(tick, jobs, started));
         }
         if let Some(p) = &progress {
@@ -101,11 +101,14 @@ fn answer(tick: WaitTick, jobs: Vec<JobBrief>, started: Instant) -> Reply<WaitOu
     let waited_secs = (started.elapsed().as_secs_f64() * 10.0).round() / 10.0;
     let summary = match tick.changes.last() {
         Some(c) => format!("{} changed {} -> {} ({}); {}", c.job_id, c.from, c.to, c.detail, jobs_summary(&jobs)),
-        None if tick.all_terminal => format!("nothing to wait for: {}", jobs_summary(&jobs)),
+        None if tick.all_settled && !tick.paused.is_empty() => {
+            format!("nothing to wait for: {} paused, until resumed; {}", tick.paused.join(", "), jobs_summary(&jobs))
+        }
+        None if tick.all_settled => format!("nothing to wait for: {}", jobs_summary(&jobs)),
         None => format!("no change in {waited_secs:.0} s: {}", jobs_summary(&jobs)),
     };
     let next = for_jobs(&jobs, Some(tick.cursor));
-    let timed_out = !changed && !tick.all_terminal;
+    let timed_out = !changed && !tick.all_settled;
     Reply::new(
         summary,
         next,

@@ -63,6 +63,9 @@ async def test_a_graceful_pause_and_a_resume_go_on_from_the_checkpoint(server_en
         assert done and done[-1] < 6, done
         hint = (await s.ok("status", {"job_ids": [job_id]}))["next"]
         assert "resume" in hint and "call wait" not in hint, hint
+        # A wait on it ends at once: nothing changes until it is resumed.
+        waited = await s.ok("wait", {"job_ids": [job_id], "timeout_secs": 60})
+        assert not waited["timed_out"] and f"{job_id} paused" in waited["summary"], waited
         resumed = await s.ok("resume", {"job_id": job_id})
         assert resumed["job"]["status"] in ("Resuming", "Running", "Complete"), resumed
         assert (await s.ok("resume", {"job_id": job_id}))["job"]["attempt"] == 2, "idempotent"

@@ -110,6 +110,11 @@ fn a_pause_of_a_job_not_running_yet_cancels_it_and_a_resume_with_new_specs_runs_
     assert_eq!(v[0]["status"], "Paused", "not running: cancelled at once, graceful or not: {v}");
     let state = env.ssh(&format!("squeue -h -j {first} -o %T 2>/dev/null; sacct -X -n -P -j {first} -o State"));
     assert!(state.contains("CANCELLED"), "{state}");
+    // Watching a paused job ends (it goes on only when resumed), not a success, saying how to go on.
+    let watched = env.run_with_deadline(&["watch", &job], Duration::from_secs(60));
+    let said = String::from_utf8_lossy(&watched.stderr);
+    assert_eq!(watched.status.code(), Some(1), "{said}");
+    assert!(said.contains(&format!("{job} is paused: it goes on after `tao-slurm resume {job}`")), "{said}");
     let new_specs = env.dir.path().join("specs.json");
     std::fs::write(&new_specs, serde_json::json!({"train": {"num_epochs": 5}}).to_string()).unwrap();
     let v = env.json(&["resume", &job, "--spec", new_specs.to_str().unwrap(), "--json"]);
