@@ -1,7 +1,8 @@
 //! Webhook notifications on the sandbox (issue 26): a local HTTP receiver in the test hears a job that
 //! fails once (an infrastructure failure, retried) and then completes: started, retried, started,
 //! finished, in order, each once, even though the receiver refused the first delivery (retried with
-//! backoff) and the monitor is killed and started again. The webhook's token never reaches the log.
+//! backoff) and the monitor is killed and started again. The webhook's token never reaches the log. A
+//! pause and a resume are heard too, and the resumed attempt's start is a message of its own.
 
 use crate::common::wait::wait_for;
 use crate::common::Env;
@@ -178,4 +179,44 @@ fn a_job_that_fails_once_and_completes_is_heard_in_order_each_message_once() {
         );
     }
     assert!(!second_log.lock().unwrap().contains("SECRET"));
+}
+
+/// Waits until the job's messages number `n`; returns them.
+fn job_messages(receiver: &Receiver, job: &str, n: usize, what: &str) -> Vec<Value> {
+    wait_for(what, Duration::from_secs(180), Duration::from_millis(300), || {
+        let m = receiver.messages();
+        let ours: Vec<Value> = of_job(&m, job).into_iter().cloned().collect();
+        if ours.len() >= n {
+            Ok(ours)
+        } else {
+            Err(format!("{}: {ours:?}", ours.len()))
+        }
+    })
+}
+
+fn kinds(messages: &[Value]) -> Vec<(String, u64)> {
+    messages.iter().map(|m| (m["event"].as_str().unwrap().to_string(), m["attempt"].as_u64().unwrap())).collect()
+}
+
+#[test]
+fn a_pause_and_a_resume_are_heard_and_the_resumed_attempt_starts_anew() {
+    let env = Env::isolated();
+    let receiver = Receiver::start();
+    let hook = format!("json:http://127.0.0.1:{}/hooks", receiver.port);
+    let (mut monitor, _) = monitor(&env);
+    let (job, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--notify", &hook, "--", "sleep", "600"]);
+    job_messages(&receiver, &job, 1, "the job's start");
+    assert_eq!(env.json(&["pause", &job, "--json"])[0]["status"], "Paused");
+    assert!(["Resuming", "Running"].contains(&env.json(&["resume", &job, "--json"])[0]["status"].as_str().unwrap()));
+    let heard = job_messages(&receiver, &job, 4, "the resumed attempt's start");
+    env.ok(&["cancel", &job]);
+    let all = job_messages(&receiver, &job, 5, "the cancel");
+    monitor.kill().unwrap();
+    monitor.wait().unwrap();
+    let want: Vec<(String, u64)> = [("started", 1), ("paused", 1), ("resumed", 1), ("started", 2), ("canceled", 2)]
+        .map(|(k, a)| (k.to_string(), a))
+        .into();
+    assert_eq!(kinds(&all), want, "{all:?}");
+    assert_eq!(&all[..4], &heard[..4]);
+    assert!(all[1]["text"].as_str().unwrap().contains("was paused"), "{}", all[1]);
 }

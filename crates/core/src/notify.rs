@@ -9,8 +9,8 @@ use serde::Serialize;
 
 pub use crate::webhook::{parse_webhooks, redact_url, Format, Webhook};
 
-/// A state change a webhook hears of. Other work (pause, resume, preemption: issue 23) hooks in by
-/// recording an event whose kind [`NoticeKind::of_event`] maps: `preempted` is one already.
+/// A state change a webhook hears of: from the job's recorded events, as [`NoticeKind::of_event`]
+/// maps them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NoticeKind {
@@ -21,6 +21,10 @@ pub enum NoticeKind {
     Retried,
     Preempted,
     StuckPending,
+    /// Paused: by `pause` (its allocation released) or suspended by Slurm.
+    Paused,
+    /// A paused job's new attempt asked for (`resume`).
+    Resumed,
 }
 
 impl NoticeKind {
@@ -33,11 +37,14 @@ impl NoticeKind {
             NoticeKind::Retried => "retried",
             NoticeKind::Preempted => "preempted",
             NoticeKind::StuckPending => "stuck_pending",
+            NoticeKind::Paused => "paused",
+            NoticeKind::Resumed => "resumed",
         }
     }
 
-    /// The notice an event is, if any: a status event by the status it reached, a scheduled retry,
-    /// a preemption. A resubmission (the retry's new Slurm job) is no second `retried`.
+    /// The notice an event is, if any: a status event by the status it reached, a scheduled retry
+    /// or a `retry` asked for, a preemption, a resume. A resubmission (the retry's new Slurm job) is
+    /// no second `retried`.
     pub fn of_event(kind: &str, detail: &str) -> Option<NoticeKind> {
         match kind {
             "status" => match status_of_detail(detail)? {
@@ -45,15 +52,26 @@ impl NoticeKind {
                 PlatformStatus::Complete => Some(NoticeKind::Finished),
                 PlatformStatus::Error => Some(NoticeKind::Failed),
                 PlatformStatus::Canceled => Some(NoticeKind::Canceled),
-                PlatformStatus::Pending
-                | PlatformStatus::Paused
-                | PlatformStatus::Pausing
-                | PlatformStatus::Resuming => None,
+                PlatformStatus::Paused => Some(NoticeKind::Paused),
+                PlatformStatus::Pending | PlatformStatus::Pausing | PlatformStatus::Resuming => None,
             },
             "retry" if !is_resubmission(detail) => Some(NoticeKind::Retried),
+            "retried" => Some(NoticeKind::Retried),
             "preempted" => Some(NoticeKind::Preempted),
+            "resumed" => Some(NoticeKind::Resumed),
             _ => None,
         }
+    }
+}
+
+/// Whether an event begins the job's next attempt: a scheduled retry, a preemption's resubmission,
+/// Slurm's restart of the same job (a timeout requeue), a resume, a `retry` (the store records
+/// each of these with the new attempt).
+fn begins_attempt(kind: &str, detail: &str) -> bool {
+    match kind {
+        "retry" => !is_resubmission(detail),
+        "preempted" | "restarted" | "resumed" | "retried" => true,
+        _ => false,
     }
 }
 
@@ -100,25 +118,24 @@ pub struct Notice {
 
 /// The notice of a recorded event about `attempt` of `job` (see [`attempt_of_event`]), with that
 /// attempt's failure class. Keyed by job, attempt and kind (a status event of a new Slurm state while
-/// a job keeps running is not a second `started`); a preemption by its event.
+/// a job keeps running is not a second `started`); a preemption, a pause and a resume by their event.
 pub fn notice_of(event: &EventRecord, job: &JobSummary, attempt: u32, failure_class: Option<&str>) -> Option<Notice> {
     let kind = NoticeKind::of_event(&event.kind, &event.detail)?;
     let key = match kind {
-        NoticeKind::Preempted => format!("{}:event:{}", job.job_id, event.id),
+        NoticeKind::Preempted | NoticeKind::Paused | NoticeKind::Resumed => {
+            format!("{}:event:{}", job.job_id, event.id)
+        }
         _ => format!("{}:{attempt}:{}", job.job_id, kind.as_str()),
     };
     let class = if kind == NoticeKind::Failed { failure_class.map(str::to_string) } else { None };
     Some(notice(key, kind, job, attempt, class, event.detail.clone(), event.at))
 }
 
-/// The attempt an event of a job is about: 1 + the retries scheduled before it (`history`: the job's
-/// events). A retry's own event is about the attempt that failed.
+/// The attempt an event of a job is about: 1 + the attempts begun before it (`history`: the job's
+/// events). The event that begins one (a retry's, a resume's) is about the attempt before it.
 pub fn attempt_of_event(history: &[EventRecord], event_id: i64) -> u32 {
-    let retries = history
-        .iter()
-        .filter(|e| e.id < event_id && NoticeKind::of_event(&e.kind, &e.detail) == Some(NoticeKind::Retried))
-        .count();
-    1 + retries as u32
+    let begun = history.iter().filter(|e| e.id < event_id && begins_attempt(&e.kind, &e.detail)).count();
+    1 + begun as u32
 }
 
 /// The notice of a job pending longer than `limit_secs` since its current attempt reached Slurm,
@@ -161,6 +178,8 @@ fn words(kind: NoticeKind) -> &'static str {
         NoticeKind::Retried => "is retried",
         NoticeKind::Preempted => "was preempted",
         NoticeKind::StuckPending => "is stuck pending",
+        NoticeKind::Paused => "was paused",
+        NoticeKind::Resumed => "is resumed",
     }
 }
 
@@ -237,6 +256,12 @@ mod tests {
             ("status", status_detail(PlatformStatus::Error, Some("FAILED"), "exit 3"), Some(NoticeKind::Failed)),
             ("status", status_detail(PlatformStatus::Canceled, None, "by user"), Some(NoticeKind::Canceled)),
             ("status", status_detail(PlatformStatus::Pending, Some("PENDING"), "Resources"), None),
+            ("status", status_detail(PlatformStatus::Paused, None, "paused by tao-slurm"), Some(NoticeKind::Paused)),
+            ("status", status_detail(PlatformStatus::Pausing, Some("RUNNING"), "saving"), None),
+            ("status", status_detail(PlatformStatus::Resuming, None, "resumed"), None),
+            ("resumed", "resumed from /r/epoch-3.pth".to_string(), Some(NoticeKind::Resumed)),
+            ("retried", "retried from /r/epoch-3.pth".to_string(), Some(NoticeKind::Retried)),
+            ("restarted", "attempt 2 (timeout)".to_string(), None),
             ("retry", "infra failure: node lost; retry 1 in 30 s".to_string(), Some(NoticeKind::Retried)),
             (
                 "retry",
@@ -286,6 +311,37 @@ mod tests {
         ];
         let attempts: Vec<u32> = history.iter().map(|e| attempt_of_event(&history, e.id)).collect();
         assert_eq!(attempts, [1, 1, 2, 2], "a retry's own event is about the attempt that failed");
+        // Every way to a new attempt counts, so each attempt's start is heard of once of its own.
+        let history = [
+            event(1, "status", &status_detail(PlatformStatus::Running, None, "")),
+            event(2, "status", &status_detail(PlatformStatus::Paused, None, "paused")),
+            event(3, "resumed", "from epoch-2.pth"),
+            event(4, "status", &status_detail(PlatformStatus::Running, None, "")),
+            event(5, "restarted", "attempt 3 (timeout)"),
+            event(6, "preempted", "on node2"),
+            event(7, "status", &status_detail(PlatformStatus::Error, None, "exit 1")),
+            event(8, "retried", "from epoch-5.pth"),
+            event(9, "status", &status_detail(PlatformStatus::Running, None, "")),
+        ];
+        let attempts: Vec<u32> = history.iter().map(|e| attempt_of_event(&history, e.id)).collect();
+        assert_eq!(attempts, [1, 1, 1, 2, 2, 3, 4, 4, 5]);
+        let keys: Vec<String> = history
+            .iter()
+            .filter_map(|e| notice_of(e, &j, attempt_of_event(&history, e.id), None).map(|n| n.key))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "abcdef1234:1:started",
+                "abcdef1234:event:2",
+                "abcdef1234:event:3",
+                "abcdef1234:2:started",
+                "abcdef1234:event:6",
+                "abcdef1234:4:failed",
+                "abcdef1234:4:retried",
+                "abcdef1234:5:started"
+            ]
+        );
     }
 
     #[test]
