@@ -17,6 +17,7 @@ mod kpis;
 mod leases;
 mod notify;
 mod pause;
+mod pg_tls;
 mod postgres_schema;
 mod reopen;
 mod rows;
@@ -109,24 +110,20 @@ impl Store {
     /// `TAO_SLURM_DATABASE_SCHEMA`, shared by every cluster profile as the state file is), else the
     /// state file.
     pub fn open_for(settings: &crate::config::Settings) -> Result<Store, StoreError> {
-        match &settings.database_url {
-            Some(url) => Store::open_postgres_with(
-                url.expose(),
-                settings.database_password.as_ref().map(|p| p.expose()),
-                &settings.database_schema,
-            ),
+        match postgres_schema::Target::of(settings) {
+            Some(target) => Store::open_postgres_with(target, &settings.database_schema),
             None => Store::open(&settings.state_path),
         }
     }
 
     /// The store in PostgreSQL's schema `schema` (made and migrated if new) of the database at `url`.
     pub fn open_postgres(url: &str, schema: &str) -> Result<Store, StoreError> {
-        Store::open_postgres_with(url, None, schema)
+        Store::open_postgres_with(postgres_schema::Target { url, password: None, ca_file: None }, schema)
     }
 
-    fn open_postgres_with(url: &str, password: Option<&str>, schema: &str) -> Result<Store, StoreError> {
-        let path = format!("{} (schema {schema})", sql::redact_url(url));
-        let conn = postgres_schema::open(url, password, schema, schema::MIGRATIONS)
+    fn open_postgres_with(target: postgres_schema::Target<'_>, schema: &str) -> Result<Store, StoreError> {
+        let path = format!("{} (schema {schema})", sql::redact_url(target.url));
+        let conn = postgres_schema::open(target, schema, schema::MIGRATIONS)
             .map_err(|source| StoreError::Sqlite { path: path.clone(), source })?;
         Ok(Store { conn, path, cluster: None })
     }

@@ -9,21 +9,42 @@ use std::cell::RefCell;
 /// The table counting the migrations applied.
 const VERSION_TABLE: &str = "tao_schema_version";
 
-/// Connect to `url` and open the schema `schema` (made and migrated by `migrations` if needed).
-/// `schema` must be a name [`schema_name`] made: it is quoted all the same.
-pub(super) fn open(url: &str, password: Option<&str>, schema: &str, migrations: &[&str]) -> Result<Conn, Error> {
-    super::sql::off_runtime(|| open_here(url, password, schema, migrations))
+/// Where a store's database is and how to reach it.
+#[derive(Clone, Copy)]
+pub struct Target<'a> {
+    pub url: &'a str,
+    /// When the URL has none (`TAO_SLURM_DATABASE_PASSWORD`).
+    pub password: Option<&'a str>,
+    /// The CA of a server reached with `sslmode=require` (`TAO_SLURM_DATABASE_CA_FILE`).
+    pub ca_file: Option<&'a std::path::Path>,
 }
 
-fn open_here(url: &str, password: Option<&str>, schema: &str, migrations: &[&str]) -> Result<Conn, Error> {
-    let mut config: postgres::Config = url.parse()?;
-    if let Some(p) = password {
+impl<'a> Target<'a> {
+    pub fn of(settings: &'a crate::config::Settings) -> Option<Target<'a>> {
+        Some(Target {
+            url: settings.database_url.as_ref()?.expose(),
+            password: settings.database_password.as_ref().map(|p| p.expose()),
+            ca_file: settings.database_ca_file.as_deref(),
+        })
+    }
+}
+
+/// Connect to `target` and open the schema `schema` (made and migrated by `migrations` if needed).
+/// `schema` must be a name [`schema_name`] made: it is quoted all the same.
+pub(super) fn open(target: Target<'_>, schema: &str, migrations: &[&str]) -> Result<Conn, Error> {
+    super::sql::off_runtime(|| open_here(target, schema, migrations))
+}
+
+fn open_here(target: Target<'_>, schema: &str, migrations: &[&str]) -> Result<Conn, Error> {
+    let mut config: postgres::Config = target.url.parse()?;
+    if let Some(p) = target.password {
         config.password(p);
     }
-    let client = config.connect(postgres::NoTls)?;
+    let way = super::pg_tls::Way::for_config(&config, target.ca_file)?;
+    let client = way.connect(&config)?;
     let quoted = quote_ident(schema);
     let search_path = format!("SET search_path TO {quoted}");
-    let mut pg = Pg::new(client, config, schema, search_path.clone());
+    let mut pg = Pg::new(client, config, way, schema, search_path.clone());
     pg.client().batch_execute(&search_path)?;
     pg.begin()?;
     let migrated = migrate(&mut pg, &quoted, migrations);

@@ -199,14 +199,15 @@ impl ServiceDb {
     /// The service database the settings name: PostgreSQL's schema `<TAO_SLURM_DATABASE_SCHEMA>_service`
     /// (`tao_state_service`) when `TAO_SLURM_DATABASE_URL` is set, else `<state>.service.db`.
     pub fn open_for(settings: &crate::config::Settings) -> Result<ServiceDb, String> {
-        let Some(url) = &settings.database_url else { return ServiceDb::open(&path_for(&settings.state_path)) };
-        let password = settings.database_password.as_ref().map(|p| p.expose());
-        ServiceDb::open_postgres(url.expose(), password, &format!("{}_service", settings.database_schema))
+        let Some(target) = super::postgres_schema::Target::of(settings) else {
+            return ServiceDb::open(&path_for(&settings.state_path));
+        };
+        ServiceDb::open_postgres(target, &format!("{}_service", settings.database_schema))
     }
 
-    /// The service database in PostgreSQL's schema `schema` of the database at `url`.
-    pub(super) fn open_postgres(url: &str, password: Option<&str>, schema: &str) -> Result<ServiceDb, String> {
-        let shown = PathBuf::from(format!("{} (schema {schema})", super::sql::redact_url(url)));
+    /// The service database in PostgreSQL's schema `schema` of the database `target`.
+    pub(super) fn open_postgres(target: super::postgres_schema::Target<'_>, schema: &str) -> Result<ServiceDb, String> {
+        let shown = PathBuf::from(format!("{} (schema {schema})", super::sql::redact_url(target.url)));
         // The same numbered list as SQLite's file reaches by its checks: the tables, the two columns
         // added later, the append-only rule.
         let migrations = [
@@ -215,7 +216,7 @@ impl ServiceDb {
             "ALTER TABLE api_jobs ADD COLUMN tao TEXT;",
             AUDIT_APPEND_ONLY_PG,
         ];
-        let conn = super::postgres_schema::open(url, password, schema, &migrations).map_err(|e| sql_err(&shown, e))?;
+        let conn = super::postgres_schema::open(target, schema, &migrations).map_err(|e| sql_err(&shown, e))?;
         Ok(ServiceDb { conn: Mutex::new(conn), path: shown })
     }
 

@@ -41,6 +41,8 @@ pub enum Error {
         index: usize,
         message: String,
     },
+    /// TLS to PostgreSQL cannot be set up (its CA file, the system's roots).
+    Tls(String),
 }
 
 impl std::fmt::Display for Error {
@@ -50,10 +52,15 @@ impl std::fmt::Display for Error {
             // A server's error as it reports it (never the connection string: the driver has none).
             Error::Postgres(e) => match e.as_db_error() {
                 Some(db) => write!(f, "{}: {} ({})", db.severity(), db.message(), db.code().code()),
-                None => write!(f, "{e}"),
+                // With its cause ("error performing TLS handshake" says nothing of the certificate).
+                None => match std::error::Error::source(e) {
+                    Some(cause) => write!(f, "{e}: {cause}"),
+                    None => write!(f, "{e}"),
+                },
             },
             Error::NoRows => write!(f, "no row"),
             Error::Column { index, message } => write!(f, "column {index}: {message}"),
+            Error::Tls(message) => write!(f, "TLS to the database: {message}"),
         }
     }
 }
@@ -331,6 +338,8 @@ pub struct Pg {
     client: postgres::Client,
     /// How to connect again (a restarted or unreachable server closes the connection for good).
     config: postgres::Config,
+    /// Plain or TLS, as the URL's `sslmode` says.
+    way: super::pg_tls::Way,
     /// `SET search_path TO <schema>`, run on each new connection.
     search_path: String,
     /// By the SQL as the store wrote it and the parameters' types (0: inferred by the server).
@@ -465,12 +474,19 @@ impl<'a> postgres::types::FromSql<'a> for PgCell {
 }
 
 impl Pg {
-    pub(super) fn new(client: postgres::Client, config: postgres::Config, schema: &str, search_path: String) -> Pg {
+    pub(super) fn new(
+        client: postgres::Client,
+        config: postgres::Config,
+        way: super::pg_tls::Way,
+        schema: &str,
+        search_path: String,
+    ) -> Pg {
         // The lock's key: a stable hash of the schema's name (FNV-1a), so every process agrees.
         let hash = schema.bytes().fold(0x811c9dc5u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x01000193));
         Pg {
             client,
             config,
+            way,
             search_path,
             statements: HashMap::new(),
             lock_key: hash as i32,
@@ -489,7 +505,11 @@ impl Pg {
         if self.in_transaction || !(self.lost || self.client.is_closed()) {
             return Ok(());
         }
-        let mut client = self.config.connect(postgres::NoTls).map_err(|e| self.note(e))?;
+        let mut client = match self.way.connect(&self.config) {
+            Ok(c) => c,
+            Err(Error::Postgres(e)) => return Err(self.note(e)),
+            Err(e) => return Err(e),
+        };
         client.batch_execute(&self.search_path).map_err(|e| self.note(e))?;
         self.client = client;
         self.statements.clear();

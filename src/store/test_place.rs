@@ -66,9 +66,11 @@ impl Place {
     pub fn service_db(&self) -> super::service_records::ServiceDb {
         match &*self.0 {
             Inner::Sqlite(dir) => super::service_records::ServiceDb::open(&dir.path().join("s.db")).unwrap(),
-            Inner::Postgres { url, schema } => {
-                super::service_records::ServiceDb::open_postgres(url, None, schema).unwrap()
-            }
+            Inner::Postgres { url, schema } => super::service_records::ServiceDb::open_postgres(
+                super::postgres_schema::Target { url, password: None, ca_file: None },
+                schema,
+            )
+            .unwrap(),
         }
     }
 

@@ -27,6 +27,7 @@ mod sandbox_status;
 mod sandbox_sweeps;
 mod service_api;
 mod service_dashboard;
+mod service_database_tls;
 mod service_hardening;
 mod service_kpis;
 mod service_ops;

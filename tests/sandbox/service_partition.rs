@@ -5,90 +5,14 @@
 //! ran through the outage ends Done, submitted once. The database is a private PostgreSQL server of
 //! the test's own (Debian's binaries), so stopping it touches no other test.
 
+use crate::common::private_postgres::PrivatePostgres;
 use crate::common::wait::wait_for_async;
 use crate::service_support::Service;
 use serde_json::{json, Value};
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// How long the database is down: the measure.
 const OUTAGE: Duration = Duration::from_secs(30);
-
-/// A PostgreSQL server in a temporary directory, on a free loopback port, trusting its one role
-/// (`tao`) from 127.0.0.1 only; stopped when dropped.
-struct PrivatePostgres {
-    dir: tempfile::TempDir,
-    bin: PathBuf,
-    port: u16,
-}
-
-impl PrivatePostgres {
-    fn start() -> PrivatePostgres {
-        let newest = std::fs::read_dir("/usr/lib/postgresql")
-            .expect("Debian's PostgreSQL (dev/sandbox/up.sh installs it)")
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-            .max()
-            .expect("a PostgreSQL version under /usr/lib/postgresql");
-        let bin = PathBuf::from(format!("/usr/lib/postgresql/{newest}/bin"));
-        let dir = tempfile::Builder::new().prefix("tao-slurm-pg-").tempdir_in("/tmp").unwrap();
-        // PostgreSQL runs as its own user, never root: the directory is theirs.
-        run(Command::new("chown").arg("postgres:postgres").arg(dir.path()));
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let pg = PrivatePostgres { dir, bin, port };
-        run(pg
-            .as_postgres("initdb")
-            .args(["-U", "tao", "--auth=trust", "-E", "UTF8", "--no-sync", "-D"])
-            .arg(pg.data()));
-        pg.up();
-        pg
-    }
-
-    fn data(&self) -> PathBuf {
-        self.dir.path().join("data")
-    }
-
-    fn as_postgres(&self, tool: &str) -> Command {
-        let mut c = Command::new("runuser");
-        c.args(["-u", "postgres", "--"]).arg(self.bin.join(tool));
-        c
-    }
-
-    fn up(&self) {
-        let options = format!("-p {} -k {} -c listen_addresses=127.0.0.1", self.port, self.dir.path().display());
-        run(self
-            .as_postgres("pg_ctl")
-            .args(["-w", "-t", "60", "-o", &options, "-l"])
-            .arg(self.dir.path().join("log"))
-            .arg("-D")
-            .arg(self.data())
-            .arg("start"));
-    }
-
-    fn down(&self) {
-        run(self.as_postgres("pg_ctl").args(["-w", "-m", "fast", "-D"]).arg(self.data()).arg("stop"));
-    }
-
-    fn url(&self) -> String {
-        format!("postgresql://tao@127.0.0.1:{}/postgres", self.port)
-    }
-}
-
-impl Drop for PrivatePostgres {
-    fn drop(&mut self) {
-        let _ = self.as_postgres("pg_ctl").args(["-m", "immediate", "-D"]).arg(self.data()).arg("stop").output();
-    }
-}
-
-fn run(c: &mut Command) {
-    let out = c.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{c:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// GET a URL with the service's token: (status, body).
 async fn get(svc: &Service, url: &str) -> (u16, Value) {

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod private_postgres;
 pub mod pty;
 pub mod sandbox;
 pub mod wait;

@@ -141,6 +141,9 @@ pub struct Settings {
     /// The schema of the state in that database (`TAO_SLURM_DATABASE_SCHEMA`, default `tao_state`):
     /// letters, digits and `_`, as a state file's path is one service's.
     pub database_schema: String,
+    /// The CA certificates (PEM) a database reached with `sslmode=require` must have a certificate
+    /// from (`TAO_SLURM_DATABASE_CA_FILE`; none: the system's roots).
+    pub database_ca_file: Option<PathBuf>,
     /// Minutes a submitted job may stay pending before its webhooks hear it is stuck (0: never).
     pub notify_pending_minutes: u32,
     /// Convert registry images to squashfs files in a cache on shared storage before submitting.
@@ -442,6 +445,7 @@ impl Settings {
             database_url: src.parse("TAO_SLURM_DATABASE_URL", |v| Ok(secret_text(v)), || None)?,
             database_password: src.parse("TAO_SLURM_DATABASE_PASSWORD", |v| Ok(secret_text(v)), || None)?,
             database_schema: src.parse("TAO_SLURM_DATABASE_SCHEMA", parse_schema, || "tao_state".to_string())?,
+            database_ca_file: src.get("TAO_SLURM_DATABASE_CA_FILE").map(PathBuf::from),
             notify_pending_minutes: src.count("TAO_SLURM_NOTIFY_PENDING_MINUTES", 0, 60)?,
             cpus_per_task: src.count("SLURM_CPUS_PER_TASK", 1, crate::layout::DEFAULT_CPUS_PER_TASK)?,
             max_cpus_per_task: src.count("SLURM_MAX_CPUS_PER_TASK", 1, crate::layout::DEFAULT_MAX_CPUS_PER_TASK)?,

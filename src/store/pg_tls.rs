@@ -1,0 +1,72 @@
+//! How a store reaches PostgreSQL: in plain text, or, when its URL says `sslmode=require`, over TLS
+//! (rustls) with the server's certificate checked against `TAO_SLURM_DATABASE_CA_FILE` or the
+//! system's roots, and its name against the URL's host. A certificate that does not check out is an
+//! error, never a connection (libpq's `require` would take it; `verify-full` is what this does).
+
+use super::sql::Error;
+use postgres::config::SslMode;
+use std::path::Path;
+
+/// The way to the server that a URL's `sslmode` asks for.
+#[derive(Clone)]
+pub enum Way {
+    Plain,
+    Tls(tokio_postgres_rustls::MakeRustlsConnect),
+}
+
+impl Way {
+    /// `require`: TLS, checked; `disable` and the default (`prefer`): plain, as before TLS was
+    /// supported (rust-postgres's `prefer` would fall back to plain text on a server without TLS,
+    /// which buys nothing against a hostile network).
+    pub fn for_config(config: &postgres::Config, ca_file: Option<&Path>) -> Result<Way, Error> {
+        match config.get_ssl_mode() {
+            SslMode::Require => Ok(Way::Tls(tokio_postgres_rustls::MakeRustlsConnect::new(client_config(ca_file)?))),
+            _ => Ok(Way::Plain),
+        }
+    }
+
+    pub fn connect(&self, config: &postgres::Config) -> Result<postgres::Client, Error> {
+        Ok(match self {
+            Way::Plain => config.connect(postgres::NoTls)?,
+            Way::Tls(tls) => config.connect(tls.clone())?,
+        })
+    }
+}
+
+/// rustls' settings: the CA file's certificates, or the system's roots.
+fn client_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, Error> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    match ca_file {
+        Some(path) => {
+            let shown = path.display();
+            let certs = rustls_pki_types::CertificateDer::pem_file_iter(path)
+                .map_err(|e| Error::Tls(format!("TAO_SLURM_DATABASE_CA_FILE {shown}: {e}")))?;
+            for cert in certs {
+                let cert = cert.map_err(|e| Error::Tls(format!("TAO_SLURM_DATABASE_CA_FILE {shown}: {e}")))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| Error::Tls(format!("TAO_SLURM_DATABASE_CA_FILE {shown}: a certificate: {e}")))?;
+            }
+            if roots.is_empty() {
+                return Err(Error::Tls(format!("TAO_SLURM_DATABASE_CA_FILE {shown} holds no PEM certificate")));
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            roots.add_parsable_certificates(found.certs);
+            if roots.is_empty() {
+                return Err(Error::Tls(
+                    "sslmode=require, and the system has no CA certificates: set TAO_SLURM_DATABASE_CA_FILE to the database's CA"
+                        .into(),
+                ));
+            }
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Tls(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
