@@ -1,6 +1,7 @@
 //! The service on PostgreSQL (issue 25): `serve --database URL` (the password in the environment,
 //! never on the command line) keeps the jobs' state in the sandbox's PostgreSQL: a job created,
-//! listed and cancelled over HTTP is a row of its schema there, with its events.
+//! listed and cancelled over HTTP is a row of its schema there, with its events; and the command line
+//! on the same database shares jobs between two machines.
 
 use crate::service_support::Service;
 use serde_json::{json, Value};
@@ -71,4 +72,33 @@ fn rows_in_postgres(url: &str, schema: &str, id: &str) {
     let actions: Vec<String> = db.query(q.as_str(), &[&id]).unwrap().iter().map(|r| r.get(0)).collect();
     assert!(actions.iter().any(|a| a.contains("cancel")), "{actions:?}");
     db.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE; DROP SCHEMA \"{schema}_service\" CASCADE")).unwrap();
+}
+
+/// The command line on PostgreSQL: two machines (their own homes, SSH connections and state-file
+/// paths) with the same `TAO_SLURM_DATABASE_URL` share the jobs. One submits; the other follows the
+/// job to its end and reads its logs; neither writes a state file.
+#[test]
+fn the_command_line_on_postgres_shares_jobs_between_two_machines() {
+    let (bare, password) = split_password(&database_url());
+    let schema = format!("cli_{}", uuid::Uuid::new_v4().simple());
+    let machine = || {
+        let mut env = crate::common::Env::isolated();
+        env.vars.insert("TAO_SLURM_DATABASE_URL".into(), bare.clone());
+        env.vars.insert("TAO_SLURM_DATABASE_PASSWORD".into(), password.clone());
+        env.vars.insert("TAO_SLURM_DATABASE_SCHEMA".into(), schema.clone());
+        env
+    };
+    let (a, b) = (machine(), machine());
+    let (job, _) = a.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--shell", "--", "echo on-postgres-cli"]);
+    let listed = b.json(&["list", "--json"]);
+    assert!(listed.to_string().contains(&job), "the other machine lists it: {listed}");
+    let end = b.wait_terminal(&job, Duration::from_secs(120));
+    assert_eq!(end["status"], "Complete", "{end}");
+    let logs = b.json(&["logs", &job, "--json"]);
+    assert!(logs["stdout"].as_str().unwrap().contains("on-postgres-cli"), "{logs}");
+    assert_eq!(a.status(&job)["status"], "Complete", "the first machine sees the end the other saw");
+    for env in [&a, &b] {
+        let state = env.vars["TAO_SLURM_STATE"].clone();
+        assert!(!std::path::Path::new(&state).exists(), "no state file at {state}: the state is in PostgreSQL");
+    }
 }
