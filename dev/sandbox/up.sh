@@ -98,7 +98,7 @@ flock -w 120 9 || die "another up.sh holds $SD/.up.lock"
 
 # ---- 1. packages ---------------------------------------------------------------
 PKGS=(slurm-wlm slurmctld slurmd slurm-client slurmdbd libslurm-dev munge
-      mariadb-server mariadb-client openssh-server openssh-client gcc libc6-dev postgresql postgresql-client)
+      mariadb-server mariadb-client openssh-server openssh-client gcc libc6-dev postgresql postgresql-client openssl)
 installed=" $({ dpkg-query -W -f='${db:Status-Abbrev}${Package} ' "${PKGS[@]}" 2>/dev/null || true; } | tr -s ' ' | sed 's/ii \([^ ]*\)/+\1/g') "
 missing=()
 for p in "${PKGS[@]}"; do
