@@ -535,8 +535,9 @@ class SlurmSDK(StorageCalls):
 
     def wait(self, job_id: str, timeout: Optional[float] = None) -> JobStatus:
         """Block until the job is terminal, or paused by ``pause_job`` (it goes on only after
-        ``resume_job``), and return its status; a job with hooks returns after its hooks have run. Never gives up because time passed, unless ``timeout`` (seconds)
-        is given: then ``TimeoutError``.
+        ``resume_job``), and return its status; a job with hooks returns after its hooks have run.
+        Never gives up because time passed, unless ``timeout`` (seconds) is given: then
+        ``TimeoutError``.
 
         Raises:
             JobNotFoundError: no such job.

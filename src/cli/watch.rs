@@ -20,8 +20,8 @@ pub struct WatchCmd {
 }
 
 impl WatchCmd {
-    /// Refresh until every watched job is terminal or paused by tao-slurm. Never gives up because time passed; Ctrl-C only
-    /// detaches (the jobs keep running).
+    /// Refresh until every watched job is terminal or paused by tao-slurm. Never gives up because
+    /// time passed; Ctrl-C only detaches (the jobs keep running).
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
         if !(self.interval.is_finite() && self.interval >= 0.2) {
             return Err(Error::Spec(crate::spec::SpecError::new("interval", "must be at least 0.2 seconds")));

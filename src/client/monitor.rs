@@ -66,9 +66,7 @@ impl Monitor {
             }
         }
         // A job tao-slurm paused waits for a person's resume: nothing to follow (an idle monitor may end).
-        let paused: Vec<&str> =
-            jobs.iter().filter(|j| j.status == PlatformStatus::Paused).map(|j| j.job_id.as_str()).collect();
-        let paused = if paused.is_empty() { Default::default() } else { client.store.paused_by_us(&paused)? };
+        let paused = client.store.paused_by_us_among(jobs.iter().map(|j| (j.job_id.as_str(), j.status)))?;
         let active: Vec<&JobSummary> =
             jobs.iter().filter(|j| !j.status.is_terminal() && !paused.contains(&j.job_id)).collect();
         self.seen.retain(|id, _| active.iter().any(|j| &j.job_id == id));

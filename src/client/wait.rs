@@ -176,10 +176,7 @@ impl Client {
             Some(i) => i.max(budget_floor(budget)),
             None => next_interval(pace(&views, super::now_secs()), budget),
         };
-        let paused_here: Vec<&str> =
-            views.iter().filter(|v| v.status == PlatformStatus::Paused).map(|v| v.job_id.as_str()).collect();
-        let paused_by_us =
-            if paused_here.is_empty() { Default::default() } else { self.store.paused_by_us(&paused_here)? };
+        let paused_by_us = self.store.paused_by_us_among(views.iter().map(|v| (v.job_id.as_str(), v.status)))?;
         let paused: Vec<String> =
             views.iter().filter(|v| paused_by_us.contains(&v.job_id)).map(|v| v.job_id.clone()).collect();
         Ok(WaitTick {
@@ -206,8 +203,8 @@ impl Client {
         }
     }
 
-    /// Follow one job until it is terminal or paused by tao-slurm, calling `callbacks` on each transition, polling every
-    /// `interval`. Returns the final view.
+    /// Follow one job until it is terminal or paused by tao-slurm, calling `callbacks` on each
+    /// transition, polling every `interval`. Returns the final view.
     pub fn wait_for_job(&self, id: &str, interval: Duration, callbacks: &mut dyn JobCallbacks) -> Result<JobView> {
         let wait = self.wait_start(&[id.to_string()], None, Some(interval))?;
         let (mut heard, mut attempt) = (0, 1);

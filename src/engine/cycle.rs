@@ -100,9 +100,7 @@ impl Cycle<'_> {
         if !jobs.iter().any(|j| j.status == PlatformStatus::Paused) {
             return Ok(None);
         }
-        let ids: Vec<&str> =
-            jobs.iter().filter(|j| j.status == PlatformStatus::Paused).map(|j| j.job_id.as_str()).collect();
-        let ours = self.store.paused_by_us(&ids)?;
+        let ours = self.store.paused_by_us_among(jobs.iter().map(|j| (j.job_id.as_str(), j.status)))?;
         Ok(Some(jobs.iter().filter(|j| !ours.contains(&j.job_id)).cloned().collect()))
     }
 }

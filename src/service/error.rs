@@ -17,9 +17,9 @@ pub struct ErrorBody {
     pub error_code: u16,
     /// A stable code: `invalid_field`, `unauthorized`, `forbidden`, `not_found`, `conflict`,
     /// `payload_too_large`, `unsupported_media_type`, `cluster_unreachable`, `cluster_command_failed`,
-    /// `workspace_unavailable`, `database_unavailable` (503), `preflight_failed`, `secrets_unavailable`, `rate_limited` (429),
-    /// `busy` (503), `not_implemented` (501), `internal`. The 429 and 503 come with a `Retry-After`
-    /// header.
+    /// `workspace_unavailable`, `database_unavailable` (503), `preflight_failed`, `secrets_unavailable`,
+    /// `rate_limited` (429), `busy` (503), `not_implemented` (501), `internal`. The 429 and 503 come
+    /// with a `Retry-After` header.
     pub error_type: String,
     /// The request field at fault (`gpus`, `backend_details.cluster_name`, `status`, ...).
     #[serde(skip_serializing_if = "Option::is_none")]

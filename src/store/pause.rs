@@ -73,6 +73,19 @@ impl Store {
         })
     }
 
+    /// Of `jobs` (id and status as the caller has them), those tao-slurm paused; no query when none
+    /// of them is Paused.
+    pub fn paused_by_us_among<'a>(
+        &self,
+        jobs: impl IntoIterator<Item = (&'a str, PlatformStatus)>,
+    ) -> Result<std::collections::HashSet<String>, StoreError> {
+        let ids: Vec<&str> = jobs.into_iter().filter(|(_, s)| *s == PlatformStatus::Paused).map(|(id, _)| id).collect();
+        if ids.is_empty() {
+            return Ok(Default::default());
+        }
+        self.paused_by_us(&ids)
+    }
+
     /// Of `ids`, the jobs tao-slurm paused (Paused with a pause row for their current attempt):
     /// nothing on Slurm to refresh, nothing to submit until resumed.
     pub fn paused_by_us(&self, ids: &[&str]) -> Result<std::collections::HashSet<String>, StoreError> {

@@ -25,11 +25,11 @@ impl Way {
         }
     }
 
-    pub fn connect(&self, config: &postgres::Config) -> Result<postgres::Client, Error> {
-        Ok(match self {
-            Way::Plain => config.connect(postgres::NoTls)?,
-            Way::Tls(tls) => config.connect(tls.clone())?,
-        })
+    pub fn connect(&self, config: &postgres::Config) -> Result<postgres::Client, postgres::Error> {
+        match self {
+            Way::Plain => config.connect(postgres::NoTls),
+            Way::Tls(tls) => config.connect(tls.clone()),
+        }
     }
 }
 
@@ -39,17 +39,14 @@ fn client_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, Error> 
     let mut roots = rustls::RootCertStore::empty();
     match ca_file {
         Some(path) => {
-            let shown = path.display();
-            let certs = rustls_pki_types::CertificateDer::pem_file_iter(path)
-                .map_err(|e| Error::Tls(format!("TAO_SLURM_DATABASE_CA_FILE {shown}: {e}")))?;
+            let bad = |what: String| Error::Tls(format!("TAO_SLURM_DATABASE_CA_FILE {}{what}", path.display()));
+            let certs = rustls_pki_types::CertificateDer::pem_file_iter(path).map_err(|e| bad(format!(": {e}")))?;
             for cert in certs {
-                let cert = cert.map_err(|e| Error::Tls(format!("TAO_SLURM_DATABASE_CA_FILE {shown}: {e}")))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| Error::Tls(format!("TAO_SLURM_DATABASE_CA_FILE {shown}: a certificate: {e}")))?;
+                let cert = cert.map_err(|e| bad(format!(": {e}")))?;
+                roots.add(cert).map_err(|e| bad(format!(": a certificate: {e}")))?;
             }
             if roots.is_empty() {
-                return Err(Error::Tls(format!("TAO_SLURM_DATABASE_CA_FILE {shown} holds no PEM certificate")));
+                return Err(bad(" holds no PEM certificate".into()));
             }
         }
         None => {

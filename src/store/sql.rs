@@ -505,11 +505,7 @@ impl Pg {
         if self.in_transaction || !(self.lost || self.client.is_closed()) {
             return Ok(());
         }
-        let mut client = match self.way.connect(&self.config) {
-            Ok(c) => c,
-            Err(Error::Postgres(e)) => return Err(self.note(e)),
-            Err(e) => return Err(e),
-        };
+        let mut client = self.way.connect(&self.config).map_err(|e| self.note(e))?;
         client.batch_execute(&self.search_path).map_err(|e| self.note(e))?;
         self.client = client;
         self.statements.clear();

@@ -109,19 +109,10 @@ fn a_job_that_fails_once_and_completes_is_heard_in_order_each_message_once() {
     let (job, _) =
         env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--notify", &hook, "--shell", "--", FAILS_ONCE]);
 
-    let heard = wait_for("four messages of the job", Duration::from_secs(400), Duration::from_millis(300), || {
-        let m = receiver.messages();
-        let n = of_job(&m, &job).len();
-        if n >= 4 {
-            Ok(m)
-        } else {
-            Err(format!("{n}: {m:?}"))
-        }
-    });
-    let ours = of_job(&heard, &job);
-    let kinds: Vec<(&str, u64)> =
-        ours.iter().map(|m| (m["event"].as_str().unwrap(), m["attempt"].as_u64().unwrap())).collect();
-    assert_eq!(kinds, [("started", 1), ("retried", 1), ("started", 2), ("finished", 2)], "{ours:?}");
+    let ours = job_messages(&receiver, &job, 4, "four messages of the job", Duration::from_secs(400));
+    let want: Vec<(String, u64)> =
+        [("started", 1), ("retried", 1), ("started", 2), ("finished", 2)].map(|(k, a)| (k.to_string(), a)).into();
+    assert_eq!(kinds(&ours), want, "{ours:?}");
     for m in &ours {
         assert!(m["text"].as_str().unwrap().contains(&job[..8]), "{m}");
     }
@@ -158,7 +149,11 @@ fn a_job_that_fails_once_and_completes_is_heard_in_order_each_message_once() {
     let failed = of_job(&all, &job2).into_iter().find(|x| x["event"] == "failed").unwrap().clone();
     assert_eq!(failed["failure_class"], "user", "{failed}");
     assert!(failed["text"].as_str().unwrap().contains("failed [user]"), "{failed}");
-    assert_eq!(of_job(&all, &job), ours, "each message of the first job once, across the restart");
+    assert_eq!(
+        of_job(&all, &job),
+        ours.iter().collect::<Vec<_>>(),
+        "each message of the first job once, across the restart"
+    );
     assert_eq!(all.len(), 4 + of_job(&all, &job2).len(), "{all:?}");
     let texts =
         wait_for("the Slack-form message of the failure", Duration::from_secs(120), Duration::from_millis(300), || {
@@ -181,9 +176,9 @@ fn a_job_that_fails_once_and_completes_is_heard_in_order_each_message_once() {
     assert!(!second_log.lock().unwrap().contains("SECRET"));
 }
 
-/// Waits until the job's messages number `n`; returns them.
-fn job_messages(receiver: &Receiver, job: &str, n: usize, what: &str) -> Vec<Value> {
-    wait_for(what, Duration::from_secs(180), Duration::from_millis(300), || {
+/// Waits (up to `limit`) until the job's messages number `n`; returns them.
+fn job_messages(receiver: &Receiver, job: &str, n: usize, what: &str, limit: Duration) -> Vec<Value> {
+    wait_for(what, limit, Duration::from_millis(300), || {
         let m = receiver.messages();
         let ours: Vec<Value> = of_job(&m, job).into_iter().cloned().collect();
         if ours.len() >= n {
@@ -205,12 +200,12 @@ fn a_pause_and_a_resume_are_heard_and_the_resumed_attempt_starts_anew() {
     let hook = format!("json:http://127.0.0.1:{}/hooks", receiver.port);
     let (mut monitor, _) = monitor(&env);
     let (job, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--notify", &hook, "--", "sleep", "600"]);
-    job_messages(&receiver, &job, 1, "the job's start");
+    job_messages(&receiver, &job, 1, "the job's start", Duration::from_secs(180));
     assert_eq!(env.json(&["pause", &job, "--json"])[0]["status"], "Paused");
     assert!(["Resuming", "Running"].contains(&env.json(&["resume", &job, "--json"])[0]["status"].as_str().unwrap()));
-    let heard = job_messages(&receiver, &job, 4, "the resumed attempt's start");
+    let heard = job_messages(&receiver, &job, 4, "the resumed attempt's start", Duration::from_secs(180));
     env.ok(&["cancel", &job]);
-    let all = job_messages(&receiver, &job, 5, "the cancel");
+    let all = job_messages(&receiver, &job, 5, "the cancel", Duration::from_secs(180));
     monitor.kill().unwrap();
     monitor.wait().unwrap();
     let want: Vec<(String, u64)> = [("started", 1), ("paused", 1), ("resumed", 1), ("started", 2), ("canceled", 2)]
