@@ -82,7 +82,7 @@ pub fn record_observed(
     let settled: Vec<&Decision> = decisions.iter().collect();
     let sigs = changed_sigs(obs, &by_id);
     let unseen = unseen_changes(jobs, obs, now);
-    store_settled(store, host, &settled, &sigs, &unseen, now)?;
+    store_settled(store, host, &by_id, &settled, &sigs, &unseen, now)?;
     keep_kpis(store, obs, now)?;
     Ok(touched_ids(&decisions, &unseen, &sigs))
 }
@@ -117,11 +117,11 @@ pub fn record(
     // Failures of an attempt are classified first (they may become retries, not verdicts).
     let (failed, settled): (Vec<&Decision>, Vec<&Decision>) =
         decisions.iter().partition(|d| is_attempt_failure(&d.update));
-    classify_failures(remote, store, policy, &failed)?;
+    classify_failures(remote, store, policy, &by_id, &failed)?;
     release_adopted(remote, &by_id, &settled)?;
     let sigs = changed_sigs(obs, &by_id);
     let unseen = unseen_changes(jobs, obs, now);
-    store_settled(store, host, &settled, &sigs, &unseen, now)?;
+    store_settled(store, host, &by_id, &settled, &sigs, &unseen, now)?;
     keep_kpis(store, obs, now)?;
     // Whatever way a job just ended (settled here, or by the failure handling above), its secrets go.
     crate::engine::secrets::sweep_or_warn(remote, store);
@@ -168,6 +168,7 @@ fn classify_failures(
     remote: &dyn Remote,
     store: &crate::store::Store,
     policy: &RetryPolicy,
+    by_id: &HashMap<&str, &JobSummary>,
     failed: &[&Decision],
 ) -> Result<()> {
     if failed.is_empty() {
@@ -176,8 +177,11 @@ fn classify_failures(
     let ids: Vec<&str> = failed.iter().map(|d| d.job_id.as_str()).collect();
     let records: HashMap<String, JobRecord> =
         store.get_many(&ids)?.into_iter().map(|r| (r.job_id.clone(), r)).collect();
+    // Only jobs still on the Slurm job that was observed: one retried or resumed since has a new one
+    // (a restart of the same Slurm job, recorded just before, keeps its name).
+    let observed = |r: &JobRecord| by_id.get(r.job_id.as_str()).is_none_or(|j| j.attempt_name == r.attempt_name);
     let failed: Vec<(&JobRecord, &Decision)> =
-        failed.iter().filter_map(|d| records.get(&d.job_id).map(|j| (j, *d))).collect();
+        failed.iter().filter_map(|d| records.get(&d.job_id).filter(|r| observed(r)).map(|j| (j, *d))).collect();
     handle_failures(remote, store, policy, &failed)
 }
 
@@ -202,6 +206,7 @@ fn release_adopted(remote: &dyn Remote, by_id: &HashMap<&str, &JobSummary>, sett
 fn store_settled(
     store: &crate::store::Store,
     host: &str,
+    by_id: &HashMap<&str, &JobSummary>,
     settled: &[&Decision],
     sigs: &[(&String, &String)],
     unseen: &[(String, Option<i64>)],
@@ -224,7 +229,10 @@ fn store_settled(
                     now,
                 )?;
             }
-            store.update_status(&d.job_id, &d.update, now)?;
+            // The jobs were read before the round trip: a retry or resume since then moved the job on
+            // to an attempt (a Slurm job name) these observations are not about.
+            let observed = by_id.get(d.job_id.as_str()).map(|j| j.attempt_name.as_str());
+            store.update_status_of(&d.job_id, observed, &d.update, now)?;
         }
         for (id, sig) in sigs {
             store.set_status_sig(id, sig)?;

@@ -51,8 +51,10 @@ pub fn handle_failures(
                 }
                 FailureOutcome::Final { failure, message } => {
                     store.close_attempt(&job.job_id, job.attempt, failure.class.as_str(), &failure.evidence, now)?;
-                    store.update_status(
+                    // Not if a retry or resume began the next attempt during the evidence's round trip.
+                    store.update_status_of(
                         &job.job_id,
+                        Some(job.attempt_name.as_str()),
                         &StatusUpdate { message: message.clone(), ..d.update.clone() },
                         now,
                     )?;

@@ -99,14 +99,31 @@ impl Store {
     /// Store what a refresh found; an event is written when the status or Slurm state changes.
     /// Nothing is written when nothing changed (the common case for a refresh of many jobs).
     pub fn update_status(&self, job_id: &str, update: &StatusUpdate, now: i64) -> Result<(), StoreError> {
-        let (status, state): (String, Option<String>) = self
+        self.update_status_of(job_id, None, update, now)
+    }
+
+    /// [`Store::update_status`], only while the job's current Slurm job name is `attempt_name`
+    /// (when given): what a refresh saw of one attempt's Slurm job never lands on the next attempt,
+    /// submitted under a new name by a retry or a resume begun meanwhile. (Slurm's restart of the
+    /// same job keeps its name.)
+    pub fn update_status_of(
+        &self,
+        job_id: &str,
+        attempt_name: Option<&str>,
+        update: &StatusUpdate,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let (status, state, current): (String, Option<String>, String) = self
             .conn
-            .query_row("SELECT status, slurm_state FROM jobs WHERE job_id = ?1", params![job_id], |r| {
-                Ok((r.get(0)?, r.get(1)?))
+            .query_row("SELECT status, slurm_state, attempt_name FROM jobs WHERE job_id = ?1", params![job_id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
             })
             .optional()
             .map_err(|e| self.err(e))?
             .ok_or_else(|| StoreError::NotFound(job_id.to_string()))?;
+        if attempt_name.is_some_and(|n| n != current) {
+            return Ok(());
+        }
         let changed = self.update_job_if_changed(
             &[
                 ("status", "?2"),
