@@ -55,13 +55,6 @@ CREATE TABLE IF NOT EXISTS audit (
     outcome     TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS audit_by_org ON audit(org, id);
--- Which replica follows which workspace's cluster (see leases.rs).
-CREATE TABLE IF NOT EXISTS leases (
-    name        TEXT PRIMARY KEY,
-    holder      TEXT NOT NULL,
-    epoch       INTEGER NOT NULL,
-    expires_at  INTEGER NOT NULL
-);
 CREATE TABLE IF NOT EXISTS org_workspaces (
     id          TEXT PRIMARY KEY,
     org         TEXT NOT NULL,
@@ -193,7 +186,7 @@ impl ServiceDb {
         if !has_tao {
             conn.execute_batch("ALTER TABLE api_jobs ADD COLUMN tao TEXT").map_err(|e| sql_err(path, e))?;
         }
-        Ok(ServiceDb { conn: Mutex::new(Conn::Sqlite(conn)), path: path.to_path_buf() })
+        Ok(ServiceDb { conn: Mutex::new(Conn::sqlite(conn)), path: path.to_path_buf() })
     }
 
     /// The service database the settings name: PostgreSQL's schema `<TAO_SLURM_DATABASE_SCHEMA>_service`
@@ -320,7 +313,7 @@ impl ServiceDb {
     /// most `wait` for another writer (readiness).
     pub fn probe_write(&self, wait: std::time::Duration) -> Result<(), String> {
         let conn = self.conn();
-        let Conn::Sqlite(conn) = &*conn else {
+        let super::sql::Db::Sqlite(conn) = &conn.db else {
             conn.begin().map_err(|e| sql_err(&self.path, e))?;
             conn.rollback();
             return Ok(());
