@@ -79,6 +79,12 @@ CREATE FUNCTION audit_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
 CREATE TRIGGER audit_no_change BEFORE UPDATE OR DELETE ON audit FOR EACH ROW EXECUTE FUNCTION audit_append_only();
 "#;
 
+/// PostgreSQL's `TRUNCATE` fires no row trigger: a statement trigger refuses it (issue 35). (SQLite
+/// has no `TRUNCATE`; its `DELETE` without a condition fires the row trigger.)
+const AUDIT_NO_TRUNCATE_PG: &str = r#"
+CREATE TRIGGER audit_no_truncate BEFORE TRUNCATE ON audit FOR EACH STATEMENT EXECUTE FUNCTION audit_append_only();
+"#;
+
 /// The service database's path for a state file.
 pub fn path_for(state_path: &Path) -> PathBuf {
     let mut p = state_path.as_os_str().to_owned();
@@ -202,12 +208,13 @@ impl ServiceDb {
     pub(super) fn open_postgres(target: super::postgres_schema::Target<'_>, schema: &str) -> Result<ServiceDb, String> {
         let shown = PathBuf::from(format!("{} (schema {schema})", super::sql::redact_url(target.url)));
         // The same numbered list as SQLite's file reaches by its checks: the tables, the two columns
-        // added later, the append-only rule.
+        // added later, the append-only rule (rows, then TRUNCATE).
         let migrations = [
             SCHEMA,
             "ALTER TABLE tokens ADD COLUMN expires_at INTEGER;",
             "ALTER TABLE api_jobs ADD COLUMN tao TEXT;",
             AUDIT_APPEND_ONLY_PG,
+            AUDIT_NO_TRUNCATE_PG,
         ];
         let conn = super::postgres_schema::open(target, schema, &migrations).map_err(|e| sql_err(&shown, e))?;
         Ok(ServiceDb { conn: Mutex::new(conn), path: shown })

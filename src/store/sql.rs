@@ -716,6 +716,12 @@ impl Conn {
         *self.fence.borrow_mut() = fence;
     }
 
+    /// Whether this is a PostgreSQL connection.
+    #[cfg(test)]
+    pub fn is_postgres(&self) -> bool {
+        matches!(self.db, Db::Postgres(_))
+    }
+
     /// Keep every write to `fence` unless a fence is kept already.
     pub fn fence_if_none(&self, fence: Fence) {
         self.fence.borrow_mut().get_or_insert(fence);
