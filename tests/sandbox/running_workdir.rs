@@ -140,6 +140,9 @@ fn workdir_archives_are_private_and_one_changed_under_its_name_is_sent_again() {
     let dir = tempfile::tempdir().unwrap();
     let token = uuid::Uuid::new_v4().to_string();
     std::fs::write(dir.path().join("train.py"), format!("print('{token}')\n")).unwrap();
+    // The CLI opens the SSH master the library then shares (as a person's `login` would).
+    let checked = env.run(&["check-path", "/tmp"]);
+    assert!(checked.status.success(), "{}", String::from_utf8_lossy(&checked.stderr));
     let client = tao_slurm::Client::new(env.settings()).unwrap();
     let spec = tao_slurm::JobSpec {
         image: "ubuntu:22.04".into(),

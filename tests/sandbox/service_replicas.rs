@@ -352,10 +352,37 @@ async fn survivor_finishes_every_job_once(svc: Service, replica_flags: &[&str]) 
 /// fence), it does not take the lease back, and no job's events show a status going back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stalled_lease_holder_writes_nothing_after_another_takes_over() {
-    const LEASE: &str = "3";
-    let flags = ["--metrics-addr", "127.0.0.1:0", "--lease-secs", LEASE];
-    let svc = Service::start_with_flags(&[("TAO_SLURM_LOG", "warn,tao_slurm::engine::refresh=debug")], &flags);
-    let b = svc.replica("replica-b", &flags);
+    let flags = ["--metrics-addr", "127.0.0.1:0", "--lease-secs", STALL_LEASE];
+    let svc = Service::start_with_flags(&[("TAO_SLURM_LOG", STALL_LOG)], &flags);
+    stalled_holder_writes_nothing(svc, &flags).await;
+}
+
+/// The same on PostgreSQL: two `serve --database` replicas on one schema.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_lease_holder_on_postgres_writes_nothing_after_another_takes_over() {
+    let (bare, password) = crate::service_postgres::split_password(&crate::service_postgres::database_url());
+    let schema = format!("stalled_{}", uuid::Uuid::new_v4().simple());
+    let flags = ["--database", bare.as_str(), "--metrics-addr", "127.0.0.1:0", "--lease-secs", STALL_LEASE];
+    let svc = Service::start_with_flags(
+        &[
+            ("TAO_SLURM_DATABASE_URL", &bare),
+            ("TAO_SLURM_DATABASE_PASSWORD", &password),
+            ("TAO_SLURM_DATABASE_SCHEMA", &schema),
+            ("TAO_SLURM_LOG", STALL_LOG),
+        ],
+        &flags,
+    );
+    stalled_holder_writes_nothing(svc, &flags).await;
+}
+
+/// The lease of the stall tests (seconds), short so that they are quick.
+const STALL_LEASE: &str = "3";
+/// Their replicas say when a refresh's round trip begins.
+const STALL_LOG: &str = "warn,tao_slurm::engine::refresh=debug";
+
+async fn stalled_holder_writes_nothing(svc: Service, flags: &[&str]) {
+    const LEASE: &str = STALL_LEASE;
+    let b = svc.replica("replica-b", flags);
     let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
     let (a_metrics, b_metrics) = (svc.metrics_url.clone().unwrap(), b.metrics_url.clone().unwrap());
     let a_holds = wait_for_async("one holder of the lease", TAKEOVER_LIMIT, Duration::from_millis(200), || async {
