@@ -245,7 +245,8 @@ mod tests {
                 assert!(n > 0, "the request ended early");
                 seen.extend_from_slice(&buf[..n]);
             }
-            let reply = format!("HTTP/1.1 302 Found\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+            let reply =
+                format!("HTTP/1.1 302 Found\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
             c.write_all(reply.as_bytes()).unwrap();
             String::from_utf8_lossy(&seen).into_owned()
         });

@@ -424,9 +424,9 @@ fn a_cycle_whose_lease_moved_on_during_its_round_trip_writes_nothing() {
                 }
                 Ok(reply.clone())
             }
-            crate::test_remote::Kind::Evidence => {
-                ok(&format!("{SECTION}tail {taker_id}\n|NCCL error: unhandled system error\n{SECTION}down {taker_id} \n"))
-            }
+            crate::test_remote::Kind::Evidence => ok(&format!(
+                "{SECTION}tail {taker_id}\n|NCCL error: unhandled system error\n{SECTION}down {taker_id} \n"
+            )),
             _ => ok(""),
         });
         let events_before = store.events(&id).unwrap();

@@ -275,7 +275,10 @@ mod tests {
                 }
                 Err(e) => {
                     assert!(!ok, "{mode:o}: {e}");
-                    assert!(e.starts_with("TAO_SLURM_TAO_IMAGES: ") && e.contains("group or others can write it"), "{e}");
+                    assert!(
+                        e.starts_with("TAO_SLURM_TAO_IMAGES: ") && e.contains("group or others can write it"),
+                        "{e}"
+                    );
                 }
             }
         }

@@ -763,7 +763,8 @@ impl Conn {
 
     fn check_fence(&self, fence: &Fence) -> Result<()> {
         let sql = "SELECT COUNT(*) FROM leases WHERE name = ?1 AND holder = ?2 AND epoch = ?3";
-        let rows = self.rows_unfenced(sql, vec![fence.name.clone().into(), fence.holder.clone().into(), fence.epoch.into()])?;
+        let rows =
+            self.rows_unfenced(sql, vec![fence.name.clone().into(), fence.holder.clone().into(), fence.epoch.into()])?;
         match rows.first().map(|r| r.get::<_, i64>(0)).transpose()? {
             Some(n) if n > 0 => Ok(()),
             _ => Err(Error::Fenced(fence.clone())),

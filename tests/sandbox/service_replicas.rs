@@ -404,7 +404,8 @@ async fn stalled_holder_writes_nothing(svc: Service, flags: &[&str]) {
         sleep 0.5; done";
     let mut ids = Vec::new();
     for i in 0..3 {
-        let body = json!({"name": format!("stalled-{i}"), "image": "ubuntu:22.04", "command": command, "workspace": WS});
+        let body =
+            json!({"name": format!("stalled-{i}"), "image": "ubuntu:22.04", "command": command, "workspace": WS});
         let r = http
             .post(format!("{}/api/v2/orgs/team-a/jobs", svc.url))
             .bearer_auth(&svc.token)
@@ -453,17 +454,22 @@ async fn stalled_holder_writes_nothing(svc: Service, flags: &[&str]) {
     })
     .await;
     eprintln!("lease taken over {:.1} s after the SIGSTOP", stopped_at.elapsed().as_secs_f64());
-    wait_for_async("every job Done on the new holder", Duration::from_secs(120), Duration::from_millis(500), || async {
-        let mut statuses = Vec::new();
-        for id in &ids {
-            statuses.push(job(&http, &other_url, &svc.token, id).await["status"].as_str().unwrap().to_string());
-        }
-        if statuses.iter().all(|s| s == "Done") {
-            Ok(())
-        } else {
-            Err(format!("{statuses:?}"))
-        }
-    })
+    wait_for_async(
+        "every job Done on the new holder",
+        Duration::from_secs(120),
+        Duration::from_millis(500),
+        || async {
+            let mut statuses = Vec::new();
+            for id in &ids {
+                statuses.push(job(&http, &other_url, &svc.token, id).await["status"].as_str().unwrap().to_string());
+            }
+            if statuses.iter().all(|s| s == "Done") {
+                Ok(())
+            } else {
+                Err(format!("{statuses:?}"))
+            }
+        },
+    )
     .await;
     let events_before: Vec<Value> = {
         let mut all = Vec::new();
@@ -475,16 +481,21 @@ async fn stalled_holder_writes_nothing(svc: Service, flags: &[&str]) {
 
     // The holder wakes: its refresh's writes are refused, and it stays an observer.
     unsafe { libc::kill(holder_pid as i32, libc::SIGCONT) };
-    let refused = wait_for_async("the woken replica's refused writes", Duration::from_secs(60), Duration::from_millis(200), || {
-        let log = std::fs::read_to_string(&holder_log).unwrap();
-        let after = log[log_at_stop.min(log.len())..].to_string();
-        async move {
-            match after.lines().find(|l| l.contains("refresh failed") && l.contains("moved on from")) {
-                Some(line) => Ok(line.to_string()),
-                None => Err(after.lines().rev().take(5).collect::<Vec<_>>().join("\n")),
+    let refused = wait_for_async(
+        "the woken replica's refused writes",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || {
+            let log = std::fs::read_to_string(&holder_log).unwrap();
+            let after = log[log_at_stop.min(log.len())..].to_string();
+            async move {
+                match after.lines().find(|l| l.contains("refresh failed") && l.contains("moved on from")) {
+                    Some(line) => Ok(line.to_string()),
+                    None => Err(after.lines().rev().take(5).collect::<Vec<_>>().join("\n")),
+                }
             }
-        }
-    })
+        },
+    )
     .await;
     eprintln!("the woken replica: {refused}");
     // A few of its monitor cycles later: the lease is still the other's and nothing it saw landed.

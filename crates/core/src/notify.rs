@@ -383,8 +383,13 @@ mod tests {
         // A name (or a message) with Slack's markup is shown as typed: no link, mention or broadcast.
         let mut named = job();
         named.name = Some("<!channel> <https://evil.example|click> a&b".into());
-        let n = notice_of(&event(1, "status", &status_detail(PlatformStatus::Running, Some("RUNNING"), "<@U1>")), &named, 2, None)
-            .unwrap();
+        let n = notice_of(
+            &event(1, "status", &status_detail(PlatformStatus::Running, Some("RUNNING"), "<@U1>")),
+            &named,
+            2,
+            None,
+        )
+        .unwrap();
         let text = body(&slack, &n)["text"].as_str().unwrap().to_string();
         assert!(text.contains("&lt;!channel&gt; &lt;https://evil.example|click&gt; a&amp;b"), "{text}");
         assert!(!text.contains('<') && !text.contains('>'), "{text}");

@@ -141,9 +141,8 @@ mod tests {
             c.wait_with_output().unwrap().stdout
         };
         let a = archive.display().to_string();
-        let present = || {
-            std::process::Command::new("bash").arg("-c").arg(present_script(&a, &hash)).status().unwrap().code()
-        };
+        let present =
+            || std::process::Command::new("bash").arg("-c").arg(present_script(&a, &hash)).status().unwrap().code();
         assert_eq!(present(), Some(1), "missing");
         std::fs::write(&archive, gz(b"something else")).unwrap();
         std::fs::set_permissions(&archive, std::fs::Permissions::from_mode(0o644)).unwrap();
