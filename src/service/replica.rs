@@ -2,9 +2,11 @@
 //! database answer every route; a lease per workspace in that database decides which one follows
 //! the workspace's cluster (refreshes, retries, resumed submissions). The others read the shared
 //! state at the monitor's pace, so their caches and streams follow too. A holder renews its lease
-//! every [`RENEW_EVERY`]; when it dies, another replica takes the lease once it expires, so within
-//! [`LEASE_SECS`] + [`RENEW_EVERY`]. A replica that cannot reach the database stops refreshing at
-//! once (it cannot show that it still holds the lease).
+//! every third of its time (`serve --lease-secs`, [`LEASE_SECS`] by default); when it dies, another
+//! replica takes the lease once it expires, so within the lease's time and a third. A replica that
+//! cannot reach the database stops refreshing at once (it cannot show that it still holds the
+//! lease). The lease lives beside the jobs and fences the monitor's writes (`store/leases.rs`): a
+//! holder that stalls past its lease (a slow refresh, a stopped process) and wakes writes nothing.
 
 use super::state::AppState;
 use super::workspace::Workspace;

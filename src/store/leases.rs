@@ -52,6 +52,12 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    /// Err when this store keeps to a lease that moved on: nothing it would write lands (checked
+    /// again, under the write lock, by each write).
+    pub fn lease_still_held(&self) -> Result<(), StoreError> {
+        self.conn.fence_holds().map_err(|e| self.err(e))
+    }
+
     /// Let go of `name` if `holder` holds it (a stopping replica): another may take it at once.
     pub fn release_lease(&self, name: &str, holder: &str) -> Result<bool, StoreError> {
         self.conn.unfenced(|| {

@@ -761,6 +761,15 @@ impl Conn {
         }
     }
 
+    /// Whether the fence, if any, still holds now (a read: the lease may still move on before a write,
+    /// which checks again).
+    pub fn fence_holds(&self) -> Result<()> {
+        match self.fence.borrow().clone() {
+            Some(fence) => self.check_fence(&fence),
+            None => Ok(()),
+        }
+    }
+
     fn check_fence(&self, fence: &Fence) -> Result<()> {
         let sql = "SELECT COUNT(*) FROM leases WHERE name = ?1 AND holder = ?2 AND epoch = ?3";
         let rows =
