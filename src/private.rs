@@ -3,8 +3,9 @@
 //! another user owns them (someone who can replace them can read or hijack what we keep there).
 //! And the local files we only read but trust: the env file and `clusters.toml` (which say where
 //! jobs run and with which key) are refused when another user owns them or others can write them;
-//! a `secret_env_file` must be private (600, ours). Their parse errors name a line number, never
-//! the line (it may hold a secret).
+//! a `secret_env_file` must be private (600, ours); files an operator may keep under `/etc` (the
+//! TAO image file, the database's CA) may be root's too, never writable by group or others. Their
+//! parse errors name a line number, never the line (it may hold a secret).
 
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -90,6 +91,8 @@ pub enum Trust {
     NotWritableByOthers,
     /// Ours, and nobody else can read or write it (a file of secret values).
     Private,
+    /// Ours or root's, and nobody else can write it (`TAO_SLURM_TAO_IMAGES`, the database's CA file).
+    OursOrRoots,
 }
 
 /// Refuse `path` unless it is a regular file that we own and, as `trust` says, others cannot write
@@ -99,9 +102,10 @@ pub fn check_trusted_file(path: &Path, trust: Trust) -> Result<(), String> {
     if !meta.is_file() {
         return Err(format!("{} is not a regular file", path.display()));
     }
-    if meta.uid() != current_uid() {
+    let root_will_do = trust == Trust::OursOrRoots && meta.uid() == 0;
+    if meta.uid() != current_uid() && !root_will_do {
         return Err(format!(
-            "{} belongs to user id {}, not to you (user id {}): whoever owns it decides what tao-slurm does; copy it to a file of your own and `chmod 600` it",
+            "{} belongs to user id {}, not to you (user id {}) or root: whoever owns it decides what tao-slurm does; copy it to a file of your own and `chmod 600` it",
             path.display(),
             meta.uid(),
             current_uid()
@@ -109,7 +113,7 @@ pub fn check_trusted_file(path: &Path, trust: Trust) -> Result<(), String> {
     }
     let mode = meta.permissions().mode() & 0o777;
     let (loose, what) = match trust {
-        Trust::NotWritableByOthers => (mode & 0o022 != 0, "group or others can write it"),
+        Trust::NotWritableByOthers | Trust::OursOrRoots => (mode & 0o022 != 0, "group or others can write it"),
         Trust::Private => (mode & 0o077 != 0, "group or others can read or write it"),
     };
     if loose {
@@ -210,6 +214,12 @@ mod tests {
             assert!(check_trusted_file(Path::new("/etc/hostname"), Trust::NotWritableByOthers)
                 .unwrap_err()
                 .contains("belongs to user id 0"));
+        }
+        // Root's will do where the operator may keep the file under /etc, still never writable by others.
+        check_trusted_file(Path::new("/etc/hostname"), Trust::OursOrRoots).unwrap();
+        for (mode, ok) in [(0o600, true), (0o644, true), (0o664, false), (0o646, false)] {
+            fs::set_permissions(&f, fs::Permissions::from_mode(mode)).unwrap();
+            assert_eq!(check_trusted_file(&f, Trust::OursOrRoots).is_ok(), ok, "{mode:o}");
         }
     }
 

@@ -22,6 +22,10 @@ pub struct ServeCmd {
     /// start). It spans every org and has no token: bind it where only the operator's scraper reaches
     #[arg(long)]
     pub metrics_addr: Option<SocketAddr>,
+    /// Seconds a replica's lease on a workspace's monitor lasts without renewal (renewed every
+    /// third of it): another replica takes over a silent one within about this long
+    #[arg(long, default_value_t = crate::service::replica::LEASE_SECS, value_parser = clap::value_parser!(i64).range(1..=3600))]
+    pub lease_secs: i64,
     /// Keep the jobs' state in this PostgreSQL database (`postgresql://user@host:port/db`; as
     /// TAO_SLURM_DATABASE_URL). Its password comes from TAO_SLURM_DATABASE_PASSWORD, never the
     /// command line
@@ -90,6 +94,7 @@ impl ServeCmd {
                 max_body_bytes: self.max_body_bytes,
                 requests_per_sec: self.rate_limit,
                 metrics_addr: self.metrics_addr,
+                lease_secs: self.lease_secs,
             },
             crate::service::Setup { workspaces, operator, secret_box, make_settings },
         )?;

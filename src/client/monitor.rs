@@ -40,6 +40,21 @@ pub struct MonitorStep {
     pub floor: Duration,
 }
 
+impl Client {
+    /// Take or renew lease `name` (a workspace's monitor, among the service's replicas) for
+    /// `holder` for `ttl_secs`: its epoch while `holder` holds it, None while another does. From the
+    /// first call on, every write this client makes (its refreshes and retries: statuses, events,
+    /// attempts, resubmissions) lands only while `holder` holds the lease at that epoch.
+    pub fn hold_lease(&self, name: &str, holder: &str, ttl_secs: i64) -> Result<Option<i64>> {
+        Ok(self.store.hold_lease(name, holder, ttl_secs, super::now_secs())?)
+    }
+
+    /// Let go of lease `name` if `holder` holds it; whether it did.
+    pub fn release_lease(&self, name: &str, holder: &str) -> Result<bool> {
+        Ok(self.store.release_lease(name, holder)?)
+    }
+}
+
 impl Monitor {
     pub fn new(settings: &Settings) -> Monitor {
         Monitor {

@@ -1,5 +1,7 @@
 //! `--workdir`: pack a local directory (honouring `.gitignore` and `.taoslurmignore`), upload it once
-//! per content through the transport, and point the spec at the archive; the job unpacks it.
+//! per content through the transport (under the submit's umask and trust checks, mode 600; an archive
+//! already there is reused only when its content has the hash it is named by), and point the spec at
+//! the archive; the job unpacks it.
 
 use super::Client;
 use crate::error::{Error, Result};
@@ -48,11 +50,22 @@ impl Client {
         let Some(dir) = &spec.workdir else { return Ok((spec.clone(), None)) };
         let packed = pack(Path::new(dir))?;
         let archive = workdir::archive_path(&self.settings.base_dir(), &packed.hash);
-        let present = self.remote()?.run_script(&workdir::present_script(&archive), Idempotency::Idempotent)?;
+        // An archive of that name is reused only when its content has that hash (else sent again).
+        let present =
+            self.remote()?.run_script(&workdir::present_script(&archive, &packed.hash), Idempotency::Idempotent)?;
         let mut uploaded_bytes = 0;
-        if present.exit_code != 0 {
-            self.upload(&archive, &packed.gz, progress)?;
-            uploaded_bytes = packed.gz.len() as u64;
+        match present.exit_code {
+            0 => {}
+            1 => {
+                self.upload(&archive, &packed.gz, progress)?;
+                uploaded_bytes = packed.gz.len() as u64;
+            }
+            _ => {
+                return Err(Error::RemoteCommand(format!(
+                    "cannot send the workdir to {archive}: {}",
+                    present.stderr.trim()
+                )))
+            }
         }
         let mut sent = spec.clone();
         sent.workdir_archive = Some(archive.clone());

@@ -73,6 +73,10 @@ impl Cycle<'_> {
         if self.observe_only {
             return refresh::record_observed(self.store, jobs, obs, host);
         }
+        // A store held to a lease (a service replica's monitor) that lost it while the round trip
+        // was under way acts on nothing it saw: no scancel, release or submission either (its writes
+        // would be refused anyway).
+        self.store.lease_still_held()?;
         let mut touched = refresh::record(self.remote, self.store, &self.policy, jobs, obs, host)?;
         let ids: std::collections::HashSet<&str> = jobs.iter().map(|j| j.job_id.as_str()).collect();
         // A graceful pause whose bound passed: the job is cancelled now (Paused).

@@ -100,9 +100,12 @@ fn queue(store: &Store, notice: &notify::Notice, hooks: &[Webhook], now: i64) ->
 }
 
 /// The HTTP client deliveries use (rustls; no proxy from the environment would see the URLs' tokens
-/// any less than the webhook host does, so the usual proxy variables apply).
+/// any less than the webhook host does, so the usual proxy variables apply). Redirects are not
+/// followed: a webhook's message goes to the URL configured, never to one its host names (a 3xx is a
+/// failed delivery, logged).
 pub fn http_client() -> reqwest::blocking::Client {
     reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
         .timeout(POST_TIMEOUT)
         .connect_timeout(POST_TIMEOUT)
         .user_agent(concat!("tao-slurm/", env!("CARGO_PKG_VERSION")))
@@ -147,6 +150,8 @@ fn post(http: &reqwest::blocking::Client, url: &str, body: &str) -> std::result:
         .map_err(|e| e.without_url().to_string())?;
     if res.status().is_success() {
         Ok(())
+    } else if res.status().is_redirection() {
+        Err(format!("HTTP {}: a redirect, not followed", res.status().as_u16()))
     } else {
         Err(format!("HTTP {}", res.status().as_u16()))
     }
@@ -220,5 +225,46 @@ mod tests {
         assert_eq!(enqueue(&store, &s, std::slice::from_ref(&pending), NOW).unwrap(), 1);
         assert_eq!(enqueue(&store, &s, std::slice::from_ref(&pending), NOW + 60).unwrap(), 0);
         assert_eq!(bodies(&store)[0].1["event"], "stuck_pending");
+    }
+
+    #[test]
+    fn a_redirect_is_a_failed_delivery_and_is_not_followed() {
+        use std::io::{Read, Write};
+        // The webhook's host answers 302 to another listener on this machine.
+        let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let hook = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let location = format!("http://{}/stolen", elsewhere.local_addr().unwrap());
+        let hook_addr = hook.local_addr().unwrap();
+        let receiver = std::thread::spawn(move || {
+            let (mut c, _) = hook.accept().unwrap();
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            // Headers, then the body (its length is known from the header).
+            while !String::from_utf8_lossy(&seen).contains("\"text\"") {
+                let n = c.read(&mut buf).unwrap();
+                assert!(n > 0, "the request ended early");
+                seen.extend_from_slice(&buf[..n]);
+            }
+            let reply =
+                format!("HTTP/1.1 302 Found\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+            c.write_all(reply.as_bytes()).unwrap();
+            String::from_utf8_lossy(&seen).into_owned()
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.db")).unwrap();
+        let id = job(&store, &[&format!("slack:http://{hook_addr}/hook")]);
+        store.update_status(&id, &StatusUpdate::bare(PlatformStatus::Running, "on n1"), NOW - 10).unwrap();
+        assert_eq!(enqueue(&store, &settings(), &[], NOW).unwrap(), 1);
+        assert_eq!(deliver_due(&store, &http_client(), || NOW).unwrap(), 0, "not delivered");
+        let request = receiver.join().unwrap();
+        assert!(request.starts_with("POST /hook "), "{request}");
+        // The delivery call has returned: a redirect followed would have connected by now.
+        elsewhere.set_nonblocking(true).unwrap();
+        let heard = elsewhere.accept();
+        assert!(
+            matches!(&heard, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            "the redirect's target heard nothing: {heard:?}"
+        );
+        assert_eq!(store.notification_errors().unwrap(), [Some("HTTP 302: a redirect, not followed".to_string())]);
     }
 }

@@ -17,6 +17,7 @@ use std::collections::HashMap;
 pub fn observe(remote: &dyn Remote, jobs: &[JobSummary]) -> Result<(Observations, String)> {
     let targets: Vec<RefreshTarget> = jobs.iter().map(RefreshTarget::of).collect();
     let started = std::time::Instant::now();
+    tracing::debug!(jobs = jobs.len(), "refresh observing");
     let out = remote.run_script(&refresh_script(&targets), Idempotency::Idempotent)?;
     drop(targets);
     let obs = parse_refresh_output(&out.stdout);

@@ -399,3 +399,45 @@ fn a_pausing_job_past_its_grace_is_cancelled_and_paused_not_failed() {
     assert_eq!((job.status, job.attempt), (PlatformStatus::Paused, 1), "not a failure to retry: {}", job.message);
     assert_eq!(remote.sent().len(), 1, "no evidence fetched, no cancel: {:?}", remote.sent());
 }
+
+#[test]
+fn a_cycle_whose_lease_moved_on_during_its_round_trip_writes_nothing() {
+    // The stalled holder's view (a running job, or a failed attempt to retry) against the new
+    // holder's (the job Complete): the old view never lands, no event, no retry, no submission.
+    for (state, exit) in [("RUNNING", "0:0"), ("FAILED", "1:0")] {
+        let (dir, store, id) = store_with_job(false);
+        let name = store.get(&id).unwrap().attempt_name.clone();
+        assert_eq!(store.hold_lease("monitor:w", "stalled", 15, 1000).unwrap(), Some(1));
+        let path = dir.path().join("state.db");
+        let (taker_id, taken) = (id.clone(), std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)));
+        let reply = refresh_reply(&name, state, exit).unwrap();
+        let taken_in_rule = taken.clone();
+        let remote = FakeRemote::responding(move |script| match crate::test_remote::Kind::of(script) {
+            crate::test_remote::Kind::Refresh => {
+                // While this round trip is under way the lease expires and another replica takes it
+                // and records the job's end.
+                if !taken_in_rule.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    let taker = Store::open(&path).unwrap();
+                    assert_eq!(taker.hold_lease("monitor:w", "taker", 15, 2000).unwrap(), Some(2));
+                    let done = crate::model::StatusUpdate::bare(PlatformStatus::Complete, "done");
+                    taker.update_status(&taker_id, &done, 2000).unwrap();
+                }
+                Ok(reply.clone())
+            }
+            crate::test_remote::Kind::Evidence => ok(&format!(
+                "{SECTION}tail {taker_id}\n|NCCL error: unhandled system error\n{SECTION}down {taker_id} \n"
+            )),
+            _ => ok(""),
+        });
+        let events_before = store.events(&id).unwrap();
+        let e = eager_cycle(&remote, &store).run(&[store.summary(&id).unwrap()]).unwrap_err().to_string();
+        assert!(e.contains("lease monitor:w moved on from stalled at epoch 1"), "{state}: {e}");
+        let job = store.get(&id).unwrap();
+        assert_eq!((job.status, job.attempt), (PlatformStatus::Complete, 1), "{state}: {}", job.message);
+        let events = store.events(&id).unwrap();
+        assert_eq!(events.len(), events_before.len() + 1, "{state}: only the taker's event: {events:?}");
+        assert!(events.last().unwrap().2.contains("Complete"), "{events:?}");
+        let sent: Vec<_> = remote.sent().iter().map(|s| crate::test_remote::Kind::of(s)).collect();
+        assert!(!sent.contains(&crate::test_remote::Kind::Submit), "{state}: nothing submitted: {sent:?}");
+    }
+}

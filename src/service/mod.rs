@@ -65,6 +65,8 @@ pub struct ServeOptions {
     pub requests_per_sec: u32,
     /// Where `/metrics` is served (never on the API's address: it spans every org); None: nowhere.
     pub metrics_addr: Option<SocketAddr>,
+    /// How long a workspace's monitor lease lasts without renewal, in seconds (see `replica`).
+    pub lease_secs: i64,
 }
 
 /// Every request under `/api/` but health and login needs a valid token; under `/api/v2/orgs/{org}/` its org.
@@ -245,6 +247,7 @@ fn start_state(opts: &ServeOptions, setup: Setup) -> Result<Arc<AppState>, Error
     let mut state = AppState::new(workspaces, db, operator, secret_box, make_settings, state_path)
         .map_err(|m| crate::spec::SpecError::new("TAO_SLURM_STATE", m))?;
     state.rate_limits = limits::RateLimits::new(opts.requests_per_sec, opts.requests_per_sec.saturating_mul(2));
+    state.lease_secs = opts.lease_secs;
     let state = Arc::new(state);
     // The first snapshot before the first request; then one monitor thread per workspace.
     if let Some(w) = state.workspaces().first() {

@@ -2,19 +2,24 @@
 //! database answer every route; a lease per workspace in that database decides which one follows
 //! the workspace's cluster (refreshes, retries, resumed submissions). The others read the shared
 //! state at the monitor's pace, so their caches and streams follow too. A holder renews its lease
-//! every [`RENEW_EVERY`]; when it dies, another replica takes the lease once it expires, so within
-//! [`LEASE_SECS`] + [`RENEW_EVERY`]. A replica that cannot reach the database stops refreshing at
-//! once (it cannot show that it still holds the lease).
+//! every third of its time (`serve --lease-secs`, [`LEASE_SECS`] by default); when it dies, another
+//! replica takes the lease once it expires, so within the lease's time and a third. A replica that
+//! cannot reach the database stops refreshing at once (it cannot show that it still holds the
+//! lease). The lease lives beside the jobs and fences the monitor's writes (`store/leases.rs`): a
+//! holder that stalls past its lease (a slow refresh, a stopped process) and wakes writes nothing.
 
 use super::state::AppState;
 use super::workspace::Workspace;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
-/// How long a lease lasts without renewal.
+/// How long a lease lasts without renewal, by default (`serve --lease-secs`).
 pub const LEASE_SECS: i64 = 15;
-/// How often its holder renews it.
-pub const RENEW_EVERY: Duration = Duration::from_secs(5);
+
+/// How often a holder renews a lease of `lease_secs`: three times in its life.
+pub fn renew_every(lease_secs: i64) -> Duration {
+    Duration::from_millis((lease_secs.max(1) as u64) * 1000 / 3)
+}
 /// How often a replica without a workspace's lease reads the workspace's jobs.
 pub const OBSERVE_EVERY: Duration = Duration::from_secs(2);
 
@@ -40,10 +45,10 @@ pub struct LeaseState {
 }
 
 impl AppState {
-    /// Take or renew `w`'s lease for this replica; whether it holds it now.
-    pub fn keep_lease(&self, w: &Workspace) -> bool {
-        let now = crate::client::now_secs();
-        let taken = self.db.take_lease(&lease_name(&w.id), &self.replica_id, LEASE_SECS, now);
+    /// Take or renew `w`'s lease for this replica, with the monitor's `client` (whose writes it
+    /// fences from then on); whether it holds it now.
+    pub fn keep_lease(&self, w: &Workspace, client: &crate::Client) -> bool {
+        let taken = client.hold_lease(&lease_name(&w.id), &self.replica_id, self.lease_secs);
         let (held, epoch) = match taken {
             Ok(Some(epoch)) => (true, epoch),
             Ok(None) => (false, 0),
@@ -64,7 +69,7 @@ impl AppState {
     pub fn release_leases(&self) {
         for w in self.workspaces() {
             if w.lease.held.swap(false, Ordering::Relaxed) {
-                if let Err(e) = self.db.release_lease(&lease_name(&w.id), &self.replica_id) {
+                if let Err(e) = w.with_client(|c| c.release_lease(&lease_name(&w.id), &self.replica_id)) {
                     tracing::warn!(workspace = %w.id, error = %e, "cannot release the monitor's lease; it expires by itself");
                 }
             }

@@ -126,6 +126,8 @@ pub struct AppState {
     pub readiness_probe: tokio::sync::Mutex<()>,
     /// This process's name among the service's replicas (the holder of the leases it takes).
     pub replica_id: String,
+    /// How long its leases last without renewal (`serve --lease-secs`).
+    pub lease_secs: i64,
     /// The jobs' TensorBoards the service forwards, and who may reach them.
     pub tensorboards: super::tensorboard::Sessions,
 }
@@ -172,6 +174,7 @@ impl AppState {
             readiness_probe: Default::default(),
             tensorboards: Default::default(),
             replica_id: super::replica::new_id(),
+            lease_secs: super::replica::LEASE_SECS,
         };
         state.reload_tokens()?;
         Ok(state)

@@ -77,8 +77,7 @@ fn overrides() -> ApiResult<&'static ImageOverrides> {
     let loaded = LOADED.get_or_init(|| {
         let vars = ImageOverrides::from_vars(|k| std::env::var(k).ok());
         let Ok(path) = std::env::var("TAO_SLURM_TAO_IMAGES") else { return Ok(vars) };
-        let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
-        Ok(vars.overlaid(&images_file(&text).map_err(|e| format!("{path}: {e}"))?))
+        Ok(vars.overlaid(&read_images_file(std::path::Path::new(&path))?))
     });
     loaded.as_ref().map_err(|e| {
         tracing::warn!(error = %e, "the operator's TAO image file (TAO_SLURM_TAO_IMAGES) is invalid");
@@ -88,6 +87,15 @@ fn overrides() -> ApiResult<&'static ImageOverrides> {
             "the operator's TAO image file is invalid; the operator finds why in the service's log",
         )
     })
+}
+
+/// The operator's TAO image file at `path`, trusted as the other files that decide what runs: ours or
+/// root's, not writable by group or others.
+fn read_images_file(path: &std::path::Path) -> Result<ImageOverrides, String> {
+    crate::private::check_trusted_file(path, crate::private::Trust::OursOrRoots)
+        .map_err(|e| format!("TAO_SLURM_TAO_IMAGES: {e}"))?;
+    let text = std::fs::read_to_string(path).map_err(|e| format!("TAO_SLURM_TAO_IMAGES: {}: {e}", path.display()))?;
+    images_file(&text).map_err(|e| format!("TAO_SLURM_TAO_IMAGES: {}: {e}", path.display()))
 }
 
 /// The operator's TAO image file: `[images]` KEY = "image" (TAO's keys: TAO_PYTORCH, TAO_DEPLOY,
@@ -250,6 +258,30 @@ mod tests {
 
     fn body(v: Value) -> TaoJobCreate {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn the_tao_image_file_is_read_only_when_others_cannot_write_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("images.toml");
+        std::fs::write(&f, "[images]\nTAO_PYTORCH = \"reg/tao:pyt\"\n").unwrap();
+        for (mode, ok) in [(0o600, true), (0o644, true), (0o664, false), (0o666, false)] {
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+            match read_images_file(&f) {
+                Ok(o) => {
+                    assert!(ok, "{mode:o} accepted");
+                    assert_eq!(o.images["TAO_PYTORCH"], "reg/tao:pyt");
+                }
+                Err(e) => {
+                    assert!(!ok, "{mode:o}: {e}");
+                    assert!(
+                        e.starts_with("TAO_SLURM_TAO_IMAGES: ") && e.contains("group or others can write it"),
+                        "{e}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

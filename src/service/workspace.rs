@@ -192,11 +192,12 @@ impl Workspace {
         }
     }
 
-    /// The monitor: while this replica holds the workspace's lease (`lease` takes or renews it),
-    /// refresh and publish at the monitor's pace; while another does, publish what the shared state
+    /// The monitor: while this replica holds the workspace's lease (`lease` takes or renews it
+    /// every `renew_every`, with the monitor's client, whose writes it fences), refresh and publish
+    /// at the monitor's pace; while another does, publish what the shared state
     /// says every [`super::replica::OBSERVE_EVERY`]. Until the workspace is deleted or the service
     /// stops.
-    pub fn run_monitor(&self, publish: &dyn Fn(&Client), lease: &dyn Fn() -> bool) {
+    pub fn run_monitor(&self, publish: &dyn Fn(&Client), lease: &dyn Fn(&Client) -> bool, renew_every: Duration) {
         *self.monitor_running.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
         let _done = MonitorDone(self);
         let client = loop {
@@ -212,7 +213,7 @@ impl Workspace {
         let floor = crate::monitor::budget_floor(self.settings.max_queries_per_minute);
         let (mut last, mut next) = (Instant::now(), Instant::now());
         while !self.stopped.load(Ordering::Relaxed) {
-            let held = lease();
+            let held = lease(&client);
             if Instant::now() >= next {
                 last = Instant::now();
                 let interval = if held { self.refresh(&client, &mut monitor) } else { super::replica::OBSERVE_EVERY };
@@ -220,7 +221,7 @@ impl Workspace {
                 next = last + interval;
             }
             // Woken (a submit or cancel): the next cycle now, though not before the budget's floor.
-            if self.sleep_until(last + floor, next.min(Instant::now() + super::replica::RENEW_EVERY)) {
+            if self.sleep_until(last + floor, next.min(Instant::now() + renew_every)) {
                 next = Instant::now();
             }
         }

@@ -302,7 +302,10 @@ pub fn start_monitor(state: &Arc<AppState>, w: &Arc<Workspace>) -> Result<(), cr
     let (w, st) = (w.clone(), state.clone());
     std::thread::Builder::new()
         .name(format!("monitor-{}", w.id))
-        .spawn(move || w.run_monitor(&|client| st.publish(client), &|| st.keep_lease(&w)))
+        .spawn(move || {
+            let renew_every = super::replica::renew_every(st.lease_secs);
+            w.run_monitor(&|client| st.publish(client), &|client| st.keep_lease(&w, client), renew_every)
+        })
         .map_err(|e| crate::Error::RemoteCommand(format!("cannot start a monitor: {e}")))?;
     Ok(())
 }

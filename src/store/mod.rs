@@ -101,7 +101,7 @@ impl Store {
         conn.pragma_update(None, "journal_mode", "WAL").map_err(err)?;
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(err)?;
         conn.pragma_update(None, "foreign_keys", "ON").map_err(err)?;
-        let mut store = Store { conn: Conn::Sqlite(conn), path: p.to_string(), cluster: None };
+        let mut store = Store { conn: Conn::sqlite(conn), path: p.to_string(), cluster: None };
         store.migrate()?;
         Ok(store)
     }
@@ -133,7 +133,7 @@ impl Store {
     }
 
     fn migrate(&mut self) -> Result<(), StoreError> {
-        let Conn::Sqlite(conn) = &mut self.conn else { return Ok(()) };
+        let sql::Db::Sqlite(conn) = &mut self.conn.db else { return Ok(()) };
         // Processes that open a new state file at the same moment (a submit and a `list`, two Python
         // processes) must not both run the migrations: the version is read and the migrations run
         // under one write lock, so the second waits (busy timeout) and then finds them done.

@@ -119,6 +119,14 @@ impl Store {
     }
 
     /// A failed try: due again at `next_at`, or given up (`next_at` None). `error` names no URL.
+    /// Every message's last delivery error, by id (tests).
+    #[cfg(test)]
+    pub fn notification_errors(&self) -> Result<Vec<Option<String>>, StoreError> {
+        let mut st = self.conn.prepare("SELECT last_error FROM notifications ORDER BY id").map_err(|e| self.err(e))?;
+        let rows = st.query_map([], |r| r.get(0)).map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
     pub fn notification_failed(&self, id: i64, error: &str, next_at: Option<i64>, now: i64) -> Result<(), StoreError> {
         self.conn
             .execute(

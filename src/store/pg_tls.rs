@@ -39,6 +39,10 @@ fn client_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, Error> 
     let mut roots = rustls::RootCertStore::empty();
     match ca_file {
         Some(path) => {
+            // It decides which server is trusted with the jobs' state: trusted as the files that decide
+            // what runs (ours or root's, not writable by group or others).
+            crate::private::check_trusted_file(path, crate::private::Trust::OursOrRoots)
+                .map_err(|e| Error::Tls(format!("TAO_SLURM_DATABASE_CA_FILE: {e}")))?;
             let bad = |what: String| Error::Tls(format!("TAO_SLURM_DATABASE_CA_FILE {}{what}", path.display()));
             let certs = rustls_pki_types::CertificateDer::pem_file_iter(path).map_err(|e| bad(format!(": {e}")))?;
             for cert in certs {
@@ -66,4 +70,26 @@ fn client_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, Error> 
         .map_err(|e| Error::Tls(e.to_string()))?
         .with_root_certificates(roots)
         .with_no_client_auth())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_ca_file_others_can_write_is_refused_by_its_setting() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "not a certificate").unwrap();
+        for (mode, trusted) in [(0o644, true), (0o600, true), (0o664, false), (0o666, false)] {
+            std::fs::set_permissions(&ca, std::fs::Permissions::from_mode(mode)).unwrap();
+            let Err(e) = client_config(Some(&ca)) else { panic!("{mode:o}: no PEM certificate either way") };
+            let e = e.to_string();
+            assert!(e.contains("TAO_SLURM_DATABASE_CA_FILE"), "{e}");
+            // A trusted file is read (and found to hold no certificate); another is never read.
+            assert_eq!(e.contains("group or others can write it"), !trusted, "{mode:o}: {e}");
+            assert_eq!(e.contains("no PEM certificate"), trusted, "{mode:o}: {e}");
+        }
+    }
 }

@@ -4,7 +4,6 @@
 //! schema at once do not race; and the change counter of [`super::sql::CHANGES_TABLE`].
 
 use super::sql::{Conn, Error, Pg, CHANGES_TABLE};
-use std::cell::RefCell;
 
 /// The table counting the migrations applied.
 const VERSION_TABLE: &str = "tao_schema_version";
@@ -55,7 +54,7 @@ fn open_here(target: Target<'_>, schema: &str, migrations: &[&str]) -> Result<Co
             return Err(e);
         }
     }
-    Ok(Conn::Postgres(Box::new(RefCell::new(pg))))
+    Ok(Conn::postgres(pg))
 }
 
 fn migrate(pg: &mut Pg, quoted: &str, migrations: &[&str]) -> Result<(), Error> {

@@ -204,6 +204,17 @@ ALTER TABLE jobs ADD COLUMN checkpoint_patterns TEXT;
     r#"
 ALTER TABLE attempts ADD COLUMN slurm_restart INTEGER;
 "#,
+    // (Issue 35.) Which replica of the service follows which workspace's cluster, beside the jobs it
+    // writes: a holder's writes are fenced by its epoch (see leases.rs). (They were in the service's
+    // database before, where no write of the jobs could check them.)
+    r#"
+CREATE TABLE leases (
+    name        TEXT PRIMARY KEY,
+    holder      TEXT NOT NULL,
+    epoch       INTEGER NOT NULL,
+    expires_at  INTEGER NOT NULL
+);
+"#,
 ];
 
 /// Migration 4 was changed after builds had shipped it: files they wrote are at version 4 or later

@@ -55,13 +55,6 @@ CREATE TABLE IF NOT EXISTS audit (
     outcome     TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS audit_by_org ON audit(org, id);
--- Which replica follows which workspace's cluster (see leases.rs).
-CREATE TABLE IF NOT EXISTS leases (
-    name        TEXT PRIMARY KEY,
-    holder      TEXT NOT NULL,
-    epoch       INTEGER NOT NULL,
-    expires_at  INTEGER NOT NULL
-);
 CREATE TABLE IF NOT EXISTS org_workspaces (
     id          TEXT PRIMARY KEY,
     org         TEXT NOT NULL,
@@ -84,6 +77,12 @@ const AUDIT_APPEND_ONLY_PG: &str = r#"
 CREATE FUNCTION audit_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN RAISE EXCEPTION 'the audit trail is append-only'; END $$;
 CREATE TRIGGER audit_no_change BEFORE UPDATE OR DELETE ON audit FOR EACH ROW EXECUTE FUNCTION audit_append_only();
+"#;
+
+/// PostgreSQL's `TRUNCATE` fires no row trigger: a statement trigger refuses it (issue 35). (SQLite
+/// has no `TRUNCATE`; its `DELETE` without a condition fires the row trigger.)
+const AUDIT_NO_TRUNCATE_PG: &str = r#"
+CREATE TRIGGER audit_no_truncate BEFORE TRUNCATE ON audit FOR EACH STATEMENT EXECUTE FUNCTION audit_append_only();
 "#;
 
 /// The service database's path for a state file.
@@ -193,7 +192,7 @@ impl ServiceDb {
         if !has_tao {
             conn.execute_batch("ALTER TABLE api_jobs ADD COLUMN tao TEXT").map_err(|e| sql_err(path, e))?;
         }
-        Ok(ServiceDb { conn: Mutex::new(Conn::Sqlite(conn)), path: path.to_path_buf() })
+        Ok(ServiceDb { conn: Mutex::new(Conn::sqlite(conn)), path: path.to_path_buf() })
     }
 
     /// The service database the settings name: PostgreSQL's schema `<TAO_SLURM_DATABASE_SCHEMA>_service`
@@ -209,12 +208,13 @@ impl ServiceDb {
     pub(super) fn open_postgres(target: super::postgres_schema::Target<'_>, schema: &str) -> Result<ServiceDb, String> {
         let shown = PathBuf::from(format!("{} (schema {schema})", super::sql::redact_url(target.url)));
         // The same numbered list as SQLite's file reaches by its checks: the tables, the two columns
-        // added later, the append-only rule.
+        // added later, the append-only rule (rows, then TRUNCATE).
         let migrations = [
             SCHEMA,
             "ALTER TABLE tokens ADD COLUMN expires_at INTEGER;",
             "ALTER TABLE api_jobs ADD COLUMN tao TEXT;",
             AUDIT_APPEND_ONLY_PG,
+            AUDIT_NO_TRUNCATE_PG,
         ];
         let conn = super::postgres_schema::open(target, schema, &migrations).map_err(|e| sql_err(&shown, e))?;
         Ok(ServiceDb { conn: Mutex::new(conn), path: shown })
@@ -320,7 +320,7 @@ impl ServiceDb {
     /// most `wait` for another writer (readiness).
     pub fn probe_write(&self, wait: std::time::Duration) -> Result<(), String> {
         let conn = self.conn();
-        let Conn::Sqlite(conn) = &*conn else {
+        let super::sql::Db::Sqlite(conn) = &conn.db else {
             conn.begin().map_err(|e| sql_err(&self.path, e))?;
             conn.rollback();
             return Ok(());

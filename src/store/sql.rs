@@ -43,6 +43,8 @@ pub enum Error {
     },
     /// TLS to PostgreSQL cannot be set up (its CA file, the system's roots).
     Tls(String),
+    /// A fenced write while the lease is another's (see [`Fence`]): nothing was written.
+    Fenced(Fence),
 }
 
 impl std::fmt::Display for Error {
@@ -61,6 +63,14 @@ impl std::fmt::Display for Error {
             Error::NoRows => write!(f, "no row"),
             Error::Column { index, message } => write!(f, "column {index}: {message}"),
             Error::Tls(message) => write!(f, "TLS to the database: {message}"),
+            Error::Fenced(fence) if fence.epoch == 0 => {
+                write!(f, "lease {} is not {}'s (another replica holds it): nothing written", fence.name, fence.holder)
+            }
+            Error::Fenced(fence) => write!(
+                f,
+                "lease {} moved on from {} at epoch {} (another replica holds it): nothing written",
+                fence.name, fence.holder, fence.epoch
+            ),
         }
     }
 }
@@ -363,9 +373,26 @@ const WRITE_LOCK_CLASS: i32 = 0x7a05;
 /// The one-row table whose counter every writing transaction bumps: PostgreSQL's `data_version`.
 pub(super) const CHANGES_TABLE: &str = "tao_changes";
 
-pub enum Conn {
+pub enum Db {
     Sqlite(rusqlite::Connection),
     Postgres(Box<RefCell<Pg>>),
+}
+
+/// The lease a connection's writes depend on: each is refused, in its own transaction, unless the
+/// lease `name` is still `holder`'s at `epoch` (a replica that lost its lease writes nothing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    pub name: String,
+    pub holder: String,
+    pub epoch: i64,
+}
+
+/// One connection to SQLite or PostgreSQL, and the fence its writes keep to, if any.
+pub struct Conn {
+    pub db: Db,
+    fence: RefCell<Option<Fence>>,
+    /// The fence was checked in the open transaction (which holds the write lock until it ends).
+    fence_checked: std::cell::Cell<bool>,
 }
 
 /// A statement to run (rusqlite's `prepare` shape; PostgreSQL's is prepared when run, and cached).
@@ -672,14 +699,99 @@ pub fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
 }
 
 impl Conn {
+    pub fn sqlite(c: rusqlite::Connection) -> Conn {
+        Conn::new(Db::Sqlite(c))
+    }
+
+    pub fn postgres(pg: Pg) -> Conn {
+        Conn::new(Db::Postgres(Box::new(RefCell::new(pg))))
+    }
+
+    fn new(db: Db) -> Conn {
+        Conn { db, fence: RefCell::new(None), fence_checked: std::cell::Cell::new(false) }
+    }
+
+    /// Keep every write of this connection to `fence` from now on (None: no fence).
+    pub fn set_fence(&self, fence: Option<Fence>) {
+        *self.fence.borrow_mut() = fence;
+    }
+
+    /// Whether this is a PostgreSQL connection.
+    #[cfg(test)]
+    pub fn is_postgres(&self) -> bool {
+        matches!(self.db, Db::Postgres(_))
+    }
+
+    /// Keep every write to `fence` unless a fence is kept already.
+    pub fn fence_if_none(&self, fence: Fence) {
+        self.fence.borrow_mut().get_or_insert(fence);
+    }
+
+    /// Run `f` without the fence (the lease's own statements: its holder takes and renews it).
+    pub fn unfenced<T>(&self, f: impl FnOnce() -> T) -> T {
+        let fence = self.fence.borrow_mut().take();
+        let out = f();
+        *self.fence.borrow_mut() = fence;
+        out
+    }
+
+    /// A write under the fence: in a transaction (one of its own when none is open) that holds the
+    /// database's write lock (SQLite's `BEGIN IMMEDIATE`, the schema's advisory lock on PostgreSQL;
+    /// a lease is taken under it too), after a check that the lease is still the fence's: the lease
+    /// cannot change hands between the check and the write's commit.
+    fn fenced<T>(&self, write: impl FnOnce() -> Result<T>) -> Result<T> {
+        let Some(fence) = self.fence.borrow().clone() else { return write() };
+        if !self.is_autocommit() {
+            if !self.fence_checked.get() {
+                self.check_fence(&fence)?;
+                self.fence_checked.set(true);
+            }
+            return write();
+        }
+        self.begin()?;
+        match self.check_fence(&fence).and_then(|()| write()) {
+            Ok(v) => {
+                self.commit()?;
+                Ok(v)
+            }
+            Err(e) => {
+                self.rollback();
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether the fence, if any, still holds now (a read: the lease may still move on before a write,
+    /// which checks again).
+    pub fn fence_holds(&self) -> Result<()> {
+        match self.fence.borrow().clone() {
+            Some(fence) => self.check_fence(&fence),
+            None => Ok(()),
+        }
+    }
+
+    fn check_fence(&self, fence: &Fence) -> Result<()> {
+        let sql = "SELECT COUNT(*) FROM leases WHERE name = ?1 AND holder = ?2 AND epoch = ?3";
+        let rows =
+            self.rows_unfenced(sql, vec![fence.name.clone().into(), fence.holder.clone().into(), fence.epoch.into()])?;
+        match rows.first().map(|r| r.get::<_, i64>(0)).transpose()? {
+            Some(n) if n > 0 => Ok(()),
+            _ => Err(Error::Fenced(fence.clone())),
+        }
+    }
+
     pub fn execute(&self, sql: &str, params: impl Params) -> Result<usize> {
-        match self {
-            Conn::Sqlite(c) => {
-                let values = params.values();
+        let values = params.values();
+        self.fenced(|| self.execute_unfenced(sql, values))
+    }
+
+    fn execute_unfenced(&self, sql: &str, values: Vec<Value>) -> Result<usize> {
+        match &self.db {
+            Db::Sqlite(c) => {
                 Ok(c.prepare_cached(sql)?.execute(rusqlite::params_from_iter(values.iter().map(sqlite_value)))?)
             }
-            Conn::Postgres(pg) => {
-                let (mut pg, values) = (pg.borrow_mut(), params.values());
+            Db::Postgres(pg) => {
+                let mut pg = pg.borrow_mut();
                 let pg: &mut Pg = &mut pg;
                 off_runtime(move || pg.execute(sql, values))
             }
@@ -702,9 +814,13 @@ impl Conn {
     /// Statements without parameters, one after another.
     #[allow(dead_code)] // the service database's (next)
     pub fn execute_batch(&self, sql: &str) -> Result<()> {
-        match self {
-            Conn::Sqlite(c) => Ok(c.execute_batch(sql)?),
-            Conn::Postgres(pg) => {
+        self.fenced(|| self.execute_batch_unfenced(sql))
+    }
+
+    fn execute_batch_unfenced(&self, sql: &str) -> Result<()> {
+        match &self.db {
+            Db::Sqlite(c) => Ok(c.execute_batch(sql)?),
+            Db::Postgres(pg) => {
                 let mut guard = pg.borrow_mut();
                 let pg: &mut Pg = &mut guard;
                 off_runtime(move || {
@@ -715,9 +831,17 @@ impl Conn {
         }
     }
 
+    /// A query's rows; one that writes (INSERT .. RETURNING) keeps to the fence.
     fn rows(&self, sql: &str, values: Vec<Value>) -> Result<Vec<Row>> {
-        match self {
-            Conn::Sqlite(c) => {
+        if sql.trim_start().get(..6).is_some_and(|w| w.eq_ignore_ascii_case("select")) {
+            return self.rows_unfenced(sql, values);
+        }
+        self.fenced(|| self.rows_unfenced(sql, values))
+    }
+
+    fn rows_unfenced(&self, sql: &str, values: Vec<Value>) -> Result<Vec<Row>> {
+        match &self.db {
+            Db::Sqlite(c) => {
                 let mut st = c.prepare_cached(sql)?;
                 let n = st.column_count();
                 let rows = st.query_map(rusqlite::params_from_iter(values.iter().map(sqlite_value)), |r| {
@@ -727,7 +851,7 @@ impl Conn {
                 })?;
                 Ok(rows.collect::<Result<_, _>>()?)
             }
-            Conn::Postgres(pg) => {
+            Db::Postgres(pg) => {
                 let mut pg = pg.borrow_mut();
                 let pg: &mut Pg = &mut pg;
                 off_runtime(move || pg.rows(sql, values))
@@ -737,17 +861,18 @@ impl Conn {
 
     /// Whether no transaction is open.
     pub fn is_autocommit(&self) -> bool {
-        match self {
-            Conn::Sqlite(c) => c.is_autocommit(),
-            Conn::Postgres(pg) => !pg.borrow().in_transaction,
+        match &self.db {
+            Db::Sqlite(c) => c.is_autocommit(),
+            Db::Postgres(pg) => !pg.borrow().in_transaction,
         }
     }
 
     /// Begin a writing transaction (SQLite: `BEGIN IMMEDIATE`; PostgreSQL: see [`Pg::begin`]).
     pub fn begin(&self) -> Result<()> {
-        match self {
-            Conn::Sqlite(c) => Ok(c.execute_batch("BEGIN IMMEDIATE")?),
-            Conn::Postgres(pg) => {
+        self.fence_checked.set(false);
+        match &self.db {
+            Db::Sqlite(c) => Ok(c.execute_batch("BEGIN IMMEDIATE")?),
+            Db::Postgres(pg) => {
                 let mut pg = pg.borrow_mut();
                 let pg: &mut Pg = &mut pg;
                 off_runtime(move || pg.begin())
@@ -756,9 +881,10 @@ impl Conn {
     }
 
     pub fn commit(&self) -> Result<()> {
-        match self {
-            Conn::Sqlite(c) => Ok(c.execute_batch("COMMIT")?),
-            Conn::Postgres(pg) => {
+        self.fence_checked.set(false);
+        match &self.db {
+            Db::Sqlite(c) => Ok(c.execute_batch("COMMIT")?),
+            Db::Postgres(pg) => {
                 let mut pg = pg.borrow_mut();
                 let pg: &mut Pg = &mut pg;
                 off_runtime(move || pg.commit())
@@ -767,11 +893,12 @@ impl Conn {
     }
 
     pub fn rollback(&self) {
-        match self {
-            Conn::Sqlite(c) => {
+        self.fence_checked.set(false);
+        match &self.db {
+            Db::Sqlite(c) => {
                 let _ = c.execute_batch("ROLLBACK");
             }
-            Conn::Postgres(pg) => {
+            Db::Postgres(pg) => {
                 let mut pg = pg.borrow_mut();
                 let pg: &mut Pg = &mut pg;
                 off_runtime(move || pg.rollback())
@@ -782,9 +909,9 @@ impl Conn {
     /// A number that changes when another connection commits (SQLite's `data_version`; on
     /// PostgreSQL the schema's change counter less this connection's own bumps).
     pub fn data_version(&self) -> Result<i64> {
-        match self {
-            Conn::Sqlite(c) => Ok(c.pragma_query_value(None, "data_version", |r| r.get(0))?),
-            Conn::Postgres(pg) => {
+        match &self.db {
+            Db::Sqlite(c) => Ok(c.pragma_query_value(None, "data_version", |r| r.get(0))?),
+            Db::Postgres(pg) => {
                 let n: i64 = self.query_row(&format!("SELECT n FROM {CHANGES_TABLE}"), [], |r| r.get(0))?;
                 Ok(n - pg.borrow().own_bumps)
             }
@@ -793,9 +920,9 @@ impl Conn {
 
     /// Rows this connection has written.
     pub fn total_changes(&self) -> u64 {
-        match self {
-            Conn::Sqlite(c) => c.total_changes(),
-            Conn::Postgres(pg) => pg.borrow().changes,
+        match &self.db {
+            Db::Sqlite(c) => c.total_changes(),
+            Db::Postgres(pg) => pg.borrow().changes,
         }
     }
 }

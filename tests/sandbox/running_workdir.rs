@@ -127,3 +127,56 @@ fn a_large_workdir_uploads_in_parts_with_a_progress_bar() {
     let logs = env.json(&["logs", job, "--json"]);
     assert!(logs["stdout"].as_str().unwrap().contains(&want), "the job sees the same bytes: {logs}");
 }
+
+/// Issue 35: the upload keeps the submit's rules (umask 077, the trust checks, before anything is
+/// written), its archive is 600, and an archive changed under its name (by a job, a neighbour with the
+/// access, a broken copy) is not reused: it is sent again, and the job runs the code that was packed.
+#[test]
+fn workdir_archives_are_private_and_one_changed_under_its_name_is_sent_again() {
+    let mut env = Env::new();
+    // A base directory of this test's own: its workdirs directory is loosened below.
+    let base = format!("{}/wd-{}", env.vars["SLURM_BASE_RESULTS_DIR"], uuid::Uuid::new_v4().simple());
+    env.vars.insert("SLURM_BASE_RESULTS_DIR".into(), base.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let token = uuid::Uuid::new_v4().to_string();
+    std::fs::write(dir.path().join("train.py"), format!("print('{token}')\n")).unwrap();
+    // The CLI opens the SSH master the library then shares (as a person's `login` would).
+    let checked = env.run(&["check-path", "/tmp"]);
+    assert!(checked.status.success(), "{}", String::from_utf8_lossy(&checked.stderr));
+    let client = tao_slurm::Client::new(env.settings()).unwrap();
+    let spec = tao_slurm::JobSpec {
+        image: "ubuntu:22.04".into(),
+        command: vec!["cat".into(), "train.py".into()],
+        gpus: Some(0),
+        workdir: Some(dir.path().display().to_string()),
+        ..Default::default()
+    };
+    let (_, sent) = client.send_workdir(&spec).unwrap();
+    let sent = sent.unwrap();
+    assert!(sent.uploaded_bytes > 0);
+    let archive = &sent.archive;
+    let modes = env.ssh(&format!("stat -c %a {archive} \"$(dirname {archive})\""));
+    assert_eq!(modes.split_whitespace().collect::<Vec<_>>(), ["600", "700"], "the archive and its directory");
+
+    // The same name, another content: sent again, and the job sees the packed code.
+    env.ssh(&format!("printf 'planted' | gzip >{archive}.x && mv {archive}.x {archive}"));
+    let (_, again) = client.send_workdir(&spec).unwrap();
+    assert_eq!(again.unwrap().uploaded_bytes, sent.packed_bytes, "a changed archive is sent again");
+    let (_, reused) = client.send_workdir(&spec).unwrap();
+    assert_eq!(reused.unwrap().uploaded_bytes, 0, "a whole one is reused");
+    let job = client.create_job(&spec, &Default::default()).unwrap().job_id;
+    let v = env.wait_terminal(&job, LIMIT);
+    assert_eq!(v["status"], "Complete", "{v}");
+    let logs = env.json(&["logs", &job, "--json"]);
+    let out = logs["stdout"].as_str().unwrap();
+    assert!(out.contains(&token) && !out.contains("planted"), "{out}");
+
+    // A workdirs directory others can write is refused before anything is read or written there.
+    env.ssh(&format!("chmod 777 \"$(dirname {archive})\""));
+    std::fs::write(dir.path().join("train.py"), "print('changed')\n").unwrap();
+    let refused = client.send_workdir(&spec).unwrap_err().to_string();
+    assert!(refused.contains("refusing") && refused.contains("workdirs"), "{refused}");
+    let listed = env.ssh(&format!("ls -A \"$(dirname {archive})\""));
+    assert_eq!(listed.lines().count(), 1, "nothing written there: {listed}");
+    env.ssh(&format!("rm -rf {base}"));
+}

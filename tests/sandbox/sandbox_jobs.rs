@@ -231,3 +231,20 @@ fn a_multi_node_job_ends_with_its_failing_ranks_exit_code() {
     assert!(logs["stderr"].as_str().unwrap().contains("rank 1 fails"), "the tasks' own output is in main.err: {logs}");
     assert!(logs["stderr"].as_str().unwrap().contains("Exited with exit code 2"), "srun's message too: {logs}");
 }
+
+/// Issue 35: a variable named like Slurm's SPANK option variables (through which Pyxis takes its
+/// `--container-*` options) is refused at validation, naming the field and the variable, before
+/// anything reaches the cluster.
+#[test]
+fn a_variable_named_like_a_spank_option_is_refused_before_anything_is_sent() {
+    let env = Env::new();
+    for name in ["_SLURM_SPANK_OPTION_pyxis_container_mounts", "SLURM_SPANK__SLURM_SPANK_OPTION_pyxis_container_mounts"]
+    {
+        let assignment = format!("{name}=/etc:/host-etc");
+        let out = env.run(&["submit", "--image", "ubuntu:22.04", "--gpus", "0", "--env", &assignment, "--", "true"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("env") && stderr.contains(name) && stderr.contains("SPANK"), "{stderr}");
+    }
+    assert!(env.json(&["list", "--json"]).as_array().unwrap().is_empty(), "nothing recorded");
+}

@@ -345,3 +345,184 @@ async fn survivor_finishes_every_job_once(svc: Service, replica_flags: &[&str]) 
         assert!(count.contains_key(format!("tao-job-{id}").as_str()), "job {id}'s first attempt is in sacct");
     }
 }
+
+/// Issue 35: a lease holder that stalls past its lease in the middle of a refresh (SIGSTOP just after
+/// its round trip began, longer than the lease), while the other replica takes over and follows the
+/// jobs to their end, then wakes (SIGCONT): each write its refresh tries is refused (it logs the
+/// fence), it does not take the lease back, and no job's events show a status going back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_lease_holder_writes_nothing_after_another_takes_over() {
+    let flags = ["--metrics-addr", "127.0.0.1:0", "--lease-secs", STALL_LEASE];
+    let svc = Service::start_with_flags(&[("TAO_SLURM_LOG", STALL_LOG)], &flags);
+    stalled_holder_writes_nothing(svc, &flags).await;
+}
+
+/// The same on PostgreSQL: two `serve --database` replicas on one schema.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_lease_holder_on_postgres_writes_nothing_after_another_takes_over() {
+    let (bare, password) = crate::service_postgres::split_password(&crate::service_postgres::database_url());
+    let schema = format!("stalled_{}", uuid::Uuid::new_v4().simple());
+    let flags = ["--database", bare.as_str(), "--metrics-addr", "127.0.0.1:0", "--lease-secs", STALL_LEASE];
+    let svc = Service::start_with_flags(
+        &[
+            ("TAO_SLURM_DATABASE_URL", &bare),
+            ("TAO_SLURM_DATABASE_PASSWORD", &password),
+            ("TAO_SLURM_DATABASE_SCHEMA", &schema),
+            ("TAO_SLURM_LOG", STALL_LOG),
+        ],
+        &flags,
+    );
+    stalled_holder_writes_nothing(svc, &flags).await;
+}
+
+/// The lease of the stall tests (seconds), short so that they are quick.
+const STALL_LEASE: &str = "3";
+/// Their replicas say when a refresh's round trip begins.
+const STALL_LOG: &str = "warn,tao_slurm::engine::refresh=debug";
+
+async fn stalled_holder_writes_nothing(svc: Service, flags: &[&str]) {
+    const LEASE: &str = STALL_LEASE;
+    let b = svc.replica("replica-b", flags);
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
+    let (a_metrics, b_metrics) = (svc.metrics_url.clone().unwrap(), b.metrics_url.clone().unwrap());
+    let a_holds = wait_for_async("one holder of the lease", TAKEOVER_LIMIT, Duration::from_millis(200), || async {
+        match (holds(&http, &a_metrics).await, holds(&http, &b_metrics).await) {
+            (Some(a), Some(b)) if a != b => Ok(a),
+            seen => Err(format!("{seen:?}")),
+        }
+    })
+    .await;
+    let (holder_pid, holder_log, other_url, other_metrics) = if a_holds {
+        (svc.pid(), svc.env.dir.path().join("serve.log"), b.url.clone(), b_metrics.clone())
+    } else {
+        (b.child.id(), svc.env.dir.path().join("replica-b.log"), svc.url.clone(), a_metrics.clone())
+    };
+
+    // Jobs that write a new progress line every half second for 20 s: every refresh has writes to make.
+    let command = "d=\"$TAO_API_RESULTS_DIR/$TAO_JOB_ID\"; mkdir -p \"$d\"; for i in $(seq 1 40); do \
+        echo \"{\\\"status\\\":\\\"RUNNING\\\",\\\"message\\\":\\\"step $i\\\",\\\"epoch\\\":$i,\\\"max_epoch\\\":40}\" >> \"$d/status.json\"; \
+        sleep 0.5; done";
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let body =
+            json!({"name": format!("stalled-{i}"), "image": "ubuntu:22.04", "command": command, "workspace": WS});
+        let r = http
+            .post(format!("{}/api/v2/orgs/team-a/jobs", svc.url))
+            .bearer_auth(&svc.token)
+            .json(&crate::service_support::short(body))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+        ids.push(r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string());
+    }
+    wait_for_async("the jobs running", Duration::from_secs(120), Duration::from_millis(500), || async {
+        let mut statuses = Vec::new();
+        for id in &ids {
+            statuses.push(job(&http, &svc.url, &svc.token, id).await["status"].as_str().unwrap().to_string());
+        }
+        if statuses.iter().all(|s| s == "Running") {
+            Ok(())
+        } else {
+            Err(format!("{statuses:?}"))
+        }
+    })
+    .await;
+
+    // Stop the holder right after a refresh's round trip began (its script is on the way; what it
+    // brings back is the jobs as they run now).
+    let seen = std::fs::read_to_string(&holder_log).unwrap().matches("refresh observing").count();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let now = std::fs::read_to_string(&holder_log).unwrap().matches("refresh observing").count();
+        if now > seen {
+            unsafe { libc::kill(holder_pid as i32, libc::SIGSTOP) };
+            break;
+        }
+        assert!(Instant::now() < deadline, "the holder began no refresh in 60 s");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let stopped_at = Instant::now();
+    let log_at_stop = std::fs::read_to_string(&holder_log).unwrap().len();
+
+    // The other replica takes the lease and follows the jobs to their end while the holder sleeps.
+    wait_for_async("the other replica to take the lease", TAKEOVER_LIMIT, Duration::from_millis(200), || async {
+        match holds(&http, &other_metrics).await {
+            Some(true) => Ok(()),
+            seen => Err(format!("{seen:?}")),
+        }
+    })
+    .await;
+    eprintln!("lease taken over {:.1} s after the SIGSTOP", stopped_at.elapsed().as_secs_f64());
+    wait_for_async(
+        "every job Done on the new holder",
+        Duration::from_secs(120),
+        Duration::from_millis(500),
+        || async {
+            let mut statuses = Vec::new();
+            for id in &ids {
+                statuses.push(job(&http, &other_url, &svc.token, id).await["status"].as_str().unwrap().to_string());
+            }
+            if statuses.iter().all(|s| s == "Done") {
+                Ok(())
+            } else {
+                Err(format!("{statuses:?}"))
+            }
+        },
+    )
+    .await;
+    let events_before: Vec<Value> = {
+        let mut all = Vec::new();
+        for id in &ids {
+            all.push(events(&http, &other_url, &svc.token, id).await);
+        }
+        all
+    };
+
+    // The holder wakes: its refresh's writes are refused, and it stays an observer.
+    unsafe { libc::kill(holder_pid as i32, libc::SIGCONT) };
+    let refused = wait_for_async(
+        "the woken replica's refused writes",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || {
+            let log = std::fs::read_to_string(&holder_log).unwrap();
+            let after = log[log_at_stop.min(log.len())..].to_string();
+            async move {
+                match after.lines().find(|l| l.contains("refresh failed") && l.contains("moved on from")) {
+                    Some(line) => Ok(line.to_string()),
+                    None => Err(after.lines().rev().take(5).collect::<Vec<_>>().join("\n")),
+                }
+            }
+        },
+    )
+    .await;
+    eprintln!("the woken replica: {refused}");
+    // A few of its monitor cycles later: the lease is still the other's and nothing it saw landed.
+    tokio::time::sleep(Duration::from_secs(2 * LEASE.parse::<u64>().unwrap())).await;
+    let holder_metrics = if a_holds { &a_metrics } else { &b_metrics };
+    assert_eq!(holds(&http, holder_metrics).await, Some(false), "the woken replica does not hold the lease");
+    assert_eq!(holds(&http, &other_metrics).await, Some(true));
+    for (id, before) in ids.iter().zip(&events_before) {
+        let after = events(&http, &other_url, &svc.token, id).await;
+        assert_eq!(&after, before, "{id}: no event of the woken replica landed");
+        assert_eq!(job(&http, &other_url, &svc.token, id).await["status"], "Done", "{id}");
+        let statuses: Vec<&str> = after["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["kind"] == "status")
+            .map(|e| e["detail"].as_str().unwrap().split_whitespace().next().unwrap_or("").trim_end_matches(':'))
+            .collect();
+        let rank = |s: &str| ["Pending", "Running", "Complete"].iter().position(|x| *x == s);
+        let ranks: Vec<_> = statuses.iter().map(|s| rank(s).unwrap_or_else(|| panic!("{id}: status {s}"))).collect();
+        assert!(ranks.windows(2).all(|w| w[0] <= w[1]), "{id}: no status goes back: {statuses:?}");
+    }
+    drop(b);
+}
+
+async fn events(http: &reqwest::Client, base: &str, token: &str, id: &str) -> Value {
+    let r = http.get(format!("{base}/api/v2/orgs/team-a/jobs/{id}:events")).bearer_auth(token).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{id} on {base}");
+    r.json().await.unwrap()
+}

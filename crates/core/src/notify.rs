@@ -183,12 +183,19 @@ fn words(kind: NoticeKind) -> &'static str {
     }
 }
 
-/// The body `hook` gets for a notice.
+/// The body `hook` gets for a notice. Slack's text is escaped by Slack's rules (`&`, `<`, `>`), so that
+/// a job's name or message (the user's, or the job's own words) cannot become a link, a mention or
+/// markup in the channel.
 pub fn body(hook: &Webhook, notice: &Notice) -> serde_json::Value {
     match hook.format {
-        Format::Slack => serde_json::json!({ "text": notice.text }),
+        Format::Slack => serde_json::json!({ "text": slack_escape(&notice.text) }),
         Format::Generic => serde_json::to_value(notice).expect("a notice serialises"),
     }
+}
+
+/// Text as Slack shows it literally: `&` `<` `>` as `&amp;` `&lt;` `&gt;` (Slack's control characters).
+pub fn slack_escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
 /// Tries of one delivery before it is given up.
@@ -373,6 +380,20 @@ mod tests {
             notice_of(&event(1, "status", &status_detail(PlatformStatus::Running, Some("RUNNING"), "")), &j, 2, None)
                 .unwrap();
         assert_eq!(body(&slack, &n), serde_json::json!({"text": n.text}));
+        // A name (or a message) with Slack's markup is shown as typed: no link, mention or broadcast.
+        let mut named = job();
+        named.name = Some("<!channel> <https://evil.example|click> a&b".into());
+        let n = notice_of(
+            &event(1, "status", &status_detail(PlatformStatus::Running, Some("RUNNING"), "<@U1>")),
+            &named,
+            2,
+            None,
+        )
+        .unwrap();
+        let text = body(&slack, &n)["text"].as_str().unwrap().to_string();
+        assert!(text.contains("&lt;!channel&gt; &lt;https://evil.example|click&gt; a&amp;b"), "{text}");
+        assert!(!text.contains('<') && !text.contains('>'), "{text}");
+        assert_eq!(body(&generic, &n)["name"], named.name.clone().unwrap(), "the JSON form keeps the name as it is");
         let g = body(&generic, &n);
         assert_eq!(
             (g["event"].as_str(), g["job_id"].as_str(), g["attempt"].as_u64()),

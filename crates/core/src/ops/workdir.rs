@@ -12,9 +12,31 @@ pub fn archive_path(base_dir: &str, hash: &str) -> String {
     format!("{base_dir}/workdirs/{hash}.tar.gz")
 }
 
-/// Exit 0 when the archive is already there (nothing to upload), 1 when it is not.
-pub fn present_script(archive: &str) -> String {
-    format!("[ -f {} ]\n", quote(archive))
+/// What every workdir script starts with: the submit's own rules, before anything is read or written
+/// on shared storage: umask 077, and the base directory and its `workdirs` trusted as the submit trusts
+/// its directories (ours or root's above, ours and writable by no one else where we write).
+fn preamble(archive: &str) -> String {
+    let dir = archive.rsplit_once('/').map_or(".", |(d, _)| d);
+    let base = dir.rsplit_once('/').map_or(dir, |(b, _)| b);
+    format!(
+        "set -u\numask 077\n{}tao_trust_dirs {} {}\n",
+        crate::script::trust::trust_functions(),
+        quote(base),
+        quote(dir)
+    )
+}
+
+/// Exit 0 when the archive is already there, a regular file whose content (the tar inside) has the
+/// hash `hash` it is named by, now mode 600; 1 when it is not (missing, or changed: it is sent again).
+pub fn present_script(archive: &str, hash: &str) -> String {
+    let a = quote(archive);
+    format!(
+        "{}[ -f {a} ] && [ ! -L {a} ] || exit 1\n\
+         [ \"$(gzip -dc <{a} 2>/dev/null | sha256sum | cut -d' ' -f1)\" = {h} ] || exit 1\n\
+         chmod 600 -- {a}\n",
+        preamble(archive),
+        h = quote(hash)
+    )
 }
 
 /// Write the base64 text `encoded` as the archive: into a temporary file beside it, then renamed, so
@@ -22,7 +44,8 @@ pub fn present_script(archive: &str) -> String {
 pub fn upload_script(archive: &str, encoded: &str) -> String {
     let a = quote(archive);
     format!(
-        "set -e\nmkdir -p \"$(dirname {a})\"\nt=$(mktemp {a}.XXXXXX)\ntrap 'rm -f \"$t\"' EXIT\nbase64 -d >\"$t\" <<'TAO_WORKDIR_EOF'\n{encoded}\nTAO_WORKDIR_EOF\nchmod 644 \"$t\"\nmv \"$t\" {a}\ntrap - EXIT\n"
+        "{}set -e\nmkdir -p \"$(dirname {a})\"\nt=$(mktemp {a}.XXXXXX)\ntrap 'rm -f \"$t\"' EXIT\nbase64 -d >\"$t\" <<'TAO_WORKDIR_EOF'\n{encoded}\nTAO_WORKDIR_EOF\nchmod 600 \"$t\"\nmv \"$t\" {a}\ntrap - EXIT\n",
+        preamble(archive)
     )
 }
 
@@ -34,7 +57,8 @@ pub const UPLOAD_PART_BYTES: usize = 2 * 1024 * 1024;
 pub fn part_script(parts_dir: &str, index: usize, encoded: &str) -> String {
     let d = quote(parts_dir);
     format!(
-        "set -e\nmkdir -p -m 700 {d}\nt=$(mktemp {d}/.part.XXXXXX)\ntrap 'rm -f \"$t\"' EXIT\nbase64 -d >\"$t\" <<'TAO_WORKDIR_EOF'\n{encoded}\nTAO_WORKDIR_EOF\nmv \"$t\" {d}/{index}\ntrap - EXIT\n"
+        "{}set -e\nmkdir -p -m 700 {d}\nt=$(mktemp {d}/.part.XXXXXX)\ntrap 'rm -f \"$t\"' EXIT\nbase64 -d >\"$t\" <<'TAO_WORKDIR_EOF'\n{encoded}\nTAO_WORKDIR_EOF\nmv \"$t\" {d}/{index}\ntrap - EXIT\n",
+        preamble(parts_dir)
     )
 }
 
@@ -43,12 +67,13 @@ pub fn part_script(parts_dir: &str, index: usize, encoded: &str) -> String {
 pub fn assemble_script(archive: &str, parts_dir: &str, parts: usize, size: u64, sha256: &str) -> String {
     let (a, d) = (quote(archive), quote(parts_dir));
     format!(
-        "set -e\nt=$(mktemp {a}.XXXXXX)\ntrap 'rm -f \"$t\"; rm -rf {d}' EXIT\n\
+        "{}set -e\nt=$(mktemp {a}.XXXXXX)\ntrap 'rm -f \"$t\"; rm -rf {d}' EXIT\n\
          for i in $(seq 0 {last}); do cat {d}/\"$i\"; done >\"$t\"\n\
          got=$(stat -c %s \"$t\")\n\
          if [ \"$got\" != {size} ] || [ \"$(sha256sum <\"$t\" | cut -d' ' -f1)\" != {sha256} ]; then\n\
          \x20 echo \"the uploaded workdir does not match what was sent ($got of {size} bytes); submit again\" >&2; exit 1\nfi\n\
-         chmod 644 \"$t\"\nmv \"$t\" {a}\n",
+         chmod 600 \"$t\"\nmv \"$t\" {a}\n",
+        preamble(archive),
         last = parts.saturating_sub(1),
         sha256 = quote(sha256),
     )
@@ -91,6 +116,56 @@ mod tests {
         assert!(!std::path::Path::new(&parts_dir).exists(), "the parts are removed");
     }
 
+    /// An archive is reused only when it holds the content its name says (a changed one is sent
+    /// again); one reused is made 600; scripts run under umask 077.
+    #[test]
+    fn a_reused_archive_is_checked_against_its_hash_and_kept_private() {
+        use std::io::Write;
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let archive = dir.path().join("base/workdirs/h.tar.gz");
+        std::fs::create_dir_all(archive.parent().unwrap()).unwrap();
+        let tar = b"the tar's bytes".to_vec();
+        let hash: String = sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(&tar))
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let gz = |data: &[u8]| {
+            let mut c = std::process::Command::new("gzip")
+                .arg("-c")
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            c.stdin.take().unwrap().write_all(data).unwrap();
+            c.wait_with_output().unwrap().stdout
+        };
+        let a = archive.display().to_string();
+        let present =
+            || std::process::Command::new("bash").arg("-c").arg(present_script(&a, &hash)).status().unwrap().code();
+        assert_eq!(present(), Some(1), "missing");
+        std::fs::write(&archive, gz(b"something else")).unwrap();
+        std::fs::set_permissions(&archive, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(present(), Some(1), "another content under the name is not reused");
+        std::fs::write(&archive, gz(&tar)).unwrap();
+        assert_eq!(present(), Some(0));
+        assert_eq!(std::fs::metadata(&archive).unwrap().permissions().mode() & 0o777, 0o600);
+        // An upload's archive is 600 too.
+        use base64::Engine;
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(upload_script(&a, &base64::engine::general_purpose::STANDARD.encode(gz(&tar))))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(std::fs::metadata(&archive).unwrap().permissions().mode() & 0o777, 0o600);
+        // A workdirs directory others can write is refused before anything is read or written there.
+        std::fs::set_permissions(archive.parent().unwrap(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let out = std::process::Command::new("bash").arg("-c").arg(present_script(&a, &hash)).output().unwrap();
+        assert_eq!(out.status.code(), Some(crate::exit_codes::UNTRUSTED_STORAGE), "{out:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("refusing"), "{out:?}");
+    }
+
     #[test]
     fn the_archive_is_named_by_its_content() {
         assert_eq!(archive_path("/lustre/u", "ab12"), "/lustre/u/workdirs/ab12.tar.gz");
@@ -98,6 +173,7 @@ mod tests {
         assert!(
             s.contains("base64 -d") && s.contains("\nQUJD\n") && s.contains("mv \"$t\" /lustre/u/workdirs/ab12.tar.gz")
         );
-        assert_eq!(present_script("/a b"), "[ -f '/a b' ]\n");
+        let p = present_script("/a b/workdirs/ab12.tar.gz", "ab12");
+        assert!(p.starts_with("set -u\numask 077\n") && p.contains("\ntao_trust_dirs '/a b' '/a b/workdirs'\n"), "{p}");
     }
 }

@@ -56,6 +56,11 @@ pub fn check_env_name(field: &str, name: &str) -> Result<(), SpecError> {
 const SUBVERTING_NAMES: &[&str] =
     &["PATH", "BASH_ENV", "ENV", "IFS", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "CDPATH", "GLOBIGNORE"];
 const SUBVERTING_PREFIXES: &[&str] = &["LD_", "BASH_FUNC_"];
+/// How Slurm hands SPANK plugins their options (Pyxis' `--container-*` among them): `_SLURM_SPANK_OPTION_`
+/// for a step's options, `SLURM_SPANK_` for options sbatch passes on to the steps of its script, and
+/// `SPANK_` for a plugin's job-control variables. In a job's environment they would set container
+/// options (mounts, image, workdir) that policy never saw.
+const SPANK_PREFIXES: &[&str] = &["_SLURM_SPANK_OPTION_", "SLURM_SPANK_", "SPANK_"];
 /// The batch script's own shell variables (besides every `tao_` name, which the Cosmos-RL script uses).
 const SCRIPT_LOCALS: &[&str] = &["rc", "counter", "done_requeues", "owned", "said", "size"];
 
@@ -71,7 +76,16 @@ pub fn check_user_env_name(field: &str, name: &str, owned_by_us: &dyn Fn(&str) -
             ),
         ));
     }
-    if owned_by_us(name) || SCRIPT_LOCALS.contains(&name) || name.starts_with("tao_") || name.starts_with("SPANK_") {
+    let upper = name.to_ascii_uppercase();
+    if let Some(prefix) = SPANK_PREFIXES.iter().find(|p| upper.starts_with(*p)) {
+        return Err(SpecError::new(
+            field,
+            format!(
+                "{name} is named like Slurm's SPANK plugin options ({prefix}*), through which it would set container options (mounts, image) past the policy; use the job's own fields for those"
+            ),
+        ));
+    }
+    if owned_by_us(name) || SCRIPT_LOCALS.contains(&name) || name.starts_with("tao_") {
         return Err(SpecError::new(field, format!("{name} is set by tao-slurm itself and cannot be overridden")));
     }
     Ok(())
@@ -121,6 +135,20 @@ mod tests {
             assert!(err.to_string().contains(bad) && err.field == "env", "{err}");
         }
         assert!(check_user_env_name("secret_env", "HF_TOKEN", &none).is_ok());
+        // Slurm's SPANK option variables (Pyxis reads its --container-* options through them).
+        for spank in [
+            "_SLURM_SPANK_OPTION_pyxis_container_mounts",
+            "SLURM_SPANK__SLURM_SPANK_OPTION_pyxis_container_image",
+            "SPANK_PYXIS_CONTAINER_MOUNTS",
+            "_slurm_spank_option_pyxis_container_mounts",
+        ] {
+            for field in ["env", "secret_env"] {
+                let err = check_user_env_name(field, spank, &none).unwrap_err();
+                assert_eq!(err.field, field);
+                assert!(err.to_string().contains(spank) && err.to_string().contains("SPANK"), "{err}");
+            }
+        }
+        assert!(check_user_env_name("env", "MY_SLURM_SPANK_NOTE", &none).is_ok(), "only the prefixes");
         assert!(check_user_env_name("env", "MINE", &|n| n == "MINE").is_err());
         assert!(check_env_name("env", "_X").is_ok());
         for bad in ["1X", "A-B", "", "A B", "A=B", "$X"] {
