@@ -252,8 +252,88 @@ fn workspace_settings(state: &AppState, id: &str, org: &str, d: &SlurmDetailsIn)
     flags.insert(crate::profiles::CLUSTER_SETTING.to_string(), id.to_string());
     let mut settings = (state.make_settings)(flags)
         .map_err(|e| ApiError::field("cloud_specific_details", scrub(state, &e.to_string())))?;
+    settings.login_hosts = login_hosts(&settings, org, &rules, d)?;
+    // The org's key only: no ssh_config file of the operator's (its identities, agent, proxies,
+    // local commands, includes), no agent.
+    settings.ssh_key_only = true;
+    settings.ssh_config = None;
+    settings.ssh_auth_sock = None;
+    // Nothing of the operator's reaches the org's jobs: credentials, webhooks, mail.
     settings.forwarded_secrets.clear();
+    settings.notify.clear();
+    settings.mail_user = None;
     Ok(settings)
+}
+
+/// An org workspace's login hosts: each a host name or `host:port` as given, or an ssh_config alias
+/// of the service the operator granted the org (`ssh_aliases`), laid out as its host name and port
+/// only; within the operator's `login_hosts` when it lists them.
+fn login_hosts(
+    operator: &crate::config::Settings,
+    org: &str,
+    rules: &super::operator::OrgRules,
+    d: &SlurmDetailsIn,
+) -> ApiResult<Vec<crate::config::LoginHost>> {
+    let field = "cloud_specific_details.slurm_hostname";
+    let mut hosts = Vec::new();
+    for given in &d.slurm_hostname {
+        let host = crate::config::LoginHost::parse(given).map_err(|e| ApiError::field(field, e.to_string()))?;
+        if host.port.is_none() && rules.ssh_aliases.contains(&host.host) {
+            let (name, port) = crate::client::alias_destination(operator, &host.host).ok_or_else(|| {
+                tracing::warn!(%org, alias = %host.host, "a granted ssh_config alias does not resolve");
+                ApiError::field(field, format!("{given:?}: the operator's alias does not resolve; ask the operator"))
+            })?;
+            hosts.push(crate::config::LoginHost { host: name, port: Some(port) });
+            continue;
+        }
+        if rules.login_hosts.as_ref().is_some_and(|allowed| !allowed.contains(given)) {
+            let mut e = ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!(
+                    "{given:?} is not a login host the operator allows org {org} (clusters.toml [orgs.{org}] login_hosts, ssh_aliases)"
+                ),
+            );
+            e.body.field = Some(field.into());
+            return Err(e);
+        }
+        hosts.push(host);
+    }
+    Ok(hosts)
+}
+
+/// The preflight checks whose failure is a failure to log in (their details are ssh's).
+const CONNECTION_CHECKS: &[&str] = &["ssh key", "ssh login", "remote checks"];
+
+/// What an org hears when its own workspace cannot log in (the operator's log has ssh's words).
+fn cannot_log_in(w: &Workspace, org: &str) -> String {
+    format!(
+        "the service cannot log in to the login hosts as {} with the org's key (GET /api/v2/orgs/{org}/ssh-key shows it: authorise it for that user on every login host; a host must be a host name or host:port the service reaches, or an ssh_config alias the operator granted the org). The operator's log has the details.",
+        w.settings.slurm_user.as_deref().unwrap_or("the slurm_user")
+    )
+}
+
+/// A preflight check's detail and remediation as the org may see them: an org's own workspace's
+/// failed login says only that it failed (see [`cannot_log_in`]).
+pub fn org_facing_check(state: &AppState, w: &Workspace, c: &crate::preflight::Check) -> (String, Option<String>) {
+    match &w.access {
+        Access::Owned(org) if !c.ok && CONNECTION_CHECKS.contains(&c.name.as_str()) => {
+            tracing::warn!(workspace = %w.id, %org, check = %c.name, host = ?c.host, detail = %c.detail.trim(), "an org workspace cannot log in");
+            (cannot_log_in(w, org), None)
+        }
+        _ => (scrub(state, &c.detail), c.remediation.as_ref().map(|r| scrub(state, r))),
+    }
+}
+
+/// An error of a remote call as the org may see it (an org's own workspace: no connection details).
+pub fn org_facing_error(state: &AppState, w: &Workspace, error: &str) -> String {
+    match &w.access {
+        Access::Owned(org) => {
+            tracing::warn!(workspace = %w.id, %org, %error, "a remote call of an org workspace failed");
+            "the cluster could not be read; the operator's log has why".to_string()
+        }
+        Access::Shared(_) => scrub(state, error),
+    }
 }
 
 /// Run a workspace's preflight (blocking); Err names the first required check that failed and what
@@ -264,6 +344,20 @@ pub fn preflight(state: &AppState, w: &Workspace, org: &str) -> Result<(), ApiEr
         None => {
             w.ready.store(true, std::sync::atomic::Ordering::Relaxed);
             Ok(())
+        }
+        Some(c) if matches!(w.access, Access::Owned(_)) && CONNECTION_CHECKS.contains(&c.name.as_str()) => {
+            w.ready.store(false, std::sync::atomic::Ordering::Relaxed);
+            // What ssh said (refused, timed out, no route, denied) would let an org probe the
+            // service's network through its login hosts: the org hears one answer, the operator's
+            // log has the rest.
+            tracing::warn!(workspace = %w.id, %org, check = %c.name, host = ?c.host, detail = %c.detail.trim(), "an org workspace's preflight cannot log in");
+            let mut e = ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "preflight_failed",
+                format!("workspace {} is not usable yet: {}", w.id, cannot_log_in(w, org)),
+            );
+            e.body.field = Some("preflight.ssh login".into());
+            Err(e)
         }
         Some(c) => {
             w.ready.store(false, std::sync::atomic::Ordering::Relaxed);
@@ -365,6 +459,9 @@ pub async fn create_workspace(
         return Err(ApiError::field("name", "one line of 1 to 500 characters"));
     }
     check_details(&req.cloud_specific_details)?;
+    // Held until the workspace is in the service's list (or refused), so parallel creates count
+    // each other.
+    let _place = super::policy::admit_workspace(&state, &org)?;
     let id = uuid::Uuid::new_v4().to_string();
     let now = crate::client::now_secs();
     let w = Arc::new(build(&state, &id, &org, &req, now)?);
