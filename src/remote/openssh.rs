@@ -88,9 +88,13 @@ impl OpenSsh {
             targets: hosts.iter().map(|_| Mutex::new(None)).collect(),
             user: user.to_string(),
             hosts: hosts.to_vec(),
-            // Key-only: no ssh_config file at all, so none of the operator's identities, agents,
-            // proxies, local commands or includes; the options below are the whole configuration.
-            ssh_config: if key_only { Some(PathBuf::from("/dev/null")) } else { settings.ssh_config.clone() },
+            // Key-only: the given config (the service's own) or none at all, never the user's or
+            // the system's, so none of the operator's identities, agents, proxies, local commands
+            // or includes.
+            ssh_config: match &settings.ssh_config {
+                None if key_only => Some(PathBuf::from("/dev/null")),
+                other => other.clone(),
+            },
             known_hosts: settings.ssh_known_hosts.clone(),
             key_path: settings.ssh_key_path.clone(),
             auth_sock: if key_only { None } else { settings.ssh_auth_sock.clone() },
@@ -858,6 +862,35 @@ mod tests {
             let h = JumpHop::parse(text);
             assert_eq!((h.user.as_deref(), h.host.as_str(), h.port), (user, host, port), "{text}");
         }
+    }
+
+    #[test]
+    fn a_key_only_ssh_reads_no_config_of_the_users_and_uses_no_agent() {
+        let key = tempfile::NamedTempFile::new().unwrap();
+        fs::set_permissions(key.path(), fs::Permissions::from_mode(0o600)).unwrap();
+        let mut settings = tao_slurm_core::fixtures::settings();
+        settings.ssh_key_path = Some(key.path().to_path_buf());
+        settings.ssh_auth_sock = Some("/operator/agent.sock".into());
+        settings.ssh_key_only = true;
+        let hosts = settings.login_hosts.clone();
+        let ssh = OpenSsh::new(&settings, "alice", &hosts).unwrap();
+        let args = ssh.strict_options();
+        let pairs: Vec<(&str, &str)> = args.windows(2).map(|w| (w[0].as_str(), w[1].as_str())).collect();
+        assert!(pairs.contains(&("-F", "/dev/null")), "no config file at all: {args:?}");
+        for opt in ["IdentityAgent=none", "IdentitiesOnly=yes", "ProxyJump=none", "PermitLocalCommand=no"] {
+            assert!(pairs.contains(&("-o", opt)), "{opt}: {args:?}");
+        }
+        let mut cmd = Command::new("ssh");
+        ssh.agent_env(&mut cmd);
+        let agent: Vec<_> = cmd.get_envs().filter(|(k, _)| *k == "SSH_AUTH_SOCK").collect();
+        assert_eq!(agent, vec![(std::ffi::OsStr::new("SSH_AUTH_SOCK"), None)], "the agent is taken out");
+        // With a config of the service's own, that one (and the same options).
+        settings.ssh_config = Some("/service/own.ssh_config".into());
+        let args = OpenSsh::new(&settings, "alice", &hosts).unwrap().strict_options();
+        assert!(args.windows(2).any(|w| w[0] == "-F" && w[1] == "/service/own.ssh_config"), "{args:?}");
+        // Key-only without a key is refused.
+        settings.ssh_key_path = None;
+        assert!(OpenSsh::new(&settings, "alice", &hosts).is_err());
     }
 
     #[test]

@@ -102,9 +102,9 @@ pub struct Settings {
     pub ssh_auth_sock: Option<String>,
     pub ssh_config: Option<PathBuf>,
     pub ssh_known_hosts: Option<PathBuf>,
-    /// Log in with `ssh_key_path` only: ssh reads no ssh_config file (the service's own options
-    /// only), uses no agent and offers no other identity. Set by the service for an org's own
-    /// workspace; no setting name reads it.
+    /// Log in with `ssh_key_path` only: ssh reads `ssh_config` (the service's own) or no config file
+    /// at all, never the user's or the system's, uses no agent and offers no other identity. Set by
+    /// the service for an org's own workspace; no setting name reads it.
     pub ssh_key_only: bool,
     pub connect_timeout_secs: u32,
     /// Deadline of one remote call (a round trip), in seconds; longer calls (image conversions) get
