@@ -79,7 +79,10 @@ impl OpenSsh {
         }
         let key_only = settings.ssh_key_only;
         if key_only && settings.ssh_key_path.is_none() {
-            return Err(RemoteError::KeyMissing { path: "SSH_KEY_PATH".into(), message: "a key-only login needs a key".into() });
+            return Err(RemoteError::KeyMissing {
+                path: "SSH_KEY_PATH".into(),
+                message: "a key-only login needs a key".into(),
+            });
         }
         let profile = auth_profile(settings, user);
         Ok(OpenSsh {

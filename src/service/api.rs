@@ -6,13 +6,13 @@ use super::error::{ApiError, ApiResult, ErrorBody};
 use super::state::{AppState, CachedJob, TokenInfo};
 use super::types::*;
 use super::workspace::Workspace;
+use crate::status::PlatformStatus;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use crate::status::PlatformStatus;
 use std::sync::Arc;
 
 pub type AppStateRef = Arc<AppState>;
@@ -563,7 +563,8 @@ pub async fn cancel_job(state: AppStateRef, org: String, id: String) -> ApiResul
         (status = 400, description = "A job that completed, or had secrets", body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn retry_job(state: AppStateRef, org: String, id: String) -> ApiResult<Response> {
-    let _place = admit_restart(&state, &org, &id, |s| matches!(s, PlatformStatus::Error | PlatformStatus::Canceled)).await?;
+    let _place =
+        admit_restart(&state, &org, &id, |s| matches!(s, PlatformStatus::Error | PlatformStatus::Canceled)).await?;
     let reply = act_on_job(state, &org, &id, |c, jid| c.retry_job(jid).map(|_| ())).await?;
     tracing::info!(%org, job = %id, "job retried");
     Ok(reply)

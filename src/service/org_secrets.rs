@@ -162,7 +162,11 @@ pub fn resolve(names: &[String], org: &str, values: &BTreeMap<String, String>) -
 /// `text` with every value of the org's secrets replaced by `***` (defence in depth: a job can still
 /// print a value encoded).
 pub fn redact(text: String, values: &BTreeMap<String, String>) -> String {
-    let mut list: Vec<&str> = values.values().map(String::as_str).filter(|v| v.trim().len() >= tao_slurm_core::redact::MIN_HIDDEN_BYTES).collect();
+    let mut list: Vec<&str> = values
+        .values()
+        .map(String::as_str)
+        .filter(|v| v.trim().len() >= tao_slurm_core::redact::MIN_HIDDEN_BYTES)
+        .collect();
     list.sort_by_key(|v| std::cmp::Reverse(v.len()));
     let mut out = text;
     for v in list {

@@ -20,7 +20,12 @@ pub struct Places(Mutex<HashMap<String, u32>>);
 impl Places {
     /// Count what `org` has now (`counted`, read under the lock) plus the places taken; `check` that
     /// number; then take one more place.
-    fn take(&self, org: &str, counted: impl FnOnce() -> u32, check: impl FnOnce(u32) -> Result<(), ApiError>) -> Result<(), ApiError> {
+    fn take(
+        &self,
+        org: &str,
+        counted: impl FnOnce() -> u32,
+        check: impl FnOnce(u32) -> Result<(), ApiError>,
+    ) -> Result<(), ApiError> {
         let mut taken = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let n = counted() + taken.get(org).copied().unwrap_or(0);
         check(n)?;
@@ -70,7 +75,8 @@ pub fn admit(
 pub fn admit_workspace(state: &Arc<AppState>, org: &str) -> Result<Place, ApiError> {
     let cap = state.operator.max_workspaces(org);
     let owned = || {
-        state.workspaces().iter().filter(|w| w.access == super::workspace::Access::Owned(org.to_string())).count() as u32
+        state.workspaces().iter().filter(|w| w.access == super::workspace::Access::Owned(org.to_string())).count()
+            as u32
     };
     state.workspace_places.take(org, owned, |n| {
         if n < cap {

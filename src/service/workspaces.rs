@@ -102,6 +102,9 @@ pub fn org_key(state_path: &FsPath, org: &str, assigned: Option<&FsPath>) -> Res
     let dir = keys_dir(state_path);
     crate::private::ensure_private_dir(&dir)?;
     let key = dir.join(format!("{org}_ed25519"));
+    // One maker at a time: parallel first creates of an org would share the partial file's name.
+    static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = MAKING.lock().unwrap_or_else(|e| e.into_inner());
     if std::fs::symlink_metadata(&key).is_err() {
         let partial = dir.join(format!(".{org}_ed25519.{}", std::process::id()));
         let _ = std::fs::remove_file(&partial);
