@@ -103,6 +103,19 @@ impl Drop for Authorised {
     }
 }
 
+/// The tests here that authorise a key for the tenant user, one at a time (each takes its line out
+/// of the same authorized_keys again).
+static TENANT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A results directory of the tenant user's, made for this run.
+fn tenant_base(tag: &str) -> String {
+    let t = tenant();
+    let base = format!("{}/shared/{t}/org-trust-{tag}-{}", sandbox_settings()["SANDBOX_DIR"], std::process::id());
+    let made = std::process::Command::new("install").args(["-d", "-m", "700", "-o", &t, "-g", &t, &base]).status();
+    assert!(made.unwrap().success(), "cannot make {base}");
+    base
+}
+
 /// The org-facing words of a refusal, without the workspace's random id.
 fn words(e: &Value) -> String {
     let desc = e["error_desc"].as_str().unwrap_or_default();
@@ -122,8 +135,9 @@ async fn an_org_workspace_on_the_operators_alias_logs_in_with_the_org_key_only()
     let team_c = new_token(&svc, "team-c");
     until_known(&svc, "team-c", &team_c).await;
     let post = reqwest::Method::POST;
-    let sd = sandbox["SANDBOX_DIR"].clone();
     let base_user = format!("{}/org-trust-{}", sandbox["SLURM_BASE_RESULTS_DIR"], std::process::id());
+    // Everything else of the preflight would pass: only the login can fail.
+    svc.env.ssh(&format!("mkdir -p -m 700 '{base_user}'"));
 
     // team-a's admin, on the alias the operator granted it, as the operator's Unix user, with the org
     // key authorised nowhere: refused at preflight, nothing kept.
@@ -150,11 +164,27 @@ async fn an_org_workspace_on_the_operators_alias_logs_in_with_the_org_key_only()
     // was the key's): tenant2 authorises team-a's key.
     let (s, key) = send(&svc, &svc.token, reqwest::Method::GET, &svc.api("/ssh-key"), None).await;
     assert_eq!(s, 200, "{key}");
-    let _authorised = Authorised::add(key["public_key"].as_str().unwrap());
+    let _tenant = TENANT.lock().await;
     let t = tenant();
-    let base_t = format!("{sd}/shared/{t}/org-trust-{}", std::process::id());
-    let made = std::process::Command::new("install").args(["-d", "-m", "700", "-o", &t, "-g", &t, &base_t]).status();
-    assert!(made.unwrap().success(), "cannot make {base_t}");
+    let base_t = tenant_base("alias");
+    // Whatever the sandbox's own user accepts: the tenant user accepts the operator's key, and still
+    // the org's workspace as that user does not log in until the org's key is authorised.
+    let operator_public = std::fs::read_to_string(format!("{operator_key}.pub")).unwrap();
+    let _operator_authorised = Authorised::add(operator_public.trim());
+    let (s, e) = send(
+        &svc,
+        &svc.token,
+        post.clone(),
+        &svc.api("/workspaces"),
+        Some(workspace(&t, "sandbox-login1", &base_t, false)),
+    )
+    .await;
+    assert_eq!(
+        (s, e["field"].as_str()),
+        (422, Some("preflight.ssh login")),
+        "the operator's key logged an org in: {e}"
+    );
+    let _authorised = Authorised::add(key["public_key"].as_str().unwrap());
     let (s, w) = send(
         &svc,
         &svc.token,
@@ -198,10 +228,25 @@ async fn an_org_workspace_on_the_operators_alias_logs_in_with_the_org_key_only()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parallel_creates_and_a_retry_hold_the_active_job_limit() {
-    let clusters =
-        "[login1]\nslurm_hostname = [\"sandbox-login1\"]\norgs = [\"team-a\"]\n\n[orgs.team-a]\nmax_active_jobs = 3\n";
-    let svc = Service::start_configured(&[], clusters, false);
-    let job = short(json!({"image": "ubuntu:22.04", "command": "sleep 300", "gpus": 0, "workspace": "login1"}));
+    // In team-a's own workspace (the tenant user, the org's key): the limit is the org's.
+    let clusters = "[orgs.team-a]\nssh_aliases = [\"sandbox-login1\"]\nmax_active_jobs = 3\n";
+    let svc = Service::start_configured(&[], clusters, true);
+    let _tenant = TENANT.lock().await;
+    let (s, key) = send(&svc, &svc.token, reqwest::Method::GET, &svc.api("/ssh-key"), None).await;
+    assert_eq!(s, 200, "{key}");
+    let _authorised = Authorised::add(key["public_key"].as_str().unwrap());
+    let base = tenant_base("limit");
+    let (s, w) = send(
+        &svc,
+        &svc.token,
+        reqwest::Method::POST,
+        &svc.api("/workspaces"),
+        Some(workspace(&tenant(), "sandbox-login1", &base, false)),
+    )
+    .await;
+    assert_eq!((s, w["ready"].as_bool()), (201, Some(true)), "{w}");
+    let ws = w["id"].as_str().unwrap().to_string();
+    let job = short(json!({"image": "ubuntu:22.04", "command": "sleep 300", "gpus": 0, "workspace": ws}));
     let creates = (0..10).map(|_| {
         let (http, url, token, body) = (svc.http.clone(), svc.api("/jobs"), svc.token.clone(), job.clone());
         async move {
@@ -239,6 +284,13 @@ async fn parallel_creates_and_a_retry_hold_the_active_job_limit() {
     let (s, r) = send(&svc, &svc.token, post, &svc.api(&format!("/jobs/{}:retry", accepted[0])), None).await;
     assert_eq!(s, 200, "{r}");
     assert!(r["status"] != "Canceled", "retried: {r}");
+    // The service's own cleanup knows no org workspace: cancel what runs here.
+    for id in [&accepted[0], &accepted[2], fourth["id"].as_str().unwrap_or_default()] {
+        let (s, c) =
+            send(&svc, &svc.token, reqwest::Method::POST, &svc.api(&format!("/jobs/{id}:cancel")), Some(json!({})))
+                .await;
+        assert_eq!(s, 200, "{c}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
