@@ -294,8 +294,12 @@ fn granted_aliases(
     for given in &d.slurm_hostname {
         let host = crate::config::LoginHost::parse(given).map_err(|e| ApiError::field(field, e.to_string()))?;
         if host.port.is_none() && rules.ssh_aliases.contains(&host.host) {
+            // A plain host name or address: nothing ssh would read as a token, option or word.
             let (name, port) = crate::client::alias_destination(operator, &host.host)
-                .filter(|(name, _)| crate::config::LoginHost::parse(name).is_ok_and(|h| h.port.is_none()))
+                .filter(|(name, _)| {
+                    name.starts_with(|c: char| c.is_ascii_alphanumeric())
+                        && name.chars().all(|c| c.is_ascii_alphanumeric() || ".-_:".contains(c))
+                })
                 .ok_or_else(|| {
                     tracing::warn!(%org, alias = %host.host, "a granted ssh_config alias does not resolve to a host name");
                     ApiError::field(field, format!("{given:?}: the operator's alias does not resolve; ask the operator"))
