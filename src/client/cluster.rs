@@ -87,3 +87,10 @@ impl Client {
 pub fn preflight(settings: &Settings) -> PreflightReport {
     PreflightReport::new(crate::engine::preflight::run_preflight(settings))
 }
+
+/// Where an ssh_config alias of these settings' `SSH_CONFIG` leads (host name and port only; see
+/// `remote::openssh::alias_destination`): the service lays an alias the operator granted an org over
+/// the org's key-only workspace this way.
+pub fn alias_destination(settings: &Settings, alias: &str) -> Option<(String, u16)> {
+    crate::remote::openssh::alias_destination(settings.ssh_config.as_deref(), alias)
+}

@@ -105,6 +105,11 @@ impl Client {
         Ok(self.summaries_of(ids)?.iter().map(|j| JobView::at(j, super::now_secs())).collect())
     }
 
+    /// The plan a job was recorded with (what a retry or a resume submits again), from the state file.
+    pub fn recorded_plan(&self, id: &str) -> Result<crate::plan::Plan> {
+        Ok(self.store.get(id)?.plan)
+    }
+
     /// The specs a job was staged with (its `$TAO_SPECS_FILE`, inputs laid over), from the state file.
     pub fn staged_specs(&self, id: &str) -> Result<serde_json::Value> {
         Ok(self.store.get(id)?.plan.specs_json())

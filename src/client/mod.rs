@@ -39,7 +39,7 @@ pub use crate::remote::{RemoteError, TransportStats};
 pub use crate::store::service_records::{self, ApiJob, ServiceDb, TokenRecord};
 pub use crate::store::AuditEntry;
 pub use crate::store::GroupRecord;
-pub use cluster::preflight;
+pub use cluster::{alias_destination, preflight};
 pub use login::LoginOutcome;
 pub use monitor::{monitor_running, start_background_monitor, Monitor, MonitorLock, MonitorStep, AFTER_FAILURE};
 pub use notify::Notifier;

@@ -24,6 +24,8 @@ pub struct OpenSsh {
     known_hosts: Option<PathBuf>,
     key_path: Option<PathBuf>,
     auth_sock: Option<String>,
+    /// Only `key_path`: no ssh_config file, no agent (see `Settings::ssh_key_only`).
+    key_only: bool,
     connect_timeout_secs: u32,
     control_persist_secs: u32,
     control_dir: PathBuf,
@@ -41,6 +43,17 @@ pub struct OpenSsh {
     /// Idle persistent shells.
     sessions: Pool,
 }
+
+/// What a key-only ssh adds to its options: no agent, no token or smart-card identity, no local
+/// command, no forwarding of either.
+const KEY_ONLY_OPTIONS: &[&str] = &[
+    "IdentityAgent=none",
+    "PKCS11Provider=none",
+    "PermitLocalCommand=no",
+    "ForwardAgent=no",
+    "ForwardX11=no",
+    "ProxyJump=none",
+];
 
 /// A host that failed to connect is skipped for this long (by every process: the mark is a file in the
 /// control directory), then tried again; the first host is preferred again as soon as it answers.
@@ -64,6 +77,13 @@ impl OpenSsh {
         if let Some(key) = &settings.ssh_key_path {
             check_key_file(key)?;
         }
+        let key_only = settings.ssh_key_only;
+        if key_only && settings.ssh_key_path.is_none() {
+            return Err(RemoteError::KeyMissing {
+                path: "SSH_KEY_PATH".into(),
+                message: "a key-only login needs a key".into(),
+            });
+        }
         let profile = auth_profile(settings, user);
         Ok(OpenSsh {
             remote_timeout: Duration::from_secs(settings.remote_timeout_secs.into()),
@@ -71,10 +91,17 @@ impl OpenSsh {
             targets: hosts.iter().map(|_| Mutex::new(None)).collect(),
             user: user.to_string(),
             hosts: hosts.to_vec(),
-            ssh_config: settings.ssh_config.clone(),
+            // Key-only: the given config (the service's own) or none at all, never the user's or
+            // the system's, so none of the operator's identities, agents, proxies, local commands
+            // or includes.
+            ssh_config: match &settings.ssh_config {
+                None if key_only => Some(PathBuf::from("/dev/null")),
+                other => other.clone(),
+            },
             known_hosts: settings.ssh_known_hosts.clone(),
             key_path: settings.ssh_key_path.clone(),
-            auth_sock: settings.ssh_auth_sock.clone(),
+            auth_sock: if key_only { None } else { settings.ssh_auth_sock.clone() },
+            key_only,
             connect_timeout_secs: settings.connect_timeout_secs,
             control_persist_secs: settings.control_persist_secs,
             control_dir: settings.control_dir.clone(),
@@ -116,7 +143,22 @@ impl OpenSsh {
         if let Some(key) = &self.key_path {
             args.extend(["-i".to_string(), key.display().to_string(), "-o".to_string(), "IdentitiesOnly=yes".into()]);
         }
+        if self.key_only {
+            for opt in KEY_ONLY_OPTIONS {
+                args.extend(["-o".to_string(), opt.to_string()]);
+            }
+        }
         args
+    }
+
+    /// The agent an ssh we start may use: the configured one, none at all when key-only (the
+    /// service's own `SSH_AUTH_SOCK` is taken out of its environment), else the inherited one.
+    fn agent_env(&self, cmd: &mut Command) {
+        if self.key_only {
+            cmd.env_remove("SSH_AUTH_SOCK");
+        } else if let Some(sock) = &self.auth_sock {
+            cmd.env("SSH_AUTH_SOCK", sock);
+        }
     }
 
     /// Options common to every ssh invocation for `host`, ending with the destination.
@@ -127,9 +169,7 @@ impl OpenSsh {
         if let Some(proxy) = self.target(host).proxy {
             cmd.arg("-o").arg(format!("ProxyCommand={proxy}"));
         }
-        if let Some(sock) = &self.auth_sock {
-            cmd.env("SSH_AUTH_SOCK", sock);
-        }
+        self.agent_env(&mut cmd);
         cmd.arg("-l").arg(&self.user);
         if let Some(port) = host.port {
             cmd.arg("-p").arg(port.to_string());
@@ -330,9 +370,7 @@ impl OpenSsh {
         cmd.args(["-f", "-N", "-o", "BatchMode=no", "-o", "ControlMaster=yes", "-o"])
             .arg(format!("ControlPersist={}", persist.as_secs().max(1)));
         cmd.args(self.base_command(host).get_args());
-        if let Some(sock) = &self.auth_sock {
-            cmd.env("SSH_AUTH_SOCK", sock);
-        }
+        self.agent_env(&mut cmd);
         // The master must outlive the terminal: closing it right after `login` hangs up its
         // foreground group, which the master is still in until ssh's -f has detached it. ssh keeps an
         // inherited SIGHUP ignored (as rsh does), so it never quits on that hangup.
@@ -366,9 +404,7 @@ impl OpenSsh {
             .arg("-o")
             .arg(format!("ControlPersist={}", self.control_persist_secs.max(1)));
         cmd.args(self.base_command(host).get_args());
-        if let Some(sock) = &self.auth_sock {
-            cmd.env("SSH_AUTH_SOCK", sock);
-        }
+        self.agent_env(&mut cmd);
         let stderr = err_file.reopen().map_err(|e| MasterError::Failed(e.to_string()))?;
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr);
         // ssh's ConnectTimeout bounds the TCP connect and the protocol handshake; this bounds the
@@ -544,9 +580,7 @@ impl Remote for OpenSsh {
         let mut cmd = Command::new("ssh");
         cmd.arg(if tty { "-tt" } else { "-T" });
         cmd.args(self.base_command(&self.hosts[index]).get_args()).arg("--").arg(command_line);
-        if let Some(sock) = &self.auth_sock {
-            cmd.env("SSH_AUTH_SOCK", sock);
-        }
+        self.agent_env(&mut cmd);
         self.counters.session();
         let status = cmd.status().map_err(|e| RemoteError::Spawn { program: "ssh".into(), message: e.to_string() })?;
         match status.code() {
@@ -654,6 +688,20 @@ fn host_key_changed(stderr: &str) -> bool {
         || (stderr.contains("Host key for") && stderr.contains("has changed"))
 }
 
+/// Where an ssh_config alias leads, as the `ssh_config` file (the user's and the system's when None)
+/// resolves it with `ssh -G` (nothing is contacted): its real host name and port only, nothing of its
+/// identities, agent or proxies. None when ssh cannot resolve it.
+pub fn alias_destination(ssh_config: Option<&Path>, alias: &str) -> Option<(String, u16)> {
+    let mut cmd = Command::new("ssh");
+    if let Some(cfg) = ssh_config {
+        cmd.arg("-F").arg(cfg);
+    }
+    cmd.arg("-G").arg("--").arg(alias);
+    let out = run_bounded(cmd, Duration::from_secs(10)).ok()?;
+    let r = Resolved::parse(&String::from_utf8_lossy(&out));
+    (!r.hostname.is_empty()).then_some((r.hostname, r.port))
+}
+
 /// A hash of the settings that decide how ssh authenticates and which host keys it trusts.
 fn auth_profile(settings: &Settings, user: &str) -> String {
     use sha2::{Digest, Sha256};
@@ -666,6 +714,7 @@ fn auth_profile(settings: &Settings, user: &str) -> String {
         path(&settings.ssh_config),
         settings.ssh_auth_sock.clone().unwrap_or_default(),
         settings.accept_new_host_keys.to_string(),
+        settings.ssh_key_only.to_string(),
     ] {
         h.update(part.as_bytes());
         h.update([0u8]);
@@ -816,6 +865,35 @@ mod tests {
             let h = JumpHop::parse(text);
             assert_eq!((h.user.as_deref(), h.host.as_str(), h.port), (user, host, port), "{text}");
         }
+    }
+
+    #[test]
+    fn a_key_only_ssh_reads_no_config_of_the_users_and_uses_no_agent() {
+        let key = tempfile::NamedTempFile::new().unwrap();
+        fs::set_permissions(key.path(), fs::Permissions::from_mode(0o600)).unwrap();
+        let mut settings = tao_slurm_core::fixtures::settings();
+        settings.ssh_key_path = Some(key.path().to_path_buf());
+        settings.ssh_auth_sock = Some("/operator/agent.sock".into());
+        settings.ssh_key_only = true;
+        let hosts = settings.login_hosts.clone();
+        let ssh = OpenSsh::new(&settings, "alice", &hosts).unwrap();
+        let args = ssh.strict_options();
+        let pairs: Vec<(&str, &str)> = args.windows(2).map(|w| (w[0].as_str(), w[1].as_str())).collect();
+        assert!(pairs.contains(&("-F", "/dev/null")), "no config file at all: {args:?}");
+        for opt in ["IdentityAgent=none", "IdentitiesOnly=yes", "ProxyJump=none", "PermitLocalCommand=no"] {
+            assert!(pairs.contains(&("-o", opt)), "{opt}: {args:?}");
+        }
+        let mut cmd = Command::new("ssh");
+        ssh.agent_env(&mut cmd);
+        let agent: Vec<_> = cmd.get_envs().filter(|(k, _)| *k == "SSH_AUTH_SOCK").collect();
+        assert_eq!(agent, vec![(std::ffi::OsStr::new("SSH_AUTH_SOCK"), None)], "the agent is taken out");
+        // With a config of the service's own, that one (and the same options).
+        settings.ssh_config = Some("/service/own.ssh_config".into());
+        let args = OpenSsh::new(&settings, "alice", &hosts).unwrap().strict_options();
+        assert!(args.windows(2).any(|w| w[0] == "-F" && w[1] == "/service/own.ssh_config"), "{args:?}");
+        // Key-only without a key is refused.
+        settings.ssh_key_path = None;
+        assert!(OpenSsh::new(&settings, "alice", &hosts).is_err());
     }
 
     #[test]

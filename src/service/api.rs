@@ -6,6 +6,7 @@ use super::error::{ApiError, ApiResult, ErrorBody};
 use super::state::{AppState, CachedJob, TokenInfo};
 use super::types::*;
 use super::workspace::Workspace;
+use crate::status::PlatformStatus;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
@@ -160,7 +161,7 @@ pub async fn workspace_cluster(
         w.ready.store(checks.iter().all(|c| c.ok || !c.required), std::sync::atomic::Ordering::Relaxed);
         let (partitions, partitions_error) = match w.with_client(|c| c.partition_usage()) {
             Ok((p, _host)) => (p, None),
-            Err(e) => (Vec::new(), Some(super::workspaces::scrub(&st, &e.to_string()))),
+            Err(e) => (Vec::new(), Some(super::workspaces::org_facing_error(&st, &w, &e.to_string()))),
         };
         Ok(ClusterOut {
             workspace: w.id.clone(),
@@ -168,13 +169,9 @@ pub async fn workspace_cluster(
             ok: checks.iter().all(|c| c.ok || !c.required),
             checks: checks
                 .into_iter()
-                .map(|c| CheckOut {
-                    name: c.name,
-                    host: c.host,
-                    ok: c.ok,
-                    required: c.required,
-                    detail: super::workspaces::scrub(&st, &c.detail),
-                    remediation: c.remediation.map(|r| super::workspaces::scrub(&st, &r)),
+                .map(|c| {
+                    let (detail, remediation) = super::workspaces::org_facing_check(&st, &w, &c);
+                    CheckOut { name: c.name, host: c.host, ok: c.ok, required: c.required, detail, remediation }
                 })
                 .collect(),
             partitions: partitions
@@ -273,7 +270,8 @@ pub async fn create_job(
     // any connection.
     ws.settings.require_remote().map_err(|e| ApiError::engine(e.into()))?;
     let plan = crate::plan::resolve(&spec, &ws.settings).map_err(|e| ApiError::field(e.field.clone(), e.message))?;
-    super::policy::check(&policy, &plan, super::policy::active_jobs(&state, &org))?;
+    // Held until the job is in the published cache, so that parallel creates count each other.
+    let _place = super::policy::admit(&state, &org, &policy, &plan, None)?;
     let values = state.org_secret_values(&org).map_err(|m| {
         tracing::warn!(%org, error = %m, "cannot read the org's secrets");
         ApiError::internal("the service cannot read the org's secrets; the operator finds why in its log")
@@ -565,9 +563,32 @@ pub async fn cancel_job(state: AppStateRef, org: String, id: String) -> ApiResul
         (status = 400, description = "A job that completed, or had secrets", body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn retry_job(state: AppStateRef, org: String, id: String) -> ApiResult<Response> {
+    let _place =
+        admit_restart(&state, &org, &id, |s| matches!(s, PlatformStatus::Error | PlatformStatus::Canceled)).await?;
     let reply = act_on_job(state, &org, &id, |c, jid| c.retry_job(jid).map(|_| ())).await?;
     tracing::info!(%org, job = %id, "job retried");
     Ok(reply)
+}
+
+/// The policy check of a job that starts again (`:retry`, `:resume`) when `restarts` says its status
+/// is one the action starts from: its recorded plan against the org's and the workspace's policy as
+/// they are now, its place among the org's active jobs taken (itself not counted). None: the action
+/// starts nothing (it answers the job as it is).
+pub(super) async fn admit_restart(
+    state: &AppStateRef,
+    org: &str,
+    id: &str,
+    restarts: impl Fn(PlatformStatus) -> bool,
+) -> ApiResult<Option<super::policy::Place>> {
+    let job = org_job(state, org, id)?;
+    if !restarts(job.status) {
+        return Ok(None);
+    }
+    let ws = workspace_of(state, &job)?;
+    let (w, jid) = (ws.clone(), id.to_string());
+    let plan = blocking(move || w.with_client(|c| c.recorded_plan(&jid)).map_err(ApiError::engine)).await?;
+    let policy = super::policy::effective(state, org, &ws);
+    super::policy::admit(state, org, &policy, &plan, Some(id)).map(Some)
 }
 
 #[utoipa::path(delete, path = "/api/v2/orgs/{org}/jobs/{job_id}", tag = "jobs", security(("bearer" = [])),

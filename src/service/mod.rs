@@ -105,8 +105,7 @@ async fn authenticate(State(state): State<Arc<AppState>>, mut req: Request, next
         .into_response();
     }
     if let Some(rest) = path.strip_prefix("/api/v2/orgs/") {
-        // `/orgs/{org}/...`, or `/orgs/{org}:action`.
-        let org = rest.split('/').next().unwrap_or("").split(':').next().unwrap_or("");
+        let org = path_org(rest);
         if org != token.org {
             return ApiError::new(
                 StatusCode::FORBIDDEN,
@@ -124,6 +123,16 @@ async fn authenticate(State(state): State<Arc<AppState>>, mut req: Request, next
     req.extensions_mut().insert(token);
     let response = next.run(req).await;
     revoke::end_with_token(state, token_id, response)
+}
+
+/// The org a path under `/api/v2/orgs/` names, exactly as the routes will read it: the whole first
+/// segment of `/orgs/{org}/...`; only the org's own route (`/orgs/{org}:action`, no segment after)
+/// ends it at a `:`. So `/orgs/team-a:x/jobs` names "team-a:x", never "team-a".
+fn path_org(rest: &str) -> &str {
+    match rest.split_once('/') {
+        Some((org, _)) => org,
+        None => rest.split(':').next().unwrap_or(""),
+    }
 }
 
 async fn not_found() -> ApiError {
@@ -272,7 +281,7 @@ fn reload_tokens_every_second(state: &Arc<AppState>) {
             tick.tick().await;
             let s = st.clone();
             if let Ok(Err(e)) = tokio::task::spawn_blocking(move || s.reload_tokens()).await {
-                tracing::warn!(error = %e, "cannot read the tokens; keeping the ones loaded");
+                tracing::warn!(error = %e, "cannot read the tokens; none is accepted until they can be read");
             }
         }
     });
@@ -357,4 +366,23 @@ pub fn serve(opts: ServeOptions, setup: Setup) -> Result<(), Error> {
         Ok::<(), Error>(())
     })?;
     std::process::exit(0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_org_of_a_path_is_its_whole_first_segment() {
+        for (rest, org) in [
+            ("team-a/jobs", "team-a"),
+            ("team-a:x/jobs", "team-a:x"),
+            ("team-a:x/", "team-a:x"),
+            ("team-a%3Ax/jobs", "team-a%3Ax"),
+            ("team-a/jobs/j1:cancel", "team-a"),
+            ("team-a:audit", "team-a"),
+            ("team-a", "team-a"),
+            ("", ""),
+        ] {
+            assert_eq!(super::path_org(rest), org, "{rest}");
+        }
+    }
 }

@@ -17,7 +17,17 @@
 //! max_gpus_per_job = 16
 //! secret_env = { HF_TOKEN = "TEAM_A_HF_TOKEN" }   # the job's name = the service's variable
 //! ssh_key = "/etc/tao-slurm/team-a.key"           # else the service's own key for the org
+//! ssh_aliases = ["login1"]           # aliases of the service's ssh_config its own workspaces may name
+//! login_hosts = ["login1.example.org", "10.0.0.5:2222"]   # else any host or host:port
+//! max_workspaces = 4                 # its own workspaces (else [orgs] max_workspaces, else 8)
+//!
+//! [orgs]
+//! max_workspaces = 8                 # every org's cap unless its own table says otherwise
 //! ```
+//!
+//! An org's own workspace logs in with the org's key only (no ssh_config file, no agent: see
+//! `Settings::ssh_key_only`); an ssh_config alias the operator granted it (`ssh_aliases`) stands for
+//! its host name and port only, nothing else of the alias's entry.
 
 use crate::profiles::SERVICE_KEYS;
 use std::collections::BTreeMap;
@@ -32,7 +42,19 @@ pub struct OrgRules {
     pub secret_env: BTreeMap<String, String>,
     /// The key the org's own workspaces log in with (else the service's key for the org).
     pub ssh_key: Option<PathBuf>,
+    /// Aliases of the service's ssh_config the org's own workspaces may name (as their host name and
+    /// port only); any other name is a host name.
+    pub ssh_aliases: Vec<String>,
+    /// The hosts (`host` or `host:port`, as written) the org's own workspaces may name besides its
+    /// aliases; None: any.
+    pub login_hosts: Option<Vec<String>>,
+    /// Most workspaces of its own the org may have (None: the file's `[orgs] max_workspaces`, else
+    /// [`DEFAULT_MAX_WORKSPACES`]).
+    pub max_workspaces: Option<u32>,
 }
+
+/// Workspaces an org may have of its own unless the operator says otherwise.
+pub const DEFAULT_MAX_WORKSPACES: u32 = 8;
 
 /// The operator's rules for one shared workspace (a profile or `default`).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -47,6 +69,8 @@ pub struct SharedRules {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Operator {
     pub orgs: BTreeMap<String, OrgRules>,
+    /// `[orgs] max_workspaces`: every org's cap unless its own table sets one.
+    pub max_workspaces: Option<u32>,
     /// By workspace id (profile name or `default`).
     pub shared: BTreeMap<String, SharedRules>,
 }
@@ -56,6 +80,11 @@ impl Operator {
     /// service's environment, the service's key).
     pub fn org(&self, org: &str) -> OrgRules {
         self.orgs.get(org).cloned().unwrap_or_default()
+    }
+
+    /// Most workspaces of its own `org` may have.
+    pub fn max_workspaces(&self, org: &str) -> u32 {
+        self.org(org).max_workspaces.or(self.max_workspaces).unwrap_or(DEFAULT_MAX_WORKSPACES)
     }
 
     /// A shared workspace's rules (one the file does not name is granted to no org).
@@ -82,6 +111,14 @@ fn strings(where_: &str, v: toml::Value) -> Result<Vec<String>, String> {
             .collect(),
         other => Err(format!("{where_}: {other} is not a list of strings")),
     }
+}
+
+/// A workspace cap: a whole number from 0 to 1000.
+fn cap(where_: &str, v: &toml::Value) -> Result<u32, String> {
+    v.as_integer()
+        .filter(|n| (0..=1000).contains(n))
+        .map(|n| n as u32)
+        .ok_or_else(|| format!("{where_} must be a whole number from 0 to 1000"))
 }
 
 fn shared_rules(name: &str, mut t: toml::Table, only_service_keys: bool) -> Result<SharedRules, String> {
@@ -119,6 +156,10 @@ pub fn parse(text: &str) -> Result<Operator, String> {
         let toml::Value::Table(t) = value else { continue };
         if name == "orgs" {
             for (org, v) in t {
+                if org == "max_workspaces" {
+                    op.max_workspaces = Some(cap("[orgs] max_workspaces", &v)?);
+                    continue;
+                }
                 crate::client::service_records::check_org(&org).map_err(|m| format!("[orgs.{org}]: {m}"))?;
                 let toml::Value::Table(mut o) = v else { return Err(format!("[orgs.{org}] must be a table")) };
                 let mut rules = OrgRules::default();
@@ -134,6 +175,15 @@ pub fn parse(text: &str) -> Result<Operator, String> {
                 if let Some(v) = o.remove("ssh_key") {
                     let p = v.as_str().ok_or_else(|| format!("[orgs.{org}] ssh_key must be a path"))?;
                     rules.ssh_key = Some(PathBuf::from(p));
+                }
+                if let Some(v) = o.remove("ssh_aliases") {
+                    rules.ssh_aliases = strings(&format!("[orgs.{org}] ssh_aliases"), v)?;
+                }
+                if let Some(v) = o.remove("login_hosts") {
+                    rules.login_hosts = Some(strings(&format!("[orgs.{org}] login_hosts"), v)?);
+                }
+                if let Some(v) = o.remove("max_workspaces") {
+                    rules.max_workspaces = Some(cap(&format!("[orgs.{org}] max_workspaces"), &v)?);
                 }
                 rules.policy = policy_of(&format!("[orgs.{org}]"), o)?;
                 op.orgs.insert(org, rules);
@@ -168,6 +218,12 @@ slurm_hostname = "h2"
 max_gpus_per_job = 8
 secret_env = { HF_TOKEN = "TEAM_A_HF_TOKEN" }
 ssh_key = "/k"
+ssh_aliases = ["login1"]
+max_workspaces = 2
+[orgs.team-b]
+login_hosts = ["h1", "h2:2222"]
+[orgs]
+max_workspaces = 5
 "#,
         )
         .unwrap();
@@ -183,6 +239,11 @@ ssh_key = "/k"
         assert_eq!(a.secret_env["HF_TOKEN"], "TEAM_A_HF_TOKEN");
         assert_eq!(a.ssh_key, Some(PathBuf::from("/k")));
         assert_eq!(op.org("team-z"), OrgRules::default());
+        assert_eq!(a.ssh_aliases, vec!["login1"]);
+        assert!(op.org("team-b").ssh_aliases.is_empty(), "no alias unless granted");
+        assert_eq!(op.org("team-b").login_hosts, Some(vec!["h1".to_string(), "h2:2222".to_string()]));
+        assert_eq!((op.max_workspaces("team-a"), op.max_workspaces("team-b")), (2, 5));
+        assert_eq!(parse("").unwrap().max_workspaces("team-z"), DEFAULT_MAX_WORKSPACES);
     }
 
     #[test]
@@ -195,6 +256,9 @@ ssh_key = "/k"
             ("[l.policy]\nmount_roots = [\"rel\"]\n", "mount_roots"),
             ("[default]\nslurm_user = \"x\"\n", "[default] slurm_user"),
             ("[l]\nforward_credentials = \"yes\"\n", "forward_credentials"),
+            ("[orgs]\nmax_workspaces = -1\n", "[orgs] max_workspaces"),
+            ("[orgs.team-a]\nmax_workspaces = \"8\"\n", "[orgs.team-a] max_workspaces"),
+            ("[orgs.team-a]\nssh_aliases = \"login1\"\n", "ssh_aliases"),
         ] {
             let err = parse(text).unwrap_err();
             assert!(err.contains(want), "{text}: {err}");

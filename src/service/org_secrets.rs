@@ -91,11 +91,20 @@ impl SecretBox {
 /// Check a secret's name and value as a request gives them (the field at fault named).
 pub fn check(name: &str, value: &str) -> Result<(), ApiError> {
     crate::spec::check_env_name("name", name).map_err(|e| ApiError::field("name", e.message))?;
-    if value.is_empty() || value.len() > 64 * 1024 || value.contains('\0') {
-        return Err(ApiError::field("value", "a secret is 1 byte to 64 KiB of text without NUL bytes"));
+    if value.trim().len() < MIN_SECRET_BYTES || value.len() > 64 * 1024 || value.contains('\0') {
+        return Err(ApiError::field(
+            "value",
+            format!(
+                "a secret is {MIN_SECRET_BYTES} bytes (not counting blanks around it) to 64 KiB of text without NUL bytes: a shorter one is guessed, and hiding it would mask ordinary text in every log"
+            ),
+        ));
     }
     Ok(())
 }
+
+/// The shortest secret value an org may store or be given from the service's environment: the log
+/// writer replaces every occurrence of a secret's value, and a value of a byte or two is in every line.
+pub const MIN_SECRET_BYTES: usize = 8;
 
 /// The one refusal for a secret name the org cannot use, whatever the reason.
 pub fn unavailable(name: &str, org: &str) -> ApiError {
@@ -118,8 +127,15 @@ pub fn org_values(
 ) -> Result<BTreeMap<String, String>, String> {
     let mut values = BTreeMap::new();
     for (name, var) in &rules.secret_env {
-        if let Some(v) = env(var).filter(|v| !v.is_empty()) {
-            values.insert(name.clone(), v);
+        match env(var).filter(|v| !v.is_empty()) {
+            Some(v) if v.trim().len() < MIN_SECRET_BYTES => tracing::warn!(
+                %org, secret = %name, variable = %var,
+                "the service's variable is shorter than {MIN_SECRET_BYTES} bytes: not given to the org as a secret"
+            ),
+            Some(v) => {
+                values.insert(name.clone(), v);
+            }
+            None => {}
         }
     }
     if let Some(sbox) = sbox {
@@ -146,7 +162,11 @@ pub fn resolve(names: &[String], org: &str, values: &BTreeMap<String, String>) -
 /// `text` with every value of the org's secrets replaced by `***` (defence in depth: a job can still
 /// print a value encoded).
 pub fn redact(text: String, values: &BTreeMap<String, String>) -> String {
-    let mut list: Vec<&str> = values.values().map(String::as_str).filter(|v| v.trim().len() >= 4).collect();
+    let mut list: Vec<&str> = values
+        .values()
+        .map(String::as_str)
+        .filter(|v| v.trim().len() >= tao_slurm_core::redact::MIN_HIDDEN_BYTES)
+        .collect();
     list.sort_by_key(|v| std::cmp::Reverse(v.len()));
     let mut out = text;
     for v in list {
@@ -305,5 +325,29 @@ mod tests {
         assert_eq!(a, b);
         assert!(!a.contains("has no value"));
         assert_eq!(redact("token=s3cr3t-value!".into(), &values), "token=***!");
+    }
+
+    #[test]
+    fn a_secret_too_short_to_hide_is_refused_and_not_taken_from_the_environment() {
+        for short in ["x", "1234567", "  abc  "] {
+            let e = check("TOKEN", short).unwrap_err();
+            assert_eq!(e.body.field.as_deref(), Some("value"), "{short:?}");
+            assert!(e.body.error_desc.contains(&format!("{MIN_SECRET_BYTES} bytes")), "{}", e.body.error_desc);
+        }
+        assert!(check("TOKEN", "12345678").is_ok());
+        let dir = tempfile::tempdir().unwrap();
+        let db = ServiceDb::open(&dir.path().join("s.db")).unwrap();
+        let rules = OrgRules {
+            secret_env: [("SHORT".to_string(), "V_SHORT".to_string()), ("LONG".to_string(), "V_LONG".to_string())]
+                .into(),
+            ..Default::default()
+        };
+        let env = |n: &str| match n {
+            "V_SHORT" => Some("e".to_string()),
+            "V_LONG" => Some("long-enough-value".to_string()),
+            _ => None,
+        };
+        let values = org_values(&db, None, "team-a", &rules, &env).unwrap();
+        assert_eq!(values.keys().collect::<Vec<_>>(), vec!["LONG"], "a one-byte value is no secret of the org");
     }
 }

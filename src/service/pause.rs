@@ -5,6 +5,7 @@
 use super::api::{act_on_job, parse_json, AppStateRef};
 use super::error::{ApiResult, ErrorBody};
 use super::types::JobOut;
+use crate::status::PlatformStatus;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::http::HeaderMap;
@@ -80,6 +81,7 @@ pub async fn resume_job(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let ask: ResumeBody = body_or_default(&headers, body)?;
+    let _place = super::api::admit_restart(&state, &org, &id, |s| s == PlatformStatus::Paused).await?;
     let reply = act_on_job(state, &org, &id, move |c, jid| c.resume_job(jid, ask.specs.as_ref()).map(|_| ())).await?;
     tracing::info!(%org, job = %id, "job resumed");
     Ok(reply)

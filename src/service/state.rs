@@ -130,6 +130,10 @@ pub struct AppState {
     pub lease_secs: i64,
     /// The jobs' TensorBoards the service forwards, and who may reach them.
     pub tensorboards: super::tensorboard::Sessions,
+    /// Active-job places taken by starts in flight (see `policy::admit`).
+    pub job_places: super::policy::Places,
+    /// Workspace places taken by creates in flight (see `policy::admit_workspace`).
+    pub workspace_places: super::policy::Places,
 }
 
 /// What one org's tokens asked of the service.
@@ -173,6 +177,8 @@ impl AppState {
             shutdown: Default::default(),
             readiness_probe: Default::default(),
             tensorboards: Default::default(),
+            job_places: Default::default(),
+            workspace_places: Default::default(),
             replica_id: super::replica::new_id(),
             lease_secs: super::replica::LEASE_SECS,
         };
@@ -232,11 +238,19 @@ impl AppState {
         self.snapshot.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Read the tokens again if `tao-slurm token` changed them since the last read.
+    /// Read the tokens again if `tao-slurm token` changed them since the last read. Fails closed: when
+    /// the database cannot be read, no token is accepted until it can (a revoked token must not live
+    /// on because the database is away).
     pub fn reload_tokens(&self) -> Result<(), String> {
+        let read = self.read_tokens_if_changed();
+        self.keep_tokens(read)
+    }
+
+    /// The tokens, if the database changed since the last read (None: unchanged).
+    fn read_tokens_if_changed(&self) -> Result<Option<HashMap<String, TokenInfo>>, String> {
         let version = self.db.data_version()?;
-        if self.tokens_version.swap(version, Ordering::Relaxed) == version {
-            return Ok(());
+        if self.tokens_version.load(Ordering::Relaxed) == version {
+            return Ok(None);
         }
         let admins = self.db.admin_token_ids()?;
         let tokens = self
@@ -248,8 +262,25 @@ impl AppState {
                 (t.sha256, TokenInfo { id: t.id, org: t.org, name: t.name, expires_at: t.expires_at, admin })
             })
             .collect();
-        *self.tokens.write().unwrap_or_else(|e| e.into_inner()) = tokens;
-        Ok(())
+        self.tokens_version.store(version, Ordering::Relaxed);
+        Ok(Some(tokens))
+    }
+
+    /// Keep what a read of the tokens found; after a failed read, none (and read them all next time).
+    fn keep_tokens(&self, read: Result<Option<HashMap<String, TokenInfo>>, String>) -> Result<(), String> {
+        let mut tokens = self.tokens.write().unwrap_or_else(|e| e.into_inner());
+        match read {
+            Ok(None) => Ok(()),
+            Ok(Some(fresh)) => {
+                *tokens = fresh;
+                Ok(())
+            }
+            Err(e) => {
+                tokens.clear();
+                self.tokens_version.store(i64::MIN, Ordering::Relaxed);
+                Err(e)
+            }
+        }
     }
 
     /// Change `org`'s counts.
@@ -423,7 +454,22 @@ fn cached(client: &Client, view: &JobView, meta: &ApiJob, key: ChangeKey, rev: u
 
 #[cfg(test)]
 mod tests {
-    use super::TokenInfo;
+    use super::{AppState, TokenInfo};
+
+    #[test]
+    fn tokens_fail_closed_when_the_database_cannot_be_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::client::ServiceDb::open(&dir.path().join("state.db.service.db")).unwrap();
+        let (record, _token) = db.create_token("team-a", "t", None, 0).unwrap();
+        let settings: super::SettingsMaker = Box::new(|_| unreachable!("no org workspace here"));
+        let state =
+            AppState::new(Vec::new(), db, Default::default(), None, settings, dir.path().join("state.db")).unwrap();
+        assert!(state.token_valid(&record.id), "loaded at start");
+        assert!(state.keep_tokens(Err("the database is away".into())).is_err());
+        assert!(!state.token_valid(&record.id), "no token is accepted while the tokens cannot be read");
+        state.reload_tokens().unwrap();
+        assert!(state.token_valid(&record.id), "read again in full once the database answers");
+    }
 
     #[test]
     fn a_token_expires_at_its_time_and_one_without_expiry_never() {

@@ -102,6 +102,9 @@ pub fn org_key(state_path: &FsPath, org: &str, assigned: Option<&FsPath>) -> Res
     let dir = keys_dir(state_path);
     crate::private::ensure_private_dir(&dir)?;
     let key = dir.join(format!("{org}_ed25519"));
+    // One maker at a time: parallel first creates of an org would share the partial file's name.
+    static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = MAKING.lock().unwrap_or_else(|e| e.into_inner());
     if std::fs::symlink_metadata(&key).is_err() {
         let partial = dir.join(format!(".{org}_ed25519.{}", std::process::id()));
         let _ = std::fs::remove_file(&partial);
@@ -252,8 +255,148 @@ fn workspace_settings(state: &AppState, id: &str, org: &str, d: &SlurmDetailsIn)
     flags.insert(crate::profiles::CLUSTER_SETTING.to_string(), id.to_string());
     let mut settings = (state.make_settings)(flags)
         .map_err(|e| ApiError::field("cloud_specific_details", scrub(state, &e.to_string())))?;
-    settings.forwarded_secrets.clear();
+    let aliases = granted_aliases(&settings, org, &rules, d)?;
+    // The org's key only: an ssh config of the service's own making (the granted aliases' host
+    // names and ports, nothing else), no agent; nothing of the operator's ssh_config (its
+    // identities, agent, proxies, local commands, includes).
+    let own = own_ssh_config(state, id, &aliases).map_err(|m| {
+        tracing::warn!(%org, workspace = %id, error = %m, "cannot write the workspace's ssh config");
+        ApiError::internal("the service cannot write the workspace's ssh config; the operator finds why in its log")
+    })?;
+    org_only(&mut settings, own);
     Ok(settings)
+}
+
+/// Take the operator's own out of an org workspace's settings: its ssh config, agent and identities
+/// (the org's key only, with `own_config`, the service's config for the workspace, or none), the
+/// credentials forwarded to jobs, its webhooks (`TAO_SLURM_NOTIFY`) and its mail (`SLURM_MAIL_USER`).
+fn org_only(settings: &mut crate::config::Settings, own_config: Option<PathBuf>) {
+    settings.ssh_key_only = true;
+    settings.ssh_config = own_config;
+    settings.ssh_auth_sock = None;
+    settings.forwarded_secrets.clear();
+    settings.notify.clear();
+    settings.mail_user = None;
+}
+
+/// The ssh_config aliases of the service an org's workspace names, each with its host name and port
+/// as the operator's ssh_config resolves them: only aliases the operator granted the org
+/// (`ssh_aliases`); any other name is a host name. Within the operator's `login_hosts` when it lists
+/// them.
+fn granted_aliases(
+    operator: &crate::config::Settings,
+    org: &str,
+    rules: &super::operator::OrgRules,
+    d: &SlurmDetailsIn,
+) -> ApiResult<Vec<(String, String, u16)>> {
+    let field = "cloud_specific_details.slurm_hostname";
+    let mut aliases = Vec::new();
+    for given in &d.slurm_hostname {
+        let host = crate::config::LoginHost::parse(given).map_err(|e| ApiError::field(field, e.to_string()))?;
+        if host.port.is_none() && rules.ssh_aliases.contains(&host.host) {
+            // A plain host name or address: nothing ssh would read as a token, option or word.
+            let (name, port) = crate::client::alias_destination(operator, &host.host)
+                .filter(|(name, _)| {
+                    name.starts_with(|c: char| c.is_ascii_alphanumeric())
+                        && name.chars().all(|c| c.is_ascii_alphanumeric() || ".-_:".contains(c))
+                })
+                .ok_or_else(|| {
+                    tracing::warn!(%org, alias = %host.host, "a granted ssh_config alias does not resolve to a host name");
+                    ApiError::field(field, format!("{given:?}: the operator's alias does not resolve; ask the operator"))
+                })?;
+            aliases.push((host.host, name, port));
+            continue;
+        }
+        if rules.login_hosts.as_ref().is_some_and(|allowed| !allowed.contains(given)) {
+            let mut e = ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!(
+                    "{given:?} is not a login host the operator allows org {org} (clusters.toml [orgs.{org}] login_hosts, ssh_aliases)"
+                ),
+            );
+            e.body.field = Some(field.into());
+            return Err(e);
+        }
+    }
+    Ok(aliases)
+}
+
+/// The text of an org workspace's own ssh config: one `Host` block per granted alias with its host
+/// name and port, nothing else. Pure.
+fn ssh_config_text(aliases: &[(String, String, u16)]) -> String {
+    let mut text = String::from("# written by tao-slurm for one org workspace: its granted aliases, nothing else\n");
+    for (alias, name, port) in aliases {
+        text.push_str(&format!("Host {alias}\n    HostName {name}\n    Port {port}\n"));
+    }
+    text
+}
+
+/// Write a workspace's own ssh config beside the org keys (mode 600); None when it names no alias
+/// (then ssh reads no config file at all).
+fn own_ssh_config(state: &AppState, id: &str, aliases: &[(String, String, u16)]) -> Result<Option<PathBuf>, String> {
+    if aliases.is_empty() {
+        return Ok(None);
+    }
+    let dir = keys_dir(&state.state_path);
+    crate::private::ensure_private_dir(&dir)?;
+    let file = dir.join(format!("{id}.ssh_config"));
+    let tmp = dir.join(format!(".{id}.ssh_config.{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(ssh_config_text(aliases).as_bytes()))
+        .and_then(|_| std::fs::rename(&tmp, &file));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(format!("{}: {e}", file.display()));
+    }
+    Ok(Some(file))
+}
+
+/// Remove a workspace's own ssh config (it was deleted, or never kept).
+fn forget_ssh_config(state: &AppState, id: &str) {
+    let _ = std::fs::remove_file(keys_dir(&state.state_path).join(format!("{id}.ssh_config")));
+}
+
+/// The preflight checks whose failure is a failure to log in (their details are ssh's).
+const CONNECTION_CHECKS: &[&str] = &["ssh key", "ssh login", "remote checks"];
+
+/// What an org hears when its own workspace cannot log in (the operator's log has ssh's words).
+fn cannot_log_in(w: &Workspace, org: &str) -> String {
+    format!(
+        "the service cannot log in to the login hosts as {} with the org's key (GET /api/v2/orgs/{org}/ssh-key shows it: authorise it for that user on every login host; a host must be a host name or host:port the service reaches, or an ssh_config alias the operator granted the org). The operator's log has the details.",
+        w.settings.slurm_user.as_deref().unwrap_or("the slurm_user")
+    )
+}
+
+/// A preflight check's detail and remediation as the org may see them: an org's own workspace's
+/// failed login says only that it failed (see [`cannot_log_in`]).
+pub fn org_facing_check(state: &AppState, w: &Workspace, c: &crate::preflight::Check) -> (String, Option<String>) {
+    match &w.access {
+        Access::Owned(org) if !c.ok && CONNECTION_CHECKS.contains(&c.name.as_str()) => {
+            tracing::warn!(workspace = %w.id, %org, check = %c.name, host = ?c.host, detail = %c.detail.trim(), "an org workspace cannot log in");
+            (cannot_log_in(w, org), None)
+        }
+        _ => (scrub(state, &c.detail), c.remediation.as_ref().map(|r| scrub(state, r))),
+    }
+}
+
+/// An error of a remote call as the org may see it (an org's own workspace: no connection details).
+pub fn org_facing_error(state: &AppState, w: &Workspace, error: &str) -> String {
+    match &w.access {
+        Access::Owned(org) => {
+            tracing::warn!(workspace = %w.id, %org, %error, "a remote call of an org workspace failed");
+            "the cluster could not be read; the operator's log has why".to_string()
+        }
+        Access::Shared(_) => scrub(state, error),
+    }
 }
 
 /// Run a workspace's preflight (blocking); Err names the first required check that failed and what
@@ -264,6 +407,20 @@ pub fn preflight(state: &AppState, w: &Workspace, org: &str) -> Result<(), ApiEr
         None => {
             w.ready.store(true, std::sync::atomic::Ordering::Relaxed);
             Ok(())
+        }
+        Some(c) if matches!(w.access, Access::Owned(_)) && CONNECTION_CHECKS.contains(&c.name.as_str()) => {
+            w.ready.store(false, std::sync::atomic::Ordering::Relaxed);
+            // What ssh said (refused, timed out, no route, denied) would let an org probe the
+            // service's network through its login hosts: the org hears one answer, the operator's
+            // log has the rest.
+            tracing::warn!(workspace = %w.id, %org, check = %c.name, host = ?c.host, detail = %c.detail.trim(), "an org workspace's preflight cannot log in");
+            let mut e = ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "preflight_failed",
+                format!("workspace {} is not usable yet: {}", w.id, cannot_log_in(w, org)),
+            );
+            e.body.field = Some("preflight.ssh login".into());
+            Err(e)
         }
         Some(c) => {
             w.ready.store(false, std::sync::atomic::Ordering::Relaxed);
@@ -368,6 +525,9 @@ pub async fn create_workspace(
         return Err(ApiError::field("name", "one line of 1 to 500 characters"));
     }
     check_details(&req.cloud_specific_details)?;
+    // Held until the workspace is in the service's list (or refused), so parallel creates count
+    // each other.
+    let _place = super::policy::admit_workspace(&state, &org)?;
     let id = uuid::Uuid::new_v4().to_string();
     let now = crate::client::now_secs();
     let w = Arc::new(build(&state, &id, &org, &req, now)?);
@@ -375,6 +535,7 @@ pub async fn create_workspace(
     let checked = blocking(move || Ok(preflight(&st, &w2, &o))).await?;
     if let Err(e) = checked {
         if !req.force_create {
+            forget_ssh_config(&state, &id);
             return Err(e);
         }
     }
@@ -417,6 +578,7 @@ pub async fn delete_workspace(
         ApiError::internal("the service cannot delete the workspace; the operator finds why in its log")
     })?;
     state.remove_workspace(&id);
+    forget_ssh_config(&state, &id);
     Ok(Json(super::types::Deleted { id, deleted: true }))
 }
 
@@ -464,6 +626,53 @@ mod tests {
             let e = check_details(&d).unwrap_err();
             assert_eq!(e.body.field.as_deref(), Some(format!("cloud_specific_details.{field}").as_str()), "{d:?}");
         }
+    }
+
+    #[test]
+    fn only_a_granted_alias_is_laid_out_and_only_as_its_host_and_port() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config");
+        std::fs::write(
+            &config,
+            "Host op-login\n  HostName 127.0.0.1\n  Port 2222\n  IdentityFile /operator/key\n  ProxyCommand nc %h %p\n\
+             Host *\n  IdentityFile /operator/other\n  IdentityAgent /operator/agent\n",
+        )
+        .unwrap();
+        let mut operator = tao_slurm_core::fixtures::settings();
+        operator.ssh_config = Some(config);
+        let granted = crate::service::operator::OrgRules { ssh_aliases: vec!["op-login".into()], ..Default::default() };
+        let asked = details("alice", "op-login", None);
+        let aliases = granted_aliases(&operator, "team-a", &granted, &asked).unwrap();
+        assert_eq!(aliases, vec![("op-login".to_string(), "127.0.0.1".to_string(), 2222)]);
+        let text = ssh_config_text(&aliases);
+        assert!(text.contains("Host op-login\n    HostName 127.0.0.1\n    Port 2222\n"), "{text}");
+        for operator_only in ["IdentityFile", "ProxyCommand", "IdentityAgent", "/operator", "Include", "Match"] {
+            assert!(!text.contains(operator_only), "{operator_only} in {text}");
+        }
+        // Not granted: a host name like any other, never looked up in the operator's config.
+        let none = crate::service::operator::OrgRules::default();
+        assert!(granted_aliases(&operator, "team-a", &none, &asked).unwrap().is_empty());
+        // The operator's host list, when it has one.
+        let listed = crate::service::operator::OrgRules { login_hosts: Some(vec!["h1".into()]), ..Default::default() };
+        assert!(granted_aliases(&operator, "team-a", &listed, &details("alice", "h1", None)).is_ok());
+        let e = granted_aliases(&operator, "team-a", &listed, &details("alice", "127.0.0.1:22", None)).unwrap_err();
+        assert_eq!((e.status.as_u16(), e.body.field.as_deref()), (403, Some("cloud_specific_details.slurm_hostname")));
+        assert!(e.body.error_desc.contains("login_hosts"), "{}", e.body.error_desc);
+    }
+
+    #[test]
+    fn an_org_workspace_keeps_nothing_of_the_operators() {
+        let mut s = tao_slurm_core::fixtures::settings();
+        s.ssh_config = Some("/operator/ssh_config".into());
+        s.ssh_auth_sock = Some("/operator/agent".into());
+        s.mail_user = Some("operator@example.org".into());
+        s.notify = vec![crate::spec::Secret::new("json:http://127.0.0.1:9/operator-hook")];
+        s.forwarded_secrets.push(("NGC_KEY".into(), crate::spec::Secret::new("operator-ngc")));
+        org_only(&mut s, None);
+        assert!(s.ssh_key_only && s.ssh_config.is_none() && s.ssh_auth_sock.is_none());
+        assert!(s.mail_user.is_none() && s.notify.is_empty() && s.forwarded_secrets.is_empty());
+        org_only(&mut s, Some("/service/w.ssh_config".into()));
+        assert_eq!(s.ssh_config.as_deref(), Some(FsPath::new("/service/w.ssh_config")));
     }
 
     #[test]

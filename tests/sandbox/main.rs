@@ -31,6 +31,7 @@ mod service_database_tls;
 mod service_hardening;
 mod service_kpis;
 mod service_ops;
+mod service_org_trust;
 mod service_partition;
 mod service_postgres;
 mod service_replicas;

@@ -161,9 +161,11 @@ forward_credentials = true
 
 [orgs.team-a]
 ssh_key = "{key}"
+ssh_aliases = ["sandbox-login1"]
 partitions = ["polar"]
 
 [orgs.team-b]
+ssh_aliases = ["sandbox-login1"]
 partitions = ["polar"]
 max_gpus_per_job = 2
 "#,

@@ -39,6 +39,7 @@ def service(tmp_path_factory):
     clusters = home / "clusters.toml"
     clusters.write_text(
         f'[default]\norgs = ["{ORG}"]\n\n[orgs.{ORG}]\nssh_key = "{sandbox_settings()["SSH_KEY_PATH"]}"\n'
+        'ssh_aliases = ["sandbox-login1"]\n'
         'secret_env = { STAND_IN_SECRET = "TAO_CLIENT_TEST_SECRET" }\n'
     )
     env["TAO_CLIENT_TEST_SECRET"] = SECRET

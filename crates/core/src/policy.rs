@@ -179,7 +179,10 @@ impl Policy {
             if ask.active_jobs >= max {
                 return Err(violation(
                     "active_jobs",
-                    format!("the org has {} active jobs, its most; wait for one to end or cancel one", ask.active_jobs),
+                    format!(
+                        "the org has {} active jobs, its most (max_active_jobs = {max}); wait for one to end or cancel one",
+                        ask.active_jobs
+                    ),
                 ));
             }
         }

@@ -4,6 +4,11 @@
 
 use std::borrow::Cow;
 
+/// The shortest value (blanks around it not counted) that is hidden: a shorter one is in ordinary
+/// text everywhere, so hiding it would mask the log rather than the secret. The service refuses org
+/// secrets shorter than its own, larger minimum (`service::org_secrets::MIN_SECRET_BYTES`).
+pub const MIN_HIDDEN_BYTES: usize = 4;
+
 /// The secret values to hide, in every form a script spells them, longest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Redactor {
@@ -17,8 +22,9 @@ impl Redactor {
 
     /// Hide `value` (and the forms a script spells it in) from now on.
     pub fn add(&mut self, value: &str) {
-        // A blank value hides nothing and would turn every space of a log into `***`.
-        if value.trim().is_empty() {
+        // A blank or very short value hides nothing (it is guessed) and would turn every such
+        // character of a log into `***`.
+        if value.trim().len() < MIN_HIDDEN_BYTES {
             return;
         }
         let once = crate::script::shell::quote(value);
@@ -64,5 +70,11 @@ mod tests {
         assert!(out.contains("TOKEN") && out.contains("***"));
         r.add(" ");
         assert!(matches!(r.redact("nothing here"), Cow::Borrowed(_)), "a blank secret is not one");
+        for short in ["e", " e ", "ab", "abc"] {
+            r.add(short);
+            assert_eq!(r.redact("the cat sat, abc"), "the cat sat, abc", "{short:?} is not hidden");
+        }
+        r.add("abcd");
+        assert_eq!(r.redact("the cat sat, abcd"), "the cat sat, ***");
     }
 }

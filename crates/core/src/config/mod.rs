@@ -102,6 +102,10 @@ pub struct Settings {
     pub ssh_auth_sock: Option<String>,
     pub ssh_config: Option<PathBuf>,
     pub ssh_known_hosts: Option<PathBuf>,
+    /// Log in with `ssh_key_path` only: ssh reads `ssh_config` (the service's own) or no config file
+    /// at all, never the user's or the system's, uses no agent and offers no other identity. Set by
+    /// the service for an org's own workspace; no setting name reads it.
+    pub ssh_key_only: bool,
     pub connect_timeout_secs: u32,
     /// Deadline of one remote call (a round trip), in seconds; longer calls (image conversions) get
     /// their own. A call past it is stopped and reported as timed out, outcome unknown.
@@ -415,6 +419,7 @@ impl Settings {
             ssh_auth_sock: src.get("SSH_AUTH_SOCK"),
             ssh_config: src.get("SSH_CONFIG").map(PathBuf::from),
             ssh_known_hosts: src.get("SSH_KNOWN_HOSTS").map(PathBuf::from),
+            ssh_key_only: false,
             connect_timeout_secs: src.count("SSH_CONNECT_TIMEOUT", 1, 10)?,
             accept_new_host_keys: src.flag("SSH_ACCEPT_NEW_HOST_KEYS", false)?,
             control_persist_secs: src.count("TAO_SLURM_CONTROL_PERSIST", 0, 1800)?,
