@@ -12,7 +12,9 @@
 //! and can read none of the dashboard's storage (the org's token) nor call the API as the
 //! dashboard. A browser sends no cookie from such a page (not even to its own path), which is why
 //! the session is in the path, not a cookie; its requests come as cross-origin ones (`Origin:
-//! null`), which the proxy allows (`Access-Control-Allow-Origin: *`, no credentials). A session
+//! null`), which the proxy allows (`Access-Control-Allow-Origin: *`, no credentials). TensorBoard
+//! runs there with a shim put first in its page (`assets/tensorboard-shim.js`: storage in memory,
+//! no cookie, charts drawn without a worker); checked with TensorBoard 2.21 in Chromium. A session
 //! ends with the token that opened it (checked on every request), with the job's run, or after
 //! [`SESSION_SECS`]. Replies are streamed, cut past [`MAX_REPLY`]; requests are counted against
 //! the token's own TensorBoard rate limit.
@@ -24,7 +26,7 @@ use crate::client::Forward;
 use crate::status::PlatformStatus;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Request, State};
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures_util::{Stream, StreamExt};
 use sha2::{Digest, Sha256};
@@ -40,6 +42,12 @@ const MAX_BODY: usize = 1 << 20;
 /// The largest reply passed back from TensorBoard: one past it is cut (a larger announced length is
 /// refused with a 502 before anything is sent).
 pub const MAX_REPLY: u64 = 64 << 20;
+/// The headers of TensorBoard's own requests, passed on (its page preflights them: see `serve`).
+const TB_HEADERS: &str = "content-type, x-xsrf-protected, x-tensorboard-feature-flags";
+/// Put at the start of every HTML page proxied: what TensorBoard needs to run in an opaque origin.
+const SHIM: &str = concat!("<script>", include_str!("assets/tensorboard-shim.js"), "</script>");
+/// How far into an HTML page its `<head>` is looked for (the shim goes right after it, else first).
+const HEAD_WITHIN: usize = 64 << 10;
 /// How a proxied page runs: scripts and forms, in an origin of its own (no `allow-same-origin`).
 pub const SANDBOX: &str = "sandbox allow-scripts allow-forms allow-popups allow-downloads; frame-ancestors 'none'";
 
@@ -207,10 +215,9 @@ async fn start(state: &AppStateRef, job: &super::state::CachedJob, id: &str) -> 
     let ws = workspace_of(state, job)?;
     let _in_pool = ws.pool.enter(&ws.id).await?;
     let (w, jid) = (ws.clone(), id.to_string());
-    let forward = blocking(move || {
-        w.with_client(|c| c.tensorboard_unpredictable(&jid, &prefix(&jid))).map_err(ApiError::engine)
-    })
-    .await?;
+    let forward =
+        blocking(move || w.with_client(|c| c.tensorboard_unpredictable(&jid, &prefix(&jid))).map_err(ApiError::engine))
+            .await?;
     let node = forward.node.clone();
     tracing::info!(job = %id, node = %node, local_port = forward.local_port, "TensorBoard forwarded");
     let open = Open { workspace: ws, attempt: job.attempt, forward };
@@ -256,9 +263,7 @@ async fn serve(state: &AppStateRef, job_id: &str, rest: &str, req: Request) -> A
     let (session, tb_rest) = rest.split_once('/').unwrap_or((rest, ""));
     if !is_secret(session) {
         let Some(ticket) = query_value(req.uri().query(), "ticket") else {
-            return Err(ApiError::unauthorized(
-                "no TensorBoard session in the path; open a new link (:tensorboard)",
-            ));
+            return Err(ApiError::unauthorized("no TensorBoard session in the path; open a new link (:tensorboard)"));
         };
         let grant = Sessions::check(&sessions.tickets, &ticket, job_id, now, true, valid).ok_or_else(|| {
             ApiError::unauthorized(
@@ -266,7 +271,9 @@ async fn serve(state: &AppStateRef, job_id: &str, rest: &str, req: Request) -> A
             )
         })?;
         let secret = Sessions::grant(&sessions.sessions, Grant { expires_at: now + SESSION_SECS, ..grant }, now)?;
-        return Ok((StatusCode::SEE_OTHER, [(header::LOCATION, format!("{}/{secret}/", prefix(job_id)))]).into_response());
+        return Ok(
+            (StatusCode::SEE_OTHER, [(header::LOCATION, format!("{}/{secret}/", prefix(job_id)))]).into_response()
+        );
     }
     let grant = Sessions::check(&sessions.sessions, session, job_id, now, false, valid).ok_or_else(|| {
         ApiError::unauthorized(
@@ -276,7 +283,9 @@ async fn serve(state: &AppStateRef, job_id: &str, rest: &str, req: Request) -> A
     sessions.limits.check(&grant.token_id)?;
     if !rest.contains('/') {
         // The page's own relative links need the trailing slash.
-        return Ok((StatusCode::SEE_OTHER, [(header::LOCATION, format!("{}/{session}/", prefix(job_id)))]).into_response());
+        return Ok(
+            (StatusCode::SEE_OTHER, [(header::LOCATION, format!("{}/{session}/", prefix(job_id)))]).into_response()
+        );
     }
     let job = org_job(state, &grant.org, job_id)?;
     let port = match sessions.forwarded(job_id, job.attempt) {
@@ -296,7 +305,7 @@ async fn serve(state: &AppStateRef, job_id: &str, rest: &str, req: Request) -> A
             StatusCode::NO_CONTENT,
             [
                 (header::ACCESS_CONTROL_ALLOW_METHODS, "GET, HEAD, POST"),
-                (header::ACCESS_CONTROL_ALLOW_HEADERS, "content-type, x-xsrf-protected"),
+                (header::ACCESS_CONTROL_ALLOW_HEADERS, TB_HEADERS),
                 (header::ACCESS_CONTROL_MAX_AGE, "600"),
             ],
         )
@@ -308,7 +317,8 @@ async fn serve(state: &AppStateRef, job_id: &str, rest: &str, req: Request) -> A
 
 /// Pass the request on to TensorBoard at `upstream` (its path, under its prefix), without the
 /// browser's cookies or credentials; its reply streamed back, capped, its redirects within the
-/// session (`public`: the session's own path).
+/// session (`public`: the session's own path), an HTML page with the shim. It is asked for no
+/// compression (the shim goes into the page as it is).
 async fn forward(port: u16, upstream: &str, public: &str, req: Request) -> ApiResult<Response> {
     let (parts, body) = req.into_parts();
     let query = parts.uri.query().map(|q| format!("?{q}")).unwrap_or_default();
@@ -318,10 +328,9 @@ async fn forward(port: u16, upstream: &str, public: &str, req: Request) -> ApiRe
         .map_err(|_| ApiError::field("body", format!("a TensorBoard request body is at most {MAX_BODY} bytes")))?;
     let method = reqwest::Method::from_bytes(parts.method.as_str().as_bytes()).unwrap_or(reqwest::Method::GET);
     let mut out = client().request(method, url);
-    let xsrf = HeaderName::from_static("x-xsrf-protected");
-    for name in [header::ACCEPT, header::CONTENT_TYPE, header::ACCEPT_ENCODING, xsrf] {
-        if let Some(v) = parts.headers.get(&name) {
-            out = out.header(name.as_str(), v.as_bytes());
+    for name in TB_HEADERS.split(", ").chain(["accept"]) {
+        if let Some(v) = parts.headers.get(name) {
+            out = out.header(name, v.as_bytes());
         }
     }
     if parts.method != Method::GET && parts.method != Method::HEAD {
@@ -337,7 +346,7 @@ async fn forward(port: u16, upstream: &str, public: &str, req: Request) -> ApiRe
     }
     let status = StatusCode::from_u16(reply.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut response = Response::builder().status(status);
-    for name in [header::CONTENT_TYPE, header::CONTENT_ENCODING, header::CACHE_CONTROL] {
+    for name in [header::CONTENT_TYPE, header::CACHE_CONTROL] {
         if let Some(v) = reply.headers().get(name.as_str()).and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok()) {
             response = response.header(name, v);
         }
@@ -349,8 +358,10 @@ async fn forward(port: u16, upstream: &str, public: &str, req: Request) -> ApiRe
     let chunks = futures_util::stream::unfold(reply, |mut reply| async move {
         reply.chunk().await.transpose().map(|chunk| (chunk, reply))
     });
-    let body = capped(chunks, MAX_REPLY);
-    response.body(Body::from_stream(body)).map_err(|e| ApiError::internal(e.to_string()))
+    let body = Box::pin(capped(chunks, MAX_REPLY));
+    let html = reply_is_html(response.headers_ref());
+    let body = if html { Body::from_stream(with_shim(body)) } else { Body::from_stream(body) };
+    response.body(body).map_err(|e| ApiError::internal(e.to_string()))
 }
 
 fn too_large(message: String) -> ApiError {
@@ -395,6 +406,51 @@ where
         }
         Ok(chunk)
     })
+}
+
+fn reply_is_html(headers: Option<&HeaderMap>) -> bool {
+    let kind = headers.and_then(|h| h.get(header::CONTENT_TYPE)).and_then(|v| v.to_str().ok()).unwrap_or("");
+    kind.trim_start().to_ascii_lowercase().starts_with("text/html")
+}
+
+/// An HTML page's chunks with [`SHIM`] right after its `<head>` (looked for in its first
+/// [`HEAD_WITHIN`] bytes; else before them): held back only until then, streamed after.
+fn with_shim<S>(stream: S) -> impl Stream<Item = Result<Bytes, std::io::Error>>
+where
+    S: Stream<Item = Result<Bytes, std::io::Error>> + Unpin,
+{
+    futures_util::stream::unfold((stream, Some(Vec::new())), |(mut stream, mut held)| async move {
+        let Some(buf) = held.as_mut() else {
+            return stream.next().await.map(|chunk| (chunk, (stream, None)));
+        };
+        loop {
+            match stream.next().await {
+                Some(Ok(chunk)) => {
+                    buf.extend_from_slice(&chunk);
+                    if let Some(at) = after_head(buf).or((buf.len() >= HEAD_WITHIN).then_some(0)) {
+                        return Some((Ok(spliced(buf, at)), (stream, None)));
+                    }
+                }
+                Some(Err(e)) => return Some((Err(e), (stream, None))),
+                None => {
+                    let at = after_head(buf).unwrap_or(0);
+                    return Some((Ok(spliced(buf, at)), (stream, None)));
+                }
+            }
+        }
+    })
+}
+
+/// Just past the page's `<head ...>` tag, if it has one.
+fn after_head(page: &[u8]) -> Option<usize> {
+    let lower = page.to_ascii_lowercase();
+    let start =
+        lower.windows(6).position(|w| w.starts_with(b"<head") && (w[5] == b'>' || w[5].is_ascii_whitespace()))?;
+    lower[start..].iter().position(|b| *b == b'>').map(|end| start + end + 1)
+}
+
+fn spliced(page: &[u8], at: usize) -> Bytes {
+    [&page[..at], SHIM.as_bytes(), &page[at..]].concat().into()
 }
 
 /// One HTTP client for every proxied request (its connection pool), with a deadline.
@@ -450,7 +506,8 @@ mod tests {
         assert_eq!(within_session("/tensorboard/j1", up, public).as_deref(), Some("/tensorboard/j1/S/"));
         assert_eq!(within_session("/tensorboard/j1/a?b=1", up, public).as_deref(), Some("/tensorboard/j1/S/a?b=1"));
         assert_eq!(within_session("runs/", up, public).as_deref(), Some("runs/"));
-        for elsewhere in ["/api/v2/orgs/a/jobs", "/tensorboard/j2/", "/tensorboard/j10/", "http://x/", "//x/", "\\\\x"] {
+        for elsewhere in ["/api/v2/orgs/a/jobs", "/tensorboard/j2/", "/tensorboard/j10/", "http://x/", "//x/", "\\\\x"]
+        {
             assert_eq!(within_session(elsewhere, up, public), None, "{elsewhere}");
         }
         assert_eq!(query_value(Some("a=1&ticket=t%2B1"), "ticket").as_deref(), Some("t+1"));
@@ -471,6 +528,25 @@ mod tests {
         assert_eq!(passed, 200, "nothing past the cap is passed on");
         let error = cut.iter().find_map(|c| c.as_ref().err()).unwrap().to_string();
         assert!(error.contains("passed the 250 bytes"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn the_shim_goes_right_after_the_head_however_the_page_is_cut() {
+        let page = "<!doctype html><html><HEAD lang=x><title>t</title></head><body>b</body></html>";
+        let expected = page.replacen("<HEAD lang=x>", &format!("<HEAD lang=x>{SHIM}"), 1);
+        for size in [1, 7, 20, page.len()] {
+            let chunks: Vec<Result<Bytes, std::io::Error>> =
+                page.as_bytes().chunks(size).map(|c| Ok(Bytes::copy_from_slice(c))).collect();
+            let out: Vec<_> = with_shim(futures_util::stream::iter(chunks)).collect().await;
+            let out: Vec<u8> = out.into_iter().flat_map(|c| c.unwrap().to_vec()).collect();
+            assert_eq!(String::from_utf8(out).unwrap(), expected, "chunks of {size}");
+        }
+        assert_eq!(after_head(b"<header>x</header>"), None, "<header> is not <head>");
+        let headless: Vec<_> =
+            with_shim(futures_util::stream::iter([Ok(Bytes::from_static(b"<p>x</p>"))])).collect().await;
+        let first = headless[0].as_ref().unwrap();
+        assert!(first.starts_with(SHIM.as_bytes()) && first.ends_with(b"<p>x</p>"), "no <head>: first");
+        assert!(SHIM.contains("localStorage") && SHIM.starts_with("<script>"), "{SHIM}");
     }
 
     #[test]
