@@ -419,22 +419,24 @@ fn with_shim<S>(stream: S) -> impl Stream<Item = Result<Bytes, std::io::Error>>
 where
     S: Stream<Item = Result<Bytes, std::io::Error>> + Unpin,
 {
-    futures_util::stream::unfold((stream, Some(Vec::new())), |(mut stream, mut held)| async move {
+    // (the page's stream, None once it ended; what is held back, None once passed on)
+    futures_util::stream::unfold((Some(stream), Some(Vec::new())), |(stream, mut held)| async move {
+        let mut stream = stream?;
         let Some(buf) = held.as_mut() else {
-            return stream.next().await.map(|chunk| (chunk, (stream, None)));
+            return stream.next().await.map(|chunk| (chunk, (Some(stream), None)));
         };
         loop {
             match stream.next().await {
                 Some(Ok(chunk)) => {
                     buf.extend_from_slice(&chunk);
                     if let Some(at) = after_head(buf).or((buf.len() >= HEAD_WITHIN).then_some(0)) {
-                        return Some((Ok(spliced(buf, at)), (stream, None)));
+                        return Some((Ok(spliced(buf, at)), (Some(stream), None)));
                     }
                 }
-                Some(Err(e)) => return Some((Err(e), (stream, None))),
+                Some(Err(e)) => return Some((Err(e), (Some(stream), None))),
                 None => {
                     let at = after_head(buf).unwrap_or(0);
-                    return Some((Ok(spliced(buf, at)), (stream, None)));
+                    return Some((Ok(spliced(buf, at)), (None, None)));
                 }
             }
         }
@@ -535,17 +537,23 @@ mod tests {
         let page = "<!doctype html><html><HEAD lang=x><title>t</title></head><body>b</body></html>";
         let expected = page.replacen("<HEAD lang=x>", &format!("<HEAD lang=x>{SHIM}"), 1);
         for size in [1, 7, 20, page.len()] {
-            let chunks: Vec<Result<Bytes, std::io::Error>> =
-                page.as_bytes().chunks(size).map(|c| Ok(Bytes::copy_from_slice(c))).collect();
-            let out: Vec<_> = with_shim(futures_util::stream::iter(chunks)).collect().await;
+            let chunks: Vec<Bytes> = page.as_bytes().chunks(size).map(Bytes::copy_from_slice).collect();
+            // A source that must not be polled once it ended (as the proxy's is).
+            let source = Box::pin(futures_util::stream::unfold(chunks.into_iter(), |mut rest| async move {
+                rest.next().map(|c| (Ok::<_, std::io::Error>(c), rest))
+            }));
+            let out: Vec<_> = with_shim(source).collect().await;
             let out: Vec<u8> = out.into_iter().flat_map(|c| c.unwrap().to_vec()).collect();
             assert_eq!(String::from_utf8(out).unwrap(), expected, "chunks of {size}");
         }
         assert_eq!(after_head(b"<header>x</header>"), None, "<header> is not <head>");
-        let headless: Vec<_> =
-            with_shim(futures_util::stream::iter([Ok(Bytes::from_static(b"<p>x</p>"))])).collect().await;
+        let once = Box::pin(futures_util::stream::unfold(Some(Bytes::from_static(b"<p>x</p>")), |c| async move {
+            c.map(|c| (Ok::<_, std::io::Error>(c), None))
+        }));
+        let headless: Vec<_> = with_shim(once).collect().await;
         let first = headless[0].as_ref().unwrap();
         assert!(first.starts_with(SHIM.as_bytes()) && first.ends_with(b"<p>x</p>"), "no <head>: first");
+        assert_eq!(headless.len(), 1, "and the ended source is not polled again");
         assert!(SHIM.contains("localStorage") && SHIM.starts_with("<script>"), "{SHIM}");
     }
 
