@@ -248,7 +248,7 @@ async fn a_page_the_job_serves_runs_sandboxed_and_reaches_no_credentials() {
     assert_eq!(announced.status(), StatusCode::BAD_GATEWAY);
     let refusal: Value = announced.json().await.unwrap();
     assert_eq!(refusal["error_type"], "tensorboard_reply_too_large", "{refusal}");
-    assert!(refusal["message"].as_str().unwrap().contains(&MAX_REPLY.to_string()), "{refusal}");
+    assert!(refusal["error_desc"].as_str().unwrap().contains(&MAX_REPLY.to_string()), "{refusal}");
     let mut endless = http.get(format!("{page_url}endless")).send().await.unwrap();
     assert_eq!(endless.status(), StatusCode::OK);
     let mut received = 0u64;
@@ -359,7 +359,7 @@ async fn a_session_ends_with_its_token_is_rate_limited_and_never_writes_through_
     }
     let (retry_after, body) = refused.expect("600 requests at once meet the TensorBoard rate limit");
     assert!(retry_after, "{body}");
-    assert!(body["message"].as_str().unwrap().contains("TensorBoard requests"), "{body}");
+    assert!(body["error_desc"].as_str().unwrap().contains("TensorBoard requests"), "{body}");
     let api = svc.http.get(svc.api("/jobs")).bearer_auth(&token).send().await.unwrap();
     assert_eq!(api.status(), StatusCode::OK, "the API's allowance is the token's own");
 
@@ -378,7 +378,7 @@ async fn a_session_ends_with_its_token_is_rate_limited_and_never_writes_through_
         },
     )
     .await;
-    assert!(refused["message"].as_str().unwrap().contains("revoked"), "{refused}");
+    assert!(refused["error_desc"].as_str().unwrap().contains("revoked"), "{refused}");
 
     let r = svc.http.post(svc.api(&format!("/jobs/{id}:cancel"))).bearer_auth(&svc.token).send().await.unwrap();
     assert!(r.status().is_success());
