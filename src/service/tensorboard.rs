@@ -359,7 +359,8 @@ async fn forward(port: u16, upstream: &str, public: &str, req: Request) -> ApiRe
         reply.chunk().await.transpose().map(|chunk| (chunk, reply))
     });
     let body = Box::pin(capped(chunks, MAX_REPLY));
-    let html = reply_is_html(response.headers_ref());
+    // A page to run, not a HEAD's or a 304's empty answer.
+    let html = status == StatusCode::OK && parts.method != Method::HEAD && reply_is_html(response.headers_ref());
     let body = if html { Body::from_stream(with_shim(body)) } else { Body::from_stream(body) };
     response.body(body).map_err(|e| ApiError::internal(e.to_string()))
 }
