@@ -176,8 +176,40 @@ impl Client {
 
     /// Start TensorBoard in the job's container on its results directory (on its first node, unless
     /// it already runs there) and forward it to `local_port` here (0: a free one). `path_prefix`:
-    /// TensorBoard's `--path_prefix` (the service serves it under one).
+    /// TensorBoard's `--path_prefix`.
     pub fn tensorboard(&self, id: &str, port: u16, local_port: u16, path_prefix: Option<&str>) -> Result<Forward> {
+        let started = self.start_tensorboard(id, port, local_port, path_prefix, running::OnBusy::Reuse)?;
+        started.ok_or_else(|| Error::RemoteCommand(format!("port {port} is taken")))
+    }
+
+    /// The service's TensorBoard of a job, served under `path_prefix`: started anew on a node port
+    /// drawn at random (a job cannot know it before, nor take it from the job id); a port something
+    /// already answers on is never trusted as it: another is drawn, up to [`TENSORBOARD_DRAWS`] times.
+    pub fn tensorboard_unpredictable(&self, id: &str, path_prefix: &str) -> Result<Forward> {
+        for _ in 0..TENSORBOARD_DRAWS {
+            let mut draw = [0u8; 4];
+            getrandom::fill(&mut draw)
+                .map_err(|e| Error::RemoteCommand(format!("the system's random generator failed: {e}")))?;
+            let port = running::service_tensorboard_port(u32::from_le_bytes(draw));
+            if let Some(forward) = self.start_tensorboard(id, port, 0, Some(path_prefix), running::OnBusy::Refuse)? {
+                return Ok(forward);
+            }
+            tracing::warn!(job = %id, port, "something already answers on the drawn TensorBoard port; drawing another");
+        }
+        Err(Error::RemoteCommand(format!(
+            "every one of {TENSORBOARD_DRAWS} ports drawn for job {id}'s TensorBoard already had something answering on it"
+        )))
+    }
+
+    /// The start itself; None when something answered on `port` and `on_busy` refuses it.
+    fn start_tensorboard(
+        &self,
+        id: &str,
+        port: u16,
+        local_port: u16,
+        path_prefix: Option<&str>,
+        on_busy: running::OnBusy,
+    ) -> Result<Option<Forward>> {
         let job = self.running_job(id)?;
         let node = running::first_node(&job.node_list)
             .ok_or_else(|| invalid("node", format!("job {} has no node list", job.job_id)))?;
@@ -185,21 +217,24 @@ impl Client {
         // The first node's container (a Cosmos-RL job's: the policy's there).
         let place = self.place(&job, &Where::new(Some(&node), None))?;
         let target = ExecTarget { slurm_job_id: &job.slurm_job_id, job_id: &job.job_id, place, pty: false };
-        let script = running::tensorboard_script(&target, &addr, &job.results_dir, port, path_prefix).map_err(|e| {
-            invalid(
-                if matches!(e, running::ExecError::BadPathPrefix(_)) { "path_prefix" } else { "node" },
-                e.to_string(),
-            )
-        })?;
-        let out = self.remote()?.run_script_within(
-            &script,
-            crate::remote::Idempotency::Idempotent,
-            std::time::Duration::from_secs(60),
-        )?;
-        if out.exit_code != 0 {
-            return Err(Error::RemoteCommand(out.stderr.trim().to_string()));
+        let script = running::tensorboard_script(&target, &addr, &job.results_dir, port, path_prefix, on_busy)
+            .map_err(|e| {
+                invalid(
+                    if matches!(e, running::ExecError::BadPathPrefix(_)) { "path_prefix" } else { "node" },
+                    e.to_string(),
+                )
+            })?;
+        // A start that refuses a busy port is not run twice: its own TensorBoard would be refused.
+        let once = match on_busy {
+            running::OnBusy::Reuse => crate::remote::Idempotency::Idempotent,
+            running::OnBusy::Refuse => crate::remote::Idempotency::RunAtMostOnce,
+        };
+        let out = self.remote()?.run_script_within(&script, once, std::time::Duration::from_secs(60))?;
+        match out.exit_code {
+            0 => self.forward_to(job.job_id, node, addr, port, local_port).map(Some),
+            tao_slurm_core::exit_codes::TENSORBOARD_PORT_BUSY => Ok(None),
+            _ => Err(Error::RemoteCommand(out.stderr.trim().to_string())),
         }
-        self.forward_to(job.job_id, node, addr, port, local_port)
     }
 
     /// A node's address as the login host reaches it.
@@ -218,6 +253,9 @@ impl Client {
         Ok(self.remote()?.forward(&format!("127.0.0.1:{}", f.local_port), &to, true)?)
     }
 }
+
+/// Ports the service draws for one TensorBoard start before it gives up.
+pub const TENSORBOARD_DRAWS: usize = 3;
 
 /// A port on 127.0.0.1 nothing listens on now (the forward takes it a moment later).
 fn free_local_port() -> Result<u16> {

@@ -27,11 +27,19 @@ pub const FOLLOWERS_PER_ORG: usize = 8;
 /// `:cluster?refresh=true` runs the checks again at most this often per workspace.
 pub const CLUSTER_REFRESH_SECS: u64 = 30;
 
-/// The per-token request limit (GCRA, by token id).
+/// Requests a second one token may make of the TensorBoards it opened (its own allowance, apart from
+/// the API's: a TensorBoard page asks for many small things at once, then polls).
+pub const TENSORBOARD_REQUESTS_PER_SEC: u32 = 20;
+/// TensorBoard requests one token may make at once after a quiet spell (a page's first load).
+pub const TENSORBOARD_REQUEST_BURST: u32 = 200;
+
+/// A per-token request limit (GCRA, by token id).
 pub struct RateLimits {
     limiter: RateLimiter<String, DefaultKeyedStateStore<String>, DefaultClock>,
     per_sec: u32,
     burst: u32,
+    /// What is counted, as the refusal names it.
+    what: &'static str,
 }
 
 impl Default for RateLimits {
@@ -42,9 +50,14 @@ impl Default for RateLimits {
 
 impl RateLimits {
     pub fn new(per_sec: u32, burst: u32) -> RateLimits {
+        RateLimits::counting("requests", per_sec, burst)
+    }
+
+    /// A limit on `what` (e.g. "TensorBoard requests").
+    pub fn counting(what: &'static str, per_sec: u32, burst: u32) -> RateLimits {
         let quota = Quota::per_second(NonZeroU32::new(per_sec.max(1)).expect("at least 1"))
             .allow_burst(NonZeroU32::new(burst.max(1)).expect("at least 1"));
-        RateLimits { limiter: RateLimiter::keyed(quota), per_sec: per_sec.max(1), burst: burst.max(1) }
+        RateLimits { limiter: RateLimiter::keyed(quota), per_sec: per_sec.max(1), burst: burst.max(1), what }
     }
 
     /// Count one request of `token_id`; a 429 with the seconds to wait when over the limit.
@@ -56,8 +69,8 @@ impl RateLimits {
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate_limited",
                 format!(
-                    "this token made more than {} requests a second (bursts of {}); retry after {secs} s",
-                    self.per_sec, self.burst
+                    "this token made more than {} {} a second (bursts of {}); retry after {secs} s",
+                    self.per_sec, self.what, self.burst
                 ),
             )
             .retry_after(secs.max(1))

@@ -173,7 +173,7 @@ pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
         .route(&format!("{org}/secrets"), get(org_secrets::list_secrets))
         .route(&format!("{org}/secrets/{{name}}"), put(org_secrets::put_secret).delete(org_secrets::delete_secret))
         .route(&format!("{org}/jobs"), get(api::list_jobs).post(api::create_job))
-        // Outside /api/: reached with the cookie a :tensorboard link's ticket becomes, not a token.
+        // Outside /api/: reached with the session a :tensorboard link's ticket becomes, not a token.
         .route("/tensorboard/{job_id}/", axum::routing::any(tensorboard::proxy))
         .route("/tensorboard/{job_id}/{*rest}", axum::routing::any(tensorboard::proxy))
         .route(&format!("{org}/jobs:stream"), get(sse::jobs_stream))

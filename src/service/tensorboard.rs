@@ -1,9 +1,23 @@
-//! A running job's TensorBoard through the service (issue 26). `POST jobs/{id}:tensorboard` starts it
-//! in the job's container, served under `/tensorboard/<job id>`, forwards it to a port of the
-//! service's host through the workspace's SSH master, and answers a link with a one-time ticket. A
-//! link cannot carry a bearer token, so the browser trades the ticket for a cookie scoped to that
-//! path; every request under the path is proxied to the forward only with that cookie, for the
-//! job's org, while the job runs.
+//! A running job's TensorBoard through the service (issue 26; its trust, issue 35).
+//! `POST jobs/{id}:tensorboard` starts it in the job's container, served under `/tensorboard/<job
+//! id>`, on a node port drawn at random for that start (`Client::tensorboard_unpredictable`: nothing
+//! already listening is trusted), forwards it to a port of the service's host through the
+//! workspace's SSH master, and answers a link with a one-time ticket. The ticket becomes a session:
+//! a secret in the path, `/tensorboard/<job id>/<session>/...`, which the proxy strips before
+//! TensorBoard sees the request.
+//!
+//! What TensorBoard serves is the job's (the job's image, the job's user, the job's files; the job
+//! can replace it on its port at any time), so every reply under `/tensorboard/` carries
+//! `Content-Security-Policy: sandbox` without `allow-same-origin`: the page runs in an opaque origin
+//! and can read none of the dashboard's storage (the org's token) nor call the API as the
+//! dashboard. A browser sends no cookie from such a page (not even to its own path), which is why
+//! the session is in the path, not a cookie; its requests come as cross-origin ones (`Origin:
+//! null`), which the proxy allows (`Access-Control-Allow-Origin: *`, no credentials). TensorBoard
+//! runs there with a shim put first in its page (`assets/tensorboard-shim.js`: storage in memory,
+//! no cookie, charts drawn without a worker); checked with TensorBoard 2.21 in Chromium. A session
+//! ends with the token that opened it (checked on every request), with the job's run, or after
+//! [`SESSION_SECS`]. Replies are streamed, cut past [`MAX_REPLY`]; requests are counted against
+//! the token's own TensorBoard rate limit.
 
 use super::api::{blocking, org_job, workspace_of, AppStateRef};
 use super::error::{ApiError, ApiResult};
@@ -12,19 +26,30 @@ use crate::client::Forward;
 use crate::status::PlatformStatus;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Request, State};
-use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use futures_util::{Stream, StreamExt};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// A ticket is good once, for this long after the link was made.
 const TICKET_SECS: i64 = 120;
-/// The cookie a ticket becomes lasts this long (and never beyond the job's run).
-const COOKIE_SECS: i64 = 8 * 3600;
-const COOKIE: &str = "tao_slurm_tb";
+/// The session a ticket becomes lasts this long (and never beyond the job's run or its token).
+pub const SESSION_SECS: i64 = 8 * 3600;
 /// The largest request body proxied to TensorBoard (its own requests are small forms).
 const MAX_BODY: usize = 1 << 20;
+/// The largest reply passed back from TensorBoard: one past it is cut (a larger announced length is
+/// refused with a 502 before anything is sent).
+pub const MAX_REPLY: u64 = 64 << 20;
+/// The headers of TensorBoard's own requests, passed on (its page preflights them: see `serve`).
+const TB_HEADERS: &str = "content-type, x-xsrf-protected, x-tensorboard-feature-flags";
+/// Put at the start of every HTML page proxied: what TensorBoard needs to run in an opaque origin.
+const SHIM: &str = concat!("<script>", include_str!("assets/tensorboard-shim.js"), "</script>");
+/// How far into an HTML page its `<head>` is looked for (the shim goes right after it, else first).
+const HEAD_WITHIN: usize = 64 << 10;
+/// How a proxied page runs: scripts and forms, in an origin of its own (no `allow-same-origin`).
+pub const SANDBOX: &str = "sandbox allow-scripts allow-forms allow-popups allow-downloads; frame-ancestors 'none'";
 
 /// Where the service serves a job's TensorBoard (also its `--path_prefix`).
 pub fn prefix(job_id: &str) -> String {
@@ -35,6 +60,8 @@ pub fn prefix(job_id: &str) -> String {
 struct Grant {
     org: String,
     job_id: String,
+    /// The token that asked for the link: the session ends with it.
+    token_id: String,
     expires_at: i64,
 }
 
@@ -44,13 +71,28 @@ struct Open {
     forward: Forward,
 }
 
-/// The forwards the service holds and the tickets and cookies that reach them, by the SHA-256 of
-/// their secret (a memory dump shows no usable one).
-#[derive(Default)]
+/// The forwards the service holds and the tickets and sessions that reach them, by the SHA-256 of
+/// their secret (a memory dump shows no usable one), and the TensorBoard rate limit of each token.
 pub struct Sessions {
     forwards: Mutex<HashMap<String, Open>>,
     tickets: Mutex<HashMap<String, Grant>>,
-    cookies: Mutex<HashMap<String, Grant>>,
+    sessions: Mutex<HashMap<String, Grant>>,
+    limits: super::limits::RateLimits,
+}
+
+impl Default for Sessions {
+    fn default() -> Sessions {
+        Sessions {
+            forwards: Default::default(),
+            tickets: Default::default(),
+            sessions: Default::default(),
+            limits: super::limits::RateLimits::counting(
+                "TensorBoard requests",
+                super::limits::TENSORBOARD_REQUESTS_PER_SEC,
+                super::limits::TENSORBOARD_REQUEST_BURST,
+            ),
+        }
+    }
 }
 
 fn digest(secret: &str) -> String {
@@ -64,6 +106,11 @@ fn mint() -> ApiResult<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// A secret as [`mint`] makes them (64 lowercase hex digits).
+fn is_secret(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 impl Sessions {
     fn grant(map: &Mutex<HashMap<String, Grant>>, grant: Grant, now: i64) -> ApiResult<String> {
         let secret = mint()?;
@@ -73,11 +120,23 @@ impl Sessions {
         Ok(secret)
     }
 
-    /// The grant of an unexpired `secret` for `job_id`; a ticket is removed as it is used.
-    fn check(map: &Mutex<HashMap<String, Grant>>, secret: &str, job_id: &str, now: i64, once: bool) -> Option<Grant> {
+    /// The grant of an unexpired `secret` for `job_id` whose token is still valid (`token_valid`);
+    /// a ticket is removed as it is used, and every grant of a token found invalid goes with it.
+    fn check(
+        map: &Mutex<HashMap<String, Grant>>,
+        secret: &str,
+        job_id: &str,
+        now: i64,
+        once: bool,
+        token_valid: impl Fn(&str) -> bool,
+    ) -> Option<Grant> {
         let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
         let key = digest(secret);
         let grant = map.get(&key).filter(|g| g.job_id == job_id && g.expires_at > now).cloned()?;
+        if !token_valid(&grant.token_id) {
+            map.retain(|_, g| g.token_id != grant.token_id);
+            return None;
+        }
         if once {
             map.remove(&key);
         }
@@ -90,10 +149,10 @@ impl Sessions {
         forwards.get(job_id).filter(|o| o.attempt == attempt).map(|o| (o.forward.local_port, o.forward.node.clone()))
     }
 
-    /// Stop the job's forward (its job ended or moved): its cookies stop working with it.
+    /// Stop the job's forward (its job ended or moved): its sessions end with it.
     fn close(&self, job_id: &str) {
         let open = self.forwards.lock().unwrap_or_else(|e| e.into_inner()).remove(job_id);
-        self.cookies.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, g| g.job_id != job_id);
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, g| g.job_id != job_id);
         if let Some(o) = open {
             std::thread::spawn(move || {
                 if let Err(e) = o.workspace.with_client(|c| c.stop_forward(&o.forward)) {
@@ -124,10 +183,10 @@ pub struct TensorBoardLink {
 /// `POST /jobs/{id}:tensorboard`.
 #[utoipa::path(post, path = "/api/v2/orgs/{org}/jobs/{job_id}:tensorboard", tag = "jobs", security(("bearer" = [])),
     params(("org" = String, Path), ("job_id" = String, Path)),
-    responses((status = 200, description = "TensorBoard runs on the job's results; open the link (one use, two minutes) to reach it through the service", body = TensorBoardLink),
+    responses((status = 200, description = "TensorBoard runs on the job's results; open the link (one use, two minutes) to reach it through the service, sandboxed in an origin of its own", body = TensorBoardLink),
         (status = 409, description = "The job is not running", body = super::error::ErrorBody),
         (status = 404, body = super::error::ErrorBody), (status = 401, body = super::error::ErrorBody), (status = 403, body = super::error::ErrorBody)))]
-pub async fn open(state: AppStateRef, org: String, id: String) -> ApiResult<Response> {
+pub async fn open(state: AppStateRef, org: String, id: String, token_id: String) -> ApiResult<Response> {
     let job = org_job(&state, &org, &id)?;
     if job.status != PlatformStatus::Running {
         return Err(ApiError::conflict(format!(
@@ -140,7 +199,7 @@ pub async fn open(state: AppStateRef, org: String, id: String) -> ApiResult<Resp
         None => start(&state, &job, &id).await?,
     };
     let now = crate::client::now_secs();
-    let grant = Grant { org, job_id: id.clone(), expires_at: now + TICKET_SECS };
+    let grant = Grant { org, job_id: id.clone(), token_id, expires_at: now + TICKET_SECS };
     let ticket = Sessions::grant(&state.tensorboards.tickets, grant, now)?;
     let link = TensorBoardLink {
         url: format!("{}/?ticket={ticket}", prefix(&id)),
@@ -156,11 +215,9 @@ async fn start(state: &AppStateRef, job: &super::state::CachedJob, id: &str) -> 
     let ws = workspace_of(state, job)?;
     let _in_pool = ws.pool.enter(&ws.id).await?;
     let (w, jid) = (ws.clone(), id.to_string());
-    let forward = blocking(move || {
-        let port = crate::ops::running::service_tensorboard_port(&jid);
-        w.with_client(|c| c.tensorboard(&jid, port, 0, Some(&prefix(&jid)))).map_err(ApiError::engine)
-    })
-    .await?;
+    let forward =
+        blocking(move || w.with_client(|c| c.tensorboard_unpredictable(&jid, &prefix(&jid))).map_err(ApiError::engine))
+            .await?;
     let node = forward.node.clone();
     tracing::info!(job = %id, node = %node, local_port = forward.local_port, "TensorBoard forwarded");
     let open = Open { workspace: ws, attempt: job.attempt, forward };
@@ -168,38 +225,68 @@ async fn start(state: &AppStateRef, job: &super::state::CachedJob, id: &str) -> 
     Ok(node)
 }
 
-/// Everything under `/tensorboard/{job_id}/`: a ticket becomes a cookie, a cookie reaches the proxy.
+/// Everything under `/tensorboard/{job_id}/`: a ticket becomes a session, a session reaches the
+/// proxy. Every reply, an error's too, is sandboxed.
 pub async fn proxy(
     State(state): State<AppStateRef>,
     Path(params): Path<HashMap<String, String>>,
     req: Request,
 ) -> Response {
     let job_id = params.get("job_id").cloned().unwrap_or_default();
-    match serve(&state, &job_id, req).await {
+    let rest = params.get("rest").cloned().unwrap_or_default();
+    let mut response = match serve(&state, &job_id, &rest, req).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
+    };
+    sandbox(response.headers_mut());
+    response
+}
+
+/// The headers that keep a proxied page out of the service's origin and its credentials.
+fn sandbox(headers: &mut HeaderMap) {
+    headers.remove(header::SET_COOKIE);
+    for (name, value) in [
+        (header::CONTENT_SECURITY_POLICY, SANDBOX),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::REFERRER_POLICY, "no-referrer"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::ACCESS_CONTROL_ALLOW_ORIGIN, "*"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
     }
 }
 
-async fn serve(state: &AppStateRef, job_id: &str, req: Request) -> ApiResult<Response> {
+async fn serve(state: &AppStateRef, job_id: &str, rest: &str, req: Request) -> ApiResult<Response> {
     let now = crate::client::now_secs();
     let sessions = &state.tensorboards;
-    if let Some(ticket) = query_value(req.uri().query(), "ticket") {
-        let grant = Sessions::check(&sessions.tickets, &ticket, job_id, now, true).ok_or_else(|| {
+    let valid = |token_id: &str| state.token_valid(token_id);
+    let (session, tb_rest) = rest.split_once('/').unwrap_or((rest, ""));
+    if !is_secret(session) {
+        let Some(ticket) = query_value(req.uri().query(), "ticket") else {
+            return Err(ApiError::unauthorized("no TensorBoard session in the path; open a new link (:tensorboard)"));
+        };
+        let grant = Sessions::check(&sessions.tickets, &ticket, job_id, now, true, valid).ok_or_else(|| {
             ApiError::unauthorized(
-                "the link is not valid (used, expired or for another job); ask for a new one (:tensorboard)",
+                "the link is not valid (used, expired, for another job, or its token was revoked); ask for a new one (:tensorboard)",
             )
         })?;
-        let secret = Sessions::grant(&sessions.cookies, Grant { expires_at: now + COOKIE_SECS, ..grant }, now)?;
-        let path = format!("{}/", prefix(job_id));
-        let cookie = format!("{COOKIE}={secret}; Path={path}; Max-Age={COOKIE_SECS}; HttpOnly; SameSite=Strict");
-        return Ok((StatusCode::SEE_OTHER, [(header::LOCATION, path), (header::SET_COOKIE, cookie)]).into_response());
+        let secret = Sessions::grant(&sessions.sessions, Grant { expires_at: now + SESSION_SECS, ..grant }, now)?;
+        return Ok(
+            (StatusCode::SEE_OTHER, [(header::LOCATION, format!("{}/{secret}/", prefix(job_id)))]).into_response()
+        );
     }
-    let grant = cookie_values(req.headers())
-        .find_map(|c| Sessions::check(&sessions.cookies, &c, job_id, now, false))
-        .ok_or_else(|| {
-        ApiError::unauthorized("no valid TensorBoard session for this job; open a new link (:tensorboard)")
+    let grant = Sessions::check(&sessions.sessions, session, job_id, now, false, valid).ok_or_else(|| {
+        ApiError::unauthorized(
+            "no valid TensorBoard session for this job (ended, expired, or its token was revoked); open a new link (:tensorboard)",
+        )
     })?;
+    sessions.limits.check(&grant.token_id)?;
+    if !rest.contains('/') {
+        // The page's own relative links need the trailing slash.
+        return Ok(
+            (StatusCode::SEE_OTHER, [(header::LOCATION, format!("{}/{session}/", prefix(job_id)))]).into_response()
+        );
+    }
     let job = org_job(state, &grant.org, job_id)?;
     let port = match sessions.forwarded(job_id, job.attempt) {
         Some((p, _)) if job.status == PlatformStatus::Running => p,
@@ -212,22 +299,38 @@ async fn serve(state: &AppStateRef, job_id: &str, req: Request) -> ApiResult<Res
             ));
         }
     };
-    forward(port, req).await
+    if req.method() == Method::OPTIONS {
+        // The page's origin is opaque: its requests with TensorBoard's own headers are preflighted.
+        return Ok((
+            StatusCode::NO_CONTENT,
+            [
+                (header::ACCESS_CONTROL_ALLOW_METHODS, "GET, HEAD, POST"),
+                (header::ACCESS_CONTROL_ALLOW_HEADERS, TB_HEADERS),
+                (header::ACCESS_CONTROL_MAX_AGE, "600"),
+            ],
+        )
+            .into_response());
+    }
+    let upstream = format!("{}/{tb_rest}", prefix(job_id));
+    forward(port, &upstream, &format!("{}/{session}/", prefix(job_id)), req).await
 }
 
-/// Pass the request on to TensorBoard, without the browser's cookies or credentials.
-async fn forward(port: u16, req: Request) -> ApiResult<Response> {
+/// Pass the request on to TensorBoard at `upstream` (its path, under its prefix), without the
+/// browser's cookies or credentials; its reply streamed back, capped, its redirects within the
+/// session (`public`: the session's own path), an HTML page with the shim. It is asked for no
+/// compression (the shim goes into the page as it is).
+async fn forward(port: u16, upstream: &str, public: &str, req: Request) -> ApiResult<Response> {
     let (parts, body) = req.into_parts();
-    let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let url = format!("http://127.0.0.1:{port}{path_and_query}");
+    let query = parts.uri.query().map(|q| format!("?{q}")).unwrap_or_default();
+    let url = format!("http://127.0.0.1:{port}{upstream}{query}");
     let body = axum::body::to_bytes(body, MAX_BODY)
         .await
         .map_err(|_| ApiError::field("body", format!("a TensorBoard request body is at most {MAX_BODY} bytes")))?;
     let method = reqwest::Method::from_bytes(parts.method.as_str().as_bytes()).unwrap_or(reqwest::Method::GET);
     let mut out = client().request(method, url);
-    for name in [header::ACCEPT, header::CONTENT_TYPE, header::ACCEPT_ENCODING] {
-        if let Some(v) = parts.headers.get(&name) {
-            out = out.header(name.as_str(), v.as_bytes());
+    for name in TB_HEADERS.split(", ").chain(["accept"]) {
+        if let Some(v) = parts.headers.get(name) {
+            out = out.header(name, v.as_bytes());
         }
     }
     if parts.method != Method::GET && parts.method != Method::HEAD {
@@ -236,17 +339,121 @@ async fn forward(port: u16, req: Request) -> ApiResult<Response> {
     let reply = out.send().await.map_err(|e| {
         ApiError::new(StatusCode::BAD_GATEWAY, "tensorboard_unreachable", format!("TensorBoard did not answer: {e}"))
     })?;
+    if let Some(length) = reply.content_length().filter(|n| *n > MAX_REPLY) {
+        return Err(too_large(format!(
+            "TensorBoard's reply is {length} bytes, more than the {MAX_REPLY} bytes the proxy passes on"
+        )));
+    }
     let status = StatusCode::from_u16(reply.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut response = Response::builder().status(status);
-    for name in [header::CONTENT_TYPE, header::CONTENT_ENCODING, header::CACHE_CONTROL, header::LOCATION] {
+    for name in [header::CONTENT_TYPE, header::CACHE_CONTROL] {
         if let Some(v) = reply.headers().get(name.as_str()).and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok()) {
             response = response.header(name, v);
         }
     }
-    let bytes: Bytes = reply.bytes().await.map_err(|e| {
-        ApiError::new(StatusCode::BAD_GATEWAY, "tensorboard_unreachable", format!("TensorBoard's reply broke off: {e}"))
-    })?;
-    response.body(Body::from(bytes)).map_err(|e| ApiError::internal(e.to_string()))
+    let location = reply.headers().get(header::LOCATION.as_str()).and_then(|v| v.to_str().ok());
+    if let Some(location) = location.and_then(|l| within_session(l, upstream, public)) {
+        response = response.header(header::LOCATION, location);
+    }
+    let chunks = futures_util::stream::unfold(reply, |mut reply| async move {
+        reply.chunk().await.transpose().map(|chunk| (chunk, reply))
+    });
+    let body = Box::pin(capped(chunks, MAX_REPLY));
+    // A page to run, not a HEAD's or a 304's empty answer.
+    let html = status == StatusCode::OK && parts.method != Method::HEAD && reply_is_html(response.headers_ref());
+    let body = if html { Body::from_stream(with_shim(body)) } else { Body::from_stream(body) };
+    response.body(body).map_err(|e| ApiError::internal(e.to_string()))
+}
+
+fn too_large(message: String) -> ApiError {
+    ApiError::new(StatusCode::BAD_GATEWAY, "tensorboard_reply_too_large", message)
+}
+
+/// A redirect of TensorBoard's, as the browser must follow it: a relative one as it is, one to the
+/// job's prefix into the session's path; any other is dropped.
+fn within_session(location: &str, upstream: &str, public: &str) -> Option<String> {
+    let prefix = upstream.split('/').take(3).collect::<Vec<_>>().join("/");
+    if let Some(rest) = location.strip_prefix(&prefix) {
+        return match rest.strip_prefix('/') {
+            Some(rest) => Some(format!("{public}{rest}")),
+            None if rest.is_empty() || rest.starts_with('?') => Some(format!("{public}{rest}")),
+            None => None,
+        };
+    }
+    let relative = !location.starts_with('/') && !location.starts_with('\\') && !location.contains("://");
+    relative.then(|| location.to_string())
+}
+
+/// The reply's chunks as they come, until more than `cap` bytes went by: then an error that ends
+/// the reply (a browser sees it cut, not complete) and says so in the service's log.
+fn capped<S, E>(stream: S, cap: u64) -> impl Stream<Item = Result<Bytes, std::io::Error>>
+where
+    S: Stream<Item = Result<Bytes, E>>,
+    E: std::fmt::Display,
+{
+    let mut passed = 0u64;
+    let mut cut = false;
+    stream.map(move |chunk| {
+        if cut {
+            return Err(std::io::Error::other("cut"));
+        }
+        let chunk = chunk.map_err(|e| std::io::Error::other(format!("TensorBoard's reply broke off: {e}")))?;
+        passed += chunk.len() as u64;
+        if passed > cap {
+            cut = true;
+            let message = format!("TensorBoard's reply passed the {cap} bytes the proxy passes on: cut there");
+            tracing::warn!("{message}");
+            return Err(std::io::Error::other(message));
+        }
+        Ok(chunk)
+    })
+}
+
+fn reply_is_html(headers: Option<&HeaderMap>) -> bool {
+    let kind = headers.and_then(|h| h.get(header::CONTENT_TYPE)).and_then(|v| v.to_str().ok()).unwrap_or("");
+    kind.trim_start().to_ascii_lowercase().starts_with("text/html")
+}
+
+/// An HTML page's chunks with [`SHIM`] right after its `<head>` (looked for in its first
+/// [`HEAD_WITHIN`] bytes; else before them): held back only until then, streamed after.
+fn with_shim<S>(stream: S) -> impl Stream<Item = Result<Bytes, std::io::Error>>
+where
+    S: Stream<Item = Result<Bytes, std::io::Error>> + Unpin,
+{
+    // (the page's stream, None once it ended; what is held back, None once passed on)
+    futures_util::stream::unfold((Some(stream), Some(Vec::new())), |(stream, mut held)| async move {
+        let mut stream = stream?;
+        let Some(buf) = held.as_mut() else {
+            return stream.next().await.map(|chunk| (chunk, (Some(stream), None)));
+        };
+        loop {
+            match stream.next().await {
+                Some(Ok(chunk)) => {
+                    buf.extend_from_slice(&chunk);
+                    if let Some(at) = after_head(buf).or((buf.len() >= HEAD_WITHIN).then_some(0)) {
+                        return Some((Ok(spliced(buf, at)), (Some(stream), None)));
+                    }
+                }
+                Some(Err(e)) => return Some((Err(e), (Some(stream), None))),
+                None => {
+                    let at = after_head(buf).unwrap_or(0);
+                    return Some((Ok(spliced(buf, at)), (None, None)));
+                }
+            }
+        }
+    })
+}
+
+/// Just past the page's `<head ...>` tag, if it has one.
+fn after_head(page: &[u8]) -> Option<usize> {
+    let lower = page.to_ascii_lowercase();
+    let start =
+        lower.windows(6).position(|w| w.starts_with(b"<head") && (w[5] == b'>' || w[5].is_ascii_whitespace()))?;
+    lower[start..].iter().position(|b| *b == b'>').map(|end| start + end + 1)
+}
+
+fn spliced(page: &[u8], at: usize) -> Bytes {
+    [&page[..at], SHIM.as_bytes(), &page[at..]].concat().into()
 }
 
 /// One HTTP client for every proxied request (its connection pool), with a deadline.
@@ -265,48 +472,103 @@ fn query_value(query: Option<&str>, key: &str) -> Option<String> {
     form_urlencoded::parse(query?.as_bytes()).find(|(k, _)| k == key).map(|(_, v)| v.into_owned())
 }
 
-/// Every value of our cookie in the request (a browser may send one per matching path).
-fn cookie_values(headers: &axum::http::HeaderMap) -> impl Iterator<Item = String> + '_ {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|c| c.trim().strip_prefix(COOKIE).and_then(|rest| rest.strip_prefix('=')))
-        .map(String::from)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn grant(job: &str, expires_at: i64) -> Grant {
-        Grant { org: "a".into(), job_id: job.into(), expires_at }
+    fn grant(job: &str, token: &str, expires_at: i64) -> Grant {
+        Grant { org: "a".into(), job_id: job.into(), token_id: token.into(), expires_at }
     }
 
     #[test]
-    fn a_ticket_works_once_for_its_job_until_it_expires() {
+    fn a_ticket_works_once_for_its_job_until_it_expires_and_a_session_ends_with_its_token() {
         let s = Sessions::default();
-        let t = Sessions::grant(&s.tickets, grant("j1", 200), 100).unwrap();
-        assert_eq!(t.len(), 64);
-        assert!(Sessions::check(&s.tickets, &t, "j2", 150, true).is_none(), "another job's ticket");
-        assert!(Sessions::check(&s.tickets, &t, "j1", 200, true).is_none(), "expired");
-        assert!(Sessions::check(&s.tickets, &t, "j1", 150, true).is_some());
-        assert!(Sessions::check(&s.tickets, &t, "j1", 150, true).is_none(), "used");
-        let c = Sessions::grant(&s.cookies, grant("j1", 900), 100).unwrap();
-        assert!(Sessions::check(&s.cookies, &c, "j1", 150, false).is_some());
-        assert!(Sessions::check(&s.cookies, &c, "j1", 160, false).is_some(), "a cookie is not used up");
-        assert!(!s.cookies.lock().unwrap().contains_key(&c), "kept by digest, not by secret");
+        let yes = |_: &str| true;
+        let t = Sessions::grant(&s.tickets, grant("j1", "tok", 200), 100).unwrap();
+        assert!(is_secret(&t));
+        assert!(Sessions::check(&s.tickets, &t, "j2", 150, true, yes).is_none(), "another job's ticket");
+        assert!(Sessions::check(&s.tickets, &t, "j1", 200, true, yes).is_none(), "expired");
+        assert!(Sessions::check(&s.tickets, &t, "j1", 150, true, yes).is_some());
+        assert!(Sessions::check(&s.tickets, &t, "j1", 150, true, yes).is_none(), "used");
+        let c = Sessions::grant(&s.sessions, grant("j1", "tok", 900), 100).unwrap();
+        let other = Sessions::grant(&s.sessions, grant("j2", "tok", 900), 100).unwrap();
+        let kept = Sessions::grant(&s.sessions, grant("j1", "tok2", 900), 100).unwrap();
+        assert!(Sessions::check(&s.sessions, &c, "j1", 150, false, yes).is_some());
+        assert!(Sessions::check(&s.sessions, &c, "j1", 160, false, yes).is_some(), "a session is not used up");
+        assert!(!s.sessions.lock().unwrap().contains_key(&c), "kept by digest, not by secret");
+        let revoked = |t: &str| t != "tok";
+        assert!(Sessions::check(&s.sessions, &c, "j1", 170, false, revoked).is_none(), "its token was revoked");
+        assert!(Sessions::check(&s.sessions, &other, "j2", 170, false, yes).is_none(), "every session of it ended");
+        assert!(Sessions::check(&s.sessions, &kept, "j1", 170, false, revoked).is_some(), "another token's stays");
     }
 
     #[test]
-    fn cookies_and_queries_are_read_exactly() {
-        let mut h = axum::http::HeaderMap::new();
-        h.append(header::COOKIE, HeaderValue::from_static("x=1; tao_slurm_tb=abc; tao_slurm_tbx=no"));
-        h.append(header::COOKIE, HeaderValue::from_static("tao_slurm_tb=def"));
-        assert_eq!(cookie_values(&h).collect::<Vec<_>>(), ["abc", "def"]);
+    fn redirects_stay_in_the_session_and_queries_are_read_exactly() {
+        let (up, public) = ("/tensorboard/j1/data/x", "/tensorboard/j1/S/");
+        assert_eq!(within_session("/tensorboard/j1/", up, public).as_deref(), Some("/tensorboard/j1/S/"));
+        assert_eq!(within_session("/tensorboard/j1", up, public).as_deref(), Some("/tensorboard/j1/S/"));
+        assert_eq!(within_session("/tensorboard/j1/a?b=1", up, public).as_deref(), Some("/tensorboard/j1/S/a?b=1"));
+        assert_eq!(within_session("runs/", up, public).as_deref(), Some("runs/"));
+        for elsewhere in ["/api/v2/orgs/a/jobs", "/tensorboard/j2/", "/tensorboard/j10/", "http://x/", "//x/", "\\\\x"]
+        {
+            assert_eq!(within_session(elsewhere, up, public), None, "{elsewhere}");
+        }
         assert_eq!(query_value(Some("a=1&ticket=t%2B1"), "ticket").as_deref(), Some("t+1"));
         assert_eq!(query_value(Some("tickets=1"), "ticket"), None);
         assert_eq!(query_value(None, "ticket"), None);
+    }
+
+    #[tokio::test]
+    async fn a_reply_past_the_cap_is_cut_with_the_cap_named() {
+        let chunks = |n: usize| {
+            futures_util::stream::iter((0..n).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b'x'; 100]))))
+        };
+        let whole: Vec<_> = capped(chunks(3), 300).collect().await;
+        assert_eq!(whole.len(), 3);
+        assert!(whole.iter().all(|c| c.is_ok()), "at the cap: all of it");
+        let cut: Vec<_> = capped(chunks(10), 250).collect().await;
+        let passed: usize = cut.iter().filter_map(|c| c.as_ref().ok()).map(|c| c.len()).sum();
+        assert_eq!(passed, 200, "nothing past the cap is passed on");
+        let error = cut.iter().find_map(|c| c.as_ref().err()).unwrap().to_string();
+        assert!(error.contains("passed the 250 bytes"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn the_shim_goes_right_after_the_head_however_the_page_is_cut() {
+        let page = "<!doctype html><html><HEAD lang=x><title>t</title></head><body>b</body></html>";
+        let expected = page.replacen("<HEAD lang=x>", &format!("<HEAD lang=x>{SHIM}"), 1);
+        for size in [1, 7, 20, page.len()] {
+            let chunks: Vec<Bytes> = page.as_bytes().chunks(size).map(Bytes::copy_from_slice).collect();
+            // A source that must not be polled once it ended (as the proxy's is).
+            let source = Box::pin(futures_util::stream::unfold(chunks.into_iter(), |mut rest| async move {
+                rest.next().map(|c| (Ok::<_, std::io::Error>(c), rest))
+            }));
+            let out: Vec<_> = with_shim(source).collect().await;
+            let out: Vec<u8> = out.into_iter().flat_map(|c| c.unwrap().to_vec()).collect();
+            assert_eq!(String::from_utf8(out).unwrap(), expected, "chunks of {size}");
+        }
+        assert_eq!(after_head(b"<header>x</header>"), None, "<header> is not <head>");
+        let once = Box::pin(futures_util::stream::unfold(Some(Bytes::from_static(b"<p>x</p>")), |c| async move {
+            c.map(|c| (Ok::<_, std::io::Error>(c), None))
+        }));
+        let headless: Vec<_> = with_shim(once).collect().await;
+        let first = headless[0].as_ref().unwrap();
+        assert!(first.starts_with(SHIM.as_bytes()) && first.ends_with(b"<p>x</p>"), "no <head>: first");
+        assert_eq!(headless.len(), 1, "and the ended source is not polled again");
+        assert!(SHIM.contains("localStorage") && SHIM.starts_with("<script>"), "{SHIM}");
+    }
+
+    #[test]
+    fn every_reply_is_sandboxed_without_same_origin() {
+        let mut h = HeaderMap::new();
+        h.insert(header::SET_COOKIE, HeaderValue::from_static("x=1"));
+        h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("default-src *"));
+        sandbox(&mut h);
+        let csp = h[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+        assert!(csp.starts_with("sandbox ") && csp.contains("allow-scripts"), "{csp}");
+        assert!(!csp.contains("allow-same-origin") && !csp.contains("allow-top-navigation"), "{csp}");
+        assert!(!csp.contains("allow-popups-to-escape-sandbox"), "{csp}");
+        assert!(h.get(header::SET_COOKIE).is_none(), "a page the job serves sets no cookie on the service");
+        assert_eq!(h[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
     }
 }

@@ -208,7 +208,8 @@ async fn dashboard_follows_jobs_live_and_cancels() {
     until(&c, "the TensorBoard page of B", limit,
         "return document.body && document.body.textContent.includes('TensorBoard stand-in') && document.body.textContent.includes(arguments[0]);",
         vec![json!(b_id)]).await;
-    assert!(c.current_url().await.unwrap().path().ends_with(&format!("/tensorboard/{b_id}/")));
+    let tb_url = c.current_url().await.unwrap();
+    assert!(tb_url.path().starts_with(&format!("/tensorboard/{b_id}/")), "a session under the job's path: {tb_url}");
     c.close_window().await.unwrap();
     c.switch_to_window(main_window).await.unwrap();
 

@@ -2,6 +2,7 @@
 //! (`exec`, `shell`, `tensorboard`), the bounded capture script, and the node a forward reaches.
 
 use crate::cosmos::{CosmosPlan, Role};
+use crate::exit_codes::TENSORBOARD_PORT_BUSY;
 use crate::script::{container_name, shell};
 
 /// Where and how a command runs in a job.
@@ -219,16 +220,33 @@ pub fn node_addr(node: &str, scontrol_line: &str) -> String {
         .to_string()
 }
 
-/// The remote script that starts TensorBoard in the job's container on `node`, on `logdir`, unless
-/// something already answers on `addr:port` (the node's address), detached from the login shell (its
-/// log beside the results), and waits up to 30 s for it to answer. Exit 0 once it answers.
-/// `path_prefix` serves it under that path (the service's proxy: `/tensorboard/<job id>`).
+/// What a TensorBoard start makes of something already answering on its port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnBusy {
+    /// Take it for the TensorBoard asked for (the CLI: the user's own forward, run again).
+    Reuse,
+    /// Trust nothing found there: start nothing, exit [`TENSORBOARD_PORT_BUSY`] (the service: the
+    /// job, or a neighbour on its node, may be listening there with a page of its own).
+    Refuse,
+}
+
+/// The remote script that starts TensorBoard in the job's container on `node` (its address `addr`),
+/// on `logdir`, detached from the login shell, and waits up to 30 s for it to answer on `addr:port`.
+/// Exit 0 once it answers while the TensorBoard it started still runs. Something already answering
+/// there is taken or refused as `on_busy` says. `path_prefix` serves it under that path (the
+/// service's proxy: `/tensorboard/<job id>`).
+///
+/// Its log, `tensorboard.log` beside the results, is a file the job can plant a symlink as: it is
+/// removed (a link itself, never its target) and created anew with `O_EXCL` by the one `dd` that
+/// writes it (anything planted meanwhile makes the create fail, and TensorBoard with it); it is
+/// read back through the job-file reader (no link followed, capped).
 pub fn tensorboard_script(
     t: &ExecTarget<'_>,
     addr: &str,
     logdir: &str,
     port: u16,
     path_prefix: Option<&str>,
+    on_busy: OnBusy,
 ) -> Result<String, ExecError> {
     check_node(addr)?;
     let mut command: Vec<String> =
@@ -239,18 +257,43 @@ pub fn tensorboard_script(
     }
     let argv = exec_argv(t, &command)?;
     let probe = format!("(exec 3<>/dev/tcp/{addr}/{port}) 2>/dev/null");
-    Ok(format!(
-        "if ! {probe}; then\n\
-         \x20 setsid nohup {srun} </dev/null >{log} 2>&1 &\n\
-         fi\n\
-         for _ in $(seq 150); do {probe} && exit 0; sleep 0.2; done\n\
-         echo \"TensorBoard did not answer on {addr}:{port} within 30 s; its log:\" >&2\n\
-         tail -n 20 {log} >&2\n\
+    let busy = match on_busy {
+        OnBusy::Reuse => format!("if {probe}; then exit 0; fi\n"),
+        OnBusy::Refuse => format!(
+            "if {probe}; then\n\
+             \x20 echo \"something already answers on {addr}:{port}; it is not trusted as TensorBoard\" >&2\n\
+             \x20 exit {code}\n\
+             fi\n",
+            code = TENSORBOARD_PORT_BUSY
+        ),
+    };
+    let script = format!(
+        "log={log}\n\
+         {busy}\
+         rm -f -- \"$log\"\n\
+         setsid nohup {srun} </dev/null 2>&1 | setsid -w nohup dd of=\"$log\" oflag=nofollow conv=excl status=none 2>/dev/null &\n\
+         started=$!\n\
+         for _ in $(seq 150); do\n\
+         \x20 kill -0 \"$started\" 2>/dev/null || break\n\
+         \x20 {probe} && kill -0 \"$started\" 2>/dev/null && exit 0\n\
+         \x20 sleep 0.2\n\
+         done\n\
+         echo \"TensorBoard did not answer on {addr}:{port} within 30 s (or it ended); the end of its log:\" >&2\n\
+         case $(tao_jf_stat \"$log\") in\n\
+         \x20 regular*) size=$(tao_jf_stat \"$log\"); size=${{size#regular }}\n\
+         \x20   tao_jf_read \"$log\" $(( size > {tail} ? size - {tail} : 0 )) {tail} | tail -n 20 >&2 ;;\n\
+         \x20 *) echo \"(tensorboard.log is missing or not a regular file: not shown)\" >&2 ;;\n\
+         esac\n\
          exit 1\n",
         srun = shell::join(&argv),
         log = shell::quote(&format!("{logdir}/tensorboard.log")),
-    ))
+        tail = TENSORBOARD_LOG_TAIL,
+    );
+    Ok(super::job_file::with_functions(&script))
 }
+
+/// Most bytes of `tensorboard.log` a failed start shows (its last 20 lines within them).
+pub const TENSORBOARD_LOG_TAIL: u64 = 8192;
 
 fn check_path_prefix(prefix: &str) -> Result<(), ExecError> {
     let ok = prefix.starts_with('/')
@@ -263,13 +306,14 @@ fn check_path_prefix(prefix: &str) -> Result<(), ExecError> {
     }
 }
 
-/// The node port the service starts a job's TensorBoard on: one per job, spread over 20000-29999 so
-/// two jobs sharing a node rarely meet; when they do, each TensorBoard answers only under its own
-/// job's path prefix, so neither proxy shows the other's.
-pub fn service_tensorboard_port(job_id: &str) -> u16 {
-    // FNV-1a: stable across releases and platforms, unlike std's hasher.
-    let hash = job_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
-    20000 + (hash % 10000) as u16
+/// The node ports the service draws a TensorBoard's port from (below Linux's ephemeral range).
+pub const SERVICE_TENSORBOARD_PORTS: std::ops::RangeInclusive<u16> = 20000..=32767;
+
+/// The node port of one start of a job's TensorBoard by the service, from a random draw: a new one
+/// each start, so no job can know it before the start, and none is taken from the job id.
+pub fn service_tensorboard_port(draw: u32) -> u16 {
+    let (low, high) = (*SERVICE_TENSORBOARD_PORTS.start(), *SERVICE_TENSORBOARD_PORTS.end());
+    low + (draw % (u32::from(high - low) + 1)) as u16
 }
 
 /// Splits a capture's stderr into the command's own stderr and the full sizes of both streams.
@@ -310,25 +354,106 @@ mod tests {
     #[test]
     fn tensorboard_takes_a_path_prefix_only_when_it_is_a_plain_path() {
         let t = target(Some("node1"), false);
-        let plain = tensorboard_script(&t, "10.0.0.1", "/r/abc", 6006, None).unwrap();
-        assert!(plain.contains("--port 6006 --bind_all </dev/null"), "{plain}");
+        let plain = tensorboard_script(&t, "10.0.0.1", "/r/abc", 6006, None, OnBusy::Reuse).unwrap();
+        assert!(plain.contains("--port 6006 --bind_all </dev/null 2>&1 |"), "{plain}");
         assert!(!plain.contains("--path_prefix"), "{plain}");
-        let prefixed = tensorboard_script(&t, "10.0.0.1", "/r/abc", 6006, Some("/tensorboard/abc")).unwrap();
-        assert!(prefixed.contains("--bind_all --path_prefix /tensorboard/abc </dev/null"), "{prefixed}");
+        let prefixed =
+            tensorboard_script(&t, "10.0.0.1", "/r/abc", 6006, Some("/tensorboard/abc"), OnBusy::Refuse).unwrap();
+        assert!(prefixed.contains("--bind_all --path_prefix /tensorboard/abc </dev/null 2>&1 |"), "{prefixed}");
         for bad in ["tensorboard/abc", "/a b", "/a;rm", "//x", "/a/../b", "/x'y", ""] {
-            let e = tensorboard_script(&t, "10.0.0.1", "/r/abc", 6006, Some(bad));
+            let e = tensorboard_script(&t, "10.0.0.1", "/r/abc", 6006, Some(bad), OnBusy::Refuse);
             assert!(matches!(e, Err(ExecError::BadPathPrefix(_))), "{bad:?}: {e:?}");
         }
     }
 
     #[test]
-    fn the_service_tensorboard_port_is_stable_and_in_its_range() {
-        for id in ["", "a", "5f0c2b9e-0000-4000-8000-000000000001", "job-2"] {
-            let p = service_tensorboard_port(id);
-            assert!((20000..30000).contains(&p), "{id}: {p}");
-            assert_eq!(p, service_tensorboard_port(id));
+    fn the_service_tensorboard_port_comes_from_the_draw_and_stays_in_its_range() {
+        for draw in [0, 1, 12767, 12768, u32::MAX, 0x5f0c_2b9e] {
+            assert!(SERVICE_TENSORBOARD_PORTS.contains(&service_tensorboard_port(draw)), "{draw}");
         }
-        assert_ne!(service_tensorboard_port("job-1"), service_tensorboard_port("job-2"));
+        assert_eq!(service_tensorboard_port(0), 20000);
+        assert_eq!(service_tensorboard_port(12767), 32767);
+        assert_eq!(service_tensorboard_port(12768), 20000);
+    }
+
+    /// The start script under bash, with `srun` a stand-in (`fake_srun`, a bash body run as the job
+    /// would: in its results directory) on PATH; its exit status and stderr.
+    fn run_start(dir: &std::path::Path, fake_srun: &str, port: u16, on_busy: OnBusy) -> (i32, String) {
+        let bin = dir.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let srun = bin.join("srun");
+        std::fs::write(&srun, format!("#!/bin/bash\ncd {}\n{fake_srun}\n", dir.join("results").display())).unwrap();
+        std::fs::set_permissions(&srun, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let results = dir.join("results").display().to_string();
+        let script =
+            tensorboard_script(&target(Some("node1"), false), "127.0.0.1", &results, port, None, on_busy).unwrap();
+        let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+        let out = std::process::Command::new("bash").arg("-c").arg(&script).env("PATH", path).output().unwrap();
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
+
+    /// A stand-in TensorBoard: says a line, then answers on the port for a few seconds.
+    fn listening(port: u16) -> String {
+        format!(
+            "echo started here\nexec python3 -c 'import socket,time; s=socket.socket(); \
+             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((\"127.0.0.1\", {port})); s.listen(); time.sleep(5)'"
+        )
+    }
+
+    #[test]
+    fn a_planted_tensorboard_log_symlink_is_neither_written_through_nor_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("results")).unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "the user's own file\n").unwrap();
+        let log = dir.path().join("results/tensorboard.log");
+
+        // Planted before the start: the link is replaced by our own log, its target untouched.
+        std::os::unix::fs::symlink(&victim, &log).unwrap();
+        let port = free_port();
+        let (rc, err) = run_start(dir.path(), &listening(port), port, OnBusy::Refuse);
+        assert_eq!(rc, 0, "{err}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "the user's own file\n");
+        let meta = std::fs::symlink_metadata(&log).unwrap();
+        assert!(meta.file_type().is_file(), "our log is a regular file of its own");
+        let written = (0..50).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            std::fs::read_to_string(&log).unwrap_or_default().contains("started here")
+        });
+        assert!(written, "TensorBoard's output reaches its log");
+
+        // Planted while it runs, then the start fails: the log's tail is not read through the link.
+        std::fs::remove_file(&log).unwrap();
+        let swap = format!("rm -f tensorboard.log; ln -s {} tensorboard.log; exit 1", victim.display());
+        let (rc, err) = run_start(dir.path(), &swap, free_port(), OnBusy::Refuse);
+        assert_eq!(rc, 1, "{err}");
+        assert!(err.contains("not a regular file: not shown"), "{err}");
+        assert!(!err.contains("the user's own file"), "{err}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "the user's own file\n");
+    }
+
+    #[test]
+    fn the_service_trusts_no_listener_it_did_not_start_and_the_cli_reuses_one() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("results")).unwrap();
+        let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = squatter.local_addr().unwrap().port();
+        let marker = "touch ../srun-ran";
+        let (rc, err) = run_start(dir.path(), marker, port, OnBusy::Refuse);
+        assert_eq!(rc, TENSORBOARD_PORT_BUSY, "{err}");
+        assert!(err.contains("not trusted as TensorBoard"), "{err}");
+        let (rc, err) = run_start(dir.path(), marker, port, OnBusy::Reuse);
+        assert_eq!(rc, 0, "{err}");
+        assert!(!dir.path().join("srun-ran").exists(), "nothing was started either way");
+        drop(squatter);
+        // A TensorBoard that ends before it answers (its port taken meanwhile, say) is no success.
+        let (rc, err) = run_start(dir.path(), "echo cannot bind >&2; exit 1", free_port(), OnBusy::Refuse);
+        assert_eq!(rc, 1, "{err}");
+        assert!(err.contains("cannot bind"), "the log's end is shown: {err}");
     }
 
     #[test]
