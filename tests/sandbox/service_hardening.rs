@@ -65,14 +65,18 @@ async fn a_fifo_or_a_symlink_for_main_out_gets_every_log_route_answered_in_time_
     }
     for (kind, id, job) in &ids {
         let path = main_out(&svc, job);
-        wait_until(&format!("the {kind} job swaps its main.out"), Duration::from_secs(240), || {
-            std::fs::symlink_metadata(&path).is_ok_and(|m| {
+        // The job says "after-swap" on stderr only after the swap: wait for both, or a read in
+        // between finds the swapped main.out without the line that follows it (seen under load).
+        let err = path.with_file_name("main.err");
+        wait_until(&format!("the {kind} job swaps its main.out and says so"), Duration::from_secs(240), || {
+            let swapped = std::fs::symlink_metadata(&path).is_ok_and(|m| {
                 if **kind == "fifo" {
                     m.file_type().is_fifo()
                 } else {
                     m.file_type().is_symlink()
                 }
-            })
+            });
+            swapped && std::fs::read_to_string(&err).is_ok_and(|t| t.contains("after-swap"))
         })
         .await;
         // Every plain log route: in time, 200, never the linked file's content.
