@@ -312,7 +312,10 @@ impl Client {
         )?;
         let result = crate::engine::sweep::submit_sweep(self.remote()?, &self.store, &sweep, &files, &secrets);
         if let Err(Error::Remote(e)) = &result {
-            if !matches!(e, RemoteError::Lost { .. } | RemoteError::TimedOut { .. } | RemoteError::OutputTooLarge { .. }) {
+            if !matches!(
+                e,
+                RemoteError::Lost { .. } | RemoteError::TimedOut { .. } | RemoteError::OutputTooLarge { .. }
+            ) {
                 // Nothing was sent: the sweep never reached the cluster.
                 for (_, plan) in &sweep.variants {
                     self.store.update_status(

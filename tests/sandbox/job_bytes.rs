@@ -46,12 +46,15 @@ async fn names_like_tar_options_run_nothing_read_nothing_outside_and_the_cap_hol
     assert_eq!(s, 201, "{a}");
     let id = a["id"].as_str().unwrap().to_string();
     let done = svc
-        .wait_job(&id, Duration::from_secs(300), |j| ["Done", "Error", "Canceled"].contains(&j["status"].as_str().unwrap_or("")))
+        .wait_job(&id, Duration::from_secs(300), |j| {
+            ["Done", "Error", "Canceled"].contains(&j["status"].as_str().unwrap_or(""))
+        })
         .await;
     assert_eq!(done["status"], "Done", "{done}");
     let results = done["backend_details"]["slurm_metadata"]["results_dir"].as_str().unwrap().to_string();
     let no_marker = || {
-        let seen = svc.env.ssh(&format!("ls -a -- '{results}'; test -e '{results}/{marker}' && echo MARKER-FOUND; true"));
+        let seen =
+            svc.env.ssh(&format!("ls -a -- '{results}'; test -e '{results}/{marker}' && echo MARKER-FOUND; true"));
         assert!(seen.contains("big.bin"), "the results are there: {seen}");
         assert!(!seen.contains("MARKER-FOUND"), "tar ran the job's command on the login node: {seen}");
     };
@@ -149,7 +152,11 @@ fn ten_thousand_progress_lines_leave_at_most_the_cap_of_kpi_points() {
     let iters: Vec<i64> = history.iter().filter_map(|p| p.cur_iter.map(|i| i as i64)).collect();
     assert_eq!(iters.last(), Some(&9_999), "the newest is kept");
     assert!(iters.windows(2).all(|w| w[0] < w[1]), "oldest first");
-    eprintln!("{refreshes} refreshes, {} unique points read, at most {most} kept, {} at the end", seen.len(), iters.len());
+    eprintln!(
+        "{refreshes} refreshes, {} unique points read, at most {most} kept, {} at the end",
+        seen.len(),
+        iters.len()
+    );
 }
 
 /// A call whose output passes its cap (64 MiB by default, or the call's own) fails with an error

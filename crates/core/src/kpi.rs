@@ -181,7 +181,7 @@ mod tests {
         assert_eq!(kept[kept.len() - KEEP_NEWEST..], (9_900..10_000).collect::<Vec<_>>()[..], "the newest are kept");
         // One write of far more than the cap still ends under it.
         let many: Vec<u32> = (0..50_000).collect();
-        assert_eq!(many.len() - to_drop(&many, MAX_POINTS_PER_JOB).len() <= MAX_POINTS_PER_JOB, true);
+        assert!(many.len() - to_drop(&many, MAX_POINTS_PER_JOB).len() <= MAX_POINTS_PER_JOB);
         assert!(many.len() - to_drop(&many, 3).len() <= 3);
     }
 

@@ -279,7 +279,11 @@ mod tests {
 
     /// Runs an archive script under bash (with `path` first in PATH when given): the archive's
     /// members and contents, or why there is none.
-    fn archive_in(dir: &std::path::Path, script: &str, path: Option<&std::path::Path>) -> Result<Vec<(String, Vec<u8>)>, Archive> {
+    fn archive_in(
+        dir: &std::path::Path,
+        script: &str,
+        path: Option<&std::path::Path>,
+    ) -> Result<Vec<(String, Vec<u8>)>, Archive> {
         let mut cmd = std::process::Command::new("bash");
         cmd.arg("-c").arg(script);
         if let Some(p) = path {
@@ -338,7 +342,12 @@ mod tests {
             let whole = archive_in(&work, &archive_script(dir, &[], None, None, 1 << 30), None).unwrap();
             assert!(whole.iter().any(|(m, _)| m == &format!("./{hostile}")), "{whole:?}");
             assert!(!results.join("marker").exists());
-            std::fs::File::options().write(true).open(&f).unwrap().set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(86_400)).unwrap();
+            std::fs::File::options()
+                .write(true)
+                .open(&f)
+                .unwrap()
+                .set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(86_400))
+                .unwrap();
         }
     }
 
@@ -370,7 +379,11 @@ mod tests {
         assert_eq!(members[0].1.len(), 300_000);
         assert!(!archive_over_cap(std::fs::metadata(tmp.path().join("a.tar")).unwrap().len(), 1 << 20));
         // The output stays under what the reader accepts for this cap.
-        let out = std::process::Command::new("bash").arg("-c").arg(archive_script(dir, &[], None, None, cap)).output().unwrap();
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(archive_script(dir, &[], None, None, cap))
+            .output()
+            .unwrap();
         assert!((out.stdout.len() as u64) < archive_output_cap(cap), "{}", out.stdout.len());
     }
 }

@@ -361,9 +361,10 @@ mod tests {
     /// command's status come back.
     #[test]
     fn a_capture_cuts_both_streams_and_keeps_the_status() {
-        let argv: Vec<String> = ["bash", "-c", "head -c 300000 /dev/zero | tr '\\0' o; printf 'e%.0s' $(seq 5000) >&2; exit 3"]
-            .map(String::from)
-            .to_vec();
+        let argv: Vec<String> =
+            ["bash", "-c", "head -c 300000 /dev/zero | tr '\\0' o; printf 'e%.0s' $(seq 5000) >&2; exit 3"]
+                .map(String::from)
+                .to_vec();
         let script = capture_script(&argv, 30, 1000);
         assert!(!script.contains("mktemp") && !script.contains("/tmp"), "{script}");
         let out = std::process::Command::new("bash").arg("-c").arg(&script).output().unwrap();
