@@ -186,3 +186,30 @@ fn remote_output_over_the_cap_is_a_clear_error() {
     let ok = transport.run_script("echo still-here", Idempotency::Idempotent).unwrap();
     assert_eq!(ok.stdout, "still-here\n");
 }
+
+/// A capture of a command in a running job (MCP's `exec`, Python's `exec_job`) cuts each stream as it
+/// is written on the login node: the first `max_bytes` come back with the full sizes and the status.
+#[test]
+fn an_exec_capture_is_cut_as_it_is_written_with_its_full_sizes() {
+    let env = Env::new();
+    let (job, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--shell", "--", "sleep 300"]);
+    env.wait_job(&job, "running", Duration::from_secs(90), |v| v["status"] == "Running" && v["node_list"].is_string());
+    let client = tao_slurm::Client::new(env.settings()).unwrap();
+    let at = tao_slurm::client::Where::new(None, None);
+    let command: Vec<String> =
+        ["sh", "-c", "head -c 5000000 /dev/zero; head -c 7000 /dev/zero >&2; exit 4"].map(String::from).to_vec();
+    // Until the job's container is up (its step names it a moment after the job runs).
+    let out = crate::common::wait::wait_for("the capture", Duration::from_secs(120), Duration::from_secs(1), || {
+        let out = client.exec_capture(&job, &at, &command, 60, 100).unwrap();
+        if out.exit_code == 4 {
+            Ok(out)
+        } else {
+            Err(format!("{out:?}"))
+        }
+    });
+    assert_eq!((out.exit_code, out.stdout.len(), out.stderr.len()), (4, 100, 100), "{out:?}");
+    // srun adds its own line about the exit code to stderr.
+    assert_eq!((out.stdout_bytes, out.truncated), (5_000_000, true));
+    assert!((7000..8000).contains(&out.stderr_bytes), "{out:?}");
+    env.ok(&["cancel", &job]);
+}
