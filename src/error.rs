@@ -117,7 +117,9 @@ impl Error {
             }
             Error::Config(_) | Error::Remote(RemoteError::Config(_)) => ErrorKind::Config,
             Error::Remote(RemoteError::KeyPermissions { .. } | RemoteError::KeyMissing { .. }) => ErrorKind::Config,
-            Error::Remote(RemoteError::Lost { .. } | RemoteError::TimedOut { .. }) => ErrorKind::OutcomeUnknown,
+            Error::Remote(
+                RemoteError::Lost { .. } | RemoteError::TimedOut { .. } | RemoteError::OutputTooLarge { .. },
+            ) => ErrorKind::OutcomeUnknown,
             Error::Remote(_) => ErrorKind::Unreachable,
             Error::Spec(_) => ErrorKind::Invalid,
             Error::Store(StoreError::NotFound(_)) => ErrorKind::NotFound,
@@ -158,6 +160,7 @@ mod tests {
                 ErrorKind::Unreachable,
             ),
             (remote(RemoteError::Lost { host: "h".into(), message: "reset".into() }), ErrorKind::OutcomeUnknown),
+            (remote(RemoteError::OutputTooLarge { host: "h".into(), cap: 1 }), ErrorKind::OutcomeUnknown),
             (StoreError::NotFound("abc".into()).into(), ErrorKind::NotFound),
             (StoreError::Ambiguous("a".into()).into(), ErrorKind::Ambiguous),
             (StoreError::Dir { path: "/s".into(), message: "not ours".into() }.into(), ErrorKind::State),

@@ -54,7 +54,7 @@ impl Remote for FakeRemote {
     fn default_deadline(&self) -> Duration {
         Duration::from_secs(1)
     }
-    fn run_script_within(&self, script: &str, _: Idempotency, _: Duration) -> Reply {
+    fn run_script_capped(&self, script: &str, _: Idempotency, _: Duration, _: u64) -> Reply {
         self.sent.lock().unwrap().push(script.to_string());
         if let Some(rule) = &self.rule {
             return rule(script);
@@ -74,8 +74,8 @@ impl Remote for Arc<FakeRemote> {
     fn default_deadline(&self) -> Duration {
         self.as_ref().default_deadline()
     }
-    fn run_script_within(&self, script: &str, idempotency: Idempotency, deadline: Duration) -> Reply {
-        self.as_ref().run_script_within(script, idempotency, deadline)
+    fn run_script_capped(&self, script: &str, idempotency: Idempotency, deadline: Duration, cap: u64) -> Reply {
+        self.as_ref().run_script_capped(script, idempotency, deadline, cap)
     }
 }
 

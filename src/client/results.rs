@@ -1,9 +1,14 @@
 //! A job's results directory from a front-end: the files in it, and a gzip'd tar of all or some of
-//! them (with the attempt's logs), refused above a size cap before it is made.
+//! them (with the attempt's logs), refused above a size cap: before it is made when `du` says so,
+//! and on the tar stream itself (the script cuts it at the cap + 1 byte; the bytes that came are
+//! counted here, unpacked, before anything is handed on).
 
 use super::Client;
 use crate::error::{Error, Result};
-use crate::ops::results::{archive_script, check_name, list_script, parse_archive, parse_list, Archive, ResultFile};
+use crate::ops::results::{
+    archive_output_cap, archive_over_cap, archive_script, check_name, list_script, parse_archive, parse_list, Archive,
+    ResultFile,
+};
 use crate::remote::Idempotency;
 
 /// The longest an archive may take to make and bring back.
@@ -22,6 +27,8 @@ pub struct ArchiveAsk {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ArchiveOut {
     Bytes(Vec<u8>),
+    /// The selection holds at least this many bytes, more than the cap (`du`'s count, or the cut
+    /// stream's cap + 1).
     TooLarge(u64),
     Missing(Vec<String>),
     NoResults,
@@ -59,7 +66,12 @@ impl Client {
             logs.as_ref().map(|(_, o, e)| (o.as_str(), e.as_str())),
             ask.max_bytes,
         );
-        let out = self.remote()?.run_script_within(&script, Idempotency::Idempotent, ARCHIVE_DEADLINE)?;
+        let out = self.remote()?.run_script_capped(
+            &script,
+            Idempotency::Idempotent,
+            ARCHIVE_DEADLINE,
+            archive_output_cap(ask.max_bytes),
+        )?;
         if out.exit_code != 0 {
             return Err(Error::RemoteCommand(format!(
                 "archiving the results of job {id} failed: {}",
@@ -72,11 +84,24 @@ impl Client {
                 let bytes = base64::engine::general_purpose::STANDARD
                     .decode(text.trim())
                     .map_err(|e| Error::RemoteCommand(format!("the archive of job {id} came back damaged: {e}")))?;
-                ArchiveOut::Bytes(bytes)
+                let tar_len = unpacked_len(&bytes, ask.max_bytes)
+                    .map_err(|e| Error::RemoteCommand(format!("the archive of job {id} came back damaged: {e}")))?;
+                if archive_over_cap(tar_len, ask.max_bytes) {
+                    ArchiveOut::TooLarge(tar_len)
+                } else {
+                    ArchiveOut::Bytes(bytes)
+                }
             }
             Archive::TooLarge(n) => ArchiveOut::TooLarge(n),
             Archive::Missing(m) => ArchiveOut::Missing(m),
             Archive::NoResults => ArchiveOut::NoResults,
         })
     }
+}
+
+/// The bytes a gzip stream unpacks to, counted up to `cap + 1` (never more are unpacked).
+fn unpacked_len(gz: &[u8], cap: u64) -> std::io::Result<u64> {
+    use std::io::Read;
+    let mut reader = flate2::read::GzDecoder::new(gz).take(cap.saturating_add(1));
+    std::io::copy(&mut reader, &mut std::io::sink())
 }

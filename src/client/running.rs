@@ -126,10 +126,12 @@ impl Client {
         let job = self.running_job(id)?;
         let argv = self.exec_argv(&job, at, false, command)?;
         let script = running::capture_script(&argv, deadline_secs, max_bytes);
-        let out = self.remote()?.run_script_within(
+        // Each stream is cut at `max_bytes` on the host; the transport keeps no more than that either.
+        let out = self.remote()?.run_script_capped(
             &script,
             crate::remote::Idempotency::RunAtMostOnce,
             std::time::Duration::from_secs(deadline_secs + 30),
+            max_bytes.saturating_add(1 << 16),
         )?;
         let (stderr, stdout_bytes, stderr_bytes) = running::parse_capture_stderr(&out.stderr);
         Ok(ExecOutput {

@@ -213,6 +213,8 @@ impl Client {
                     })),
                 }
             }
+            // Its outcome is unknown too: the job stays Pending, and a refresh finds it by name.
+            Err(Error::Remote(e @ RemoteError::OutputTooLarge { .. })) => Err(e.into()),
             Err(Error::Remote(e)) => {
                 // Nothing was sent: the job never reached the cluster.
                 self.store.update_status(
@@ -310,7 +312,10 @@ impl Client {
         )?;
         let result = crate::engine::sweep::submit_sweep(self.remote()?, &self.store, &sweep, &files, &secrets);
         if let Err(Error::Remote(e)) = &result {
-            if !matches!(e, RemoteError::Lost { .. } | RemoteError::TimedOut { .. }) {
+            if !matches!(
+                e,
+                RemoteError::Lost { .. } | RemoteError::TimedOut { .. } | RemoteError::OutputTooLarge { .. }
+            ) {
                 // Nothing was sent: the sweep never reached the cluster.
                 for (_, plan) in &sweep.variants {
                     self.store.update_status(

@@ -47,7 +47,12 @@ pub fn as_attempt(job: &JobRecord, attempt: &crate::store::AttemptRecord) -> Job
 
 pub fn read_logs(remote: &dyn Remote, job: &JobRecord, tail_lines: Option<u32>) -> Result<JobLogs> {
     let (slurm_job_id, out_path, err_path) = log_paths(job)?;
-    let out = remote.run_script(&logs_script(&out_path, &err_path, tail_lines), Idempotency::Idempotent)?;
+    let out = remote.run_script_capped(
+        &logs_script(&out_path, &err_path, tail_lines),
+        Idempotency::Idempotent,
+        remote.default_deadline(),
+        crate::ops::logs::logs_output_cap(2),
+    )?;
     let (stdout, stderr) = parse_pairs(&out.stdout, tail_lines).pop().unwrap_or_default();
     Ok(JobLogs {
         job_id: job.job_id.clone(),
@@ -96,7 +101,12 @@ pub fn read_role_logs(
         paths.push((out, err));
         slurm_job_id = id;
     }
-    let out = remote.run_script(&script, Idempotency::Idempotent)?;
+    let out = remote.run_script_capped(
+        &script,
+        Idempotency::Idempotent,
+        remote.default_deadline(),
+        crate::ops::logs::logs_output_cap(2 * tasks.len()),
+    )?;
     let texts = parse_pairs(&out.stdout, tail_lines);
     let tasks = tasks
         .iter()

@@ -58,7 +58,7 @@ pub fn submit(
     let script = submit_script_with_hook(plan, files, secrets, ticket, hook);
     let out = match remote.run_script(&script, Idempotency::RunAtMostOnce) {
         Ok(out) => out,
-        Err(e @ (RemoteError::Lost { .. } | RemoteError::TimedOut { .. })) => {
+        Err(e @ (RemoteError::Lost { .. } | RemoteError::TimedOut { .. } | RemoteError::OutputTooLarge { .. })) => {
             // The outcome is unknown: the job stays Pending and is found again by its unique Slurm
             // job name (or submitted again later, which its lock makes safe).
             store.update_status(

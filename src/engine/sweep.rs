@@ -54,7 +54,7 @@ pub fn submit_sweep(
     let now = crate::clock::now();
     let out = match remote.run_script(&script, Idempotency::RunAtMostOnce) {
         Ok(out) => out,
-        Err(e @ (RemoteError::Lost { .. } | RemoteError::TimedOut { .. })) => {
+        Err(e @ (RemoteError::Lost { .. } | RemoteError::TimedOut { .. } | RemoteError::OutputTooLarge { .. })) => {
             // Outcome unknown: each variant is looked up by the array's name and its index.
             mark_all(store, sweep, PlatformStatus::Pending, &format!("submission outcome unknown: {e}"))?;
             return Err(e.into());

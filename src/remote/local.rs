@@ -40,11 +40,12 @@ impl Remote for LocalShell {
         self.deadline
     }
 
-    fn run_script_within(
+    fn run_script_capped(
         &self,
         script: &str,
         _idempotency: Idempotency,
         deadline: Duration,
+        cap: u64,
     ) -> Result<RemoteOutput, RemoteError> {
         let start = || {
             let mut bash = Command::new("bash");
@@ -52,7 +53,7 @@ impl Remote for LocalShell {
             self.counters.session();
             Session::start(bash, 0)
         };
-        match self.sessions.call(0, &start, script, deadline)? {
+        match self.sessions.call(0, &start, script, deadline, cap)? {
             Ok(reply) => {
                 self.counters.round_trip(script.len(), reply.stdout.len() + reply.stderr.len());
                 Ok(RemoteOutput {
@@ -66,6 +67,7 @@ impl Remote for LocalShell {
                 Err(RemoteError::Lost { host: "local".into(), message })
             }
             Err(CallError::TimedOut(message)) => Err(super::timed_out("local", deadline, &message)),
+            Err(CallError::TooLarge(cap)) => Err(RemoteError::OutputTooLarge { host: "local".into(), cap }),
         }
     }
 

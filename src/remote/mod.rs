@@ -34,11 +34,18 @@ pub enum RemoteError {
     KeyPermissions { path: String },
     #[error("SSH key {path} does not exist or cannot be read: {message}")]
     KeyMissing { path: String, message: String },
+    #[error("a command on {host} wrote more than {cap} bytes to its output (the cap of one call: what a job's files can make a command print is bounded); it was stopped, its output dropped, and its outcome is unknown")]
+    OutputTooLarge { host: String, cap: u64 },
     #[error("cannot run {program}: {message}")]
     Spawn { program: String, message: String },
     #[error(transparent)]
     Config(#[from] ConfigError),
 }
+
+/// The most bytes a call keeps of each of a script's output streams unless it asks for another cap
+/// ([`Remote::run_script_capped`]: a results download asks for what its own cap needs); more fails
+/// the call with [`RemoteError::OutputTooLarge`]. A job's files reach some outputs (logs, listings).
+pub const MAX_OUTPUT_BYTES: u64 = 64 << 20;
 
 /// May a script be run again after a lost connection? Reads may; submissions may not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +125,18 @@ pub trait Remote: Send + Sync {
         script: &str,
         idempotency: Idempotency,
         deadline: std::time::Duration,
+    ) -> Result<RemoteOutput, RemoteError> {
+        self.run_script_capped(script, idempotency, deadline, MAX_OUTPUT_BYTES)
+    }
+
+    /// [`Remote::run_script_within`] keeping at most `cap` bytes of each output stream (not
+    /// [`MAX_OUTPUT_BYTES`]); more ends the call with [`RemoteError::OutputTooLarge`].
+    fn run_script_capped(
+        &self,
+        script: &str,
+        idempotency: Idempotency,
+        deadline: std::time::Duration,
+        cap: u64,
     ) -> Result<RemoteOutput, RemoteError>;
 
     /// Run one command line on the login host with this process's standard streams (a terminal of

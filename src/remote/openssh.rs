@@ -499,12 +499,18 @@ impl OpenSsh {
 
     /// Run a script on one given host through its master (preflight checks every host this way).
     pub fn run_on(&self, index: usize, script: &str) -> Result<RemoteOutput, RemoteError> {
-        self.run_on_within(index, script, self.remote_timeout)
+        self.run_on_within(index, script, self.remote_timeout, super::MAX_OUTPUT_BYTES)
     }
 
-    fn run_on_within(&self, index: usize, script: &str, deadline: Duration) -> Result<RemoteOutput, RemoteError> {
+    fn run_on_within(
+        &self,
+        index: usize,
+        script: &str,
+        deadline: Duration,
+        cap: u64,
+    ) -> Result<RemoteOutput, RemoteError> {
         let host = &self.hosts[index];
-        let result = self.sessions.call(index, &|| self.start_session(index), script, deadline)?;
+        let result = self.sessions.call(index, &|| self.start_session(index), script, deadline, cap)?;
         match result {
             Ok(reply) => {
                 self.counters.round_trip(script.len(), reply.stdout.len() + reply.stderr.len());
@@ -529,6 +535,10 @@ impl OpenSsh {
             Err(CallError::TimedOut(message)) => {
                 self.counters.round_trip(script.len(), 0);
                 Err(super::timed_out(&host.label(), deadline, &message))
+            }
+            Err(CallError::TooLarge(cap)) => {
+                self.counters.round_trip(script.len(), 0);
+                Err(RemoteError::OutputTooLarge { host: host.label(), cap })
             }
         }
     }
@@ -556,20 +566,21 @@ impl Remote for OpenSsh {
         self.remote_timeout
     }
 
-    fn run_script_within(
+    fn run_script_capped(
         &self,
         script: &str,
         idempotency: Idempotency,
         deadline: Duration,
+        cap: u64,
     ) -> Result<RemoteOutput, RemoteError> {
         let index = self.current_host()?;
-        match self.run_on_within(index, script, deadline) {
+        match self.run_on_within(index, script, deadline, cap) {
             Err(RemoteError::Lost { host, message }) if idempotency == Idempotency::Idempotent => {
                 // Reads may run again: reconnect (this host or the next) and retry once.
                 tracing::warn!(%host, %message, "connection lost; reconnecting");
                 *self.active.lock().unwrap() = None;
                 let index = self.select_host()?;
-                self.run_on_within(index, script, deadline)
+                self.run_on_within(index, script, deadline, cap)
             }
             other => other,
         }

@@ -5,6 +5,9 @@
 //! /dev/null, and ends its output with a trailer that carries the exit status and a per-call nonce, so
 //! that no output of the script can pose as the end. A round trip then costs a pipe write and read
 //! instead of a new ssh client, channel and shell (about 10 ms each on loopback).
+//!
+//! Each call keeps at most its cap of each stream (a job's files reach some outputs): past it the
+//! reader stops reading, the call fails with [`CallError::TooLarge`] and the shell is given up.
 
 use super::RemoteError;
 use std::io::{Read, Write};
@@ -43,20 +46,37 @@ pub(crate) enum CallError {
     Lost(String),
     /// The deadline passed before the script's end arrived: its outcome is unknown.
     TimedOut(String),
+    /// The script wrote more than this many bytes to one of its streams: the rest was not kept,
+    /// the shell was given up, and the script's outcome is unknown.
+    TooLarge(u64),
 }
 
 /// One of the shell's output streams, collected by a thread so that neither pipe can fill up and
-/// stall the shell, and so that a caller can stop waiting at a deadline.
+/// stall the shell, and so that a caller can stop waiting at a deadline. It keeps at most the
+/// current call's cap: past it, nothing more is kept and the call fails ([`CallError::TooLarge`]).
 #[derive(Default)]
 struct PipeBuf {
-    /// Bytes read so far (not yet taken), and whether the stream has ended.
-    state: Mutex<(Vec<u8>, bool)>,
+    state: Mutex<Stream>,
     ready: Condvar,
 }
 
+#[derive(Default)]
+struct Stream {
+    /// Bytes read so far (not yet taken).
+    bytes: Vec<u8>,
+    /// Whether the stream has ended.
+    ended: bool,
+    /// The most bytes kept (set by each call).
+    cap: u64,
+    /// Whether more than `cap` bytes came: the stream is no longer whole.
+    over: bool,
+}
+
 impl PipeBuf {
-    fn collect(mut pipe: impl Read + Send + 'static) -> Arc<PipeBuf> {
+    /// Collect `pipe`, keeping at most `cap` bytes until a call sets its own cap.
+    fn collect(mut pipe: impl Read + Send + 'static, cap: u64) -> Arc<PipeBuf> {
         let buf = Arc::new(PipeBuf::default());
+        buf.state.lock().unwrap().cap = cap;
         let sink = Arc::clone(&buf);
         std::thread::spawn(move || {
             let mut chunk = vec![0u8; 64 * 1024];
@@ -64,12 +84,16 @@ impl PipeBuf {
                 let n = pipe.read(&mut chunk).unwrap_or(0);
                 let mut state = sink.state.lock().unwrap();
                 if n == 0 {
-                    state.1 = true;
+                    state.ended = true;
+                } else if (state.bytes.len() + n) as u64 > state.cap {
+                    // Keep nothing more and read no more: the writer gets a broken pipe (a local
+                    // `yes` ends), and the call gives the shell up.
+                    state.over = true;
                 } else {
-                    state.0.extend_from_slice(&chunk[..n]);
+                    state.bytes.extend_from_slice(&chunk[..n]);
                 }
                 sink.ready.notify_all();
-                if n == 0 {
+                if n == 0 || state.over {
                     return;
                 }
             }
@@ -99,8 +123,8 @@ impl Session {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| RemoteError::Spawn { program, message: e.to_string() })?;
-        let stderr = PipeBuf::collect(child.stderr.take().expect("stderr is piped"));
-        let stdout = PipeBuf::collect(child.stdout.take().expect("stdout is piped"));
+        let stderr = PipeBuf::collect(child.stderr.take().expect("stderr is piped"), super::MAX_OUTPUT_BYTES);
+        let stdout = PipeBuf::collect(child.stdout.take().expect("stdout is piped"), super::MAX_OUTPUT_BYTES);
         let stdin = child.stdin.take();
         let mut session = Session { child, stdin, stdout, stderr, host, broken: false };
         if session.write(BOOTSTRAP.as_bytes()).is_err() {
@@ -120,20 +144,27 @@ impl Session {
         stdin.flush()
     }
 
-    /// Run one script and wait for all its output, at most until `deadline`.
-    pub fn call(&mut self, script: &str, deadline: Duration) -> Result<Reply, CallError> {
-        let result = self.call_inner(script, Instant::now() + deadline);
+    /// Run one script and wait for all its output, at most until `deadline`, keeping at most `cap`
+    /// bytes of each of its streams (more fails the call).
+    pub fn call(&mut self, script: &str, deadline: Duration, cap: u64) -> Result<Reply, CallError> {
+        for buf in [&self.stdout, &self.stderr] {
+            let mut state = buf.state.lock().unwrap();
+            // The shell's trailer lines come on top of the script's own output.
+            state.cap = cap.saturating_add(4096);
+            state.over = false;
+        }
+        let result = self.call_inner(script, Instant::now() + deadline, cap);
         if result.is_err() {
             self.broken = true;
         }
-        if let Err(CallError::TimedOut(_)) = &result {
+        if let Err(CallError::TimedOut(_) | CallError::TooLarge(_)) = &result {
             // The script may still run on the host; this shell (and its ssh) are given up.
             let _ = self.child.kill();
         }
         result
     }
 
-    fn call_inner(&mut self, script: &str, deadline: Instant) -> Result<Reply, CallError> {
+    fn call_inner(&mut self, script: &str, deadline: Instant, cap: u64) -> Result<Reply, CallError> {
         let nonce = uuid::Uuid::new_v4().simple().to_string();
         let body = format!("{script}\n#");
         let mut frame = format!("{} {nonce}\n", body.len()).into_bytes();
@@ -146,30 +177,35 @@ impl Session {
         let end = format!(" {nonce}\n");
         let mut state = self.stdout.state.lock().unwrap();
         loop {
-            if state.0.ends_with(end.as_bytes()) {
-                if let Some(at) = find_last(&state.0, EXIT_MARK) {
+            if state.over || self.stderr.state.lock().unwrap().over {
+                return Err(CallError::TooLarge(cap));
+            }
+            if state.bytes.ends_with(end.as_bytes()) {
+                if let Some(at) = find_last(&state.bytes, EXIT_MARK) {
                     let rc_text =
-                        String::from_utf8_lossy(&state.0[at + EXIT_MARK.len()..state.0.len() - end.len()]).into_owned();
+                        String::from_utf8_lossy(&state.bytes[at + EXIT_MARK.len()..state.bytes.len() - end.len()])
+                            .into_owned();
                     if let Ok(exit_code) = rc_text.trim().parse() {
-                        let mut out = std::mem::take(&mut state.0);
+                        let mut out = std::mem::take(&mut state.bytes);
                         drop(state);
                         out.truncate(at);
-                        let stderr = self.take_stderr(&nonce);
+                        let stderr = self.take_stderr(&nonce).ok_or(CallError::TooLarge(cap))?;
                         return Ok(Reply { exit_code, stdout: String::from_utf8_lossy(&out).into_owned(), stderr });
                     }
                 }
             }
-            if state.1 {
+            if state.ended {
                 drop(state);
                 return Err(CallError::Lost(self.stderr_so_far()));
             }
             let now = Instant::now();
             if now >= deadline {
                 return Err(CallError::TimedOut(
-                    String::from_utf8_lossy(&self.stderr.state.lock().unwrap().0).trim().to_string(),
+                    String::from_utf8_lossy(&self.stderr.state.lock().unwrap().bytes).trim().to_string(),
                 ));
             }
-            state = self.stdout.ready.wait_timeout(state, deadline - now).unwrap().0;
+            // Woken by stdout; standard error's cap is looked at every 100 ms.
+            state = self.stdout.ready.wait_timeout(state, (deadline - now).min(Duration::from_millis(100))).unwrap().0;
         }
     }
 
@@ -198,19 +234,22 @@ impl Session {
 
     /// This call's standard error: everything up to its end mark (which follows the exit trailer).
     /// If the shell ends before the mark arrives, what came is all there is (the script did finish:
-    /// its trailer arrived) and the session is not used again.
-    fn take_stderr(&mut self, nonce: &str) -> String {
+    /// its trailer arrived) and the session is not used again. None when it was over the cap.
+    fn take_stderr(&mut self, nonce: &str) -> Option<String> {
         let mark = format!("@@tao-slurm:end {nonce}\n");
         let mut state = self.stderr.state.lock().unwrap();
         loop {
-            if let Some(at) = find_last(&state.0, mark.as_bytes()) {
-                let text = String::from_utf8_lossy(&state.0[..at]).into_owned();
-                state.0.drain(..at + mark.len());
-                return text;
+            if state.over {
+                return None;
             }
-            if state.1 {
+            if let Some(at) = find_last(&state.bytes, mark.as_bytes()) {
+                let text = String::from_utf8_lossy(&state.bytes[..at]).into_owned();
+                state.bytes.drain(..at + mark.len());
+                return Some(text);
+            }
+            if state.ended {
                 self.broken = true;
-                return String::from_utf8_lossy(&std::mem::take(&mut state.0)).into_owned();
+                return Some(String::from_utf8_lossy(&std::mem::take(&mut state.bytes)).into_owned());
             }
             state = self.stderr.ready.wait_timeout(state, Duration::from_secs(30)).unwrap().0;
         }
@@ -219,7 +258,7 @@ impl Session {
     fn stderr_so_far(&self) -> String {
         // The stderr thread may still be reading the last words of a dying ssh.
         std::thread::sleep(Duration::from_millis(50));
-        String::from_utf8_lossy(&self.stderr.state.lock().unwrap().0).trim().to_string()
+        String::from_utf8_lossy(&self.stderr.state.lock().unwrap().bytes).trim().to_string()
     }
 }
 
@@ -246,21 +285,23 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
-    /// Run `script` on host `host` in an idle session that still runs, else in one `start` opens. A
-    /// script that never reached its shell (the session had ended) is sent once more in a new one.
+    /// Run `script` on host `host` in an idle session that still runs, else in one `start` opens, with
+    /// at most `cap` bytes of each output stream. A script that never reached its shell (the session
+    /// had ended) is sent once more in a new one.
     pub fn call(
         &self,
         host: usize,
         start: &dyn Fn() -> Result<Session, RemoteError>,
         script: &str,
         deadline: Duration,
+        cap: u64,
     ) -> Result<Result<Reply, CallError>, RemoteError> {
         let mut session = self.take(host).map(Ok).unwrap_or_else(start)?;
-        let mut result = session.call(script, deadline);
+        let mut result = session.call(script, deadline, cap);
         if let Err(CallError::NotDelivered(message)) = &result {
             tracing::debug!(host, %message, "persistent shell gone; starting another");
             session = start()?;
-            result = session.call(script, deadline);
+            result = session.call(script, deadline, cap);
         }
         if result.is_ok() {
             self.idle.lock().unwrap().push(session);
@@ -292,6 +333,7 @@ mod tests {
     use super::*;
 
     const LONG: Duration = Duration::from_secs(60);
+    const CAP: u64 = 64 << 20;
 
     fn local() -> Session {
         let mut bash = Command::new("bash");
@@ -319,7 +361,7 @@ mod tests {
             ("cd /; X=1; set -e", "", "", 0),
             ("echo \"${X-unset} $PWD\" | grep -c unset", "1\n", "", 0),
         ] {
-            let r = s.call(script, LONG).unwrap();
+            let r = s.call(script, LONG, CAP).unwrap();
             assert_eq!((r.stdout.as_str(), r.exit_code), (want_out, want_rc), "{script}");
             if script != "if then" {
                 assert_eq!(r.stderr, want_err, "{script}");
@@ -329,14 +371,14 @@ mod tests {
         }
         assert!(s.usable());
         let big = "x".repeat(3 << 20);
-        let r = s.call(&format!("cat <<'EOF'\n{big}\nEOF"), LONG).unwrap();
+        let r = s.call(&format!("cat <<'EOF'\n{big}\nEOF"), LONG, CAP).unwrap();
         assert_eq!(r.stdout.len(), big.len() + 1, "a 3 MiB output arrives whole");
     }
 
     #[test]
     fn a_dead_shell_is_reported_and_never_reused() {
         let mut s = local();
-        let err = s.call("kill -9 $$; sleep 0.3", LONG).unwrap_err();
+        let err = s.call("kill -9 $$; sleep 0.3", LONG, CAP).unwrap_err();
         assert!(matches!(err, CallError::Lost(_)), "{err:?}");
         assert!(!s.usable());
     }
@@ -345,7 +387,7 @@ mod tests {
     fn a_script_that_hangs_ends_at_the_deadline_and_the_shell_is_given_up() {
         let mut s = local();
         let started = Instant::now();
-        let err = s.call("echo partial; sleep 30", Duration::from_millis(300)).unwrap_err();
+        let err = s.call("echo partial; sleep 30", Duration::from_millis(300), CAP).unwrap_err();
         assert!(matches!(err, CallError::TimedOut(_)), "{err:?}");
         assert!(started.elapsed() < Duration::from_secs(5), "waited {:?}", started.elapsed());
         assert!(!s.usable());
@@ -360,8 +402,25 @@ mod tests {
         )
         .unwrap();
         let started = Instant::now();
-        let err = deaf.call(&"# x\n".repeat(1 << 18), Duration::from_millis(300)).unwrap_err();
+        let err = deaf.call(&"# x\n".repeat(1 << 18), Duration::from_millis(300), CAP).unwrap_err();
         assert!(matches!(err, CallError::TimedOut(_)), "{err:?}");
         assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    /// Output over the call's cap (on either stream) fails the call, naming the cap, and the shell is
+    /// given up (the rest of its output is not read into memory); a new session works.
+    #[test]
+    fn output_over_the_cap_fails_the_call_and_the_shell_is_given_up() {
+        for script in ["head -c 3000000 /dev/zero", "head -c 3000000 /dev/zero >&2", "yes"] {
+            let mut s = local();
+            let started = Instant::now();
+            let err = s.call(script, LONG, 1 << 20).unwrap_err();
+            assert!(matches!(err, CallError::TooLarge(n) if n == 1 << 20), "{script}: {err:?}");
+            assert!(started.elapsed() < Duration::from_secs(20), "{script}: {:?}", started.elapsed());
+            assert!(!s.usable(), "{script}");
+        }
+        let mut s = local();
+        let r = s.call("head -c 1000000 /dev/zero | tr '\\0' x", LONG, 1 << 20).unwrap();
+        assert_eq!(r.stdout.len(), 1_000_000, "under the cap, all of it");
     }
 }

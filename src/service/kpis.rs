@@ -1,6 +1,7 @@
 //! `GET /jobs/{job_id}:kpis` (issue 26): what a job reported in its status.json over time (epoch,
 //! iteration, ETA, the numbers of `kpi`), oldest first, for the dashboard's live chart; a long job's
-//! many reports thinned to [`MAX_POINTS`], evenly, the newest always among them.
+//! many reports thinned to [`MAX_POINTS`], evenly, the newest always among them. (The store keeps at
+//! most `kpi::MAX_POINTS_PER_JOB` a job in the first place, thinned as they are written.)
 
 use super::api::{blocking, org_job, workspace_of, AppStateRef};
 use super::error::{ApiError, ApiResult, ErrorBody};
@@ -9,10 +10,10 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use utoipa::ToSchema;
 
-/// One progress report of the job.
 /// The most points one reply holds.
 pub const MAX_POINTS: usize = 1000;
 
+/// One progress report of the job.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct KpiOut {
     /// When the report was first read (RFC 3339).

@@ -1,6 +1,6 @@
 //! TAO's `:list_files`, `:download` and `:download_selective_files` of a job: the files of its results
 //! directory, and a gzip'd tar of all or some of them (plus its logs as `logs/main.out|err`), refused
-//! above a size cap before any archive is made.
+//! above a size cap (the tar stream before compression; see `client::results`).
 
 use super::api::{blocking, org_job, AppStateRef};
 use super::error::{ApiError, ApiResult, ErrorBody};
@@ -130,7 +130,7 @@ async fn archive(state: AppStateRef, org: String, id: String, ask: ArchiveAsk) -
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",
             format!(
-                "the files asked for hold {n} bytes, more than the {}-byte cap of a download; ask for fewer with :download_selective_files?file_lists=..., or copy them from {} on the cluster",
+                "the files asked for hold {n} bytes or more, more than the {}-byte cap of a download (TAO_SLURM_DOWNLOAD_MAX_BYTES); ask for fewer with :download_selective_files?file_lists=..., or copy them from {} on the cluster",
                 max_archive_bytes(),
                 job.out.backend_details.slurm_metadata.results_dir
             ),

@@ -421,3 +421,28 @@ fn a_dropped_postgres_connection_is_opened_again() {
     s.insert_job("{}", &r, NOW).unwrap();
     assert_eq!(s.summary(&r.layout.job_id).unwrap().job_id, r.layout.job_id);
 }
+
+both! { fn a_jobs_kpi_lines_are_capped_on_write_the_first_and_newest_kept(place) {
+    let store = place.open();
+    let plan = crate::plan::resolve(&spec(), &settings()).unwrap();
+    store.insert_job("{}", &plan, NOW).unwrap();
+    let id = &plan.layout.job_id;
+    let lines: Vec<String> = (0..10_000).map(|i| format!("{{\"cur_iter\":{i}}}")).collect();
+    let mut most = 0;
+    // 20 lines a refresh (the tail of status.json each reads), some read twice.
+    for (n, batch) in lines.chunks(20).enumerate() {
+        let mut batch: Vec<&str> = batch.iter().map(String::as_str).collect();
+        if n > 0 {
+            batch.insert(0, &lines[n * 20 - 1]);
+        }
+        store.add_kpi_lines(id, &batch, NOW + n as i64).unwrap();
+        most = most.max(store.kpi_lines(id).unwrap().len());
+    }
+    let kept = store.kpi_lines(id).unwrap();
+    assert!(most <= crate::kpi::MAX_POINTS_PER_JOB, "{most} lines kept at one time");
+    assert!(kept.len() > crate::kpi::MAX_POINTS_PER_JOB / 2, "{}", kept.len());
+    assert_eq!(kept[0].1, lines[0]);
+    assert_eq!(kept.last().unwrap().1, lines[9_999]);
+    let iters: Vec<i64> = kept.iter().map(|(_, l)| l[12..l.len() - 1].parse().unwrap()).collect();
+    assert!(iters.windows(2).all(|w| w[0] < w[1]), "oldest first, each once");
+}}

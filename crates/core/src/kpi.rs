@@ -55,6 +55,36 @@ fn number(v: &serde_json::Value) -> Option<f64> {
     v.as_f64().or_else(|| v.as_str()?.trim().parse().ok()).filter(|f: &f64| f.is_finite())
 }
 
+/// The most KPI points kept per job (the store thins a job's points on write: [`to_drop`]). A job
+/// that writes any number of unique progress lines leaves at most this many.
+pub const MAX_POINTS_PER_JOB: usize = 1000;
+
+/// The newest points thinning never drops: more than one refresh reads of a status.json (its last
+/// 20 lines), so a line just kept is never dropped and read again as new.
+pub const KEEP_NEWEST: usize = 100;
+
+/// Which of a job's points (their ids, oldest first) to drop so that at most `max` remain: none
+/// when they fit; else every second point between the first and the `KEEP_NEWEST` newest, again
+/// until they fit (older reports grow sparser, the first and the newest stay).
+pub fn to_drop<T: Copy>(ids: &[T], max: usize) -> Vec<T> {
+    let keep_newest = KEEP_NEWEST.min(max.saturating_sub(2));
+    let mut kept: Vec<T> = ids.to_vec();
+    let mut dropped = Vec::new();
+    while kept.len() > max && kept.len() > keep_newest + 2 {
+        let end = kept.len() - keep_newest;
+        let mut next = Vec::with_capacity(kept.len());
+        for (i, id) in kept.iter().enumerate() {
+            if i > 0 && i < end && i % 2 == 1 {
+                dropped.push(*id);
+            } else {
+                next.push(*id);
+            }
+        }
+        kept = next;
+    }
+    dropped
+}
+
 /// At most `max` of `points`, evenly spread, the first and the newest always kept (a chart of a
 /// long job's many reports).
 pub fn thin(points: Vec<KpiPoint>, max: usize) -> Vec<KpiPoint> {
@@ -131,6 +161,28 @@ mod tests {
         let kept = thin(points.clone(), 5);
         assert_eq!(kept.iter().map(|p| p.at).collect::<Vec<_>>(), [0, 249, 499, 749, 999]);
         assert_eq!(thin(points[..3].to_vec(), 5).len(), 3);
+    }
+
+    #[test]
+    fn a_jobs_points_are_thinned_to_the_cap_keeping_the_first_and_the_newest() {
+        assert!(to_drop(&[1, 2, 3], 5).is_empty());
+        let mut kept: Vec<u32> = Vec::new();
+        let mut most = 0;
+        // 10,000 unique lines, 20 a refresh, thinned after each write.
+        for batch in (0..10_000u32).collect::<Vec<_>>().chunks(20) {
+            kept.extend_from_slice(batch);
+            let drop = to_drop(&kept, MAX_POINTS_PER_JOB);
+            kept.retain(|id| !drop.contains(id));
+            most = most.max(kept.len());
+        }
+        assert!(most <= MAX_POINTS_PER_JOB, "{most}");
+        assert!(kept.len() > MAX_POINTS_PER_JOB / 2, "{}", kept.len());
+        assert_eq!(kept[0], 0, "the first is kept");
+        assert_eq!(kept[kept.len() - KEEP_NEWEST..], (9_900..10_000).collect::<Vec<_>>()[..], "the newest are kept");
+        // One write of far more than the cap still ends under it.
+        let many: Vec<u32> = (0..50_000).collect();
+        assert!(many.len() - to_drop(&many, MAX_POINTS_PER_JOB).len() <= MAX_POINTS_PER_JOB);
+        assert!(many.len() - to_drop(&many, 3).len() <= 3);
     }
 
     #[test]

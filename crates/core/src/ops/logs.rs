@@ -21,6 +21,12 @@ pub enum Stream {
 /// `logs -f` reads any amount, chunk by chunk).
 pub const LOG_READ_CAP: u64 = job_file::READ_CAP;
 
+/// The most output [`logs_script`]s of `files` log files can make: each file's [`LOG_READ_CAP`]
+/// bytes, doubled at worst by the `|` of each line (a file of empty lines), and the sections.
+pub fn logs_output_cap(files: usize) -> u64 {
+    (files as u64).saturating_mul(2 * LOG_READ_CAP + 4096).saturating_add(1 << 16)
+}
+
 /// Seconds one read of a job's files may take (a job can swap a log for something that blocks).
 pub const JOB_FILE_READ_SECS: u32 = job_file::READ_SECS;
 

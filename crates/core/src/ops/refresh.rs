@@ -222,13 +222,16 @@ fn select_program() -> String {
 const STATUS_READ_SECS: u32 = 10;
 
 /// Reads `job<TAB>path<TAB>sig` lines and prints each file's last lines in a section: small files by
-/// bash builtins, larger ones from their last 64 KiB only (a file of one endless line costs no more).
+/// bash builtins (at most their size + 1 from the one open: a file swapped after `find` gave its size
+/// is not read whole), larger ones from their last 64 KiB only (a file of one endless line costs no
+/// more); at most 64 KiB of each file either way.
 fn status_reader() -> String {
     template::fill(
         include_str!("templates/refresh_status_reader.sh"),
         &[
             ("SECTION", SECTION),
             ("SMALL_STATUS_JSON", &SMALL_STATUS_JSON.to_string()),
+            ("SMALL_READ", &(SMALL_STATUS_JSON + 1).to_string()),
             ("TAIL_LINES", &STATUS_TAIL_LINES.to_string()),
             ("PREFIX_LINES", PREFIX_LINES),
         ],
@@ -330,6 +333,7 @@ fn look_script(s: &mut String, jobs: &[RefreshTarget]) {
                 ("KINDS", &crate::checkpoint::kinds(patterns)),
                 ("STARTS_PATH", &format!("{}/{}", crate::layout::BOOKKEEPING_DIR, crate::layout::STARTS_FILE)),
                 ("STARTS_MAX", &STARTS_MAX_BYTES.to_string()),
+                ("STARTS_READ", &(STARTS_MAX_BYTES + 1).to_string()),
                 ("STARTS_LINES", &STARTS_LINES.to_string()),
                 ("READ_SECS", &STATUS_READ_SECS.to_string()),
                 ("SECTION", SECTION),
@@ -822,6 +826,30 @@ mod tests {
             assert_eq!(text.lines().count(), STATUS_TAIL_LINES as usize, "{id}");
             assert_eq!(text.lines().last().unwrap(), line(last).trim_end(), "{id}");
         }
+    }
+
+    /// `find` gave a small size, then the job made the file large (or swapped it for a large one):
+    /// the reader reads at most the small limit + 1 byte by builtins, then only the file's end.
+    #[test]
+    fn a_status_json_grown_after_find_looked_is_not_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("status.json");
+        let big = "x".repeat(3 << 20) + "\n{\"epoch\":1}\n";
+        std::fs::write(&f, &big).unwrap();
+        let input = format!("j1\t{}\t10:0\n", f.display());
+        let mut child = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(status_reader())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.len() < 70_000, "{} bytes", text.len());
+        assert!(text.trim_end().ends_with("|{\"epoch\":1}"), "{}", &text[text.len().saturating_sub(100)..]);
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! and the check of the names a caller asks for.
 
 use crate::protocol::{sections, SECTION};
-use crate::script::shell::quote;
+use crate::script::names;
+use crate::script::shell::{join, quote};
 use crate::spec::SpecError;
 
 /// One file of a results directory, its path relative to it.
@@ -28,20 +29,9 @@ pub enum Archive {
 }
 
 /// A name asked for must be a relative path inside the directory: no `..`, no leading `/` or `-`,
-/// no control characters.
+/// no control characters (the one rule: [`crate::script::names`]).
 pub fn check_name(field: &str, name: &str) -> Result<(), SpecError> {
-    let bad = name.is_empty()
-        || name.starts_with('/')
-        || name.starts_with('-')
-        || name.chars().any(char::is_control)
-        || name.split('/').any(|p| p == "..");
-    if bad {
-        return Err(SpecError::new(
-            field,
-            format!("{name:?} is not a file of the job's results (a relative path, no '..', not starting with - or /)"),
-        ));
-    }
-    Ok(())
+    names::check(field, name)
 }
 
 /// The logs of an attempt as the archive names them.
@@ -60,7 +50,7 @@ fn bookkeeping_paths() -> String {
 /// List the regular files under `dir` (at most `max`), then the log files that exist.
 pub fn list_script(dir: &str, logs: Option<(&str, &str)>, max: usize) -> String {
     let mut s = format!(
-        "d={}\nif [ -d \"$d\" ] && [ ! -L \"$d\" ]; then echo '{SECTION}files'; (cd \"$d\" && find . \\( {skip} \\) -prune -o -type f -printf '%s %P\\n' 2>/dev/null | head -n {max}); else echo '{SECTION}noresults'; fi\n",
+        "d={}\nif [ -d \"$d\" ] && [ ! -L \"$d\" ]; then echo '{SECTION}files'; (cd \"$d\" && find . \\( {skip} \\) -prune -o -type f ! -name $'*\\n*' -printf '%s %P\\n' 2>/dev/null | head -n {max}); else echo '{SECTION}noresults'; fi\n",
         quote(dir),
         skip = bookkeeping_paths()
     );
@@ -78,6 +68,7 @@ pub fn parse_list(stdout: &str) -> Option<Vec<ResultFile>> {
         .filter(|(n, _, _)| n == "files")
         .flat_map(|(_, _, body)| body.lines())
         .filter_map(|l| l.split_once(' '))
+        .filter(|(_, path)| names::is_inside(path))
         .filter_map(|(size, path)| Some(ResultFile { path: path.to_string(), size: size.parse().ok()? }))
         .collect();
     files.sort_by(|a, b| a.path.cmp(&b.path));
@@ -91,7 +82,12 @@ pub fn parse_list(stdout: &str) -> Option<Vec<ResultFile>> {
 }
 
 /// A gzip'd tar of `names` under `dir` (every file when empty), the newest checkpoint of the
-/// patterns `latest` gives when it is there ([`crate::checkpoint`]), and the logs, refused above `cap` bytes. Names must have passed [`check_name`].
+/// patterns `latest` gives when it is there ([`crate::checkpoint`]), and the logs, refused above
+/// `cap` bytes. Names must have passed [`check_name`]. Every name reaches `du` and `tar` as a
+/// `./`-prefixed argument after `--` ([`crate::script::names`]): the newest checkpoint's name is the
+/// job's to choose. `du` refuses a selection over the cap early; the cap itself holds on the tar
+/// stream (before compression), cut at `cap + 1` bytes, which [`archive_over_cap`] detects: a file
+/// that grows or is swapped after `du` looked cannot carry more.
 pub fn archive_script(
     dir: &str,
     names: &[String],
@@ -100,24 +96,26 @@ pub fn archive_script(
     cap: u64,
 ) -> String {
     let mut s = format!(
-        "d={}\n[ -d \"$d\" ] && [ ! -L \"$d\" ] || {{ echo '{SECTION}noresults'; exit 0; }}\ncd \"$d\" || exit 3\nroot=\"$(pwd -P)\"\nsel=()\nmiss=0\n",
-        quote(dir)
+        "d={}\n[ -d \"$d\" ] && [ ! -L \"$d\" ] || {{ echo '{SECTION}noresults'; exit 0; }}\ncd \"$d\" || exit 3\nroot=\"$(pwd -P)\"\n{}miss=0\n",
+        quote(dir),
+        names::CHECK_FUNCTION
     );
     for n in names {
         s.push_str(&format!(
-            "r=\"$(realpath -e -- {q} 2>/dev/null)\"\ncase \"$r\" in \"$root\"/*) sel+=({q}) ;; *) echo \"{SECTION}missing \"{q}; miss=1 ;; esac\n",
+            "r=\"$(realpath -e -- {w} 2>/dev/null)\"\ncase \"$r\" in \"$root\"/*) tao_name_push {q} ;; *) echo \"{SECTION}missing \"{q}; miss=1 ;; esac\n",
+            w = quote(&format!("./{n}")),
             q = quote(n)
         ));
     }
     if let Some(patterns) = latest {
         s.push_str(&format!(
             "c=\"$({})\"\n\
-             if [ -n \"$c\" ]; then sel+=(\"$c\"); else echo \"{SECTION}missing latest_model\"; miss=1; fi\n",
+             [ -n \"$c\" ] && tao_name_push \"$c\" || {{ echo \"{SECTION}missing latest_model\"; miss=1; }}\n",
             crate::checkpoint::newest_pipeline(".", "%P", patterns)
         ));
     }
     if names.is_empty() && latest.is_none() {
-        s.push_str("sel=(.)\n");
+        s.push_str("tao_names=(.)\n");
     }
     s.push_str("[ \"$miss\" = 0 ] || exit 0\nlg=()\ndl=()\n");
     for (path, name) in log_members(logs) {
@@ -130,14 +128,37 @@ pub fn archive_script(
             f = quote(file)
         ));
     }
+    // The logs (tao-slurm's own paths) come before `-C "$root" --`; the job's names after it.
+    let excludes: Vec<String> = ["--exclude=*.lock".to_string()]
+        .into_iter()
+        .chain(crate::layout::BOOKKEEPING.map(|b| format!("--exclude=./{b}")))
+        .collect();
+    let du = names::command("du -cbs", &[names::ARRAY.to_string(), "\"${dl[@]}\"".to_string()]);
+    let tar = names::command(
+        &format!("tar -cf - {} \"${{lg[@]}}\" -C \"$root\"", join(&excludes)),
+        &[names::ARRAY.to_string()],
+    );
     s.push_str(&format!(
-        "size=\"$(du -cbs \"${{sel[@]}}\" \"${{dl[@]}}\" 2>/dev/null | tail -n 1 | cut -f1)\"\n\
+        "size=\"$({du} 2>/dev/null | tail -n 1 | cut -f1)\"\n\
          if [ \"${{size:-0}}\" -gt {cap} ]; then echo \"{SECTION}too_large $size\"; exit 0; fi\n\
          echo '{SECTION}archive'\n\
-         tar -czf - --exclude='*.lock' {excludes} \"${{sel[@]}}\" \"${{lg[@]}}\" | base64 -w 0 || exit 3\necho\n",
-        excludes = crate::layout::BOOKKEEPING.map(|b| format!("--exclude=./{b}")).join(" ")
+         {tar} | head -c {over} | gzip -c | base64 -w 0 || exit 3\necho\n",
+        over = cap.saturating_add(1)
     ));
     s
+}
+
+/// The most bytes of output an [`archive_script`] of `cap` can write: the base64 of a gzip of at
+/// most `cap + 1` bytes (gzip adds at most a few bytes per 32 KiB block), plus its sections.
+pub fn archive_output_cap(cap: u64) -> u64 {
+    let gz = cap.saturating_add(cap / 1000).saturating_add(1 << 16);
+    gz.saturating_div(3).saturating_add(1).saturating_mul(4).saturating_add(1 << 16)
+}
+
+/// Whether a tar stream of `tar_len` bytes (what the gzip'd archive holds) is over `cap`: the
+/// script cut it at `cap + 1`, so a longer one is not whole.
+pub fn archive_over_cap(tar_len: u64, cap: u64) -> bool {
+    tar_len > cap
 }
 
 /// What [`archive_script`] answered.
@@ -173,7 +194,7 @@ mod tests {
 
     #[test]
     fn lists_parse_sorted_with_logs_last() {
-        let out = format!("{SECTION}files\n12 z.pth\n3 status.json\n{SECTION}log logs/main.out 40\n");
+        let out = format!("{SECTION}files\n12 z.pth\n3 status.json\n1 ../x\n{SECTION}log logs/main.out 40\n");
         let files = parse_list(&out).unwrap();
         let names: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(names, ["status.json", "z.pth", "logs/main.out"]);
@@ -192,7 +213,7 @@ mod tests {
     #[test]
     fn archive_names_are_quoted() {
         let s = archive_script("/r/x y", &["a b.pth".into()], None, None, 10);
-        assert!(s.contains("d='/r/x y'") && s.contains("sel+=('a b.pth')"), "{s}");
+        assert!(s.contains("d='/r/x y'") && s.contains("tao_name_push 'a b.pth'"), "{s}");
     }
 
     /// A job controls its results directory: a link in it (or the directory itself a link) never
@@ -254,5 +275,115 @@ mod tests {
         let members = String::from_utf8_lossy(&out.stdout);
         assert!(members.contains("./status.json") && members.contains("./train/.tao-slurm/mine"), "{members}");
         assert!(!members.contains("attempts") && !members.contains("timeout_requeues"), "{members}");
+    }
+
+    /// Runs an archive script under bash (with `path` first in PATH when given): the archive's
+    /// members and contents, or why there is none.
+    fn archive_in(
+        dir: &std::path::Path,
+        script: &str,
+        path: Option<&std::path::Path>,
+    ) -> Result<Vec<(String, Vec<u8>)>, Archive> {
+        let mut cmd = std::process::Command::new("bash");
+        cmd.arg("-c").arg(script);
+        if let Some(p) = path {
+            cmd.env("PATH", format!("{}:{}", p.display(), std::env::var("PATH").unwrap()));
+        }
+        let out = cmd.output().unwrap();
+        let b64 = match parse_archive(&String::from_utf8_lossy(&out.stdout)) {
+            Archive::Base64(b) => b,
+            other => return Err(other),
+        };
+        std::fs::write(dir.join("a.b64"), b64).unwrap();
+        let tar = dir.join("a.tar");
+        let st = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!("base64 -d < {d}/a.b64 | gzip -dc > {t}", d = dir.display(), t = tar.display()))
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let mut members = Vec::new();
+        let list = std::process::Command::new("tar").arg("-tf").arg(&tar).output().unwrap();
+        for m in String::from_utf8_lossy(&list.stdout).lines() {
+            let body = std::process::Command::new("tar").arg("-xOf").arg(&tar).arg("--").arg(m).output().unwrap();
+            members.push((m.to_string(), body.stdout));
+        }
+        Ok(members)
+    }
+
+    /// A job names its newest checkpoint like a tar option (and gives it a future mtime): the
+    /// newest checkpoint download archives that file as a file, runs nothing, reads nothing
+    /// outside; a whole download too. Run under bash with the real tar and du.
+    #[test]
+    fn checkpoint_names_that_look_like_options_stay_names() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (results, work) = (tmp.path().join("results"), tmp.path().join("work"));
+        std::fs::create_dir_all(&results).unwrap();
+        std::fs::create_dir_all(&work).unwrap();
+        std::fs::write(results.join("big.bin"), vec![b'x'; 1 << 20]).unwrap();
+        std::fs::write(results.join("list.pth"), "/etc/passwd\n").unwrap();
+        let future = std::time::SystemTime::now() + std::time::Duration::from_secs(86_400);
+        let patterns = crate::checkpoint::default_patterns();
+        for hostile in ["--checkpoint-action=exec=touch marker;.pth", "--files-from=list.pth"] {
+            let f = results.join(hostile);
+            std::fs::write(&f, "").unwrap();
+            std::fs::File::options().write(true).open(&f).unwrap().set_modified(future).unwrap();
+            let dir = results.to_str().unwrap();
+            for names in [vec![], vec!["big.bin".to_string()]] {
+                let script = archive_script(dir, &names, Some(&patterns), None, 1 << 30);
+                let members = archive_in(&work, &script, None).unwrap();
+                let got: Vec<&str> = members.iter().map(|(m, _)| m.as_str()).collect();
+                let mut want: Vec<String> = names.iter().map(|n| format!("./{n}")).collect();
+                want.push(format!("./{hostile}"));
+                assert_eq!(got, want, "{hostile}");
+                assert!(members.iter().all(|(_, body)| !String::from_utf8_lossy(body).contains("root:")));
+                assert!(!results.join("marker").exists(), "tar ran the job's command");
+            }
+            let whole = archive_in(&work, &archive_script(dir, &[], None, None, 1 << 30), None).unwrap();
+            assert!(whole.iter().any(|(m, _)| m == &format!("./{hostile}")), "{whole:?}");
+            assert!(!results.join("marker").exists());
+            std::fs::File::options()
+                .write(true)
+                .open(&f)
+                .unwrap()
+                .set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(86_400))
+                .unwrap();
+        }
+    }
+
+    /// The cap holds on the stream itself: with a `du` that fails (or lies, as a file swapped after
+    /// it looked would make it), an archive over the cap comes back cut, and is refused.
+    #[test]
+    fn the_cap_holds_when_du_fails() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (results, bin) = (tmp.path().join("results"), tmp.path().join("bin"));
+        std::fs::create_dir_all(&results).unwrap();
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::write(results.join("model.pth"), vec![7u8; 300_000]).unwrap();
+        let du = bin.join("du");
+        std::fs::write(&du, "#!/bin/sh\nexit 1\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&du, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dir = results.to_str().unwrap();
+        let cap = 100_000;
+        let script = archive_script(dir, &["model.pth".to_string()], None, None, cap);
+        let members = archive_in(tmp.path(), &script, Some(&bin));
+        // The gzip'd stream holds cap + 1 bytes of tar: more than the cap, whatever du said.
+        let tar_len = std::fs::metadata(tmp.path().join("a.tar")).unwrap().len();
+        assert_eq!(tar_len, cap + 1);
+        assert!(archive_over_cap(tar_len, cap));
+        let _ = members;
+        // Under the cap, the whole archive.
+        let script = archive_script(dir, &["model.pth".to_string()], None, None, 1 << 20);
+        let members = archive_in(tmp.path(), &script, Some(&bin)).unwrap();
+        assert_eq!(members[0].1.len(), 300_000);
+        assert!(!archive_over_cap(std::fs::metadata(tmp.path().join("a.tar")).unwrap().len(), 1 << 20));
+        // The output stays under what the reader accepts for this cap.
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(archive_script(dir, &[], None, None, cap))
+            .output()
+            .unwrap();
+        assert!((out.stdout.len() as u64) < archive_output_cap(cap), "{}", out.stdout.len());
     }
 }

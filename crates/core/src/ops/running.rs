@@ -189,16 +189,18 @@ pub fn exec_line(argv: &[String], deadline_secs: u64) -> String {
 
 /// The remote script that runs `argv` and returns at most `max_bytes` of each of its output streams
 /// (the MCP tool and the Python call are answered in one message). Its exit status is the command's.
+/// Each stream is cut as it is written (`dd` passes the first `max_bytes`, `wc` counts the rest):
+/// nothing of it is stored on the login node, and the full sizes follow on stderr
+/// (`tao-exec-sizes OUT ERR`, [`parse_capture_stderr`]).
 pub fn capture_script(argv: &[String], deadline_secs: u64, max_bytes: u64) -> String {
     format!(
-        "d=$(mktemp -d) || exit 1\n\
-         {line} </dev/null >\"$d/out\" 2>\"$d/err\"\n\
-         rc=$?\n\
-         head -c {max_bytes} \"$d/out\"\n\
-         head -c {max_bytes} \"$d/err\" >&2\n\
-         echo \"tao-exec-sizes $(stat -c %s \"$d/out\") $(stat -c %s \"$d/err\")\" >&2\n\
-         rm -rf \"$d\"\n\
-         exit $rc\n",
+        "exec 3>&1 4>&2\n\
+         tao_cut() {{ local n r; n=$(LC_ALL=C dd bs=65536 count={max_bytes} iflag=count_bytes,fullblock 2>&1 >&\"$1\" | tail -n 1); r=$(wc -c); echo \"$2 $(( ${{n%% *}} + r ))\"; }}\n\
+         s=$( {{ {{ {line} </dev/null 2>&5 3>&- 4>&- 5>&- 6>&- | tao_cut 3 out; echo \"rc ${{PIPESTATUS[0]}}\"; }} 5>&1 >&6 | tao_cut 4 err; }} 6>&1 )\n\
+         o=0 e=0 rc=1\n\
+         while read -r k v; do case \"$k\" in out) o=$v ;; err) e=$v ;; rc) rc=$v ;; esac; done <<<\"$s\"\n\
+         echo \"tao-exec-sizes $o $e\" >&2\n\
+         exit \"$rc\"\n",
         line = exec_line(argv, deadline_secs)
     )
 }
@@ -478,6 +480,27 @@ mod tests {
         assert_eq!(exec_argv(&target(Some("a,b"), false), &["true".into()]), Err(ExecError::BadNode("a,b".into())));
         assert_eq!(exec_argv(&target(None, false), &[]), Err(ExecError::NoCommand));
         assert_eq!(exec_argv(&target(None, false), &["a\0b".into()]), Err(ExecError::Unquotable));
+    }
+
+    /// Both streams are cut while they are written (no file holds them), their full sizes and the
+    /// command's status come back.
+    #[test]
+    fn a_capture_cuts_both_streams_and_keeps_the_status() {
+        let argv: Vec<String> =
+            ["bash", "-c", "head -c 300000 /dev/zero | tr '\\0' o; printf 'e%.0s' $(seq 5000) >&2; exit 3"]
+                .map(String::from)
+                .to_vec();
+        let script = capture_script(&argv, 30, 1000);
+        assert!(!script.contains("mktemp") && !script.contains("/tmp"), "{script}");
+        let out = std::process::Command::new("bash").arg("-c").arg(&script).output().unwrap();
+        assert_eq!(out.status.code(), Some(3));
+        assert_eq!(out.stdout, vec![b'o'; 1000]);
+        let (err, o, e) = parse_capture_stderr(&String::from_utf8_lossy(&out.stderr));
+        assert_eq!((err.as_str(), o, e), ("e".repeat(1000).as_str(), 300_000, 5000));
+        let small: Vec<String> = ["echo", "hi"].map(String::from).to_vec();
+        let out = std::process::Command::new("bash").arg("-c").arg(capture_script(&small, 30, 1000)).output().unwrap();
+        assert_eq!((out.status.code(), out.stdout.as_slice()), (Some(0), &b"hi\n"[..]));
+        assert_eq!(parse_capture_stderr(&String::from_utf8_lossy(&out.stderr)), (String::new(), 3, 0));
     }
 
     #[test]

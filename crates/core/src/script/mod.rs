@@ -2,6 +2,7 @@
 //! the same text, and every value reaches the script through [`shell::quote`] or a character check.
 
 pub mod cosmos;
+pub mod names;
 pub mod resume;
 pub mod shell;
 pub mod trust;

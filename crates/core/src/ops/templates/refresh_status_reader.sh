@@ -1,6 +1,11 @@
-# Reads `job<TAB>path<TAB>sig` lines and prints each file's last lines in a section: small files by
-# bash builtins, larger ones from their last 64 KiB only (a file of one endless line costs no more).
+# Reads `job<TAB>path<TAB>sig` lines and prints the last lines of each file's last 64 KiB in a section.
+# A file `find` saw small is read by bash builtins, at most @SMALL_STATUS_JSON@ + 1 bytes from its one
+# open (a file grown or swapped since `find` looked is never read whole: it goes to `tail`); a larger
+# one by `tail`, which reads only its end.
+LC_ALL=C
 while IFS=$'\t' read -r j f g; do [ -L "$f" ] && continue; echo "@SECTION@status_json $j $g"
-if [ "${g%%:*}" -le @SMALL_STATUS_JSON@ ]; then mapfile -t l < "$f"; n=${#l[@]}; [ "$n" -gt 0 ] && printf '|%s\n' "${l[@]:$(( n > @TAIL_LINES@ ? n - @TAIL_LINES@ : 0 ))}"
+b=; [ "${g%%:*}" -le @SMALL_STATUS_JSON@ ] && { IFS= read -r -d '' -N @SMALL_READ@ b < "$f"; } 2>/dev/null
+if [ -n "$b" ] && [ "${#b}" -le @SMALL_STATUS_JSON@ ]; then [ "${#b}" -gt 65536 ] && b=${b: -65536}; b=${b%$'\n'}
+mapfile -t l <<<"$b"; n=${#l[@]}; printf '|%s\n' "${l[@]:$(( n > @TAIL_LINES@ ? n - @TAIL_LINES@ : 0 ))}"
 else tail -c 65536 -- "$f" | tail -n @TAIL_LINES@ | @PREFIX_LINES@; fi
 done
