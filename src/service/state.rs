@@ -110,6 +110,9 @@ pub struct AppState {
     /// sha256 -> token.
     pub tokens: RwLock<HashMap<String, TokenInfo>>,
     tokens_version: AtomicI64,
+    /// When the tokens were last read (or found unchanged): a set older than
+    /// `TOKENS_KEPT_WHILE_AWAY_SECS` is not kept through a database outage.
+    tokens_read_at: AtomicI64,
     pub started: Instant,
     pub http_requests: AtomicU64,
     pub open_streams: AtomicI64,
@@ -135,6 +138,9 @@ pub struct AppState {
     /// Workspace places taken by creates in flight (see `policy::admit_workspace`).
     pub workspace_places: super::policy::Places,
 }
+
+/// How long the tokens read last are kept while the database cannot be read (then none is accepted).
+pub const TOKENS_KEPT_WHILE_AWAY_SECS: i64 = 120;
 
 /// What one org's tokens asked of the service.
 #[derive(Debug, Clone, Default)]
@@ -167,6 +173,7 @@ impl AppState {
             version_tx: tokio::sync::watch::channel(0).0,
             tokens: RwLock::new(HashMap::new()),
             tokens_version: AtomicI64::new(i64::MIN),
+            tokens_read_at: AtomicI64::new(0),
             started: Instant::now(),
             http_requests: AtomicU64::new(0),
             open_streams: AtomicI64::new(0),
@@ -238,12 +245,13 @@ impl AppState {
         self.snapshot.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Read the tokens again if `tao-slurm token` changed them since the last read. Fails closed: when
-    /// the database cannot be read, no token is accepted until it can (a revoked token must not live
-    /// on because the database is away).
+    /// Read the tokens again if `tao-slurm token` changed them since the last read. While the database
+    /// cannot be read, the set read last is kept for at most `TOKENS_KEPT_WHILE_AWAY_SECS` (reads are
+    /// answered through a short outage; a revocation needs the database too, so none can land meanwhile
+    /// beyond the one-second reload), then no token is accepted until the tokens are read again.
     pub fn reload_tokens(&self) -> Result<(), String> {
         let read = self.read_tokens_if_changed();
-        self.keep_tokens(read)
+        self.keep_tokens(read, crate::clock::now())
     }
 
     /// The tokens, if the database changed since the last read (None: unchanged).
@@ -266,18 +274,23 @@ impl AppState {
         Ok(Some(tokens))
     }
 
-    /// Keep what a read of the tokens found; after a failed read, none (and read them all next time).
-    fn keep_tokens(&self, read: Result<Option<HashMap<String, TokenInfo>>, String>) -> Result<(), String> {
+    /// Keep what a read of the tokens found; after failed reads, the last set until it is
+    /// `TOKENS_KEPT_WHILE_AWAY_SECS` old, then none (and read them all next time).
+    fn keep_tokens(&self, read: Result<Option<HashMap<String, TokenInfo>>, String>, now: i64) -> Result<(), String> {
         let mut tokens = self.tokens.write().unwrap_or_else(|e| e.into_inner());
         match read {
-            Ok(None) => Ok(()),
-            Ok(Some(fresh)) => {
-                *tokens = fresh;
+            Ok(fresh) => {
+                if let Some(fresh) = fresh {
+                    *tokens = fresh;
+                }
+                self.tokens_read_at.store(now, Ordering::Relaxed);
                 Ok(())
             }
             Err(e) => {
-                tokens.clear();
-                self.tokens_version.store(i64::MIN, Ordering::Relaxed);
+                if now - self.tokens_read_at.load(Ordering::Relaxed) > TOKENS_KEPT_WHILE_AWAY_SECS {
+                    tokens.clear();
+                    self.tokens_version.store(i64::MIN, Ordering::Relaxed);
+                }
                 Err(e)
             }
         }
@@ -457,16 +470,20 @@ mod tests {
     use super::{AppState, TokenInfo};
 
     #[test]
-    fn tokens_fail_closed_when_the_database_cannot_be_read() {
+    fn tokens_outlive_a_short_database_outage_only() {
         let dir = tempfile::tempdir().unwrap();
         let db = crate::client::ServiceDb::open(&dir.path().join("state.db.service.db")).unwrap();
         let (record, _token) = db.create_token("team-a", "t", None, 0).unwrap();
         let settings: super::SettingsMaker = Box::new(|_| unreachable!("no org workspace here"));
         let state =
             AppState::new(Vec::new(), db, Default::default(), None, settings, dir.path().join("state.db")).unwrap();
+        let read_at = state.tokens_read_at.load(std::sync::atomic::Ordering::Relaxed);
         assert!(state.token_valid(&record.id), "loaded at start");
-        assert!(state.keep_tokens(Err("the database is away".into())).is_err());
-        assert!(!state.token_valid(&record.id), "no token is accepted while the tokens cannot be read");
+        let away = || Err("the database is away".to_string());
+        assert!(state.keep_tokens(away(), read_at + super::TOKENS_KEPT_WHILE_AWAY_SECS).is_err());
+        assert!(state.token_valid(&record.id), "kept through a short outage");
+        assert!(state.keep_tokens(away(), read_at + super::TOKENS_KEPT_WHILE_AWAY_SECS + 1).is_err());
+        assert!(!state.token_valid(&record.id), "no token is accepted once the set is too old");
         state.reload_tokens().unwrap();
         assert!(state.token_valid(&record.id), "read again in full once the database answers");
     }

@@ -5,13 +5,9 @@
 //! creates and a retry; an org's workspaces are capped; a path's org is exactly the token's.
 
 use crate::common::sandbox::settings as sandbox_settings;
-use crate::service_support::{short, Service, ORG};
+use crate::service_support::{short, tenant, Authorised, Service, ORG};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-
-fn tenant() -> String {
-    sandbox_settings().get("SANDBOX_TENANT").cloned().unwrap_or_else(|| "tenant2".into())
-}
 
 async fn send(svc: &Service, token: &str, method: reqwest::Method, url: &str, body: Option<Value>) -> (u16, Value) {
     let mut r = svc.http.request(method, url).bearer_auth(token);
@@ -72,34 +68,6 @@ impl Drop for Agent {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// Takes a key line out of the tenant's authorized_keys again, however the test ends.
-struct Authorised {
-    file: std::path::PathBuf,
-    line: String,
-}
-
-impl Authorised {
-    fn add(line: &str) -> Authorised {
-        let home = sandbox_settings()["SANDBOX_DIR"].clone() + "/home/" + &tenant();
-        let file = std::path::PathBuf::from(home).join(".ssh/authorized_keys");
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new().append(true).open(&file).unwrap_or_else(|e| {
-            panic!("{}: {e}; run bash dev/sandbox/up.sh (it makes the tenant user)", file.display())
-        });
-        writeln!(f, "{line}").unwrap();
-        Authorised { file, line: line.to_string() }
-    }
-}
-
-impl Drop for Authorised {
-    fn drop(&mut self) {
-        if let Ok(text) = std::fs::read_to_string(&self.file) {
-            let kept: String = text.lines().filter(|l| *l != self.line).map(|l| format!("{l}\n")).collect();
-            let _ = std::fs::write(&self.file, kept);
-        }
     }
 }
 

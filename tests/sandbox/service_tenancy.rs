@@ -6,7 +6,7 @@
 //! stay out of org workspaces; policy and `after` are checked before anything reaches a cluster.
 
 use crate::common::sandbox::settings as sandbox_settings;
-use crate::service_support::{read_events, short, Service, ORG};
+use crate::service_support::{read_events, short, tenant, Authorised, Service, ORG};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -27,38 +27,6 @@ const A_SECRET: &str = "tenancy-a-s3cret-value";
 const OPERATOR_NGC: &str = "operator-ngc-key-never-in-org-jobs";
 /// A variable of the service's environment that no org was given.
 const SERVICE_ONLY: &str = "service-only-value-xyz";
-
-fn tenant() -> String {
-    sandbox_settings().get("SANDBOX_TENANT").cloned().unwrap_or_else(|| "tenant2".into())
-}
-
-/// Takes the service's key for team-b out of tenant2's authorized_keys again, however the test ends.
-struct Authorised {
-    file: std::path::PathBuf,
-    line: String,
-}
-
-impl Authorised {
-    fn add(line: &str) -> Authorised {
-        let home = sandbox_settings()["SANDBOX_DIR"].clone() + "/home/" + &tenant();
-        let file = std::path::PathBuf::from(home).join(".ssh/authorized_keys");
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new().append(true).open(&file).unwrap_or_else(|e| {
-            panic!("{}: {e}; run bash dev/sandbox/up.sh (it makes the tenant user)", file.display())
-        });
-        writeln!(f, "{line}").unwrap();
-        Authorised { file, line: line.to_string() }
-    }
-}
-
-impl Drop for Authorised {
-    fn drop(&mut self) {
-        if let Ok(text) = std::fs::read_to_string(&self.file) {
-            let kept: String = text.lines().filter(|l| *l != self.line).map(|l| format!("{l}\n")).collect();
-            let _ = std::fs::write(&self.file, kept);
-        }
-    }
-}
 
 struct Org<'a> {
     svc: &'a Service,

@@ -266,3 +266,36 @@ pub async fn read_events(
         }
     }
 }
+
+/// The sandbox's second Unix user, an org's own identity on the cluster.
+pub fn tenant() -> String {
+    crate::common::sandbox::settings().get("SANDBOX_TENANT").cloned().unwrap_or_else(|| "tenant2".into())
+}
+
+/// A key line in the tenant's authorized_keys, taken out again however the test ends.
+pub struct Authorised {
+    file: std::path::PathBuf,
+    line: String,
+}
+
+impl Authorised {
+    pub fn add(line: &str) -> Authorised {
+        let home = crate::common::sandbox::settings()["SANDBOX_DIR"].clone() + "/home/" + &tenant();
+        let file = std::path::PathBuf::from(home).join(".ssh/authorized_keys");
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).open(&file).unwrap_or_else(|e| {
+            panic!("{}: {e}; run bash dev/sandbox/up.sh (it makes the tenant user)", file.display())
+        });
+        writeln!(f, "{line}").unwrap();
+        Authorised { file, line: line.to_string() }
+    }
+}
+
+impl Drop for Authorised {
+    fn drop(&mut self) {
+        if let Ok(text) = std::fs::read_to_string(&self.file) {
+            let kept: String = text.lines().filter(|l| *l != self.line).map(|l| format!("{l}\n")).collect();
+            let _ = std::fs::write(&self.file, kept);
+        }
+    }
+}
