@@ -66,14 +66,17 @@ fn init_yes_writes_an_env_file_that_preflight_passes_and_a_job_runs_with() {
     let out = env.run(&flags(&format!("{SSH}/id_ed25519"), &known, "polar"));
     let said = text(&out);
     assert_eq!(out.status.code(), Some(0), "{said}");
-    for found in ["debug: MaxTime 00:30:00", "polar (default): MaxTime 04:00:00", "accounts: default", "pyxis: present"] {
+    for found in ["debug: MaxTime 00:30:00", "polar (default): MaxTime 04:00:00", "accounts: default", "pyxis: present"]
+    {
         assert!(said.contains(found), "init names {found:?}: {said}");
     }
     let path = env_file(&env);
     assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
     let written = std::fs::read_to_string(&path).unwrap();
     assert!(written.contains("SLURM_HOSTNAME=127.0.0.1:2222\nSLURM_USER=slurmuser\n"), "{written}");
-    assert!(written.contains("SLURM_PARTITION=polar\n") && written.contains(&format!("SLURM_BASE_RESULTS_DIR={BASE}\n")));
+    assert!(
+        written.contains("SLURM_PARTITION=polar\n") && written.contains(&format!("SLURM_BASE_RESULTS_DIR={BASE}\n"))
+    );
 
     // The settings come from the file alone: preflight is green, a first job completes.
     let pre = env.run(&["preflight"]);
@@ -134,7 +137,8 @@ fn init_in_a_terminal(env: &Env, last: &str) -> String {
 fn init_in_a_terminal_asks_offers_what_it_found_and_writes_only_on_yes() {
     let env = newcomer();
     let key = own_key(&env, 0o600);
-    std::fs::write(env.dir.path().join(".ssh/config"), "Host mycluster other\n    HostName 127.0.0.1\nHost *\n").unwrap();
+    std::fs::write(env.dir.path().join(".ssh/config"), "Host mycluster other\n    HostName 127.0.0.1\nHost *\n")
+        .unwrap();
 
     let seen = init_in_a_terminal(&env, "n\r");
     assert!(seen.contains("ssh_config aliases: mycluster, other"), "{seen}");
@@ -164,7 +168,10 @@ fn refused(env: &Env, args: &[&str], fix: &str) -> String {
     assert!(said.contains(fix), "the fix {fix:?} named: {said}");
     assert!(said.contains("nothing was written"), "{said}");
     assert!(!env_file(env).exists(), "nothing written: {said}");
-    assert!(!env.dir.path().join(".config/tao").exists() || std::fs::read_dir(env.dir.path().join(".config/tao")).unwrap().next().is_none());
+    assert!(
+        !env.dir.path().join(".config/tao").exists()
+            || std::fs::read_dir(env.dir.path().join(".config/tao")).unwrap().next().is_none()
+    );
     said
 }
 
@@ -181,11 +188,16 @@ fn init_names_a_wrong_key_mode_an_unknown_host_key_and_a_missing_partition_and_w
     let env = newcomer();
     let empty = env.dir.path().join("known_hosts");
     std::fs::write(&empty, "").unwrap();
-    let said = refused(&env, &flags(&format!("{SSH}/id_ed25519"), &empty.display().to_string(), "polar"), "--accept-new-host-key");
+    let said = refused(
+        &env,
+        &flags(&format!("{SSH}/id_ed25519"), &empty.display().to_string(), "polar"),
+        "--accept-new-host-key",
+    );
     assert!(said.contains("ssh-keyscan -p 2222"), "{said}");
 
     let env = newcomer();
-    let said = refused(&env, &flags(&format!("{SSH}/id_ed25519"), &known, "nosuch"), "pass --partition with one of: polar");
+    let said =
+        refused(&env, &flags(&format!("{SSH}/id_ed25519"), &known, "nosuch"), "pass --partition with one of: polar");
     assert!(said.contains("\"nosuch\" does not exist") && said.contains("debug"), "{said}");
 
     // The host key accepted on the user's word: recorded, and the file written.
