@@ -6,6 +6,7 @@ mod check_path;
 mod checkpoints;
 mod credentials;
 mod image;
+mod init;
 mod job_args;
 mod jobs;
 mod login;
@@ -86,6 +87,8 @@ enum Command {
     CheckPath(check_path::CheckPathCmd),
     /// Follow every active job and perform retries (one per state file)
     Monitor(monitor::MonitorCmd),
+    /// Write the env file: asks for (or takes) the login host, user and key, finds the rest, runs preflight
+    Init(init::InitCmd),
     /// Check settings, SSH, Slurm, accounting, partitions, Pyxis, credentials and storage
     Preflight(preflight::PreflightCmd),
     /// Install credentials on the cluster
@@ -195,6 +198,9 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
     if let Command::Serve(c) = cli.command {
         return c.run(globals);
     }
+    if let Command::Init(c) = cli.command {
+        return c.run(globals);
+    }
     if let Command::Schema(c) = cli.command {
         return c.run();
     }
@@ -224,7 +230,7 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::Shell(c) => c.run(settings),
         Command::Forward(c) => c.run(settings),
         Command::Tensorboard(c) => c.run(settings),
-        Command::Mcp(_) | Command::Serve(_) | Command::Schema(_) => unreachable!("run above"),
+        Command::Mcp(_) | Command::Serve(_) | Command::Schema(_) | Command::Init(_) => unreachable!("run above"),
     }
 }
 

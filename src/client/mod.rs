@@ -3,6 +3,7 @@
 
 mod cluster;
 mod files;
+pub mod init;
 mod login;
 mod logs;
 mod lookup;

@@ -62,6 +62,39 @@ pub fn check_range<T: PartialOrd + std::fmt::Display>(field: &str, value: T, min
 #[serde(deny_unknown_fields)]
 pub struct NoArgs {}
 
+/// `init`: the env file's settings. Nothing is written unless `write` is true.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InitArgs {
+    /// Login host: host, host:port or an ssh_config alias (comma-separated for failover).
+    pub host: String,
+    /// The user's name on the cluster.
+    pub user: String,
+    /// Private key path (mode 600).
+    pub key: Option<String>,
+    /// known_hosts file (SSH_KNOWN_HOSTS).
+    pub known_hosts: Option<String>,
+    /// ssh_config file (SSH_CONFIG).
+    pub ssh_config: Option<String>,
+    /// Partition(s); default: the cluster's default partition.
+    pub partition: Option<String>,
+    /// Slurm account; default: none written (Slurm's default).
+    pub account: Option<String>,
+    /// Results directory on shared storage.
+    pub base_dir: Option<String>,
+    /// The env file; default: TAO_ENV_FILE or ~/.config/tao/.env.
+    pub env_file: Option<String>,
+    /// Trust the login host's key on first sight; only after the user checked its fingerprint.
+    #[serde(default)]
+    pub accept_new_host_key: bool,
+    /// Write the file (only once the user agreed to what a call without it showed).
+    #[serde(default)]
+    pub write: bool,
+    /// Replace init's settings in an existing env file (its other lines are kept).
+    #[serde(default)]
+    pub overwrite: bool,
+}
+
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CheckPathsArgs {

@@ -3,12 +3,12 @@
 //! naming the field; so is any failure, and the server keeps serving.
 
 use super::args::{
-    parse, schema, CancelArgs, CheckPathsArgs, EventsArgs, ExplainArgs, ImageImportArgs, ListArgs, LogsArgs, NoArgs,
-    StatusArgs, SubmitArgs, WaitArgs,
+    parse, schema, CancelArgs, CheckPathsArgs, EventsArgs, ExplainArgs, ImageImportArgs, InitArgs, ListArgs, LogsArgs,
+    NoArgs, StatusArgs, SubmitArgs, WaitArgs,
 };
 use super::clients::{blocking, blocking_with_settings, Clients};
 use super::reply::{Reply, ToolError};
-use super::tools::{cluster, jobs, logs, long_training, running, submit};
+use super::tools::{cluster, init, jobs, logs, long_training, running, submit};
 use super::wait::{wait, Progress, WaitOut};
 use crate::Client;
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Tools that change something (a job, the cluster's image cache): left out by `--read-only`.
-pub const MUTATING_TOOLS: &[&str] = &["submit", "cancel", "image_import", "exec", "retry", "pause", "resume"];
+pub const MUTATING_TOOLS: &[&str] = &["init", "submit", "cancel", "image_import", "exec", "retry", "pause", "resume"];
 
 /// What the server tells an agent when it connects: the workflow in a few lines.
 const INSTRUCTIONS: &str = "tao-slurm runs containerised GPU jobs (NVIDIA TAO or any image) on the user's Slurm cluster over SSH. \
@@ -113,6 +113,23 @@ impl TaoSlurmServer {
             Err(e) => Err(e),
         };
         finish("preflight", started, outcome)
+    }
+
+    #[tool(
+        description = "Write the user's settings (~/.config/tao/.env, mode 600) from the login host, user and key: logs in, lists partitions with MaxTime, accounts and Pyxis. Without write: only shows what it found and the file's text; with write (after the user agreed): writes it and runs preflight. A wrong key mode, an unknown host key or a missing partition is an error with its fix, nothing written.",
+        input_schema = schema::<InitArgs>(),
+        output_schema = output::<init::InitOut>(),
+        annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = true)
+    )]
+    async fn init(&self, Parameters(arguments): Parameters<JsonObject>) -> CallToolResult {
+        let started = Instant::now();
+        let outcome = match parse::<InitArgs>(arguments) {
+            Ok(args) => tokio::task::spawn_blocking(move || init::init(args)).await.unwrap_or_else(|e| {
+                Err(ToolError::failed(format!("internal error (a bug in tao-slurm): {e}"), "report this bug"))
+            }),
+            Err(e) => Err(e),
+        };
+        finish("init", started, outcome)
     }
 
     #[tool(

@@ -13,9 +13,9 @@ from tao_test_support import binary, ssh_ports
 ALL_TOOLS = {
     "preflight", "check_paths", "submit", "status", "wait", "events", "logs",
     "cancel", "list", "explain", "image_import", "credentials_status", "exec", "retry", "checkpoints",
-    "pause", "resume",
+    "pause", "resume", "init",
 }
-MUTATING = {"submit", "cancel", "image_import", "exec", "retry", "pause", "resume"}
+MUTATING = {"init", "submit", "cancel", "image_import", "exec", "retry", "pause", "resume"}
 # A small job of the sandbox (its Pyxis stand-in runs the command on the node).
 JOB = {"image": "ubuntu:22.04", "gpus": 1}
 

@@ -2,6 +2,7 @@
 //! server runs each on a blocking thread.
 
 pub mod cluster;
+pub mod init;
 pub mod jobs;
 pub mod logs;
 pub mod long_training;

@@ -7,6 +7,7 @@ pub mod credentials;
 pub mod depend;
 pub mod failure;
 pub mod files;
+pub mod init;
 pub mod inspect;
 pub mod job_file;
 pub mod logs;
