@@ -305,7 +305,8 @@ pub struct TaoJobFields {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration_dataset_uri: Option<String>,
     /// The request's fields tao-slurm did not use, each with why (TAO ignores unknown fields too).
-    #[serde(default)]
+    /// The request's fields tao-slurm did not use, each with why (TAO ignores unknown fields too);
+    /// in the create reply also what the submission changed (a wall time capped at the MaxTime).
     pub warnings: Vec<String>,
 }
 
