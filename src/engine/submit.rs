@@ -102,5 +102,11 @@ pub fn submit(
             return Err(Error::RemoteCommand(message));
         }
     };
-    Ok(Submitted { job_id: job_id.clone(), slurm_job_id, login_host: out.host, job_dir: plan.layout.base_dir.clone(), warnings: Vec::new() })
+    Ok(Submitted {
+        job_id: job_id.clone(),
+        slurm_job_id,
+        login_host: out.host,
+        job_dir: plan.layout.base_dir.clone(),
+        warnings: Vec::new(),
+    })
 }
