@@ -128,7 +128,10 @@ impl Engine {
         self.with(py, move |c| {
             let values = SecretValues::resolve(&spec.secret_env, &secrets, &|n| std::env::var(n).ok())?;
             let submitted = c.create_job(&spec, &values)?;
-            Ok(json(&c.stored_jobs(&[submitted.job_id])?[0]))
+            // The stored job with what the submission warned of (shown by `warnings.warn`).
+            let mut view = serde_json::to_value(&c.stored_jobs(&[submitted.job_id])?[0]).expect("a view serialises");
+            view["warnings"] = serde_json::json!(submitted.warnings);
+            Ok(view.to_string())
         })
     }
 

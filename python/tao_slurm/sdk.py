@@ -244,6 +244,8 @@ class SlurmSDK(StorageCalls):
         if after:
             spec["after"] = [str(a) for a in after]
         view = json.loads(self._engine.create_job(json.dumps(spec), secret_values))
+        for text in view.pop("warnings", []):
+            warnings.warn(text, stacklevel=2)
         job = self._job_from_view(view)
         if hook_map:
             self._watch(job, hook_map)
@@ -753,7 +755,8 @@ class SlurmSDK(StorageCalls):
                 "backend_type": "slurm",
                 "backend_job_id": f"tao-job-{view['job_id']}",
                 "parent_job_id": None,
-                "specs": specs,
+                # JSON text, as the TAO SDK's job store keeps and returns it.
+                "specs": json.dumps(specs),
                 "results_dir": "lustre://" + view["results_dir"],
                 "local_results_dir": "",
                 "base_checkpoint": "",

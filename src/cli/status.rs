@@ -19,6 +19,9 @@ impl StatusCmd {
         let views = if one_job { vec![client.job_status(&self.job_ids[0])?] } else { client.refresh(&self.job_ids)? };
         // Always a list, even of one job: a script reads every answer the same way.
         super::output::emit(super::output::Format::from_json_flag(self.json), &super::output::JobsReport(views));
+        if let Some(note) = client.unsent_notifications()? {
+            eprintln!("{note}");
+        }
         Ok(0)
     }
 }

@@ -12,6 +12,7 @@ pub struct SubmitCmd {
     #[arg(long)]
     pub dry_run: bool,
     /// Start a background monitor (unless one runs) that follows the job and performs its retries
+    /// (`--notify` starts one too: the monitor sends the messages)
     #[arg(long)]
     pub monitor: bool,
     /// Print the result as JSON
@@ -44,14 +45,14 @@ impl SubmitCmd {
             eprintln!("warning: {note}");
         }
         if self.dry_run {
-            let plan = client.check_online(&spec)?;
+            let (plan, warnings) = client.check_online(&spec)?;
+            show_warnings(&warnings);
             super::render::print_plan(&client.staged_files(&spec, &plan), &plan, self.json);
             return Ok(0);
         }
         let submitted = client.create_job_planned(&spec, plan, &secrets)?;
-        if self.monitor && crate::client::start_background_monitor(client.settings())? {
-            eprintln!("started a background monitor (log: {}.monitor.log)", client.settings().state_path.display());
-        }
+        show_warnings(&submitted.warnings);
+        self.after_submit(&client, &spec)?;
         super::output::emit(super::output::Format::from_json_flag(self.json), &submitted);
         Ok(0)
     }
@@ -101,7 +102,8 @@ impl SubmitCmd {
             let variants = spec.sweep.as_ref().map(|s| s.variants()).transpose()?.unwrap_or_default();
             let ids: Vec<String> = variants.iter().map(|v| format!("variant-{}", v.index)).collect();
             let sweep = crate::client::plan_sweep(spec, &settings, "dry-run", &ids)?;
-            Client::new(settings)?.check_online(&spec.for_variant(&sweep.variants[0].0))?;
+            let (_, warnings) = Client::new(settings)?.check_online(&spec.for_variant(&sweep.variants[0].0))?;
+            show_warnings(&warnings);
             if self.json {
                 let list: Vec<_> = sweep
                     .variants
@@ -125,7 +127,8 @@ impl SubmitCmd {
         }
         let client = Client::new(settings)?;
         let submitted = client.create_sweep(spec, secrets)?;
-        self.after_submit(&client)?;
+        show_warnings(&submitted.warnings);
+        self.after_submit(&client, spec)?;
         super::output::emit(super::output::Format::from_json_flag(self.json), &submitted);
         Ok(0)
     }
@@ -145,15 +148,24 @@ impl SubmitCmd {
         }
         let client = Client::new(settings)?;
         let submitted = client.create_pipeline(spec, secrets)?;
-        self.after_submit(&client)?;
+        show_warnings(&submitted.warnings);
+        self.after_submit(&client, spec)?;
         super::output::emit(super::output::Format::from_json_flag(self.json), &submitted);
         Ok(0)
     }
 
-    fn after_submit(&self, client: &Client) -> Result<(), Error> {
-        if self.monitor && crate::client::start_background_monitor(client.settings())? {
+    /// The background monitor, when asked for or when the job has webhooks (only a monitor sends them).
+    fn after_submit(&self, client: &Client, spec: &crate::JobSpec) -> Result<(), Error> {
+        if (self.monitor || !spec.notify.is_empty()) && crate::client::start_background_monitor(client.settings())? {
             eprintln!("started a background monitor (log: {}.monitor.log)", client.settings().state_path.display());
         }
         Ok(())
+    }
+}
+
+/// The submission's warnings, on stderr (the result stays alone on stdout).
+fn show_warnings(warnings: &[String]) {
+    for w in warnings {
+        eprintln!("{w}");
     }
 }

@@ -149,6 +149,27 @@ impl MonitorLock {
     }
 }
 
+impl Client {
+    /// What `status` says when jobs have webhooks and no monitor runs to send their messages (only a
+    /// monitor sends them); None when a monitor runs or no active job has a webhook.
+    pub fn unsent_notifications(&self) -> Result<Option<String>> {
+        if monitor_running(&self.settings) {
+            return Ok(None);
+        }
+        let mut waiting = 0;
+        for job in self.list_jobs()?.iter().filter(|j| !j.status.is_terminal()) {
+            if !self.settings.notify.is_empty() || !self.store.job_webhooks(&job.job_id)?.is_empty() {
+                waiting += 1;
+            }
+        }
+        Ok((waiting > 0).then(|| {
+            format!(
+                "note: {waiting} active job(s) have webhooks and no monitor runs to send their messages: start one with `tao-slurm monitor` (submit --notify starts one)"
+            )
+        }))
+    }
+}
+
 /// Whether a monitor holds the lock for these settings' state file.
 pub fn monitor_running(settings: &Settings) -> bool {
     matches!(MonitorLock::take(settings), Ok(None))

@@ -27,9 +27,11 @@ impl Client {
     }
 
     /// The checks a submit makes with the cluster (it answers, the partitions exist and allow the wall
-    /// time), after every offline check has passed. Submits nothing.
-    pub fn check_online(&self, spec: &JobSpec) -> Result<Plan> {
-        Ok(self.check_online_with_image(spec, self.plan(spec)?)?.0)
+    /// time; a job without a time gets the default capped at their MaxTime), after every offline check
+    /// has passed. Submits nothing. Returns the plan as it would be submitted and its warnings.
+    pub fn check_online(&self, spec: &JobSpec) -> Result<(Plan, Vec<String>)> {
+        let checked = self.check_online_with_image(spec, self.plan(spec)?)?;
+        Ok((checked.plan, checked.warnings))
     }
 
     /// Whether this submit converts its image into the squashfs cache.
@@ -38,7 +40,7 @@ impl Client {
     }
 
     /// The online checks, plus (in the same round trip) whether the image is already in the cache.
-    pub(super) fn check_online_with_image(&self, spec: &JobSpec, plan: Plan) -> Result<(Plan, Option<String>)> {
+    fn check_online_with_image(&self, spec: &JobSpec, mut plan: Plan) -> Result<Checked> {
         // Settings and spec are checked before anything touches the network.
         self.settings.require_remote()?;
         let probe = if self.wants_sqsh(spec, &plan) {
@@ -58,8 +60,13 @@ impl Client {
             )
             .into());
         }
-        plan::check_partition_limits(&plan, &facts.partitions)?;
-        Ok((plan, facts.cached_sqsh))
+        let warnings = plan::fit_partition_limits(spec, &self.settings, &mut plan, &facts.partitions)?;
+        Ok(Checked {
+            plan,
+            cached: facts.cached_sqsh,
+            warnings: warnings.into_iter().collect(),
+            partitions: facts.partitions,
+        })
     }
 
     /// Convert a registry image into the shared squashfs cache, or find it there (`image import`).
@@ -73,8 +80,8 @@ impl Client {
 
     /// The online checks, the image made ready (the squashfs cache), and the secret values completed
     /// by the forwarded credentials: what every submission needs before it records anything.
-    pub(super) fn ready(&self, spec: &JobSpec, plan: Plan, secrets: &SecretValues) -> Result<(Plan, SecretValues)> {
-        let (mut plan, cached) = self.check_online_with_image(spec, plan)?;
+    fn ready(&self, spec: &JobSpec, plan: Plan, secrets: &SecretValues) -> Result<Ready> {
+        let Checked { mut plan, cached, mut warnings, partitions } = self.check_online_with_image(spec, plan)?;
         if let Some(path) = cached {
             // Already in the cache (learned in the checks' round trip): no conversion round trip.
             plan.image.pyxis = path;
@@ -88,9 +95,9 @@ impl Client {
                     plan.image.is_sqsh_path = true;
                 }
                 Err(e) if spec.allow_registry_pull || self.settings.allow_registry_pull => {
-                    eprintln!(
+                    warnings.push(format!(
                         "warning: {e}\nwarning: submitting with the registry image: every node pulls it at job start"
-                    );
+                    ));
                 }
                 Err(e) => return Err(e),
             }
@@ -106,7 +113,7 @@ impl Client {
         if let Some(missing) = plan.secret_names.iter().find(|n| !secrets.0.contains_key(*n)) {
             return Err(crate::spec::SpecError::new("secret_env", format!("{missing} has no value")).into());
         }
-        Ok((plan, secrets))
+        Ok(Ready { plan, secrets, warnings, partitions })
     }
 
     /// The jobs `after` names (`JOB[:ok|:notok|:any]`, ids or prefixes), as full ids with the kind.
@@ -163,7 +170,7 @@ impl Client {
             .into());
         }
         let after = self.resolve_after(&spec.after)?;
-        let (plan, secrets) = self.ready(spec, plan, secrets)?;
+        let Ready { plan, secrets, warnings, .. } = self.ready(spec, plan, secrets)?;
         let secrets = &secrets;
         let files = self.staged_files(spec, &plan);
         let member = crate::store::Member {
@@ -203,6 +210,7 @@ impl Client {
                         slurm_job_id,
                         login_host,
                         job_dir: plan.layout.base_dir.clone(),
+                        warnings,
                     }),
                     _ => Err(Error::Remote(RemoteError::Lost {
                         host,
@@ -224,7 +232,8 @@ impl Client {
                 )?;
                 Err(e.into())
             }
-            other => other,
+            Ok(submitted) => Ok(Submitted { warnings, ..submitted }),
+            Err(e) => Err(e),
         }
     }
 
@@ -271,10 +280,14 @@ impl Client {
         // Every variant is validated offline before anything reaches the cluster.
         let mut sweep = crate::ops::sweep::plan_sweep(spec, &self.settings, &sweep_id, &ids)?;
         let first_spec = spec.for_variant(&sweep.variants[0].0);
-        let (ready, secrets) = self.ready(&first_spec, sweep.variants[0].1.clone(), secrets)?;
+        let Ready { plan: ready, secrets, mut warnings, partitions } =
+            self.ready(&first_spec, sweep.variants[0].1.clone(), secrets)?;
         let specs: Vec<JobSpec> = sweep.variants.iter().map(|(v, _)| spec.for_variant(v)).collect();
-        for (_, plan) in &mut sweep.variants {
+        for ((_, plan), variant) in sweep.variants.iter_mut().zip(&specs) {
             plan.image = ready.image.clone();
+            // Each variant's own wall time fitted (the first one's warning is already in the list).
+            let fitted = plan::fit_partition_limits(variant, &self.settings, plan, &partitions)?;
+            warnings.extend(fitted.filter(|w| !warnings.contains(w)));
         }
         let files: Vec<Vec<script::StagedFile>> =
             sweep.variants.iter().zip(&specs).map(|((_, plan), s)| self.staged_files(s, plan)).collect();
@@ -329,7 +342,7 @@ impl Client {
         if result.is_err() {
             crate::engine::secrets::sweep_or_warn(self.remote()?, &self.store);
         }
-        result
+        result.map(|submitted| crate::engine::sweep::SweepSubmitted { warnings, ..submitted })
     }
 
     /// Validate, record and submit what the spec describes: a job, a sweep (`[sweep]`) or a pipeline
@@ -366,10 +379,13 @@ impl Client {
             plans.push(plan);
         }
         let mut ready_secrets = Vec::new();
+        let mut warnings = Vec::new();
         for (step, plan) in steps.iter().zip(&mut plans) {
-            let (ready, secrets) = self.ready(&step.spec, plan.clone(), secrets)?;
-            plan.image = ready.image;
-            ready_secrets.push(secrets);
+            let ready = self.ready(&step.spec, plan.clone(), secrets)?;
+            // The step's plan as fitted: its image, its wall time capped when it asked for none.
+            *plan = ready.plan;
+            ready_secrets.push(ready.secrets);
+            warnings.extend(ready.warnings.into_iter().map(|w| format!("step {}: {w}", step.name)));
         }
         let members: Vec<(String, &Plan, crate::store::Member)> = steps
             .iter()
@@ -414,8 +430,24 @@ impl Client {
             let s = self.submit_gated(plan, &files, secrets, &ticket, gate.as_ref())?;
             submitted.push(StepSubmitted { name: step.name.clone(), job_id: s.job_id, slurm_job_id: s.slurm_job_id });
         }
-        Ok(PipelineSubmitted { pipeline_id, steps: submitted })
+        Ok(PipelineSubmitted { pipeline_id, steps: submitted, warnings })
     }
+}
+
+/// What the online checks found: the plan fitted to the partitions, the cached image, the warnings.
+struct Checked {
+    plan: Plan,
+    cached: Option<String>,
+    warnings: Vec<String>,
+    partitions: Vec<crate::slurm::PartitionInfo>,
+}
+
+/// A plan ready to submit, the secret values completed, and what the caller is to be warned of.
+struct Ready {
+    plan: Plan,
+    secrets: SecretValues,
+    warnings: Vec<String>,
+    partitions: Vec<crate::slurm::PartitionInfo>,
 }
 
 /// A spec's own webhooks (`--notify`), checked (only http and https URLs).

@@ -310,3 +310,19 @@ fn a_job_paused_by_us_ends_a_wait_and_leaves_the_monitor_idle() {
     client.cancel_job(&running.job_id).unwrap();
     assert_eq!(monitor.step(&client).unwrap().active, 0, "nothing to follow while the other is paused");
 }
+
+#[test]
+fn status_says_when_webhooks_have_no_monitor_to_send_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = cluster_where_the_parent_fails(Arc::default(), Arc::default());
+    let client = client_over(&remote, &dir);
+    client.create_job(&spec(), &Default::default()).unwrap();
+    assert_eq!(client.unsent_notifications().unwrap(), None, "no webhook: nothing to say");
+    let hooked = crate::JobSpec { notify: vec!["http://127.0.0.1:9/hook".into()], ..spec() };
+    client.create_job(&hooked, &Default::default()).unwrap();
+    let note = client.unsent_notifications().unwrap().unwrap();
+    assert!(note.contains("1 active job(s) have webhooks and no monitor runs"), "{note}");
+    // A monitor holds the lock: it sends them.
+    let _lock = crate::client::MonitorLock::take(client.settings()).unwrap().unwrap();
+    assert_eq!(client.unsent_notifications().unwrap(), None);
+}

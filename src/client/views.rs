@@ -134,6 +134,8 @@ pub enum Submission {
 pub struct PipelineSubmitted {
     pub pipeline_id: String,
     pub steps: Vec<StepSubmitted>,
+    /// What the submission changed or fell back to, each named by its step, for the caller to show.
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]

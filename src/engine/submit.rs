@@ -19,6 +19,9 @@ pub struct Submitted {
     pub slurm_job_id: String,
     pub login_host: String,
     pub job_dir: String,
+    /// What the submission changed or fell back to (a capped wall time, a registry pull), for the
+    /// caller to show: nothing below the client prints.
+    pub warnings: Vec<String>,
 }
 
 /// Test hook: `TAO_SLURM_FAILPOINT=<name>` stops the submission at that point (it sleeps) so that a
@@ -99,5 +102,11 @@ pub fn submit(
             return Err(Error::RemoteCommand(message));
         }
     };
-    Ok(Submitted { job_id: job_id.clone(), slurm_job_id, login_host: out.host, job_dir: plan.layout.base_dir.clone() })
+    Ok(Submitted {
+        job_id: job_id.clone(),
+        slurm_job_id,
+        login_host: out.host,
+        job_dir: plan.layout.base_dir.clone(),
+        warnings: Vec::new(),
+    })
 }

@@ -19,6 +19,8 @@ pub struct SweepSubmitted {
     pub slurm_array_id: String,
     pub login_host: String,
     pub variants: Vec<VariantSubmitted>,
+    /// What the submission changed or fell back to, for the caller to show.
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
@@ -103,6 +105,7 @@ pub fn submit_sweep(
                 values: v.describe(),
             })
             .collect(),
+        warnings: Vec::new(),
     })
 }
 

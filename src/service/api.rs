@@ -295,7 +295,7 @@ pub async fn create_job(
     let st = state.clone();
     let w = ws.clone();
     let _in_pool = ws.pool.enter(&ws.id).await?;
-    let job_id = blocking(move || {
+    let (job_id, submit_warnings) = blocking(move || {
         w.with_client(|client| {
             // The org's record first: a replica that dies mid-submission leaves a job the next
             // lease holder finishes submitting, and that job is the org's, not a stray.
@@ -310,15 +310,18 @@ pub async fn create_job(
                 )
                 .retry_after(5)));
             }
-            if let Err(e) = client.create_job_planned(&spec, plan, &secrets) {
-                // Refused before it was recorded: nothing of it remains.
-                if !client.stored_jobs(std::slice::from_ref(&job_id)).is_ok_and(|v| !v.is_empty()) {
-                    let _ = st.remove_job(&job_id);
+            let submitted = match client.create_job_planned(&spec, plan, &secrets) {
+                Ok(submitted) => submitted,
+                Err(e) => {
+                    // Refused before it was recorded: nothing of it remains.
+                    if !client.stored_jobs(std::slice::from_ref(&job_id)).is_ok_and(|v| !v.is_empty()) {
+                        let _ = st.remove_job(&job_id);
+                    }
+                    return Err(e);
                 }
-                return Err(e);
-            }
+            };
             st.publish(client);
-            Ok(Ok(job_id))
+            Ok(Ok((job_id, submitted.warnings)))
         })
         .map_err(ApiError::engine)
     })
@@ -326,11 +329,25 @@ pub async fn create_job(
     ws.wake_monitor();
     tracing::info!(%org, workspace = %ws.id, job = %job_id, token = %token.id, "job created");
     let job = org_job(&state, &org, &job_id)?;
-    let mut r = json_text(StatusCode::CREATED, job.json.to_string());
+    let mut r = json_text(StatusCode::CREATED, with_warnings(&job.json, submit_warnings));
     if let Ok(v) = header::HeaderValue::from_str(&format!("/api/v2/orgs/{org}/jobs/{job_id}")) {
         r.headers_mut().insert(header::LOCATION, v);
     }
     Ok(r)
+}
+
+/// The created job's reply with the submission's warnings (a capped wall time, a registry pull)
+/// after those of its body's unused fields.
+fn with_warnings(json: &str, warnings: Vec<String>) -> String {
+    match serde_json::from_str::<serde_json::Value>(json) {
+        Ok(mut v) if !warnings.is_empty() => {
+            if let Some(list) = v.get_mut("warnings").and_then(|w| w.as_array_mut()) {
+                list.extend(warnings.into_iter().map(serde_json::Value::String));
+            }
+            v.to_string()
+        }
+        _ => json.to_string(),
+    }
 }
 
 #[utoipa::path(get, path = "/api/v2/orgs/{org}/jobs", tag = "jobs", security(("bearer" = [])),

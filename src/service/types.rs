@@ -304,7 +304,8 @@ pub struct TaoJobFields {
     pub inference_dataset_uri: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration_dataset_uri: Option<String>,
-    /// The request's fields tao-slurm did not use, each with why (TAO ignores unknown fields too).
+    /// The request's fields tao-slurm did not use, each with why (TAO ignores unknown fields too);
+    /// in the create reply also what the submission changed (a wall time capped at the MaxTime).
     #[serde(default)]
     pub warnings: Vec<String>,
 }

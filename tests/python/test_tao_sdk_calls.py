@@ -37,6 +37,18 @@ def test_slurm_time_hours_2_alone_submits_2_hours_with_a_1_8_hour_timeout_and_64
     assert f"timeout --signal=TERM --kill-after=60 {int(1.8 * 3600)}s srun" in script, "1.8 h inner timeout"
 
 
+def test_a_job_without_a_time_on_the_30_minute_partition_runs_with_a_warning(env, sdks, monkeypatch):
+    # No time asked for: the default 4 h is capped at debug's MaxTime, and the submission says so.
+    monkeypatch.delenv("SLURM_TIME_HOURS", raising=False)
+    monkeypatch.delenv("SLURM_TIMEOUT_HOURS", raising=False)
+    sdk = sdks()
+    with pytest.warns(UserWarning, match="default 04:00:00 is capped at the MaxTime 00:30:00 of partition debug"):
+        job = sdk.create_job(image=IMAGE, command="true", gpu_count=0, partition="debug")
+    assert sdk.wait(job.id, timeout=120).status == "Complete"
+    script = pathlib.Path(env["SLURM_BASE_RESULTS_DIR"], "sbatch", f"job_{job.id}.sbatch").read_text()
+    assert "#SBATCH --time=00:30:00" in script
+
+
 def test_storage_calls_rows_and_artifacts(env, sdks):
     sdk = sdks()
     # The job leaves checkpoints in its results directory, the newest written last.
@@ -70,7 +82,13 @@ def test_storage_calls_rows_and_artifacts(env, sdks):
         "step_id", "last_epoch", "instance_id", "created_at", "updated_at",
     }  # fmt: skip
     assert tao_keys <= set(row), tao_keys - set(row)
-    assert row["specs"] == {"train": {"num_epochs": 5}} and row["image"] == IMAGE and row["status"] == "Complete"
+    # The TAO SDK's types: specs as JSON text, step_id and last_epoch ints, the other columns text.
+    assert isinstance(row["specs"], str) and json.loads(row["specs"]) == {"train": {"num_epochs": 5}}
+    assert row["image"] == IMAGE and row["status"] == "Complete"
+    assert isinstance(row["step_id"], int) and isinstance(row["last_epoch"], int)
+    text_columns = [k for k in tao_keys if k not in ("specs", "step_id", "last_epoch", "parent_job_id")]
+    assert all(isinstance(row[k], str) for k in text_columns), {k: type(row[k]) for k in text_columns}
+    assert row["parent_job_id"] is None or isinstance(row["parent_job_id"], str)
     assert row["backend_job_id"] == f"tao-job-{job.id}" and row["slurm_job_id"]
     listed = [r for r in sdk.list_jobs(status="Complete") if r["job_id"] == job.id]
     assert listed == [row]

@@ -215,3 +215,33 @@ fn a_pause_and_a_resume_are_heard_and_the_resumed_attempt_starts_anew() {
     assert_eq!(&all[..4], &heard[..4]);
     assert!(all[1]["text"].as_str().unwrap().contains("was paused"), "{}", all[1]);
 }
+
+/// `submit --notify` with no monitor running starts one (only a monitor sends messages): the job's
+/// messages arrive without anyone starting a monitor by hand (issue 41).
+#[test]
+fn submit_with_notify_and_no_monitor_still_delivers() {
+    let env = Env::isolated();
+    let receiver = Receiver::start();
+    let hook = format!("json:http://127.0.0.1:{}/hooks/x", receiver.port);
+    let out = env.run(&["submit", "--image", "ubuntu:22.04", "--gpus", "0", "--notify", &hook, "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("started a background monitor"), "{stderr}");
+    let job = String::from_utf8_lossy(&out.stdout).split_whitespace().nth(2).unwrap().to_string();
+    let log = std::path::PathBuf::from(format!("{}.monitor.log", env.settings().state_path.display()));
+    // The job may end before the monitor sees it run: its `finished` is the message that must come
+    // (after one refused delivery: the receiver answers 500 first).
+    let finished = crate::common::wait::poll(Duration::from_secs(240), Duration::from_millis(300), || {
+        let ours: Vec<Value> = of_job(&receiver.messages(), &job).into_iter().cloned().collect();
+        match ours.iter().find(|m| m["event"] == "finished") {
+            Some(m) => Ok(m.clone()),
+            None => Err(format!("{ours:?}")),
+        }
+    })
+    .unwrap_or_else(|e| panic!("{e:?}; monitor log: {}", std::fs::read_to_string(&log).unwrap_or_default()));
+    assert_eq!(
+        (finished["job_id"].as_str(), finished["attempt"].as_u64()),
+        (Some(job.as_str()), Some(1)),
+        "{finished}"
+    );
+}

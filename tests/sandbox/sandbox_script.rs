@@ -139,6 +139,50 @@ fn partition_limits_are_checked_before_submitting() {
     assert!(env.json(&["list", "--json"]).as_array().unwrap().is_empty(), "dry run submitted nothing");
 }
 
+/// A job that asks for no wall time on the sandbox's 30-minute `debug` partition gets the default
+/// (4 h) capped at its MaxTime, with a warning naming both, and runs (issue 41); one that asks for
+/// an hour there is still refused.
+#[test]
+fn a_job_without_a_time_fits_a_short_partition() {
+    let env = Env::new();
+    let out = env.run(&["submit", "--image", "ubuntu:22.04", "--gpus", "0", "--partition", "debug", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("default 04:00:00 is capped at the MaxTime 00:30:00 of partition debug"), "{stderr}");
+    let job = String::from_utf8_lossy(&out.stdout).split_whitespace().nth(2).unwrap().to_string();
+    let v = env.wait_terminal(&job, std::time::Duration::from_secs(300));
+    assert_eq!(v["status"].as_str(), Some("Complete"), "{v}");
+    let text = env.ok(&[
+        "submit",
+        "--dry-run",
+        "--image",
+        "ubuntu:22.04",
+        "--gpus",
+        "0",
+        "--partition",
+        "debug",
+        "--",
+        "true",
+    ]);
+    assert!(text.contains("#SBATCH --time=00:30:00"), "{text}");
+    let out = env.run(&[
+        "submit",
+        "--image",
+        "ubuntu:22.04",
+        "--gpus",
+        "0",
+        "--partition",
+        "debug",
+        "--time-hours",
+        "1",
+        "--",
+        "true",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("01:00:00 exceeds the MaxTime 00:30:00 of partition debug"), "{stderr}");
+}
+
 #[test]
 fn render_needs_no_network() {
     let mut env = Env::isolated();

@@ -33,7 +33,7 @@ class Service:
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory):
+def service(tmp_path_factory, request):
     home = tmp_path_factory.mktemp("home")
     env = user_env(home)
     clusters = home / "clusters.toml"
@@ -49,6 +49,12 @@ def service(tmp_path_factory):
     env["SLURM_TIMEOUT_HOURS"] = "0.2"
     # A small download cap, so that a test can pass it.
     env["TAO_SLURM_DOWNLOAD_MAX_BYTES"] = str(DOWNLOAD_CAP)
+    # A test module's own settings (`SERVICE_ENV`; None removes one).
+    for k, v in getattr(request.module, "SERVICE_ENV", {}).items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
     made = subprocess.run(
         [binary(), "token", "create", "--org", ORG, "--name", "tao-client", "--admin", "--json"],
         env=env, capture_output=True, text=True, timeout=60, check=False,

@@ -403,7 +403,7 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
     let command = resolve_command(spec, &layout)?;
     let (resources, cosmos) = resolve_job_resources(spec, settings, &command)?;
     let (partition, account) = resolve_placement(spec, settings)?;
-    let (time_minutes, timeout_seconds) = resolve_times(spec, settings, &partition)?;
+    let (time_minutes, timeout_seconds) = resolve_times(spec, settings, &partition, None)?;
     let (env, secret_names) = resolve_environment(spec, settings)?;
     check_slurm_fields(spec)?;
     let sbatch_options = resolve_sbatch_options(spec, settings)?;
@@ -617,17 +617,29 @@ fn resolve_placement(spec: &JobSpec, settings: &Settings) -> Result<(String, Opt
 
 /// The wall time in minutes and the inner timeout in seconds, the timeout shorter than the wall time
 /// (so the job can requeue itself) and the wall time within the default partitions' limit.
-fn resolve_times(spec: &JobSpec, settings: &Settings, partition: &str) -> Result<(u64, u64), SpecError> {
-    let time_hours = spec.time_hours.unwrap_or(settings.time_hours);
+/// `cap_minutes`: the wall time a job that asks for none is capped at (its partitions' MaxTime).
+fn resolve_times(
+    spec: &JobSpec,
+    settings: &Settings,
+    partition: &str,
+    cap_minutes: Option<u64>,
+) -> Result<(u64, u64), SpecError> {
+    let mut time_hours = spec.time_hours.unwrap_or(settings.time_hours);
     check_hours("time_hours", time_hours)?;
+    let mut time_minutes = hours_to_minutes(time_hours);
+    let cap = cap_minutes.filter(|&cap| spec.time_hours.is_none() && time_minutes > cap);
+    if let Some(cap) = cap {
+        time_minutes = cap.max(1);
+        time_hours = time_minutes as f64 / 60.0;
+    }
     let timeout_hours = match (spec.timeout_hours, settings.timeout_hours) {
         (Some(t), _) => t,
-        // A job's own shorter wall time is not refused for the setting's longer timeout.
-        (None, Some(t)) if spec.time_hours.is_none() || t < time_hours => t,
+        // A job's own shorter wall time is not refused for the setting's longer timeout, nor is a
+        // capped default wall time.
+        (None, Some(t)) if t < time_hours || (spec.time_hours.is_none() && cap.is_none()) => t,
         (None, _) => default_timeout_hours(time_hours),
     };
     check_hours("timeout_hours", timeout_hours)?;
-    let time_minutes = hours_to_minutes(time_hours);
     let timeout_seconds = ((timeout_hours * 3600.0).ceil() as u64).max(1);
     if timeout_hours >= time_hours || timeout_seconds >= time_minutes * 60 {
         return Err(SpecError::new(
@@ -790,6 +802,39 @@ fn checked_base_dir(settings: &Settings) -> Result<String, SpecError> {
         ));
     }
     Ok(base)
+}
+
+/// Fit a plan to the cluster's partitions: a job that asked for no wall time gets the default capped
+/// at the shortest MaxTime of its partitions (the inner timeout and the requeue budget follow from
+/// the capped time), with a warning naming both; then [`check_partition_limits`]. Returns the warning.
+/// Pure: the partitions come from `scontrol show partition`.
+pub fn fit_partition_limits(
+    spec: &JobSpec,
+    settings: &Settings,
+    plan: &mut Plan,
+    partitions: &[crate::slurm::PartitionInfo],
+) -> Result<Option<String>, SpecError> {
+    let shortest = plan
+        .partition
+        .split(',')
+        .filter_map(|w| partitions.iter().find(|p| p.name == w))
+        .filter_map(|p| p.max_time_minutes.map(|m| (m, p.name.as_str())))
+        .min_by_key(|(m, _)| *m);
+    let mut warning = None;
+    if let Some((cap, name)) = shortest.filter(|(cap, _)| spec.time_hours.is_none() && plan.time_minutes > *cap) {
+        let (time_minutes, timeout_seconds) = resolve_times(spec, settings, &plan.partition, Some(cap))?;
+        let (requeues, total) =
+            resolve_queue_budget(spec, plan.requeue, timeout_seconds, plan.checkpoint_grace_seconds)?;
+        warning = Some(format!(
+            "warning: no wall time asked for: the default {} is capped at the MaxTime {} of partition {name} (ask for one with --time-hours / time_hours)",
+            crate::slurm::format_duration_minutes(plan.time_minutes),
+            crate::slurm::format_duration_minutes(time_minutes),
+        ));
+        (plan.time_minutes, plan.timeout_seconds) = (time_minutes, timeout_seconds);
+        (plan.max_timeout_requeues, plan.total_time_seconds) = (requeues, total);
+    }
+    check_partition_limits(plan, partitions)?;
+    Ok(warning)
 }
 
 /// Check a plan against the cluster's partitions: each must exist, and the wall time must fit its
@@ -964,6 +1009,39 @@ pub(crate) mod tests {
         assert!(err.message.contains("(polar, long)"), "{err}");
         let p = resolve(&JobSpec { partition: Some("nope".into()), ..spec() }, &s).unwrap();
         assert_eq!(check_partition_limits(&p, &parts).unwrap_err().field, "partition");
+    }
+
+    #[test]
+    fn a_job_without_a_time_is_capped_at_its_partition() {
+        let parts = crate::slurm::parse_partitions(
+            "PartitionName=polar MaxTime=04:00:00\nPartitionName=debug MaxTime=00:30:00\n",
+        );
+        let s = settings();
+        let spec = JobSpec { partition: Some("debug".into()), ..spec() };
+        let mut p = resolve(&spec, &s).unwrap();
+        assert_eq!(p.time_minutes, 240);
+        let w = fit_partition_limits(&spec, &s, &mut p, &parts).unwrap().unwrap();
+        assert!(w.contains("default 04:00:00 is capped at the MaxTime 00:30:00 of partition debug"), "{w}");
+        // The inner timeout's default follows from the capped wall time (0.2 h less).
+        assert_eq!((p.time_minutes, p.timeout_seconds), (30, 18 * 60));
+        // Both partitions: the shorter one's MaxTime.
+        let both = JobSpec { partition: Some("polar,debug".into()), ..spec.clone() };
+        let mut p = resolve(&both, &s).unwrap();
+        assert!(fit_partition_limits(&both, &s, &mut p, &parts).unwrap().is_some());
+        assert_eq!(p.time_minutes, 30);
+        // A time asked for is still refused when too long, and one that fits gets no warning.
+        let asked = JobSpec { time_hours: Some(1.0), ..spec.clone() };
+        let mut p = resolve(&asked, &s).unwrap();
+        let err = fit_partition_limits(&asked, &s, &mut p, &parts).unwrap_err();
+        assert!(err.field == "time_hours" && err.message.contains("01:00:00 exceeds the MaxTime 00:30:00"), "{err}");
+        let polar = JobSpec { partition: Some("polar".into()), ..spec.clone() };
+        let mut p = resolve(&polar, &s).unwrap();
+        assert_eq!(fit_partition_limits(&polar, &s, &mut p, &parts).unwrap(), None);
+        // A setting's inner timeout longer than the capped time falls back to the default rule.
+        let t = tao_settings(&[("SLURM_TIMEOUT_HOURS", "3")]);
+        let mut p = resolve(&spec, &t).unwrap();
+        fit_partition_limits(&spec, &t, &mut p, &parts).unwrap();
+        assert_eq!(p.timeout_seconds, 18 * 60);
     }
 
     #[test]

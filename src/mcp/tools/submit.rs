@@ -107,10 +107,15 @@ pub fn submit(client: &Client, args: SubmitArgs) -> Result<Reply<SubmitOut>, Too
     if args.dry_run {
         return dry_run(client, &spec, warnings);
     }
-    let (resources, secret_env) = (resources(&plan), plan.secret_names.clone());
-    // The plan resolved above is the one submitted.
+    let (mut resources, secret_env) = (resources(&plan), plan.secret_names.clone());
+    // The plan resolved above is the one submitted (its wall time fitted to the partition).
     let submitted = client.create_job_planned(&spec, plan, &secrets).map_err(|e| ToolError::engine(e, "job_id"))?;
-    let monitor_started = if args.monitor {
+    if let Ok(recorded) = client.recorded_plan(&submitted.job_id) {
+        resources.time_minutes = recorded.time_minutes;
+    }
+    let warnings: Vec<String> = warnings.into_iter().chain(submitted.warnings.iter().cloned()).collect();
+    // Webhooks are sent by the monitor: `notify` starts one as `monitor` does.
+    let monitor_started = if args.monitor || !spec.notify.is_empty() {
         Some(crate::client::start_background_monitor(client.settings()).map_err(|e| ToolError::engine(e, "monitor"))?)
     } else {
         None
@@ -153,7 +158,8 @@ fn resources(plan: &crate::plan::Plan) -> ResourcesOut {
 
 /// The online checks a submit would make, and the files it would stage; nothing is submitted.
 fn dry_run(client: &Client, spec: &JobSpec, warnings: Vec<String>) -> Result<Reply<SubmitOut>, ToolError> {
-    let plan = client.check_online(spec).map_err(|e| ToolError::engine(e, "job_id"))?;
+    let (plan, fitted) = client.check_online(spec).map_err(|e| ToolError::engine(e, "job_id"))?;
+    let warnings: Vec<String> = warnings.into_iter().chain(fitted).collect();
     let files = client.staged_files(spec, &plan);
     let mut checks = vec!["settings and every job field are valid".to_string()];
     if !plan.required_paths.is_empty() {
@@ -212,8 +218,10 @@ fn submit_group(client: &Client, args: &SubmitArgs, spec: &JobSpec) -> Result<Re
         time_minutes: plan.time_minutes,
         image: plan.image.pyxis.clone(),
     };
+    let warnings;
     let (summary, group_id, first_job, jobs, slurm, host) = if spec.sweep.is_some() {
         let s = client.create_sweep(spec, &secrets).map_err(|e| ToolError::engine(e, "sweep"))?;
+        warnings = s.warnings.clone();
         (
             format!(
                 "submitted sweep {} ({} variants, Slurm job array {} via {})",
@@ -230,6 +238,7 @@ fn submit_group(client: &Client, args: &SubmitArgs, spec: &JobSpec) -> Result<Re
         )
     } else {
         let p = client.create_pipeline(spec, &secrets).map_err(|e| ToolError::engine(e, "steps"))?;
+        warnings = p.warnings.clone();
         let names: Vec<String> = p.steps.iter().map(|s| format!("{} ({})", s.name, s.job_id)).collect();
         (
             format!("submitted pipeline {}: {}", p.pipeline_id, names.join(", ")),
@@ -240,7 +249,7 @@ fn submit_group(client: &Client, args: &SubmitArgs, spec: &JobSpec) -> Result<Re
             None,
         )
     };
-    let monitor_started = if args.monitor {
+    let monitor_started = if args.monitor || !spec.notify.is_empty() {
         Some(crate::client::start_background_monitor(client.settings()).map_err(|e| ToolError::engine(e, "monitor"))?)
     } else {
         None
@@ -253,7 +262,7 @@ fn submit_group(client: &Client, args: &SubmitArgs, spec: &JobSpec) -> Result<Re
         job_dir: plan.layout.base_dir.clone(),
         resources,
         secret_env: plan.secret_names.clone(),
-        warnings: Vec::new(),
+        warnings,
         checks: Vec::new(),
         script: None,
         staged_files: Vec::new(),
