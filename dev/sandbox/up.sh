@@ -5,6 +5,8 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=lib.sh
 . "$HERE/lib.sh"
+# shellcheck source=runtime.sh
+. "$HERE/runtime.sh"
 
 # --slurm 24.11: the second cluster, in a Debian 13 root (up-24.11.sh); plain up.sh is the 22.05 one
 case "${1:-}" in
@@ -31,6 +33,8 @@ SLURMCTLD_PORT="${SLURMCTLD_PORT:-6817}"
 SLURMDBD_PORT="${SLURMDBD_PORT:-6819}"
 SLURMD_PORT_BASE="${SLURMD_PORT_BASE:-17000}"   # nodeN listens on BASE+N
 DB_PORT="${DB_PORT:-3307}"
+REGISTRY_PORT="${REGISTRY_PORT:-5101}"                   # the sandbox's registry (public images)
+REGISTRY_PRIVATE_PORT="${REGISTRY_PRIVATE_PORT:-5102}"   # ... and its private org (credentials)
 UP_SMOKE="${UP_SMOKE:-1}"
 UP_TIMEOUT="${UP_TIMEOUT:-90}"
 
@@ -98,7 +102,8 @@ flock -w 120 9 || die "another up.sh holds $SD/.up.lock"
 
 # ---- 1. packages ---------------------------------------------------------------
 PKGS=(slurm-wlm slurmctld slurmd slurm-client slurmdbd libslurm-dev munge
-      mariadb-server mariadb-client openssh-server openssh-client gcc libc6-dev postgresql postgresql-client openssl)
+      mariadb-server mariadb-client openssh-server openssh-client gcc libc6-dev postgresql postgresql-client openssl
+      "${RUNTIME_PKGS[@]}")
 installed=" $({ dpkg-query -W -f='${db:Status-Abbrev}${Package} ' "${PKGS[@]}" 2>/dev/null || true; } | tr -s ' ' | sed 's/ii \([^ ]*\)/+\1/g') "
 missing=()
 for p in "${PKGS[@]}"; do
@@ -168,13 +173,14 @@ install -d -m 0700 -o "$TENANT_USER" -g "$TENANT_USER" "$TENANT_HOME/.ssh" "$SD/
 [[ -f "$TENANT_HOME/.ssh/authorized_keys" ]] \
     || install -m 0600 -o "$TENANT_USER" -g "$TENANT_USER" /dev/null "$TENANT_HOME/.ssh/authorized_keys"
 user_rc up.sh "$TENANT_USER:$TENANT_USER" "$TENANT_HOME"
-# enroot credentials (a stand-in key: the sandbox's enroot pulls nothing), as a user installs once;
+# enroot credentials (the key of the sandbox registry's private org), as a user installs once;
 # a workspace's preflight needs them (tests/sandbox/preflight.rs removes and reinstalls slurmuser's)
+ngc_key="$(registry_key)"
 for who in "$SSH_USER:$USER_HOME" "$TENANT_USER:$TENANT_HOME"; do
     u="${who%%:*}"; h="${who#*:}"
     [[ -f "$h/.config/enroot/.credentials" ]] && continue
     install -d -m 0700 -o "$u" -g "$u" "$h/.config" "$h/.config/enroot"
-    T="$(mktemp)"; printf 'machine nvcr.io login $oauthtoken password sandbox-%s-key\n' "$u" >"$T"
+    T="$(mktemp)"; printf 'machine nvcr.io login $oauthtoken password %s\n' "$ngc_key" >"$T"
     install -m 0600 -o "$u" -g "$u" "$T" "$h/.config/enroot/.credentials"; rm -f "$T"
 done
 
@@ -223,6 +229,11 @@ if [[ ! -f "$SD/lib/container_stub.so" || "$HERE/spank/container_stub.c" -nt "$S
     mv -f "$SD/lib/container_stub.so.tmp" "$SD/lib/container_stub.so"
     CHANGED+=("$SD/lib/container_stub.so")
 fi
+
+# the real container runtime (runtime.sh): Enroot and Pyxis from the vendored archives, built once
+runtime_verify
+enroot_install
+pyxis_install "$(dpkg-query -W -f='${Version}' libslurm-dev)" "$SD/.pyxis-build"
 
 # slurm.conf
 T="$(mktemp)"; slurm_conf up.sh >"$T"; put_file "$T" "$ETC/slurm.conf" 0644
@@ -286,6 +297,8 @@ SANDBOX_TENANT=$TENANT_USER
 SANDBOX_DIR=$SD
 SANDBOX_SSHD_LOGS=$LOG/sshd-$SSH_PORT.log,$LOG/sshd-$SSH_PORT2.log
 SANDBOX_SSH_PORTS=$SSH_PORT,$SSH_PORT2
+SANDBOX_REGISTRY_PORTS=$REGISTRY_PORT,$REGISTRY_PRIVATE_PORT
+SANDBOX_PRIVATE_IMAGE=nvcr.io/$PRIVATE_ORG/tao-toolkit:6.26.3-pyt
 TAO_SLURM_TEST_DATABASE_URL=postgresql://$PG_USER:$PG_PASS@127.0.0.1:$PG_PORT/$PG_DB
 EOF
 put_file "$T" "$SD/settings.env" 0644
@@ -408,6 +421,10 @@ for port in "$SSH_PORT" "$SSH_PORT2"; do
     fi
 done
 phase_done "sshd x2"
+
+# ---- 8b. the image registries ------------------------------------------------------------------
+registries_up
+phase_done "registries + images"
 
 # ---- 9. smoke test --------------------------------------------------------------------------------
 if [[ "$UP_SMOKE" != 0 ]]; then

@@ -11,6 +11,7 @@ mod common;
 mod service_support;
 
 mod architecture;
+mod container_runtime;
 mod long_training;
 mod notify;
 mod pause_resume;
