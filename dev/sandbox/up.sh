@@ -381,7 +381,9 @@ phase_done slurmctld
 # ---- 7. slurmd x NODES -------------------------------------------------------------------------
 for i in $(seq 1 "$NODES"); do
     if ! running "slurmd-node$i" /usr/sbin/slurmd; then
-        /usr/sbin/slurmd -f "$ETC/slurm.conf" -N "node$i" 9>&- || die "slurmd node$i failed to start" "$LOG/slurm/slurmd-node$i.log"
+        # Pyxis runs enroot from slurmstepd's PATH: the node's own (runtime.sh)
+        env PATH="$SD/enroot/node/node$i:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+            /usr/sbin/slurmd -f "$ETC/slurm.conf" -N "node$i" 9>&- || die "slurmd node$i failed to start" "$LOG/slurm/slurmd-node$i.log"
     fi
 done
 if [[ $reconf == 1 ]]; then
