@@ -36,6 +36,7 @@ DB_PORT="${DB_PORT:-3307}"
 REGISTRY_PORT="${REGISTRY_PORT:-5101}"                   # the sandbox's registry (public images)
 REGISTRY_PRIVATE_PORT="${REGISTRY_PRIVATE_PORT:-5102}"   # ... and its private org (credentials)
 UP_SMOKE="${UP_SMOKE:-1}"
+PYXIS_PLUGIN="${PYXIS_PLUGIN:-stub}"   # real: NVIDIA Pyxis + Enroot (runtime.sh); stub: spank/container_stub.c
 UP_TIMEOUT="${UP_TIMEOUT:-90}"
 
 export DEBIAN_FRONTEND=noninteractive
@@ -151,7 +152,15 @@ getent hosts "$HOST" >/dev/null || echo "127.0.0.1 $HOST" >>/etc/hosts
 if ! getent passwd "$SSH_USER" >/dev/null; then
     useradd -M -U -d "$USER_HOME" -s /bin/bash "$SSH_USER"
 fi
-[[ "$(getent passwd "$SSH_USER" | cut -d: -f6)" == "$USER_HOME" ]] || usermod -d "$USER_HOME" "$SSH_USER"
+cur_home="$(getent passwd "$SSH_USER" | cut -d: -f6)"
+if [[ "$cur_home" != "$USER_HOME" ]]; then
+    # never take the user from another sandbox on this host (its logins would stop working)
+    other="$(dirname "$(dirname "$cur_home")")"
+    if [[ -e "$other/.tao-slurm-sandbox" && "$other" != "$SD" ]]; then
+        die "$SSH_USER's home is in the sandbox $other: a second sandbox on this host needs its own SSH_USER (and TENANT_USER)"
+    fi
+    usermod -d "$USER_HOME" "$SSH_USER"
+fi
 # ...and a password, which only a test's own keyboard-interactive sshd asks for (the `login` tests of
 # a host that prompts); the sandbox's login sshds take keys only. Readable by root only.
 [[ -s "$SD/login-password" ]] || (umask 077; head -c 18 /dev/urandom | base64 | tr -d '/+=' >"$SD/login-password")
@@ -212,7 +221,9 @@ user_rc up.sh "$SSH_USER:$SSH_USER" "$USER_HOME"
 # (prints the rendezvous and ranks it was given; for multi-node launch tests), and a TAO container's
 # `python` with a stand-in of TAO's container entrypoint (nvidia_tao_core...container_handler) in
 # $SD/pylib, for the TAO-job tests (tests/tao_client)
-stand_in_tools enroot aws huggingface-cli torchrun python tensorboard
+stand_in_tools aws huggingface-cli torchrun python tensorboard
+# the fake enroot with the stand-in Pyxis; with the real one, runtime.sh puts the real one there
+if [[ "$PYXIS_PLUGIN" == stub ]]; then stand_in_tools enroot; fi
 TAO_PKG="$SD/pylib/nvidia_tao_core/microservices/handlers"
 install -d -m 0755 "$TAO_PKG"
 for d in nvidia_tao_core nvidia_tao_core/microservices nvidia_tao_core/microservices/handlers; do
@@ -237,13 +248,20 @@ pyxis_install "$(dpkg-query -W -f='${Version}' libslurm-dev)" "$SD/.pyxis-build"
 
 # slurm.conf
 T="$(mktemp)"; slurm_conf up.sh >"$T"; put_file "$T" "$ETC/slurm.conf" 0644
+# ... and each slurmd's copy, naming its own plugstack (lib.sh)
+for i in $(seq 1 "$NODES"); do
+    T="$(mktemp)"; sed "s;^PlugStackConfig=.*;PlugStackConfig=$ETC/plugstack-node$i.conf;" "$ETC/slurm.conf" >"$T"
+    put_file "$T" "$ETC/slurm-node$i.conf" 0644
+done
 
 gres_conf_file
 T="$(mktemp)"
 printf 'CgroupPlugin=autodetect\nConstrainCores=no\nConstrainRAMSpace=no\nConstrainDevices=no\n' >"$T"
 put_file "$T" "$ETC/cgroup.conf" 0644
-# Pyxis stand-in always back ON (heals a test that left it off with pyxis-ctl.sh off)
-plugstack_set on
+# Pyxis always back ON (heals a test that left it off with pyxis-ctl.sh off)
+[[ "$PYXIS_PLUGIN" == real || "$PYXIS_PLUGIN" == stub ]] || die "PYXIS_PLUGIN must be real or stub, not '$PYXIS_PLUGIN'"
+T="$(mktemp)"; echo "$PYXIS_PLUGIN" >"$T"; put_file "$T" "$ETC/pyxis-plugin" 0644
+plugstack_set on $(seq -f 'node%g' 1 "$NODES")
 if [[ $PLUGSTACK_CHANGED == 1 ]]; then CHANGED+=("$ETC/plugstack.conf"); fi
 
 T="$(mktemp)"; slurmdbd_conf up.sh >"$T"; put_file "$T" "$ETC/slurmdbd.conf" 0600 slurm:slurm
@@ -369,7 +387,7 @@ reconf=0
 if running slurmctld /usr/sbin/slurmctld; then
     # plugstack.conf is not a trigger: srun/sbatch and slurmstepd read it at each invocation / step
     # launch (pyxis-ctl.sh relies on that), so healing a pyxis-ctl.sh off needs no reconfigure
-    if changed "$ETC/slurm.conf" "$ETC/gres.conf"; then reconf=1; fi
+    if changed "$ETC/slurm.conf" "$ETC/gres.conf" "$ETC"/slurm-node*.conf; then reconf=1; fi
     wait_for 30 "slurmctld" slurmctld_answers || die "slurmctld does not answer" "$LOG/slurm/slurmctld.log"
 else
     rc=0; slurmctld_start || rc=$?   # shared with service-ctl.sh start slurmctld
@@ -383,7 +401,7 @@ for i in $(seq 1 "$NODES"); do
     if ! running "slurmd-node$i" /usr/sbin/slurmd; then
         # Pyxis runs enroot from slurmstepd's PATH: the node's own (runtime.sh)
         env PATH="$SD/enroot/node/node$i:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
-            /usr/sbin/slurmd -f "$ETC/slurm.conf" -N "node$i" 9>&- || die "slurmd node$i failed to start" "$LOG/slurm/slurmd-node$i.log"
+            /usr/sbin/slurmd -f "$ETC/slurm-node$i.conf" -N "node$i" 9>&- || die "slurmd node$i failed to start" "$LOG/slurm/slurmd-node$i.log"
     fi
 done
 if [[ $reconf == 1 ]]; then
@@ -435,12 +453,20 @@ if [[ "$UP_SMOKE" != 0 ]]; then
     l2pid=$!
     # one ssh session: the 2-node srun, then a batch job (sbatch first would make srun queue behind it)
     errf="$RUN/smoke.err"
-    out="$(timeout 60 "${SSH[@]}" sandbox-login1 \
-        "srun --nodes=2 --ntasks-per-node=1 --gres=gpu:8 --container-image=foo#bar:1 --container-mounts=/lustre bash -c 'echo \$SLURM_NODEID \$SPANK_CONTAINER_IMAGE' && sbatch --parsable --wrap true" 2>"$errf")" \
+    # the stand-in exports what it was given; real Pyxis runs the image (its os-release names it)
+    if [[ "$PYXIS_PLUGIN" == real ]]; then
+        smoke_srun="--container-image=nvcr.io#nvidia/pytorch:24.01-py3 --container-mounts=$SD/shared:$SD/shared:ro sh -c 'echo \$SLURM_NODEID \$(. /etc/os-release; echo \$ID)'"
+        smoke_want="0 tao-slurm-sandbox;1 tao-slurm-sandbox;"
+    else
+        smoke_srun="--container-image=foo#bar:1 --container-mounts=/lustre bash -c 'echo \$SLURM_NODEID \$SPANK_CONTAINER_IMAGE'"
+        smoke_want="0 foo#bar:1;1 foo#bar:1;"
+    fi
+    out="$(timeout 90 "${SSH[@]}" sandbox-login1 \
+        "srun --nodes=2 --ntasks-per-node=1 --gres=gpu:8 $smoke_srun && sbatch --parsable --wrap true" 2>"$errf")" \
         || die "smoke srun/sbatch over ssh failed: $out $(cat "$errf")" "$LOG/sshd-$SSH_PORT.log" "$LOG/slurm/slurmctld.log" "$LOG/slurm/slurmd-node1.log"
     jid="$(tail -n1 <<<"$out")"
     [[ "$jid" =~ ^[0-9]+$ ]] || die "smoke sbatch printed: $out $(cat "$errf")" "$LOG/slurm/slurmctld.log"
-    [[ "$(head -n -1 <<<"$out" | sort | tr '\n' ';')" == "0 foo#bar:1;1 foo#bar:1;" ]] \
+    [[ "$(head -n -1 <<<"$out" | grep -v '^pyxis: ' | sort | tr '\n' ';')" == "$smoke_want" ]] \
         || die "smoke srun printed unexpected output: $out $(cat "$errf")" "$LOG/slurm/slurmctld.log" "$LOG/slurm/slurmd-node1.log"
     state=""
     for _ in $(seq 1 200); do
