@@ -98,6 +98,10 @@ EOF
     t="$(mktemp)"
     sed -e "s;@ENROOT@;$dst/bin/enroot;" -e "s;@REGISTRY_ENV@;$SD/registry/ports.env;" "$HERE/enroot-front" >"$t"
     put_file "$t" "$dst/front/enroot" 0755
+    # a job's own `enroot` (the SQSH cache's import) on the users' PATH, with the real Pyxis
+    if [[ "${PYXIS_PLUGIN:-stub}" == real ]]; then
+        t="$(mktemp)"; cp "$dst/front/enroot" "$t"; put_file "$t" "$SD/bin/enroot" 0755
+    fi
     for n in $(seq -f 'node%g' 1 "$NODES"); do
         install -d -m 0755 "$dst/node/$n"
         t="$(mktemp)"
