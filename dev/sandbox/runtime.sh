@@ -135,7 +135,9 @@ pyxis_install() {
         install -m 0755 "$dir/spank_pyxis.so" "$SD/lib/spank_pyxis.so.tmp"
         mv -f "$SD/lib/spank_pyxis.so.tmp" "$SD/lib/spank_pyxis.so"
     fi
-    install -d -m 0755 "$SD/pyxis"
+    # each node's runtime_path (lib.sh's plugstack): Pyxis makes it only when slurmd starts with it
+    local n
+    for n in login $(seq -f 'node%g' 1 "$NODES"); do install -d -m 0755 "$SD/pyxis/$n"; done
 }
 
 # ---- images and the registry -----------------------------------------------------------------------
