@@ -316,6 +316,12 @@ SANDBOX_DIR=$SD
 SANDBOX_SSHD_LOGS=$LOG/sshd-$SSH_PORT.log,$LOG/sshd-$SSH_PORT2.log
 SANDBOX_SSH_PORTS=$SSH_PORT,$SSH_PORT2
 SANDBOX_REGISTRY_PORTS=$REGISTRY_PORT,$REGISTRY_PRIVATE_PORT
+SANDBOX_PYXIS=$PYXIS_PLUGIN
+EOF
+# the default mount is /lustre (the contract's); real Pyxis fails a step whose mount source does not
+# exist, and here the shared storage is $SD/shared
+if [[ "$PYXIS_PLUGIN" == real ]]; then echo "SLURM_CONTAINER_MOUNTS=$SD/shared" >>"$T"; fi
+cat >>"$T" <<EOF
 SANDBOX_PRIVATE_IMAGE=nvcr.io/$PRIVATE_ORG/tao-toolkit:6.26.3-pyt
 TAO_SLURM_TEST_DATABASE_URL=postgresql://$PG_USER:$PG_PASS@127.0.0.1:$PG_PORT/$PG_DB
 EOF
