@@ -51,7 +51,7 @@ grep ERROR $cfg/out
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[0], "4.1.2", "{out}");
     assert!(lines.contains(&"PRETTY_NAME=\"tao-slurm sandbox image nvidia/pytorch:24.01-py3\""), "{out}");
-    assert!(lines.contains(&"slurmuser") && lines.contains(&"42"), "{out}");
+    assert!(lines.contains(&sandbox::setting("SLURM_USER")) && lines.contains(&"42"), "{out}");
     assert!(lines.contains(&"node2: 1") && lines.contains(&"node3: 0"), "a named container is its node's own: {out}");
     assert!(lines.contains(&"without credentials: rc=1"), "{out}");
     assert!(lines.contains(&"[INFO] Authenticating with user: <anonymous>"), "{out}");

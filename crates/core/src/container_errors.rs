@@ -2,7 +2,6 @@
 //! step's log (recorded in tests/fixtures/slurm-*/pyxis-*.txt): which cause, whose fault, and what to
 //! do. Pure: the log comes in, a verdict comes out.
 
-use crate::retry::FailureClass;
 use regex::Regex;
 use std::sync::LazyLock;
 
@@ -21,11 +20,18 @@ pub enum ContainerCause {
     ImportFailed,
 }
 
-/// A classified container failure: its cause, the retry class, the line that shows it, and the fix.
+/// Whose fault a container failure is: the user's (surfaced at once) or the cluster's (retried).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    User,
+    Infra,
+}
+
+/// A classified container failure: its cause, whose fault, the line that shows it, and the fix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerFailure {
     pub cause: ContainerCause,
-    pub class: FailureClass,
+    pub fault: Fault,
     pub line: String,
     pub remediation: &'static str,
 }
@@ -39,7 +45,7 @@ in ~/.config/enroot/.credentials on the cluster with `tao-slurm credentials enro
 /// missing image is also reported after an anonymous authentication).
 struct Rule {
     cause: ContainerCause,
-    class: FailureClass,
+    fault: Fault,
     pattern: &'static str,
     remediation: &'static str,
 }
@@ -47,33 +53,33 @@ struct Rule {
 const RULES: &[Rule] = &[
     Rule {
         cause: ContainerCause::MountSourceMissing,
-        class: FailureClass::User,
+        fault: Fault::User,
         pattern: r"pyxis: --container-mounts: source path does not exist: .*",
         remediation: "a mount's source path does not exist on the node: create it on the cluster's shared storage, or \
 fix the job's mounts (its dataset roots and --mount values)",
     },
     Rule {
         cause: ContainerCause::ImageNotFound,
-        class: FailureClass::User,
+        fault: Fault::User,
         pattern: r"returned error code: 404 Not Found|manifest unknown|MANIFEST_UNKNOWN|NAME_UNKNOWN",
         remediation: "the registry has no such image or tag: check the image name and tag, and that the image exists in the registry",
     },
     Rule {
         cause: ContainerCause::Unauthorized,
-        class: FailureClass::User,
+        fault: Fault::User,
         pattern: r"returned error code: 40[13] (Unauthorized|Forbidden)|Could not process JSON input|Authenticating with user: <anonymous>",
         remediation: CREDENTIALS_REMEDIATION,
     },
     Rule {
         cause: ContainerCause::NoSpace,
-        class: FailureClass::Infra,
+        fault: Fault::Infra,
         pattern: r"(?i)No space left on device|Disk quota exceeded",
         remediation: "the node ran out of space for the image: the job is retried on other nodes; if it persists, free \
 space in Enroot's cache and data paths or use the SQSH cache (--sqsh)",
     },
     Rule {
         cause: ContainerCause::ImportFailed,
-        class: FailureClass::Infra,
+        fault: Fault::Infra,
         pattern: r"pyxis: failed to (import docker image|create container filesystem)",
         remediation: "the image could not be imported or unpacked on the node: the job is retried; if it persists, \
 check the registry from the cluster (enroot import) and the node's Enroot setup",
@@ -98,7 +104,7 @@ pub fn container_failure(log: &str) -> Option<ContainerFailure> {
         let line = log.lines().find(|l| re.is_match(l))?;
         Some(ContainerFailure {
             cause: rule.cause,
-            class: rule.class,
+            fault: rule.fault,
             line: line.trim().to_string(),
             remediation: rule.remediation,
         })
@@ -116,39 +122,39 @@ mod tests {
 
     #[test]
     fn real_pyxis_and_enroot_lines_get_their_cause_class_and_remediation() {
-        let cases: &[(&str, ContainerCause, FailureClass, &str)] = &[
-            (SLURM_22_05_UNAUTHORIZED, Unauthorized, FailureClass::User, "tao-slurm credentials enroot"),
-            (SLURM_22_05_NOT_FOUND, ImageNotFound, FailureClass::User, "no such image"),
-            (SLURM_22_05_MISSING_MOUNT, MountSourceMissing, FailureClass::User, "does not exist"),
+        let cases: &[(&str, ContainerCause, Fault, &str)] = &[
+            (SLURM_22_05_UNAUTHORIZED, Unauthorized, Fault::User, "tao-slurm credentials enroot"),
+            (SLURM_22_05_NOT_FOUND, ImageNotFound, Fault::User, "no such image"),
+            (SLURM_22_05_MISSING_MOUNT, MountSourceMissing, Fault::User, "does not exist"),
             // nvcr.io itself: its token endpoint answers a missing key with what Enroot cannot parse
             (
                 "pyxis: failed to import docker image: nvcr.io#nvidia/x:1\n[ERROR] Could not process JSON input",
                 Unauthorized,
-                FailureClass::User,
+                Fault::User,
                 "tao-slurm credentials enroot",
             ),
             (
                 "[ERROR] URL https://nvcr.io/v2/nvidia/x/manifests/1 returned error code: 401 Unauthorized\npyxis: failed to import docker image: nvcr.io#nvidia/x:1",
                 Unauthorized,
-                FailureClass::User,
+                Fault::User,
                 "credentials",
             ),
             (
                 "pyxis: failed to import docker image: x\nmksquashfs: Write failed because No space left on device",
                 NoSpace,
-                FailureClass::Infra,
+                Fault::Infra,
                 "retried",
             ),
             (
                 "pyxis: failed to import docker image: x\ncurl: (7) Failed to connect to nvcr.io port 443",
                 ImportFailed,
-                FailureClass::Infra,
+                Fault::Infra,
                 "retried",
             ),
         ];
-        for (log, cause, class, says) in cases {
+        for (log, cause, fault, says) in cases {
             let f = container_failure(log).unwrap_or_else(|| panic!("no verdict for {log}"));
-            assert_eq!((f.cause, f.class), (*cause, *class), "{log}");
+            assert_eq!((f.cause, f.fault), (*cause, *fault), "{log}");
             assert!(f.remediation.contains(says), "{}", f.remediation);
             assert!(log.contains(&f.line), "the evidence is a line of the log: {}", f.line);
         }

@@ -115,7 +115,11 @@ pub fn classify(state: &SlurmState, exit_code: Option<i32>, log_tail: &str) -> F
         _ => {
             // The container did not start: Pyxis' and Enroot's own lines say why, and what to do.
             if let Some(c) = crate::container_errors::container_failure(log_tail) {
-                return f(c.class, vec![c.line, c.remediation.to_string()]);
+                let class = match c.fault {
+                    crate::container_errors::Fault::User => FailureClass::User,
+                    crate::container_errors::Fault::Infra => FailureClass::Infra,
+                };
+                return f(class, vec![c.line, c.remediation.to_string()]);
             }
             let user = matching_lines(log_tail, &USER);
             if !user.is_empty() {
