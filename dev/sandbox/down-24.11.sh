@@ -57,6 +57,13 @@ p="$(read_pidfile "$RUN/mariadbd.pid")"
 if [[ -n "$p" ]] && pid_is "$p" /usr/sbin/mariadbd && pid_mine "$p"; then
     echo "down-24.11.sh: stopping mariadbd: $p"; kill_and_wait 30 "$p"
 fi
+# the image registries (runtime.sh), on the host
+for r in public private; do
+    p="$(read_pidfile "$RUN/registry-$r.pid")"
+    if [[ -n "$p" ]] && pid_is "$p" "${RUNTIME_CACHE:-/var/cache/tao-slurm-sandbox}/docker-registry/usr/bin/docker-registry" && pid_mine "$p"; then
+        echo "down-24.11.sh: stopping the $r registry: $p"; kill_and_wait 10 "$p"
+    fi
+done
 rm -f "$RUN"/*.pid "$RUN"/munge/munged.pid "$RUN"/mysql/mariadbd.pid 2>/dev/null || true
 
 for m in "$ROOT$SANDBOX_DIR" "$ROOT/dev/pts" "$ROOT/dev" "$ROOT/sys" "$ROOT/proc"; do

@@ -89,7 +89,11 @@ if [[ -d "$RUN" ]]; then
     p="$(verified slurmdbd /usr/sbin/slurmdbd)"; [[ -n "$p" ]] && w2+=("$p")
     p="$(verified mariadbd /usr/sbin/mariadbd)"; [[ -n "$p" ]] && w2+=("$p")
     p="$(verified munged /usr/sbin/munged)"; [[ -n "$p" ]] && w2+=("$p")
-    stop_group "slurmdbd, mariadbd, munged" ${w2[@]+"${w2[@]}"}
+    for r in public private; do   # the image registries (runtime.sh)
+        p="$(verified "registry-$r" "${RUNTIME_CACHE:-/var/cache/tao-slurm-sandbox}/docker-registry/usr/bin/docker-registry")"
+        [[ -n "$p" ]] && w2+=("$p")
+    done
+    stop_group "slurmdbd, mariadbd, munged, registries" ${w2[@]+"${w2[@]}"}
 
     rm -f "$RUN"/*.pid "$RUN"/munge/munged.pid "$RUN"/mysql/mariadbd.pid
 fi

@@ -161,17 +161,23 @@ lock_sandbox() {
     flock -w "${1:-120}" 9 || { echo "$(basename "$0"): another up.sh / ctl script holds $SANDBOX_DIR/.up.lock" >&2; exit 1; }
 }
 
-# ---- Pyxis stand-in: plugstack.conf ------------------------------------------------------------
+# ---- Pyxis: plugstack.conf -------------------------------------------------------------------------
 # srun/sbatch/salloc read PlugStackConfig at every invocation and slurmstepd at every step launch,
 # so rewriting the file switches the plugin for new invocations; no daemon restart/reconfigure.
+# The clients read plugstack.conf; each slurmd reads its own plugstack-NODE.conf (slurm-NODE.conf
+# names it): Pyxis' runtime_path, where a step's image is imported to, must be the node's own.
 PLUGSTACK="$ETC/plugstack.conf"
 
-# plugstack_content on|off -> the file's content for that state
+# pyxis_plugin -> real (NVIDIA Pyxis, runtime.sh) or stub (spank/container_stub.c), as up.sh chose
+pyxis_plugin() { cat "$ETC/pyxis-plugin" 2>/dev/null || echo stub; }
+
+# plugstack_content on|off [NODE] -> the content of plugstack.conf (or NODE's) for that state
 plugstack_content() {
-    case "$1" in
-        on)  printf 'required %s/lib/container_stub.so\n' "$SANDBOX_DIR" ;;
-        off) printf '# Pyxis stand-in OFF (dev/sandbox/pyxis-ctl.sh off); pyxis-ctl.sh on or up.sh restores it\n' ;;
-        *)   return 1 ;;
+    case "$1:$(pyxis_plugin)" in
+        on:real) printf 'required %s/lib/spank_pyxis.so runtime_path=%s/pyxis/%s\n' "$SANDBOX_DIR" "$SANDBOX_DIR" "${2:-login}" ;;
+        on:*)    printf 'required %s/lib/container_stub.so\n' "$SANDBOX_DIR" ;;
+        off:*)   printf '# Pyxis OFF (dev/sandbox/pyxis-ctl.sh off); pyxis-ctl.sh on or up.sh restores it\n' ;;
+        *)       return 1 ;;
     esac
 }
 
@@ -186,23 +192,26 @@ plugstack_state() {
     fi
 }
 
-# plugstack_set on|off: replace plugstack.conf atomically (temp file in $ETC + mv, so a concurrent
-# srun sees either the old or the new file, never a partial one) if its content differs.
-# Sets PLUGSTACK_CHANGED=1 if the file was replaced, 0 if it already had that content.
+# plugstack_set on|off [NODE...]: replace plugstack.conf and every node's (NODEs given, else the
+# plugstack-*.conf there are) atomically (temp file in $ETC + mv, so a concurrent srun sees either
+# the old or the new file, never a partial one) where the content differs.
+# Sets PLUGSTACK_CHANGED=1 if a file was replaced, 0 if all already had that content.
 PLUGSTACK_CHANGED=0
 plugstack_set() {
-    local tmp
+    local state="$1" tmp f node nodes=("${@:2}")
     PLUGSTACK_CHANGED=0
-    tmp="$(mktemp "$ETC/.plugstack.conf.XXXXXX")"
-    plugstack_content "$1" >"$tmp" || { rm -f "$tmp"; return 1; }
-    if [[ -f "$PLUGSTACK" ]] && cmp -s "$tmp" "$PLUGSTACK"; then
-        rm -f "$tmp"
-        chmod 0644 "$PLUGSTACK"; chown root:root "$PLUGSTACK"
-        return 0
+    if [[ ${#nodes[@]} -eq 0 ]]; then
+        for f in "$ETC"/plugstack-*.conf; do [[ -e "$f" ]] && f="${f##*/plugstack-}" && nodes+=("${f%.conf}"); done
     fi
-    chmod 0644 "$tmp"; chown root:root "$tmp"
-    mv -f "$tmp" "$PLUGSTACK"
-    PLUGSTACK_CHANGED=1
+    for node in "" ${nodes[@]+"${nodes[@]}"}; do
+        f="$ETC/plugstack${node:+-$node}.conf"
+        tmp="$(mktemp "$ETC/.plugstack.conf.XXXXXX")"
+        plugstack_content "$state" "$node" >"$tmp" || { rm -f "$tmp"; return 1; }
+        chmod 0644 "$tmp"; chown root:root "$tmp"
+        if [[ -f "$f" ]] && cmp -s "$tmp" "$f"; then rm -f "$tmp"; chmod 0644 "$f"; chown root:root "$f"; continue; fi
+        mv -f "$tmp" "$f"
+        PLUGSTACK_CHANGED=1
+    done
 }
 
 # ---- slurmdbd ------------------------------------------------------------------------------------
@@ -292,6 +301,8 @@ SlurmdTimeout=300
 MpiDefault=none
 MailProg=/bin/true
 PlugStackConfig=$ETC/plugstack.conf
+# each slurmd reads a copy of this file naming its own plugstack (slurm-nodeN.conf): no hash warning
+DebugFlags=NO_CONF_HASH
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=30
 AccountingStorageType=accounting_storage/slurmdbd

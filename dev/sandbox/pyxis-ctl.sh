@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Switch the Pyxis stand-in SPANK plugin (spank/container_stub.c) off/on, for tests of a cluster
+# Switch the Pyxis SPANK plugin (real Pyxis, or the stand-in spank/container_stub.c: up.sh's PYXIS_PLUGIN) off/on, for tests of a cluster
 # without Pyxis. Takes effect for every srun/sbatch/salloc started afterwards and every job step
 # launched afterwards (they read plugstack.conf then); no daemon restart. up.sh always turns it on.
-#   pyxis-ctl.sh off      plugstack.conf without the plugin: --container-* are unknown options
+#   pyxis-ctl.sh off      plugstack.conf (and every node's) without the plugin: --container-* are unknown options
 #   pyxis-ctl.sh on       plugstack.conf as up.sh writes it
 #   pyxis-ctl.sh status   prints on|off|..., exit 0 if on, 1 otherwise
 set -euo pipefail
@@ -17,12 +17,12 @@ usage() { echo "usage: $0 off|on|status" >&2; exit 2; }
 case "$1" in
     status)
         st="$(plugstack_state)"
-        echo "pyxis stand-in $st ($PLUGSTACK)"
+        echo "pyxis ($(pyxis_plugin)) $st ($PLUGSTACK)"
         [[ "$st" == on ]] ;;
     on|off)
         [[ $EUID -eq 0 ]] || { echo "pyxis-ctl.sh must run as root" >&2; exit 1; }
         lock_sandbox
         plugstack_set "$1"
-        if [[ $PLUGSTACK_CHANGED == 1 ]]; then echo "pyxis stand-in $1"; else echo "pyxis stand-in already $1"; fi ;;
+        if [[ $PLUGSTACK_CHANGED == 1 ]]; then echo "pyxis $1"; else echo "pyxis already $1"; fi ;;
     *) usage ;;
 esac

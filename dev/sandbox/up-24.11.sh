@@ -14,6 +14,8 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 SANDBOX_DIR="${SANDBOX_DIR_2411:-/var/lib/tao-slurm-sandbox-24.11}"
 # shellcheck source=lib.sh
 . "$HERE/lib.sh"
+# shellcheck source=runtime.sh
+. "$HERE/runtime.sh"
 
 # ---- knobs -------------------------------------------------------------------
 ROOT="${SANDBOX_ROOT_2411:-$SANDBOX_DIR.root}"
@@ -32,6 +34,9 @@ SLURMDBD_PORT="${SLURMDBD_PORT_2411:-6829}"
 SLURMD_PORT_BASE="${SLURMD_PORT_BASE_2411:-17100}"   # nodeN listens on BASE+N
 DB_PORT="${DB_PORT_2411:-3308}"
 UP_SMOKE="${UP_SMOKE:-1}"
+PYXIS_PLUGIN="${PYXIS_PLUGIN_2411:-stub}"   # real: NVIDIA Pyxis + Enroot (runtime.sh); stub: the stand-in
+REGISTRY_PORT="${REGISTRY_PORT_2411:-5111}"
+REGISTRY_PRIVATE_PORT="${REGISTRY_PRIVATE_PORT_2411:-5112}"
 UP_TIMEOUT="${UP_TIMEOUT:-90}"
 
 export DEBIAN_FRONTEND=noninteractive
@@ -42,8 +47,9 @@ MUNGE_SOCKET="$RUN/munge/munge.socket"
 DB_PASS="slurm-sandbox-db"   # only reachable on 127.0.0.1:$DB_PORT
 USER_HOME="$SD/home/$SSH_USER"
 # Debian 13's packages inside the root (procps/hostname: the commands tao-slurm's scripts use)
+# Enroot's run-time needs, and make for Pyxis (built in the root against 24.11's spank.h)
 ROOT_PKGS=(slurmctld slurmd slurm-client slurmdbd libslurm-dev munge openssh-server gcc libc6-dev
-           procps hostname)
+           procps hostname make squashfs-tools fuse-overlayfs parallel pigz jq curl zstd libcap2-bin file)
 
 [[ $EUID -eq 0 ]] || { echo "up-24.11.sh must run as root" >&2; exit 1; }
 
@@ -169,6 +175,12 @@ for i in $(seq 1 "$NODES"); do install -d -m 0755 "$SD/spool/node$i"; done
 for i in $(seq 0 $((GPUS - 1))); do [[ -L "$SD/fakegpu/nvidia$i" ]] || ln -sfn /dev/null "$SD/fakegpu/nvidia$i"; done
 install -d -m 0755 "$USER_HOME" "$SD/shared/$SSH_USER"; chown "$USER_IDS" "$USER_HOME" "$SD/shared/$SSH_USER"
 install -d -m 0700 "$USER_HOME/.ssh"; chown "$USER_IDS" "$USER_HOME/.ssh"
+# enroot credentials: the key of this cluster's private registry org, as a user installs once
+if [[ ! -f "$USER_HOME/.config/enroot/.credentials" ]]; then
+    install -d -m 0700 "$USER_HOME/.config" "$USER_HOME/.config/enroot"; chown "$USER_IDS" "$USER_HOME/.config" "$USER_HOME/.config/enroot"
+    T="$(mktemp)"; printf 'machine nvcr.io login $oauthtoken password %s\n' "$(registry_key)" >"$T"
+    put_file "$T" "$USER_HOME/.config/enroot/.credentials" 0600 "$USER_IDS"
+fi
 
 [[ -f "$SD/ssh/id_ed25519" ]] || ssh-keygen -q -t ed25519 -N '' -C "tao-slurm-sandbox-2411-client" -f "$SD/ssh/id_ed25519"
 chmod 600 "$SD/ssh/id_ed25519"
@@ -186,7 +198,8 @@ case ":\$PATH:" in *":$SD/bin:"*) ;; *) export PATH="$SD/bin:\$PATH" ;; esac
 EOF
 put_file "$T" "$SD/env.sh" 0644
 user_rc up-24.11.sh "$USER_IDS" "$USER_HOME"
-stand_in_tools enroot aws huggingface-cli torchrun tensorboard
+stand_in_tools aws huggingface-cli torchrun tensorboard
+if [[ "$PYXIS_PLUGIN" == stub ]]; then stand_in_tools enroot; fi
 # the Pyxis stand-in, built inside the root against 24.11's slurm/spank.h
 if [[ ! -f "$SD/lib/container_stub.so" || "$HERE/spank/container_stub.c" -nt "$SD/lib/container_stub.so" ]]; then
     cp "$HERE/spank/container_stub.c" "$SD/lib/container_stub.c"
@@ -196,11 +209,22 @@ if [[ ! -f "$SD/lib/container_stub.so" || "$HERE/spank/container_stub.c" -nt "$S
     CHANGED+=("$SD/lib/container_stub.so")
 fi
 
+# the real runtime (runtime.sh): Pyxis built inside the root, against 24.11's slurm/spank.h
+runtime_verify
+enroot_install
+pyxis_install "$SLURM_VERSION" "$SD/.pyxis-build" in_root
+
 T="$(mktemp)"; slurm_conf up-24.11.sh >"$T"; put_file "$T" "$ETC/slurm.conf" 0644
+for i in $(seq 1 "$NODES"); do   # each slurmd's copy, naming its own plugstack (lib.sh)
+    T="$(mktemp)"; sed "s;^PlugStackConfig=.*;PlugStackConfig=$ETC/plugstack-node$i.conf;" "$ETC/slurm.conf" >"$T"
+    put_file "$T" "$ETC/slurm-node$i.conf" 0644
+done
 gres_conf_file
 # 24.11's slurmd loads its cgroup plugin even with proctrack/linuxproc; the root has no cgroup tree
 T="$(mktemp)"; printf 'CgroupPlugin=disabled\n' >"$T"; put_file "$T" "$ETC/cgroup.conf" 0644
-plugstack_set on
+[[ "$PYXIS_PLUGIN" == real || "$PYXIS_PLUGIN" == stub ]] || die "PYXIS_PLUGIN_2411 must be real or stub, not '$PYXIS_PLUGIN'"
+T="$(mktemp)"; echo "$PYXIS_PLUGIN" >"$T"; put_file "$T" "$ETC/pyxis-plugin" 0644
+plugstack_set on $(seq -f 'node%g' 1 "$NODES")
 
 T="$(mktemp)"; slurmdbd_conf up-24.11.sh >"$T"; put_file "$T" "$ETC/slurmdbd.conf" 0600 "$SLURM_IDS"
 
@@ -245,7 +269,12 @@ SANDBOX_SSHD_LOGS=$LOG/sshd-$SSH_PORT.log
 SANDBOX_SSH_PORTS=$SSH_PORT
 SANDBOX_SLURM_VERSION=$SLURM_VERSION
 SANDBOX_ROOT=$ROOT
+SANDBOX_PYXIS=$PYXIS_PLUGIN
+SANDBOX_REGISTRY_PORTS=$REGISTRY_PORT,$REGISTRY_PRIVATE_PORT
+SANDBOX_PRIVATE_IMAGE=nvcr.io/$PRIVATE_ORG/tao-toolkit:6.26.3-pyt
 EOF
+# real Pyxis fails a step whose mount source does not exist: the default /lustre does not, here
+if [[ "$PYXIS_PLUGIN" == real ]]; then echo "SLURM_CONTAINER_MOUNTS=$SD/shared" >>"$T"; fi
 put_file "$T" "$SD/settings.env" 0644
 phase_done "configs + spank build"
 
@@ -300,7 +329,7 @@ phase_done "slurmdbd + sacctmgr"
 ctld_answers() { [[ "$(in_root timeout 10 scontrol ping 2>/dev/null)" == *"is UP"* ]]; }
 reconf=0
 if running_in_root slurmctld /usr/sbin/slurmctld; then
-    changed "$ETC/slurm.conf" "$ETC/gres.conf" "$ETC/cgroup.conf" && reconf=1
+    changed "$ETC/slurm.conf" "$ETC/gres.conf" "$ETC/cgroup.conf" "$ETC"/slurm-node*.conf && reconf=1
     wait_for 30 "slurmctld" ctld_answers || die "slurmctld does not answer" "$LOG/slurm/slurmctld.log"
 else
     in_root /usr/sbin/slurmctld -f "$ETC/slurm.conf" 9>&- || die "slurmctld failed to start" "$LOG/slurm/slurmctld.log"
@@ -308,7 +337,9 @@ else
 fi
 for i in $(seq 1 "$NODES"); do
     if ! running_in_root "slurmd-node$i" /usr/sbin/slurmd; then
-        in_root /usr/sbin/slurmd -f "$ETC/slurm.conf" -N "node$i" 9>&- || die "slurmd node$i failed to start" "$LOG/slurm/slurmd-node$i.log"
+        # Pyxis runs enroot from slurmstepd's PATH: the node's own (runtime.sh)
+        chroot "$ROOT" /usr/bin/env SLURM_CONF="$ETC/slurm.conf" PATH="$SD/enroot/node/node$i:$SSH_BIN_PATH" \
+            /usr/sbin/slurmd -f "$ETC/slurm-node$i.conf" -N "node$i" 9>&- || die "slurmd node$i failed to start" "$LOG/slurm/slurmd-node$i.log"
     fi
 done
 if [[ $reconf == 1 ]]; then in_root scontrol reconfigure || die "scontrol reconfigure failed" "$LOG/slurm/slurmctld.log"; fi
@@ -341,15 +372,26 @@ else
 fi
 phase_done "sshd"
 
+registries_up   # on the host (the root shares its network)
+phase_done "registries + images"
+
 # ---- 7. smoke test over ssh -------------------------------------------------------------------------------
 if [[ "$UP_SMOKE" != 0 ]]; then
     errf="$RUN/smoke.err"
-    out="$(timeout 60 ssh -F "$SD/ssh/config" sandbox2411-login1 \
-        "srun --nodes=2 --ntasks-per-node=1 --gres=gpu:8 --container-image=foo#bar:1 bash -c 'echo \$SLURM_NODEID \$SPANK_CONTAINER_IMAGE' && sbatch --parsable --wrap true" 2>"$errf")" \
+    # the stand-in exports what it was given; real Pyxis runs the image (its os-release names it)
+    if [[ "$PYXIS_PLUGIN" == real ]]; then
+        smoke_srun="--container-image=nvcr.io#nvidia/pytorch:24.01-py3 sh -c 'echo \$SLURM_NODEID \$(. /etc/os-release; echo \$ID)'"
+        smoke_want="0 tao-slurm-sandbox;1 tao-slurm-sandbox;"
+    else
+        smoke_srun="--container-image=foo#bar:1 bash -c 'echo \$SLURM_NODEID \$SPANK_CONTAINER_IMAGE'"
+        smoke_want="0 foo#bar:1;1 foo#bar:1;"
+    fi
+    out="$(timeout 90 ssh -F "$SD/ssh/config" sandbox2411-login1 \
+        "srun --nodes=2 --ntasks-per-node=1 --gres=gpu:8 $smoke_srun && sbatch --parsable --wrap true" 2>"$errf")" \
         || die "smoke srun/sbatch over ssh failed: $out $(cat "$errf")" "$LOG/sshd-$SSH_PORT.log" "$LOG/slurm/slurmctld.log" "$LOG/slurm/slurmd-node1.log"
     jid="$(tail -n1 <<<"$out")"
     [[ "$jid" =~ ^[0-9]+$ ]] || die "smoke sbatch printed: $out $(cat "$errf")"
-    [[ "$(head -n -1 <<<"$out" | sort | tr '\n' ';')" == "0 foo#bar:1;1 foo#bar:1;" ]] || die "smoke srun printed: $out $(cat "$errf")"
+    [[ "$(head -n -1 <<<"$out" | grep -v '^pyxis: ' | sort | tr '\n' ';')" == "$smoke_want" ]] || die "smoke srun printed: $out $(cat "$errf")"
     state=""
     for _ in $(seq 1 200); do
         state="$(in_root sacct -X -n -P -j "$jid" -o State 2>/dev/null | head -n1)"

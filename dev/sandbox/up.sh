@@ -5,6 +5,8 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=lib.sh
 . "$HERE/lib.sh"
+# shellcheck source=runtime.sh
+. "$HERE/runtime.sh"
 
 # --slurm 24.11: the second cluster, in a Debian 13 root (up-24.11.sh); plain up.sh is the 22.05 one
 case "${1:-}" in
@@ -31,7 +33,10 @@ SLURMCTLD_PORT="${SLURMCTLD_PORT:-6817}"
 SLURMDBD_PORT="${SLURMDBD_PORT:-6819}"
 SLURMD_PORT_BASE="${SLURMD_PORT_BASE:-17000}"   # nodeN listens on BASE+N
 DB_PORT="${DB_PORT:-3307}"
+REGISTRY_PORT="${REGISTRY_PORT:-5101}"                   # the sandbox's registry (public images)
+REGISTRY_PRIVATE_PORT="${REGISTRY_PRIVATE_PORT:-5102}"   # ... and its private org (credentials)
 UP_SMOKE="${UP_SMOKE:-1}"
+PYXIS_PLUGIN="${PYXIS_PLUGIN:-stub}"   # real: NVIDIA Pyxis + Enroot (runtime.sh); stub: spank/container_stub.c
 UP_TIMEOUT="${UP_TIMEOUT:-90}"
 
 export DEBIAN_FRONTEND=noninteractive
@@ -98,7 +103,8 @@ flock -w 120 9 || die "another up.sh holds $SD/.up.lock"
 
 # ---- 1. packages ---------------------------------------------------------------
 PKGS=(slurm-wlm slurmctld slurmd slurm-client slurmdbd libslurm-dev munge
-      mariadb-server mariadb-client openssh-server openssh-client gcc libc6-dev postgresql postgresql-client openssl)
+      mariadb-server mariadb-client openssh-server openssh-client gcc libc6-dev postgresql postgresql-client openssl
+      "${RUNTIME_PKGS[@]}")
 installed=" $({ dpkg-query -W -f='${db:Status-Abbrev}${Package} ' "${PKGS[@]}" 2>/dev/null || true; } | tr -s ' ' | sed 's/ii \([^ ]*\)/+\1/g') "
 missing=()
 for p in "${PKGS[@]}"; do
@@ -146,7 +152,15 @@ getent hosts "$HOST" >/dev/null || echo "127.0.0.1 $HOST" >>/etc/hosts
 if ! getent passwd "$SSH_USER" >/dev/null; then
     useradd -M -U -d "$USER_HOME" -s /bin/bash "$SSH_USER"
 fi
-[[ "$(getent passwd "$SSH_USER" | cut -d: -f6)" == "$USER_HOME" ]] || usermod -d "$USER_HOME" "$SSH_USER"
+cur_home="$(getent passwd "$SSH_USER" | cut -d: -f6)"
+if [[ "$cur_home" != "$USER_HOME" ]]; then
+    # never take the user from another sandbox on this host (its logins would stop working)
+    other="$(dirname "$(dirname "$cur_home")")"
+    if [[ -e "$other/.tao-slurm-sandbox" && "$other" != "$SD" ]]; then
+        die "$SSH_USER's home is in the sandbox $other: a second sandbox on this host needs its own SSH_USER (and TENANT_USER)"
+    fi
+    usermod -d "$USER_HOME" "$SSH_USER"
+fi
 # ...and a password, which only a test's own keyboard-interactive sshd asks for (the `login` tests of
 # a host that prompts); the sandbox's login sshds take keys only. Readable by root only.
 [[ -s "$SD/login-password" ]] || (umask 077; head -c 18 /dev/urandom | base64 | tr -d '/+=' >"$SD/login-password")
@@ -168,13 +182,14 @@ install -d -m 0700 -o "$TENANT_USER" -g "$TENANT_USER" "$TENANT_HOME/.ssh" "$SD/
 [[ -f "$TENANT_HOME/.ssh/authorized_keys" ]] \
     || install -m 0600 -o "$TENANT_USER" -g "$TENANT_USER" /dev/null "$TENANT_HOME/.ssh/authorized_keys"
 user_rc up.sh "$TENANT_USER:$TENANT_USER" "$TENANT_HOME"
-# enroot credentials (a stand-in key: the sandbox's enroot pulls nothing), as a user installs once;
+# enroot credentials (the key of the sandbox registry's private org), as a user installs once;
 # a workspace's preflight needs them (tests/sandbox/preflight.rs removes and reinstalls slurmuser's)
+ngc_key="$(registry_key)"
 for who in "$SSH_USER:$USER_HOME" "$TENANT_USER:$TENANT_HOME"; do
     u="${who%%:*}"; h="${who#*:}"
     [[ -f "$h/.config/enroot/.credentials" ]] && continue
     install -d -m 0700 -o "$u" -g "$u" "$h/.config" "$h/.config/enroot"
-    T="$(mktemp)"; printf 'machine nvcr.io login $oauthtoken password sandbox-%s-key\n' "$u" >"$T"
+    T="$(mktemp)"; printf 'machine nvcr.io login $oauthtoken password %s\n' "$ngc_key" >"$T"
     install -m 0600 -o "$u" -g "$u" "$T" "$h/.config/enroot/.credentials"; rm -f "$T"
 done
 
@@ -206,7 +221,9 @@ user_rc up.sh "$SSH_USER:$SSH_USER" "$USER_HOME"
 # (prints the rendezvous and ranks it was given; for multi-node launch tests), and a TAO container's
 # `python` with a stand-in of TAO's container entrypoint (nvidia_tao_core...container_handler) in
 # $SD/pylib, for the TAO-job tests (tests/tao_client)
-stand_in_tools enroot aws huggingface-cli torchrun python tensorboard
+stand_in_tools aws huggingface-cli torchrun python tensorboard
+# the fake enroot with the stand-in Pyxis; with the real one, runtime.sh puts the real one there
+if [[ "$PYXIS_PLUGIN" == stub ]]; then stand_in_tools enroot; fi
 TAO_PKG="$SD/pylib/nvidia_tao_core/microservices/handlers"
 install -d -m 0755 "$TAO_PKG"
 for d in nvidia_tao_core nvidia_tao_core/microservices nvidia_tao_core/microservices/handlers; do
@@ -224,15 +241,27 @@ if [[ ! -f "$SD/lib/container_stub.so" || "$HERE/spank/container_stub.c" -nt "$S
     CHANGED+=("$SD/lib/container_stub.so")
 fi
 
+# the real container runtime (runtime.sh): Enroot and Pyxis from the vendored archives, built once
+runtime_verify
+enroot_install
+pyxis_install "$(dpkg-query -W -f='${Version}' libslurm-dev)" "$SD/.pyxis-build"
+
 # slurm.conf
 T="$(mktemp)"; slurm_conf up.sh >"$T"; put_file "$T" "$ETC/slurm.conf" 0644
+# ... and each slurmd's copy, naming its own plugstack (lib.sh)
+for i in $(seq 1 "$NODES"); do
+    T="$(mktemp)"; sed "s;^PlugStackConfig=.*;PlugStackConfig=$ETC/plugstack-node$i.conf;" "$ETC/slurm.conf" >"$T"
+    put_file "$T" "$ETC/slurm-node$i.conf" 0644
+done
 
 gres_conf_file
 T="$(mktemp)"
 printf 'CgroupPlugin=autodetect\nConstrainCores=no\nConstrainRAMSpace=no\nConstrainDevices=no\n' >"$T"
 put_file "$T" "$ETC/cgroup.conf" 0644
-# Pyxis stand-in always back ON (heals a test that left it off with pyxis-ctl.sh off)
-plugstack_set on
+# Pyxis always back ON (heals a test that left it off with pyxis-ctl.sh off)
+[[ "$PYXIS_PLUGIN" == real || "$PYXIS_PLUGIN" == stub ]] || die "PYXIS_PLUGIN must be real or stub, not '$PYXIS_PLUGIN'"
+T="$(mktemp)"; echo "$PYXIS_PLUGIN" >"$T"; put_file "$T" "$ETC/pyxis-plugin" 0644
+plugstack_set on $(seq -f 'node%g' 1 "$NODES")
 if [[ $PLUGSTACK_CHANGED == 1 ]]; then CHANGED+=("$ETC/plugstack.conf"); fi
 
 T="$(mktemp)"; slurmdbd_conf up.sh >"$T"; put_file "$T" "$ETC/slurmdbd.conf" 0600 slurm:slurm
@@ -286,6 +315,14 @@ SANDBOX_TENANT=$TENANT_USER
 SANDBOX_DIR=$SD
 SANDBOX_SSHD_LOGS=$LOG/sshd-$SSH_PORT.log,$LOG/sshd-$SSH_PORT2.log
 SANDBOX_SSH_PORTS=$SSH_PORT,$SSH_PORT2
+SANDBOX_REGISTRY_PORTS=$REGISTRY_PORT,$REGISTRY_PRIVATE_PORT
+SANDBOX_PYXIS=$PYXIS_PLUGIN
+EOF
+# the default mount is /lustre (the contract's); real Pyxis fails a step whose mount source does not
+# exist, and here the shared storage is $SD/shared
+if [[ "$PYXIS_PLUGIN" == real ]]; then echo "SLURM_CONTAINER_MOUNTS=$SD/shared" >>"$T"; fi
+cat >>"$T" <<EOF
+SANDBOX_PRIVATE_IMAGE=nvcr.io/$PRIVATE_ORG/tao-toolkit:6.26.3-pyt
 TAO_SLURM_TEST_DATABASE_URL=postgresql://$PG_USER:$PG_PASS@127.0.0.1:$PG_PORT/$PG_DB
 EOF
 put_file "$T" "$SD/settings.env" 0644
@@ -356,7 +393,7 @@ reconf=0
 if running slurmctld /usr/sbin/slurmctld; then
     # plugstack.conf is not a trigger: srun/sbatch and slurmstepd read it at each invocation / step
     # launch (pyxis-ctl.sh relies on that), so healing a pyxis-ctl.sh off needs no reconfigure
-    if changed "$ETC/slurm.conf" "$ETC/gres.conf"; then reconf=1; fi
+    if changed "$ETC/slurm.conf" "$ETC/gres.conf" "$ETC"/slurm-node*.conf; then reconf=1; fi
     wait_for 30 "slurmctld" slurmctld_answers || die "slurmctld does not answer" "$LOG/slurm/slurmctld.log"
 else
     rc=0; slurmctld_start || rc=$?   # shared with service-ctl.sh start slurmctld
@@ -368,7 +405,9 @@ phase_done slurmctld
 # ---- 7. slurmd x NODES -------------------------------------------------------------------------
 for i in $(seq 1 "$NODES"); do
     if ! running "slurmd-node$i" /usr/sbin/slurmd; then
-        /usr/sbin/slurmd -f "$ETC/slurm.conf" -N "node$i" 9>&- || die "slurmd node$i failed to start" "$LOG/slurm/slurmd-node$i.log"
+        # Pyxis runs enroot from slurmstepd's PATH: the node's own (runtime.sh)
+        env PATH="$SD/enroot/node/node$i:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+            /usr/sbin/slurmd -f "$ETC/slurm-node$i.conf" -N "node$i" 9>&- || die "slurmd node$i failed to start" "$LOG/slurm/slurmd-node$i.log"
     fi
 done
 if [[ $reconf == 1 ]]; then
@@ -409,6 +448,10 @@ for port in "$SSH_PORT" "$SSH_PORT2"; do
 done
 phase_done "sshd x2"
 
+# ---- 8b. the image registries ------------------------------------------------------------------
+registries_up
+phase_done "registries + images"
+
 # ---- 9. smoke test --------------------------------------------------------------------------------
 if [[ "$UP_SMOKE" != 0 ]]; then
     SSH=(ssh -F "$SD/ssh/config")
@@ -416,12 +459,20 @@ if [[ "$UP_SMOKE" != 0 ]]; then
     l2pid=$!
     # one ssh session: the 2-node srun, then a batch job (sbatch first would make srun queue behind it)
     errf="$RUN/smoke.err"
-    out="$(timeout 60 "${SSH[@]}" sandbox-login1 \
-        "srun --nodes=2 --ntasks-per-node=1 --gres=gpu:8 --container-image=foo#bar:1 --container-mounts=/lustre bash -c 'echo \$SLURM_NODEID \$SPANK_CONTAINER_IMAGE' && sbatch --parsable --wrap true" 2>"$errf")" \
+    # the stand-in exports what it was given; real Pyxis runs the image (its os-release names it)
+    if [[ "$PYXIS_PLUGIN" == real ]]; then
+        smoke_srun="--container-image=nvcr.io#nvidia/pytorch:24.01-py3 --container-mounts=$SD/shared:$SD/shared:ro sh -c 'echo \$SLURM_NODEID \$(. /etc/os-release; echo \$ID)'"
+        smoke_want="0 tao-slurm-sandbox;1 tao-slurm-sandbox;"
+    else
+        smoke_srun="--container-image=foo#bar:1 --container-mounts=/lustre bash -c 'echo \$SLURM_NODEID \$SPANK_CONTAINER_IMAGE'"
+        smoke_want="0 foo#bar:1;1 foo#bar:1;"
+    fi
+    out="$(timeout 90 "${SSH[@]}" sandbox-login1 \
+        "srun --nodes=2 --ntasks-per-node=1 --gres=gpu:8 $smoke_srun && sbatch --parsable --wrap true" 2>"$errf")" \
         || die "smoke srun/sbatch over ssh failed: $out $(cat "$errf")" "$LOG/sshd-$SSH_PORT.log" "$LOG/slurm/slurmctld.log" "$LOG/slurm/slurmd-node1.log"
     jid="$(tail -n1 <<<"$out")"
     [[ "$jid" =~ ^[0-9]+$ ]] || die "smoke sbatch printed: $out $(cat "$errf")" "$LOG/slurm/slurmctld.log"
-    [[ "$(head -n -1 <<<"$out" | sort | tr '\n' ';')" == "0 foo#bar:1;1 foo#bar:1;" ]] \
+    [[ "$(head -n -1 <<<"$out" | grep -v '^pyxis: ' | sort | tr '\n' ';')" == "$smoke_want" ]] \
         || die "smoke srun printed unexpected output: $out $(cat "$errf")" "$LOG/slurm/slurmctld.log" "$LOG/slurm/slurmd-node1.log"
     state=""
     for _ in $(seq 1 200); do

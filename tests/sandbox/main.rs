@@ -11,6 +11,7 @@ mod common;
 mod service_support;
 
 mod architecture;
+mod container_runtime;
 mod init;
 mod job_bytes;
 mod long_training;

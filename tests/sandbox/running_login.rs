@@ -5,11 +5,9 @@
 
 use crate::common::pty::PtyChild;
 use crate::common::wait::{wait_for, when};
-use crate::common::Env;
+use crate::common::{sandbox, Env};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-const SANDBOX: &str = "/var/lib/tao-slurm-sandbox";
 
 /// An sshd on 127.0.0.1:`port` that takes slurmuser's password by keyboard-interactive only.
 struct PasswordSshd {
@@ -22,14 +20,16 @@ impl PasswordSshd {
     fn start(dir: &std::path::Path) -> PasswordSshd {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let conf = dir.join("sshd_config");
+        let sd = sandbox::dir();
+        let sd = sd.display();
         std::fs::write(
             &conf,
             format!(
-                "ListenAddress 127.0.0.1\nPort {port}\nHostKey {SANDBOX}/ssh/ssh_host_ed25519_key\nPidFile none\n\
+                "ListenAddress 127.0.0.1\nPort {port}\nHostKey {sd}/ssh/ssh_host_ed25519_key\nPidFile none\n\
                  PubkeyAuthentication no\nPasswordAuthentication no\nKbdInteractiveAuthentication yes\nUsePAM yes\n\
                  AuthenticationMethods keyboard-interactive\nAllowUsers slurmuser\nMaxSessions 64\nPrintMotd no\n\
                  AllowTcpForwarding yes\nAllowStreamLocalForwarding yes\n\
-                 SetEnv SLURM_CONF={SANDBOX}/etc/slurm.conf PATH={SANDBOX}/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin\n"
+                 SetEnv SLURM_CONF={sd}/etc/slurm.conf PATH={sd}/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin\n"
             ),
         )
         .unwrap();
@@ -91,12 +91,12 @@ fn master_pids(control_dir: &std::path::Path) -> Vec<i32> {
 
 #[test]
 fn login_answers_the_password_once_and_every_later_command_reuses_it() {
-    let password = std::fs::read_to_string(format!("{SANDBOX}/login-password")).expect("up.sh writes the password");
+    let password = std::fs::read_to_string(sandbox::dir().join("login-password")).expect("up.sh writes the password");
     let mut env = Env::isolated();
     let sshd = PasswordSshd::start(env.dir.path());
     // Its own known_hosts: the new port's key is recorded there, not in the sandbox's.
     let known = env.dir.path().join("known_hosts");
-    std::fs::copy(format!("{SANDBOX}/ssh/known_hosts"), &known).unwrap();
+    std::fs::copy(sandbox::dir().join("ssh/known_hosts"), &known).unwrap();
     env.vars.insert("SLURM_HOSTNAME".into(), format!("127.0.0.1:{}", sshd.port));
     env.vars.insert("SSH_KNOWN_HOSTS".into(), known.display().to_string());
     env.vars.insert("SSH_ACCEPT_NEW_HOST_KEYS".into(), "true".into());

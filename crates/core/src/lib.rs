@@ -7,6 +7,7 @@
 pub mod attempts;
 pub mod checkpoint;
 pub mod config;
+pub mod container_errors;
 pub mod cosmos;
 pub mod exit_codes;
 pub mod filter;

@@ -129,6 +129,21 @@ unknown (never guessed) until it answers.";
 /// preflight).
 const CHECK_TIMEOUT_SECS: u32 = 20;
 
+/// Which Pyxis the cluster loads: the plugin named in its plugstack (or a file that plugstack
+/// includes) carries the line it logs at slurmd start, `pyxis: version vX.Y.Z`.
+const PYXIS_VERSION_PROBE: &str = r#"conf="$(timeout 20 scontrol show config 2>/dev/null)"
+c="$(printf '%s\n' "$conf" | sed -n 's/^PlugStackConfig *= *//p')"
+dir="$(printf '%s\n' "$conf" | sed -n 's/^PluginDir *= *//p' | cut -d: -f1)"
+so="$( { cat "$c"; for i in $(awk '$1 == "include" { print $2 }' "$c"); do cat $i; done; } 2>/dev/null | awk '($1 == "required" || $1 == "optional") && $2 ~ /pyxis/ { print $2; exit }')"
+case "$so" in "") exit 1 ;; /*) ;; *) so="$dir/$so" ;; esac
+grep -a -o -m1 'pyxis: version v[0-9][0-9.]*' "$so" | head -n1"#;
+
+/// The Pyxis version in the probe's output, if it found one.
+fn pyxis_version(body: &str) -> Option<&str> {
+    let v = body.lines().rev().find_map(|l| l.trim().strip_prefix("pyxis: version v"))?;
+    (!v.is_empty() && v.chars().all(|c| c.is_ascii_digit() || c == '.')).then_some(v)
+}
+
 /// The one remote script that runs every remote check on a host. Pure.
 pub fn preflight_script(settings: &Settings) -> String {
     let mut s = String::new();
@@ -143,6 +158,7 @@ pub fn preflight_script(settings: &Settings) -> String {
     section("sacct", &format!("{t} sacct -X -n -P -S now-1hours --format=JobID"));
     section("partitions", &format!("{t} scontrol show partition -o"));
     section("pyxis", &format!("{t} srun --help | grep -c -e '--container-image'"));
+    section("pyxis_version", PYXIS_VERSION_PROBE);
     if let Some(account) = &settings.account {
         section(
             "association",
@@ -317,7 +333,11 @@ impl Sections<'_> {
     fn pyxis(&self) -> Check {
         let count = self.body("pyxis").and_then(|b| b.lines().last().and_then(|l| l.trim().parse::<u32>().ok()));
         let mut check = if count.unwrap_or(0) > 0 {
-            Check::pass("pyxis", self.h(), "Pyxis present: srun --help lists --container-image")
+            let detail = match self.body("pyxis_version").as_deref().and_then(pyxis_version) {
+                Some(v) => format!("Pyxis present: srun --help lists --container-image; the plugin is Pyxis {v}"),
+                None => "Pyxis present: srun --help lists --container-image".to_string(),
+            };
+            Check::pass("pyxis", self.h(), detail)
         } else {
             Check::fail(
                 "pyxis",
@@ -465,6 +485,20 @@ mod tests {
         assert_eq!(get("pyxis").remediation.as_deref(), Some(PYXIS_REMEDIATION));
         assert!(!get("accounting (sacct)").ok);
         assert!(get("accounting (sacct)").detail.contains("Problem talking to the database"));
+    }
+
+    #[test]
+    fn the_pyxis_version_is_read_from_the_plugins_own_line() {
+        let cases = [
+            ("pyxis: version v0.24.0", Some("0.24.0")),
+            ("something\npyxis: version v0.20.0\n", Some("0.20.0")),
+            ("", None),
+            ("pyxis: version v0.24.0; rm -rf /", None),
+            ("grep: /x/spank_pyxis.so: No such file or directory", None),
+        ];
+        for (body, want) in cases {
+            assert_eq!(pyxis_version(body), want, "{body:?}");
+        }
     }
 
     /// Preflight names the cluster's Slurm version and whether Pyxis is there, typed, on each host.

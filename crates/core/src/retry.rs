@@ -113,6 +113,14 @@ pub fn classify(state: &SlurmState, exit_code: Option<i32>, log_tail: &str) -> F
             f(FailureClass::Timeout, vec!["the inner timeout was reached (exit 124)".into()])
         }
         _ => {
+            // The container did not start: Pyxis' and Enroot's own lines say why, and what to do.
+            if let Some(c) = crate::container_errors::container_failure(log_tail) {
+                let class = match c.fault {
+                    crate::container_errors::Fault::User => FailureClass::User,
+                    crate::container_errors::Fault::Infra => FailureClass::Infra,
+                };
+                return f(class, vec![c.line, c.remediation.to_string()]);
+            }
             let user = matching_lines(log_tail, &USER);
             if !user.is_empty() {
                 return f(FailureClass::User, user);
@@ -168,6 +176,19 @@ mod tests {
         for (state, code, log, want) in cases {
             assert_eq!(classify(state, *code, log).class, *want, "{state:?} {code:?} {log:?}");
         }
+    }
+
+    #[test]
+    fn a_container_that_did_not_start_says_why_and_what_to_do() {
+        let log = include_str!("../tests/fixtures/slurm-22.05/pyxis-unauthorized.txt");
+        let f = classify(&SlurmState::Failed, Some(1), log);
+        assert_eq!(f.class, User, "a credentials failure is not retried");
+        assert!(f.evidence[0].contains("Authenticating with user: <anonymous>"), "{:?}", f.evidence);
+        assert!(f.evidence[1].contains("tao-slurm credentials enroot"), "{:?}", f.evidence);
+        let log = include_str!("../tests/fixtures/slurm-22.05/pyxis-missing-mount.txt");
+        let f = classify(&SlurmState::Failed, Some(1), log);
+        assert_eq!(f.class, User);
+        assert!(f.evidence[0].ends_with("source path does not exist: /no/such/dir"), "{:?}", f.evidence);
     }
 
     #[test]
