@@ -23,6 +23,19 @@ pub struct CheckOut {
     pub remediation: Option<String>,
 }
 
+impl From<crate::preflight::Check> for CheckOut {
+    fn from(c: crate::preflight::Check) -> CheckOut {
+        CheckOut {
+            name: c.name,
+            host: c.host,
+            ok: c.ok,
+            required: c.required,
+            detail: c.detail,
+            remediation: c.remediation,
+        }
+    }
+}
+
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct PreflightOut {
     pub ok: bool,
@@ -60,17 +73,7 @@ pub fn preflight(settings: &Settings) -> Reply<PreflightOut> {
             ),
         )
     };
-    let checks = checks
-        .into_iter()
-        .map(|c| CheckOut {
-            name: c.name,
-            host: c.host,
-            ok: c.ok,
-            required: c.required,
-            detail: c.detail,
-            remediation: c.remediation,
-        })
-        .collect();
+    let checks = checks.into_iter().map(CheckOut::from).collect();
     Reply::new(summary, next, PreflightOut { ok, checks })
 }
 
