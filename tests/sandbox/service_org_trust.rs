@@ -5,20 +5,9 @@
 //! creates and a retry; an org's workspaces are capped; a path's org is exactly the token's.
 
 use crate::common::sandbox::settings as sandbox_settings;
-use crate::service_support::{short, tenant, Authorised, Service, ORG};
+use crate::service_support::{send, short, tenant, Authorised, Service, ORG};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-
-async fn send(svc: &Service, token: &str, method: reqwest::Method, url: &str, body: Option<Value>) -> (u16, Value) {
-    let mut r = svc.http.request(method, url).bearer_auth(token);
-    if let Some(b) = body {
-        r = r.json(&b);
-    }
-    let r = r.send().await.unwrap();
-    let status = r.status().as_u16();
-    let text = r.text().await.unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
-}
 
 fn org_url(svc: &Service, org: &str, path: &str) -> String {
     format!("{}/api/v2/orgs/{org}{path}", svc.url)

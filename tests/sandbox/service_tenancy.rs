@@ -40,14 +40,7 @@ impl Org<'_> {
     }
 
     async fn send(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut r = self.svc.http.request(method, self.url(path)).bearer_auth(&self.token);
-        if let Some(b) = body {
-            r = r.json(&b);
-        }
-        let r = r.send().await.unwrap();
-        let status = r.status().as_u16();
-        let text = r.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        crate::service_support::send(self.svc, &self.token, method, &self.url(path), body).await
     }
 
     async fn get(&self, path: &str) -> (u16, Value) {

@@ -299,3 +299,15 @@ impl Drop for Authorised {
         }
     }
 }
+
+/// One request with `token`: the status and the body as JSON (or as a string when it is not JSON).
+pub async fn send(svc: &Service, token: &str, method: reqwest::Method, url: &str, body: Option<Value>) -> (u16, Value) {
+    let mut r = svc.http.request(method, url).bearer_auth(token);
+    if let Some(b) = body {
+        r = r.json(&b);
+    }
+    let r = r.send().await.unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
