@@ -230,10 +230,10 @@ fn store_settled(
                     now,
                 )?;
             }
-            // The jobs were read before the round trip: a retry or resume since then moved the job on
-            // to an attempt (a Slurm job name) these observations are not about.
-            let observed = by_id.get(d.job_id.as_str()).map(|j| j.attempt_name.as_str());
-            store.update_status_of(&d.job_id, observed, &d.update, now)?;
+            // The jobs were read before the round trip: a retry, resume, cancel or pause since then
+            // moved the job on from what these observations are about.
+            let read = by_id.get(d.job_id.as_str()).map(|j| crate::store::AsRead::of(j));
+            store.update_status_of(&d.job_id, read, &d.update, now)?;
         }
         for (id, sig) in sigs {
             store.set_status_sig(id, sig)?;

@@ -51,10 +51,10 @@ pub fn handle_failures(
                 }
                 FailureOutcome::Final { failure, message } => {
                     store.close_attempt(&job.job_id, job.attempt, failure.class.as_str(), &failure.evidence, now)?;
-                    // Not if a retry or resume began the next attempt during the evidence's round trip.
+                    // Not if a retry, resume or cancel moved the job on during the evidence's round trip.
                     store.update_status_of(
                         &job.job_id,
-                        Some(job.attempt_name.as_str()),
+                        Some(crate::store::AsRead { attempt_name: &job.attempt_name, status: job.status }),
                         &StatusUpdate { message: message.clone(), ..d.update.clone() },
                         now,
                     )?;

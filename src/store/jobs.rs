@@ -9,6 +9,19 @@ use crate::model::{JobRecord, JobSummary, StatusUpdate};
 use crate::plan::Plan;
 use crate::status::PlatformStatus;
 
+/// A job as a caller read it before a round trip: what it observed is about this attempt and status.
+#[derive(Clone, Copy, Debug)]
+pub struct AsRead<'a> {
+    pub attempt_name: &'a str,
+    pub status: PlatformStatus,
+}
+
+impl<'a> AsRead<'a> {
+    pub fn of(job: &'a JobSummary) -> Self {
+        AsRead { attempt_name: &job.attempt_name, status: job.status }
+    }
+}
+
 /// How a job belongs to a group and to other jobs, as it is recorded.
 #[derive(Debug, Clone, Default)]
 pub struct Member {
@@ -102,14 +115,16 @@ impl Store {
         self.update_status_of(job_id, None, update, now)
     }
 
-    /// [`Store::update_status`], only while the job's current Slurm job name is `attempt_name`
-    /// (when given): what a refresh saw of one attempt's Slurm job never lands on the next attempt,
-    /// submitted under a new name by a retry or a resume begun meanwhile. (Slurm's restart of the
-    /// same job keeps its name.)
+    /// [`Store::update_status`], only while the job is as the caller read it before its round trip
+    /// (when given): the same Slurm job name and the same status. What a refresh saw of one
+    /// attempt's Slurm job never lands on the next attempt, submitted under a new name by a retry or
+    /// a resume begun meanwhile (Slurm's restart of the same job keeps its name); and a status that
+    /// changed meanwhile (a cancel, a pause, another replica's refresh) is not overwritten by what
+    /// was seen before it: the next refresh reads the job as it now is.
     pub fn update_status_of(
         &self,
         job_id: &str,
-        attempt_name: Option<&str>,
+        read: Option<AsRead<'_>>,
         update: &StatusUpdate,
         now: i64,
     ) -> Result<(), StoreError> {
@@ -121,7 +136,7 @@ impl Store {
             .optional()
             .map_err(|e| self.err(e))?
             .ok_or_else(|| StoreError::NotFound(job_id.to_string()))?;
-        if attempt_name.is_some_and(|n| n != current) {
+        if read.is_some_and(|r| r.attempt_name != current || r.status.as_str() != status) {
             return Ok(());
         }
         let changed = self.update_job_if_changed(

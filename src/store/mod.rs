@@ -34,7 +34,7 @@ pub use attempts::RetryPlan;
 pub use audit::AuditEntry;
 pub use dependencies::DependencyRow;
 pub use groups::{Group, GroupRecord};
-pub use jobs::Member;
+pub use jobs::{AsRead, Member};
 pub use leases::Lease;
 pub use notify::Outgoing;
 pub use pause::{NewDocs, PauseAsk};

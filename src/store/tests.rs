@@ -446,3 +446,26 @@ both! { fn a_jobs_kpi_lines_are_capped_on_write_the_first_and_newest_kept(place)
     let iters: Vec<i64> = kept.iter().map(|(_, l)| l[12..l.len() - 1].parse().unwrap()).collect();
     assert!(iters.windows(2).all(|w| w[0] < w[1]), "oldest first, each once");
 }}
+
+both! { fn what_a_refresh_saw_before_a_cancel_never_overwrites_it(place) {
+    let store = place.open();
+    let plan = crate::plan::resolve(&spec(), &settings()).unwrap();
+    let id = plan.layout.job_id.clone();
+    store.insert_job("{}", &plan, NOW).unwrap();
+    store.set_submitted(&id, "42", "login1", NOW).unwrap();
+    // A refresh reads the job Pending, then asks Slurm; meanwhile the job is cancelled.
+    let read = store.summary(&id).unwrap();
+    store.update_status(&id, &StatusUpdate::bare(PlatformStatus::Canceled, "cancelled by the user"), NOW + 1).unwrap();
+    let seen = StatusUpdate {
+        slurm_state: Some("PENDING".into()),
+        pending_reason: Some("Priority".into()),
+        ..StatusUpdate::bare(PlatformStatus::Pending, "waiting, reason Priority")
+    };
+    store.update_status_of(&id, Some(crate::store::AsRead::of(&read)), &seen, NOW + 2).unwrap();
+    assert_eq!(store.summary(&id).unwrap().status, PlatformStatus::Canceled, "the cancel stands");
+    // What a refresh reads after the cancel is about the job as it is, and lands.
+    let read = store.summary(&id).unwrap();
+    let ended = StatusUpdate { slurm_state: Some("CANCELLED".into()), ..StatusUpdate::bare(PlatformStatus::Canceled, "cancelled") };
+    store.update_status_of(&id, Some(crate::store::AsRead::of(&read)), &ended, NOW + 3).unwrap();
+    assert_eq!(store.summary(&id).unwrap().slurm_state.as_deref(), Some("CANCELLED"));
+}}
