@@ -196,7 +196,7 @@ pub fn held_jobs(settings: &Settings, n: usize) -> Vec<String> {
 pub fn record_jobs(settings: &Settings, slurm_ids: &[String]) -> Vec<String> {
     let spec = JobSpec { sbatch_options: Default::default(), ..small_spec() };
     let spec_json = serde_json::to_string(&spec).unwrap();
-    let store = tao_slurm::store::Store::open(&settings.state_path).unwrap();
+    let store = tao_slurm_engine::store::Store::open(&settings.state_path).unwrap();
     let mut ids = Vec::new();
     store
         .in_transaction(|| {
@@ -206,7 +206,7 @@ pub fn record_jobs(settings: &Settings, slurm_ids: &[String]) -> Vec<String> {
                 store.set_submitted(&plan.layout.job_id, sid, "sandbox-login1", tao_slurm::clock::now())?;
                 ids.push(plan.layout.job_id.clone());
             }
-            Ok::<(), tao_slurm::store::StoreError>(())
+            Ok::<(), tao_slurm_engine::store::StoreError>(())
         })
         .unwrap();
     ids

@@ -116,7 +116,7 @@ pub fn memory() -> Value {
     let record_secs = t.elapsed().as_secs_f64();
     // What one load of the summaries costs this process (the monitor holds about two at once).
     let rss0 = vm(std::process::id()).map(|v| v.1).unwrap_or(0);
-    let loaded = tao_slurm::store::Store::open(&settings.state_path).unwrap().list_summaries(true).unwrap();
+    let loaded = tao_slurm_engine::store::Store::open(&settings.state_path).unwrap().list_summaries(true).unwrap();
     let rss1 = vm(std::process::id()).map(|v| v.1).unwrap_or(0);
     assert_eq!(loaded.len(), JOBS);
     drop(loaded);
@@ -124,7 +124,7 @@ pub fn memory() -> Value {
     let state_mb = std::fs::metadata(&settings.state_path).map(|m| m.len()).unwrap_or(0) as f64 / 1e6;
     sdiag_reset();
     let rpc0 = sdiag_counts();
-    let child = start_monitor(&user, "tao_slurm::engine::refresh=debug,warn");
+    let child = start_monitor(&user, "tao_slurm_engine::engine::refresh=debug,warn");
     let pid = child.id();
     let t0 = Instant::now();
     let (mut hwm, mut rss) = (0u64, 0u64);

@@ -15,7 +15,7 @@ pub fn running() -> Value {
     wait_for_empty_queue(&settings, Duration::from_secs(300));
     // Record the plans first: each job writes the status.json of its own platform id.
     let spec = small_spec();
-    let store = tao_slurm::store::Store::open(&settings.state_path).unwrap();
+    let store = tao_slurm_engine::store::Store::open(&settings.state_path).unwrap();
     let plans: Vec<_> = (0..JOBS).map(|_| tao_slurm::plan::resolve(&spec, &settings).unwrap()).collect();
     let mut script = String::new();
     for p in &plans {

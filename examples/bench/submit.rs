@@ -4,7 +4,7 @@ use crate::common::*;
 use crate::report::at_most;
 use serde_json::{json, Value};
 use std::time::Instant;
-use tao_slurm::remote::{self, Idempotency};
+use tao_slurm_engine::remote::{self, Idempotency};
 use tao_slurm::Client;
 
 const LATENCY_RUNS: usize = 11;

@@ -1,6 +1,6 @@
 //! `tao_slurm._native`: the tao-slurm engine for the Python package `tao_slurm` (see
 //! `python/tao_slurm/`). Thin on purpose: every call is one engine call through the public
-//! [`tao_slurm::Client`] API, run with the GIL released, its result handed over as JSON text that the
+//! [`tao_slurm_engine::Client`] API, run with the GIL released, its result handed over as JSON text that the
 //! Python side turns into the TAO SDK's shapes. Errors become the exception classes of
 //! `tao_slurm.errors`, one per class of the engine's error, with the engine's message unchanged.
 
@@ -8,11 +8,11 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use tao_slurm::client::{Client, FollowCursor, JobFilter, PathCheck, Stream};
-use tao_slurm::config::Settings;
-use tao_slurm::error::{Error, ErrorKind};
-use tao_slurm::spec::{JobSpec, SecretValues};
-use tao_slurm::status::PlatformStatus;
+use tao_slurm_engine::client::{Client, FollowCursor, JobFilter, PathCheck, Stream};
+use tao_slurm_engine::config::Settings;
+use tao_slurm_engine::error::{Error, ErrorKind};
+use tao_slurm_engine::spec::{JobSpec, SecretValues};
+use tao_slurm_engine::status::PlatformStatus;
 
 /// Idle clients kept for the next calls (each holds a state-file connection and a warm shell on
 /// the login host's shared SSH master); more concurrent calls open extra ones, dropped afterwards.
@@ -25,7 +25,7 @@ struct Engine {
     settings: Settings,
     idle: Mutex<Vec<Client>>,
     /// The monitor thread's memory between steps.
-    monitor: Mutex<tao_slurm::client::Monitor>,
+    monitor: Mutex<tao_slurm_engine::client::Monitor>,
 }
 
 /// The Python exception for an engine error: its class, its message unchanged, its CLI exit code,
@@ -84,11 +84,11 @@ impl Engine {
         if let Some(p) = state_path {
             flags.insert("TAO_SLURM_STATE".to_string(), p);
         }
-        let settings = tao_slurm::config::gather(flags, env_file.as_deref().map(std::path::Path::new))
+        let settings = tao_slurm_engine::config::gather(flags, env_file.as_deref().map(std::path::Path::new))
             .and_then(|s| Settings::from_sources(&s))
             .map_err(|e| to_py(py, e.into()))?;
         settings.require_remote().map_err(|e| to_py(py, e.into()))?;
-        let monitor = Mutex::new(tao_slurm::client::Monitor::new(&settings));
+        let monitor = Mutex::new(tao_slurm_engine::client::Monitor::new(&settings));
         let engine = Engine { settings, idle: Mutex::new(Vec::new()), monitor };
         // Opening the state file now reports a bad path here rather than at the first call.
         engine.with(py, |_| Ok(()))?;
@@ -230,7 +230,7 @@ impl Engine {
             let specs: Option<serde_json::Value> = match specs {
                 Some(text) => Some(
                     serde_json::from_str(&text)
-                        .map_err(|e| Error::from(tao_slurm::spec::SpecError::new("specs", format!("not JSON: {e}"))))?,
+                        .map_err(|e| Error::from(tao_slurm_engine::spec::SpecError::new("specs", format!("not JSON: {e}"))))?,
                 ),
                 None => None,
             };
@@ -252,7 +252,7 @@ impl Engine {
         max_bytes: u64,
         role: Option<String>,
     ) -> PyResult<String> {
-        let at = tao_slurm::client::Where::new(node.as_deref(), role.as_deref());
+        let at = tao_slurm_engine::client::Where::new(node.as_deref(), role.as_deref());
         self.with(py, move |c| Ok(json(&c.exec_capture(&id, &at, &command, timeout_secs, max_bytes)?)))
     }
 
@@ -339,7 +339,7 @@ impl Engine {
     /// credentials, results directory), as JSON.
     fn preflight(&self, py: Python<'_>) -> String {
         let settings = self.settings.clone();
-        py.detach(move || json(&tao_slurm::client::preflight(&settings).checks))
+        py.detach(move || json(&tao_slurm_engine::client::preflight(&settings).checks))
     }
 
     /// One step of the monitor (the one every door runs): every active job refreshed in one round
@@ -350,9 +350,9 @@ impl Engine {
         self.with(py, move |c| {
             let mut m = monitor.lock().unwrap_or_else(|e| e.into_inner());
             let step = m.step(c)?;
-            let views: Vec<tao_slurm::JobView> = {
-                let now = tao_slurm::client::now_secs();
-                step.jobs.iter().map(|j| tao_slurm::JobView::at(j, now)).collect()
+            let views: Vec<tao_slurm_engine::JobView> = {
+                let now = tao_slurm_engine::client::now_secs();
+                step.jobs.iter().map(|j| tao_slurm_engine::JobView::at(j, now)).collect()
             };
             Ok((json(&views), step.interval.as_secs_f64(), step.floor.as_secs_f64()))
         })
@@ -379,7 +379,7 @@ fn gpus_from_count(
     per_node: u32,
 ) -> PyResult<HashMap<&'static str, u32>> {
     let ask =
-        tao_slurm::plan::gpus_from_count("gpu_count", count, num_nodes, per_node).map_err(|e| to_py(py, e.into()))?;
+        tao_slurm_engine::plan::gpus_from_count("gpu_count", count, num_nodes, per_node).map_err(|e| to_py(py, e.into()))?;
     let mut out = HashMap::new();
     for (key, value) in [("gpus", ask.gpus), ("total_gpus", ask.total_gpus), ("nodes", ask.nodes)] {
         if let Some(v) = value {
@@ -392,13 +392,13 @@ fn gpus_from_count(
 /// The infrastructure failure pattern a log line matches (the engine's list), or None.
 #[pyfunction]
 fn infra_pattern_of(line: &str) -> Option<&'static str> {
-    tao_slurm::retry::infra_pattern_of(line)
+    tao_slurm_engine::retry::infra_pattern_of(line)
 }
 
 /// The shortest time between two refreshes the query budget allows, in seconds (every poller's floor).
 #[pyfunction]
 fn budget_floor_secs(max_queries_per_minute: u32) -> f64 {
-    tao_slurm::monitor::budget_floor(max_queries_per_minute).as_secs_f64()
+    tao_slurm_engine::monitor::budget_floor(max_queries_per_minute).as_secs_f64()
 }
 
 #[pymodule]
@@ -410,7 +410,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
                 tracing_subscriber::EnvFilter::try_from_env("TAO_SLURM_LOG")
                     .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
             )
-            .with_writer(|| tao_slurm::redact::RedactingWriter(std::io::stderr()))
+            .with_writer(|| tao_slurm_engine::redact::RedactingWriter(std::io::stderr()))
             .with_ansi(false)
             .with_target(false)
             .try_init();

@@ -163,7 +163,7 @@ fn ten_thousand_progress_lines_leave_at_most_the_cap_of_kpi_points() {
 /// that names the cap; the transport keeps working.
 #[test]
 fn remote_output_over_the_cap_is_a_clear_error() {
-    use tao_slurm::remote::{self, Idempotency, RemoteError, MAX_OUTPUT_BYTES};
+    use tao_slurm_engine::remote::{self, Idempotency, RemoteError, MAX_OUTPUT_BYTES};
     let env = Env::isolated();
     let transport = remote::connect(&env.settings()).unwrap();
     let deadline = Duration::from_secs(120);

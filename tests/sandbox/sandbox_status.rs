@@ -19,7 +19,7 @@ pub(crate) fn adopt_raw(env: &Env, sbatch_args: &str) -> (String, String) {
 fn two_hundred_active_jobs_are_refreshed_in_one_round_trip() {
     let env = Env::isolated();
     let settings = env.settings();
-    let store = tao_slurm::store::Store::open(&settings.state_path).unwrap();
+    let store = tao_slurm_engine::store::Store::open(&settings.state_path).unwrap();
     let spec = tao_slurm::JobSpec {
         image: "ubuntu:22.04".into(),
         command: vec!["true".into()],

@@ -378,7 +378,7 @@ async fn a_stalled_lease_holder_on_postgres_writes_nothing_after_another_takes_o
 /// The lease of the stall tests (seconds), short so that they are quick.
 const STALL_LEASE: &str = "3";
 /// Their replicas say when a refresh's round trip begins.
-const STALL_LOG: &str = "warn,tao_slurm::engine::refresh=debug";
+const STALL_LOG: &str = "warn,tao_slurm_engine::engine::refresh=debug";
 
 async fn stalled_holder_writes_nothing(svc: Service, flags: &[&str]) {
     const LEASE: &str = STALL_LEASE;

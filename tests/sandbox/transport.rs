@@ -5,7 +5,7 @@ use crate::common::sandbox::{self, logins_per_host};
 use crate::common::Env;
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
-use tao_slurm::remote::{self, Idempotency};
+use tao_slurm_engine::remote::{self, Idempotency};
 
 #[test]
 fn first_host_down_fails_over_to_the_second_within_the_connect_timeout() {

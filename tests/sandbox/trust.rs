@@ -315,13 +315,13 @@ fn a_login_host_that_never_speaks_costs_about_the_connect_timeout() {
 fn a_remote_command_that_hangs_ends_at_its_deadline() {
     let mut env = Env::isolated();
     env.vars.insert("TAO_SLURM_REMOTE_TIMEOUT".into(), "2".into());
-    let remote = tao_slurm::remote::connect(&env.settings()).unwrap();
+    let remote = tao_slurm_engine::remote::connect(&env.settings()).unwrap();
     let start = Instant::now();
-    let err = remote.run_script("sleep 30", tao_slurm::remote::Idempotency::Idempotent).unwrap_err();
+    let err = remote.run_script("sleep 30", tao_slurm_engine::remote::Idempotency::Idempotent).unwrap_err();
     assert!(start.elapsed() < Duration::from_secs(15), "{:?}", start.elapsed());
     assert!(err.to_string().contains("did not finish within 2 s"), "{err}");
     // The transport recovers: the next call gets a new shell.
-    let out = remote.run_script("echo fine", tao_slurm::remote::Idempotency::Idempotent).unwrap();
+    let out = remote.run_script("echo fine", tao_slurm_engine::remote::Idempotency::Idempotent).unwrap();
     assert_eq!(out.stdout.trim(), "fine");
 }
 

@@ -182,7 +182,7 @@ impl Env {
             ..Default::default()
         };
         let plan = tao_slurm::plan::resolve(&spec, &settings).unwrap();
-        tao_slurm::store::Store::open(&settings.state_path)
+        tao_slurm_engine::store::Store::open(&settings.state_path)
             .unwrap()
             .insert_job("{}", &plan, tao_slurm::clock::now())
             .unwrap();

@@ -86,6 +86,12 @@ impl From<rusqlite::Error> for Error {
     }
 }
 
+impl From<super::pg_tls::TlsError> for Error {
+    fn from(e: super::pg_tls::TlsError) -> Error {
+        Error::Tls(e.0)
+    }
+}
+
 impl From<postgres::Error> for Error {
     fn from(e: postgres::Error) -> Error {
         Error::Postgres(e)

@@ -94,6 +94,7 @@ macro_rules! both {
             fn sqlite() {
                 run(&$crate::store::test_place::Place::sqlite())
             }
+            #[cfg(feature = "postgres-tests")]
             #[test]
             fn postgres() {
                 run(&$crate::store::test_place::Place::postgres())

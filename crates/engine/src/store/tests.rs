@@ -397,6 +397,7 @@ both! { fn a_restart_of_the_slurm_job_becomes_the_next_attempt_once(place) {
 
 /// A connection the server dropped (restarted, or out of reach for a while) is opened again on the
 /// next use, in the same schema: the store goes on without a restart of the process (issue 25).
+#[cfg(feature = "postgres-tests")]
 #[test]
 fn a_dropped_postgres_connection_is_opened_again() {
     let place = crate::store::test_place::Place::postgres();

@@ -3,7 +3,9 @@
 //! system's roots, and its name against the URL's host. A certificate that does not check out is an
 //! error, never a connection (libpq's `require` would take it; `verify-full` is what this does).
 
-use super::sql::Error;
+/// Why TLS to the server could not be set up (the CA file, or rustls' configuration).
+#[derive(Debug)]
+pub struct TlsError(pub String);
 use postgres::config::SslMode;
 use std::path::Path;
 
@@ -18,7 +20,7 @@ impl Way {
     /// `require`: TLS, checked; `disable` and the default (`prefer`): plain, as before TLS was
     /// supported (rust-postgres's `prefer` would fall back to plain text on a server without TLS,
     /// which buys nothing against a hostile network).
-    pub fn for_config(config: &postgres::Config, ca_file: Option<&Path>) -> Result<Way, Error> {
+    pub fn for_config(config: &postgres::Config, ca_file: Option<&Path>) -> Result<Way, TlsError> {
         match config.get_ssl_mode() {
             SslMode::Require => Ok(Way::Tls(tokio_postgres_rustls::MakeRustlsConnect::new(client_config(ca_file)?))),
             _ => Ok(Way::Plain),
@@ -34,7 +36,7 @@ impl Way {
 }
 
 /// rustls' settings: the CA file's certificates, or the system's roots.
-fn client_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, Error> {
+fn client_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, TlsError> {
     use rustls_pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     match ca_file {
@@ -42,8 +44,8 @@ fn client_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, Error> 
             // It decides which server is trusted with the jobs' state: trusted as the files that decide
             // what runs (ours or root's, not writable by group or others).
             crate::private::check_trusted_file(path, crate::private::Trust::OursOrRoots)
-                .map_err(|e| Error::Tls(format!("TAO_SLURM_DATABASE_CA_FILE: {e}")))?;
-            let bad = |what: String| Error::Tls(format!("TAO_SLURM_DATABASE_CA_FILE {}{what}", path.display()));
+                .map_err(|e| TlsError(format!("TAO_SLURM_DATABASE_CA_FILE: {e}")))?;
+            let bad = |what: String| TlsError(format!("TAO_SLURM_DATABASE_CA_FILE {}{what}", path.display()));
             let certs = rustls_pki_types::CertificateDer::pem_file_iter(path).map_err(|e| bad(format!(": {e}")))?;
             for cert in certs {
                 let cert = cert.map_err(|e| bad(format!(": {e}")))?;
@@ -57,7 +59,7 @@ fn client_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, Error> 
             let found = rustls_native_certs::load_native_certs();
             roots.add_parsable_certificates(found.certs);
             if roots.is_empty() {
-                return Err(Error::Tls(
+                return Err(TlsError(
                     "sslmode=require, and the system has no CA certificates: set TAO_SLURM_DATABASE_CA_FILE to the database's CA"
                         .into(),
                 ));
@@ -67,7 +69,7 @@ fn client_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, Error> 
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     Ok(rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| Error::Tls(e.to_string()))?
+        .map_err(|e| TlsError(e.to_string()))?
         .with_root_certificates(roots)
         .with_no_client_auth())
 }
