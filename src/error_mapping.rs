@@ -1,11 +1,11 @@
 //! One error of each kind, as the engine makes them, mapped by every door as the table says: the exit
 //! code, the HTTP status, MCP's "your input" flag and the Python class.
 
-use crate::error::*;
 use crate::config::ConfigError;
-use crate::spec::SpecError;
+use crate::error::*;
 use crate::mcp::reply::ToolError;
 use crate::service::error::ApiError;
+use crate::spec::SpecError;
 
 /// One error of each kind, as the layers make them.
 fn examples() -> Vec<(Error, ErrorKind)> {

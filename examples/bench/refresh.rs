@@ -5,10 +5,10 @@ use crate::report::at_most;
 use serde_json::{json, Value};
 use std::time::Instant;
 use tao_slurm::ops::refresh::{refresh_script, RefreshTarget};
-use tao_slurm_engine::remote::{self, Idempotency};
 use tao_slurm::slurm::query::SQUEUE_FORMAT;
-use tao_slurm_engine::store::Store;
 use tao_slurm::Client;
+use tao_slurm_engine::remote::{self, Idempotency};
+use tao_slurm_engine::store::Store;
 
 const RUNS: usize = 7;
 pub const SIZES: [usize; 4] = [1, 100, 1000, 5000];

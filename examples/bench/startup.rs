@@ -4,8 +4,8 @@ use crate::common::*;
 use crate::report::at_most;
 use serde_json::{json, Value};
 use std::time::Instant;
-use tao_slurm_engine::store::{StatusUpdate, Store};
 use tao_slurm::PlatformStatus;
+use tao_slurm_engine::store::{StatusUpdate, Store};
 
 const RUNS: usize = 50;
 

@@ -4,8 +4,8 @@ use crate::common::*;
 use crate::report::at_most;
 use serde_json::{json, Value};
 use std::time::Instant;
-use tao_slurm_engine::remote::{self, Idempotency};
 use tao_slurm::Client;
+use tao_slurm_engine::remote::{self, Idempotency};
 
 const LATENCY_RUNS: usize = 11;
 const COLD_RUNS: usize = 5;

@@ -228,10 +228,9 @@ impl Engine {
     fn resume(&self, py: Python<'_>, id: String, specs: Option<String>) -> PyResult<String> {
         self.with(py, move |c| {
             let specs: Option<serde_json::Value> = match specs {
-                Some(text) => Some(
-                    serde_json::from_str(&text)
-                        .map_err(|e| Error::from(tao_slurm_engine::spec::SpecError::new("specs", format!("not JSON: {e}"))))?,
-                ),
+                Some(text) => Some(serde_json::from_str(&text).map_err(|e| {
+                    Error::from(tao_slurm_engine::spec::SpecError::new("specs", format!("not JSON: {e}")))
+                })?),
                 None => None,
             };
             Ok(json(&c.resume_job(&id, specs.as_ref())?))
@@ -378,8 +377,8 @@ fn gpus_from_count(
     num_nodes: Option<u32>,
     per_node: u32,
 ) -> PyResult<HashMap<&'static str, u32>> {
-    let ask =
-        tao_slurm_engine::plan::gpus_from_count("gpu_count", count, num_nodes, per_node).map_err(|e| to_py(py, e.into()))?;
+    let ask = tao_slurm_engine::plan::gpus_from_count("gpu_count", count, num_nodes, per_node)
+        .map_err(|e| to_py(py, e.into()))?;
     let mut out = HashMap::new();
     for (key, value) in [("gpus", ask.gpus), ("total_gpus", ask.total_gpus), ("nodes", ask.nodes)] {
         if let Some(v) = value {

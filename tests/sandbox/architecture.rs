@@ -5,8 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Modules whose submodules are nodes of their own in the graph (one file per operation or command).
+/// (The service's modules are not yet among them: they still import each other, issue 37.)
 const SPLIT: &[&str] =
-    &["engine", "cli", "mcp", "service", "client", "store", "ops", "remote", "script", "spec", "slurm", "cosmos"];
+    &["engine", "cli", "mcp", "client", "store", "ops", "remote", "script", "spec", "slurm", "cosmos"];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {

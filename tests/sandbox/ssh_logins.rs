@@ -72,7 +72,8 @@ fn logins_are_shared_and_missing_settings_never_connect() {
     let transport = tao_slurm_engine::remote::connect(&settings).unwrap();
     let before = accepted_logins();
     for i in 0..100 {
-        let out = transport.run_script(&format!("echo {i}"), tao_slurm_engine::remote::Idempotency::Idempotent).unwrap();
+        let out =
+            transport.run_script(&format!("echo {i}"), tao_slurm_engine::remote::Idempotency::Idempotent).unwrap();
         assert_eq!(out.stdout, format!("{i}\n"));
     }
     assert_eq!(accepted_logins() - before, 1, "100 remote commands in one process must share one login");
@@ -104,7 +105,8 @@ fn logins_are_shared_and_missing_settings_never_connect() {
     wait_for("the master's socket gone", Duration::from_secs(30), Duration::from_millis(100), || !socket.exists());
     let before = accepted_logins();
     for i in 0..10 {
-        let out = transport.run_script(&format!("echo {i}"), tao_slurm_engine::remote::Idempotency::Idempotent).unwrap();
+        let out =
+            transport.run_script(&format!("echo {i}"), tao_slurm_engine::remote::Idempotency::Idempotent).unwrap();
         assert_eq!(out.stdout, format!("{i}\n"));
     }
     assert_eq!(accepted_logins() - before, 1, "one reconnect, then shared again");
