@@ -87,7 +87,7 @@ mod tests {
         for (mode, trusted) in [(0o644, true), (0o600, true), (0o664, false), (0o666, false)] {
             std::fs::set_permissions(&ca, std::fs::Permissions::from_mode(mode)).unwrap();
             let Err(e) = client_config(Some(&ca)) else { panic!("{mode:o}: no PEM certificate either way") };
-            let e = e.to_string();
+            let e = e.0;
             assert!(e.contains("TAO_SLURM_DATABASE_CA_FILE"), "{e}");
             // A trusted file is read (and found to hold no certificate); another is never read.
             assert_eq!(e.contains("group or others can write it"), !trusted, "{mode:o}: {e}");
