@@ -24,7 +24,7 @@ pub struct ServeCmd {
     pub metrics_addr: Option<SocketAddr>,
     /// Seconds a replica's lease on a workspace's monitor lasts without renewal (renewed every
     /// third of it): another replica takes over a silent one within about this long
-    #[arg(long, default_value_t = crate::service::replica::LEASE_SECS, value_parser = clap::value_parser!(i64).range(1..=3600))]
+    #[arg(long, default_value_t = crate::service::lease::LEASE_SECS, value_parser = clap::value_parser!(i64).range(1..=3600))]
     pub lease_secs: i64,
     /// Keep the jobs' state in this PostgreSQL database (`postgresql://user@host:port/db`; as
     /// TAO_SLURM_DATABASE_URL). Its password comes from TAO_SLURM_DATABASE_PASSWORD, never the

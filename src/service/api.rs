@@ -2,240 +2,19 @@
 //! or, for what must reach a cluster (create, cancel, logs, the cluster view), runs the engine on a
 //! blocking thread. Requests are validated, with the field at fault named, before any of that.
 
+use super::common::*;
 use super::error::{ApiError, ApiResult, ErrorBody};
-use super::state::{AppState, CachedJob, TokenInfo};
+use super::state::CachedJob;
+use super::token_info::TokenInfo;
 use super::types::*;
-use super::workspace::Workspace;
 use crate::status::PlatformStatus;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use std::sync::Arc;
-
-pub type AppStateRef = Arc<AppState>;
-
-/// A JSON reply from text that is already JSON.
-pub fn json_text(status: StatusCode, text: String) -> Response {
-    (status, [(header::CONTENT_TYPE, "application/json")], text).into_response()
-}
-
-/// Run blocking engine work off the async runtime.
-pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> ApiResult<T> + Send + 'static) -> ApiResult<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .unwrap_or_else(|e| Err(ApiError::internal(format!("internal error (a bug in tao-slurm): {e}"))))
-}
-
-/// A job of the org from the cache (a job of another org is not found, as if it did not exist).
-pub fn org_job(state: &AppState, org: &str, id: &str) -> ApiResult<Arc<CachedJob>> {
-    state
-        .snapshot()
-        .jobs
-        .get(id)
-        .filter(|j| j.out.org == org)
-        .cloned()
-        .ok_or_else(|| ApiError::not_found(format!("no job {id} in org {org}")))
-}
-
-pub(super) fn workspace_of(state: &AppState, job: &CachedJob) -> ApiResult<Arc<Workspace>> {
-    state.workspace(&job.out.workspace).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "workspace_unavailable",
-            format!("the job's workspace {} is not configured in this service any more", job.out.workspace),
-        )
-    })
-}
-
-fn query<T: serde::de::DeserializeOwned>(uri: &Uri) -> ApiResult<T> {
-    Query::<T>::try_from_uri(uri).map(|q| q.0).map_err(|e| ApiError::field("query", e.body_text()))
-}
-
-#[utoipa::path(get, path = "/api/v2/health", tag = "service",
-    responses((status = 200, description = "The service is up", body = Health)))]
-pub async fn health() -> Json<Health> {
-    Json(Health { status: "ok".into() })
-}
-
-#[utoipa::path(get, path = "/api/v2/openapi.json", tag = "service", security(("bearer" = [])),
-    responses((status = 200, description = "This OpenAPI 3.1 document", content_type = "application/json"),
-        (status = 401, description = "No valid token", body = ErrorBody)))]
-pub async fn openapi_json() -> Response {
-    json_text(StatusCode::OK, super::openapi::document_json())
-}
-
-pub fn workspace_out(w: &Workspace) -> WorkspaceOut {
-    let s = &w.settings;
-    WorkspaceOut {
-        id: w.id.clone(),
-        name: w.name.clone(),
-        shared: matches!(w.access, super::workspace::Access::Shared(_)),
-        created_on: w.created_at.map(rfc3339),
-        ready: w.ready.load(std::sync::atomic::Ordering::Relaxed),
-        cloud_type: "slurm".into(),
-        cloud_specific_details: CloudSpecificDetails {
-            slurm_user: s.slurm_user.clone(),
-            slurm_hostname: s.login_hosts.iter().map(|h| h.label()).collect(),
-            base_results_dir: s.base_dir(),
-            partition: s.partition.clone(),
-            account: s.account.clone(),
-            max_gpus_per_node: s.max_gpus_per_node,
-            time_hours: s.time_hours,
-            use_requeue: s.use_requeue,
-            max_job_retries: s.max_retries,
-        },
-    }
-}
-
-#[utoipa::path(get, path = "/api/v2/orgs/{org}/workspaces", tag = "workspaces", security(("bearer" = [])),
-    params(("org" = String, Path, description = "The token's org")),
-    responses((status = 200, description = "The Slurm workspaces this org may use: the operator's granted to it, and its own", body = WorkspaceList),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
-pub async fn list_workspaces(State(state): State<AppStateRef>, Path(org): Path<String>) -> Json<WorkspaceList> {
-    let workspaces: Vec<WorkspaceOut> = state.org_workspaces(&org).iter().map(|w| workspace_out(w)).collect();
-    let n = workspaces.len();
-    Json(WorkspaceList {
-        workspaces,
-        pagination_info: PaginationInfo { total_records: n, total_pages: 1, page_size: n, page_index: 0 },
-    })
-}
-
-/// `GET /workspaces/{workspace_id}` and `GET /workspaces/{workspace_id}:cluster`.
-pub async fn workspace_ref(
-    State(state): State<AppStateRef>,
-    Path((org, reference)): Path<(String, String)>,
-    uri: Uri,
-) -> ApiResult<Response> {
-    match reference.rsplit_once(':') {
-        None => get_workspace(state, org, reference).await.map(IntoResponse::into_response),
-        Some((id, "cluster")) => {
-            workspace_cluster(state, org, id.to_string(), query(&uri)?).await.map(IntoResponse::into_response)
-        }
-        Some((_, other)) => Err(ApiError::not_found(format!("no workspace action :{other} (there is :cluster)"))),
-    }
-}
-
-/// A workspace the org may use (one it may not is not found, as if it did not exist).
-fn find_workspace(state: &AppState, org: &str, id: &str) -> ApiResult<Arc<Workspace>> {
-    state.org_workspace(org, id).ok_or_else(|| ApiError::not_found(format!("no workspace {id} for org {org}")))
-}
-
-#[utoipa::path(get, path = "/api/v2/orgs/{org}/workspaces/{workspace_id}", tag = "workspaces", security(("bearer" = [])),
-    params(("org" = String, Path), ("workspace_id" = String, Path)),
-    responses((status = 200, body = WorkspaceOut), (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
-pub async fn get_workspace(state: AppStateRef, org: String, id: String) -> ApiResult<Json<WorkspaceOut>> {
-    Ok(Json(workspace_out(&*find_workspace(&state, &org, &id)?)))
-}
-
-/// How long a cluster view is served from the cache.
-const CLUSTER_VIEW_SECS: u64 = 60;
-
-#[utoipa::path(get, path = "/api/v2/orgs/{org}/workspaces/{workspace_id}:cluster", tag = "workspaces",
-    security(("bearer" = [])), params(("org" = String, Path), ("workspace_id" = String, Path), ClusterQuery),
-    responses((status = 200, description = "Preflight checks and partitions with free GPUs (cached for a minute)", body = ClusterOut),
-        (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
-pub async fn workspace_cluster(
-    state: AppStateRef,
-    org: String,
-    id: String,
-    q: ClusterQuery,
-) -> ApiResult<Json<ClusterOut>> {
-    let ws = find_workspace(&state, &org, &id)?;
-    // One reader at a time per workspace: concurrent requests wait for it and share its answer.
-    let mut cached = ws.cluster_view.lock().await;
-    if let Some((at, view)) = cached.as_ref() {
-        // A refresh asked for is run at most once per interval; within it the fresh view is shared.
-        let age = at.elapsed().as_secs();
-        if age < super::limits::CLUSTER_REFRESH_SECS || (!q.refresh.unwrap_or(false) && age < CLUSTER_VIEW_SECS) {
-            return Ok(Json(view.clone()));
-        }
-    }
-    let w = ws.clone();
-    let _in_pool = ws.pool.enter(&ws.id).await?;
-    let st = state.clone();
-    let view = blocking(move || {
-        let checks = crate::client::preflight(&w.settings).checks;
-        w.ready.store(checks.iter().all(|c| c.ok || !c.required), std::sync::atomic::Ordering::Relaxed);
-        let (partitions, partitions_error) = match w.with_client(|c| c.partition_usage()) {
-            Ok((p, _host)) => (p, None),
-            Err(e) => (Vec::new(), Some(super::workspaces::org_facing_error(&st, &w, &e.to_string()))),
-        };
-        Ok(ClusterOut {
-            workspace: w.id.clone(),
-            checked_at: rfc3339(crate::client::now_secs()),
-            ok: checks.iter().all(|c| c.ok || !c.required),
-            checks: checks
-                .into_iter()
-                .map(|c| {
-                    let (detail, remediation) = super::workspaces::org_facing_check(&st, &w, &c);
-                    CheckOut { name: c.name, host: c.host, ok: c.ok, required: c.required, detail, remediation }
-                })
-                .collect(),
-            partitions: partitions
-                .into_iter()
-                .map(|p| PartitionOut {
-                    name: p.name,
-                    is_default: p.is_default,
-                    state: p.state,
-                    max_time_minutes: p.max_time_minutes,
-                    nodes: p.nodes,
-                    nodes_usable: p.nodes_usable,
-                    nodes_idle: p.nodes_idle,
-                    gpus_total: p.gpus_total,
-                    gpus_used: p.gpus_used,
-                    gpus_free: p.gpus_free,
-                    cpus_total: p.cpus_total,
-                    cpus_idle: p.cpus_idle,
-                })
-                .collect(),
-            partitions_error,
-        })
-    })
-    .await?;
-    *cached = Some((std::time::Instant::now(), view.clone()));
-    Ok(Json(view))
-}
-
-/// The request body as JSON of type `T`, with the field of the first error named.
-pub fn parse_json<T: serde::de::DeserializeOwned>(
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> ApiResult<T> {
-    let body = body.map_err(|e| {
-        let status = e.status();
-        let code = if status == StatusCode::PAYLOAD_TOO_LARGE { "payload_too_large" } else { "invalid_body" };
-        ApiError::new(status, code, e.body_text())
-    })?;
-    let json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(';').next().is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json")));
-    if !json {
-        return Err(ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            "send the body as JSON with Content-Type: application/json",
-        ));
-    }
-    let de = &mut serde_json::Deserializer::from_slice(&body);
-    serde_path_to_error::deserialize(de).map_err(field_error)
-}
-
-/// A JSON value as type `T`, with the field of the first error named.
-pub fn from_value<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> ApiResult<T> {
-    serde_path_to_error::deserialize(value).map_err(field_error)
-}
-
-fn field_error<E: std::fmt::Display>(e: serde_path_to_error::Error<E>) -> ApiError {
-    let path = e.path().to_string();
-    let inner = e.into_inner();
-    // The path names the field at fault (an unknown field included).
-    let field = if path == "." || path == "?" || path.is_empty() { "body".to_string() } else { path };
-    ApiError::field(field, inner.to_string())
-}
 
 #[utoipa::path(post, path = "/api/v2/orgs/{org}/jobs", tag = "jobs", security(("bearer" = [])),
     params(("org" = String, Path)),
@@ -533,32 +312,6 @@ pub async fn get_job(state: AppStateRef, org: String, id: String) -> ApiResult<R
     Ok(json_text(StatusCode::OK, org_job(&state, &org, &id)?.json.to_string()))
 }
 
-/// Run `act` on the org's job with a client of its workspace (within the request pool, off the
-/// runtime), publish what it changed, wake the monitor, and reply with the job as it now is: the
-/// shape of every job action (cancel, retry, pause, resume).
-pub(super) async fn act_on_job(
-    state: AppStateRef,
-    org: &str,
-    id: &str,
-    act: impl FnOnce(&crate::Client, &str) -> crate::Result<()> + Send + 'static,
-) -> ApiResult<Response> {
-    let job = org_job(&state, org, id)?;
-    let ws = workspace_of(&state, &job)?;
-    let (st, w, jid) = (state.clone(), ws.clone(), id.to_string());
-    let _in_pool = ws.pool.enter(&ws.id).await?;
-    blocking(move || {
-        w.with_client(|client| {
-            let result = act(client, &jid);
-            st.publish(client);
-            result
-        })
-        .map_err(ApiError::engine)
-    })
-    .await?;
-    ws.wake_monitor();
-    Ok(json_text(StatusCode::OK, org_job(&state, org, id)?.json.to_string()))
-}
-
 #[utoipa::path(post, path = "/api/v2/orgs/{org}/jobs/{job_id}:cancel", tag = "jobs", security(("bearer" = [])),
     params(("org" = String, Path), ("job_id" = String, Path)),
     responses((status = 200, description = "Cancelled (idempotent: a terminal job is returned as it is)", body = JobOut),
@@ -586,27 +339,6 @@ pub async fn retry_job(state: AppStateRef, org: String, id: String) -> ApiResult
     let reply = act_on_job(state, &org, &id, |c, jid| c.retry_job(jid).map(|_| ())).await?;
     tracing::info!(%org, job = %id, "job retried");
     Ok(reply)
-}
-
-/// The policy check of a job that starts again (`:retry`, `:resume`) when `restarts` says its status
-/// is one the action starts from: its recorded plan against the org's and the workspace's policy as
-/// they are now, its place among the org's active jobs taken (itself not counted). None: the action
-/// starts nothing (it answers the job as it is).
-pub(super) async fn admit_restart(
-    state: &AppStateRef,
-    org: &str,
-    id: &str,
-    restarts: impl Fn(PlatformStatus) -> bool,
-) -> ApiResult<Option<super::policy::Place>> {
-    let job = org_job(state, org, id)?;
-    if !restarts(job.status) {
-        return Ok(None);
-    }
-    let ws = workspace_of(state, &job)?;
-    let (w, jid) = (ws.clone(), id.to_string());
-    let plan = blocking(move || w.with_client(|c| c.recorded_plan(&jid)).map_err(ApiError::engine)).await?;
-    let policy = super::policy::effective(state, org, &ws);
-    super::policy::admit(state, org, &policy, &plan, Some(id)).map(Some)
 }
 
 #[utoipa::path(delete, path = "/api/v2/orgs/{org}/jobs/{job_id}", tag = "jobs", security(("bearer" = [])),

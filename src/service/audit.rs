@@ -4,9 +4,9 @@
 //! its admin tokens. Request bodies are never recorded (they may hold secrets); nothing in the API
 //! changes or removes an entry.
 
-use super::api::AppStateRef;
+use super::common::AppStateRef;
 use super::error::{ApiError, ApiResult};
-use super::state::TokenInfo;
+use super::token_info::TokenInfo;
 use crate::client::AuditEntry;
 use axum::body::Body;
 use axum::extract::{MatchedPath, Path, Request, State};
@@ -164,7 +164,7 @@ pub async fn org_ref(
         return Err(ApiError::field("size", "size must be between 1 and 1000"));
     }
     let org = org.to_string();
-    let entries = super::api::blocking(move || {
+    let entries = super::common::blocking(move || {
         state.db.audit(Some(&org), q.after.unwrap_or(0), size + 1).map_err(ApiError::internal)
     })
     .await?;

@@ -3,7 +3,7 @@
 //! many reports thinned to [`MAX_POINTS`], evenly, the newest always among them. (The store keeps at
 //! most `kpi::MAX_POINTS_PER_JOB` a job in the first place, thinned as they are written.)
 
-use super::api::{blocking, org_job, workspace_of, AppStateRef};
+use super::common::{blocking, org_job, workspace_of, AppStateRef};
 use super::error::{ApiError, ApiResult, ErrorBody};
 use axum::Json;
 use serde::Serialize;

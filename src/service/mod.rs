@@ -14,9 +14,11 @@
 
 pub mod api;
 pub mod audit;
+pub mod common;
 mod dashboard;
 pub mod error;
 mod kpis;
+pub mod lease;
 pub mod limits;
 pub mod metrics;
 pub mod openapi;
@@ -32,6 +34,7 @@ pub mod state;
 pub mod tao_jobs;
 pub mod tao_routes;
 pub mod tensorboard;
+pub mod token_info;
 mod translate;
 pub mod types;
 pub mod workspace;
@@ -146,17 +149,17 @@ pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
         .route("/", get(dashboard::index))
         .route("/assets/app.js", get(dashboard::app_js))
         .route("/assets/app.css", get(dashboard::app_css))
-        .route("/api/v2/health", get(api::health))
+        .route("/api/v2/health", get(openapi::health))
         .route("/api/v2/health/liveness", get(tao_routes::liveness))
         .route("/api/v2/health/readiness", get(tao_routes::readiness))
         .route("/api/v2/login", axum::routing::post(tao_routes::login))
-        .route("/api/v2/openapi.json", get(api::openapi_json))
+        .route("/api/v2/openapi.json", get(openapi::openapi_json))
         .route("/api/v2/orgs/{org_ref}", get(audit::org_ref))
         .route(&format!("{org}/stats"), get(api::stats))
-        .route(&format!("{org}/workspaces"), get(api::list_workspaces).post(workspaces::create_workspace))
+        .route(&format!("{org}/workspaces"), get(workspaces::list_workspaces).post(workspaces::create_workspace))
         .route(
             &format!("{org}/workspaces/{{workspace_ref}}"),
-            get(api::workspace_ref).delete(workspaces::delete_workspace).put(tao_routes::workspace_update),
+            get(workspaces::workspace_ref).delete(workspaces::delete_workspace).put(tao_routes::workspace_update),
         )
         .route(&format!("{org}/workspaces/{{workspace_ref}}/gpu_types"), get(tao_routes::workspace_gpu_types))
         .route(&format!("{org}/workspaces:backup"), axum::routing::any(tao_routes::workspace_update))

@@ -1,7 +1,13 @@
 //! The OpenAPI 3.1 document, derived by utoipa from the handlers' annotations and the types'
 //! schemas, served at `/api/v2/openapi.json`.
 
-use super::{api, error, sse, types};
+use super::{api, error, sse, types, workspaces};
+use super::common::json_text;
+use super::error::ErrorBody;
+use super::types::Health;
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -30,16 +36,16 @@ impl Modify for BearerAuth {
         license(name = "Apache-2.0")
     ),
     paths(
-        api::health,
+        health,
         super::tao_routes::liveness,
         super::tao_routes::readiness,
         super::tao_routes::login,
-        api::openapi_json,
+        openapi_json,
         api::stats,
         super::audit::org_ref,
-        api::list_workspaces,
-        api::get_workspace,
-        api::workspace_cluster,
+        workspaces::list_workspaces,
+        workspaces::get_workspace,
+        workspaces::workspace_cluster,
         super::workspaces::create_workspace,
         super::workspaces::delete_workspace,
         super::workspaces::ssh_key,
@@ -78,7 +84,7 @@ impl Modify for BearerAuth {
         types::BackendDetailsIn,
         types::JobOut,
         types::TaoJobFields,
-        super::tao_jobs::TaoJobCreate,
+        super::types::TaoJobCreate,
         types::JobResultOut,
         super::tao_routes::LoginReq,
         super::tao_routes::LoginRsp,
@@ -119,4 +125,17 @@ pub struct ApiDoc;
 pub fn document_json() -> String {
     static DOC: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     DOC.get_or_init(|| ApiDoc::openapi().to_pretty_json().expect("the OpenAPI document serialises")).clone()
+}
+
+#[utoipa::path(get, path = "/api/v2/health", tag = "service",
+    responses((status = 200, description = "The service is up", body = Health)))]
+pub async fn health() -> Json<Health> {
+    Json(Health { status: "ok".into() })
+}
+
+#[utoipa::path(get, path = "/api/v2/openapi.json", tag = "service", security(("bearer" = [])),
+    responses((status = 200, description = "This OpenAPI 3.1 document", content_type = "application/json"),
+        (status = 401, description = "No valid token", body = ErrorBody)))]
+pub async fn openapi_json() -> Response {
+    json_text(StatusCode::OK, document_json())
 }

@@ -197,17 +197,6 @@ pub struct SecretList {
     pub secrets: Vec<SecretNameOut>,
 }
 
-fn admin_only(token: &super::state::TokenInfo) -> Result<(), ApiError> {
-    if token.admin {
-        return Ok(());
-    }
-    Err(ApiError::new(
-        axum::http::StatusCode::FORBIDDEN,
-        "forbidden",
-        "only an org admin token changes the org's secrets (`tao-slurm token create --org ORG --admin`)",
-    ))
-}
-
 fn db_error(m: String) -> ApiError {
     tracing::warn!(error = %m, "org secrets");
     ApiError::internal("the service cannot keep the org's secrets; the operator finds why in its log")
@@ -220,14 +209,14 @@ fn db_error(m: String) -> ApiError {
         (status = 403, description = "Not an org admin token", body = super::error::ErrorBody),
         (status = 503, description = "The operator set no key file (TAO_SLURM_SECRETS_KEY_FILE)", body = super::error::ErrorBody)))]
 pub async fn put_secret(
-    axum::extract::State(state): axum::extract::State<super::api::AppStateRef>,
-    axum::Extension(token): axum::Extension<super::state::TokenInfo>,
+    axum::extract::State(state): axum::extract::State<super::common::AppStateRef>,
+    axum::Extension(token): axum::Extension<super::token_info::TokenInfo>,
     axum::extract::Path((org, name)): axum::extract::Path<(String, String)>,
     headers: axum::http::HeaderMap,
     body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<axum::http::StatusCode, ApiError> {
-    admin_only(&token)?;
-    let req: SecretPut = super::api::parse_json(&headers, body)?;
+    token.admin_only("changes the org's secrets")?;
+    let req: SecretPut = super::common::parse_json(&headers, body)?;
     check(&name, &req.value)?;
     let sbox = state.secret_box.as_ref().ok_or_else(|| {
         ApiError::new(
@@ -248,7 +237,7 @@ pub async fn put_secret(
     responses((status = 200, description = "The names of the org's secrets (never values)", body = SecretList),
         (status = 401, body = super::error::ErrorBody), (status = 403, body = super::error::ErrorBody)))]
 pub async fn list_secrets(
-    axum::extract::State(state): axum::extract::State<super::api::AppStateRef>,
+    axum::extract::State(state): axum::extract::State<super::common::AppStateRef>,
     axum::extract::Path(org): axum::extract::Path<String>,
 ) -> Result<axum::Json<SecretList>, ApiError> {
     let mut secrets: Vec<SecretNameOut> = state
@@ -272,11 +261,11 @@ pub async fn list_secrets(
     responses((status = 204, description = "Removed"), (status = 404, body = super::error::ErrorBody),
         (status = 401, body = super::error::ErrorBody), (status = 403, body = super::error::ErrorBody)))]
 pub async fn delete_secret(
-    axum::extract::State(state): axum::extract::State<super::api::AppStateRef>,
-    axum::Extension(token): axum::Extension<super::state::TokenInfo>,
+    axum::extract::State(state): axum::extract::State<super::common::AppStateRef>,
+    axum::Extension(token): axum::Extension<super::token_info::TokenInfo>,
     axum::extract::Path((org, name)): axum::extract::Path<(String, String)>,
 ) -> Result<axum::http::StatusCode, ApiError> {
-    admin_only(&token)?;
+    token.admin_only("changes the org's secrets")?;
     if !state.db.delete_org_secret(&org, &name).map_err(db_error)? {
         return Err(ApiError::not_found(format!("org {org} stored no secret {name}")));
     }

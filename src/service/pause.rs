@@ -2,7 +2,7 @@
 //! TAO's JobResumeReq), over the client's `pause_job` and `resume_job`. Both answer the job as it
 //! then is (TAO's client reads no reply of either).
 
-use super::api::{act_on_job, parse_json, AppStateRef};
+use super::common::{act_on_job, parse_json, AppStateRef};
 use super::error::{ApiResult, ErrorBody};
 use super::types::JobOut;
 use crate::status::PlatformStatus;
@@ -81,7 +81,7 @@ pub async fn resume_job(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let ask: ResumeBody = body_or_default(&headers, body)?;
-    let _place = super::api::admit_restart(&state, &org, &id, |s| s == PlatformStatus::Paused).await?;
+    let _place = super::common::admit_restart(&state, &org, &id, |s| s == PlatformStatus::Paused).await?;
     let reply = act_on_job(state, &org, &id, move |c, jid| c.resume_job(jid, ask.specs.as_ref()).map(|_| ())).await?;
     tracing::info!(%org, job = %id, "job resumed");
     Ok(reply)

@@ -2,47 +2,16 @@
 //! database answer every route; a lease per workspace in that database decides which one follows
 //! the workspace's cluster (refreshes, retries, resumed submissions). The others read the shared
 //! state at the monitor's pace, so their caches and streams follow too. A holder renews its lease
-//! every third of its time (`serve --lease-secs`, [`LEASE_SECS`] by default); when it dies, another
+//! every third of its time (`serve --lease-secs`, [`super::lease::LEASE_SECS`] by default); when it dies, another
 //! replica takes the lease once it expires, so within the lease's time and a third. A replica that
 //! cannot reach the database stops refreshing at once (it cannot show that it still holds the
 //! lease). The lease lives beside the jobs and fences the monitor's writes (`store/leases.rs`): a
 //! holder that stalls past its lease (a slow refresh, a stopped process) and wakes writes nothing.
 
+use super::lease::lease_name;
 use super::state::AppState;
 use super::workspace::Workspace;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::time::Duration;
-
-/// How long a lease lasts without renewal, by default (`serve --lease-secs`).
-pub const LEASE_SECS: i64 = 15;
-
-/// How often a holder renews a lease of `lease_secs`: three times in its life.
-pub fn renew_every(lease_secs: i64) -> Duration {
-    Duration::from_millis((lease_secs.max(1) as u64) * 1000 / 3)
-}
-/// How often a replica without a workspace's lease reads the workspace's jobs.
-pub const OBSERVE_EVERY: Duration = Duration::from_secs(2);
-
-/// This process's name among the replicas: host, process id and a random part (a restarted process
-/// is a new replica).
-pub fn new_id() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let random = uuid::Uuid::new_v4().simple().to_string();
-    format!("{}-{}-{}", host.trim(), std::process::id(), &random[..8])
-}
-
-/// The lease of a workspace's monitor.
-pub fn lease_name(workspace: &str) -> String {
-    format!("monitor:{workspace}")
-}
-
-/// What this replica knows of a workspace's lease.
-#[derive(Debug, Default)]
-pub struct LeaseState {
-    pub held: AtomicBool,
-    /// Its epoch when held (grows each time it changes hands).
-    pub epoch: AtomicI64,
-}
+use std::sync::atomic::Ordering;
 
 impl AppState {
     /// Take or renew `w`'s lease for this replica, with the monitor's `client` (whose writes it

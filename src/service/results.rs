@@ -2,7 +2,7 @@
 //! directory, and a gzip'd tar of all or some of them (plus its logs as `logs/main.out|err`), refused
 //! above a size cap (the tar stream before compression; see `client::results`).
 
-use super::api::{blocking, org_job, AppStateRef};
+use super::common::{blocking, org_job, AppStateRef};
 use super::error::{ApiError, ApiResult, ErrorBody};
 use crate::client::{ArchiveAsk, ArchiveOut};
 use axum::http::{header, StatusCode, Uri};
@@ -65,7 +65,7 @@ pub async fn list_files(state: AppStateRef, org: String, id: String, uri: Uri) -
     let with_logs = flag(&q, "retrieve_logs", true)?;
     flag(&q, "retrieve_specs", true)?;
     let job = org_job(&state, &org, &id)?;
-    let ws = super::api::workspace_of(&state, &job)?;
+    let ws = super::common::workspace_of(&state, &job)?;
     let _in_pool = ws.pool.enter(&ws.id).await?;
     let files =
         blocking(move || ws.with_client(|c| c.list_results(&id, with_logs, MAX_LISTED)).map_err(ApiError::engine))
@@ -112,7 +112,7 @@ pub async fn download(state: AppStateRef, org: String, id: String, uri: Uri) -> 
 
 async fn archive(state: AppStateRef, org: String, id: String, ask: ArchiveAsk) -> ApiResult<Response> {
     let job = org_job(&state, &org, &id)?;
-    let ws = super::api::workspace_of(&state, &job)?;
+    let ws = super::common::workspace_of(&state, &job)?;
     let _in_pool = ws.pool.enter(&ws.id).await?;
     let jid = id.clone();
     let out = blocking(move || ws.with_client(|c| c.results_archive(&jid, &ask)).map_err(ApiError::engine)).await?;

@@ -4,7 +4,7 @@
 //! by every client watching that job; it reads the two files at a fixed pace while someone watches
 //! and stops when nobody does.
 
-use super::api::{blocking, org_job, AppStateRef};
+use super::common::{blocking, org_job, AppStateRef};
 use super::error::{ApiError, ApiResult};
 use super::limits::FOLLOWERS_PER_ORG;
 use super::state::CachedJob;

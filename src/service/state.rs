@@ -7,6 +7,7 @@
 //! event streams).
 
 use super::types::{self, BackendDetailsOut, JobOut, SlurmMetadata, TaoStatus};
+use super::token_info::TokenInfo;
 use super::workspace::Workspace;
 use crate::client::JobView;
 use crate::client::{ApiJob, ServiceDb};
@@ -64,25 +65,6 @@ pub struct Snapshot {
     pub order: Vec<Arc<CachedJob>>,
     /// Jobs that left the cache (deleted), with the version at which they did; the last thousand.
     pub removed: Vec<(u64, String, String)>,
-}
-
-/// Per-token facts the requests need.
-#[derive(Debug, Clone)]
-pub struct TokenInfo {
-    pub id: String,
-    pub org: String,
-    /// Its label (who or what uses it), for the audit trail.
-    pub name: String,
-    /// An org admin token: it may also change the org's workspaces and secrets.
-    pub admin: bool,
-    /// Unix seconds after which it is refused; None: until revoked.
-    pub expires_at: Option<i64>,
-}
-
-impl TokenInfo {
-    pub fn expired(&self, now: i64) -> bool {
-        self.expires_at.is_some_and(|t| now >= t)
-    }
 }
 
 /// Makes a workspace's settings: the service's own settings with these laid over them as flags.
@@ -186,8 +168,8 @@ impl AppState {
             tensorboards: Default::default(),
             job_places: Default::default(),
             workspace_places: Default::default(),
-            replica_id: super::replica::new_id(),
-            lease_secs: super::replica::LEASE_SECS,
+            replica_id: super::lease::new_id(),
+            lease_secs: super::lease::LEASE_SECS,
         };
         state.reload_tokens()?;
         Ok(state)
@@ -467,7 +449,8 @@ fn cached(client: &Client, view: &JobView, meta: &ApiJob, key: ChangeKey, rev: u
 
 #[cfg(test)]
 mod tests {
-    use super::{AppState, TokenInfo};
+    use super::super::token_info::TokenInfo;
+    use super::AppState;
 
     #[test]
     fn tokens_outlive_a_short_database_outage_only() {

@@ -6,48 +6,12 @@
 
 use super::error::{ApiError, ApiResult};
 use super::state::AppState;
-use super::types::{BackendDetailsIn, CommandIn, JobCreate, TaoJobFields};
+use super::types::{BackendDetailsIn, CommandIn, JobCreate, TaoJobCreate, TaoJobFields};
 use crate::tao_images::{self, ImageOverrides};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
-
-/// TAO's job create body (ExperimentJobReq, DatasetJobReq): the fields this service uses; every
-/// other field of TAO's is ignored and named in the job's `warnings`.
-#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
-pub struct TaoJobCreate {
-    /// `experiment` or `dataset`.
-    pub kind: String,
-    pub action: Option<String>,
-    #[schema(value_type = Option<Object>)]
-    pub specs: Option<Value>,
-    pub name: Option<String>,
-    pub description: Option<String>,
-    pub network_arch: Option<String>,
-    pub workspace: Option<String>,
-    pub num_gpu: Option<i64>,
-    /// `backend_type` "slurm", `partition`, `cluster_name` (the workspace).
-    #[schema(value_type = Option<Object>)]
-    pub backend_details: Option<serde_json::Map<String, Value>>,
-    pub parent_job_id: Option<String>,
-    #[schema(value_type = Option<Object>)]
-    pub docker_env_vars: Option<BTreeMap<String, Value>>,
-    pub tags: Option<Vec<String>>,
-    pub dataset_type: Option<String>,
-    pub dataset_format: Option<String>,
-    pub train_dataset_uris: Option<Vec<String>>,
-    pub eval_dataset_uri: Option<String>,
-    pub inference_dataset_uri: Option<String>,
-    pub calibration_dataset_uri: Option<String>,
-    /// Not TAO's: names of the org's secrets for the job (as tao-slurm's own body takes them), since
-    /// `docker_env_vars` are staged in plain text as TAO stages them.
-    pub secret_env: Option<Vec<String>>,
-    /// Every other field of TAO's bodies.
-    #[serde(flatten)]
-    #[schema(ignore)]
-    pub other: BTreeMap<String, Value>,
-}
 
 /// Why a TAO field is not used here (the rest: "not used by tao-slurm").
 const WHY_IGNORED: &[(&str, &str)] = &[
@@ -208,7 +172,7 @@ pub fn to_job_create(state: &AppState, org: &str, req: &TaoJobCreate) -> ApiResu
     };
     let parent_action = match &req.parent_job_id {
         Some(p) => {
-            let job = super::api::org_job(state, org, p)
+            let job = super::common::org_job(state, org, p)
                 .map_err(|_| ApiError::field("parent_job_id", format!("{p:?} is not the id of a job of org {org}")))?;
             job.out.action.clone()
         }

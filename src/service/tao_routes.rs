@@ -2,9 +2,9 @@
 //! jobs: login (a tao-slurm token in place of the NGC key), health, the GPU types of the clusters,
 //! and a 501 with a sentence for TAO's features that have no meaning on Slurm here.
 
-use super::api::{parse_json, AppStateRef};
+use super::common::{parse_json, AppStateRef};
 use super::error::{ApiError, ApiResult, ErrorBody};
-use super::state::TokenInfo;
+use super::token_info::TokenInfo;
 use super::types::ClusterQuery;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -164,7 +164,7 @@ async fn gpus_of(
     let mut out = Vec::new();
     let mut errors = Vec::new();
     for w in workspaces {
-        let view = match super::api::workspace_cluster(
+        let view = match super::workspaces::workspace_cluster(
             state.clone(),
             org.clone(),
             w.id.clone(),

@@ -19,7 +19,7 @@
 //! [`SESSION_SECS`]. Replies are streamed, cut past [`MAX_REPLY`]; requests are counted against
 //! the token's own TensorBoard rate limit.
 
-use super::api::{blocking, org_job, workspace_of, AppStateRef};
+use super::common::{blocking, org_job, workspace_of, AppStateRef};
 use super::error::{ApiError, ApiResult};
 use super::workspace::Workspace;
 use crate::client::Forward;

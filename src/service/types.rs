@@ -178,7 +178,43 @@ pub struct JobCreate {
 #[allow(dead_code)]
 pub enum JobCreateBody {
     Own(Box<JobCreate>),
-    Tao(Box<super::tao_jobs::TaoJobCreate>),
+    Tao(Box<TaoJobCreate>),
+}
+
+/// TAO's job create body (ExperimentJobReq, DatasetJobReq): the fields this service uses; every
+/// other field of TAO's is ignored and named in the job's `warnings`.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+pub struct TaoJobCreate {
+    /// `experiment` or `dataset`.
+    pub kind: String,
+    pub action: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    pub specs: Option<serde_json::Value>,
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub network_arch: Option<String>,
+    pub workspace: Option<String>,
+    pub num_gpu: Option<i64>,
+    /// `backend_type` "slurm", `partition`, `cluster_name` (the workspace).
+    #[schema(value_type = Option<Object>)]
+    pub backend_details: Option<serde_json::Map<String, serde_json::Value>>,
+    pub parent_job_id: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    pub docker_env_vars: Option<BTreeMap<String, serde_json::Value>>,
+    pub tags: Option<Vec<String>>,
+    pub dataset_type: Option<String>,
+    pub dataset_format: Option<String>,
+    pub train_dataset_uris: Option<Vec<String>>,
+    pub eval_dataset_uri: Option<String>,
+    pub inference_dataset_uri: Option<String>,
+    pub calibration_dataset_uri: Option<String>,
+    /// Not TAO's: names of the org's secrets for the job (as tao-slurm's own body takes them), since
+    /// `docker_env_vars` are staged in plain text as TAO stages them.
+    pub secret_env: Option<Vec<String>>,
+    /// Every other field of TAO's bodies.
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub other: BTreeMap<String, serde_json::Value>,
 }
 
 /// The fields of [`JobCreate`] that are the TAO service's, not a job file's.

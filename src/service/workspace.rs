@@ -73,7 +73,7 @@ pub struct Workspace {
     /// Whether its monitor thread runs (a stopping service waits for it to finish its cycle).
     monitor_running: (Mutex<bool>, Condvar),
     /// Whether this replica follows its cluster now (see `replica`).
-    pub lease: super::replica::LeaseState,
+    pub lease: super::lease::LeaseState,
 }
 
 /// Says the monitor stopped, however its thread ends.
@@ -195,7 +195,7 @@ impl Workspace {
     /// The monitor: while this replica holds the workspace's lease (`lease` takes or renews it
     /// every `renew_every`, with the monitor's client, whose writes it fences), refresh and publish
     /// at the monitor's pace; while another does, publish what the shared state
-    /// says every [`super::replica::OBSERVE_EVERY`]. Until the workspace is deleted or the service
+    /// says every [`super::lease::OBSERVE_EVERY`]. Until the workspace is deleted or the service
     /// stops.
     pub fn run_monitor(&self, publish: &dyn Fn(&Client), lease: &dyn Fn(&Client) -> bool, renew_every: Duration) {
         *self.monitor_running.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
@@ -216,7 +216,7 @@ impl Workspace {
             let held = lease(&client);
             if Instant::now() >= next {
                 last = Instant::now();
-                let interval = if held { self.refresh(&client, &mut monitor) } else { super::replica::OBSERVE_EVERY };
+                let interval = if held { self.refresh(&client, &mut monitor) } else { super::lease::OBSERVE_EVERY };
                 publish(&client);
                 next = last + interval;
             }

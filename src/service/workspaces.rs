@@ -3,14 +3,16 @@
 //! usable only by the org that made it, and only once its preflight passes. Also the route that shows
 //! an org the public key to authorise, and the monitors of workspaces that appear at run time.
 
-use super::api::{blocking, AppStateRef};
+use super::common::{blocking, query, AppStateRef};
+use super::types::*;
 use super::error::{ApiError, ApiResult, ErrorBody};
-use super::state::{AppState, TokenInfo};
+use super::state::AppState;
+use super::token_info::TokenInfo;
 use super::workspace::{Access, Workspace};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
@@ -18,6 +20,9 @@ use std::collections::BTreeMap;
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 use utoipa::ToSchema;
+
+/// How long a cluster view is served from the cache.
+const CLUSTER_VIEW_SECS: u64 = 60;
 
 /// A workspace to create: TAO's WorkspaceReq, for `cloud_type` "slurm".
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
@@ -175,17 +180,6 @@ pub fn scrub(state: &AppState, text: &str) -> String {
         out = out.replace(&k.display().to_string(), "<the org's key>");
     }
     out
-}
-
-fn admin_only(token: &TokenInfo) -> ApiResult<()> {
-    if token.admin {
-        return Ok(());
-    }
-    Err(ApiError::new(
-        StatusCode::FORBIDDEN,
-        "forbidden",
-        "only an org admin token creates or deletes the org's workspaces (`tao-slurm token create --org ORG --admin`)",
-    ))
 }
 
 fn check_details(d: &SlurmDetailsIn) -> ApiResult<()> {
@@ -460,7 +454,7 @@ pub fn start_monitor(state: &Arc<AppState>, w: &Arc<Workspace>) -> Result<(), cr
     std::thread::Builder::new()
         .name(format!("monitor-{}", w.id))
         .spawn(move || {
-            let renew_every = super::replica::renew_every(st.lease_secs);
+            let renew_every = super::lease::renew_every(st.lease_secs);
             w.run_monitor(&|client| st.publish(client), &|client| st.keep_lease(&w, client), renew_every)
         })
         .map_err(|e| crate::Error::RemoteCommand(format!("cannot start a monitor: {e}")))?;
@@ -513,8 +507,8 @@ pub async fn create_workspace(
     headers: axum::http::HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
-    admin_only(&token)?;
-    let req: WorkspaceCreate = super::api::parse_json(&headers, body)?;
+    token.admin_only("creates or deletes the org's workspaces")?;
+    let req: WorkspaceCreate = super::common::parse_json(&headers, body)?;
     if req.cloud_type != "slurm" {
         return Err(ApiError::field(
             "cloud_type",
@@ -547,7 +541,7 @@ pub async fn create_workspace(
     state.add_workspace(w.clone());
     start_monitor(&state, &w).map_err(|e| ApiError::internal(e.to_string()))?;
     tracing::info!(%org, workspace = %id, token = %token.id, "workspace created");
-    Ok((StatusCode::CREATED, Json(super::api::workspace_out(&w))).into_response())
+    Ok((StatusCode::CREATED, Json(workspace_out(&w))).into_response())
 }
 
 #[utoipa::path(delete, path = "/api/v2/orgs/{org}/workspaces/{workspace_id}", tag = "workspaces", security(("bearer" = [])),
@@ -560,7 +554,7 @@ pub async fn delete_workspace(
     Extension(token): Extension<TokenInfo>,
     Path((org, id)): Path<(String, String)>,
 ) -> ApiResult<Json<super::types::Deleted>> {
-    admin_only(&token)?;
+    token.admin_only("creates or deletes the org's workspaces")?;
     let w = state.org_workspace(&org, &id).ok_or_else(|| ApiError::not_found(format!("no workspace {id}")))?;
     if !matches!(w.access, Access::Owned(_)) {
         return Err(ApiError::new(
@@ -690,4 +684,133 @@ mod tests {
         assert!(public_key(&a).unwrap().starts_with("ssh-ed25519 "));
         assert!(org_key(&state, "../x", None).is_err());
     }
+}
+
+pub fn workspace_out(w: &Workspace) -> WorkspaceOut {
+    let s = &w.settings;
+    WorkspaceOut {
+        id: w.id.clone(),
+        name: w.name.clone(),
+        shared: matches!(w.access, super::workspace::Access::Shared(_)),
+        created_on: w.created_at.map(rfc3339),
+        ready: w.ready.load(std::sync::atomic::Ordering::Relaxed),
+        cloud_type: "slurm".into(),
+        cloud_specific_details: CloudSpecificDetails {
+            slurm_user: s.slurm_user.clone(),
+            slurm_hostname: s.login_hosts.iter().map(|h| h.label()).collect(),
+            base_results_dir: s.base_dir(),
+            partition: s.partition.clone(),
+            account: s.account.clone(),
+            max_gpus_per_node: s.max_gpus_per_node,
+            time_hours: s.time_hours,
+            use_requeue: s.use_requeue,
+            max_job_retries: s.max_retries,
+        },
+    }
+}
+
+#[utoipa::path(get, path = "/api/v2/orgs/{org}/workspaces", tag = "workspaces", security(("bearer" = [])),
+    params(("org" = String, Path, description = "The token's org")),
+    responses((status = 200, description = "The Slurm workspaces this org may use: the operator's granted to it, and its own", body = WorkspaceList),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+pub async fn list_workspaces(State(state): State<AppStateRef>, Path(org): Path<String>) -> Json<WorkspaceList> {
+    let workspaces: Vec<WorkspaceOut> = state.org_workspaces(&org).iter().map(|w| workspace_out(w)).collect();
+    let n = workspaces.len();
+    Json(WorkspaceList {
+        workspaces,
+        pagination_info: PaginationInfo { total_records: n, total_pages: 1, page_size: n, page_index: 0 },
+    })
+}
+
+/// `GET /workspaces/{workspace_id}` and `GET /workspaces/{workspace_id}:cluster`.
+pub async fn workspace_ref(
+    State(state): State<AppStateRef>,
+    Path((org, reference)): Path<(String, String)>,
+    uri: Uri,
+) -> ApiResult<Response> {
+    match reference.rsplit_once(':') {
+        None => get_workspace(state, org, reference).await.map(IntoResponse::into_response),
+        Some((id, "cluster")) => {
+            workspace_cluster(state, org, id.to_string(), query(&uri)?).await.map(IntoResponse::into_response)
+        }
+        Some((_, other)) => Err(ApiError::not_found(format!("no workspace action :{other} (there is :cluster)"))),
+    }
+}
+
+/// A workspace the org may use (one it may not is not found, as if it did not exist).
+fn find_workspace(state: &AppState, org: &str, id: &str) -> ApiResult<Arc<Workspace>> {
+    state.org_workspace(org, id).ok_or_else(|| ApiError::not_found(format!("no workspace {id} for org {org}")))
+}
+
+#[utoipa::path(get, path = "/api/v2/orgs/{org}/workspaces/{workspace_id}", tag = "workspaces", security(("bearer" = [])),
+    params(("org" = String, Path), ("workspace_id" = String, Path)),
+    responses((status = 200, body = WorkspaceOut), (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn get_workspace(state: AppStateRef, org: String, id: String) -> ApiResult<Json<WorkspaceOut>> {
+    Ok(Json(workspace_out(&*find_workspace(&state, &org, &id)?)))
+}
+
+#[utoipa::path(get, path = "/api/v2/orgs/{org}/workspaces/{workspace_id}:cluster", tag = "workspaces",
+    security(("bearer" = [])), params(("org" = String, Path), ("workspace_id" = String, Path), ClusterQuery),
+    responses((status = 200, description = "Preflight checks and partitions with free GPUs (cached for a minute)", body = ClusterOut),
+        (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn workspace_cluster(
+    state: AppStateRef,
+    org: String,
+    id: String,
+    q: ClusterQuery,
+) -> ApiResult<Json<ClusterOut>> {
+    let ws = find_workspace(&state, &org, &id)?;
+    // One reader at a time per workspace: concurrent requests wait for it and share its answer.
+    let mut cached = ws.cluster_view.lock().await;
+    if let Some((at, view)) = cached.as_ref() {
+        // A refresh asked for is run at most once per interval; within it the fresh view is shared.
+        let age = at.elapsed().as_secs();
+        if age < super::limits::CLUSTER_REFRESH_SECS || (!q.refresh.unwrap_or(false) && age < CLUSTER_VIEW_SECS) {
+            return Ok(Json(view.clone()));
+        }
+    }
+    let w = ws.clone();
+    let _in_pool = ws.pool.enter(&ws.id).await?;
+    let st = state.clone();
+    let view = blocking(move || {
+        let checks = crate::client::preflight(&w.settings).checks;
+        w.ready.store(checks.iter().all(|c| c.ok || !c.required), std::sync::atomic::Ordering::Relaxed);
+        let (partitions, partitions_error) = match w.with_client(|c| c.partition_usage()) {
+            Ok((p, _host)) => (p, None),
+            Err(e) => (Vec::new(), Some(org_facing_error(&st, &w, &e.to_string()))),
+        };
+        Ok(ClusterOut {
+            workspace: w.id.clone(),
+            checked_at: rfc3339(crate::client::now_secs()),
+            ok: checks.iter().all(|c| c.ok || !c.required),
+            checks: checks
+                .into_iter()
+                .map(|c| {
+                    let (detail, remediation) = org_facing_check(&st, &w, &c);
+                    CheckOut { name: c.name, host: c.host, ok: c.ok, required: c.required, detail, remediation }
+                })
+                .collect(),
+            partitions: partitions
+                .into_iter()
+                .map(|p| PartitionOut {
+                    name: p.name,
+                    is_default: p.is_default,
+                    state: p.state,
+                    max_time_minutes: p.max_time_minutes,
+                    nodes: p.nodes,
+                    nodes_usable: p.nodes_usable,
+                    nodes_idle: p.nodes_idle,
+                    gpus_total: p.gpus_total,
+                    gpus_used: p.gpus_used,
+                    gpus_free: p.gpus_free,
+                    cpus_total: p.cpus_total,
+                    cpus_idle: p.cpus_idle,
+                })
+                .collect(),
+            partitions_error,
+        })
+    })
+    .await?;
+    *cached = Some((std::time::Instant::now(), view.clone()));
+    Ok(Json(view))
 }

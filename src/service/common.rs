@@ -1,0 +1,138 @@
+//! What every handler shares: the state's handle, a job or workspace of the org, a JSON body or query
+//! with the field at fault named, blocking engine work off the runtime, and the shape of a job action.
+//! It imports the service's foundation (state, types, errors, policy), never a handler's module.
+
+use super::error::{ApiError, ApiResult};
+use super::state::{AppState, CachedJob};
+use super::workspace::Workspace;
+use crate::status::PlatformStatus;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::Query;
+use axum::http::{header, HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use std::sync::Arc;
+
+pub type AppStateRef = Arc<AppState>;
+
+/// A JSON reply from text that is already JSON.
+pub fn json_text(status: StatusCode, text: String) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], text).into_response()
+}
+
+/// Run blocking engine work off the async runtime.
+pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> ApiResult<T> + Send + 'static) -> ApiResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(ApiError::internal(format!("internal error (a bug in tao-slurm): {e}"))))
+}
+
+/// A job of the org from the cache (a job of another org is not found, as if it did not exist).
+pub fn org_job(state: &AppState, org: &str, id: &str) -> ApiResult<Arc<CachedJob>> {
+    state
+        .snapshot()
+        .jobs
+        .get(id)
+        .filter(|j| j.out.org == org)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(format!("no job {id} in org {org}")))
+}
+
+pub fn workspace_of(state: &AppState, job: &CachedJob) -> ApiResult<Arc<Workspace>> {
+    state.workspace(&job.out.workspace).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "workspace_unavailable",
+            format!("the job's workspace {} is not configured in this service any more", job.out.workspace),
+        )
+    })
+}
+
+pub fn query<T: serde::de::DeserializeOwned>(uri: &Uri) -> ApiResult<T> {
+    Query::<T>::try_from_uri(uri).map(|q| q.0).map_err(|e| ApiError::field("query", e.body_text()))
+}
+
+/// The request body as JSON of type `T`, with the field of the first error named.
+pub fn parse_json<T: serde::de::DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<T> {
+    let body = body.map_err(|e| {
+        let status = e.status();
+        let code = if status == StatusCode::PAYLOAD_TOO_LARGE { "payload_too_large" } else { "invalid_body" };
+        ApiError::new(status, code, e.body_text())
+    })?;
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(';').next().is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json")));
+    if !json {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send the body as JSON with Content-Type: application/json",
+        ));
+    }
+    let de = &mut serde_json::Deserializer::from_slice(&body);
+    serde_path_to_error::deserialize(de).map_err(field_error)
+}
+
+/// A JSON value as type `T`, with the field of the first error named.
+pub fn from_value<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> ApiResult<T> {
+    serde_path_to_error::deserialize(value).map_err(field_error)
+}
+
+fn field_error<E: std::fmt::Display>(e: serde_path_to_error::Error<E>) -> ApiError {
+    let path = e.path().to_string();
+    let inner = e.into_inner();
+    // The path names the field at fault (an unknown field included).
+    let field = if path == "." || path == "?" || path.is_empty() { "body".to_string() } else { path };
+    ApiError::field(field, inner.to_string())
+}
+
+/// Run `act` on the org's job with a client of its workspace (within the request pool, off the
+/// runtime), publish what it changed, wake the monitor, and reply with the job as it now is: the
+/// shape of every job action (cancel, retry, pause, resume).
+pub async fn act_on_job(
+    state: AppStateRef,
+    org: &str,
+    id: &str,
+    act: impl FnOnce(&crate::Client, &str) -> crate::Result<()> + Send + 'static,
+) -> ApiResult<Response> {
+    let job = org_job(&state, org, id)?;
+    let ws = workspace_of(&state, &job)?;
+    let (st, w, jid) = (state.clone(), ws.clone(), id.to_string());
+    let _in_pool = ws.pool.enter(&ws.id).await?;
+    blocking(move || {
+        w.with_client(|client| {
+            let result = act(client, &jid);
+            st.publish(client);
+            result
+        })
+        .map_err(ApiError::engine)
+    })
+    .await?;
+    ws.wake_monitor();
+    Ok(json_text(StatusCode::OK, org_job(&state, org, id)?.json.to_string()))
+}
+
+/// The policy check of a job that starts again (`:retry`, `:resume`) when `restarts` says its status
+/// is one the action starts from: its recorded plan against the org's and the workspace's policy as
+/// they are now, its place among the org's active jobs taken (itself not counted). None: the action
+/// starts nothing (it answers the job as it is).
+pub async fn admit_restart(
+    state: &AppStateRef,
+    org: &str,
+    id: &str,
+    restarts: impl Fn(PlatformStatus) -> bool,
+) -> ApiResult<Option<super::policy::Place>> {
+    let job = org_job(state, org, id)?;
+    if !restarts(job.status) {
+        return Ok(None);
+    }
+    let ws = workspace_of(state, &job)?;
+    let (w, jid) = (ws.clone(), id.to_string());
+    let plan = blocking(move || w.with_client(|c| c.recorded_plan(&jid)).map_err(ApiError::engine)).await?;
+    let policy = super::policy::effective(state, org, &ws);
+    super::policy::admit(state, org, &policy, &plan, Some(id)).map(Some)
+}
