@@ -125,7 +125,7 @@ pub async fn admit_restart(
     org: &str,
     id: &str,
     restarts: impl Fn(PlatformStatus) -> bool,
-) -> ApiResult<Option<super::policy::Place>> {
+) -> ApiResult<Option<super::places::Place>> {
     let job = org_job(state, org, id)?;
     if !restarts(job.status) {
         return Ok(None);

@@ -12,43 +12,10 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{Encoder, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// What the service observes itself (the rest is read at scrape time).
-pub struct Metrics {
-    registry: Registry,
-    latency: HistogramVec,
-    in_flight: prometheus::IntGauge,
-}
-
-/// Request latency buckets, seconds: cache reads take microseconds, cluster round trips seconds.
-const LATENCY_BUCKETS: &[f64] = &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
-
-impl Default for Metrics {
-    fn default() -> Metrics {
-        let registry = Registry::new();
-        let latency = HistogramVec::new(
-            HistogramOpts::new(
-                "tao_slurm_http_request_duration_seconds",
-                "Time to answer an HTTP request (to its headers, for streams), by route template",
-            )
-            .buckets(LATENCY_BUCKETS.to_vec()),
-            &["method", "route", "status"],
-        )
-        .expect("a valid histogram");
-        registry.register(Box::new(latency.clone())).expect("registered once");
-        let in_flight = prometheus::IntGauge::new(
-            "tao_slurm_http_requests_in_flight",
-            "Requests being answered now (a stopping service finishes these)",
-        )
-        .expect("a valid gauge");
-        registry.register(Box::new(in_flight.clone())).expect("registered once");
-        Metrics { registry, latency, in_flight }
-    }
-}
 
 /// Time every request, labelled by its route's template (`/api/v2/orgs/{org}/jobs/{job_ref}`).
 pub async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {

@@ -17,6 +17,7 @@ pub mod audit;
 pub mod common;
 mod dashboard;
 pub mod error;
+mod followers;
 mod kpis;
 pub mod lease;
 pub mod limits;
@@ -25,15 +26,19 @@ pub mod openapi;
 pub mod operator;
 pub mod org_secrets;
 mod pause;
+pub mod places;
 pub mod policy;
 pub mod replica;
+mod request_metrics;
 mod results;
 mod revoke;
+mod secrets;
 mod sse;
 pub mod state;
 pub mod tao_jobs;
 pub mod tao_routes;
 pub mod tensorboard;
+mod tensorboard_sessions;
 pub mod token_info;
 mod translate;
 pub mod types;
@@ -173,8 +178,8 @@ pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
         )
         .route(&format!("{org}/automl:get_param_details"), axum::routing::any(tao_routes::automl))
         .route(&format!("{org}/ssh-key"), get(workspaces::ssh_key))
-        .route(&format!("{org}/secrets"), get(org_secrets::list_secrets))
-        .route(&format!("{org}/secrets/{{name}}"), put(org_secrets::put_secret).delete(org_secrets::delete_secret))
+        .route(&format!("{org}/secrets"), get(secrets::list_secrets))
+        .route(&format!("{org}/secrets/{{name}}"), put(secrets::put_secret).delete(secrets::delete_secret))
         .route(&format!("{org}/jobs"), get(api::list_jobs).post(api::create_job))
         // Outside /api/: reached with the session a :tensorboard link's ticket becomes, not a token.
         .route("/tensorboard/{job_id}/", axum::routing::any(tensorboard::proxy))

@@ -1,10 +1,10 @@
 //! The OpenAPI 3.1 document, derived by utoipa from the handlers' annotations and the types'
 //! schemas, served at `/api/v2/openapi.json`.
 
-use super::{api, error, sse, types, workspaces};
 use super::common::json_text;
 use super::error::ErrorBody;
 use super::types::Health;
+use super::{api, error, sse, types, workspaces};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
@@ -49,9 +49,9 @@ impl Modify for BearerAuth {
         super::workspaces::create_workspace,
         super::workspaces::delete_workspace,
         super::workspaces::ssh_key,
-        super::org_secrets::put_secret,
-        super::org_secrets::list_secrets,
-        super::org_secrets::delete_secret,
+        super::secrets::put_secret,
+        super::secrets::list_secrets,
+        super::secrets::delete_secret,
         api::create_job,
         api::list_jobs,
         sse::jobs_stream,
@@ -102,9 +102,9 @@ impl Modify for BearerAuth {
         super::workspaces::WorkspaceCreate,
         super::workspaces::SlurmDetailsIn,
         super::workspaces::SshKeyOut,
-        super::org_secrets::SecretPut,
-        super::org_secrets::SecretList,
-        super::org_secrets::SecretNameOut,
+        super::secrets::SecretPut,
+        super::secrets::SecretList,
+        super::secrets::SecretNameOut,
         types::ClusterOut,
         types::Deleted,
         super::tensorboard::TensorBoardLink,

@@ -2,60 +2,15 @@
 //! together (`tao_slurm_core::policy`), checked on the job's resolved plan before anything reaches a
 //! cluster, at every start (create, `:retry`, `:resume`); a job outside it gets 403 with the request
 //! field named. Counted limits (active jobs, an org's workspaces) are taken as places under one lock
-//! ([`Places`]), so parallel requests cannot overshoot them.
+//! ([`super::places::Places`]), so parallel requests cannot overshoot them.
 
 use super::error::ApiError;
+use super::places::Place;
 use super::state::AppState;
 use super::workspace::Workspace;
 use axum::http::StatusCode;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tao_slurm_core::policy::{JobAsk, Policy};
-
-/// Places taken by requests between their check and the moment what they make is counted (a job in
-/// the published cache, a workspace in the service's list), by org: checked and taken under one lock.
-#[derive(Default)]
-pub struct Places(Mutex<HashMap<String, u32>>);
-
-impl Places {
-    /// Count what `org` has now (`counted`, read under the lock) plus the places taken; `check` that
-    /// number; then take one more place.
-    fn take(
-        &self,
-        org: &str,
-        counted: impl FnOnce() -> u32,
-        check: impl FnOnce(u32) -> Result<(), ApiError>,
-    ) -> Result<(), ApiError> {
-        let mut taken = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let n = counted() + taken.get(org).copied().unwrap_or(0);
-        check(n)?;
-        *taken.entry(org.to_string()).or_default() += 1;
-        Ok(())
-    }
-
-    fn give_back(&self, org: &str) {
-        let mut taken = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = taken.get_mut(org) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                taken.remove(org);
-            }
-        }
-    }
-}
-
-/// A place taken: given back when dropped (after what it was for is counted, or failed).
-pub struct Place {
-    state: Arc<AppState>,
-    org: String,
-    of: fn(&AppState) -> &Places,
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        (self.of)(&self.state).give_back(&self.org);
-    }
-}
 
 /// Check a job's plan against `policy`, counting the org's active jobs (but `except`, the job that
 /// restarts) and the places other starts hold, and take a place. Keep the place until the job is in
@@ -67,8 +22,7 @@ pub fn admit(
     plan: &crate::plan::Plan,
     except: Option<&str>,
 ) -> Result<Place, ApiError> {
-    state.job_places.take(org, || active_jobs(state, org, except), |n| check(policy, plan, n))?;
-    Ok(Place { state: state.clone(), org: org.to_string(), of: |s| &s.job_places })
+    state.job_places.take(org, || active_jobs(state, org, except), |n| check(policy, plan, n))
 }
 
 /// Take a place for one more workspace of `org`'s own, within the operator's cap (403 naming it).
@@ -91,8 +45,7 @@ pub fn admit_workspace(state: &Arc<AppState>, org: &str) -> Result<Place, ApiErr
         );
         e.body.field = Some("max_workspaces".into());
         Err(e)
-    })?;
-    Ok(Place { state: state.clone(), org: org.to_string(), of: |s| &s.workspace_places })
+    })
 }
 
 /// What applies to `org`'s jobs in `ws`.

@@ -6,17 +6,16 @@
 
 use super::common::{blocking, org_job, AppStateRef};
 use super::error::{ApiError, ApiResult};
-use super::limits::FOLLOWERS_PER_ORG;
+use super::followers::{Follower, LogMsg};
 use super::state::CachedJob;
 use super::types::{JobListChange, JobStreamQuery, LogChunkOut};
 use crate::client::{LogRange, Stream};
-use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 /// How often a followed job's log files are read.
@@ -25,105 +24,6 @@ const LOG_POLL: Duration = Duration::from_millis(1000);
 const LOG_READ_BYTES: u64 = 256 * 1024;
 /// A new follower starts this far from the end of a long file.
 const LOG_START_BYTES: u64 = 64 * 1024;
-/// Log bytes a follower keeps for clients that join later.
-const BACKLOG_BYTES: usize = 1 << 20;
-
-#[derive(Debug, Clone)]
-pub enum LogMsg {
-    Chunk(LogChunkOut),
-    /// A retry started a new attempt: its logs follow.
-    Attempt(u32),
-    /// Every byte of the terminal job's logs was sent.
-    Done,
-}
-
-#[derive(Default)]
-struct Backlog {
-    msgs: VecDeque<LogMsg>,
-    bytes: usize,
-    done: bool,
-}
-
-pub struct Follower {
-    tx: tokio::sync::broadcast::Sender<LogMsg>,
-    backlog: Mutex<Backlog>,
-}
-
-impl Follower {
-    fn push(&self, msg: LogMsg) {
-        let mut b = self.backlog.lock().unwrap_or_else(|e| e.into_inner());
-        if let LogMsg::Chunk(c) = &msg {
-            b.bytes += c.text.len();
-        }
-        if matches!(msg, LogMsg::Done) {
-            b.done = true;
-        }
-        b.msgs.push_back(msg.clone());
-        while b.bytes > BACKLOG_BYTES {
-            match b.msgs.pop_front() {
-                Some(LogMsg::Chunk(c)) => b.bytes -= c.text.len(),
-                Some(_) => {}
-                None => break,
-            }
-        }
-        let _ = self.tx.send(msg);
-    }
-
-    /// What was sent so far, and a receiver of what comes next (no gap between them).
-    fn subscribe(&self) -> (Vec<LogMsg>, tokio::sync::broadcast::Receiver<LogMsg>) {
-        let b = self.backlog.lock().unwrap_or_else(|e| e.into_inner());
-        (b.msgs.iter().cloned().collect(), self.tx.subscribe())
-    }
-}
-
-/// A follower as the map keeps it: whose it is, and a handle that does not keep it alive.
-struct FollowerEntry {
-    org: String,
-    workspace: String,
-    follower: Weak<Follower>,
-}
-
-/// The followers, by job id.
-#[derive(Default)]
-pub struct Followers(Mutex<HashMap<String, FollowerEntry>>);
-
-impl Followers {
-    /// Live followers that `keep` accepts (by org and workspace).
-    pub fn count(&self, keep: impl Fn(&str, &str) -> bool) -> usize {
-        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.values().filter(|e| e.follower.strong_count() > 0 && keep(&e.org, &e.workspace)).count()
-    }
-
-    /// The job's follower, started if it has none; an org at its [`FOLLOWERS_PER_ORG`] gets a 429.
-    fn get_or_start(&self, state: &AppStateRef, job: &CachedJob) -> ApiResult<Arc<Follower>> {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(f) = map.get(&job.out.id).and_then(|e| e.follower.upgrade()) {
-            return Ok(f);
-        }
-        map.retain(|_, e| e.follower.strong_count() > 0);
-        let org = &job.out.org;
-        if map.values().filter(|e| &e.org == org).count() >= FOLLOWERS_PER_ORG {
-            return Err(ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "rate_limited",
-                format!(
-                    "org {org} follows the logs of {FOLLOWERS_PER_ORG} jobs already; close a stream, open this one with logs=false, or retry later"
-                ),
-            )
-            .retry_after(FOLLOWER_RETRY_SECS));
-        }
-        let f = Arc::new(Follower { tx: tokio::sync::broadcast::channel(1024).0, backlog: Default::default() });
-        let entry =
-            FollowerEntry { org: org.clone(), workspace: job.out.workspace.clone(), follower: Arc::downgrade(&f) };
-        map.insert(job.out.id.clone(), entry);
-        tokio::spawn(follow(state.clone(), job.out.id.clone(), Arc::downgrade(&f)));
-        Ok(f)
-    }
-}
-
-/// `Retry-After` of a stream refused for the org's follower limit.
-const FOLLOWER_RETRY_SECS: u64 = 10;
-
 /// The pause between two reads of one follower: [`LOG_POLL`], or longer so that the workspace's
 /// followers together keep within its query budget (queries a minute). Pure.
 fn follower_pause(followers_in_workspace: usize, queries_per_minute: u32) -> Duration {
@@ -168,10 +68,7 @@ async fn follow(state: AppStateRef, id: String, follower: Weak<Follower>) {
             Next::Pause => tokio::time::sleep(pause).await,
         }
     }
-    let mut map = state.followers.0.lock().unwrap_or_else(|e| e.into_inner());
-    if map.get(&id).is_some_and(|e| e.follower.ptr_eq(&follower)) {
-        map.remove(&id);
-    }
+    state.followers.forget(&id, &follower);
 }
 
 /// One poll of a follower: read what is new in the job's two files and hand it to the clients.
@@ -358,7 +255,10 @@ pub async fn job_stream(state: AppStateRef, org: String, id: String, q: JobStrea
     pending.push_back(event("status", job.json.to_string()));
     let mut logs_done = false;
     let logs = if q.logs.unwrap_or(true) {
-        let f = state.followers.get_or_start(&state, &job)?;
+        let st = state.clone();
+        let f = state.followers.get_or_start(&job.out, |f| {
+            tokio::spawn(follow(st, job.out.id.clone(), f));
+        })?;
         let (backlog, rx) = f.subscribe();
         for m in &backlog {
             logs_done |= matches!(m, LogMsg::Done);

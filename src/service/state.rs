@@ -6,8 +6,8 @@
 //! is kept with its reply already serialised, and the revision at which it last changed (for the
 //! event streams).
 
-use super::types::{self, BackendDetailsOut, JobOut, SlurmMetadata, TaoStatus};
 use super::token_info::TokenInfo;
+use super::types::{self, BackendDetailsOut, JobOut, SlurmMetadata, TaoStatus};
 use super::workspace::Workspace;
 use crate::client::JobView;
 use crate::client::{ApiJob, ServiceDb};
@@ -98,12 +98,12 @@ pub struct AppState {
     pub started: Instant,
     pub http_requests: AtomicU64,
     pub open_streams: AtomicI64,
-    pub followers: super::sse::Followers,
+    pub followers: super::followers::Followers,
     pub rate_limits: super::limits::RateLimits,
     /// Per org: what its tokens asked (what `/stats` shows the org).
     pub org_counts: Mutex<HashMap<String, OrgCounts>>,
     /// What `/metrics` shows beyond the counters above.
-    pub metrics: super::metrics::Metrics,
+    pub metrics: super::request_metrics::Metrics,
     /// Cancelled when the service is asked to stop: readiness fails, event streams end, new
     /// connections are refused, requests in flight finish.
     pub shutdown: tokio_util::sync::CancellationToken,
@@ -114,11 +114,11 @@ pub struct AppState {
     /// How long its leases last without renewal (`serve --lease-secs`).
     pub lease_secs: i64,
     /// The jobs' TensorBoards the service forwards, and who may reach them.
-    pub tensorboards: super::tensorboard::Sessions,
+    pub tensorboards: super::tensorboard_sessions::Sessions,
     /// Active-job places taken by starts in flight (see `policy::admit`).
-    pub job_places: super::policy::Places,
+    pub job_places: super::places::Places,
     /// Workspace places taken by creates in flight (see `policy::admit_workspace`).
-    pub workspace_places: super::policy::Places,
+    pub workspace_places: super::places::Places,
 }
 
 /// How long the tokens read last are kept while the database cannot be read (then none is accepted).

@@ -31,7 +31,7 @@ impl TokenInfo {
         Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "forbidden",
-            &format!("only an org admin token {what} (`tao-slurm token create --org ORG --admin`)"),
+            format!("only an org admin token {what} (`tao-slurm token create --org ORG --admin`)"),
         ))
     }
 }

@@ -4,10 +4,10 @@
 //! an org the public key to authorise, and the monitors of workspaces that appear at run time.
 
 use super::common::{blocking, query, AppStateRef};
-use super::types::*;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::state::AppState;
 use super::token_info::TokenInfo;
+use super::types::*;
 use super::workspace::{Access, Workspace};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
