@@ -8,10 +8,10 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use tao_slurm_engine::client::{Client, FollowCursor, JobFilter, PathCheck, Stream};
+use tao_slurm_engine::client::{Client, FollowCursor, JobFilter, PathCheck, Stream, Submission, SubmitOptions};
 use tao_slurm_engine::config::Settings;
 use tao_slurm_engine::error::{Error, ErrorKind};
-use tao_slurm_engine::spec::{JobSpec, SecretValues};
+use tao_slurm_engine::spec::{JobSpec, SecretValues, SpecError};
 use tao_slurm_engine::status::PlatformStatus;
 
 /// Idle clients kept for the next calls (each holds a state-file connection and a warm shell on
@@ -127,10 +127,11 @@ impl Engine {
             .map_err(|e| PyRuntimeError::new_err(format!("internal error: a bad job spec from tao_slurm: {e}")))?;
         self.with(py, move |c| {
             let values = SecretValues::resolve(&spec.secret_env, &secrets, &|n| std::env::var(n).ok())?;
-            let submitted = c.create_job(&spec, &values)?;
+            let outcome = c.submit(&spec, SubmitOptions::with_values(values))?;
             // The stored job with what the submission warned of (shown by `warnings.warn`).
-            let mut view = serde_json::to_value(&c.stored_jobs(&[submitted.job_id])?[0]).expect("a view serialises");
-            view["warnings"] = serde_json::json!(submitted.warnings);
+            let mut view = serde_json::to_value(&c.stored_jobs(&[outcome.submission.first_job().to_string()])?[0])
+                .expect("a view serialises");
+            view["warnings"] = serde_json::json!(outcome.warnings);
             Ok(view.to_string())
         })
     }
@@ -143,10 +144,14 @@ impl Engine {
             .map_err(|e| PyRuntimeError::new_err(format!("internal error: a bad job spec from tao_slurm: {e}")))?;
         self.with(py, move |c| {
             let values = SecretValues::resolve(&spec.secret_env, &secrets, &|n| std::env::var(n).ok())?;
-            let submitted = c.create_sweep(&spec, &values)?;
+            let outcome = c.submit(&spec, SubmitOptions::with_values(values))?;
+            let Submission::Sweep(submitted) = &outcome.submission else {
+                return Err(SpecError::new("sweep", "a sweep needs a sweep section").into());
+            };
             let ids: Vec<String> = submitted.variants.iter().map(|v| v.job_id.clone()).collect();
-            let mut out = serde_json::to_value(&submitted).expect("serialisable");
+            let mut out = serde_json::to_value(submitted).expect("serialisable");
             out["jobs"] = serde_json::to_value(c.stored_jobs(&ids)?).expect("serialisable");
+            out["warnings"] = serde_json::json!(outcome.warnings);
             Ok(out.to_string())
         })
     }

@@ -322,6 +322,8 @@ class SlurmSDK(StorageCalls):
             else:
                 spec["secret_env"] = [str(n) for n in secret_env]
         out = json.loads(self._engine.create_sweep(json.dumps(spec), secret_values))
+        for text in out.get("warnings", []):
+            warnings.warn(text, stacklevel=2)
         return {
             "sweep_id": out["sweep_id"],
             "slurm_array_id": out["slurm_array_id"],

@@ -1,4 +1,5 @@
 pub use super::job_args::JobArgs;
+use crate::client::{MonitorChoice, Secrets, Submission, SubmitOptions};
 use crate::config::Settings;
 use crate::error::Error;
 use crate::Client;
@@ -23,143 +24,103 @@ pub struct SubmitCmd {
 impl SubmitCmd {
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
         let spec = self.job.to_spec()?;
-        // Bad settings, a bad spec or a missing secret fail here, before any connection is attempted.
-        settings.require_remote()?;
-        let secrets = self.job.secrets(&spec)?;
-        let spec = if self.dry_run { spec } else { send_workdir(&settings, spec)? };
-        if spec.sweep.is_some() {
-            return self.run_sweep(settings, &spec, &secrets);
-        }
-        if !spec.steps.is_empty() {
-            return self.run_pipeline(settings, &spec, &secrets);
+        if self.dry_run {
+            return self.dry_run(settings, &spec);
         }
         let client = Client::new(settings)?;
-        // Resolved once: its warnings are shown before anything is sent, then it is submitted as it is.
-        let plan = client.plan(&spec)?;
-        for (key, location) in &plan.inputs {
-            if let Some(w) = crate::spec::dataset_warning(key, location) {
-                eprintln!("{w}");
+        // A bar on stderr while the workdir's upload goes, when a person watches it.
+        let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        let mut shown = false;
+        let mut show = |sent: u64, total: u64| {
+            if tty {
+                eprint!("\r{}", super::progress::upload_line(sent, total));
+                shown = true;
             }
+        };
+        let opts = SubmitOptions {
+            secrets: Secrets::Lookup { file: self.job.secret_env_file.clone() },
+            monitor: MonitorChoice::Asked(self.monitor),
+            admit: None,
+            progress: Some(&mut show),
+        };
+        let outcome = client.submit(&spec, opts);
+        if shown {
+            eprintln!();
         }
-        for note in plan.cosmos.iter().flat_map(|c| &c.notes) {
-            eprintln!("warning: {note}");
+        let outcome = outcome?;
+        if let Some(u) = &outcome.workdir {
+            eprintln!(
+                "workdir {}: {} files, {} bytes packed, {} bytes uploaded",
+                &u.hash[..12],
+                u.files,
+                u.packed_bytes,
+                u.uploaded_bytes
+            );
         }
-        if self.dry_run {
-            let (plan, warnings) = client.check_online(&spec)?;
-            show_warnings(&warnings);
-            super::render::print_plan(&client.staged_files(&spec, &plan), &plan, self.json);
-            return Ok(0);
+        show_warnings(&outcome.warnings);
+        if outcome.monitor_started == Some(true) {
+            eprintln!("started a background monitor (log: {}.monitor.log)", client.settings().state_path.display());
         }
-        let submitted = client.create_job_planned(&spec, plan, &secrets)?;
-        show_warnings(&submitted.warnings);
-        self.after_submit(&client, &spec)?;
-        super::output::emit(super::output::Format::from_json_flag(self.json), &submitted);
+        let format = super::output::Format::from_json_flag(self.json);
+        match &outcome.submission {
+            Submission::Job(j) => super::output::emit(format, j),
+            Submission::Sweep(s) => super::output::emit(format, s),
+            Submission::Pipeline(p) => super::output::emit(format, p),
+        }
         Ok(0)
     }
-}
 
-/// Send the spec's workdir (if any) once, before the job, sweep or pipeline is submitted; say what
-/// it cost on stderr.
-fn send_workdir(settings: &Settings, spec: crate::JobSpec) -> Result<crate::JobSpec, Error> {
-    if spec.workdir.is_none() {
-        return Ok(spec);
-    }
-    // A bar on stderr while the upload goes, when a person watches it.
-    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let mut shown = false;
-    let mut show = |sent: u64, total: u64| {
-        if tty {
-            eprint!("\r{}", super::progress::upload_line(sent, total));
-            shown = true;
+    /// The online checks of a job, or a sweep's variants and array script, or a pipeline's steps:
+    /// what would be submitted; nothing is.
+    fn dry_run(&self, settings: Settings, spec: &crate::JobSpec) -> Result<i32, Error> {
+        // A missing secret value fails here as it would in a submit.
+        self.job.secrets(spec)?;
+        if spec.sweep.is_some() {
+            return self.run_sweep(settings, spec);
         }
-    };
-    let sent = Client::new(settings.clone())?.send_workdir_with(&spec, &mut show);
-    if shown {
-        eprintln!();
+        if !spec.steps.is_empty() {
+            return self.run_pipeline(spec);
+        }
+        let client = Client::new(settings)?;
+        let (plan, warnings) = client.check_online(spec)?;
+        show_warnings(&warnings);
+        super::render::print_plan(&client.staged_files(spec, &plan), &plan, self.json);
+        Ok(0)
     }
-    let (spec, upload) = sent?;
-    if let Some(u) = upload {
-        eprintln!(
-            "workdir {}: {} files, {} bytes packed, {} bytes uploaded",
-            &u.hash[..12],
-            u.files,
-            u.packed_bytes,
-            u.uploaded_bytes
-        );
-    }
-    Ok(spec)
 }
 
 impl SubmitCmd {
-    /// A sweep: one Slurm job array, every variant a job of its own.
-    fn run_sweep(
-        &self,
-        settings: Settings,
-        spec: &crate::JobSpec,
-        secrets: &crate::spec::SecretValues,
-    ) -> Result<i32, Error> {
-        if self.dry_run {
-            let variants = spec.sweep.as_ref().map(|s| s.variants()).transpose()?.unwrap_or_default();
-            let ids: Vec<String> = variants.iter().map(|v| format!("variant-{}", v.index)).collect();
-            let sweep = crate::client::plan_sweep(spec, &settings, "dry-run", &ids)?;
-            let (_, warnings) = Client::new(settings)?.check_online(&spec.for_variant(&sweep.variants[0].0))?;
-            show_warnings(&warnings);
-            if self.json {
-                let list: Vec<_> = sweep
-                    .variants
-                    .iter()
-                    .map(|(v, _)| serde_json::json!({"index": v.index, "values": v.describe()}))
-                    .collect();
-                super::output::emit_json(
-                    &serde_json::json!({"variants": list, "array": sweep.array_range(), "array_script": sweep.array_script()}),
-                );
-            } else {
-                for (v, _) in &sweep.variants {
-                    println!("variant {}: {}", v.index, v.describe());
-                }
-                println!(
-                    "\none Slurm job array --array={}; its script:\n{}",
-                    sweep.array_range(),
-                    sweep.array_script()
-                );
+    /// A sweep's dry run: its variants and its one array script.
+    fn run_sweep(&self, settings: Settings, spec: &crate::JobSpec) -> Result<i32, Error> {
+        let variants = spec.sweep.as_ref().map(|s| s.variants()).transpose()?.unwrap_or_default();
+        let ids: Vec<String> = variants.iter().map(|v| format!("variant-{}", v.index)).collect();
+        let sweep = crate::client::plan_sweep(spec, &settings, "dry-run", &ids)?;
+        let (_, warnings) = Client::new(settings)?.check_online(&spec.for_variant(&sweep.variants[0].0))?;
+        show_warnings(&warnings);
+        if self.json {
+            let list: Vec<_> = sweep
+                .variants
+                .iter()
+                .map(|(v, _)| serde_json::json!({"index": v.index, "values": v.describe()}))
+                .collect();
+            super::output::emit_json(
+                &serde_json::json!({"variants": list, "array": sweep.array_range(), "array_script": sweep.array_script()}),
+            );
+        } else {
+            for (v, _) in &sweep.variants {
+                println!("variant {}: {}", v.index, v.describe());
             }
-            return Ok(0);
+            println!("\none Slurm job array --array={}; its script:\n{}", sweep.array_range(), sweep.array_script());
         }
-        let client = Client::new(settings)?;
-        let submitted = client.create_sweep(spec, secrets)?;
-        show_warnings(&submitted.warnings);
-        self.after_submit(&client, spec)?;
-        super::output::emit(super::output::Format::from_json_flag(self.json), &submitted);
         Ok(0)
     }
 
-    /// A pipeline: its steps submitted in order, each after the steps it names.
-    fn run_pipeline(
-        &self,
-        settings: Settings,
-        spec: &crate::JobSpec,
-        secrets: &crate::spec::SecretValues,
-    ) -> Result<i32, Error> {
-        if self.dry_run {
-            for step in spec.pipeline()? {
-                println!("step {}: {}", step.name, step.spec.command.join(" "));
-            }
-            return Ok(0);
+    /// A pipeline's dry run: its steps in order.
+    fn run_pipeline(&self, spec: &crate::JobSpec) -> Result<i32, Error> {
+        for step in spec.pipeline()? {
+            println!("step {}: {}", step.name, step.spec.command.join(" "));
         }
-        let client = Client::new(settings)?;
-        let submitted = client.create_pipeline(spec, secrets)?;
-        show_warnings(&submitted.warnings);
-        self.after_submit(&client, spec)?;
-        super::output::emit(super::output::Format::from_json_flag(self.json), &submitted);
         Ok(0)
-    }
-
-    /// The background monitor, when asked for or when the job has webhooks (only a monitor sends them).
-    fn after_submit(&self, client: &Client, spec: &crate::JobSpec) -> Result<(), Error> {
-        if (self.monitor || !spec.notify.is_empty()) && crate::client::start_background_monitor(client.settings())? {
-            eprintln!("started a background monitor (log: {}.monitor.log)", client.settings().state_path.display());
-        }
-        Ok(())
     }
 }
 

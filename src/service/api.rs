@@ -45,21 +45,11 @@ pub async fn create_job(
         // Home is not mounted unless the operator allows it.
         spec.no_container_mount_home = true;
     }
-    // Every offline check (fields, resources, partition list, paths' forms, policy, secrets) before
-    // any connection.
-    ws.settings.require_remote().map_err(|e| ApiError::engine(e.into()))?;
-    let plan = crate::plan::resolve(&spec, &ws.settings).map_err(|e| ApiError::field(e.field.clone(), e.message))?;
-    // Held until the job is in the published cache, so that parallel creates count each other.
-    let _place = super::policy::admit(&state, &org, &policy, &plan, None)?;
     let values = state.org_secret_values(&org).map_err(|m| {
         tracing::warn!(%org, error = %m, "cannot read the org's secrets");
         ApiError::internal("the service cannot read the org's secrets; the operator finds why in its log")
     })?;
     let secrets = super::org_secrets::resolve(&spec.secret_env, &org, &values)?;
-    if !ws.ready.load(std::sync::atomic::Ordering::Relaxed) {
-        let (st, w, o) = (state.clone(), ws.clone(), org.clone());
-        blocking(move || super::workspaces::preflight(&st, &w, &o)).await?;
-    }
     let meta = crate::client::ApiJob {
         job_id: String::new(),
         org: org.clone(),
@@ -71,40 +61,44 @@ pub async fn create_job(
         created_at: crate::client::now_secs(),
         tao,
     };
-    let st = state.clone();
-    let w = ws.clone();
+    let (st, w, o) = (state.clone(), ws.clone(), org.clone());
     let _in_pool = ws.pool.enter(&ws.id).await?;
-    let (job_id, submit_warnings) = blocking(move || {
+    // The place among the org's active jobs is held until the job is in the published cache, so
+    // that parallel creates count each other.
+    let (job_id, submit_warnings, _place) = blocking(move || {
         w.with_client(|client| {
-            // The org's record first: a replica that dies mid-submission leaves a job the next
-            // lease holder finishes submitting, and that job is the org's, not a stray.
-            let plan = client.plan(&spec)?;
-            let job_id = plan.layout.job_id.clone();
-            if let Err(m) = st.add_job(crate::client::ApiJob { job_id: job_id.clone(), ..meta }) {
-                tracing::warn!(job = %job_id, error = %m, "cannot record a job in the service's database; not submitted");
-                return Ok(Err(ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "database_unavailable",
-                    "the service could not record the job, so it did not submit it; ask again later (the operator finds why in its log)",
-                )
-                .retry_after(5)));
-            }
-            let submitted = match client.create_job_planned(&spec, plan, &secrets) {
-                Ok(submitted) => submitted,
-                Err(e) => {
-                    // Refused before it was recorded: nothing of it remains.
-                    if !client.stored_jobs(std::slice::from_ref(&job_id)).is_ok_and(|v| !v.is_empty()) {
-                        let _ = st.remove_job(&job_id);
-                    }
-                    return Err(e);
-                }
+            let admitted = std::sync::Mutex::new(None);
+            // The service's bodies are single jobs: one plan, checked before any connection.
+            let admit = |plan: &crate::plan::Plan| admit_and_record(&st, &w, &o, &policy, plan, &meta, &admitted);
+            let opts = crate::client::SubmitOptions {
+                admit: Some(&admit),
+                ..crate::client::SubmitOptions::with_values(secrets)
             };
-            st.publish(client);
-            Ok(Ok((job_id, submitted.warnings)))
+            let outcome = client.submit(&spec, opts);
+            let admitted = admitted.into_inner().unwrap_or_else(|e| e.into_inner());
+            match (outcome, admitted) {
+                (Ok(outcome), Some((job_id, place))) => {
+                    st.publish(client);
+                    Ok((job_id, outcome.warnings, place))
+                }
+                (Ok(outcome), None) => Err(crate::Error::RemoteCommand(format!(
+                    "internal: {} was submitted without the service's admission",
+                    outcome.submission.id()
+                ))),
+                (Err(e), admitted) => {
+                    // Refused before the engine recorded it: nothing of it remains.
+                    if let Some((job_id, _)) = admitted {
+                        if !client.stored_jobs(std::slice::from_ref(&job_id)).is_ok_and(|v| !v.is_empty()) {
+                            let _ = st.remove_job(&job_id);
+                        }
+                    }
+                    Err(e)
+                }
+            }
         })
         .map_err(ApiError::engine)
     })
-    .await??;
+    .await?;
     ws.wake_monitor();
     tracing::info!(%org, workspace = %ws.id, job = %job_id, token = %token.id, "job created");
     let job = org_job(&state, &org, &job_id)?;
@@ -113,6 +107,38 @@ pub async fn create_job(
         r.headers_mut().insert(header::LOCATION, v);
     }
     Ok(r)
+}
+
+/// The service's rule on a job's plan, before anything is recorded or sent: the org's and the
+/// workspace's policy (a place among the org's active jobs taken), the workspace's preflight if it
+/// has not passed, then the org's record of the job, first, so that a replica that dies
+/// mid-submission leaves a job the next lease holder finishes submitting, and that job is the org's.
+fn admit_and_record(
+    state: &AppStateRef,
+    ws: &super::workspace::Workspace,
+    org: &str,
+    policy: &tao_slurm_core::policy::Policy,
+    plan: &crate::plan::Plan,
+    meta: &crate::client::ApiJob,
+    admitted: &std::sync::Mutex<Option<(String, super::places::Place)>>,
+) -> crate::Result<()> {
+    let place = super::policy::admit(state, org, policy, plan, None).map_err(ApiError::refused)?;
+    if !ws.ready.load(std::sync::atomic::Ordering::Relaxed) {
+        super::workspaces::preflight(state, ws, org).map_err(ApiError::refused)?;
+    }
+    let job_id = plan.layout.job_id.clone();
+    if let Err(m) = state.add_job(crate::client::ApiJob { job_id: job_id.clone(), ..meta.clone() }) {
+        tracing::warn!(job = %job_id, error = %m, "cannot record a job in the service's database; not submitted");
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "database_unavailable",
+            "the service could not record the job, so it did not submit it; ask again later (the operator finds why in its log)",
+        )
+        .retry_after(5)
+        .refused());
+    }
+    *admitted.lock().unwrap_or_else(|e| e.into_inner()) = Some((job_id, place));
+    Ok(())
 }
 
 /// The created job's reply with the submission's warnings (a capped wall time, a registry pull)

@@ -34,7 +34,20 @@ pub struct ApiError {
     pub retry_after: Option<u64>,
 }
 
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.status.as_u16(), self.body.error_desc)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
 impl ApiError {
+    /// This refusal carried through the engine (`Error::Refused`), to come back as it is.
+    pub fn refused(self) -> crate::Error {
+        crate::Error::Refused(Box::new(self))
+    }
+
     pub fn new(status: StatusCode, code: &str, desc: impl Into<String>) -> ApiError {
         ApiError {
             status,
@@ -97,6 +110,11 @@ impl ApiError {
         let status = status_of(kind);
         match (kind, e) {
             (_, crate::Error::Spec(s)) => ApiError::field(s.field.clone(), s.message),
+            // The service's own refusal from a hook it gave the engine, as it made it.
+            (_, crate::Error::Refused(r)) => match r.downcast::<ApiError>() {
+                Ok(own) => *own,
+                Err(other) => ApiError::new(status, "invalid_field", other.to_string()),
+            },
             (ErrorKind::NotFound, e) => ApiError::not_found(e.to_string()),
             (ErrorKind::Ambiguous, e) => ApiError::field("job_id", e.to_string()),
             // Local files' paths stay in the service's log, never in a reply.

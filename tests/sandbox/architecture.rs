@@ -366,3 +366,92 @@ fn every_wait_polls_through_the_clients_wait() {
     .unwrap();
     assert_eq!(waits_of_their_own(root.path()), ["src/mcp/wait.rs", "python/tao_slurm/sdk.py"]);
 }
+
+/// The doors' submits, each of which must go through `Client::submit`.
+const SUBMITS: &[&str] = &["src/cli/submit.rs", "src/mcp/tools/submit.rs", "src/service/api.rs", "python/src/lib.rs"];
+
+/// What only `Client::submit` does for a door: the settings check, the choice of a job, a sweep or
+/// a pipeline, and the background monitor.
+const SUBMIT_INSIDES: &[&str] = &[
+    "require_remote(",
+    ".create_job(",
+    ".create_job_planned(",
+    ".create_sweep(",
+    ".create_pipeline(",
+    "start_background_monitor(",
+];
+
+/// (file, what it calls) for a door's submit that does by itself what `Client::submit` does, or
+/// that does not call it at all.
+fn submits_of_their_own(root: &Path) -> Vec<(String, String)> {
+    let mut hits = Vec::new();
+    for file in SUBMITS {
+        let text = std::fs::read_to_string(root.join(file)).unwrap_or_default();
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        if !code.contains(".submit(") {
+            hits.push((file.to_string(), "no Client::submit".to_string()));
+        }
+        for inside in SUBMIT_INSIDES {
+            // Python's engine checks the settings when it is made (as the TAO SDK's constructor
+            // does), not in its submits.
+            let at_construction = *file == "python/src/lib.rs" && *inside == "require_remote(";
+            if code.contains(inside) && !at_construction {
+                hits.push((file.to_string(), inside.to_string()));
+            }
+        }
+    }
+    hits
+}
+
+#[test]
+fn every_door_submits_through_the_clients_one_submit() {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let hits = submits_of_their_own(here);
+    assert!(hits.is_empty(), "submits that do what Client::submit does by themselves: {hits:?}");
+    let root = tempfile::tempdir().unwrap();
+    for file in SUBMITS {
+        let path = root.path().join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "fn f() { client.submit(&spec, opts); }\n").unwrap();
+    }
+    assert!(submits_of_their_own(root.path()).is_empty());
+    std::fs::write(root.path().join("src/cli/submit.rs"), "fn f() { client.create_sweep(&spec, &s); }\n").unwrap();
+    std::fs::write(
+        root.path().join("src/service/api.rs"),
+        "fn f() { client.submit(&spec, o); start_background_monitor(&s); }\n",
+    )
+    .unwrap();
+    let hits = submits_of_their_own(root.path());
+    assert_eq!(
+        hits,
+        [
+            ("src/cli/submit.rs".to_string(), "no Client::submit".to_string()),
+            ("src/cli/submit.rs".into(), ".create_sweep(".into()),
+            ("src/service/api.rs".into(), "start_background_monitor(".into()),
+        ]
+    );
+}
+
+/// Files of the client that write a job's status themselves (only the engine and the store's
+/// compare-and-sets do).
+fn client_status_writes(root: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(&root.join("crates/engine/src/client"), &mut files);
+    files
+        .into_iter()
+        .filter(|f| !f.ends_with("tests.rs"))
+        .filter(|f| std::fs::read_to_string(f).unwrap().contains("update_status"))
+        .map(|f| f.strip_prefix(root).unwrap().display().to_string())
+        .collect()
+}
+
+#[test]
+fn the_client_writes_no_status() {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    assert!(client_status_writes(here).is_empty(), "{:?}", client_status_writes(here));
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("crates/engine/src/client");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("submission.rs"), "fn f() { self.store.update_status(id, &u, now)?; }\n").unwrap();
+    assert_eq!(client_status_writes(root.path()), ["crates/engine/src/client/submission.rs"]);
+}

@@ -21,6 +21,10 @@ pub enum Error {
     /// A remote command ran and failed (sbatch refused the job, a file could not be written, ...).
     #[error("{0}")]
     RemoteCommand(String),
+    /// A door's own refusal from a hook it gave the engine (`SubmitOptions::admit`: the service's
+    /// policy), handed back to that door as it was, for it to answer in its own words.
+    #[error("{0}")]
+    Refused(Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// What kind of failure an error is, whatever layer it came from.
@@ -126,6 +130,7 @@ impl Error {
             Error::Store(StoreError::Ambiguous(_)) => ErrorKind::Ambiguous,
             Error::Store(_) => ErrorKind::State,
             Error::RemoteCommand(_) => ErrorKind::RemoteCommand,
+            Error::Refused(_) => ErrorKind::Invalid,
         }
     }
 

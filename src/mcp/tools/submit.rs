@@ -1,10 +1,11 @@
 //! The submit tool: the same checks and the same secret handling as `tao-slurm submit` (values by
 //! variable name, from this server's environment or a secrets file; never in an argument or result).
 
+use crate::client::{MonitorChoice, Secrets, Submission, SubmitOptions};
 use crate::mcp::args::SubmitArgs;
 use crate::mcp::hints::after_submit;
 use crate::mcp::reply::{Reply, ToolError};
-use crate::spec::{JobSpec, SecretValues, SpecError};
+use crate::spec::{JobSpec, SpecError};
 use crate::Client;
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -82,68 +83,82 @@ fn spec_error(field: &str, e: SpecError) -> ToolError {
     ToolError::invalid(field, e.message)
 }
 
-/// Secret values for the spec's names, looked up exactly as `tao-slurm submit` does: the secrets
-/// file first, then this server's environment.
-fn secrets(spec: &JobSpec, secret_env_file: Option<&str>) -> Result<SecretValues, ToolError> {
-    crate::client::secret_values(&spec.secret_env, secret_env_file.map(std::path::Path::new)).map_err(|e| match e {
+/// A missing secret value, said with what to do: the value belongs in this server's environment.
+fn secret_error(e: crate::Error, field: &str) -> ToolError {
+    match e {
         crate::Error::Spec(s) if s.field == "secret_env" => ToolError::invalid("secret_env", s.message).with_next(
             "the value must be in the environment of this MCP server (or in secret_env_file): ask the user to set it there and restart the server; never put a secret value in a tool argument",
         ),
-        e => ToolError::engine(e, "secret_env_file"),
-    })
+        e => ToolError::engine(e, field),
+    }
 }
 
 pub fn submit(client: &Client, args: SubmitArgs) -> Result<Reply<SubmitOut>, ToolError> {
     let spec = to_spec(&args)?;
-    // Bad settings, a bad spec or a missing secret fail here, before any connection is attempted.
-    client.settings().require_remote().map_err(|e| ToolError::engine(e.into(), "job_id"))?;
-    if spec.sweep.is_some() || !spec.steps.is_empty() {
-        return submit_group(client, &args, &spec);
-    }
-    let plan = client.plan(&spec).map_err(|e| ToolError::engine(e, "job_id"))?;
-    let secrets = secrets(&spec, args.secret_env_file.as_deref())?;
-    let warnings: Vec<String> =
-        plan.inputs.iter().filter_map(|(key, location)| crate::spec::dataset_warning(key, location)).collect();
+    let file = args.secret_env_file.as_ref().map(std::path::PathBuf::from);
     if args.dry_run {
-        return dry_run(client, &spec, warnings);
+        // A missing secret value fails here as it would in a submit.
+        crate::client::secret_values(&spec.secret_env, file.as_deref())
+            .map_err(|e| secret_error(e, "secret_env_file"))?;
+        return dry_run(client, &spec);
     }
-    let (mut resources, secret_env) = (resources(&plan), plan.secret_names.clone());
-    // The plan resolved above is the one submitted (its wall time fitted to the partition).
-    let submitted = client.create_job_planned(&spec, plan, &secrets).map_err(|e| ToolError::engine(e, "job_id"))?;
-    if let Ok(recorded) = client.recorded_plan(&submitted.job_id) {
-        resources.time_minutes = recorded.time_minutes;
-    }
-    let warnings: Vec<String> = warnings.into_iter().chain(submitted.warnings.iter().cloned()).collect();
-    // Webhooks are sent by the monitor: `notify` starts one as `monitor` does.
-    let monitor_started = if args.monitor || !spec.notify.is_empty() {
-        Some(crate::client::start_background_monitor(client.settings()).map_err(|e| ToolError::engine(e, "monitor"))?)
-    } else {
-        None
+    let opts = SubmitOptions {
+        secrets: Secrets::Lookup { file },
+        monitor: MonitorChoice::Asked(args.monitor),
+        admit: None,
+        progress: None,
     };
-    let out = SubmitOut {
-        sweep_id: None,
-        jobs: None,
+    let outcome = client.submit(&spec, opts).map_err(|e| secret_error(e, "job_id"))?;
+    let p = &outcome.plan;
+    let resources = ResourcesOut {
+        nodes: p.nodes,
+        gpus_per_node: p.gpus_per_node,
+        partition: p.partition.clone(),
+        time_minutes: p.time_minutes,
+        image: p.image.clone(),
+    };
+    let mut out = SubmitOut {
         dry_run: false,
-        job_id: submitted.job_id.clone(),
-        slurm_job_id: Some(submitted.slurm_job_id.clone()),
-        login_host: Some(submitted.login_host.clone()),
-        job_dir: submitted.job_dir.clone(),
+        job_id: outcome.submission.first_job().to_string(),
+        slurm_job_id: None,
+        login_host: None,
+        job_dir: p.job_dir.clone(),
         resources,
-        secret_env,
-        warnings,
+        secret_env: p.secret_env.clone(),
+        warnings: outcome.warnings.clone(),
         checks: Vec::new(),
         script: None,
         staged_files: Vec::new(),
-        monitor_started,
+        sweep_id: None,
+        jobs: None,
+        monitor_started: outcome.monitor_started,
     };
-    Ok(Reply::new(
-        format!(
-            "submitted job {} (Slurm job {} via {})",
-            submitted.job_id, submitted.slurm_job_id, submitted.login_host
-        ),
-        after_submit(&submitted.job_id),
-        out,
-    ))
+    let summary = match &outcome.submission {
+        Submission::Job(j) => {
+            (out.slurm_job_id, out.login_host) = (Some(j.slurm_job_id.clone()), Some(j.login_host.clone()));
+            format!("submitted job {} (Slurm job {} via {})", j.job_id, j.slurm_job_id, j.login_host)
+        }
+        Submission::Sweep(s) => {
+            (out.slurm_job_id, out.login_host) = (Some(s.slurm_array_id.clone()), Some(s.login_host.clone()));
+            out.sweep_id = Some(s.sweep_id.clone());
+            out.jobs = Some(serde_json::to_value(&s.variants).expect("serialisable"));
+            format!(
+                "submitted sweep {} ({} variants, Slurm job array {} via {})",
+                s.sweep_id,
+                s.variants.len(),
+                s.slurm_array_id,
+                s.login_host
+            )
+        }
+        Submission::Pipeline(p) => {
+            out.slurm_job_id = Some(p.steps[0].slurm_job_id.clone());
+            out.sweep_id = Some(p.pipeline_id.clone());
+            out.jobs = Some(serde_json::to_value(&p.steps).expect("serialisable"));
+            let names: Vec<String> = p.steps.iter().map(|s| format!("{} ({})", s.name, s.job_id)).collect();
+            format!("submitted pipeline {}: {}", p.pipeline_id, names.join(", "))
+        }
+    };
+    Ok(Reply::new(summary, after_submit(outcome.submission.id()), out))
 }
 
 fn resources(plan: &crate::plan::Plan) -> ResourcesOut {
@@ -157,9 +172,14 @@ fn resources(plan: &crate::plan::Plan) -> ResourcesOut {
 }
 
 /// The online checks a submit would make, and the files it would stage; nothing is submitted.
-fn dry_run(client: &Client, spec: &JobSpec, warnings: Vec<String>) -> Result<Reply<SubmitOut>, ToolError> {
-    let (plan, fitted) = client.check_online(spec).map_err(|e| ToolError::engine(e, "job_id"))?;
-    let warnings: Vec<String> = warnings.into_iter().chain(fitted).collect();
+fn dry_run(client: &Client, spec: &JobSpec) -> Result<Reply<SubmitOut>, ToolError> {
+    if spec.sweep.is_some() || !spec.steps.is_empty() {
+        return Err(ToolError::invalid(
+            "dry_run",
+            "not available for a sweep or a pipeline yet: submit it, or use the CLI's submit --dry-run",
+        ));
+    }
+    let (plan, warnings) = client.check_online(spec).map_err(|e| ToolError::engine(e, "job_id"))?;
     let files = client.staged_files(spec, &plan);
     let mut checks = vec!["settings and every job field are valid".to_string()];
     if !plan.required_paths.is_empty() {
@@ -193,84 +213,6 @@ fn dry_run(client: &Client, spec: &JobSpec, warnings: Vec<String>) -> Result<Rep
         "show the user the plan if they asked for it, then call submit without dry_run",
         out,
     ))
-}
-
-/// A sweep (one Slurm job array) or a pipeline (steps after one another).
-fn submit_group(client: &Client, args: &SubmitArgs, spec: &JobSpec) -> Result<Reply<SubmitOut>, ToolError> {
-    if args.dry_run {
-        return Err(ToolError::invalid(
-            "dry_run",
-            "not available for a sweep or a pipeline yet: submit it, or use the CLI's submit --dry-run",
-        ));
-    }
-    let secrets = secrets(spec, args.secret_env_file.as_deref())?;
-    let first = if spec.sweep.is_some() {
-        let v = spec.sweep.as_ref().map(|s| s.variants()).transpose().map_err(|e| spec_error(&e.field.clone(), e))?;
-        spec.for_variant(&v.unwrap_or_default()[0])
-    } else {
-        spec.pipeline().map_err(|e| spec_error(&e.field.clone(), e))?.remove(0).spec
-    };
-    let plan = client.plan(&first).map_err(|e| ToolError::engine(e, "job_id"))?;
-    let resources = ResourcesOut {
-        nodes: plan.resources.nodes,
-        gpus_per_node: plan.resources.gpus_per_node,
-        partition: plan.partition.clone(),
-        time_minutes: plan.time_minutes,
-        image: plan.image.pyxis.clone(),
-    };
-    let warnings;
-    let (summary, group_id, first_job, jobs, slurm, host) = if spec.sweep.is_some() {
-        let s = client.create_sweep(spec, &secrets).map_err(|e| ToolError::engine(e, "sweep"))?;
-        warnings = s.warnings.clone();
-        (
-            format!(
-                "submitted sweep {} ({} variants, Slurm job array {} via {})",
-                s.sweep_id,
-                s.variants.len(),
-                s.slurm_array_id,
-                s.login_host
-            ),
-            s.sweep_id.clone(),
-            s.variants[0].job_id.clone(),
-            serde_json::to_value(&s.variants).expect("serialisable"),
-            s.slurm_array_id.clone(),
-            Some(s.login_host.clone()),
-        )
-    } else {
-        let p = client.create_pipeline(spec, &secrets).map_err(|e| ToolError::engine(e, "steps"))?;
-        warnings = p.warnings.clone();
-        let names: Vec<String> = p.steps.iter().map(|s| format!("{} ({})", s.name, s.job_id)).collect();
-        (
-            format!("submitted pipeline {}: {}", p.pipeline_id, names.join(", ")),
-            p.pipeline_id.clone(),
-            p.steps[0].job_id.clone(),
-            serde_json::to_value(&p.steps).expect("serialisable"),
-            p.steps[0].slurm_job_id.clone(),
-            None,
-        )
-    };
-    let monitor_started = if args.monitor || !spec.notify.is_empty() {
-        Some(crate::client::start_background_monitor(client.settings()).map_err(|e| ToolError::engine(e, "monitor"))?)
-    } else {
-        None
-    };
-    let out = SubmitOut {
-        dry_run: false,
-        job_id: first_job,
-        slurm_job_id: Some(slurm),
-        login_host: host,
-        job_dir: plan.layout.base_dir.clone(),
-        resources,
-        secret_env: plan.secret_names.clone(),
-        warnings,
-        checks: Vec::new(),
-        script: None,
-        staged_files: Vec::new(),
-        sweep_id: Some(group_id.clone()),
-        jobs: Some(jobs),
-        monitor_started,
-    };
-    Ok(Reply::new(summary, after_submit(&group_id), out))
 }
 
 #[cfg(test)]
@@ -340,7 +282,7 @@ mod tests {
     #[test]
     fn a_missing_secret_names_the_field_and_never_a_value() {
         let spec = JobSpec { secret_env: vec!["TAO_SLURM_TEST_SURELY_UNSET".into()], ..JobSpec::default() };
-        let e = secrets(&spec, None).unwrap_err();
+        let e = secret_error(crate::client::secret_values(&spec.secret_env, None).unwrap_err(), "job_id");
         assert_eq!(e.field.as_deref(), Some("secret_env"));
         assert!(e.message.contains("TAO_SLURM_TEST_SURELY_UNSET has no value"), "{}", e.message);
     }

@@ -16,6 +16,7 @@ mod retry;
 mod running;
 mod secrets;
 mod submission;
+mod submit;
 mod views;
 mod wait;
 mod workdir;
@@ -47,6 +48,7 @@ pub use notify::Notifier;
 pub use results::{ArchiveAsk, ArchiveOut};
 pub use running::{ExecOutput, Forward, RunningJob, Where};
 pub use secrets::secret_values;
+pub use submit::{Admit, MonitorChoice, PlanSummary, Secrets, SubmitOptions, SubmitOutcome};
 pub use views::{
     FollowPoll, GroupView, JobCallbacks, JobList, JobView, PathCheck, PipelineSubmitted, StepSubmitted, Submission,
 };

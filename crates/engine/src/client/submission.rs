@@ -1,14 +1,14 @@
 //! Submission: a spec checked offline and online, its image made ready, recorded, then submitted as
 //! a job, a sweep (one job array) or a pipeline.
 
-use super::{Client, PipelineSubmitted, StepSubmitted, Submission, Submitted};
-use crate::engine::{cluster, submit};
+use super::submit::Admit;
+use super::{Client, PipelineSubmitted, StepSubmitted, Submitted};
+use crate::engine::{cluster, depend, submit};
 use crate::error::{Error, Result};
 use crate::plan::{self, Plan};
 use crate::remote::RemoteError;
 use crate::script;
 use crate::spec::{JobSpec, SecretValues};
-use crate::status::PlatformStatus;
 use crate::store::JobSummary;
 
 impl Client {
@@ -29,9 +29,11 @@ impl Client {
     /// The checks a submit makes with the cluster (it answers, the partitions exist and allow the wall
     /// time; a job without a time gets the default capped at their MaxTime), after every offline check
     /// has passed. Submits nothing. Returns the plan as it would be submitted and its warnings.
+    /// The warnings are those a submit would return: the plan's notes, then what the checks changed.
     pub fn check_online(&self, spec: &JobSpec) -> Result<(Plan, Vec<String>)> {
         let checked = self.check_online_with_image(spec, self.plan(spec)?)?;
-        Ok((checked.plan, checked.warnings))
+        let warnings = super::submit::plan_notes(&checked.plan).chain(checked.warnings).collect();
+        Ok((checked.plan, warnings))
     }
 
     /// Whether this submit converts its image into the squashfs cache.
@@ -155,6 +157,17 @@ impl Client {
     /// [`Client::create_job`] of a spec the caller already resolved with [`Client::plan`] (to show
     /// its warnings first): the plan is not resolved a second time.
     pub fn create_job_planned(&self, spec: &JobSpec, plan: Plan, secrets: &SecretValues) -> Result<Submitted> {
+        self.create_job_admitted(spec, plan, secrets, &|_| Ok(()))
+    }
+
+    /// [`Client::create_job_planned`], the plan first passed to the door's `admit`.
+    pub(super) fn create_job_admitted(
+        &self,
+        spec: &JobSpec,
+        plan: Plan,
+        secrets: &SecretValues,
+        admit: Admit<'_>,
+    ) -> Result<Submitted> {
         let _span = super::job_span(&plan.layout.job_id).entered();
         if spec.sweep.is_some() {
             return Err(crate::spec::SpecError::new("sweep", "submit a sweep with create_sweep").into());
@@ -170,6 +183,7 @@ impl Client {
             .into());
         }
         let after = self.resolve_after(&spec.after)?;
+        admit(&plan)?;
         let Ready { plan, secrets, warnings, .. } = self.ready(spec, plan, secrets)?;
         let secrets = &secrets;
         let files = self.staged_files(spec, &plan);
@@ -186,12 +200,9 @@ impl Client {
                 crate::clock::now(),
             )
         })?;
-        let mut ticket = crate::ops::submit::AttemptTicket::first(&plan);
-        let gate = self.gate_for_submission(&plan.layout.job_id)?;
-        if let Some(g) = &gate {
-            (ticket.dependency, ticket.hold) = g.sbatch();
-        }
-        let result = self.submit_gated(&plan, &files, secrets, &ticket, gate.as_ref());
+        let gate = depend::gate_or_refuse(&self.store, &plan.layout.job_id, crate::clock::now())?;
+        let ticket = crate::ops::submit::AttemptTicket::first(&plan);
+        let result = submit::submit_gated(self.remote()?, &self.store, &plan, &files, secrets, ticket, gate.as_ref());
         if result.is_err() {
             // A failed submission may have written the secrets file before it stopped.
             crate::engine::secrets::sweep_or_warn(self.remote()?, &self.store);
@@ -225,11 +236,7 @@ impl Client {
             Err(Error::Remote(e @ RemoteError::OutputTooLarge { .. })) => Err(e.into()),
             Err(Error::Remote(e)) => {
                 // Nothing was sent: the job never reached the cluster.
-                self.store.update_status(
-                    &plan.layout.job_id,
-                    &crate::store::StatusUpdate::bare(PlatformStatus::Error, format!("not submitted: {e}")),
-                    crate::clock::now(),
-                )?;
+                submit::record_not_submitted(&self.store, &[&plan.layout.job_id], &e, crate::clock::now())?;
                 Err(e.into())
             }
             Ok(submitted) => Ok(Submitted { warnings, ..submitted }),
@@ -237,40 +244,19 @@ impl Client {
         }
     }
 
-    /// The gate a recorded job is submitted with now; a job whose dependency can never be met is
-    /// recorded Canceled and refused.
-    pub(super) fn gate_for_submission(&self, job_id: &str) -> Result<Option<crate::ops::depend::Gate>> {
-        let gate = crate::engine::depend::gate_of(&self.store, job_id)?;
-        if let Some(crate::ops::depend::Gate::Never(message)) = &gate {
-            self.store.update_status(
-                job_id,
-                &crate::store::StatusUpdate::bare(PlatformStatus::Canceled, message.clone()),
-                crate::clock::now(),
-            )?;
-            return Err(crate::spec::SpecError::new("after", format!("job {job_id} can never run: {message}")).into());
-        }
-        Ok(gate)
-    }
-
-    /// Submit a recorded job's first attempt under its gate, and record the gate it was given.
-    pub(super) fn submit_gated(
-        &self,
-        plan: &Plan,
-        files: &[script::StagedFile],
-        secrets: &SecretValues,
-        ticket: &crate::ops::submit::AttemptTicket,
-        gate: Option<&crate::ops::depend::Gate>,
-    ) -> Result<Submitted> {
-        let result = submit::submit(self.remote()?, &self.store, plan, files, secrets, ticket);
-        if let (Ok(_), Some(g)) = (&result, gate) {
-            self.store.set_gate(&plan.layout.job_id, &g.stored())?;
-        }
-        result
-    }
-
     /// Validate, record, stage and submit a sweep (`spec.sweep`): every variant a job of its own, all
     /// of them one Slurm job array, staged and submitted in one round trip (after the checks' one).
     pub fn create_sweep(&self, spec: &JobSpec, secrets: &SecretValues) -> Result<crate::engine::sweep::SweepSubmitted> {
+        self.create_sweep_admitted(spec, secrets, &|_| Ok(()))
+    }
+
+    /// [`Client::create_sweep`], every variant's plan first passed to the door's `admit`.
+    pub(super) fn create_sweep_admitted(
+        &self,
+        spec: &JobSpec,
+        secrets: &SecretValues,
+        admit: Admit<'_>,
+    ) -> Result<crate::engine::sweep::SweepSubmitted> {
         if !spec.after.is_empty() {
             return Err(crate::spec::SpecError::new("after", "a sweep cannot run after other jobs (yet)").into());
         }
@@ -279,6 +265,9 @@ impl Client {
         let ids: Vec<String> = (0..count).map(|_| uuid::Uuid::new_v4().to_string()).collect();
         // Every variant is validated offline before anything reaches the cluster.
         let mut sweep = crate::ops::sweep::plan_sweep(spec, &self.settings, &sweep_id, &ids)?;
+        for (_, plan) in &sweep.variants {
+            admit(plan)?;
+        }
         let first_spec = spec.for_variant(&sweep.variants[0].0);
         let Ready { plan: ready, secrets, mut warnings, partitions } =
             self.ready(&first_spec, sweep.variants[0].1.clone(), secrets)?;
@@ -330,13 +319,8 @@ impl Client {
                 RemoteError::Lost { .. } | RemoteError::TimedOut { .. } | RemoteError::OutputTooLarge { .. }
             ) {
                 // Nothing was sent: the sweep never reached the cluster.
-                for (_, plan) in &sweep.variants {
-                    self.store.update_status(
-                        &plan.layout.job_id,
-                        &crate::store::StatusUpdate::bare(PlatformStatus::Error, format!("not submitted: {e}")),
-                        crate::clock::now(),
-                    )?;
-                }
+                let ids: Vec<&str> = sweep.variants.iter().map(|(_, p)| p.layout.job_id.as_str()).collect();
+                submit::record_not_submitted(&self.store, &ids, e, crate::clock::now())?;
             }
         }
         if result.is_err() {
@@ -345,24 +329,20 @@ impl Client {
         result.map(|submitted| crate::engine::sweep::SweepSubmitted { warnings, ..submitted })
     }
 
-    /// Validate, record and submit what the spec describes: a job, a sweep (`[sweep]`) or a pipeline
-    /// (`[[steps]]`), sending its workdir first (once for all of them).
-    pub fn submit(&self, spec: &JobSpec, secrets: &SecretValues) -> Result<Submission> {
-        let (spec, _) = self.send_workdir(spec)?;
-        let spec = &spec;
-        Ok(if spec.sweep.is_some() {
-            Submission::Sweep(self.create_sweep(spec, secrets)?)
-        } else if !spec.steps.is_empty() {
-            Submission::Pipeline(self.create_pipeline(spec, secrets)?)
-        } else {
-            Submission::Job(self.create_job(spec, secrets)?)
-        })
-    }
-
     /// Validate, record and submit a pipeline (`spec.steps`): each step a job of its own, submitted
     /// in order with a Slurm dependency on the steps it runs after (kept across their retries).
     /// Each step sees the results directory of every earlier step as `TAO_AFTER_<STEP>_RESULTS_DIR`.
     pub fn create_pipeline(&self, spec: &JobSpec, secrets: &SecretValues) -> Result<PipelineSubmitted> {
+        self.create_pipeline_admitted(spec, secrets, &|_| Ok(()))
+    }
+
+    /// [`Client::create_pipeline`], every step's plan first passed to the door's `admit`.
+    pub(super) fn create_pipeline_admitted(
+        &self,
+        spec: &JobSpec,
+        secrets: &SecretValues,
+        admit: Admit<'_>,
+    ) -> Result<PipelineSubmitted> {
         let steps = spec.pipeline()?;
         let webhooks = webhooks_of(spec)?;
         let external = self.resolve_after(&spec.after)?;
@@ -376,6 +356,7 @@ impl Client {
                 let dir = plan::Layout::new(&plan.layout.base_dir, &ids[j]).results_dir();
                 plan.env.push((crate::spec::step_results_var(&earlier.name), dir));
             }
+            admit(&plan)?;
             plans.push(plan);
         }
         let mut ready_secrets = Vec::new();
@@ -422,12 +403,9 @@ impl Client {
         let mut submitted = Vec::new();
         for ((step, plan), secrets) in steps.iter().zip(&plans).zip(&ready_secrets) {
             let files = self.staged_files(&step.spec, plan);
-            let mut ticket = crate::ops::submit::AttemptTicket::first(plan);
-            let gate = self.gate_for_submission(&plan.layout.job_id)?;
-            if let Some(g) = &gate {
-                (ticket.dependency, ticket.hold) = g.sbatch();
-            }
-            let s = self.submit_gated(plan, &files, secrets, &ticket, gate.as_ref())?;
+            let gate = depend::gate_or_refuse(&self.store, &plan.layout.job_id, crate::clock::now())?;
+            let ticket = crate::ops::submit::AttemptTicket::first(plan);
+            let s = submit::submit_gated(self.remote()?, &self.store, plan, &files, secrets, ticket, gate.as_ref())?;
             submitted.push(StepSubmitted { name: step.name.clone(), job_id: s.job_id, slurm_job_id: s.slurm_job_id });
         }
         Ok(PipelineSubmitted { pipeline_id, steps: submitted, warnings })

@@ -20,6 +20,17 @@ fn edge(row: &DependencyRow) -> Edge {
     }
 }
 
+/// The gate a recorded job is first submitted with now; a job whose dependency can never be met is
+/// recorded Canceled and refused (the `after` field names why).
+pub fn gate_or_refuse(store: &Store, job_id: &str, now: i64) -> Result<Option<Gate>> {
+    let gate = gate_of(store, job_id)?;
+    if let Some(Gate::Never(message)) = &gate {
+        store.update_status(job_id, &StatusUpdate::bare(PlatformStatus::Canceled, message.clone()), now)?;
+        return Err(crate::spec::SpecError::new("after", format!("job {job_id} can never run: {message}")).into());
+    }
+    Ok(gate)
+}
+
 /// The gate job `job_id` is to be submitted with now; None when it depends on nothing.
 pub fn gate_of(store: &Store, job_id: &str) -> Result<Option<Gate>> {
     let rows = store.open_dependencies(Some(job_id))?;

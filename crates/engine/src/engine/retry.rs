@@ -4,7 +4,6 @@
 
 use crate::ops::failure::*;
 
-use crate::engine::submit::submit;
 use crate::error::Result;
 use crate::ops::refresh::Decision;
 use crate::ops::submit::AttemptTicket;
@@ -94,13 +93,12 @@ pub fn advance(
         if matches!(gate, Some(crate::ops::depend::Gate::Never(_))) {
             continue;
         }
-        let (dependency, hold) = gate.as_ref().map(|g| g.sbatch()).unwrap_or((None, false));
         let ticket = AttemptTicket {
             number: job.attempt,
             slurm_job_name: job.attempt_name.clone(),
             exclude: job.excluded_nodes.clone(),
-            dependency,
-            hold,
+            dependency: None,
+            hold: false,
         };
         let due = match job.next_retry_at {
             Some(at) => at <= now && store.claim_due_retry(&job.job_id, job.attempt, now)?,
@@ -114,18 +112,16 @@ pub fn advance(
         }
         let kind = if job.next_retry_at.is_some() { "retry" } else { "resume" };
         tracing::info!(job = %job.job_id, attempt = job.attempt, kind, "submitting");
-        match submit(
+        match crate::engine::submit::submit_gated(
             remote,
             store,
             &job.plan,
             &crate::ops::submit::staged_files_of(settings, job),
             &SecretValues::default(),
-            &ticket,
+            ticket,
+            gate.as_ref(),
         ) {
             Ok(s) => {
-                if let Some(g) = &gate {
-                    store.set_gate(&job.job_id, &g.stored())?;
-                }
                 store.add_event(
                     &job.job_id,
                     kind,

@@ -40,6 +40,36 @@ pub(crate) fn pause_at_failpoint(name: &str) {
     }
 }
 
+/// Submit a recorded attempt under `gate` (the sbatch options its dependencies give it now) and
+/// record the gate it was given: the one way a recorded attempt is submitted, whether its first
+/// (the client), a retry or an interrupted submission resumed (the cycle).
+pub fn submit_gated(
+    remote: &dyn Remote,
+    store: &Store,
+    plan: &Plan,
+    files: &[StagedFile],
+    secrets: &SecretValues,
+    mut ticket: AttemptTicket,
+    gate: Option<&crate::ops::depend::Gate>,
+) -> Result<Submitted> {
+    if let Some(g) = gate {
+        (ticket.dependency, ticket.hold) = g.sbatch();
+    }
+    let result = submit(remote, store, plan, files, secrets, &ticket);
+    if let (Ok(_), Some(g)) = (&result, gate) {
+        store.set_gate(&plan.layout.job_id, &g.stored())?;
+    }
+    result
+}
+
+/// Jobs whose submission never reached the cluster (nothing was sent): they end Error, saying why.
+pub fn record_not_submitted(store: &Store, job_ids: &[&str], why: &RemoteError, now: i64) -> Result<()> {
+    for id in job_ids {
+        store.update_status(id, &StatusUpdate::bare(PlatformStatus::Error, format!("not submitted: {why}")), now)?;
+    }
+    Ok(())
+}
+
 /// Submit one attempt of a plan whose job (and attempt) is already recorded in the store.
 pub fn submit(
     remote: &dyn Remote,
