@@ -236,6 +236,20 @@ pub struct SubmitArgs {
     /// $TAO_AFTER_<STEP>_RESULTS_DIR.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<serde_json::Value>,
+    /// A local directory (on the machine this server runs on) sent with the job and unpacked in its
+    /// directory, where its command runs; .gitignore and .taoslurmignore rules apply, and the same
+    /// content is uploaded once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+    /// A Cosmos-RL job: {config: "rl.toml" (a path on this machine) or config_text: "...",
+    /// commands: {controller, policy, rollout} (argv each)}: the three roles in one allocation,
+    /// sized by its config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cosmos_rl: Option<serde_json::Value>,
+    /// Webhooks (http or https URLs) told of the job's state changes (started, finished, failed,
+    /// retried, ...); a background monitor is started to send them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notify: Vec<String>,
     /// Job file (TOML) on this machine; the fields given here override it.
     #[serde(skip_serializing)]
     pub spec_file: Option<String>,

@@ -60,10 +60,10 @@ pub struct SubmitOut {
 /// CLI lays its flags over it.
 pub fn to_spec(args: &SubmitArgs) -> Result<JobSpec, ToolError> {
     let value = serde_json::to_value(args).expect("submit arguments serialise");
-    let fields: JobSpec = serde_path_to_error::deserialize(value).map_err(|e| {
-        // The sweep and steps arguments are free-form objects, checked only here.
+    let mut fields: JobSpec = serde_path_to_error::deserialize(value).map_err(|e| {
+        // The sweep, steps and cosmos_rl arguments are free-form objects, checked only here.
         let path = e.path().to_string();
-        if path.starts_with("sweep") || path.starts_with("steps") {
+        if path.starts_with("sweep") || path.starts_with("steps") || path.starts_with("cosmos_rl") {
             return ToolError::invalid(&path, e.inner().to_string());
         }
         // Only a field of SubmitArgs that JobSpec lacks gets here: a bug, named as such.
@@ -72,6 +72,11 @@ pub fn to_spec(args: &SubmitArgs) -> Result<JobSpec, ToolError> {
             "report this bug",
         )
     })?;
+    if let Some(cosmos) = &mut fields.cosmos_rl {
+        // A config named by path is read here, relative to this server's working directory.
+        crate::spec_file::read_cosmos_config(cosmos, std::path::Path::new("."))
+            .map_err(|e| spec_error(&e.field.clone(), e))?;
+    }
     let base = match &args.spec_file {
         Some(p) => crate::spec_file::read_job_file(std::path::Path::new(p)).map_err(|e| spec_error("spec_file", e))?,
         None => JobSpec::default(),
@@ -223,13 +228,43 @@ mod tests {
 
     #[test]
     fn every_job_field_is_a_submit_argument() {
-        // A field added to JobSpec must be offered by the submit tool too.
-        let job_fields = serde_json::to_value(JobSpec::default()).unwrap();
+        // A field added to JobSpec must be offered by the submit tool too: the fields as JobSpec's
+        // own Deserialize takes them (every one, whether or not a default value serialises it).
+        let job_fields = serde_aux::serde_introspection::serde_introspect::<JobSpec>();
+        assert!(job_fields.len() > 30 && job_fields.contains(&"cosmos_rl"), "{job_fields:?}");
         let submit = schema::<SubmitArgs>();
         let offered = submit["properties"].as_object().unwrap();
-        for name in job_fields.as_object().unwrap().keys() {
-            assert!(offered.contains_key(name), "JobSpec field {name} is missing from the submit tool's arguments");
-        }
+        // Made by the engine from `workdir` (the archive sent before the job), never given.
+        let not_arguments = ["workdir_archive"];
+        let missing: Vec<&&str> =
+            job_fields.iter().filter(|name| !offered.contains_key(**name) && !not_arguments.contains(*name)).collect();
+        assert!(missing.is_empty(), "JobSpec fields missing from the submit tool's arguments: {missing:?}");
+    }
+
+    #[test]
+    fn workdir_cosmos_rl_and_notify_reach_the_job() {
+        let args: SubmitArgs = parse(
+            json!({
+                "image": "x/y:1", "command": ["python", "launch.py"], "workdir": ".",
+                "notify": ["https://hooks.example/T0"],
+                "cosmos_rl": {"config_text": "[policy.parallelism]\ntp_size = 8\n", "commands": {"controller": ["ctl"]}}
+            })
+            .as_object()
+            .unwrap()
+            .clone(),
+        )
+        .unwrap();
+        let spec = to_spec(&args).unwrap();
+        assert_eq!(spec.workdir.as_deref(), Some("."));
+        assert_eq!(spec.notify, vec!["https://hooks.example/T0"]);
+        let cosmos = spec.cosmos_rl.unwrap();
+        assert!(cosmos.config_text.unwrap().contains("tp_size = 8"));
+        assert_eq!(cosmos.commands.controller, vec!["ctl"]);
+        let bad = parse::<SubmitArgs>(json!({"image": "x", "cosmos_rl": {"nope": 1}}).as_object().unwrap().clone())
+            .map_err(|e| e.field)
+            .and_then(|a| to_spec(&a).map_err(|e| e.field))
+            .unwrap_err();
+        assert!(bad.as_deref().is_some_and(|f| f.starts_with("cosmos_rl")), "{bad:?}");
     }
 
     #[test]
