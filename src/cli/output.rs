@@ -186,21 +186,8 @@ impl Report for EventsReport {
     }
 }
 
-/// `YYYY-MM-DD HH:MM:SSZ` for Unix seconds (days-from-civil, inverted; no time zone database needed).
-pub fn utc(secs: i64) -> String {
-    let days = secs.div_euclid(86400);
-    let rem = secs.rem_euclid(86400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
-}
+/// `YYYY-MM-DD HH:MM:SSZ` for Unix seconds.
+pub use tao_slurm_core::utc::readable as utc;
 
 /// `render`: the plan, the files a submission stages, and the secret variables (names only).
 #[derive(Debug, Serialize, JsonSchema)]

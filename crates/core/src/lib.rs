@@ -33,4 +33,5 @@ pub mod sqsh;
 pub(crate) mod stand_ins;
 pub mod status;
 pub mod tao_images;
+pub mod utc;
 pub mod webhook;

@@ -2,7 +2,7 @@
 //! of its nodes are down now), the reading of it, and the decision: a retry (with backoff and node
 //! exclusion) or a final verdict. Pure: the engine runs the script and records the outcome.
 
-use crate::attempts::{after_preemption, preempted_message, utc_text, Cause, PreemptNext};
+use crate::attempts::{after_preemption, preempted_message, Cause, PreemptNext};
 use crate::model::{AttemptRecord, JobRecord, StatusUpdate};
 use crate::ops::refresh::Decision;
 use crate::ops::submit::attempt_name;
@@ -238,7 +238,7 @@ fn after_preempted(
     now: i64,
 ) -> FailureOutcome {
     let next = after_preemption(job.plan.on_preempt, made_for(attempts, Cause::Preempted), job.plan.max_preemptions);
-    let message = preempted_message(&utc_text(now), nodes, checkpoint.as_deref(), next);
+    let message = preempted_message(&crate::utc::rfc3339(now), nodes, checkpoint.as_deref(), next);
     match next {
         PreemptNext::Resume { .. } => FailureOutcome::Retry {
             failure,
