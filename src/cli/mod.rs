@@ -236,7 +236,9 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::Shell(c) => c.run(settings),
         Command::Forward(c) => c.run(settings),
         Command::Tensorboard(c) => c.run(settings),
-        Command::Mcp(_) | Command::Serve(_) | Command::Schema(_) | Command::GenDocs(_) | Command::Init(_) => unreachable!("run above"),
+        Command::Mcp(_) | Command::Serve(_) | Command::Schema(_) | Command::GenDocs(_) | Command::Init(_) => {
+            unreachable!("run above")
+        }
     }
 }
 

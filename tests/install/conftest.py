@@ -69,16 +69,17 @@ class Root:
     def env(self, **extra) -> dict:
         env = user_env(pathlib.Path("/work/home"), state=pathlib.Path("/work/state.db"))
         env.pop("TAO_SLURM_TEST_DATABASE_URL", None)
-        env.update(PATH=PATH_IN_ROOT, LANG="C.UTF-8", **extra)
+        env.update(PATH=PATH_IN_ROOT, LANG="C.UTF-8")
+        env.update(extra)
         return env
 
     def popen_args(self, *cmd: str) -> list:
-        return ["bash", str(HERE / "in-root.sh"), str(self.path), str(self.work), *cmd]
+        return ["/bin/bash", str(HERE / "in-root.sh"), str(self.path), str(self.work), *cmd]
 
     def run(self, script: str, ok=True, timeout=300, **extra) -> subprocess.CompletedProcess:
         """Run a bash script (the tests' own text) in the root; fail with its output unless it succeeded."""
         out = subprocess.run(
-            self.popen_args("bash", "-c", script), env=self.env(**extra), capture_output=True, text=True, timeout=timeout
+            self.popen_args("/bin/bash", "-c", script), env=self.env(**extra), capture_output=True, text=True, timeout=timeout
         )
         if ok:
             assert out.returncode == 0, f"{script}\n-> {out.returncode}\n{out.stdout}\n{out.stderr}"

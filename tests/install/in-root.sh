@@ -7,11 +7,15 @@
 #   in-root.sh ROOT WORK CMD [ARG...]
 set -euo pipefail
 root="$1" work="$2"; shift 2
+# The caller's PATH is the command's, inside the root; this script's own tools are the host's.
+inner_path="$PATH"
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 sandbox="${SANDBOX_DIR:-/var/lib/tao-slurm-sandbox}"
 for d in work tmp proc dev "${sandbox#/}"; do [ -d "$root/$d" ] || mkdir -p "$root/$d"; done
+[ -e "$root/etc/hosts" ] || touch "$root/etc/hosts"   # (the mount point of the host's)
 exec unshare --mount --propagation private -- bash -c '
 set -e
-root="$1" work="$2" sandbox="$3"; shift 3
+root="$1" work="$2" sandbox="$3" inner_path="$4"; shift 4
 mount -t proc proc "$root/proc"
 mount --rbind /dev "$root/dev"
 mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
@@ -20,5 +24,5 @@ mount --bind /etc/hosts "$root/etc/hosts"
 mount --bind "$sandbox" "$root$sandbox"
 mount -o remount,bind,ro "$root$sandbox"
 cd "$root/work"
-exec chroot "$root" bash -c "cd /work && exec \"\$@\"" bash "$@"
-' bash "$root" "$work" "$sandbox" "$@"
+exec chroot "$root" /usr/bin/env PATH="$inner_path" /bin/bash -c "cd /work && exec \"\$@\"" bash "$@"
+' bash "$root" "$work" "$sandbox" "$inner_path" "$@"

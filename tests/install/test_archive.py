@@ -55,14 +55,15 @@ def test_bash_completions_load_and_complete(root, archive):
 set -eu
 . {NAME}/completions/tao-slurm.bash
 complete -p tao-slurm
+fn="$(complete -p tao-slurm | sed -n 's/.* -F \\([^ ]*\\) .*/\\1/p')"
 COMP_WORDS=(tao-slurm sub); COMP_CWORD=1; COMP_LINE="tao-slurm sub"; COMP_POINT=${{#COMP_LINE}}
-_tao-slurm tao-slurm sub tao-slurm
+"$fn" tao-slurm sub tao-slurm
 printf 'reply:%s\\n' "${{COMPREPLY[@]}}"
 COMP_WORDS=(tao-slurm submit --ima); COMP_CWORD=2; COMP_LINE="tao-slurm submit --ima"; COMP_POINT=${{#COMP_LINE}}
-_tao-slurm tao-slurm --ima submit
+"$fn" tao-slurm --ima submit
 printf 'reply:%s\\n' "${{COMPREPLY[@]}}"
 """
     out = root.run(script).stdout
-    assert "complete -F _tao-slurm" in out and "tao-slurm" in out.splitlines()[0], out
+    assert out.splitlines()[0].startswith("complete ") and out.splitlines()[0].endswith(" tao-slurm"), out
     replies = [line[len("reply:"):] for line in out.splitlines() if line.startswith("reply:")]
     assert "submit" in replies and "--image" in replies, out
