@@ -94,6 +94,11 @@ class Api:
     def jobs(self, path: str = "") -> str:
         return f"{self.url}/api/v2/orgs/{ORG}/jobs{path}"
 
+    def accepted(self) -> "Api":
+        """Once the service took the token (it reloads them every second)."""
+        wait_until(lambda: self.http.get(self.jobs(), timeout=30).status_code == 200, 30, "the token is accepted")
+        return self
+
     def run_job(self) -> str:
         """Create a job that prints a word of its own, wait for it to end, read the word in its log."""
         word = f"image-{uuid.uuid4().hex[:12]}"
@@ -181,7 +186,7 @@ def test_the_kube_deployment_runs_the_service_beside_postgresql(volume, tmp_path
         url = listening(f"{pod}-service")
         db = [f"TAO_SLURM_DATABASE_URL=postgresql://tao@127.0.0.1:{pg_port}/tao_slurm",
               "TAO_SLURM_DATABASE_PASSWORD=tao-slurm-example-password"]
-        api = Api(url, token(volume, *db))
+        api = Api(url, token(volume, *db)).accepted()
         job = api.run_job()
         # The job's row is in PostgreSQL (the service keeps no state file then).
         job = str(uuid.UUID(job))  # (the service's answer, checked before it goes into SQL)
