@@ -28,9 +28,9 @@ if [ ! -d "$root.new" ]; then
         || { tail -n 20 "$cache/$suite.debootstrap.log" >&2; echo "clean-root.sh: debootstrap $suite failed" >&2; exit 1; }
     touch "$root.new/.debootstrap-done"
 fi
-# uv's wheel is fetched on the host (its pip, its certificates) and installed in the root from the file.
+# uv's wheel is fetched on the host (the repository's .venv's pip) and installed in the root from the file.
 mkdir -p "$root.new/opt/wheels"
-python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary :all: \
+"$(dirname "$(bash "$(dirname "$0")/../../dev/python-env.sh")")/pip" download -q --disable-pip-version-check --no-deps --only-binary :all: \
     --platform manylinux_2_17_x86_64 -d "$root.new/opt/wheels" "$uv_pin" >&2
 chroot "$root.new" python3 -m venv /opt/uv >&2
 uv_wheel="$(basename "$(ls "$root.new"/opt/wheels/uv-*.whl)")"
