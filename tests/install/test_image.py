@@ -5,6 +5,7 @@ PostgreSQL with `podman play kube`, the jobs' state in that database."""
 
 import io
 import json
+import pathlib
 import re
 import socket
 import subprocess
@@ -35,11 +36,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def read(path: str) -> str:
+    return pathlib.Path(path).read_text()
+
+
 def settings_tar() -> bytes:
     """The service's home as a user sets it up: .env, clusters.toml and the SSH files, owned by its user."""
     s = sandbox_settings()
     ssh = f"{HOME}/.ssh"
-    config = (pathlib_read(s["SSH_CONFIG"])
+    config = (read(s["SSH_CONFIG"])
               .replace(s["SSH_KEY_PATH"], f"{ssh}/id_ed25519").replace(s["SSH_KNOWN_HOSTS"], f"{ssh}/known_hosts"))
     env = "\n".join([
         f"SLURM_USER={s['SLURM_USER']}", "SLURM_HOSTNAME=sandbox-login1", f"SLURM_PARTITION={s['SLURM_PARTITION']}",
@@ -51,8 +56,8 @@ def settings_tar() -> bytes:
         ".config/tao/.env": env,
         ".config/tao/clusters.toml": f'[default]\norgs = ["{ORG}"]\n',
         ".ssh/config": config,
-        ".ssh/known_hosts": pathlib_read(s["SSH_KNOWN_HOSTS"]),
-        ".ssh/id_ed25519": pathlib_read(s["SSH_KEY_PATH"]),
+        ".ssh/known_hosts": read(s["SSH_KNOWN_HOSTS"]),
+        ".ssh/id_ed25519": read(s["SSH_KEY_PATH"]),
     }
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -66,11 +71,6 @@ def settings_tar() -> bytes:
             info.size, info.mode, info.uid, info.gid = len(data), 0o600, UID, UID
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
-
-
-def pathlib_read(path: str) -> str:
-    with open(path) as f:
-        return f.read()
 
 
 @pytest.fixture
@@ -146,9 +146,9 @@ def serve(volume: str, name: str, port: int) -> str:
 
 
 def test_the_image_serves_from_a_volume_and_stops_on_sigterm(volume):
-    # Built offline from a Debian root: no registry image beneath it.
-    history = podman("image", "inspect", "--format", "{{.Config.StopSignal}} {{.Config.User}}", IMAGE).stdout.split()
-    assert history == ["SIGTERM", "tao"], history
+    # The Dockerfile's user and stop signal.
+    config = podman("image", "inspect", "--format", "{{.Config.StopSignal}} {{.Config.User}}", IMAGE).stdout.split()
+    assert config == ["SIGTERM", "tao"], config
     api_token = token(volume)
     name = f"{volume}-serve"
     try:

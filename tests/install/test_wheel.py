@@ -3,7 +3,6 @@ auditwheel), installed by pip in clean Debian 13 and 11 roots with no compiler, 
 and the MCP server (started by `uvx --from WHEEL`, offline) against the sandbox cluster."""
 
 import asyncio
-import json
 import shutil
 import subprocess
 import uuid
