@@ -5,6 +5,7 @@ mod cancel;
 mod check_path;
 mod checkpoints;
 mod credentials;
+mod gen_docs;
 mod image;
 mod init;
 mod job_args;
@@ -113,6 +114,8 @@ enum Command {
     Tensorboard(running::TensorboardCmd),
     /// Print the JSON schema of a command's --json output (of every command's without one)
     Schema(schema::SchemaCmd),
+    #[command(hide = true)]
+    GenDocs(gen_docs::GenDocsCmd),
 }
 
 /// Run the CLI and return the process exit code.
@@ -204,6 +207,9 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
     if let Command::Schema(c) = cli.command {
         return c.run();
     }
+    if let Command::GenDocs(c) = cli.command {
+        return c.run();
+    }
     let settings = load_settings(&cli)?;
     match cli.command {
         Command::Submit(c) => c.run(settings),
@@ -230,7 +236,9 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::Shell(c) => c.run(settings),
         Command::Forward(c) => c.run(settings),
         Command::Tensorboard(c) => c.run(settings),
-        Command::Mcp(_) | Command::Serve(_) | Command::Schema(_) | Command::Init(_) => unreachable!("run above"),
+        Command::Mcp(_) | Command::Serve(_) | Command::Schema(_) | Command::GenDocs(_) | Command::Init(_) => {
+            unreachable!("run above")
+        }
     }
 }
 
