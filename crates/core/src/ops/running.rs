@@ -430,7 +430,13 @@ mod tests {
 
         // Planted while it runs, then the start fails: the log's tail is not read through the link.
         std::fs::remove_file(&log).unwrap();
-        let swap = format!("rm -f tensorboard.log; ln -s {} tensorboard.log; exit 1", victim.display());
+        // Once the script's own log exists (its writer made it), swap it for a link; swapped before
+        // the writer made it, the writer's create would win and there would be no link to test.
+        let swap = format!(
+            "for _ in $(seq 100); do [ -e tensorboard.log ] && break; sleep 0.05; done\n\
+             rm -f tensorboard.log; ln -s {} tensorboard.log; exit 1",
+            victim.display()
+        );
         let (rc, err) = run_start(dir.path(), &swap, free_port(), OnBusy::Refuse);
         assert_eq!(rc, 1, "{err}");
         assert!(err.contains("not a regular file: not shown"), "{err}");
