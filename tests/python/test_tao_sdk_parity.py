@@ -1,6 +1,6 @@
 """tao_slurm against NVIDIA's own nvidia-tao-sdk (pinned in dev/python-requirements.txt), offline:
 the same calls and the same settings through the TAO SDK's SlurmSDK and its SlurmHandler and through
-tao_slurm, compared. Every difference that is left is named in the README's table of SlurmSDK methods,
+tao_slurm, compared. Every difference that is left is named in python/README.md's table of SlurmSDK methods,
 with its reason."""
 
 from __future__ import annotations

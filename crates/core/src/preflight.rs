@@ -405,7 +405,7 @@ pub fn unrecognised_settings(settings: &Settings) -> Option<Check> {
         "unknown settings",
         None,
         format!("set but not read by tao-slurm: {}", names.join(", ")),
-        "Rename or remove them: see the README's Configuration table for the settings tao-slurm and the TAO SDK names read.",
+        "Rename or remove them: see docs/configuration.md for the settings tao-slurm and the TAO SDK names read.",
     );
     check.required = false;
     Some(check)

@@ -77,7 +77,7 @@ pub fn render_env_file(existing: Option<&str>, values: &[(&str, String)]) -> Res
         }
     }
     if existing.is_none() {
-        out.push_str("# written by tao-slurm init; every setting: see the README's settings table\n");
+        out.push_str("# written by tao-slurm init; every setting: see tao-slurm's docs/configuration.md\n");
     }
     for (n, v) in values.iter().filter(|(n, _)| !written.contains(n)) {
         out.push_str(&line_of(n, v)?);
