@@ -183,14 +183,7 @@ fn a_cycle_among_the_services_or_the_stores_files_is_found() {
 
 #[test]
 fn the_core_has_no_io_crate_in_its_tree() {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = std::process::Command::new(cargo)
-        .args(["tree", "-p", "tao-slurm-core", "-e", "normal", "--prefix", "none", "--offline"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let tree = String::from_utf8(out.stdout).unwrap();
+    let tree = normal_tree("tao-slurm-core");
     assert!(tree.contains("serde") && tree.contains("regex"), "{tree}");
     for forbidden in ["rusqlite", "libsqlite3", "tokio", "rmcp", "uuid", "tempfile", "libc", "dotenvy", "ctrlc"] {
         assert!(!tree.lines().any(|l| l.starts_with(forbidden)), "{forbidden} in the core's tree:\n{tree}");

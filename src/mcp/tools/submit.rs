@@ -1,7 +1,7 @@
 //! The submit tool: the same checks and the same secret handling as `tao-slurm submit` (values by
 //! variable name, from this server's environment or a secrets file; never in an argument or result).
 
-use crate::client::{MonitorChoice, Secrets, Submission, SubmitOptions};
+use crate::client::{MonitorChoice, PlanSummary, Secrets, Submission, SubmitOptions};
 use crate::mcp::args::SubmitArgs;
 use crate::mcp::hints::after_submit;
 use crate::mcp::reply::{Reply, ToolError};
@@ -115,13 +115,7 @@ pub fn submit(client: &Client, args: SubmitArgs) -> Result<Reply<SubmitOut>, Too
     };
     let outcome = client.submit(&spec, opts).map_err(|e| secret_error(e, "job_id"))?;
     let p = &outcome.plan;
-    let resources = ResourcesOut {
-        nodes: p.nodes,
-        gpus_per_node: p.gpus_per_node,
-        partition: p.partition.clone(),
-        time_minutes: p.time_minutes,
-        image: p.image.clone(),
-    };
+    let resources = resources(p);
     let mut out = SubmitOut {
         dry_run: false,
         job_id: outcome.submission.first_job().to_string(),
@@ -166,13 +160,13 @@ pub fn submit(client: &Client, args: SubmitArgs) -> Result<Reply<SubmitOut>, Too
     Ok(Reply::new(summary, after_submit(outcome.submission.id()), out))
 }
 
-fn resources(plan: &crate::plan::Plan) -> ResourcesOut {
+fn resources(p: &PlanSummary) -> ResourcesOut {
     ResourcesOut {
-        nodes: plan.resources.nodes,
-        gpus_per_node: plan.resources.gpus_per_node,
-        partition: plan.partition.clone(),
-        time_minutes: plan.time_minutes,
-        image: plan.image.pyxis.clone(),
+        nodes: p.nodes,
+        gpus_per_node: p.gpus_per_node,
+        partition: p.partition.clone(),
+        time_minutes: p.time_minutes,
+        image: p.image.clone(),
     }
 }
 
@@ -186,6 +180,7 @@ fn dry_run(client: &Client, spec: &JobSpec) -> Result<Reply<SubmitOut>, ToolErro
     }
     let (plan, warnings) = client.check_online(spec).map_err(|e| ToolError::engine(e, "job_id"))?;
     let files = client.staged_files(spec, &plan);
+    let summary = PlanSummary::of(&plan);
     let mut checks = vec!["settings and every job field are valid".to_string()];
     if !plan.required_paths.is_empty() {
         checks.push(format!("input paths exist on the cluster: {}", plan.required_paths.join(", ")));
@@ -201,9 +196,9 @@ fn dry_run(client: &Client, spec: &JobSpec) -> Result<Reply<SubmitOut>, ToolErro
         job_id: plan.layout.job_id.clone(),
         slurm_job_id: None,
         login_host: None,
-        job_dir: plan.layout.base_dir.clone(),
-        resources: resources(&plan),
-        secret_env: plan.secret_names.clone(),
+        job_dir: summary.job_dir.clone(),
+        resources: resources(&summary),
+        secret_env: summary.secret_env.clone(),
         warnings,
         checks,
         script: files.last().map(|f| f.contents.clone()),

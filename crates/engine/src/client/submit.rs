@@ -71,7 +71,7 @@ pub struct PlanSummary {
 }
 
 impl PlanSummary {
-    fn of(plan: &Plan) -> PlanSummary {
+    pub fn of(plan: &Plan) -> PlanSummary {
         PlanSummary {
             nodes: plan.resources.nodes,
             gpus_per_node: plan.resources.gpus_per_node,

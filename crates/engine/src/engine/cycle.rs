@@ -12,6 +12,7 @@ use crate::ops::refresh::Observations;
 use crate::remote::Remote;
 use crate::status::PlatformStatus;
 use crate::store::{JobRecord, JobSummary, Store};
+use std::borrow::Cow;
 
 /// What a cycle needs: the transport, the state, the retry policy, and the settings a recorded job's
 /// staged files are regenerated with (for its retries and resumed submissions).
@@ -29,14 +30,8 @@ impl Cycle<'_> {
     /// Observe `jobs` in one round trip and settle what that shows. Returns the ids of the jobs whose
     /// records changed.
     pub fn run(&self, jobs: &[JobSummary]) -> Result<Vec<String>> {
-        let kept;
-        let jobs = match self.without_paused(jobs)? {
-            Some(k) => {
-                kept = k;
-                kept.as_slice()
-            }
-            None => jobs,
-        };
+        let kept = self.without_paused(jobs)?;
+        let jobs: &[JobSummary] = &kept;
         if jobs.is_empty() {
             // Secrets of jobs that ended while their removal could not run are still swept.
             if !self.observe_only && !self.store.secrets_to_remove()?.is_empty() {
@@ -62,14 +57,8 @@ impl Cycle<'_> {
     /// Everything after the observation (for callers whose round trip carried the refresh script
     /// along with something else, like `logs -f`).
     pub fn settle(&self, jobs: &[JobSummary], obs: &Observations, host: &str) -> Result<Vec<String>> {
-        let kept;
-        let jobs = match self.without_paused(jobs)? {
-            Some(k) => {
-                kept = k;
-                kept.as_slice()
-            }
-            None => jobs,
-        };
+        let kept = self.without_paused(jobs)?;
+        let jobs: &[JobSummary] = &kept;
         if self.observe_only {
             return refresh::record_observed(self.store, jobs, obs, host);
         }
@@ -99,12 +88,12 @@ impl Cycle<'_> {
     }
 
     /// `jobs` without those tao-slurm paused (their Slurm job was cancelled by the pause: there is
-    /// nothing to observe until they are resumed); None when there are none.
-    fn without_paused(&self, jobs: &[JobSummary]) -> Result<Option<Vec<JobSummary>>> {
+    /// nothing to observe until they are resumed); borrowed as it is when there are none.
+    fn without_paused<'j>(&self, jobs: &'j [JobSummary]) -> Result<Cow<'j, [JobSummary]>> {
         if !jobs.iter().any(|j| j.status == PlatformStatus::Paused) {
-            return Ok(None);
+            return Ok(Cow::Borrowed(jobs));
         }
         let ours = self.store.paused_by_us_among(jobs.iter().map(|j| (j.job_id.as_str(), j.status)))?;
-        Ok(Some(jobs.iter().filter(|j| !ours.contains(&j.job_id)).cloned().collect()))
+        Ok(Cow::Owned(jobs.iter().filter(|j| !ours.contains(&j.job_id)).cloned().collect()))
     }
 }

@@ -53,7 +53,7 @@ pub fn handle_failures(
                     // Not if a retry, resume or cancel moved the job on during the evidence's round trip.
                     store.update_status_of(
                         &job.job_id,
-                        Some(crate::store::AsRead { attempt_name: &job.attempt_name, status: job.status }),
+                        Some(crate::store::AsRead::of(job)),
                         &StatusUpdate { message: message.clone(), ..d.update.clone() },
                         now,
                     )?;
