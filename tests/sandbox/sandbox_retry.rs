@@ -67,6 +67,9 @@ const NCCL_ONCE: &str = "m=\"$TAO_API_RESULTS_DIR/$TAO_JOB_ID/failed-once\"; \
     if [ ! -e \"$m\" ]; then touch \"$m\"; echo 'ncclSystemError: NCCL error: unhandled system error' >&2; exit 1; fi; echo recovered";
 
 #[test]
+// It sets a node DOWN: Slurm requeues every other test's job on that node (a pause test's resumed job
+// was seen restarted this way), so it runs with the others that stop a part of the cluster.
+#[ignore = "stops a part of the shared cluster: dev/test runs it alone (cargo test --test sandbox -- --ignored)"]
 fn a_node_failure_is_retried_elsewhere_and_both_attempts_keep_their_logs() {
     let env = Env::new();
     // --no-requeue: with --requeue (the default) Slurm itself requeues a NODE_FAIL job under the
