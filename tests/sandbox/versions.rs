@@ -110,7 +110,7 @@ on_both! {
         let env = cluster.env();
         let (job, _) = env.submit(&[
             "--image", "nvcr.io/nvidia/tao/tao-toolkit:6.26.3-pyt", "--nodes", "2", "--gpus", "8", "--shell", "--",
-            "echo \"rank: node=$SLURMD_NODENAME NODE_RANK=$NODE_RANK WORLD_SIZE=$WORLD_SIZE MASTER_ADDR=$MASTER_ADDR IMAGE=$SPANK_CONTAINER_IMAGE\"",
+            "echo \"rank: node=$SLURMD_NODENAME NODE_RANK=$NODE_RANK WORLD_SIZE=$WORLD_SIZE MASTER_ADDR=$MASTER_ADDR IMAGE=$(. /etc/os-release; echo $TAO_SLURM_SANDBOX_IMAGE)\"",
         ]);
         let v = env.wait_terminal(&job, LIMIT);
         assert_eq!(v["status"], "Complete", "{v}");
@@ -120,7 +120,7 @@ on_both! {
         assert_eq!(ranks.len(), 2, "{logs}");
         for (i, line) in ranks.iter().enumerate() {
             assert!(line.contains(&format!("NODE_RANK={i} WORLD_SIZE=2")), "{line}");
-            assert!(line.contains("IMAGE=nvcr.io#nvidia/tao/tao-toolkit:6.26.3-pyt"), "{line}");
+            assert!(line.ends_with("IMAGE=nvidia/tao/tao-toolkit:6.26.3-pyt"), "each rank in the image's container: {line}");
         }
         let master = |l: &str| l.split("MASTER_ADDR=").nth(1).unwrap().split(' ').next().unwrap().to_string();
         assert_eq!(master(ranks[0]), master(ranks[1]), "one master: {ranks:?}");
@@ -254,6 +254,7 @@ on_both! {
             ("long", false, Some(720), 4, 32),
             ("debug", false, Some(30), 4, 32),
             ("urgent", false, Some(240), 4, 32),
+            ("cpu", false, Some(60), 1, 0),
         ]);
     }
 }
