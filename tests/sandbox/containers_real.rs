@@ -72,9 +72,16 @@ fn a_two_node_job_runs_in_one_container_per_node_that_exec_joins() {
         assert_eq!((r["rank"].as_str(), r["world"].as_str()), (i.to_string().as_str(), "2"), "{r:?}");
         assert_eq!(r["job"], job, "{r:?}");
         assert_eq!(r["image"], "nvidia/pytorch:24.01-py3", "the image's own root filesystem: {r:?}");
-        assert!(r["pwd"].ends_with(&format!("{job}/workdir")), "the uploaded --workdir is the working directory: {r:?}");
+        assert!(
+            r["pwd"].ends_with(&format!("{job}/workdir")),
+            "the uploaded --workdir is the working directory: {r:?}"
+        );
         assert_eq!(r["uploaded"], "from-the-laptop", "{r:?}");
-        assert_eq!((r["results"].as_str(), r["ro"].as_str()), ("rw", "ro"), "results read-write, a :ro mount not: {r:?}");
+        assert_eq!(
+            (r["results"].as_str(), r["ro"].as_str()),
+            ("rw", "ro"),
+            "results read-write, a :ro mount not: {r:?}"
+        );
         assert_eq!((r["foo"].as_str(), r["secret"].as_str()), ("bar", secret.len().to_string().as_str()), "{r:?}");
     }
     assert_ne!(got[0]["node"], got[1]["node"], "two nodes");
@@ -122,7 +129,8 @@ fn runtime_failures_are_classified_not_retried_and_credentials_fix_a_private_ima
     let mut ngc = Env::new();
     ngc.vars.insert("NGC_KEY".into(), key.trim().to_string());
     ngc.ok(&["credentials", "enroot"]);
-    let (again, _) = env.submit(&["--image", private, "--gpus", "0", "--shell", "--", "grep PRETTY_NAME /etc/os-release"]);
+    let (again, _) =
+        env.submit(&["--image", private, "--gpus", "0", "--shell", "--", "grep PRETTY_NAME /etc/os-release"]);
     let v = env.wait_terminal(&again, LIMIT);
     assert_eq!(v["status"], "Complete", "{v}");
     let logs = env.json(&["logs", &again, "--json"]);

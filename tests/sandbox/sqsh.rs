@@ -61,7 +61,8 @@ fn images_are_converted_once_and_failures_submit_nothing() {
     let image = "nvcr.io/nvidia/tao/tao-toolkit:6.0.0-pyt";
     let started = env.ssh("date +%Y-%m-%dT%H:%M:%S").trim().to_string();
     // The conversions of this cache: Slurm jobs named after the cache file, run by `enroot import`.
-    let name = format!("tao-sqsh-{}", tao_slurm::sqsh::cache_file_name(&tao_slurm::spec::ImageRef::parse(image).unwrap()));
+    let name =
+        format!("tao-sqsh-{}", tao_slurm::sqsh::cache_file_name(&tao_slurm::spec::ImageRef::parse(image).unwrap()));
     let name = name.trim_end_matches(".sqsh").to_string();
     let conversions = |env: &Env| {
         let out = env.ssh(&format!("sacct -X -n -P -S {started} --name={name} -o JobID\n"));
@@ -112,8 +113,12 @@ fn images_are_converted_once_and_failures_submit_nothing() {
 
     // A submit of a cached image costs two round trips: checks (with the cache probe), then submit.
     let client = tao_slurm::Client::new(env.settings()).unwrap();
-    let spec =
-        tao_slurm::JobSpec { image: image.to_string(), command: vec!["true".into()], gpus: Some(0), ..Default::default() };
+    let spec = tao_slurm::JobSpec {
+        image: image.to_string(),
+        command: vec!["true".into()],
+        gpus: Some(0),
+        ..Default::default()
+    };
     let submitted = client.create_job(&spec, &Default::default()).unwrap();
     assert_eq!(client.transport_stats().round_trips, 2, "{:?}", client.transport_stats());
     env.ok(&["cancel", &submitted.job_id]);

@@ -184,8 +184,11 @@ fn a_jump_host_is_held_to_the_same_known_hosts_and_batch_mode() {
     std::fs::create_dir_all(&home_ssh).unwrap();
     std::fs::write(home_ssh.join("known_hosts"), &sandbox_known).unwrap();
     // Only the login host behind the bastion (port 2223) is in the configured known_hosts.
-    let only_login: String =
-        sandbox_known.lines().filter(|l| l.starts_with(&format!("[127.0.0.1]:{} ", sandbox::ssh_ports()[1]))).map(|l| format!("{l}\n")).collect();
+    let only_login: String = sandbox_known
+        .lines()
+        .filter(|l| l.starts_with(&format!("[127.0.0.1]:{} ", sandbox::ssh_ports()[1])))
+        .map(|l| format!("{l}\n"))
+        .collect();
     let known = env.dir.path().join("known_hosts_login_only");
     std::fs::write(&known, only_login).unwrap();
     let ports = sandbox::ssh_ports();
