@@ -169,17 +169,17 @@ node_names() { seq -f 'node%g' 1 "$NODES"; echo cpu1; }
 # node_set FILE -> the NodeName= words of a slurm.conf (nothing if there is none)
 node_set() { grep -o '^NodeName=[^ ]*' "$1" 2>/dev/null || true; }
 
-# stop_for_new_nodes: stop slurmctld and every slurmd of this sandbox (PID files, checked), so that
-# they start again with a changed node set: Slurm takes a node added to slurm.conf only on a restart
-# of them all. Running jobs survive (their slurmstepd keep running, slurmctld recovers its state).
-stop_for_new_nodes() {
+# stop_slurm_daemons WHY: stop slurmctld and every slurmd of this sandbox (PID files, checked), so
+# that the start script starts them again: Slurm takes a node added to slurm.conf only on a restart of
+# them all. Running jobs survive (their slurmstepd keep running, slurmctld recovers its state).
+stop_slurm_daemons() {
     local f pid pids=()
     for f in "$RUN/slurmctld.pid" "$RUN"/slurmd-*.pid; do
         pid="$(read_pidfile "$f")"
         [[ -n "$pid" ]] && ! pid_gone "$pid" && pid_mine "$pid" && pids+=("$pid")
     done
     [[ ${#pids[@]} -eq 0 ]] && return 0
-    echo "$(basename "$0"): the node set changed: restarting slurmctld and every slurmd"
+    echo "$(basename "$0"): $1: restarting slurmctld and every slurmd"
     kill_and_wait 30 "${pids[@]}"
 }
 
@@ -190,12 +190,17 @@ stop_for_new_nodes() {
 # names it): Pyxis' runtime_path, where a step's image is imported to, must be the node's own.
 PLUGSTACK="$ETC/plugstack.conf"
 
+# pyxis_plugin -> real (NVIDIA Pyxis) or stand-in (spank/container_stub.c: the 24.11 cluster only,
+# see README.md), as the start script wrote it into etc/pyxis-plugin
+pyxis_plugin() { cat "$ETC/pyxis-plugin" 2>/dev/null || echo real; }
+
 # plugstack_content on|off [NODE] -> the content of plugstack.conf (or NODE's) for that state
 plugstack_content() {
-    case "$1" in
-        on)  printf 'required %s/lib/spank_pyxis.so runtime_path=%s/pyxis/%s\n' "$SANDBOX_DIR" "$SANDBOX_DIR" "${2:-login}" ;;
-        off) printf '# Pyxis OFF (dev/sandbox/pyxis-ctl.sh off); pyxis-ctl.sh on or up.sh restores it\n' ;;
-        *)   return 1 ;;
+    case "$1:$(pyxis_plugin)" in
+        on:real) printf 'required %s/lib/spank_pyxis.so runtime_path=%s/pyxis/%s\n' "$SANDBOX_DIR" "$SANDBOX_DIR" "${2:-login}" ;;
+        on:*)    printf 'required %s/lib/container_stub.so\n' "$SANDBOX_DIR" ;;
+        off:*)   printf '# Pyxis OFF (dev/sandbox/pyxis-ctl.sh off); pyxis-ctl.sh on or up.sh restores it\n' ;;
+        *)       return 1 ;;
     esac
 }
 
@@ -471,7 +476,8 @@ SQL
 
 # smoke_test SSH_CONFIG LOGIN SACCT_RUNNER [LOGIN2]: the check that ends up.sh and up-24.11.sh. Over ssh
 # as the sandbox user: a 2-node srun in real containers (each rank prints its node id and the image's
-# os-release ID; the shared storage mounted read-only), then a batch job that must end COMPLETED in
+# os-release ID; the shared storage mounted read-only; with the 24.11 stand-in, the image it was
+# given), then a batch job that must end COMPLETED in
 # sacct (run as `SACCT_RUNNER sacct ...`: env on the host, in_root for 24.11); LOGIN2 must answer too.
 # Dies (the caller's die) with the logs' tails if anything is off; prints what passed.
 smoke_test() {
@@ -481,12 +487,15 @@ smoke_test() {
         l2out="$(mktemp)"; "${ssh[@]}" "$login2" true >"$l2out" 2>&1 & l2pid=$!
     fi
     # one ssh session: the 2-node srun, then a batch job (sbatch first would make srun queue behind it)
+    # the stand-in (24.11) exports the image it was given; Pyxis runs it (its os-release names it)
+    local shows='$(. /etc/os-release; echo $ID)' want="0 tao-slurm-sandbox;1 tao-slurm-sandbox;"
+    if [[ "$(pyxis_plugin)" != real ]]; then shows='$SPANK_CONTAINER_IMAGE'; want="0 nvcr.io#nvidia/pytorch:24.01-py3;1 nvcr.io#nvidia/pytorch:24.01-py3;"; fi
     out="$(timeout 120 "${ssh[@]}" "$login" \
-        "srun --nodes=2 --ntasks-per-node=1 --gres=gpu:8 --container-image=nvcr.io#nvidia/pytorch:24.01-py3 --container-mounts=$SD/shared:$SD/shared:ro sh -c 'echo \$SLURM_NODEID \$(. /etc/os-release; echo \$ID)' && sbatch --parsable --wrap true" 2>"$errf")" \
+        "srun --nodes=2 --ntasks-per-node=1 --gres=gpu:8 --container-image=nvcr.io#nvidia/pytorch:24.01-py3 --container-mounts=$SD/shared:$SD/shared:ro sh -c 'echo \$SLURM_NODEID $shows' && sbatch --parsable --wrap true" 2>"$errf")" \
         || die "smoke srun/sbatch over ssh failed: $out $(cat "$errf")" "$LOG/slurm/slurmctld.log" "$LOG/slurm/slurmd-node1.log"
     jid="$(tail -n1 <<<"$out")"
     [[ "$jid" =~ ^[0-9]+$ ]] || die "smoke sbatch printed: $out $(cat "$errf")" "$LOG/slurm/slurmctld.log"
-    [[ "$(head -n -1 <<<"$out" | grep -v '^pyxis: ' | sort | tr '\n' ';')" == "0 tao-slurm-sandbox;1 tao-slurm-sandbox;" ]] \
+    [[ "$(head -n -1 <<<"$out" | grep -v '^pyxis: ' | sort | tr '\n' ';')" == "$want" ]] \
         || die "smoke srun printed unexpected output: $out $(cat "$errf")" "$LOG/slurm/slurmd-node1.log"
     state=""
     for _ in $(seq 1 200); do

@@ -169,11 +169,12 @@ registry_cached() {
 }
 
 # rootfs_cached -> a directory with the image layers (base.tar.gz, its diff id) built from this host's
-# busybox-static, bash and python3; rebuilt when this file or the stand-ins change
+# coreutils, findutils, grep, sed, tar, gzip, busybox-static, bash and python3; rebuilt when this file
+# or the stand-ins change
 rootfs_cached() {
     local key dir tmp r f lib
     key="$(cat "${BASH_SOURCE[0]}" "$HERE"/bin/{torchrun,tensorboard} "$HERE/tao_stand_in/container_handler.py" \
-        <(dpkg-query -W busybox-static bash python3.11-minimal libpython3.11-stdlib) | sha256sum | cut -c1-16)"
+        <(dpkg-query -W busybox-static bash python3.11-minimal libpython3.11-stdlib coreutils findutils grep sed tar gzip) | sha256sum | cut -c1-16)"
     dir="$RUNTIME_CACHE/rootfs-$key"
     if [[ ! -f "$dir/base.tar.gz" ]]; then
         cache_lock
@@ -181,6 +182,11 @@ rootfs_cached() {
         r="$tmp/rootfs"
         install -d -m 0755 "$r"/{bin,sbin,usr/bin,usr/sbin,usr/local/bin,etc,root,home,var,opt,run,mnt,proc,sys,dev}
         install -d -m 1777 "$r/tmp" "$r/var/tmp"
+        # the GNU tools jobs' scripts use (touch -d '+1 day', stat -c, find -printf, date +%s.%N, ...),
+        # then busybox for the rest (ps, ...)
+        for f in $(dpkg -L coreutils findutils grep sed tar gzip | grep -E '^/(usr/)?s?bin/[^/]+$'); do
+            [[ -f "$f" && ! -L "$f" ]] && install -D -m 0755 "$f" "$r$f"
+        done
         cp /bin/busybox "$r/bin/busybox"
         busybox --list-full | while read -r f; do [[ -e "$r/$f" || -L "$r/$f" ]] || ln -s /bin/busybox "$r/$f"; done
         cp /bin/bash "$r/bin/bash"
@@ -189,8 +195,8 @@ rootfs_cached() {
         tar -C / --exclude='__pycache__' --exclude=test --exclude=tests --exclude=idlelib --exclude=tkinter \
             --exclude=ensurepip --exclude=lib2to3 --exclude=pydoc_data --exclude='config-3.11-*' \
             --exclude=site-packages --exclude=dist-packages -c usr/lib/python3.11 | tar -C "$r" -x
-        for f in /bin/bash /usr/bin/python3.11 /usr/lib/python3.11/lib-dynload/*.so; do
-            ldd "$f" | awk '/=> \// { print $3 } /^\t\/lib/ { print $1 }'
+        for f in /bin/bash /usr/bin/python3.11 /usr/lib/python3.11/lib-dynload/*.so $(find "$r/usr/bin" "$r/bin" -type f ! -name busybox); do
+            { ldd "$f" 2>/dev/null || true; } | awk '/=> \// { print $3 } /^\t\/lib/ { print $1 }'
         done | sort -u | while read -r lib; do cp --parents -L "$lib" "$r"; done
         install -m 0755 "$HERE/bin/torchrun" "$r/usr/local/bin/torchrun"
         install -m 0755 "$HERE/bin/tensorboard" "$r/usr/local/bin/tensorboard"

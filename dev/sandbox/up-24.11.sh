@@ -113,6 +113,16 @@ if [[ ! -x "$ROOT/usr/bin/apt-get" ]]; then
 fi
 phase_done "debootstrap"
 
+# the root is a mount point of its own: Enroot's helpers make "/" private in their mount namespace
+# (enroot-mksquashovlfs: "failed to set mount propagation: Invalid argument" when the chroot's "/" is
+# none); a slurmd that entered the root before it was one keeps the old "/" and must start again
+# (run/.root-mounted: this cluster's daemons started in the mounted root; down-24.11.sh removes it)
+mountpoint -q "$ROOT" || mount --rbind "$ROOT" "$ROOT"
+mkdir -p "$RUN"
+if [[ ! -e "$RUN/.root-mounted" ]]; then
+    stop_slurm_daemons "the root became a mount point"
+    touch "$RUN/.root-mounted"
+fi
 # the root sees the host's devices, processes, name resolution, and the state dir at its own path
 for m in proc sys dev dev/pts; do
     mountpoint -q "$ROOT/$m" && continue
@@ -198,8 +208,16 @@ EOF
 put_file "$T" "$SD/env.sh" 0644
 user_rc up-24.11.sh "$USER_IDS" "$USER_HOME"
 stand_in_tools aws huggingface-cli torchrun tensorboard
-# what the retired stand-ins (the recording SPANK plugin and the fake enroot) left behind
-rm -f "$SD/lib/container_stub.so" "$SD/lib/container_stub.c" "$ETC/pyxis-plugin"
+# The Pyxis stand-in (spank/container_stub.c, built in the root against 24.11's slurm/spank.h) is
+# this cluster's plugin: its daemons run in a chroot, where the unprivileged Enroot cannot start a
+# container (no user namespace inside a chroot). The real Enroot still imports (the SQSH cache).
+if [[ ! -f "$SD/lib/container_stub.so" || "$HERE/spank/container_stub.c" -nt "$SD/lib/container_stub.so" ]]; then
+    cp "$HERE/spank/container_stub.c" "$SD/lib/container_stub.c"
+    in_root gcc -shared -fPIC -O2 -Wall -Werror -o "$SD/lib/container_stub.so.tmp" "$SD/lib/container_stub.c" \
+        || die "building the SPANK plugin against Slurm 24.11 failed"
+    chmod 0755 "$SD/lib/container_stub.so.tmp"; mv -f "$SD/lib/container_stub.so.tmp" "$SD/lib/container_stub.so"
+fi
+T="$(mktemp)"; echo stand-in >"$T"; put_file "$T" "$ETC/pyxis-plugin" 0644
 
 # the real runtime (runtime.sh): Pyxis built inside the root, against 24.11's slurm/spank.h
 runtime_verify
@@ -263,6 +281,7 @@ SANDBOX_SLURM_VERSION=$SLURM_VERSION
 SANDBOX_ROOT=$ROOT
 SANDBOX_REGISTRY_PORTS=$REGISTRY_PORT,$REGISTRY_PRIVATE_PORT
 SANDBOX_PRIVATE_IMAGE=nvcr.io/$PRIVATE_ORG/tao-toolkit:6.26.3-pyt
+SANDBOX_PYXIS=stand-in
 SLURM_CONTAINER_MOUNTS=$SD/shared
 EOF
 put_file "$T" "$SD/settings.env" 0644
@@ -318,7 +337,7 @@ phase_done "slurmdbd + sacctmgr"
 # ---- 5. slurmctld, slurmd x NODES ----------------------------------------------------------------------
 ctld_answers() { [[ "$(in_root timeout 10 scontrol ping 2>/dev/null)" == *"is UP"* ]]; }
 reconf=0
-[[ "$old_nodes" == "$(node_set "$ETC/slurm.conf")" ]] || stop_for_new_nodes
+[[ "$old_nodes" == "$(node_set "$ETC/slurm.conf")" ]] || stop_slurm_daemons "the node set changed"
 if running_in_root slurmctld /usr/sbin/slurmctld; then
     changed "$ETC/slurm.conf" "$ETC/gres.conf" "$ETC/cgroup.conf" "$ETC"/slurm-node*.conf && reconf=1
     wait_for 30 "slurmctld" ctld_answers || die "slurmctld does not answer" "$LOG/slurm/slurmctld.log"

@@ -375,7 +375,7 @@ phase_done "slurmdbd + sacctmgr"
 
 # ---- 6. slurmctld ------------------------------------------------------------------------------
 reconf=0
-[[ "$old_nodes" == "$(node_set "$ETC/slurm.conf")" ]] || stop_for_new_nodes
+[[ "$old_nodes" == "$(node_set "$ETC/slurm.conf")" ]] || stop_slurm_daemons "the node set changed"
 if running slurmctld /usr/sbin/slurmctld; then
     # plugstack.conf is not a trigger: srun/sbatch and slurmstepd read it at each invocation / step
     # launch (pyxis-ctl.sh relies on that), so healing a pyxis-ctl.sh off needs no reconfigure
