@@ -188,6 +188,8 @@ stop_slurm_daemons() {
 # so rewriting the file switches the plugin for new invocations; no daemon restart/reconfigure.
 # The clients read plugstack.conf; each slurmd reads its own plugstack-NODE.conf (slurm-NODE.conf
 # names it): Pyxis' runtime_path, where a step's image is imported to, must be the node's own.
+# container_scope=job: a job's named containers are removed when it ends (Pyxis 0.24's default,
+# global, kept every job's `tao-JOB` container on its nodes: 36 GB after one test run).
 PLUGSTACK="$ETC/plugstack.conf"
 
 # pyxis_plugin -> real (NVIDIA Pyxis) or stand-in (spank/container_stub.c: the 24.11 cluster only,
@@ -197,7 +199,7 @@ pyxis_plugin() { cat "$ETC/pyxis-plugin" 2>/dev/null || echo real; }
 # plugstack_content on|off [NODE] -> the content of plugstack.conf (or NODE's) for that state
 plugstack_content() {
     case "$1:$(pyxis_plugin)" in
-        on:real) printf 'required %s/lib/spank_pyxis.so runtime_path=%s/pyxis/%s\n' "$SANDBOX_DIR" "$SANDBOX_DIR" "${2:-login}" ;;
+        on:real) printf 'required %s/lib/spank_pyxis.so runtime_path=%s/pyxis/%s container_scope=job\n' "$SANDBOX_DIR" "$SANDBOX_DIR" "${2:-login}" ;;
         on:*)    printf 'required %s/lib/container_stub.so\n' "$SANDBOX_DIR" ;;
         off:*)   printf '# Pyxis OFF (dev/sandbox/pyxis-ctl.sh off); pyxis-ctl.sh on or up.sh restores it\n' ;;
         *)       return 1 ;;

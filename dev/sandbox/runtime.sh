@@ -100,6 +100,19 @@ EOF
     put_file "$t" "$dst/front/enroot" 0755
     # a job's own `enroot` (the SQSH cache's import) on the users' PATH
     t="$(mktemp)"; cp "$dst/front/enroot" "$t"; put_file "$t" "$SD/bin/enroot" 0755
+    # Pyxis' job epilog (container_scope=job: it removes the job's named containers) runs `enroot`
+    # with PATH=/usr/local/bin:/usr/bin:/bin and the job's SLURM_CONF and SLURMD_NODENAME: this
+    # host-wide enroot finds the sandbox of that SLURM_CONF (the same file for every sandbox here)
+    t="$(mktemp)"
+    cat >"$t" <<'EOF'
+#!/bin/sh
+# enroot for Pyxis' job epilog on the tao-slurm sandboxes of this host (dev/sandbox/runtime.sh):
+# the sandbox is the one whose etc/ holds SLURM_CONF, the node SLURMD_NODENAME
+sd="${SLURM_CONF%/etc/*}"
+[ -n "${SLURM_CONF:-}" ] && [ -x "$sd/enroot/front/enroot" ] || { echo "enroot: no tao-slurm sandbox for SLURM_CONF=${SLURM_CONF:-}" >&2; exit 1; }
+TAO_SANDBOX_NODE="${SLURMD_NODENAME:-login}" exec "$sd/enroot/front/enroot" "$@"
+EOF
+    put_file "$t" /usr/local/bin/enroot 0755
     for n in $(node_names); do
         install -d -m 0755 "$dst/node/$n"
         t="$(mktemp)"
@@ -187,9 +200,10 @@ rootfs_cached() {
         for f in $(dpkg -L coreutils findutils grep sed tar gzip | grep -E '^/(usr/)?s?bin/[^/]+$'); do
             [[ -f "$f" && ! -L "$f" ]] && install -D -m 0755 "$f" "$r$f"
         done
+        cp /bin/bash "$r/bin/bash"
+        ln -s bash "$r/bin/sh"   # busybox's sh would run its own applets (touch, date, ...) before PATH's
         cp /bin/busybox "$r/bin/busybox"
         busybox --list-full | while read -r f; do [[ -e "$r/$f" || -L "$r/$f" ]] || ln -s /bin/busybox "$r/$f"; done
-        cp /bin/bash "$r/bin/bash"
         cp /usr/bin/python3.11 "$r/usr/bin/python3.11"
         ln -sf python3.11 "$r/usr/bin/python3"; ln -sf python3.11 "$r/usr/bin/python"
         tar -C / --exclude='__pycache__' --exclude=test --exclude=tests --exclude=idlelib --exclude=tkinter \
