@@ -64,9 +64,9 @@ for r in public private; do
         echo "down-24.11.sh: stopping the $r registry: $p"; kill_and_wait 10 "$p"
     fi
 done
-rm -f "$RUN"/*.pid "$RUN"/munge/munged.pid "$RUN"/mysql/mariadbd.pid 2>/dev/null || true
+rm -f "$RUN"/*.pid "$RUN"/munge/munged.pid "$RUN"/mysql/mariadbd.pid "$RUN/.root-mounted" 2>/dev/null || true
 
-for m in "$ROOT$SANDBOX_DIR" "$ROOT/dev/pts" "$ROOT/dev" "$ROOT/sys" "$ROOT/proc"; do
+for m in "$ROOT$SANDBOX_DIR" "$ROOT/dev/pts" "$ROOT/dev" "$ROOT/sys" "$ROOT/proc" "$ROOT"; do
     mountpoint -q "$m" 2>/dev/null && { umount -R "$m" 2>/dev/null || umount -R -l "$m"; }
 done
 

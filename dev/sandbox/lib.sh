@@ -161,20 +161,45 @@ lock_sandbox() {
     flock -w "${1:-120}" 9 || { echo "$(basename "$0"): another up.sh / ctl script holds $SANDBOX_DIR/.up.lock" >&2; exit 1; }
 }
 
+# node_names -> every slurmd's name: the GPU nodes node1..NODES, then cpu1, the CPU-only node of
+# partition `cpu`, where tao-slurm's image conversions run (its TAO_SLURM_SQSH_PARTITION default), as
+# on a cluster with a CPU partition: on the GPU nodes they waited behind the tests' exclusive jobs
+node_names() { seq -f 'node%g' 1 "$NODES"; echo cpu1; }
+
+# node_set FILE -> the NodeName= words of a slurm.conf (nothing if there is none)
+node_set() { grep -o '^NodeName=[^ ]*' "$1" 2>/dev/null || true; }
+
+# stop_slurm_daemons WHY: stop slurmctld and every slurmd of this sandbox (PID files, checked), so
+# that the start script starts them again: Slurm takes a node added to slurm.conf only on a restart of
+# them all. Running jobs survive (their slurmstepd keep running, slurmctld recovers its state).
+stop_slurm_daemons() {
+    local f pid pids=()
+    for f in "$RUN/slurmctld.pid" "$RUN"/slurmd-*.pid; do
+        pid="$(read_pidfile "$f")"
+        [[ -n "$pid" ]] && ! pid_gone "$pid" && pid_mine "$pid" && pids+=("$pid")
+    done
+    [[ ${#pids[@]} -eq 0 ]] && return 0
+    echo "$(basename "$0"): $1: restarting slurmctld and every slurmd"
+    kill_and_wait 30 "${pids[@]}"
+}
+
 # ---- Pyxis: plugstack.conf -------------------------------------------------------------------------
 # srun/sbatch/salloc read PlugStackConfig at every invocation and slurmstepd at every step launch,
 # so rewriting the file switches the plugin for new invocations; no daemon restart/reconfigure.
 # The clients read plugstack.conf; each slurmd reads its own plugstack-NODE.conf (slurm-NODE.conf
 # names it): Pyxis' runtime_path, where a step's image is imported to, must be the node's own.
+# container_scope=job: a job's named containers are removed when it ends (Pyxis 0.24's default,
+# global, kept every job's `tao-JOB` container on its nodes: 36 GB after one test run).
 PLUGSTACK="$ETC/plugstack.conf"
 
-# pyxis_plugin -> real (NVIDIA Pyxis, runtime.sh) or stub (spank/container_stub.c), as up.sh chose
-pyxis_plugin() { cat "$ETC/pyxis-plugin" 2>/dev/null || echo stub; }
+# pyxis_plugin -> real (NVIDIA Pyxis) or stand-in (spank/container_stub.c: the 24.11 cluster only,
+# see README.md), as the start script wrote it into etc/pyxis-plugin
+pyxis_plugin() { cat "$ETC/pyxis-plugin" 2>/dev/null || echo real; }
 
 # plugstack_content on|off [NODE] -> the content of plugstack.conf (or NODE's) for that state
 plugstack_content() {
     case "$1:$(pyxis_plugin)" in
-        on:real) printf 'required %s/lib/spank_pyxis.so runtime_path=%s/pyxis/%s\n' "$SANDBOX_DIR" "$SANDBOX_DIR" "${2:-login}" ;;
+        on:real) printf 'required %s/lib/spank_pyxis.so runtime_path=%s/pyxis/%s container_scope=job\n' "$SANDBOX_DIR" "$SANDBOX_DIR" "${2:-login}" ;;
         on:*)    printf 'required %s/lib/container_stub.so\n' "$SANDBOX_DIR" ;;
         off:*)   printf '# Pyxis OFF (dev/sandbox/pyxis-ctl.sh off); pyxis-ctl.sh on or up.sh restores it\n' ;;
         *)       return 1 ;;
@@ -315,11 +340,13 @@ EOF
 for i in $(seq 1 "$NODES"); do
     echo "NodeName=node$i NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$((SLURMD_PORT_BASE + i)) CPUs=$CPUS RealMemory=$REAL_MEMORY Gres=gpu:$GPUS State=UNKNOWN"
 done
+echo "NodeName=cpu1 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$((SLURMD_PORT_BASE + NODES + 1)) CPUs=16 RealMemory=64000 State=UNKNOWN"
 cat <<EOF
 PartitionName=polar Nodes=node[1-$NODES] Default=YES MaxTime=04:00:00 DefaultTime=01:00:00 State=UP
 PartitionName=long Nodes=node[1-$NODES] MaxTime=12:00:00 DefaultTime=01:00:00 State=UP
 PartitionName=debug Nodes=node[1-$NODES] MaxTime=00:30:00 DefaultTime=00:10:00 State=UP
 PartitionName=urgent Nodes=node[1-$NODES] PriorityTier=10 MaxTime=04:00:00 DefaultTime=00:10:00 State=UP
+PartitionName=cpu Nodes=cpu1 MaxTime=01:00:00 DefaultTime=00:30:00 State=UP
 EOF
 }
 
@@ -447,4 +474,42 @@ SELECT format('CREATE DATABASE %I OWNER %I', :'db', :'user') WHERE NOT EXISTS (S
 SQL
     PGPASSWORD="$pass" psql -h 127.0.0.1 -p "$port" -U "$user" -d "$db" -Atqc 'SELECT 1' >/dev/null \
         || die "PostgreSQL: $user cannot log in to $db over 127.0.0.1"
+}
+
+# smoke_test SSH_CONFIG LOGIN SACCT_RUNNER [LOGIN2]: the check that ends up.sh and up-24.11.sh. Over ssh
+# as the sandbox user: a 2-node srun in real containers (each rank prints its node id and the image's
+# os-release ID; the shared storage mounted read-only; with the 24.11 stand-in, the image it was
+# given), then a batch job that must end COMPLETED in
+# sacct (run as `SACCT_RUNNER sacct ...`: env on the host, in_root for 24.11); LOGIN2 must answer too.
+# Dies (the caller's die) with the logs' tails if anything is off; prints what passed.
+smoke_test() {
+    local cfg="$1" login="$2" runner="$3" login2="${4:-}" errf="$RUN/smoke.err" out jid state l2pid="" l2out
+    local ssh=(ssh -F "$cfg")
+    if [[ -n "$login2" ]]; then
+        l2out="$(mktemp)"; "${ssh[@]}" "$login2" true >"$l2out" 2>&1 & l2pid=$!
+    fi
+    # one ssh session: the 2-node srun, then a batch job (sbatch first would make srun queue behind it)
+    # the stand-in (24.11) exports the image it was given; Pyxis runs it (its os-release names it)
+    local shows='$(. /etc/os-release; echo $ID)' want="0 tao-slurm-sandbox;1 tao-slurm-sandbox;"
+    if [[ "$(pyxis_plugin)" != real ]]; then shows='$SPANK_CONTAINER_IMAGE'; want="0 nvcr.io#nvidia/pytorch:24.01-py3;1 nvcr.io#nvidia/pytorch:24.01-py3;"; fi
+    out="$(timeout 120 "${ssh[@]}" "$login" \
+        "srun --nodes=2 --ntasks-per-node=1 --gres=gpu:8 --container-image=nvcr.io#nvidia/pytorch:24.01-py3 --container-mounts=$SD/shared:$SD/shared:ro sh -c 'echo \$SLURM_NODEID $shows' && sbatch --parsable --wrap true" 2>"$errf")" \
+        || die "smoke srun/sbatch over ssh failed: $out $(cat "$errf")" "$LOG/slurm/slurmctld.log" "$LOG/slurm/slurmd-node1.log"
+    jid="$(tail -n1 <<<"$out")"
+    [[ "$jid" =~ ^[0-9]+$ ]] || die "smoke sbatch printed: $out $(cat "$errf")" "$LOG/slurm/slurmctld.log"
+    [[ "$(head -n -1 <<<"$out" | grep -v '^pyxis: ' | sort | tr '\n' ';')" == "$want" ]] \
+        || die "smoke srun printed unexpected output: $out $(cat "$errf")" "$LOG/slurm/slurmd-node1.log"
+    state=""
+    for _ in $(seq 1 200); do
+        state="$("$runner" sacct -X -n -P -j "$jid" -o State 2>/dev/null | head -n1)"
+        [[ "$state" == COMPLETED || "$state" =~ ^(FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL) ]] && break
+        sleep 0.1
+    done
+    [[ "$state" == COMPLETED ]] || die "smoke job $jid: sacct state '$state' (want COMPLETED)" "$LOG/slurm/slurmdbd.log" "$LOG/slurm/slurmctld.log"
+    if [[ -n "$l2pid" ]]; then
+        wait "$l2pid" || die "ssh $login2 failed: $(cat "$l2out")"
+        rm -f "$l2out"
+    fi
+    rm -f "$errf"
+    echo "$(basename "$0"): smoke OK (2-node srun in real containers over ssh; sbatch job $jid COMPLETED in sacct${login2:+; $login2 reachable})"
 }

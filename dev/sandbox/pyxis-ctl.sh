@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Switch the Pyxis SPANK plugin (real Pyxis, or the stand-in spank/container_stub.c: up.sh's PYXIS_PLUGIN) off/on, for tests of a cluster
-# without Pyxis. Takes effect for every srun/sbatch/salloc started afterwards and every job step
-# launched afterwards (they read plugstack.conf then); no daemon restart. up.sh always turns it on.
+# Switch the Pyxis SPANK plugin off/on, for tests of a cluster without Pyxis. Takes effect for every
+# srun/sbatch/salloc started afterwards and every job step launched afterwards (they read
+# plugstack.conf then); no daemon restart. up.sh always turns it on.
 #   pyxis-ctl.sh off      plugstack.conf (and every node's) without the plugin: --container-* are unknown options
 #   pyxis-ctl.sh on       plugstack.conf as up.sh writes it
 #   pyxis-ctl.sh status   prints on|off|..., exit 0 if on, 1 otherwise
@@ -17,7 +17,7 @@ usage() { echo "usage: $0 off|on|status" >&2; exit 2; }
 case "$1" in
     status)
         st="$(plugstack_state)"
-        echo "pyxis ($(pyxis_plugin)) $st ($PLUGSTACK)"
+        echo "pyxis $st ($PLUGSTACK)"
         [[ "$st" == on ]] ;;
     on|off)
         [[ $EUID -eq 0 ]] || { echo "pyxis-ctl.sh must run as root" >&2; exit 1; }

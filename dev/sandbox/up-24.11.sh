@@ -34,7 +34,6 @@ SLURMDBD_PORT="${SLURMDBD_PORT_2411:-6829}"
 SLURMD_PORT_BASE="${SLURMD_PORT_BASE_2411:-17100}"   # nodeN listens on BASE+N
 DB_PORT="${DB_PORT_2411:-3308}"
 UP_SMOKE="${UP_SMOKE:-1}"
-PYXIS_PLUGIN="${PYXIS_PLUGIN_2411:-stub}"   # real: NVIDIA Pyxis + Enroot (runtime.sh); stub: the stand-in
 REGISTRY_PORT="${REGISTRY_PORT_2411:-5111}"
 REGISTRY_PRIVATE_PORT="${REGISTRY_PRIVATE_PORT_2411:-5112}"
 UP_TIMEOUT="${UP_TIMEOUT:-90}"
@@ -114,6 +113,16 @@ if [[ ! -x "$ROOT/usr/bin/apt-get" ]]; then
 fi
 phase_done "debootstrap"
 
+# the root is a mount point of its own: Enroot's helpers make "/" private in their mount namespace
+# (enroot-mksquashovlfs: "failed to set mount propagation: Invalid argument" when the chroot's "/" is
+# none); a slurmd that entered the root before it was one keeps the old "/" and must start again
+# (run/.root-mounted: this cluster's daemons started in the mounted root; down-24.11.sh removes it)
+mountpoint -q "$ROOT" || mount --rbind "$ROOT" "$ROOT"
+mkdir -p "$RUN"
+if [[ ! -e "$RUN/.root-mounted" ]]; then
+    stop_slurm_daemons "the root became a mount point"
+    touch "$RUN/.root-mounted"
+fi
 # the root sees the host's devices, processes, name resolution, and the state dir at its own path
 for m in proc sys dev dev/pts; do
     mountpoint -q "$ROOT/$m" && continue
@@ -171,7 +180,7 @@ install -d -m 0700 "$SD/munge" "$LOG/munge"; chown "$MUNGE_IDS" "$SD/munge" "$LO
 install -d -m 0755 "$RUN/munge"; chown "$MUNGE_IDS" "$RUN/munge"
 install -d -m 0750 -o mysql -g mysql "$SD/mysql/data" "$LOG/mysql"
 install -d -m 0755 -o mysql -g mysql "$RUN/mysql"
-for i in $(seq 1 "$NODES"); do install -d -m 0755 "$SD/spool/node$i"; done
+for n in $(node_names); do install -d -m 0755 "$SD/spool/$n"; done
 for i in $(seq 0 $((GPUS - 1))); do [[ -L "$SD/fakegpu/nvidia$i" ]] || ln -sfn /dev/null "$SD/fakegpu/nvidia$i"; done
 install -d -m 0755 "$USER_HOME" "$SD/shared/$SSH_USER"; chown "$USER_IDS" "$USER_HOME" "$SD/shared/$SSH_USER"
 install -d -m 0700 "$USER_HOME/.ssh"; chown "$USER_IDS" "$USER_HOME/.ssh"
@@ -199,32 +208,32 @@ EOF
 put_file "$T" "$SD/env.sh" 0644
 user_rc up-24.11.sh "$USER_IDS" "$USER_HOME"
 stand_in_tools aws huggingface-cli torchrun tensorboard
-if [[ "$PYXIS_PLUGIN" == stub ]]; then stand_in_tools enroot; fi
-# the Pyxis stand-in, built inside the root against 24.11's slurm/spank.h
+# The Pyxis stand-in (spank/container_stub.c, built in the root against 24.11's slurm/spank.h) is
+# this cluster's plugin: its daemons run in a chroot, where the unprivileged Enroot cannot start a
+# container (no user namespace inside a chroot). The real Enroot still imports (the SQSH cache).
 if [[ ! -f "$SD/lib/container_stub.so" || "$HERE/spank/container_stub.c" -nt "$SD/lib/container_stub.so" ]]; then
     cp "$HERE/spank/container_stub.c" "$SD/lib/container_stub.c"
     in_root gcc -shared -fPIC -O2 -Wall -Werror -o "$SD/lib/container_stub.so.tmp" "$SD/lib/container_stub.c" \
         || die "building the SPANK plugin against Slurm 24.11 failed"
     chmod 0755 "$SD/lib/container_stub.so.tmp"; mv -f "$SD/lib/container_stub.so.tmp" "$SD/lib/container_stub.so"
-    CHANGED+=("$SD/lib/container_stub.so")
 fi
+T="$(mktemp)"; echo stand-in >"$T"; put_file "$T" "$ETC/pyxis-plugin" 0644
 
 # the real runtime (runtime.sh): Pyxis built inside the root, against 24.11's slurm/spank.h
 runtime_verify
 enroot_install
 pyxis_install "$SLURM_VERSION" "$SD/.pyxis-build" in_root
 
+old_nodes="$(node_set "$ETC/slurm.conf")"
 T="$(mktemp)"; slurm_conf up-24.11.sh >"$T"; put_file "$T" "$ETC/slurm.conf" 0644
-for i in $(seq 1 "$NODES"); do   # each slurmd's copy, naming its own plugstack (lib.sh)
-    T="$(mktemp)"; sed "s;^PlugStackConfig=.*;PlugStackConfig=$ETC/plugstack-node$i.conf;" "$ETC/slurm.conf" >"$T"
-    put_file "$T" "$ETC/slurm-node$i.conf" 0644
+for n in $(node_names); do   # each slurmd's copy, naming its own plugstack (lib.sh)
+    T="$(mktemp)"; sed "s;^PlugStackConfig=.*;PlugStackConfig=$ETC/plugstack-$n.conf;" "$ETC/slurm.conf" >"$T"
+    put_file "$T" "$ETC/slurm-$n.conf" 0644
 done
 gres_conf_file
 # 24.11's slurmd loads its cgroup plugin even with proctrack/linuxproc; the root has no cgroup tree
 T="$(mktemp)"; printf 'CgroupPlugin=disabled\n' >"$T"; put_file "$T" "$ETC/cgroup.conf" 0644
-[[ "$PYXIS_PLUGIN" == real || "$PYXIS_PLUGIN" == stub ]] || die "PYXIS_PLUGIN_2411 must be real or stub, not '$PYXIS_PLUGIN'"
-T="$(mktemp)"; echo "$PYXIS_PLUGIN" >"$T"; put_file "$T" "$ETC/pyxis-plugin" 0644
-plugstack_set on $(seq -f 'node%g' 1 "$NODES")
+plugstack_set on $(node_names)
 
 T="$(mktemp)"; slurmdbd_conf up-24.11.sh >"$T"; put_file "$T" "$ETC/slurmdbd.conf" 0600 "$SLURM_IDS"
 
@@ -253,6 +262,8 @@ Host sandbox2411-login1 sandbox-login1
 EOF
 put_file "$T" "$SD/ssh/config" 0644
 
+# settings.env; SLURM_CONTAINER_MOUNTS: the contract's default mount is /lustre, which does not exist
+# here, and Pyxis fails a step whose mount source does not exist: the shared storage is $SD/shared
 T="$(mktemp)"
 cat >"$T" <<EOF
 SLURM_USER=$SSH_USER
@@ -261,7 +272,6 @@ SSH_CONFIG=$SD/ssh/config
 SSH_KNOWN_HOSTS=$SD/ssh/known_hosts
 SSH_KEY_PATH=$SD/ssh/id_ed25519
 SLURM_PARTITION=polar
-TAO_SLURM_SQSH_PARTITION=debug
 SLURM_BASE_RESULTS_DIR=$SD/shared/$SSH_USER
 SANDBOX_NEIGHBOUR=$NEIGHBOUR_USER
 SANDBOX_DIR=$SD
@@ -269,12 +279,11 @@ SANDBOX_SSHD_LOGS=$LOG/sshd-$SSH_PORT.log
 SANDBOX_SSH_PORTS=$SSH_PORT
 SANDBOX_SLURM_VERSION=$SLURM_VERSION
 SANDBOX_ROOT=$ROOT
-SANDBOX_PYXIS=$PYXIS_PLUGIN
 SANDBOX_REGISTRY_PORTS=$REGISTRY_PORT,$REGISTRY_PRIVATE_PORT
 SANDBOX_PRIVATE_IMAGE=nvcr.io/$PRIVATE_ORG/tao-toolkit:6.26.3-pyt
+SANDBOX_PYXIS=stand-in
+SLURM_CONTAINER_MOUNTS=$SD/shared
 EOF
-# real Pyxis fails a step whose mount source does not exist: the default /lustre does not, here
-if [[ "$PYXIS_PLUGIN" == real ]]; then echo "SLURM_CONTAINER_MOUNTS=$SD/shared" >>"$T"; fi
 put_file "$T" "$SD/settings.env" 0644
 phase_done "configs + spank build"
 
@@ -328,6 +337,7 @@ phase_done "slurmdbd + sacctmgr"
 # ---- 5. slurmctld, slurmd x NODES ----------------------------------------------------------------------
 ctld_answers() { [[ "$(in_root timeout 10 scontrol ping 2>/dev/null)" == *"is UP"* ]]; }
 reconf=0
+[[ "$old_nodes" == "$(node_set "$ETC/slurm.conf")" ]] || stop_slurm_daemons "the node set changed"
 if running_in_root slurmctld /usr/sbin/slurmctld; then
     changed "$ETC/slurm.conf" "$ETC/gres.conf" "$ETC/cgroup.conf" "$ETC"/slurm-node*.conf && reconf=1
     wait_for 30 "slurmctld" ctld_answers || die "slurmctld does not answer" "$LOG/slurm/slurmctld.log"
@@ -335,18 +345,18 @@ else
     in_root /usr/sbin/slurmctld -f "$ETC/slurm.conf" 9>&- || die "slurmctld failed to start" "$LOG/slurm/slurmctld.log"
     wait_for 30 "slurmctld" ctld_answers || die "slurmctld does not answer" "$LOG/slurm/slurmctld.log"
 fi
-for i in $(seq 1 "$NODES"); do
-    if ! running_in_root "slurmd-node$i" /usr/sbin/slurmd; then
+for n in $(node_names); do
+    if ! running_in_root "slurmd-$n" /usr/sbin/slurmd; then
         # Pyxis runs enroot from slurmstepd's PATH: the node's own (runtime.sh)
-        chroot "$ROOT" /usr/bin/env SLURM_CONF="$ETC/slurm.conf" PATH="$SD/enroot/node/node$i:$SSH_BIN_PATH" \
-            /usr/sbin/slurmd -f "$ETC/slurm-node$i.conf" -N "node$i" 9>&- || die "slurmd node$i failed to start" "$LOG/slurm/slurmd-node$i.log"
+        chroot "$ROOT" /usr/bin/env SLURM_CONF="$ETC/slurm.conf" PATH="$SD/enroot/node/$n:$SSH_BIN_PATH" \
+            /usr/sbin/slurmd -f "$ETC/slurm-$n.conf" -N "$n" 9>&- || die "slurmd $n failed to start" "$LOG/slurm/slurmd-$n.log"
     fi
 done
 if [[ $reconf == 1 ]]; then in_root scontrol reconfigure || die "scontrol reconfigure failed" "$LOG/slurm/slurmctld.log"; fi
 nodes_idle() {
     local s
-    s="$(in_root sinfo -h -N -p polar -o '%N %T' 2>/dev/null)" || return 1
-    [[ "$(grep -cE ' (idle|mixed|allocated|completing)$' <<<"$s")" -eq "$NODES" ]]
+    s="$(in_root sinfo -h -N -p polar,cpu -o '%N %T' 2>/dev/null)" || return 1
+    [[ "$(grep -cE ' (idle|mixed|allocated|completing)$' <<<"$s")" -eq "$((NODES + 1))" ]]
 }
 deadline=$(( $(date +%s) + UP_TIMEOUT )); resumed=0
 until nodes_idle; do
@@ -355,7 +365,7 @@ until nodes_idle; do
         die "nodes not idle after ${UP_TIMEOUT}s" "$LOG/slurm/slurmctld.log" "$LOG/slurm/slurmd-node1.log"
     fi
     if [[ $resumed == 0 ]] && in_root sinfo -h -N -o '%T' 2>/dev/null | grep -qE '^(down|drain|drained|draining)'; then
-        sleep 1; in_root scontrol update nodename="node[1-$NODES]" state=resume 2>/dev/null || true; resumed=1
+        sleep 1; in_root scontrol update nodename="node[1-$NODES],cpu1" state=resume 2>/dev/null || true; resumed=1
     fi
     sleep 0.1
 done
@@ -377,30 +387,7 @@ phase_done "registries + images"
 
 # ---- 7. smoke test over ssh -------------------------------------------------------------------------------
 if [[ "$UP_SMOKE" != 0 ]]; then
-    errf="$RUN/smoke.err"
-    # the stand-in exports what it was given; real Pyxis runs the image (its os-release names it)
-    if [[ "$PYXIS_PLUGIN" == real ]]; then
-        smoke_srun="--container-image=nvcr.io#nvidia/pytorch:24.01-py3 sh -c 'echo \$SLURM_NODEID \$(. /etc/os-release; echo \$ID)'"
-        smoke_want="0 tao-slurm-sandbox;1 tao-slurm-sandbox;"
-    else
-        smoke_srun="--container-image=foo#bar:1 bash -c 'echo \$SLURM_NODEID \$SPANK_CONTAINER_IMAGE'"
-        smoke_want="0 foo#bar:1;1 foo#bar:1;"
-    fi
-    out="$(timeout 90 ssh -F "$SD/ssh/config" sandbox2411-login1 \
-        "srun --nodes=2 --ntasks-per-node=1 --gres=gpu:8 $smoke_srun && sbatch --parsable --wrap true" 2>"$errf")" \
-        || die "smoke srun/sbatch over ssh failed: $out $(cat "$errf")" "$LOG/sshd-$SSH_PORT.log" "$LOG/slurm/slurmctld.log" "$LOG/slurm/slurmd-node1.log"
-    jid="$(tail -n1 <<<"$out")"
-    [[ "$jid" =~ ^[0-9]+$ ]] || die "smoke sbatch printed: $out $(cat "$errf")"
-    [[ "$(head -n -1 <<<"$out" | grep -v '^pyxis: ' | sort | tr '\n' ';')" == "$smoke_want" ]] || die "smoke srun printed: $out $(cat "$errf")"
-    state=""
-    for _ in $(seq 1 200); do
-        state="$(in_root sacct -X -n -P -j "$jid" -o State 2>/dev/null | head -n1)"
-        [[ "$state" == COMPLETED || "$state" =~ ^(FAILED|CANCELLED|TIMEOUT|NODE_FAIL) ]] && break
-        sleep 0.1
-    done
-    [[ "$state" == COMPLETED ]] || die "smoke job $jid: sacct state '$state' (want COMPLETED)" "$LOG/slurm/slurmdbd.log"
-    rm -f "$errf"
-    echo "up-24.11.sh: smoke OK (2-node srun with --container-image over ssh; sbatch job $jid COMPLETED in sacct)"
+    smoke_test "$SD/ssh/config" sandbox2411-login1 in_root   # lib.sh
     phase_done "smoke test"
 fi
 

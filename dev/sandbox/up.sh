@@ -36,7 +36,6 @@ DB_PORT="${DB_PORT:-3307}"
 REGISTRY_PORT="${REGISTRY_PORT:-5101}"                   # the sandbox's registry (public images)
 REGISTRY_PRIVATE_PORT="${REGISTRY_PRIVATE_PORT:-5102}"   # ... and its private org (credentials)
 UP_SMOKE="${UP_SMOKE:-1}"
-PYXIS_PLUGIN="${PYXIS_PLUGIN:-stub}"   # real: NVIDIA Pyxis + Enroot (runtime.sh); stub: spank/container_stub.c
 UP_TIMEOUT="${UP_TIMEOUT:-90}"
 
 export DEBIAN_FRONTEND=noninteractive
@@ -140,7 +139,7 @@ install -d -m 0755 -o munge -g munge "$RUN/munge"
 install -d -m 0750 -o mysql -g mysql "$SD/mysql/data" "$LOG/mysql"
 install -d -m 0755 -o mysql -g mysql "$RUN/mysql"
 install -d -m 0755 /run/sshd
-for i in $(seq 1 "$NODES"); do install -d -m 0755 "$SD/spool/node$i"; done
+for n in $(node_names); do install -d -m 0755 "$SD/spool/$n"; done
 for i in $(seq 0 $((GPUS - 1))); do
     [[ -L "$SD/fakegpu/nvidia$i" ]] || ln -sfn /dev/null "$SD/fakegpu/nvidia$i"
 done
@@ -217,13 +216,11 @@ EOF
 put_file "$T" "$SD/env.sh" 0644
 user_rc up.sh "$SSH_USER:$SSH_USER" "$USER_HOME"
 
-# stand-ins: enroot, the download tools that auxiliary inputs use (aws, huggingface-cli), torchrun, tensorboard
+# stand-ins: the download tools that auxiliary inputs use (aws, huggingface-cli), torchrun, tensorboard
 # (prints the rendezvous and ranks it was given; for multi-node launch tests), and a TAO container's
 # `python` with a stand-in of TAO's container entrypoint (nvidia_tao_core...container_handler) in
 # $SD/pylib, for the TAO-job tests (tests/tao_client)
 stand_in_tools aws huggingface-cli torchrun python tensorboard
-# the fake enroot with the stand-in Pyxis; with the real one, runtime.sh puts the real one there
-if [[ "$PYXIS_PLUGIN" == stub ]]; then stand_in_tools enroot; fi
 TAO_PKG="$SD/pylib/nvidia_tao_core/microservices/handlers"
 install -d -m 0755 "$TAO_PKG"
 for d in nvidia_tao_core nvidia_tao_core/microservices nvidia_tao_core/microservices/handlers; do
@@ -232,26 +229,20 @@ for d in nvidia_tao_core nvidia_tao_core/microservices nvidia_tao_core/microserv
 done
 T="$(mktemp)"; cp "$HERE/tao_stand_in/container_handler.py" "$T"; put_file "$T" "$TAO_PKG/container_handler.py" 0644
 
-# SPANK plugin (rebuilt only when the source changed)
-if [[ ! -f "$SD/lib/container_stub.so" || "$HERE/spank/container_stub.c" -nt "$SD/lib/container_stub.so" ]]; then
-    gcc -shared -fPIC -O2 -Wall -Werror -o "$SD/lib/container_stub.so.tmp" "$HERE/spank/container_stub.c" \
-        || die "building the SPANK plugin failed"
-    chmod 0755 "$SD/lib/container_stub.so.tmp"
-    mv -f "$SD/lib/container_stub.so.tmp" "$SD/lib/container_stub.so"
-    CHANGED+=("$SD/lib/container_stub.so")
-fi
-
+# what the retired stand-ins (the recording SPANK plugin and the fake enroot) left behind
+rm -f "$SD/lib/container_stub.so" "$ETC/pyxis-plugin"
 # the real container runtime (runtime.sh): Enroot and Pyxis from the vendored archives, built once
 runtime_verify
 enroot_install
 pyxis_install "$(dpkg-query -W -f='${Version}' libslurm-dev)" "$SD/.pyxis-build"
 
 # slurm.conf
+old_nodes="$(node_set "$ETC/slurm.conf")"
 T="$(mktemp)"; slurm_conf up.sh >"$T"; put_file "$T" "$ETC/slurm.conf" 0644
 # ... and each slurmd's copy, naming its own plugstack (lib.sh)
-for i in $(seq 1 "$NODES"); do
-    T="$(mktemp)"; sed "s;^PlugStackConfig=.*;PlugStackConfig=$ETC/plugstack-node$i.conf;" "$ETC/slurm.conf" >"$T"
-    put_file "$T" "$ETC/slurm-node$i.conf" 0644
+for n in $(node_names); do
+    T="$(mktemp)"; sed "s;^PlugStackConfig=.*;PlugStackConfig=$ETC/plugstack-$n.conf;" "$ETC/slurm.conf" >"$T"
+    put_file "$T" "$ETC/slurm-$n.conf" 0644
 done
 
 gres_conf_file
@@ -259,9 +250,7 @@ T="$(mktemp)"
 printf 'CgroupPlugin=autodetect\nConstrainCores=no\nConstrainRAMSpace=no\nConstrainDevices=no\n' >"$T"
 put_file "$T" "$ETC/cgroup.conf" 0644
 # Pyxis always back ON (heals a test that left it off with pyxis-ctl.sh off)
-[[ "$PYXIS_PLUGIN" == real || "$PYXIS_PLUGIN" == stub ]] || die "PYXIS_PLUGIN must be real or stub, not '$PYXIS_PLUGIN'"
-T="$(mktemp)"; echo "$PYXIS_PLUGIN" >"$T"; put_file "$T" "$ETC/pyxis-plugin" 0644
-plugstack_set on $(seq -f 'node%g' 1 "$NODES")
+plugstack_set on $(node_names)
 if [[ $PLUGSTACK_CHANGED == 1 ]]; then CHANGED+=("$ETC/plugstack.conf"); fi
 
 T="$(mktemp)"; slurmdbd_conf up.sh >"$T"; put_file "$T" "$ETC/slurmdbd.conf" 0600 slurm:slurm
@@ -300,6 +289,8 @@ Host sandbox-login1 sandbox-login2
 EOF
 put_file "$T" "$SD/ssh/config" 0644
 
+# settings.env; SLURM_CONTAINER_MOUNTS: the contract's default mount is /lustre, which does not exist
+# here, and Pyxis fails a step whose mount source does not exist: the shared storage is $SD/shared
 T="$(mktemp)"
 cat >"$T" <<EOF
 SLURM_USER=$SSH_USER
@@ -308,7 +299,6 @@ SSH_CONFIG=$SD/ssh/config
 SSH_KNOWN_HOSTS=$SD/ssh/known_hosts
 SSH_KEY_PATH=$SD/ssh/id_ed25519
 SLURM_PARTITION=polar
-TAO_SLURM_SQSH_PARTITION=debug
 SLURM_BASE_RESULTS_DIR=$SD/shared/$SSH_USER
 SANDBOX_NEIGHBOUR=$NEIGHBOUR_USER
 SANDBOX_TENANT=$TENANT_USER
@@ -316,12 +306,7 @@ SANDBOX_DIR=$SD
 SANDBOX_SSHD_LOGS=$LOG/sshd-$SSH_PORT.log,$LOG/sshd-$SSH_PORT2.log
 SANDBOX_SSH_PORTS=$SSH_PORT,$SSH_PORT2
 SANDBOX_REGISTRY_PORTS=$REGISTRY_PORT,$REGISTRY_PRIVATE_PORT
-SANDBOX_PYXIS=$PYXIS_PLUGIN
-EOF
-# the default mount is /lustre (the contract's); real Pyxis fails a step whose mount source does not
-# exist, and here the shared storage is $SD/shared
-if [[ "$PYXIS_PLUGIN" == real ]]; then echo "SLURM_CONTAINER_MOUNTS=$SD/shared" >>"$T"; fi
-cat >>"$T" <<EOF
+SLURM_CONTAINER_MOUNTS=$SD/shared
 SANDBOX_PRIVATE_IMAGE=nvcr.io/$PRIVATE_ORG/tao-toolkit:6.26.3-pyt
 TAO_SLURM_TEST_DATABASE_URL=postgresql://$PG_USER:$PG_PASS@127.0.0.1:$PG_PORT/$PG_DB
 EOF
@@ -390,6 +375,7 @@ phase_done "slurmdbd + sacctmgr"
 
 # ---- 6. slurmctld ------------------------------------------------------------------------------
 reconf=0
+[[ "$old_nodes" == "$(node_set "$ETC/slurm.conf")" ]] || stop_slurm_daemons "the node set changed"
 if running slurmctld /usr/sbin/slurmctld; then
     # plugstack.conf is not a trigger: srun/sbatch and slurmstepd read it at each invocation / step
     # launch (pyxis-ctl.sh relies on that), so healing a pyxis-ctl.sh off needs no reconfigure
@@ -403,11 +389,11 @@ fi
 phase_done slurmctld
 
 # ---- 7. slurmd x NODES -------------------------------------------------------------------------
-for i in $(seq 1 "$NODES"); do
-    if ! running "slurmd-node$i" /usr/sbin/slurmd; then
+for n in $(node_names); do
+    if ! running "slurmd-$n" /usr/sbin/slurmd; then
         # Pyxis runs enroot from slurmstepd's PATH: the node's own (runtime.sh)
-        env PATH="$SD/enroot/node/node$i:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
-            /usr/sbin/slurmd -f "$ETC/slurm-node$i.conf" -N "node$i" 9>&- || die "slurmd node$i failed to start" "$LOG/slurm/slurmd-node$i.log"
+        env PATH="$SD/enroot/node/$n:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+            /usr/sbin/slurmd -f "$ETC/slurm-$n.conf" -N "$n" 9>&- || die "slurmd $n failed to start" "$LOG/slurm/slurmd-$n.log"
     fi
 done
 if [[ $reconf == 1 ]]; then
@@ -416,8 +402,8 @@ if [[ $reconf == 1 ]]; then
 fi
 nodes_idle() {   # every node responding and usable (idle, or busy with jobs from an earlier run)
     local s
-    s="$(sinfo -h -N -p polar -o '%N %T' 2>/dev/null)" || return 1
-    [[ "$(grep -cE ' (idle|mixed|allocated|completing)$' <<<"$s")" -eq "$NODES" ]]
+    s="$(sinfo -h -N -p polar,cpu -o '%N %T' 2>/dev/null)" || return 1
+    [[ "$(grep -cE ' (idle|mixed|allocated|completing)$' <<<"$s")" -eq "$((NODES + 1))" ]]
 }
 deadline=$(( $(date +%s) + UP_TIMEOUT ))
 resumed=0
@@ -429,7 +415,7 @@ until nodes_idle; do
     # nodes drained/down from an earlier run: resume them once
     if [[ $resumed == 0 ]] && sinfo -h -N -o '%T' 2>/dev/null | grep -qE '^(down|drain|drained|draining)'; then
         sleep 1
-        scontrol update nodename="node[1-$NODES]" state=resume 2>/dev/null || true
+        scontrol update nodename="node[1-$NODES],cpu1" state=resume 2>/dev/null || true
         resumed=1
     fi
     sleep 0.1
@@ -454,38 +440,7 @@ phase_done "registries + images"
 
 # ---- 9. smoke test --------------------------------------------------------------------------------
 if [[ "$UP_SMOKE" != 0 ]]; then
-    SSH=(ssh -F "$SD/ssh/config")
-    "${SSH[@]}" sandbox-login2 true >/tmp/tao-slurm-smoke-login2.$$ 2>&1 &
-    l2pid=$!
-    # one ssh session: the 2-node srun, then a batch job (sbatch first would make srun queue behind it)
-    errf="$RUN/smoke.err"
-    # the stand-in exports what it was given; real Pyxis runs the image (its os-release names it)
-    if [[ "$PYXIS_PLUGIN" == real ]]; then
-        smoke_srun="--container-image=nvcr.io#nvidia/pytorch:24.01-py3 --container-mounts=$SD/shared:$SD/shared:ro sh -c 'echo \$SLURM_NODEID \$(. /etc/os-release; echo \$ID)'"
-        smoke_want="0 tao-slurm-sandbox;1 tao-slurm-sandbox;"
-    else
-        smoke_srun="--container-image=foo#bar:1 --container-mounts=/lustre bash -c 'echo \$SLURM_NODEID \$SPANK_CONTAINER_IMAGE'"
-        smoke_want="0 foo#bar:1;1 foo#bar:1;"
-    fi
-    out="$(timeout 90 "${SSH[@]}" sandbox-login1 \
-        "srun --nodes=2 --ntasks-per-node=1 --gres=gpu:8 $smoke_srun && sbatch --parsable --wrap true" 2>"$errf")" \
-        || die "smoke srun/sbatch over ssh failed: $out $(cat "$errf")" "$LOG/sshd-$SSH_PORT.log" "$LOG/slurm/slurmctld.log" "$LOG/slurm/slurmd-node1.log"
-    jid="$(tail -n1 <<<"$out")"
-    [[ "$jid" =~ ^[0-9]+$ ]] || die "smoke sbatch printed: $out $(cat "$errf")" "$LOG/slurm/slurmctld.log"
-    [[ "$(head -n -1 <<<"$out" | grep -v '^pyxis: ' | sort | tr '\n' ';')" == "$smoke_want" ]] \
-        || die "smoke srun printed unexpected output: $out $(cat "$errf")" "$LOG/slurm/slurmctld.log" "$LOG/slurm/slurmd-node1.log"
-    state=""
-    for _ in $(seq 1 200); do
-        state="$(sacct -X -n -P -j "$jid" -o State 2>/dev/null | head -n1)"
-        [[ "$state" == COMPLETED ]] && break
-        [[ "$state" =~ ^(FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL) ]] && break
-        sleep 0.1
-    done
-    [[ "$state" == COMPLETED ]] || die "smoke job $jid: sacct state '${state}' (want COMPLETED)" \
-        "$LOG/slurm/slurmdbd.log" "$LOG/slurm/slurmctld.log"
-    wait "$l2pid" || die "ssh sandbox-login2 failed: $(cat /tmp/tao-slurm-smoke-login2.$$)" "$LOG/sshd-$SSH_PORT2.log"
-    rm -f /tmp/tao-slurm-smoke-login2.$$ "$errf"
-    echo "up.sh: smoke OK (2-node srun with --container-image over ssh; sbatch job $jid COMPLETED in sacct; sandbox-login2 reachable)"
+    smoke_test "$SD/ssh/config" sandbox-login1 env sandbox-login2   # lib.sh
     phase_done "smoke test"
 fi
 

@@ -12,6 +12,7 @@ mod service_support;
 
 mod architecture;
 mod container_runtime;
+mod containers_real;
 mod init;
 mod job_bytes;
 mod long_training;

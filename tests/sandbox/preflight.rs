@@ -143,7 +143,7 @@ fn preflight_is_green_and_names_each_broken_part() {
     }
 
     // Enroot credentials: missing -> named failure; installed -> pass; the key never shows.
-    let creds = sandbox::dir().join("home/slurmuser/.config/enroot/.credentials");
+    let creds = sandbox::dir().join("home").join(sandbox::setting("SLURM_USER")).join(".config/enroot/.credentials");
     let _ = std::fs::remove_file(&creds);
     let key = format!("nvapi-{}-{}", std::process::id(), uuid_like());
     let mut ngc = Env::isolated();

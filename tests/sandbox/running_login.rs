@@ -9,7 +9,7 @@ use crate::common::{sandbox, Env};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// An sshd on 127.0.0.1:`port` that takes slurmuser's password by keyboard-interactive only.
+/// An sshd on 127.0.0.1:`port` that takes the sandbox user's password by keyboard-interactive only.
 struct PasswordSshd {
     child: Child,
     log: std::path::PathBuf,
@@ -22,12 +22,13 @@ impl PasswordSshd {
         let conf = dir.join("sshd_config");
         let sd = sandbox::dir();
         let sd = sd.display();
+        let user = sandbox::setting("SLURM_USER");
         std::fs::write(
             &conf,
             format!(
                 "ListenAddress 127.0.0.1\nPort {port}\nHostKey {sd}/ssh/ssh_host_ed25519_key\nPidFile none\n\
                  PubkeyAuthentication no\nPasswordAuthentication no\nKbdInteractiveAuthentication yes\nUsePAM yes\n\
-                 AuthenticationMethods keyboard-interactive\nAllowUsers slurmuser\nMaxSessions 64\nPrintMotd no\n\
+                 AuthenticationMethods keyboard-interactive\nAllowUsers {user}\nMaxSessions 64\nPrintMotd no\n\
                  AllowTcpForwarding yes\nAllowStreamLocalForwarding yes\n\
                  SetEnv SLURM_CONF={sd}/etc/slurm.conf PATH={sd}/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin\n"
             ),

@@ -1,5 +1,5 @@
 //! End-to-end jobs on the sandbox cluster, over SSH: exit status, multi-node and single-node
-//! environment contracts, what reached Pyxis, logs.
+//! environment contracts, what the real container shows (its image, its mounts), logs.
 
 use crate::common::Env;
 use std::collections::HashMap;
@@ -48,12 +48,18 @@ fn parse_report(stdout: &str, marker: &str) -> Vec<HashMap<String, String>> {
 const REPORT: &str = "echo \"report: node=$SLURMD_NODENAME SLURM_NODEID=$SLURM_NODEID \
 NODE_RANK=${NODE_RANK-unset} WORLD_SIZE=${WORLD_SIZE-unset} MASTER_ADDR=${MASTER_ADDR-unset} \
 MASTER_PORT=${MASTER_PORT-unset} NUM_GPU_PER_NODE=${NUM_GPU_PER_NODE-unset} \
-IMAGE=${SPANK_CONTAINER_IMAGE-unset} MOUNTS=${SPANK_CONTAINER_MOUNTS-unset} \
-CENV=${SPANK_CONTAINER_ENV-unset}\"; echo \"foo-value<${FOO-unset}>\"";
+IMAGE=$(. /etc/os-release; echo $TAO_SLURM_SANDBOX_IMAGE) \
+RESULTS=$(test -w \"$TAO_API_RESULTS_DIR\" && echo rw || echo ro) \
+DATA=$(test -f /data/probe && { touch /data/probe 2>/dev/null && echo rw || echo ro; } || echo missing)\"; \
+echo \"foo-value<${FOO-unset}>\"";
 
 #[test]
 fn two_nodes_each_get_their_own_rank_and_one_master() {
     let env = Env::new();
+    let data = format!("{}/data-{}", env.vars["SLURM_BASE_RESULTS_DIR"], std::process::id());
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(format!("{data}/probe"), "").unwrap();
+    let mount = format!("{data}:/data:ro");
     let (job, _) = env.submit(&[
         "--image",
         IMAGE,
@@ -64,7 +70,7 @@ fn two_nodes_each_get_their_own_rank_and_one_master() {
         "--env",
         "FOO=bar baz",
         "--mount",
-        "/data:/data:ro",
+        &mount,
         "--shell",
         "--",
         REPORT,
@@ -84,9 +90,10 @@ fn two_nodes_each_get_their_own_rank_and_one_master() {
         assert_eq!(&r["MASTER_ADDR"], master, "MASTER_ADDR is the first host of the node list");
         assert_eq!(r["MASTER_PORT"], "29500");
         assert_eq!(r["NUM_GPU_PER_NODE"], "8");
-        assert_eq!(r["IMAGE"], "nvcr.io#nvidia/tao/tao-toolkit:6.26.3-pyt");
-        assert_eq!(r["MOUNTS"], "/lustre,/data:/data:ro");
-        assert!(r["CENV"].split(',').any(|n| n == "FOO"), "--container-env names FOO: {r:?}");
+        // Each node's own container of the image (its /etc/os-release names it), the results root
+        // mounted read-write, the --mount read-only.
+        assert_eq!(r["IMAGE"], "nvidia/tao/tao-toolkit:6.26.3-pyt", "{r:?}");
+        assert_eq!((r["RESULTS"].as_str(), r["DATA"].as_str()), ("rw", "ro"), "{r:?}");
     }
     assert_ne!(reports[0]["node"], reports[1]["node"], "two different nodes");
     let first_of_list = v["node_list"].as_str().unwrap().to_string();
@@ -106,7 +113,7 @@ fn single_node_tasks_see_no_rendezvous_variables() {
     for var in ["WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NUM_GPU_PER_NODE"] {
         assert_eq!(reports[0][var], "unset", "{var} must not reach a single-node task: {:?}", reports[0]);
     }
-    assert_eq!(reports[0]["IMAGE"], "ubuntu:22.04");
+    assert_eq!(reports[0]["IMAGE"], "library/ubuntu:22.04");
 }
 
 #[test]

@@ -128,11 +128,11 @@ async fn jobs_on_two_clusters_over_http() {
     hit("get", "/api/v2/orgs/{org}/workspaces/{workspace_id}");
     assert_eq!(w2["cloud_type"], "slurm");
     assert_eq!(w2["cloud_specific_details"]["slurm_hostname"], json!(["sandbox-login2"]));
-    assert_eq!(w2["cloud_specific_details"]["slurm_user"], "slurmuser");
+    assert_eq!(w2["cloud_specific_details"]["slurm_user"], crate::common::sandbox::setting("SLURM_USER"));
     assert!(w2["cloud_specific_details"]["base_results_dir"]
         .as_str()
         .unwrap()
-        .starts_with("/var/lib/tao-slurm-sandbox"));
+        .starts_with(&crate::common::sandbox::dir().display().to_string()));
     assert_eq!(svc.get(&svc.api("/workspaces/nope")).send().await.unwrap().status(), 404);
     let cluster = svc.json(&svc.api("/workspaces/login1:cluster")).await;
     hit("get", "/api/v2/orgs/{org}/workspaces/{workspace_id}:cluster");

@@ -10,7 +10,7 @@ use std::time::Duration;
 /// The sandbox's test database (dev/sandbox/up.sh writes it to settings.env); no URL is a failure.
 pub(crate) fn database_url() -> String {
     std::env::var("TAO_SLURM_TEST_DATABASE_URL").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| {
-        let text = std::fs::read_to_string("/var/lib/tao-slurm-sandbox/settings.env").unwrap_or_default();
+        let text = std::fs::read_to_string(crate::common::sandbox::dir().join("settings.env")).unwrap_or_default();
         text.lines()
             .find_map(|l| l.strip_prefix("TAO_SLURM_TEST_DATABASE_URL=").map(str::to_string))
             .expect("TAO_SLURM_TEST_DATABASE_URL in the sandbox's settings.env: run dev/sandbox/up.sh")

@@ -1,11 +1,13 @@
-//! The squashfs image cache on the sandbox, with the stand-in enroot: converted once for concurrent
-//! submits, served from the cache afterwards, stale partial files replaced, failures stop the submit.
+//! The squashfs image cache on the sandbox, with the real `enroot import` (on the CPU partition) and
+//! Pyxis: converted once for concurrent submits, every node starting from the `.sqsh`, served from
+//! the cache afterwards, stale partial files replaced, failures stop the submit. The auxiliary inputs'
+//! stand-in tools (aws, huggingface-cli) read hooks from the sandbox's enroot-hooks.env.
 
 use crate::common::sandbox;
 use crate::common::Env;
 use std::time::Duration;
 
-/// Writes the stand-in enroot's hooks file (read on the compute nodes) and removes it when dropped.
+/// Writes the stand-in tools' hooks file (read on the compute nodes) and removes it when dropped.
 struct EnrootHooks(std::path::PathBuf);
 impl EnrootHooks {
     fn set(text: &str) -> EnrootHooks {
@@ -52,98 +54,103 @@ fn sqsh_env() -> Env {
 
 #[test]
 fn images_are_converted_once_and_failures_submit_nothing() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let log = std::path::PathBuf::from(format!("/tmp/tao-slurm-enroot-{}.log", std::process::id()));
-    std::fs::write(&log, "").unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o666)).unwrap();
-    let hooks = EnrootHooks::set(&format!("ENROOT_FAKE_LOG={}\nENROOT_FAKE_DELAY=3\n", log.display()));
-    let image = format!("nvcr.io/nvidia/tao/sqsh-test-{}:1.0", std::process::id());
-    // Imports of this image only: the hooks file is the sandbox's, shared with other test runs.
-    let tag = format!("sqsh-test-{}:1.0", std::process::id());
-    let imports = || {
-        std::fs::read_to_string(&log).unwrap().lines().filter(|l| l.contains(" import ") && l.contains(&tag)).count()
+    // A cache directory of this run's own: the first conversion of the image is this test's.
+    let mut env = sqsh_env();
+    let cache_dir = format!("{}/sqsh-test-{}", env.vars["SLURM_BASE_RESULTS_DIR"], std::process::id());
+    env.vars.insert("TAO_SLURM_SQSH_CACHE_DIR".into(), cache_dir.clone());
+    let image = "nvcr.io/nvidia/tao/tao-toolkit:6.0.0-pyt";
+    let started = env.ssh("date +%Y-%m-%dT%H:%M:%S").trim().to_string();
+    // The conversions of this cache: Slurm jobs named after the cache file, run by `enroot import`.
+    let name =
+        format!("tao-sqsh-{}", tao_slurm::sqsh::cache_file_name(&tao_slurm::spec::ImageRef::parse(image).unwrap()));
+    let name = name.trim_end_matches(".sqsh").to_string();
+    let conversions = |env: &Env| {
+        let out = env.ssh(&format!("sacct -X -n -P -S {started} --name={name} -o JobID\n"));
+        out.lines().filter(|l| !l.trim().is_empty()).count()
     };
 
-    // Three concurrent submits of one new image: one import, three jobs on the cache file.
+    // Three concurrent submits of one new image: one import, three jobs on the cache file; one of
+    // them on two nodes, each starting its container from the .sqsh on shared storage.
     let runs: Vec<_> = (0..3)
-        .map(|_| {
-            let image = image.clone();
+        .map(|i| {
+            let vars = env.vars.clone();
             std::thread::spawn(move || {
-                let env = sqsh_env();
+                let mut env = Env::new();
+                env.vars = vars;
+                let nodes = if i == 0 { "2" } else { "1" };
                 let (job, _) = env.submit(&[
                     "--image",
-                    &image,
+                    image,
                     "--gpus",
                     "0",
+                    "--nodes",
+                    nodes,
                     "--shell",
                     "--",
-                    "echo \"image=$SPANK_CONTAINER_IMAGE\"",
+                    "echo \"image=$(. /etc/os-release; echo $TAO_SLURM_SANDBOX_IMAGE) node=$SLURMD_NODENAME\"",
                 ]);
-                let v = env.wait_terminal(&job, Duration::from_secs(180));
+                let v = env.wait_terminal(&job, Duration::from_secs(240));
                 let logs = env.json(&["logs", &job, "--json"]);
                 (v, logs["stdout"].as_str().unwrap().to_string())
             })
         })
         .collect();
     let results: Vec<_> = runs.into_iter().map(|h| h.join().unwrap()).collect();
-    assert_eq!(imports(), 1, "exactly one import for three submits");
+    assert_eq!(conversions(&env), 1, "exactly one import for three submits");
     let cache_file = results[0].0["image"].as_str().unwrap().to_string();
-    assert!(cache_file.ends_with(".sqsh") && cache_file.contains("/sqsh-cache/"), "{cache_file}");
-    assert!(std::fs::read(&cache_file).unwrap().starts_with(b"hsqs"));
-    for (v, stdout) in &results {
+    assert!(cache_file.ends_with(".sqsh") && cache_file.starts_with(&cache_dir), "{cache_file}");
+    assert!(std::fs::read(&cache_file).unwrap().starts_with(b"hsqs"), "a real squashfs file");
+    for (i, (v, stdout)) in results.iter().enumerate() {
         assert_eq!(v["status"], "Complete", "{v}");
         assert_eq!(v["image"].as_str(), Some(cache_file.as_str()));
-        assert!(stdout.contains(&format!("image={cache_file}")), "the job ran on the cache file: {stdout}");
+        let ran = stdout.lines().filter(|l| l.starts_with("image=nvidia/tao/tao-toolkit:6.0.0-pyt node=")).count();
+        assert_eq!(ran, if i == 0 { 2 } else { 1 }, "every node ran the image from the cache file: {stdout}");
     }
 
     // Cached: not converted again.
-    let env = sqsh_env();
-    let text = env.ok(&["image", "import", &image]);
+    let text = env.ok(&["image", "import", image]);
     assert!(text.starts_with("cached "), "{text}");
-    assert_eq!(imports(), 1);
 
     // A submit of a cached image costs two round trips: checks (with the cache probe), then submit.
     let client = tao_slurm::Client::new(env.settings()).unwrap();
-    let spec =
-        tao_slurm::JobSpec { image: image.clone(), command: vec!["true".into()], gpus: Some(0), ..Default::default() };
+    let spec = tao_slurm::JobSpec {
+        image: image.to_string(),
+        command: vec!["true".into()],
+        gpus: Some(0),
+        ..Default::default()
+    };
     let submitted = client.create_job(&spec, &Default::default()).unwrap();
     assert_eq!(client.transport_stats().round_trips, 2, "{:?}", client.transport_stats());
-    assert_eq!(imports(), 1);
     env.ok(&["cancel", &submitted.job_id]);
+    assert_eq!(conversions(&env), 1, "the second and later jobs did not import again");
 
-    // A stale partial file of another image is ignored and replaced.
-    let other = format!("nvcr.io/nvidia/tao/sqsh-partial-{}:2.0", std::process::id());
-    let v = env.json(&["image", "import", &other, "--json"]);
-    assert_eq!(v["how"], "converted");
-    let path = v["sqsh_path"].as_str().unwrap().to_string();
+    // A stale partial file is ignored and replaced.
+    let path = cache_file.clone();
     std::fs::remove_file(&path).unwrap();
     let stale = format!("{path}.partial.4242");
     std::fs::write(&stale, "half-written").unwrap();
-    let v = env.json(&["image", "import", &other, "--json"]);
+    let v = env.json(&["image", "import", image, "--json"]);
     assert_eq!(v["how"], "converted", "a partial file never counts as cached");
     assert!(!std::path::Path::new(&stale).exists());
     assert!(std::fs::read(&path).unwrap().starts_with(b"hsqs"));
-    drop(hooks);
 
-    // A failing import: a clear error naming the image and the log, and nothing submitted.
-    let _fail = EnrootHooks::set("ENROOT_FAKE_FAIL=1\n");
+    // A failing import (Enroot's own: the registry has no such image): a clear error naming the
+    // image and the log, and nothing submitted.
     let broken = format!("nvcr.io/nvidia/tao/sqsh-broken-{}:3.0", std::process::id());
-    let env = sqsh_env();
     let out = env.run(&["submit", "--image", &broken, "--gpus", "0", "--", "true"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(5), "{stderr}");
     assert!(
-        stderr.contains(&broken) && stderr.contains("conversion log") && stderr.contains("simulated failure"),
+        stderr.contains(&broken) && stderr.contains("conversion log") && stderr.contains("404 Not Found"),
         "{stderr}"
     );
-    assert!(env.json(&["list", "--json"]).as_array().unwrap().is_empty(), "no job recorded or submitted");
+    assert!(env.json(&["list", "--json"]).as_array().unwrap().iter().all(|j| j["image"] != broken.as_str()));
     // Unless registry pulls are allowed explicitly.
     let v = env.json(&["submit", "--json", "--allow-registry-pull", "--image", &broken, "--gpus", "0", "--", "true"]);
     let job = v["job_id"].as_str().unwrap();
     let status = env.status(job);
     assert_eq!(status["image"], format!("nvcr.io#nvidia/tao/sqsh-broken-{}:3.0", std::process::id()));
-    let _ = std::fs::remove_file(&log);
+    env.ok(&["cancel", job]);
 }
 
 #[test]

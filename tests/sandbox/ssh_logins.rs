@@ -94,9 +94,9 @@ fn logins_are_shared_and_missing_settings_never_connect() {
             "-O",
             "exit",
             "-p",
-            "2222",
+            &crate::common::sandbox::ssh_ports()[0],
             "-l",
-            "slurmuser",
+            crate::common::sandbox::setting("SLURM_USER"),
             "127.0.0.1",
         ])
         .output()

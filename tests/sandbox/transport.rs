@@ -79,7 +79,8 @@ fn a_new_host_key_is_accepted_only_by_explicit_choice_and_recorded() {
     ]);
     assert!(v["slurm_job_id"].as_str().is_some());
     let recorded = std::fs::read_to_string(&known).unwrap();
-    assert!(recorded.contains("[127.0.0.1]:2222"), "the key is recorded: {recorded}");
+    let port = &sandbox::ssh_ports()[0];
+    assert!(recorded.contains(&format!("[127.0.0.1]:{port}")), "the key is recorded: {recorded}");
     // And from then on it is verified without the flag.
     env.ok(&["status", v["job_id"].as_str().unwrap()]);
 }
@@ -141,13 +142,15 @@ fn a_login_host_behind_a_jump_host_is_reached_through_the_users_ssh_config() {
     let known = sandbox::dir().join("ssh/known_hosts");
     // The user's own ssh_config: the login host (port 2223) is reached only through a jump host
     // (port 2222), as on sites whose login nodes sit behind a bastion.
+    let ports = sandbox::ssh_ports();
+    let (login, bastion, user) = (&ports[1], &ports[0], sandbox::setting("SLURM_USER"));
     let config = env.dir.path().join("ssh_config");
     std::fs::write(
         &config,
         format!(
-            "Host behind-the-bastion\n    HostName 127.0.0.1\n    Port 2223\n    ProxyJump bastion\n\
-             Host bastion\n    HostName 127.0.0.1\n    Port 2222\n\
-             Host *\n    User slurmuser\n    IdentityFile {key}\n    IdentitiesOnly yes\n    UserKnownHostsFile {}\n    \
+            "Host behind-the-bastion\n    HostName 127.0.0.1\n    Port {login}\n    ProxyJump bastion\n\
+             Host bastion\n    HostName 127.0.0.1\n    Port {bastion}\n\
+             Host *\n    User {user}\n    IdentityFile {key}\n    IdentitiesOnly yes\n    UserKnownHostsFile {}\n    \
              GlobalKnownHostsFile /dev/null\n    StrictHostKeyChecking yes\n    BatchMode yes\n",
             known.display()
         ),
@@ -181,17 +184,22 @@ fn a_jump_host_is_held_to_the_same_known_hosts_and_batch_mode() {
     std::fs::create_dir_all(&home_ssh).unwrap();
     std::fs::write(home_ssh.join("known_hosts"), &sandbox_known).unwrap();
     // Only the login host behind the bastion (port 2223) is in the configured known_hosts.
-    let only_login: String =
-        sandbox_known.lines().filter(|l| l.starts_with("[127.0.0.1]:2223 ")).map(|l| format!("{l}\n")).collect();
+    let only_login: String = sandbox_known
+        .lines()
+        .filter(|l| l.starts_with(&format!("[127.0.0.1]:{} ", sandbox::ssh_ports()[1])))
+        .map(|l| format!("{l}\n"))
+        .collect();
     let known = env.dir.path().join("known_hosts_login_only");
     std::fs::write(&known, only_login).unwrap();
+    let ports = sandbox::ssh_ports();
+    let (login, bastion, user) = (&ports[1], &ports[0], sandbox::setting("SLURM_USER"));
     let config = env.dir.path().join("ssh_config");
     std::fs::write(
         &config,
         format!(
-            "Host behind-the-bastion\n    HostName 127.0.0.1\n    Port 2223\n    ProxyJump bastion\n\
-             Host bastion\n    HostName 127.0.0.1\n    Port 2222\n\
-             Host *\n    User slurmuser\n    IdentityFile {key}\n    IdentitiesOnly yes\n"
+            "Host behind-the-bastion\n    HostName 127.0.0.1\n    Port {login}\n    ProxyJump bastion\n\
+             Host bastion\n    HostName 127.0.0.1\n    Port {bastion}\n\
+             Host *\n    User {user}\n    IdentityFile {key}\n    IdentitiesOnly yes\n"
         ),
     )
     .unwrap();

@@ -255,7 +255,10 @@ fn a_cache_entry_the_neighbour_planted_is_never_used() {
     let entry = loose.join(&name);
     let meta = std::fs::symlink_metadata(&entry).unwrap();
     assert!(meta.file_type().is_file(), "the planted link was replaced");
-    assert_eq!(meta.uid(), std::fs::metadata(sandbox::dir().join("shared/slurmuser")).unwrap().uid());
+    assert_eq!(
+        meta.uid(),
+        std::fs::metadata(sandbox::dir().join("shared").join(sandbox::setting("SLURM_USER"))).unwrap().uid()
+    );
     assert_eq!(env.wait_terminal(&job, Duration::from_secs(120))["status"], "Complete");
 }
 

@@ -7,6 +7,11 @@
  * for to the job's tasks as SPANK_CONTAINER_* environment variables.
  * It runs no container: tasks run on the host.
  *
+ * Used only by the Slurm 24.11 sandbox (up-24.11.sh), whose daemons run in a chroot: there the
+ * unprivileged Enroot cannot start a container (a user namespace cannot be made inside a chroot:
+ * "enroot-nsenter: failed to create user namespace: Operation not permitted"). The 22.05 sandbox
+ * runs the real Pyxis and Enroot. See dev/sandbox/README.md.
+ *
  * Build: gcc -shared -fPIC -o container_stub.so container_stub.c
  * Load:  plugstack.conf line "required /path/container_stub.so"
  */

@@ -232,7 +232,7 @@ impl Env {
         let st = Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-f"]).arg(&key).status().unwrap();
         assert!(st.success());
         let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
-        let auth = sandbox::dir().join("home/slurmuser/.ssh/authorized_keys");
+        let auth = sandbox::dir().join("home").join(sandbox::setting("SLURM_USER")).join(".ssh/authorized_keys");
         use std::io::Write;
         std::fs::OpenOptions::new().append(true).open(&auth).unwrap().write_all(public.as_bytes()).unwrap();
         let out = Command::new("ssh-keygen").arg("-lf").arg(key.with_extension("pub")).output().unwrap();

@@ -258,6 +258,9 @@ pub fn tensorboard_script(
         command.extend(["--path_prefix".to_string(), prefix.to_string()]);
     }
     let argv = exec_argv(t, &command)?;
+    // Pyxis creates the job's container after Slurm says RUNNING (it imports the image first): a
+    // step joining it by name before then fails ("a container with name ... does not exist").
+    let joined = shell::join(&exec_argv(t, &["true".to_string()])?);
     let probe = format!("(exec 3<>/dev/tcp/{addr}/{port}) 2>/dev/null");
     let busy = match on_busy {
         OnBusy::Reuse => format!("if {probe}; then exit 0; fi\n"),
@@ -272,6 +275,7 @@ pub fn tensorboard_script(
     let script = format!(
         "log={log}\n\
          {busy}\
+         for _ in $(seq 60); do {joined} </dev/null >/dev/null 2>&1 && break; sleep 1; done\n\
          rm -f -- \"$log\"\n\
          setsid nohup {srun} </dev/null 2>&1 | setsid -w nohup dd of=\"$log\" oflag=nofollow conv=excl status=none 2>/dev/null &\n\
          started=$!\n\
