@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Stop the Slurm 24.11 sandbox cluster (up-24.11.sh): every process running inside its root (slurmctld,
-# slurmd, slurmstepd and job tasks, slurmdbd, munged, the login sshd and its sessions) and its MariaDB;
-# then unmount what up-24.11.sh mounted into the root. The 22.05 cluster is not touched.
+# Stop the Slurm 24.11 sandbox cluster (up-24.11.sh): every process running in its namespace (slurmctld,
+# slurmd, slurmstepd and job tasks and their containers, slurmdbd, munged, the login sshd and its
+# sessions), the namespace's holder, and its MariaDB; then unmount what up-24.11.sh mounted into the root. The 22.05 cluster is not touched.
 #   down-24.11.sh               stop, keep state (DB, keys, spool, logs) and the root
 #   down-24.11.sh --purge       ... and delete the state directory (the root is kept: it takes minutes)
 #   down-24.11.sh --purge-root  ... and delete the root too
@@ -22,12 +22,25 @@ esac
 [[ $EUID -eq 0 ]] || { echo "down-24.11.sh must run as root" >&2; exit 1; }
 T0="$(date +%s%N)"
 
-# in_root_pids [EXCEPT_COMM...] -> processes whose root directory is ROOT (everything this cluster runs)
+# The cluster's mount namespace (up-24.11.sh): its holder, and the namespace's id
+ns_holder="$(read_pidfile "$RUN/ns.pid")"
+ns_id=""
+if [[ -n "$ns_holder" ]] && ! pid_gone "$ns_holder" && [[ "$(cat "/proc/$ns_holder/comm" 2>/dev/null)" == sleep ]]; then
+    ns_id="$(readlink "/proc/$ns_holder/ns/mnt")"
+else
+    ns_holder=""
+fi
+
+# in_root_pids [EXCEPT_COMM...] -> processes of the cluster's namespace but its holder (or, from a
+# cluster of earlier versions, whose root directory is ROOT): everything this cluster runs
 in_root_pids() {
     local d p comm skip c
     for d in /proc/[0-9]*; do
         p="${d#/proc/}"
-        [[ "$(readlink "$d/root" 2>/dev/null)" == "$ROOT" ]] || continue
+        [[ "$p" == "$ns_holder" ]] && continue
+        if [[ -n "$ns_id" && "$(readlink "$d/ns/mnt" 2>/dev/null)" == "$ns_id" ]]; then :
+        elif [[ "$(readlink "$d/root" 2>/dev/null)" == "$ROOT" ]]; then :
+        else continue; fi
         pid_gone "$p" && continue
         comm=""; { read -r comm <"$d/comm"; } 2>/dev/null || true
         skip=0
@@ -37,9 +50,10 @@ in_root_pids() {
     return 0
 }
 
-if [[ -d "$ROOT/proc" ]] && mountpoint -q "$ROOT/proc"; then
+if [[ -n "$ns_id" ]] || { [[ -d "$ROOT/proc" ]] && mountpoint -q "$ROOT/proc"; }; then
     # running jobs would stay RUNNING in the controller after their steps are killed
-    chroot "$ROOT" env SLURM_CONF="$ETC/slurm.conf" timeout 5 scancel --state=RUNNING >/dev/null 2>&1 || true
+    if [[ -n "$ns_id" ]]; then enter=(nsenter --mount="/proc/$ns_holder/ns/mnt"); else enter=(chroot "$ROOT"); fi
+    "${enter[@]}" env SLURM_CONF="$ETC/slurm.conf" timeout 5 scancel --state=RUNNING >/dev/null 2>&1 || true
     # wave 1: job steps (SIGKILL: slurmstepd ignores SIGTERM) and their tasks, then everything else
     # but accounting and munge; wave 2: those
     mapfile -t steps < <(in_root_pids | while read -r p; do [[ "$(cat "/proc/$p/comm" 2>/dev/null)" == slurmstepd ]] && echo "$p"; done)
@@ -64,6 +78,8 @@ for r in public private; do
         echo "down-24.11.sh: stopping the $r registry: $p"; kill_and_wait 10 "$p"
     fi
 done
+# the namespace goes last, with nothing left in it
+if [[ -n "$ns_holder" ]]; then echo "down-24.11.sh: ending the cluster's namespace: $ns_holder"; kill_and_wait 10 "$ns_holder"; fi
 rm -f "$RUN"/*.pid "$RUN"/munge/munged.pid "$RUN"/mysql/mariadbd.pid "$RUN/.root-mounted" 2>/dev/null || true
 
 for m in "$ROOT$SANDBOX_DIR" "$ROOT/dev/pts" "$ROOT/dev" "$ROOT/sys" "$ROOT/proc" "$ROOT"; do

@@ -192,16 +192,11 @@ stop_slurm_daemons() {
 # global, kept every job's `tao-JOB` container on its nodes: 36 GB after one test run).
 PLUGSTACK="$ETC/plugstack.conf"
 
-# pyxis_plugin -> real (NVIDIA Pyxis) or stand-in (spank/container_stub.c: the 24.11 cluster only,
-# see README.md), as the start script wrote it into etc/pyxis-plugin
-pyxis_plugin() { cat "$ETC/pyxis-plugin" 2>/dev/null || echo real; }
-
 # plugstack_content on|off [NODE] -> the content of plugstack.conf (or NODE's) for that state
 plugstack_content() {
-    case "$1:$(pyxis_plugin)" in
-        on:real) printf 'required %s/lib/spank_pyxis.so runtime_path=%s/pyxis/%s container_scope=job\n' "$SANDBOX_DIR" "$SANDBOX_DIR" "${2:-login}" ;;
-        on:*)    printf 'required %s/lib/container_stub.so\n' "$SANDBOX_DIR" ;;
-        off:*)   printf '# Pyxis OFF (dev/sandbox/pyxis-ctl.sh off); pyxis-ctl.sh on or up.sh restores it\n' ;;
+    case "$1" in
+        on)  printf 'required %s/lib/spank_pyxis.so runtime_path=%s/pyxis/%s container_scope=job\n' "$SANDBOX_DIR" "$SANDBOX_DIR" "${2:-login}" ;;
+        off) printf '# Pyxis OFF (dev/sandbox/pyxis-ctl.sh off); pyxis-ctl.sh on or up.sh restores it\n' ;;
         *)       return 1 ;;
     esac
 }
@@ -478,8 +473,7 @@ SQL
 
 # smoke_test SSH_CONFIG LOGIN SACCT_RUNNER [LOGIN2]: the check that ends up.sh and up-24.11.sh. Over ssh
 # as the sandbox user: a 2-node srun in real containers (each rank prints its node id and the image's
-# os-release ID; the shared storage mounted read-only; with the 24.11 stand-in, the image it was
-# given), then a batch job that must end COMPLETED in
+# os-release ID; the shared storage mounted read-only), then a batch job that must end COMPLETED in
 # sacct (run as `SACCT_RUNNER sacct ...`: env on the host, in_root for 24.11); LOGIN2 must answer too.
 # Dies (the caller's die) with the logs' tails if anything is off; prints what passed.
 smoke_test() {
@@ -489,9 +483,8 @@ smoke_test() {
         l2out="$(mktemp)"; "${ssh[@]}" "$login2" true >"$l2out" 2>&1 & l2pid=$!
     fi
     # one ssh session: the 2-node srun, then a batch job (sbatch first would make srun queue behind it)
-    # the stand-in (24.11) exports the image it was given; Pyxis runs it (its os-release names it)
+    # the image's os-release names it
     local shows='$(. /etc/os-release; echo $ID)' want="0 tao-slurm-sandbox;1 tao-slurm-sandbox;"
-    if [[ "$(pyxis_plugin)" != real ]]; then shows='$SPANK_CONTAINER_IMAGE'; want="0 nvcr.io#nvidia/pytorch:24.01-py3;1 nvcr.io#nvidia/pytorch:24.01-py3;"; fi
     out="$(timeout 120 "${ssh[@]}" "$login" \
         "srun --nodes=2 --ntasks-per-node=1 --gres=gpu:8 --container-image=nvcr.io#nvidia/pytorch:24.01-py3 --container-mounts=$SD/shared:$SD/shared:ro sh -c 'echo \$SLURM_NODEID $shows' && sbatch --parsable --wrap true" 2>"$errf")" \
         || die "smoke srun/sbatch over ssh failed: $out $(cat "$errf")" "$LOG/slurm/slurmctld.log" "$LOG/slurm/slurmd-node1.log"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Bring up the second sandbox cluster, on Slurm 24.11 (Debian 13's packages in a Debian 13 root made
-# by debootstrap, entered with chroot), beside the 22.05 one and on its own ports. Idempotent.
+# by debootstrap, made the root of a mount namespace of its own), beside the 22.05 one and on its
+# own ports. Idempotent.
 # Called by `up.sh --slurm 24.11`; stopped by `down.sh` (which calls down-24.11.sh). See README.md.
 #
 # Why a root: Debian 12 ships 22.05 only, and a 22.05 client cannot talk to a 24.11 controller, so
@@ -66,18 +67,29 @@ die() {
 }
 trap 'rc=$?; [[ $rc -eq 0 ]] || echo "up-24.11.sh: failed (rc=$rc) at line $LINENO: $BASH_COMMAND" >&2' ERR
 
+# The cluster runs in a mount namespace whose root is the root itself (pivot_root), not in a chroot:
+# the kernel refuses a user namespace to a chrooted process, and Enroot starts every container in
+# one. A holder process (run/ns.pid, `sleep infinity`) keeps the namespace; every daemon and command
+# of the cluster enters it (in_ns), and so does every login, job and container.
+ns_pid() {
+    local p
+    p="$(read_pidfile "$RUN/ns.pid")"
+    [[ -n "$p" ]] && ! pid_gone "$p" && [[ "$(cat "/proc/$p/comm" 2>/dev/null)" == sleep ]] && printf '%s' "$p"
+}
+in_ns() { nsenter --mount="/proc/$(ns_pid)/ns/mnt" "$@"; }
 # in_root CMD...: run a command inside the root, with this cluster's slurm.conf
-in_root() { chroot "$ROOT" /usr/bin/env SLURM_CONF="$ETC/slurm.conf" PATH="$SSH_BIN_PATH" "$@"; }
+in_root() { in_ns /usr/bin/env SLURM_CONF="$ETC/slurm.conf" PATH="$SSH_BIN_PATH" "$@"; }
 
-# running_in_root NAME EXE: run/NAME.pid names a live process whose binary is the root's EXE
+# running_in_root NAME EXE: run/NAME.pid names a live process of the cluster's namespace whose
+# binary is the root's EXE (seen from the host, a path in that namespace reads as the root's own)
 running_in_root() {
-    local pid want exe
+    local pid exe
     pid="$(read_pidfile "$RUN/$1.pid")"
     [[ -n "$pid" ]] || return 1
     pid_gone "$pid" && return 1
-    want="$ROOT$(chroot "$ROOT" readlink -f "$2")"
+    [[ "$(readlink "/proc/$pid/ns/mnt" 2>/dev/null)" == "$(readlink "/proc/$(ns_pid)/ns/mnt")" ]] || return 1
     exe="$(readlink "/proc/$pid/exe" 2>/dev/null)" || return 1
-    [[ "${exe% (deleted)}" == "$want" ]]
+    [[ "${exe% (deleted)}" == "$(in_ns readlink -f "$2")" ]]
 }
 
 CHANGED=()
@@ -113,16 +125,15 @@ if [[ ! -x "$ROOT/usr/bin/apt-get" ]]; then
 fi
 phase_done "debootstrap"
 
-# the root is a mount point of its own: Enroot's helpers make "/" private in their mount namespace
-# (enroot-mksquashovlfs: "failed to set mount propagation: Invalid argument" when the chroot's "/" is
-# none); a slurmd that entered the root before it was one keeps the old "/" and must start again
-# (run/.root-mounted: this cluster's daemons started in the mounted root; down-24.11.sh removes it)
-mountpoint -q "$ROOT" || mount --rbind "$ROOT" "$ROOT"
+# Daemons of this cluster running without its namespace (a cluster started in a chroot, or one whose
+# holder died) are stopped first, mounts and all: each daemon starts again inside the namespace.
 mkdir -p "$RUN"
-if [[ ! -e "$RUN/.root-mounted" ]]; then
-    stop_slurm_daemons "the root became a mount point"
-    touch "$RUN/.root-mounted"
+if [[ -z "$(ns_pid)" ]] && compgen -G "$RUN/*.pid" >/dev/null; then
+    echo "up-24.11.sh: the cluster runs outside its namespace: stopping it first"
+    bash "$HERE/down-24.11.sh"
 fi
+# the root is a mount point of its own (pivot_root needs one)
+mountpoint -q "$ROOT" || mount --rbind "$ROOT" "$ROOT"
 # the root sees the host's devices, processes, name resolution, and the state dir at its own path
 for m in proc sys dev dev/pts; do
     mountpoint -q "$ROOT/$m" && continue
@@ -137,18 +148,27 @@ mountpoint -q "$ROOT$SD" || mount --bind "$SD" "$ROOT$SD"
 cp -f /etc/resolv.conf "$ROOT/etc/resolv.conf" 2>/dev/null || true
 cmp -s /etc/hosts "$ROOT/etc/hosts" || cp -f /etc/hosts "$ROOT/etc/hosts"
 getent hosts "$HOST" >/dev/null || { echo "127.0.0.1 $HOST" >>/etc/hosts; cp -f /etc/hosts "$ROOT/etc/hosts"; }
+# the namespace, made once every mount above is in place (it copies them): the root's own /proc, and
+# the host's tree detached
+if [[ -z "$(ns_pid)" ]]; then
+    install -d -m 0755 "$ROOT/.host" "$LOG"
+    setsid -f unshare --mount --propagation private --fork sh -c \
+        'cd "$1" && pivot_root . .host && mount -t proc proc /proc && umount -l /.host && echo $$ >"$2" && exec sleep infinity' \
+        ns "$ROOT" "$RUN/ns.pid" </dev/null >>"$LOG/ns.log" 2>&1 9>&-
+    wait_for 10 "the cluster's namespace" ns_pid || die "the cluster's mount namespace did not start" "$LOG/ns.log"
+fi
 
 want_pkgs="${ROOT_PKGS[*]}"
 if [[ "$(cat "$ROOT/.tao-slurm-packages" 2>/dev/null)" != "$want_pkgs" ]]; then
     echo "up-24.11.sh: installing Slurm 24.11 into the root: $want_pkgs"
     # no package may start a service inside the root
     printf '#!/bin/sh\nexit 101\n' >"$ROOT/usr/sbin/policy-rc.d"; chmod 755 "$ROOT/usr/sbin/policy-rc.d"
-    { chroot "$ROOT" apt-get update -qq && chroot "$ROOT" apt-get install -y -qq --no-install-recommends "${ROOT_PKGS[@]}"; } \
+    { in_ns apt-get update -qq && in_ns apt-get install -y -qq --no-install-recommends "${ROOT_PKGS[@]}"; } \
         >"$SD/apt-root.log" 2>&1 || die "apt-get install in the root failed" "$SD/apt-root.log"
-    chroot "$ROOT" apt-get clean
+    in_ns apt-get clean
     printf '%s' "$want_pkgs" >"$ROOT/.tao-slurm-packages"
 fi
-SLURM_VERSION="$(chroot "$ROOT" dpkg-query -W -f='${Version}' slurm-client 2>/dev/null)"; SLURM_VERSION="${SLURM_VERSION%%-*}"
+SLURM_VERSION="$(in_ns dpkg-query -W -f='${Version}' slurm-client 2>/dev/null)"; SLURM_VERSION="${SLURM_VERSION%%-*}"
 [[ "$SLURM_VERSION" == 24.11.* ]] || die "the root's Slurm is '$SLURM_VERSION', not 24.11"
 phase_done "packages (root)"
 
@@ -156,18 +176,18 @@ phase_done "packages (root)"
 for u in "$SSH_USER" "$NEIGHBOUR_USER"; do
     getent passwd "$u" >/dev/null || die "user $u is missing on the host: run up.sh (the 22.05 cluster) once first"
     uid="$(id -u "$u")"; gid="$(id -g "$u")"
-    chroot "$ROOT" getent group "$u" >/dev/null || chroot "$ROOT" groupadd -g "$gid" "$u"
-    if ! chroot "$ROOT" getent passwd "$u" >/dev/null; then
+    in_ns getent group "$u" >/dev/null || in_ns groupadd -g "$gid" "$u"
+    if ! in_ns getent passwd "$u" >/dev/null; then
         if [[ "$u" == "$SSH_USER" ]]; then
-            chroot "$ROOT" useradd -M -u "$uid" -g "$gid" -d "$USER_HOME" -s /bin/bash "$u"
+            in_ns useradd -M -u "$uid" -g "$gid" -d "$USER_HOME" -s /bin/bash "$u"
         else
-            chroot "$ROOT" useradd -M -u "$uid" -g "$gid" -d /nonexistent -s /usr/sbin/nologin "$u"
+            in_ns useradd -M -u "$uid" -g "$gid" -d /nonexistent -s /usr/sbin/nologin "$u"
         fi
     fi
 done
-[[ "$(chroot "$ROOT" getent shadow "$SSH_USER" | cut -d: -f2)" == "*" ]] || chroot "$ROOT" usermod -p '*' "$SSH_USER"
-SLURM_IDS="$(chroot "$ROOT" id -u slurm):$(chroot "$ROOT" id -g slurm)"
-MUNGE_IDS="$(chroot "$ROOT" id -u munge):$(chroot "$ROOT" id -g munge)"
+[[ "$(in_ns getent shadow "$SSH_USER" | cut -d: -f2)" == "*" ]] || in_ns usermod -p '*' "$SSH_USER"
+SLURM_IDS="$(in_ns id -u slurm):$(in_ns id -g slurm)"
+MUNGE_IDS="$(in_ns id -u munge):$(in_ns id -g munge)"
 USER_IDS="$(id -u "$SSH_USER"):$(id -g "$SSH_USER")"
 
 # ---- 3. directories, keys, configs -------------------------------------------------------------------
@@ -208,21 +228,13 @@ EOF
 put_file "$T" "$SD/env.sh" 0644
 user_rc up-24.11.sh "$USER_IDS" "$USER_HOME"
 stand_in_tools aws huggingface-cli torchrun tensorboard
-# The Pyxis stand-in (spank/container_stub.c, built in the root against 24.11's slurm/spank.h) is
-# this cluster's plugin: its daemons run in a chroot, where the unprivileged Enroot cannot start a
-# container (no user namespace inside a chroot). The real Enroot still imports (the SQSH cache).
-if [[ ! -f "$SD/lib/container_stub.so" || "$HERE/spank/container_stub.c" -nt "$SD/lib/container_stub.so" ]]; then
-    cp "$HERE/spank/container_stub.c" "$SD/lib/container_stub.c"
-    in_root gcc -shared -fPIC -O2 -Wall -Werror -o "$SD/lib/container_stub.so.tmp" "$SD/lib/container_stub.c" \
-        || die "building the SPANK plugin against Slurm 24.11 failed"
-    chmod 0755 "$SD/lib/container_stub.so.tmp"; mv -f "$SD/lib/container_stub.so.tmp" "$SD/lib/container_stub.so"
-fi
-T="$(mktemp)"; echo stand-in >"$T"; put_file "$T" "$ETC/pyxis-plugin" 0644
-
+rm -f "$SD/lib/container_stub.so" "$SD/lib/container_stub.c" "$ETC/pyxis-plugin"   # the stand-in of earlier versions
 # the real runtime (runtime.sh): Pyxis built inside the root, against 24.11's slurm/spank.h
 runtime_verify
 enroot_install
 pyxis_install "$SLURM_VERSION" "$SD/.pyxis-build" in_root
+# Pyxis' job epilog runs /usr/local/bin/enroot: the root's copy of the host-wide one (runtime.sh)
+T="$(mktemp)"; cp /usr/local/bin/enroot "$T"; put_file "$T" "$ROOT/usr/local/bin/enroot" 0755
 
 old_nodes="$(node_set "$ETC/slurm.conf")"
 T="$(mktemp)"; slurm_conf up-24.11.sh >"$T"; put_file "$T" "$ETC/slurm.conf" 0644
@@ -281,7 +293,7 @@ SANDBOX_SLURM_VERSION=$SLURM_VERSION
 SANDBOX_ROOT=$ROOT
 SANDBOX_REGISTRY_PORTS=$REGISTRY_PORT,$REGISTRY_PRIVATE_PORT
 SANDBOX_PRIVATE_IMAGE=nvcr.io/$PRIVATE_ORG/tao-toolkit:6.26.3-pyt
-SANDBOX_PYXIS=stand-in
+SANDBOX_PYXIS=real
 SLURM_CONTAINER_MOUNTS=$SD/shared
 EOF
 put_file "$T" "$SD/settings.env" 0644
@@ -290,7 +302,7 @@ phase_done "configs + spank build"
 # ---- 4. munged, MariaDB, slurmdbd -------------------------------------------------------------------
 if ! running_in_root munged /usr/sbin/munged; then
     rm -f "$MUNGE_SOCKET" "$MUNGE_SOCKET.lock"
-    chroot "$ROOT" runuser -u munge -- /usr/sbin/munged --key-file="$SD/munge/munge.key" --socket="$MUNGE_SOCKET" \
+    in_ns runuser -u munge -- /usr/sbin/munged --key-file="$SD/munge/munge.key" --socket="$MUNGE_SOCKET" \
         --pid-file="$RUN/munge/munged.pid" --log-file="$LOG/munge/munged.log" --seed-file="$SD/munge/munged.seed" 9>&- \
         || die "munged failed to start" "$LOG/munge/munged.log"
     wait_for 10 "munge socket" test -S "$MUNGE_SOCKET" || die "munged socket did not appear" "$LOG/munge/munged.log"
@@ -348,7 +360,7 @@ fi
 for n in $(node_names); do
     if ! running_in_root "slurmd-$n" /usr/sbin/slurmd; then
         # Pyxis runs enroot from slurmstepd's PATH: the node's own (runtime.sh)
-        chroot "$ROOT" /usr/bin/env SLURM_CONF="$ETC/slurm.conf" PATH="$SD/enroot/node/$n:$SSH_BIN_PATH" \
+        in_ns /usr/bin/env SLURM_CONF="$ETC/slurm.conf" PATH="$SD/enroot/node/$n:$SSH_BIN_PATH" \
             /usr/sbin/slurmd -f "$ETC/slurm-$n.conf" -N "$n" 9>&- || die "slurmd $n failed to start" "$LOG/slurm/slurmd-$n.log"
     fi
 done
@@ -375,8 +387,8 @@ phase_done "slurmctld + slurmd x$NODES"
 if running_in_root "sshd-$SSH_PORT" /usr/sbin/sshd; then
     changed "$ETC/sshd_config-$SSH_PORT" && kill -HUP "$(read_pidfile "$RUN/sshd-$SSH_PORT.pid")"
 else
-    chroot "$ROOT" /usr/sbin/sshd -t -f "$ETC/sshd_config-$SSH_PORT" || die "sshd config test failed"
-    chroot "$ROOT" /usr/sbin/sshd -f "$ETC/sshd_config-$SSH_PORT" -E "$LOG/sshd-$SSH_PORT.log" 9>&- \
+    in_ns /usr/sbin/sshd -t -f "$ETC/sshd_config-$SSH_PORT" || die "sshd config test failed"
+    in_ns /usr/sbin/sshd -f "$ETC/sshd_config-$SSH_PORT" -E "$LOG/sshd-$SSH_PORT.log" 9>&- \
         || die "sshd on $SSH_PORT failed to start" "$LOG/sshd-$SSH_PORT.log"
     wait_for 10 "sshd $SSH_PORT" port_listening "$SSH_PORT" || die "sshd is not listening on $SSH_PORT" "$LOG/sshd-$SSH_PORT.log"
 fi

@@ -331,9 +331,9 @@ max_gpus_per_job = 2
     let seen = svc.env.ssh(&format!("cat '{results}'; test -f '{specs}' && test -f '{secrets}' && echo all-there"));
     assert!(seen.contains(A_SECRET) && seen.contains("all-there"), "{seen}");
 
-    // team-b's job tries to read them and to cancel team-a's Slurm job.
+    // team-b's job tries to read them from its container (the shared storage is mounted there).
     let b_cmd = format!(
-        r#"for f in '{results}' '{specs}' '{secrets}'; do err=$(cat "$f" 2>&1 >/dev/null); echo "read $f exit=$? $err"; done; scancel {a_slurm} 2>&1; echo "scancel exit=$?""#
+        r#"for f in '{results}' '{specs}' '{secrets}'; do err=$(cat "$f" 2>&1 >/dev/null); echo "read $f exit=$? $err"; done"#
     );
     let (s, jb) = b.post("/jobs", job(&ws_b, &b_cmd)).await;
     assert_eq!(s, 201, "{jb}");
@@ -346,9 +346,17 @@ max_gpus_per_job = 2
         assert!(line.contains("exit=1") && line.contains("Permission denied"), "team-b read {f}: {line:?}\n{b_logs}");
     }
     assert!(!b_logs.contains(A_SECRET) && !b_logs.contains("team-a's specs"), "{b_logs}");
+    // The container has no Slurm commands: team-b's Unix user tries to cancel team-a's Slurm job on
+    // the cluster itself, as a job that left its container would.
+    let scancel = std::process::Command::new("runuser")
+        .args(["-u", &tenant(), "--", "scancel", &a_slurm])
+        .env("SLURM_CONF", format!("{sd}/etc/slurm.conf"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&scancel.stderr);
     assert!(
-        b_logs.contains("Access/permission denied") && !b_logs.contains("scancel exit=0"),
-        "team-b's scancel of team-a's job failed: {b_logs}"
+        !scancel.status.success() && said.contains("Access/permission denied"),
+        "team-b's scancel of team-a's job failed: {said}"
     );
     // team-a's job is still running (polled over a few refreshes).
     let still = a.wait_job(&a_id, Duration::from_secs(20), |j| j["status"] == "Running").await;

@@ -7,8 +7,31 @@ pub const DEFAULT_CPUS_PER_TASK: u32 = 16;
 /// The most CPUs per task when SLURM_MAX_CPUS_PER_TASK does not say (the TAO SDK's cap).
 pub const DEFAULT_MAX_CPUS_PER_TASK: u32 = 128;
 
-/// The container mount every job has unless it replaces it (SLURM_CONTAINER_MOUNTS).
+/// The container mount every job has unless it replaces it (SLURM_CONTAINER_MOUNTS), when the base
+/// directory lies below it (the TAO SDK's default).
 pub const DEFAULT_MOUNT: &str = "/lustre";
+
+/// The mounts a job has when SLURM_CONTAINER_MOUNTS is not set: `/lustre` when the base directory is
+/// on it, else none of its own (Pyxis ends a step whose mount source does not exist, and a cluster
+/// without /lustre would fail every job); the base directory is mounted in any case ([`covered`]).
+pub fn default_mounts(base: &str) -> Vec<String> {
+    if covered(base, &[DEFAULT_MOUNT.to_string()]) {
+        vec![DEFAULT_MOUNT.to_string()]
+    } else {
+        Vec::new()
+    }
+}
+
+/// Whether one of `mounts` (`SRC[:DST[:FLAGS]]`) shows `path` inside the container at its own path,
+/// as the job's files must be (results, specs and logs are named by their cluster paths).
+pub fn covered(path: &str, mounts: &[String]) -> bool {
+    mounts.iter().any(|m| {
+        let mut parts = m.split(':');
+        let src = parts.next().unwrap_or_default().trim_end_matches('/');
+        let dst = parts.next().map_or(src, |d| d.trim_end_matches('/'));
+        src == dst && (path == src || path.starts_with(&format!("{src}/")) || src.is_empty())
+    })
+}
 
 /// What tao-slurm's batch script keeps in a job's results directory beside the job's own files (the
 /// attempts and the timeout-requeue counter): listings and whole-directory downloads leave them out.

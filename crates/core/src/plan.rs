@@ -753,7 +753,9 @@ fn resolve_sbatch_options(spec: &JobSpec, settings: &Settings) -> Result<Vec<(St
     Ok(sbatch_options)
 }
 
-/// The settings' default mounts (unless replaced), then the job's, each once.
+/// The settings' default mounts (unless replaced), then the job's, each once; then the base
+/// directory, unless one of them shows it at its own path (else the job's results would be written
+/// into the container's own filesystem and lost with it).
 fn resolve_mounts(spec: &JobSpec, settings: &Settings) -> Result<Vec<String>, SpecError> {
     let mut mounts = Vec::new();
     if !spec.replace_default_mounts {
@@ -767,6 +769,10 @@ fn resolve_mounts(spec: &JobSpec, settings: &Settings) -> Result<Vec<String>, Sp
         if !mounts.contains(m) {
             mounts.push(m.clone());
         }
+    }
+    let base = settings.base_dir();
+    if !crate::layout::covered(&base, &mounts) {
+        mounts.push(base);
     }
     Ok(mounts)
 }
@@ -1091,7 +1097,37 @@ pub(crate) mod tests {
         let p = resolve(&JobSpec { mounts: vec!["/data:/data:ro".into()], ..spec() }, &s).unwrap();
         assert_eq!(p.mounts, vec!["/lustre", "/data:/data:ro"]);
         let p = resolve(&JobSpec { mounts: vec!["/data".into()], replace_default_mounts: true, ..spec() }, &s).unwrap();
-        assert_eq!(p.mounts, vec!["/data"]);
+        assert_eq!(p.mounts, vec!["/data", "/lustre/alice"], "the base directory stays in view");
+    }
+
+    /// A base directory off /lustre: no /lustre mount by default (it may not exist, and Pyxis ends
+    /// the step), and the base directory itself is mounted; one shown elsewhere does not count.
+    #[test]
+    fn the_base_directory_is_always_mounted_at_its_own_path_and_lustre_only_when_it_holds_it() {
+        let settings = |vars: &[(&str, &str)]| {
+            let mut env: std::collections::HashMap<String, String> =
+                [("SLURM_USER", "alice"), ("SLURM_HOSTNAME", "login"), ("HOME", "/home/alice")]
+                    .iter()
+                    .chain(vars)
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+            env.retain(|_, v| !v.is_empty());
+            let none = std::collections::HashMap::new();
+            Settings::from_sources(&crate::config::SettingSources { flags: none.clone(), env, file: none }).unwrap()
+        };
+        let mounts = |s: &Settings, extra: &[&str]| {
+            resolve(&JobSpec { mounts: extra.iter().map(|m| m.to_string()).collect(), ..spec() }, s).unwrap().mounts
+        };
+        assert_eq!(mounts(&settings(&[]), &[]), vec!["/lustre"], "the TAO SDK's default, holding the base");
+        let scratch = settings(&[("SLURM_BASE_RESULTS_DIR", "/scratch/alice/tao")]);
+        assert_eq!(mounts(&scratch, &[]), vec!["/scratch/alice/tao"]);
+        assert_eq!(mounts(&scratch, &["/scratch"]), vec!["/scratch"], "a parent shown at its own path covers it");
+        assert_eq!(mounts(&scratch, &["/scratch:/s"]), vec!["/scratch:/s", "/scratch/alice/tao"]);
+        let set =
+            settings(&[("SLURM_BASE_RESULTS_DIR", "/scratch/alice/tao"), ("SLURM_CONTAINER_MOUNTS", "/data:/data:ro")]);
+        assert_eq!(mounts(&set, &[]), vec!["/data:/data:ro", "/scratch/alice/tao"]);
+        let off_lustre = settings(&[("SLURM_CONTAINER_MOUNTS", "/data")]);
+        assert_eq!(mounts(&off_lustre, &[]), vec!["/data", "/lustre/users/alice/tao-slurm"]);
     }
 
     #[test]

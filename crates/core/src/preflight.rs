@@ -184,8 +184,18 @@ pub fn preflight_script(settings: &Settings) -> String {
             b = quote(&base)
         ),
     );
+    // The sources of the default mounts: Pyxis ends every step that mounts a missing one.
+    let sources: Vec<String> = mount_sources(settings).iter().map(|p| quote(p)).collect();
+    if !sources.is_empty() {
+        section("mounts", &format!("for p in {}; do [ -e \"$p\" ] || echo \"$p\"; done", sources.join(" ")));
+    }
     s.push_str("exit 0\n");
     s
+}
+
+/// The source paths of the settings' default mounts (`SRC[:DST[:FLAGS]]`).
+fn mount_sources(settings: &Settings) -> Vec<String> {
+    settings.container_mounts.iter().map(|m| m.split(':').next().unwrap_or_default().to_string()).collect()
 }
 
 /// Turn one host's preflight output into checks. Pure.
@@ -199,6 +209,9 @@ pub fn read_preflight(settings: &Settings, host: &str, stdout: &str) -> Vec<Chec
         checks.push(out.enroot_credentials());
     }
     checks.push(out.results_directory(&settings.base_dir()));
+    if !settings.container_mounts.is_empty() {
+        checks.push(out.mounts(&mount_sources(settings)));
+    }
     checks
 }
 
@@ -369,6 +382,25 @@ impl Sections<'_> {
         Check::fail("enroot credentials", self.h(), why, ENROOT_CREDENTIALS_REMEDIATION)
     }
 
+    /// The default mounts' sources exist on the login node (shared storage: the nodes see the same).
+    fn mounts(&self, sources: &[String]) -> Check {
+        let missing: Vec<String> = match (self.rc("mounts"), self.body("mounts")) {
+            (Some(0), Some(body)) => {
+                body.lines().filter(|l| sources.iter().any(|s| s == l)).map(String::from).collect()
+            }
+            _ => return Check::fail("container mounts", self.h(), "the check did not run", "Run preflight again."),
+        };
+        if missing.is_empty() {
+            return Check::pass("container mounts", self.h(), format!("{} exist", sources.join(", ")));
+        }
+        Check::fail(
+            "container mounts",
+            self.h(),
+            format!("{} does not exist on {} (Pyxis ends every job step that mounts it)", missing.join(", "), self.host),
+            "Set SLURM_CONTAINER_MOUNTS to paths on the cluster's shared storage (SRC[:DST[:ro]], comma-separated); the results directory is mounted in any case.",
+        )
+    }
+
     fn results_directory(&self, base: &str) -> Check {
         if self.rc("base_dir") == Some(0) {
             return Check::pass("results directory", self.h(), format!("{base} is writable"));
@@ -463,7 +495,9 @@ mod tests {
 
     #[test]
     fn healthy_cluster_passes_except_the_missing_results_dir() {
-        let s = settings();
+        let mut s = settings();
+        let shared = tempfile::tempdir().unwrap();
+        s.container_mounts = vec![format!("{}:/data:ro", shared.path().display())];
         let checks = read_preflight(&s, "login", &run_script_with(HEALTHY, &s));
         let failed: Vec<&str> = checks.iter().filter(|c| !c.ok).map(|c| c.name.as_str()).collect();
         assert_eq!(failed, vec!["results directory"], "{checks:#?}");
@@ -485,6 +519,23 @@ mod tests {
         assert_eq!(get("pyxis").remediation.as_deref(), Some(PYXIS_REMEDIATION));
         assert!(!get("accounting (sacct)").ok);
         assert!(get("accounting (sacct)").detail.contains("Problem talking to the database"));
+    }
+
+    /// A default mount whose source is missing is named, with the setting that fixes it; the base
+    /// directory is not its business (it has its own check).
+    #[test]
+    fn a_default_mount_that_does_not_exist_fails_with_the_setting_to_change() {
+        let mut s = settings();
+        let shared = tempfile::tempdir().unwrap();
+        let gone = shared.path().join("gone").display().to_string();
+        s.container_mounts = vec![shared.path().display().to_string(), format!("{gone}:/data:ro")];
+        let checks = read_preflight(&s, "login", &run_script_with(HEALTHY, &s));
+        let mounts = checks.iter().find(|c| c.name == "container mounts").unwrap();
+        assert!(!mounts.ok && mounts.detail.starts_with(&format!("{gone} does not exist on login")), "{mounts:?}");
+        assert!(mounts.remediation.as_deref().unwrap_or("").contains("SLURM_CONTAINER_MOUNTS"), "{mounts:?}");
+        s.container_mounts = vec![shared.path().display().to_string()];
+        let checks = read_preflight(&s, "login", &run_script_with(HEALTHY, &s));
+        assert!(checks.iter().any(|c| c.name == "container mounts" && c.ok), "{checks:#?}");
     }
 
     #[test]

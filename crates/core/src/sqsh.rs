@@ -88,7 +88,10 @@ pub fn conversion_script(policy: &SqshPolicy, image: &ImageRef, force: bool) -> 
     format!(
         r#"set -u
 umask 077
-{trusted}dir={dir}; cache={cache}; lock="$cache.lock"
+{trusted}{trust}dir={dir}; cache={cache}; lock="$cache.lock"
+# The directories above the cache as the base's (by default it is in the base): nothing is made
+# below one another user could replace. The cache itself may be anyone's: its entries are checked.
+tao_trust_base {parent}
 mkdir -p "$dir" || {{ echo "tao-slurm: cannot create the image cache $dir" >&2; exit {dirs}; }}
 [ -d "$dir" ] && [ ! -L "$dir" ] || {{ echo "tao-slurm: the image cache $dir is not a directory" >&2; exit {dirs}; }}
 fresh() {{ sqsh_trusted "$cache" && {{ [ {max_age} -eq 0 ] || [ $(( $(date +%s) - $(stat -c %Y "$cache") )) -lt {max_age} ]; }}; }}
@@ -122,6 +125,11 @@ mv -fT -- "$log" "$cache.log"
 echo "{S}sqsh converted $cache"
 "#,
         trusted = TRUSTED_FUNCTION,
+        trust = crate::script::trust::trust_functions(),
+        parent = quote(match policy.cache_dir.trim_end_matches('/').rsplit_once('/') {
+            Some(("", _)) | None => "/",
+            Some((parent, _)) => parent,
+        }),
         enroot_temp = enroot_temp_lines(policy),
         dirs = crate::exit_codes::CANNOT_CREATE_DIRS,
         busy = crate::exit_codes::CONVERSION_BUSY,
@@ -285,6 +293,25 @@ mod tests {
         assert!(out.contains("sqsh cached"), "{out}");
         assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 1, "converted once");
         assert!(std::fs::read_to_string(cache_path(&p, &image)).unwrap().starts_with("hsqs"));
+    }
+
+    /// The default cache is in the base directory: below a directory others can write, nothing is
+    /// made (and nothing converted), as the submit refuses such a base.
+    #[test]
+    fn no_cache_is_made_below_a_directory_others_could_replace() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let bin = crate::stand_ins::StandIns::new();
+        bin.add("srun", &format!("touch {}/srun-ran", dir.path().display()));
+        let p = policy(&open.join("me/tao/sqsh-cache"));
+        let out = bin.run(&conversion_script(&p, &img("ubuntu:22.04"), false));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(crate::exit_codes::UNTRUSTED_STORAGE), "{err}");
+        assert!(err.contains(&format!("{} is writable by group or others", open.display())), "{err}");
+        assert!(!open.join("me").exists() && !dir.path().join("srun-ran").exists(), "nothing made, nothing run");
     }
 
     #[test]

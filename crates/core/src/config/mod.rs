@@ -411,6 +411,7 @@ impl Settings {
         let Slurm { slurm_user, login_hosts, partition, account } = Slurm::from_sources(src)?;
         let local = src.flag("TAO_SLURM_LOCAL", login_hosts.len() == 1 && login_hosts[0].is_local())?;
         let (state_path, control_dir) = private_paths(src)?;
+        let base = base_dir_of(src.get("SLURM_BASE_RESULTS_DIR").as_deref(), slurm_user.as_deref());
         Ok(Settings {
             slurm_user,
             login_hosts,
@@ -460,7 +461,7 @@ impl Settings {
             log_level: src.get("LOGLEVEL").map_or_else(|| "INFO".to_string(), |v| v.trim().to_string()),
             container_mounts: match src.get("SLURM_CONTAINER_MOUNTS") {
                 Some(v) => v.split(',').map(str::trim).filter(|m| !m.is_empty()).map(String::from).collect(),
-                None => vec![crate::layout::DEFAULT_MOUNT.to_string()],
+                None => crate::layout::default_mounts(&base),
             },
             use_timeout: src.flag("SLURM_USE_TIMEOUT", true)?,
             checkpoint_grace_seconds: src.parse(
@@ -506,11 +507,16 @@ impl Settings {
 
     /// The base directory on shared storage where jobs are staged and results written.
     pub fn base_dir(&self) -> String {
-        match (&self.base_results_dir, &self.slurm_user) {
-            (Some(b), _) => b.trim_end_matches('/').to_string(),
-            (None, Some(u)) => format!("/lustre/users/{u}/tao-slurm"),
-            (None, None) => "/lustre/tao-slurm".to_string(),
-        }
+        base_dir_of(self.base_results_dir.as_deref(), self.slurm_user.as_deref())
+    }
+}
+
+/// The base directory: SLURM_BASE_RESULTS_DIR, else the user's directory under /lustre.
+fn base_dir_of(base_results_dir: Option<&str>, slurm_user: Option<&str>) -> String {
+    match (base_results_dir, slurm_user) {
+        (Some(b), _) => b.trim_end_matches('/').to_string(),
+        (None, Some(u)) => format!("/lustre/users/{u}/tao-slurm"),
+        (None, None) => "/lustre/tao-slurm".to_string(),
     }
 }
 

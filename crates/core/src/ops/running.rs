@@ -169,6 +169,30 @@ pub fn exec_argv(t: &ExecTarget<'_>, command: &[String]) -> Result<Vec<String>, 
     Ok(argv)
 }
 
+/// Seconds a step joining the job's container waits for Pyxis to create it.
+pub const CONTAINER_WAIT_SECS: u64 = 60;
+
+/// The shell lines that wait until the job's container exists where `t` runs. Pyxis creates it
+/// after Slurm says RUNNING (it imports the image first, minutes for a large one), and a step that
+/// joins a missing container by name fails ("a container with name ... does not exist"). Only that
+/// answer is waited on; any other (the job ended, a node went away) goes straight to the step itself,
+/// which then fails with its own error.
+pub fn wait_for_container(t: &ExecTarget<'_>) -> Result<String, ExecError> {
+    let probe = ExecTarget { pty: false, ..t.clone() };
+    let probe = shell::join(&exec_argv(&probe, &["true".to_string()])?);
+    Ok(format!(
+        "tao_until=$((SECONDS + {CONTAINER_WAIT_SECS}))\n\
+         while tao_err=$(timeout 30 {probe} </dev/null 2>&1 >/dev/null); [ $? -ne 0 ]; do\n\
+         \x20 case $tao_err in *'does not exist'*) ;; *) break ;; esac\n\
+         \x20 if [ $SECONDS -ge $tao_until ]; then\n\
+         \x20   echo \"the job's container is not up after {CONTAINER_WAIT_SECS} s (Pyxis is still importing its image?); try again in a minute\" >&2\n\
+         \x20   break\n\
+         \x20 fi\n\
+         \x20 sleep 1\n\
+         done\n"
+    ))
+}
+
 /// A node name as Slurm writes one (letters, digits, `-`, `_`, `.`): never a list or an option.
 pub fn check_node(node: &str) -> Result<(), ExecError> {
     let ok = !node.is_empty()
@@ -258,9 +282,7 @@ pub fn tensorboard_script(
         command.extend(["--path_prefix".to_string(), prefix.to_string()]);
     }
     let argv = exec_argv(t, &command)?;
-    // Pyxis creates the job's container after Slurm says RUNNING (it imports the image first): a
-    // step joining it by name before then fails ("a container with name ... does not exist").
-    let joined = shell::join(&exec_argv(t, &["true".to_string()])?);
+    let wait = wait_for_container(t)?;
     let probe = format!("(exec 3<>/dev/tcp/{addr}/{port}) 2>/dev/null");
     let busy = match on_busy {
         OnBusy::Reuse => format!("if {probe}; then exit 0; fi\n"),
@@ -275,7 +297,7 @@ pub fn tensorboard_script(
     let script = format!(
         "log={log}\n\
          {busy}\
-         for _ in $(seq 60); do {joined} </dev/null >/dev/null 2>&1 && break; sleep 1; done\n\
+         {wait}\
          rm -f -- \"$log\"\n\
          setsid nohup {srun} </dev/null 2>&1 | setsid -w nohup dd of=\"$log\" oflag=nofollow conv=excl status=none 2>/dev/null &\n\
          started=$!\n\
@@ -388,7 +410,12 @@ mod tests {
         let bin = dir.join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         let srun = bin.join("srun");
-        std::fs::write(&srun, format!("#!/bin/bash\ncd {}\n{fake_srun}\n", dir.join("results").display())).unwrap();
+        // The wait for the container (a step running `true`) finds it at once.
+        let body = format!(
+            "#!/bin/bash\n[ \"${{!#}}\" = true ] && exit 0\ncd {}\n{fake_srun}\n",
+            dir.join("results").display()
+        );
+        std::fs::write(&srun, body).unwrap();
         std::fs::set_permissions(&srun, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let results = dir.join("results").display().to_string();
         let script =
@@ -479,6 +506,40 @@ mod tests {
         assert!(all.contains(&"--ntasks-per-node=1".to_string()));
         let pty = exec_argv(&target(None, true), &["bash".into()]).unwrap();
         assert!(pty.contains(&"--pty".to_string()) && pty.contains(&"--nodes=1".to_string()));
+    }
+
+    /// The wait before a step joins the container: it probes while Pyxis answers that the
+    /// container does not exist yet, and stops at the first other answer.
+    #[test]
+    fn a_step_waits_for_the_container_only_while_pyxis_says_it_does_not_exist() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = |fake_srun: &str| {
+            let srun = dir.path().join("srun");
+            std::fs::write(
+                &srun,
+                format!("#!/bin/bash\necho \"$*\" >> {d}/calls\n{fake_srun}\n", d = dir.path().display()),
+            )
+            .unwrap();
+            std::fs::set_permissions(&srun, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+            let _ = std::fs::remove_file(dir.path().join("calls"));
+            let script = format!("{}echo waited", wait_for_container(&target(Some("node2"), true)).unwrap());
+            let path = format!("{}:{}", dir.path().display(), std::env::var("PATH").unwrap_or_default());
+            let out = std::process::Command::new("bash").arg("-c").arg(&script).env("PATH", path).output().unwrap();
+            let calls = std::fs::read_to_string(dir.path().join("calls")).unwrap_or_default();
+            (String::from_utf8_lossy(&out.stdout).into_owned(), calls)
+        };
+        let missing_twice = format!(
+            "n=$(wc -l < {d}/calls); if [ \"$n\" -le 2 ]; then echo 'pyxis: error: a container with name tao-abc does not exist' >&2; exit 1; fi",
+            d = dir.path().display()
+        );
+        let (out, calls) = run(&missing_twice);
+        assert_eq!(out, "waited\n");
+        assert_eq!(calls.lines().count(), 3, "{calls}");
+        let first = calls.lines().next().unwrap();
+        assert!(first.contains("--nodelist=node2") && first.ends_with("--container-name=tao-abc -- true"), "{first}");
+        assert!(!first.contains("--pty"), "a probe needs no terminal: {first}");
+        let (out, calls) = run("echo 'srun: error: job 42 has already finished' >&2; exit 1");
+        assert_eq!((out.as_str(), calls.lines().count()), ("waited\n", 1), "any other answer ends the wait");
     }
 
     #[test]

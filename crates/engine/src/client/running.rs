@@ -92,26 +92,31 @@ impl Client {
             .map_err(place_error)
     }
 
-    fn exec_argv(&self, job: &RunningJob, at: &Where, pty: bool, command: &[String]) -> Result<Vec<String>> {
+    /// The step's argv, and the lines before it that wait for the job's container.
+    fn exec_argv(&self, job: &RunningJob, at: &Where, pty: bool, command: &[String]) -> Result<(String, Vec<String>)> {
         let place = self.place(job, at)?;
         let target = ExecTarget { slurm_job_id: &job.slurm_job_id, job_id: &job.job_id, place, pty };
-        running::exec_argv(&target, command).map_err(|e| invalid("command", e.to_string()))
+        let invalid = |e: running::ExecError| invalid("command", e.to_string());
+        Ok((
+            running::wait_for_container(&target).map_err(invalid)?,
+            running::exec_argv(&target, command).map_err(invalid)?,
+        ))
     }
 
     /// Run `command` in the job's container (at a node or role, else once per node) with this
     /// process's streams; its exit status. Stopped after `deadline_secs`.
     pub fn exec_stream(&self, id: &str, at: &Where, command: &[String], deadline_secs: u64) -> Result<i32> {
         let job = self.running_job(id)?;
-        let argv = self.exec_argv(&job, at, false, command)?;
-        Ok(self.remote()?.attach(&running::exec_line(&argv, deadline_secs), false)?)
+        let (wait, argv) = self.exec_argv(&job, at, false, command)?;
+        Ok(self.remote()?.attach(&format!("{wait}{}", running::exec_line(&argv, deadline_secs)), false)?)
     }
 
     /// A terminal in the job's container (`command`, default `bash`), at a node or role, or the first node.
     pub fn shell(&self, id: &str, at: &Where, command: &[String]) -> Result<i32> {
         let job = self.running_job(id)?;
         let command = if command.is_empty() { vec!["bash".to_string()] } else { command.to_vec() };
-        let argv = self.exec_argv(&job, at, true, &command)?;
-        Ok(self.remote()?.attach(&crate::script::shell::join(&argv), true)?)
+        let (wait, argv) = self.exec_argv(&job, at, true, &command)?;
+        Ok(self.remote()?.attach(&format!("{wait}{}", crate::script::shell::join(&argv)), true)?)
     }
 
     /// Run `command` in the job's container and return at most `max_bytes` of each output stream.
@@ -124,8 +129,8 @@ impl Client {
         max_bytes: u64,
     ) -> Result<ExecOutput> {
         let job = self.running_job(id)?;
-        let argv = self.exec_argv(&job, at, false, command)?;
-        let script = running::capture_script(&argv, deadline_secs, max_bytes);
+        let (wait, argv) = self.exec_argv(&job, at, false, command)?;
+        let script = format!("{wait}{}", running::capture_script(&argv, deadline_secs, max_bytes));
         // Each stream is cut at `max_bytes` on the host; the transport keeps no more than that either.
         let out = self.remote()?.run_script_capped(
             &script,
