@@ -405,7 +405,8 @@ fn sqsh_policy(src: &SettingSources) -> Result<crate::sqsh::SqshPolicy, ConfigEr
         timeout_minutes: src.count("TAO_SLURM_SQSH_TIMEOUT_MINUTES", 1, DEFAULT_SQSH_TIMEOUT_MINUTES)? as u64,
         memory: src.get("TAO_SLURM_SQSH_MEMORY").unwrap_or_else(|| DEFAULT_SQSH_MEMORY.to_string()),
         force_reconvert_latest: src.flag("TAO_SLURM_FORCE_RECONVERT_LATEST", DEFAULT_FORCE_RECONVERT_LATEST)?,
-        latest_max_age_hours: src.count("TAO_SLURM_SQSH_LATEST_MAX_AGE_HOURS", 0, DEFAULT_SQSH_LATEST_MAX_AGE_HOURS)? as u64,
+        latest_max_age_hours: src.count("TAO_SLURM_SQSH_LATEST_MAX_AGE_HOURS", 0, DEFAULT_SQSH_LATEST_MAX_AGE_HOURS)?
+            as u64,
         enroot_temp_path: src.get("SLURM_ENROOT_TEMP_PATH").map(|p| p.trim().to_string()),
     })
 }
@@ -480,7 +481,8 @@ impl Settings {
             notify: src.parse("TAO_SLURM_NOTIFY", parse_webhooks, Vec::new)?,
             database_url: src.parse("TAO_SLURM_DATABASE_URL", |v| Ok(secret_text(v)), || None)?,
             database_password: src.parse("TAO_SLURM_DATABASE_PASSWORD", |v| Ok(secret_text(v)), || None)?,
-            database_schema: src.parse("TAO_SLURM_DATABASE_SCHEMA", parse_schema, || DEFAULT_DATABASE_SCHEMA.to_string())?,
+            database_schema: src
+                .parse("TAO_SLURM_DATABASE_SCHEMA", parse_schema, || DEFAULT_DATABASE_SCHEMA.to_string())?,
             database_ca_file: src.get("TAO_SLURM_DATABASE_CA_FILE").map(PathBuf::from),
             notify_pending_minutes: src.count("TAO_SLURM_NOTIFY_PENDING_MINUTES", 0, DEFAULT_NOTIFY_PENDING_MINUTES)?,
             cpus_per_task: src.count("SLURM_CPUS_PER_TASK", 1, crate::layout::DEFAULT_CPUS_PER_TASK)?,

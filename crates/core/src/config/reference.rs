@@ -329,8 +329,7 @@ pub fn settings_table() -> String {
     out.join("\n") + "\n"
 }
 
-/// `name` after `previous` as a row shows it: `_REST` when it shares the previous full name's stem
-/// and `short` says to show it so.
+/// `name` as a row shows it: `_REST` when `short` and `name` is `stem` + `_REST`, else in full.
 fn shown(name: &str, stem: &str, short: bool) -> String {
     match name.strip_prefix(stem).and_then(|r| r.strip_prefix('_')) {
         Some(rest) if short => format!("_{rest}"),
@@ -430,7 +429,10 @@ mod tests {
         let defined: BTreeSet<String> = defs.iter().flat_map(Setting::full_names).collect();
         for name in READ.iter().filter(|n| !TEST_ONLY.contains(n)) {
             let mentioned = defs.iter().any(|d| d.meaning.contains(&format!("`{name}`")));
-            assert!(defined.contains(*name) || mentioned, "{name} is read but the settings reference does not define it");
+            assert!(
+                defined.contains(*name) || mentioned,
+                "{name} is read but the settings reference does not define it"
+            );
         }
         let ours = |n: &&String| n.starts_with("SLURM_") || n.starts_with("TAO_SLURM_");
         for name in defined.iter().filter(ours) {
@@ -461,7 +463,10 @@ mod tests {
         assert!(row("SLURM_TIME_HOURS").contains("| `4` / wall time"), "{}", row("SLURM_TIME_HOURS"));
         assert!(row("TAO_SLURM_AUX_MAX_BYTES").contains("| 10 GiB / `30` |"));
         assert!(row("TAO_SLURM_CHECKPOINT_PATTERNS").contains("`*.pth,*.pt,"));
-        assert_eq!((size(128 << 20), size(3 << 30), size(1000)), ("128 MiB".into(), "3 GiB".into(), "1000 bytes".into()));
+        assert_eq!(
+            (size(128 << 20), size(3 << 30), size(1000)),
+            ("128 MiB".into(), "3 GiB".into(), "1000 bytes".into())
+        );
     }
 
     #[test]
