@@ -11,7 +11,7 @@ use axum::Json;
 
 /// The most bytes (before compression) one archive may hold, unless the service's environment says
 /// otherwise (`TAO_SLURM_DOWNLOAD_MAX_BYTES`).
-pub const MAX_ARCHIVE_BYTES: u64 = 128 << 20;
+pub const MAX_ARCHIVE_BYTES: u64 = crate::config::DEFAULT_DOWNLOAD_MAX_BYTES;
 
 /// The cap in force (read once; a value that is not a positive number is the default, with a warning).
 fn max_archive_bytes() -> u64 {

@@ -356,43 +356,4 @@ mod tests {
             assert!(READ.contains(&a.ours), "{} stands for {}, which is not read", a.tao, a.ours);
         }
     }
-
-    /// The settings reference (docs/configuration.md) is written by hand; this keeps its names true:
-    /// every name tao-slurm reads is in it, and every `SLURM_`/`TAO_SLURM_` name its table lists is read
-    /// (or named in `READ_ELSEWHERE`). A row `A_B` / `_C` stands for `A_B` and `A_C`.
-    #[test]
-    fn the_settings_reference_names_every_setting_read_and_no_other() {
-        const TEST_ONLY: &[&str] = &["TAO_SLURM_FAILPOINT"];
-        // Read by the service's own code, not through `Settings::from_sources`.
-        const READ_ELSEWHERE: &[&str] = &["TAO_SLURM_DOWNLOAD_MAX_BYTES", "TAO_SLURM_TAO_IMAGES"];
-        let doc = include_str!("../../../../docs/configuration.md");
-        let table = doc.split("**The TAO SDK's names**").next().unwrap_or_default();
-        let mut listed = std::collections::BTreeSet::new();
-        for row in table.lines().filter(|l| l.starts_with("| `")) {
-            let first = row.split(" | ").next().unwrap_or_default();
-            let names: Vec<&str> = first.split('`').skip(1).step_by(2).collect();
-            let mut stem = "";
-            for n in names {
-                if let Some(rest) = n.strip_prefix('_') {
-                    listed.insert(format!("{stem}_{rest}"));
-                } else {
-                    stem = n.rsplit_once('_').map(|(s, _)| s).unwrap_or(n);
-                    listed.insert(n.to_string());
-                }
-            }
-        }
-        for name in READ.iter().filter(|n| !TEST_ONLY.contains(n)) {
-            assert!(
-                listed.contains(*name) || doc.contains(&format!("`{name}`")),
-                "{name} is read but docs/configuration.md does not name it"
-            );
-        }
-        let ours = |n: &&String| n.starts_with("SLURM_") || n.starts_with("TAO_SLURM_");
-        for name in listed.iter().filter(ours) {
-            assert!(
-                READ.contains(&name.as_str()) || READ_ELSEWHERE.contains(&name.as_str()),
-                "docs/configuration.md lists {name}, which nothing reads"
-            );
-        }
-    }
 }

@@ -2,6 +2,7 @@
 //! defaults. Loaded and validated once; everything else reads this struct.
 
 pub mod aliases;
+pub mod reference;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -19,6 +20,36 @@ pub const DEFAULT_CHECKPOINT_GRACE_SECONDS: u64 = 300;
 
 /// The packaged default partitions, treated as 4-hour queues.
 pub const DEFAULT_PARTITIONS: &str = "polar,polar3,polar4,grizzly";
+
+// The other defaults a setting falls back to; the settings reference ([`reference`]) shows these.
+pub const DEFAULT_CONNECT_TIMEOUT_SECS: u32 = 10;
+pub const DEFAULT_REMOTE_TIMEOUT_SECS: u32 = 120;
+pub const DEFAULT_ACCEPT_NEW_HOST_KEYS: bool = false;
+pub const DEFAULT_CONTROL_PERSIST_SECS: u32 = 1800;
+pub const DEFAULT_TIME_HOURS: f64 = 4.0;
+pub const DEFAULT_USE_REQUEUE: bool = true;
+pub const DEFAULT_MAX_GPUS_PER_NODE: u32 = 8;
+pub const DEFAULT_USE_SQSH: bool = true;
+pub const DEFAULT_SQSH_PARTITION: &str = "cpu";
+pub const DEFAULT_SQSH_TIMEOUT_MINUTES: u32 = 30;
+pub const DEFAULT_SQSH_MEMORY: &str = "32G";
+pub const DEFAULT_FORCE_RECONVERT_LATEST: bool = false;
+pub const DEFAULT_SQSH_LATEST_MAX_AGE_HOURS: u32 = 0;
+pub const DEFAULT_ALLOW_REGISTRY_PULL: bool = false;
+pub const DEFAULT_RETRY_BACKOFF_SECS: u32 = 30;
+pub const DEFAULT_MAX_QUERIES_PER_MINUTE: u32 = 30;
+pub const DEFAULT_DATABASE_SCHEMA: &str = "tao_state";
+pub const DEFAULT_NOTIFY_PENDING_MINUTES: u32 = 60;
+pub const DEFAULT_USE_SRUN_LOGS: bool = false;
+pub const DEFAULT_NCCL_DEBUG: &str = "INFO";
+pub const DEFAULT_LOGLEVEL: &str = "INFO";
+pub const DEFAULT_USE_TIMEOUT: bool = true;
+pub const DEFAULT_FORWARD_CREDENTIALS: bool = true;
+/// The log filter when `TAO_SLURM_LOG` is not set (the doors read it).
+pub const DEFAULT_LOG_FILTER: &str = "warn";
+/// The most bytes one `:download` archive of the service holds unless `TAO_SLURM_DOWNLOAD_MAX_BYTES`
+/// says otherwise (the service reads it).
+pub const DEFAULT_DOWNLOAD_MAX_BYTES: u64 = 128 << 20;
 
 /// The setting that names the cluster profile in use (the engine's `profiles` reads the profiles).
 pub const CLUSTER_SETTING: &str = "TAO_SLURM_CLUSTER";
@@ -370,18 +401,19 @@ fn parse_bytes(v: &str) -> Result<u64, ConfigError> {
 fn sqsh_policy(src: &SettingSources) -> Result<crate::sqsh::SqshPolicy, ConfigError> {
     Ok(crate::sqsh::SqshPolicy {
         cache_dir: src.get("TAO_SLURM_SQSH_CACHE_DIR").unwrap_or_default(),
-        partition: src.get("TAO_SLURM_SQSH_PARTITION").unwrap_or_else(|| "cpu".to_string()),
-        timeout_minutes: src.count("TAO_SLURM_SQSH_TIMEOUT_MINUTES", 1, 30)? as u64,
-        memory: src.get("TAO_SLURM_SQSH_MEMORY").unwrap_or_else(|| "32G".to_string()),
-        force_reconvert_latest: src.flag("TAO_SLURM_FORCE_RECONVERT_LATEST", false)?,
-        latest_max_age_hours: src.count("TAO_SLURM_SQSH_LATEST_MAX_AGE_HOURS", 0, 0)? as u64,
+        partition: src.get("TAO_SLURM_SQSH_PARTITION").unwrap_or_else(|| DEFAULT_SQSH_PARTITION.to_string()),
+        timeout_minutes: src.count("TAO_SLURM_SQSH_TIMEOUT_MINUTES", 1, DEFAULT_SQSH_TIMEOUT_MINUTES)? as u64,
+        memory: src.get("TAO_SLURM_SQSH_MEMORY").unwrap_or_else(|| DEFAULT_SQSH_MEMORY.to_string()),
+        force_reconvert_latest: src.flag("TAO_SLURM_FORCE_RECONVERT_LATEST", DEFAULT_FORCE_RECONVERT_LATEST)?,
+        latest_max_age_hours: src.count("TAO_SLURM_SQSH_LATEST_MAX_AGE_HOURS", 0, DEFAULT_SQSH_LATEST_MAX_AGE_HOURS)?
+            as u64,
         enroot_temp_path: src.get("SLURM_ENROOT_TEMP_PATH").map(|p| p.trim().to_string()),
     })
 }
 
 /// The credentials of the TAO SDK's names (HF_TOKEN, NGC_KEY, ...) that jobs asking for them get.
 fn forwarded_secrets(src: &SettingSources) -> Result<Vec<(String, crate::spec::Secret)>, ConfigError> {
-    if !src.flag("TAO_SLURM_FORWARD_CREDENTIALS", true)? {
+    if !src.flag("TAO_SLURM_FORWARD_CREDENTIALS", DEFAULT_FORWARD_CREDENTIALS)? {
         return Ok(Vec::new());
     }
     let mut out: Vec<(String, crate::spec::Secret)> = aliases::FORWARDED_CREDENTIALS
@@ -421,49 +453,50 @@ impl Settings {
             ssh_config: src.get("SSH_CONFIG").map(PathBuf::from),
             ssh_known_hosts: src.get("SSH_KNOWN_HOSTS").map(PathBuf::from),
             ssh_key_only: false,
-            connect_timeout_secs: src.count("SSH_CONNECT_TIMEOUT", 1, 10)?,
-            accept_new_host_keys: src.flag("SSH_ACCEPT_NEW_HOST_KEYS", false)?,
-            control_persist_secs: src.count("TAO_SLURM_CONTROL_PERSIST", 0, 1800)?,
-            remote_timeout_secs: src.count("TAO_SLURM_REMOTE_TIMEOUT", 1, 120)?,
+            connect_timeout_secs: src.count("SSH_CONNECT_TIMEOUT", 1, DEFAULT_CONNECT_TIMEOUT_SECS)?,
+            accept_new_host_keys: src.flag("SSH_ACCEPT_NEW_HOST_KEYS", DEFAULT_ACCEPT_NEW_HOST_KEYS)?,
+            control_persist_secs: src.count("TAO_SLURM_CONTROL_PERSIST", 0, DEFAULT_CONTROL_PERSIST_SECS)?,
+            remote_timeout_secs: src.count("TAO_SLURM_REMOTE_TIMEOUT", 1, DEFAULT_REMOTE_TIMEOUT_SECS)?,
             control_dir,
             base_results_dir: src.get("SLURM_BASE_RESULTS_DIR"),
             account,
-            time_hours: src.hours("SLURM_TIME_HOURS", 4.0)?,
+            time_hours: src.hours("SLURM_TIME_HOURS", DEFAULT_TIME_HOURS)?,
             timeout_hours: src.parse(
                 "SLURM_TIMEOUT_HOURS",
                 |v| parse_hours("SLURM_TIMEOUT_HOURS", v).map(Some),
                 || None,
             )?,
-            use_requeue: src.flag("SLURM_USE_REQUEUE", true)?,
-            max_gpus_per_node: src.count("SLURM_MAX_GPUS_PER_NODE", 1, 8)?,
+            use_requeue: src.flag("SLURM_USE_REQUEUE", DEFAULT_USE_REQUEUE)?,
+            max_gpus_per_node: src.count("SLURM_MAX_GPUS_PER_NODE", 1, DEFAULT_MAX_GPUS_PER_NODE)?,
             state_path,
             local,
             ngc_key: src.get("NGC_KEY").map(crate::spec::Secret::new),
             aux_max_bytes: src.parse("TAO_SLURM_AUX_MAX_BYTES", parse_bytes, || DEFAULT_AUX_MAX_BYTES)?,
             aux_timeout_minutes: src.count("TAO_SLURM_AUX_TIMEOUT_MINUTES", 1, DEFAULT_AUX_TIMEOUT_MINUTES)? as u64,
-            use_sqsh: src.flag("TAO_SLURM_USE_SQSH", true)?,
+            use_sqsh: src.flag("TAO_SLURM_USE_SQSH", DEFAULT_USE_SQSH)?,
             sqsh: sqsh_policy(src)?,
-            allow_registry_pull: src.flag("TAO_SLURM_ALLOW_REGISTRY_PULL", false)?,
+            allow_registry_pull: src.flag("TAO_SLURM_ALLOW_REGISTRY_PULL", DEFAULT_ALLOW_REGISTRY_PULL)?,
             max_retries: src.count("MAX_JOB_RETRIES", 0, crate::retry::MAX_JOB_RETRIES)?,
-            retry_backoff_secs: src.count("TAO_SLURM_RETRY_BACKOFF_SECS", 0, 30)? as u64,
-            max_queries_per_minute: src.count("TAO_SLURM_MAX_QUERIES_PER_MINUTE", 1, 30)?,
+            retry_backoff_secs: src.count("TAO_SLURM_RETRY_BACKOFF_SECS", 0, DEFAULT_RETRY_BACKOFF_SECS)? as u64,
+            max_queries_per_minute: src.count("TAO_SLURM_MAX_QUERIES_PER_MINUTE", 1, DEFAULT_MAX_QUERIES_PER_MINUTE)?,
             notify: src.parse("TAO_SLURM_NOTIFY", parse_webhooks, Vec::new)?,
             database_url: src.parse("TAO_SLURM_DATABASE_URL", |v| Ok(secret_text(v)), || None)?,
             database_password: src.parse("TAO_SLURM_DATABASE_PASSWORD", |v| Ok(secret_text(v)), || None)?,
-            database_schema: src.parse("TAO_SLURM_DATABASE_SCHEMA", parse_schema, || "tao_state".to_string())?,
+            database_schema: src
+                .parse("TAO_SLURM_DATABASE_SCHEMA", parse_schema, || DEFAULT_DATABASE_SCHEMA.to_string())?,
             database_ca_file: src.get("TAO_SLURM_DATABASE_CA_FILE").map(PathBuf::from),
-            notify_pending_minutes: src.count("TAO_SLURM_NOTIFY_PENDING_MINUTES", 0, 60)?,
+            notify_pending_minutes: src.count("TAO_SLURM_NOTIFY_PENDING_MINUTES", 0, DEFAULT_NOTIFY_PENDING_MINUTES)?,
             cpus_per_task: src.count("SLURM_CPUS_PER_TASK", 1, crate::layout::DEFAULT_CPUS_PER_TASK)?,
             max_cpus_per_task: src.count("SLURM_MAX_CPUS_PER_TASK", 1, crate::layout::DEFAULT_MAX_CPUS_PER_TASK)?,
             default_gpus: src.parse("SLURM_NUM_GPUS", |v| parse_u32("SLURM_NUM_GPUS", v, 0).map(Some), || None)?,
-            use_srun_logs: src.flag("SLURM_USE_SRUN_LOGS", false)?,
-            nccl_debug: src.get("NCCL_DEBUG").map_or_else(|| "INFO".to_string(), |v| v.trim().to_string()),
-            log_level: src.get("LOGLEVEL").map_or_else(|| "INFO".to_string(), |v| v.trim().to_string()),
+            use_srun_logs: src.flag("SLURM_USE_SRUN_LOGS", DEFAULT_USE_SRUN_LOGS)?,
+            nccl_debug: src.get("NCCL_DEBUG").map_or_else(|| DEFAULT_NCCL_DEBUG.to_string(), |v| v.trim().to_string()),
+            log_level: src.get("LOGLEVEL").map_or_else(|| DEFAULT_LOGLEVEL.to_string(), |v| v.trim().to_string()),
             container_mounts: match src.get("SLURM_CONTAINER_MOUNTS") {
                 Some(v) => v.split(',').map(str::trim).filter(|m| !m.is_empty()).map(String::from).collect(),
                 None => crate::layout::default_mounts(&base),
             },
-            use_timeout: src.flag("SLURM_USE_TIMEOUT", true)?,
+            use_timeout: src.flag("SLURM_USE_TIMEOUT", DEFAULT_USE_TIMEOUT)?,
             checkpoint_grace_seconds: src.parse(
                 "TAO_SLURM_CHECKPOINT_GRACE",
                 |v| parse_u32("TAO_SLURM_CHECKPOINT_GRACE", v, 0).map(u64::from),
