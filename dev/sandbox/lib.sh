@@ -472,7 +472,7 @@ SQL
 }
 
 # smoke_test SSH_CONFIG LOGIN SACCT_RUNNER [LOGIN2]: the check that ends up.sh and up-24.11.sh. Over ssh
-# as the sandbox user: a 2-node srun in real containers (each rank prints its node id and the image's
+# as the sandbox user: a 2-node srun in real, named containers (Enroot lists them: each rank prints its node id and the image's
 # os-release ID; the shared storage mounted read-only), then a batch job that must end COMPLETED in
 # sacct (run as `SACCT_RUNNER sacct ...`: env on the host, in_root for 24.11); LOGIN2 must answer too.
 # Dies (the caller's die) with the logs' tails if anything is off; prints what passed.
@@ -486,7 +486,7 @@ smoke_test() {
     # the image's os-release names it
     local shows='$(. /etc/os-release; echo $ID)' want="0 tao-slurm-sandbox;1 tao-slurm-sandbox;"
     out="$(timeout 120 "${ssh[@]}" "$login" \
-        "srun --nodes=2 --ntasks-per-node=1 --gres=gpu:8 --container-image=nvcr.io#nvidia/pytorch:24.01-py3 --container-mounts=$SD/shared:$SD/shared:ro sh -c 'echo \$SLURM_NODEID $shows' && sbatch --parsable --wrap true" 2>"$errf")" \
+        "srun --nodes=2 --ntasks-per-node=1 --gres=gpu:8 --container-image=nvcr.io#nvidia/pytorch:24.01-py3 --container-name=smoke --container-mounts=$SD/shared:$SD/shared:ro sh -c 'echo \$SLURM_NODEID $shows' && sbatch --parsable --wrap true" 2>"$errf")" \
         || die "smoke srun/sbatch over ssh failed: $out $(cat "$errf")" "$LOG/slurm/slurmctld.log" "$LOG/slurm/slurmd-node1.log"
     jid="$(tail -n1 <<<"$out")"
     [[ "$jid" =~ ^[0-9]+$ ]] || die "smoke sbatch printed: $out $(cat "$errf")" "$LOG/slurm/slurmctld.log"

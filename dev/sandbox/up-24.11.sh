@@ -47,9 +47,10 @@ MUNGE_SOCKET="$RUN/munge/munge.socket"
 DB_PASS="slurm-sandbox-db"   # only reachable on 127.0.0.1:$DB_PORT
 USER_HOME="$SD/home/$SSH_USER"
 # Debian 13's packages inside the root (procps/hostname: the commands tao-slurm's scripts use)
-# Enroot's run-time needs, and make for Pyxis (built in the root against 24.11's spank.h)
+# Enroot's run-time needs (column: bsdextrautils), and make for Pyxis (built in the root against 24.11's spank.h)
 ROOT_PKGS=(slurmctld slurmd slurm-client slurmdbd libslurm-dev munge openssh-server gcc libc6-dev
-           procps hostname make squashfs-tools fuse-overlayfs parallel pigz jq curl zstd libcap2-bin file)
+           procps hostname make squashfs-tools fuse-overlayfs parallel pigz jq curl zstd libcap2-bin file
+           bsdextrautils squashfuse)
 
 [[ $EUID -eq 0 ]] || { echo "up-24.11.sh must run as root" >&2; exit 1; }
 

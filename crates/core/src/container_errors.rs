@@ -119,6 +119,9 @@ mod tests {
     const SLURM_22_05_UNAUTHORIZED: &str = include_str!("../tests/fixtures/slurm-22.05/pyxis-unauthorized.txt");
     const SLURM_22_05_NOT_FOUND: &str = include_str!("../tests/fixtures/slurm-22.05/pyxis-not-found.txt");
     const SLURM_22_05_MISSING_MOUNT: &str = include_str!("../tests/fixtures/slurm-22.05/pyxis-missing-mount.txt");
+    const SLURM_24_11_UNAUTHORIZED: &str = include_str!("../tests/fixtures/slurm-24.11/pyxis-unauthorized.txt");
+    const SLURM_24_11_NOT_FOUND: &str = include_str!("../tests/fixtures/slurm-24.11/pyxis-not-found.txt");
+    const SLURM_24_11_MISSING_MOUNT: &str = include_str!("../tests/fixtures/slurm-24.11/pyxis-missing-mount.txt");
 
     #[test]
     fn real_pyxis_and_enroot_lines_get_their_cause_class_and_remediation() {
@@ -126,6 +129,9 @@ mod tests {
             (SLURM_22_05_UNAUTHORIZED, Unauthorized, Fault::User, "tao-slurm credentials enroot"),
             (SLURM_22_05_NOT_FOUND, ImageNotFound, Fault::User, "no such image"),
             (SLURM_22_05_MISSING_MOUNT, MountSourceMissing, Fault::User, "does not exist"),
+            (SLURM_24_11_UNAUTHORIZED, Unauthorized, Fault::User, "tao-slurm credentials enroot"),
+            (SLURM_24_11_NOT_FOUND, ImageNotFound, Fault::User, "no such image"),
+            (SLURM_24_11_MISSING_MOUNT, MountSourceMissing, Fault::User, "does not exist"),
             // nvcr.io itself: its token endpoint answers a missing key with what Enroot cannot parse
             (
                 "pyxis: failed to import docker image: nvcr.io#nvidia/x:1\n[ERROR] Could not process JSON input",

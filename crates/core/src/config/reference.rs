@@ -262,8 +262,8 @@ pub fn settings() -> Vec<Setting> {
         ),
         row(
             &["SLURM_CONTAINER_MOUNTS"],
-            code(DEFAULT_MOUNT),
-            "every job's container mounts (comma-separated `SRC[:DST[:ro]]`); `--mount` adds to them",
+            format!("{} when the base directory is below it, else none", code(DEFAULT_MOUNT)),
+            "every job's container mounts (comma-separated `SRC[:DST[:ro]]`); `--mount` adds to them; the base directory is mounted at its own path in any case (the job's results, specs and logs are named by it); `preflight` checks that each source exists (Pyxis ends a step that mounts a missing one)",
         ),
         row(&["SLURM_USE_TIMEOUT"], code(DEFAULT_USE_TIMEOUT), "run the container step under the inner timeout"),
         row(
