@@ -304,10 +304,13 @@ async def test_cluster_tools_on_the_sandbox(server_env):
         if not creds["installed"]:
             assert "tao-slurm credentials enroot" in creds["next"]
         assert "password" not in str(creds)
-        # The sandbox's enroot stand-in converts at once; a second import finds the cached file.
-        image = f"nvcr.io/nvidia/tao/tao-toolkit:mcp-{secrets.token_hex(4)}"
+    # A real `enroot import` of a registry image into a cache of this test's own; a second import
+    # finds the cached file.
+    cache = f"{base}/mcp-cache-{secrets.token_hex(4)}"
+    async with connect(dict(server_env, TAO_SLURM_SQSH_CACHE_DIR=cache)) as s:
+        image = "nvcr.io/nvidia/pytorch:24.01-py3"
         first = await s.ok("image_import", {"image": image})
-        assert first["how"] == "converted" and first["sqsh_path"].endswith(".sqsh"), first
+        assert first["how"] == "converted" and first["sqsh_path"].startswith(cache + "/"), first
         again = await s.ok("image_import", {"image": image})
         assert again["how"] == "cached" and again["sqsh_path"] == first["sqsh_path"]
 

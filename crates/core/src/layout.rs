@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 pub const DEFAULT_CPUS_PER_TASK: u32 = 16;
+pub const DEFAULT_GPUS: u32 = 4;
 /// The most CPUs per task when SLURM_MAX_CPUS_PER_TASK does not say (the TAO SDK's cap).
 pub const DEFAULT_MAX_CPUS_PER_TASK: u32 = 128;
 
@@ -101,6 +102,15 @@ impl Layout {
     pub fn status_json(&self) -> String {
         format!("{}/status.json", self.results_dir())
     }
+}
+
+/// In a job's [`BOOKKEEPING_DIR`]: `up-<Slurm job id>-<node>-<container>`, made by every task of a
+/// job step once Pyxis has started the step's container on its node. A step that joins the container
+/// by name (`exec`, `shell`, `tensorboard`) waits for it: Pyxis creates the container's filesystem
+/// after Slurm says RUNNING, and a join while it does reuses the half-made directory and breaks the
+/// job's own step (its `unsquashfs` then fails: "File exists").
+pub fn container_up_file(results_dir: &str, slurm_job_id: &str, node: &str, container: &str) -> String {
+    format!("{results_dir}/{BOOKKEEPING_DIR}/up-{slurm_job_id}-{node}-{container}")
 }
 
 /// `tao-job-<id>`, sanitised to `[A-Za-z0-9_.-]` and at most 120 characters.

@@ -11,9 +11,8 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 use std::sync::LazyLock;
 
-pub use crate::layout::{slurm_job_name, Layout, Resources, DEFAULT_CPUS_PER_TASK, DEFAULT_MOUNT};
+pub use crate::layout::{slurm_job_name, Layout, Resources, DEFAULT_CPUS_PER_TASK, DEFAULT_GPUS, DEFAULT_MOUNT};
 
-pub const DEFAULT_GPUS: u32 = 4;
 pub const DEFAULT_MAX_TIMEOUT_REQUEUES: u32 = 3;
 /// Hours allowed on the packaged default partitions.
 pub const DEFAULT_PARTITION_MAX_HOURS: f64 = 4.0;

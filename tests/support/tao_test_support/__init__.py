@@ -83,7 +83,7 @@ def user_env(
         env["SLURM_USE_SQSH"] = "false"
         env["TAO_SDK_STATE_DIR"] = str(home / ".tao_sdk")
     else:
-        env["TAO_SLURM_USE_SQSH"] = "true"
+        env["TAO_SLURM_USE_SQSH"] = "false"
         env["TAO_SLURM_STATE"] = str(state or home / "state.db")
     return env
 

@@ -8,8 +8,7 @@ use super::aliases::{Translate, ALIASES, STATE_FILE_IN_TAO_DIR};
 use super::*;
 use crate::attempts::{OnPreempt, DEFAULT_MAX_PREEMPTIONS};
 use crate::checkpoint::DEFAULT_PATTERNS;
-use crate::layout::{DEFAULT_CPUS_PER_TASK, DEFAULT_MAX_CPUS_PER_TASK, DEFAULT_MOUNT};
-use crate::plan::DEFAULT_GPUS;
+use crate::layout::{DEFAULT_CPUS_PER_TASK, DEFAULT_GPUS, DEFAULT_MAX_CPUS_PER_TASK, DEFAULT_MOUNT};
 use crate::retry::MAX_JOB_RETRIES;
 use std::fmt::Display;
 

@@ -15,6 +15,10 @@ pub struct ExecTarget<'a> {
     pub place: Place,
     /// A pseudo-terminal for the task (`shell`).
     pub pty: bool,
+    /// The job's node list (Slurm's form) and results directory: where each node's container says
+    /// it is up ([`crate::layout::container_up_file`]).
+    pub node_list: &'a str,
+    pub results_dir: &'a str,
 }
 
 /// Which of the job's nodes, and which container there.
@@ -172,24 +176,42 @@ pub fn exec_argv(t: &ExecTarget<'_>, command: &[String]) -> Result<Vec<String>, 
 /// Seconds a step joining the job's container waits for Pyxis to create it.
 pub const CONTAINER_WAIT_SECS: u64 = 60;
 
-/// The shell lines that wait until the job's container exists where `t` runs. Pyxis creates it
-/// after Slurm says RUNNING (it imports the image first, minutes for a large one), and a step that
-/// joins a missing container by name fails ("a container with name ... does not exist"). Only that
-/// answer is waited on; any other (the job ended, a node went away) goes straight to the step itself,
-/// which then fails with its own error.
+/// The shell lines that wait until the job's container is up on every node where `t` runs: each
+/// task of the job's step says so in a file ([`crate::layout::container_up_file`]) once Pyxis has
+/// made and started the container. Pyxis makes it after Slurm says RUNNING (it imports or unpacks the
+/// image first, minutes for a large one); joining it before then fails ("a container with name ...
+/// does not exist") or, while its filesystem is being unpacked, breaks the job's own step. A check of
+/// files on shared storage: no step, no slurmctld RPC.
 pub fn wait_for_container(t: &ExecTarget<'_>) -> Result<String, ExecError> {
-    let probe = ExecTarget { pty: false, ..t.clone() };
-    let probe = shell::join(&exec_argv(&probe, &["true".to_string()])?);
+    let (nodes, container) = match &t.place {
+        Place::Node(node) => (vec![node.clone()], container_name(t.job_id)),
+        Place::EveryNode => {
+            let all = crate::slurm::hostlist::expand(t.node_list)
+                .ok_or_else(|| ExecError::BadNodeList(t.node_list.to_string()))?;
+            (if t.pty { all.into_iter().take(1).collect() } else { all }, container_name(t.job_id))
+        }
+        Place::Role(role, nodes) => {
+            let nodes = if t.pty { nodes.iter().take(1).cloned().collect() } else { nodes.clone() };
+            (nodes, crate::script::role_container_name(t.job_id, *role))
+        }
+    };
+    let mut files = Vec::new();
+    for node in &nodes {
+        check_node(node)?;
+        files.push(shell::quote(&crate::layout::container_up_file(t.results_dir, t.slurm_job_id, node, &container)));
+    }
     Ok(format!(
         "tao_until=$((SECONDS + {CONTAINER_WAIT_SECS}))\n\
-         while tao_err=$(timeout 30 {probe} </dev/null 2>&1 >/dev/null); [ $? -ne 0 ]; do\n\
-         \x20 case $tao_err in *'does not exist'*) ;; *) break ;; esac\n\
-         \x20 if [ $SECONDS -ge $tao_until ]; then\n\
-         \x20   echo \"the job's container is not up after {CONTAINER_WAIT_SECS} s (Pyxis is still importing its image?); try again in a minute\" >&2\n\
-         \x20   break\n\
-         \x20 fi\n\
-         \x20 sleep 1\n\
-         done\n"
+         for tao_up in {files}; do\n\
+         \x20 until [ -e \"$tao_up\" ]; do\n\
+         \x20   if [ $SECONDS -ge $tao_until ]; then\n\
+         \x20     echo \"the job's container is not up after {CONTAINER_WAIT_SECS} s (Pyxis may still be importing its image); try again in a minute\" >&2\n\
+         \x20     break 2\n\
+         \x20   fi\n\
+         \x20   sleep 0.5\n\
+         \x20 done\n\
+         done\n",
+        files = files.join(" ")
     ))
 }
 
@@ -376,7 +398,7 @@ mod tests {
 
     fn target(node: Option<&str>, pty: bool) -> ExecTarget<'_> {
         let place = node.map_or(Place::EveryNode, |n| Place::Node(n.to_string()));
-        ExecTarget { slurm_job_id: "42", job_id: "abc", place, pty }
+        ExecTarget { slurm_job_id: "42", job_id: "abc", place, pty, node_list: "node[1-2]", results_dir: "/r/abc" }
     }
 
     #[test]
@@ -508,38 +530,49 @@ mod tests {
         assert!(pty.contains(&"--pty".to_string()) && pty.contains(&"--nodes=1".to_string()));
     }
 
-    /// The wait before a step joins the container: it probes while Pyxis answers that the
-    /// container does not exist yet, and stops at the first other answer.
+    /// The wait before a step joins the container: until each node's task says its container is up
+    /// (the file the job's own step makes), for this Slurm job only (a retry's new allocation has a
+    /// new container); a terminal waits for its one node.
     #[test]
-    fn a_step_waits_for_the_container_only_while_pyxis_says_it_does_not_exist() {
+    fn a_step_waits_until_the_jobs_container_is_up_on_each_of_its_nodes() {
         let dir = tempfile::tempdir().unwrap();
-        let run = |fake_srun: &str| {
-            let srun = dir.path().join("srun");
-            std::fs::write(
-                &srun,
-                format!("#!/bin/bash\necho \"$*\" >> {d}/calls\n{fake_srun}\n", d = dir.path().display()),
-            )
-            .unwrap();
-            std::fs::set_permissions(&srun, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-            let _ = std::fs::remove_file(dir.path().join("calls"));
-            let script = format!("{}echo waited", wait_for_container(&target(Some("node2"), true)).unwrap());
-            let path = format!("{}:{}", dir.path().display(), std::env::var("PATH").unwrap_or_default());
-            let out = std::process::Command::new("bash").arg("-c").arg(&script).env("PATH", path).output().unwrap();
-            let calls = std::fs::read_to_string(dir.path().join("calls")).unwrap_or_default();
-            (String::from_utf8_lossy(&out.stdout).into_owned(), calls)
+        let results = dir.path().display().to_string();
+        std::fs::create_dir(dir.path().join(crate::layout::BOOKKEEPING_DIR)).unwrap();
+        let up = |node: &str| crate::layout::container_up_file(&results, "42", node, "tao-abc");
+        let target = |pty: bool| ExecTarget {
+            slurm_job_id: "42",
+            job_id: "abc",
+            place: Place::EveryNode,
+            pty,
+            node_list: "node[1-2]",
+            results_dir: &results,
         };
-        let missing_twice = format!(
-            "n=$(wc -l < {d}/calls); if [ \"$n\" -le 2 ]; then echo 'pyxis: error: a container with name tao-abc does not exist' >&2; exit 1; fi",
-            d = dir.path().display()
+        let run = |t: &ExecTarget<'_>| {
+            let script = format!("{}echo joined", wait_for_container(t).unwrap());
+            std::process::Command::new("bash").arg("-c").arg(script).spawn().unwrap()
+        };
+        // A previous Slurm job's container says nothing about this one's.
+        std::fs::write(crate::layout::container_up_file(&results, "41", "node1", "tao-abc"), "").unwrap();
+        let mut every = run(&target(false));
+        let mut shell = run(&target(true));
+        std::fs::write(up("node1"), "").unwrap();
+        // The terminal's node is up: it goes on; every node's waits for node2 still.
+        assert!(shell.wait().unwrap().success());
+        assert!(every.try_wait().unwrap().is_none(), "the step on every node waits for node2");
+        std::fs::write(up("node2"), "").unwrap();
+        assert!(every.wait().unwrap().success());
+        // The prelude of the job's own step makes the file, in its container, on each node.
+        let plan = crate::plan::tests::resolve(&crate::plan::tests::spec(), &crate::plan::tests::settings()).unwrap();
+        let argv = crate::script::srun_argv(&plan).join(" ");
+        let made = format!(
+            ": > \"{}\"",
+            crate::layout::container_up_file(&plan.layout.results_dir(), "$SLURM_JOB_ID", "$SLURMD_NODENAME", "tao-")
         );
-        let (out, calls) = run(&missing_twice);
-        assert_eq!(out, "waited\n");
-        assert_eq!(calls.lines().count(), 3, "{calls}");
-        let first = calls.lines().next().unwrap();
-        assert!(first.contains("--nodelist=node2") && first.ends_with("--container-name=tao-abc -- true"), "{first}");
-        assert!(!first.contains("--pty"), "a probe needs no terminal: {first}");
-        let (out, calls) = run("echo 'srun: error: job 42 has already finished' >&2; exit 1");
-        assert_eq!((out.as_str(), calls.lines().count()), ("waited\n", 1), "any other answer ends the wait");
+        assert!(argv.contains(made.trim_end_matches('"')), "{argv}");
+        assert_eq!(
+            wait_for_container(&ExecTarget { node_list: "node[", ..target(false) }),
+            Err(ExecError::BadNodeList("node[".into()))
+        );
     }
 
     #[test]

@@ -75,8 +75,9 @@ fn step_line(plan: &Plan, cosmos: &CosmosPlan, role: Role) -> String {
     }
     head.extend([format!("--nodes={tasks}"), format!("--ntasks={tasks}"), "--ntasks-per-node=1".to_string()]);
     let mut tail = container_options(plan);
-    tail.push(format!("--container-name={}", super::role_container_name(&plan.layout.job_id, role)));
-    tail.extend(task_argv(plan, cosmos.command(role)));
+    let container = super::role_container_name(&plan.layout.job_id, role);
+    tail.push(format!("--container-name={container}"));
+    tail.extend(task_argv(plan, &container, cosmos.command(role)));
     format!(
         "COSMOS_NODE_ROLE={role} LOCAL_NODE_LIST={} {} {} --nodelist={} --output=\"$tao_logs/{role}/%t.out\" --error=\"$tao_logs/{role}/%t.err\" {} 2>\"$tao_logs/{role}/{SRUN_MESSAGES_FILE}\" &",
         local_node_list(role),
@@ -318,7 +319,8 @@ mod tests {
         // The container each role's step names is the one exec joins.
         for role in Role::ALL {
             let place = resolve_place(None, Some(role.as_str()), cosmos, "node[1-4]").unwrap();
-            let target = ExecTarget { slurm_job_id: "7", job_id: ID, place, pty: false };
+            let target =
+                ExecTarget { slurm_job_id: "7", job_id: ID, place, pty: false, node_list: "n[1-4]", results_dir: "/r" };
             let argv = exec_argv(&target, &["nvidia-smi".into()]).unwrap().join(" ");
             let name = format!("--container-name=tao-{ID}-{role}");
             assert!(argv.contains(&name), "{argv}");
@@ -329,6 +331,8 @@ mod tests {
             job_id: ID,
             place: Place::Role(Role::Rollout, nodes(&["node3", "node4"])),
             pty: false,
+            node_list: "node[1-4]",
+            results_dir: "/r",
         };
         let argv = exec_argv(&target, &["hostname".into()]).unwrap().join(" ");
         assert!(argv.contains("--nodelist=node3,node4 --nodes=2 --ntasks=2 --ntasks-per-node=1"), "{argv}");

@@ -162,8 +162,9 @@ pub fn srun_argv(plan: &Plan) -> Vec<String> {
         argv.push("--open-mode=append".to_string());
     }
     argv.extend(container_options(plan));
-    argv.push(format!("--container-name={}", container_name(&plan.layout.job_id)));
-    argv.extend(task_argv(plan, &plan.command));
+    let container = container_name(&plan.layout.job_id);
+    argv.push(format!("--container-name={container}"));
+    argv.extend(task_argv(plan, &container, &plan.command));
     argv
 }
 
@@ -196,13 +197,17 @@ fn container_options(plan: &Plan) -> Vec<String> {
 }
 
 /// What each task runs in the container: the prelude, then `command`.
-fn task_argv(plan: &Plan, command: &[String]) -> Vec<String> {
+fn task_argv(plan: &Plan, container: &str, command: &[String]) -> Vec<String> {
     // The task prelude runs inside the container, on every node: NODE_RANK must come from that task's
-    // own SLURM_NODEID (evaluating it in the batch step would give every node rank 0).
+    // own SLURM_NODEID (evaluating it in the batch step would give every node rank 0). It first says
+    // that this node's container is up (the base directory, a plain path, is mounted in any case).
+    let up =
+        crate::layout::container_up_file(&plan.layout.results_dir(), "$SLURM_JOB_ID", "$SLURMD_NODENAME", container);
+    let up = format!(": > \"{up}\" 2>/dev/null; ");
     let prelude = if plan.resources.nodes > 1 {
-        "export NODE_RANK=\"$SLURM_NODEID\"; exec \"$@\"".to_string()
+        format!("{up}export NODE_RANK=\"$SLURM_NODEID\"; exec \"$@\"")
     } else {
-        format!("unset {}; exec \"$@\"", RENDEZVOUS_VARS.join(" "))
+        format!("{up}unset {}; exec \"$@\"", RENDEZVOUS_VARS.join(" "))
     };
     let mut argv = vec!["--".to_string(), "sh".to_string(), "-c".to_string(), prelude, "tao-task".to_string()];
     argv.extend(command.iter().cloned());

@@ -110,7 +110,10 @@ fn run_with_stubs(script: &str, srun_body: &str) -> (i32, String, String) {
         .env("SLURM_JOB_NODELIST", "node[A-B]")
         .output()
         .unwrap();
-    let args = std::fs::read_to_string(&argfile).unwrap_or_default();
+    // srun's arguments as the plan wrote them (the run's paths were moved into the temporary dir).
+    let args = std::fs::read_to_string(&argfile)
+        .unwrap_or_default()
+        .replace(&dir.path().join("lustre").display().to_string(), "/lustre/alice");
     (out.status.code().unwrap_or(-1), args, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 

@@ -95,7 +95,14 @@ impl Client {
     /// The step's argv, and the lines before it that wait for the job's container.
     fn exec_argv(&self, job: &RunningJob, at: &Where, pty: bool, command: &[String]) -> Result<(String, Vec<String>)> {
         let place = self.place(job, at)?;
-        let target = ExecTarget { slurm_job_id: &job.slurm_job_id, job_id: &job.job_id, place, pty };
+        let target = ExecTarget {
+            slurm_job_id: &job.slurm_job_id,
+            job_id: &job.job_id,
+            place,
+            pty,
+            node_list: &job.node_list,
+            results_dir: &job.results_dir,
+        };
         let invalid = |e: running::ExecError| invalid("command", e.to_string());
         Ok((
             running::wait_for_container(&target).map_err(invalid)?,
@@ -223,7 +230,14 @@ impl Client {
         let addr = self.node_addr(&node)?;
         // The first node's container (a Cosmos-RL job's: the policy's there).
         let place = self.place(&job, &Where::new(Some(&node), None))?;
-        let target = ExecTarget { slurm_job_id: &job.slurm_job_id, job_id: &job.job_id, place, pty: false };
+        let target = ExecTarget {
+            slurm_job_id: &job.slurm_job_id,
+            job_id: &job.job_id,
+            place,
+            pty: false,
+            node_list: &job.node_list,
+            results_dir: &job.results_dir,
+        };
         let script = running::tensorboard_script(&target, &addr, &job.results_dir, port, path_prefix, on_busy)
             .map_err(|e| {
                 invalid(
