@@ -102,8 +102,9 @@ fn init_yes_writes_an_env_file_that_preflight_passes_and_a_job_runs_with() {
     assert!(!now.contains("SLURM_PARTITION=polar"), "{now}");
 }
 
-/// Run `init` in a terminal: answer each prompt as it appears, then `last` to "Write ...?".
-fn init_in_a_terminal(env: &Env, last: &str) -> String {
+/// Run `init` in a terminal: answer each prompt as it appears, then `last` to "Write ...?"; its output
+/// once it has exited and `ends_with` has been read (the terminal's reader may still be behind).
+fn init_in_a_terminal(env: &Env, last: &str, ends_with: &str) -> String {
     let mut cmd = env.command(&["init", "--known-hosts", &format!("{SSH}/known_hosts"), "--base-dir", BASE]);
     cmd.env("TERM", "dumb");
     let mut term = PtyChild::spawn(cmd);
@@ -128,9 +129,11 @@ fn init_in_a_terminal(env: &Env, last: &str) -> String {
     let status = wait_for("init to exit", Duration::from_secs(120), Duration::from_millis(100), || {
         term.child.try_wait().unwrap()
     });
-    let seen = term.seen();
-    assert!(status.code().is_some(), "{seen}");
-    seen
+    assert!(status.code().is_some(), "{}", term.seen());
+    wait_for("init's last words", Duration::from_secs(10), Duration::from_millis(50), || {
+        let seen = term.seen();
+        seen.contains(ends_with).then_some(seen)
+    })
 }
 
 #[test]
@@ -140,13 +143,13 @@ fn init_in_a_terminal_asks_offers_what_it_found_and_writes_only_on_yes() {
     std::fs::write(env.dir.path().join(".ssh/config"), "Host mycluster other\n    HostName 127.0.0.1\nHost *\n")
         .unwrap();
 
-    let seen = init_in_a_terminal(&env, "n\r");
+    let seen = init_in_a_terminal(&env, "n\r", "nothing was written");
     assert!(seen.contains("ssh_config aliases: mycluster, other"), "{seen}");
     assert!(seen.contains(&format!("key {} (mode 600)", key.display())), "{seen}");
     assert!(seen.contains("nothing was written"), "{seen}");
     assert!(!env_file(&env).exists());
 
-    let seen = init_in_a_terminal(&env, "y\r");
+    let seen = init_in_a_terminal(&env, "y\r", "preflight: all required checks passed");
     assert!(seen.contains("preflight: all required checks passed"), "{seen}");
     let written = std::fs::read_to_string(env_file(&env)).unwrap();
     for line in [
