@@ -38,8 +38,8 @@ def readme_lines(title: str) -> list:
 
 def newcomer_run(root, script: str, timeout=300) -> str:
     """Run a README line in the root as the new user: HOME and PATH, none of the sandbox's settings.
-    The additions: the known hosts file by its full path (below), and no squashfs conversion (the sandbox has no `cpu` partition for it, nor a way to
-    the public registry); the job's image is used as it is."""
+    The additions: the known hosts file by its full path (below), and no squashfs conversion: the
+    first job's image is pulled by Pyxis as it is (the conversion has tests of its own)."""
     env = {"HOME": "/work/home", "PATH": PATH_IN_ROOT, "LANG": "C.UTF-8", "TAO_SLURM_USE_SQSH": "false",
            # ssh reads `~/.ssh/known_hosts` from the passwd entry (root's /root in the root), not $HOME: the
            # test's HOME is not root's, a real user's is theirs. The same file a user's default names.
