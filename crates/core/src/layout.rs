@@ -27,11 +27,17 @@ pub fn default_mounts(base: &str) -> Vec<String> {
 /// as the job's files must be (results, specs and logs are named by their cluster paths).
 pub fn covered(path: &str, mounts: &[String]) -> bool {
     mounts.iter().any(|m| {
-        let mut parts = m.split(':');
-        let src = parts.next().unwrap_or_default().trim_end_matches('/');
-        let dst = parts.next().map_or(src, |d| d.trim_end_matches('/'));
+        let (src, dst) = mount_ends(m);
+        let (src, dst) = (src.trim_end_matches('/'), dst.trim_end_matches('/'));
         src == dst && (path == src || path.starts_with(&format!("{src}/")) || src.is_empty())
     })
+}
+
+/// A mount's source and where it shows in the container (`SRC[:DST[:FLAGS]]`; DST defaults to SRC).
+pub fn mount_ends(mount: &str) -> (&str, &str) {
+    let mut parts = mount.split(':');
+    let src = parts.next().unwrap_or_default();
+    (src, parts.next().unwrap_or(src))
 }
 
 /// What tao-slurm's batch script keeps in a job's results directory beside the job's own files (the

@@ -195,7 +195,7 @@ pub fn preflight_script(settings: &Settings) -> String {
 
 /// The source paths of the settings' default mounts (`SRC[:DST[:FLAGS]]`).
 fn mount_sources(settings: &Settings) -> Vec<String> {
-    settings.container_mounts.iter().map(|m| m.split(':').next().unwrap_or_default().to_string()).collect()
+    settings.container_mounts.iter().map(|m| crate::layout::mount_ends(m).0.to_string()).collect()
 }
 
 /// Turn one host's preflight output into checks. Pure.

@@ -130,47 +130,48 @@ pub fn exec_argv(t: &ExecTarget<'_>, command: &[String]) -> Result<Vec<String>, 
         argv.extend([format!("--nodelist={node}"), "--nodes=1".into(), "--ntasks=1".into()]);
         Ok(())
     };
-    let container = match &t.place {
-        Place::Node(node) => {
-            one(&mut argv, node)?;
-            container_name(t.job_id)
-        }
+    match &t.place {
+        Place::Node(node) => one(&mut argv, node)?,
         Place::EveryNode => {
             if t.pty {
                 argv.extend(["--nodes=1".to_string(), "--ntasks=1".into()]);
             } else {
                 argv.push("--ntasks-per-node=1".into());
             }
-            container_name(t.job_id)
         }
-        Place::Role(role, nodes) => {
-            match nodes.as_slice() {
-                [] => return Err(ExecError::BadRole(role.to_string(), "none with nodes".into())),
-                [node] => one(&mut argv, node)?,
-                [first, ..] if t.pty => one(&mut argv, first)?,
-                many => {
-                    for n in many {
-                        check_node(n)?;
-                    }
-                    let k = many.len();
-                    argv.extend([
-                        format!("--nodelist={}", many.join(",")),
-                        format!("--nodes={k}"),
-                        format!("--ntasks={k}"),
-                        "--ntasks-per-node=1".into(),
-                    ]);
+        Place::Role(role, nodes) => match nodes.as_slice() {
+            [] => return Err(ExecError::BadRole(role.to_string(), "none with nodes".into())),
+            [node] => one(&mut argv, node)?,
+            [first, ..] if t.pty => one(&mut argv, first)?,
+            many => {
+                for n in many {
+                    check_node(n)?;
                 }
+                let k = many.len();
+                argv.extend([
+                    format!("--nodelist={}", many.join(",")),
+                    format!("--nodes={k}"),
+                    format!("--ntasks={k}"),
+                    "--ntasks-per-node=1".into(),
+                ]);
             }
-            crate::script::role_container_name(t.job_id, *role)
-        }
-    };
+        },
+    }
     if t.pty {
         argv.push("--pty".into());
     }
-    argv.push(format!("--container-name={container}"));
+    argv.push(format!("--container-name={}", container_of(t)));
     argv.push("--".into());
     argv.extend(command.iter().cloned());
     Ok(argv)
+}
+
+/// The Pyxis name of the container `t` joins: the job's, or its Cosmos-RL role's.
+fn container_of(t: &ExecTarget<'_>) -> String {
+    match &t.place {
+        Place::Role(role, _) => crate::script::role_container_name(t.job_id, *role),
+        Place::Node(_) | Place::EveryNode => container_name(t.job_id),
+    }
 }
 
 /// Seconds a step joining the job's container waits for Pyxis to create it.
@@ -183,18 +184,15 @@ pub const CONTAINER_WAIT_SECS: u64 = 60;
 /// does not exist") or, while its filesystem is being unpacked, breaks the job's own step. A check of
 /// files on shared storage: no step, no slurmctld RPC.
 pub fn wait_for_container(t: &ExecTarget<'_>) -> Result<String, ExecError> {
-    let (nodes, container) = match &t.place {
-        Place::Node(node) => (vec![node.clone()], container_name(t.job_id)),
-        Place::EveryNode => {
-            let all = crate::slurm::hostlist::expand(t.node_list)
-                .ok_or_else(|| ExecError::BadNodeList(t.node_list.to_string()))?;
-            (if t.pty { all.into_iter().take(1).collect() } else { all }, container_name(t.job_id))
-        }
-        Place::Role(role, nodes) => {
-            let nodes = if t.pty { nodes.iter().take(1).cloned().collect() } else { nodes.clone() };
-            (nodes, crate::script::role_container_name(t.job_id, *role))
-        }
+    let nodes = match &t.place {
+        Place::Node(node) => vec![node.clone()],
+        Place::EveryNode => crate::slurm::hostlist::expand(t.node_list)
+            .ok_or_else(|| ExecError::BadNodeList(t.node_list.to_string()))?,
+        Place::Role(_, nodes) => nodes.clone(),
     };
+    // A terminal runs on one node: the first.
+    let nodes = if t.pty { nodes.into_iter().take(1).collect() } else { nodes };
+    let container = container_of(t);
     let mut files = Vec::new();
     for node in &nodes {
         check_node(node)?;
