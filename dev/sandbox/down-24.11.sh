@@ -50,7 +50,7 @@ in_root_pids() {
     return 0
 }
 
-if [[ -n "$ns_id" ]] || { [[ -d "$ROOT/proc" ]] && mountpoint -q "$ROOT/proc"; }; then
+if [[ -n "$ns_id" ]] || is_mounted "$ROOT/proc"; then
     # running jobs would stay RUNNING in the controller after their steps are killed
     if [[ -n "$ns_id" ]]; then enter=(nsenter --mount="/proc/$ns_holder/ns/mnt"); else enter=(chroot "$ROOT"); fi
     "${enter[@]}" env SLURM_CONF="$ETC/slurm.conf" timeout 5 scancel --state=RUNNING >/dev/null 2>&1 || true
@@ -82,9 +82,8 @@ done
 if [[ -n "$ns_holder" ]]; then echo "down-24.11.sh: ending the cluster's namespace: $ns_holder"; kill_and_wait 10 "$ns_holder"; fi
 rm -f "$RUN"/*.pid "$RUN"/munge/munged.pid "$RUN"/mysql/mariadbd.pid "$RUN/.root-mounted" 2>/dev/null || true
 
-for m in "$ROOT$SANDBOX_DIR" "$ROOT/dev/pts" "$ROOT/dev" "$ROOT/sys" "$ROOT/proc" "$ROOT"; do
-    mountpoint -q "$m" 2>/dev/null && { umount -R "$m" 2>/dev/null || umount -R -l "$m"; }
-done
+# everything mounted into the root, whichever version of up-24.11.sh mounted it (stacked ones too)
+unmount_under "$ROOT"
 
 refuse() { case "$1" in ""|/|/var|/var/lib|/tmp|/root|/home|/usr|/etc) echo "down-24.11.sh: refusing to purge '$1'" >&2; exit 1 ;; esac; }
 if [[ $purge -ge 1 && -e "$SANDBOX_DIR" ]]; then

@@ -85,6 +85,24 @@ descendants() {
     done
 }
 
+# is_mounted PATH: PATH is a mount point in the kernel's table. (`mountpoint` falls back on comparing
+# st_dev with the parent, which some filesystems report differently for plain directories.)
+is_mounted() { findmnt -rn --mountpoint "$1" >/dev/null 2>&1; }
+
+# unmount_under PATH: unmount PATH and every mount below it, deepest first, stacked mounts included;
+# lazily where a mount is busy. Never fails: a mount that stays is named on stderr.
+unmount_under() {
+    local root="$1" m left pass
+    for pass in 1 2 3 4; do
+        mapfile -t left < <(findmnt -rn -o TARGET 2>/dev/null | awk -v r="$root" '$0 == r || index($0, r "/") == 1' | sort -r)
+        [[ ${#left[@]} -eq 0 ]] && return 0
+        for m in "${left[@]}"; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
+    done
+    mapfile -t left < <(findmnt -rn -o TARGET 2>/dev/null | awk -v r="$root" '$0 == r || index($0, r "/") == 1')
+    [[ ${#left[@]} -eq 0 ]] || echo "unmount_under: still mounted: ${left[*]}" >&2
+    return 0
+}
+
 # kill_and_wait TIMEOUT PID... : SIGTERM, wait until gone (zombies count as gone), then SIGKILL
 kill_and_wait() {
     local timeout="$1"; shift

@@ -134,10 +134,10 @@ if [[ -z "$(ns_pid)" ]] && compgen -G "$RUN/*.pid" >/dev/null; then
     bash "$HERE/down-24.11.sh"
 fi
 # the root is a mount point of its own (pivot_root needs one)
-mountpoint -q "$ROOT" || mount --rbind "$ROOT" "$ROOT"
+is_mounted "$ROOT" || mount --rbind "$ROOT" "$ROOT"
 # the root sees the host's devices, processes, name resolution, and the state dir at its own path
 for m in proc sys dev dev/pts; do
-    mountpoint -q "$ROOT/$m" && continue
+    is_mounted "$ROOT/$m" && continue
     case "$m" in
         proc) mount -t proc proc "$ROOT/proc" ;;
         dev/pts) mount -t devpts -o newinstance,ptmxmode=0666 devpts "$ROOT/dev/pts" 2>/dev/null || mount --bind /dev/pts "$ROOT/dev/pts" ;;
@@ -145,7 +145,7 @@ for m in proc sys dev dev/pts; do
     esac
 done
 mkdir -p "$ROOT$SD"
-mountpoint -q "$ROOT$SD" || mount --bind "$SD" "$ROOT$SD"
+is_mounted "$ROOT$SD" || mount --bind "$SD" "$ROOT$SD"
 cp -f /etc/resolv.conf "$ROOT/etc/resolv.conf" 2>/dev/null || true
 cmp -s /etc/hosts "$ROOT/etc/hosts" || cp -f /etc/hosts "$ROOT/etc/hosts"
 getent hosts "$HOST" >/dev/null || { echo "127.0.0.1 $HOST" >>/etc/hosts; cp -f /etc/hosts "$ROOT/etc/hosts"; }
