@@ -4,7 +4,12 @@
 //! replicas: one replica holds the workspace's lease, so the cluster sees one monitor however many
 //! replicas run). Backends: SQLite (the state file) and, when BENCH_DATABASE_URL names one,
 //! PostgreSQL (`serve --database`). Rewrites its section of bench/report.md.
-//! Env: BENCH_CLIENTS (200), BENCH_QUIET_SECS (30), BENCH_DATABASE_URL.
+//! Issue 38: each row twice, with the group commit of submits (the default) and without it
+//! (`TAO_SLURM_SUBMIT_BATCH=1`, the old path), beside the floor measured in the same run: one script
+//! on the login host making the same number of `sbatch` submissions. The burst's round trips and the
+//! controller's RPCs (`sdiag`, by message type) are counted.
+//! Env: BENCH_CLIENTS (200), BENCH_QUIET_SECS (30), BENCH_DATABASE_URL, BENCH_MODES
+//! (`batched,single`).
 
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
@@ -25,6 +30,14 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 struct Row {
     backend: String,
     replicas: usize,
+    /// `batched` (group commit) or `single` (TAO_SLURM_SUBMIT_BATCH=1).
+    mode: String,
+    /// From the first create sent to the last one answered, in ms.
+    burst_ms: f64,
+    /// Remote scripts the replicas ran for the burst (the monitors' refreshes not counted).
+    burst_round_trips: u64,
+    /// The controller's RPCs during the burst, by message type.
+    rpcs: Rpcs,
     create: Vec<f64>,
     list: Vec<f64>,
     errors: usize,
@@ -43,7 +56,70 @@ struct Bench {
     _dir: tempfile::TempDir,
 }
 
+/// The controller's RPC counts by message type (`sdiag`), those a submission makes.
+#[derive(Clone, Copy, Default)]
+struct Rpcs {
+    submit: u64,
+    update: u64,
+    partition_info: u64,
+    job_info: u64,
+}
+
+impl Rpcs {
+    fn since(self, before: Rpcs) -> Rpcs {
+        Rpcs {
+            submit: self.submit - before.submit,
+            update: self.update - before.update,
+            partition_info: self.partition_info - before.partition_info,
+            job_info: self.job_info - before.job_info,
+        }
+    }
+}
+
 impl Bench {
+    /// Run a script on the first login host over the sandbox's ssh config (not through tao-slurm).
+    fn ssh(&self, script: &str) -> String {
+        use std::io::Write;
+        let config = self.vars.iter().find(|(k, _)| k == "SSH_CONFIG").map(|(_, v)| v.clone()).expect("SSH_CONFIG");
+        let mut child = Command::new("ssh")
+            .args(["-F", &config, "sandbox-login1", "bash", "-s"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
+        String::from_utf8_lossy(&child.wait_with_output().unwrap().stdout).into_owned()
+    }
+
+    fn rpcs(&self) -> Rpcs {
+        let text = self.ssh("sdiag");
+        let count = |name: &str| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with(name))
+                .and_then(|l| l.split("count:").nth(1))
+                .and_then(|c| c.split_whitespace().next())
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0)
+        };
+        Rpcs {
+            submit: count("REQUEST_SUBMIT_BATCH_JOB "),
+            update: count("REQUEST_UPDATE_JOB "),
+            partition_info: count("REQUEST_PARTITION_INFO "),
+            job_info: count("REQUEST_JOB_USER_INFO ") + count("REQUEST_JOB_INFO "),
+        }
+    }
+
+    /// The floor: `n` held submissions made by one script on the login host (one ssh, then sbatch
+    /// after sbatch), timed on the host; its jobs cancelled afterwards. Milliseconds.
+    fn floor_ms(&self, n: usize) -> f64 {
+        let out = self.ssh(&format!(
+            "d=$(mktemp -d); t0=$(date +%s%N)\n\
+             for i in $(seq {n}); do sbatch --parsable --hold --begin=now+1day --job-name=bench-floor -o /dev/null --wrap true >> $d/ids || exit 1; done\n\
+             t1=$(date +%s%N); echo \"ms $(( (t1 - t0) / 1000000 ))\"; scancel --name=bench-floor; rm -rf $d\n"
+        ));
+        out.lines().find_map(|l| l.strip_prefix("ms ")).and_then(|v| v.trim().parse().ok()).unwrap_or(f64::NAN)
+    }
+
     fn new(database: Option<&str>) -> Bench {
         let exe = std::env::var("TAO_SLURM_BIN").unwrap_or_else(|_| "target/release/tao-slurm".into());
         let dir = tempfile::tempdir().unwrap();
@@ -109,8 +185,21 @@ async fn monitor_counts(http: &reqwest::Client, urls: &[String], token: &str) ->
     sum
 }
 
-async fn run(backend: &str, database: Option<&str>, replicas: usize, clients: usize, quiet: u64) -> Row {
-    let bench = Bench::new(database);
+/// Remote scripts the replicas ran, the monitors' refreshes not counted.
+async fn round_trips(http: &reqwest::Client, urls: &[String], token: &str) -> u64 {
+    let mut sum = 0;
+    for u in urls {
+        let s = stats(http, u, token).await;
+        sum += s["workspaces"][0]["round_trips"].as_u64().unwrap_or(0);
+    }
+    sum
+}
+
+async fn run(backend: &str, database: Option<&str>, mode: &str, replicas: usize, clients: usize, quiet: u64) -> Row {
+    let mut bench = Bench::new(database);
+    if mode == "single" {
+        bench.vars.push(("TAO_SLURM_SUBMIT_BATCH".to_string(), "1".to_string()));
+    }
     let out = bench.cmd(&["token", "create", "--org", "bench", "--json"]).output().unwrap();
     let token: Value = serde_json::from_slice(&out.stdout).expect("token create");
     let token = token["token"].as_str().unwrap().to_string();
@@ -119,6 +208,9 @@ async fn run(backend: &str, database: Option<&str>, replicas: usize, clients: us
     let http = reqwest::Client::builder().pool_max_idle_per_host(clients + 8).build().unwrap();
     // Let the replicas settle on a lease holder.
     tokio::time::sleep(Duration::from_secs(3)).await;
+    let trips_before = round_trips(&http, &urls, &token).await;
+    let rpcs_before = bench.rpcs();
+    let burst_start = Instant::now();
 
     let mut tasks = Vec::new();
     for c in 0..clients {
@@ -154,16 +246,19 @@ async fn run(backend: &str, database: Option<&str>, replicas: usize, clients: us
                 }
             };
             let create = t.elapsed().as_secs_f64() * 1000.0;
+            let answered = Instant::now();
             let t = Instant::now();
             let listed = http.get(format!("{url}/api/v2/orgs/bench/jobs?size=50")).bearer_auth(&token).send().await;
             let list = t.elapsed().as_secs_f64() * 1000.0;
             let listed = matches!(listed, Ok(r) if r.status() == 200);
-            (id, create, listed.then_some(list), turned_away)
+            (id, create, listed.then_some(list), turned_away, answered)
         }));
     }
     let (mut ids, mut create, mut list, mut errors, mut waits) = (Vec::new(), Vec::new(), Vec::new(), 0, 0);
+    let mut last_answer = burst_start;
     for t in tasks {
-        let (id, c, l, w) = t.await.unwrap();
+        let (id, c, l, w, answered) = t.await.unwrap();
+        last_answer = last_answer.max(answered);
         waits += w;
         match id {
             Some(id) => {
@@ -177,6 +272,9 @@ async fn run(backend: &str, database: Option<&str>, replicas: usize, clients: us
             None => errors += 1,
         }
     }
+    let burst_ms = (last_answer - burst_start).as_secs_f64() * 1000.0;
+    let rpcs = bench.rpcs().since(rpcs_before);
+    let burst_round_trips = round_trips(&http, &urls, &token).await - trips_before;
     create.sort_by(|a, b| a.partial_cmp(b).unwrap());
     list.sort_by(|a, b| a.partial_cmp(b).unwrap());
 
@@ -205,6 +303,10 @@ async fn run(backend: &str, database: Option<&str>, replicas: usize, clients: us
     Row {
         backend: backend.to_string(),
         replicas,
+        mode: mode.to_string(),
+        burst_ms,
+        burst_round_trips,
+        rpcs,
         create,
         list,
         errors,
@@ -226,28 +328,52 @@ async fn main() {
     if let Some(url) = database.as_deref() {
         backends.push(("PostgreSQL", Some(url)));
     }
+    let modes = std::env::var("BENCH_MODES").unwrap_or_else(|_| "batched,single".into());
+    let floor_bench = Bench::new(None);
+    let mut floors = Vec::new();
     for (backend, url) in &backends {
         for replicas in [1, 2] {
-            eprintln!("{backend}, {replicas} replica(s)...");
-            rows.push(run(backend, *url, replicas, clients, quiet).await);
+            for mode in modes.split(',').map(str::trim).filter(|m| !m.is_empty()) {
+                eprintln!("{backend}, {replicas} replica(s), {mode}...");
+                floors.push(floor_bench.floor_ms(clients));
+                rows.push(run(backend, *url, mode, replicas, clients, quiet).await);
+            }
         }
     }
+    floors.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let floor = percentile(&floors, 0.5);
     let mut s = String::from(
         "<!-- replicas-bench:begin -->\n## Replicas (`serve` on one and two processes, examples/replicas_bench.rs)\n\n",
     );
     s.push_str(&format!(
-        "{clients} concurrent clients each create one held job (`begin=now+1day`) through the API, spread over the replicas, then list the org's jobs (`?size=50`); then a quiet window of {quiet} s in which the monitors of all replicas are counted. A create the service turns away (503: its pool of 4 concurrent cluster calls per workspace and replica is full) is waited out for its Retry-After and asked again, as a client should; its latency includes the waits. Every replica answers every route; the one holding the workspace's lease refreshes it. Release build, the service, the clients and the sandbox cluster on one 2-core machine.\n\n"
+        "{clients} concurrent clients each create one held job (`begin=now+1day`) through the API, spread over the replicas, then list the org's jobs (`?size=50`); then a quiet window of {quiet} s in which the monitors of all replicas are counted. A create the service turns away (503: its pool of creates per workspace and replica stayed full for 3 s) is waited out for its Retry-After and asked again, as a client should; its latency includes the waits. Every replica answers every route; the one holding the workspace's lease refreshes it. Release build, the service, the clients and the sandbox cluster on one 2-core machine.\n\n"
     ));
-    s.push_str("| backend | replicas | creates | create p50 ms | create p95 ms | create max ms | list p50 ms | list p95 ms | 503s waited out | errors | monitor refreshes / s | round trips per refresh | replicas refreshing |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    s.push_str(&format!(
+        "**The floor**: {clients} `sbatch --hold` submissions made by one script on the login host, timed there: median {floor:.0} ms over {} runs ({:.0}-{:.0} ms), one before each row. `batched` is the service as it ships (concurrent creates of a workspace go to the cluster together: the engine's group commit, at most 64 a round trip, {} creates at once per workspace and replica); `single` is the old path (`TAO_SLURM_SUBMIT_BATCH=1`: each create its own two round trips, 4 at once per workspace and replica). Burst: from the first create sent to the last answered. RPCs: the controller's counts (`sdiag`) over the burst, the monitors' refreshes included.\n\n",
+        floors.len(),
+        floors.first().copied().unwrap_or(f64::NAN),
+        floors.last().copied().unwrap_or(f64::NAN),
+        tao_slurm::service::limits::CREATES_AT_ONCE,
+    ));
+    s.push_str("| backend | replicas | path | creates | burst ms | burst / floor | create p50 ms | p50 / floor | create p95 ms | create max ms | round trips | sbatch RPCs | release RPCs | partition RPCs | job-info RPCs | list p50 ms | list p95 ms | 503s waited out | errors | monitor refreshes / s | round trips per refresh | replicas refreshing |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in &rows {
         s.push_str(&format!(
-            "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.1} | {:.1} | {} | {} | {:.2} | {:.2} | {} |\n",
+            "| {} | {} | {} | {} | {:.0} | {:.2} | {:.0} | {:.2} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} | {} | {:.2} | {:.2} | {} |\n",
             r.backend,
             r.replicas,
+            r.mode,
             r.create.len(),
+            r.burst_ms,
+            r.burst_ms / floor,
             percentile(&r.create, 0.5),
+            percentile(&r.create, 0.5) / floor,
             percentile(&r.create, 0.95),
             r.create.last().copied().unwrap_or(f64::NAN),
+            r.burst_round_trips,
+            r.rpcs.submit,
+            r.rpcs.update,
+            r.rpcs.partition_info,
+            r.rpcs.job_info,
             percentile(&r.list, 0.5),
             percentile(&r.list, 0.95),
             r.waits,
@@ -257,7 +383,7 @@ async fn main() {
             r.holders,
         ));
     }
-    s.push_str("\nReproduce: `dev/bench-replicas` (env `BENCH_CLIENTS`, `BENCH_QUIET_SECS`, `BENCH_DATABASE_URL`).\n<!-- replicas-bench:end -->\n");
+    s.push_str("\nReproduce: `dev/bench-replicas` (env `BENCH_CLIENTS`, `BENCH_QUIET_SECS`, `BENCH_DATABASE_URL`, `BENCH_MODES`).\n<!-- replicas-bench:end -->\n");
     println!("{s}");
     let report = std::path::Path::new("bench/report.md");
     let text = std::fs::read_to_string(report).unwrap_or_default();

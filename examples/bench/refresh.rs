@@ -1,4 +1,6 @@
-//! Refresh of 1, 100, 1000 and 5000 active (held) jobs: time, bytes, round trips, slurmctld RPCs.
+//! Refresh of 1, 100, 1000 and 5000 active (held) jobs: time, bytes, round trips, slurmctld RPCs;
+//! on a queue of only ours, then again with 1,000 other held jobs of the same Slurm user queued
+//! (`BENCH_FOREIGN`, issue 38), whose floor is then a local squeue of our jobs only (`-j`).
 
 use crate::common::*;
 use crate::report::at_most;
@@ -21,6 +23,24 @@ fn local_squeue(args: &[&str]) -> f64 {
 }
 
 pub fn refresh() -> Value {
+    let foreign: usize = std::env::var("BENCH_FOREIGN").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    let mut runs = vec![refresh_with(0)];
+    if foreign > 0 {
+        runs.push(refresh_with(foreign));
+    }
+    let mut rows = Vec::new();
+    let mut targets = Vec::new();
+    let mut leftover = Vec::new();
+    for r in runs {
+        rows.extend(r["rows"].as_array().unwrap().iter().cloned());
+        targets.extend(r["targets"].as_array().unwrap().iter().cloned());
+        leftover.push(r["jobs_of_others_listed_at_start"].clone());
+    }
+    json!({"rows": rows, "targets": targets, "jobs_of_others_listed_at_start": leftover})
+}
+
+/// The refresh rows with `foreign` held jobs of the same Slurm user queued that are not ours.
+fn refresh_with(foreign: usize) -> Value {
     // One state file that grows: 1, then 100, ... jobs, all held, all recorded.
     let user = User::new(Some(300));
     let settings = user.settings();
@@ -29,6 +49,7 @@ pub fn refresh() -> Value {
     let mut rows = Vec::new();
     let slurm_user = settings.slurm_user.clone().unwrap();
     let leftover = wait_for_empty_queue(&settings, std::time::Duration::from_secs(300));
+    let others = held_jobs(&settings, foreign);
     for n in SIZES {
         let add = held_jobs(&settings, n - all_ids.len());
         record_jobs(&settings, &add);
@@ -71,8 +92,14 @@ pub fn refresh() -> Value {
         };
         let (mut floor, mut short, mut script_ms, mut squeue_ms, mut list_ms, mut again) =
             (vec![], vec![], vec![], vec![], vec![], vec![]);
+        // With other jobs of the user queued, the floor is the cheapest query of ours only.
+        let mut floor_args = vec!["-u", slurm_user.as_str(), "-t", "all", "-h", "-O", SQUEUE_FORMAT];
+        let ours = if all_ids.len() == 1 { format!("{0},{0}", all_ids[0]) } else { all_ids.join(",") };
+        if foreign > 0 {
+            floor_args.extend(["-j", ours.as_str()]);
+        }
         for _ in 0..RUNS {
-            floor.push(local_squeue(&["-u", &slurm_user, "-t", "all", "-h", "-O", SQUEUE_FORMAT]));
+            floor.push(local_squeue(&floor_args));
             short.push(local_squeue(&["-h", "-o", "%i|%T|%r"]));
             script_ms.push(timed(&mut || drop(transport.run_script(&script, Idempotency::Idempotent).unwrap())));
             squeue_ms.push(timed(&mut || drop(transport.run_script(&squeue_alone, Idempotency::Idempotent).unwrap())));
@@ -84,6 +111,7 @@ pub fn refresh() -> Value {
         let list_ms = median(list_ms);
         rows.push(json!({
             "jobs": n,
+            "foreign_jobs": foreign,
             "refresh_ms_median": median(again.clone()),
             "refresh_ms_all": again,
             "refresh_ms_counted_runs": times,
@@ -101,13 +129,18 @@ pub fn refresh() -> Value {
         eprintln!("bench: refresh of {n} jobs done");
     }
     scancel_remote(&settings, &all_ids);
+    scancel_remote(&settings, &others);
     let mut targets = Vec::new();
     let max_rt = rows.iter().map(|r| r["round_trips_per_refresh"].as_f64().unwrap()).fold(0.0, f64::max);
     targets.push(at_most("refresh", "one round trip per refresh (any N)", max_rt, 1.0, "round trips"));
     for r in &rows {
         targets.push(at_most(
             "refresh",
-            &format!("{} jobs: within 2x the floor (local squeue)", r["jobs"]),
+            &if foreign > 0 {
+                format!("{} jobs, {foreign} others queued: within 2x the floor (local squeue -j ours)", r["jobs"])
+            } else {
+                format!("{} jobs: within 2x the floor (local squeue)", r["jobs"])
+            },
             r["refresh_ms_median"].as_f64().unwrap(),
             2.0 * r["floor_squeue_ms_median"].as_f64().unwrap(),
             "ms",
@@ -117,7 +150,7 @@ pub fn refresh() -> Value {
     let (first, last) = (rows.first().unwrap(), rows.last().unwrap());
     targets.push(at_most(
         "refresh",
-        &format!("scheduler RPCs independent of N ({} jobs vs 1)", last["jobs"]),
+        &format!("scheduler RPCs independent of N ({} jobs vs 1, {foreign} others queued)", last["jobs"]),
         rpc(last),
         rpc(first),
         "RPCs",

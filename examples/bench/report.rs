@@ -171,6 +171,7 @@ pub fn markdown(report: &Value) -> String {
             .map(|r| {
                 vec![
                     f(&r["jobs"]),
+                    f(&r["foreign_jobs"]),
                     f(&r["refresh_ms_median"]),
                     f(&r["floor_squeue_ms_median"]),
                     f(&r["floor_squeue_short_ms_median"]),
@@ -190,8 +191,9 @@ pub fn markdown(report: &Value) -> String {
             &mut md,
             &[
                 "jobs",
+                "other jobs of the user queued",
                 "refresh ms",
-                "floor: local squeue, same format, ms",
+                "floor: local squeue, same format (of ours only, `-j`, when others are queued), ms",
                 "local squeue, short format, ms",
                 "over the transport: squeue alone / the whole refresh script; one load of the N summaries, ms",
                 "round trips",

@@ -62,7 +62,7 @@ pub async fn create_job(
         tao,
     };
     let (st, w, o) = (state.clone(), ws.clone(), org.clone());
-    let _in_pool = ws.pool.enter(&ws.id).await?;
+    let _in_pool = ws.creates.enter(&ws.id).await?;
     // The place among the org's active jobs is held until the job is in the published cache, so
     // that parallel creates count each other.
     let (job_id, submit_warnings, _place) = blocking(move || {

@@ -18,6 +18,10 @@ pub const REQUEST_BURST: u32 = 20;
 /// Remote operations (logs, submit, cancel, the cluster view, followers' reads) one workspace runs at
 /// once; the monitor's refresh has its own client and never waits for them.
 pub const REMOTE_POOL_SIZE: usize = 4;
+/// Job creates one workspace takes at once: they wait for each other's round trips and go to the
+/// cluster together (the engine's group commit, up to `TAO_SLURM_SUBMIT_BATCH` a round trip), so
+/// they are not held to [`REMOTE_POOL_SIZE`]. Each holds a client (a database connection) meanwhile.
+pub const CREATES_AT_ONCE: usize = 32;
 /// How long a request waits for a place in the pool before it is told to come back.
 pub const REMOTE_POOL_WAIT: Duration = Duration::from_secs(3);
 /// `Retry-After` of a request turned away by a full pool.
@@ -81,15 +85,32 @@ impl RateLimits {
 /// The bounded pool of remote work of one workspace.
 pub struct RemotePool {
     slots: Arc<tokio::sync::Semaphore>,
+    size: usize,
+    /// What the pool runs, as a refusal names it.
+    what: &'static str,
 }
 
 impl Default for RemotePool {
     fn default() -> RemotePool {
-        RemotePool { slots: Arc::new(tokio::sync::Semaphore::new(REMOTE_POOL_SIZE)) }
+        RemotePool::new(REMOTE_POOL_SIZE, "cluster operations")
     }
 }
 
 impl RemotePool {
+    pub fn new(size: usize, what: &'static str) -> RemotePool {
+        RemotePool { slots: Arc::new(tokio::sync::Semaphore::new(size)), size, what }
+    }
+
+    /// The pool of job creates: [`CREATES_AT_ONCE`] when they go in batches, else (a batch of one,
+    /// `TAO_SLURM_SUBMIT_BATCH=1`) each is a cluster operation of its own, as many as [`REMOTE_POOL_SIZE`].
+    pub fn creates(submit_batch: u32) -> RemotePool {
+        if submit_batch <= 1 {
+            RemotePool::new(REMOTE_POOL_SIZE, "cluster operations")
+        } else {
+            RemotePool::new(CREATES_AT_ONCE, "job creates")
+        }
+    }
+
     /// A place in the pool, waited for up to [`REMOTE_POOL_WAIT`]; a 503 with `Retry-After` when the
     /// pool stayed full (the work was not started).
     pub async fn enter(&self, workspace: &str) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
@@ -99,7 +120,8 @@ impl RemotePool {
                 StatusCode::SERVICE_UNAVAILABLE,
                 "busy",
                 format!(
-                    "workspace {workspace} is running {REMOTE_POOL_SIZE} cluster operations already; retry after {REMOTE_POOL_RETRY_SECS} s"
+                    "workspace {workspace} is running {} {} already; retry after {REMOTE_POOL_RETRY_SECS} s",
+                    self.size, self.what
                 ),
             )
             .retry_after(REMOTE_POOL_RETRY_SECS)),
@@ -108,7 +130,7 @@ impl RemotePool {
 
     /// Places in use now.
     pub fn in_use(&self) -> usize {
-        REMOTE_POOL_SIZE - self.slots.available_permits()
+        self.size - self.slots.available_permits()
     }
 }
 

@@ -70,6 +70,9 @@ pub struct Workspace {
     pub cluster_view: tokio::sync::Mutex<Option<(Instant, super::types::ClusterOut)>>,
     /// Bounds the remote work requests cause (the monitor's refreshes are outside it).
     pub pool: super::limits::RemotePool,
+    /// Job creates under way ([`super::limits::CREATES_AT_ONCE`]): apart from `pool`, since they go
+    /// to the cluster in batches.
+    pub creates: super::limits::RemotePool,
     /// Whether its monitor thread runs (a stopping service waits for it to finish its cycle).
     monitor_running: (Mutex<bool>, Condvar),
     /// Whether this replica follows its cluster now (see `replica`).
@@ -96,6 +99,7 @@ impl Workspace {
         Workspace {
             name: id.clone(),
             id,
+            creates: super::limits::RemotePool::creates(settings.submit_batch),
             settings,
             access,
             policy: Default::default(),

@@ -104,7 +104,7 @@ impl Kind {
     pub(crate) fn of(script: &str) -> Kind {
         if script.contains("sbatch --parsable --hold") {
             Kind::Submit
-        } else if script.contains("squeue --me -r -t all") {
+        } else if script.contains("squeue --me -r -t all") || script.contains("squeue --me -j ") {
             Kind::Refresh
         } else if script.contains("scontrol show partition -o") {
             Kind::Facts

@@ -38,6 +38,15 @@ pub const DEFAULT_SQSH_LATEST_MAX_AGE_HOURS: u32 = 0;
 pub const DEFAULT_ALLOW_REGISTRY_PULL: bool = false;
 pub const DEFAULT_RETRY_BACKOFF_SECS: u32 = 30;
 pub const DEFAULT_MAX_QUERIES_PER_MINUTE: u32 = 30;
+/// Concurrent submits that go to the cluster together (group commit): at most this many in one round
+/// trip. Its script grows by one submission's (a few KB) per member, and its deadline by
+/// [`SUBMIT_BATCH_SECS_PER_MEMBER`].
+pub const DEFAULT_SUBMIT_BATCH: u32 = 64;
+/// How long the first of a batch waits for others before it goes (0: only what arrived while the
+/// round trip before it was in flight goes with it, so a lone submit waits for nobody).
+pub const DEFAULT_SUBMIT_BATCH_WAIT_MS: u32 = 0;
+/// What each member adds to a batch's deadline (its sbatch and its few files).
+pub const SUBMIT_BATCH_SECS_PER_MEMBER: u64 = 2;
 pub const DEFAULT_DATABASE_SCHEMA: &str = "tao_state";
 pub const DEFAULT_NOTIFY_PENDING_MINUTES: u32 = 60;
 pub const DEFAULT_USE_SRUN_LOGS: bool = false;
@@ -164,6 +173,10 @@ pub struct Settings {
     pub retry_backoff_secs: u64,
     /// The monitor's budget of scheduler queries per minute.
     pub max_queries_per_minute: u32,
+    /// Most submits of one batch (`TAO_SLURM_SUBMIT_BATCH`; 1: each submit alone).
+    pub submit_batch: u32,
+    /// How long a batch's first submit waits for others, in milliseconds.
+    pub submit_batch_wait_ms: u32,
     /// Webhooks every job of these settings (a workspace: its profile) notifies (`TAO_SLURM_NOTIFY`,
     /// comma-separated; secrets: their URLs carry tokens).
     pub notify: Vec<crate::spec::Secret>,
@@ -479,6 +492,8 @@ impl Settings {
             max_retries: src.count("MAX_JOB_RETRIES", 0, crate::retry::MAX_JOB_RETRIES)?,
             retry_backoff_secs: src.count("TAO_SLURM_RETRY_BACKOFF_SECS", 0, DEFAULT_RETRY_BACKOFF_SECS)? as u64,
             max_queries_per_minute: src.count("TAO_SLURM_MAX_QUERIES_PER_MINUTE", 1, DEFAULT_MAX_QUERIES_PER_MINUTE)?,
+            submit_batch: src.count("TAO_SLURM_SUBMIT_BATCH", 1, DEFAULT_SUBMIT_BATCH)?,
+            submit_batch_wait_ms: src.count("TAO_SLURM_SUBMIT_BATCH_WAIT_MS", 0, DEFAULT_SUBMIT_BATCH_WAIT_MS)?,
             notify: src.parse("TAO_SLURM_NOTIFY", parse_webhooks, Vec::new)?,
             database_url: src.parse("TAO_SLURM_DATABASE_URL", |v| Ok(secret_text(v)), || None)?,
             database_password: src.parse("TAO_SLURM_DATABASE_PASSWORD", |v| Ok(secret_text(v)), || None)?,

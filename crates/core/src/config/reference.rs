@@ -219,6 +219,16 @@ pub fn settings() -> Vec<Setting> {
             "the monitor's budget of scheduler queries",
         ),
         row(
+            &["TAO_SLURM_SUBMIT_BATCH"],
+            code(DEFAULT_SUBMIT_BATCH),
+            "most concurrent submits sent to the cluster together, in one round trip (1: each alone)",
+        ),
+        row(
+            &["TAO_SLURM_SUBMIT_BATCH_WAIT_MS"],
+            code(DEFAULT_SUBMIT_BATCH_WAIT_MS),
+            "how long the first submit of a batch waits for others (0: only those that arrived while the previous round trip ran go with it)",
+        ),
+        row(
             &["TAO_SLURM_NOTIFY"],
             "",
             "webhooks told of every job's state changes (comma-separated; see \"Notifications\" in [trust.md](trust.md)); in a cluster profile, of that workspace's jobs",

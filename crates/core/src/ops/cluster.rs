@@ -52,6 +52,38 @@ pub fn parse_submit_facts(stdout: &str, host: &str) -> SubmitFacts {
     SubmitFacts { partitions, missing_paths, cached_sqsh, host: host.to_string() }
 }
 
+/// The facts of several submits in one script (the group commit of concurrent submits): each one's
+/// path checks and image probe after a `member` mark carrying the batch's nonce, then the partitions
+/// once for all.
+pub fn submit_facts_batch_script(members: &[(&[String], &str)], nonce: &str) -> String {
+    let mut s = String::new();
+    for (i, (paths, extra)) in members.iter().enumerate() {
+        s.push_str(&format!("echo '{SECTION}member {nonce} {i}'\n{}{extra}", paths_script(paths)));
+    }
+    s.push_str(&submit_facts_script(&[], ""));
+    s
+}
+
+/// Read [`submit_facts_batch_script`]'s output (of a run that exited 0): each member's facts, in order.
+pub fn parse_submit_facts_batch(stdout: &str, host: &str, nonce: &str, members: usize) -> Vec<SubmitFacts> {
+    let all = parse_submit_facts(stdout, host);
+    let mut facts: Vec<SubmitFacts> =
+        (0..members).map(|_| SubmitFacts { missing_paths: Vec::new(), cached_sqsh: None, ..all.clone() }).collect();
+    let mut at: Option<usize> = None;
+    for (name, arg, _) in sections(stdout) {
+        match (name.as_str(), at) {
+            ("member", _) => {
+                at = arg.strip_prefix(&format!("{nonce} ")).and_then(|i| i.parse().ok()).filter(|i| *i < members)
+            }
+            ("partitions", _) => at = None,
+            ("missing", Some(i)) => facts[i].missing_paths.push(arg),
+            ("sqsh_cached", Some(i)) => facts[i].cached_sqsh = Some(arg),
+            _ => {}
+        }
+    }
+    facts
+}
+
 /// Each partition's limits, then every node's state and GPUs in use.
 pub fn partition_usage_script() -> String {
     format!(
@@ -81,6 +113,23 @@ mod tests {
             super::missing_from(&String::from_utf8(out.stdout).unwrap()),
             vec![format!("{here}/nope"), "/also missing".into()]
         );
+    }
+
+    #[test]
+    fn each_member_of_a_batch_gets_its_own_facts_and_all_the_partitions() {
+        let dir = tempfile::tempdir().unwrap();
+        let here = dir.path().display().to_string();
+        let (a, b) = (vec![here.clone(), format!("{here}/nope")], vec![here.clone()]);
+        let probe = "echo '@@tao-slurm:sqsh_cached /cache/x.sqsh'\n";
+        let script = super::submit_facts_batch_script(&[(&a, ""), (&b, probe)], "n1")
+            .replace("scontrol show partition -o", "echo 'PartitionName=gpu MaxTime=01:00:00 State=UP'");
+        let out = std::process::Command::new("bash").arg("-c").arg(&script).output().unwrap();
+        let facts = super::parse_submit_facts_batch(&String::from_utf8(out.stdout).unwrap(), "login1", "n1", 2);
+        assert_eq!(facts[0].missing_paths, vec![format!("{here}/nope")]);
+        assert_eq!((facts[0].cached_sqsh.as_deref(), facts[1].cached_sqsh.as_deref()), (None, Some("/cache/x.sqsh")));
+        assert!(facts[1].missing_paths.is_empty());
+        assert_eq!(facts[0].partitions, facts[1].partitions);
+        assert_eq!(facts[1].partitions.len(), 1, "{facts:?}");
     }
 
     #[test]

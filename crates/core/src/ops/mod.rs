@@ -17,6 +17,7 @@ pub mod results;
 pub mod running;
 pub mod secrets;
 pub mod submit;
+pub mod submit_batch;
 pub mod sweep;
 pub mod template;
 pub mod workdir;

@@ -244,6 +244,33 @@ fn changed_program() -> String {
     template::fill(include_str!("templates/refresh_changed.awk"), &[])
 }
 
+/// The most bytes of ids one `squeue -j` is given (one argument may hold 128 KiB).
+const MAX_SQUEUE_JOB_LIST: usize = 64 * 1024;
+
+/// squeue's `-j` list: our jobs only, so that what else the same Slurm user has queued costs this
+/// refresh no output, no transfer and no parsing (squeue still loads the user's jobs and filters
+/// them itself). A sweep's array by its own id (with `-r`, every task). None (every job of the user)
+/// when a job's Slurm id is not known yet (it is then found by name in squeue's list) or the list is
+/// too long for one argument. One id is given twice: squeue asks for a lone id by a call of its own
+/// that fails (exit 1) once the controller has forgotten the job, where a list just leaves it out.
+pub fn squeue_job_list(jobs: &[RefreshTarget]) -> Option<String> {
+    let mut ids: Vec<&str> = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let id = job.slurm_job_id.as_deref()?;
+        ids.push(id.split_once('_').map_or(id, |(array, _)| array));
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    if ids.is_empty() || ids.iter().any(|id| id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit())) {
+        return None;
+    }
+    if ids.len() == 1 {
+        ids.push(ids[0]);
+    }
+    let list = ids.join(",");
+    (list.len() <= MAX_SQUEUE_JOB_LIST).then_some(list)
+}
+
 /// The remote script for a set of jobs. Pure.
 pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
     // The job list travels as a heredoc, which bash reads far faster than words of a command.
@@ -268,11 +295,12 @@ pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
     // awk's standard output is the script's (fd 5); its standard error, the control lines, is captured.
     s.push_str(&format!(
         "exec 5>&1\necho '{SECTION}squeue'\n\
-         ctl=\"$( {{ squeue --me -r -t all -h -O {fmt} 2>&1; echo \"{SECTION}rc $?\"; }} | awk -F'|' {prog} /dev/fd/3 - 3<<'TAO_SLURM_JOBS' 2>&1 >&5\n\
+         ctl=\"$( {{ squeue --me{only} -r -t all -h -O {fmt} 2>&1; echo \"{SECTION}rc $?\"; }} | awk -F'|' {prog} /dev/fd/3 - 3<<'TAO_SLURM_JOBS' 2>&1 >&5\n\
          {roots_list}{list}{LIST_END}\nTAO_SLURM_JOBS\n)\"\n\
          read -r _ sq_rc need missing <<<\"$ctl\"\n",
         fmt = quote(SQUEUE_FORMAT),
         prog = quote(&select_program()),
+        only = squeue_job_list(jobs).map(|l| format!(" -j {l}")).unwrap_or_default(),
     ));
     // Only ids that squeue does not list go to sacct (slower, and it lags the controller).
     s.push_str(&format!(
@@ -658,6 +686,30 @@ mod tests {
         let script = refresh_script(&[t]);
         assert_eq!(super::template::unfilled(&script), Vec::<String>::new(), "{script}");
         assert!(!script.contains("\n# "), "template comments are not sent");
+    }
+
+    /// squeue is asked for our jobs only (an array by its id, a lone id twice), or for every job of
+    /// the user when one of ours has no id yet.
+    #[test]
+    fn squeue_is_asked_for_our_jobs_only() {
+        let t = |id: Option<&str>| RefreshTarget {
+            job_id: "a".into(),
+            slurm_job_id: id.map(String::from),
+            job_name: "tao-job-a".into(),
+            submit_lock: "/x/lock".into(),
+            results_root: "/x/results".into(),
+            status_sig: None,
+            array_index: None,
+            look: None,
+        };
+        assert_eq!(squeue_job_list(&[t(Some("42"))]).as_deref(), Some("42,42"));
+        assert_eq!(squeue_job_list(&[t(Some("9_1")), t(Some("42")), t(Some("9_0"))]).as_deref(), Some("42,9"));
+        assert_eq!(squeue_job_list(&[t(Some("42")), t(None)]), None, "found by name in the whole list");
+        assert_eq!(squeue_job_list(&[t(Some("4;2"))]), None);
+        assert_eq!(squeue_job_list(&[]), None);
+        let many: Vec<RefreshTarget> = (0..20_000).map(|i| t(Some(&format!("{}", 1_000_000 + i)))).collect();
+        assert_eq!(squeue_job_list(&many), None, "longer than one argument may be");
+        assert!(refresh_script(&[t(Some("42"))]).contains("squeue --me -j 42,42 -r"));
     }
 
     use super::*;

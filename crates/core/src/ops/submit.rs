@@ -89,16 +89,43 @@ pub fn submit_script_with_hook(
     ticket: &AttemptTicket,
     before_sbatch: &str,
 ) -> String {
-    let layout = &plan.layout;
-    let name = &ticket.slurm_job_name;
-    let writes_secrets = !plan.secret_names.is_empty() && !secrets.0.is_empty();
+    let mut s = storage_script(&plan.layout, job_dirs(plan, files, secrets));
+    s.push_str(&attempt_script(plan, files, secrets, ticket, before_sbatch));
+    s
+}
+
+/// The directories a submission of the plan writes into (the staged files' own, its results, the
+/// secrets directory when it writes the secrets file), before the layout's.
+pub(crate) fn job_dirs(plan: &Plan, files: &[StagedFile], secrets: &SecretValues) -> Vec<String> {
     let mut dirs: Vec<String> =
         files.iter().filter_map(|f| f.path.rsplit_once('/').map(|(d, _)| d.to_string())).collect();
-    dirs.push(layout.results_dir());
-    let mut s = preamble(layout, dirs, writes_secrets, name);
+    dirs.push(plan.layout.results_dir());
+    if writes_secrets(plan, secrets) {
+        dirs.push(format!("{}/secrets", plan.layout.base_dir));
+    }
+    dirs
+}
+
+fn writes_secrets(plan: &Plan, secrets: &SecretValues) -> bool {
+    !plan.secret_names.is_empty() && !secrets.0.is_empty()
+}
+
+/// What one attempt's submission does once the storage is checked and its directories made: the
+/// lock's variables, lock-or-adopt, `before_sbatch`, the secrets file (or the check that it is
+/// there), the staged files, then sbatch and what follows it. Its own `exit` ends it.
+pub(crate) fn attempt_script(
+    plan: &Plan,
+    files: &[StagedFile],
+    secrets: &SecretValues,
+    ticket: &AttemptTicket,
+    before_sbatch: &str,
+) -> String {
+    let layout = &plan.layout;
+    let name = &ticket.slurm_job_name;
+    let mut s = lock_vars(layout, name);
     s.push_str(&adopt_script(release_adopted_step(ticket.hold), name));
     s.push_str(before_sbatch);
-    if writes_secrets {
+    if writes_secrets(plan, secrets) {
         s.push_str(&secrets_file_script(plan, secrets));
     } else if !plan.secret_names.is_empty() {
         let secrets_file = quote(&layout.secrets_file());
@@ -166,35 +193,50 @@ fn adopt_script(on_adopt: String, name: &str) -> String {
     lock_script(&on_adopt, &lookup, "attempt")
 }
 
-/// The start every submission script (a job's, a sweep's) shares: strict mode and private files, the
-/// trust functions, the shared storage checked (the base's ancestors and the directories that exist,
-/// one `stat`) and the directories made (the layout's own, `dirs`, and the secrets directory when it
-/// is written), and the lock's variables for the Slurm job name `name`.
+/// The start every submission script (a job's, a sweep's) shares: [`storage_script`] and the lock's
+/// variables for the Slurm job name `name`.
 pub(crate) fn preamble(layout: &Layout, mut dirs: Vec<String>, writes_secrets: bool, name: &str) -> String {
-    dirs.extend([
-        layout.base_dir.clone(),
-        format!("{}/sbatch", layout.base_dir),
-        layout.logs_root(),
-        layout.results_root.clone(),
-    ]);
     if writes_secrets {
         dirs.push(format!("{}/secrets", layout.base_dir));
     }
+    let mut s = storage_script(layout, dirs);
+    s.push_str(&lock_vars(layout, name));
+    s
+}
+
+/// Strict mode and private files, the trust functions, and [`storage_steps`].
+pub(crate) fn storage_script(layout: &Layout, dirs: Vec<String>) -> String {
+    let mut s = String::from("set -u\numask 077\n");
+    s.push_str(&crate::script::trust::trust_functions());
+    s.push_str(&storage_steps(layout, dirs));
+    s
+}
+
+/// The shared storage checked (the base's ancestors and the directories that exist, one `stat`) and
+/// the directories made: the layout's own and `dirs`. Needs the trust functions; exits on refusal.
+pub(crate) fn storage_steps(layout: &Layout, mut dirs: Vec<String>) -> String {
+    dirs.extend(layout_dirs(layout));
     dirs.sort();
     dirs.dedup();
     let dir_list = dirs.iter().map(|d| quote(d)).collect::<Vec<_>>().join(" ");
-    let mut s = String::from("set -u\numask 077\n");
-    s.push_str(&crate::script::trust::trust_functions());
-    s.push_str(&format!("tao_trust_dirs {} {dir_list}\n", quote(&layout.base_dir)));
-    s.push_str(&format!(
-        "mkdir -p -- {dir_list} || {{ echo 'tao-slurm: cannot create the job directories' >&2; exit {CANNOT_CREATE_DIRS}; }}\n"
-    ));
-    s.push_str(&format!(
+    format!(
+        "tao_trust_dirs {} {dir_list}\nmkdir -p -- {dir_list} || {{ echo 'tao-slurm: cannot create the job directories' >&2; exit {CANNOT_CREATE_DIRS}; }}\n",
+        quote(&layout.base_dir)
+    )
+}
+
+/// The directories every job of a base needs.
+fn layout_dirs(layout: &Layout) -> [String; 4] {
+    [layout.base_dir.clone(), format!("{}/sbatch", layout.base_dir), layout.logs_root(), layout.results_root.clone()]
+}
+
+/// The variables the lock step and the log directories use, for the Slurm job name `name`.
+pub(crate) fn lock_vars(layout: &Layout, name: &str) -> String {
+    format!(
         "lock={}\nlogdir_prefix={}\n",
         quote(&format!("{}/sbatch/.submit-{name}", layout.base_dir)),
         quote(&format!("{}/{name}", layout.logs_root()))
-    ));
-    s
+    )
 }
 
 /// The plan's secrets file, written afresh in a new directory of mode 700 (the values travel only on

@@ -96,6 +96,8 @@ pub struct Client {
     active: std::sync::Mutex<Option<(ChangeToken, Vec<JobSummary>)>>,
     /// Refreshes only observe and record statuses (`mcp --read-only`): see [`Cycle::observe_only`].
     observe_only: bool,
+    /// The group commit of submits, shared with every client of the same cluster identity.
+    queues: std::sync::Arc<crate::engine::group_commit::Queues>,
 }
 
 impl Client {
@@ -103,6 +105,7 @@ impl Client {
         let mut store = Store::open_for(&settings)?;
         store.set_cluster(settings.cluster.clone());
         Ok(Client {
+            queues: crate::engine::group_commit::queues_for(&settings),
             settings,
             store,
             remote: OnceLock::new(),

@@ -50,7 +50,7 @@ impl Client {
         } else {
             String::new()
         };
-        let facts = cluster::submit_facts(self.remote()?, &plan.required_paths, &probe)?;
+        let facts = self.grouped_facts(plan.required_paths.clone(), probe)?;
         if !facts.missing_paths.is_empty() {
             return Err(crate::spec::SpecError::new(
                 "inputs",
@@ -69,6 +69,34 @@ impl Client {
             warnings: warnings.into_iter().collect(),
             partitions: facts.partitions,
         })
+    }
+
+    /// The online checks of one submit, in one round trip with those of the submits that arrive at
+    /// the same time (group commit; `TAO_SLURM_SUBMIT_BATCH=1`: alone).
+    fn grouped_facts(&self, paths: Vec<String>, probe: String) -> Result<crate::ops::cluster::SubmitFacts> {
+        let remote = self.remote()?;
+        let max = self.settings.submit_batch as usize;
+        if max <= 1 {
+            return cluster::submit_facts(remote, &paths, &probe);
+        }
+        let wait = std::time::Duration::from_millis(self.settings.submit_batch_wait_ms.into());
+        self.queues
+            .checks
+            .run(submit::CheckRequest { paths, probe }, max, wait, |batch| submit::facts_batch(remote, batch))
+    }
+
+    /// Submit one recorded attempt, in one round trip with the submits that arrive at the same time
+    /// (group commit); its outcome recorded as a lone submit's is.
+    fn submit_grouped(&self, request: submit::SubmitRequest) -> Result<Submitted> {
+        let remote = self.remote()?;
+        let max = self.settings.submit_batch as usize;
+        if max <= 1 {
+            let r = request;
+            return submit::submit_gated(remote, &self.store, &r.plan, &r.files, &r.secrets, r.ticket, r.gate.as_ref());
+        }
+        submit::pause_at_failpoint("after-record");
+        let wait = std::time::Duration::from_millis(self.settings.submit_batch_wait_ms.into());
+        self.queues.submits.run(request, max, wait, |batch| submit::submit_batch(remote, &self.store, batch))
     }
 
     /// Convert a registry image into the shared squashfs cache, or find it there (`image import`).
@@ -202,7 +230,13 @@ impl Client {
         })?;
         let gate = depend::gate_or_refuse(&self.store, &plan.layout.job_id, crate::clock::now())?;
         let ticket = crate::ops::submit::AttemptTicket::first(&plan);
-        let result = submit::submit_gated(self.remote()?, &self.store, &plan, &files, secrets, ticket, gate.as_ref());
+        let result = self.submit_grouped(submit::SubmitRequest {
+            plan: plan.clone(),
+            files,
+            secrets: secrets.clone(),
+            ticket,
+            gate,
+        });
         if result.is_err() {
             // A failed submission may have written the secrets file before it stopped.
             crate::engine::secrets::sweep_or_warn(self.remote()?, &self.store);

@@ -26,7 +26,8 @@ pub struct Submitted {
 
 /// Test hook: `TAO_SLURM_FAILPOINT=<name>` stops the submission at that point (it sleeps) so that a
 /// fault-injection test can kill the process there. Names: `after-record`, `remote-before-sbatch`,
-/// `after-sbatch`.
+/// `after-sbatch`, and `batch-second-before-sbatch` (the remote pause, in the second member of a
+/// batch only: the batch's round trip times out with its first member submitted).
 pub const FAILPOINT_ENV: &str = "TAO_SLURM_FAILPOINT";
 
 fn failpoint(name: &str) -> bool {
@@ -79,43 +80,54 @@ pub fn submit(
     secrets: &SecretValues,
     ticket: &AttemptTicket,
 ) -> Result<Submitted> {
-    let job_id = &plan.layout.job_id;
-    let now = crate::clock::now();
     crate::engine::redact::register_values(secrets);
     pause_at_failpoint("after-record");
-    let hook = if failpoint("remote-before-sbatch") {
+    let script = submit_script_with_hook(plan, files, secrets, ticket, failpoint_hook());
+    match remote.run_script(&script, Idempotency::RunAtMostOnce) {
+        Ok(out) => settle(store, plan, &out.stdout, &out.stderr, out.exit_code, &out.host),
+        Err(e) => Err(unsent_or_unknown(store, &plan.layout.job_id, e)?),
+    }
+}
+
+/// The remote pause of the fault-injection tests, if one is asked for.
+fn failpoint_hook() -> &'static str {
+    if failpoint("remote-before-sbatch") {
         "echo 'tao-slurm: failpoint remote-before-sbatch reached' >&2\nsleep 20\n"
     } else {
         ""
-    };
-    let script = submit_script_with_hook(plan, files, secrets, ticket, hook);
-    let out = match remote.run_script(&script, Idempotency::RunAtMostOnce) {
-        Ok(out) => out,
-        Err(e @ (RemoteError::Lost { .. } | RemoteError::TimedOut { .. } | RemoteError::OutputTooLarge { .. })) => {
-            // The outcome is unknown: the job stays Pending and is found again by its unique Slurm
-            // job name (or submitted again later, which its lock makes safe).
-            store.update_status(
-                job_id,
-                &StatusUpdate::bare(PlatformStatus::Pending, format!("submission outcome unknown: {e}")),
-                now,
-            )?;
-            return Err(e.into());
-        }
-        // Nothing reached the cluster: the attempt stays as it was (a retry stays due, and is tried
-        // again at the next refresh); the caller decides what a first submission's failure means.
-        Err(e) => return Err(e.into()),
-    };
-    let outcome = parse_outcome(&out.stdout, out.exit_code);
+    }
+}
+
+/// A submission whose round trip failed: when its outcome is unknown, the job stays Pending and is
+/// found again by its unique Slurm job name (or submitted again later, which its lock makes safe).
+/// When nothing reached the cluster, the attempt stays as it was (a retry stays due, and is tried
+/// again at the next refresh); the caller decides what a first submission's failure means.
+fn unsent_or_unknown(store: &Store, job_id: &str, e: RemoteError) -> Result<Error> {
+    if let RemoteError::Lost { .. } | RemoteError::TimedOut { .. } | RemoteError::OutputTooLarge { .. } = &e {
+        store.update_status(
+            job_id,
+            &StatusUpdate::bare(PlatformStatus::Pending, format!("submission outcome unknown: {e}")),
+            crate::clock::now(),
+        )?;
+    }
+    Ok(e.into())
+}
+
+/// Record what a submission script's run says (its output, exit status and host).
+fn settle(store: &Store, plan: &Plan, stdout: &str, stderr: &str, exit_code: i32, host: &str) -> Result<Submitted> {
+    let job_id = &plan.layout.job_id;
+    let now = crate::clock::now();
+    let outcome = parse_outcome(stdout, exit_code);
     if let Some(id) = outcome.slurm_job_id() {
         pause_at_failpoint("after-sbatch");
         // Recorded even if a later step failed: a submitted job is never forgotten.
-        store.set_submitted(job_id, id, &out.host, now)?;
+        store.set_submitted(job_id, id, host, now)?;
     }
-    let detail = out.stderr.trim();
+    let detail = stderr.trim();
     let slurm_job_id = match outcome {
         Outcome::Submitted(id) => id,
         Outcome::NoJobId => {
-            return Err(Error::RemoteCommand(format!("sbatch printed no job id: {}", out.stdout.trim())));
+            return Err(Error::RemoteCommand(format!("sbatch printed no job id: {}", stdout.trim())));
         }
         Outcome::NotStarted(id) => {
             let message = format!("job {job_id} (Slurm job {id}) was submitted but not started: {detail}");
@@ -124,7 +136,7 @@ pub fn submit(
         }
         // In flight: another run of this submission owns it, and the job stays as it is.
         Outcome::InFlight | Outcome::Refused => {
-            let message = format!("submission of job {job_id} failed on {}: {detail}", out.host);
+            let message = format!("submission of job {job_id} failed on {host}: {detail}");
             store.add_event(job_id, "submit_failed", &message, now)?;
             if outcome == Outcome::Refused {
                 store.update_status(job_id, &StatusUpdate::bare(PlatformStatus::Error, message.clone()), now)?;
@@ -135,8 +147,111 @@ pub fn submit(
     Ok(Submitted {
         job_id: job_id.clone(),
         slurm_job_id,
-        login_host: out.host,
+        login_host: host.to_string(),
         job_dir: plan.layout.base_dir.clone(),
         warnings: Vec::new(),
     })
+}
+
+/// The online checks one submit asks of the cluster (see [`facts_batch`]).
+pub struct CheckRequest {
+    pub paths: Vec<String>,
+    /// Script text appended to the checks (the squashfs cache probe).
+    pub probe: String,
+}
+
+/// The checks of several submits in one round trip (one `scontrol show partition` for all): each
+/// one's facts, or the error of the round trip for each.
+pub fn facts_batch(remote: &dyn Remote, requests: Vec<CheckRequest>) -> Vec<Result<crate::ops::cluster::SubmitFacts>> {
+    if let [one] = requests.as_slice() {
+        return vec![crate::engine::cluster::submit_facts(remote, &one.paths, &one.probe)];
+    }
+    let nonce = uuid::Uuid::new_v4().simple().to_string();
+    let members: Vec<(&[String], &str)> = requests.iter().map(|r| (r.paths.as_slice(), r.probe.as_str())).collect();
+    let script = crate::ops::cluster::submit_facts_batch_script(&members, &nonce);
+    match remote.run_script(&script, Idempotency::Idempotent) {
+        Ok(out) if out.exit_code == 0 => {
+            crate::ops::cluster::parse_submit_facts_batch(&out.stdout, &out.host, &nonce, requests.len())
+                .into_iter()
+                .map(Ok)
+                .collect()
+        }
+        Ok(out) => {
+            requests.iter().map(|_| Err(Error::RemoteCommand(format!("on {}: {}", out.host, out.stderr.trim())))).collect()
+        }
+        Err(e) => requests.iter().map(|_| Err(e.for_each_member().into())).collect(),
+    }
+}
+
+/// One recorded attempt to submit in a batch (see [`submit_batch`]).
+pub struct SubmitRequest {
+    pub plan: Plan,
+    pub files: Vec<StagedFile>,
+    pub secrets: SecretValues,
+    pub ticket: AttemptTicket,
+    pub gate: Option<crate::ops::depend::Gate>,
+}
+
+/// Submit recorded attempts in one round trip: each one's own lock, staging and sbatch (one failing
+/// is refused alone), each outcome recorded as [`submit_gated`] records it. A round trip that fails
+/// fails each member the way it fails a lone submission: outcome unknown (each one found again by
+/// its name) or nothing sent.
+pub fn submit_batch(remote: &dyn Remote, store: &Store, mut requests: Vec<SubmitRequest>) -> Vec<Result<Submitted>> {
+    if requests.len() == 1 {
+        let r = requests.pop().expect("one request");
+        return vec![submit_gated(remote, store, &r.plan, &r.files, &r.secrets, r.ticket, r.gate.as_ref())];
+    }
+    for r in &mut requests {
+        crate::engine::redact::register_values(&r.secrets);
+        if let Some(g) = &r.gate {
+            (r.ticket.dependency, r.ticket.hold) = g.sbatch();
+        }
+    }
+    let nonce = uuid::Uuid::new_v4().simple().to_string();
+    let hook = failpoint_hook();
+    let second = if failpoint("batch-second-before-sbatch") {
+        "echo 'tao-slurm: failpoint batch-second-before-sbatch reached' >&2\nsleep 20\n"
+    } else {
+        hook
+    };
+    let members: Vec<crate::ops::submit_batch::BatchMember> = requests
+        .iter()
+        .enumerate()
+        .map(|(i, r)| crate::ops::submit_batch::BatchMember {
+            plan: &r.plan,
+            files: &r.files,
+            secrets: &r.secrets,
+            ticket: &r.ticket,
+            before_sbatch: if i == 1 { second } else { hook },
+        })
+        .collect();
+    let script = crate::ops::submit_batch::batch_script(&members, &nonce);
+    let deadline = remote.default_deadline()
+        + std::time::Duration::from_secs(crate::config::SUBMIT_BATCH_SECS_PER_MEMBER * requests.len() as u64);
+    let out = match remote.run_script_within(&script, Idempotency::RunAtMostOnce, deadline) {
+        Ok(out) => out,
+        Err(e) => {
+            return requests
+                .iter()
+                .map(|r| unsent_or_unknown(store, &r.plan.layout.job_id, e.for_each_member()).and_then(Err))
+                .collect()
+        }
+    };
+    let runs = crate::ops::submit_batch::split_batch_output(&out.stdout, &out.stderr, &nonce, requests.len());
+    requests
+        .iter()
+        .zip(runs)
+        .map(|(r, run)| {
+            let result = match run {
+                Some(run) => settle(store, &r.plan, &run.stdout, &run.stderr, run.exit_code, &out.host),
+                // The script stopped before this member's end (it never printed its mark): what
+                // the script said is all there is, and any id it gave was not this member's.
+                None => settle(store, &r.plan, "", &out.stderr, out.exit_code.max(1), &out.host),
+            };
+            if let (Ok(_), Some(g)) = (&result, &r.gate) {
+                store.set_gate(&r.plan.layout.job_id, &g.stored())?;
+            }
+            result
+        })
+        .collect()
 }

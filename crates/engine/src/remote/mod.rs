@@ -42,6 +42,29 @@ pub enum RemoteError {
     Config(#[from] ConfigError),
 }
 
+impl RemoteError {
+    /// The same failure once more, for each member of a batch whose one round trip failed (a
+    /// settings error, which comes before any connection, becomes the message it printed).
+    pub fn for_each_member(&self) -> RemoteError {
+        use RemoteError::*;
+        match self {
+            Unreachable { hosts, message, remediation } => {
+                Unreachable { hosts: hosts.clone(), message: message.clone(), remediation: remediation.clone() }
+            }
+            Lost { host, message } => Lost { host: host.clone(), message: message.clone() },
+            TimedOut { host, secs, detail } => TimedOut { host: host.clone(), secs: *secs, detail: detail.clone() },
+            HostKeyChanged { host, known_hosts, message } => {
+                HostKeyChanged { host: host.clone(), known_hosts: known_hosts.clone(), message: message.clone() }
+            }
+            KeyPermissions { path } => KeyPermissions { path: path.clone() },
+            KeyMissing { path, message } => KeyMissing { path: path.clone(), message: message.clone() },
+            OutputTooLarge { host, cap } => OutputTooLarge { host: host.clone(), cap: *cap },
+            Spawn { program, message } => Spawn { program: program.clone(), message: message.clone() },
+            Config(e) => Spawn { program: "ssh".into(), message: e.to_string() },
+        }
+    }
+}
+
 /// The most bytes a call keeps of each of a script's output streams unless it asks for another cap
 /// ([`Remote::run_script_capped`]: a results download asks for what its own cap needs); more fails
 /// the call with [`RemoteError::OutputTooLarge`]. A job's files reach some outputs (logs, listings).

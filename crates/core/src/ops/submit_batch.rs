@@ -1,0 +1,240 @@
+//! Several submissions in one remote script (the group commit of concurrent submits): the trust
+//! functions sent once, each base's storage checked and its directories made once for all its jobs,
+//! then each attempt's own lock, staging and sbatch in a subshell of its own, so that one member's
+//! failure (its `exit`) is its own and the next member still runs. Each member's end is marked on
+//! both output streams with a nonce the caller draws per batch: no output of a member can pose as
+//! the end of another. Pure.
+
+use super::submit::{attempt_script, job_dirs, storage_steps, AttemptTicket};
+use crate::plan::Plan;
+use crate::protocol::SECTION;
+use crate::script::shell::quote;
+use crate::script::StagedFile;
+use crate::spec::SecretValues;
+use std::collections::BTreeMap;
+
+/// One submission of a batch.
+pub struct BatchMember<'a> {
+    pub plan: &'a Plan,
+    pub files: &'a [StagedFile],
+    pub secrets: &'a SecretValues,
+    pub ticket: &'a AttemptTicket,
+    /// Script text run once the attempt's lock is held (the fault-injection tests' pause point).
+    pub before_sbatch: &'a str,
+}
+
+/// What one member's subshell printed and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberRun {
+    pub stdout: String,
+    pub stderr: String,
+    pub exit_code: i32,
+}
+
+/// The batch's script. `nonce` must be fresh for each batch (letters and digits).
+pub fn batch_script(members: &[BatchMember], nonce: &str) -> String {
+    let mut s = String::from("set -u\numask 077\n");
+    s.push_str(&crate::script::trust::trust_functions());
+    // Each base once: its checks' refusal (in a subshell, so their `exit` ends only them) is kept and
+    // given to each of its members, whose submissions then stop before anything of theirs is written.
+    let mut bases: BTreeMap<&str, (usize, Vec<String>)> = BTreeMap::new();
+    for m in members {
+        let next = bases.len();
+        let base = bases.entry(m.plan.layout.base_dir.as_str()).or_insert((next, Vec::new()));
+        base.1.extend(job_dirs(m.plan, m.files, m.secrets));
+    }
+    let layouts: BTreeMap<&str, &crate::layout::Layout> =
+        members.iter().map(|m| (m.plan.layout.base_dir.as_str(), &m.plan.layout)).collect();
+    for (base, (k, dirs)) in &bases {
+        let steps = storage_steps(layouts[base], dirs.clone());
+        s.push_str(&format!("tao_base_err{k}=\"$( ( {steps}) 2>&1 >/dev/null )\"; tao_base_rc{k}=$?\n"));
+    }
+    for (i, m) in members.iter().enumerate() {
+        let k = bases[m.plan.layout.base_dir.as_str()].0;
+        s.push_str(&format!(
+            "(\nif [ \"$tao_base_rc{k}\" != 0 ]; then printf '%s\\n' \"$tao_base_err{k}\" >&2; exit \"$tao_base_rc{k}\"; fi\n{}\n)\n\
+             echo \"{SECTION}member {nonce} {i} $?\"; echo {} >&2\n",
+            attempt_script(m.plan, m.files, m.secrets, m.ticket, m.before_sbatch),
+            quote(&format!("{SECTION}member {nonce} {i}")),
+        ));
+    }
+    s
+}
+
+/// Each member's run, read from the batch's output: None for a member whose end never came (the
+/// script stopped before it; its outcome is the batch's).
+pub fn split_batch_output(stdout: &str, stderr: &str, nonce: &str, members: usize) -> Vec<Option<MemberRun>> {
+    let mark = format!("{SECTION}member {nonce} ");
+    let mut runs: Vec<Option<MemberRun>> = vec![None; members];
+    let mut errs = split_marked(stderr, &mark).into_iter();
+    let mut out = String::new();
+    let mut next = 0usize;
+    for line in stdout.split_inclusive('\n') {
+        let Some(rest) = line.strip_prefix(mark.as_str()) else {
+            out.push_str(line);
+            continue;
+        };
+        let mut words = rest.split_whitespace();
+        let (Some(Ok(i)), Some(Ok(rc))) = (words.next().map(str::parse::<usize>), words.next().map(str::parse::<i32>))
+        else {
+            out.push_str(line);
+            continue;
+        };
+        // Members end in order; a mark out of order is not ours.
+        if i != next || i >= members {
+            out.push_str(line);
+            continue;
+        }
+        let err = errs.next().filter(|(j, _)| *j == i).map(|(_, e)| e).unwrap_or_default();
+        runs[i] = Some(MemberRun { stdout: std::mem::take(&mut out), stderr: err, exit_code: rc });
+        next += 1;
+    }
+    runs
+}
+
+/// Standard error cut at each member's end mark: (member index, its text).
+fn split_marked(text: &str, mark: &str) -> Vec<(usize, String)> {
+    let mut parts = Vec::new();
+    let mut cur = String::new();
+    for line in text.split_inclusive('\n') {
+        match line.strip_prefix(mark).and_then(|r| r.trim_end().parse::<usize>().ok()) {
+            Some(i) if i == parts.len() => parts.push((i, std::mem::take(&mut cur))),
+            _ => cur.push_str(line),
+        }
+    }
+    parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::submit::parse_outcome;
+    use crate::plan::tests::{resolve, settings, spec};
+    use std::process::Command;
+
+    fn run(script: &str, bin: &std::path::Path) -> (String, String, i32) {
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .output()
+            .unwrap();
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+            out.status.code().unwrap_or(-1),
+        )
+    }
+
+    /// Three jobs in one script: each gets its own Slurm job id and files; the one sbatch refuses is
+    /// refused alone, with its own message; each with its own files.
+    #[test]
+    fn each_member_is_submitted_or_refused_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = settings();
+        settings.base_results_dir = Some(dir.path().join("base").display().to_string());
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        std::fs::write(bin.join("scontrol"), "#!/bin/bash\nexit 0\n").unwrap();
+        let plans: Vec<Plan> = ["a", "b", "c"]
+            .iter()
+            .map(|n| {
+                crate::plan::resolve_with_id(&spec(), &settings, &format!("{n}1111111-2222-4333-8444-555555555555"))
+                    .unwrap()
+            })
+            .collect();
+        let files: Vec<Vec<StagedFile>> = plans
+            .iter()
+            .map(|p| crate::script::staged_files(p, &serde_json::json!({}), "alice", &["login".into()]))
+            .collect();
+        let tickets: Vec<AttemptTicket> = plans.iter().map(AttemptTicket::first).collect();
+        let none = SecretValues::default();
+        // sbatch numbers the jobs it takes from 101 and refuses the middle one (by its job name).
+        let counter = dir.path().join("n");
+        std::fs::write(
+            bin.join("sbatch"),
+            format!(
+                "#!/bin/bash\nfor a; do case \"$a\" in --job-name={}) echo 'sbatch: error: invalid partition' >&2; exit 1;; esac; done\nn=$(( $(cat {c} 2>/dev/null || echo 100) + 1 )); echo $n > {c}; echo $n\n",
+                tickets[1].slurm_job_name,
+                c = counter.display()
+            ),
+        )
+        .unwrap();
+        Command::new("chmod").arg("-R").arg("+x").arg(&bin).status().unwrap();
+        let members: Vec<BatchMember> = plans
+            .iter()
+            .zip(&files)
+            .zip(&tickets)
+            .map(|((plan, files), ticket)| BatchMember { plan, files, secrets: &none, ticket, before_sbatch: "" })
+            .collect();
+        let script = batch_script(&members, "n0nce");
+        let (stdout, stderr, rc) = run(&script, &bin);
+        assert_eq!(rc, 0, "{stderr}");
+        let runs = split_batch_output(&stdout, &stderr, "n0nce", 3);
+        let outcomes: Vec<_> = runs.iter().map(|r| r.as_ref().map(|r| parse_outcome(&r.stdout, r.exit_code))).collect();
+        assert_eq!(
+            outcomes,
+            vec![
+                Some(crate::ops::submit::Outcome::Submitted("101".into())),
+                Some(crate::ops::submit::Outcome::Refused),
+                Some(crate::ops::submit::Outcome::Submitted("102".into())),
+            ],
+            "{stdout}\n{stderr}"
+        );
+        let refused = runs[1].as_ref().unwrap();
+        assert!(refused.stderr.contains("invalid partition"), "{refused:?}");
+        assert!(!runs[0].as_ref().unwrap().stderr.contains("invalid partition"));
+        for (plan, files) in plans.iter().zip(&files) {
+            for f in files {
+                assert_eq!(std::fs::read_to_string(&f.path).unwrap(), f.contents, "{}", plan.layout.job_id);
+            }
+        }
+        assert!(std::path::Path::new(&plans[2].layout.log_dir(&plans[2].layout.job_name, "102")).is_dir());
+    }
+
+    /// A base the trust checks refuse refuses its members only, each with the checks' own message.
+    #[test]
+    fn a_refused_base_refuses_only_its_members() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        std::fs::write(bin.join("sbatch"), "#!/bin/bash\necho 7\n").unwrap();
+        std::fs::write(bin.join("scontrol"), "#!/bin/bash\nexit 0\n").unwrap();
+        Command::new("chmod").arg("-R").arg("+x").arg(&bin).status().unwrap();
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let plan_under = |base: &std::path::Path| {
+            let mut s = settings();
+            s.base_results_dir = Some(base.join("base").display().to_string());
+            resolve(&spec(), &s).unwrap()
+        };
+        let (good, bad) = (plan_under(&dir.path().join("mine")), plan_under(&open));
+        let t = (AttemptTicket::first(&good), AttemptTicket::first(&bad));
+        let none = SecretValues::default();
+        let members = [
+            BatchMember { plan: &bad, files: &[], secrets: &none, ticket: &t.1, before_sbatch: "" },
+            BatchMember { plan: &good, files: &[], secrets: &none, ticket: &t.0, before_sbatch: "" },
+        ];
+        let (stdout, stderr, _) = run(&batch_script(&members, "x1"), &bin);
+        let runs = split_batch_output(&stdout, &stderr, "x1", 2);
+        let (r0, r1) = (runs[0].clone().unwrap(), runs[1].clone().unwrap());
+        assert_eq!(r0.exit_code, crate::exit_codes::UNTRUSTED_STORAGE, "{r0:?}");
+        assert!(r0.stderr.contains("writable by group or others"), "{r0:?}");
+        assert_eq!(parse_outcome(&r1.stdout, r1.exit_code), crate::ops::submit::Outcome::Submitted("7".into()));
+    }
+
+    #[test]
+    fn marks_out_of_order_or_without_the_nonce_are_output() {
+        let stdout = "@@tao-slurm:slurm_job_id 5\n@@tao-slurm:member n 1 0\n@@tao-slurm:member other 0 0\n@@tao-slurm:member n 0 3\n@@tao-slurm:slurm_job_id 6\n@@tao-slurm:member n 1 0\n";
+        let stderr = "oops\n@@tao-slurm:member n 0\n@@tao-slurm:member n 1\n";
+        let runs = split_batch_output(stdout, stderr, "n", 3);
+        let r0 = runs[0].clone().unwrap();
+        assert_eq!(r0.exit_code, 3);
+        assert!(r0.stdout.contains("slurm_job_id 5") && r0.stdout.contains("member other"), "{r0:?}");
+        assert_eq!(r0.stderr, "oops\n");
+        assert_eq!(runs[1].clone().unwrap().stdout, "@@tao-slurm:slurm_job_id 6\n");
+        assert_eq!(runs[2], None, "never ended");
+    }
+}

@@ -1,0 +1,143 @@
+//! The group commit of submits (issue 38) on the real cluster: library clients on threads of one
+//! process, each with its own client (as the Python package's and the service's pools give them),
+//! share one batch of online checks and one batch of submissions.
+
+use crate::common::wait::wait_for_async;
+use crate::common::Env;
+use crate::service_support::Service;
+use serde_json::json;
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+use tao_slurm::spec::SecretValues;
+use tao_slurm::{Client, JobSpec};
+
+fn held(name: &str) -> JobSpec {
+    JobSpec {
+        name: Some(name.into()),
+        image: "ubuntu:22.04".into(),
+        command: vec!["true".into()],
+        gpus: Some(0),
+        // Pending for a day: the cluster does no work for them.
+        sbatch_options: [("begin".to_string(), "now+1day".to_string())].into(),
+        ..Default::default()
+    }
+}
+
+/// Each thread's result and what its client cost on the wire.
+type Run = (tao_slurm::Result<tao_slurm::client::Submitted>, u64);
+
+fn submit_together(env: &Env, specs: Vec<JobSpec>) -> Vec<Run> {
+    let settings = env.settings();
+    let barrier = Arc::new(Barrier::new(specs.len()));
+    let threads: Vec<_> = specs
+        .into_iter()
+        .map(|spec| {
+            let (settings, barrier) = (settings.clone(), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                let client = Client::new(settings).unwrap();
+                barrier.wait();
+                let result = client.create_job(&spec, &SecretValues::default());
+                (result, client.transport_stats().round_trips)
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+fn batched_env(batch: usize) -> Env {
+    let mut env = Env::new();
+    // The image as the registry gives it: no conversion round trip of its own.
+    env.vars.insert("TAO_SLURM_USE_SQSH".into(), "false".into());
+    env.vars.insert("TAO_SLURM_SUBMIT_BATCH".into(), batch.to_string());
+    // Long enough for every thread to join the first batch; a full batch goes at once.
+    env.vars.insert("TAO_SLURM_SUBMIT_BATCH_WAIT_MS".into(), "3000".into());
+    env
+}
+
+/// Six threads submit at once: one round trip checks all six, one submits the five that passed; the
+/// one whose input is missing is refused by the checks and the one sbatch refuses is refused by
+/// sbatch, each alone with its own error; each other job is its own Slurm job, recorded once.
+#[test]
+fn concurrent_library_submits_go_in_one_batch_and_bad_members_are_refused_alone() {
+    let env = batched_env(6);
+    let mut specs: Vec<JobSpec> = (0..6).map(|i| held(&format!("gc-{i}"))).collect();
+    specs[2].inputs = [("custom.val.path".to_string(), "slurm:///tmp/tao-slurm-no-such-input".to_string())].into();
+    specs[4].constraint = Some("nosuchfeature".into());
+    let runs = submit_together(&env, specs);
+    let round_trips: u64 = runs.iter().map(|(_, n)| n).sum();
+    let missing = runs[2].0.as_ref().unwrap_err().to_string();
+    assert!(missing.contains("/tmp/tao-slurm-no-such-input") && missing.contains("nothing was staged"), "{missing}");
+    let refused = runs[4].0.as_ref().unwrap_err().to_string();
+    assert!(refused.contains("sbatch"), "{refused}");
+    let mut ids = Vec::new();
+    for (i, (r, _)) in runs.iter().enumerate().filter(|(i, _)| ![2, 4].contains(i)) {
+        let s = r.as_ref().unwrap_or_else(|e| panic!("member {i}: {e}"));
+        assert_eq!(env.slurm_jobs_named(&format!("tao-job-{}", s.job_id)), vec![s.slurm_job_id.clone()], "member {i}");
+        ids.push(s.slurm_job_id.clone());
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 4, "each its own Slurm job: {ids:?}");
+    assert_eq!(round_trips, 2, "one round trip of checks and one of submissions for all six");
+    let client = Client::new(env.settings()).unwrap();
+    let jobs = client.list_jobs().unwrap();
+    assert_eq!(jobs.len(), 5, "the refused-by-checks member was never recorded; the rest were, once each");
+    let errored: Vec<_> = jobs.iter().filter(|j| j.status == tao_slurm::PlatformStatus::Error).collect();
+    assert_eq!(errored.len(), 1, "only the member sbatch refused ends Error");
+    let submitted: Vec<String> = jobs.iter().filter(|j| j.slurm_job_id.is_some()).map(|j| j.job_id.clone()).collect();
+    assert_eq!(submitted.len(), 4);
+    client.cancel_jobs(&submitted).unwrap();
+}
+
+/// The service's creates that arrive together go in one batch; the batch's round trip is cut off
+/// after its first member was submitted (the second pauses on the host past the deadline): every
+/// create is answered (the first one with its job, the others with an unknown outcome), each job is
+/// then found by its name or submitted by the service's monitor, and none is submitted twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_service_batch_cut_off_midway_loses_no_job_and_doubles_none() {
+    let svc = Service::start_with(&[
+        ("TAO_SLURM_USE_SQSH", "false"),
+        ("TAO_SLURM_SUBMIT_BATCH", "4"),
+        ("TAO_SLURM_SUBMIT_BATCH_WAIT_MS", "3000"),
+        ("TAO_SLURM_FAILPOINT", "batch-second-before-sbatch"),
+        ("TAO_SLURM_REMOTE_TIMEOUT", "5"),
+    ]);
+    let svc = Arc::new(svc);
+    let creates: Vec<_> = (0..4)
+        .map(|i| {
+            let svc = Arc::clone(&svc);
+            tokio::spawn(async move {
+                svc.create(&json!({"name": format!("gc-cut-{i}"), "image": "ubuntu:22.04", "command": "true",
+                    "workspace": "login1", "sbatch_options": {"begin": "now+1day"}}))
+                    .await
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for c in creates {
+        answers.push(c.await.unwrap());
+    }
+    let created = answers.iter().filter(|(s, _)| *s == 201).count();
+    // The four went in one batch: its first member was submitted before the cut, the rest not (yet).
+    assert_eq!(created, 1, "the member submitted before the cut is answered with its job: {answers:?}");
+    for (status, body) in answers.iter().filter(|(s, _)| *s != 201) {
+        assert_eq!(*status, 502, "an unknown outcome, not a refusal: {body}");
+    }
+    // Every job the org has (four: none lost) gets exactly one Slurm job.
+    let jobs = wait_for_async(
+        "every job submitted (found by name or by the monitor)",
+        Duration::from_secs(300),
+        Duration::from_secs(2),
+        || async {
+            let list = svc.json(&svc.api("/jobs?size=100")).await;
+            let jobs = list["jobs"].as_array().cloned().unwrap_or_default();
+            (jobs.len() == 4 && jobs.iter().all(|j| j["backend_details"]["slurm_metadata"]["slurm_job_id"].is_string()))
+                .then_some(jobs)
+        },
+    )
+    .await;
+    for j in &jobs {
+        let id = j["id"].as_str().unwrap();
+        assert_eq!(svc.env.slurm_jobs_named(&format!("tao-job-{id}")).len(), 1, "exactly one Slurm job for {id}");
+        svc.http.post(svc.api(&format!("/jobs/{id}:cancel"))).bearer_auth(&svc.token).send().await.unwrap();
+    }
+}
