@@ -141,3 +141,44 @@ async fn a_service_batch_cut_off_midway_loses_no_job_and_doubles_none() {
         svc.http.post(svc.api(&format!("/jobs/{id}:cancel"))).bearer_auth(&svc.token).send().await.unwrap();
     }
 }
+
+/// Once a submit's checks ran, the next submits of the process take one round trip each: the
+/// submission checks the job's own inputs (a missing one is refused, nothing staged or recorded)
+/// and its image's squashfs file (gone from the cache: checked again, converted, submitted).
+#[test]
+fn a_warm_submit_is_one_round_trip_and_checks_its_own_inputs_and_image() {
+    let mut env = Env::isolated();
+    let cache_dir = format!("{}/sqsh-warm-{}", env.vars["SLURM_BASE_RESULTS_DIR"], std::process::id());
+    env.vars.insert("TAO_SLURM_SQSH_CACHE_DIR".into(), cache_dir.clone());
+    let client = Client::new(env.settings()).unwrap();
+    let none = SecretValues::default();
+    let trips = || client.transport_stats().round_trips;
+    let first = client.create_job(&held("warm-0"), &none).unwrap();
+    let cold = trips();
+    assert!(cold >= 2, "the first submit checks first (and converts the image): {cold}");
+    let second = client.create_job(&held("warm-1"), &none).unwrap();
+    assert_eq!(trips() - cold, 1, "a warm submit is one round trip");
+    assert_ne!(first.slurm_job_id, second.slurm_job_id);
+
+    let mut missing = held("warm-missing");
+    missing.inputs = [("custom.val.path".to_string(), "slurm:///tmp/tao-slurm-warm-no-such".to_string())].into();
+    let before = trips();
+    let e = client.create_job(&missing, &none).unwrap_err().to_string();
+    assert!(e.contains("/tmp/tao-slurm-warm-no-such") && e.contains("nothing was staged"), "{e}");
+    assert_eq!(trips() - before, 1, "refused by the submission's own checks");
+    assert_eq!(client.list_jobs().unwrap().len(), 2, "the refused job is not recorded");
+
+    // The image's file leaves the cache: the warm submission notices, the checks run again and
+    // convert it, and the job is submitted once.
+    env.ssh(&format!("rm -f {cache_dir}/*.sqsh\n"));
+    let third = client.create_job(&held("warm-2"), &none).unwrap();
+    assert_eq!(env.slurm_jobs_named(&format!("tao-job-{}", third.job_id)), vec![third.slurm_job_id.clone()]);
+    let views = client.list_jobs().unwrap();
+    assert_eq!(views.len(), 3);
+    let image = views.iter().find(|v| v.job_id == third.job_id).unwrap().image.clone();
+    assert!(image.starts_with(&cache_dir) && image.ends_with(".sqsh"), "{image}");
+    let ls = env.ssh(&format!("ls {cache_dir}\n"));
+    assert!(ls.contains(".sqsh"), "converted again: {ls}");
+    client.cancel_jobs(&views.iter().map(|v| v.job_id.clone()).collect::<Vec<_>>()).unwrap();
+    env.ssh(&format!("rm -rf {cache_dir}\n"));
+}

@@ -19,6 +19,9 @@ pub const NO_LOG_DIR: i32 = 21;
 pub const RELEASE_FAILED: i32 = 22;
 /// Another run of the same submission holds its lock and has not submitted yet: nothing was done.
 pub const SUBMISSION_IN_FLIGHT: i32 = 23;
+/// A submission made with the checks' known facts found one no longer true (an input path missing,
+/// the image's squashfs file gone): nothing was staged or submitted.
+pub const CHECKS_FAILED: i32 = 24;
 /// The image conversion failed (enroot import, or the cache file could not be replaced).
 pub const CONVERSION_FAILED: i32 = 30;
 /// Another conversion of the same image held its lock past the wait.

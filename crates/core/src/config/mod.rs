@@ -45,6 +45,9 @@ pub const DEFAULT_SUBMIT_BATCH: u32 = 64;
 /// How long the first of a batch waits for others before it goes (0: only what arrived while the
 /// round trip before it was in flight goes with it, so a lone submit waits for nobody).
 pub const DEFAULT_SUBMIT_BATCH_WAIT_MS: u32 = 0;
+/// How long what a submit's online checks found (partitions, images in the squashfs cache) is
+/// trusted, so that the next submits go in one round trip each (0: every submit checks first).
+pub const DEFAULT_CHECKS_TTL_SECS: u32 = 300;
 /// What each member adds to a batch's deadline (its sbatch and its few files).
 pub const SUBMIT_BATCH_SECS_PER_MEMBER: u64 = 2;
 pub const DEFAULT_DATABASE_SCHEMA: &str = "tao_state";
@@ -177,6 +180,8 @@ pub struct Settings {
     pub submit_batch: u32,
     /// How long a batch's first submit waits for others, in milliseconds.
     pub submit_batch_wait_ms: u32,
+    /// How long a submit's online checks are trusted for the next ones (`TAO_SLURM_CHECKS_TTL_SECS`).
+    pub checks_ttl_secs: u32,
     /// Webhooks every job of these settings (a workspace: its profile) notifies (`TAO_SLURM_NOTIFY`,
     /// comma-separated; secrets: their URLs carry tokens).
     pub notify: Vec<crate::spec::Secret>,
@@ -494,6 +499,7 @@ impl Settings {
             max_queries_per_minute: src.count("TAO_SLURM_MAX_QUERIES_PER_MINUTE", 1, DEFAULT_MAX_QUERIES_PER_MINUTE)?,
             submit_batch: src.count("TAO_SLURM_SUBMIT_BATCH", 1, DEFAULT_SUBMIT_BATCH)?,
             submit_batch_wait_ms: src.count("TAO_SLURM_SUBMIT_BATCH_WAIT_MS", 0, DEFAULT_SUBMIT_BATCH_WAIT_MS)?,
+            checks_ttl_secs: src.count("TAO_SLURM_CHECKS_TTL_SECS", 0, DEFAULT_CHECKS_TTL_SECS)?,
             notify: src.parse("TAO_SLURM_NOTIFY", parse_webhooks, Vec::new)?,
             database_url: src.parse("TAO_SLURM_DATABASE_URL", |v| Ok(secret_text(v)), || None)?,
             database_password: src.parse("TAO_SLURM_DATABASE_PASSWORD", |v| Ok(secret_text(v)), || None)?,

@@ -224,6 +224,11 @@ pub fn settings() -> Vec<Setting> {
             "most concurrent submits sent to the cluster together, in one round trip (1: each alone)",
         ),
         row(
+            &["TAO_SLURM_CHECKS_TTL_SECS"],
+            code(DEFAULT_CHECKS_TTL_SECS),
+            "how long a submit's online checks (partitions, images in the squashfs cache) are trusted, so that the next submits take one round trip each; each still checks its own input paths and image file before anything is staged (0: every submit checks first, in a round trip of its own)",
+        ),
+        row(
             &["TAO_SLURM_SUBMIT_BATCH_WAIT_MS"],
             code(DEFAULT_SUBMIT_BATCH_WAIT_MS),
             "how long the first submit of a batch waits for others (0: only those that arrived while the previous round trip ran go with it)",

@@ -52,6 +52,40 @@ pub fn parse_submit_facts(stdout: &str, host: &str) -> SubmitFacts {
     SubmitFacts { partitions, missing_paths, cached_sqsh, host: host.to_string() }
 }
 
+/// The checks a submission made with known facts runs itself, once its lock is held and before
+/// anything is written: its input paths exist and its image's squashfs file (if it runs from one) is
+/// still in the cache and trusted. A failure prints what failed (`missing PATH`, `stale_image PATH`)
+/// and ends the submission ([`crate::exit_codes::CHECKS_FAILED`]), its lock let go.
+pub fn submission_checks_script(paths: &[String], sqsh: Option<&str>) -> String {
+    let mut s = String::from("tao_checks=0\n");
+    if !paths.is_empty() {
+        s.push_str(&format!(
+            "for p in {}; do [ -e \"$p\" ] || {{ echo \"{SECTION}missing $p\"; tao_checks=1; }}; done\n",
+            paths.iter().map(|p| quote(p)).collect::<Vec<_>>().join(" ")
+        ));
+    }
+    if let Some(path) = sqsh {
+        s.push_str(&format!(
+            "{}sqsh_trusted {p} || {{ echo \"{SECTION}stale_image \"{p}; tao_checks=1; }}\n",
+            crate::sqsh::TRUSTED_FUNCTION,
+            p = quote(path)
+        ));
+    }
+    s.push_str(&format!(
+        "if [ \"$tao_checks\" != 0 ]; then rm -rf \"$lock\"; exit {}; fi\n",
+        crate::exit_codes::CHECKS_FAILED
+    ));
+    s
+}
+
+/// What [`submission_checks_script`] found failing: the missing paths, and whether the image's
+/// squashfs file is gone.
+pub fn failed_checks(stdout: &str) -> (Vec<String>, bool) {
+    let secs = sections(stdout);
+    let missing = secs.iter().filter(|(n, _, _)| n == "missing").map(|(_, p, _)| p.clone()).collect();
+    (missing, secs.iter().any(|(n, _, _)| n == "stale_image"))
+}
+
 /// The facts of several submits in one script (the group commit of concurrent submits): each one's
 /// path checks and image probe after a `member` mark carrying the batch's nonce, then the partitions
 /// once for all.
@@ -113,6 +147,35 @@ mod tests {
             super::missing_from(&String::from_utf8(out.stdout).unwrap()),
             vec![format!("{here}/nope"), "/also missing".into()]
         );
+    }
+
+    #[test]
+    fn the_submission_checks_refuse_before_anything_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let here = dir.path().display().to_string();
+        let sqsh = dir.path().join("x.sqsh");
+        std::fs::write(&sqsh, "hsqs....").unwrap();
+        let lock = dir.path().join("lock");
+        let run = |paths: &[String], image: Option<&str>| {
+            std::fs::create_dir_all(&lock).unwrap();
+            let script = format!(
+                "lock={}\n{}echo wrote > {here}/staged\n",
+                lock.display(),
+                super::submission_checks_script(paths, image)
+            );
+            let out = std::process::Command::new("bash").arg("-c").arg(&script).output().unwrap();
+            (out.status.code(), super::failed_checks(&String::from_utf8(out.stdout).unwrap()))
+        };
+        let ok = run(&[here.clone()], Some(&sqsh.display().to_string()));
+        assert_eq!(ok, (Some(0), (vec![], false)));
+        assert!(dir.path().join("staged").exists() && lock.exists());
+        std::fs::remove_file(dir.path().join("staged")).unwrap();
+        let gone = dir.path().join("gone.sqsh").display().to_string();
+        let (rc, (missing, stale)) = run(&[format!("{here}/nope"), here.clone()], Some(&gone));
+        assert_eq!(rc, Some(crate::exit_codes::CHECKS_FAILED));
+        assert_eq!((missing, stale), (vec![format!("{here}/nope")], true));
+        assert!(!dir.path().join("staged").exists(), "nothing written");
+        assert!(!lock.exists(), "the lock let go");
     }
 
     #[test]

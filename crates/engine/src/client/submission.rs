@@ -3,6 +3,7 @@
 
 use super::submit::Admit;
 use super::{Client, PipelineSubmitted, StepSubmitted, Submitted};
+use crate::engine::known_facts::{self, KnownFacts};
 use crate::engine::{cluster, depend, submit};
 use crate::error::{Error, Result};
 use crate::plan::{self, Plan};
@@ -54,21 +55,90 @@ impl Client {
         if !facts.missing_paths.is_empty() {
             return Err(crate::spec::SpecError::new(
                 "inputs",
-                format!(
-                    "these paths do not exist on the cluster (checked with test -e on {}); nothing was staged or submitted:\n  {}",
-                    facts.host,
-                    facts.missing_paths.join("\n  ")
-                ),
+                submit::missing_inputs_message(&facts.host, &facts.missing_paths),
             )
             .into());
         }
+        let image = plan.image.pyxis.clone();
+        self.learn_facts(&facts.partitions, facts.cached_sqsh.as_deref().map(|path| (image.as_str(), path)));
         let warnings = plan::fit_partition_limits(spec, &self.settings, &mut plan, &facts.partitions)?;
         Ok(Checked {
             plan,
             cached: facts.cached_sqsh,
             warnings: warnings.into_iter().collect(),
             partitions: facts.partitions,
+            checks: String::new(),
         })
+    }
+
+    /// The online checks from what the last ones found, with no round trip (see
+    /// `engine::known_facts`): the plan fitted to the partitions as they were, the image's squashfs
+    /// file as the cache held it, and the checks that can differ from job to job (input paths, the
+    /// image's file) left to the submission itself. None when nothing fresh is known, the image's file
+    /// is not known (or is one the cache may convert again), or the known partitions do not fit (the
+    /// checks then say why with facts of now).
+    fn check_known(&self, spec: &JobSpec, mut plan: Plan) -> Option<Checked> {
+        let known = self.known_facts()?;
+        let policy = self.settings.sqsh_policy();
+        let sqsh = if self.wants_sqsh(spec, &plan) {
+            let reconverts = crate::sqsh::is_latest(&plan.image)
+                && (policy.force_reconvert_latest || policy.latest_max_age_hours > 0);
+            if reconverts {
+                return None;
+            }
+            Some(known.sqsh.get(&plan.image.pyxis)?.clone())
+        } else {
+            None
+        };
+        let warnings = plan::fit_partition_limits(spec, &self.settings, &mut plan, &known.partitions).ok()?;
+        let checks = crate::ops::cluster::submission_checks_script(&plan.required_paths, sqsh.as_deref());
+        Some(Checked {
+            plan,
+            cached: sqsh,
+            warnings: warnings.into_iter().collect(),
+            partitions: known.partitions,
+            checks,
+        })
+    }
+
+    /// What this identity's last checks found, while fresh: this process's, else the last command's.
+    fn known_facts(&self) -> Option<KnownFacts> {
+        let (now, ttl) = (crate::clock::now(), self.settings.checks_ttl_secs);
+        let mut known = self.queues.known.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(k) = known.as_ref().filter(|k| k.fresh(now, ttl)) {
+            return Some(k.clone());
+        }
+        let loaded = known_facts::load(&self.settings.control_dir, &self.facts_identity(), now, ttl)?;
+        *known = Some(loaded.clone());
+        Some(loaded)
+    }
+
+    /// Keep what checks just found: the partitions, and where the image's squashfs file is (image as
+    /// given, its file).
+    fn learn_facts(&self, partitions: &[crate::slurm::PartitionInfo], image: Option<(&str, &str)>) {
+        if self.settings.checks_ttl_secs == 0 {
+            return;
+        }
+        let now = crate::clock::now();
+        let mut known = self.queues.known.lock().unwrap_or_else(|e| e.into_inner());
+        let mut facts = known.take().filter(|k| k.fresh(now, self.settings.checks_ttl_secs)).unwrap_or_default();
+        facts.at = now;
+        facts.partitions = partitions.to_vec();
+        if let Some((image, path)) = image {
+            facts.sqsh.insert(image.to_string(), path.to_string());
+        }
+        known_facts::save(&self.settings.control_dir, &self.facts_identity(), &facts);
+        *known = Some(facts);
+    }
+
+    /// Drop what the checks found (a submission found it out of date, or sbatch refused a job).
+    fn forget_facts(&self) {
+        *self.queues.known.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        known_facts::forget(&self.settings.control_dir, &self.facts_identity());
+    }
+
+    fn facts_identity(&self) -> String {
+        crate::engine::group_commit::cluster_identity(&self.settings)
     }
 
     /// The online checks of one submit, in one round trip with those of the submits that arrive at
@@ -91,10 +161,8 @@ impl Client {
         let remote = self.remote()?;
         let max = self.settings.submit_batch as usize;
         if max <= 1 {
-            let r = request;
-            return submit::submit_gated(remote, &self.store, &r.plan, &r.files, &r.secrets, r.ticket, r.gate.as_ref());
+            return submit::submit_request(remote, &self.store, request);
         }
-        submit::pause_at_failpoint("after-record");
         let wait = std::time::Duration::from_millis(self.settings.submit_batch_wait_ms.into());
         self.queues.submits.run(request, max, wait, |batch| submit::submit_batch(remote, &self.store, batch))
     }
@@ -111,7 +179,13 @@ impl Client {
     /// The online checks, the image made ready (the squashfs cache), and the secret values completed
     /// by the forwarded credentials: what every submission needs before it records anything.
     fn ready(&self, spec: &JobSpec, plan: Plan, secrets: &SecretValues) -> Result<Ready> {
-        let Checked { mut plan, cached, mut warnings, partitions } = self.check_online_with_image(spec, plan)?;
+        let checked = self.check_online_with_image(spec, plan)?;
+        self.ready_checked(spec, checked, secrets)
+    }
+
+    /// [`Client::ready`] of a plan already checked (online, or from known facts).
+    fn ready_checked(&self, spec: &JobSpec, checked: Checked, secrets: &SecretValues) -> Result<Ready> {
+        let Checked { mut plan, cached, mut warnings, partitions, checks } = checked;
         if let Some(path) = cached {
             // Already in the cache (learned in the checks' round trip): no conversion round trip.
             plan.image.pyxis = path;
@@ -121,6 +195,7 @@ impl Client {
             match crate::engine::image::prepare(self.remote()?, &self.settings.sqsh_policy(), &plan.image, false, true)
             {
                 Ok(prepared) => {
+                    self.learn_facts(&partitions, Some((plan.image.pyxis.as_str(), prepared.sqsh_path.as_str())));
                     plan.image.pyxis = prepared.sqsh_path;
                     plan.image.is_sqsh_path = true;
                 }
@@ -143,7 +218,7 @@ impl Client {
         if let Some(missing) = plan.secret_names.iter().find(|n| !secrets.0.contains_key(*n)) {
             return Err(crate::spec::SpecError::new("secret_env", format!("{missing} has no value")).into());
         }
-        Ok(Ready { plan, secrets, warnings, partitions })
+        Ok(Ready { plan, secrets, warnings, partitions, checks })
     }
 
     /// The jobs `after` names (`JOB[:ok|:notok|:any]`, ids or prefixes), as full ids with the kind.
@@ -212,7 +287,30 @@ impl Client {
         }
         let after = self.resolve_after(&spec.after)?;
         admit(&plan)?;
-        let Ready { plan, secrets, warnings, .. } = self.ready(spec, plan, secrets)?;
+        // With what the last checks found, one round trip: the submission checks the job's own
+        // inputs and image file itself. If it finds the cluster changed, the checks run again first.
+        if let Some(checked) = self.check_known(spec, plan.clone()) {
+            let ready = self.ready_checked(spec, checked, secrets)?;
+            match self.record_and_submit(spec, &after, ready) {
+                Err(Error::Spec(e)) if e.field == "image" && e.message.starts_with(submit::STALE_FACTS) => {
+                    self.forget_facts();
+                }
+                other => return other,
+            }
+        }
+        let ready = self.ready(spec, plan, secrets)?;
+        self.record_and_submit(spec, &after, ready)
+    }
+
+    /// Record a job whose plan is ready and submit it (with the submits that arrive at the same
+    /// time); a submission whose outcome is unknown is looked up by the job's unique name.
+    fn record_and_submit(
+        &self,
+        spec: &JobSpec,
+        after: &[(String, crate::spec::DependKind)],
+        ready: Ready,
+    ) -> Result<Submitted> {
+        let Ready { plan, secrets, warnings, checks, .. } = ready;
         let secrets = &secrets;
         let files = self.staged_files(spec, &plan);
         let member = crate::store::Member {
@@ -236,10 +334,21 @@ impl Client {
             secrets: secrets.clone(),
             ticket,
             gate,
+            checks,
         });
+        if let Err(Error::Spec(_)) = &result {
+            // The submission's own checks refused it before anything was staged: the job never
+            // reached the cluster, and is forgotten as a refusal of the online checks leaves none.
+            self.store.forget_unsent(&plan.layout.job_id)?;
+            return result;
+        }
         if result.is_err() {
             // A failed submission may have written the secrets file before it stopped.
             crate::engine::secrets::sweep_or_warn(self.remote()?, &self.store);
+        }
+        if let Err(Error::RemoteCommand(_)) = &result {
+            // sbatch refused it (or a step after it failed): the partitions may have changed.
+            self.forget_facts();
         }
         match result {
             Err(Error::Remote(
@@ -303,7 +412,7 @@ impl Client {
             admit(plan)?;
         }
         let first_spec = spec.for_variant(&sweep.variants[0].0);
-        let Ready { plan: ready, secrets, mut warnings, partitions } =
+        let Ready { plan: ready, secrets, mut warnings, partitions, .. } =
             self.ready(&first_spec, sweep.variants[0].1.clone(), secrets)?;
         let specs: Vec<JobSpec> = sweep.variants.iter().map(|(v, _)| spec.for_variant(v)).collect();
         for ((_, plan), variant) in sweep.variants.iter_mut().zip(&specs) {
@@ -452,6 +561,8 @@ struct Checked {
     cached: Option<String>,
     warnings: Vec<String>,
     partitions: Vec<crate::slurm::PartitionInfo>,
+    /// The checks the submission makes itself (when made from known facts), or empty.
+    checks: String,
 }
 
 /// A plan ready to submit, the secret values completed, and what the caller is to be warned of.
@@ -460,6 +571,7 @@ struct Ready {
     secrets: SecretValues,
     warnings: Vec<String>,
     partitions: Vec<crate::slurm::PartitionInfo>,
+    checks: String,
 }
 
 /// A spec's own webhooks (`--notify`), checked (only http and https URLs).

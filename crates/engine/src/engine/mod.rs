@@ -8,6 +8,7 @@ pub mod cycle;
 pub mod depend;
 pub mod files;
 pub mod group_commit;
+pub mod known_facts;
 pub mod image;
 pub mod inspect;
 pub mod logs;

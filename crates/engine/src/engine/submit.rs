@@ -80,9 +80,25 @@ pub fn submit(
     secrets: &SecretValues,
     ticket: &AttemptTicket,
 ) -> Result<Submitted> {
+    submit_checked(remote, store, plan, files, secrets, ticket, "")
+}
+
+/// [`submit`], the submission running `checks` (core `ops::cluster::submission_checks_script`) once
+/// its lock is held: a failed check ends it before anything is written, and comes back as the error
+/// the online checks would have given ([`checks_failed`]), the store untouched.
+fn submit_checked(
+    remote: &dyn Remote,
+    store: &Store,
+    plan: &Plan,
+    files: &[StagedFile],
+    secrets: &SecretValues,
+    ticket: &AttemptTicket,
+    checks: &str,
+) -> Result<Submitted> {
     crate::engine::redact::register_values(secrets);
     pause_at_failpoint("after-record");
-    let script = submit_script_with_hook(plan, files, secrets, ticket, failpoint_hook());
+    let hook = format!("{checks}{}", failpoint_hook());
+    let script = submit_script_with_hook(plan, files, secrets, ticket, &hook);
     match remote.run_script(&script, Idempotency::RunAtMostOnce) {
         Ok(out) => settle(store, plan, &out.stdout, &out.stderr, out.exit_code, &out.host),
         Err(e) => Err(unsent_or_unknown(store, &plan.layout.job_id, e)?),
@@ -117,6 +133,9 @@ fn unsent_or_unknown(store: &Store, job_id: &str, e: RemoteError) -> Result<Erro
 fn settle(store: &Store, plan: &Plan, stdout: &str, stderr: &str, exit_code: i32, host: &str) -> Result<Submitted> {
     let job_id = &plan.layout.job_id;
     let now = crate::clock::now();
+    if exit_code == tao_slurm_core::exit_codes::CHECKS_FAILED {
+        return Err(checks_failed(stdout, host));
+    }
     let outcome = parse_outcome(stdout, exit_code);
     if let Some(id) = outcome.slurm_job_id() {
         pause_at_failpoint("after-sbatch");
@@ -151,6 +170,29 @@ fn settle(store: &Store, plan: &Plan, stdout: &str, stderr: &str, exit_code: i32
         job_dir: plan.layout.base_dir.clone(),
         warnings: Vec::new(),
     })
+}
+
+/// What a submission's own checks found failing, as the online checks say it: missing inputs are
+/// the spec's `inputs` error; a squashfs file gone from the cache is the `image`'s (the caller checks
+/// again and submits once more).
+fn checks_failed(stdout: &str, host: &str) -> Error {
+    let (missing, stale_image) = crate::ops::cluster::failed_checks(stdout);
+    if !missing.is_empty() {
+        return crate::spec::SpecError::new("inputs", missing_inputs_message(host, &missing)).into();
+    }
+    let what = if stale_image { "its squashfs file left the image cache" } else { "a check failed" };
+    crate::spec::SpecError::new("image", format!("{STALE_FACTS}: {what}; nothing was staged or submitted")).into()
+}
+
+/// The start of the error of a submission whose known facts were out of date (see [`checks_failed`]).
+pub const STALE_FACTS: &str = "the cluster changed since its last checks";
+
+/// The error for required paths the cluster does not have.
+pub fn missing_inputs_message(host: &str, missing: &[String]) -> String {
+    format!(
+        "these paths do not exist on the cluster (checked with test -e on {host}); nothing was staged or submitted:\n  {}",
+        missing.join("\n  ")
+    )
 }
 
 /// The online checks one submit asks of the cluster (see [`facts_batch`]).
@@ -190,6 +232,21 @@ pub struct SubmitRequest {
     pub secrets: SecretValues,
     pub ticket: AttemptTicket,
     pub gate: Option<crate::ops::depend::Gate>,
+    /// The checks the submission makes itself (made with known facts), or empty.
+    pub checks: String,
+}
+
+/// Submit one recorded attempt in a round trip of its own (a batch of one); recorded as
+/// [`submit_gated`] records it.
+pub fn submit_request(remote: &dyn Remote, store: &Store, mut r: SubmitRequest) -> Result<Submitted> {
+    if let Some(g) = &r.gate {
+        (r.ticket.dependency, r.ticket.hold) = g.sbatch();
+    }
+    let result = submit_checked(remote, store, &r.plan, &r.files, &r.secrets, &r.ticket, &r.checks);
+    if let (Ok(_), Some(g)) = (&result, &r.gate) {
+        store.set_gate(&r.plan.layout.job_id, &g.stored())?;
+    }
+    result
 }
 
 /// Submit recorded attempts in one round trip: each one's own lock, staging and sbatch (one failing
@@ -198,9 +255,9 @@ pub struct SubmitRequest {
 /// its name) or nothing sent.
 pub fn submit_batch(remote: &dyn Remote, store: &Store, mut requests: Vec<SubmitRequest>) -> Vec<Result<Submitted>> {
     if requests.len() == 1 {
-        let r = requests.pop().expect("one request");
-        return vec![submit_gated(remote, store, &r.plan, &r.files, &r.secrets, r.ticket, r.gate.as_ref())];
+        return vec![submit_request(remote, store, requests.pop().expect("one request"))];
     }
+    pause_at_failpoint("after-record");
     for r in &mut requests {
         crate::engine::redact::register_values(&r.secrets);
         if let Some(g) = &r.gate {
@@ -208,21 +265,27 @@ pub fn submit_batch(remote: &dyn Remote, store: &Store, mut requests: Vec<Submit
         }
     }
     let nonce = uuid::Uuid::new_v4().simple().to_string();
-    let hook = failpoint_hook();
-    let second = if failpoint("batch-second-before-sbatch") {
-        "echo 'tao-slurm: failpoint batch-second-before-sbatch reached' >&2\nsleep 20\n"
-    } else {
-        hook
-    };
-    let members: Vec<crate::ops::submit_batch::BatchMember> = requests
+    let hooks: Vec<String> = requests
         .iter()
         .enumerate()
-        .map(|(i, r)| crate::ops::submit_batch::BatchMember {
+        .map(|(i, r)| {
+            let pause = if i == 1 && failpoint("batch-second-before-sbatch") {
+                "echo 'tao-slurm: failpoint batch-second-before-sbatch reached' >&2\nsleep 20\n"
+            } else {
+                failpoint_hook()
+            };
+            format!("{}{pause}", r.checks)
+        })
+        .collect();
+    let members: Vec<crate::ops::submit_batch::BatchMember> = requests
+        .iter()
+        .zip(&hooks)
+        .map(|(r, hook)| crate::ops::submit_batch::BatchMember {
             plan: &r.plan,
             files: &r.files,
             secrets: &r.secrets,
             ticket: &r.ticket,
-            before_sbatch: if i == 1 { second } else { hook },
+            before_sbatch: hook,
         })
         .collect();
     let script = crate::ops::submit_batch::batch_script(&members, &nonce);

@@ -91,6 +91,47 @@ impl Store {
         self.add_event(job_id, "created", &format!("job recorded before submission as {attempt_name}"), now)
     }
 
+    /// Forget a job that never reached the cluster (a warm submit whose checks, made in its one round
+    /// trip, refused it before anything was staged): all its rows, as if it had never been recorded.
+    /// A job that has a Slurm job (any attempt) is never forgotten. Whether it was.
+    pub fn forget_unsent(&self, job_id: &str) -> Result<bool, StoreError> {
+        self.in_transaction(|| {
+            let sent: i64 = self
+                .conn
+                .query_row(
+                    "SELECT COUNT(*) FROM attempts WHERE job_id = ?1 AND slurm_job_id IS NOT NULL",
+                    params![job_id],
+                    |r| r.get(0),
+                )
+                .map_err(|e| self.err(e))?;
+            let unsent: i64 = self
+                .conn
+                .query_row(
+                    "SELECT COUNT(*) FROM jobs WHERE job_id = ?1 AND slurm_job_id IS NULL",
+                    params![job_id],
+                    |r| r.get(0),
+                )
+                .map_err(|e| self.err(e))?;
+            if sent > 0 || unsent == 0 {
+                return Ok(false);
+            }
+            for sql in [
+                "DELETE FROM events WHERE job_id = ?1",
+                "DELETE FROM attempts WHERE job_id = ?1",
+                "DELETE FROM job_docs WHERE job_id = ?1",
+                "DELETE FROM dependencies WHERE child = ?1",
+                "DELETE FROM job_webhooks WHERE job_id = ?1",
+                "DELETE FROM notifications WHERE job_id = ?1",
+                "DELETE FROM kpi_lines WHERE job_id = ?1",
+                "DELETE FROM pauses WHERE job_id = ?1",
+                "DELETE FROM jobs WHERE job_id = ?1",
+            ] {
+                self.conn.execute(sql, params![job_id]).map_err(|e| self.err(e))?;
+            }
+            Ok(true)
+        })
+    }
+
     /// The current attempt reached Slurm as `slurm_job_id` (once: a job already submitted keeps its id).
     pub fn set_submitted(&self, job_id: &str, slurm_job_id: &str, host: &str, now: i64) -> Result<(), StoreError> {
         let changed = self

@@ -470,3 +470,20 @@ both! { fn what_a_refresh_saw_before_a_cancel_never_overwrites_it(place) {
     store.update_status_of(&id, Some(crate::store::AsRead::of(&read)), &ended, NOW + 3).unwrap();
     assert_eq!(store.summary(&id).unwrap().slurm_state.as_deref(), Some("CANCELLED"));
 }}
+
+// A job a warm submit's checks refused is forgotten whole; one that reached Slurm never is.
+both! { fn only_a_job_that_never_reached_slurm_is_forgotten(place) {
+    let store = place.open();
+    let unsent = crate::plan::resolve_with_id(&spec(), &settings(), "aaaaaaaa-2222-4333-8444-555555555555").unwrap();
+    let sent = crate::plan::resolve_with_id(&spec(), &settings(), "bbbbbbbb-2222-4333-8444-555555555555").unwrap();
+    let member = Member { webhooks: vec!["https://example.org/hook".into()], ..Default::default() };
+    store.insert_member("{}", &unsent, &member, NOW).unwrap();
+    store.insert_job("{}", &sent, NOW).unwrap();
+    store.set_submitted(&sent.layout.job_id, "42", "login1", NOW).unwrap();
+    assert!(store.forget_unsent(&unsent.layout.job_id).unwrap());
+    assert!(matches!(store.get(&unsent.layout.job_id), Err(StoreError::NotFound(_))));
+    assert!(store.events(&unsent.layout.job_id).unwrap().is_empty());
+    assert!(!store.forget_unsent(&sent.layout.job_id).unwrap(), "a job Slurm has is kept");
+    assert_eq!(store.get(&sent.layout.job_id).unwrap().summary.slurm_job_id.as_deref(), Some("42"));
+    assert!(!store.forget_unsent("no-such-job").unwrap());
+}}
