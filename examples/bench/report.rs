@@ -193,7 +193,7 @@ pub fn markdown(report: &Value) -> String {
                 "jobs",
                 "other jobs of the user queued",
                 "refresh ms",
-                "floor: local squeue, same format (of ours only, `-j`, when others are queued), ms",
+                "floor: local squeue, same format (when others are queued: the cheaper of all and ours by `-j`), ms",
                 "local squeue, short format, ms",
                 "over the transport: squeue alone / the whole refresh script; one load of the N summaries, ms",
                 "round trips",

@@ -166,7 +166,7 @@ mod tests {
             let out = std::process::Command::new("bash").arg("-c").arg(&script).output().unwrap();
             (out.status.code(), super::failed_checks(&String::from_utf8(out.stdout).unwrap()))
         };
-        let ok = run(&[here.clone()], Some(&sqsh.display().to_string()));
+        let ok = run(std::slice::from_ref(&here), Some(&sqsh.display().to_string()));
         assert_eq!(ok, (Some(0), (vec![], false)));
         assert!(dir.path().join("staged").exists() && lock.exists());
         std::fs::remove_file(dir.path().join("staged")).unwrap();

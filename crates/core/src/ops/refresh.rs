@@ -244,15 +244,17 @@ fn changed_program() -> String {
     template::fill(include_str!("templates/refresh_changed.awk"), &[])
 }
 
-/// The most bytes of ids one `squeue -j` is given (one argument may hold 128 KiB).
-const MAX_SQUEUE_JOB_LIST: usize = 64 * 1024;
+/// The most ids one `squeue -j` is given: squeue matches each job it loads against each id of the
+/// list, so a long list costs more than listing every job of the user (the awk program then passes
+/// on only ours: the user's other jobs still cost no transfer and no parsing).
+const MAX_SQUEUE_JOB_LIST: usize = 64;
 
-/// squeue's `-j` list: our jobs only, so that what else the same Slurm user has queued costs this
-/// refresh no output, no transfer and no parsing (squeue still loads the user's jobs and filters
-/// them itself). A sweep's array by its own id (with `-r`, every task). None (every job of the user)
-/// when a job's Slurm id is not known yet (it is then found by name in squeue's list) or the list is
-/// too long for one argument. One id is given twice: squeue asks for a lone id by a call of its own
-/// that fails (exit 1) once the controller has forgotten the job, where a list just leaves it out.
+/// squeue's `-j` list for a few jobs: squeue then formats ours only, whatever else the same Slurm
+/// user has queued (it still loads the user's jobs and filters them itself). A sweep's array by its
+/// own id (with `-r`, every task). None (every job of the user) for more than
+/// [`MAX_SQUEUE_JOB_LIST`] ids, or when a job's Slurm id is not known yet (it is then found by name
+/// in squeue's list). One id is given twice: squeue asks for a lone id by a call of its own that
+/// fails (exit 1) once the controller has forgotten the job, where a list just leaves it out.
 pub fn squeue_job_list(jobs: &[RefreshTarget]) -> Option<String> {
     let mut ids: Vec<&str> = Vec::with_capacity(jobs.len());
     for job in jobs {
@@ -264,11 +266,13 @@ pub fn squeue_job_list(jobs: &[RefreshTarget]) -> Option<String> {
     if ids.is_empty() || ids.iter().any(|id| id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit())) {
         return None;
     }
+    if ids.len() > MAX_SQUEUE_JOB_LIST {
+        return None;
+    }
     if ids.len() == 1 {
         ids.push(ids[0]);
     }
-    let list = ids.join(",");
-    (list.len() <= MAX_SQUEUE_JOB_LIST).then_some(list)
+    Some(ids.join(","))
 }
 
 /// The remote script for a set of jobs. Pure.
@@ -281,10 +285,11 @@ pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
         let root = *roots.entry(job.results_root.as_str()).or_insert(next);
         let _ = writeln!(
             list,
-            "J\t{}\t{}\t{root}\t{}",
+            "J\t{}\t{}\t{root}\t{}\t{}",
             job.slurm_job_id.as_deref().unwrap_or("-"),
             job.job_id,
-            job.status_sig.as_deref().unwrap_or("-")
+            job.status_sig.as_deref().unwrap_or("-"),
+            if job.slurm_job_id.is_some() { "-" } else { job.job_name.as_str() }
         );
     }
     let mut roots_list = String::new();
@@ -707,8 +712,9 @@ mod tests {
         assert_eq!(squeue_job_list(&[t(Some("42")), t(None)]), None, "found by name in the whole list");
         assert_eq!(squeue_job_list(&[t(Some("4;2"))]), None);
         assert_eq!(squeue_job_list(&[]), None);
-        let many: Vec<RefreshTarget> = (0..20_000).map(|i| t(Some(&format!("{}", 1_000_000 + i)))).collect();
-        assert_eq!(squeue_job_list(&many), None, "longer than one argument may be");
+        let many: Vec<RefreshTarget> = (0..65).map(|i| t(Some(&format!("{}", 1_000_000 + i)))).collect();
+        assert_eq!(squeue_job_list(&many), None, "every job of the user, filtered by awk");
+        assert!(squeue_job_list(&many[..64]).is_some());
         assert!(refresh_script(&[t(Some("42"))]).contains("squeue --me -j 42,42 -r"));
     }
 
@@ -810,6 +816,17 @@ mod tests {
         assert_eq!(obs.squeue.as_ref().unwrap().len(), 1);
         assert_eq!(obs.sacct.as_ref().unwrap().iter().map(|r| r.job_id.as_str()).collect::<Vec<_>>(), ["11"]);
         assert!(obs.status_json.is_empty(), "no status.json exists");
+    }
+
+    /// The user's other jobs in squeue's list are dropped on the host: only ours (by id, or by name
+    /// for one whose id is not known yet) reach the parser.
+    #[test]
+    fn the_users_other_jobs_never_leave_the_host() {
+        let jobs = vec![target("a", Some("10"), "/nonexistent", None), target("b", None, "/nonexistent", None)];
+        let squeue = "10|RUNNING|None|n1|x|1:00|0|tao-job-a\\n99|RUNNING|None|n1|x|1:00|0|someone-elses\\n77|PENDING|Priority|(null)|x|1:00|0|tao-job-b\\n";
+        let obs = parse_refresh_output(&run_with_stand_ins(&refresh_script(&jobs), squeue));
+        let ids: Vec<&str> = obs.squeue.as_ref().unwrap().iter().map(|r| r.job_id.as_str()).collect();
+        assert_eq!(ids, ["10", "77"]);
     }
 
     #[test]

@@ -120,6 +120,19 @@ pub(crate) fn attempt_script(
     ticket: &AttemptTicket,
     before_sbatch: &str,
 ) -> String {
+    attempt_script_with(plan, files, secrets, ticket, before_sbatch, false)
+}
+
+/// [`attempt_script`]; with `deferred`, the attempt's log directory and release are left to the
+/// end of its batch (see `ops::submit_batch`), which makes them for all its members at once.
+pub(crate) fn attempt_script_with(
+    plan: &Plan,
+    files: &[StagedFile],
+    secrets: &SecretValues,
+    ticket: &AttemptTicket,
+    before_sbatch: &str,
+    deferred: bool,
+) -> String {
     let layout = &plan.layout;
     let name = &ticket.slurm_job_name;
     let mut s = lock_vars(layout, name);
@@ -135,9 +148,12 @@ pub(crate) fn attempt_script(
             plan.secret_names.join(", ")
         ));
     }
+    // A first attempt's files are at paths named by the job's fresh id, which nobody could know
+    // before: written in place (no process); a later attempt's by rename (a job knows its own paths).
+    let put = if ticket.number <= 1 { "tao_new" } else { "tao_put" };
     for f in files {
         s.push_str(&format!(
-            "tao_put {} {} || {{ rm -rf \"$lock\"; echo 'tao-slurm: cannot write {}' >&2; exit {CANNOT_STAGE}; }}\n",
+            "{put} {} {} || {{ rm -rf \"$lock\"; echo 'tao-slurm: cannot write {}' >&2; exit {CANNOT_STAGE}; }}\n",
             quote(&f.path),
             quote(&f.contents),
             f.path.replace(['\'', '\\'], "")
@@ -153,9 +169,9 @@ pub(crate) fn attempt_script(
         name,
         options: &options,
         script: &layout.script_file(),
-        log_dirs: "mkdir -p \"$logdir_prefix-$id\"",
+        log_dirs: if deferred { "" } else { "mkdir -p \"$logdir_prefix-$id\"" },
         log_dirs_failed: "cannot create the log directory; job cancelled",
-        release: !ticket.hold,
+        release: !ticket.hold && !deferred,
     };
     s.push_str(&sbatch_script(&steps));
     s
@@ -267,7 +283,8 @@ pub(crate) struct SbatchSteps<'a> {
     /// More sbatch options, quoted (`--exclude`, `--dependency`).
     pub options: &'a str,
     pub script: &'a str,
-    /// Makes the log directories of Slurm job `$id`, and what its failure says.
+    /// Makes the log directories of Slurm job `$id` (empty: left to the caller), and what its
+    /// failure says.
     pub log_dirs: &'a str,
     pub log_dirs_failed: &'a str,
     pub release: bool,
@@ -286,9 +303,11 @@ pub(crate) fn sbatch_script(steps: &SbatchSteps) -> String {
     s.push_str("id=\"${out##*$'\\n'}\"; id=\"${id%%;*}\"\n");
     s.push_str("tao_put \"$lock/slurm_job_id\" \"$id\"\n");
     s.push_str(&format!("echo \"{SECTION}slurm_job_id $id\"\n"));
-    s.push_str(&format!(
-        "{log_dirs} || {{ scancel \"$id\"; echo 'tao-slurm: {log_dirs_failed}' >&2; exit {NO_LOG_DIR}; }}\n"
-    ));
+    if !log_dirs.is_empty() {
+        s.push_str(&format!(
+            "{log_dirs} || {{ scancel \"$id\"; echo 'tao-slurm: {log_dirs_failed}' >&2; exit {NO_LOG_DIR}; }}\n"
+        ));
+    }
     if *release {
         s.push_str(&format!(
             "scontrol release \"$id\" || {{ echo \"tao-slurm: {what} $id is held: scontrol release failed\" >&2; exit {RELEASE_FAILED}; }}\n"

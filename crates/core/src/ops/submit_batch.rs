@@ -1,11 +1,14 @@
 //! Several submissions in one remote script (the group commit of concurrent submits): the trust
 //! functions sent once, each base's storage checked and its directories made once for all its jobs,
 //! then each attempt's own lock, staging and sbatch in a subshell of its own, so that one member's
-//! failure (its `exit`) is its own and the next member still runs. Each member's end is marked on
+//! failure (its `exit`) is its own and the next member still runs; last, the log directories of
+//! every job sbatch took in one `mkdir` and their holds released in one `scontrol release` (the jobs
+//! are held until then, so none starts without its log directory). Each member's end is marked on
 //! both output streams with a nonce the caller draws per batch: no output of a member can pose as
 //! the end of another. Pure.
 
-use super::submit::{attempt_script, job_dirs, storage_steps, AttemptTicket};
+use super::submit::{attempt_script_with, job_dirs, storage_steps, AttemptTicket};
+use crate::exit_codes::{NO_LOG_DIR, RELEASE_FAILED};
 use crate::plan::Plan;
 use crate::protocol::SECTION;
 use crate::script::shell::quote;
@@ -49,28 +52,69 @@ pub fn batch_script(members: &[BatchMember], nonce: &str) -> String {
         let steps = storage_steps(layouts[base], dirs.clone());
         s.push_str(&format!("tao_base_err{k}=\"$( ( {steps}) 2>&1 >/dev/null )\"; tao_base_rc{k}=$?\n"));
     }
+    s.push_str("tao_logdirs=(); tao_new_ids=(); tao_release=\n");
     for (i, m) in members.iter().enumerate() {
         let k = bases[m.plan.layout.base_dir.as_str()].0;
+        let logdir_prefix = quote(&format!("{}/{}", m.plan.layout.logs_root(), m.ticket.slurm_job_name));
+        let release = if m.ticket.hold { "" } else { " tao_release=\"$tao_release,$tao_id\";" };
+        // The member's output is kept to find the id of a job sbatch took in this run (an adopted
+        // one was finished by its own step), then passed on.
         s.push_str(&format!(
-            "(\nif [ \"$tao_base_rc{k}\" != 0 ]; then printf '%s\\n' \"$tao_base_err{k}\" >&2; exit \"$tao_base_rc{k}\"; fi\n{}\n)\n\
-             echo \"{SECTION}member {nonce} {i} $?\"; echo {} >&2\n",
-            attempt_script(m.plan, m.files, m.secrets, m.ticket, m.before_sbatch),
+            "tao_out=\"$(\nif [ \"$tao_base_rc{k}\" != 0 ]; then printf '%s\\n' \"$tao_base_err{k}\" >&2; exit \"$tao_base_rc{k}\"; fi\n{}\n)\"; tao_rc=$?\n\
+             printf '%s\\n' \"$tao_out\"\n\
+             if [ \"$tao_rc\" = 0 ]; then case \"$tao_out\" in *'{SECTION}adopted'*) ;; *'{SECTION}slurm_job_id '*) \
+             tao_id=\"${{tao_out##*{SECTION}slurm_job_id }}\"; tao_id=\"${{tao_id%%[!0-9]*}}\"; tao_logdirs+=({logdir_prefix}-\"$tao_id\"); tao_new_ids+=(\"$tao_id\");{release} ;; esac; fi\n\
+             echo \"{SECTION}member {nonce} {i} $tao_rc\"; echo {} >&2\n",
+            attempt_script_with(m.plan, m.files, m.secrets, m.ticket, m.before_sbatch, true),
             quote(&format!("{SECTION}member {nonce} {i}")),
         ));
     }
+    s.push_str(&format!(
+        "tao_after=0\n\
+         if [ ${{#tao_logdirs[@]}} -gt 0 ]; then\n  \
+         if ! mkdir -p -- \"${{tao_logdirs[@]}}\"; then scancel \"${{tao_new_ids[@]}}\"; echo 'tao-slurm: cannot create the log directories; jobs cancelled' >&2; tao_after={NO_LOG_DIR}\n  \
+         elif [ -n \"$tao_release\" ] && ! scontrol release \"${{tao_release#,}}\"; then echo 'tao-slurm: scontrol release failed: the jobs are held' >&2; tao_after={RELEASE_FAILED}; fi\n\
+         fi\n\
+         echo \"{SECTION}member {nonce} after $tao_after\"\n"
+    ));
     s
 }
 
 /// Each member's run, read from the batch's output: None for a member whose end never came (the
-/// script stopped before it; its outcome is the batch's).
+/// script stopped before it; its outcome is the batch's). A member whose job sbatch took ends as
+/// the batch's last steps did: not started (held, or cancelled without its log directory) when they
+/// failed or never ran.
 pub fn split_batch_output(stdout: &str, stderr: &str, nonce: &str, members: usize) -> Vec<Option<MemberRun>> {
     let mark = format!("{SECTION}member {nonce} ");
+    let after: Option<i32> = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(mark.as_str()).and_then(|r| r.strip_prefix("after ")))
+        .and_then(|rc| rc.trim().parse().ok());
+    let mut runs = split_members(stdout, stderr, &mark, members);
+    for run in runs.iter_mut().flatten() {
+        let took = run.exit_code == 0
+            && !run.stdout.contains(&format!("{SECTION}adopted"))
+            && run.stdout.contains(&format!("{SECTION}slurm_job_id "));
+        match after {
+            Some(0) => {}
+            _ if !took => {}
+            Some(rc) => run.exit_code = rc,
+            None => {
+                run.exit_code = RELEASE_FAILED;
+                run.stderr.push_str("tao-slurm: the batch ended before its jobs' log directories and release\n");
+            }
+        }
+    }
+    runs
+}
+
+fn split_members(stdout: &str, stderr: &str, mark: &str, members: usize) -> Vec<Option<MemberRun>> {
     let mut runs: Vec<Option<MemberRun>> = vec![None; members];
-    let mut errs = split_marked(stderr, &mark).into_iter();
+    let mut errs = split_marked(stderr, mark).into_iter();
     let mut out = String::new();
     let mut next = 0usize;
     for line in stdout.split_inclusive('\n') {
-        let Some(rest) = line.strip_prefix(mark.as_str()) else {
+        let Some(rest) = line.strip_prefix(mark) else {
             out.push_str(line);
             continue;
         };
@@ -223,6 +267,55 @@ mod tests {
         assert_eq!(r0.exit_code, crate::exit_codes::UNTRUSTED_STORAGE, "{r0:?}");
         assert!(r0.stderr.contains("writable by group or others"), "{r0:?}");
         assert_eq!(parse_outcome(&r1.stdout, r1.exit_code), crate::ops::submit::Outcome::Submitted("7".into()));
+    }
+
+    /// The batch's last steps: one `mkdir` for every log directory, one `scontrol release` for every
+    /// job; when the release fails, each job sbatch took is not started (held), not submitted.
+    #[test]
+    fn the_log_directories_and_the_release_are_made_once_for_the_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = settings();
+        settings.base_results_dir = Some(dir.path().join("base").display().to_string());
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let calls = dir.path().join("calls");
+        std::fs::write(bin.join("sbatch"), "#!/bin/bash\necho $((RANDOM + 100))\n").unwrap();
+        for (release_rc, want_rc, batch) in [(0, 0, "a"), (1, RELEASE_FAILED, "b")] {
+            let plans: Vec<Plan> = ["1", "2"]
+                .iter()
+                .map(|n| {
+                    let id = format!("{batch}{n}111111-2222-4333-8444-555555555555");
+                    crate::plan::resolve_with_id(&spec(), &settings, &id).unwrap()
+                })
+                .collect();
+            let tickets: Vec<AttemptTicket> = plans.iter().map(AttemptTicket::first).collect();
+            let none = SecretValues::default();
+            let members: Vec<BatchMember> = plans
+                .iter()
+                .zip(&tickets)
+                .map(|(plan, ticket)| BatchMember { plan, files: &[], secrets: &none, ticket, before_sbatch: "" })
+                .collect();
+            std::fs::write(
+                bin.join("scontrol"),
+                format!("#!/bin/bash\necho \"$@\" >> {}\nexit {release_rc}\n", calls.display()),
+            )
+            .unwrap();
+            Command::new("chmod").arg("-R").arg("+x").arg(&bin).status().unwrap();
+            let _ = std::fs::remove_file(&calls);
+            let (stdout, stderr, _) = run(&batch_script(&members, "n2"), &bin);
+            let runs = split_batch_output(&stdout, &stderr, "n2", 2);
+            let mut ids = Vec::new();
+            for r in runs {
+                let r = r.unwrap();
+                assert_eq!(r.exit_code, want_rc, "{r:?}");
+                ids.push(parse_outcome(&r.stdout, 0).slurm_job_id().unwrap().to_string());
+            }
+            let made = std::fs::read_to_string(&calls).unwrap();
+            assert_eq!(made.trim(), format!("release {}", ids.join(",")), "one release for both: {stdout}");
+            for (plan, id) in plans.iter().zip(&ids) {
+                assert!(std::path::Path::new(&plan.layout.log_dir(&plan.layout.job_name, id)).is_dir());
+            }
+        }
     }
 
     #[test]

@@ -6,7 +6,10 @@
 /// directory we write into must be a real directory (not a symlink) of ours that no one else can
 /// write. A neighbour who could write there could plant a symlink, a script or a secrets file of their
 /// own. Files are written to a fresh temporary name and renamed over their target, so a symlink
-/// planted where a file goes is replaced, never followed.
+/// planted where a file goes is replaced, never followed. `tao_new` writes a file at a path nobody
+/// could know before (a new job's, named by its fresh id) in place, with no process: created
+/// exclusively (noclobber: O_EXCL, so a symlink there is never followed), and by `tao_put` if
+/// anything is there already or the write fails.
 const TRUST_FUNCTIONS: &str = r#"tao_trust_dirs() {
   local base="$1" d="$1" here="$PWD" p u m t n
   local -a parts=() ; local -A is_part=() is_dir=()
@@ -39,6 +42,13 @@ tao_put() {
   case $- in *C*) noclobber=1;; esac
   set -C; { printf '%s' "$2" > "$t"; } 2>/dev/null; rc=$?; [ -n "$noclobber" ] || set +C
   [ "$rc" = 0 ] && mv -fT -- "$t" "$1" || { rm -f -- "$t"; return 1; }
+}
+tao_new() {
+  [ -e "$1" ] || [ -L "$1" ] && { tao_put "$1" "$2"; return; }
+  local rc noclobber=
+  case $- in *C*) noclobber=1;; esac
+  set -C; { printf '%s' "$2" > "$1"; } 2>/dev/null; rc=$?; [ -n "$noclobber" ] || set +C
+  [ "$rc" = 0 ] || tao_put "$1" "$2"
 }
 "#;
 
@@ -115,5 +125,28 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
         assert!(!std::fs::symlink_metadata(&target).unwrap().file_type().is_symlink());
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "new text");
+    }
+
+    /// `tao_new` writes a new file in place, and anything already there (a planted symlink, to a
+    /// file or to a FIFO, or a file) is replaced by rename, never followed or opened.
+    #[test]
+    fn a_new_file_is_written_in_place_and_anything_already_there_is_replaced() {
+        let top = tempfile::tempdir().unwrap();
+        let fresh = top.path().join("fresh.json");
+        let (rc, err) = run(&format!("tao_new {} 'one'; tao_new {} 'two'", fresh.display(), fresh.display()));
+        assert_eq!((rc, std::fs::read_to_string(&fresh).unwrap()), (0, "two".to_string()), "{err}");
+        let victim = top.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let fifo = top.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        for (name, to) in [("to-file", &victim), ("to-fifo", &fifo)] {
+            let target = top.path().join(name);
+            std::os::unix::fs::symlink(to, &target).unwrap();
+            let (rc, err) = run(&format!("tao_new {} 'new text'", target.display()));
+            assert_eq!(rc, 0, "{name}: {err}");
+            assert!(!std::fs::symlink_metadata(&target).unwrap().file_type().is_symlink(), "{name}");
+            assert_eq!(std::fs::read_to_string(&target).unwrap(), "new text", "{name}");
+        }
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
     }
 }
