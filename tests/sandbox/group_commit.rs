@@ -45,7 +45,8 @@ fn submit_together(env: &Env, specs: Vec<JobSpec>) -> Vec<Run> {
 }
 
 fn batched_env(batch: usize) -> Env {
-    let mut env = Env::new();
+    // Its own control directory: no other test's checks are known to it, so its first submits check.
+    let mut env = Env::isolated();
     // The image as the registry gives it: no conversion round trip of its own.
     env.vars.insert("TAO_SLURM_USE_SQSH".into(), "false".into());
     env.vars.insert("TAO_SLURM_SUBMIT_BATCH".into(), batch.to_string());
@@ -56,7 +57,8 @@ fn batched_env(batch: usize) -> Env {
 
 /// Six threads submit at once: one round trip checks all six, one submits the five that passed; the
 /// one whose input is missing is refused by the checks and the one sbatch refuses is refused by
-/// sbatch, each alone with its own error; each other job is its own Slurm job, recorded once.
+/// sbatch, each alone with its own error; each other job is its own Slurm job, recorded once. Six
+/// more, with the checks now known, go in one round trip.
 #[test]
 fn concurrent_library_submits_go_in_one_batch_and_bad_members_are_refused_alone() {
     let env = batched_env(6);
@@ -78,13 +80,28 @@ fn concurrent_library_submits_go_in_one_batch_and_bad_members_are_refused_alone(
     ids.dedup();
     assert_eq!(ids.len(), 4, "each its own Slurm job: {ids:?}");
     assert_eq!(round_trips, 2, "one round trip of checks and one of submissions for all six");
+    // With the checks known, the next six are one round trip: each submission checks its own
+    // inputs, so the one with a missing input is refused there, alone.
+    let mut again: Vec<JobSpec> = (0..6).map(|i| held(&format!("gc-warm-{i}"))).collect();
+    again[3].inputs = [("custom.val.path".to_string(), "slurm:///tmp/tao-slurm-no-such-input".to_string())].into();
+    let warm = submit_together(&env, again);
+    assert_eq!(warm.iter().map(|(_, n)| n).sum::<u64>(), 1, "one round trip for the six");
+    let missing = warm[3].0.as_ref().unwrap_err().to_string();
+    assert!(missing.contains("/tmp/tao-slurm-no-such-input") && missing.contains("nothing was staged"), "{missing}");
+    let warm_ids: Vec<String> = warm
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 3)
+        .map(|(i, (r, _))| r.as_ref().unwrap_or_else(|e| panic!("warm member {i}: {e}")).job_id.clone())
+        .collect();
+    assert_eq!(warm_ids.len(), 5);
     let client = Client::new(env.settings()).unwrap();
     let jobs = client.list_jobs().unwrap();
-    assert_eq!(jobs.len(), 5, "the refused-by-checks member was never recorded; the rest were, once each");
+    assert_eq!(jobs.len(), 10, "the members refused by the checks were never recorded; the rest were, once each");
     let errored: Vec<_> = jobs.iter().filter(|j| j.status == tao_slurm::PlatformStatus::Error).collect();
     assert_eq!(errored.len(), 1, "only the member sbatch refused ends Error");
     let submitted: Vec<String> = jobs.iter().filter(|j| j.slurm_job_id.is_some()).map(|j| j.job_id.clone()).collect();
-    assert_eq!(submitted.len(), 4);
+    assert_eq!(submitted.len(), 9);
     client.cancel_jobs(&submitted).unwrap();
 }
 

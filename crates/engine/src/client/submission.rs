@@ -346,9 +346,13 @@ impl Client {
             // A failed submission may have written the secrets file before it stopped.
             crate::engine::secrets::sweep_or_warn(self.remote()?, &self.store);
         }
-        if let Err(Error::RemoteCommand(_)) = &result {
-            // sbatch refused it (or a step after it failed): the partitions may have changed.
-            self.forget_facts();
+        if let Err(Error::RemoteCommand(message)) = &result {
+            // sbatch refused it for its partition or its time limit: the partitions may have changed
+            // since the checks the plan was fitted with.
+            let m = message.to_lowercase();
+            if m.contains("partition") || m.contains("time limit") {
+                self.forget_facts();
+            }
         }
         match result {
             Err(Error::Remote(

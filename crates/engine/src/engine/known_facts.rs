@@ -6,7 +6,8 @@
 //! control directory (mode 600) for the next command.
 //!
 //! Partitions are trusted for that long: a partition removed meanwhile makes sbatch refuse the job
-//! (and the facts are dropped); a changed MaxTime fits the next submit after at most that long.
+//! (a refusal naming the partition or the time limit drops the facts); a changed MaxTime fits the
+//! next submit after at most that long.
 
 use crate::slurm::PartitionInfo;
 use serde::{Deserialize, Serialize};
@@ -61,7 +62,7 @@ pub fn save(control_dir: &Path, identity: &str, facts: &KnownFacts) {
     }
 }
 
-/// Forget them (sbatch refused a job: the partitions may have changed).
+/// Forget them (sbatch refused a job for its partition or time limit: they may have changed).
 pub fn forget(control_dir: &Path, identity: &str) {
     let _ = std::fs::remove_file(file(control_dir, identity));
 }
