@@ -697,16 +697,7 @@ mod tests {
     /// the user when one of ours has no id yet.
     #[test]
     fn squeue_is_asked_for_our_jobs_only() {
-        let t = |id: Option<&str>| RefreshTarget {
-            job_id: "a".into(),
-            slurm_job_id: id.map(String::from),
-            job_name: "tao-job-a".into(),
-            submit_lock: "/x/lock".into(),
-            results_root: "/x/results".into(),
-            status_sig: None,
-            array_index: None,
-            look: None,
-        };
+        let t = |id: Option<&str>| target("a", id, "/x/results", None);
         assert_eq!(squeue_job_list(&[t(Some("42"))]).as_deref(), Some("42,42"));
         assert_eq!(squeue_job_list(&[t(Some("9_1")), t(Some("42")), t(Some("9_0"))]).as_deref(), Some("42,9"));
         assert_eq!(squeue_job_list(&[t(Some("42")), t(None)]), None, "found by name in the whole list");

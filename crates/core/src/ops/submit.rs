@@ -90,7 +90,7 @@ pub fn submit_script_with_hook(
     before_sbatch: &str,
 ) -> String {
     let mut s = storage_script(&plan.layout, job_dirs(plan, files, secrets));
-    s.push_str(&attempt_script(plan, files, secrets, ticket, before_sbatch));
+    s.push_str(&attempt_script(plan, files, secrets, ticket, before_sbatch, false));
     s
 }
 
@@ -112,20 +112,10 @@ fn writes_secrets(plan: &Plan, secrets: &SecretValues) -> bool {
 
 /// What one attempt's submission does once the storage is checked and its directories made: the
 /// lock's variables, lock-or-adopt, `before_sbatch`, the secrets file (or the check that it is
-/// there), the staged files, then sbatch and what follows it. Its own `exit` ends it.
+/// there), the staged files, then sbatch and what follows it. Its own `exit` ends it. With
+/// `deferred`, the attempt's log directory and release are left to the end of its batch (see
+/// `ops::submit_batch`), which makes them for all its members at once.
 pub(crate) fn attempt_script(
-    plan: &Plan,
-    files: &[StagedFile],
-    secrets: &SecretValues,
-    ticket: &AttemptTicket,
-    before_sbatch: &str,
-) -> String {
-    attempt_script_with(plan, files, secrets, ticket, before_sbatch, false)
-}
-
-/// [`attempt_script`]; with `deferred`, the attempt's log directory and release are left to the
-/// end of its batch (see `ops::submit_batch`), which makes them for all its members at once.
-pub(crate) fn attempt_script_with(
     plan: &Plan,
     files: &[StagedFile],
     secrets: &SecretValues,

@@ -7,7 +7,7 @@
 //! both output streams with a nonce the caller draws per batch: no output of a member can pose as
 //! the end of another. Pure.
 
-use super::submit::{attempt_script_with, job_dirs, storage_steps, AttemptTicket};
+use super::submit::{attempt_script, job_dirs, storage_steps, AttemptTicket};
 use crate::exit_codes::{NO_LOG_DIR, RELEASE_FAILED};
 use crate::plan::Plan;
 use crate::protocol::SECTION;
@@ -65,7 +65,7 @@ pub fn batch_script(members: &[BatchMember], nonce: &str) -> String {
              if [ \"$tao_rc\" = 0 ]; then case \"$tao_out\" in *'{SECTION}adopted'*) ;; *'{SECTION}slurm_job_id '*) \
              tao_id=\"${{tao_out##*{SECTION}slurm_job_id }}\"; tao_id=\"${{tao_id%%[!0-9]*}}\"; tao_logdirs+=({logdir_prefix}-\"$tao_id\"); tao_new_ids+=(\"$tao_id\");{release} ;; esac; fi\n\
              echo \"{SECTION}member {nonce} {i} $tao_rc\"; echo {} >&2\n",
-            attempt_script_with(m.plan, m.files, m.secrets, m.ticket, m.before_sbatch, true),
+            attempt_script(m.plan, m.files, m.secrets, m.ticket, m.before_sbatch, true),
             quote(&format!("{SECTION}member {nonce} {i}")),
         ));
     }
@@ -170,6 +170,11 @@ mod tests {
         )
     }
 
+    /// A plan whose job id starts with `prefix` (one id per test job).
+    fn plan_named(settings: &crate::config::Settings, prefix: &str) -> Plan {
+        crate::plan::resolve_with_id(&spec(), settings, &format!("{prefix:1<8}-2222-4333-8444-555555555555")).unwrap()
+    }
+
     /// Three jobs in one script: each gets its own Slurm job id and files; the one sbatch refuses is
     /// refused alone, with its own message; each with its own files.
     #[test]
@@ -180,13 +185,7 @@ mod tests {
         let bin = dir.path().join("bin");
         std::fs::create_dir(&bin).unwrap();
         std::fs::write(bin.join("scontrol"), "#!/bin/bash\nexit 0\n").unwrap();
-        let plans: Vec<Plan> = ["a", "b", "c"]
-            .iter()
-            .map(|n| {
-                crate::plan::resolve_with_id(&spec(), &settings, &format!("{n}1111111-2222-4333-8444-555555555555"))
-                    .unwrap()
-            })
-            .collect();
+        let plans: Vec<Plan> = ["a", "b", "c"].iter().map(|n| plan_named(&settings, n)).collect();
         let files: Vec<Vec<StagedFile>> = plans
             .iter()
             .map(|p| crate::script::staged_files(p, &serde_json::json!({}), "alice", &["login".into()]))
@@ -281,13 +280,7 @@ mod tests {
         let calls = dir.path().join("calls");
         std::fs::write(bin.join("sbatch"), "#!/bin/bash\necho $((RANDOM + 100))\n").unwrap();
         for (release_rc, want_rc, batch) in [(0, 0, "a"), (1, RELEASE_FAILED, "b")] {
-            let plans: Vec<Plan> = ["1", "2"]
-                .iter()
-                .map(|n| {
-                    let id = format!("{batch}{n}111111-2222-4333-8444-555555555555");
-                    crate::plan::resolve_with_id(&spec(), &settings, &id).unwrap()
-                })
-                .collect();
+            let plans: Vec<Plan> = ["1", "2"].iter().map(|n| plan_named(&settings, &format!("{batch}{n}"))).collect();
             let tickets: Vec<AttemptTicket> = plans.iter().map(AttemptTicket::first).collect();
             let none = SecretValues::default();
             let members: Vec<BatchMember> = plans

@@ -104,6 +104,9 @@ impl Client {
     /// What this identity's last checks found, while fresh: this process's, else the last command's.
     fn known_facts(&self) -> Option<KnownFacts> {
         let (now, ttl) = (crate::clock::now(), self.settings.checks_ttl_secs);
+        if ttl == 0 {
+            return None;
+        }
         let mut known = self.queues.known.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(k) = known.as_ref().filter(|k| k.fresh(now, ttl)) {
             return Some(k.clone());

@@ -53,14 +53,30 @@ pub fn submit_gated(
     mut ticket: AttemptTicket,
     gate: Option<&crate::ops::depend::Gate>,
 ) -> Result<Submitted> {
+    gate_ticket(&mut ticket, gate);
+    let result = submit(remote, store, plan, files, secrets, &ticket);
+    keep_gate(store, plan, &result, gate)?;
+    result
+}
+
+/// The sbatch options the attempt's gate gives it now (its dependency, or a hold).
+fn gate_ticket(ticket: &mut AttemptTicket, gate: Option<&crate::ops::depend::Gate>) {
     if let Some(g) = gate {
         (ticket.dependency, ticket.hold) = g.sbatch();
     }
-    let result = submit(remote, store, plan, files, secrets, &ticket);
-    if let (Ok(_), Some(g)) = (&result, gate) {
+}
+
+/// A submitted attempt keeps the gate it was submitted under.
+fn keep_gate(
+    store: &Store,
+    plan: &Plan,
+    result: &Result<Submitted>,
+    gate: Option<&crate::ops::depend::Gate>,
+) -> Result<()> {
+    if let (Ok(_), Some(g)) = (result, gate) {
         store.set_gate(&plan.layout.job_id, &g.stored())?;
     }
-    result
+    Ok(())
 }
 
 /// Jobs whose submission never reached the cluster (nothing was sent): they end Error, saying why.
@@ -239,13 +255,9 @@ pub struct SubmitRequest {
 /// Submit one recorded attempt in a round trip of its own (a batch of one); recorded as
 /// [`submit_gated`] records it.
 pub fn submit_request(remote: &dyn Remote, store: &Store, mut r: SubmitRequest) -> Result<Submitted> {
-    if let Some(g) = &r.gate {
-        (r.ticket.dependency, r.ticket.hold) = g.sbatch();
-    }
+    gate_ticket(&mut r.ticket, r.gate.as_ref());
     let result = submit_checked(remote, store, &r.plan, &r.files, &r.secrets, &r.ticket, &r.checks);
-    if let (Ok(_), Some(g)) = (&result, &r.gate) {
-        store.set_gate(&r.plan.layout.job_id, &g.stored())?;
-    }
+    keep_gate(store, &r.plan, &result, r.gate.as_ref())?;
     result
 }
 
@@ -260,9 +272,7 @@ pub fn submit_batch(remote: &dyn Remote, store: &Store, mut requests: Vec<Submit
     pause_at_failpoint("after-record");
     for r in &mut requests {
         crate::engine::redact::register_values(&r.secrets);
-        if let Some(g) = &r.gate {
-            (r.ticket.dependency, r.ticket.hold) = g.sbatch();
-        }
+        gate_ticket(&mut r.ticket, r.gate.as_ref());
     }
     let nonce = uuid::Uuid::new_v4().simple().to_string();
     let hooks: Vec<String> = requests
@@ -311,9 +321,7 @@ pub fn submit_batch(remote: &dyn Remote, store: &Store, mut requests: Vec<Submit
                 // the script said is all there is, and any id it gave was not this member's.
                 None => settle(store, &r.plan, "", &out.stderr, out.exit_code.max(1), &out.host),
             };
-            if let (Ok(_), Some(g)) = (&result, &r.gate) {
-                store.set_gate(&r.plan.layout.job_id, &g.stored())?;
-            }
+            keep_gate(store, &r.plan, &result, r.gate.as_ref())?;
             result
         })
         .collect()

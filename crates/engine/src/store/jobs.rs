@@ -96,23 +96,17 @@ impl Store {
     /// A job that has a Slurm job (any attempt) is never forgotten. Whether it was.
     pub fn forget_unsent(&self, job_id: &str) -> Result<bool, StoreError> {
         self.in_transaction(|| {
-            let sent: i64 = self
-                .conn
-                .query_row(
-                    "SELECT COUNT(*) FROM attempts WHERE job_id = ?1 AND slurm_job_id IS NOT NULL",
-                    params![job_id],
-                    |r| r.get(0),
-                )
-                .map_err(|e| self.err(e))?;
+            // Recorded, with no Slurm job, in the job's row or any of its attempts.
             let unsent: i64 = self
                 .conn
                 .query_row(
-                    "SELECT COUNT(*) FROM jobs WHERE job_id = ?1 AND slurm_job_id IS NULL",
+                    "SELECT COUNT(*) FROM jobs WHERE job_id = ?1 AND slurm_job_id IS NULL
+                       AND NOT EXISTS (SELECT 1 FROM attempts WHERE job_id = ?1 AND slurm_job_id IS NOT NULL)",
                     params![job_id],
                     |r| r.get(0),
                 )
                 .map_err(|e| self.err(e))?;
-            if sent > 0 || unsent == 0 {
+            if unsent == 0 {
                 return Ok(false);
             }
             for sql in [
