@@ -1,7 +1,7 @@
 //! `tao-slurm audit`: the service's audit trail (every state-changing request, and the tokens made
 //! and revoked here), read from the service's database by whoever administers the service.
 
-use crate::client::{AuditEntry, ServiceDb};
+use crate::client::records::{AuditEntry, AuditTrail, ServiceRecords};
 use crate::config::Settings;
 use crate::error::Error;
 use crate::spec::SpecError;
@@ -24,9 +24,11 @@ pub struct AuditCmd {
 
 impl AuditCmd {
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
-        let db = ServiceDb::open_for(&settings).map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
-        let entries =
-            db.audit(self.org.as_deref(), self.after, self.limit).map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
+        let records = ServiceRecords::open_for(&settings).map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
+        let entries = records
+            .audit()
+            .page(self.org.as_deref(), self.after, self.limit)
+            .map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
         if self.json {
             super::output::emit_json(&entries);
             return Ok(0);
@@ -58,7 +60,7 @@ fn line(e: &AuditEntry) -> String {
 }
 
 /// Record a change made on the command line (tokens), as the audit trail's operator entry.
-pub fn record_cli(db: &ServiceDb, org: &str, action: &str, command: &str, target: &str) {
+pub fn record_cli(trail: &AuditTrail, org: &str, action: &str, command: &str, target: &str) {
     let entry = AuditEntry {
         id: 0,
         at: crate::client::now_secs(),
@@ -72,7 +74,7 @@ pub fn record_cli(db: &ServiceDb, org: &str, action: &str, command: &str, target
         status: 0,
         outcome: "ok".to_string(),
     };
-    if let Err(e) = db.append_audit(&entry) {
+    if let Err(e) = trail.append(&entry) {
         eprintln!("warning: cannot record this in the audit trail: {e}");
     }
 }

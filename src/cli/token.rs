@@ -1,7 +1,7 @@
 //! `tao-slurm token`: the service's bearer tokens, made and revoked by whoever administers the
 //! service (and can write its state). A token is shown once, at creation; only its SHA-256 is kept.
 
-use crate::client::ServiceDb;
+use crate::client::records::ServiceRecords;
 use crate::config::Settings;
 use crate::error::Error;
 use crate::spec::SpecError;
@@ -43,16 +43,16 @@ enum TokenAction {
 
 impl TokenCmd {
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
-        let db = ServiceDb::open_for(&settings).map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
+        let records = ServiceRecords::open_for(&settings).map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
+        let (db, trail) = (records.tokens(), records.audit());
         match self.action {
             TokenAction::Create { org, name, expires, admin, json } => {
-                let (rec, token) = db
-                    .create_token(&org, &name, expires, crate::client::now_secs())
-                    .map_err(|m| SpecError::new("org", m))?;
+                let (rec, token) =
+                    db.create(&org, &name, expires, crate::client::now_secs()).map_err(|m| SpecError::new("org", m))?;
                 if admin {
                     db.make_admin(&rec.id).map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
                 }
-                super::audit::record_cli(&db, &rec.org, "tokens.create", "tao-slurm token create", &rec.id);
+                super::audit::record_cli(&trail, &rec.org, "tokens.create", "tao-slurm token create", &rec.id);
                 if json {
                     super::output::emit_json(&serde_json::json!({"id": rec.id, "org": rec.org, "name": rec.name,
                         "expires_at": rec.expires_at, "token": token}));
@@ -65,8 +65,8 @@ impl TokenCmd {
                 }
             }
             TokenAction::Revoke { id } => {
-                let org = db.tokens().ok().and_then(|t| t.into_iter().find(|t| t.id == id)).map(|t| t.org);
-                if !db.revoke_token(&id, crate::client::now_secs()).map_err(|m| SpecError::new("id", m))? {
+                let org = db.list().ok().and_then(|t| t.into_iter().find(|t| t.id == id)).map(|t| t.org);
+                if !db.revoke(&id, crate::client::now_secs()).map_err(|m| SpecError::new("id", m))? {
                     return Err(SpecError::new(
                         "id",
                         format!("no valid token {id} (`tao-slurm token list` shows them)"),
@@ -74,7 +74,7 @@ impl TokenCmd {
                     .into());
                 }
                 super::audit::record_cli(
-                    &db,
+                    &trail,
                     org.as_deref().unwrap_or(""),
                     "tokens.revoke",
                     "tao-slurm token revoke",
@@ -83,7 +83,7 @@ impl TokenCmd {
                 eprintln!("token {id} revoked");
             }
             TokenAction::List { json } => {
-                let tokens = db.tokens().map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
+                let tokens = db.list().map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
                 if json {
                     super::output::emit_json(&tokens);
                 } else {

@@ -86,7 +86,7 @@ pub async fn record(State(state): State<AppStateRef>, req: Request, next: Next) 
         outcome,
     };
     let st = state.clone();
-    match tokio::task::spawn_blocking(move || st.db.append_audit(&entry)).await {
+    match tokio::task::spawn_blocking(move || st.records.audit().append(&entry)).await {
         Ok(Ok(_)) => {}
         Ok(Err(e)) => tracing::error!(error = %e, "cannot record a request in the audit trail"),
         Err(e) => tracing::error!(error = %e, "cannot record a request in the audit trail"),
@@ -165,7 +165,7 @@ pub async fn org_ref(
     }
     let org = org.to_string();
     let entries = super::common::blocking(move || {
-        state.db.audit(Some(&org), q.after.unwrap_or(0), size + 1).map_err(ApiError::internal)
+        state.records.audit().page(Some(&org), q.after.unwrap_or(0), size + 1).map_err(ApiError::internal)
     })
     .await?;
     let more = entries.len() > size;

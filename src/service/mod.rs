@@ -100,7 +100,7 @@ async fn authenticate(State(state): State<Arc<AppState>>, mut req: Request, next
         )
         .into_response();
     };
-    let hash = crate::client::service_records::token_hash(presented);
+    let hash = crate::client::records::token_hash(presented);
     let token = state.tokens.read().unwrap_or_else(|e| e.into_inner()).get(&hash).cloned();
     let Some(token) = token else {
         return ApiError::unauthorized("the token is not valid (unknown or revoked)").into_response();
@@ -244,8 +244,8 @@ fn start_state(opts: &ServeOptions, setup: Setup) -> Result<Arc<AppState>, Error
     let Setup { workspaces, operator, secret_box, make_settings } = setup;
     let first = workspaces.first().map(|(_, s)| s.clone()).expect("at least one workspace");
     let state_path = first.state_path.clone();
-    let db =
-        crate::client::ServiceDb::open_for(&first).map_err(|m| crate::spec::SpecError::new("TAO_SLURM_STATE", m))?;
+    let db = crate::client::ServiceRecords::open_for(&first)
+        .map_err(|m| crate::spec::SpecError::new("TAO_SLURM_STATE", m))?;
     let workspaces: Vec<Arc<Workspace>> = workspaces
         .into_iter()
         .map(|(id, mut settings)| {

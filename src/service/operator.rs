@@ -126,7 +126,7 @@ fn shared_rules(name: &str, mut t: toml::Table, only_service_keys: bool) -> Resu
     if let Some(v) = t.remove("orgs") {
         rules.orgs = strings(&format!("[{name}] orgs"), v)?;
         for o in &rules.orgs {
-            crate::client::service_records::check_org(o).map_err(|m| format!("[{name}] orgs: {m}"))?;
+            crate::client::records::check_org(o).map_err(|m| format!("[{name}] orgs: {m}"))?;
         }
     }
     if let Some(v) = t.remove("policy") {
@@ -160,7 +160,7 @@ pub fn parse(text: &str) -> Result<Operator, String> {
                     op.max_workspaces = Some(cap("[orgs] max_workspaces", &v)?);
                     continue;
                 }
-                crate::client::service_records::check_org(&org).map_err(|m| format!("[orgs.{org}]: {m}"))?;
+                crate::client::records::check_org(&org).map_err(|m| format!("[orgs.{org}]: {m}"))?;
                 let toml::Value::Table(mut o) = v else { return Err(format!("[orgs.{org}] must be a table")) };
                 let mut rules = OrgRules::default();
                 if let Some(v) = o.remove("secret_env") {

@@ -6,7 +6,7 @@
 
 use super::error::ApiError;
 use super::operator::OrgRules;
-use crate::client::ServiceDb;
+use crate::client::records::OrgSecrets;
 use crate::spec::SecretValues;
 use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
 use chacha20poly1305::{Key, XChaCha20Poly1305, XNonce};
@@ -119,7 +119,7 @@ pub fn unavailable(name: &str, org: &str) -> ApiError {
 /// Every secret value the org has, by name: stored ones, then the operator's mappings from the
 /// service's environment (a stored value wins).
 pub fn org_values(
-    db: &ServiceDb,
+    stored: &OrgSecrets,
     sbox: Option<&SecretBox>,
     org: &str,
     rules: &OrgRules,
@@ -139,7 +139,7 @@ pub fn org_values(
         }
     }
     if let Some(sbox) = sbox {
-        for (name, nonce, sealed) in db.org_secrets(org)? {
+        for (name, nonce, sealed) in stored.list(org)? {
             values.insert(name.clone(), sbox.open(org, &name, &nonce, &sealed)?);
         }
     }
@@ -230,7 +230,7 @@ mod tests {
         }
         assert!(check("TOKEN", "12345678").is_ok());
         let dir = tempfile::tempdir().unwrap();
-        let db = ServiceDb::open(&dir.path().join("s.db")).unwrap();
+        let records = crate::client::ServiceRecords::open(&dir.path().join("s.db")).unwrap();
         let rules = OrgRules {
             secret_env: [("SHORT".to_string(), "V_SHORT".to_string()), ("LONG".to_string(), "V_LONG".to_string())]
                 .into(),
@@ -241,7 +241,7 @@ mod tests {
             "V_LONG" => Some("long-enough-value".to_string()),
             _ => None,
         };
-        let values = org_values(&db, None, "team-a", &rules, &env).unwrap();
+        let values = org_values(&records.secrets(), None, "team-a", &rules, &env).unwrap();
         assert_eq!(values.keys().collect::<Vec<_>>(), vec!["LONG"], "a one-byte value is no secret of the org");
     }
 }

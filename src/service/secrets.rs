@@ -54,7 +54,7 @@ pub async fn put_secret(
     })?;
     let (nonce, sealed) = sbox.seal(&org, &name, &req.value).map_err(ApiError::internal)?;
     crate::spec::Secret::new(req.value);
-    state.db.put_org_secret(&org, &name, &nonce, &sealed, crate::client::now_secs()).map_err(db_error)?;
+    state.records.secrets().put(&org, &name, &nonce, &sealed, crate::client::now_secs()).map_err(db_error)?;
     tracing::info!(%org, secret = %name, token = %token.id, "secret stored");
     Ok(axum::http::StatusCode::NO_CONTENT)
 }
@@ -68,8 +68,9 @@ pub async fn list_secrets(
     axum::extract::Path(org): axum::extract::Path<String>,
 ) -> Result<axum::Json<SecretList>, ApiError> {
     let mut secrets: Vec<SecretNameOut> = state
-        .db
-        .org_secrets(&org)
+        .records
+        .secrets()
+        .list(&org)
         .map_err(db_error)?
         .into_iter()
         .map(|(name, _, _)| SecretNameOut { name, source: "stored".into() })
@@ -93,7 +94,7 @@ pub async fn delete_secret(
     axum::extract::Path((org, name)): axum::extract::Path<(String, String)>,
 ) -> Result<axum::http::StatusCode, ApiError> {
     token.admin_only("changes the org's secrets")?;
-    if !state.db.delete_org_secret(&org, &name).map_err(db_error)? {
+    if !state.records.secrets().delete(&org, &name).map_err(db_error)? {
         return Err(ApiError::not_found(format!("org {org} stored no secret {name}")));
     }
     Ok(axum::http::StatusCode::NO_CONTENT)

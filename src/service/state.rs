@@ -10,7 +10,7 @@ use super::token_info::TokenInfo;
 use super::types::{self, BackendDetailsOut, JobOut, SlurmMetadata, TaoStatus};
 use super::workspace::Workspace;
 use crate::client::JobView;
-use crate::client::{ApiJob, ServiceDb};
+use crate::client::{ApiJob, ServiceRecords};
 use crate::Client;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -73,7 +73,8 @@ pub type SettingsMaker =
 
 pub struct AppState {
     workspaces: RwLock<Vec<Arc<Workspace>>>,
-    pub db: ServiceDb,
+    /// The service's records: each part of the service takes only the facet it works on.
+    pub records: ServiceRecords,
     /// The operator's rules (clusters.toml).
     pub operator: super::operator::Operator,
     /// The cipher of the orgs' stored secrets; None when the operator set no key file.
@@ -134,16 +135,16 @@ pub struct OrgCounts {
 impl AppState {
     pub fn new(
         workspaces: Vec<Arc<Workspace>>,
-        db: ServiceDb,
+        records: ServiceRecords,
         operator: super::operator::Operator,
         secret_box: Option<super::org_secrets::SecretBox>,
         make_settings: SettingsMaker,
         state_path: std::path::PathBuf,
     ) -> Result<AppState, String> {
-        let metas = db.jobs()?.into_iter().map(|j| (j.job_id.clone(), Arc::new(j))).collect();
+        let metas = records.jobs().list()?.into_iter().map(|j| (j.job_id.clone(), Arc::new(j))).collect();
         let state = AppState {
             workspaces: RwLock::new(workspaces),
-            db,
+            records,
             operator,
             secret_box,
             make_settings,
@@ -218,9 +219,13 @@ impl AppState {
 
     /// Every secret value `org` has (stored, or mapped by the operator from the service's environment).
     pub fn org_secret_values(&self, org: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
-        super::org_secrets::org_values(&self.db, self.secret_box.as_ref(), org, &self.operator.org(org), &|n| {
-            std::env::var(n).ok()
-        })
+        super::org_secrets::org_values(
+            &self.records.secrets(),
+            self.secret_box.as_ref(),
+            org,
+            &self.operator.org(org),
+            &|n| std::env::var(n).ok(),
+        )
     }
 
     pub fn snapshot(&self) -> Arc<Snapshot> {
@@ -238,14 +243,14 @@ impl AppState {
 
     /// The tokens, if the database changed since the last read (None: unchanged).
     fn read_tokens_if_changed(&self) -> Result<Option<HashMap<String, TokenInfo>>, String> {
-        let version = self.db.data_version()?;
+        let tokens = self.records.tokens();
+        let version = tokens.version()?;
         if self.tokens_version.load(Ordering::Relaxed) == version {
             return Ok(None);
         }
-        let admins = self.db.admin_token_ids()?;
-        let tokens = self
-            .db
-            .valid_tokens()?
+        let admins = tokens.admin_ids()?;
+        let tokens = tokens
+            .valid()?
             .into_iter()
             .map(|t| {
                 let admin = admins.contains(&t.id);
@@ -290,13 +295,13 @@ impl AppState {
     }
 
     pub fn add_job(&self, job: ApiJob) -> Result<(), String> {
-        self.db.insert_job(&job)?;
+        self.records.jobs().insert(&job)?;
         self.metas.write().unwrap_or_else(|e| e.into_inner()).insert(job.job_id.clone(), Arc::new(job));
         Ok(())
     }
 
     pub fn remove_job(&self, job_id: &str) -> Result<bool, String> {
-        let removed = self.db.delete_job(job_id, crate::client::now_secs())?;
+        let removed = self.records.jobs().delete(job_id, crate::client::now_secs())?;
         self.metas.write().unwrap_or_else(|e| e.into_inner()).remove(job_id);
         Ok(removed)
     }
@@ -371,7 +376,7 @@ impl AppState {
         if !stale && !unknown {
             return;
         }
-        let jobs = match self.db.jobs() {
+        let jobs = match self.records.jobs().list() {
             Ok(j) => j,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the jobs' records; the cache keeps the ones it has");
@@ -455,8 +460,8 @@ mod tests {
     #[test]
     fn tokens_outlive_a_short_database_outage_only() {
         let dir = tempfile::tempdir().unwrap();
-        let db = crate::client::ServiceDb::open(&dir.path().join("state.db.service.db")).unwrap();
-        let (record, _token) = db.create_token("team-a", "t", None, 0).unwrap();
+        let db = crate::client::ServiceRecords::open(&dir.path().join("state.db.service.db")).unwrap();
+        let (record, _token) = db.tokens().create("team-a", "t", None, 0).unwrap();
         let settings: super::SettingsMaker = Box::new(|_| unreachable!("no org workspace here"));
         let state =
             AppState::new(Vec::new(), db, Default::default(), None, settings, dir.path().join("state.db")).unwrap();

@@ -58,7 +58,7 @@ pub async fn login(
     let mut headers = headers;
     headers.insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/json"));
     let req: LoginReq = parse_json(&headers, body)?;
-    let hash = crate::client::service_records::token_hash(req.ngc_key.trim());
+    let hash = crate::client::records::token_hash(req.ngc_key.trim());
     let token = state.tokens.read().unwrap_or_else(|e| e.into_inner()).get(&hash).cloned();
     let refused = || {
         ApiError::unauthorized(
@@ -97,7 +97,7 @@ pub async fn readiness(State(state): State<AppStateRef>) -> ApiResult<Json<&'sta
         return Err(unready("the previous readiness probe of the database has not finished".into()));
     };
     let st = state.clone();
-    let probed = tokio::task::spawn_blocking(move || st.db.probe_write(READINESS_WAIT)).await;
+    let probed = tokio::task::spawn_blocking(move || st.records.probe_write(READINESS_WAIT)).await;
     match probed {
         Ok(Ok(())) => Ok(Json("OK")),
         Ok(Err(e)) => Err(unready(format!("the service's database does not take writes: {e}"))),

@@ -103,7 +103,7 @@ pub fn org_key(state_path: &FsPath, org: &str, assigned: Option<&FsPath>) -> Res
     if let Some(k) = assigned {
         return Ok(k.to_path_buf());
     }
-    crate::client::service_records::check_org(org)?;
+    crate::client::records::check_org(org)?;
     let dir = keys_dir(state_path);
     crate::private::ensure_private_dir(&dir)?;
     let key = dir.join(format!("{org}_ed25519"));
@@ -473,7 +473,7 @@ fn build(state: &AppState, id: &str, org: &str, req: &WorkspaceCreate, created_a
 /// The orgs' workspaces recorded in the service database (at start; their preflight runs at first
 /// use).
 pub fn load(state: &Arc<AppState>) -> Result<(), String> {
-    for (id, org, request, created_at) in state.db.workspaces()? {
+    for (id, org, request, created_at) in state.records.workspaces().list()? {
         let req: WorkspaceCreate = match serde_json::from_str(&request) {
             Ok(r) => r,
             Err(e) => {
@@ -534,7 +534,7 @@ pub async fn create_workspace(
         }
     }
     let text = serde_json::to_string(&req).map_err(|e| ApiError::internal(e.to_string()))?;
-    state.db.insert_workspace(&id, &org, &text, now).map_err(|m| {
+    state.records.workspaces().insert(&id, &org, &text, now).map_err(|m| {
         tracing::warn!(error = %m, "cannot record a workspace");
         ApiError::internal("the service cannot record the workspace; the operator finds why in its log")
     })?;
@@ -567,7 +567,7 @@ pub async fn delete_workspace(
     if active > 0 {
         return Err(ApiError::conflict(format!("workspace {id} has {active} active jobs: cancel them first")));
     }
-    state.db.delete_workspace(&id, crate::client::now_secs()).map_err(|m| {
+    state.records.workspaces().delete(&id, crate::client::now_secs()).map_err(|m| {
         tracing::warn!(error = %m, "cannot delete a workspace");
         ApiError::internal("the service cannot delete the workspace; the operator finds why in its log")
     })?;

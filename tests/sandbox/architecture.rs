@@ -463,3 +463,52 @@ fn the_client_writes_no_status() {
     std::fs::write(dir.join("submission.rs"), "fn f() { self.store.update_status(id, &u, now)?; }\n").unwrap();
     assert_eq!(client_status_writes(root.path()), ["crates/engine/src/client/submission.rs"]);
 }
+
+/// Places that reach the service's database past its facets (`client::records`): a door naming the
+/// store's `ServiceDb`, or a method of `ServiceDb` the engine's other crates could call.
+fn service_db_reached_directly(root: &Path) -> Vec<String> {
+    let mut hits = Vec::new();
+    for (_, dir) in FRONT_ENDS {
+        let mut files = Vec::new();
+        rust_files(&root.join(dir), &mut files);
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap();
+            if text.contains("ServiceDb") || text.contains("service_records") {
+                hits.push(f.strip_prefix(root).unwrap().display().to_string());
+            }
+        }
+    }
+    for file in ["crates/engine/src/store/service_records.rs", "crates/engine/src/store/audit.rs"] {
+        let text = std::fs::read_to_string(root.join(file)).unwrap_or_default();
+        if text.lines().any(|l| l.starts_with("    pub fn ")) {
+            hits.push(format!("{file}: a public method"));
+        }
+    }
+    hits
+}
+
+#[test]
+fn the_services_records_are_reached_through_their_facets() {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let facets = std::fs::read_to_string(here.join("crates/engine/src/client/records.rs")).unwrap();
+    for facet in ["Tokens<'_>", "AuditTrail<'_>", "OrgWorkspaces<'_>", "OrgSecrets<'_>", "ApiJobs<'_>"] {
+        assert!(facets.contains(facet), "records.rs lost the facet {facet}");
+    }
+    assert!(service_db_reached_directly(here).is_empty(), "{:?}", service_db_reached_directly(here));
+    let root = tempfile::tempdir().unwrap();
+    let write = |rel: &str, text: &str| {
+        let path = root.path().join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    for (_, dir) in FRONT_ENDS {
+        write(&format!("{dir}/mod.rs"), "use crate::client::records::ServiceRecords;\n");
+    }
+    assert!(service_db_reached_directly(root.path()).is_empty());
+    write("src/service/secrets.rs", "fn f(db: &crate::client::ServiceDb) {}\n");
+    write("crates/engine/src/store/audit.rs", "impl ServiceDb {\n    pub fn wipe(&self) {}\n}\n");
+    assert_eq!(
+        service_db_reached_directly(root.path()),
+        ["src/service/secrets.rs", "crates/engine/src/store/audit.rs: a public method"]
+    );
+}

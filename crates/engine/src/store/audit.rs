@@ -31,7 +31,7 @@ pub struct AuditEntry {
 
 impl ServiceDb {
     /// Add an entry (its `id` is given by the database); returns that id.
-    pub fn append_audit(&self, e: &AuditEntry) -> Result<i64, String> {
+    pub(crate) fn append_audit(&self, e: &AuditEntry) -> Result<i64, String> {
         self.conn()
             .query_row(
                 "INSERT INTO audit (at, org, token_id, token_name, action, method, path, target, status, outcome)
@@ -54,7 +54,7 @@ impl ServiceDb {
     }
 
     /// Entries after `after` (an entry id), oldest first, at most `limit`; of `org`, or of all.
-    pub fn audit(&self, org: Option<&str>, after: i64, limit: usize) -> Result<Vec<AuditEntry>, String> {
+    pub(crate) fn audit(&self, org: Option<&str>, after: i64, limit: usize) -> Result<Vec<AuditEntry>, String> {
         let conn = self.conn();
         let mut st = conn
             .prepare(

@@ -169,7 +169,7 @@ pub fn check_org(org: &str) -> Result<(), String> {
 }
 
 impl ServiceDb {
-    pub fn open(path: &Path) -> Result<ServiceDb, String> {
+    pub(crate) fn open(path: &Path) -> Result<ServiceDb, String> {
         crate::private::ensure_private_file(path)?;
         let conn = Connection::open(path).map_err(|e| sql_err(path, e))?;
         conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(|e| sql_err(path, e))?;
@@ -197,7 +197,7 @@ impl ServiceDb {
 
     /// The service database the settings name: PostgreSQL's schema `<TAO_SLURM_DATABASE_SCHEMA>_service`
     /// (`tao_state_service`) when `TAO_SLURM_DATABASE_URL` is set, else `<state>.service.db`.
-    pub fn open_for(settings: &crate::config::Settings) -> Result<ServiceDb, String> {
+    pub(crate) fn open_for(settings: &crate::config::Settings) -> Result<ServiceDb, String> {
         let Some(target) = super::postgres_schema::Target::of(settings) else {
             return ServiceDb::open(&path_for(&settings.state_path));
         };
@@ -226,7 +226,7 @@ impl ServiceDb {
 
     /// Create a token for `org`, valid until revoked or for `lifetime_secs` from `now`; returns its
     /// record and the token, which is shown once and stored only as its SHA-256.
-    pub fn create_token(
+    pub(crate) fn create_token(
         &self,
         org: &str,
         name: &str,
@@ -252,7 +252,7 @@ impl ServiceDb {
     }
 
     /// Revoke a token by id; false when there is no such token (or it was revoked already).
-    pub fn revoke_token(&self, id: &str, now: i64) -> Result<bool, String> {
+    pub(crate) fn revoke_token(&self, id: &str, now: i64) -> Result<bool, String> {
         let n = self
             .conn()
             .execute("UPDATE tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL", params![id, now])
@@ -260,7 +260,7 @@ impl ServiceDb {
         Ok(n == 1)
     }
 
-    pub fn tokens(&self) -> Result<Vec<TokenRecord>, String> {
+    pub(crate) fn tokens(&self) -> Result<Vec<TokenRecord>, String> {
         let conn = self.conn();
         let mut st = conn
             .prepare("SELECT id, org, name, created_at, revoked_at, expires_at FROM tokens ORDER BY created_at, id")
@@ -281,7 +281,7 @@ impl ServiceDb {
     }
 
     /// The tokens not revoked (an expired one is refused by its `expires_at`, checked on each use).
-    pub fn valid_tokens(&self) -> Result<Vec<ValidToken>, String> {
+    pub(crate) fn valid_tokens(&self) -> Result<Vec<ValidToken>, String> {
         let conn = self.conn();
         let mut st = conn
             .prepare("SELECT sha256, id, org, expires_at, name FROM tokens WHERE revoked_at IS NULL")
@@ -301,7 +301,7 @@ impl ServiceDb {
     }
 
     /// Make a token an org admin token (it may also change the org's workspaces and secrets).
-    pub fn make_admin(&self, id: &str) -> Result<(), String> {
+    pub(crate) fn make_admin(&self, id: &str) -> Result<(), String> {
         self.conn()
             .execute("INSERT INTO admin_tokens (id) VALUES (?1) ON CONFLICT DO NOTHING", params![id])
             .map_err(|e| sql_err(&self.path, e))?;
@@ -309,7 +309,7 @@ impl ServiceDb {
     }
 
     /// The ids of the org admin tokens.
-    pub fn admin_token_ids(&self) -> Result<Vec<String>, String> {
+    pub(crate) fn admin_token_ids(&self) -> Result<Vec<String>, String> {
         let conn = self.conn();
         let mut st = conn.prepare("SELECT id FROM admin_tokens").map_err(|e| sql_err(&self.path, e))?;
         let rows = st.query_map([], |r| r.get(0)).map_err(|e| sql_err(&self.path, e))?;
@@ -318,7 +318,7 @@ impl ServiceDb {
 
     /// Whether the database takes writes now: a write transaction begun and rolled back, waiting at
     /// most `wait` for another writer (readiness).
-    pub fn probe_write(&self, wait: std::time::Duration) -> Result<(), String> {
+    pub(crate) fn probe_write(&self, wait: std::time::Duration) -> Result<(), String> {
         let conn = self.conn();
         let super::sql::Db::Sqlite(conn) = &conn.db else {
             conn.begin().map_err(|e| sql_err(&self.path, e))?;
@@ -335,11 +335,11 @@ impl ServiceDb {
     }
 
     /// A number that changes whenever another connection (`tao-slurm token ...`) commits.
-    pub fn data_version(&self) -> Result<i64, String> {
+    pub(crate) fn data_version(&self) -> Result<i64, String> {
         self.conn().data_version().map_err(|e| sql_err(&self.path, e))
     }
 
-    pub fn insert_job(&self, job: &ApiJob) -> Result<(), String> {
+    pub(crate) fn insert_job(&self, job: &ApiJob) -> Result<(), String> {
         self.conn()
             .execute(
                 "INSERT INTO api_jobs (job_id, org, workspace, action, specs, num_gpu, token_id, created_at, tao)
@@ -361,7 +361,7 @@ impl ServiceDb {
     }
 
     /// Mark a job deleted (it leaves the org's listings; the state file keeps its history).
-    pub fn delete_job(&self, job_id: &str, now: i64) -> Result<bool, String> {
+    pub(crate) fn delete_job(&self, job_id: &str, now: i64) -> Result<bool, String> {
         let n = self
             .conn()
             .execute(
@@ -373,7 +373,7 @@ impl ServiceDb {
     }
 
     /// Every job not deleted.
-    pub fn jobs(&self) -> Result<Vec<ApiJob>, String> {
+    pub(crate) fn jobs(&self) -> Result<Vec<ApiJob>, String> {
         let conn = self.conn();
         let mut st = conn
             .prepare(
@@ -402,7 +402,7 @@ impl ServiceDb {
     }
 
     /// Store (or replace) an org's sealed secret.
-    pub fn put_org_secret(&self, org: &str, name: &str, nonce: &[u8], sealed: &[u8], now: i64) -> Result<(), String> {
+    pub(crate) fn put_org_secret(&self, org: &str, name: &str, nonce: &[u8], sealed: &[u8], now: i64) -> Result<(), String> {
         self.conn()
             .execute(
                 "INSERT INTO org_secrets (org, name, nonce, sealed, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)
@@ -414,7 +414,7 @@ impl ServiceDb {
     }
 
     /// Remove an org's secret; false when it had none of that name.
-    pub fn delete_org_secret(&self, org: &str, name: &str) -> Result<bool, String> {
+    pub(crate) fn delete_org_secret(&self, org: &str, name: &str) -> Result<bool, String> {
         let n = self
             .conn()
             .execute("DELETE FROM org_secrets WHERE org = ?1 AND name = ?2", params![org, name])
@@ -423,7 +423,7 @@ impl ServiceDb {
     }
 
     /// An org's sealed secrets, by name.
-    pub fn org_secrets(&self, org: &str) -> Result<Vec<SealedSecret>, String> {
+    pub(crate) fn org_secrets(&self, org: &str) -> Result<Vec<SealedSecret>, String> {
         let conn = self.conn();
         let mut st = conn
             .prepare("SELECT name, nonce, sealed FROM org_secrets WHERE org = ?1 ORDER BY name")
@@ -435,7 +435,7 @@ impl ServiceDb {
     }
 
     /// Record an org's workspace (its create request as JSON).
-    pub fn insert_workspace(&self, id: &str, org: &str, request: &str, now: i64) -> Result<(), String> {
+    pub(crate) fn insert_workspace(&self, id: &str, org: &str, request: &str, now: i64) -> Result<(), String> {
         self.conn()
             .execute(
                 "INSERT INTO org_workspaces (id, org, request, created_at) VALUES (?1, ?2, ?3, ?4)",
@@ -445,7 +445,7 @@ impl ServiceDb {
         Ok(())
     }
 
-    pub fn delete_workspace(&self, id: &str, now: i64) -> Result<bool, String> {
+    pub(crate) fn delete_workspace(&self, id: &str, now: i64) -> Result<bool, String> {
         let n = self
             .conn()
             .execute("UPDATE org_workspaces SET deleted_at = ?2 WHERE id = ?1 AND deleted_at IS NULL", params![id, now])
@@ -454,7 +454,7 @@ impl ServiceDb {
     }
 
     /// The orgs' workspaces not deleted: (id, org, request, created_at).
-    pub fn workspaces(&self) -> Result<Vec<(String, String, String, i64)>, String> {
+    pub(crate) fn workspaces(&self) -> Result<Vec<(String, String, String, i64)>, String> {
         let conn = self.conn();
         let mut st = conn
             .prepare("SELECT id, org, request, created_at FROM org_workspaces WHERE deleted_at IS NULL ORDER BY created_at, id")
@@ -465,7 +465,7 @@ impl ServiceDb {
         rows.collect::<Result<_, _>>().map_err(|e| sql_err(&self.path, e))
     }
 
-    pub fn job_org(&self, job_id: &str) -> Result<Option<String>, String> {
+    pub(crate) fn job_org(&self, job_id: &str) -> Result<Option<String>, String> {
         self.conn()
             .query_row("SELECT org FROM api_jobs WHERE job_id = ?1 AND deleted_at IS NULL", params![job_id], |r| {
                 r.get(0)

@@ -1,0 +1,162 @@
+//! The service's own records, reached through one narrow facet per resource: tokens, the audit trail,
+//! the orgs' workspaces, the orgs' secrets and the jobs created through the API. A door holds a
+//! `ServiceRecords` and hands each of its parts only the facet it works on; the database under them
+//! (`store::service_records::ServiceDb`) is the store's and no door names it.
+
+use crate::store::service_records::ServiceDb;
+pub use crate::store::service_records::{check_org, token_hash, ApiJob, SealedSecret, TokenRecord, ValidToken};
+pub use crate::store::AuditEntry;
+use std::path::Path;
+use std::time::Duration;
+
+/// The service's records (SQLite beside the state file, or PostgreSQL's `<schema>_service`).
+pub struct ServiceRecords {
+    db: ServiceDb,
+}
+
+impl ServiceRecords {
+    /// The records in a SQLite file (made private to its owner if new).
+    pub fn open(path: &Path) -> Result<ServiceRecords, String> {
+        Ok(ServiceRecords { db: ServiceDb::open(path)? })
+    }
+
+    /// The records the settings name (see `ServiceDb::open_for`).
+    pub fn open_for(settings: &crate::config::Settings) -> Result<ServiceRecords, String> {
+        Ok(ServiceRecords { db: ServiceDb::open_for(settings)? })
+    }
+
+    pub fn tokens(&self) -> Tokens<'_> {
+        Tokens(&self.db)
+    }
+
+    pub fn audit(&self) -> AuditTrail<'_> {
+        AuditTrail(&self.db)
+    }
+
+    pub fn workspaces(&self) -> OrgWorkspaces<'_> {
+        OrgWorkspaces(&self.db)
+    }
+
+    pub fn secrets(&self) -> OrgSecrets<'_> {
+        OrgSecrets(&self.db)
+    }
+
+    pub fn jobs(&self) -> ApiJobs<'_> {
+        ApiJobs(&self.db)
+    }
+
+    /// Whether a write can be made within `wait` (the readiness probe).
+    pub fn probe_write(&self, wait: Duration) -> Result<(), String> {
+        self.db.probe_write(wait)
+    }
+}
+
+/// Bearer tokens: created and revoked by the operator, read by the service on each change.
+pub struct Tokens<'a>(&'a ServiceDb);
+
+impl Tokens<'_> {
+    /// A new token for `org` (its record, and the token, shown once and stored only as its SHA-256).
+    pub fn create(
+        &self,
+        org: &str,
+        name: &str,
+        lifetime_secs: Option<u64>,
+        now: i64,
+    ) -> Result<(TokenRecord, String), String> {
+        self.0.create_token(org, name, lifetime_secs, now)
+    }
+
+    /// False when there is no such token, or it was revoked already.
+    pub fn revoke(&self, id: &str, now: i64) -> Result<bool, String> {
+        self.0.revoke_token(id, now)
+    }
+
+    pub fn list(&self) -> Result<Vec<TokenRecord>, String> {
+        self.0.tokens()
+    }
+
+    /// The tokens the service accepts (not revoked; expiry is checked per request).
+    pub fn valid(&self) -> Result<Vec<ValidToken>, String> {
+        self.0.valid_tokens()
+    }
+
+    pub fn make_admin(&self, id: &str) -> Result<(), String> {
+        self.0.make_admin(id)
+    }
+
+    pub fn admin_ids(&self) -> Result<Vec<String>, String> {
+        self.0.admin_token_ids()
+    }
+
+    /// Changes when any record changes: the service reads the tokens again only then.
+    pub fn version(&self) -> Result<i64, String> {
+        self.0.data_version()
+    }
+}
+
+/// The append-only audit trail.
+pub struct AuditTrail<'a>(&'a ServiceDb);
+
+impl AuditTrail<'_> {
+    /// Add an entry; returns its id.
+    pub fn append(&self, e: &AuditEntry) -> Result<i64, String> {
+        self.0.append_audit(e)
+    }
+
+    /// Entries after the entry id `after`, oldest first, at most `limit`; of `org`, or of all.
+    pub fn page(&self, org: Option<&str>, after: i64, limit: usize) -> Result<Vec<AuditEntry>, String> {
+        self.0.audit(org, after, limit)
+    }
+}
+
+/// The workspaces orgs made: (id, org, the request as JSON, created at).
+pub struct OrgWorkspaces<'a>(&'a ServiceDb);
+
+impl OrgWorkspaces<'_> {
+    pub fn insert(&self, id: &str, org: &str, request: &str, now: i64) -> Result<(), String> {
+        self.0.insert_workspace(id, org, request, now)
+    }
+
+    pub fn delete(&self, id: &str, now: i64) -> Result<bool, String> {
+        self.0.delete_workspace(id, now)
+    }
+
+    pub fn list(&self) -> Result<Vec<(String, String, String, i64)>, String> {
+        self.0.workspaces()
+    }
+}
+
+/// The orgs' secrets, sealed (the service's cipher seals and opens them; this stores bytes).
+pub struct OrgSecrets<'a>(&'a ServiceDb);
+
+impl OrgSecrets<'_> {
+    pub fn put(&self, org: &str, name: &str, nonce: &[u8], sealed: &[u8], now: i64) -> Result<(), String> {
+        self.0.put_org_secret(org, name, nonce, sealed, now)
+    }
+
+    pub fn delete(&self, org: &str, name: &str) -> Result<bool, String> {
+        self.0.delete_org_secret(org, name)
+    }
+
+    /// `org`'s secrets: (name, nonce, sealed value).
+    pub fn list(&self, org: &str) -> Result<Vec<SealedSecret>, String> {
+        self.0.org_secrets(org)
+    }
+}
+
+/// What the service keeps of the jobs created through the API, beyond the engine's record.
+pub struct ApiJobs<'a>(&'a ServiceDb);
+
+impl ApiJobs<'_> {
+    pub fn insert(&self, job: &ApiJob) -> Result<(), String> {
+        self.0.insert_job(job)
+    }
+
+    pub fn delete(&self, job_id: &str, now: i64) -> Result<bool, String> {
+        self.0.delete_job(job_id, now)
+    }
+
+    pub fn list(&self) -> Result<Vec<ApiJob>, String> {
+        self.0.jobs()
+    }
+}
