@@ -553,22 +553,7 @@ pub async fn job_attempts(state: AppStateRef, org: String, id: String) -> ApiRes
     Ok(Json(AttemptList {
         attempts: attempts
             .into_iter()
-            .map(|a| AttemptOut {
-                number: a.number,
-                slurm_job_name: a.slurm_job_name,
-                slurm_job_id: a.slurm_job_id,
-                login_host: a.login_host,
-                state: a.state,
-                exit_code: a.exit_code,
-                node_list: a.node_list,
-                failure_class: a.failure_class,
-                evidence: a.evidence,
-                excluded_nodes: a.excluded_nodes,
-                cause: a.cause,
-                resumed_from: a.resumed_from,
-                submitted_at: a.submitted_at.map(rfc3339),
-                ended_at: a.ended_at.map(rfc3339),
-            })
+            .map(|a| a.map_times(|t| crate::model::Rfc3339(rfc3339(t))))
             .collect(),
     }))
 }

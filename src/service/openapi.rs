@@ -95,6 +95,8 @@ impl Modify for BearerAuth {
         types::PaginationInfo,
         types::EventList,
         types::AttemptList,
+        // The generic attempt's time type: utoipa refers to it but does not collect it.
+        crate::model::Rfc3339,
         super::kpis::KpiList,
         super::kpis::KpiOut,
         types::WorkspaceOut,

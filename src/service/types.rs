@@ -459,28 +459,8 @@ pub struct EventList {
     pub events: Vec<EventOut>,
 }
 
-/// One submission of a job to Slurm (a retry is a new attempt), with the evidence of how it ended.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct AttemptOut {
-    pub number: u32,
-    pub slurm_job_name: String,
-    pub slurm_job_id: Option<String>,
-    pub login_host: Option<String>,
-    pub state: Option<String>,
-    pub exit_code: Option<i32>,
-    pub node_list: Option<String>,
-    /// infra, user, timeout, cancelled, preempted.
-    pub failure_class: Option<String>,
-    /// The log lines or facts the class was decided on.
-    pub evidence: Vec<String>,
-    pub excluded_nodes: String,
-    /// Why this attempt was made: timeout, infra, preempted, resumed, retried (none for the first).
-    pub cause: Option<String>,
-    /// The checkpoint this attempt started from, as known when it was made.
-    pub resumed_from: Option<String>,
-    pub submitted_at: Option<String>,
-    pub ended_at: Option<String>,
-}
+/// One submission of a job to Slurm (the core's `Attempt`), its times in RFC 3339.
+pub type AttemptOut = crate::model::Attempt<crate::model::Rfc3339>;
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct AttemptList {
@@ -525,16 +505,8 @@ pub struct WorkspaceList {
     pub pagination_info: PaginationInfo,
 }
 
-/// One preflight check.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct CheckOut {
-    pub name: String,
-    pub host: Option<String>,
-    pub ok: bool,
-    pub required: bool,
-    pub detail: String,
-    pub remediation: Option<String>,
-}
+/// One preflight check: the core's, with the operator's details hidden from orgs.
+pub type CheckOut = crate::preflight::Check;
 
 /// One partition: limits and what is free now.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -719,6 +691,35 @@ mod tests {
         let missing: Vec<&&str> =
             job_fields.iter().filter(|f| !body.contains_key(**f) && !not_here.contains(*f)).collect();
         assert!(missing.is_empty(), "JobSpec fields missing from the service's JobCreate: {missing:?}");
+    }
+
+    /// The service's attempts and preflight checks are the core's types: the document lists every
+    /// field of each, attempts' times as text.
+    #[test]
+    fn attempts_and_checks_are_the_cores_types() {
+        let doc: serde_json::Value = serde_json::from_str(&super::super::openapi::document_json()).unwrap();
+        let schemas = &doc["components"]["schemas"];
+        let item_of = |list: &str, field: &str| {
+            let items = &schemas[list]["properties"][field]["items"];
+            let name = items["$ref"].as_str().unwrap_or_else(|| panic!("{list}.{field}: {items}"));
+            schemas[name.trim_start_matches("#/components/schemas/")]["properties"].clone()
+        };
+        let attempt = item_of("AttemptList", "attempts");
+        for field in ["number", "slurm_job_name", "failure_class", "evidence", "cause", "resumed_from", "slurm_restart"] {
+            assert!(attempt.get(field).is_some(), "attempt lacks {field}: {attempt}");
+        }
+        let time = attempt["submitted_at"].to_string();
+        assert!(time.contains("#/components/schemas/Rfc3339"), "{time}");
+        assert_eq!(schemas["Rfc3339"]["type"], "string", "{}", schemas["Rfc3339"]);
+        let text = doc.to_string();
+        for r in text.split("\"$ref\":\"#/components/schemas/").skip(1) {
+            let name = &r[..r.find('"').unwrap()];
+            assert!(schemas.get(name).is_some(), "the document refers to a schema it lacks: {name}");
+        }
+        let check = item_of("ClusterOut", "checks");
+        for field in ["name", "host", "ok", "required", "detail", "remediation", "found"] {
+            assert!(check.get(field).is_some(), "check lacks {field}: {check}");
+        }
     }
 
     #[test]

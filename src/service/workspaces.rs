@@ -787,7 +787,7 @@ pub async fn workspace_cluster(
                 .into_iter()
                 .map(|c| {
                     let (detail, remediation) = org_facing_check(&st, &w, &c);
-                    CheckOut { name: c.name, host: c.host, ok: c.ok, required: c.required, detail, remediation }
+                    CheckOut { detail, remediation, ..c }
                 })
                 .collect(),
             partitions: partitions

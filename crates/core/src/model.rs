@@ -15,9 +15,21 @@ pub struct EventRecord {
     pub detail: String,
 }
 
-/// One submission of a job to Slurm. A job has one attempt, plus one per retry.
+/// A time as RFC 3339 text (`2026-12-06T01:02:03Z`), as the service shows times.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(transparent)]
+pub struct Rfc3339(pub String);
+
+/// One submission of a job to Slurm, as the engine keeps it (times in Unix seconds).
+pub type AttemptRecord = Attempt<i64>;
+
+/// One submission of a job to Slurm (a job has one attempt, plus one per retry), with the evidence of
+/// how it ended. Its times are `T`: Unix seconds as kept (`AttemptRecord`), RFC 3339 text as the
+/// service shows them (`Attempt<Rfc3339>`); one field list for both.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
-pub struct AttemptRecord {
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Attempt<T> {
     pub number: u32,
     /// The Slurm job name: the attempt's unique token, by which it is found again.
     pub slurm_job_name: String,
@@ -26,7 +38,9 @@ pub struct AttemptRecord {
     pub state: Option<String>,
     pub exit_code: Option<i32>,
     pub node_list: Option<String>,
+    /// infra, user, timeout, cancelled, preempted.
     pub failure_class: Option<String>,
+    /// The log lines or facts the class was decided on.
     pub evidence: Vec<String>,
     pub excluded_nodes: String,
     /// Why this attempt was made (`attempts::Cause`: timeout, infra, preempted, resumed, retried);
@@ -37,9 +51,33 @@ pub struct AttemptRecord {
     /// For an attempt that is a restart of the same Slurm job (a timeout requeue, or Slurm's own
     /// requeue after a preemption): Slurm's restart count. None for a Slurm job's first start.
     pub slurm_restart: Option<u32>,
-    pub recorded_at: i64,
-    pub submitted_at: Option<i64>,
-    pub ended_at: Option<i64>,
+    pub recorded_at: T,
+    pub submitted_at: Option<T>,
+    pub ended_at: Option<T>,
+}
+
+impl<T> Attempt<T> {
+    /// The same attempt with its times written by `f`.
+    pub fn map_times<U>(self, f: impl Fn(T) -> U) -> Attempt<U> {
+        Attempt {
+            number: self.number,
+            slurm_job_name: self.slurm_job_name,
+            slurm_job_id: self.slurm_job_id,
+            login_host: self.login_host,
+            state: self.state,
+            exit_code: self.exit_code,
+            node_list: self.node_list,
+            failure_class: self.failure_class,
+            evidence: self.evidence,
+            excluded_nodes: self.excluded_nodes,
+            cause: self.cause,
+            resumed_from: self.resumed_from,
+            slurm_restart: self.slurm_restart,
+            recorded_at: f(self.recorded_at),
+            submitted_at: self.submitted_at.map(&f),
+            ended_at: self.ended_at.map(&f),
+        }
+    }
 }
 
 /// A job as stored: its summary plus the spec and plan documents, which only submissions, retries

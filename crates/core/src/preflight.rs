@@ -8,7 +8,9 @@ use crate::script::shell::quote;
 use crate::slurm::{parse_partitions, tested_releases, SlurmVersion};
 use serde::Serialize;
 
+/// One preflight check: what every door shows (the service with its operator's details hidden).
 #[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Check {
     pub name: String,
     /// The login host it ran on, when it is a remote check.
@@ -17,6 +19,8 @@ pub struct Check {
     /// A failed required check makes preflight fail.
     pub required: bool,
     pub detail: String,
+    /// What to do, for a failed check: show it to the user verbatim.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub remediation: Option<String>,
     /// What the check learned about the cluster, typed: its Slurm version, whether Pyxis is there.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -25,6 +29,7 @@ pub struct Check {
 
 /// A fact about the cluster that a check established.
 #[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Found {
     SlurmVersion(SlurmVersion),

@@ -9,32 +9,8 @@ use crate::Client;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct CheckOut {
-    pub name: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub host: Option<String>,
-    pub ok: bool,
-    /// A failed required check makes preflight fail; a failed optional one is a warning.
-    pub required: bool,
-    pub detail: String,
-    /// What to do, for a failed check: show it to the user verbatim.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub remediation: Option<String>,
-}
-
-impl From<crate::preflight::Check> for CheckOut {
-    fn from(c: crate::preflight::Check) -> CheckOut {
-        CheckOut {
-            name: c.name,
-            host: c.host,
-            ok: c.ok,
-            required: c.required,
-            detail: c.detail,
-            remediation: c.remediation,
-        }
-    }
-}
+/// One preflight check (the core's).
+pub type CheckOut = crate::preflight::Check;
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct PreflightOut {
@@ -73,7 +49,6 @@ pub fn preflight(settings: &Settings) -> Reply<PreflightOut> {
             ),
         )
     };
-    let checks = checks.into_iter().map(CheckOut::from).collect();
     Reply::new(summary, next, PreflightOut { ok, checks })
 }
 

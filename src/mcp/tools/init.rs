@@ -69,7 +69,7 @@ pub fn init(args: InitArgs) -> Result<Reply<InitOut>, ToolError> {
         .map_err(|e| ToolError::failed(e.to_string(), "fix the env file as the message says"))?;
     let report = crate::client::preflight(&settings);
     out.preflight_ok = Some(report.ok);
-    out.missing = report.checks.into_iter().filter(|c| !c.ok && c.required).map(CheckOut::from).collect();
+    out.missing = report.checks.into_iter().filter(|c| !c.ok && c.required).collect();
     let (summary, next) = if out.preflight_ok == Some(true) {
         (format!("wrote {shown}; preflight passed"), "check_paths for the job's data, then submit".to_string())
     } else {
