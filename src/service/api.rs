@@ -551,10 +551,7 @@ pub async fn job_attempts(state: AppStateRef, org: String, id: String) -> ApiRes
     let ws = workspace_of(&state, &job)?;
     let attempts = blocking(move || ws.with_client(|c| c.attempts(&id)).map_err(ApiError::engine)).await?;
     Ok(Json(AttemptList {
-        attempts: attempts
-            .into_iter()
-            .map(|a| a.map_times(|t| crate::model::Rfc3339(rfc3339(t))))
-            .collect(),
+        attempts: attempts.into_iter().map(|a| a.map_times(|t| crate::model::Rfc3339(rfc3339(t)))).collect(),
     }))
 }
 

@@ -705,7 +705,8 @@ mod tests {
             schemas[name.trim_start_matches("#/components/schemas/")]["properties"].clone()
         };
         let attempt = item_of("AttemptList", "attempts");
-        for field in ["number", "slurm_job_name", "failure_class", "evidence", "cause", "resumed_from", "slurm_restart"] {
+        for field in ["number", "slurm_job_name", "failure_class", "evidence", "cause", "resumed_from", "slurm_restart"]
+        {
             assert!(attempt.get(field).is_some(), "attempt lacks {field}: {attempt}");
         }
         let time = attempt["submitted_at"].to_string();

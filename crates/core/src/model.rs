@@ -24,9 +24,8 @@ pub struct Rfc3339(pub String);
 /// One submission of a job to Slurm, as the engine keeps it (times in Unix seconds).
 pub type AttemptRecord = Attempt<i64>;
 
-/// One submission of a job to Slurm (a job has one attempt, plus one per retry), with the evidence of
-/// how it ended. Its times are `T`: Unix seconds as kept (`AttemptRecord`), RFC 3339 text as the
-/// service shows them (`Attempt<Rfc3339>`); one field list for both.
+/// One submission of a job to Slurm (a retry is a new attempt), with the evidence of how it ended.
+/// Its times are Unix seconds as the engine keeps them, RFC 3339 text in the service's replies.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Attempt<T> {
@@ -102,10 +101,10 @@ impl std::ops::DerefMut for JobRecord {
     }
 }
 
-/// What listing, refreshing and showing a job need: everything but its spec and whole plan, which
-/// only submissions and retries read. A refresh of thousands of jobs loads only these.
-#[derive(Debug, Clone, PartialEq)]
-pub struct JobSummary {
+/// What every door shows of a job as it is kept: one field list for the engine's summary and the
+/// doors' view (`client::JobView` flattens it). Field names follow the contract's `slurm_metadata`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct JobFacts {
     pub job_id: String,
     pub name: Option<String>,
     pub status: PlatformStatus,
@@ -117,20 +116,42 @@ pub struct JobSummary {
     pub login_host: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
-    /// The last line of the container's status.json (JSON), when there is one.
-    pub progress: Option<String>,
-    /// The current attempt (1 + retries so far) and its Slurm job name.
+    /// The current attempt (1 + retries so far).
     pub attempt: u32,
-    pub attempt_name: String,
-    /// When a scheduled retry becomes due (None when none is scheduled).
+    /// When a scheduled retry becomes due (Unix seconds; None when none is scheduled).
     pub next_retry_at: Option<i64>,
     /// Nodes the current attempt was submitted with `--exclude` of.
     pub excluded_nodes: String,
-    pub layout: Layout,
     pub image: String,
     pub nodes: u32,
     pub gpus_per_node: u32,
     pub partition: String,
+    /// The cluster profile the job was submitted to (None: the settings without a profile).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// The sweep or pipeline the job belongs to (its group id), and a sweep variant's index.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sweep_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sweep_index: Option<u32>,
+    /// Why Slurm keeps the job pending (squeue's reason code, like `Resources`), while it does.
+    pub pending_reason: Option<String>,
+    /// The job's newest checkpoint (a path on the cluster), as last seen: by a refresh while it
+    /// runs, when it failed or was preempted, or as an attempt started from it.
+    pub checkpoint: Option<String>,
+}
+
+/// What listing, refreshing and showing a job need: everything but its spec and whole plan, which
+/// only submissions and retries read. A refresh of thousands of jobs loads only these. It
+/// dereferences to the facts every door shows, whose fields it has.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSummary {
+    pub facts: JobFacts,
+    /// The last line of the container's status.json (JSON), when there is one.
+    pub progress: Option<String>,
+    /// The current attempt's Slurm job name.
+    pub attempt_name: String,
+    pub layout: Layout,
     /// The inner timeout, and how many runs it may end before the job is an error (1 + requeues).
     pub timeout_seconds: u64,
     pub timeout_runs: u32,
@@ -142,21 +163,25 @@ pub struct JobSummary {
     pub submitted_at: Option<i64>,
     /// Since when neither squeue nor sacct has known the current attempt (None: known).
     pub unseen_since: Option<i64>,
-    /// The cluster profile the job was submitted to (None: the settings without a profile).
-    pub cluster: Option<String>,
-    /// The sweep or pipeline the job belongs to (its group id), and a sweep variant's index.
-    pub sweep_id: Option<String>,
-    pub sweep_index: Option<u32>,
-    /// Why Slurm keeps the job pending (squeue's reason code, like `Resources`), while it does.
-    pub pending_reason: Option<String>,
     /// For a job that runs after others: the dependency it was submitted or last re-pointed with
     /// (`afterok:<ids>`, `hold`, `free`; see `ops::depend::Gate::stored`).
     pub gate: Option<String>,
-    /// The job's newest checkpoint (a path on the cluster) as last seen by a refresh or a retry.
-    pub checkpoint: Option<String>,
     /// What counts as a checkpoint for this job, when it asked to be warned before its time limit
     /// (and so resumes); empty: its checkpoints are not looked for by refreshes.
     pub checkpoint_patterns: Vec<String>,
+}
+
+impl std::ops::Deref for JobSummary {
+    type Target = JobFacts;
+    fn deref(&self) -> &JobFacts {
+        &self.facts
+    }
+}
+
+impl std::ops::DerefMut for JobSummary {
+    fn deref_mut(&mut self) -> &mut JobFacts {
+        &mut self.facts
+    }
 }
 
 impl JobSummary {

@@ -710,6 +710,7 @@ mod tests {
     }
 
     use super::*;
+    use crate::model::JobFacts;
     use crate::plan::tests::{settings, spec};
 
     /// The tests' clock (the core reads none).
@@ -720,39 +721,41 @@ mod tests {
     fn job(id: &str, slurm: &str) -> JobSummary {
         let plan = crate::plan::resolve_with_id(&spec(), &settings(), id).unwrap();
         JobSummary {
-            job_id: id.into(),
-            name: None,
-            status: PlatformStatus::Pending,
-            message: String::new(),
-            slurm_job_id: Some(slurm.into()),
-            slurm_state: None,
-            exit_code: None,
-            node_list: None,
-            login_host: None,
-            created_at: now_secs(),
-            updated_at: now_secs(),
+            facts: JobFacts {
+                job_id: id.into(),
+                name: None,
+                status: PlatformStatus::Pending,
+                message: String::new(),
+                slurm_job_id: Some(slurm.into()),
+                slurm_state: None,
+                exit_code: None,
+                node_list: None,
+                login_host: None,
+                created_at: now_secs(),
+                updated_at: now_secs(),
+                attempt: 1,
+                next_retry_at: None,
+                excluded_nodes: String::new(),
+                image: plan.image.pyxis.clone(),
+                nodes: plan.resources.nodes,
+                gpus_per_node: plan.resources.gpus_per_node,
+                partition: plan.partition.clone(),
+                cluster: None,
+                pending_reason: None,
+                sweep_id: None,
+                sweep_index: None,
+                checkpoint: None,
+            },
             progress: None,
-            attempt: 1,
             attempt_name: format!("tao-job-{id}"),
-            next_retry_at: None,
-            excluded_nodes: String::new(),
             layout: plan.layout.clone(),
-            image: plan.image.pyxis.clone(),
-            nodes: plan.resources.nodes,
-            gpus_per_node: plan.resources.gpus_per_node,
-            partition: plan.partition.clone(),
             timeout_seconds: plan.timeout_seconds,
             timeout_runs: 1,
             has_secrets: false,
             status_sig: None,
             submitted_at: None,
             unseen_since: None,
-            cluster: None,
-            pending_reason: None,
-            sweep_id: None,
-            sweep_index: None,
             gate: None,
-            checkpoint: None,
             checkpoint_patterns: Vec::new(),
         }
     }
@@ -1094,7 +1097,8 @@ mod tests {
         assert_eq!(obs.lock_ids.get("v2").map(String::as_str), Some("77_2"));
         assert!(!obs.lock_ids.contains_key("v3"), "only digits and one underscore are ids");
         // A retried variant is an ordinary job again (its own name and id).
-        let retried = JobSummary { attempt: 2, ..variant };
+        let mut retried = variant;
+        retried.attempt = 2;
         assert_eq!(retried.array_index(), None);
     }
 
@@ -1109,14 +1113,13 @@ mod tests {
         assert_eq!(reason("a").as_deref(), Some("Resources"));
         assert_eq!((reason("b"), reason("c")), (None, None), "no reason, or not pending");
         let a = d.iter().find(|x| x.job_id == "a").unwrap();
-        let seen = JobSummary {
-            status: a.update.status,
-            message: a.update.message.clone(),
-            slurm_state: a.update.slurm_state.clone(),
-            ..job("a", "10")
-        };
+        let mut seen = job("a", "10");
+        seen.status = a.update.status;
+        seen.message = a.update.message.clone();
+        seen.slurm_state = a.update.slurm_state.clone();
         assert!(!changes_nothing(&seen, &a.update), "a reason not stored yet is a change");
-        let stored = JobSummary { pending_reason: Some("Resources".into()), ..seen };
+        let mut stored = seen;
+        stored.pending_reason = Some("Resources".into());
         assert!(changes_nothing(&stored, &a.update));
     }
 
@@ -1245,7 +1248,8 @@ mod tests {
         running.status = PlatformStatus::Running;
         running.checkpoint_patterns = crate::checkpoint::default_patterns();
         running.layout.results_root = dir.path().join("results").display().to_string();
-        let pending = JobSummary { status: PlatformStatus::Pending, ..running.clone() };
+        let mut pending = running.clone();
+        pending.status = PlatformStatus::Pending;
         let plain = JobSummary { checkpoint_patterns: Vec::new(), ..running.clone() };
         assert!(RefreshTarget::of(&running).look.is_some());
         assert!(RefreshTarget::of(&pending).look.is_none() && RefreshTarget::of(&plain).look.is_none());
@@ -1307,7 +1311,8 @@ mod tests {
         for (attempts, want) in cases {
             assert_eq!(restarts(&attempts), want, "{attempts:?}");
         }
-        let unsubmitted = JobSummary { slurm_job_id: None, ..job.clone() };
+        let mut unsubmitted = job.clone();
+        unsubmitted.slurm_job_id = None;
         assert!(new_restarts(&unsubmitted, &[], &starts).is_empty());
     }
 }

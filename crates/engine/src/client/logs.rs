@@ -106,7 +106,7 @@ impl Client {
         let mut cursor = crate::ops::logs::FollowCursor::default();
         let job = self.store.summary(id)?;
         self.on_this_cluster([&job])?;
-        let job_id = job.job_id;
+        let job_id = job.facts.job_id;
         loop {
             let job = self.store.get(&job_id)?;
             let was_terminal = job.status.is_terminal();

@@ -11,7 +11,7 @@ impl Client {
         let mut out = Vec::new();
         for id in ids {
             match self.store.summary(id) {
-                Ok(job) => out.push(job.job_id),
+                Ok(job) => out.push(job.facts.job_id),
                 Err(crate::store::StoreError::NotFound(_)) => match self.store.group(id)? {
                     Some((_, members)) => out.extend(members),
                     None => return Err(crate::store::StoreError::NotFound(id.clone()).into()),
@@ -94,7 +94,7 @@ impl Client {
     /// (ids or prefixes) or of every job when `ids` is empty. No remote call.
     pub fn events_since(&self, after: i64, ids: &[String], limit: usize) -> Result<Vec<crate::store::EventRecord>> {
         let full: Vec<String> =
-            ids.iter().map(|i| Ok(self.store.summary(i)?.job_id)).collect::<Result<Vec<String>>>()?;
+            ids.iter().map(|i| Ok(self.store.summary(i)?.facts.job_id)).collect::<Result<Vec<String>>>()?;
         let full: Vec<&str> = full.iter().map(String::as_str).collect();
         Ok(self.store.events_since(after, &full, limit)?)
     }

@@ -75,13 +75,14 @@ impl Client {
     pub fn running_job(&self, id: &str) -> Result<RunningJob> {
         let _span = super::job_span(id).entered();
         let view = self.job_status(id)?;
-        match (view.status, view.slurm_job_id, view.node_list) {
+        match (view.status, view.facts.slurm_job_id, view.facts.node_list) {
             (PlatformStatus::Running, Some(slurm_job_id), Some(node_list)) if !node_list.is_empty() => {
-                Ok(RunningJob { job_id: view.job_id, slurm_job_id, node_list, results_dir: view.results_dir })
+                Ok(RunningJob { job_id: view.facts.job_id, slurm_job_id, node_list, results_dir: view.results_dir })
             }
-            (status, ..) => {
-                Err(invalid("job_id", format!("job {} is {status:?}, not running: nothing to reach", view.job_id)))
-            }
+            (status, ..) => Err(invalid(
+                "job_id",
+                format!("job {} is {status:?}, not running: nothing to reach", view.facts.job_id),
+            )),
         }
     }
 

@@ -247,7 +247,7 @@ impl Client {
                 Err(e) => return Err(e.into()),
             };
             self.on_this_cluster(&parents)?;
-            out.extend(parents.into_iter().map(|p| (p.job_id, kind)));
+            out.extend(parents.into_iter().map(|p| (p.facts.job_id, kind)));
         }
         Ok(out)
     }
@@ -365,9 +365,9 @@ impl Client {
                 let job = self.store.get(&plan.layout.job_id)?;
                 let _ = self.refresh_and_advance(std::slice::from_ref(&job.summary));
                 let job = self.store.get(&plan.layout.job_id)?;
-                match (job.summary.slurm_job_id, job.summary.login_host) {
+                match (job.summary.facts.slurm_job_id, job.summary.facts.login_host) {
                     (Some(slurm_job_id), Some(login_host)) => Ok(Submitted {
-                        job_id: job.summary.job_id,
+                        job_id: job.summary.facts.job_id,
                         slurm_job_id,
                         login_host,
                         job_dir: plan.layout.base_dir.clone(),

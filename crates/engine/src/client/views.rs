@@ -1,52 +1,25 @@
 //! What the client hands back: job views, groups, submissions, path checks, follow polls.
 
-use crate::status::PlatformStatus;
+use crate::model::JobFacts;
 use crate::store::JobSummary;
 use serde::Serialize;
 
-/// A job as `status --json` shows it. Field names follow the contract's `slurm_metadata`.
+/// A job as `status --json` shows it: the facts every door shows (the core's, one field list with
+/// the engine's summary) and what is worked out from the rest of the record. It dereferences to the
+/// facts.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct JobView {
-    pub job_id: String,
-    pub name: Option<String>,
-    pub status: PlatformStatus,
-    pub message: String,
-    pub slurm_job_id: Option<String>,
-    pub slurm_state: Option<String>,
-    pub exit_code: Option<i32>,
-    pub node_list: Option<String>,
-    pub login_host: Option<String>,
+    #[serde(flatten)]
+    pub facts: JobFacts,
     pub job_dir: String,
     pub results_dir: String,
-    pub image: String,
-    pub nodes: u32,
-    pub gpus_per_node: u32,
-    pub partition: String,
-    pub created_at: i64,
-    pub updated_at: i64,
     /// Seconds since submission (to the last refresh, for finished jobs).
     pub elapsed_secs: i64,
     /// The container's last status.json line (message, epoch, KPIs), when it wrote one.
     pub progress: Option<serde_json::Value>,
     pub progress_message: Option<String>,
-    /// Why Slurm keeps the job pending (its reason code, like `Resources`), while it does.
-    pub pending_reason: Option<String>,
-    /// The current attempt (1 + retries).
-    pub attempt: u32,
     /// Resubmissions so far.
     pub retries: u32,
-    /// Nodes the current attempt excludes.
-    pub excluded_nodes: String,
-    /// When a scheduled retry is due (Unix seconds).
-    pub next_retry_at: Option<i64>,
-    /// The cluster profile the job was submitted to (None: the settings without a profile).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cluster: Option<String>,
-    /// The sweep or pipeline the job belongs to, and a sweep variant's index in it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sweep_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sweep_index: Option<u32>,
     /// Every attempt, first to last, each with its cause and the checkpoint it started from (filled
     /// by `job_status`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -55,9 +28,13 @@ pub struct JobView {
     /// and why its current attempt was made (`attempts::attempt_summary`; filled by `job_status`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempt_summary: Option<String>,
-    /// The job's newest checkpoint (a path on the cluster), as last seen: by a refresh while it
-    /// runs, when it failed or was preempted, or as an attempt started from it.
-    pub checkpoint: Option<String>,
+}
+
+impl std::ops::Deref for JobView {
+    type Target = JobFacts;
+    fn deref(&self) -> &JobFacts {
+        &self.facts
+    }
 }
 
 impl JobView {
@@ -68,29 +45,13 @@ impl JobView {
         self.attempts = Some(attempts);
         self
     }
-}
 
-impl JobView {
     /// The view of a job's summary at `now` (Unix seconds: the elapsed time of an active job).
     pub fn at(j: &JobSummary, now: i64) -> JobView {
         JobView {
-            job_id: j.job_id.clone(),
-            name: j.name.clone(),
-            status: j.status,
-            message: j.message.clone(),
-            slurm_job_id: j.slurm_job_id.clone(),
-            slurm_state: j.slurm_state.clone(),
-            exit_code: j.exit_code,
-            node_list: j.node_list.clone(),
-            login_host: j.login_host.clone(),
+            facts: j.facts.clone(),
             job_dir: j.layout.base_dir.clone(),
             results_dir: j.layout.results_dir(),
-            image: j.image.clone(),
-            nodes: j.nodes,
-            gpus_per_node: j.gpus_per_node,
-            partition: j.partition.clone(),
-            created_at: j.created_at,
-            updated_at: j.updated_at,
             elapsed_secs: if j.status.is_terminal() { j.updated_at - j.created_at } else { now - j.created_at },
             progress: j.progress.as_deref().and_then(|p| serde_json::from_str(p).ok()),
             progress_message: j
@@ -98,17 +59,9 @@ impl JobView {
                 .as_deref()
                 .and_then(|p| serde_json::from_str::<crate::status::StatusLine>(p).ok())
                 .and_then(|l| l.message),
-            pending_reason: j.pending_reason.clone(),
-            attempt: j.attempt,
             retries: j.attempt.saturating_sub(1),
-            excluded_nodes: j.excluded_nodes.clone(),
-            next_retry_at: j.next_retry_at,
-            cluster: j.cluster.clone(),
-            sweep_id: j.sweep_id.clone(),
-            sweep_index: j.sweep_index,
             attempts: None,
             attempt_summary: None,
-            checkpoint: j.checkpoint.clone(),
         }
     }
 }

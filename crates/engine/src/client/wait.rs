@@ -157,7 +157,7 @@ impl Client {
         } else {
             self.stored_jobs(ids)?
         };
-        let ids: Vec<String> = views.into_iter().map(|v| v.job_id).collect();
+        let ids: Vec<String> = views.into_iter().map(|v| v.facts.job_id).collect();
         let seen = if ids.is_empty() {
             HashMap::new()
         } else {

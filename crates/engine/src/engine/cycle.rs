@@ -81,7 +81,7 @@ impl Cycle<'_> {
             .collect();
         retry::advance(self.remote, self.store, &waiting, self.settings)?;
         crate::engine::sweep::resume(self.remote, self.store, &waiting, self.settings)?;
-        touched.extend(waiting.into_iter().map(|j| j.summary.job_id));
+        touched.extend(waiting.into_iter().map(|j| j.summary.facts.job_id));
         // After the retries: a parent resubmitted just now has its new Slurm job to be pointed at.
         touched.extend(crate::engine::depend::reconcile(self.remote, self.store)?);
         Ok(touched)

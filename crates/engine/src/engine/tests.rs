@@ -165,7 +165,7 @@ fn a_due_retry_that_reaches_no_host_stays_due() {
     assert_eq!((after.status, after.attempt), (PlatformStatus::Pending, 2), "{}", after.message);
     assert!(after.slurm_job_id.is_none());
     assert_eq!(after.excluded_nodes, "node2");
-    let waiting: Vec<String> = store.waiting_for_submission().unwrap().into_iter().map(|j| j.summary.job_id).collect();
+    let waiting: Vec<String> = store.waiting_for_submission().unwrap().into_iter().map(|j| j.summary.facts.job_id).collect();
     assert_eq!(waiting, [id], "still waiting for its submission, not Error");
     assert!(crate::ops::secrets::removal_script(&[]).contains("exit 0"));
 }
@@ -194,7 +194,7 @@ fn a_submission_whose_outcome_is_unknown_stays_pending_and_waits_to_be_found() {
     assert_eq!(after.status, PlatformStatus::Pending, "never Error: the job may be on Slurm");
     assert!(after.message.contains("submission outcome unknown"), "{}", after.message);
     assert!(after.slurm_job_id.is_none());
-    let waiting: Vec<String> = store.waiting_for_submission().unwrap().into_iter().map(|j| j.summary.job_id).collect();
+    let waiting: Vec<String> = store.waiting_for_submission().unwrap().into_iter().map(|j| j.summary.facts.job_id).collect();
     assert_eq!(waiting, [id], "a later cycle finds it by name or resubmits under the same lock");
     assert!(remote.sent()[0].contains(".submit-"), "the submission holds the attempt's lock");
 }

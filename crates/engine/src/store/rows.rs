@@ -4,6 +4,7 @@ use super::sql::Row;
 use super::StoreError;
 use crate::plan::{Layout, Plan};
 use crate::status::PlatformStatus;
+use crate::model::JobFacts;
 use crate::store::{JobRecord, JobSummary};
 
 pub(super) const ACTIVE: &str = "status NOT IN ('Complete', 'Error', 'Canceled')";
@@ -44,39 +45,41 @@ fn summary_row(r: &Row) -> super::sql::Result<SummaryRow> {
         status: r.get(2)?,
         summary: JobSummary {
             layout: Layout::new(&job_dir, &job_id),
-            job_id,
-            name: r.get(1)?,
-            // Set from `SummaryRow::status` when decoded.
-            status: PlatformStatus::Pending,
-            message: r.get(3)?,
-            slurm_job_id: r.get(4)?,
-            slurm_state: r.get(5)?,
-            exit_code: r.get(6)?,
-            node_list: r.get(7)?,
-            login_host: r.get(8)?,
-            created_at: r.get(9)?,
-            updated_at: r.get(10)?,
+            facts: JobFacts {
+                job_id,
+                name: r.get(1)?,
+                // Set from `SummaryRow::status` when decoded.
+                status: PlatformStatus::Pending,
+                message: r.get(3)?,
+                slurm_job_id: r.get(4)?,
+                slurm_state: r.get(5)?,
+                exit_code: r.get(6)?,
+                node_list: r.get(7)?,
+                login_host: r.get(8)?,
+                created_at: r.get(9)?,
+                updated_at: r.get(10)?,
+                attempt: r.get(12)?,
+                next_retry_at: r.get(14)?,
+                excluded_nodes: r.get(15)?,
+                image: r.get(18)?,
+                nodes: r.get(19)?,
+                gpus_per_node: r.get(20)?,
+                partition: r.get(21)?,
+                cluster: r.get(27)?,
+                sweep_id: r.get(28)?,
+                sweep_index: r.get(29)?,
+                pending_reason: r.get(31)?,
+                checkpoint: r.get(32)?,
+            },
             progress: r.get(11)?,
-            attempt: r.get(12)?,
             attempt_name: r.get(13)?,
-            next_retry_at: r.get(14)?,
-            excluded_nodes: r.get(15)?,
             status_sig: r.get(16)?,
-            image: r.get(18)?,
-            nodes: r.get(19)?,
-            gpus_per_node: r.get(20)?,
-            partition: r.get(21)?,
             timeout_seconds: timeout_seconds.max(0) as u64,
             timeout_runs: r.get(23)?,
             has_secrets: r.get(24)?,
             submitted_at: r.get(25)?,
             unseen_since: r.get(26)?,
-            cluster: r.get(27)?,
-            sweep_id: r.get(28)?,
-            sweep_index: r.get(29)?,
             gate: r.get(30)?,
-            pending_reason: r.get(31)?,
-            checkpoint: r.get(32)?,
             checkpoint_patterns: r
                 .get::<_, Option<String>>(33)?
                 .map(|p| p.split(',').map(String::from).collect())
@@ -91,7 +94,9 @@ impl SummaryRow {
             job_id: self.summary.job_id.clone(),
             message: format!("status {:?}", self.status),
         })?;
-        Ok(JobSummary { status, ..self.summary })
+        let mut summary = self.summary;
+        summary.status = status;
+        Ok(summary)
     }
 }
 

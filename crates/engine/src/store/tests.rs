@@ -41,7 +41,7 @@ both! { fn jobs_record_their_cluster_and_remote_work_keeps_to_it(place) {
     assert_eq!(plain.summary(&pa.layout.job_id).unwrap().cluster.as_deref(), Some("a"));
     assert_eq!(a.summary(&p0.layout.job_id).unwrap().cluster, None);
     let ids = |s: &Store| -> Vec<String> {
-        s.waiting_for_submission().unwrap().into_iter().map(|j| j.summary.job_id).collect()
+        s.waiting_for_submission().unwrap().into_iter().map(|j| j.summary.facts.job_id).collect()
     };
     assert_eq!(ids(&a), vec![pa.layout.job_id.clone()]);
     assert_eq!(ids(&plain), vec![p0.layout.job_id.clone()]);
