@@ -5,9 +5,8 @@
 use super::{Client, JobView};
 use crate::engine::pause;
 use crate::error::{Error, Result};
-use crate::ops::pause::{graceful_bound, pause_step, resume_step, with_new_specs, PauseStep, ResumeStep};
+use crate::ops::pause::{pause_step, resume_step, PauseStep, ResumeStep};
 use crate::spec::SpecError;
-use crate::store::{NewDocs, PauseAsk};
 
 impl Client {
     /// Pause a job. `graceful`: a running job gets the checkpoint signal (USR2, as before a time
@@ -31,15 +30,7 @@ impl Client {
             return self.job_status(&job.job_id);
         }
         let now = super::now_secs();
-        let (cancel_at, message) = match &step {
-            PauseStep::Signal { .. } => {
-                let bound = graceful_bound(&job.plan);
-                (now + bound as i64, format!("pausing: checkpoint signal (USR2) sent; cancelled in at most {bound} s"))
-            }
-            _ => (now, "pausing: cancelling its Slurm job".to_string()),
-        };
-        let ask = PauseAsk { attempt: job.attempt, from: job.status, graceful, cancel_at, message: &message };
-        if !self.store.begin_pause(&job.job_id, &ask, now)? {
+        if !pause::begin(&self.store, &job, &step, graceful, now)? {
             // Another caller changed it first (a pause, or a refresh): answered as it now is.
             return self.job_status(&job.job_id);
         }
@@ -77,30 +68,9 @@ impl Client {
         if step == ResumeStep::Nothing {
             return self.job_status(&job.job_id);
         }
-        let changed = match specs {
-            Some(s) => with_new_specs(&job.job_id, &job.plan, &job.spec_json, s)?,
-            None => None,
-        };
-        let plan_json = match &changed {
-            Some((plan, _)) => Some(serde_json::to_string(plan).map_err(|e| crate::store::StoreError::Corrupt {
-                job_id: job.job_id.clone(),
-                message: e.to_string(),
-            })?),
-            None => None,
-        };
-        let docs = match (&changed, &plan_json) {
-            (Some((_, spec_json)), Some(plan_json)) => Some(NewDocs { spec_json, plan_json }),
-            _ => None,
-        };
-        let next = crate::ops::submit::attempt_name(&job.plan, job.attempt + 1);
-        let message = format!(
-            "resumed{}: attempt {} resumes from the newest checkpoint, if any",
-            if docs.is_some() { " with new specs" } else { "" },
-            job.attempt + 1
-        );
         // The compare-and-set reopens only a job tao-slurm paused. When it does not, either another
         // caller reopened it after our read (answered as it now is) or Slurm suspended it.
-        if self.store.reopen_paused(&job.job_id, job.attempt, &next, docs, &message, super::now_secs())? {
+        if pause::reopen(&self.store, &job, specs, super::now_secs())? {
             let summary = self.store.summary(&job.job_id)?;
             self.refresh_and_advance(&[summary])?;
         } else if self.store.get(&job.job_id).map(|now| (now.attempt, now.status))? == (job.attempt, job.status)

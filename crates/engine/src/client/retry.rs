@@ -33,9 +33,7 @@ impl Client {
             )
             .into());
         }
-        let next = crate::ops::submit::attempt_name(&job.plan, job.attempt + 1);
-        let message = format!("retried: attempt {} resumes from the newest checkpoint, if any", job.attempt + 1);
-        if self.store.reopen_ended(&job.job_id, job.attempt, &next, "retried", &message, super::now_secs())? {
+        if crate::engine::retry::reopen_ended(&self.store, &job, super::now_secs())? {
             let summary = self.store.summary(&job.job_id)?;
             self.refresh_and_advance(&[summary])?;
         }

@@ -4,13 +4,55 @@
 //! `ops::cancel` reads, as for `cancel`.
 
 use crate::ops::cancel::{cancel_script, parse_cancel_output, target_of, CancelTarget};
-use crate::ops::pause::{parse_signal_output, signal_script};
+use crate::ops::pause::{graceful_bound, parse_signal_output, signal_script, with_new_specs, PauseStep};
 
 use crate::error::Result;
 use crate::remote::{Idempotency, Remote};
 use crate::status::PlatformStatus;
-use crate::store::{JobRecord, Store};
+use crate::store::{JobRecord, NewDocs, PauseAsk, Store};
 use std::collections::HashSet;
+
+/// Mark a job Pausing for `step` (a compare-and-set on the attempt and status it was read with):
+/// false when another caller changed it first.
+pub fn begin(store: &Store, job: &JobRecord, step: &PauseStep, graceful: bool, now: i64) -> Result<bool> {
+    let (cancel_at, message) = match step {
+        PauseStep::Signal { .. } => {
+            let bound = graceful_bound(&job.plan);
+            (now + bound as i64, format!("pausing: checkpoint signal (USR2) sent; cancelled in at most {bound} s"))
+        }
+        _ => (now, "pausing: cancelling its Slurm job".to_string()),
+    };
+    let ask = PauseAsk { attempt: job.attempt, from: job.status, graceful, cancel_at, message: &message };
+    Ok(store.begin_pause(&job.job_id, &ask, now)?)
+}
+
+/// Reopen a job tao-slurm paused as its next attempt, due now, from its newest checkpoint, with
+/// `specs` replacing its specs when given and not empty (a compare-and-set on the attempt it was
+/// read with): false when it is not reopened (another caller did, or tao-slurm did not pause it).
+pub fn reopen(store: &Store, job: &JobRecord, specs: Option<&serde_json::Value>, now: i64) -> Result<bool> {
+    let changed = match specs {
+        Some(s) => with_new_specs(&job.job_id, &job.plan, &job.spec_json, s)?,
+        None => None,
+    };
+    let plan_json = match &changed {
+        Some((plan, _)) => Some(serde_json::to_string(plan).map_err(|e| crate::store::StoreError::Corrupt {
+            job_id: job.job_id.clone(),
+            message: e.to_string(),
+        })?),
+        None => None,
+    };
+    let docs = match (&changed, &plan_json) {
+        (Some((_, spec_json)), Some(plan_json)) => Some(NewDocs { spec_json, plan_json }),
+        _ => None,
+    };
+    let next = crate::ops::submit::attempt_name(&job.plan, job.attempt + 1);
+    let message = format!(
+        "resumed{}: attempt {} resumes from the newest checkpoint, if any",
+        if docs.is_some() { " with new specs" } else { "" },
+        job.attempt + 1
+    );
+    Ok(store.reopen_paused(&job.job_id, job.attempt, &next, docs, &message, now)?)
+}
 
 /// Send the checkpoint signal (USR2) to the steps of `slurm_job_id`; Err(reason) when scancel refused.
 pub fn signal(remote: &dyn Remote, slurm_job_id: &str) -> Result<std::result::Result<(), String>> {

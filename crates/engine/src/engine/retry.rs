@@ -12,6 +12,14 @@ use crate::spec::SecretValues;
 use crate::status::PlatformStatus;
 use crate::store::{JobRecord, RetryPlan, StatusUpdate, Store};
 
+/// Reopen a job that ended as its next attempt, due now, from its newest checkpoint (a
+/// compare-and-set on the attempt it was read with): false when another caller reopened it first.
+pub fn reopen_ended(store: &Store, job: &JobRecord, now: i64) -> Result<bool> {
+    let next = crate::ops::submit::attempt_name(&job.plan, job.attempt + 1);
+    let message = format!("retried: attempt {} resumes from the newest checkpoint, if any", job.attempt + 1);
+    Ok(store.reopen_ended(&job.job_id, job.attempt, &next, "retried", &message, now)?)
+}
+
 /// Decide what each failed attempt means (the core's [`decide_failure`]) and record it: a scheduled
 /// retry, or the job's final Error with the evidence. One round trip for all the evidence.
 pub fn handle_failures(
