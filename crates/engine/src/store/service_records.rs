@@ -2,7 +2,7 @@
 //! tokens (only their SHA-256, never the token) and the jobs created through the API with their org
 //! and TAO fields. The engine's state file stays the engine's; the service never writes it directly.
 
-use super::sql::{params, Conn, OptionalExtension};
+use super::sql::{params, Conn};
 use rusqlite::Connection;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -465,14 +465,6 @@ impl ServiceDb {
         rows.collect::<Result<_, _>>().map_err(|e| sql_err(&self.path, e))
     }
 
-    pub(crate) fn job_org(&self, job_id: &str) -> Result<Option<String>, String> {
-        self.conn()
-            .query_row("SELECT org FROM api_jobs WHERE job_id = ?1 AND deleted_at IS NULL", params![job_id], |r| {
-                r.get(0)
-            })
-            .optional()
-            .map_err(|e| sql_err(&self.path, e))
-    }
 }
 
 #[cfg(test)]
