@@ -337,7 +337,9 @@ pub struct ListArgs {
     /// Only jobs that are not terminal.
     #[serde(default)]
     pub active_only: bool,
-    pub status: Option<crate::PlatformStatus>,
+    /// Only jobs in this status: Pending, Running, Complete, Error, Canceled, Paused... (TAO's Done is
+    /// Complete).
+    pub status: Option<String>,
     /// Only jobs submitted within this long: 30m, 2h, 7d.
     pub since: Option<String>,
     /// At most this many, newest first (1 to 500, default 50).

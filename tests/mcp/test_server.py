@@ -94,6 +94,10 @@ async def test_submit_wait_until_complete_then_logs(server_env):
         kinds = [e["kind"] for e in events["events"]]
         assert kinds[:2] == ["created", "submitted"] and "status" in kinds, kinds
         assert (await s.ok("events", {"job_ids": [job_id], "cursor": events["cursor"]}))["events"] == []
+        # One vocabulary: TAO's Done is Complete, as on the command line and in the service.
+        done = await s.ok("list", {"status": "Done"})
+        assert [j["job_id"] for j in done["jobs"]] == [job_id], done
+        assert (await s.ok("list", {"status": "Error"}))["total"] == 0
 
 
 @run_async
@@ -196,6 +200,7 @@ async def test_bad_arguments_are_tool_errors_naming_the_field(server_env):
             ("wait", {"timeout_secs": 900}, "timeout_secs", "allowed 1 to 300"),
             ("status", {"job_ids": ["no-such-job"]}, "job_ids", "no job no-such-job"),
             ("cancel", {}, "job_ids", "missing field"),
+            ("list", {"status": "Finished"}, "status", "is not one of"),
         ]
         for tool, args, field, words in cases:
             result = await s.call(tool, args)

@@ -35,7 +35,14 @@ pub fn list(client: &Client, args: ListArgs) -> Result<Reply<ListOut>, ToolError
     let limit = check_range("limit", args.limit.unwrap_or(50), 1, 500)? as usize;
     let filter = JobFilter {
         active_only: args.active_only,
-        statuses: args.status.into_iter().collect(),
+        statuses: args
+            .status
+            .as_deref()
+            .map(|s| crate::filter::parse_status("status", s))
+            .transpose()
+            .map_err(ToolError::from_spec)?
+            .into_iter()
+            .collect(),
         since_secs: args.since.as_deref().map(|t| parse_age("since", t)).transpose().map_err(ToolError::from_spec)?,
         groups: args.sweep_id.into_iter().collect(),
         limit: Some(limit),
