@@ -5,7 +5,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Modules whose submodules are nodes of their own in the graph (one file per operation or command).
-/// (The service's modules are not yet among them: they still import each other, issue 37.)
 const SPLIT: &[&str] =
     &["engine", "cli", "mcp", "service", "client", "store", "ops", "remote", "script", "spec", "slurm", "cosmos"];
 
@@ -573,4 +572,161 @@ fn the_services_records_are_reached_through_their_facets() {
         service_db_reached_directly(root.path()),
         ["src/service/secrets.rs", "crates/engine/src/store/audit.rs: a public method"]
     );
+}
+
+/// Every name a source or test file defines (functions, types, modules, constants; Python's `def`s),
+/// with the files that define it.
+fn definitions(root: &Path) -> BTreeMap<String, Vec<(String, String)>> {
+    let def = regex::Regex::new(
+        r"(?m)^\s*(?:both!\s*\{\s*)?(?:pub(?:\([a-z]+\))?\s+)?(?:async\s+)?(?:fn|struct|enum|trait|type|const|static|mod|def|macro_rules!)\s+([A-Za-z_][A-Za-z0-9_]*)",
+    )
+    .unwrap();
+    let mut files = Vec::new();
+    for dir in ["crates", "src", "tests", "python"] {
+        collect_sources(&root.join(dir), &mut files);
+    }
+    let mut out: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        let rel = f.strip_prefix(root).unwrap().display().to_string();
+        for c in def.captures_iter(&text) {
+            out.entry(c[1].to_string()).or_default().push((rel.clone(), text.clone()));
+        }
+    }
+    out
+}
+
+fn collect_sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let p = e.path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        if p.is_dir() && !["target", ".venv", "node_modules", "fixtures"].contains(&name.as_str()) {
+            collect_sources(&p, out);
+        } else if name.ends_with(".rs") || name.ends_with(".py") {
+            out.push(p);
+        }
+    }
+}
+
+/// What the architecture page names that does not exist: a path, a `module::name` (its last part
+/// defined in a file its owner names: the file, its directory, an `impl`, a type or `mod tests`), a
+/// snake_case name; and the modules of the mapped directories the page's map leaves out.
+fn page_errors(root: &Path, page: &str) -> Vec<String> {
+    let defs = definitions(root);
+    let mut all_files = Vec::new();
+    for dir in ["crates", "src", "tests", "python", "docs", "dev"] {
+        collect_all(&root.join(dir), root, &mut all_files);
+    }
+    let mut errors = Vec::new();
+    let mut tokens: Vec<String> = Vec::new();
+    let mut in_code = false;
+    let path_re = regex::Regex::new(r"[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)+").unwrap();
+    let file_re = regex::Regex::new(r"[A-Za-z0-9_./-]+\.(?:rs|md|json)\b").unwrap();
+    for line in page.lines() {
+        if line.starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code {
+            tokens.extend(path_re.find_iter(line).map(|m| m.as_str().to_string()));
+            // A file of ours: a Rust file, or a path (a job's own files, like status.json, are not).
+            let files = file_re.find_iter(line).map(|m| m.as_str()).filter(|f| f.ends_with(".rs") || f.contains('/'));
+            tokens.extend(files.map(str::to_string));
+        } else {
+            tokens.extend(line.split('`').skip(1).step_by(2).map(str::to_string));
+        }
+    }
+    for t in tokens {
+        let t = t.trim();
+        if t.contains('/') || t.ends_with(".rs") || t.ends_with(".json") || t.ends_with(".md") {
+            let t = t.trim_end_matches('/');
+            if !all_files.iter().any(|f| f == t || f.ends_with(&format!("/{t}")) || f.starts_with(&format!("{t}/"))) {
+                errors.push(format!("no file {t}"));
+            }
+        } else if t.contains("::") {
+            let parts: Vec<&str> = t.split("::").collect();
+            let (owner, name) = (parts[parts.len() - 2], parts[parts.len() - 1]);
+            let owned = defs.get(name).is_some_and(|found| {
+                found.iter().any(|(file, text)| {
+                    file.contains(&format!("/{owner}.rs"))
+                        || file.contains(&format!("/{owner}/"))
+                        || text.contains(&format!("impl {owner}"))
+                        || text.contains(&format!("struct {owner}"))
+                        || text.contains(&format!("mod {owner}"))
+                })
+            });
+            if !owned {
+                errors.push(format!("nothing defines {t}"));
+            }
+        } else if t.len() > 3
+            && t.chars().all(|c| c.is_ascii_lowercase() || c == '_' || c.is_ascii_digit())
+            && t.contains('_')
+        {
+            if !defs.contains_key(t) {
+                errors.push(format!("nothing defines {t}"));
+            }
+        }
+    }
+    let map = page.split("```").nth(1).unwrap_or("");
+    for dir in [
+        "crates/core/src",
+        "crates/core/src/ops",
+        "crates/engine/src",
+        "crates/engine/src/client",
+        "crates/engine/src/engine",
+        "crates/engine/src/store",
+        "crates/engine/src/remote",
+        "src",
+        "src/service",
+        "src/mcp",
+    ] {
+        for e in std::fs::read_dir(root.join(dir)).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if ["lib.rs", "mod.rs", "tests.rs"].contains(&name.as_str()) {
+                continue;
+            }
+            let shown = if e.path().is_dir() { format!("{name}/") } else { name.clone() };
+            if !map.contains(&shown) {
+                errors.push(format!("the map leaves out {dir}/{shown}"));
+            }
+        }
+    }
+    errors
+}
+
+fn collect_all(dir: &Path, root: &Path, out: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let p = e.path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        if ["target", ".venv", "node_modules"].contains(&name.as_str()) {
+            continue;
+        }
+        out.push(p.strip_prefix(root).unwrap().display().to_string());
+        if p.is_dir() {
+            collect_all(&p, root, out);
+        }
+    }
+}
+
+#[test]
+fn the_architecture_page_names_what_exists() {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(here.join("docs/ARCHITECTURE.md")).unwrap();
+    let errors = page_errors(here, &page);
+    assert!(errors.is_empty(), "docs/ARCHITECTURE.md: {errors:#?}");
+    // A name that went away, a file that moved and a module left off the map are each found.
+    let broken = page
+        .replace("architecture::the_client_writes_no_status", "architecture::the_client_writes_no_status_any_more")
+        .replace("docs/configuration.md", "docs/settings.md")
+        .replace("known_facts.rs", "facts.rs");
+    let errors = page_errors(here, &broken);
+    for want in [
+        "nothing defines architecture::the_client_writes_no_status_any_more",
+        "no file docs/settings.md",
+        "the map leaves out crates/engine/src/engine/known_facts.rs",
+    ] {
+        assert!(errors.iter().any(|e| e == want), "{want} not found in {errors:#?}");
+    }
 }
