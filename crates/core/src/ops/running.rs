@@ -430,16 +430,16 @@ mod tests {
         let bin = dir.join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         let srun = bin.join("srun");
-        // The wait for the container (a step running `true`) finds it at once.
-        let body = format!(
-            "#!/bin/bash\n[ \"${{!#}}\" = true ] && exit 0\ncd {}\n{fake_srun}\n",
-            dir.join("results").display()
-        );
+        let body = format!("#!/bin/bash\ncd {}\n{fake_srun}\n", dir.join("results").display());
         std::fs::write(&srun, body).unwrap();
         std::fs::set_permissions(&srun, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let results = dir.join("results").display().to_string();
-        let script =
-            tensorboard_script(&target(Some("node1"), false), "127.0.0.1", &results, port, None, on_busy).unwrap();
+        // The job's container is up on its node (else the start waits CONTAINER_WAIT_SECS for it).
+        let t = ExecTarget { results_dir: &results, ..target(Some("node1"), false) };
+        let up = crate::layout::container_up_file(&results, t.slurm_job_id, "node1", &container_of(&t));
+        std::fs::create_dir_all(std::path::Path::new(&up).parent().unwrap()).unwrap();
+        std::fs::write(&up, "").unwrap();
+        let script = tensorboard_script(&t, "127.0.0.1", &results, port, None, on_busy).unwrap();
         let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
         let out = std::process::Command::new("bash").arg("-c").arg(&script).env("PATH", path).output().unwrap();
         (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
