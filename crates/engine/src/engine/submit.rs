@@ -41,22 +41,26 @@ pub(crate) fn pause_at_failpoint(name: &str) {
     }
 }
 
-/// Submit a recorded attempt under `gate` (the sbatch options its dependencies give it now) and
-/// record the gate it was given: the one way a recorded attempt is submitted, whether its first
-/// (the client), a retry or an interrupted submission resumed (the cycle).
+/// Submit one recorded attempt under its gate (a retry, a resumed submission, a pipeline step): a
+/// batch of one, through [`submit_request`] like a job's first attempt.
 pub fn submit_gated(
     remote: &dyn Remote,
     store: &Store,
     plan: &Plan,
     files: &[StagedFile],
     secrets: &SecretValues,
-    mut ticket: AttemptTicket,
+    ticket: AttemptTicket,
     gate: Option<&crate::ops::depend::Gate>,
 ) -> Result<Submitted> {
-    gate_ticket(&mut ticket, gate);
-    let result = submit(remote, store, plan, files, secrets, &ticket);
-    keep_gate(store, plan, &result, gate)?;
-    result
+    let request = SubmitRequest {
+        plan: plan.clone(),
+        files: files.to_vec(),
+        secrets: secrets.clone(),
+        ticket,
+        gate: gate.cloned(),
+        checks: String::new(),
+    };
+    submit_request(remote, store, request)
 }
 
 /// The sbatch options the attempt's gate gives it now (its dependency, or a hold).
@@ -87,19 +91,7 @@ pub fn record_not_submitted(store: &Store, job_ids: &[&str], why: &RemoteError, 
     Ok(())
 }
 
-/// Submit one attempt of a plan whose job (and attempt) is already recorded in the store.
-pub fn submit(
-    remote: &dyn Remote,
-    store: &Store,
-    plan: &Plan,
-    files: &[StagedFile],
-    secrets: &SecretValues,
-    ticket: &AttemptTicket,
-) -> Result<Submitted> {
-    submit_checked(remote, store, plan, files, secrets, ticket, "")
-}
-
-/// [`submit`], the submission running `checks` (core `ops::cluster::submission_checks_script`) once
+/// Submit one recorded attempt, the submission running `checks` (core `ops::cluster::submission_checks_script`) once
 /// its lock is held: a failed check ends it before anything is written, and comes back as the error
 /// the online checks would have given ([`checks_failed`]), the store untouched.
 fn submit_checked(
@@ -252,8 +244,8 @@ pub struct SubmitRequest {
     pub checks: String,
 }
 
-/// Submit one recorded attempt in a round trip of its own (a batch of one); recorded as
-/// [`submit_gated`] records it.
+/// Submit one recorded attempt in a round trip of its own (a batch of one): the one submission of a
+/// recorded attempt, its gate's options given and the gate kept once it is submitted.
 pub fn submit_request(remote: &dyn Remote, store: &Store, mut r: SubmitRequest) -> Result<Submitted> {
     gate_ticket(&mut r.ticket, r.gate.as_ref());
     let result = submit_checked(remote, store, &r.plan, &r.files, &r.secrets, &r.ticket, &r.checks);
@@ -262,7 +254,7 @@ pub fn submit_request(remote: &dyn Remote, store: &Store, mut r: SubmitRequest) 
 }
 
 /// Submit recorded attempts in one round trip: each one's own lock, staging and sbatch (one failing
-/// is refused alone), each outcome recorded as [`submit_gated`] records it. A round trip that fails
+/// is refused alone), each outcome recorded as [`submit_request`] records it. A round trip that fails
 /// fails each member the way it fails a lone submission: outcome unknown (each one found again by
 /// its name) or nothing sent.
 pub fn submit_batch(remote: &dyn Remote, store: &Store, mut requests: Vec<SubmitRequest>) -> Vec<Result<Submitted>> {

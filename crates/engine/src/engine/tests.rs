@@ -181,7 +181,7 @@ fn recorded_job() -> (tempfile::TempDir, Store, crate::plan::Plan) {
 
 fn submit_with(remote: &FakeRemote, store: &Store, plan: &crate::plan::Plan) -> crate::error::Result<String> {
     let ticket = crate::ops::submit::AttemptTicket::first(plan);
-    crate::engine::submit::submit(remote, store, plan, &[], &Default::default(), &ticket).map(|s| s.slurm_job_id)
+    crate::engine::submit::submit_gated(remote, store, plan, &[], &Default::default(), ticket, None).map(|s| s.slurm_job_id)
 }
 
 #[test]
