@@ -5,8 +5,8 @@
 //! See docs/ARCHITECTURE.md.
 
 pub use tao_slurm_engine::{
-    attempts, client, clock, config, cosmos, error, filter, kpi, model, monitor, notify, ops, plan, preflight, private,
-    profiles, protocol, redact, retry, script, slurm, spec, spec_file, sqsh, status, tao_images,
+    attempts, client, clock, config, cosmos, error, filter, gpu, kpi, model, monitor, notify, ops, plan, preflight,
+    private, profiles, protocol, redact, retry, script, slurm, spec, spec_file, sqsh, status, tao_images,
 };
 pub use tao_slurm_engine::{Client, Error, JobSpec, JobView, PlatformStatus, Result};
 

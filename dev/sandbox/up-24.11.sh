@@ -194,8 +194,10 @@ USER_IDS="$(id -u "$SSH_USER"):$(id -g "$SSH_USER")"
 # ---- 3. directories, keys, configs -------------------------------------------------------------------
 umask 022
 install -d -m 0755 "$SD" "$ETC" "$RUN" "$LOG" "$SD/bin" "$SD/lib" "$SD/ssh" "$SD/home" "$SD/spool" "$SD/fakegpu" \
-    "$SD/shared" "$SD/mysql" "$ROOT/run/sshd"
+    "$SD/shared" "$SD/mysql" "$SD/gpu" "$ROOT/run/sshd"
 touch "$MARKER"
+# the nodes' stand-in nvidia-smi (its readings per node: <sandbox>/gpu/<node>, which tests write)
+install -m 0755 "$HERE/bin/nvidia-smi" "$SD/bin/nvidia-smi"
 install -d -m 0755 "$LOG/slurm" "$SD/spool/ctld"; chown "$SLURM_IDS" "$LOG/slurm" "$SD/spool/ctld"
 install -d -m 0700 "$SD/munge" "$LOG/munge"; chown "$MUNGE_IDS" "$SD/munge" "$LOG/munge"
 install -d -m 0755 "$RUN/munge"; chown "$MUNGE_IDS" "$RUN/munge"

@@ -131,8 +131,10 @@ phase_done packages
 # ---- 2. directories, users, keys, configs ---------------------------------------
 umask 022
 install -d -m 0755 "$SD" "$ETC" "$RUN" "$LOG" "$SD/bin" "$SD/lib" "$SD/ssh" "$SD/home" \
-    "$SD/spool" "$SD/fakegpu" "$SD/shared" "$SD/mysql"
+    "$SD/spool" "$SD/fakegpu" "$SD/shared" "$SD/mysql" "$SD/gpu"
 touch "$MARKER"
+# the nodes' stand-in nvidia-smi (its readings per node: <sandbox>/gpu/<node>, which tests write)
+install -m 0755 "$HERE/bin/nvidia-smi" "$SD/bin/nvidia-smi"
 install -d -m 0755 -o slurm -g slurm "$LOG/slurm" "$SD/spool/ctld"
 install -d -m 0700 -o munge -g munge "$SD/munge" "$LOG/munge"
 install -d -m 0755 -o munge -g munge "$RUN/munge"

@@ -69,6 +69,22 @@ pub struct JobArgs {
     /// Preemptions survived before the job ends Canceled (default 10, TAO_SLURM_MAX_PREEMPTIONS)
     #[arg(long)]
     pub max_preemptions: Option<u32>,
+    /// Seconds between GPU samples on each node (0: none; default TAO_SLURM_GPU_SAMPLE_SECS)
+    #[arg(long, value_name = "SECS")]
+    pub gpu_sample_secs: Option<u32>,
+    /// Every GPU idle this long: the job is idle (0: never; default TAO_SLURM_GPU_IDLE_SECS)
+    #[arg(long, value_name = "SECS")]
+    pub gpu_idle_secs: Option<u64>,
+    /// What an idle job does: notify or cancel (default TAO_SLURM_GPU_IDLE_ACTION)
+    #[arg(long, value_name = "notify|cancel", value_parser = |t: &str| crate::gpu::IdleAction::parse("--gpu-idle-action", t))]
+    pub gpu_idle_action: Option<crate::gpu::IdleAction>,
+    /// A node's GPUs idle and no progress this long: the job is hung (0: never; default TAO_SLURM_GPU_HANG_SECS)
+    #[arg(long, value_name = "SECS")]
+    pub gpu_hang_secs: Option<u64>,
+    /// What a hung job does: notify, cancel, or restart from its newest checkpoint without the hung
+    /// nodes (default TAO_SLURM_GPU_HANG_ACTION)
+    #[arg(long, value_name = "notify|cancel|restart", value_parser = |t: &str| crate::gpu::HangAction::parse("--gpu-hang-action", t))]
+    pub gpu_hang_action: Option<crate::gpu::HangAction>,
     /// The training's total time in hours: bounds the queue-length runs the job may use (shown as
     /// `attempt 3 of at most 7`), instead of --max-timeout-requeues
     #[arg(long = "total-time", value_name = "HOURS")]
@@ -209,6 +225,7 @@ impl JobArgs {
             no_sqsh: self.no_sqsh,
             allow_registry_pull: self.allow_registry_pull,
             cosmos_rl: self.cosmos_flags()?,
+            gpu_watch: self.gpu_watch_flags(),
             specs: None,
             exclusive: self.exclusive.then_some(true),
             sweep: self.sweep_flags()?,
@@ -217,6 +234,19 @@ impl JobArgs {
             notify: self.notify.clone(),
         };
         Ok(base.overlay(flags))
+    }
+
+    /// The GPU watch flags as a `[gpu_watch]` section (None without them).
+    fn gpu_watch_flags(&self) -> Option<crate::gpu::GpuWatchSpec> {
+        let w = crate::gpu::GpuWatchSpec {
+            sample_secs: self.gpu_sample_secs,
+            idle_percent: None,
+            idle_secs: self.gpu_idle_secs,
+            hang_secs: self.gpu_hang_secs,
+            idle_action: self.gpu_idle_action,
+            hang_action: self.gpu_hang_action,
+        };
+        (w != crate::gpu::GpuWatchSpec::default()).then_some(w)
     }
 
     /// The sweep flags as a `[sweep]` section (None without them).

@@ -271,8 +271,10 @@ fn table(views: &[crate::JobView]) -> String {
         "nodes",
         "retries",
         "progress",
+        "gpu",
         "message",
     ]);
+    let now = crate::client::now_secs();
     for v in views {
         table.add_row([
             v.job_id.clone(),
@@ -283,6 +285,7 @@ fn table(views: &[crate::JobView]) -> String {
             super::clean(v.node_list.as_deref().unwrap_or_default()),
             v.retries.to_string(),
             super::progress::bar(v),
+            gpu_cell(v, now),
             super::clean(&v.message),
         ]);
     }
@@ -291,6 +294,11 @@ fn table(views: &[crate::JobView]) -> String {
         out.push_str(&attempt_lines(v));
     }
     out
+}
+
+/// A job's GPUs in one cell: mean utilisation and health, `no GPU data`, or nothing (no sample).
+pub fn gpu_cell(v: &crate::JobView, now: i64) -> String {
+    v.gpu.as_ref().map(|g| super::clean(&g.cell(now))).unwrap_or_default()
 }
 
 /// Under the table, for a job shown with its attempts: its attempt summary, newest checkpoint, and

@@ -99,7 +99,8 @@ fn elapsed(secs: i64) -> String {
 fn table(views: &[JobView]) -> Table {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
-    t.set_header(["job id", "status", "slurm state", "elapsed", "reason / message", "progress", "KPIs"]);
+    t.set_header(["job id", "status", "slurm state", "elapsed", "reason / message", "progress", "gpu", "KPIs"]);
+    let now = crate::client::now_secs();
     for v in views {
         t.add_row([
             v.job_id.clone(),
@@ -108,6 +109,7 @@ fn table(views: &[JobView]) -> Table {
             elapsed(v.elapsed_secs),
             super::clean(&v.message),
             super::progress::bar(v),
+            super::output::gpu_cell(v, now),
             super::progress::kpi_line(v),
         ]);
     }

@@ -246,6 +246,11 @@ pub struct SubmitArgs {
     /// sized by its config.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cosmos_rl: Option<serde_json::Value>,
+    /// How the job's GPUs are watched: {sample_secs, idle_percent, idle_secs, hang_secs, idle_action:
+    /// notify|cancel, hang_action: notify|cancel|restart}; unset fields: the settings'. A hung
+    /// training with hang_action restart resumes from its newest checkpoint without the hung nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_watch: Option<crate::gpu::GpuWatchSpec>,
     /// Webhooks (http or https URLs) told of the job's state changes (started, finished, failed,
     /// retried, ...); a background monitor is started to send them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

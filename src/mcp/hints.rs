@@ -109,6 +109,7 @@ mod tests {
             progress: None,
             elapsed_secs: 0,
             next_retry_at: None,
+            gpu: None,
             updated_at: 0,
             terminal: matches!(status, "Complete" | "Error" | "Canceled"),
         }

@@ -158,6 +158,10 @@ pub struct JobBrief {
     /// When a scheduled retry is due (Unix seconds).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_retry_at: Option<i64>,
+    /// Its GPUs as last sampled while it ran: each node's utilisation, memory and power, the mean
+    /// utilisation (`util`: none means no GPU data, not 0%), and `health` when idle or hung.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<crate::gpu::GpuView>,
     /// Unix seconds.
     #[serde(skip)]
     pub updated_at: i64,
@@ -180,6 +184,7 @@ impl From<&JobView> for JobBrief {
             progress: v.progress_message.clone(),
             elapsed_secs: v.elapsed_secs,
             next_retry_at: v.next_retry_at,
+            gpu: v.gpu.clone(),
             updated_at: v.updated_at,
             terminal: v.status.is_terminal(),
         }

@@ -418,6 +418,7 @@ fn cached(client: &Client, view: &JobView, meta: &ApiJob, key: ChangeKey, rev: u
         num_gpu: meta.num_gpu,
         specs: meta.specs.clone(),
         progress: types::progress(view),
+        gpu: view.gpu.clone(),
         job_details: types::job_details(view),
         backend_details: BackendDetailsOut {
             backend_type: "slurm".into(),

@@ -75,6 +75,7 @@ pub fn to_spec(state: &AppState, org: &str, req: &JobCreate) -> ApiResult<(JobSp
         no_sqsh: req.no_sqsh,
         allow_registry_pull: req.allow_registry_pull,
         cosmos_rl,
+        gpu_watch: req.gpu_watch.clone(),
         exclusive: req.exclusive,
         after: req.after.clone(),
         // Sweeps and pipelines are not in the service's create body (yet).

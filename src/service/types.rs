@@ -165,6 +165,10 @@ pub struct JobCreate {
     /// A Cosmos-RL job's section (`config_text`, `commands`), as a job file's `[cosmos_rl]`.
     #[schema(value_type = Option<Object>)]
     pub cosmos_rl: Option<serde_json::Value>,
+    /// How the job's GPUs are watched (sample_secs, idle_percent, idle_secs, hang_secs, idle_action:
+    /// notify|cancel, hang_action: notify|cancel|restart); unset fields: the workspace's settings.
+    #[serde(default)]
+    pub gpu_watch: Option<crate::gpu::GpuWatchSpec>,
     /// Jobs this one runs after, `JOB[:ok|:notok|:any]` (job ids or prefixes of the same workspace;
     /// `ok`, the default, waits for success). Kept across their retries; a parent that can no longer
     /// satisfy it cancels this job ("dependency <id> ended <status>").
@@ -309,6 +313,11 @@ pub struct JobOut {
     #[schema(value_type = Object)]
     pub specs: serde_json::Value,
     pub progress: Option<JobProgress>,
+    /// Its GPUs as last sampled while it ran: `nodes` (each node's utilisation, memory and power per
+    /// GPU), `util` (the mean; null: no GPU data, not 0%), and `health` (`idle` or `hung`) when so.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub gpu: Option<crate::gpu::GpuView>,
     /// TAO's JobResult of the job, by job id (empty until its container writes status.json).
     pub job_details: BTreeMap<String, JobResultOut>,
     pub backend_details: BackendDetailsOut,

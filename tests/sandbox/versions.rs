@@ -220,6 +220,7 @@ on_both! {
             status_sig: None,
             array_index: None,
             look: None,
+            gpu_dir: None,
         };
         let script = tao_slurm::ops::refresh::refresh_script(&[target("987654321"), target(&finished)]);
         let obs = wait_until_accounted(&env, &script, &finished);

@@ -12,6 +12,8 @@ pub fn settings() -> Settings {
         ("SLURM_HOSTNAME", "login"),
         ("HOME", "/home/alice"),
         ("SLURM_BASE_RESULTS_DIR", "/lustre/alice"),
+        // No GPU sampler: the script tests count a job's steps (the sampler's own tests turn it on).
+        ("TAO_SLURM_GPU_SAMPLE_SECS", "0"),
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))

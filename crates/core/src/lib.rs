@@ -13,6 +13,7 @@ pub mod exit_codes;
 pub mod filter;
 #[cfg(any(test, feature = "test-fixtures"))]
 pub mod fixtures;
+pub mod gpu;
 pub mod kpi;
 pub mod layout;
 pub mod model;

@@ -139,6 +139,10 @@ pub struct JobFacts {
     /// The job's newest checkpoint (a path on the cluster), as last seen: by a refresh while it
     /// runs, when it failed or was preempted, or as an attempt started from it.
     pub checkpoint: Option<String>,
+    /// Its GPUs as last sampled while it ran (`crate::gpu`): each node's utilisation, memory and
+    /// power, and whether it is idle or hung.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<crate::gpu::GpuView>,
 }
 
 /// What listing, refreshing and showing a job need: everything but its spec and whole plan, which

@@ -25,6 +25,10 @@ pub enum NoticeKind {
     Paused,
     /// A paused job's new attempt asked for (`resume`).
     Resumed,
+    /// Every GPU of the job idle for its idle time (`gpu_idle` events).
+    GpuIdle,
+    /// A node's GPUs idle and no progress for its hang time (`gpu_hung` events).
+    GpuHung,
 }
 
 impl NoticeKind {
@@ -39,6 +43,8 @@ impl NoticeKind {
             NoticeKind::StuckPending => "stuck_pending",
             NoticeKind::Paused => "paused",
             NoticeKind::Resumed => "resumed",
+            NoticeKind::GpuIdle => "gpu_idle",
+            NoticeKind::GpuHung => "gpu_hung",
         }
     }
 
@@ -59,6 +65,8 @@ impl NoticeKind {
             "retried" => Some(NoticeKind::Retried),
             "preempted" => Some(NoticeKind::Preempted),
             "resumed" => Some(NoticeKind::Resumed),
+            "gpu_idle" => Some(NoticeKind::GpuIdle),
+            "gpu_hung" => Some(NoticeKind::GpuHung),
             _ => None,
         }
     }
@@ -180,6 +188,8 @@ fn words(kind: NoticeKind) -> &'static str {
         NoticeKind::StuckPending => "is stuck pending",
         NoticeKind::Paused => "was paused",
         NoticeKind::Resumed => "is resumed",
+        NoticeKind::GpuIdle => "has idle GPUs",
+        NoticeKind::GpuHung => "is hung",
     }
 }
 
@@ -239,6 +249,7 @@ mod tests {
                 sweep_id: None,
                 sweep_index: None,
                 checkpoint: None,
+                gpu: None,
             },
             progress: None,
             attempt_name: "tao-job-abcdef1234".into(),

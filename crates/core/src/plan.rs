@@ -134,6 +134,9 @@ pub struct Plan {
     /// (`attempts::queue_runs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total_time_seconds: Option<u64>,
+    /// How its GPUs are watched (`crate::gpu`); plans stored before this field sample nothing.
+    #[serde(default)]
+    pub gpu_watch: crate::gpu::GpuWatch,
 }
 
 fn default_max_preemptions() -> u32 {
@@ -462,6 +465,12 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
         on_preempt: spec.on_preempt.unwrap_or(settings.on_preempt),
         max_preemptions: spec.max_preemptions.unwrap_or(settings.max_preemptions),
         total_time_seconds,
+        gpu_watch: spec
+            .gpu_watch
+            .clone()
+            .unwrap_or_default()
+            .over(&settings.gpu_watch)
+            .map_err(|(field, message)| SpecError::new(field, message))?,
     })
 }
 

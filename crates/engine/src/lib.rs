@@ -10,8 +10,8 @@
 //! docs/ARCHITECTURE.md.
 
 pub use tao_slurm_core::{
-    attempts, cosmos, filter, kpi, model, monitor, notify, ops, preflight, protocol, retry, script, slurm, spec, sqsh,
-    status, tao_images,
+    attempts, cosmos, filter, gpu, kpi, model, monitor, notify, ops, preflight, protocol, retry, script, slurm, spec,
+    sqsh, status, tao_images,
 };
 
 /// A module the doors do not see; public only with the `internals` feature (for the sandbox tests

@@ -52,6 +52,16 @@ pub const DEFAULT_CHECKS_TTL_SECS: u32 = 300;
 pub const SUBMIT_BATCH_SECS_PER_MEMBER: u64 = 2;
 pub const DEFAULT_DATABASE_SCHEMA: &str = "tao_state";
 pub const DEFAULT_NOTIFY_PENDING_MINUTES: u32 = 60;
+/// Seconds between a running job's GPU samples on each node (`nvidia-smi`; 0: none).
+pub const DEFAULT_GPU_SAMPLE_SECS: u32 = 30;
+/// A GPU under this utilisation (percent) is idle: a stalled data loader shows a few percent.
+pub const DEFAULT_GPU_IDLE_PERCENT: u32 = 5;
+/// Every GPU of a job idle this long: the job is idle (an hour: a notebook left open, a job waiting
+/// on something that will not come).
+pub const DEFAULT_GPU_IDLE_SECS: u32 = 3600;
+/// A node's GPUs idle and no new progress line this long: the job is hung (PyTorch's NCCL watchdog
+/// gives up on a collective after 30 minutes by default; a training still silent then is stuck).
+pub const DEFAULT_GPU_HANG_SECS: u32 = 1800;
 pub const DEFAULT_USE_SRUN_LOGS: bool = false;
 pub const DEFAULT_NCCL_DEBUG: &str = "INFO";
 pub const DEFAULT_LOGLEVEL: &str = "INFO";
@@ -199,6 +209,8 @@ pub struct Settings {
     pub database_ca_file: Option<PathBuf>,
     /// Minutes a submitted job may stay pending before its webhooks hear it is stuck (0: never).
     pub notify_pending_minutes: u32,
+    /// Every job's GPU watch unless the job says otherwise (TAO_SLURM_GPU_*).
+    pub gpu_watch: crate::gpu::GpuWatch,
     /// Convert registry images to squashfs files in a cache on shared storage before submitting.
     pub use_sqsh: bool,
     pub sqsh: crate::sqsh::SqshPolicy,
@@ -507,6 +519,28 @@ impl Settings {
                 .parse("TAO_SLURM_DATABASE_SCHEMA", parse_schema, || DEFAULT_DATABASE_SCHEMA.to_string())?,
             database_ca_file: src.get("TAO_SLURM_DATABASE_CA_FILE").map(PathBuf::from),
             notify_pending_minutes: src.count("TAO_SLURM_NOTIFY_PENDING_MINUTES", 0, DEFAULT_NOTIFY_PENDING_MINUTES)?,
+            gpu_watch: crate::gpu::GpuWatch {
+                sample_secs: src.count("TAO_SLURM_GPU_SAMPLE_SECS", 0, DEFAULT_GPU_SAMPLE_SECS)?,
+                idle_percent: src.count("TAO_SLURM_GPU_IDLE_PERCENT", 0, DEFAULT_GPU_IDLE_PERCENT)?,
+                idle_secs: src.count("TAO_SLURM_GPU_IDLE_SECS", 0, DEFAULT_GPU_IDLE_SECS)?.into(),
+                hang_secs: src.count("TAO_SLURM_GPU_HANG_SECS", 0, DEFAULT_GPU_HANG_SECS)?.into(),
+                idle_action: src.parse(
+                    "TAO_SLURM_GPU_IDLE_ACTION",
+                    |v| {
+                        crate::gpu::IdleAction::parse("TAO_SLURM_GPU_IDLE_ACTION", v)
+                            .map_err(|message| ConfigError::Invalid { name: "TAO_SLURM_GPU_IDLE_ACTION", message })
+                    },
+                    Default::default,
+                )?,
+                hang_action: src.parse(
+                    "TAO_SLURM_GPU_HANG_ACTION",
+                    |v| {
+                        crate::gpu::HangAction::parse("TAO_SLURM_GPU_HANG_ACTION", v)
+                            .map_err(|message| ConfigError::Invalid { name: "TAO_SLURM_GPU_HANG_ACTION", message })
+                    },
+                    Default::default,
+                )?,
+            },
             cpus_per_task: src.count("SLURM_CPUS_PER_TASK", 1, crate::layout::DEFAULT_CPUS_PER_TASK)?,
             max_cpus_per_task: src.count("SLURM_MAX_CPUS_PER_TASK", 1, crate::layout::DEFAULT_MAX_CPUS_PER_TASK)?,
             default_gpus: src.parse("SLURM_NUM_GPUS", |v| parse_u32("SLURM_NUM_GPUS", v, 0).map(Some), || None)?,

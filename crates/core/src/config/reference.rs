@@ -243,6 +243,26 @@ pub fn settings() -> Vec<Setting> {
             code(DEFAULT_NOTIFY_PENDING_MINUTES),
             "a job pending this long after it reached Slurm is announced as stuck (once per attempt; 0: never)",
         ),
+        row(
+            &["TAO_SLURM_GPU_SAMPLE_SECS"],
+            code(DEFAULT_GPU_SAMPLE_SECS),
+            "seconds between a running job's GPU samples on each of its nodes (`nvidia-smi`, beside its step; 0: none); a job's `gpu_watch` says otherwise for itself",
+        ),
+        row(
+            &["TAO_SLURM_GPU_IDLE_PERCENT"],
+            code(DEFAULT_GPU_IDLE_PERCENT),
+            "a GPU under this utilisation (percent) is idle",
+        ),
+        row(
+            &["TAO_SLURM_GPU_IDLE_SECS", "TAO_SLURM_GPU_IDLE_ACTION"],
+            format!("{} / `notify`", code(DEFAULT_GPU_IDLE_SECS)),
+            "every GPU of a job idle this long: the job is idle (0: never), and what it does then: `notify` (an event and its webhooks) or `cancel`",
+        ),
+        row(
+            &["TAO_SLURM_GPU_HANG_SECS", "TAO_SLURM_GPU_HANG_ACTION"],
+            format!("{} / `notify`", code(DEFAULT_GPU_HANG_SECS)),
+            "a node's GPUs idle and no new progress line this long: the job is hung (0: never), and what it does then: `notify`, `cancel`, or `restart` (a new attempt from its newest checkpoint without the hung nodes, counted as an infrastructure retry)",
+        ),
         row(&["TAO_SLURM_LOG"], code(DEFAULT_LOG_FILTER), "log filter (`info`, `debug`), on stderr"),
         row(
             &["SLURM_CPUS_PER_TASK", "SLURM_MAX_CPUS_PER_TASK"],

@@ -223,6 +223,49 @@ pub fn decide_failure(
     FailureOutcome::Final { failure, message }
 }
 /// How many of the job's attempts were made for `cause`.
+/// A hung attempt restarted (`gpu_watch.hang_action = restart`): its Slurm job cancelled, a new
+/// attempt at once from the newest checkpoint without the hung nodes, counted as an infrastructure
+/// retry; Final once those are spent.
+pub fn hang_outcome(
+    job: &JobRecord,
+    hung_nodes: &[String],
+    said: &str,
+    policy: &RetryPolicy,
+    attempts: &[AttemptRecord],
+    now: i64,
+) -> FailureOutcome {
+    let failure = Failure { class: FailureClass::Infra, evidence: vec![said.to_string()] };
+    let retries_so_far =
+        made_for(attempts, Cause::Infra) + attempts.iter().filter(|a| a.number > 1 && a.cause.is_none()).count() as u32;
+    if retries_so_far >= policy.max_retries {
+        let message = format!("hung ({said}); retry budget exhausted: {} attempts", attempts.len());
+        return FailureOutcome::Final { failure, message };
+    }
+    let mut exclude: Vec<String> =
+        job.excluded_nodes.split(',').filter(|n| !n.is_empty()).map(str::to_string).collect();
+    for n in hung_nodes {
+        if !exclude.contains(n) {
+            exclude.push(n.clone());
+        }
+    }
+    let exclude = exclude.join(",");
+    let message = format!(
+        "attempt {} hung ({said}); restarted as retry {} of {} from its newest checkpoint, excluding {exclude}",
+        job.attempt,
+        retries_so_far + 1,
+        policy.max_retries
+    );
+    FailureOutcome::Retry {
+        failure,
+        cause: Cause::Infra,
+        resumed_from: job.checkpoint.clone(),
+        next_name: attempt_name(&job.plan, job.attempt + 1),
+        exclude,
+        not_before: now,
+        message,
+    }
+}
+
 pub fn made_for(attempts: &[AttemptRecord], cause: Cause) -> u32 {
     attempts.iter().filter(|a| a.cause.as_deref() == Some(cause.as_str())).count() as u32
 }

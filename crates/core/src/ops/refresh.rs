@@ -55,6 +55,8 @@ pub struct Observations {
     pub checkpoints: HashMap<String, String>,
     /// The starts its batch script recorded (`layout::STARTS_FILE`), of the same jobs.
     pub starts: HashMap<String, Vec<Start>>,
+    /// The newest GPU sample of each node of the running GPU jobs ([`RefreshTarget::gpu_dir`]).
+    pub gpu: HashMap<String, Vec<crate::gpu::NodeSample>>,
 }
 
 /// One start of a job's batch script, as it recorded it.
@@ -140,6 +142,8 @@ pub struct RefreshTarget {
     /// Where to look for the job's newest checkpoint and its recorded starts: only for a running
     /// job that resumes (one `find` each, so not for the thousands a refresh may follow otherwise).
     pub look: Option<CheckpointLook>,
+    /// Where a running GPU job's nodes keep their newest GPU samples (`crate::gpu::SAMPLE_DIR`).
+    pub gpu_dir: Option<String>,
 }
 
 /// A job's results directory and what counts as a checkpoint in it.
@@ -167,6 +171,8 @@ impl RefreshTarget {
             look: (job.status == PlatformStatus::Running && !job.checkpoint_patterns.is_empty()).then(|| {
                 CheckpointLook { results_dir: job.layout.results_dir(), patterns: job.checkpoint_patterns.clone() }
             }),
+            gpu_dir: (job.status == PlatformStatus::Running && job.gpus_per_node > 0)
+                .then(|| format!("{}/{}", job.layout.results_dir(), crate::gpu::SAMPLE_DIR)),
         }
     }
 }
@@ -343,7 +349,28 @@ pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
         reader = quote(&status_reader()),
     ));
     look_script(&mut s, jobs);
+    gpu_script(&mut s, jobs);
     s
+}
+
+/// The newest GPU sample of each node of the running GPU jobs, for all of them in one bash
+/// (`templates/refresh_gpu.sh`): a glob of each job's sample directory, no `find`.
+fn gpu_script(s: &mut String, jobs: &[RefreshTarget]) {
+    let list: String = jobs.iter().filter_map(|j| j.gpu_dir.as_ref().map(|d| format!("{d}\t{}\n", j.job_id))).collect();
+    if list.is_empty() {
+        return;
+    }
+    s.push_str(&template::fill(
+        include_str!("templates/refresh_gpu.sh"),
+        &[
+            ("READ_SECS", &STATUS_READ_SECS.to_string()),
+            ("FILES", &crate::gpu::SAMPLE_FILES_MAX.to_string()),
+            ("MAX", &crate::gpu::SAMPLE_MAX_BYTES.to_string()),
+            ("READ", &(crate::gpu::SAMPLE_MAX_BYTES + 1).to_string()),
+            ("SECTION", SECTION),
+            ("LIST", &list),
+        ],
+    ));
 }
 
 /// The jobs with a [`CheckpointLook`], grouped by their patterns (usually one group): for each
@@ -411,6 +438,12 @@ pub fn parse_refresh_output(stdout: &str) -> Observations {
             }
             "starts" => {
                 obs.starts.insert(arg.trim().to_string(), parse_starts(&unprefix_lines(&body)));
+            }
+            "gpu" => {
+                let (job, node) = arg.trim().split_once(' ').unwrap_or(("", ""));
+                if let Some(sample) = crate::gpu::parse_sample(node, &unprefix_lines(&body)) {
+                    obs.gpu.entry(job.to_string()).or_default().push(sample);
+                }
             }
             "status_json" => {
                 let (job, sig) = arg.split_once(' ').unwrap_or((&arg, ""));
@@ -687,6 +720,7 @@ mod tests {
             status_sig: None,
             array_index: None,
             look: None,
+            gpu_dir: Some("/x/results/a/.tao-gpu".into()),
         };
         let script = refresh_script(&[t]);
         assert_eq!(super::template::unfilled(&script), Vec::<String>::new(), "{script}");
@@ -745,6 +779,7 @@ mod tests {
                 sweep_id: None,
                 sweep_index: None,
                 checkpoint: None,
+                gpu: None,
             },
             progress: None,
             attempt_name: format!("tao-job-{id}"),
@@ -770,7 +805,39 @@ mod tests {
             status_sig: sig.map(String::from),
             array_index: None,
             look: None,
+            gpu_dir: None,
         }
+    }
+
+    /// The GPU samples of running jobs are read by one bash for all of them: each node's file, its
+    /// first line, and nothing a job planted (a link, a file of another name, an oversized file, a
+    /// linked directory) reaches the output.
+    #[test]
+    fn gpu_samples_are_read_for_every_running_job_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("results");
+        let a = root.join("a/.tao-gpu");
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::write(a.join("node1"), "v1 100 - 90/10/200\n").unwrap();
+        std::fs::write(a.join("node2"), "v1 100 50 0/10/30\nsecond line\n").unwrap();
+        std::fs::write(dir.path().join("secret"), "v1 1 - 1/1/1\n").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("secret"), a.join("node3")).unwrap();
+        std::fs::write(a.join("node4"), format!("v1 1 - 1/1/1{}\n", " ".repeat(crate::gpu::SAMPLE_MAX_BYTES))).unwrap();
+        std::fs::write(a.join("bad name"), "v1 1 - 1/1/1\n").unwrap();
+        let b = root.join("b");
+        std::fs::create_dir_all(&b).unwrap();
+        std::os::unix::fs::symlink(&a, b.join(".tao-gpu")).unwrap();
+        let with_gpu = |id: &str| RefreshTarget {
+            gpu_dir: Some(format!("{}/{id}/.tao-gpu", root.display())),
+            ..target(id, Some("1"), &root.display().to_string(), Some("0:0"))
+        };
+        let out = run_with_stand_ins(&refresh_script(&[with_gpu("a"), with_gpu("b")]), "");
+        let obs = parse_refresh_output(&out);
+        let mut nodes: Vec<(&str, Option<i64>)> =
+            obs.gpu["a"].iter().map(|s| (s.node.as_str(), s.idle_since)).collect();
+        nodes.sort();
+        assert_eq!(nodes, [("node1", None), ("node2", Some(50))], "{out}");
+        assert!(!obs.gpu.contains_key("b"), "a linked sample directory is not read: {out}");
     }
 
     /// Run a refresh script with stand-in squeue and sacct (sacct prints its arguments first).

@@ -233,7 +233,17 @@ fn write_body(s: &mut String, plan: &Plan) {
     resume::write_resume(s, plan);
     resume::write_trap(s, plan);
     line(s, "echo \"tao-slurm: job $TAO_JOB_ID, Slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST (restart ${SLURM_RESTART_COUNT:-0})\" >&2");
+    // The GPU sampler runs beside the step on every node, and stops with it.
+    let sampler = (plan.resources.gpus_per_node > 0)
+        .then(|| crate::gpu::sampler_lines(&plan.gpu_watch, &plan.layout.results_dir(), plan.resources.nodes))
+        .flatten();
+    if let Some((start, _)) = &sampler {
+        s.push_str(start);
+    }
     write_steps(s, plan);
+    if let Some((_, stop)) = &sampler {
+        s.push_str(stop);
+    }
     write_exit(s, plan);
 }
 

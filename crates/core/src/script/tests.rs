@@ -298,3 +298,36 @@ mod injection {
         }
     }
 }
+
+/// A GPU job samples its GPUs beside its step on every node (and stops with it); a job on no GPU, or
+/// one that asks for no sampling, does not.
+#[test]
+fn the_gpu_sampler_runs_beside_the_step_of_a_gpu_job() {
+    let watch = crate::gpu::GpuWatchSpec { sample_secs: Some(15), ..Default::default() };
+    let p = plan(JobSpec { nodes: Some(2), gpus: Some(8), gpu_watch: Some(watch.clone()), ..spec() });
+    let s = render_batch_script(&p);
+    bash_n(&s);
+    let start = s.find("srun --overlap --nodes=2 --ntasks=2 --ntasks-per-node=1").expect("the sampler's step");
+    let step = s.find("--container-image=").unwrap();
+    let stop = s.find("kill \"${tao_gpu:-}\"").expect("the sampler is stopped");
+    assert!(start < step && step < stop, "{s}");
+    assert!(s.contains(&format!("{}/.tao-gpu", p.layout.results_dir())) && s.contains(" 15 5 </dev/null"), "{s}");
+    let cpu = plan(JobSpec { gpus: Some(0), gpu_watch: Some(watch), ..spec() });
+    assert!(!render_batch_script(&cpu).contains("tao-gpu"));
+    let off = plan(JobSpec {
+        gpus: Some(8),
+        gpu_watch: Some(crate::gpu::GpuWatchSpec { sample_secs: Some(0), ..Default::default() }),
+        ..spec()
+    });
+    assert!(!render_batch_script(&off).contains("tao-gpu"));
+    let e = crate::plan::resolve_with_id(
+        &JobSpec {
+            gpu_watch: Some(crate::gpu::GpuWatchSpec { idle_percent: Some(101), ..Default::default() }),
+            ..spec()
+        },
+        &crate::fixtures::settings(),
+        "x",
+    )
+    .unwrap_err();
+    assert_eq!(e.field, "gpu_watch.idle_percent");
+}

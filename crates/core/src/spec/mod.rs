@@ -114,6 +114,10 @@ pub struct JobSpec {
     /// A pipeline: named steps, each after earlier ones.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepSpec>,
+    /// How the job's GPUs are watched: sampling, idle and hang thresholds, and what each does (each
+    /// field unset: TAO_SLURM_GPU_*).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_watch: Option<crate::gpu::GpuWatchSpec>,
     /// Webhooks told of the job's state changes (`--notify URL`; see `notify::Webhook`). Never
     /// serialised: their URLs carry tokens, and the spec is staged on shared storage.
     #[serde(skip_serializing)]
@@ -144,7 +148,8 @@ impl JobSpec {
             checkpoint_grace_seconds,
             on_preempt,
             max_preemptions,
-            total_time_hours
+            total_time_hours,
+            gpu_watch
         );
         if !over.checkpoint_patterns.is_empty() {
             self.checkpoint_patterns = over.checkpoint_patterns;

@@ -7,6 +7,7 @@ pub mod credentials;
 pub mod cycle;
 pub mod depend;
 pub mod files;
+pub mod gpu;
 pub mod group_commit;
 pub mod known_facts;
 pub mod image;

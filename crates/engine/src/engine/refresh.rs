@@ -124,10 +124,13 @@ pub fn record(
     let unseen = unseen_changes(jobs, obs, now);
     store_settled(store, host, &by_id, &settled, &sigs, &unseen, now)?;
     keep_kpis(store, obs, now)?;
+    // GPU views kept; an idle or hung job told of, cancelled or restarted (after the statuses above).
+    let gpu = crate::engine::gpu::record(remote, store, policy, jobs, obs, now)?;
     // Whatever way a job just ended (settled here, or by the failure handling above), its secrets go.
     crate::engine::secrets::sweep_or_warn(remote, store);
     let mut touched = touched_ids(&decisions, &unseen, &sigs);
     touched.extend(looked);
+    touched.extend(gpu);
     touched.sort();
     touched.dedup();
     Ok(touched)

@@ -233,6 +233,16 @@ impl Store {
         Ok(())
     }
 
+    /// Keep a running job's GPU view (what its nodes' newest samples said), while it is still at
+    /// `attempt`: a view of an attempt that a retry or resume moved on from is dropped.
+    pub fn set_gpu(&self, job_id: &str, attempt: u32, view: &crate::gpu::GpuView) -> Result<(), StoreError> {
+        let json = serde_json::to_string(view).expect("a GPU view serialises");
+        self.conn
+            .execute("UPDATE jobs SET gpu = ?3 WHERE job_id = ?1 AND attempt = ?2", params![job_id, attempt, json])
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
     /// Record how an attempt ended (its Slurm state, exit code and nodes).
     pub fn record_attempt_end(
         &self,

@@ -24,12 +24,12 @@ macro_rules! summary_columns {
          created_at, updated_at, progress, attempt, attempt_name, next_retry_at, excluded_nodes, status_sig,
          job_dir, image, nodes, gpus_per_node, partition, timeout_seconds, timeout_runs, has_secrets,
          submitted_at, unseen_since, cluster, sweep_id, sweep_index, gate, pending_reason, checkpoint,
-         checkpoint_patterns"
+         checkpoint_patterns, gpu"
     };
 }
 
 /// How many columns `summary_columns!` has: a record's documents follow.
-const SUMMARY_COLUMNS: usize = 34;
+const SUMMARY_COLUMNS: usize = 35;
 
 /// A summary as read, its status still text (decoded afterwards, with the job named if corrupt).
 pub(super) struct SummaryRow {
@@ -70,6 +70,8 @@ fn summary_row(r: &Row) -> super::sql::Result<SummaryRow> {
                 sweep_index: r.get(29)?,
                 pending_reason: r.get(31)?,
                 checkpoint: r.get(32)?,
+                // A view this build cannot read (written by another) is shown as none.
+                gpu: r.get::<_, Option<String>>(34)?.and_then(|t| serde_json::from_str(&t).ok()),
             },
             progress: r.get(11)?,
             attempt_name: r.get(13)?,

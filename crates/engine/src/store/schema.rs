@@ -215,6 +215,10 @@ CREATE TABLE leases (
     expires_at  INTEGER NOT NULL
 );
 "#,
+    // (Issue 40.) A running job's GPUs as last sampled (`gpu::GpuView`, JSON).
+    r#"
+ALTER TABLE jobs ADD COLUMN gpu TEXT;
+"#,
 ];
 
 /// Migration 4 was changed after builds had shipped it: files they wrote are at version 4 or later

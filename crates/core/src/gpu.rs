@@ -1,0 +1,438 @@
+//! GPU health: the sampler each node of a running job runs beside its step (`nvidia-smi` at an
+//! interval, its newest sample in one small file per node), what a sample says, and when a job is
+//! idle or hung. Pure: the batch script carries the sampler, the refresh reads the files, the engine
+//! acts on [`assess`].
+
+use serde::{Deserialize, Serialize};
+
+/// Where a job's samples live, under its results directory: one file per node, named by the node.
+pub const SAMPLE_DIR: &str = ".tao-gpu";
+/// A sample file larger than this is not read (one line: a few bytes per GPU; 64 GPUs fit).
+pub const SAMPLE_MAX_BYTES: usize = 2048;
+/// Sample files read per job (a job's own clutter in the directory is left unread beyond it).
+pub const SAMPLE_FILES_MAX: usize = 64;
+
+/// What a job does when its GPUs stay idle: tell (an event and its webhooks), or cancel the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum IdleAction {
+    #[default]
+    Notify,
+    Cancel,
+}
+
+/// What a job does when it hangs: tell, cancel it, or restart it (a new attempt from its newest
+/// checkpoint without the hung nodes, counted as an infrastructure retry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum HangAction {
+    #[default]
+    Notify,
+    Cancel,
+    Restart,
+}
+
+impl IdleAction {
+    pub fn parse(field: &str, text: &str) -> Result<IdleAction, String> {
+        match text.trim() {
+            "notify" => Ok(IdleAction::Notify),
+            "cancel" => Ok(IdleAction::Cancel),
+            other => Err(format!("{field}: {other:?} is not notify or cancel")),
+        }
+    }
+}
+
+impl HangAction {
+    pub fn parse(field: &str, text: &str) -> Result<HangAction, String> {
+        match text.trim() {
+            "notify" => Ok(HangAction::Notify),
+            "cancel" => Ok(HangAction::Cancel),
+            "restart" => Ok(HangAction::Restart),
+            other => Err(format!("{field}: {other:?} is not notify, cancel or restart")),
+        }
+    }
+}
+
+/// A job's GPU watch, as planned: the sampler's interval and the thresholds and actions (a plan made
+/// before GPU watching samples nothing).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct GpuWatch {
+    /// Seconds between samples (0: no sampler).
+    pub sample_secs: u32,
+    /// A GPU under this utilisation (percent) is idle.
+    pub idle_percent: u32,
+    /// Every GPU of the job idle this long: the job is idle (0: never).
+    pub idle_secs: u64,
+    /// A node's GPUs idle and no new progress line this long: the job is hung (0: never).
+    pub hang_secs: u64,
+    pub idle_action: IdleAction,
+    pub hang_action: HangAction,
+}
+
+/// A job's own GPU watch: each field it sets replaces the settings' (`TAO_SLURM_GPU_*`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(default, deny_unknown_fields)]
+pub struct GpuWatchSpec {
+    /// Seconds between samples (0: no sampling for this job).
+    pub sample_secs: Option<u32>,
+    /// A GPU under this utilisation (percent) is idle.
+    pub idle_percent: Option<u32>,
+    /// Every GPU idle this long: the job is idle (0: never).
+    pub idle_secs: Option<u64>,
+    /// A node's GPUs idle and no new progress line this long: the job is hung (0: never).
+    pub hang_secs: Option<u64>,
+    /// `notify` or `cancel`.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub idle_action: Option<IdleAction>,
+    /// `notify`, `cancel` or `restart`.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub hang_action: Option<HangAction>,
+}
+
+impl GpuWatchSpec {
+    /// The watch this job runs with: its own fields over `base` (the settings'), checked.
+    pub fn over(&self, base: &GpuWatch) -> Result<GpuWatch, (&'static str, String)> {
+        let w = GpuWatch {
+            sample_secs: self.sample_secs.unwrap_or(base.sample_secs),
+            idle_percent: self.idle_percent.unwrap_or(base.idle_percent),
+            idle_secs: self.idle_secs.unwrap_or(base.idle_secs),
+            hang_secs: self.hang_secs.unwrap_or(base.hang_secs),
+            idle_action: self.idle_action.unwrap_or(base.idle_action),
+            hang_action: self.hang_action.unwrap_or(base.hang_action),
+        };
+        if w.idle_percent > 100 {
+            return Err(("gpu_watch.idle_percent", format!("{} is not a percentage (0 to 100)", w.idle_percent)));
+        }
+        if w.sample_secs > 3600 {
+            return Err((
+                "gpu_watch.sample_secs",
+                format!("{} s: sample at least once an hour (1 to 3600, 0: none)", w.sample_secs),
+            ));
+        }
+        for (field, secs) in [("gpu_watch.idle_secs", w.idle_secs), ("gpu_watch.hang_secs", w.hang_secs)] {
+            if secs > 0 && w.sample_secs > 0 && secs < 2 * u64::from(w.sample_secs) {
+                return Err((
+                    field,
+                    format!(
+                        "{secs} s is under two samples ({} s each): make it longer or sample more often",
+                        w.sample_secs
+                    ),
+                ));
+            }
+        }
+        Ok(w)
+    }
+}
+
+/// One GPU's reading.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct GpuReading {
+    /// Utilisation, percent.
+    pub util: u32,
+    /// Memory used, MiB.
+    pub mem_mib: u64,
+    /// Power drawn, watts (0 when the GPU does not report it).
+    pub power_w: u32,
+}
+
+/// A node's newest sample.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct NodeSample {
+    pub node: String,
+    /// Unix seconds, the node's clock.
+    pub at: i64,
+    /// Since when every GPU of the node has been under the idle threshold (None: one is busy).
+    pub idle_since: Option<i64>,
+    pub gpus: Vec<GpuReading>,
+    /// Why there is no reading (no `nvidia-smi`, or it failed): then `gpus` is empty.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_data: Option<String>,
+}
+
+/// What a job's GPUs look like, as every door shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct GpuView {
+    /// Each node's newest sample, by node name.
+    pub nodes: Vec<NodeSample>,
+    /// The mean utilisation over every GPU read (None: no GPU data).
+    pub util: Option<u32>,
+    /// Idle or hung, as last assessed (None: neither).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health: Option<Health>,
+}
+
+impl GpuView {
+    /// The view of these samples.
+    pub fn of(mut nodes: Vec<NodeSample>, health: Option<Health>) -> GpuView {
+        nodes.sort_by(|a, b| a.node.cmp(&b.node));
+        let readings: Vec<u32> = nodes.iter().flat_map(|n| n.gpus.iter().map(|g| g.util)).collect();
+        let util = (!readings.is_empty()).then(|| readings.iter().sum::<u32>() / readings.len() as u32);
+        GpuView { nodes, util, health }
+    }
+
+    /// One cell for a table: `87%`, `87% (idle 12m)`, `no GPU data`.
+    pub fn cell(&self, now: i64) -> String {
+        let Some(util) = self.util else { return "no GPU data".into() };
+        match &self.health {
+            Some(Health::Idle { since }) => format!("{util}% (idle {}m)", (now - since).max(0) / 60),
+            Some(Health::Hung { since, nodes }) => {
+                format!("{util}% (hung {}m: {})", (now - since).max(0) / 60, nodes.join(","))
+            }
+            None => format!("{util}%"),
+        }
+    }
+}
+
+/// A job's GPU health: idle (every GPU under the threshold long enough) or hung (some node's GPUs
+/// idle and no progress, long enough).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Health {
+    Idle { since: i64 },
+    Hung { since: i64, nodes: Vec<String> },
+}
+
+/// Whether `name` can be a node's sample file: a host name's characters only.
+pub fn is_node_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+}
+
+/// A node's sample file (`v1 AT IDLE_SINCE|- U/M/W,U/M/W...` or `v1 AT none REASON`); None when it
+/// is not one (the file is the job's to write: anything else is left unread).
+pub fn parse_sample(node: &str, text: &str) -> Option<NodeSample> {
+    if !is_node_name(node) || text.len() > SAMPLE_MAX_BYTES {
+        return None;
+    }
+    let line = text.lines().next()?;
+    let mut words = line.splitn(4, ' ');
+    if words.next()? != "v1" {
+        return None;
+    }
+    let at: i64 = words.next()?.parse().ok()?;
+    let third = words.next()?;
+    let rest = words.next().unwrap_or("");
+    if third == "none" {
+        let reason: String = rest.chars().filter(|c| c.is_ascii_graphic() || *c == ' ').take(120).collect();
+        let reason = if reason.trim().is_empty() { "nvidia-smi gave no reading".into() } else { reason.trim().into() };
+        return Some(NodeSample { node: node.into(), at, idle_since: None, gpus: Vec::new(), no_data: Some(reason) });
+    }
+    let idle_since = match third {
+        "-" => None,
+        t => Some(t.parse().ok()?),
+    };
+    let mut gpus = Vec::new();
+    for g in rest.split(',').filter(|g| !g.is_empty()) {
+        let mut f = g.split('/');
+        let util: u32 = f.next()?.parse().ok()?;
+        let mem_mib = f.next()?.parse().ok()?;
+        let power_w = f.next()?.parse().ok()?;
+        if f.next().is_some() || util > 100 {
+            return None;
+        }
+        gpus.push(GpuReading { util, mem_mib, power_w });
+    }
+    if gpus.is_empty() {
+        return None;
+    }
+    Some(NodeSample { node: node.into(), at, idle_since, gpus, no_data: None })
+}
+
+/// Idle or hung at `now`, from the nodes' newest samples, when the job's last progress was
+/// `last_progress` (its status.json's mtime, or when its attempt started). Hung wins: it names the
+/// nodes to leave out of a restart.
+pub fn assess(samples: &[NodeSample], watch: &GpuWatch, last_progress: i64, now: i64) -> Option<Health> {
+    let read: Vec<&NodeSample> = samples.iter().filter(|s| s.no_data.is_none()).collect();
+    if read.is_empty() {
+        return None;
+    }
+    if watch.hang_secs > 0 && now - last_progress >= watch.hang_secs as i64 {
+        let hung: Vec<&NodeSample> =
+            read.iter().copied().filter(|s| s.idle_since.is_some_and(|i| now - i >= watch.hang_secs as i64)).collect();
+        if !hung.is_empty() {
+            let since = hung.iter().filter_map(|s| s.idle_since).max().unwrap_or(now).max(last_progress);
+            return Some(Health::Hung { since, nodes: hung.iter().map(|s| s.node.clone()).collect() });
+        }
+    }
+    if watch.idle_secs > 0 && read.iter().all(|s| s.idle_since.is_some_and(|i| now - i >= watch.idle_secs as i64)) {
+        return Some(Health::Idle { since: read.iter().filter_map(|s| s.idle_since).max().unwrap_or(now) });
+    }
+    None
+}
+
+/// The sampler every node of the job runs: a background step beside the job's own (outside its
+/// container, where `nvidia-smi` is), ended when the job's step ends. Its lines for the batch
+/// script, and the line that stops it; None when the job samples nothing.
+pub fn sampler_lines(watch: &GpuWatch, results_dir: &str, nodes: u32) -> Option<(String, String)> {
+    if watch.sample_secs == 0 {
+        return None;
+    }
+    let dir = crate::script::shell::quote(&format!("{results_dir}/{SAMPLE_DIR}"));
+    let program = crate::script::shell::quote(SAMPLER);
+    let start = format!(
+        "mkdir -p {dir} && [ -d {dir} ] && [ ! -L {dir} ] && srun --overlap --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1 --kill-on-bad-exit=0 bash -c {program} tao-gpu {dir} {secs} {pct} </dev/null >/dev/null 2>&1 & tao_gpu=$!\n",
+        secs = watch.sample_secs,
+        pct = watch.idle_percent,
+    );
+    Some((start, "kill \"${tao_gpu:-}\" 2>/dev/null\n".to_string()))
+}
+
+/// One node's sampler: its directory entered once (a job that swaps the name for a link later moves
+/// nothing of ours), each sample written to a fresh temporary file and renamed over the node's file.
+const SAMPLER: &str = r#"d=$1; s=$2; p=$3; n=${SLURMD_NODENAME:-$(hostname -s)}; idle=-
+[ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] && cd -P -- "$d" || exit 0
+while :; do
+  now=$(date +%s)
+  if o=$(timeout 20 nvidia-smi --query-gpu=utilization.gpu,memory.used,power.draw --format=csv,noheader,nounits 2>&1); then
+    r=$(printf '%s\n' "$o" | awk -F', *' -v p="$p" 'NF >= 3 && $1 ~ /^[0-9]+$/ { printf "%s%d/%d/%d", (n++ ? "," : ""), $1, $2 + 0, $3 + 0; if ($1 + 0 >= p) b = 1 } END { if (n) print (b ? " busy" : " idle") }')
+    case $r in
+      *busy) idle=-; l="v1 $now - ${r% *}" ;;
+      *idle) [ "$idle" = - ] && idle=$now; l="v1 $now $idle ${r% *}" ;;
+      *) idle=-; l="v1 $now none nvidia-smi listed no GPU" ;;
+    esac
+  else
+    idle=-; l="v1 $now none $(printf '%s' "$o" | head -c 120 | tr -c 'A-Za-z0-9 .:_-' ' ')"
+  fi
+  t=$(mktemp ./.sample.XXXXXX) && printf '%s\n' "$l" > "$t" && mv -f -- "$t" "./$n"
+  sleep "$s"
+done"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watch(idle: u64, hang: u64) -> GpuWatch {
+        GpuWatch {
+            sample_secs: 30,
+            idle_percent: 5,
+            idle_secs: idle,
+            hang_secs: hang,
+            idle_action: IdleAction::Notify,
+            hang_action: HangAction::Restart,
+        }
+    }
+
+    fn sample(node: &str, idle_since: Option<i64>) -> NodeSample {
+        NodeSample {
+            node: node.into(),
+            at: 1000,
+            idle_since,
+            gpus: vec![GpuReading { util: if idle_since.is_some() { 0 } else { 90 }, mem_mib: 1, power_w: 1 }],
+            no_data: None,
+        }
+    }
+
+    #[test]
+    fn samples_are_read_strictly() {
+        let s = parse_sample("node1", "v1 1700 - 87/1024/250,91/2048/260\n").unwrap();
+        assert_eq!((s.at, s.idle_since, s.gpus.len()), (1700, None, 2));
+        assert_eq!(s.gpus[1], GpuReading { util: 91, mem_mib: 2048, power_w: 260 });
+        assert_eq!(parse_sample("node1", "v1 1700 1600 0/10/30").unwrap().idle_since, Some(1600));
+        let none = parse_sample("n", "v1 5 none nvidia-smi: command not found").unwrap();
+        assert_eq!(none.no_data.as_deref(), Some("nvidia-smi: command not found"));
+        for bad in [
+            "",
+            "v2 1 - 1/1/1",
+            "v1 x - 1/1/1",
+            "v1 1 - 101/1/1",
+            "v1 1 - 1/1",
+            "v1 1 - 1/1/1/1",
+            "v1 1 -",
+            "v1 1 abc 1/1/1",
+        ] {
+            assert_eq!(parse_sample("node1", bad), None, "{bad:?}");
+        }
+        for node in ["", ".hidden", "a/b", "n\n1", &"x".repeat(65)] {
+            assert_eq!(parse_sample(node, "v1 1 - 1/1/1"), None, "{node:?}");
+        }
+        assert_eq!(parse_sample("n", &format!("v1 1 - 1/1/1{}", " ".repeat(SAMPLE_MAX_BYTES))), None);
+    }
+
+    #[test]
+    fn idle_and_hung_are_decided_from_the_samples_and_the_progress() {
+        let w = watch(600, 300);
+        let now = 10_000;
+        // Busy everywhere: nothing.
+        assert_eq!(assess(&[sample("a", None), sample("b", None)], &w, now - 1000, now), None);
+        // One node idle 400 s, no progress for 400 s: hung on that node.
+        let hung = assess(&[sample("a", None), sample("b", Some(now - 400))], &w, now - 400, now);
+        assert_eq!(hung, Some(Health::Hung { since: now - 400, nodes: vec!["b".into()] }));
+        // The same node, but progress 100 s ago: training goes on (a data-loader pause, say).
+        assert_eq!(assess(&[sample("a", None), sample("b", Some(now - 400))], &w, now - 100, now), None);
+        // Every node idle 700 s, progress recent (a notebook-style job): idle, not hung.
+        let idle = assess(&[sample("a", Some(now - 700)), sample("b", Some(now - 650))], &w, now - 10, now);
+        assert_eq!(idle, Some(Health::Idle { since: now - 650 }));
+        // Not long enough, or turned off: nothing.
+        assert_eq!(assess(&[sample("a", Some(now - 500))], &w, now - 10, now), None);
+        assert_eq!(assess(&[sample("a", Some(now - 5000))], &watch(0, 0), now - 5000, now), None);
+        // No GPU data is no verdict.
+        let none = NodeSample { no_data: Some("no nvidia-smi".into()), gpus: vec![], ..sample("a", None) };
+        assert_eq!(assess(&[none.clone()], &w, 0, now), None);
+        let view = GpuView::of(vec![none], None);
+        assert_eq!((view.util, view.cell(now).as_str()), (None, "no GPU data"));
+    }
+
+    #[test]
+    fn the_view_averages_every_gpu_and_says_its_health() {
+        let v = GpuView::of(vec![sample("b", None), sample("a", Some(0))], Some(Health::Idle { since: 0 }));
+        assert_eq!(v.nodes.iter().map(|n| n.node.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!((v.util, v.cell(600).as_str()), (Some(45), "45% (idle 10m)"));
+    }
+
+    /// The sampler under bash with a stand-in nvidia-smi: it writes one line per sample, a busy GPU
+    /// clears the idle time and an idle one starts it, a failing nvidia-smi says so, and a name the
+    /// job swapped for a link after the sampler started moves nothing of the sampler's.
+    #[test]
+    fn the_sampler_writes_one_small_file_per_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let readings = dir.path().join("readings");
+        std::fs::write(
+            bin.join("nvidia-smi"),
+            format!(
+                "#!/bin/bash\n[ -f {r} ] || {{ echo 'no devices' >&2; exit 9; }}\ncat {r}\n",
+                r = readings.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(bin.join("nvidia-smi"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let samples = dir.path().join(SAMPLE_DIR);
+        std::fs::create_dir(&samples).unwrap();
+        let run = |secs: &str| {
+            std::process::Command::new("timeout")
+                .args([secs, "bash", "-c", SAMPLER, "tao-gpu"])
+                .arg(&samples)
+                .args(["1", "5"])
+                .env("PATH", format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()))
+                .env("SLURMD_NODENAME", "node7")
+                .status()
+                .unwrap()
+        };
+        std::fs::write(&readings, "87, 1024, 250.5\n3, 10, 30\n").unwrap();
+        run("1.5");
+        let busy = parse_sample("node7", &std::fs::read_to_string(samples.join("node7")).unwrap()).unwrap();
+        assert_eq!((busy.idle_since, busy.gpus.len(), busy.gpus[0].power_w), (None, 2, 250));
+        std::fs::write(&readings, "0, 10, 30\n").unwrap();
+        run("2.5");
+        let idle = parse_sample("node7", &std::fs::read_to_string(samples.join("node7")).unwrap()).unwrap();
+        assert!(idle.idle_since.is_some_and(|i| i <= idle.at && idle.at - i <= 3), "{idle:?}");
+        std::fs::remove_file(&readings).unwrap();
+        run("1.5");
+        let none = parse_sample("node7", &std::fs::read_to_string(samples.join("node7")).unwrap()).unwrap();
+        assert_eq!(none.no_data.as_deref(), Some("no devices"));
+        let names: Vec<String> =
+            std::fs::read_dir(&samples).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        assert_eq!(names, ["node7"], "no temporary file is left behind");
+        // A link in the directory's place: the sampler does not start.
+        let victim = dir.path().join("victim");
+        std::fs::create_dir(&victim).unwrap();
+        std::fs::remove_dir_all(&samples).unwrap();
+        std::os::unix::fs::symlink(&victim, &samples).unwrap();
+        run("1.5");
+        assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 0, "nothing written through the link");
+    }
+}

@@ -1,0 +1,150 @@
+//! GPU health, run and recorded: what a refresh read of running jobs' GPU samples is kept (the view
+//! every door shows), and a job that turned idle or hung is told of (an event, so its webhooks), and
+//! cancelled or restarted when it asked for that, once per spell. The decisions are the core's
+//! (`gpu::assess`, `ops::failure::hang_outcome`).
+
+use crate::error::Result;
+use crate::gpu::{assess, GpuView, HangAction, Health, IdleAction};
+use crate::ops::cancel::{cancel_script, parse_cancel_output, target_of};
+use crate::ops::failure::{hang_outcome, FailureOutcome, RetryPolicy};
+use crate::ops::refresh::Observations;
+use crate::remote::{Idempotency, Remote};
+use crate::status::PlatformStatus;
+use crate::store::{JobRecord, JobSummary, RetryPlan, StatusUpdate, Store};
+
+/// Keep each running job's GPU view and act on a new idle or hung spell. Returns the ids of the
+/// jobs it wrote.
+pub fn record(
+    remote: &dyn Remote,
+    store: &Store,
+    policy: &RetryPolicy,
+    jobs: &[JobSummary],
+    obs: &Observations,
+    now: i64,
+) -> Result<Vec<String>> {
+    let mut touched = Vec::new();
+    for job in jobs.iter().filter(|j| j.status == PlatformStatus::Running) {
+        let Some(samples) = obs.gpu.get(&job.job_id) else { continue };
+        // The job's watch is read only when some node is idle (the plan is not in the summary).
+        let assessed = if samples.iter().any(|s| s.idle_since.is_some()) {
+            let record = store.get(&job.job_id)?;
+            let progress = last_progress(job, obs);
+            assess(samples, &record.plan.gpu_watch, progress, now).map(|h| (h, record))
+        } else {
+            None
+        };
+        let view = GpuView::of(samples.clone(), assessed.as_ref().map(|(h, _)| h.clone()));
+        if job.gpu.as_ref() != Some(&view) {
+            store.set_gpu(&job.job_id, job.attempt, &view)?;
+            touched.push(job.job_id.clone());
+        }
+        let before = job.gpu.as_ref().and_then(|v| v.health.as_ref());
+        if let Some((health, record)) = assessed.filter(|(h, _)| !same_spell(before, h)) {
+            act(remote, store, policy, &record, &health, now)?;
+        }
+    }
+    Ok(touched)
+}
+
+/// When the job last made progress: its status.json's modification time (as this refresh saw it, or
+/// as stored), not before its attempt reached Slurm.
+fn last_progress(job: &JobSummary, obs: &Observations) -> i64 {
+    let sig = obs.status_sigs.get(&job.job_id).or(job.status_sig.as_ref());
+    let mtime = sig.and_then(|s| s.split(':').nth(1)).and_then(|t| t.split('.').next()?.parse::<i64>().ok());
+    let start = job.submitted_at.unwrap_or(job.created_at);
+    mtime.unwrap_or(start).max(start)
+}
+
+/// Whether a health already recorded is the same spell (idle stays idle, hung stays hung).
+fn same_spell(before: Option<&Health>, now: &Health) -> bool {
+    matches!((before, now), (Some(Health::Idle { .. }), Health::Idle { .. }) | (Some(Health::Hung { .. }), Health::Hung { .. }))
+}
+
+/// Tell of a new spell (an event, which the job's webhooks hear), then do what the job asked.
+fn act(
+    remote: &dyn Remote,
+    store: &Store,
+    policy: &RetryPolicy,
+    job: &JobRecord,
+    health: &Health,
+    now: i64,
+) -> Result<()> {
+    let watch = &job.plan.gpu_watch;
+    match health {
+        Health::Idle { since } => {
+            let said = format!("every GPU under {}% for {} s", watch.idle_percent, now - since);
+            store.add_event(&job.job_id, "gpu_idle", &said, now)?;
+            if watch.idle_action == IdleAction::Cancel {
+                crate::engine::cancel::cancel(remote, store, std::slice::from_ref(job))?;
+            }
+        }
+        Health::Hung { since, nodes } => {
+            let said = format!(
+                "GPUs of {} under {}% and no progress for {} s",
+                nodes.join(","),
+                watch.idle_percent,
+                now - since
+            );
+            store.add_event(&job.job_id, "gpu_hung", &said, now)?;
+            match watch.hang_action {
+                HangAction::Notify => {}
+                HangAction::Cancel => {
+                    crate::engine::cancel::cancel(remote, store, std::slice::from_ref(job))?;
+                }
+                HangAction::Restart => restart(remote, store, policy, job, nodes, &said, now)?,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Cancel the hung attempt's Slurm job and, on evidence it stopped, make the next attempt (due now,
+/// from the newest checkpoint, without the hung nodes) or, once the retries are spent, end the job.
+fn restart(
+    remote: &dyn Remote,
+    store: &Store,
+    policy: &RetryPolicy,
+    job: &JobRecord,
+    nodes: &[String],
+    said: &str,
+    now: i64,
+) -> Result<()> {
+    let targets = [target_of(job)];
+    let out = remote.run_script(&cancel_script(&targets), Idempotency::Idempotent)?;
+    if let Some(Err(why)) = parse_cancel_output(&out.stdout, &targets).into_iter().next() {
+        // Still running: the next refresh finds it hung again and tries again.
+        store.add_event(&job.job_id, "gpu_restart_failed", &why, now)?;
+        return Ok(());
+    }
+    let attempts = store.attempts(&job.job_id)?;
+    let outcome = hang_outcome(job, nodes, said, policy, &attempts, now);
+    store.in_transaction(|| -> Result<()> {
+        let ended = StatusUpdate::keeping_slurm_of(job, PlatformStatus::Running, said);
+        store.record_attempt_end(&job.job_id, job.attempt, &ended, now)?;
+        match &outcome {
+            FailureOutcome::Retry { failure, cause, resumed_from, next_name, exclude, not_before, message } => {
+                let retry = RetryPlan {
+                    cause: cause.as_str(),
+                    resumed_from: resumed_from.as_deref(),
+                    class: failure.class.as_str(),
+                    evidence: &failure.evidence,
+                    next_name,
+                    excluded_nodes: exclude,
+                    not_before: *not_before,
+                    message,
+                };
+                store.schedule_retry(&job.job_id, job.attempt, &retry, now)?;
+            }
+            FailureOutcome::Final { failure, message } => {
+                store.close_attempt(&job.job_id, job.attempt, failure.class.as_str(), &failure.evidence, now)?;
+                store.update_status_of(
+                    &job.job_id,
+                    Some(crate::store::AsRead::of(job)),
+                    &StatusUpdate::keeping_slurm_of(job, PlatformStatus::Error, message.clone()),
+                    now,
+                )?;
+            }
+        }
+        Ok(())
+    })
+}
