@@ -13,6 +13,7 @@ mod service_support;
 mod architecture;
 mod container_runtime;
 mod containers_real;
+mod gpu_health;
 mod group_commit;
 mod init;
 mod job_bytes;
