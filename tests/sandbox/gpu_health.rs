@@ -21,8 +21,7 @@ struct Readings {
 
 impl Readings {
     fn take() -> Readings {
-        static LOCK: Mutex<()> = Mutex::new(());
-        Readings { set: Vec::new(), _one_at_a_time: LOCK.lock().unwrap_or_else(|e| e.into_inner()) }
+        Readings { set: Vec::new(), _one_at_a_time: crate::common::gpu_readings_lock() }
     }
 
     /// What `node`'s nvidia-smi prints from now on (`absent`: it behaves as missing).

@@ -1,6 +1,7 @@
 //! The dashboard's live KPI chart in a real browser (issue 26): a job whose stand-in writes six epochs
 //! of loss to status.json, one every few seconds; its page, opened while it runs, draws the chart
-//! point by point without a reload. The screenshot goes to docs/dashboard-kpis.png when
+//! point by point without a reload, and its GPU utilisation beside it, a line per node (the sandbox's
+//! stand-in nvidia-smi: 75%). The screenshot goes to docs/dashboard-kpis.png when
 //! TAO_SLURM_UPDATE_SCREENSHOTS=1 (else to a temporary directory).
 
 use crate::common::wait::wait_for_async;
@@ -16,6 +17,8 @@ const LOSS_POINTS: &str = "return document.querySelectorAll('#kpi-chart circle[d
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_job_page_draws_its_kpis_point_by_point_without_a_reload() {
+    // No other test sets the nodes' GPU readings meanwhile (they read 75% here).
+    let _readings = crate::common::gpu_readings_lock();
     let svc = Service::start();
     let profile = tempfile::tempdir().unwrap();
     let shots = tempfile::tempdir().unwrap();
@@ -24,7 +27,7 @@ async fn the_job_page_draws_its_kpis_point_by_point_without_a_reload() {
 
     let (s, a) = svc
         .create(&json!({"name": "classifier-train", "image": "ubuntu:22.04", "command": SIX_EPOCHS, "gpus": 1,
-            "workspace": "login1", "action": "train"}))
+            "workspace": "login1", "action": "train", "gpu_watch": {"sample_secs": 2}}))
         .await;
     assert_eq!(s, 201, "{a}");
     let id = a["id"].as_str().unwrap().to_string();
@@ -81,6 +84,26 @@ async fn the_job_page_draws_its_kpis_point_by_point_without_a_reload() {
     let api = svc.json(&svc.api(&format!("/jobs/{id}:kpis"))).await;
     assert_eq!(api["points"].as_array().map(Vec::len), Some(6), "{api}");
     assert_eq!(api["points"][5]["max_epoch"], json!(6.0), "{api}");
+    // The GPU chart beside it: the samples seen while the page was open, 75% each.
+    until(
+        &c,
+        "two GPU samples on the chart",
+        limit,
+        "return document.querySelectorAll('#gpu-chart circle').length >= 2;",
+        vec![],
+    )
+    .await;
+    let gpu = c
+        .execute("return [...document.querySelectorAll('#gpu-chart circle')].map(p => [p.dataset.node, Number(p.dataset.value)]);", vec![])
+        .await
+        .unwrap();
+    assert!(
+        gpu.as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p[1] == json!(75) && p[0].as_str().is_some_and(|n| n.starts_with("node"))),
+        "{gpu}"
+    );
     screenshot(&c, "dashboard-kpis.png", shots.path()).await;
     c.close().await.unwrap();
 }

@@ -283,6 +283,36 @@ function kpiChart(points) {
   return el("div", {}, chart, legend);
 }
 
+// A job's GPU utilisation over time, one line per node (its GPUs' mean), y 0 to 100%: the samples
+// seen while this page is open (the job's view holds each node's newest). No data is said as such,
+// never drawn as 0%.
+function gpuChart(history, view) {
+  if (view && view.util == null) {
+    const why = view.nodes.map((n) => n.no_data).find((r) => r);
+    return el("div", { class: "muted small", id: "gpu-empty" }, `No GPU data${why ? ` (${why})` : ""}.`);
+  }
+  if (!history.length) return el("div", { class: "muted small", id: "gpu-empty" }, "No GPU samples yet.");
+  const W = 720, H = 200, L = 48, R = 16, T = 12, B = 28;
+  const ats = history.map((p) => p.at), x0 = Math.min(...ats), x1 = Math.max(...ats, x0 + 1);
+  const x = (a) => L + ((a - x0) / (x1 - x0)) * (W - L - R), y = (v) => H - B - (v / 100) * (H - T - B);
+  const chart = svg("svg", { id: "gpu-chart", viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img", "aria-label": "GPU utilisation over time" },
+    svg("line", { x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#94a3b8" }),
+    svg("line", { x1: L, y1: T, x2: L, y2: H - B, stroke: "#94a3b8" }),
+    svg("text", { x: L - 6, y: T + 8, "font-size": 11, fill: "#64748b", "text-anchor": "end" }, "100%"),
+    svg("text", { x: L - 6, y: H - B, "font-size": 11, fill: "#64748b", "text-anchor": "end" }, "0%"));
+  const legend = el("div", { class: "kpi-legend small" });
+  [...new Set(history.map((p) => p.node))].sort().forEach((node, k) => {
+    const color = KPI_COLORS[k % KPI_COLORS.length];
+    const pts = history.filter((p) => p.node === node);
+    chart.append(svg("polyline", { points: pts.map((p) => `${x(p.at)},${y(p.util)}`).join(" "), fill: "none", stroke: color, "stroke-width": 2, "data-node": node }));
+    for (const p of pts) chart.append(svg("circle", { cx: x(p.at), cy: y(p.util), r: 3, fill: color, "data-node": node, "data-value": p.util }, svg("title", {}, `${node} ${p.util}%`)));
+    legend.append(el("span", { class: "kpi-key", "data-node": node }, el("span", { class: "swatch", style: `background:${color}` }), ` ${node} ${pts[pts.length - 1].util}%`));
+  });
+  const h = view && view.health;
+  const health = h ? el("div", { class: "message", id: "gpu-health" }, h.state === "hung" ? `Hung: the GPUs of ${h.nodes.join(", ")} are idle and the training makes no progress.` : "Idle: every GPU is under the idle threshold.") : "";
+  return el("div", {}, chart, legend, health);
+}
+
 function jobView(id) {
   const main = document.getElementById("main");
   const head = el("div", { class: "title" });
@@ -290,12 +320,22 @@ function jobView(id) {
   const attempts = el("div", { class: "panel", id: "attempts" }, el("h2", {}, "Attempts"));
   const events = el("div", { class: "panel", id: "events" }, el("h2", {}, "Events"));
   const kpis = el("div", { class: "panel", id: "kpis" }, el("h2", {}, "KPIs"), el("div", { class: "muted small" }, "loading"));
+  const gpus = el("div", { class: "panel", id: "gpus" }, el("h2", {}, "GPU utilisation"), el("div", { class: "muted small" }, "loading"));
+  const gpuHistory = [];
+  // Each node's newest sample, once: the history of what this page has seen.
+  const keepGpu = (view) => {
+    for (const n of (view && view.nodes) || []) {
+      if (!n.gpus.length || gpuHistory.some((p) => p.node === n.node && p.at === n.at)) continue;
+      gpuHistory.push({ node: n.node, at: n.at, util: Math.round(n.gpus.reduce((s, g) => s + g.util, 0) / n.gpus.length) });
+    }
+    gpus.replaceChildren(el("h2", {}, "GPU utilisation"), gpuChart(gpuHistory, view));
+  };
   const out = el("pre", { class: "log", id: "log-stdout" });
   const err = el("pre", { class: "log err", id: "log-stderr" });
   const logs = el("div", { class: "panel" }, el("h2", {}, "Logs"),
     el("div", { class: "logs" }, el("div", {}, el("div", { class: "small muted" }, "main.out"), out), el("div", {}, el("div", { class: "small muted" }, "main.err"), err)),
     el("div", { class: "small muted", id: "log-state", style: "margin-top:6px" }, "following"));
-  main.replaceChildren(el("div", {}, el("a", { href: "#/", class: "small" }, "← All jobs")), head, details, kpis, logs, attempts, events);
+  main.replaceChildren(el("div", {}, el("a", { href: "#/", class: "small" }, "← All jobs")), head, details, kpis, gpus, logs, attempts, events);
   let job = null;
   const row = (k, v, cls) => [el("div", {}, el("div", { class: "k" }, k), el("div", { class: `v ${cls || ""}` }, v === null || v === undefined || v === "" ? "–" : v))];
   const renderJob = () => {
@@ -350,14 +390,17 @@ function jobView(id) {
     } catch (e) { /* tried again on the next change */ }
   };
   // The chart follows the job live: on each change the stream reports, and every 2 s while it runs.
-  const kpiTimer = setInterval(() => { if (!job || !["Done", "Error", "Canceled"].includes(job.status)) loadKpis(); }, 2000);
+  const loadGpu = async () => {
+    try { keepGpu((await call(`/jobs/${id}`)).gpu); } catch (e) { /* tried again in 2 s */ }
+  };
+  const kpiTimer = setInterval(() => { if (!job || !["Done", "Error", "Canceled"].includes(job.status)) { loadKpis(); loadGpu(); } }, 2000);
   const append = (pre, text) => {
     const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
     pre.append(document.createTextNode(text));
     if (atEnd) pre.scrollTop = pre.scrollHeight;
   };
   const stop = stream(`/jobs/${id}:stream`, (name, data) => {
-    if (name === "status") { job = data; renderJob(); loadHistory(); loadKpis(); }
+    if (name === "status") { job = data; renderJob(); loadHistory(); loadKpis(); keepGpu(job.gpu); }
     else if (name === "log") append(data.stream === "stderr" ? err : out, data.text);
     else if (name === "attempt") { append(out, `\n--- attempt ${data.attempt} ---\n`); append(err, `\n--- attempt ${data.attempt} ---\n`); }
     else if (name === "end") { document.getElementById("log-state").textContent = `the job is ${job ? job.status : "gone"}; every log line was read`; return false; }

@@ -246,3 +246,10 @@ impl Env {
         fingerprint
     }
 }
+
+/// Held by a test while it sets the sandbox nodes' GPU readings (`<sandbox>/gpu/<node>`) or asserts on
+/// them: those tests run one at a time.
+pub fn gpu_readings_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
