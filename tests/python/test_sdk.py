@@ -86,6 +86,29 @@ def test_exit_0_is_complete_and_exit_3_is_error_and_each_hook_fires_once(env, sd
     assert {j["job_id"] for j in sdk.list_jobs(status="Error")} == {bad.id}
 
 
+def test_a_running_gpu_jobs_record_carries_its_gpu_samples(env, sdks, monkeypatch):
+    """get_job's record has the job's GPUs as its nodes last sampled them (issue 40): each node's
+    utilisation per GPU, and no utilisation at all (not 0%) for a node without nvidia-smi."""
+    monkeypatch.setenv("TAO_SLURM_GPU_SAMPLE_SECS", "2")
+    sdk = sdks()
+    job = sdk.create_job(image=IMAGE, command="sleep 120", gpu_count=1)
+
+    def sampled():
+        sdk.get_job_status(job.id)  # a refresh reads the nodes' newest samples
+        record = sdk.get_job(job.id)
+        return record if (record.get("gpu") or {}).get("nodes") else None
+
+    record = wait_until(sampled, 240, "the job's GPU samples")
+    gpu, node = record["gpu"], record["gpu"]["nodes"][0]
+    assert node["node"] == record["node_list"], record
+    if node.get("no_data"):
+        assert gpu["util"] is None and node["gpus"] == [], gpu
+    else:
+        assert 0 <= gpu["util"] <= 100 and len(node["gpus"]) >= 1, gpu
+        assert {"util", "mem_mib", "power_w"} <= set(node["gpus"][0]), gpu
+    assert sdk.cancel_job(job.id) is True
+
+
 def test_cancel_of_a_pending_job_is_true_and_canceled_at_once(env, sdks):
     sdk = sdks()
     job = sdk.create_job(image=IMAGE, command="true", gpu_count=0, sbatch_options={"begin": "now+3600"})
