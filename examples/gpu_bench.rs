@@ -39,7 +39,7 @@ fn main() {
     let base = env["SLURM_BASE_RESULTS_DIR"].clone();
     let root = format!("{base}/bench-gpu");
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
-    let sample = format!("v1 {now} - {}\n", vec!["75/4096/250"; 8].join(","));
+    let sample = format!("v1 {now} - {}\n", ["75/4096/250"; 8].join(","));
     let mut rows = Vec::new();
     for n in [1usize, 100, 1000] {
         let targets: Vec<RefreshTarget> = (0..n)

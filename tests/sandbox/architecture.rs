@@ -662,10 +662,9 @@ fn page_errors(root: &Path, page: &str) -> Vec<String> {
         } else if t.len() > 3
             && t.chars().all(|c| c.is_ascii_lowercase() || c == '_' || c.is_ascii_digit())
             && t.contains('_')
+            && !defs.contains_key(t)
         {
-            if !defs.contains_key(t) {
-                errors.push(format!("nothing defines {t}"));
-            }
+            errors.push(format!("nothing defines {t}"));
         }
     }
     let map = page.split("```").nth(1).unwrap_or("");

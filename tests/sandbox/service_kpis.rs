@@ -16,6 +16,8 @@ const SIX_EPOCHS: &str = r#"d="$TAO_API_RESULTS_DIR/$TAO_JOB_ID"; mkdir -p "$d";
 const LOSS_POINTS: &str = "return document.querySelectorAll('#kpi-chart circle[data-kpi=\"loss\"]').length;";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// The readings' lock orders this test among the tests (threads), not tasks: held for its whole run.
+#[allow(clippy::await_holding_lock)]
 async fn the_job_page_draws_its_kpis_point_by_point_without_a_reload() {
     // No other test sets the nodes' GPU readings meanwhile (they read 75% here).
     let _readings = crate::common::gpu_readings_lock();

@@ -370,7 +370,7 @@ mod tests {
         assert_eq!(assess(&[sample("a", Some(now - 5000))], &watch(0, 0), now - 5000, now), None);
         // No GPU data is no verdict.
         let none = NodeSample { no_data: Some("no nvidia-smi".into()), gpus: vec![], ..sample("a", None) };
-        assert_eq!(assess(&[none.clone()], &w, 0, now), None);
+        assert_eq!(assess(std::slice::from_ref(&none), &w, 0, now), None);
         let view = GpuView::of(vec![none], None);
         assert_eq!((view.util, view.cell(now).as_str()), (None, "no GPU data"));
     }
