@@ -95,13 +95,7 @@ fn main() {
     std::fs::create_dir_all("bench").unwrap();
     std::fs::write("bench/gpu-report.json", serde_json::to_string_pretty(&report).unwrap()).unwrap();
     let md = section(&report);
-    let path = "bench/report.md";
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let spliced = match (text.find(BEGIN), text.find(END)) {
-        (Some(b), Some(e)) => format!("{}{}{}", &text[..b], md.trim_end(), &text[e + END.len()..]),
-        _ => format!("{}\n\n{}\n", text.trim_end(), md.trim_end()),
-    };
-    std::fs::write(path, spliced).unwrap();
+    common::splice_report(BEGIN, END, &md);
     println!("{md}");
 }
 

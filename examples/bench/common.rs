@@ -33,6 +33,18 @@ pub fn local_slurm(program: &str) -> Command {
     cmd
 }
 
+/// Put `md` between its `begin` and `end` markers in bench/report.md (at its end the first time).
+#[allow(dead_code)] // the benches with a section of their own (sweep_bench, gpu_bench); not the main one
+pub fn splice_report(begin: &str, end: &str, md: &str) {
+    let path = "bench/report.md";
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let spliced = match (text.find(begin), text.find(end)) {
+        (Some(b), Some(e)) => format!("{}{}{}", &text[..b], md.trim_end(), &text[e + end.len()..]),
+        _ => format!("{}\n\n{}\n", text.trim_end(), md.trim_end()),
+    };
+    std::fs::write(path, spliced).unwrap();
+}
+
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }

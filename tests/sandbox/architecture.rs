@@ -295,15 +295,18 @@ fn only_the_store_touches_sqlite() {
     assert!(hits.is_empty(), "SQLite or PostgreSQL outside the engine's store: {hits:?}");
 }
 
+/// Write `text` at `rel` in a scratch tree, its directories made.
+fn write_scratch(root: &Path, rel: &str, text: &str) {
+    let path = root.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
 /// The two rules above catch what they are for: each is run over a scratch tree that breaks it.
 #[test]
 fn the_layout_rules_catch_a_break() {
     let root = tempfile::tempdir().unwrap();
-    let write = |rel: &str, text: &str| {
-        let path = root.path().join(rel);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, text).unwrap();
-    };
+    let write = |rel: &str, text: &str| write_scratch(root.path(), rel, text);
     for (_, dir) in FRONT_ENDS {
         write(&format!("{dir}/mod.rs"), "use crate::client::Client;\n");
     }
@@ -557,11 +560,7 @@ fn the_services_records_are_reached_through_their_facets() {
     }
     assert!(service_db_reached_directly(here).is_empty(), "{:?}", service_db_reached_directly(here));
     let root = tempfile::tempdir().unwrap();
-    let write = |rel: &str, text: &str| {
-        let path = root.path().join(rel);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, text).unwrap();
-    };
+    let write = |rel: &str, text: &str| write_scratch(root.path(), rel, text);
     for (_, dir) in FRONT_ENDS {
         write(&format!("{dir}/mod.rs"), "use crate::client::records::ServiceRecords;\n");
     }

@@ -6,11 +6,11 @@
 use crate::error::Result;
 use crate::gpu::{assess, GpuView, HangAction, Health, IdleAction};
 use crate::ops::cancel::{cancel_script, parse_cancel_output, target_of};
-use crate::ops::failure::{hang_outcome, FailureOutcome, RetryPolicy};
+use crate::ops::failure::{hang_outcome, RetryPolicy};
 use crate::ops::refresh::Observations;
 use crate::remote::{Idempotency, Remote};
 use crate::status::PlatformStatus;
-use crate::store::{JobRecord, JobSummary, RetryPlan, StatusUpdate, Store};
+use crate::store::{JobRecord, JobSummary, StatusUpdate, Store};
 
 /// Keep each running job's GPU view and act on a new idle or hung spell. Returns the ids of the
 /// jobs it wrote.
@@ -121,30 +121,7 @@ fn restart(
     store.in_transaction(|| -> Result<()> {
         let ended = StatusUpdate::keeping_slurm_of(job, PlatformStatus::Running, said);
         store.record_attempt_end(&job.job_id, job.attempt, &ended, now)?;
-        match &outcome {
-            FailureOutcome::Retry { failure, cause, resumed_from, next_name, exclude, not_before, message } => {
-                let retry = RetryPlan {
-                    cause: cause.as_str(),
-                    resumed_from: resumed_from.as_deref(),
-                    class: failure.class.as_str(),
-                    evidence: &failure.evidence,
-                    next_name,
-                    excluded_nodes: exclude,
-                    not_before: *not_before,
-                    message,
-                };
-                store.schedule_retry(&job.job_id, job.attempt, &retry, now)?;
-            }
-            FailureOutcome::Final { failure, message } => {
-                store.close_attempt(&job.job_id, job.attempt, failure.class.as_str(), &failure.evidence, now)?;
-                store.update_status_of(
-                    &job.job_id,
-                    Some(crate::store::AsRead::of(job)),
-                    &StatusUpdate::keeping_slurm_of(job, PlatformStatus::Error, message.clone()),
-                    now,
-                )?;
-            }
-        }
-        Ok(())
+        let verdict = |message| StatusUpdate::keeping_slurm_of(job, PlatformStatus::Error, message);
+        crate::engine::retry::record_outcome(store, job, &outcome, verdict, now)
     })
 }

@@ -42,33 +42,41 @@ pub fn handle_failures(
                 store.set_submitted(&job.job_id, id, &out.host, now)?;
             }
             store.record_attempt_end(&job.job_id, job.attempt, &d.update, now)?;
-            match &outcome {
-                FailureOutcome::Retry { failure, cause, resumed_from, next_name, exclude, not_before, message } => {
-                    let retry = RetryPlan {
-                        cause: cause.as_str(),
-                        resumed_from: resumed_from.as_deref(),
-                        class: failure.class.as_str(),
-                        evidence: &failure.evidence,
-                        next_name,
-                        excluded_nodes: exclude,
-                        not_before: *not_before,
-                        message,
-                    };
-                    store.schedule_retry(&job.job_id, job.attempt, &retry, now)?;
-                }
-                FailureOutcome::Final { failure, message } => {
-                    store.close_attempt(&job.job_id, job.attempt, failure.class.as_str(), &failure.evidence, now)?;
-                    // Not if a retry, resume or cancel moved the job on during the evidence's round trip.
-                    store.update_status_of(
-                        &job.job_id,
-                        Some(crate::store::AsRead::of(job)),
-                        &StatusUpdate { message: message.clone(), ..d.update.clone() },
-                        now,
-                    )?;
-                }
-            }
-            Ok(())
+            record_outcome(store, job, &outcome, |message| StatusUpdate { message, ..d.update.clone() }, now)
         })?;
+    }
+    Ok(())
+}
+
+/// Record what an ended attempt comes to (within the caller's transaction): its retry, scheduled by
+/// a compare-and-set; or its class and evidence and the job's final status (`verdict` of the
+/// outcome's message), written only while the job is as read (a retry, resume or cancel made during
+/// the caller's round trip stands).
+pub fn record_outcome(
+    store: &Store,
+    job: &JobRecord,
+    outcome: &FailureOutcome,
+    verdict: impl FnOnce(String) -> StatusUpdate,
+    now: i64,
+) -> Result<()> {
+    match outcome {
+        FailureOutcome::Retry { failure, cause, resumed_from, next_name, exclude, not_before, message } => {
+            let retry = RetryPlan {
+                cause: cause.as_str(),
+                resumed_from: resumed_from.as_deref(),
+                class: failure.class.as_str(),
+                evidence: &failure.evidence,
+                next_name,
+                excluded_nodes: exclude,
+                not_before: *not_before,
+                message,
+            };
+            store.schedule_retry(&job.job_id, job.attempt, &retry, now)?;
+        }
+        FailureOutcome::Final { failure, message } => {
+            store.close_attempt(&job.job_id, job.attempt, failure.class.as_str(), &failure.evidence, now)?;
+            store.update_status_of(&job.job_id, Some(crate::store::AsRead::of(job)), &verdict(message.clone()), now)?;
+        }
     }
     Ok(())
 }
