@@ -44,7 +44,7 @@ fn main() {
     for n in [1usize, 100, 1000] {
         let targets: Vec<RefreshTarget> = (0..n)
             .map(|i| {
-                let dir = format!("{root}/job-{i}/.tao-gpu");
+                let dir = format!("{root}/job-{i}/{}", tao_slurm::gpu::SAMPLE_DIR);
                 std::fs::create_dir_all(&dir).unwrap();
                 for node in ["node1", "node2"] {
                     std::fs::write(format!("{dir}/{node}"), &sample).unwrap();

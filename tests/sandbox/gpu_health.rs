@@ -232,3 +232,56 @@ fn a_node_without_nvidia_smi_shows_no_gpu_data_and_the_job_runs_on() {
     let done = env.wait_terminal(&job, Duration::from_secs(120));
     assert!(is_terminal(&done) && done["status"] == "Complete", "{done}");
 }
+
+#[test]
+fn a_hung_training_with_notify_is_heard_by_its_webhook_and_left_running() {
+    let mut readings = Readings::take();
+    let env = Env::isolated();
+    let (port, got) = receiver();
+    let hook = format!("json:http://127.0.0.1:{port}/hooks");
+    let (job, _) = env.submit(&[
+        "--image",
+        "ubuntu:22.04",
+        "--nodes",
+        "2",
+        "--gpus",
+        "1",
+        "--gpu-sample-secs",
+        "2",
+        "--gpu-hang-secs",
+        "12",
+        "--notify",
+        &hook,
+        "--shell",
+        "--",
+        TRAINING,
+    ]);
+    let running = env.wait_job(&job, "running with progress and GPU samples", Duration::from_secs(300), |v| {
+        v["status"] == "Running"
+            && v["progress"]["epoch"].as_u64().is_some_and(|e| e >= 2)
+            && v["gpu"]["nodes"].as_array().is_some_and(|n| n.len() == 2)
+    });
+    let nodes = nodes_of(&env, running["node_list"].as_str().unwrap());
+    readings.set(&nodes[1], "0, 100, 30\n");
+    std::fs::write(format!("{}/hang", running["results_dir"].as_str().unwrap()), "").unwrap();
+    let at = Instant::now();
+    let message = wait_for("the hung job's webhook", Duration::from_secs(120), Duration::from_millis(500), || {
+        let _ = env.status(&job);
+        let m = got.lock().unwrap().clone();
+        m.into_iter().find(|m| m["job_id"] == job.as_str() && m["event"] == "gpu_hung").ok_or("none yet")
+    });
+    println!(
+        "hang of {} heard by the webhook {:.1} s after it began (hang time 12 s)",
+        nodes[1],
+        at.elapsed().as_secs_f64()
+    );
+    assert!(message["detail"].as_str().unwrap().contains(&nodes[1]), "{message}");
+    let v = env.status(&job);
+    assert_eq!(
+        (v["status"].as_str(), v["attempt"].as_u64()),
+        (Some("Running"), Some(1)),
+        "notify leaves it alone: {v}"
+    );
+    assert_eq!(v["gpu"]["health"]["state"], "hung", "{v}");
+    env.ok(&["cancel", &job]);
+}

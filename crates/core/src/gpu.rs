@@ -5,8 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Where a job's samples live, under its results directory: one file per node, named by the node.
-pub const SAMPLE_DIR: &str = ".tao-gpu";
+/// Where a job's samples live, under its results directory: one file per node, named by the node,
+/// in tao-slurm's own bookkeeping directory (which the results' listings and downloads leave out).
+pub const SAMPLE_DIR: &str = ".tao-slurm/gpu";
 /// A sample file larger than this is not read (one line: a few bytes per GPU; 64 GPUs fit).
 pub const SAMPLE_MAX_BYTES: usize = 2048;
 /// Sample files read per job (a job's own clutter in the directory is left unread beyond it).
@@ -271,9 +272,11 @@ pub fn sampler_lines(watch: &GpuWatch, results_dir: &str, nodes: u32) -> Option<
         return None;
     }
     let dir = crate::script::shell::quote(&format!("{results_dir}/{SAMPLE_DIR}"));
+    // Neither the directory nor its parent (the bookkeeping directory) may be a link a job left.
+    let parent = crate::script::shell::quote(&format!("{results_dir}/{}", crate::layout::BOOKKEEPING_DIR));
     let program = crate::script::shell::quote(SAMPLER);
     let start = format!(
-        "mkdir -p {dir} && [ -d {dir} ] && [ ! -L {dir} ] && srun --overlap --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1 --kill-on-bad-exit=0 bash -c {program} tao-gpu {dir} {secs} {pct} </dev/null >/dev/null 2>&1 & tao_gpu=$!\n",
+        "[ ! -L {parent} ] && mkdir -p {dir} && [ -d {dir} ] && [ ! -L {dir} ] && srun --overlap --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1 --kill-on-bad-exit=0 bash -c {program} tao-gpu {dir} {secs} {pct} </dev/null >/dev/null 2>&1 & tao_gpu=$!\n",
         secs = watch.sample_secs,
         pct = watch.idle_percent,
     );
@@ -283,7 +286,7 @@ pub fn sampler_lines(watch: &GpuWatch, results_dir: &str, nodes: u32) -> Option<
 /// One node's sampler: its directory entered once (a job that swaps the name for a link later moves
 /// nothing of ours), each sample written to a fresh temporary file and renamed over the node's file.
 const SAMPLER: &str = r#"d=$1; s=$2; p=$3; n=${SLURMD_NODENAME:-$(hostname -s)}; idle=-
-[ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] && cd -P -- "$d" || exit 0
+[ -d "$d" ] && [ ! -L "$d" ] && [ ! -L "${d%/*}" ] && [ -O "$d" ] && cd -P -- "$d" || exit 0
 while :; do
   now=$(date +%s)
   if o=$(timeout 20 nvidia-smi --query-gpu=utilization.gpu,memory.used,power.draw --format=csv,noheader,nounits 2>&1); then
@@ -401,7 +404,7 @@ mod tests {
         .unwrap();
         std::fs::set_permissions(bin.join("nvidia-smi"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let samples = dir.path().join(SAMPLE_DIR);
-        std::fs::create_dir(&samples).unwrap();
+        std::fs::create_dir_all(&samples).unwrap();
         let run = |secs: &str| {
             std::process::Command::new("timeout")
                 .args([secs, "bash", "-c", SAMPLER, "tao-gpu"])
@@ -434,5 +437,13 @@ mod tests {
         std::os::unix::fs::symlink(&victim, &samples).unwrap();
         run("1.5");
         assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 0, "nothing written through the link");
+        // A link in the bookkeeping directory's place (the samples' parent): nor then.
+        assert!(SAMPLE_DIR.starts_with(&format!("{}/", crate::layout::BOOKKEEPING_DIR)));
+        let parent = samples.parent().unwrap().to_path_buf();
+        std::fs::remove_dir_all(&parent).unwrap();
+        std::fs::create_dir_all(victim.join("gpu")).unwrap();
+        std::os::unix::fs::symlink(&victim, &parent).unwrap();
+        run("1.5");
+        assert_eq!(std::fs::read_dir(victim.join("gpu")).unwrap().count(), 0, "nothing written through the parent");
     }
 }

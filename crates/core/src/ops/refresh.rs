@@ -720,7 +720,7 @@ mod tests {
             status_sig: None,
             array_index: None,
             look: None,
-            gpu_dir: Some("/x/results/a/.tao-gpu".into()),
+            gpu_dir: Some(format!("/x/results/a/{}", crate::gpu::SAMPLE_DIR)),
         };
         let script = refresh_script(&[t]);
         assert_eq!(super::template::unfilled(&script), Vec::<String>::new(), "{script}");
@@ -816,7 +816,7 @@ mod tests {
     fn gpu_samples_are_read_for_every_running_job_and_nothing_else() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("results");
-        let a = root.join("a/.tao-gpu");
+        let a = root.join("a").join(crate::gpu::SAMPLE_DIR);
         std::fs::create_dir_all(&a).unwrap();
         std::fs::write(a.join("node1"), "v1 100 - 90/10/200\n").unwrap();
         std::fs::write(a.join("node2"), "v1 100 50 0/10/30\nsecond line\n").unwrap();
@@ -824,11 +824,11 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("secret"), a.join("node3")).unwrap();
         std::fs::write(a.join("node4"), format!("v1 1 - 1/1/1{}\n", " ".repeat(crate::gpu::SAMPLE_MAX_BYTES))).unwrap();
         std::fs::write(a.join("bad name"), "v1 1 - 1/1/1\n").unwrap();
-        let b = root.join("b");
-        std::fs::create_dir_all(&b).unwrap();
-        std::os::unix::fs::symlink(&a, b.join(".tao-gpu")).unwrap();
+        let b = root.join("b").join(crate::gpu::SAMPLE_DIR);
+        std::fs::create_dir_all(b.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(&a, &b).unwrap();
         let with_gpu = |id: &str| RefreshTarget {
-            gpu_dir: Some(format!("{}/{id}/.tao-gpu", root.display())),
+            gpu_dir: Some(format!("{}/{id}/{}", root.display(), crate::gpu::SAMPLE_DIR)),
             ..target(id, Some("1"), &root.display().to_string(), Some("0:0"))
         };
         let out = run_with_stand_ins(&refresh_script(&[with_gpu("a"), with_gpu("b")]), "");

@@ -311,7 +311,10 @@ fn the_gpu_sampler_runs_beside_the_step_of_a_gpu_job() {
     let step = s.find("--container-image=").unwrap();
     let stop = s.find("kill \"${tao_gpu:-}\"").expect("the sampler is stopped");
     assert!(start < step && step < stop, "{s}");
-    assert!(s.contains(&format!("{}/.tao-gpu", p.layout.results_dir())) && s.contains(" 15 5 </dev/null"), "{s}");
+    assert!(
+        s.contains(&format!("{}/{}", p.layout.results_dir(), crate::gpu::SAMPLE_DIR)) && s.contains(" 15 5 </dev/null"),
+        "{s}"
+    );
     let cpu = plan(JobSpec { gpus: Some(0), gpu_watch: Some(watch), ..spec() });
     assert!(!render_batch_script(&cpu).contains("tao-gpu"));
     let off = plan(JobSpec {
