@@ -264,6 +264,22 @@ pub fn assess(samples: &[NodeSample], watch: &GpuWatch, last_progress: i64, now:
     None
 }
 
+/// When a job last made progress: its status.json's modification time, from the refresh's signature
+/// of it (`size:mtime`), not before its attempt `started` (reached Slurm).
+pub fn last_progress(status_sig: Option<&str>, started: i64) -> i64 {
+    let mtime = status_sig.and_then(|s| s.split(':').nth(1)).and_then(|t| t.split('.').next()?.parse::<i64>().ok());
+    mtime.unwrap_or(started).max(started)
+}
+
+/// Whether a health already recorded is the same spell (idle stays idle, hung stays hung): a spell
+/// is told of and acted on once.
+pub fn same_spell(before: Option<&Health>, now: &Health) -> bool {
+    matches!(
+        (before, now),
+        (Some(Health::Idle { .. }), Health::Idle { .. }) | (Some(Health::Hung { .. }), Health::Hung { .. })
+    )
+}
+
 /// The sampler every node of the job runs: a background step beside the job's own (outside its
 /// container, where `nvidia-smi` is), ended when the job's step ends. Its lines for the batch
 /// script, and the line that stops it; None when the job samples nothing.
@@ -376,6 +392,16 @@ mod tests {
         assert_eq!(assess(std::slice::from_ref(&none), &w, 0, now), None);
         let view = GpuView::of(vec![none], None);
         assert_eq!((view.util, view.cell(now).as_str()), (None, "no GPU data"));
+    }
+
+    #[test]
+    fn progress_is_status_jsons_mtime_not_before_the_attempt_and_a_spell_is_one() {
+        assert_eq!(last_progress(Some("120:5000"), 4000), 5000);
+        assert_eq!(last_progress(Some("120:3000"), 4000), 4000, "a status.json of an earlier attempt");
+        assert_eq!(last_progress(None, 4000), 4000);
+        let (idle, hung) = (Health::Idle { since: 1 }, Health::Hung { since: 2, nodes: vec!["a".into()] });
+        assert!(same_spell(Some(&idle), &Health::Idle { since: 9 }));
+        assert!(!same_spell(Some(&idle), &hung) && !same_spell(None, &idle));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! (`gpu::assess`, `ops::failure::hang_outcome`).
 
 use crate::error::Result;
-use crate::gpu::{assess, GpuView, HangAction, Health, IdleAction};
+use crate::gpu::{assess, last_progress, same_spell, GpuView, HangAction, Health, IdleAction};
 use crate::ops::cancel::{cancel_script, parse_cancel_output, target_of};
 use crate::ops::failure::{hang_outcome, RetryPolicy};
 use crate::ops::refresh::Observations;
@@ -28,7 +28,8 @@ pub fn record(
         // The job's watch is read only when some node is idle (the plan is not in the summary).
         let assessed = if samples.iter().any(|s| s.idle_since.is_some()) {
             let record = store.get(&job.job_id)?;
-            let progress = last_progress(job, obs);
+            let sig = obs.status_sigs.get(&job.job_id).or(job.status_sig.as_ref());
+            let progress = last_progress(sig.map(String::as_str), job.submitted_at.unwrap_or(job.created_at));
             assess(samples, &record.plan.gpu_watch, progress, now).map(|h| (h, record))
         } else {
             None
@@ -44,20 +45,6 @@ pub fn record(
         }
     }
     Ok(touched)
-}
-
-/// When the job last made progress: its status.json's modification time (as this refresh saw it, or
-/// as stored), not before its attempt reached Slurm.
-fn last_progress(job: &JobSummary, obs: &Observations) -> i64 {
-    let sig = obs.status_sigs.get(&job.job_id).or(job.status_sig.as_ref());
-    let mtime = sig.and_then(|s| s.split(':').nth(1)).and_then(|t| t.split('.').next()?.parse::<i64>().ok());
-    let start = job.submitted_at.unwrap_or(job.created_at);
-    mtime.unwrap_or(start).max(start)
-}
-
-/// Whether a health already recorded is the same spell (idle stays idle, hung stays hung).
-fn same_spell(before: Option<&Health>, now: &Health) -> bool {
-    matches!((before, now), (Some(Health::Idle { .. }), Health::Idle { .. }) | (Some(Health::Hung { .. }), Health::Hung { .. }))
 }
 
 /// Tell of a new spell (an event, which the job's webhooks hear), then do what the job asked.
