@@ -12,18 +12,19 @@ use crate::remote::{Idempotency, Remote};
 use crate::status::PlatformStatus;
 use crate::store::{JobRecord, JobSummary, StatusUpdate, Store};
 
-/// Keep each running job's GPU view and act on a new idle or hung spell. Returns the ids of the
-/// jobs it wrote.
+/// Keep each running job's GPU view and act on a new idle or hung spell; `moved`: the jobs the same
+/// refresh found no longer running (left alone). Returns the ids of the jobs it wrote.
 pub fn record(
     remote: &dyn Remote,
     store: &Store,
     policy: &RetryPolicy,
     jobs: &[JobSummary],
+    moved: &std::collections::HashSet<&str>,
     obs: &Observations,
     now: i64,
 ) -> Result<Vec<String>> {
     let mut touched = Vec::new();
-    for job in jobs.iter().filter(|j| j.status == PlatformStatus::Running) {
+    for job in jobs.iter().filter(|j| j.status == PlatformStatus::Running && !moved.contains(j.job_id.as_str())) {
         let Some(samples) = obs.gpu.get(&job.job_id) else { continue };
         // The job's watch is read only when some node is idle (the plan is not in the summary).
         let assessed = if samples.iter().any(|s| s.idle_since.is_some()) {

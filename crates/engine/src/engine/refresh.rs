@@ -124,8 +124,14 @@ pub fn record(
     let unseen = unseen_changes(jobs, obs, now);
     store_settled(store, host, &by_id, &settled, &sigs, &unseen, now)?;
     keep_kpis(store, obs, now)?;
-    // GPU views kept; an idle or hung job told of, cancelled or restarted (after the statuses above).
-    let gpu = crate::engine::gpu::record(remote, store, policy, jobs, obs, now)?;
+    // GPU views kept; an idle or hung job told of, cancelled or restarted (after the statuses above,
+    // and not a job this refresh found no longer running: its attempt ended, or was retried).
+    let moved: std::collections::HashSet<&str> = decisions
+        .iter()
+        .filter(|d| d.update.status != crate::status::PlatformStatus::Running)
+        .map(|d| d.job_id.as_str())
+        .collect();
+    let gpu = crate::engine::gpu::record(remote, store, policy, jobs, &moved, obs, now)?;
     // Whatever way a job just ended (settled here, or by the failure handling above), its secrets go.
     crate::engine::secrets::sweep_or_warn(remote, store);
     let mut touched = touched_ids(&decisions, &unseen, &sigs);
