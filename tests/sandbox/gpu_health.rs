@@ -68,40 +68,43 @@ done
 touch "$d/train/done-$SLURM_JOB_ID"; echo "training: done"
 "#;
 
-#[test]
-fn a_hung_rank_is_restarted_from_its_checkpoint_without_its_node_and_completes() {
-    let mut readings = Readings::take();
-    let env = Env::isolated();
-    let (job, _) = env.submit(&[
-        "--image",
-        "ubuntu:22.04",
-        "--nodes",
-        "2",
-        "--gpus",
-        "1",
-        "--gpu-sample-secs",
-        "2",
-        "--gpu-hang-secs",
-        "12",
-        "--gpu-hang-action",
-        "restart",
-        "--shell",
-        "--",
-        TRAINING,
-    ]);
+/// A 2-node [`TRAINING`] (samples every 2 s, hang time 12 s, with `extra` flags) run until it makes
+/// progress and both nodes are sampled (at the stand-in's 75%); then its second node's GPUs go to 0%
+/// and its progress stops. Returns the job, the hung node, and when the hang began.
+fn start_a_hang(env: &Env, readings: &mut Readings, extra: &[&str]) -> (String, String, Instant) {
+    let mut args = vec!["--image", "ubuntu:22.04", "--nodes", "2", "--gpus", "1", "--gpu-sample-secs", "2"];
+    args.extend(["--gpu-hang-secs", "12"]);
+    args.extend_from_slice(extra);
+    args.extend(["--shell", "--", TRAINING]);
+    let (job, _) = env.submit(&args);
     let running = env.wait_job(&job, "running with progress and GPU samples", Duration::from_secs(300), |v| {
         v["status"] == "Running"
             && v["progress"]["epoch"].as_u64().is_some_and(|e| e >= 2)
             && v["gpu"]["nodes"].as_array().is_some_and(|n| n.len() == 2)
     });
     assert_eq!(running["gpu"]["util"], 75, "both nodes at the stand-in's 75%: {running}");
-    let nodes = nodes_of(&env, running["node_list"].as_str().unwrap());
+    let nodes = nodes_of(env, running["node_list"].as_str().unwrap());
     assert_eq!(nodes.len(), 2, "{running}");
-    let hung = nodes[1].clone();
-    // Rank 1's GPUs go idle and the training stops making progress.
-    readings.set(&hung, "0, 100, 30\n");
+    readings.set(&nodes[1], "0, 100, 30\n");
     std::fs::write(format!("{}/hang", running["results_dir"].as_str().unwrap()), "").unwrap();
-    let at = Instant::now();
+    (job, nodes[1].clone(), Instant::now())
+}
+
+/// The webhook message of `event` about `job`, once it arrives (the background monitor refreshes; a
+/// status here refreshes too).
+fn heard(env: &Env, got: &Mutex<Vec<Value>>, job: &str, event: &str) -> Value {
+    wait_for(&format!("the job's {event} webhook"), Duration::from_secs(120), Duration::from_millis(500), || {
+        let _ = env.status(job);
+        let m = got.lock().unwrap().clone();
+        m.into_iter().find(|m| m["job_id"] == job && m["event"] == event).ok_or("none yet")
+    })
+}
+
+#[test]
+fn a_hung_rank_is_restarted_from_its_checkpoint_without_its_node_and_completes() {
+    let mut readings = Readings::take();
+    let env = Env::isolated();
+    let (job, hung, at) = start_a_hang(&env, &mut readings, &["--gpu-hang-action", "restart"]);
     let restarted = env.wait_job(&job, "restarted after its hang", Duration::from_secs(180), |v| {
         v["attempt"].as_u64().is_some_and(|a| a >= 2)
     });
@@ -186,12 +189,7 @@ fn an_idle_job_is_heard_by_its_webhook_and_left_running() {
     });
     readings.set(running["node_list"].as_str().unwrap(), "0, 100, 30\n");
     let at = Instant::now();
-    let message = wait_for("the idle job's webhook", Duration::from_secs(120), Duration::from_millis(500), || {
-        // The background monitor refreshes; a status here refreshes too.
-        let _ = env.status(&job);
-        let m = got.lock().unwrap().clone();
-        m.into_iter().find(|m| m["job_id"] == job.as_str() && m["event"] == "gpu_idle").ok_or("none yet")
-    });
+    let message = heard(&env, &got, &job, "gpu_idle");
     println!(
         "idle job heard {:.1} s after its GPUs went idle (idle time 8 s, samples every 2 s)",
         at.elapsed().as_secs_f64()
@@ -239,43 +237,10 @@ fn a_hung_training_with_notify_is_heard_by_its_webhook_and_left_running() {
     let env = Env::isolated();
     let (port, got) = receiver();
     let hook = format!("json:http://127.0.0.1:{port}/hooks");
-    let (job, _) = env.submit(&[
-        "--image",
-        "ubuntu:22.04",
-        "--nodes",
-        "2",
-        "--gpus",
-        "1",
-        "--gpu-sample-secs",
-        "2",
-        "--gpu-hang-secs",
-        "12",
-        "--notify",
-        &hook,
-        "--shell",
-        "--",
-        TRAINING,
-    ]);
-    let running = env.wait_job(&job, "running with progress and GPU samples", Duration::from_secs(300), |v| {
-        v["status"] == "Running"
-            && v["progress"]["epoch"].as_u64().is_some_and(|e| e >= 2)
-            && v["gpu"]["nodes"].as_array().is_some_and(|n| n.len() == 2)
-    });
-    let nodes = nodes_of(&env, running["node_list"].as_str().unwrap());
-    readings.set(&nodes[1], "0, 100, 30\n");
-    std::fs::write(format!("{}/hang", running["results_dir"].as_str().unwrap()), "").unwrap();
-    let at = Instant::now();
-    let message = wait_for("the hung job's webhook", Duration::from_secs(120), Duration::from_millis(500), || {
-        let _ = env.status(&job);
-        let m = got.lock().unwrap().clone();
-        m.into_iter().find(|m| m["job_id"] == job.as_str() && m["event"] == "gpu_hung").ok_or("none yet")
-    });
-    println!(
-        "hang of {} heard by the webhook {:.1} s after it began (hang time 12 s)",
-        nodes[1],
-        at.elapsed().as_secs_f64()
-    );
-    assert!(message["detail"].as_str().unwrap().contains(&nodes[1]), "{message}");
+    let (job, hung, at) = start_a_hang(&env, &mut readings, &["--notify", &hook]);
+    let message = heard(&env, &got, &job, "gpu_hung");
+    println!("hang of {hung} heard by the webhook {:.1} s after it began (hang time 12 s)", at.elapsed().as_secs_f64());
+    assert!(message["detail"].as_str().unwrap().contains(&hung), "{message}");
     let v = env.status(&job);
     assert_eq!(
         (v["status"].as_str(), v["attempt"].as_u64()),

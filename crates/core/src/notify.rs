@@ -219,50 +219,17 @@ pub fn backoff_secs(tries: u32) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::JobFacts;
 
     fn job() -> JobSummary {
         let plan =
             crate::plan::resolve_with_id(&crate::fixtures::spec(), &crate::fixtures::settings(), "abcdef1234").unwrap();
-        JobSummary {
-            facts: JobFacts {
-                job_id: "abcdef1234".into(),
-                name: Some("train".into()),
-                status: PlatformStatus::Running,
-                message: "waiting".into(),
-                slurm_job_id: Some("7".into()),
-                slurm_state: None,
-                exit_code: None,
-                node_list: None,
-                login_host: None,
-                created_at: 0,
-                updated_at: 0,
-                attempt: 2,
-                next_retry_at: None,
-                excluded_nodes: String::new(),
-                image: plan.image.pyxis.clone(),
-                nodes: 1,
-                gpus_per_node: 1,
-                partition: plan.partition.clone(),
-                cluster: None,
-                pending_reason: None,
-                sweep_id: None,
-                sweep_index: None,
-                checkpoint: None,
-                gpu: None,
-            },
-            progress: None,
-            attempt_name: "tao-job-abcdef1234".into(),
-            layout: plan.layout.clone(),
-            timeout_seconds: 60,
-            timeout_runs: 1,
-            has_secrets: false,
-            status_sig: None,
-            submitted_at: None,
-            unseen_since: None,
-            gate: None,
-            checkpoint_patterns: Vec::new(),
-        }
+        let mut job = crate::fixtures::summary(&plan, Some("7"), 0);
+        job.name = Some("train".into());
+        job.status = PlatformStatus::Running;
+        job.message = "waiting".into();
+        job.attempt = 2;
+        (job.nodes, job.gpus_per_node, job.timeout_seconds) = (1, 1, 60);
+        job
     }
 
     fn event(id: i64, kind: &str, detail: &str) -> EventRecord {

@@ -744,7 +744,6 @@ mod tests {
     }
 
     use super::*;
-    use crate::model::JobFacts;
     use crate::plan::tests::{settings, spec};
 
     /// The tests' clock (the core reads none).
@@ -754,45 +753,7 @@ mod tests {
 
     fn job(id: &str, slurm: &str) -> JobSummary {
         let plan = crate::plan::resolve_with_id(&spec(), &settings(), id).unwrap();
-        JobSummary {
-            facts: JobFacts {
-                job_id: id.into(),
-                name: None,
-                status: PlatformStatus::Pending,
-                message: String::new(),
-                slurm_job_id: Some(slurm.into()),
-                slurm_state: None,
-                exit_code: None,
-                node_list: None,
-                login_host: None,
-                created_at: now_secs(),
-                updated_at: now_secs(),
-                attempt: 1,
-                next_retry_at: None,
-                excluded_nodes: String::new(),
-                image: plan.image.pyxis.clone(),
-                nodes: plan.resources.nodes,
-                gpus_per_node: plan.resources.gpus_per_node,
-                partition: plan.partition.clone(),
-                cluster: None,
-                pending_reason: None,
-                sweep_id: None,
-                sweep_index: None,
-                checkpoint: None,
-                gpu: None,
-            },
-            progress: None,
-            attempt_name: format!("tao-job-{id}"),
-            layout: plan.layout.clone(),
-            timeout_seconds: plan.timeout_seconds,
-            timeout_runs: 1,
-            has_secrets: false,
-            status_sig: None,
-            submitted_at: None,
-            unseen_since: None,
-            gate: None,
-            checkpoint_patterns: Vec::new(),
-        }
+        crate::fixtures::summary(&plan, Some(slurm), now_secs())
     }
 
     fn target(job_id: &str, slurm: Option<&str>, root: &str, sig: Option<&str>) -> RefreshTarget {
