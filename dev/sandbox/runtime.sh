@@ -187,7 +187,7 @@ registry_cached() {
 rootfs_cached() {
     local key dir tmp r f lib
     key="$(cat "${BASH_SOURCE[0]}" "$HERE"/bin/{torchrun,tensorboard} "$HERE/tao_stand_in/container_handler.py" \
-        <(dpkg-query -W busybox-static bash python3.11-minimal libpython3.11-stdlib coreutils findutils grep sed tar gzip) | sha256sum | cut -c1-16)"
+        <(dpkg-query -W busybox-static bash libgcc-s1 python3.11-minimal libpython3.11-stdlib coreutils findutils grep sed tar gzip) | sha256sum | cut -c1-16)"
     dir="$RUNTIME_CACHE/rootfs-$key"
     if [[ ! -f "$dir/base.tar.gz" ]]; then
         cache_lock
@@ -212,6 +212,10 @@ rootfs_cached() {
         for f in /bin/bash /usr/bin/python3.11 /usr/lib/python3.11/lib-dynload/*.so $(find "$r/usr/bin" "$r/bin" -type f ! -name busybox); do
             { ldd "$f" 2>/dev/null || true; } | awk '/=> \// { print $3 } /^\t\/lib/ { print $1 }'
         done | sort -u | while read -r lib; do cp --parents -L "$lib" "$r"; done
+        # glibc loads libgcc_s at run time (pthread_exit, pthread_cancel): ldd does not list it, and
+        # Python's threads abort at exit without it ("libgcc_s.so.1 must be installed"). Real images have it.
+        lib="$(dpkg -L libgcc-s1 | grep '/libgcc_s\.so\.1$' | head -n 1)"
+        cp --parents -L "$lib" "$r"
         install -m 0755 "$HERE/bin/torchrun" "$r/usr/local/bin/torchrun"
         install -m 0755 "$HERE/bin/tensorboard" "$r/usr/local/bin/tensorboard"
         install -d -m 0755 "$r/usr/lib/python3.11/nvidia_tao_core/microservices/handlers"
