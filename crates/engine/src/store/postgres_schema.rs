@@ -40,7 +40,7 @@ fn open_here(target: Target<'_>, schema: &str, migrations: &[&str]) -> Result<Co
         config.password(p);
     }
     let way = super::pg_tls::Way::for_config(&config, target.ca_file)?;
-    let client = way.connect(&config)?;
+    let client = connect_when_up(&way, &config)?;
     let quoted = quote_ident(schema);
     let search_path = format!("SET search_path TO {quoted}");
     let mut pg = Pg::new(client, config, way, schema, search_path.clone());
@@ -55,6 +55,22 @@ fn open_here(target: Target<'_>, schema: &str, migrations: &[&str]) -> Result<Co
         }
     }
     Ok(Conn::postgres(pg))
+}
+
+/// How long opening waits for a server that says it is starting up (57P03, "cannot connect now"): a
+/// database started beside the service (a pod restarted as a whole) answers that for a few seconds.
+const STARTING_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+fn connect_when_up(way: &super::pg_tls::Way, config: &postgres::Config) -> Result<postgres::Client, postgres::Error> {
+    let start = std::time::Instant::now();
+    loop {
+        match way.connect(config) {
+            Err(e) if e.code().is_some_and(|c| c.code() == "57P03") && start.elapsed() < STARTING_UP_WAIT => {
+                std::thread::sleep(std::time::Duration::from_millis(500));
+            }
+            other => return other,
+        }
+    }
 }
 
 fn migrate(pg: &mut Pg, quoted: &str, migrations: &[&str]) -> Result<(), Error> {
