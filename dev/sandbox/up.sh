@@ -183,10 +183,24 @@ install -d -m 0700 -o "$TENANT_USER" -g "$TENANT_USER" "$TENANT_HOME/.ssh" "$SD/
 [[ -f "$TENANT_HOME/.ssh/authorized_keys" ]] \
     || install -m 0600 -o "$TENANT_USER" -g "$TENANT_USER" /dev/null "$TENANT_HOME/.ssh/authorized_keys"
 user_rc up.sh "$TENANT_USER:$TENANT_USER" "$TENANT_HOME"
+# two people of one org, each their own Unix user, who log in only with a certificate of a CA the
+# login hosts trust (sshd's TrustedUserCAKeys, a file the service's tests write their CA into, and
+# AuthorizedPrincipalsFile: each user's principal is their name); no authorized_keys
+PERSON_USERS="${PERSON_USERS:-ada bo}"
+install -d -m 0755 "$SD/ssh/principals"
+[[ -f "$SD/ssh/trusted_user_ca_keys" ]] || install -m 0644 /dev/null "$SD/ssh/trusted_user_ca_keys"
+for u in $PERSON_USERS; do
+    getent passwd "$u" >/dev/null || useradd -M -U -d "$SD/home/$u" -s /bin/bash "$u"
+    [[ "$(getent shadow "$u" | cut -d: -f2)" == "*" ]] || usermod -p '*' "$u"
+    install -d -m 0755 -o "$u" -g "$u" "$SD/home/$u"
+    install -d -m 0700 -o "$u" -g "$u" "$SD/shared/$u"
+    user_rc up.sh "$u:$u" "$SD/home/$u"
+    T="$(mktemp)"; echo "$u" >"$T"; put_file "$T" "$SD/ssh/principals/$u" 0644
+done
 # enroot credentials (the key of the sandbox registry's private org), as a user installs once;
 # a workspace's preflight needs them (tests/sandbox/preflight.rs removes and reinstalls slurmuser's)
 ngc_key="$(registry_key)"
-for who in "$SSH_USER:$USER_HOME" "$TENANT_USER:$TENANT_HOME"; do
+for who in "$SSH_USER:$USER_HOME" "$TENANT_USER:$TENANT_HOME" $(for u in $PERSON_USERS; do echo "$u:$SD/home/$u"; done); do
     u="${who%%:*}"; h="${who#*:}"
     [[ -f "$h/.config/enroot/.credentials" ]] && continue
     install -d -m 0700 -o "$u" -g "$u" "$h/.config" "$h/.config/enroot"
@@ -261,7 +275,8 @@ T="$(mktemp)"; my_cnf "up.sh" 1024M >"$T"; put_file "$T" "$ETC/my.cnf" 0644
 
 for port in "$SSH_PORT" "$SSH_PORT2"; do
     T="$(mktemp)"
-    sshd_config "up.sh -- sandbox login node on port $port" "$port" "$SSH_USER $TENANT_USER" >"$T"
+    sshd_config "up.sh -- sandbox login node on port $port" "$port" "$SSH_USER $TENANT_USER $PERSON_USERS" >"$T"
+    printf 'TrustedUserCAKeys %s\nAuthorizedPrincipalsFile %s\n' "$SD/ssh/trusted_user_ca_keys" "$SD/ssh/principals/%u" >>"$T"
     put_file "$T" "$ETC/sshd_config-$port" 0644
 done
 
@@ -304,6 +319,8 @@ SLURM_PARTITION=polar
 SLURM_BASE_RESULTS_DIR=$SD/shared/$SSH_USER
 SANDBOX_NEIGHBOUR=$NEIGHBOUR_USER
 SANDBOX_TENANT=$TENANT_USER
+SANDBOX_PERSONS=$(tr ' ' ',' <<<"$PERSON_USERS")
+SANDBOX_TRUSTED_USER_CA_KEYS=$SD/ssh/trusted_user_ca_keys
 SANDBOX_DIR=$SD
 SANDBOX_SSHD_LOGS=$LOG/sshd-$SSH_PORT.log,$LOG/sshd-$SSH_PORT2.log
 SANDBOX_SSH_PORTS=$SSH_PORT,$SSH_PORT2

@@ -41,10 +41,11 @@ impl AuditCmd {
 }
 
 fn line(e: &AuditEntry) -> String {
-    let actor = match (&e.token_id, &e.token_name) {
-        (Some(id), Some(name)) if !name.is_empty() => format!("{id} ({})", super::clean(name)),
-        (Some(id), _) => id.clone(),
-        (None, _) => "operator (command line)".into(),
+    let actor = match (&e.token_id, &e.person, &e.token_name) {
+        (Some(id), Some(person), _) => format!("{id} ({})", super::clean(person)),
+        (Some(id), None, Some(name)) if !name.is_empty() => format!("{id} ({})", super::clean(name)),
+        (Some(id), _, _) => id.clone(),
+        (None, _, _) => "operator (command line)".into(),
     };
     format!(
         "{:>6}  {}  {:<12} {:<20} {:<24} {:<38} {} {}",
@@ -67,6 +68,7 @@ pub fn record_cli(trail: &AuditTrail, org: &str, action: &str, command: &str, ta
         org: org.to_string(),
         token_id: None,
         token_name: None,
+        person: None,
         action: action.to_string(),
         method: "CLI".into(),
         path: command.to_string(),

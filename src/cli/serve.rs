@@ -31,6 +31,16 @@ pub struct ServeCmd {
     /// command line
     #[arg(long, value_name = "URL")]
     pub database: Option<String>,
+    /// The SSH certificate authority's private key (an OpenSSH key, mode 600, no passphrase): with
+    /// it, a workspace with `identity = "person"` logs in as each person's own Unix user with a
+    /// certificate the service signs for that user only. The login hosts trust its public key
+    /// (`serve ca-key`)
+    #[arg(long, env = "TAO_SLURM_SSH_CA_KEY", value_name = "PATH")]
+    pub ssh_ca_key: Option<std::path::PathBuf>,
+    /// How long each certificate it signs is valid, in seconds or as `10min`, `1h` (10 s to 24 h),
+    /// renewed before a login once half of it is gone
+    #[arg(long, env = "TAO_SLURM_SSH_CERT_LIFETIME", default_value_t = crate::service::certificates::DEFAULT_CERTIFICATE_SECS, value_parser = parse_cert_lifetime)]
+    pub ssh_cert_lifetime: u64,
     #[command(subcommand)]
     pub action: Option<ServeAction>,
 }
@@ -43,6 +53,23 @@ pub enum ServeAction {
         #[arg(long)]
         org: String,
     },
+    /// Print the public key of the SSH certificate authority (`--ssh-ca-key`): the line the login
+    /// hosts' `TrustedUserCAKeys` file holds
+    CaKey,
+}
+
+/// A certificate's lifetime in seconds, from `10min`, `1h`, `30s` or a number of seconds (10 s to 24 h).
+fn parse_cert_lifetime(text: &str) -> Result<u64, String> {
+    let secs = match text.parse::<u64>() {
+        Ok(n) => n,
+        Err(_) => humantime::parse_duration(text)
+            .map_err(|e| format!("{text:?} is not a duration like 10min or 1h ({e})"))?
+            .as_secs(),
+    };
+    if !(10..=86_400).contains(&secs) {
+        return Err(format!("{text:?}: a certificate lives from 10s to 24h"));
+    }
+    Ok(secs)
 }
 
 /// The operator's rules: the service's keys of the profiles file.
@@ -82,8 +109,10 @@ impl ServeCmd {
             std::env::set_var("TAO_SLURM_DATABASE_URL", url);
         }
         let operator = read_operator(&globals)?;
-        if let Some(ServeAction::Key { org }) = &self.action {
-            return print_org_key(&globals, &operator, org);
+        match &self.action {
+            Some(ServeAction::Key { org }) => return print_org_key(&globals, &operator, org),
+            Some(ServeAction::CaKey) => return print_ca_key(self.ssh_ca_key.as_deref()),
+            None => {}
         }
         let workspaces = served_workspaces(&globals)?;
         let secret_box = secret_box(&globals)?;
@@ -95,6 +124,8 @@ impl ServeCmd {
                 requests_per_sec: self.rate_limit,
                 metrics_addr: self.metrics_addr,
                 lease_secs: self.lease_secs,
+                ssh_ca_key: self.ssh_ca_key,
+                ssh_cert_secs: self.ssh_cert_lifetime,
             },
             crate::service::Setup { workspaces, operator, secret_box, make_settings },
         )?;
@@ -115,6 +146,15 @@ fn print_org_key(
     let line = crate::service::workspaces::public_key(&key).map_err(|m| SpecError::new("org", m))?;
     println!("{line}");
     eprintln!("add it to ~/.ssh/authorized_keys of the slurm_user of each of org {org}'s workspaces");
+    Ok(0)
+}
+
+/// `serve ca-key`: the certificate authority's public key, for the login hosts' `TrustedUserCAKeys`.
+fn print_ca_key(path: Option<&std::path::Path>) -> Result<i32, Error> {
+    let path = path.ok_or_else(|| SpecError::new("--ssh-ca-key", "give the CA's private key: --ssh-ca-key PATH (or TAO_SLURM_SSH_CA_KEY)"))?;
+    let ca = crate::service::certificates::Authority::load(path).map_err(|m| SpecError::new("--ssh-ca-key", m))?;
+    println!("{}", ca.public_key().map_err(|m| SpecError::new("--ssh-ca-key", m))?);
+    eprintln!("add it to the file the login hosts' sshd_config names in TrustedUserCAKeys (see docs/service.md, \"Each person their own Unix identity\")");
     Ok(0)
 }
 

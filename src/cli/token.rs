@@ -29,6 +29,11 @@ enum TokenAction {
         /// An org admin token: it may also create and delete the org's workspaces and store its secrets
         #[arg(long)]
         admin: bool,
+        /// A person's token: jobs, the audit trail and listings name this person, and a workspace
+        /// with `identity = "person"` runs their jobs as their own Unix user. Without it, a machine's
+        /// token (CI, an agent)
+        #[arg(long)]
+        person: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -46,16 +51,20 @@ impl TokenCmd {
         let records = ServiceRecords::open_for(&settings).map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
         let (db, trail) = (records.tokens(), records.audit());
         match self.action {
-            TokenAction::Create { org, name, expires, admin, json } => {
-                let (rec, token) =
-                    db.create(&org, &name, expires, crate::client::now_secs()).map_err(|m| SpecError::new("org", m))?;
+            TokenAction::Create { org, name, expires, admin, person, json } => {
+                if let Some(p) = &person {
+                    crate::client::records::check_person(p).map_err(|m| SpecError::new("person", m))?;
+                }
+                let (rec, token) = db
+                    .create(&org, &name, person.as_deref(), expires, crate::client::now_secs())
+                    .map_err(|m| SpecError::new("org", m))?;
                 if admin {
                     db.make_admin(&rec.id).map_err(|m| SpecError::new("TAO_SLURM_STATE", m))?;
                 }
                 super::audit::record_cli(&trail, &rec.org, "tokens.create", "tao-slurm token create", &rec.id);
                 if json {
                     super::output::emit_json(&serde_json::json!({"id": rec.id, "org": rec.org, "name": rec.name,
-                        "expires_at": rec.expires_at, "token": token}));
+                        "person": rec.person, "expires_at": rec.expires_at, "token": token}));
                 } else {
                     println!("{token}");
                     eprintln!(
@@ -94,7 +103,11 @@ impl TokenCmd {
                             (None, true) => "expired",
                             (None, false) => "valid",
                         };
-                        println!("{}  {:<20} {:<8} {}", t.id, t.org, state, super::clean(&t.name));
+                        let whose = match &t.person {
+                            Some(p) => format!("person {}", super::clean(p)),
+                            None => "machine".to_string(),
+                        };
+                        println!("{}  {:<20} {:<8} {:<24} {}", t.id, t.org, state, whose, super::clean(&t.name));
                     }
                 }
             }

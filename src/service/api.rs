@@ -40,6 +40,8 @@ pub async fn create_job(
         (from_value::<JobCreate>(body)?, None)
     };
     let (mut spec, ws) = super::translate::to_spec(&state, &org, &req)?;
+    // A per-person workspace: the person's own, under their Unix user.
+    let ws = super::people::for_token(&state, ws, &token)?;
     let policy = super::policy::effective(&state, &org, &ws);
     if policy.allow_home_mount != Some(true) {
         // Home is not mounted unless the operator allows it.
@@ -60,6 +62,7 @@ pub async fn create_job(
         token_id: Some(token.id.clone()),
         created_at: crate::client::now_secs(),
         tao,
+        person: token.person.clone(),
     };
     let (st, w, o) = (state.clone(), ws.clone(), org.clone());
     let _in_pool = ws.creates.enter(&ws.id).await?;
@@ -159,8 +162,15 @@ fn with_warnings(json: &str, warnings: Vec<String>) -> String {
     params(("org" = String, Path), ListQuery),
     responses((status = 200, description = "The org's jobs, from the cache (no cluster round trip): all of them without `size`, as TAO lists them", body = JobList),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
-pub async fn list_jobs(State(state): State<AppStateRef>, Path(org): Path<String>, uri: Uri) -> ApiResult<Response> {
+pub async fn list_jobs(
+    State(state): State<AppStateRef>,
+    Extension(token): Extension<TokenInfo>,
+    Path(org): Path<String>,
+    uri: Uri,
+) -> ApiResult<Response> {
     let q: ListQuery = query(&uri)?;
+    // The caller's own: those its person created (a machine's token: those no person created).
+    let mine = flag("user_only", q.user_only.as_deref())? || flag("mine", q.mine.as_deref())?;
     if let Some(size) = q.size {
         if !(1..=1000).contains(&size) {
             return Err(ApiError::field("size", format!("{size} is not from 1 to 1000")));
@@ -186,7 +196,8 @@ pub async fn list_jobs(State(state): State<AppStateRef>, Path(org): Path<String>
         .iter()
         .filter(|j| j.out.org == org)
         .filter(|j| statuses.as_ref().is_none_or(|(neg, s)| s.contains(&j.status) != *neg))
-        .filter(|j| q.workspace.as_ref().is_none_or(|w| &j.out.workspace == w))
+        .filter(|j| q.workspace.as_ref().is_none_or(|w| in_workspace(&j.out.workspace, w)))
+        .filter(|j| !mine || j.out.user == token.person)
         .filter(|j| tao_filters(&q, j))
         .collect();
     // `order` is newest first already; sorts are stable, ties keep it.
@@ -212,6 +223,20 @@ pub async fn list_jobs(State(state): State<AppStateRef>, Path(org): Path<String>
         StatusCode::OK,
         format!("{{\"jobs\":[{}],\"pagination_info\":{}}}", page.join(","), serde_json::to_string(&info).unwrap()),
     ))
+}
+
+/// A query's yes/no: `true`/`1`/`yes` or `false`/`0`/`no` (absent: no).
+fn flag(field: &str, value: Option<&str>) -> ApiResult<bool> {
+    match value.map(str::to_ascii_lowercase).as_deref() {
+        None | Some("false" | "0" | "no") => Ok(false),
+        Some("true" | "1" | "yes") => Ok(true),
+        Some(other) => Err(ApiError::field(field, format!("{other:?} is not true or false"))),
+    }
+}
+
+/// Whether a job of workspace `job_ws` is in the workspace `asked`: that one, or a person's under it.
+fn in_workspace(job_ws: &str, asked: &str) -> bool {
+    job_ws == asked || job_ws.strip_prefix(asked).is_some_and(|rest| rest.starts_with('@'))
 }
 
 /// The sort of a listing: ours (`created_on`, `-name`...) or TAO's (`date-descending`...), as
@@ -303,6 +328,9 @@ pub async fn job_post_ref(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
+    if let Some((id, "cancel" | "retry" | "pause" | "resume")) = reference.rsplit_once(':') {
+        may_change(&token, &*org_job(&state, &org, id)?)?;
+    }
     match reference.rsplit_once(':') {
         Some((id, "cancel")) => cancel_job(state, org, id.to_string()).await,
         Some((id, "retry")) => retry_job(state, org, id.to_string()).await,
@@ -320,6 +348,7 @@ pub async fn job_post_ref(
 pub async fn job_delete_ref(
     State(state): State<AppStateRef>,
     Path((org, reference)): Path<(String, String)>,
+    Extension(token): Extension<TokenInfo>,
 ) -> ApiResult<Response> {
     if reference.ends_with(":remove_published_model") {
         return Err(super::tao_routes::not_here("remove_published_model"));
@@ -327,6 +356,7 @@ pub async fn job_delete_ref(
     if reference.contains(':') {
         return Err(ApiError::not_found("DELETE takes a job id"));
     }
+    may_change(&token, &*org_job(&state, &org, &reference)?)?;
     delete_job(state, org, reference).await.map(IntoResponse::into_response)
 }
 

@@ -78,6 +78,7 @@ pub async fn record(State(state): State<AppStateRef>, req: Request, next: Next) 
         org: token.org.clone(),
         token_id: Some(token.id),
         token_name: Some(token.name),
+        person: token.person,
         action,
         method: method.to_string(),
         path,

@@ -38,6 +38,19 @@ pub fn org_job(state: &AppState, org: &str, id: &str) -> ApiResult<Arc<CachedJob
         .ok_or_else(|| ApiError::not_found(format!("no job {id} in org {org}")))
 }
 
+/// A person's job is changed (cancelled, retried, paused, resumed, deleted) by that person or an org
+/// admin only; a job no person created, by any token of the org.
+pub fn may_change(token: &super::token_info::TokenInfo, job: &CachedJob) -> ApiResult<()> {
+    match &job.out.user {
+        Some(person) if token.person.as_deref() != Some(person.as_str()) && !token.admin => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!("job {} is {person}'s: only they or an org admin may change it", job.out.id),
+        )),
+        _ => Ok(()),
+    }
+}
+
 pub fn workspace_of(state: &AppState, job: &CachedJob) -> ApiResult<Arc<Workspace>> {
     state.workspace(&job.out.workspace).ok_or_else(|| {
         ApiError::new(

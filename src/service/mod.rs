@@ -14,6 +14,7 @@
 
 pub mod api;
 pub mod audit;
+pub mod certificates;
 pub mod common;
 mod dashboard;
 pub mod error;
@@ -26,6 +27,7 @@ pub mod openapi;
 pub mod operator;
 pub mod org_secrets;
 mod pause;
+pub mod people;
 pub mod places;
 pub mod policy;
 pub mod replica;
@@ -75,6 +77,10 @@ pub struct ServeOptions {
     pub metrics_addr: Option<SocketAddr>,
     /// How long a workspace's monitor lease lasts without renewal, in seconds (see `replica`).
     pub lease_secs: i64,
+    /// The CA key that signs persons' SSH certificates (per-person workspaces need it).
+    pub ssh_ca_key: Option<std::path::PathBuf>,
+    /// How long each certificate is valid, in seconds.
+    pub ssh_cert_secs: u64,
 }
 
 /// Every request under `/api/` but health and login needs a valid token; under `/api/v2/orgs/{org}/` its org.
@@ -246,6 +252,12 @@ fn start_state(opts: &ServeOptions, setup: Setup) -> Result<Arc<AppState>, Error
     let state_path = first.state_path.clone();
     let db = crate::client::ServiceRecords::open_for(&first)
         .map_err(|m| crate::spec::SpecError::new("TAO_SLURM_STATE", m))?;
+    let authority = match &opts.ssh_ca_key {
+        Some(path) => Some(Arc::new(
+            certificates::Authority::load(path).map_err(|m| crate::spec::SpecError::new("--ssh-ca-key", m))?,
+        )),
+        None => None,
+    };
     let workspaces: Vec<Arc<Workspace>> = workspaces
         .into_iter()
         .map(|(id, mut settings)| {
@@ -254,17 +266,31 @@ fn start_state(opts: &ServeOptions, setup: Setup) -> Result<Arc<AppState>, Error
             if !rules.forward_credentials {
                 settings.forwarded_secrets.clear();
             }
+            if rules.per_person {
+                people::check_parent(&id, &settings).map_err(|m| crate::spec::SpecError::new("clusters.toml", m))?;
+                if authority.is_none() {
+                    return Err(crate::spec::SpecError::new(
+                        "--ssh-ca-key",
+                        format!("[{id}] identity = \"person\" needs the SSH certificate authority's key (serve --ssh-ca-key PATH, or TAO_SLURM_SSH_CA_KEY)"),
+                    ));
+                }
+            }
             let mut w = Workspace::new(id, settings, workspace::Access::Shared(rules.orgs));
             w.policy = rules.policy;
+            if rules.per_person {
+                w.identity = workspace::Identity::PerPerson(rules.people);
+            }
             // The operator's own clusters: their preflight is the operator's to run.
             w.ready.store(true, std::sync::atomic::Ordering::Relaxed);
-            Arc::new(w)
+            Ok(Arc::new(w))
         })
-        .collect();
+        .collect::<Result<_, _>>()?;
     let mut state = AppState::new(workspaces, db, operator, secret_box, make_settings, state_path)
         .map_err(|m| crate::spec::SpecError::new("TAO_SLURM_STATE", m))?;
     state.rate_limits = limits::RateLimits::new(opts.requests_per_sec, opts.requests_per_sec.saturating_mul(2));
     state.lease_secs = opts.lease_secs;
+    state.authority = authority;
+    state.certificate_secs = opts.ssh_cert_secs;
     let state = Arc::new(state);
     // The first snapshot before the first request; then one monitor thread per workspace.
     if let Some(w) = state.workspaces().first() {
@@ -273,10 +299,12 @@ fn start_state(opts: &ServeOptions, setup: Setup) -> Result<Arc<AppState>, Error
             Ok(())
         });
     }
-    for w in &state.workspaces() {
+    // A per-person workspace reaches no cluster itself: its persons' workspaces have the monitors.
+    for w in state.workspaces().iter().filter(|w| !matches!(w.identity, workspace::Identity::PerPerson(_))) {
         workspaces::start_monitor(&state, w)?;
     }
     workspaces::load(&state).map_err(|m| crate::spec::SpecError::new("TAO_SLURM_STATE", m))?;
+    people::load(&state).map_err(|m| crate::spec::SpecError::new("TAO_SLURM_STATE", m))?;
     Ok(state)
 }
 
@@ -311,7 +339,7 @@ async fn serve_metrics(addr: std::net::SocketAddr, state: &Arc<AppState>) -> Res
 async fn stop_monitors(state: &Arc<AppState>) {
     let st = state.clone();
     let stopped = tokio::task::spawn_blocking(move || {
-        let workspaces = st.workspaces();
+        let workspaces = st.monitored_workspaces();
         let deadline = std::time::Instant::now() + SHUTDOWN_GRACE;
         workspaces.iter().for_each(|w| w.stop_monitor());
         workspaces.iter().all(|w| w.wait_for_monitor(deadline.saturating_duration_since(std::time::Instant::now())))

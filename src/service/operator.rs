@@ -64,6 +64,11 @@ pub struct SharedRules {
     pub policy: Policy,
     /// Whether its jobs get the credentials of the service's environment (NGC_KEY, HF_TOKEN, ...).
     pub forward_credentials: bool,
+    /// `identity = "person"`: each person's jobs run as their own Unix user, logged in with a
+    /// certificate the service signs (`certificates`); `people` maps a person to that user (a person
+    /// it does not name is their own user name).
+    pub per_person: bool,
+    pub people: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -136,6 +141,30 @@ fn shared_rules(name: &str, mut t: toml::Table, only_service_keys: bool) -> Resu
     if let Some(v) = t.remove("forward_credentials") {
         rules.forward_credentials =
             v.as_bool().ok_or_else(|| format!("[{name}] forward_credentials must be true or false"))?;
+    }
+    if let Some(v) = t.remove("identity") {
+        rules.per_person = match v.as_str() {
+            Some("person") => true,
+            Some("shared") => false,
+            _ => {
+                return Err(format!(
+                    "[{name}] identity must be \"shared\" (one Unix identity for every org it is granted to) or \"person\" (each person their own Unix user, by SSH certificate)"
+                ))
+            }
+        };
+    }
+    if let Some(v) = t.remove("people") {
+        let toml::Value::Table(m) = v else {
+            return Err(format!("[{name}] people must be a table of \"person\" = \"unix user\" ([{name}.people])"));
+        };
+        for (person, user) in m {
+            let user = user.as_str().ok_or_else(|| format!("[{name}.people] {person:?} must be a Unix user name"))?;
+            super::certificates::check_unix_user(user).map_err(|m| format!("[{name}.people] {person:?}: {m}"))?;
+            rules.people.insert(person, user.to_string());
+        }
+        if !rules.per_person {
+            return Err(format!("[{name}] people maps persons to Unix users only with identity = \"person\""));
+        }
     }
     if only_service_keys {
         if let Some(k) = t.keys().next() {
@@ -244,6 +273,11 @@ max_workspaces = 5
         assert_eq!(op.org("team-b").login_hosts, Some(vec!["h1".to_string(), "h2:2222".to_string()]));
         assert_eq!((op.max_workspaces("team-a"), op.max_workspaces("team-b")), (2, 5));
         assert_eq!(parse("").unwrap().max_workspaces("team-z"), DEFAULT_MAX_WORKSPACES);
+        assert!(!l1.per_person && l1.people.is_empty(), "one shared identity unless said");
+        let people = parse("[l]\nidentity = \"person\"\n[l.people]\n\"ada@example.org\" = \"ada\"\n").unwrap();
+        let l = people.shared("l");
+        assert!(l.per_person);
+        assert_eq!(l.people["ada@example.org"], "ada");
     }
 
     #[test]
@@ -259,6 +293,9 @@ max_workspaces = 5
             ("[orgs]\nmax_workspaces = -1\n", "[orgs] max_workspaces"),
             ("[orgs.team-a]\nmax_workspaces = \"8\"\n", "[orgs.team-a] max_workspaces"),
             ("[orgs.team-a]\nssh_aliases = \"login1\"\n", "ssh_aliases"),
+            ("[l]\nidentity = \"people\"\n", "[l] identity must be"),
+            ("[l]\nidentity = \"person\"\n[l.people]\nada = \"Ada Lovelace\"\n", "[l.people] \"ada\""),
+            ("[l]\n[l.people]\nada = \"ada\"\n", "only with identity = \"person\""),
         ] {
             let err = parse(text).unwrap_err();
             assert!(err.contains(want), "{text}: {err}");

@@ -36,7 +36,7 @@ impl AppState {
 
     /// Let go of every lease this replica holds (it is stopping): another replica takes them at once.
     pub fn release_leases(&self) {
-        for w in self.workspaces() {
+        for w in self.monitored_workspaces() {
             if w.lease.held.swap(false, Ordering::Relaxed) {
                 if let Err(e) = w.with_client(|c| c.release_lease(&lease_name(&w.id), &self.replica_id)) {
                     tracing::warn!(workspace = %w.id, error = %e, "cannot release the monitor's lease; it expires by itself");

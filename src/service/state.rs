@@ -73,6 +73,12 @@ pub type SettingsMaker =
 
 pub struct AppState {
     workspaces: RwLock<Vec<Arc<Workspace>>>,
+    /// Persons' own workspaces under the per-person ones (`people`): reached by id, never listed.
+    persons: RwLock<Vec<Arc<Workspace>>>,
+    /// The SSH certificate authority of per-person workspaces (`serve --ssh-ca-key`), and how long
+    /// each certificate it signs is valid, in seconds.
+    pub authority: Option<Arc<super::certificates::Authority>>,
+    pub certificate_secs: u64,
     /// The service's records: each part of the service takes only the facet it works on.
     pub records: ServiceRecords,
     /// The operator's rules (clusters.toml).
@@ -144,6 +150,9 @@ impl AppState {
         let metas = records.jobs().list()?.into_iter().map(|j| (j.job_id.clone(), Arc::new(j))).collect();
         let state = AppState {
             workspaces: RwLock::new(workspaces),
+            persons: RwLock::new(Vec::new()),
+            authority: None,
+            certificate_secs: super::certificates::DEFAULT_CERTIFICATE_SECS,
             records,
             operator,
             secret_box,
@@ -181,9 +190,29 @@ impl AppState {
         self.workspaces.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// A workspace by id, whoever may use it (for jobs already recorded in it).
+    /// Every workspace with a monitor: the operator's, the orgs' and the persons'.
+    pub fn monitored_workspaces(&self) -> Vec<Arc<Workspace>> {
+        let mut all = self.workspaces();
+        all.extend(self.persons.read().unwrap_or_else(|e| e.into_inner()).iter().cloned());
+        all
+    }
+
+    /// A workspace by id, whoever may use it (for jobs already recorded in it): a person's too.
     pub fn workspace(&self, id: &str) -> Option<Arc<Workspace>> {
-        self.workspaces.read().unwrap_or_else(|e| e.into_inner()).iter().find(|w| w.id == id).cloned()
+        let find = |list: &RwLock<Vec<Arc<Workspace>>>| {
+            list.read().unwrap_or_else(|e| e.into_inner()).iter().find(|w| w.id == id).cloned()
+        };
+        find(&self.workspaces).or_else(|| find(&self.persons))
+    }
+
+    /// Add a person's workspace, unless one of its id is there already; the one kept.
+    pub fn add_person_workspace(&self, w: Arc<Workspace>) -> (Arc<Workspace>, bool) {
+        let mut list = self.persons.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(there) = list.iter().find(|x| x.id == w.id) {
+            return (there.clone(), false);
+        }
+        list.push(w.clone());
+        (w, true)
     }
 
     /// The workspaces `org` may use.
@@ -254,7 +283,9 @@ impl AppState {
             .into_iter()
             .map(|t| {
                 let admin = admins.contains(&t.id);
-                (t.sha256, TokenInfo { id: t.id, org: t.org, name: t.name, expires_at: t.expires_at, admin })
+                let info =
+                    TokenInfo { id: t.id, org: t.org, name: t.name, expires_at: t.expires_at, admin, person: t.person };
+                (t.sha256, info)
             })
             .collect();
         self.tokens_version.store(version, Ordering::Relaxed);
@@ -405,6 +436,7 @@ fn cached(client: &Client, view: &JobView, meta: &ApiJob, key: ChangeKey, rev: u
         name: view.name.clone(),
         org: meta.org.clone(),
         workspace: meta.workspace.clone(),
+        user: meta.person.clone(),
         action: meta.action.clone(),
         status: TaoStatus::from(view.status),
         platform_status: view.status.as_str().to_string(),
@@ -462,7 +494,7 @@ mod tests {
     fn tokens_outlive_a_short_database_outage_only() {
         let dir = tempfile::tempdir().unwrap();
         let db = crate::client::ServiceRecords::open(&dir.path().join("state.db.service.db")).unwrap();
-        let (record, _token) = db.tokens().create("team-a", "t", None, 0).unwrap();
+        let (record, _token) = db.tokens().create("team-a", "t", None, None, 0).unwrap();
         let settings: super::SettingsMaker = Box::new(|_| unreachable!("no org workspace here"));
         let state =
             AppState::new(Vec::new(), db, Default::default(), None, settings, dir.path().join("state.db")).unwrap();
@@ -479,7 +511,7 @@ mod tests {
 
     #[test]
     fn a_token_expires_at_its_time_and_one_without_expiry_never() {
-        let t = |expires_at| TokenInfo { id: "i".into(), org: "o".into(), name: "n".into(), expires_at, admin: false };
+        let t = |expires_at| TokenInfo { id: "i".into(), org: "o".into(), name: "n".into(), expires_at, admin: false, person: None };
         for (expires_at, now, expired) in
             [(None, i64::MAX, false), (Some(100), 99, false), (Some(100), 100, true), (Some(100), 101, true)]
         {

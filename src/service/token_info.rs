@@ -14,6 +14,8 @@ pub struct TokenInfo {
     pub admin: bool,
     /// Unix seconds after which it is refused; None: until revoked.
     pub expires_at: Option<i64>,
+    /// The person it names (None: a machine's token).
+    pub person: Option<String>,
 }
 
 impl TokenInfo {

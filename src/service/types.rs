@@ -295,7 +295,10 @@ pub struct JobOut {
     pub id: String,
     pub name: Option<String>,
     pub org: String,
+    /// The workspace; a person's under a per-person workspace is `WORKSPACE@UNIX_USER`.
     pub workspace: String,
+    /// The person whose token created it (null: a machine's token).
+    pub user: Option<String>,
     pub action: Option<String>,
     pub status: TaoStatus,
     /// tao-slurm's status: Pending, Running, Complete, Error, Canceled, Paused, Pausing, Resuming.
@@ -418,8 +421,10 @@ pub struct ListQuery {
     pub tag: Option<String>,
     /// Jobs whose name or description holds this text (any case), or whose id holds it.
     pub search: Option<String>,
-    /// TAO's flag for the caller's own jobs; every job of the org is listed here.
+    /// TAO's flag for the caller's own jobs (`true`): those the token's person created.
     pub user_only: Option<String>,
+    /// The same as `user_only`.
+    pub mine: Option<String>,
 }
 
 /// Log parameters: the whole of both files (default, capped), the last `tail` lines, or a byte range of one file from `offset`.

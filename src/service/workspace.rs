@@ -44,8 +44,24 @@ pub enum Access {
     Owned(String),
 }
 
+/// Whose Unix identity a workspace's jobs run under.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Identity {
+    /// Its settings' `slurm_user`, for every org and person that uses it.
+    #[default]
+    Shared,
+    /// Each person's own (`identity = "person"`, see `people`): a person's jobs go to a workspace of
+    /// their own under this one; this one reaches no cluster itself. Person -> Unix user, as mapped.
+    PerPerson(std::collections::BTreeMap<String, String>),
+    /// One person's, under the per-person workspace `parent`.
+    Person { parent: String, person: String, user: String },
+}
+
+/// Run before a client of the workspace may log in (a person's certificate renewed when due).
+pub type BeforeLogin = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
+
 pub struct Workspace {
-    /// The profile's name, `default`, or the id of an org's workspace.
+    /// The profile's name, `default`, the id of an org's workspace, or `PARENT@USER` for a person's.
     pub id: String,
     /// What its owner calls it.
     pub name: String,
@@ -77,6 +93,8 @@ pub struct Workspace {
     monitor_running: (Mutex<bool>, Condvar),
     /// Whether this replica follows its cluster now (see `replica`).
     pub lease: super::lease::LeaseState,
+    pub identity: Identity,
+    pub before_login: Option<BeforeLogin>,
 }
 
 /// Says the monitor stopped, however its thread ends.
@@ -115,6 +133,16 @@ impl Workspace {
             pool: Default::default(),
             monitor_running: (Mutex::new(false), Condvar::new()),
             lease: Default::default(),
+            identity: Identity::Shared,
+            before_login: None,
+        }
+    }
+
+    /// What must happen before a client of it logs in (see [`BeforeLogin`]).
+    fn ready_to_log_in(&self) -> crate::Result<()> {
+        match &self.before_login {
+            Some(f) => f().map_err(crate::Error::RemoteCommand),
+            None => Ok(()),
         }
     }
 
@@ -133,6 +161,7 @@ impl Workspace {
 
     /// Run `f` with a client of this workspace (blocking: call it from a blocking thread).
     pub fn with_client<T>(&self, f: impl FnOnce(&Client) -> crate::Result<T>) -> crate::Result<T> {
+        self.ready_to_log_in()?;
         let reused = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let client = match reused {
             Some(c) => c,
@@ -234,7 +263,7 @@ impl Workspace {
     /// One refresh of the monitor, with its counts; the interval until the next.
     fn refresh(&self, client: &Client, monitor: &mut Monitor) -> Duration {
         let before = client.transport_stats();
-        let result = monitor.step(client);
+        let result = self.ready_to_log_in().and_then(|()| monitor.step(client));
         let after = client.transport_stats();
         self.account(before, after);
         add(&self.counters.refresh_round_trips, before.round_trips, after.round_trips);

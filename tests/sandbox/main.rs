@@ -39,6 +39,7 @@ mod service_kpis;
 mod service_ops;
 mod service_org_trust;
 mod service_partition;
+mod service_people;
 mod service_postgres;
 mod service_replicas;
 mod service_tenancy;

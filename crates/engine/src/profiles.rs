@@ -37,7 +37,7 @@ const TAO_NAMES: &[(&str, &str)] = &[
 
 /// Keys of a profile that only the service reads (which orgs may use it, its policy, whether jobs
 /// get the operator's credentials): see `service::operator`.
-pub const SERVICE_KEYS: &[&str] = &["orgs", "policy", "forward_credentials"];
+pub const SERVICE_KEYS: &[&str] = &["orgs", "policy", "forward_credentials", "identity", "people"];
 
 /// Tables of the file that are not clusters: `[default]` holds the service's keys for the settings
 /// without a profile, `[orgs.NAME]` an org's policy (`service::operator`).

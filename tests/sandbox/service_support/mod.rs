@@ -135,6 +135,13 @@ impl Service {
         Service::launch(vars, clusters_toml, admin, &["--rate-limit", TESTS_RATE_LIMIT])
     }
 
+    /// [`Service::start_configured`] with these `serve` flags too.
+    pub fn start_configured_with_flags(vars: &[(&str, &str)], clusters_toml: &str, admin: bool, flags: &[&str]) -> Service {
+        let mut args = vec!["--rate-limit", TESTS_RATE_LIMIT];
+        args.extend_from_slice(flags);
+        Service::launch(vars, clusters_toml, admin, &args)
+    }
+
     /// Start with extra variables in its environment and these `serve` flags (usual clusters).
     pub fn start_with_flags(vars: &[(&str, &str)], flags: &[&str]) -> Service {
         let mut args = vec!["--rate-limit", TESTS_RATE_LIMIT];

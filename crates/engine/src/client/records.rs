@@ -4,7 +4,7 @@
 //! (`store::service_records::ServiceDb`) is the store's and no door names it.
 
 use crate::store::service_records::ServiceDb;
-pub use crate::store::service_records::{check_org, token_hash, ApiJob, SealedSecret, TokenRecord, ValidToken};
+pub use crate::store::service_records::{check_org, check_person, token_hash, ApiJob, SealedSecret, TokenRecord, ValidToken};
 pub use crate::store::AuditEntry;
 use std::path::Path;
 use std::time::Duration;
@@ -55,15 +55,17 @@ impl ServiceRecords {
 pub struct Tokens<'a>(&'a ServiceDb);
 
 impl Tokens<'_> {
-    /// A new token for `org` (its record, and the token, shown once and stored only as its SHA-256).
+    /// A new token for `org`, a person's (`person`) or a machine's (its record, and the token, shown
+    /// once and stored only as its SHA-256).
     pub fn create(
         &self,
         org: &str,
         name: &str,
+        person: Option<&str>,
         lifetime_secs: Option<u64>,
         now: i64,
     ) -> Result<(TokenRecord, String), String> {
-        self.0.create_token(org, name, lifetime_secs, now)
+        self.0.create_token(org, name, person, lifetime_secs, now)
     }
 
     /// False when there is no such token, or it was revoked already.

@@ -17,6 +17,8 @@ pub struct AuditEntry {
     /// The token that made it (None: the operator, from the command line).
     pub token_id: Option<String>,
     pub token_name: Option<String>,
+    /// The person the token names (None: a machine's token, or the operator).
+    pub person: Option<String>,
     /// `jobs.create`, `jobs.cancel`, `secrets.put`, `tokens.revoke`...
     pub action: String,
     pub method: String,
@@ -34,8 +36,8 @@ impl ServiceDb {
     pub(crate) fn append_audit(&self, e: &AuditEntry) -> Result<i64, String> {
         self.conn()
             .query_row(
-                "INSERT INTO audit (at, org, token_id, token_name, action, method, path, target, status, outcome)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING id",
+                "INSERT INTO audit (at, org, token_id, token_name, action, method, path, target, status, outcome, person)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) RETURNING id",
                 params![
                     e.at,
                     e.org,
@@ -46,7 +48,8 @@ impl ServiceDb {
                     e.path,
                     e.target,
                     e.status,
-                    e.outcome
+                    e.outcome,
+                    e.person
                 ],
                 |r| r.get(0),
             )
@@ -58,7 +61,7 @@ impl ServiceDb {
         let conn = self.conn();
         let mut st = conn
             .prepare(
-                "SELECT id, at, org, token_id, token_name, action, method, path, target, status, outcome FROM audit
+                "SELECT id, at, org, token_id, token_name, action, method, path, target, status, outcome, person FROM audit
                  WHERE id > ?1 AND (CAST(?2 AS TEXT) IS NULL OR org = ?2) ORDER BY id LIMIT ?3",
             )
             .map_err(|e| sql_err(&self.path, e))?;
@@ -76,6 +79,7 @@ impl ServiceDb {
                     target: r.get(8)?,
                     status: r.get(9)?,
                     outcome: r.get(10)?,
+                    person: r.get(11)?,
                 })
             })
             .map_err(|e| sql_err(&self.path, e))?;
@@ -94,6 +98,7 @@ mod tests {
             org: org.into(),
             token_id: Some("t1".into()),
             token_name: Some("ci".into()),
+            person: Some("ada".into()),
             action: action.into(),
             method: "POST".into(),
             path: format!("/api/v2/orgs/{org}/jobs"),

@@ -64,6 +64,17 @@ CREATE TABLE IF NOT EXISTS org_workspaces (
 );
 "#;
 
+/// Columns added after the first schema, in order: (table, column, type). SQLite's file gets those it
+/// lacks by a check; PostgreSQL's schema by its numbered migrations (`open_postgres`).
+const LATER_COLUMNS: [(&str, &str, &str); 5] = [
+    ("tokens", "expires_at", "INTEGER"),
+    ("api_jobs", "tao", "TEXT"),
+    // The person a token names (None: a machine's), a job's person, and who made an audit entry.
+    ("tokens", "person", "TEXT"),
+    ("api_jobs", "person", "TEXT"),
+    ("audit", "person", "TEXT"),
+];
+
 /// Append-only: no connection may change or remove an audit entry (SQLite's triggers).
 const AUDIT_APPEND_ONLY: &str = r#"
 CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
@@ -102,6 +113,8 @@ pub struct TokenRecord {
     pub revoked_at: Option<i64>,
     /// When it stops being accepted (Unix seconds); None: until revoked.
     pub expires_at: Option<i64>,
+    /// The person it names (None: a machine's token: CI, an agent).
+    pub person: Option<String>,
 }
 
 /// A token the service accepts: what a request carries on.
@@ -112,6 +125,7 @@ pub struct ValidToken {
     pub org: String,
     pub name: String,
     pub expires_at: Option<i64>,
+    pub person: Option<String>,
 }
 
 /// What the service keeps of a job created through the API, beyond the engine's record.
@@ -127,6 +141,8 @@ pub struct ApiJob {
     pub created_at: i64,
     /// TAO's fields of a job made from TAO's create body (kind, network_arch, tags...), as JSON.
     pub tao: Option<serde_json::Value>,
+    /// The person whose token created it (None: a machine's token).
+    pub person: Option<String>,
 }
 
 /// An org's secret as stored: (name, nonce, sealed value).
@@ -168,6 +184,15 @@ pub fn check_org(org: &str) -> Result<(), String> {
     }
 }
 
+/// Whether `person` can name a person: one line of at most 200 characters, no control characters
+/// (an identity provider's user name or e-mail; it is shown, never run).
+pub fn check_person(person: &str) -> Result<(), String> {
+    if person.trim().is_empty() || person.len() > 200 || person.chars().any(char::is_control) {
+        return Err(format!("{person:?} is not a person's name (one line of at most 200 characters)"));
+    }
+    Ok(())
+}
+
 impl ServiceDb {
     pub(crate) fn open(path: &Path) -> Result<ServiceDb, String> {
         crate::private::ensure_private_file(path)?;
@@ -176,21 +201,20 @@ impl ServiceDb {
         conn.pragma_update(None, "journal_mode", "WAL").map_err(|e| sql_err(path, e))?;
         conn.execute_batch(SCHEMA).map_err(|e| sql_err(path, e))?;
         conn.execute_batch(AUDIT_APPEND_ONLY).map_err(|e| sql_err(path, e))?;
-        // Expiry came later: databases made before it get the column.
-        let has_expiry: bool = conn
-            .query_row("SELECT COUNT(*) FROM pragma_table_info('tokens') WHERE name = 'expires_at'", [], |r| r.get(0))
-            .map(|n: i64| n > 0)
-            .map_err(|e| sql_err(path, e))?;
-        if !has_expiry {
-            conn.execute_batch("ALTER TABLE tokens ADD COLUMN expires_at INTEGER").map_err(|e| sql_err(path, e))?;
-        }
-        // TAO's job fields came later too.
-        let has_tao: bool = conn
-            .query_row("SELECT COUNT(*) FROM pragma_table_info('api_jobs') WHERE name = 'tao'", [], |r| r.get(0))
-            .map(|n: i64| n > 0)
-            .map_err(|e| sql_err(path, e))?;
-        if !has_tao {
-            conn.execute_batch("ALTER TABLE api_jobs ADD COLUMN tao TEXT").map_err(|e| sql_err(path, e))?;
+        // Columns that came later: databases made before them get them.
+        for (table, column, decl) in LATER_COLUMNS {
+            let has: bool = conn
+                .query_row(
+                    &format!("SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name = '{column}'"),
+                    [],
+                    |r| r.get(0),
+                )
+                .map(|n: i64| n > 0)
+                .map_err(|e| sql_err(path, e))?;
+            if !has {
+                conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))
+                    .map_err(|e| sql_err(path, e))?;
+            }
         }
         Ok(ServiceDb { conn: Mutex::new(Conn::sqlite(conn)), path: path.to_path_buf() })
     }
@@ -209,13 +233,16 @@ impl ServiceDb {
         let shown = PathBuf::from(format!("{} (schema {schema})", super::sql::redact_url(target.url)));
         // The same numbered list as SQLite's file reaches by its checks: the tables, the two columns
         // added later, the append-only rule (rows, then TRUNCATE).
-        let migrations = [
-            SCHEMA,
-            "ALTER TABLE tokens ADD COLUMN expires_at INTEGER;",
-            "ALTER TABLE api_jobs ADD COLUMN tao TEXT;",
-            AUDIT_APPEND_ONLY_PG,
-            AUDIT_NO_TRUNCATE_PG,
+        let [(t1, c1, d1), (t2, c2, d2), later @ ..] = LATER_COLUMNS;
+        let mut migrations = vec![
+            SCHEMA.to_string(),
+            format!("ALTER TABLE {t1} ADD COLUMN {c1} {d1};"),
+            format!("ALTER TABLE {t2} ADD COLUMN {c2} {d2};"),
+            AUDIT_APPEND_ONLY_PG.to_string(),
+            AUDIT_NO_TRUNCATE_PG.to_string(),
         ];
+        migrations.extend(later.iter().map(|(t, c, d)| format!("ALTER TABLE {t} ADD COLUMN {c} {d};")));
+        let migrations: Vec<&str> = migrations.iter().map(String::as_str).collect();
         let conn = super::postgres_schema::open(target, schema, &migrations).map_err(|e| sql_err(&shown, e))?;
         Ok(ServiceDb { conn: Mutex::new(conn), path: shown })
     }
@@ -230,6 +257,7 @@ impl ServiceDb {
         &self,
         org: &str,
         name: &str,
+        person: Option<&str>,
         lifetime_secs: Option<u64>,
         now: i64,
     ) -> Result<(TokenRecord, String), String> {
@@ -237,17 +265,27 @@ impl ServiceDb {
         if name.chars().any(char::is_control) || name.len() > 200 {
             return Err("the token's name must be one line of at most 200 characters".into());
         }
+        if let Some(p) = person {
+            check_person(p)?;
+        }
         let id = random_hex(ID_BYTES)?;
         let token = format!("tsk_{}", random_hex(SECRET_BYTES)?);
         let expires_at = lifetime_secs.map(|s| now.saturating_add(i64::try_from(s).unwrap_or(i64::MAX)));
         self.conn()
             .execute(
-                "INSERT INTO tokens (id, org, name, sha256, created_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![id, org, name, token_hash(&token), now, expires_at],
+                "INSERT INTO tokens (id, org, name, sha256, created_at, expires_at, person) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![id, org, name, token_hash(&token), now, expires_at, person],
             )
             .map_err(|e| sql_err(&self.path, e))?;
-        let record =
-            TokenRecord { id, org: org.into(), name: name.into(), created_at: now, revoked_at: None, expires_at };
+        let record = TokenRecord {
+            id,
+            org: org.into(),
+            name: name.into(),
+            created_at: now,
+            revoked_at: None,
+            expires_at,
+            person: person.map(str::to_string),
+        };
         Ok((record, token))
     }
 
@@ -263,7 +301,7 @@ impl ServiceDb {
     pub(crate) fn tokens(&self) -> Result<Vec<TokenRecord>, String> {
         let conn = self.conn();
         let mut st = conn
-            .prepare("SELECT id, org, name, created_at, revoked_at, expires_at FROM tokens ORDER BY created_at, id")
+            .prepare("SELECT id, org, name, created_at, revoked_at, expires_at, person FROM tokens ORDER BY created_at, id")
             .map_err(|e| sql_err(&self.path, e))?;
         let rows = st
             .query_map([], |r| {
@@ -274,6 +312,7 @@ impl ServiceDb {
                     created_at: r.get(3)?,
                     revoked_at: r.get(4)?,
                     expires_at: r.get(5)?,
+                    person: r.get(6)?,
                 })
             })
             .map_err(|e| sql_err(&self.path, e))?;
@@ -284,7 +323,7 @@ impl ServiceDb {
     pub(crate) fn valid_tokens(&self) -> Result<Vec<ValidToken>, String> {
         let conn = self.conn();
         let mut st = conn
-            .prepare("SELECT sha256, id, org, expires_at, name FROM tokens WHERE revoked_at IS NULL")
+            .prepare("SELECT sha256, id, org, expires_at, name, person FROM tokens WHERE revoked_at IS NULL")
             .map_err(|e| sql_err(&self.path, e))?;
         let rows = st
             .query_map([], |r| {
@@ -294,6 +333,7 @@ impl ServiceDb {
                     org: r.get(2)?,
                     expires_at: r.get(3)?,
                     name: r.get(4)?,
+                    person: r.get(5)?,
                 })
             })
             .map_err(|e| sql_err(&self.path, e))?;
@@ -342,8 +382,8 @@ impl ServiceDb {
     pub(crate) fn insert_job(&self, job: &ApiJob) -> Result<(), String> {
         self.conn()
             .execute(
-                "INSERT INTO api_jobs (job_id, org, workspace, action, specs, num_gpu, token_id, created_at, tao)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                "INSERT INTO api_jobs (job_id, org, workspace, action, specs, num_gpu, token_id, created_at, tao, person)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
                 params![
                     job.job_id,
                     job.org,
@@ -353,7 +393,8 @@ impl ServiceDb {
                     job.num_gpu,
                     job.token_id,
                     job.created_at,
-                    job.tao.as_ref().map(|t| t.to_string())
+                    job.tao.as_ref().map(|t| t.to_string()),
+                    job.person
                 ],
             )
             .map_err(|e| sql_err(&self.path, e))?;
@@ -377,7 +418,7 @@ impl ServiceDb {
         let conn = self.conn();
         let mut st = conn
             .prepare(
-                "SELECT job_id, org, workspace, action, specs, num_gpu, token_id, created_at, tao FROM api_jobs
+                "SELECT job_id, org, workspace, action, specs, num_gpu, token_id, created_at, tao, person FROM api_jobs
                  WHERE deleted_at IS NULL",
             )
             .map_err(|e| sql_err(&self.path, e))?;
@@ -395,6 +436,7 @@ impl ServiceDb {
                     token_id: r.get(6)?,
                     created_at: r.get(7)?,
                     tao: tao.and_then(|t| serde_json::from_str(&t).ok()),
+                    person: r.get(9)?,
                 })
             })
             .map_err(|e| sql_err(&self.path, e))?;
@@ -475,7 +517,7 @@ mod tests {
     fn tokens_are_stored_hashed_and_revoked() {
         let dir = tempfile::tempdir().unwrap();
         let db = ServiceDb::open(&dir.path().join("s.db")).unwrap();
-        let (rec, token) = db.create_token("team-a", "ci", None, 1_700_000_000).unwrap();
+        let (rec, token) = db.create_token("team-a", "ci", None, None, 1_700_000_000).unwrap();
         assert!(token.starts_with("tsk_") && token.len() == 4 + 64, "{token}");
         let raw = std::fs::read(dir.path().join("s.db")).unwrap_or_default();
         let wal = std::fs::read(dir.path().join("s.db-wal")).unwrap_or_default();
@@ -491,16 +533,24 @@ mod tests {
             org: "team-a".into(),
             name: rec.name.clone(),
             expires_at: None,
+            person: None,
         };
         assert_eq!(valid, vec![expected]);
         assert!(db.revoke_token(&rec.id, 1_700_000_000).unwrap());
         assert!(!db.revoke_token(&rec.id, 1_700_000_000).unwrap(), "once");
         assert!(db.valid_tokens().unwrap().is_empty());
         assert!(db.tokens().unwrap()[0].revoked_at.is_some());
-        assert!(db.create_token("a b", "x", None, 1_700_000_000).is_err());
-        let (rec, _) = db.create_token("team-a", "short", Some(3600), 1_700_000_000).unwrap();
+        assert!(db.create_token("a b", "x", None, None, 1_700_000_000).is_err());
+        let (rec, _) = db.create_token("team-a", "short", None, Some(3600), 1_700_000_000).unwrap();
         assert_eq!(rec.expires_at, Some(1_700_000_000 + 3600));
         assert_eq!(db.valid_tokens().unwrap()[0].expires_at, rec.expires_at);
+        // A person's token names them; a machine's none.
+        let (ada, _) = db.create_token("team-a", "laptop", Some("ada@example.org"), None, 1_700_000_000).unwrap();
+        assert_eq!(ada.person.as_deref(), Some("ada@example.org"));
+        let listed = db.tokens().unwrap();
+        assert_eq!(listed.iter().find(|t| t.id == ada.id).unwrap().person.as_deref(), Some("ada@example.org"));
+        assert!(listed.iter().filter(|t| t.id != ada.id).all(|t| t.person.is_none()));
+        assert!(db.create_token("team-a", "x", Some("two\nlines"), None, 1_700_000_000).is_err());
     }
 
     #[test]
@@ -508,7 +558,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = ServiceDb::open(&dir.path().join("s.db")).unwrap();
         let made: Vec<(TokenRecord, String)> =
-            (0..64).map(|_| db.create_token("o", "", None, 1_700_000_000).unwrap()).collect();
+            (0..64).map(|_| db.create_token("o", "", None, None, 1_700_000_000).unwrap()).collect();
         for (rec, token) in &made {
             let hex = token.strip_prefix("tsk_").unwrap();
             assert_eq!(hex.len(), 64);
