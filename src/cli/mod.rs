@@ -23,6 +23,7 @@ mod retry;
 mod running;
 mod schema;
 mod serve;
+mod service_login;
 mod status;
 mod submit;
 mod token;
@@ -210,6 +211,9 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
     if let Command::GenDocs(c) = cli.command {
         return c.run();
     }
+    if let Command::Login(c @ login::LoginCmd { service: Some(_), .. }) = cli.command {
+        return c.sign_in();
+    }
     let settings = load_settings(&cli)?;
     match cli.command {
         Command::Submit(c) => c.run(settings),
@@ -229,9 +233,9 @@ fn dispatch(cli: Cli) -> Result<i32, Error> {
         Command::CheckPath(c) => c.run(settings),
         Command::Image(c) => c.run(settings),
         Command::Credentials(c) => c.run(settings),
+        Command::Login(c) => c.run(settings),
         Command::Token(c) => c.run(settings),
         Command::Audit(c) => c.run(settings),
-        Command::Login(c) => c.run(settings),
         Command::Exec(c) => c.run(settings),
         Command::Shell(c) => c.run(settings),
         Command::Forward(c) => c.run(settings),

@@ -151,7 +151,9 @@ fn print_org_key(
 
 /// `serve ca-key`: the certificate authority's public key, for the login hosts' `TrustedUserCAKeys`.
 fn print_ca_key(path: Option<&std::path::Path>) -> Result<i32, Error> {
-    let path = path.ok_or_else(|| SpecError::new("--ssh-ca-key", "give the CA's private key: --ssh-ca-key PATH (or TAO_SLURM_SSH_CA_KEY)"))?;
+    let path = path.ok_or_else(|| {
+        SpecError::new("--ssh-ca-key", "give the CA's private key: --ssh-ca-key PATH (or TAO_SLURM_SSH_CA_KEY)")
+    })?;
     let ca = crate::service::certificates::Authority::load(path).map_err(|m| SpecError::new("--ssh-ca-key", m))?;
     println!("{}", ca.public_key().map_err(|m| SpecError::new("--ssh-ca-key", m))?);
     eprintln!("add it to the file the login hosts' sshd_config names in TrustedUserCAKeys (see docs/service.md, \"Each person their own Unix identity\")");

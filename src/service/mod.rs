@@ -35,6 +35,8 @@ mod request_metrics;
 mod results;
 mod revoke;
 mod secrets;
+pub mod sign_in;
+mod sign_in_routes;
 mod sse;
 pub mod state;
 pub mod tao_jobs;
@@ -164,6 +166,11 @@ pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
         .route("/api/v2/health/liveness", get(tao_routes::liveness))
         .route("/api/v2/health/readiness", get(tao_routes::readiness))
         .route("/api/v2/login", axum::routing::post(tao_routes::login))
+        .route("/auth/login", get(sign_in_routes::login))
+        .route("/auth/callback", get(sign_in_routes::callback))
+        .route("/auth/device", axum::routing::post(sign_in_routes::device))
+        .route("/auth/device/token", axum::routing::post(sign_in_routes::device_token))
+        .route("/auth/device/confirm", axum::routing::post(sign_in_routes::confirm))
         .route("/api/v2/openapi.json", get(openapi::openapi_json))
         .route("/api/v2/orgs/{org_ref}", get(audit::org_ref))
         .route(&format!("{org}/stats"), get(api::stats))
@@ -291,6 +298,11 @@ fn start_state(opts: &ServeOptions, setup: Setup) -> Result<Arc<AppState>, Error
     state.lease_secs = opts.lease_secs;
     state.authority = authority;
     state.certificate_secs = opts.ssh_cert_secs;
+    if let Some(rules) = state.operator.sign_in.clone() {
+        let secret = std::env::var(sign_in::CLIENT_SECRET_VAR).ok().filter(|s| !s.is_empty());
+        let s = sign_in::SignIn::new(rules, secret).map_err(|m| crate::spec::SpecError::new("sign_in", m))?;
+        state.sign_in = Some(Arc::new(s));
+    }
     let state = Arc::new(state);
     // The first snapshot before the first request; then one monitor thread per workspace.
     if let Some(w) = state.workspaces().first() {
@@ -366,6 +378,9 @@ pub fn serve(opts: ServeOptions, setup: Setup) -> Result<(), Error> {
             crate::spec::SpecError::new("bind", format!("cannot listen on {}: {e}", opts.bind))
         })?;
         let addr = listener.local_addr().map_err(runtime_error)?;
+        if let Some(s) = &state.sign_in {
+            s.listening_at(&format!("http://{addr}"));
+        }
         if !addr.ip().is_loopback() {
             tracing::warn!(%addr, "listening beyond loopback over plain HTTP: put a TLS proxy in front, or tokens travel in clear");
         }

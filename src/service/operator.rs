@@ -71,8 +71,32 @@ pub struct SharedRules {
     pub people: BTreeMap<String, String>,
 }
 
+/// `[sign_in]`: people sign in through this OpenID Connect provider (`service::sign_in`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SignInRules {
+    /// The provider's issuer URL (its `/.well-known/openid-configuration` is read from there).
+    pub issuer: String,
+    pub client_id: String,
+    /// The service's address as browsers reach it (the redirect URI is `<public_url>/auth/callback`);
+    /// None: the address it listens on.
+    pub public_url: Option<String>,
+    /// The claim that names the person (and is their Unix user unless a workspace maps them).
+    pub username_claim: String,
+    /// The claim that lists the person's groups.
+    pub groups_claim: String,
+    /// Org -> the provider's group whose members belong to it, and the group of its admins.
+    pub orgs: BTreeMap<String, String>,
+    pub admins: BTreeMap<String, String>,
+    /// Seconds a signed-in person's token lasts: leaving a group takes effect within it.
+    pub token_secs: u64,
+}
+
+/// A signed-in person's token lasts this long unless the operator says (`[sign_in] token_lifetime`).
+pub const DEFAULT_SIGN_IN_TOKEN_SECS: u64 = 3600;
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Operator {
+    pub sign_in: Option<SignInRules>,
     pub orgs: BTreeMap<String, OrgRules>,
     /// `[orgs] max_workspaces`: every org's cap unless its own table sets one.
     pub max_workspaces: Option<u32>,
@@ -177,12 +201,68 @@ fn shared_rules(name: &str, mut t: toml::Table, only_service_keys: bool) -> Resu
     Ok(rules)
 }
 
+fn sign_in_rules(mut t: toml::Table) -> Result<SignInRules, String> {
+    let mut text = |key: &str, default: Option<&str>| -> Result<String, String> {
+        match t.remove(key) {
+            Some(toml::Value::String(s)) if !s.trim().is_empty() => Ok(s),
+            Some(_) => Err(format!("[sign_in] {key} must be a string")),
+            None => default.map(str::to_string).ok_or_else(|| format!("[sign_in] needs {key}")),
+        }
+    };
+    let issuer = text("issuer", None)?;
+    let client_id = text("client_id", None)?;
+    let username_claim = text("username_claim", Some("preferred_username"))?;
+    let groups_claim = text("groups_claim", Some("groups"))?;
+    let lifetime = text("token_lifetime", Some("1h"))?;
+    let public_url = match t.remove("public_url") {
+        None => None,
+        Some(toml::Value::String(u)) => Some(u.trim_end_matches('/').to_string()),
+        Some(_) => return Err("[sign_in] public_url must be a URL".into()),
+    };
+    for url in std::iter::once(&issuer).chain(public_url.as_ref()) {
+        if !(url.starts_with("https://") || url.starts_with("http://")) {
+            return Err(format!("[sign_in] {url:?} is not an http(s) URL"));
+        }
+    }
+    let token_secs = humantime::parse_duration(&lifetime)
+        .map_err(|e| format!("[sign_in] token_lifetime {lifetime:?} is not a duration like 1h ({e})"))?
+        .as_secs();
+    if !(10..=7 * 86_400).contains(&token_secs) {
+        return Err(format!("[sign_in] token_lifetime {lifetime:?}: from 10s to 7 days"));
+    }
+    let mut groups = |key: &str| -> Result<BTreeMap<String, String>, String> {
+        let Some(v) = t.remove(key) else { return Ok(BTreeMap::new()) };
+        let toml::Value::Table(m) = v else {
+            return Err(format!("[sign_in.{key}] must be a table of org = \"group\""));
+        };
+        m.into_iter()
+            .map(|(org, g)| {
+                crate::client::records::check_org(&org).map_err(|m| format!("[sign_in.{key}]: {m}"))?;
+                let g = g.as_str().ok_or_else(|| format!("[sign_in.{key}] {org} must be a group name"))?;
+                Ok((org, g.to_string()))
+            })
+            .collect()
+    };
+    let (orgs, admins) = (groups("orgs")?, groups("admins")?);
+    if orgs.is_empty() {
+        return Err("[sign_in.orgs] must map at least one org to the provider's group of its members".into());
+    }
+    if let Some(k) = t.keys().next() {
+        return Err(format!("[sign_in] {k} is not a key of [sign_in]"));
+    }
+    Ok(SignInRules { issuer, client_id, public_url, username_claim, groups_claim, orgs, admins, token_secs })
+}
+
 /// The operator's part of the profiles file's text. Pure.
 pub fn parse(text: &str) -> Result<Operator, String> {
     let table: toml::Table = toml::from_str(text).map_err(|e| e.message().to_string())?;
     let mut op = Operator::default();
     for (name, value) in table {
         let toml::Value::Table(t) = value else { continue };
+        if name == "sign_in" {
+            op.sign_in = Some(sign_in_rules(t)?);
+            continue;
+        }
         if name == "orgs" {
             for (org, v) in t {
                 if org == "max_workspaces" {
@@ -274,6 +354,19 @@ max_workspaces = 5
         assert_eq!((op.max_workspaces("team-a"), op.max_workspaces("team-b")), (2, 5));
         assert_eq!(parse("").unwrap().max_workspaces("team-z"), DEFAULT_MAX_WORKSPACES);
         assert!(!l1.per_person && l1.people.is_empty(), "one shared identity unless said");
+        assert!(op.sign_in.is_none());
+        let s = parse(
+            "[sign_in]\nissuer = \"https://idp.example.org\"\nclient_id = \"tao\"\ntoken_lifetime = \"30min\"\n\
+             [sign_in.orgs]\nteam-a = \"tao-team-a\"\n[sign_in.admins]\nteam-a = \"tao-admins\"\n",
+        )
+        .unwrap()
+        .sign_in
+        .unwrap();
+        assert_eq!(
+            (s.username_claim.as_str(), s.groups_claim.as_str(), s.token_secs),
+            ("preferred_username", "groups", 1800)
+        );
+        assert_eq!((s.orgs["team-a"].as_str(), s.admins["team-a"].as_str()), ("tao-team-a", "tao-admins"));
         let people = parse("[l]\nidentity = \"person\"\n[l.people]\n\"ada@example.org\" = \"ada\"\n").unwrap();
         let l = people.shared("l");
         assert!(l.per_person);
@@ -296,6 +389,13 @@ max_workspaces = 5
             ("[l]\nidentity = \"people\"\n", "[l] identity must be"),
             ("[l]\nidentity = \"person\"\n[l.people]\nada = \"Ada Lovelace\"\n", "[l.people] \"ada\""),
             ("[l]\n[l.people]\nada = \"ada\"\n", "only with identity = \"person\""),
+            ("[sign_in]\nclient_id = \"x\"\n", "[sign_in] needs issuer"),
+            ("[sign_in]\nissuer = \"ftp://x\"\nclient_id = \"x\"\n[sign_in.orgs]\na = \"g\"\n", "not an http(s) URL"),
+            ("[sign_in]\nissuer = \"https://x\"\nclient_id = \"x\"\n", "[sign_in.orgs]"),
+            (
+                "[sign_in]\nissuer = \"https://x\"\nclient_id = \"x\"\nsecret = \"s\"\n[sign_in.orgs]\na = \"g\"\n",
+                "secret is not a key",
+            ),
         ] {
             let err = parse(text).unwrap_err();
             assert!(err.contains(want), "{text}: {err}");

@@ -26,9 +26,12 @@ pub fn unix_user(people: &BTreeMap<String, String>, person: &str) -> Result<Stri
         return Ok(user.clone());
     }
     if !people.is_empty() {
-        return Err(format!("{person:?} has no Unix user on this workspace: the operator maps them in its people table"));
+        return Err(format!(
+            "{person:?} has no Unix user on this workspace: the operator maps them in its people table"
+        ));
     }
-    check_unix_user(person).map_err(|m| format!("{m}; the operator maps {person:?} to a Unix user in the workspace's people table"))?;
+    check_unix_user(person)
+        .map_err(|m| format!("{m}; the operator maps {person:?} to a Unix user in the workspace's people table"))?;
     Ok(person.to_string())
 }
 

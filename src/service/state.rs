@@ -79,6 +79,8 @@ pub struct AppState {
     /// each certificate it signs is valid, in seconds.
     pub authority: Option<Arc<super::certificates::Authority>>,
     pub certificate_secs: u64,
+    /// Sign-in through the team's identity provider (`[sign_in]`), when the operator named one.
+    pub sign_in: Option<Arc<super::sign_in::SignIn>>,
     /// The service's records: each part of the service takes only the facet it works on.
     pub records: ServiceRecords,
     /// The operator's rules (clusters.toml).
@@ -153,6 +155,7 @@ impl AppState {
             persons: RwLock::new(Vec::new()),
             authority: None,
             certificate_secs: super::certificates::DEFAULT_CERTIFICATE_SECS,
+            sign_in: None,
             records,
             operator,
             secret_box,
@@ -268,6 +271,13 @@ impl AppState {
     pub fn reload_tokens(&self) -> Result<(), String> {
         let read = self.read_tokens_if_changed();
         self.keep_tokens(read, crate::clock::now())
+    }
+
+    /// Read the tokens now: this process just made one (its own writes do not move the database's
+    /// change count it watches).
+    pub fn reload_tokens_now(&self) -> Result<(), String> {
+        self.tokens_version.store(i64::MIN, Ordering::Relaxed);
+        self.reload_tokens()
     }
 
     /// The tokens, if the database changed since the last read (None: unchanged).
@@ -511,7 +521,14 @@ mod tests {
 
     #[test]
     fn a_token_expires_at_its_time_and_one_without_expiry_never() {
-        let t = |expires_at| TokenInfo { id: "i".into(), org: "o".into(), name: "n".into(), expires_at, admin: false, person: None };
+        let t = |expires_at| TokenInfo {
+            id: "i".into(),
+            org: "o".into(),
+            name: "n".into(),
+            expires_at,
+            admin: false,
+            person: None,
+        };
         for (expires_at, now, expired) in
             [(None, i64::MAX, false), (Some(100), 99, false), (Some(100), 100, true), (Some(100), 101, true)]
         {

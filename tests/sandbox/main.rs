@@ -42,6 +42,7 @@ mod service_partition;
 mod service_people;
 mod service_postgres;
 mod service_replicas;
+mod service_sign_in;
 mod service_tenancy;
 mod service_tensorboard;
 mod sqsh;

@@ -7,38 +7,11 @@
 //! host and the service signs a new one without the person noticing; machines' tokens are refused.
 
 use crate::common::sandbox::settings as sandbox_settings;
-use crate::service_support::{send, Service, ORG};
+use crate::service_support::{send, Service, TrustedCa, ORG};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
+
 use std::time::{Duration, Instant};
-
-/// The test CA's public key in the login hosts' TrustedUserCAKeys file, taken out however the test ends.
-struct TrustedCa {
-    file: PathBuf,
-    line: String,
-}
-
-impl TrustedCa {
-    fn add(line: &str) -> TrustedCa {
-        let file = PathBuf::from(&sandbox_settings()["SANDBOX_TRUSTED_USER_CA_KEYS"]);
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&file)
-            .unwrap_or_else(|e| panic!("{}: {e}; run bash dev/sandbox/up.sh (it makes the file)", file.display()));
-        writeln!(f, "{line}").unwrap();
-        TrustedCa { file, line: line.to_string() }
-    }
-}
-
-impl Drop for TrustedCa {
-    fn drop(&mut self) {
-        if let Ok(text) = std::fs::read_to_string(&self.file) {
-            let kept: String = text.lines().filter(|l| *l != self.line).map(|l| format!("{l}\n")).collect();
-            let _ = std::fs::write(&self.file, kept);
-        }
-    }
-}
 
 fn terminal(j: &Value) -> bool {
     matches!(j["status"].as_str(), Some("Done" | "Error" | "Canceled"))
@@ -58,7 +31,16 @@ fn logs_in(user: &str, key: &Path, cert: &Path) -> (bool, String) {
         .arg(key)
         .arg("-o")
         .arg(format!("CertificateFile={}", cert.display()))
-        .args(["-o", "IdentitiesOnly=yes", "-o", "IdentityAgent=none", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"])
+        .args([
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "IdentityAgent=none",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=10",
+        ])
         .arg("-o")
         .arg(format!("UserKnownHostsFile={}", s["SSH_KNOWN_HOSTS"]))
         .args(["-o", "StrictHostKeyChecking=yes", "-o", "ControlMaster=no", "-o", "ControlPath=none", "-p", &port])
@@ -114,14 +96,7 @@ async fn each_person_runs_as_their_own_unix_user_with_short_lived_certificates()
 
     // The test's CA; the login hosts trust it while the test runs.
     let ca_dir = tempfile::tempdir().unwrap();
-    let ca = ca_dir.path().join("ca");
-    let made = std::process::Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-C", "tao-slurm-test-ca", "-f"])
-        .arg(&ca)
-        .output()
-        .unwrap();
-    assert!(made.status.success(), "{made:?}");
-    let _trusted = TrustedCa::add(std::fs::read_to_string(ca.with_extension("pub")).unwrap().trim());
+    let (ca, _trusted) = TrustedCa::make(ca_dir.path());
 
     let run = format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
     let clusters = format!(
@@ -140,8 +115,9 @@ async fn each_person_runs_as_their_own_unix_user_with_short_lived_certificates()
     let ca_pub = std::fs::read_to_string(ca.with_extension("pub")).unwrap();
     let fields = |t: &str| t.split_whitespace().take(2).map(String::from).collect::<Vec<_>>();
     assert_eq!(fields(&shown), fields(&ca_pub));
-    let person_token =
-        |p: &str| svc.env.json(&["token", "create", "--org", ORG, "--person", p, "--json"])["token"].as_str().unwrap().to_string();
+    let person_token = |p: &str| {
+        svc.env.json(&["token", "create", "--org", ORG, "--person", p, "--json"])["token"].as_str().unwrap().to_string()
+    };
     let (ada_token, bo_token) = (person_token(&ada), person_token(&bo));
     let (ada_token, bo_token) = (ada_token.as_str(), bo_token.as_str());
     let job = |cmd: &str| json!({"image": "ubuntu:22.04", "command": cmd, "gpus": 0, "workspace": "people"});
@@ -157,7 +133,10 @@ async fn each_person_runs_as_their_own_unix_user_with_short_lived_certificates()
     let ada_cmd = r#"echo "uid=$(id -u)"; d="$TAO_API_RESULTS_DIR/$TAO_JOB_ID"; mkdir -p "$d"; echo ada-private > "$d/private.txt"; echo a-ready; sleep 120"#;
     let (s, ja) = post(&svc, ada_token, "/jobs", job(ada_cmd)).await;
     assert_eq!(s, 201, "{ja}");
-    assert_eq!((ja["user"].as_str(), ja["workspace"].as_str()), (Some(ada.as_str()), Some(format!("people@{ada}").as_str())));
+    assert_eq!(
+        (ja["user"].as_str(), ja["workspace"].as_str()),
+        (Some(ada.as_str()), Some(format!("people@{ada}").as_str()))
+    );
     let a_id = ja["id"].as_str().unwrap().to_string();
     let running = wait(&svc, ada_token, &a_id, |j| j["status"] == "Running" || terminal(j)).await;
     assert_eq!(running["status"], "Running", "{running}");
@@ -201,16 +180,21 @@ async fn each_person_runs_as_their_own_unix_user_with_short_lived_certificates()
     let mut want = vec![format!("{a_slurm}|{ada}"), format!("{b_slurm}|{bo}")];
     want.sort();
     // (slurmdbd shows a job that just ended as root's until its records are all in: polled.)
-    let rows = crate::common::wait::wait_for("sacct to name each job's user", Duration::from_secs(30), Duration::from_millis(500), || {
-        let out = std::process::Command::new("sacct")
-            .args(["-a", "-X", "-n", "-P", "-o", "JobID,User", "-j", &format!("{a_slurm},{b_slurm}")])
-            .env("SLURM_CONF", &slurm_conf)
-            .output()
-            .unwrap();
-        let mut rows: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect();
-        rows.sort();
-        Some(rows).filter(|r| *r == want)
-    });
+    let rows = crate::common::wait::wait_for(
+        "sacct to name each job's user",
+        Duration::from_secs(30),
+        Duration::from_millis(500),
+        || {
+            let out = std::process::Command::new("sacct")
+                .args(["-a", "-X", "-n", "-P", "-o", "JobID,User", "-j", &format!("{a_slurm},{b_slurm}")])
+                .env("SLURM_CONF", &slurm_conf)
+                .output()
+                .unwrap();
+            let mut rows: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect();
+            rows.sort();
+            Some(rows).filter(|r| *r == want)
+        },
+    );
     assert_eq!(rows, want);
 
     // The listings and the audit trail name the person.
@@ -254,7 +238,8 @@ async fn each_person_runs_as_their_own_unix_user_with_short_lived_certificates()
     assert!(!ok && said.contains("Permission denied"), "an expired certificate: {said}");
     // The service, meanwhile, signs new ones: its connections as ada dropped (her sshd sessions
     // ended), ada's next request logs in again with a certificate the login host accepts.
-    let killed = std::process::Command::new("pkill").args(["-u", &ada, "-f", &format!("^sshd: {ada}")]).status().unwrap();
+    let killed =
+        std::process::Command::new("pkill").args(["-u", &ada, "-f", &format!("^sshd: {ada}")]).status().unwrap();
     assert!(killed.success(), "the service had a connection as {ada}");
     assert!(logs(&svc, ada_token, &a_id).await.contains("a-ready"));
     let renewed = certificate(&cert_path);

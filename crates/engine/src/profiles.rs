@@ -40,8 +40,9 @@ const TAO_NAMES: &[(&str, &str)] = &[
 pub const SERVICE_KEYS: &[&str] = &["orgs", "policy", "forward_credentials", "identity", "people"];
 
 /// Tables of the file that are not clusters: `[default]` holds the service's keys for the settings
-/// without a profile, `[orgs.NAME]` an org's policy (`service::operator`).
-pub const NOT_CLUSTERS: &[&str] = &["default", "orgs"];
+/// without a profile, `[orgs.NAME]` an org's policy, `[sign_in]` the identity provider
+/// (`service::operator`).
+pub const NOT_CLUSTERS: &[&str] = &["default", "orgs", "sign_in"];
 
 /// Settings a profile cannot set: they are about the local machine or the choice of profile itself.
 const NOT_IN_A_PROFILE: &[&str] = &[CLUSTER_SETTING, FILE_SETTING, "TAO_SLURM_STATE", "TAO_ENV_FILE", "HOME"];

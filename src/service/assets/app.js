@@ -152,6 +152,7 @@ function showLogin(message) {
     el("label", { for: "token" }, "Token"),
     el("input", { id: "token", name: "token", type: "password", autocomplete: "current-password", required: true }),
     el("div", { style: "margin-top:14px" }, el("button", { type: "submit", id: "signin" }, "Sign in")),
+    el("p", {}, el("a", { href: "/auth/login", id: "sign-in-provider" }, "Sign in with your identity provider")),
     err);
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
@@ -465,7 +466,7 @@ function route() {
   stopView();
   document.getElementById("nav").hidden = false;
   document.getElementById("signout").hidden = false;
-  document.getElementById("who").textContent = `org ${auth.org}`;
+  document.getElementById("who").textContent = auth.person ? `${auth.person} · org ${auth.org}` : `org ${auth.org}`;
   const hash = location.hash || "#/";
   const m = hash.match(/^#\/jobs\/([0-9a-fA-F-]+)$/);
   document.getElementById("nav-jobs").className = m || hash === "#/" ? "active" : "";
@@ -479,6 +480,16 @@ window.addEventListener("hashchange", route);
 document.addEventListener("DOMContentLoaded", async () => {
   document.getElementById("signout").addEventListener("click", () => signOut());
   try { auth = JSON.parse(localStorage.getItem(STORE_KEY) || "null"); } catch (e) { auth = null; }
+  // Back from the identity provider: the service put the person's token in the fragment (never sent
+  // to a server); keep it, and take it out of the address bar and the history.
+  if (location.hash.startsWith("#sign_in=")) {
+    try {
+      const got = JSON.parse(decodeURIComponent(location.hash.slice(9).replace(/\+/g, " ")));
+      auth = { org: String(got.org), token: String(got.token), person: String(got.person) };
+      localStorage.setItem(STORE_KEY, JSON.stringify(auth));
+    } catch (e) { auth = null; }
+    history.replaceState(null, "", "/");
+  }
   if (!auth) return showLogin();
   try { await loadWorkspaces(); route(); } catch (e) { if (auth) showLogin(`Cannot reach the service: ${e.message}`); }
 });

@@ -136,7 +136,12 @@ impl Service {
     }
 
     /// [`Service::start_configured`] with these `serve` flags too.
-    pub fn start_configured_with_flags(vars: &[(&str, &str)], clusters_toml: &str, admin: bool, flags: &[&str]) -> Service {
+    pub fn start_configured_with_flags(
+        vars: &[(&str, &str)],
+        clusters_toml: &str,
+        admin: bool,
+        flags: &[&str],
+    ) -> Service {
         let mut args = vec!["--rate-limit", TESTS_RATE_LIMIT];
         args.extend_from_slice(flags);
         Service::launch(vars, clusters_toml, admin, &args)
@@ -317,4 +322,50 @@ pub async fn send(svc: &Service, token: &str, method: reqwest::Method, url: &str
     let status = r.status().as_u16();
     let text = r.text().await.unwrap();
     (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+/// The test CA's public key in the login hosts' TrustedUserCAKeys file, taken out however the test ends.
+pub struct TrustedCa {
+    file: std::path::PathBuf,
+    line: String,
+}
+
+impl TrustedCa {
+    /// A CA key made in `dir` (ssh-keygen, ed25519), trusted until the guard drops: (its private key, guard).
+    pub fn make(dir: &std::path::Path) -> (std::path::PathBuf, TrustedCa) {
+        let ca = dir.join("ca");
+        let made = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", "tao-slurm-test-ca", "-f"])
+            .arg(&ca)
+            .output()
+            .unwrap();
+        assert!(made.status.success(), "{made:?}");
+        let line = std::fs::read_to_string(ca.with_extension("pub")).unwrap();
+        (ca, TrustedCa::add(line.trim()))
+    }
+
+    fn add(line: &str) -> TrustedCa {
+        let _one = TRUSTED_CA_FILE.lock().unwrap_or_else(|e| e.into_inner());
+        let file = std::path::PathBuf::from(&crate::common::sandbox::settings()["SANDBOX_TRUSTED_USER_CA_KEYS"]);
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .unwrap_or_else(|e| panic!("{}: {e}; run bash dev/sandbox/up.sh (it makes the file)", file.display()));
+        writeln!(f, "{line}").unwrap();
+        TrustedCa { file, line: line.to_string() }
+    }
+}
+
+/// Tests add and take out their CA lines one at a time (a take-out rewrites the file).
+static TRUSTED_CA_FILE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+impl Drop for TrustedCa {
+    fn drop(&mut self) {
+        let _one = TRUSTED_CA_FILE.lock().unwrap_or_else(|e| e.into_inner());
+        if let Ok(text) = std::fs::read_to_string(&self.file) {
+            let kept: String = text.lines().filter(|l| *l != self.line).map(|l| format!("{l}\n")).collect();
+            let _ = std::fs::write(&self.file, kept);
+        }
+    }
 }

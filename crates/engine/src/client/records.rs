@@ -4,7 +4,9 @@
 //! (`store::service_records::ServiceDb`) is the store's and no door names it.
 
 use crate::store::service_records::ServiceDb;
-pub use crate::store::service_records::{check_org, check_person, token_hash, ApiJob, SealedSecret, TokenRecord, ValidToken};
+pub use crate::store::service_records::{
+    check_org, check_person, token_hash, ApiJob, SealedSecret, TokenRecord, ValidToken,
+};
 pub use crate::store::AuditEntry;
 use std::path::Path;
 use std::time::Duration;

@@ -1,0 +1,92 @@
+//! `login --service URL`: sign in to a team service through its identity provider, from a terminal
+//! (no browser needed here): the service gives a link and a device code; the person opens the link in
+//! any browser and signs in; the service token they get is kept in a private file for the tools that
+//! call the service (TAO's client, scripts, agents). The token is never printed.
+
+use crate::error::Error;
+use crate::spec::SpecError;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Where the token is kept unless `--token-file` says: `~/.config/tao/service-token.json`.
+fn default_file() -> Result<PathBuf, Error> {
+    let home = std::env::var_os("HOME").ok_or_else(|| SpecError::new("HOME", "not set: give --token-file"))?;
+    Ok(PathBuf::from(home).join(".config/tao/service-token.json"))
+}
+
+fn refuse(m: impl std::fmt::Display) -> Error {
+    SpecError::new("--service", m.to_string()).into()
+}
+
+pub fn sign_in(service: &str, org: Option<&str>, token_file: Option<PathBuf>) -> Result<i32, Error> {
+    let base = service.trim_end_matches('/');
+    if !(base.starts_with("https://") || base.starts_with("http://")) {
+        return Err(refuse(format!("{service:?} is not the service's http(s) URL")));
+    }
+    let file = match token_file {
+        Some(f) => f,
+        None => default_file()?,
+    };
+    let http = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(refuse)?;
+    let start: serde_json::Value = http
+        .post(format!("{base}/auth/device"))
+        .json(&serde_json::json!({ "org": org }))
+        .send()
+        .and_then(|r| r.error_for_status())
+        .and_then(|r| r.json())
+        .map_err(|e| {
+            refuse(format!("the service at {base} does not offer sign-in ({e}); ask its operator for a token"))
+        })?;
+    let (Some(code), Some(link)) = (start["device_code"].as_str(), start["verification_uri_complete"].as_str()) else {
+        return Err(refuse(format!("the service answered no device code: {start}")));
+    };
+    eprintln!("Open this link in a browser and sign in:\n\n    {link}\n\nWaiting for the sign-in...");
+    let deadline = Instant::now() + Duration::from_secs(start["expires_in"].as_u64().unwrap_or(600));
+    let every = Duration::from_secs(start["interval"].as_u64().unwrap_or(2).clamp(1, 30));
+    let issued = loop {
+        std::thread::sleep(every);
+        let r = http
+            .post(format!("{base}/auth/device/token"))
+            .json(&serde_json::json!({ "device_code": code }))
+            .send()
+            .map_err(|e| refuse(format!("cannot reach the service: {e}")))?;
+        let ok = r.status().is_success();
+        let body: serde_json::Value = r.json().unwrap_or_default();
+        if ok {
+            break body;
+        }
+        match body["error"].as_str() {
+            Some("authorization_pending") if Instant::now() < deadline => continue,
+            Some("authorization_pending") => {
+                return Err(refuse("the link was not used in time; run `tao-slurm login --service` again"))
+            }
+            _ => {
+                let why = body["error_description"].as_str().unwrap_or("the service refused the sign-in");
+                return Err(refuse(format!("not signed in: {why}")));
+            }
+        }
+    };
+    let kept = serde_json::json!({
+        "service": base,
+        "org": issued["org"],
+        "person": issued["person"],
+        "admin": issued["admin"],
+        "expires_at": issued["expires_at"],
+        "token": issued["token"],
+    });
+    crate::private::ensure_private_file(&file).map_err(|m| SpecError::new("--token-file", m))?;
+    std::fs::write(&file, format!("{kept:#}\n"))
+        .map_err(|e| SpecError::new("--token-file", format!("cannot write {}: {e}", file.display())))?;
+    let until = issued["expires_at"].as_i64().map(crate::client::rfc3339).unwrap_or_default();
+    eprintln!(
+        "Signed in to {base} as {} (org {}) until {until}; the token is in {} (mode 600)",
+        issued["person"].as_str().unwrap_or("?"),
+        issued["org"].as_str().unwrap_or("?"),
+        file.display()
+    );
+    Ok(0)
+}
