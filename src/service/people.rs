@@ -93,6 +93,7 @@ pub fn open(state: &Arc<AppState>, parent: &Workspace, person: &str, user: &str)
     settings.ssh_auth_sock = None;
     settings.mail_user = None;
     settings.cluster = Some(id.clone());
+    settings.person = Some(person.to_string());
     let mut w = Workspace::new(id, settings, parent.access.clone());
     w.name = parent.name.clone();
     w.policy = parent.policy.clone();

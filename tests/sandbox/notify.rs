@@ -13,16 +13,25 @@ use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// A receiver of webhook POSTs: it answers 500 to the first, 200 to the others, and keeps every body
-/// it answered 200 to, in order.
-struct Receiver {
-    port: u16,
+/// A receiver of webhook POSTs: it answers 500 to the first (unless [`Receiver::accepting`]), 200 to
+/// the others, and keeps every body it answered 200 to, in order.
+pub(crate) struct Receiver {
+    pub(crate) port: u16,
     got: Arc<Mutex<Vec<Value>>>,
     refused: Arc<Mutex<usize>>,
 }
 
 impl Receiver {
     fn start() -> Receiver {
+        Receiver::listen(true)
+    }
+
+    /// One that answers 200 to every POST.
+    pub(crate) fn accepting() -> Receiver {
+        Receiver::listen(false)
+    }
+
+    fn listen(refuse_first: bool) -> Receiver {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let got = Arc::new(Mutex::new(Vec::new()));
@@ -35,7 +44,7 @@ impl Receiver {
                 let first = {
                     let mut r = r.lock().unwrap();
                     *r += 1;
-                    *r == 1
+                    *r == 1 && refuse_first
                 };
                 let status = if first { "500 Internal Server Error" } else { "200 OK" };
                 if !first {
@@ -47,7 +56,7 @@ impl Receiver {
         Receiver { port, got, refused }
     }
 
-    fn messages(&self) -> Vec<Value> {
+    pub(crate) fn messages(&self) -> Vec<Value> {
         self.got.lock().unwrap().clone()
     }
 }

@@ -99,9 +99,12 @@ async fn each_person_runs_as_their_own_unix_user_with_short_lived_certificates()
     let (ca, _trusted) = TrustedCa::make(ca_dir.path());
 
     let run = format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
+    // The workspace's webhooks (its profile's TAO_SLURM_NOTIFY) name each job's person.
+    let hooks = crate::notify::Receiver::accepting();
     let clusters = format!(
         "[people]\nslurm_hostname = [\"127.0.0.1:{port}\"]\nbase_results_dir = \"{sd}/shared/{{user}}/people-{run}\"\n\
-         orgs = [\"{ORG}\"]\nidentity = \"person\"\n"
+         orgs = [\"{ORG}\"]\nidentity = \"person\"\nTAO_SLURM_NOTIFY = \"json:http://127.0.0.1:{}/hook\"\n",
+        hooks.port
     );
     let ca_text = ca.display().to_string();
     let svc = Service::start_configured_with_flags(
@@ -197,7 +200,20 @@ async fn each_person_runs_as_their_own_unix_user_with_short_lived_certificates()
     );
     assert_eq!(rows, want);
 
-    // The listings and the audit trail name the person.
+    // The webhooks, the listings and the audit trail name the person.
+    crate::common::wait::wait_for(
+        "bo's job's end heard, naming bo",
+        Duration::from_secs(60),
+        Duration::from_millis(300),
+        || {
+            hooks
+                .messages()
+                .iter()
+                .any(|m| m["job_id"] == b_id.as_str() && m["event"] == "finished" && m["user"] == bo.as_str())
+        },
+    );
+    let started = hooks.messages().into_iter().find(|m| m["job_id"] == a_id.as_str() && m["event"] == "started");
+    assert_eq!(started.as_ref().map(|m| m["user"].clone()), Some(json!(ada)), "{:?}", hooks.messages());
     let (_, mine) = get(&svc, ada_token, "/jobs?mine=true").await;
     let mine: Vec<&str> = mine["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap()).collect();
     assert_eq!(mine, [a_id.as_str()]);

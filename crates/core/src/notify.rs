@@ -122,6 +122,20 @@ pub struct Notice {
     /// Unix seconds.
     pub at: i64,
     pub text: String,
+    /// The person the job is theirs (a team service's person workspace); absent elsewhere.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+}
+
+impl Notice {
+    /// The notice of a person's job: named in the text and the `user` field.
+    pub fn of_person(mut self, person: Option<&str>) -> Notice {
+        if let Some(p) = person {
+            self.text = format!("{} (for {p})", self.text);
+            self.user = Some(p.to_string());
+        }
+        self
+    }
 }
 
 /// The notice of a recorded event about `attempt` of `job` (see [`attempt_of_event`]), with that
@@ -170,7 +184,18 @@ fn notice(
     let who = job.name.as_deref().map_or_else(|| short(&job.job_id), |n| format!("{n} ({})", short(&job.job_id)));
     let class = failure_class.as_deref().map(|c| format!(" [{c}]")).unwrap_or_default();
     let text = format!("tao-slurm job {who} {}{class}, attempt {attempt}: {detail}", words(event));
-    Notice { key, event, job_id: job.job_id.clone(), name: job.name.clone(), attempt, failure_class, detail, at, text }
+    Notice {
+        key,
+        event,
+        job_id: job.job_id.clone(),
+        name: job.name.clone(),
+        attempt,
+        failure_class,
+        detail,
+        at,
+        text,
+        user: None,
+    }
 }
 
 fn short(id: &str) -> String {
@@ -381,6 +406,12 @@ mod tests {
             (Some("started"), Some("abcdef1234"), Some(2))
         );
         assert!(g["text"].is_string() && g.get("key").is_none());
+        assert!(g.get("user").is_none(), "no person: no field");
+        // A person's job: both forms name them.
+        let theirs = n.clone().of_person(Some("ada"));
+        assert_eq!(body(&generic, &theirs)["user"], "ada");
+        assert!(body(&slack, &theirs)["text"].as_str().unwrap().ends_with("(for ada)"));
+        assert_eq!(n.clone().of_person(None), n);
         assert_eq!(parse_webhooks(["http://a/x, https://b/y", "http://c"]).unwrap().len(), 3);
     }
 

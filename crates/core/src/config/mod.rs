@@ -258,6 +258,9 @@ pub struct Settings {
     /// The cluster profile these settings come from (`--cluster`; the engine's `profiles`); None for
     /// the settings without a profile. Every job records it.
     pub cluster: Option<String>,
+    /// The person a team service's person workspace acts for (its webhooks name them); None
+    /// elsewhere. Set by the service, never by a setting.
+    pub person: Option<String>,
 }
 
 /// Where values come from, highest precedence first.
@@ -572,6 +575,7 @@ impl Settings {
             forwarded_secrets: forwarded_secrets(src)?,
             unrecognised,
             cluster: cluster(src)?,
+            person: None,
         })
     }
 

@@ -47,7 +47,7 @@ pub fn enqueue(store: &Store, settings: &Settings, active: &[JobSummary], now: i
         store.set_notify_cursor(&name, cursor.unwrap_or(0))?;
         let limit = i64::from(settings.notify_pending_minutes) * 60;
         for job in active.iter().filter(|j| j.cluster == settings.cluster) {
-            if let Some(n) = notify::stuck_pending(job, now, limit) {
+            if let Some(n) = notify::stuck_pending(job, now, limit).map(|n| n.of_person(settings.person.as_deref())) {
                 queued += queue(store, &n, &webhooks_of(store, &job.job_id, &ours)?, now)?;
             }
         }
@@ -76,7 +76,9 @@ fn enqueue_events<'a>(
             store.attempts(&job.job_id)?.into_iter().find(|a| a.number == attempt).and_then(|a| a.failure_class);
         let Some(notice) = notify::notice_of(e, job, attempt, class.as_deref()) else { continue };
         // The settings' webhooks are for the jobs of their cluster; a job's own, for it wherever it runs.
-        let theirs: &[Webhook] = if job.cluster == settings.cluster { ours } else { &[] };
+        let ours_too = job.cluster == settings.cluster;
+        let theirs: &[Webhook] = if ours_too { ours } else { &[] };
+        let notice = if ours_too { notice.of_person(settings.person.as_deref()) } else { notice };
         queued += queue(store, &notice, &webhooks_of(store, &job.job_id, theirs)?, now)?;
     }
     Ok(queued)

@@ -57,15 +57,17 @@ fn open_here(target: Target<'_>, schema: &str, migrations: &[&str]) -> Result<Co
     Ok(Conn::postgres(pg))
 }
 
-/// How long opening waits for a server that says it is starting up (57P03, "cannot connect now"): a
-/// database started beside the service (a pod restarted as a whole) answers that for a few seconds.
-const STARTING_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+/// Opening waits for a server that says it is starting up (57P03, "cannot connect now"): a database
+/// started beside the service (a pod restarted as a whole) answers that for a few seconds. At most
+/// this many tries, half a second apart (about a minute; counted, the store reads no clock).
+const STARTING_UP_TRIES: u32 = 120;
 
 fn connect_when_up(way: &super::pg_tls::Way, config: &postgres::Config) -> Result<postgres::Client, postgres::Error> {
-    let start = std::time::Instant::now();
+    let mut tries = 1;
     loop {
         match way.connect(config) {
-            Err(e) if e.code().is_some_and(|c| c.code() == "57P03") && start.elapsed() < STARTING_UP_WAIT => {
+            Err(e) if e.code().is_some_and(|c| c.code() == "57P03") && tries < STARTING_UP_TRIES => {
+                tries += 1;
                 std::thread::sleep(std::time::Duration::from_millis(500));
             }
             other => return other,
