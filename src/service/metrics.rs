@@ -71,7 +71,9 @@ fn read_now(state: &AppState, r: &Registry) -> prometheus::Result<()> {
     let mut by: std::collections::BTreeMap<(String, &str), i64> = Default::default();
     for j in state.snapshot().order.iter() {
         // The status as the API shows it (Done, not the engine's Complete).
-        *by.entry((j.out.workspace.clone(), super::types::TaoStatus::from(j.status).as_str())).or_default() += 1;
+        // A person's workspace counts under its per-person workspace: no person in a label.
+        let workspace = j.out.workspace.split('@').next().unwrap_or_default().to_string();
+        *by.entry((workspace, super::types::TaoStatus::from(j.status).as_str())).or_default() += 1;
     }
     for ((w, s), n) in by {
         jobs.with_label_values(&[&w, s]).set(n);

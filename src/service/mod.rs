@@ -286,6 +286,9 @@ fn start_state(opts: &ServeOptions, setup: Setup) -> Result<Arc<AppState>, Error
             w.policy = rules.policy;
             if rules.per_person {
                 w.identity = workspace::Identity::PerPerson(rules.people);
+                // Never a login with the operator's identity in a person's stead.
+                let said = format!("workspace {} logs in as each person, never as itself", w.id);
+                w.before_login = Some(Box::new(move || Err(said.clone())));
             }
             // The operator's own clusters: their preflight is the operator's to run.
             w.ready.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -305,7 +308,7 @@ fn start_state(opts: &ServeOptions, setup: Setup) -> Result<Arc<AppState>, Error
     }
     let state = Arc::new(state);
     // The first snapshot before the first request; then one monitor thread per workspace.
-    if let Some(w) = state.workspaces().first() {
+    if let Some(w) = state.workspaces().iter().find(|w| w.before_login.is_none()) {
         let _ = w.with_client(|c| {
             state.publish(c);
             Ok(())

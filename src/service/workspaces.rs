@@ -760,6 +760,14 @@ pub async fn workspace_cluster(
     q: ClusterQuery,
 ) -> ApiResult<Json<ClusterOut>> {
     let ws = find_workspace(&state, &org, &id)?;
+    if matches!(ws.identity, super::workspace::Identity::PerPerson(_)) {
+        // It has no login of its own to look with (each person's is theirs).
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "per_person_workspace",
+            format!("workspace {id} runs each person's jobs as their own Unix user and has no cluster view of its own; a job's page shows its partition and pending reason"),
+        ));
+    }
     // One reader at a time per workspace: concurrent requests wait for it and share its answer.
     let mut cached = ws.cluster_view.lock().await;
     if let Some((at, view)) = cached.as_ref() {

@@ -111,7 +111,7 @@ async fn each_person_runs_as_their_own_unix_user_with_short_lived_certificates()
         &[],
         &clusters,
         false,
-        &["--ssh-ca-key", &ca_text, "--ssh-cert-lifetime", "20s"],
+        &["--ssh-ca-key", &ca_text, "--ssh-cert-lifetime", "20s", "--metrics-addr", "127.0.0.1:0"],
     );
     // What the admin puts in TrustedUserCAKeys.
     let shown = svc.env.ok(&["serve", "--ssh-ca-key", &ca_text, "ca-key"]);
@@ -270,6 +270,20 @@ async fn each_person_runs_as_their_own_unix_user_with_short_lived_certificates()
     assert!(accepted(cert.serial()), "the first certificate logged the service in");
     let latest = certificate(&cert_path);
     assert!(accepted(latest.serial()) || accepted(renewed.serial()), "a renewed certificate logged it in");
+
+    // The metrics count the persons' jobs under the workspace, naming no one; the per-person
+    // workspace has no cluster view of its own (it never logs in as the operator).
+    let metrics = reqwest::get(svc.metrics_url.clone().unwrap()).await.unwrap().text().await.unwrap();
+    assert!(
+        metrics.contains("tao_slurm_jobs{status=\"Running\",workspace=\"people\"} 1")
+            || metrics.contains("tao_slurm_jobs{workspace=\"people\",status=\"Running\"} 1"),
+        "{metrics}"
+    );
+    for name in [&ada, &bo] {
+        assert!(!metrics.contains(&format!("@{name}")) && !metrics.contains(&format!("\"{name}\"")), "{metrics}");
+    }
+    let (s, e) = get(&svc, ada_token, "/workspaces/people:cluster").await;
+    assert_eq!((s, e["error_type"].as_str()), (409, Some("per_person_workspace")), "{e}");
 
     // ada cancels her own job.
     let (s, j) = post(&svc, ada_token, &format!("/jobs/{a_id}:cancel"), json!({})).await;
