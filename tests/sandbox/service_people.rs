@@ -180,25 +180,7 @@ async fn each_person_runs_as_their_own_unix_user_with_short_lived_certificates()
     assert_eq!((s, e["error_type"].as_str()), (403, Some("forbidden")), "{e}");
     // sacct shows each job under its person's user.
     let b_slurm = done["backend_details"]["slurm_metadata"]["slurm_job_id"].as_str().unwrap().to_string();
-    let mut want = vec![format!("{a_slurm}|{ada}"), format!("{b_slurm}|{bo}")];
-    want.sort();
-    // (slurmdbd shows a job that just ended as root's until its records are all in: polled.)
-    let rows = crate::common::wait::wait_for(
-        "sacct to name each job's user",
-        Duration::from_secs(30),
-        Duration::from_millis(500),
-        || {
-            let out = std::process::Command::new("sacct")
-                .args(["-a", "-X", "-n", "-P", "-o", "JobID,User", "-j", &format!("{a_slurm},{b_slurm}")])
-                .env("SLURM_CONF", &slurm_conf)
-                .output()
-                .unwrap();
-            let mut rows: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect();
-            rows.sort();
-            Some(rows).filter(|r| *r == want)
-        },
-    );
-    assert_eq!(rows, want);
+    crate::service_support::wait_for_sacct_users(&[(&a_slurm, &ada), (&b_slurm, &bo)]);
 
     // The webhooks, the listings and the audit trail name the person.
     crate::common::wait::wait_for(

@@ -5,7 +5,7 @@
 //! shows under each one's Unix user, and the audit trail names each. ada, taken out of the org's group
 //! at the provider, loses access when her token ends (its lifetime here: 30 s) and cannot sign in again.
 
-use crate::common::wait::{wait_for, wait_for_async};
+use crate::common::wait::wait_for_async;
 use crate::service_dashboard::{browser, until};
 use crate::service_support::{send, Service, TrustedCa, ORG};
 use fantoccini::Locator;
@@ -210,19 +210,7 @@ async fn people_sign_in_through_the_identity_provider_and_run_as_themselves() {
     // Each runs a job, as themselves.
     let (a_id, a_slurm) = run_job(&svc, &ada_token).await;
     let (b_id, b_slurm) = run_job(&svc, &bo_token).await;
-    let slurm_conf = format!("{sd}/etc/slurm.conf");
-    let mut want = vec![format!("{a_slurm}|{ada}"), format!("{b_slurm}|{bo}")];
-    want.sort();
-    wait_for("sacct to name each job's user", Duration::from_secs(30), Duration::from_millis(500), || {
-        let out = Command::new("sacct")
-            .args(["-a", "-X", "-n", "-P", "-o", "JobID,User", "-j", &format!("{a_slurm},{b_slurm}")])
-            .env("SLURM_CONF", &slurm_conf)
-            .output()
-            .unwrap();
-        let mut rows: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect();
-        rows.sort();
-        rows == want
-    });
+    crate::service_support::wait_for_sacct_users(&[(&a_slurm, &ada), (&b_slurm, &bo)]);
     let audit = svc.env.json(&["audit", "--org", ORG, "--json"]);
     let creates: Vec<(String, String)> = audit
         .as_array()

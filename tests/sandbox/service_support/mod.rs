@@ -369,3 +369,27 @@ impl Drop for TrustedCa {
         }
     }
 }
+
+/// Wait until `sacct` shows each of these Slurm jobs under its Unix user (slurmdbd shows a job that
+/// just ended as root's until its records are all in).
+pub fn wait_for_sacct_users(jobs: &[(&str, &str)]) {
+    let conf = format!("{}/etc/slurm.conf", crate::common::sandbox::settings()["SANDBOX_DIR"]);
+    let ids: Vec<&str> = jobs.iter().map(|(id, _)| *id).collect();
+    let mut want: Vec<String> = jobs.iter().map(|(id, user)| format!("{id}|{user}")).collect();
+    want.sort();
+    crate::common::wait::wait_for(
+        "sacct to name each job's user",
+        Duration::from_secs(30),
+        Duration::from_millis(500),
+        || {
+            let out = std::process::Command::new("sacct")
+                .args(["-a", "-X", "-n", "-P", "-o", "JobID,User", "-j", &ids.join(",")])
+                .env("SLURM_CONF", &conf)
+                .output()
+                .unwrap();
+            let mut rows: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect();
+            rows.sort();
+            rows == want
+        },
+    );
+}
