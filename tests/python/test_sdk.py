@@ -13,7 +13,7 @@ import time
 
 import pytest
 from conftest import last_json, run_python
-from tao_test_support import REPO, sandbox_settings, user_env, wait_until
+from tao_test_support import BIN, sandbox_settings, user_env, wait_until
 
 import tao_slurm
 from tao_slurm import JobSpecError, JobStatus, SlurmSDK
@@ -335,7 +335,7 @@ print(json.dumps({"job_id": job.id, "final": final.status, "logs": sdk.get_job_l
     assert unknown and not unknown["ok"] and not unknown["required"], unknown
     assert "SLURM_PARTITON (did you mean SLURM_PARTITION?)" in unknown["detail"], unknown
     # The CLI reads the same names.
-    cli = REPO / "target" / "debug" / "tao-slurm"
+    cli = BIN  # TAO_SLURM_BIN, else the debug build
     assert cli.is_file(), f"{cli} is missing: dev/test builds it"
     out = subprocess.run([str(cli), "status", result["job_id"], "--json"], env=env, capture_output=True, text=True)
     assert out.returncode == 0 and json.loads(out.stdout)[0]["status"] == "Complete", out.stderr

@@ -26,10 +26,63 @@ pub fn target_of(job: &JobRecord) -> CancelTarget {
     }
 }
 
+/// Slurm job ids for scancel, the tasks of one job array as one `ARRAY_[ranges]` (scancel sends one
+/// request for it, where a thousand `ARRAY_i` are a thousand: what counts under a controller's RPC
+/// rate limit). Others as they are, in order of first appearance. Pure.
+pub fn grouped_ids<'a>(ids: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut order: Vec<String> = Vec::new();
+    let mut tasks: std::collections::HashMap<String, Vec<u32>> = Default::default();
+    for id in ids {
+        let task = id.split_once('_').and_then(|(a, i)| {
+            (!a.is_empty() && a.bytes().all(|b| b.is_ascii_digit())).then_some(a).zip(i.parse::<u32>().ok())
+        });
+        let key = match task {
+            Some((array, index)) => {
+                tasks.entry(array.to_string()).or_default().push(index);
+                format!("{array}_")
+            }
+            None => id.to_string(),
+        };
+        if !order.contains(&key) {
+            order.push(key);
+        }
+    }
+    order
+        .into_iter()
+        .map(|key| match key.strip_suffix('_').and_then(|a| tasks.get(a).map(|t| (a, t))) {
+            Some((array, indices)) => match ranges(indices) {
+                one if one.bytes().all(|b| b.is_ascii_digit()) => format!("{array}_{one}"),
+                many => format!("{array}_[{many}]"),
+            },
+            None => key,
+        })
+        .collect()
+}
+
+/// `0-3,7,9-10` of some indices.
+fn ranges(indices: &[u32]) -> String {
+    let mut sorted = indices.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let start = sorted[i];
+        while i + 1 < sorted.len() && sorted[i + 1] == sorted[i] + 1 {
+            i += 1;
+        }
+        parts.push(if sorted[i] == start { start.to_string() } else { format!("{start}-{}", sorted[i]) });
+        i += 1;
+    }
+    parts.join(",")
+}
+
 /// The remote script. Pure.
 pub fn cancel_script(targets: &[CancelTarget]) -> String {
-    let ids: Vec<String> =
-        targets.iter().filter_map(|t| if let CancelTarget::Id(i) = t { Some(quote(i)) } else { None }).collect();
+    let each: Vec<&str> =
+        targets.iter().filter_map(|t| if let CancelTarget::Id(i) = t { Some(i.as_str()) } else { None }).collect();
+    let grouped: Vec<String> = grouped_ids(each.iter().copied()).iter().map(|i| quote(i)).collect();
+    let ids: Vec<String> = each.iter().map(|i| quote(i)).collect();
     let names: Vec<(usize, String)> = targets
         .iter()
         .enumerate()
@@ -37,7 +90,7 @@ pub fn cancel_script(targets: &[CancelTarget]) -> String {
         .collect();
     let mut s = String::new();
     if !ids.is_empty() {
-        let list = ids.join(" ");
+        let list = grouped.join(" ");
         s.push_str(&format!(
             "echo '{SECTION}scancel'\nscancel {list} 2>&1 | {PREFIX_LINES}\nrc=${{PIPESTATUS[0]}}\necho \"{SECTION}rc scancel $rc\"\n"
         ));
@@ -143,6 +196,21 @@ mod tests {
 
     fn run(script: &str, scancel: &str, squeue: &str) -> String {
         crate::stand_ins::StandIns::of(&[("scancel", scancel), ("squeue", squeue)]).stdout(script)
+    }
+
+    #[test]
+    fn a_job_arrays_tasks_are_cancelled_in_one_request() {
+        let ids = ["77_3", "10", "77_0", "77_1", "77_2", "77_9", "78_5", "77_10", "12_x", "_4"];
+        assert_eq!(grouped_ids(ids), ["77_[0-3,9-10]", "10", "78_5", "12_x", "_4"]);
+        assert_eq!(grouped_ids(["5_1", "5_1"]), ["5_1"]);
+        assert!(grouped_ids(std::iter::empty()).is_empty());
+        // 1,000 variants: one scancel argument; squeue, when scancel fails, still asks for each.
+        let targets: Vec<CancelTarget> = (0..1000).map(|i| CancelTarget::Id(format!("900_{i}"))).collect();
+        let script = cancel_script(&targets);
+        assert!(script.contains("scancel '900_[0-999]' 2>&1"), "{script}");
+        let ok = parse_cancel_output(&run(&script, r#"[ "$*" = "900_[0-999]" ] || exit 3"#, "exit 9"), &targets);
+        assert!(ok.iter().all(|r| r.is_ok()));
+        assert!(script.contains("-j 900_0,900_1,"));
     }
 
     #[test]
