@@ -123,7 +123,16 @@ pub async fn callback(
     };
     let outcome = match (q.code, q.error) {
         (Some(code), None) => s.finish(code, &p).await,
-        (_, e) => Err(format!("the identity provider did not sign you in ({})", e.unwrap_or_else(|| "no code".into()))),
+        (_, e) => {
+            // The error code is the URL's, so anyone's: kept to OAuth's characters, and short.
+            let code: String = e
+                .unwrap_or_else(|| "no code".into())
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || "_- ".contains(*c))
+                .take(64)
+                .collect();
+            Err(format!("the identity provider did not sign you in ({code})"))
+        }
     };
     let who = outcome.and_then(|m| chosen_org(&m, p.org.as_deref()).map(|(org, admin)| (m, org, admin)));
     if let Err(e) = &who {

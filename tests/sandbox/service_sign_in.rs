@@ -181,6 +181,28 @@ async fn people_sign_in_through_the_identity_provider_and_run_as_themselves() {
     let lifetime = kept["expires_at"].as_i64().unwrap() - now;
     assert!((1..=30).contains(&lifetime), "lives the 30 s the operator set: {lifetime}");
 
+    // A provider's error comes back as words of OAuth's characters: no markup, no line of its own
+    // in the log.
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let start = http.get(format!("{}/auth/login", svc.url)).send().await.unwrap();
+    let cookie = start.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    let to = reqwest::Url::parse(start.headers()["location"].to_str().unwrap()).unwrap();
+    let state = to.query_pairs().find(|(k, _)| k == "state").unwrap().1.to_string();
+    let hostile = "%3Cscript%3Ealert(1)%3C%2Fscript%3E%0Aforged-line";
+    let back = http
+        .get(format!("{}/auth/callback?state={state}&error={hostile}", svc.url))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(back.status(), 403);
+    let text = back.text().await.unwrap();
+    assert!(
+        text.contains("(scriptalert1script forged-line)") || text.contains("(scriptalert1scriptforged-line)"),
+        "{text}"
+    );
+    assert!(!text.contains("<script>") && !svc.log().lines().any(|l| l.starts_with("forged-line")));
+
     // bo, in the dashboard: the provider's page, then back to the dashboard, signed in as bo.
     let profile = tempfile::tempdir().unwrap();
     let (_driver, c) = browser(profile.path()).await;
