@@ -183,8 +183,10 @@ fn training_on(env: &Env, node: &str, epochs_done: u32, extra: &[&str]) -> (Stri
         "8",
         "--exclude",
         &exclude,
+        // Six minutes: room for a slow start on a busy machine (at three, a CI run beside a build saw
+        // the resumed attempt reach its time limit); the preemption comes long before.
         "--time-hours",
-        "0.05",
+        "0.1",
         "--env",
         "EPOCHS=8",
         "--env",
