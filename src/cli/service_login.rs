@@ -78,8 +78,7 @@ pub fn sign_in(service: &str, org: Option<&str>, token_file: Option<PathBuf>) ->
         "expires_at": issued["expires_at"],
         "token": issued["token"],
     });
-    crate::private::ensure_private_file(&file).map_err(|m| SpecError::new("--token-file", m))?;
-    std::fs::write(&file, format!("{kept:#}\n"))
+    crate::private::write_private_file(&file, format!("{kept:#}\n").as_bytes())
         .map_err(|e| SpecError::new("--token-file", format!("cannot write {}: {e}", file.display())))?;
     let until = issued["expires_at"].as_i64().map(crate::client::rfc3339).unwrap_or_default();
     eprintln!(

@@ -8,8 +8,6 @@
 use ssh_key::certificate::{Builder, CertType, Certificate};
 use ssh_key::rand_core::OsRng;
 use ssh_key::{Algorithm, LineEnding, PrivateKey};
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// How long a certificate is valid unless the operator says (`serve --ssh-cert-lifetime`).
@@ -48,16 +46,7 @@ pub fn check_unix_user(user: &str) -> Result<(), String> {
 }
 
 fn write_private(path: &Path, text: &[u8]) -> Result<(), String> {
-    let partial = path.with_extension(format!("partial.{}", std::process::id()));
-    let _ = std::fs::remove_file(&partial);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&partial)
-        .map_err(|e| format!("cannot write {}: {e}", partial.display()))?;
-    f.write_all(text).and_then(|()| f.sync_all()).map_err(|e| format!("cannot write {}: {e}", partial.display()))?;
-    std::fs::rename(&partial, path).map_err(|e| format!("cannot keep {}: {e}", path.display()))
+    crate::private::write_private_file(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 impl Authority {

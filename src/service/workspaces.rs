@@ -335,22 +335,8 @@ fn own_ssh_config(state: &AppState, id: &str, aliases: &[(String, String, u16)])
     let dir = keys_dir(&state.state_path);
     crate::private::ensure_private_dir(&dir)?;
     let file = dir.join(format!("{id}.ssh_config"));
-    let tmp = dir.join(format!(".{id}.ssh_config.{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(ssh_config_text(aliases).as_bytes()))
-        .and_then(|_| std::fs::rename(&tmp, &file));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(format!("{}: {e}", file.display()));
-    }
+    crate::private::write_private_file(&file, ssh_config_text(aliases).as_bytes())
+        .map_err(|e| format!("{}: {e}", file.display()))?;
     Ok(Some(file))
 }
 

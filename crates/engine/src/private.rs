@@ -84,6 +84,30 @@ pub fn ensure_private_file(file: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Write `bytes` as `path`, mode 600, all at once: a fresh file beside it (never through a symlink),
+/// synced, then renamed into place; nothing is left behind when it fails. Its directory is made
+/// private (700) when it does not exist.
+pub fn write_private_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        ensure_private_dir(dir).map_err(std::io::Error::other)?;
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".partial.{}", std::process::id()));
+    let tmp = std::path::PathBuf::from(tmp);
+    let _ = fs::remove_file(&tmp);
+    let written = (|| {
+        let mut f =
+            OpenOptions::new().write(true).create_new(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(&tmp)?;
+        std::io::Write::write_all(&mut f, bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written
+}
+
 /// How much a file we read must be ours.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Trust {

@@ -7,7 +7,7 @@ use crate::ops::init::{key_mode_fix, probe_script, read_probe, render_env_file, 
 use crate::remote::{Idempotency, OpenSsh, Remote};
 use serde::Serialize;
 use std::collections::HashMap;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 /// What init was told (flags, prompts or an MCP call).
@@ -228,24 +228,6 @@ pub fn env_file_text(path: &Path, answers: &InitAnswers) -> Result<(String, bool
 
 /// Write the env file mode 600 (its directory 700 when new): a new file beside it, renamed over it.
 pub fn write_env_file(path: &Path, text: &str) -> Result<(), InitProblem> {
-    let fail = |e: String| problem("env_file", e, "choose another --env-file");
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
-        crate::private::ensure_private_dir(dir).map_err(fail)?;
-    }
-    let tmp = path.with_extension(format!("init-{}", std::process::id()));
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)?;
-        std::io::Write::write_all(&mut f, text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        fail(format!("cannot write {}: {e}", path.display()))
-    })
+    crate::private::write_private_file(path, text.as_bytes())
+        .map_err(|e| problem("env_file", format!("cannot write {}: {e}", path.display()), "choose another --env-file"))
 }
