@@ -236,7 +236,7 @@ fn flag(field: &str, value: Option<&str>) -> ApiResult<bool> {
 
 /// Whether a job of workspace `job_ws` is in the workspace `asked`: that one, or a person's under it.
 fn in_workspace(job_ws: &str, asked: &str) -> bool {
-    job_ws == asked || job_ws.strip_prefix(asked).is_some_and(|rest| rest.starts_with('@'))
+    super::workspace::shown_workspace(job_ws) == asked || job_ws == asked
 }
 
 /// The sort of a listing: ours (`created_on`, `-name`...) or TAO's (`date-descending`...), as

@@ -72,7 +72,7 @@ fn read_now(state: &AppState, r: &Registry) -> prometheus::Result<()> {
     for j in state.snapshot().order.iter() {
         // The status as the API shows it (Done, not the engine's Complete).
         // A person's workspace counts under its per-person workspace: no person in a label.
-        let workspace = j.out.workspace.split('@').next().unwrap_or_default().to_string();
+        let workspace = super::workspace::shown_workspace(&j.out.workspace).to_string();
         *by.entry((workspace, super::types::TaoStatus::from(j.status).as_str())).or_default() += 1;
     }
     for ((w, s), n) in by {

@@ -9,16 +9,11 @@ use super::certificates::{check_unix_user, Authority};
 use super::error::{ApiError, ApiResult};
 use super::state::AppState;
 use super::token_info::TokenInfo;
-use super::workspace::{Identity, Workspace};
+use super::workspace::{person_workspace_id, split_person_workspace_id, Identity, Workspace};
 use axum::http::StatusCode;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-
-/// The id of `user`'s workspace under `parent` (`@` is in no profile or org workspace id).
-pub fn person_workspace_id(parent: &str, user: &str) -> String {
-    format!("{parent}@{user}")
-}
 
 /// A person's Unix user: as `people` maps them, else their own name when that is a Unix user name.
 pub fn unix_user(people: &BTreeMap<String, String>, person: &str) -> Result<String, String> {
@@ -98,7 +93,7 @@ pub fn open(state: &Arc<AppState>, parent: &Workspace, person: &str, user: &str)
     w.name = parent.name.clone();
     w.policy = parent.policy.clone();
     w.ready.store(true, Ordering::Relaxed);
-    w.identity = Identity::Person { parent: parent.id.clone(), person: person.to_string(), user: user.to_string() };
+    w.identity = Identity::Person;
     w.before_login = Some(renewer(authority, dir, user.to_string(), person.to_string(), lifetime, issued.valid_before));
     let (w, new) = state.add_person_workspace(Arc::new(w));
     if new {
@@ -130,11 +125,12 @@ fn renewer(
     })
 }
 
-/// At start: the persons' workspaces the recorded jobs name (their monitors follow those jobs).
-pub fn load(state: &Arc<AppState>) -> Result<(), String> {
+/// At start: the persons' workspaces the recorded jobs name (their monitors follow those jobs), from
+/// the records the state read as it started.
+pub fn load(state: &Arc<AppState>) {
     let mut seen = std::collections::BTreeSet::new();
-    for job in state.records.jobs().list()? {
-        let Some((parent, user)) = job.workspace.split_once('@') else { continue };
+    for job in state.api_jobs() {
+        let Some((parent, user)) = split_person_workspace_id(&job.workspace) else { continue };
         if !seen.insert(job.workspace.clone()) {
             continue;
         }
@@ -147,7 +143,6 @@ pub fn load(state: &Arc<AppState>) -> Result<(), String> {
             tracing::warn!(workspace = %job.workspace, error = %e, "cannot open a person's workspace; its jobs are not followed");
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -163,6 +158,10 @@ mod tests {
         assert_eq!(unix_user(&mapped, "ada@example.org").unwrap(), "ada");
         assert!(unix_user(&mapped, "bo").unwrap_err().contains("no Unix user"), "a table names everyone");
         assert_eq!(person_workspace_id("login1", "ada"), "login1@ada");
+        assert_eq!(split_person_workspace_id("login1@ada"), Some(("login1", "ada")));
+        assert_eq!(split_person_workspace_id("login1"), None);
+        use super::super::workspace::shown_workspace;
+        assert_eq!((shown_workspace("login1@ada"), shown_workspace("login1")), ("login1", "login1"));
     }
 
     #[test]

@@ -53,8 +53,25 @@ pub enum Identity {
     /// Each person's own (`identity = "person"`, see `people`): a person's jobs go to a workspace of
     /// their own under this one; this one reaches no cluster itself. Person -> Unix user, as mapped.
     PerPerson(std::collections::BTreeMap<String, String>),
-    /// One person's, under the per-person workspace `parent`.
-    Person { parent: String, person: String, user: String },
+    /// One person's, under a per-person workspace (its id says which, [`person_workspace_id`]; its
+    /// settings carry the person and their user).
+    Person,
+}
+
+/// The id of `user`'s workspace under the per-person workspace `parent` (`@` is in no profile or org
+/// workspace id).
+pub fn person_workspace_id(parent: &str, user: &str) -> String {
+    format!("{parent}@{user}")
+}
+
+/// (parent, user) of a person's workspace id; None for any other workspace.
+pub fn split_person_workspace_id(id: &str) -> Option<(&str, &str)> {
+    id.split_once('@')
+}
+
+/// The workspace a job shows under: a person's counts under its per-person workspace.
+pub fn shown_workspace(id: &str) -> &str {
+    split_person_workspace_id(id).map_or(id, |(parent, _)| parent)
 }
 
 /// Run before a client of the workspace may log in (a person's certificate renewed when due).
