@@ -319,7 +319,7 @@ fn start_state(opts: &ServeOptions, setup: Setup) -> Result<Arc<AppState>, Error
         workspaces::start_monitor(&state, w)?;
     }
     workspaces::load(&state).map_err(|m| crate::spec::SpecError::new("TAO_SLURM_STATE", m))?;
-    people::load(&state).map_err(|m| crate::spec::SpecError::new("TAO_SLURM_STATE", m))?;
+    people::load(&state);
     Ok(state)
 }
 

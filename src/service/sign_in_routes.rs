@@ -33,6 +33,20 @@ fn issue(state: &AppStateRef, rules: &SignInRules, m: &Membership, org: &str, ad
     })
 }
 
+/// [`issue`] on a blocking thread (the records are a database).
+async fn issue_off_runtime(
+    state: &AppStateRef,
+    s: &SignIn,
+    m: Membership,
+    org: String,
+    admin: bool,
+) -> Result<Issued, String> {
+    let (st, rules) = (state.clone(), s.rules.clone());
+    tokio::task::spawn_blocking(move || issue(&st, &rules, &m, &org, admin))
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()))
+}
+
 fn not_set_up() -> Response {
     page(
         StatusCode::NOT_FOUND,
@@ -55,12 +69,13 @@ pub struct LoginQuery {
 /// `GET /auth/login`: to the identity provider.
 pub async fn login(State(state): State<AppStateRef>, Query(q): Query<LoginQuery>) -> Response {
     let Some(s) = sign_in_of(&state) else { return not_set_up() };
-    let device = match &q.device {
-        None => None,
+    // A terminal's sign-in: its device code, and the org it asked for.
+    let (device, device_org) = match &q.device {
+        None => (None, None),
         Some(user_code) => {
             let devices = s.devices.lock().unwrap_or_else(|e| e.into_inner());
             match devices.iter().find(|(_, d)| d.user_code == *user_code && d.outcome.is_none()) {
-                Some((code, _)) => Some(code.clone()),
+                Some((code, d)) => (Some(code.clone()), d.org.clone()),
                 None => {
                     return page(
                         StatusCode::BAD_REQUEST,
@@ -71,11 +86,7 @@ pub async fn login(State(state): State<AppStateRef>, Query(q): Query<LoginQuery>
             }
         }
     };
-    let org = q.org.or_else(|| {
-        let devices = s.devices.lock().unwrap_or_else(|e| e.into_inner());
-        device.as_ref().and_then(|c| devices.get(c)).and_then(|d| d.org.clone())
-    });
-    match s.start(device, org).await {
+    match s.start(device, q.org.or(device_org)).await {
         Ok((url, st)) => {
             let secure = if s.base().starts_with("https://") { "; Secure" } else { "" };
             let cookie =
@@ -170,12 +181,7 @@ pub async fn callback(
         };
     }
     let issued = match who {
-        Ok((m, org, admin)) => {
-            let (st, rules) = (state.clone(), s.rules.clone());
-            tokio::task::spawn_blocking(move || issue(&st, &rules, &m, &org, admin))
-                .await
-                .unwrap_or_else(|e| Err(e.to_string()))
-        }
+        Ok((m, org, admin)) => issue_off_runtime(&state, s, m, org, admin).await,
         Err(e) => Err(e),
     };
     match issued {
@@ -212,10 +218,7 @@ pub async fn confirm(State(state): State<AppStateRef>, axum::Form(f): axum::Form
             "This confirmation is unknown or was used; run `tao-slurm login` again.",
         );
     };
-    let (st, rules) = (state.clone(), s.rules.clone());
-    let issued = tokio::task::spawn_blocking(move || issue(&st, &rules, &m, &org, admin))
-        .await
-        .unwrap_or_else(|e| Err(e.to_string()));
+    let issued = issue_off_runtime(&state, s, m, org, admin).await;
     let said = match &issued {
         Ok(i) => Ok(format!("Your terminal is signed in as {} in org {}.", i.person, i.org)),
         Err(e) => Err(e.clone()),

@@ -208,6 +208,11 @@ impl AppState {
         find(&self.workspaces).or_else(|| find(&self.persons))
     }
 
+    /// The jobs the API created, as the records were read last (at start, or by the last publish).
+    pub fn api_jobs(&self) -> Vec<Arc<ApiJob>> {
+        self.metas.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+    }
+
     /// Add a person's workspace, unless one of its id is there already; the one kept.
     pub fn add_person_workspace(&self, w: Arc<Workspace>) -> (Arc<Workspace>, bool) {
         let mut list = self.persons.write().unwrap_or_else(|e| e.into_inner());
