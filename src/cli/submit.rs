@@ -42,6 +42,7 @@ impl SubmitCmd {
             monitor: MonitorChoice::Asked(self.monitor),
             admit: None,
             progress: Some(&mut show),
+            recorded: None,
         };
         let outcome = client.submit(&spec, opts);
         if shown {

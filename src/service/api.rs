@@ -20,6 +20,7 @@ use std::sync::Arc;
     params(("org" = String, Path)),
     request_body(content = inline(JobCreateBody), description = "tao-slurm's job, or TAO's ExperimentJobReq / DatasetJobReq (`kind`, `action`, `network_arch`, `specs`, ... and no `image`): run as tao-core runs it on Slurm (TAO's image table, its container entrypoint); fields not used are ignored and named in the reply's `warnings`"),
     responses((status = 201, description = "Submitted to Slurm", body = JobOut),
+        (status = 202, description = "With `Prefer: respond-async`: recorded, and submitted after in a batch; the job's status and message tell how that went", body = JobOut),
         (status = 400, description = "Invalid: `field` names the field; nothing was sent to a cluster", body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 413, body = ErrorBody),
         (status = 415, body = ErrorBody), (status = 502, description = "The cluster could not be reached or refused", body = ErrorBody),
@@ -64,24 +65,37 @@ pub async fn create_job(
         tao,
         person: token.person.clone(),
     };
+    let respond_async = prefers_respond_async(&headers);
     let (st, w, o) = (state.clone(), ws.clone(), org.clone());
-    let _in_pool = ws.creates.enter(&ws.id).await?;
+    let in_pool = ws.creates.enter(&ws.id).await?;
+    // Told once the job is recorded (only when the client prefers the early answer): its id and
+    // the warnings known then.
+    let (recorded_tx, recorded_rx) = tokio::sync::oneshot::channel::<(String, Vec<String>)>();
+    let recorded_tx = std::sync::Mutex::new(Some(recorded_tx));
     // The place among the org's active jobs is held until the job is in the published cache, so
     // that parallel creates count each other.
-    let (job_id, submit_warnings, _place) = blocking(move || {
+    let mut work = tokio::task::spawn_blocking(move || -> ApiResult<(String, Vec<String>, super::places::Place)> {
+        let _in_pool = in_pool;
         w.with_client(|client| {
             let admitted = std::sync::Mutex::new(None);
             // The service's bodies are single jobs: one plan, checked before any connection.
             let admit = |plan: &crate::plan::Plan| admit_and_record(&st, &w, &o, &policy, plan, &meta, &admitted);
+            let recorded = |job_id: &str, warnings: &[String]| {
+                st.publish_jobs(client, &[job_id.to_string()]);
+                if let Some(tx) = recorded_tx.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    let _ = tx.send((job_id.to_string(), warnings.to_vec()));
+                }
+            };
             let opts = crate::client::SubmitOptions {
                 admit: Some(&admit),
+                recorded: respond_async.then_some(&recorded as crate::client::Recorded<'_>),
                 ..crate::client::SubmitOptions::with_values(secrets)
             };
             let outcome = client.submit(&spec, opts);
             let admitted = admitted.into_inner().unwrap_or_else(|e| e.into_inner());
             match (outcome, admitted) {
                 (Ok(outcome), Some((job_id, place))) => {
-                    st.publish(client);
+                    st.publish_jobs(client, std::slice::from_ref(&job_id));
                     Ok((job_id, outcome.warnings, place))
                 }
                 (Ok(outcome), None) => Err(crate::Error::RemoteCommand(format!(
@@ -89,9 +103,12 @@ pub async fn create_job(
                     outcome.submission.id()
                 ))),
                 (Err(e), admitted) => {
-                    // Refused before the engine recorded it: nothing of it remains.
                     if let Some((job_id, _)) = admitted {
-                        if !client.stored_jobs(std::slice::from_ref(&job_id)).is_ok_and(|v| !v.is_empty()) {
+                        if client.stored_jobs(std::slice::from_ref(&job_id)).is_ok_and(|v| !v.is_empty()) {
+                            // Kept (refused after an early answer, or its outcome unknown).
+                            st.publish_jobs(client, std::slice::from_ref(&job_id));
+                        } else {
+                            // Refused before the engine recorded it: nothing of it remains.
                             let _ = st.remove_job(&job_id);
                         }
                     }
@@ -100,12 +117,54 @@ pub async fn create_job(
             }
         })
         .map_err(ApiError::engine)
+    });
+    let recorded_early = tokio::select! {
+        done = &mut work => {
+            let (job_id, submit_warnings, _place) =
+                done.unwrap_or_else(|e| Err(ApiError::internal(format!("internal error (a bug in tao-slurm): {e}"))))?;
+            ws.wake_monitor();
+            tracing::info!(%org, workspace = %ws.id, job = %job_id, token = %token.id, "job created");
+            return created(&state, &org, &job_id, submit_warnings, StatusCode::CREATED);
+        }
+        Ok(told) = recorded_rx => told,
+    };
+    // Answered now; the submission goes on, and the job's record tells how it went.
+    let (job_id, warnings) = recorded_early;
+    let (bg_ws, bg_org, bg_job) = (ws.clone(), org.clone(), job_id.clone());
+    tokio::spawn(async move {
+        match work.await {
+            Ok(Ok(_)) => tracing::info!(org = %bg_org, job = %bg_job, "job submitted (answered early)"),
+            Ok(Err(e)) => {
+                tracing::warn!(org = %bg_org, job = %bg_job, error = %e, "job answered early, then not submitted")
+            }
+            Err(e) => tracing::error!(org = %bg_org, job = %bg_job, error = %e, "internal error (a bug in tao-slurm)"),
+        }
+        bg_ws.wake_monitor();
+    });
+    tracing::info!(%org, workspace = %ws.id, job = %job_id, token = %token.id, "job created (answered once recorded)");
+    let mut r = created(&state, &org, &job_id, warnings, StatusCode::ACCEPTED)?;
+    r.headers_mut().insert("preference-applied", header::HeaderValue::from_static("respond-async"));
+    Ok(r)
+}
+
+/// Whether the request's `Prefer` header (RFC 7240) asks for `respond-async`: answered once the
+/// job is recorded (202), not once Slurm took it (201).
+fn prefers_respond_async(headers: &HeaderMap) -> bool {
+    headers.get_all("prefer").iter().filter_map(|v| v.to_str().ok()).any(|v| {
+        v.split(',').any(|p| p.split(';').next().is_some_and(|t| t.trim().eq_ignore_ascii_case("respond-async")))
     })
-    .await?;
-    ws.wake_monitor();
-    tracing::info!(%org, workspace = %ws.id, job = %job_id, token = %token.id, "job created");
-    let job = org_job(&state, &org, &job_id)?;
-    let mut r = json_text(StatusCode::CREATED, with_warnings(&job.json, submit_warnings));
+}
+
+/// The answer to a create: the job as the cache has it, its warnings, and where it lives.
+fn created(
+    state: &AppStateRef,
+    org: &str,
+    job_id: &str,
+    warnings: Vec<String>,
+    status: StatusCode,
+) -> ApiResult<Response> {
+    let job = org_job(state, org, job_id)?;
+    let mut r = json_text(status, with_warnings(&job.json, warnings));
     if let Ok(v) = header::HeaderValue::from_str(&format!("/api/v2/orgs/{org}/jobs/{job_id}")) {
         r.headers_mut().insert(header::LOCATION, v);
     }
@@ -624,4 +683,27 @@ pub async fn stats(State(state): State<AppStateRef>, Path(org): Path<String>) ->
             })
             .collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn respond_async_is_read_from_any_prefer_header_as_rfc_7240_writes_it() {
+        let with = |values: &[&str]| {
+            let mut h = HeaderMap::new();
+            for v in values {
+                h.append("prefer", header::HeaderValue::from_str(v).unwrap());
+            }
+            prefers_respond_async(&h)
+        };
+        assert!(with(&["respond-async"]));
+        assert!(with(&["Respond-Async"]));
+        assert!(with(&["return=minimal, respond-async; wait=10"]));
+        assert!(with(&["return=minimal", "respond-async"]));
+        assert!(!with(&[]));
+        assert!(!with(&["return=minimal"]));
+        assert!(!with(&["respond-asyncx", "x-respond-async"]));
+    }
 }

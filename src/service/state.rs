@@ -352,6 +352,46 @@ impl AppState {
         Ok(removed)
     }
 
+    /// Bring these jobs of the cache up to date with the state file (read through `client`, no remote
+    /// call) and announce those that changed: what a create or an action on one job changed, without
+    /// reading every job again (the whole cache is [`AppState::publish`]'s, at the monitor's pace).
+    pub fn publish_jobs(&self, client: &Client, ids: &[String]) {
+        let _one_at_a_time = self.publish_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let views = match client.stored_jobs(ids) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the state file; the cache stays as it was");
+                return;
+            }
+        };
+        let old = self.snapshot();
+        let version = old.version + 1;
+        let fresh: Vec<Arc<CachedJob>> = {
+            let metas = self.metas.read().unwrap_or_else(|e| e.into_inner());
+            views
+                .iter()
+                .filter_map(|view| {
+                    let meta = metas.get(&view.job_id)?;
+                    let key = ChangeKey::of(view);
+                    let same = old.jobs.get(&view.job_id).is_some_and(|e| e.key == key);
+                    (!same).then(|| Arc::new(cached(client, view, meta, key, version)))
+                })
+                .collect()
+        };
+        if fresh.is_empty() {
+            return;
+        }
+        let mut jobs = old.jobs.clone();
+        let mut new: Vec<Arc<CachedJob>> =
+            fresh.iter().filter(|e| jobs.insert(e.out.id.clone(), Arc::clone(e)).is_none()).cloned().collect();
+        new.sort_by_key(|e| std::cmp::Reverse(e.created_at));
+        let mut order = new;
+        order.extend(old.order.iter().filter_map(|e| jobs.get(&e.out.id).cloned()));
+        let snapshot = Arc::new(Snapshot { version, jobs, order, removed: old.removed.clone() });
+        *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = snapshot;
+        self.version_tx.send_replace(version);
+    }
+
     /// Rebuild the cache from the state file (read through `client`, no remote call) and announce
     /// the jobs that changed.
     pub fn publish(&self, client: &Client) {

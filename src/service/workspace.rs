@@ -134,7 +134,7 @@ impl Workspace {
         Workspace {
             name: id.clone(),
             id,
-            creates: super::limits::RemotePool::creates(settings.submit_batch),
+            creates: super::limits::RemotePool::creates(&settings),
             settings,
             access,
             policy: Default::default(),

@@ -199,3 +199,95 @@ fn a_warm_submit_is_one_round_trip_and_checks_its_own_inputs_and_image() {
     client.cancel_jobs(&views.iter().map(|v| v.job_id.clone()).collect::<Vec<_>>()).unwrap();
     env.ssh(&format!("rm -rf {cache_dir}\n"));
 }
+
+/// A create that prefers `respond-async` (RFC 7240) is answered 202 once its job is recorded, and
+/// the group commit submits it after: four that arrive together go in one round trip, each refused
+/// alone, and a refusal met after the answer ends that job Error with its own message (the job is
+/// kept, where a create that waits is refused with no job left). The others are each their own
+/// Slurm job, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn creates_answered_once_recorded_are_submitted_together_and_refused_alone() {
+    let svc = Service::start_with(&[
+        ("TAO_SLURM_USE_SQSH", "false"),
+        ("TAO_SLURM_SUBMIT_BATCH", "4"),
+        ("TAO_SLURM_SUBMIT_BATCH_WAIT_MS", "3000"),
+    ]);
+    let body = |name: &str| {
+        json!({"name": name, "image": "ubuntu:22.04", "command": "true", "workspace": "login1",
+            "sbatch_options": {"begin": "now+1day"}})
+    };
+    // A create that waits (201, with its Slurm job): the checks are known after it, so the next
+    // submissions check their own inputs, in their one round trip.
+    let (status, first) = svc.create(&body("gc-async-0")).await;
+    assert_eq!(status, 201, "{first}");
+    assert!(first["backend_details"]["slurm_metadata"]["slurm_job_id"].is_string(), "{first}");
+    let round_trips = |s: serde_json::Value| {
+        let all = s["workspaces"].as_array().cloned().unwrap_or_default();
+        let w = all.iter().find(|w| w["workspace"] == "login1").unwrap();
+        // The requests' round trips: the monitor's refreshes are counted in both.
+        w["round_trips"].as_u64().unwrap() - w["refresh_round_trips"].as_u64().unwrap()
+    };
+    let before = round_trips(svc.json(&svc.api("/stats")).await);
+
+    let mut bodies: Vec<serde_json::Value> = (1..5).map(|i| body(&format!("gc-async-{i}"))).collect();
+    bodies[1]["inputs"] = json!({"custom.val.path": "slurm:///tmp/tao-slurm-async-no-such-input"});
+    bodies[2]["constraint"] = json!("nosuchfeature");
+    let svc = Arc::new(svc);
+    let creates: Vec<_> = bodies
+        .into_iter()
+        .map(|b| {
+            let svc = Arc::clone(&svc);
+            tokio::spawn(async move {
+                let r = svc
+                    .http
+                    .post(svc.api("/jobs"))
+                    .bearer_auth(&svc.token)
+                    .header("prefer", "respond-async")
+                    .json(&b)
+                    .send()
+                    .await
+                    .unwrap();
+                let (status, headers) = (r.status().as_u16(), r.headers().clone());
+                (status, headers, r.json::<serde_json::Value>().await.unwrap())
+            })
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for c in creates {
+        let (status, headers, job) = c.await.unwrap();
+        assert_eq!(status, 202, "answered once recorded: {job}");
+        assert_eq!(headers["preference-applied"], "respond-async");
+        let id = job["id"].as_str().unwrap().to_string();
+        assert!(headers["location"].to_str().unwrap().ends_with(&format!("/jobs/{id}")), "{headers:?}");
+        ids.push(id);
+    }
+    let settled = |want: &'static str| move |j: &serde_json::Value| j["platform_status"] == want;
+    let missing = svc.wait_job(&ids[1], Duration::from_secs(60), settled("Error")).await;
+    let message = missing["message"].as_str().unwrap_or_default();
+    assert!(message.contains("/tmp/tao-slurm-async-no-such-input"), "kept, Error, its own message: {missing}");
+    let refused = svc.wait_job(&ids[2], Duration::from_secs(60), settled("Error")).await;
+    assert!(refused["message"].as_str().unwrap_or_default().contains("sbatch"), "{refused}");
+    for i in [0, 3] {
+        let job = svc
+            .wait_job(&ids[i], Duration::from_secs(60), |j| {
+                j["backend_details"]["slurm_metadata"]["slurm_job_id"].is_string()
+            })
+            .await;
+        let slurm = job["backend_details"]["slurm_metadata"]["slurm_job_id"].as_str().unwrap().to_string();
+        assert_eq!(svc.env.slurm_jobs_named(&format!("tao-job-{}", ids[i])), vec![slurm], "exactly one Slurm job");
+    }
+    for i in [1, 2] {
+        assert!(svc.env.slurm_jobs_named(&format!("tao-job-{}", ids[i])).is_empty(), "refused: no Slurm job");
+    }
+    // A client's round trips are counted when it goes back to the pool, once its submit returned.
+    let after =
+        wait_for_async("the batch's round trip counted", Duration::from_secs(30), Duration::from_millis(200), || {
+            let svc = Arc::clone(&svc);
+            async move { Some(round_trips(svc.json(&svc.api("/stats")).await)).filter(|n| *n > before) }
+        })
+        .await;
+    assert_eq!(after - before, 1, "the four went to the cluster in one round trip");
+    for id in ids.iter().chain([first["id"].as_str().unwrap().to_string()].iter()) {
+        svc.http.post(svc.api(&format!("/jobs/{id}:cancel"))).bearer_auth(&svc.token).send().await.unwrap();
+    }
+}

@@ -112,6 +112,7 @@ pub fn submit(client: &Client, args: SubmitArgs) -> Result<Reply<SubmitOut>, Too
         monitor: MonitorChoice::Asked(args.monitor),
         admit: None,
         progress: None,
+        recorded: None,
     };
     let outcome = client.submit(&spec, opts).map_err(|e| secret_error(e, "job_id"))?;
     let p = &outcome.plan;

@@ -282,16 +282,22 @@ pub(crate) struct SbatchSteps<'a> {
 
 /// The end every submission script shares: `sbatch --hold`, its id recorded in the lock and printed,
 /// the log directories made (the job is cancelled if they cannot be), and the hold released. No
-/// process but sbatch's, mkdir's and scontrol's: the id is cut out of sbatch's answer by the shell.
+/// process but sbatch's, mkdir's and scontrol's, and no fork: the id is read out of sbatch's answer
+/// by the shell.
 pub(crate) fn sbatch_script(steps: &SbatchSteps) -> String {
     let SbatchSteps { what, name, options, script, log_dirs, log_dirs_failed, release } = steps;
+    // sbatch's answer goes to a file of the lock's, named afresh and made exclusively (nothing there
+    // is followed), and is read back by the shell: no command substitution, so no fork.
     let mut s = format!(
-        "out=\"$(sbatch --parsable --hold --job-name={}{options} {})\" || {{ rm -rf \"$lock\"; echo 'tao-slurm: sbatch refused the {what}' >&2; exit {SBATCH_REFUSED}; }}\n",
+        "tao_sb=\"$lock/sbatch.$$.$RANDOM\"; set -C; sbatch --parsable --hold --job-name={}{options} {} > \"$tao_sb\" || {{ rm -rf \"$lock\"; echo 'tao-slurm: sbatch refused the {what}' >&2; exit {SBATCH_REFUSED}; }}\nset +C\n",
         quote(name),
         quote(script)
     );
-    s.push_str("id=\"${out##*$'\\n'}\"; id=\"${id%%;*}\"\n");
-    s.push_str("tao_put \"$lock/slurm_job_id\" \"$id\"\n");
+    s.push_str(
+        "id=; while IFS= read -r tao_l || [ -n \"$tao_l\" ]; do id=\"$tao_l\"; done < \"$tao_sb\"; id=\"${id%%;*}\"\n",
+    );
+    // The lock was made by this run (or taken over with no id in it): a new file, in place.
+    s.push_str("tao_new \"$lock/slurm_job_id\" \"$id\"\n");
     s.push_str(&format!("echo \"{SECTION}slurm_job_id $id\"\n"));
     if !log_dirs.is_empty() {
         s.push_str(&format!(

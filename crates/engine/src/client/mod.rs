@@ -48,7 +48,7 @@ pub use records::{ApiJob, AuditEntry, ServiceRecords, TokenRecord};
 pub use results::{ArchiveAsk, ArchiveOut};
 pub use running::{ExecOutput, Forward, RunningJob, Where};
 pub use secrets::secret_values;
-pub use submit::{Admit, MonitorChoice, PlanSummary, Secrets, SubmitOptions, SubmitOutcome};
+pub use submit::{Admit, MonitorChoice, PlanSummary, Recorded, Secrets, SubmitOptions, SubmitOutcome};
 pub use views::{
     FollowPoll, GroupView, JobCallbacks, JobList, JobView, PathCheck, PipelineSubmitted, StepSubmitted, Submission,
 };

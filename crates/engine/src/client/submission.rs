@@ -1,7 +1,7 @@
 //! Submission: a spec checked offline and online, its image made ready, recorded, then submitted as
 //! a job, a sweep (one job array) or a pipeline.
 
-use super::submit::Admit;
+use super::submit::{Admit, Hooks, Recorded};
 use super::{Client, PipelineSubmitted, StepSubmitted, Submitted};
 use crate::engine::known_facts::{self, KnownFacts};
 use crate::engine::{cluster, depend, submit};
@@ -263,16 +263,76 @@ impl Client {
     /// [`Client::create_job`] of a spec the caller already resolved with [`Client::plan`] (to show
     /// its warnings first): the plan is not resolved a second time.
     pub fn create_job_planned(&self, spec: &JobSpec, plan: Plan, secrets: &SecretValues) -> Result<Submitted> {
-        self.create_job_admitted(spec, plan, secrets, &|_| Ok(()))
+        self.create_job_hooked(spec, plan, secrets, Hooks { admit: &|_| Ok(()), recorded: None })
     }
 
-    /// [`Client::create_job_planned`], the plan first passed to the door's `admit`.
-    pub(super) fn create_job_admitted(
+    /// [`Client::create_job_planned`] with a door's hooks: the plan first passed to its `admit`, and
+    /// the door told once the job is recorded. A door told has answered already, so the job is kept
+    /// whatever follows: a refusal ends it Error with its own message ([`Client::keep_refused`]),
+    /// where a door that waits gets the error and no job remains.
+    pub(super) fn create_job_hooked(
+        &self,
+        spec: &JobSpec,
+        plan: Plan,
+        secrets: &SecretValues,
+        hooks: Hooks<'_>,
+    ) -> Result<Submitted> {
+        let Some(recorded) = hooks.recorded else {
+            return self.create_job_admitted(spec, plan, secrets, hooks.admit, None);
+        };
+        let told = std::sync::atomic::AtomicBool::new(false);
+        // Told once: a submission whose known facts were stale records the job a second time.
+        let tell = |id: &str, warnings: &[String]| {
+            if !told.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                recorded(id, warnings)
+            }
+        };
+        let result = self.create_job_admitted(spec, plan.clone(), secrets, hooks.admit, Some(&tell));
+        if let Err(e) = &result {
+            if told.load(std::sync::atomic::Ordering::SeqCst) {
+                self.keep_refused(spec, &plan, e)?;
+            }
+        }
+        result
+    }
+
+    /// A job the door answered for that its submission then refused (or never sent): ended Error
+    /// with the refusal's message, recorded again if the refusal had forgotten it. A submission
+    /// whose outcome is unknown leaves it Pending (found by its name), and one Slurm took is Slurm's.
+    fn keep_refused(&self, spec: &JobSpec, plan: &Plan, e: &Error) -> Result<()> {
+        if let Error::Remote(
+            RemoteError::Lost { .. } | RemoteError::TimedOut { .. } | RemoteError::OutputTooLarge { .. },
+        ) = e
+        {
+            return Ok(());
+        }
+        let id = &plan.layout.job_id;
+        let now = crate::clock::now();
+        match self.store.get(id) {
+            Ok(job) if job.slurm_job_id.is_some() || job.status.is_terminal() => return Ok(()),
+            Ok(_) => {}
+            Err(crate::store::StoreError::NotFound(_)) => {
+                let member = crate::store::Member { webhooks: webhooks_of(spec)?, ..Default::default() };
+                let spec_json = serde_json::to_string(spec).expect("spec serialises");
+                self.store.in_transaction(|| self.store.insert_member(&spec_json, plan, &member, now))?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let update =
+            crate::store::StatusUpdate::bare(crate::status::PlatformStatus::Error, format!("not submitted: {e}"));
+        self.store.update_status(id, &update, now)?;
+        Ok(())
+    }
+
+    /// [`Client::create_job_planned`], the plan first passed to the door's `admit`, and `recorded`
+    /// told once the job is in the store.
+    fn create_job_admitted(
         &self,
         spec: &JobSpec,
         plan: Plan,
         secrets: &SecretValues,
         admit: Admit<'_>,
+        recorded: Option<Recorded<'_>>,
     ) -> Result<Submitted> {
         let _span = super::job_span(&plan.layout.job_id).entered();
         if spec.sweep.is_some() {
@@ -294,7 +354,7 @@ impl Client {
         // inputs and image file itself. If it finds the cluster changed, the checks run again first.
         if let Some(checked) = self.check_known(spec, plan.clone()) {
             let ready = self.ready_checked(spec, checked, secrets)?;
-            match self.record_and_submit(spec, &after, ready) {
+            match self.record_and_submit(spec, &after, ready, recorded) {
                 Err(Error::Spec(e)) if e.field == "image" && e.message.starts_with(submit::STALE_FACTS) => {
                     self.forget_facts();
                 }
@@ -302,7 +362,7 @@ impl Client {
             }
         }
         let ready = self.ready(spec, plan, secrets)?;
-        self.record_and_submit(spec, &after, ready)
+        self.record_and_submit(spec, &after, ready, recorded)
     }
 
     /// Record a job whose plan is ready and submit it (with the submits that arrive at the same
@@ -312,6 +372,7 @@ impl Client {
         spec: &JobSpec,
         after: &[(String, crate::spec::DependKind)],
         ready: Ready,
+        recorded: Option<Recorded<'_>>,
     ) -> Result<Submitted> {
         let Ready { plan, secrets, warnings, checks, .. } = ready;
         let secrets = &secrets;
@@ -330,6 +391,10 @@ impl Client {
             )
         })?;
         let gate = depend::gate_or_refuse(&self.store, &plan.layout.job_id, crate::clock::now())?;
+        if let Some(told) = recorded {
+            let shown: Vec<String> = super::submit::plan_notes(&plan).chain(warnings.iter().cloned()).collect();
+            told(&plan.layout.job_id, &shown);
+        }
         let ticket = crate::ops::submit::AttemptTicket::first(&plan);
         let result = self.submit_grouped(submit::SubmitRequest {
             plan: plan.clone(),

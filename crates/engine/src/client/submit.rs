@@ -14,6 +14,19 @@ use std::path::PathBuf;
 /// refusal comes back as the error (`Error::Refused` for a refusal of the door's own kind).
 pub type Admit<'a> = &'a dyn Fn(&Plan) -> Result<()>;
 
+/// Told once a single job is in the store, before its submission's round trip: its id and the
+/// warnings the door would show. A door that answers then (the service's `Prefer: respond-async`)
+/// gets the job kept whatever the submission meets: a refusal ends it Error with its own message
+/// instead of leaving nothing (see [`Client::submit`]).
+pub type Recorded<'a> = &'a dyn Fn(&str, &[String]);
+
+/// A door's hooks on a single job's way: its rule, and its word once the job is recorded.
+#[derive(Clone, Copy)]
+pub(super) struct Hooks<'a> {
+    pub admit: Admit<'a>,
+    pub recorded: Option<Recorded<'a>>,
+}
+
 /// Where the values of the spec's `secret_env` come from.
 pub enum Secrets {
     /// Given by the door (Python's arguments, the service's org secrets).
@@ -39,6 +52,8 @@ pub struct SubmitOptions<'a> {
     pub admit: Option<Admit<'a>>,
     /// Told of the workdir's upload as it goes: (bytes sent, bytes in all).
     pub progress: Option<&'a mut dyn FnMut(u64, u64)>,
+    /// Told once a single job is recorded (sweeps and pipelines are not told).
+    pub recorded: Option<Recorded<'a>>,
 }
 
 impl<'a> SubmitOptions<'a> {
@@ -49,6 +64,7 @@ impl<'a> SubmitOptions<'a> {
             monitor: MonitorChoice::DoorsOwn,
             admit: None,
             progress: None,
+            recorded: None,
         }
     }
 }
@@ -140,7 +156,7 @@ impl Client {
     /// is sent once for all of them; each plan is resolved once and passed to `admit` before anything
     /// is recorded.
     pub fn submit(&self, spec: &JobSpec, opts: SubmitOptions<'_>) -> Result<SubmitOutcome> {
-        let SubmitOptions { secrets, monitor, admit, progress } = opts;
+        let SubmitOptions { secrets, monitor, admit, progress, recorded } = opts;
         self.settings.require_remote()?;
         let secrets = match secrets {
             Secrets::Values(v) => v,
@@ -156,7 +172,7 @@ impl Client {
         } else if !spec.steps.is_empty() {
             Submission::Pipeline(self.create_pipeline_admitted(&spec, &secrets, admit)?)
         } else {
-            Submission::Job(self.create_job_admitted(&spec, self.plan(&spec)?, &secrets, admit)?)
+            Submission::Job(self.create_job_hooked(&spec, self.plan(&spec)?, &secrets, Hooks { admit, recorded })?)
         };
         // The plan as recorded: fitted to the partition, its image as the cache made it.
         let plan = self.recorded_plan(submission.first_job())?;

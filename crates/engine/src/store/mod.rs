@@ -97,7 +97,7 @@ impl Store {
     fn open_once(path: &Path, p: &str) -> Result<Store, StoreError> {
         let err = |e: rusqlite::Error| StoreError::Sqlite { path: p.to_string(), source: e.into() };
         let conn = Connection::open(path).map_err(err)?;
-        conn.busy_timeout(BUSY_TIMEOUT).map_err(err)?;
+        sql::wait_while_busy(&conn).map_err(err)?;
         conn.pragma_update(None, "journal_mode", "WAL").map_err(err)?;
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(err)?;
         conn.pragma_update(None, "foreign_keys", "ON").map_err(err)?;

@@ -197,7 +197,7 @@ impl ServiceDb {
     pub(crate) fn open(path: &Path) -> Result<ServiceDb, String> {
         crate::private::ensure_private_file(path)?;
         let conn = Connection::open(path).map_err(|e| sql_err(path, e))?;
-        conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(|e| sql_err(path, e))?;
+        super::sql::wait_while_busy(&conn).map_err(|e| sql_err(path, e))?;
         conn.pragma_update(None, "journal_mode", "WAL").map_err(|e| sql_err(path, e))?;
         conn.execute_batch(SCHEMA).map_err(|e| sql_err(path, e))?;
         conn.execute_batch(AUDIT_APPEND_ONLY).map_err(|e| sql_err(path, e))?;
@@ -370,7 +370,7 @@ impl ServiceDb {
         if probed.is_err() {
             let _ = conn.execute_batch("ROLLBACK;");
         }
-        conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(|e| sql_err(&self.path, e))?;
+        super::sql::wait_while_busy(conn).map_err(|e| sql_err(&self.path, e))?;
         probed
     }
 

@@ -108,6 +108,25 @@ impl Error {
     }
 }
 
+/// Wait for another SQLite writer in short sleeps, up to about 10 s. SQLite's own busy timeout
+/// sleeps up to 100 ms a try, far longer than a write holds the lock: a burst of writers (the
+/// service's creates) spent most of its time asleep with the lock free.
+pub fn wait_while_busy(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+    conn.busy_handler(Some(busy_wait))
+}
+
+/// Tries of 0.2 ms for the first 0.1 s, then of 2 ms, until about 10 s in all.
+fn busy_wait(tries: i32) -> bool {
+    const SHORT: u64 = 500;
+    const LONG: u64 = 4950;
+    let tries = u64::try_from(tries).unwrap_or(0);
+    if tries >= SHORT + LONG {
+        return false;
+    }
+    std::thread::sleep(std::time::Duration::from_micros(if tries < SHORT { 200 } else { 2000 }));
+    true
+}
+
 /// `query_row(..).optional()`: no row is `None`, as with rusqlite.
 pub trait OptionalExtension<T> {
     fn optional(self) -> Result<Option<T>>;
