@@ -119,7 +119,8 @@ pub async fn act_on_job(
     blocking(move || {
         w.with_client(|client| {
             let result = act(client, &jid);
-            st.publish(client);
+            // The job acted on; what it changes in others (its dependants) comes with the monitor's.
+            st.publish_jobs(client, std::slice::from_ref(&jid));
             result
         })
         .map_err(ApiError::engine)
