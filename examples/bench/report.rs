@@ -121,13 +121,22 @@ pub fn markdown(report: &Value) -> String {
             f(&s["floor"]["session_round_trip_ms_median"])
         ));
         md.push_str(&format!(
-            "Of a warm submit, the online checks (`scontrol show partition`, its own round trip) take {} ms.\n\n",
+            "The online checks alone (`scontrol show partition` and the paths, one round trip; a warm submit makes them only when what they found is older than `TAO_SLURM_CHECKS_TTL_SECS`) take {} ms.\n\n",
             f(&s["warm"]["check_online_ms_median"])
         ));
         if let Some(c) = s.get("cli") {
             md.push_str(&format!(
                 "A warm CLI `tao-slurm submit` (a new process sharing the master): {} ms, against {} ms for its floor (process start, `tao-slurm --help`, plus `sbatch --hold` and `scancel` in one `ssh` over the same master), measured in {} alternating pairs: {}x pair by pair.\n\n",
                 f(&c["cli_ms_median"]),
+                f(&c["floor_ms_median"]),
+                f(&c["pairs"]),
+                f(&c["ratio_median"])
+            ));
+        }
+        if let Some(c) = s.get("library_pairs") {
+            md.push_str(&format!(
+                "A warm library `create_job`: {} ms, against {} ms for its floor (`sbatch --hold` through one `ssh` over the same master), measured in {} alternating pairs: {}x pair by pair.\n\n",
+                f(&c["library_ms_median"]),
                 f(&c["floor_ms_median"]),
                 f(&c["pairs"]),
                 f(&c["ratio_median"])

@@ -105,10 +105,10 @@ fn concurrent_library_submits_go_in_one_batch_and_bad_members_are_refused_alone(
     client.cancel_jobs(&submitted).unwrap();
 }
 
-/// The service's creates that arrive together go in one batch; the batch's round trip is cut off
-/// after its first member was submitted (the second pauses on the host past the deadline): every
-/// create is answered (the first one with its job, the others with an unknown outcome), each job is
-/// then found by its name or submitted by the service's monitor, and none is submitted twice.
+/// The service's creates that arrive together go in batches; a batch's round trip is cut off after
+/// its other members were submitted (its second pauses on the host past the deadline): every create
+/// is answered (with its job, or with an unknown outcome), each job is then found by its name or
+/// submitted by the service's monitor, and none is submitted twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_service_batch_cut_off_midway_loses_no_job_and_doubles_none() {
     let svc = Service::start_with(&[
@@ -133,12 +133,13 @@ async fn a_service_batch_cut_off_midway_loses_no_job_and_doubles_none() {
     for c in creates {
         answers.push(c.await.unwrap());
     }
-    let created = answers.iter().filter(|(s, _)| *s == 201).count();
-    // The four went in one batch: its first member was submitted before the cut, the rest not (yet).
-    assert_eq!(created, 1, "the member submitted before the cut is answered with its job: {answers:?}");
-    for (status, body) in answers.iter().filter(|(s, _)| *s != 201) {
-        assert_eq!(*status, 502, "an unknown outcome, not a refusal: {body}");
+    // A create whose batch ended before the cut has its job (201); the batch that was cut off had
+    // its other members submitted (they run at once), but its answer never came: no create of it
+    // knows how it went (502, an unknown outcome, not a refusal).
+    for (status, body) in &answers {
+        assert!(*status == 201 || *status == 502, "{status}: {body}");
     }
+    assert!(answers.iter().any(|(s, _)| *s == 502), "the batch with the pause was cut off: {answers:?}");
     // Every job the org has (four: none lost) gets exactly one Slurm job.
     let jobs = wait_for_async(
         "every job submitted (found by name or by the monitor)",

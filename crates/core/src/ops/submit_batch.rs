@@ -8,13 +8,16 @@
 //! the end of another. Pure.
 
 use super::submit::{attempt_script, job_dirs, storage_steps, AttemptTicket};
-use crate::exit_codes::{NO_LOG_DIR, RELEASE_FAILED};
+use crate::exit_codes::{CANNOT_CREATE_DIRS, NO_LOG_DIR, RELEASE_FAILED};
 use crate::plan::Plan;
 use crate::protocol::SECTION;
 use crate::script::shell::quote;
 use crate::script::StagedFile;
 use crate::spec::SecretValues;
 use std::collections::BTreeMap;
+
+/// Members of a batch that run at once on the login host.
+pub const BATCH_PARALLEL: usize = 4;
 
 /// One submission of a batch.
 pub struct BatchMember<'a> {
@@ -52,23 +55,41 @@ pub fn batch_script(members: &[BatchMember], nonce: &str) -> String {
         let steps = storage_steps(layouts[base], dirs.clone());
         s.push_str(&format!("tao_base_err{k}=\"$( ( {steps}) 2>&1 >/dev/null )\"; tao_base_rc{k}=$?\n"));
     }
-    s.push_str("tao_logdirs=(); tao_new_ids=(); tao_release=\n");
+    // The members run BATCH_PARALLEL at a time, each in a subshell of its own whose output and exit
+    // status go to files of the batch's private directory; their outputs are then passed on in
+    // order. A login host does what sbatch waits for (its RPC, munge) for several at once.
+    s.push_str(&format!(
+        "tao_bd=\"${{TMPDIR:-/tmp}}/tao-batch-{nonce}\"\nmkdir -m 700 -- \"$tao_bd\" || {{ echo 'tao-slurm: cannot make the batch directory' \"$tao_bd\" >&2; exit {CANNOT_CREATE_DIRS}; }}\n"
+    ));
     for (i, m) in members.iter().enumerate() {
         let k = bases[m.plan.layout.base_dir.as_str()].0;
+        s.push_str(&format!(
+            "(\ntrap 'echo $? > \"$tao_bd/{i}.c\"' EXIT\nif [ \"$tao_base_rc{k}\" != 0 ]; then printf '%s\\n' \"$tao_base_err{k}\" >&2; exit \"$tao_base_rc{k}\"; fi\n{}\n) > \"$tao_bd/{i}.o\" 2> \"$tao_bd/{i}.e\" &\n",
+            attempt_script(m.plan, m.files, m.secrets, m.ticket, m.before_sbatch, true),
+        ));
+        if (i + 1) % BATCH_PARALLEL == 0 || i + 1 == members.len() {
+            s.push_str("wait\n");
+        }
+    }
+    s.push_str("tao_logdirs=(); tao_new_ids=(); tao_release=\n");
+    for (i, m) in members.iter().enumerate() {
         let logdir_prefix = quote(&format!("{}/{}", m.plan.layout.logs_root(), m.ticket.slurm_job_name));
         let release = if m.ticket.hold { "" } else { " tao_release=\"$tao_release,$tao_id\";" };
-        // The member's output is kept to find the id of a job sbatch took in this run (an adopted
-        // one was finished by its own step), then passed on.
+        // The member's output is read (by the shell: no process) to find the id of a job sbatch
+        // took in this run (an adopted one was finished by its own step), then passed on.
         s.push_str(&format!(
-            "tao_out=\"$(\nif [ \"$tao_base_rc{k}\" != 0 ]; then printf '%s\\n' \"$tao_base_err{k}\" >&2; exit \"$tao_base_rc{k}\"; fi\n{}\n)\"; tao_rc=$?\n\
-             printf '%s\\n' \"$tao_out\"\n\
+            "tao_out=; tao_err=; tao_rc=1\n\
+             IFS= read -r -d '' tao_out < \"$tao_bd/{i}.o\"; IFS= read -r -d '' tao_err < \"$tao_bd/{i}.e\"\n\
+             [ -f \"$tao_bd/{i}.c\" ] && read -r tao_rc < \"$tao_bd/{i}.c\"\n\
+             printf '%s\\n' \"${{tao_out%$'\\n'}}\"\n\
              if [ \"$tao_rc\" = 0 ]; then case \"$tao_out\" in *'{SECTION}adopted'*) ;; *'{SECTION}slurm_job_id '*) \
              tao_id=\"${{tao_out##*{SECTION}slurm_job_id }}\"; tao_id=\"${{tao_id%%[!0-9]*}}\"; tao_logdirs+=({logdir_prefix}-\"$tao_id\"); tao_new_ids+=(\"$tao_id\");{release} ;; esac; fi\n\
+             [ -z \"$tao_err\" ] || printf '%s\\n' \"${{tao_err%$'\\n'}}\" >&2\n\
              echo \"{SECTION}member {nonce} {i} $tao_rc\"; echo {} >&2\n",
-            attempt_script(m.plan, m.files, m.secrets, m.ticket, m.before_sbatch, true),
             quote(&format!("{SECTION}member {nonce} {i}")),
         ));
     }
+    s.push_str("rm -rf -- \"$tao_bd\"\n");
     s.push_str(&format!(
         "tao_after=0\n\
          if [ ${{#tao_logdirs[@]}} -gt 0 ]; then\n  \
@@ -192,12 +213,13 @@ mod tests {
             .collect();
         let tickets: Vec<AttemptTicket> = plans.iter().map(AttemptTicket::first).collect();
         let none = SecretValues::default();
-        // sbatch numbers the jobs it takes from 101 and refuses the middle one (by its job name).
+        // sbatch numbers the jobs it takes from 101 (the members run at once: under a lock) and
+        // refuses the middle one (by its job name).
         let counter = dir.path().join("n");
         std::fs::write(
             bin.join("sbatch"),
             format!(
-                "#!/bin/bash\nfor a; do case \"$a\" in --job-name={}) echo 'sbatch: error: invalid partition' >&2; exit 1;; esac; done\nn=$(( $(cat {c} 2>/dev/null || echo 100) + 1 )); echo $n > {c}; echo $n\n",
+                "#!/bin/bash\nfor a; do case \"$a\" in --job-name={}) echo 'sbatch: error: invalid partition' >&2; exit 1;; esac; done\nexec 9>>{c}.lock; flock 9\nn=$(( $(cat {c} 2>/dev/null || echo 100) + 1 )); echo $n > {c}; echo $n\n",
                 tickets[1].slurm_job_name,
                 c = counter.display()
             ),
@@ -215,15 +237,15 @@ mod tests {
         assert_eq!(rc, 0, "{stderr}");
         let runs = split_batch_output(&stdout, &stderr, "n0nce", 3);
         let outcomes: Vec<_> = runs.iter().map(|r| r.as_ref().map(|r| parse_outcome(&r.stdout, r.exit_code))).collect();
-        assert_eq!(
-            outcomes,
-            vec![
-                Some(crate::ops::submit::Outcome::Submitted("101".into())),
-                Some(crate::ops::submit::Outcome::Refused),
-                Some(crate::ops::submit::Outcome::Submitted("102".into())),
-            ],
-            "{stdout}\n{stderr}"
-        );
+        let id = |o: &Option<crate::ops::submit::Outcome>| match o {
+            Some(crate::ops::submit::Outcome::Submitted(id)) => id.clone(),
+            other => panic!("{other:?}\n{stdout}\n{stderr}"),
+        };
+        let (first, third) = (id(&outcomes[0]), id(&outcomes[2]));
+        assert_eq!(outcomes[1], Some(crate::ops::submit::Outcome::Refused), "{stdout}\n{stderr}");
+        let mut ids = vec![first.clone(), third.clone()];
+        ids.sort();
+        assert_eq!(ids, ["101", "102"], "each its own job");
         let refused = runs[1].as_ref().unwrap();
         assert!(refused.stderr.contains("invalid partition"), "{refused:?}");
         assert!(!runs[0].as_ref().unwrap().stderr.contains("invalid partition"));
@@ -232,7 +254,8 @@ mod tests {
                 assert_eq!(std::fs::read_to_string(&f.path).unwrap(), f.contents, "{}", plan.layout.job_id);
             }
         }
-        assert!(std::path::Path::new(&plans[2].layout.log_dir(&plans[2].layout.job_name, "102")).is_dir());
+        assert!(std::path::Path::new(&plans[0].layout.log_dir(&plans[0].layout.job_name, &first)).is_dir());
+        assert!(std::path::Path::new(&plans[2].layout.log_dir(&plans[2].layout.job_name, &third)).is_dir());
     }
 
     /// A base the trust checks refuse refuses its members only, each with the checks' own message.
@@ -309,6 +332,53 @@ mod tests {
                 assert!(std::path::Path::new(&plan.layout.log_dir(&plan.layout.job_name, id)).is_dir());
             }
         }
+    }
+
+    /// The members' submissions run several at once, never more than [`BATCH_PARALLEL`], and every
+    /// member is still submitted once with its own id.
+    #[test]
+    fn members_are_submitted_a_few_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = settings();
+        settings.base_results_dir = Some(dir.path().join("base").display().to_string());
+        let bin = dir.path().join("bin");
+        let running = dir.path().join("running");
+        std::fs::create_dir(&bin).unwrap();
+        std::fs::create_dir(&running).unwrap();
+        let seen = dir.path().join("seen");
+        // Each sbatch marks itself running, stays a while, and notes how many were running then.
+        std::fs::write(
+            bin.join("sbatch"),
+            format!(
+                "#!/bin/bash\ntouch {r}/$$; sleep 0.3; ls {r} | wc -l >> {seen}; rm {r}/$$; echo $(( $$ + 100000 ))\n",
+                r = running.display(),
+                seen = seen.display()
+            ),
+        )
+        .unwrap();
+        std::fs::write(bin.join("scontrol"), "#!/bin/bash\nexit 0\n").unwrap();
+        Command::new("chmod").arg("-R").arg("+x").arg(&bin).status().unwrap();
+        let plans: Vec<Plan> = (0..6).map(|n| plan_named(&settings, &format!("p{n}"))).collect();
+        let tickets: Vec<AttemptTicket> = plans.iter().map(AttemptTicket::first).collect();
+        let none = SecretValues::default();
+        let members: Vec<BatchMember> = plans
+            .iter()
+            .zip(&tickets)
+            .map(|(plan, ticket)| BatchMember { plan, files: &[], secrets: &none, ticket, before_sbatch: "" })
+            .collect();
+        let (stdout, stderr, rc) = run(&batch_script(&members, "n3"), &bin);
+        assert_eq!(rc, 0, "{stderr}");
+        let mut ids: Vec<String> = split_batch_output(&stdout, &stderr, "n3", 6)
+            .into_iter()
+            .map(|r| parse_outcome(&r.unwrap().stdout, 0).slurm_job_id().unwrap().to_string())
+            .collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), 6, "each member its own job: {stdout}");
+        let counts: Vec<usize> =
+            std::fs::read_to_string(&seen).unwrap().lines().map(|l| l.trim().parse().unwrap()).collect();
+        let most = counts.iter().copied().max().unwrap();
+        assert!((2..=BATCH_PARALLEL).contains(&most), "at once: {counts:?}");
     }
 
     #[test]

@@ -27,7 +27,7 @@ pub struct Submitted {
 /// Test hook: `TAO_SLURM_FAILPOINT=<name>` stops the submission at that point (it sleeps) so that a
 /// fault-injection test can kill the process there. Names: `after-record`, `remote-before-sbatch`,
 /// `after-sbatch`, and `batch-second-before-sbatch` (the remote pause, in the second member of a
-/// batch only: the batch's round trip times out with its first member submitted).
+/// batch only: the batch's round trip times out with its other members submitted).
 pub const FAILPOINT_ENV: &str = "TAO_SLURM_FAILPOINT";
 
 fn failpoint(name: &str) -> bool {
