@@ -296,32 +296,16 @@ impl Client {
         result
     }
 
-    /// A job the door answered for that its submission then refused (or never sent): ended Error
-    /// with the refusal's message, recorded again if the refusal had forgotten it. A submission
-    /// whose outcome is unknown leaves it Pending (found by its name), and one Slurm took is Slurm's.
+    /// A job the door answered for that its submission then refused (or never sent): recorded again
+    /// if the refusal had forgotten it, then ended as [`submit::keep_refused`] says.
     fn keep_refused(&self, spec: &JobSpec, plan: &Plan, e: &Error) -> Result<()> {
-        if let Error::Remote(
-            RemoteError::Lost { .. } | RemoteError::TimedOut { .. } | RemoteError::OutputTooLarge { .. },
-        ) = e
-        {
-            return Ok(());
+        if let Err(crate::store::StoreError::NotFound(_)) = self.store.get(&plan.layout.job_id) {
+            let member = crate::store::Member { webhooks: webhooks_of(spec)?, ..Default::default() };
+            let spec_json = serde_json::to_string(spec).expect("spec serialises");
+            let now = crate::clock::now();
+            self.store.in_transaction(|| self.store.insert_member(&spec_json, plan, &member, now))?;
         }
-        let id = &plan.layout.job_id;
-        let now = crate::clock::now();
-        match self.store.get(id) {
-            Ok(job) if job.slurm_job_id.is_some() || job.status.is_terminal() => return Ok(()),
-            Ok(_) => {}
-            Err(crate::store::StoreError::NotFound(_)) => {
-                let member = crate::store::Member { webhooks: webhooks_of(spec)?, ..Default::default() };
-                let spec_json = serde_json::to_string(spec).expect("spec serialises");
-                self.store.in_transaction(|| self.store.insert_member(&spec_json, plan, &member, now))?;
-            }
-            Err(e) => return Err(e.into()),
-        }
-        let update =
-            crate::store::StatusUpdate::bare(crate::status::PlatformStatus::Error, format!("not submitted: {e}"));
-        self.store.update_status(id, &update, now)?;
-        Ok(())
+        submit::keep_refused(&self.store, &plan.layout.job_id, e, crate::clock::now())
     }
 
     /// [`Client::create_job_planned`], the plan first passed to the door's `admit`, and `recorded`

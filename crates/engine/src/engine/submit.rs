@@ -91,6 +91,21 @@ pub fn record_not_submitted(store: &Store, job_ids: &[&str], why: &RemoteError, 
     Ok(())
 }
 
+/// A recorded job whose door was answered before its submission, which then failed: ended Error
+/// with the failure as its message. One whose outcome is unknown stays Pending (it is found by its
+/// unique name), and one Slurm took (or that ended already) is left as it is.
+pub fn keep_refused(store: &Store, job_id: &str, e: &Error, now: i64) -> Result<()> {
+    if let Error::Remote(RemoteError::Lost { .. } | RemoteError::TimedOut { .. } | RemoteError::OutputTooLarge { .. }) = e
+    {
+        return Ok(());
+    }
+    let job = store.get(job_id)?;
+    if job.slurm_job_id.is_none() && !job.status.is_terminal() {
+        store.update_status(job_id, &StatusUpdate::bare(PlatformStatus::Error, format!("not submitted: {e}")), now)?;
+    }
+    Ok(())
+}
+
 /// Submit one recorded attempt, the submission running `checks` (core `ops::cluster::submission_checks_script`) once
 /// its lock is held: a failed check ends it before anything is written, and comes back as the error
 /// the online checks would have given ([`checks_failed`]), the store untouched.
