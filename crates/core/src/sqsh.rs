@@ -56,8 +56,10 @@ pub fn cache_path(policy: &SqshPolicy, image: &ImageRef) -> String {
 /// Whether a cache entry may be used: a regular file (not a symlink, FIFO or device), owned by us and
 /// writable by nobody else, with the squashfs magic. Only we (or root) can make a file owned by us,
 /// so an entry passes only if we made it; whatever another user left under the name, or replaced it
-/// with, is never handed to a job. The magic is read only after the type check (a FIFO would hang).
-pub const TRUSTED_FUNCTION: &str = r#"sqsh_trusted() { [ -f "$1" ] && [ ! -L "$1" ] && [ -O "$1" ] && [ -z "$(find "$1" -maxdepth 0 -perm /022 2>/dev/null)" ] && [ "$(head -c 4 -- "$1" 2>/dev/null)" = hsqs ]; }
+/// with, is never handed to a job. The magic is read only after the type check (a FIFO would hang),
+/// by the shell (no process; it skips NUL bytes, so NULs before the magic would pass: only we could
+/// have written such a file).
+pub const TRUSTED_FUNCTION: &str = r#"sqsh_trusted() { [ -f "$1" ] && [ ! -L "$1" ] && [ -O "$1" ] && [ -z "$(find "$1" -maxdepth 0 -perm /022 2>/dev/null)" ] && { local m=; IFS= read -r -N 4 m < "$1"; [ "$m" = hsqs ]; } 2>/dev/null; }
 "#;
 
 /// A cheap probe, run in the submit's first round trip: prints `sqsh_cached PATH` when the image is
@@ -341,6 +343,11 @@ mod tests {
         assert_eq!(probe("writable"), (false, "writable".into()));
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert_eq!(probe("ours"), (true, "ours".into()));
+        // Ours, but not a squashfs file: another magic, or too short (a conversion cut short).
+        for (what, bytes) in [("other magic", "hsqt-more"), ("short", "hsq")] {
+            std::fs::write(&path, bytes).unwrap();
+            assert_eq!(probe(what), (false, what.into()));
+        }
     }
 
     #[test]
