@@ -191,6 +191,19 @@ mod tests {
         )
     }
 
+    /// Members of these plans' first attempts, with no files or secrets.
+    fn bare_members<'a>(
+        plans: &'a [Plan],
+        tickets: &'a [AttemptTicket],
+        none: &'a SecretValues,
+    ) -> Vec<BatchMember<'a>> {
+        plans
+            .iter()
+            .zip(tickets)
+            .map(|(plan, ticket)| BatchMember { plan, files: &[], secrets: none, ticket, before_sbatch: "" })
+            .collect()
+    }
+
     /// A plan whose job id starts with `prefix` (one id per test job).
     fn plan_named(settings: &crate::config::Settings, prefix: &str) -> Plan {
         crate::plan::resolve_with_id(&spec(), settings, &format!("{prefix:1<8}-2222-4333-8444-555555555555")).unwrap()
@@ -306,11 +319,7 @@ mod tests {
             let plans: Vec<Plan> = ["1", "2"].iter().map(|n| plan_named(&settings, &format!("{batch}{n}"))).collect();
             let tickets: Vec<AttemptTicket> = plans.iter().map(AttemptTicket::first).collect();
             let none = SecretValues::default();
-            let members: Vec<BatchMember> = plans
-                .iter()
-                .zip(&tickets)
-                .map(|(plan, ticket)| BatchMember { plan, files: &[], secrets: &none, ticket, before_sbatch: "" })
-                .collect();
+            let members = bare_members(&plans, &tickets, &none);
             std::fs::write(
                 bin.join("scontrol"),
                 format!("#!/bin/bash\necho \"$@\" >> {}\nexit {release_rc}\n", calls.display()),
@@ -361,11 +370,7 @@ mod tests {
         let plans: Vec<Plan> = (0..6).map(|n| plan_named(&settings, &format!("p{n}"))).collect();
         let tickets: Vec<AttemptTicket> = plans.iter().map(AttemptTicket::first).collect();
         let none = SecretValues::default();
-        let members: Vec<BatchMember> = plans
-            .iter()
-            .zip(&tickets)
-            .map(|(plan, ticket)| BatchMember { plan, files: &[], secrets: &none, ticket, before_sbatch: "" })
-            .collect();
+        let members = bare_members(&plans, &tickets, &none);
         let (stdout, stderr, rc) = run(&batch_script(&members, "n3"), &bin);
         assert_eq!(rc, 0, "{stderr}");
         let mut ids: Vec<String> = split_batch_output(&stdout, &stderr, "n3", 6)
