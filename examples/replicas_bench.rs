@@ -173,8 +173,13 @@ impl Bench {
     }
 }
 
+/// GET `path` of the bench org's API, as JSON.
+async fn get_json(http: &reqwest::Client, url: &str, token: &str, path: &str) -> Value {
+    http.get(format!("{url}/api/v2/orgs/bench/{path}")).bearer_auth(token).send().await.unwrap().json().await.unwrap()
+}
+
 async fn stats(http: &reqwest::Client, url: &str, token: &str) -> Value {
-    http.get(format!("{url}/api/v2/orgs/bench/stats")).bearer_auth(token).send().await.unwrap().json().await.unwrap()
+    get_json(http, url, token, "stats").await
 }
 
 /// (refreshes, refresh round trips) summed over the replicas.
@@ -209,15 +214,7 @@ async fn all_submitted(http: &reqwest::Client, urls: &[String], token: &str, n: 
     let mut sent = std::collections::HashSet::new();
     loop {
         for url in urls {
-            let list: Value = http
-                .get(format!("{url}/api/v2/orgs/bench/jobs?size=1000"))
-                .bearer_auth(token)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let list = get_json(http, url, token, "jobs?size=1000").await;
             for j in list["jobs"].as_array().into_iter().flatten() {
                 if j["backend_details"]["slurm_metadata"]["slurm_job_id"].is_string() {
                     sent.insert(j["id"].as_str().unwrap_or_default().to_string());

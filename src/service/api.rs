@@ -120,8 +120,7 @@ pub async fn create_job(
     });
     let recorded_early = tokio::select! {
         done = &mut work => {
-            let (job_id, submit_warnings, _place) =
-                done.unwrap_or_else(|e| Err(ApiError::internal(format!("internal error (a bug in tao-slurm): {e}"))))?;
+            let (job_id, submit_warnings, _place) = joined(done)?;
             ws.wake_monitor();
             tracing::info!(%org, workspace = %ws.id, job = %job_id, token = %token.id, "job created");
             return created(&state, &org, &job_id, submit_warnings, StatusCode::CREATED);

@@ -22,9 +22,12 @@ pub fn json_text(status: StatusCode, text: String) -> Response {
 
 /// Run blocking engine work off the async runtime.
 pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> ApiResult<T> + Send + 'static) -> ApiResult<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .unwrap_or_else(|e| Err(ApiError::internal(format!("internal error (a bug in tao-slurm): {e}"))))
+    joined(tokio::task::spawn_blocking(f).await)
+}
+
+/// The result of blocking work that was spawned, its panic an internal error.
+pub fn joined<T>(done: Result<ApiResult<T>, tokio::task::JoinError>) -> ApiResult<T> {
+    done.unwrap_or_else(|e| Err(ApiError::internal(format!("internal error (a bug in tao-slurm): {e}"))))
 }
 
 /// A job of the org from the cache (a job of another org is not found, as if it did not exist).

@@ -370,11 +370,9 @@ impl AppState {
             let metas = self.metas.read().unwrap_or_else(|e| e.into_inner());
             views
                 .iter()
-                .filter_map(|view| {
-                    let meta = metas.get(&view.job_id)?;
-                    let key = ChangeKey::of(view);
-                    let same = old.jobs.get(&view.job_id).is_some_and(|e| e.key == key);
-                    (!same).then(|| Arc::new(cached(client, view, meta, key, version)))
+                .filter_map(|view| match entry(client, view, metas.get(&view.job_id)?, &old, version) {
+                    Entry::Changed(e) => Some(e),
+                    Entry::Same(_) => None,
                 })
                 .collect()
         };
@@ -387,8 +385,13 @@ impl AppState {
         new.sort_by_key(|e| std::cmp::Reverse(e.created_at));
         let mut order = new;
         order.extend(old.order.iter().filter_map(|e| jobs.get(&e.out.id).cloned()));
-        let snapshot = Arc::new(Snapshot { version, jobs, order, removed: old.removed.clone() });
-        *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = snapshot;
+        self.install(Snapshot { version, jobs, order, removed: old.removed.clone() });
+    }
+
+    /// Make `snapshot` the cache and announce its version.
+    fn install(&self, snapshot: Snapshot) {
+        let version = snapshot.version;
+        *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(snapshot);
         self.version_tx.send_replace(version);
     }
 
@@ -412,12 +415,11 @@ impl AppState {
         let mut order = Vec::with_capacity(metas.len());
         for view in views {
             let Some(meta) = metas.get(&view.job_id) else { continue };
-            let key = ChangeKey::of(&view);
-            let entry = match old.jobs.get(&view.job_id) {
-                Some(e) if e.key == key => e.clone(),
-                _ => {
+            let entry = match entry(client, &view, meta, &old, version) {
+                Entry::Same(e) => e,
+                Entry::Changed(e) => {
                     changed = true;
-                    Arc::new(cached(client, &view, meta, key, version))
+                    e
                 }
             };
             jobs.insert(view.job_id.clone(), entry.clone());
@@ -436,9 +438,7 @@ impl AppState {
         if removed.len() > 1000 {
             removed.drain(..removed.len() - 1000);
         }
-        let snapshot = Arc::new(Snapshot { version, jobs, order, removed });
-        *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = snapshot;
-        self.version_tx.send_replace(version);
+        self.install(Snapshot { version, jobs, order, removed });
     }
 }
 
@@ -473,6 +473,21 @@ impl AppState {
         read.1 = views.iter().filter(|v| !metas.contains_key(&v.job_id)).map(|v| (v.job_id.clone(), now)).collect();
         read.0 = now;
         *self.metas.write().unwrap_or_else(|e| e.into_inner()) = metas;
+    }
+}
+
+/// A job's cache entry for a new snapshot: the old one while what decides a change ([`ChangeKey`])
+/// is the same, else one made afresh at `version`.
+enum Entry {
+    Same(Arc<CachedJob>),
+    Changed(Arc<CachedJob>),
+}
+
+fn entry(client: &Client, view: &JobView, meta: &ApiJob, old: &Snapshot, version: u64) -> Entry {
+    let key = ChangeKey::of(view);
+    match old.jobs.get(&view.job_id) {
+        Some(e) if e.key == key => Entry::Same(Arc::clone(e)),
+        _ => Entry::Changed(Arc::new(cached(client, view, meta, key, version))),
     }
 }
 

@@ -95,8 +95,7 @@ pub fn record_not_submitted(store: &Store, job_ids: &[&str], why: &RemoteError, 
 /// with the failure as its message. One whose outcome is unknown stays Pending (it is found by its
 /// unique name), and one Slurm took (or that ended already) is left as it is.
 pub fn keep_refused(store: &Store, job_id: &str, e: &Error, now: i64) -> Result<()> {
-    if let Error::Remote(RemoteError::Lost { .. } | RemoteError::TimedOut { .. } | RemoteError::OutputTooLarge { .. }) = e
-    {
+    if matches!(e, Error::Remote(r) if outcome_unknown(r)) {
         return Ok(());
     }
     let job = store.get(job_id)?;
@@ -142,7 +141,7 @@ fn failpoint_hook() -> &'static str {
 /// When nothing reached the cluster, the attempt stays as it was (a retry stays due, and is tried
 /// again at the next refresh); the caller decides what a first submission's failure means.
 fn unsent_or_unknown(store: &Store, job_id: &str, e: RemoteError) -> Result<Error> {
-    if let RemoteError::Lost { .. } | RemoteError::TimedOut { .. } | RemoteError::OutputTooLarge { .. } = &e {
+    if outcome_unknown(&e) {
         store.update_status(
             job_id,
             &StatusUpdate::bare(PlatformStatus::Pending, format!("submission outcome unknown: {e}")),
@@ -150,6 +149,11 @@ fn unsent_or_unknown(store: &Store, job_id: &str, e: RemoteError) -> Result<Erro
         )?;
     }
     Ok(e.into())
+}
+
+/// Whether a round trip that failed this way may have run its script (its answer was lost).
+fn outcome_unknown(e: &RemoteError) -> bool {
+    matches!(e, RemoteError::Lost { .. } | RemoteError::TimedOut { .. } | RemoteError::OutputTooLarge { .. })
 }
 
 /// Record what a submission script's run says (its output, exit status and host).
