@@ -243,6 +243,19 @@ async fn run(backend: &str, database: Option<&str>, mode: &str, replicas: usize,
     let http = reqwest::Client::builder().pool_max_idle_per_host(clients + 8).build().unwrap();
     // Let the replicas settle on a lease holder.
     tokio::time::sleep(Duration::from_secs(3)).await;
+    if std::env::var("BENCH_WARM").map_or(true, |v| v != "0") {
+        for url in &urls {
+            let r = http
+                .post(format!("{url}/api/v2/orgs/bench/jobs"))
+                .bearer_auth(&token)
+                .json(&json!({"image": "ubuntu:22.04", "command": ["true"], "gpus": 0, "name": "bench-warm",
+                    "sbatch_options": {"begin": "now+1day"}}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 201, "warm-up create");
+        }
+    }
     let trips_before = round_trips(&http, &urls, &token).await;
     let rpcs_before = bench.rpcs();
     let burst_start = Instant::now();

@@ -140,6 +140,12 @@ async fn a_service_batch_cut_off_midway_loses_no_job_and_doubles_none() {
         assert!(*status == 201 || *status == 502, "{status}: {body}");
     }
     assert!(answers.iter().any(|(s, _)| *s == 502), "the batch with the pause was cut off: {answers:?}");
+    // The cut batch's private directory on the host: there while its member pauses, and removed
+    // once its script ends, though nobody reads its output any more.
+    let batch_dirs: Vec<String> =
+        svc.env.ssh("ls -d /tmp/tao-batch-* 2>/dev/null || true\n").lines().map(String::from).collect();
+    assert!(!batch_dirs.is_empty(), "the cut batch's directory is there while its member pauses");
+    let still_there = format!("for d in {}; do [ ! -e \"$d\" ] || echo \"$d\"; done\n", batch_dirs.join(" "));
     // Every job the org has (four: none lost) gets exactly one Slurm job.
     let jobs = wait_for_async(
         "every job submitted (found by name or by the monitor)",
@@ -158,6 +164,11 @@ async fn a_service_batch_cut_off_midway_loses_no_job_and_doubles_none() {
         assert_eq!(svc.env.slurm_jobs_named(&format!("tao-job-{id}")).len(), 1, "exactly one Slurm job for {id}");
         svc.http.post(svc.api(&format!("/jobs/{id}:cancel"))).bearer_auth(&svc.token).send().await.unwrap();
     }
+    wait_for_async("the cut batch's directory removed", Duration::from_secs(120), Duration::from_secs(2), || {
+        let left = svc.env.ssh(&still_there);
+        async move { left.trim().is_empty().then_some(()) }
+    })
+    .await;
 }
 
 /// Once a submit's checks ran, the next submits of the process take one round trip each: the

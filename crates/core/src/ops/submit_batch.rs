@@ -59,7 +59,8 @@ pub fn batch_script(members: &[BatchMember], nonce: &str) -> String {
     // status go to files of the batch's private directory; their outputs are then passed on in
     // order. A login host does what sbatch waits for (its RPC, munge) for several at once.
     s.push_str(&format!(
-        "tao_bd=\"${{TMPDIR:-/tmp}}/tao-batch-{nonce}\"\nmkdir -m 700 -- \"$tao_bd\" || {{ echo 'tao-slurm: cannot make the batch directory' \"$tao_bd\" >&2; exit {CANNOT_CREATE_DIRS}; }}\n"
+        "tao_bd=\"${{TMPDIR:-/tmp}}/tao-batch-{nonce}\"\nmkdir -m 700 -- \"$tao_bd\" || {{ echo 'tao-slurm: cannot make the batch directory' \"$tao_bd\" >&2; exit {CANNOT_CREATE_DIRS}; }}\n\
+         trap 'rm -rf -- \"$tao_bd\"' EXIT\ntrap 'exit 129' HUP TERM\ntrap '' PIPE\n"
     ));
     for (i, m) in members.iter().enumerate() {
         let k = bases[m.plan.layout.base_dir.as_str()].0;
@@ -89,7 +90,6 @@ pub fn batch_script(members: &[BatchMember], nonce: &str) -> String {
             quote(&format!("{SECTION}member {nonce} {i}")),
         ));
     }
-    s.push_str("rm -rf -- \"$tao_bd\"\n");
     s.push_str(&format!(
         "tao_after=0\n\
          if [ ${{#tao_logdirs[@]}} -gt 0 ]; then\n  \

@@ -34,8 +34,10 @@ pub struct AuditEntry {
 impl ServiceDb {
     /// Add an entry (its `id` is given by the database); returns that id.
     pub(crate) fn append_audit(&self, e: &AuditEntry) -> Result<i64, String> {
-        self.conn()
-            .query_row(
+        let e = e.clone();
+        let path = self.path.clone();
+        self.write_grouped(Box::new(move |conn| {
+            conn.query_row(
                 "INSERT INTO audit (at, org, token_id, token_name, action, method, path, target, status, outcome, person)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) RETURNING id",
                 params![
@@ -53,7 +55,8 @@ impl ServiceDb {
                 ],
                 |r| r.get(0),
             )
-            .map_err(|err| sql_err(&self.path, err))
+            .map_err(|err| sql_err(&path, err))
+        }))
     }
 
     /// Entries after `after` (an entry id), oldest first, at most `limit`; of `org`, or of all.

@@ -25,6 +25,7 @@ mod schema;
 mod secrets;
 pub mod service_records;
 pub(crate) mod sql;
+mod writer_turns;
 #[cfg(test)]
 pub(crate) mod test_place;
 #[cfg(test)]
@@ -139,6 +140,15 @@ impl Store {
         // under one write lock, so the second waits (busy timeout) and then finds them done.
         let path = self.path.clone();
         let err = |e: rusqlite::Error| StoreError::Sqlite { path: path.clone(), source: e.into() };
+        // Almost every open finds the schema current: two reads say so without the write lock, which
+        // a service's burst of new connections would otherwise queue for behind the writers.
+        let version: usize = conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(err)?;
+        if version == schema::MIGRATIONS.len() {
+            let undone: i64 = conn.query_row(schema::NEEDS_DOCS_REPAIR, [], |r| r.get(0)).map_err(err)?;
+            if undone == 0 {
+                return Ok(());
+            }
+        }
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(err)?;
         let version: usize = tx.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(err)?;
         for (i, sql) in schema::MIGRATIONS.iter().enumerate().skip(version) {

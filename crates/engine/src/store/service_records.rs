@@ -3,6 +3,7 @@
 //! and TAO fields. The engine's state file stays the engine's; the service never writes it directly.
 
 use super::sql::{params, Conn};
+use crate::engine::group_commit::GroupCommit;
 use rusqlite::Connection;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -151,7 +152,15 @@ pub type SealedSecret = (String, Vec<u8>, Vec<u8>);
 pub struct ServiceDb {
     conn: Mutex<Conn>,
     pub(super) path: PathBuf,
+    /// Writes that share a commit: see [`ServiceDb::write_grouped`].
+    writes: GroupCommit<GroupedWrite, i64>,
 }
+
+/// A write of the records that may share its commit with others (its result: a new row's id, or 0).
+pub(super) type GroupedWrite = Box<dyn FnOnce(&Conn) -> Result<i64, String> + Send>;
+
+/// At most this many writes share one commit.
+const WRITES_PER_COMMIT: usize = 256;
 
 pub(super) fn sql_err(path: &Path, e: impl Into<super::sql::Error>) -> String {
     format!("service database {}: {}", path.display(), e.into())
@@ -216,7 +225,7 @@ impl ServiceDb {
                     .map_err(|e| sql_err(path, e))?;
             }
         }
-        Ok(ServiceDb { conn: Mutex::new(Conn::sqlite(conn)), path: path.to_path_buf() })
+        Ok(ServiceDb { conn: Mutex::new(Conn::sqlite(conn)), path: path.to_path_buf(), writes: GroupCommit::default() })
     }
 
     /// The service database the settings name: PostgreSQL's schema `<TAO_SLURM_DATABASE_SCHEMA>_service`
@@ -244,11 +253,55 @@ impl ServiceDb {
         migrations.extend(later.iter().map(|(t, c, d)| format!("ALTER TABLE {t} ADD COLUMN {c} {d};")));
         let migrations: Vec<&str> = migrations.iter().map(String::as_str).collect();
         let conn = super::postgres_schema::open(target, schema, &migrations).map_err(|e| sql_err(&shown, e))?;
-        Ok(ServiceDb { conn: Mutex::new(conn), path: shown })
+        Ok(ServiceDb { conn: Mutex::new(conn), path: shown, writes: GroupCommit::default() })
     }
 
     pub(super) fn conn(&self) -> std::sync::MutexGuard<'_, Conn> {
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Run `write` in a commit it shares with the writes that arrive while the commit before is
+    /// under way (group commit, as the engine's submissions): a burst of creates, each with its
+    /// record and its audit entry, pays a few commits (each a sync to disk) instead of one each.
+    /// Returned once its commit is durable.
+    pub(super) fn write_grouped(&self, write: GroupedWrite) -> Result<i64, String> {
+        self.writes
+            .run(write, WRITES_PER_COMMIT, std::time::Duration::ZERO, |batch| self.commit_together(batch))
+            .map_err(|e| e.to_string())
+    }
+
+    /// The writes of `batch` in one transaction, each in a savepoint of its own: one that fails is
+    /// undone alone and the others stand (on PostgreSQL too, where a failed statement would
+    /// otherwise abort the whole transaction). A failed commit fails every one.
+    fn commit_together(&self, batch: Vec<GroupedWrite>) -> Vec<crate::error::Result<i64>> {
+        let n = batch.len();
+        let conn = self.conn();
+        let err = |e: super::sql::Error| sql_err(&self.path, e);
+        // The group commit carries errors as the engine's; only their message is read.
+        let failed = |m: String| crate::error::Error::RemoteCommand(m);
+        let mut results: Vec<Result<i64, String>> = Vec::with_capacity(batch.len());
+        let run = || -> Result<(), String> {
+            conn.begin().map_err(err)?;
+            for write in batch {
+                conn.execute("SAVEPOINT tao_write", params![]).map_err(err)?;
+                let result = write(&conn);
+                if result.is_err() {
+                    conn.execute("ROLLBACK TO tao_write", params![]).map_err(err)?;
+                }
+                conn.execute("RELEASE tao_write", params![]).map_err(err)?;
+                results.push(result);
+            }
+            conn.commit().map_err(err)
+        };
+        match run() {
+            Ok(()) => results.into_iter().map(|r| r.map_err(failed)).collect(),
+            Err(m) => {
+                if !conn.is_autocommit() {
+                    conn.rollback();
+                }
+                (0..n).map(|_| Err(failed(m.clone()))).collect()
+            }
+        }
     }
 
     /// Create a token for `org`, valid until revoked or for `lifetime_secs` from `now`; returns its
@@ -380,8 +433,10 @@ impl ServiceDb {
     }
 
     pub(crate) fn insert_job(&self, job: &ApiJob) -> Result<(), String> {
-        self.conn()
-            .execute(
+        let job = job.clone();
+        let path = self.path.clone();
+        self.write_grouped(Box::new(move |conn| {
+            conn.execute(
                 "INSERT INTO api_jobs (job_id, org, workspace, action, specs, num_gpu, token_id, created_at, tao, person)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
                 params![
@@ -397,7 +452,9 @@ impl ServiceDb {
                     job.person
                 ],
             )
-            .map_err(|e| sql_err(&self.path, e))?;
+            .map(|_| 0)
+            .map_err(|e| sql_err(&path, e))
+        }))?;
         Ok(())
     }
 
@@ -512,6 +569,53 @@ impl ServiceDb {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::test_place::both;
+
+    fn job(id: &str) -> ApiJob {
+        ApiJob {
+            job_id: id.into(),
+            org: "team-a".into(),
+            workspace: "w".into(),
+            action: Some("train".into()),
+            specs: serde_json::json!({}),
+            num_gpu: Some(1),
+            token_id: None,
+            created_at: 100,
+            tao: None,
+            person: None,
+        }
+    }
+
+    both! { fn writes_that_share_a_commit_keep_their_own_results(place) {
+        let db = place.service_db();
+        let row = |id: &'static str| -> GroupedWrite {
+            Box::new(move |conn| {
+                conn.execute("INSERT INTO api_jobs (job_id, org, workspace, action, specs, num_gpu, created_at)
+                              VALUES (?1, 'team-a', 'w', 'train', '{}', 1, 100)", params![id])
+                    .map(|_| 0)
+                    .map_err(|e| e.to_string())
+            })
+        };
+        // The second is refused (the same job again): undone alone, in the same commit.
+        let results = db.commit_together(vec![row("j1"), row("j1"), row("j2")]);
+        assert!(results[0].is_ok() && results[1].is_err() && results[2].is_ok(), "{results:?}");
+        let mut ids: Vec<String> = db.jobs().unwrap().into_iter().map(|j| j.job_id).collect();
+        ids.sort();
+        assert_eq!(ids, ["j1", "j2"]);
+
+        // Writers at once: each one's row, once.
+        let db = std::sync::Arc::new(db);
+        let threads: Vec<_> = (0..16)
+            .map(|i| {
+                let db = std::sync::Arc::clone(&db);
+                std::thread::spawn(move || db.insert_job(&job(&format!("t{i}"))))
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap().unwrap();
+        }
+        assert_eq!(db.jobs().unwrap().len(), 18);
+    }}
 
     #[test]
     fn tokens_are_stored_hashed_and_revoked() {

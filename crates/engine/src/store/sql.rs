@@ -418,6 +418,8 @@ pub struct Conn {
     fence: RefCell<Option<Fence>>,
     /// The fence was checked in the open transaction (which holds the write lock until it ends).
     fence_checked: std::cell::Cell<bool>,
+    /// The open transaction's turn among this process's writers of the file (SQLite).
+    turn: RefCell<Option<super::writer_turns::Turn>>,
 }
 
 /// A statement to run (rusqlite's `prepare` shape; PostgreSQL's is prepared when run, and cached).
@@ -733,7 +735,7 @@ impl Conn {
     }
 
     fn new(db: Db) -> Conn {
-        Conn { db, fence: RefCell::new(None), fence_checked: std::cell::Cell::new(false) }
+        Conn { db, fence: RefCell::new(None), fence_checked: std::cell::Cell::new(false), turn: RefCell::new(None) }
     }
 
     /// Keep every write of this connection to `fence` from now on (None: no fence).
@@ -896,7 +898,12 @@ impl Conn {
     pub fn begin(&self) -> Result<()> {
         self.fence_checked.set(false);
         match &self.db {
-            Db::Sqlite(c) => Ok(c.execute_batch("BEGIN IMMEDIATE")?),
+            Db::Sqlite(c) => {
+                let turn = super::writer_turns::take(c.path().unwrap_or_default(), super::writer_turns::WAIT);
+                c.execute_batch("BEGIN IMMEDIATE")?;
+                *self.turn.borrow_mut() = turn;
+                Ok(())
+            }
             Db::Postgres(pg) => {
                 let mut pg = pg.borrow_mut();
                 let pg: &mut Pg = &mut pg;
@@ -908,7 +915,13 @@ impl Conn {
     pub fn commit(&self) -> Result<()> {
         self.fence_checked.set(false);
         match &self.db {
-            Db::Sqlite(c) => Ok(c.execute_batch("COMMIT")?),
+            Db::Sqlite(c) => {
+                let done = c.execute_batch("COMMIT");
+                if c.is_autocommit() {
+                    self.turn.borrow_mut().take();
+                }
+                Ok(done?)
+            }
             Db::Postgres(pg) => {
                 let mut pg = pg.borrow_mut();
                 let pg: &mut Pg = &mut pg;
@@ -922,6 +935,7 @@ impl Conn {
         match &self.db {
             Db::Sqlite(c) => {
                 let _ = c.execute_batch("ROLLBACK");
+                self.turn.borrow_mut().take();
             }
             Db::Postgres(pg) => {
                 let mut pg = pg.borrow_mut();
