@@ -206,18 +206,22 @@ async fn round_trips(http: &reqwest::Client, urls: &[String], token: &str) -> u6
     sum
 }
 
-/// Wait until the org's `n` jobs all have their Slurm job id (asked every 50 ms, at most 10 min).
+/// Wait until the burst's jobs (`ids`) all have their Slurm job id (asked every 50 ms, at most 10 min).
 /// Every replica is asked: each brings its own creates up to date at once, and the others' at its
 /// monitor's pace.
-async fn all_submitted(http: &reqwest::Client, urls: &[String], token: &str, n: usize) {
+async fn all_submitted(http: &reqwest::Client, urls: &[String], token: &str, ids: &[String]) {
+    let n = ids.len();
+    let burst: std::collections::HashSet<&str> = ids.iter().map(String::as_str).collect();
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut sent = std::collections::HashSet::new();
     loop {
         for url in urls {
             let list = get_json(http, url, token, "jobs?size=1000").await;
             for j in list["jobs"].as_array().into_iter().flatten() {
-                if j["backend_details"]["slurm_metadata"]["slurm_job_id"].is_string() {
-                    sent.insert(j["id"].as_str().unwrap_or_default().to_string());
+                let id = j["id"].as_str().unwrap_or_default();
+                // The warm-up creates' jobs are not the burst's.
+                if burst.contains(id) && j["backend_details"]["slurm_metadata"]["slurm_job_id"].is_string() {
+                    sent.insert(id.to_string());
                 }
             }
         }
@@ -324,7 +328,7 @@ async fn run(backend: &str, database: Option<&str>, mode: &str, replicas: usize,
     }
     let burst_ms = (last_answer - burst_start).as_secs_f64() * 1000.0;
     let submitted_ms = if respond_async {
-        all_submitted(&http, &urls, &token, ids.len()).await;
+        all_submitted(&http, &urls, &token, &ids).await;
         burst_start.elapsed().as_secs_f64() * 1000.0
     } else {
         burst_ms
@@ -403,7 +407,7 @@ async fn main() {
         "<!-- replicas-bench:begin -->\n## Replicas (`serve` on one and two processes, examples/replicas_bench.rs)\n\n",
     );
     s.push_str(&format!(
-        "{clients} concurrent clients each create one held job (`begin=now+1day`) through the API, spread over the replicas, then list the org's jobs (`?size=50`); then a quiet window of {quiet} s in which the monitors of all replicas are counted. A create the service turns away (503: its pool of creates per workspace and replica stayed full for 3 s) is waited out for its Retry-After and asked again, as a client should; its latency includes the waits. Every replica answers every route; the one holding the workspace's lease refreshes it. Release build, the service, the clients and the sandbox cluster on one 2-core machine.\n\n"
+        "After one create on each replica (the service's ssh connection open and the cluster's facts known, as the floor's are; `BENCH_WARM=0` skips it), {clients} concurrent clients each create one held job (`begin=now+1day`) through the API, spread over the replicas, then list the org's jobs (`?size=50`); then a quiet window of {quiet} s in which the monitors of all replicas are counted. A create the service turns away (503: its pool of creates per workspace and replica stayed full for 3 s) is waited out for its Retry-After and asked again, as a client should; its latency includes the waits. Every replica answers every route; the one holding the workspace's lease refreshes it. Release build, the service, the clients and the sandbox cluster on one 2-core machine.\n\n"
     ));
     s.push_str(&format!(
         "**The floor**: {clients} `sbatch --hold` submissions made by one script on the login host, timed there: median {floor:.0} ms over {} runs ({:.0}-{:.0} ms), one before each row. `batched` is the service as it ships (concurrent creates of a workspace go to the cluster together: the engine's group commit, at most 64 a round trip, {} creates at once per workspace and replica on PostgreSQL, {} on SQLite); `async` is the same service, each create asking `Prefer: respond-async` (answered 202 once the job is recorded; the group commit submits it after); `single` is the old path (`TAO_SLURM_SUBMIT_BATCH=1`: each create its own two round trips, 4 at once per workspace and replica). Burst: from the first create sent to the last answered; submitted: until every job had its Slurm job id (the same for `batched` and `single`, whose answers carry it; `async` polled every 50 ms on every replica). RPCs: the controller's counts (`sdiag`) over the burst, the monitors' refreshes included.\n\n",
@@ -442,7 +446,7 @@ async fn main() {
             r.holders,
         ));
     }
-    s.push_str("\nReproduce: `dev/bench-replicas` (env `BENCH_CLIENTS`, `BENCH_QUIET_SECS`, `BENCH_DATABASE_URL`, `BENCH_MODES`).\n<!-- replicas-bench:end -->\n");
+    s.push_str("\nReproduce: `dev/bench-replicas` (env `BENCH_CLIENTS`, `BENCH_QUIET_SECS`, `BENCH_DATABASE_URL`, `BENCH_MODES`, `BENCH_WARM`).\n<!-- replicas-bench:end -->\n");
     println!("{s}");
     let report = std::path::Path::new("bench/report.md");
     let text = std::fs::read_to_string(report).unwrap_or_default();
