@@ -71,6 +71,12 @@ fn login_through_a_pty(env: &Env, password: &str) -> (i32, String) {
     let status = wait_for("login to end", Duration::from_secs(30), Duration::from_millis(50), || {
         login.child.try_wait().unwrap()
     });
+    // The child can be seen to end before the reader has taken its last line from the terminal (CI
+    // met it): its outcome line is waited for a moment; the caller's assertions judge the text.
+    let until = Instant::now() + Duration::from_secs(5);
+    while !login.seen().contains("logged in") && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let text = login.seen();
     (status.code().unwrap_or(-1), text)
 }
