@@ -233,6 +233,11 @@ async fn all_submitted(http: &reqwest::Client, urls: &[String], token: &str, ids
     }
 }
 
+/// A create's body: one held job (`begin=now+1day`) named `name`.
+fn create_body(name: &str) -> Value {
+    json!({"image": "ubuntu:22.04", "command": ["true"], "gpus": 0, "name": name, "sbatch_options": {"begin": "now+1day"}})
+}
+
 async fn run(backend: &str, database: Option<&str>, mode: &str, replicas: usize, clients: usize, quiet: u64) -> Row {
     let mut bench = Bench::new(database);
     let respond_async = mode == "async";
@@ -247,17 +252,20 @@ async fn run(backend: &str, database: Option<&str>, mode: &str, replicas: usize,
     let http = reqwest::Client::builder().pool_max_idle_per_host(clients + 8).build().unwrap();
     // Let the replicas settle on a lease holder.
     tokio::time::sleep(Duration::from_secs(3)).await;
+    // The warm-up's jobs are cancelled with the burst's at the end.
+    let mut warm_ids = Vec::new();
     if std::env::var("BENCH_WARM").map_or(true, |v| v != "0") {
         for url in &urls {
             let r = http
                 .post(format!("{url}/api/v2/orgs/bench/jobs"))
                 .bearer_auth(&token)
-                .json(&json!({"image": "ubuntu:22.04", "command": ["true"], "gpus": 0, "name": "bench-warm",
-                    "sbatch_options": {"begin": "now+1day"}}))
+                .json(&create_body("bench-warm"))
                 .send()
                 .await
                 .unwrap();
             assert_eq!(r.status(), 201, "warm-up create");
+            let job: Value = r.json().await.unwrap();
+            warm_ids.push(job["id"].as_str().expect("the created job's id").to_string());
         }
     }
     let trips_before = round_trips(&http, &urls, &token).await;
@@ -277,11 +285,7 @@ async fn run(backend: &str, database: Option<&str>, mode: &str, replicas: usize,
                 if respond_async {
                     req = req.header("prefer", "respond-async");
                 }
-                let r = req
-                    .json(&json!({"image": "ubuntu:22.04", "command": ["true"], "gpus": 0, "name": "bench-replicas",
-                        "sbatch_options": {"begin": "now+1day"}}))
-                    .send()
-                    .await;
+                let r = req.json(&create_body("bench-replicas")).send().await;
                 match r {
                     Ok(r) if r.status() == 201 || (respond_async && r.status() == 202) => {
                         break r.json::<Value>().await.ok().and_then(|v| v["id"].as_str().map(String::from))
@@ -355,7 +359,8 @@ async fn run(backend: &str, database: Option<&str>, mode: &str, replicas: usize,
         let _ = child.kill();
         let _ = child.wait();
     }
-    for chunk in ids.chunks(250) {
+    let all_ids: Vec<String> = ids.iter().chain(&warm_ids).cloned().collect();
+    for chunk in all_ids.chunks(250) {
         let mut args = vec!["cancel"];
         args.extend(chunk.iter().map(String::as_str));
         let _ = bench.cmd(&args).output();

@@ -279,7 +279,7 @@ impl ServiceDb {
         let err = |e: super::sql::Error| sql_err(&self.path, e);
         // The group commit carries errors as the engine's; only their message is read.
         let failed = |m: String| crate::error::Error::RemoteCommand(m);
-        let mut results: Vec<Result<i64, String>> = Vec::with_capacity(batch.len());
+        let mut results: Vec<Result<i64, String>> = Vec::with_capacity(n);
         let run = || -> Result<(), String> {
             conn.begin().map_err(err)?;
             for write in batch {

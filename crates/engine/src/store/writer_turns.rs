@@ -50,6 +50,10 @@ pub fn take(path: &str, wait: Duration) -> Option<Turn> {
 fn of(path: &str) -> &'static Turns {
     static ALL: OnceLock<Mutex<HashMap<String, &'static Turns>>> = OnceLock::new();
     let mut all = ALL.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    // Looked up first: every write transaction comes here, and only a new file's needs a key made.
+    if let Some(turns) = all.get(path) {
+        return turns;
+    }
     all.entry(path.to_string()).or_insert_with(|| Box::leak(Box::default()))
 }
 
