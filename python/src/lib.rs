@@ -6,7 +6,9 @@
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use tao_slurm_engine::client::{Client, FollowCursor, JobFilter, PathCheck, Stream, Submission, SubmitOptions};
 use tao_slurm_engine::config::Settings;
@@ -48,6 +50,51 @@ fn to_py(py: Python<'_>, e: Error) -> PyErr {
 /// why it was refused.
 type PathAnswer = (String, Option<bool>, Option<String>);
 
+/// Set by the interpreter's `atexit` (see [`interpreter_exiting`]): Python is about to finalise.
+static EXITING: AtomicBool = AtomicBool::new(false);
+/// Engine calls that ended before [`EXITING`] was seen and are taking the GIL back.
+static RETURNING: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// True on the thread that runs `atexit`, the one that finalises: it is never ended.
+    static FINALISER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Called by `atexit` (registered at import): from now on, engine calls on other threads never take
+/// the GIL back. Python up to 3.13 ends a thread that takes it during finalisation with
+/// `pthread_exit`, whose unwinding through the extension's frames aborts the process ("FATAL:
+/// exception not rethrown") after the program's last line. The calls already taking it back are
+/// given it here, before finalisation begins (at most a second, so a stuck one cannot hang the exit).
+#[pyfunction]
+fn interpreter_exiting(py: Python<'_>) {
+    FINALISER.with(|f| f.set(true));
+    EXITING.store(true, Ordering::SeqCst);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while RETURNING.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < until {
+        py.detach(|| std::thread::sleep(std::time::Duration::from_millis(1)));
+    }
+}
+
+/// Run `f` with the GIL released. A thread whose call ends once the interpreter is exiting parks
+/// for good instead of taking the GIL back (what Python 3.14 does itself); the process's exit ends it.
+fn detached<T: Send>(py: Python<'_>, f: impl FnOnce() -> T + Send) -> T {
+    let result = py.detach(|| {
+        let result = f();
+        // Counted before the flag is read, and the flag set before the count is read (both SeqCst):
+        // either this thread parks, or `interpreter_exiting` waits until it holds the GIL again.
+        RETURNING.fetch_add(1, Ordering::SeqCst);
+        if EXITING.load(Ordering::SeqCst) && !FINALISER.with(Cell::get) {
+            RETURNING.fetch_sub(1, Ordering::SeqCst);
+            loop {
+                std::thread::park();
+            }
+        }
+        result
+    });
+    RETURNING.fetch_sub(1, Ordering::SeqCst);
+    result
+}
+
 fn json<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).expect("engine values serialise")
 }
@@ -55,7 +102,7 @@ fn json<T: serde::Serialize>(value: &T) -> String {
 impl Engine {
     /// Run `f` with a pooled client, the GIL released for its whole duration.
     fn with<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&Client) -> Result<T, Error> + Send) -> PyResult<T> {
-        let outcome = py.detach(|| {
+        let outcome = detached(py, || {
             let reused = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
             let client = match reused {
                 Some(c) => c,
@@ -343,7 +390,7 @@ impl Engine {
     /// credentials, results directory), as JSON.
     fn preflight(&self, py: Python<'_>) -> String {
         let settings = self.settings.clone();
-        py.detach(move || json(&tao_slurm_engine::client::preflight(&settings).checks))
+        detached(py, move || json(&tao_slurm_engine::client::preflight(&settings).checks))
     }
 
     /// One step of the monitor (the one every door runs): every active job refreshed in one round
@@ -427,6 +474,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "ERROR_KINDS",
         ErrorKind::ALL.iter().map(|k| (k.as_str(), k.python_exception(), k.exit_code())).collect::<Vec<_>>(),
     )?;
+    let exiting = wrap_pyfunction!(interpreter_exiting, m)?;
+    m.py().import("atexit")?.call_method1("register", (&exiting,))?;
+    m.add_function(exiting)?;
     m.add_function(wrap_pyfunction!(gpus_from_count, m)?)?;
     m.add_function(wrap_pyfunction!(budget_floor_secs, m)?)?;
     m.add_function(wrap_pyfunction!(infra_pattern_of, m)?)?;

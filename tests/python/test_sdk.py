@@ -240,6 +240,30 @@ def test_the_gil_is_released_during_remote_work_and_threads_share_one_sdk(env, s
     assert sdk.get_job_status(job.id).status == "Complete"
 
 
+def test_a_program_ends_cleanly_while_other_threads_are_in_engine_calls(env):
+    # Python 3.11 ends a thread that takes the GIL back after the interpreter began to finalise with
+    # pthread_exit. Unwound through the extension, that aborted the process ("FATAL: exception not
+    # rethrown", code -6) after the program's last line: the seed example met it in CI, its monitor
+    # thread mid-refresh at exit. Here daemon threads are always in an engine call when the main
+    # thread ends, in ten programs.
+    code = (
+        "import threading, time\n"
+        "from tao_slurm import SlurmSDK\n"
+        "sdk = SlurmSDK(poll_interval=0.1)\n"
+        "def loop():\n"
+        "    while True:\n"
+        "        sdk.list_jobs()\n"
+        "for _ in range(4):\n"
+        "    threading.Thread(target=loop, daemon=True).start()\n"
+        "time.sleep(0.3)\n"
+        "print('{\"ended\": true}')\n"
+    )
+    for attempt in range(10):
+        run = run_python(code, env, timeout=60)
+        assert run.returncode == 0, (attempt, run.returncode, run.stderr)
+        assert last_json(run.stdout) == {"ended": True}
+
+
 def test_a_new_process_resumes_a_running_job_and_sees_it_to_the_end(env, tmp_path):
     state = tmp_path / "session.json"  # the TAO SDK's form: tao-slurm keeps session.tao-slurm.db
     first = run_python(
