@@ -18,14 +18,12 @@ pub const REQUEST_BURST: u32 = 20;
 /// Remote operations (logs, submit, cancel, the cluster view, followers' reads) one workspace runs at
 /// once; the monitor's refresh has its own client and never waits for them.
 pub const REMOTE_POOL_SIZE: usize = 4;
-/// Job creates one workspace takes at once on PostgreSQL: they wait for each other's round trips and
-/// go to the cluster together (the engine's group commit, up to `TAO_SLURM_SUBMIT_BATCH` a round
-/// trip), so they are not held to [`REMOTE_POOL_SIZE`]. Each holds a client, and so a connection to
-/// the server (of the 100 a stock PostgreSQL allows, shared by every replica), until it is submitted.
-pub const CREATES_AT_ONCE: usize = 32;
-/// The same on SQLite, where a client's connection is a file handle: a burst of this many is taken
-/// at once (a create answered early still holds its place until it is submitted).
-pub const CREATES_AT_ONCE_SQLITE: usize = 256;
+/// Job creates one workspace takes at once: they wait for each other's round trips and go to the
+/// cluster together (the engine's group commit, up to `TAO_SLURM_SUBMIT_BATCH` a round trip), so they
+/// are not held to [`REMOTE_POOL_SIZE`]. Each holds a client until it is submitted (a create answered
+/// early too), but a client holds a database connection only while it reads or writes: on
+/// PostgreSQL the process's stores share a few (`store::pg_links`), on SQLite it is a file handle.
+pub const CREATES_AT_ONCE: usize = 256;
 /// How long a request waits for a place in the pool before it is told to come back.
 pub const REMOTE_POOL_WAIT: Duration = Duration::from_secs(3);
 /// `Retry-After` of a request turned away by a full pool.
@@ -105,16 +103,13 @@ impl RemotePool {
         RemotePool { slots: Arc::new(tokio::sync::Semaphore::new(size)), size, what }
     }
 
-    /// The pool of job creates: [`CREATES_AT_ONCE`] ([`CREATES_AT_ONCE_SQLITE`] on SQLite) when they
-    /// go in batches, else (a batch of one, `TAO_SLURM_SUBMIT_BATCH=1`) each is a cluster operation of
+    /// The pool of job creates: [`CREATES_AT_ONCE`] when they go in batches, else (a batch of one, `TAO_SLURM_SUBMIT_BATCH=1`) each is a cluster operation of
     /// its own, as many as [`REMOTE_POOL_SIZE`].
     pub fn creates(settings: &crate::config::Settings) -> RemotePool {
         if settings.submit_batch <= 1 {
             RemotePool::new(REMOTE_POOL_SIZE, "cluster operations")
-        } else if settings.database_url.is_some() {
-            RemotePool::new(CREATES_AT_ONCE, "job creates")
         } else {
-            RemotePool::new(CREATES_AT_ONCE_SQLITE, "job creates")
+            RemotePool::new(CREATES_AT_ONCE, "job creates")
         }
     }
 

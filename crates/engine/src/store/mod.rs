@@ -17,6 +17,7 @@ mod kpis;
 mod leases;
 mod notify;
 mod pause;
+pub(crate) mod pg_links;
 mod pg_tls;
 mod postgres_schema;
 mod reopen;

@@ -3,7 +3,9 @@
 //! has no `user_version`), applied once under the schema's write lock so that processes opening a new
 //! schema at once do not race; and the change counter of [`super::sql::CHANGES_TABLE`].
 
+use super::pg_links::{home_of, Home};
 use super::sql::{Conn, Error, Pg, CHANGES_TABLE};
+use std::sync::Arc;
 
 /// The table counting the migrations applied.
 const VERSION_TABLE: &str = "tao_schema_version";
@@ -35,44 +37,31 @@ pub(super) fn open(target: Target<'_>, schema: &str, migrations: &[&str]) -> Res
 }
 
 fn open_here(target: Target<'_>, schema: &str, migrations: &[&str]) -> Result<Conn, Error> {
-    let mut config: postgres::Config = target.url.parse()?;
-    if let Some(p) = target.password {
-        config.password(p);
-    }
-    let way = super::pg_tls::Way::for_config(&config, target.ca_file)?;
-    let client = connect_when_up(&way, &config)?;
+    // The process's connections to this schema, as whom, over which way.
+    let key = format!("{}\u{0}{:?}\u{0}{:?}\u{0}{schema}", target.url, target.password, target.ca_file);
     let quoted = quote_ident(schema);
-    let search_path = format!("SET search_path TO {quoted}");
-    let mut pg = Pg::new(client, config, way, schema, search_path.clone());
-    pg.client().batch_execute(&search_path)?;
-    pg.begin()?;
-    let migrated = migrate(&mut pg, &quoted, migrations);
-    match migrated {
-        Ok(()) => pg.commit()?,
-        Err(e) => {
-            pg.rollback();
-            return Err(e);
+    let home = home_of(&key, || {
+        let mut config: postgres::Config = target.url.parse()?;
+        if let Some(p) = target.password {
+            config.password(p);
         }
+        let way = super::pg_tls::Way::for_config(&config, target.ca_file)?;
+        Ok(Home::new(config, way, schema, format!("SET search_path TO {quoted}")))
+    })?;
+    let mut pg = Pg::new(Arc::clone(&home));
+    // Once this process found the schema current, a new store needs no connection to open it.
+    if !home.migrated(migrations.len()) {
+        pg.begin()?;
+        match migrate(&mut pg, &quoted, migrations) {
+            Ok(()) => pg.commit()?,
+            Err(e) => {
+                pg.rollback();
+                return Err(e);
+            }
+        }
+        home.set_migrated(migrations.len());
     }
     Ok(Conn::postgres(pg))
-}
-
-/// Opening waits for a server that says it is starting up (57P03, "cannot connect now"): a database
-/// started beside the service (a pod restarted as a whole) answers that for a few seconds. At most
-/// this many tries, half a second apart (about a minute; counted, the store reads no clock).
-const STARTING_UP_TRIES: u32 = 120;
-
-fn connect_when_up(way: &super::pg_tls::Way, config: &postgres::Config) -> Result<postgres::Client, postgres::Error> {
-    let mut tries = 1;
-    loop {
-        match way.connect(config) {
-            Err(e) if e.code().is_some_and(|c| c.code() == "57P03") && tries < STARTING_UP_TRIES => {
-                tries += 1;
-                std::thread::sleep(std::time::Duration::from_millis(500));
-            }
-            other => return other,
-        }
-    }
 }
 
 fn migrate(pg: &mut Pg, quoted: &str, migrations: &[&str]) -> Result<(), Error> {

@@ -368,21 +368,14 @@ pub fn to_dollar_params(sql: &str) -> String {
     out
 }
 
-/// The PostgreSQL half: one client, its prepared statements, and what this connection wrote.
+/// The PostgreSQL half: a connection of its schema's while a statement or transaction runs (see
+/// [`super::pg_links`]), and what this store wrote.
 pub struct Pg {
-    client: postgres::Client,
-    /// How to connect again (a restarted or unreachable server closes the connection for good).
-    config: postgres::Config,
-    /// Plain or TLS, as the URL's `sslmode` says.
-    way: super::pg_tls::Way,
-    /// `SET search_path TO <schema>`, run on each new connection.
-    search_path: String,
-    /// By the SQL as the store wrote it and the parameters' types (0: inferred by the server).
-    statements: HashMap<(String, Vec<u32>), postgres::Statement>,
-    /// The key of this schema's write lock (see [`Conn::begin`]).
-    lock_key: i32,
+    home: std::sync::Arc<super::pg_links::Home>,
+    /// Held from a statement's or transaction's start to its end, then given back.
+    link: Option<super::pg_links::Link>,
     in_transaction: bool,
-    /// An error said the server is gone (it may not show in `is_closed`): connect again on next use.
+    /// An error said the server is gone (it may not show in `is_closed`): the link is closed.
     lost: bool,
     /// Rows this connection has written (SQLite's `total_changes`).
     changes: u64,
@@ -528,44 +521,46 @@ impl<'a> postgres::types::FromSql<'a> for PgCell {
 }
 
 impl Pg {
-    pub(super) fn new(
-        client: postgres::Client,
-        config: postgres::Config,
-        way: super::pg_tls::Way,
-        schema: &str,
-        search_path: String,
-    ) -> Pg {
-        // The lock's key: a stable hash of the schema's name (FNV-1a), so every process agrees.
-        let hash = schema.bytes().fold(0x811c9dc5u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x01000193));
-        Pg {
-            client,
-            config,
-            way,
-            search_path,
-            statements: HashMap::new(),
-            lock_key: hash as i32,
-            in_transaction: false,
-            lost: false,
-            changes: 0,
-            dirty: false,
-            own_bumps: 0,
-        }
+    pub(super) fn new(home: std::sync::Arc<super::pg_links::Home>) -> Pg {
+        home.enter();
+        Pg { home, link: None, in_transaction: false, lost: false, changes: 0, dirty: false, own_bumps: 0 }
     }
 
-    /// Outside a transaction, a closed connection (the server restarted, or was out of reach) is
-    /// opened again, with its schema; its prepared statements went with it. Within one, the error
-    /// reaches the caller, which rolls back; the next transaction connects again.
+    /// The link of the statement or transaction under way, taken when there is none. Outside a
+    /// transaction, a lost one (the server restarted, or was out of reach) is closed first and another
+    /// taken; its prepared statements go with it. Within one, the error reaches the caller, which rolls
+    /// back; the next transaction takes another.
     fn reconnect_if_closed(&mut self) -> Result<()> {
-        if self.in_transaction || !(self.lost || self.client.is_closed()) {
-            return Ok(());
+        if !self.in_transaction && (self.lost || self.link.as_ref().is_some_and(|l| l.client.is_closed())) {
+            if let Some(link) = self.link.take() {
+                self.home.close(link, true);
+                tracing::info!("reconnecting to PostgreSQL");
+            }
+            self.lost = false;
         }
-        let mut client = self.way.connect(&self.config).map_err(|e| self.note(e))?;
-        client.batch_execute(&self.search_path).map_err(|e| self.note(e))?;
-        self.client = client;
-        self.statements.clear();
-        self.lost = false;
-        tracing::info!("reconnected to PostgreSQL");
+        if self.link.is_none() {
+            self.link = Some(self.home.take().map_err(|e| self.note(e))?);
+        }
         Ok(())
+    }
+
+    fn client_here(&mut self) -> &mut postgres::Client {
+        &mut self.link.as_mut().expect("a link is taken before it is used").client
+    }
+
+    /// Give the link back once no transaction needs it (closed if it was lost).
+    fn release(&mut self) {
+        if self.in_transaction {
+            return;
+        }
+        if let Some(link) = self.link.take() {
+            if self.lost {
+                self.home.close(link, true);
+                self.lost = false;
+            } else {
+                self.home.give_back(link);
+            }
+        }
     }
 
     /// An error of the client, remembered when it says the connection is gone: a reset socket or
@@ -594,28 +589,49 @@ impl Pg {
         self.reconnect_if_closed()?;
         let types: Vec<postgres::types::Type> = values.iter().map(pg_type).collect();
         let key = (sql.to_string(), types.iter().map(|t| t.oid()).collect::<Vec<_>>());
-        if let Some(st) = self.statements.get(&key) {
+        let link = self.link.as_mut().expect("taken above");
+        if let Some(st) = link.statements.get(&key) {
             return Ok(st.clone());
         }
-        let st = self.client.prepare_typed(&to_dollar_params(sql), &types).map_err(|e| self.note(e))?;
-        self.statements.insert(key, st.clone());
+        let prepared = link.client.prepare_typed(&to_dollar_params(sql), &types);
+        let st = prepared.map_err(|e| self.note(e))?;
+        self.link.as_mut().expect("taken above").statements.insert(key, st.clone());
         Ok(st)
     }
 
     fn execute(&mut self, sql: &str, values: Vec<Value>) -> Result<usize> {
+        let done = self.execute_here(sql, values);
+        self.release();
+        done
+    }
+
+    fn execute_here(&mut self, sql: &str, values: Vec<Value>) -> Result<usize> {
         let st = self.statement(sql, &values)?;
         let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = values.iter().map(|v| v as _).collect();
-        let n = self.client.execute(&st, &refs).map_err(|e| self.note(e))?;
+        let n = self.client_here().execute(&st, &refs).map_err(|e| self.note(e))?;
         self.wrote(n)?;
         Ok(n as usize)
     }
 
+    /// Statements without parameters, one after another.
+    pub(super) fn batch(&mut self, sql: &str) -> Result<()> {
+        let done = self.reconnect_if_closed().and_then(|()| self.client_here().batch_execute(sql).map_err(|e| self.note(e)));
+        self.release();
+        done
+    }
+
     fn rows(&mut self, sql: &str, values: Vec<Value>) -> Result<Vec<Row>> {
+        let done = self.rows_here(sql, values);
+        self.release();
+        done
+    }
+
+    fn rows_here(&mut self, sql: &str, values: Vec<Value>) -> Result<Vec<Row>> {
         let select = sql.trim_start().get(..6).is_some_and(|w| w.eq_ignore_ascii_case("select"));
         let query = |pg: &mut Pg| {
             let st = pg.statement(sql, &values)?;
             let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = values.iter().map(|v| v as _).collect();
-            pg.client.query(&st, &refs).map_err(|e| pg.note(e))
+            pg.client_here().query(&st, &refs).map_err(|e| pg.note(e))
         };
         // A read is asked again on a new connection; a write is not (it may have been done).
         let rows = if select { self.again_if_lost(query)? } else { query(self)? };
@@ -646,7 +662,7 @@ impl Pg {
     }
 
     fn bump(&mut self) -> Result<()> {
-        self.client.batch_execute(&format!("UPDATE {CHANGES_TABLE} SET n = n + 1")).map_err(|e| self.note(e))?;
+        self.client_here().batch_execute(&format!("UPDATE {CHANGES_TABLE} SET n = n + 1")).map_err(|e| self.note(e))?;
         self.own_bumps += 1;
         Ok(())
     }
@@ -654,13 +670,18 @@ impl Pg {
     /// Begin a transaction that holds this schema's write lock until it ends: writers take turns, as
     /// SQLite's `BEGIN IMMEDIATE` makes them (a read-then-write sees no other writer in between).
     pub(super) fn begin(&mut self) -> Result<()> {
-        self.again_if_lost(|pg| {
+        let began = self.again_if_lost(|pg| {
             pg.reconnect_if_closed()?;
-            pg.client.batch_execute("BEGIN").map_err(|e| pg.note(e))
-        })?;
+            pg.client_here().batch_execute("BEGIN").map_err(|e| pg.note(e))
+        });
+        if let Err(e) = began {
+            self.release();
+            return Err(e);
+        }
         self.in_transaction = true;
         self.dirty = false;
-        let locked = self.client.execute("SELECT pg_advisory_xact_lock($1, $2)", &[&WRITE_LOCK_CLASS, &self.lock_key]);
+        let key = self.home.lock_key;
+        let locked = self.client_here().execute("SELECT pg_advisory_xact_lock($1, $2)", &[&WRITE_LOCK_CLASS, &key]);
         if let Err(e) = locked {
             let e = self.note(e);
             self.rollback();
@@ -676,20 +697,39 @@ impl Pg {
                 return Err(e);
             }
         }
-        let done = self.client.batch_execute("COMMIT").map_err(|e| self.note(e));
+        let done = self.client_here().batch_execute("COMMIT").map_err(|e| self.note(e));
         self.in_transaction = false;
         self.dirty = false;
+        self.release();
         done
     }
 
     pub(super) fn rollback(&mut self) {
-        let _ = self.client.batch_execute("ROLLBACK");
+        if let Some(link) = self.link.as_mut() {
+            let _ = link.client.batch_execute("ROLLBACK");
+        }
         self.in_transaction = false;
         self.dirty = false;
+        self.release();
     }
 
+    /// The connection, for the schema's migrations (inside [`Pg::begin`]'s transaction).
     pub(super) fn client(&mut self) -> &mut postgres::Client {
-        &mut self.client
+        self.client_here()
+    }
+}
+
+impl Drop for Pg {
+    fn drop(&mut self) {
+        if let Some(link) = self.link.take() {
+            // Mid-transaction (a panic): closing it makes the server roll the transaction back.
+            if self.in_transaction || self.lost {
+                self.home.close(link, self.lost);
+            } else {
+                self.home.give_back(link);
+            }
+        }
+        self.home.leave();
     }
 }
 
@@ -850,10 +890,7 @@ impl Conn {
             Db::Postgres(pg) => {
                 let mut guard = pg.borrow_mut();
                 let pg: &mut Pg = &mut guard;
-                off_runtime(move || {
-                    pg.reconnect_if_closed()?;
-                    pg.client.batch_execute(sql).map_err(|e| pg.note(e))
-                })
+                off_runtime(move || pg.batch(sql))
             }
         }
     }

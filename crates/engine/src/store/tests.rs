@@ -423,6 +423,47 @@ fn a_dropped_postgres_connection_is_opened_again() {
     assert_eq!(s.summary(&r.layout.job_id).unwrap().job_id, r.layout.job_id);
 }
 
+/// Stores of one schema hold a server connection only while a statement or transaction runs: many
+/// stores opened and kept (a burst's clients), writing from as many threads at once, are served by
+/// no more than the process's links to the schema, and each write is there once.
+#[cfg(feature = "postgres-tests")]
+#[test]
+fn stores_of_a_schema_share_a_few_server_connections() {
+    use crate::store::pg_links::LINKS_PER_SCHEMA;
+    let place = crate::store::test_place::Place::postgres();
+    let first = place.open();
+    let backends = |s: &Store| -> i64 {
+        s.conn.query_row("SELECT pg_backend_pid()", crate::store::sql::params![], |r| r.get(0)).unwrap()
+    };
+    // Kept open one after another, 40 stores take turns on one connection.
+    let kept: Vec<Store> = (0..40).map(|_| place.open()).collect();
+    let pids: std::collections::BTreeSet<i64> = kept.iter().map(backends).collect();
+    assert_eq!(pids.len(), 1, "40 stores used one after another used {} connections", pids.len());
+    // 64 threads, each with a store of its own, write at once.
+    let plans: Vec<_> = (0..64).map(|_| crate::plan::resolve(&spec(), &settings()).unwrap()).collect();
+    let seen = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    std::thread::scope(|scope| {
+        for p in &plans {
+            let (place, seen) = (place.clone(), &seen);
+            scope.spawn(move || {
+                let s = place.open();
+                s.in_transaction(|| {
+                    seen.lock().unwrap().insert(backends(&s));
+                    s.insert_job("{}", p, NOW)
+                })
+                .unwrap();
+            });
+        }
+    });
+    let used = seen.into_inner().unwrap().len();
+    assert!(used <= LINKS_PER_SCHEMA, "64 writers at once used {used} connections, more than {LINKS_PER_SCHEMA}");
+    for p in &plans {
+        assert_eq!(first.summary(&p.layout.job_id).unwrap().job_id, p.layout.job_id);
+    }
+    assert_eq!(first.list(false).unwrap().len(), 64);
+    drop(kept);
+}
+
 both! { fn a_jobs_kpi_lines_are_capped_on_write_the_first_and_newest_kept(place) {
     let store = place.open();
     let plan = crate::plan::resolve(&spec(), &settings()).unwrap();
