@@ -158,6 +158,20 @@ impl Client {
             .run(submit::CheckRequest { paths, probe }, max, wait, |batch| submit::facts_batch(remote, batch))
     }
 
+    /// Record a new job, in one transaction with the records of the jobs created at the same time
+    /// (group commit, as many as a batch of submissions; `TAO_SLURM_SUBMIT_BATCH=1`: alone).
+    fn record_grouped(&self, job: crate::store::NewJob) -> Result<()> {
+        let max = self.settings.submit_batch as usize;
+        if max <= 1 {
+            return Ok(self
+                .store
+                .in_transaction(|| self.store.insert_member(&job.spec_json, &job.plan, &job.member, job.now))?);
+        }
+        self.queues.records.run(job, max, std::time::Duration::ZERO, |batch| {
+            self.store.record_jobs(batch).into_iter().map(|r| r.map_err(Error::from)).collect()
+        })
+    }
+
     /// Submit one recorded attempt, in one round trip with the submits that arrive at the same time
     /// (group commit); its outcome recorded as a lone submit's is.
     fn submit_grouped(&self, request: submit::SubmitRequest) -> Result<Submitted> {
@@ -299,13 +313,18 @@ impl Client {
     /// A job the door answered for that its submission then refused (or never sent): recorded again
     /// if the refusal had forgotten it, then ended as [`submit::keep_refused`] says.
     fn keep_refused(&self, spec: &JobSpec, plan: &Plan, e: &Error) -> Result<()> {
-        if let Err(crate::store::StoreError::NotFound(_)) = self.store.get(&plan.layout.job_id) {
-            let member = crate::store::Member { webhooks: webhooks_of(spec)?, ..Default::default() };
-            let spec_json = serde_json::to_string(spec).expect("spec serialises");
-            let now = crate::clock::now();
-            self.store.in_transaction(|| self.store.insert_member(&spec_json, plan, &member, now))?;
-        }
-        submit::keep_refused(&self.store, &plan.layout.job_id, e, crate::clock::now())
+        let id = &plan.layout.job_id;
+        let job = match self.store.get(id) {
+            Err(crate::store::StoreError::NotFound(_)) => {
+                let member = crate::store::Member { webhooks: webhooks_of(spec)?, ..Default::default() };
+                let spec_json = serde_json::to_string(spec).expect("spec serialises");
+                let now = crate::clock::now();
+                self.store.in_transaction(|| self.store.insert_member(&spec_json, plan, &member, now))?;
+                self.store.get(id)?
+            }
+            found => found?,
+        };
+        submit::keep_refused(&self.store, &job, e, crate::clock::now())
     }
 
     /// [`Client::create_job_planned`], the plan first passed to the door's `admit`, and `recorded`
@@ -366,13 +385,11 @@ impl Client {
             webhooks: webhooks_of(spec)?,
             ..Default::default()
         };
-        self.store.in_transaction(|| {
-            self.store.insert_member(
-                &serde_json::to_string(spec).expect("spec serialises"),
-                &plan,
-                &member,
-                crate::clock::now(),
-            )
+        self.record_grouped(crate::store::NewJob {
+            spec_json: serde_json::to_string(spec).expect("spec serialises"),
+            plan: plan.clone(),
+            member,
+            now: crate::clock::now(),
         })?;
         let gate = depend::gate_or_refuse(&self.store, &plan.layout.job_id, crate::clock::now())?;
         if let Some(told) = recorded {

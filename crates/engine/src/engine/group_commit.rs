@@ -87,10 +87,11 @@ impl<T, R> GroupCommit<T, R> {
     }
 }
 
-/// The batches of one cluster identity (the online checks and the submissions), and what its last
-/// checks found.
+/// The batches of one cluster identity (the new jobs' records, the online checks and the
+/// submissions), and what its last checks found.
 #[derive(Default)]
 pub struct Queues {
+    pub records: GroupCommit<crate::store::NewJob, ()>,
     pub checks: GroupCommit<super::submit::CheckRequest, tao_slurm_core::ops::cluster::SubmitFacts>,
     pub submits: GroupCommit<super::submit::SubmitRequest, super::submit::Submitted>,
     pub known: Mutex<Option<super::known_facts::KnownFacts>>,

@@ -91,16 +91,16 @@ pub fn record_not_submitted(store: &Store, job_ids: &[&str], why: &RemoteError, 
     Ok(())
 }
 
-/// A recorded job whose door was answered before its submission, which then failed: ended Error
-/// with the failure as its message. One whose outcome is unknown stays Pending (it is found by its
-/// unique name), and one Slurm took (or that ended already) is left as it is.
-pub fn keep_refused(store: &Store, job_id: &str, e: &Error, now: i64) -> Result<()> {
+/// A recorded job (`job`, as the store has it) whose door was answered before its submission, which
+/// then failed: ended Error with the failure as its message. One whose outcome is unknown stays
+/// Pending (it is found by its unique name), and one Slurm took (or that ended already) is left as it is.
+pub fn keep_refused(store: &Store, job: &crate::store::JobRecord, e: &Error, now: i64) -> Result<()> {
     if matches!(e, Error::Remote(r) if outcome_unknown(r)) {
         return Ok(());
     }
-    let job = store.get(job_id)?;
     if job.slurm_job_id.is_none() && !job.status.is_terminal() {
-        store.update_status(job_id, &StatusUpdate::bare(PlatformStatus::Error, format!("not submitted: {e}")), now)?;
+        let update = StatusUpdate::bare(PlatformStatus::Error, format!("not submitted: {e}"));
+        store.update_status(&job.job_id, &update, now)?;
     }
     Ok(())
 }

@@ -22,6 +22,14 @@ impl<'a> AsRead<'a> {
     }
 }
 
+/// A job to record with others (see [`Store::record_jobs`]).
+pub struct NewJob {
+    pub spec_json: String,
+    pub plan: Plan,
+    pub member: Member,
+    pub now: i64,
+}
+
 /// How a job belongs to a group and to other jobs, as it is recorded.
 #[derive(Debug, Clone, Default)]
 pub struct Member {
@@ -41,6 +49,17 @@ impl Store {
     /// Record a job before it is submitted (on this store's cluster).
     pub fn insert_job(&self, spec_json: &str, plan: &Plan, now: i64) -> Result<(), StoreError> {
         self.in_transaction(|| self.insert_member(spec_json, plan, &Member::default(), now))
+    }
+
+    /// Record jobs in one transaction, each as [`Store::insert_member`] records one and in a savepoint
+    /// of its own: one refused (the same job again) is refused alone. A failed commit fails each.
+    pub fn record_jobs(&self, jobs: Vec<NewJob>) -> Vec<Result<(), StoreError>> {
+        let n = jobs.len();
+        let written = self.conn.each_in_savepoint(jobs, |j| self.insert_member(&j.spec_json, &j.plan, &j.member, j.now));
+        written.unwrap_or_else(|e| {
+            let message = e.to_string();
+            (0..n).map(|_| Err(StoreError::Failed { path: self.path.clone(), message: message.clone() })).collect()
+        })
     }
 
     /// Record one job (in the caller's transaction): its row, its documents, its first attempt, its

@@ -17,7 +17,7 @@ mod kpis;
 mod leases;
 mod notify;
 mod pause;
-pub(crate) mod pg_links;
+pub mod pg_links;
 mod pg_tls;
 mod postgres_schema;
 mod reopen;
@@ -36,7 +36,7 @@ pub use attempts::RetryPlan;
 pub use audit::AuditEntry;
 pub use dependencies::DependencyRow;
 pub use groups::{Group, GroupRecord};
-pub use jobs::{AsRead, Member};
+pub use jobs::{AsRead, Member, NewJob};
 pub use leases::Lease;
 pub use notify::Outgoing;
 pub use pause::{NewDocs, PauseAsk};
@@ -49,6 +49,9 @@ pub enum StoreError {
     Sqlite { path: String, source: sql::Error },
     #[error("state file {path}: {message}")]
     Dir { path: String, message: String },
+    /// A transaction that carried many callers' writes failed: each is told its message.
+    #[error("state database {path}: {message}")]
+    Failed { path: String, message: String },
     #[error("no job {0} in the local state; `tao-slurm list` shows the known jobs")]
     NotFound(String),
     #[error("job id prefix {0} matches more than one job; give more characters")]

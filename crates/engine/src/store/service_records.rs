@@ -270,35 +270,17 @@ impl ServiceDb {
             .map_err(|e| e.to_string())
     }
 
-    /// The writes of `batch` in one transaction, each in a savepoint of its own: one that fails is
-    /// undone alone and the others stand (on PostgreSQL too, where a failed statement would
-    /// otherwise abort the whole transaction). A failed commit fails every one.
+    /// The writes of `batch` in one transaction, each in a savepoint of its own (see
+    /// [`Conn::each_in_savepoint`]). A failed commit fails every one.
     fn commit_together(&self, batch: Vec<GroupedWrite>) -> Vec<crate::error::Result<i64>> {
         let n = batch.len();
         let conn = self.conn();
-        let err = |e: super::sql::Error| sql_err(&self.path, e);
         // The group commit carries errors as the engine's; only their message is read.
         let failed = |m: String| crate::error::Error::RemoteCommand(m);
-        let mut results: Vec<Result<i64, String>> = Vec::with_capacity(n);
-        let run = || -> Result<(), String> {
-            conn.begin().map_err(err)?;
-            for write in batch {
-                conn.execute("SAVEPOINT tao_write", params![]).map_err(err)?;
-                let result = write(&conn);
-                if result.is_err() {
-                    conn.execute("ROLLBACK TO tao_write", params![]).map_err(err)?;
-                }
-                conn.execute("RELEASE tao_write", params![]).map_err(err)?;
-                results.push(result);
-            }
-            conn.commit().map_err(err)
-        };
-        match run() {
-            Ok(()) => results.into_iter().map(|r| r.map_err(failed)).collect(),
-            Err(m) => {
-                if !conn.is_autocommit() {
-                    conn.rollback();
-                }
+        match conn.each_in_savepoint(batch, |write| write(&conn)) {
+            Ok(results) => results.into_iter().map(|r| r.map_err(failed)).collect(),
+            Err(e) => {
+                let m = sql_err(&self.path, e);
                 (0..n).map(|_| Err(failed(m.clone()))).collect()
             }
         }

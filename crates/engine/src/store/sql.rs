@@ -5,7 +5,6 @@
 //! `?N` become `$N`; values travel as [`Value`] and rows are read into [`Row`]s of them.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 
 /// A value as the store writes and reads it: integers are i64 everywhere (BIGINT on PostgreSQL),
 /// booleans 0/1.
@@ -928,6 +927,40 @@ impl Conn {
         match &self.db {
             Db::Sqlite(c) => c.is_autocommit(),
             Db::Postgres(pg) => !pg.borrow().in_transaction,
+        }
+    }
+
+    /// `items` written in one transaction by `write`, each in a savepoint of its own: one whose write
+    /// fails is undone alone and the others stand (on PostgreSQL too, where a failed statement would
+    /// otherwise abort the whole transaction). Each item's result, once the transaction committed; an
+    /// error of the transaction itself (its begin, a savepoint, its commit) when it did not.
+    pub fn each_in_savepoint<I, T, E>(
+        &self,
+        items: Vec<I>,
+        mut write: impl FnMut(I) -> std::result::Result<T, E>,
+    ) -> Result<Vec<std::result::Result<T, E>>> {
+        let mut results = Vec::with_capacity(items.len());
+        let run = || -> Result<()> {
+            self.begin()?;
+            for item in items {
+                self.execute_unfenced("SAVEPOINT tao_write", Vec::new())?;
+                let result = write(item);
+                if result.is_err() {
+                    self.execute_unfenced("ROLLBACK TO tao_write", Vec::new())?;
+                }
+                self.execute_unfenced("RELEASE tao_write", Vec::new())?;
+                results.push(result);
+            }
+            self.commit()
+        };
+        match run() {
+            Ok(()) => Ok(results),
+            Err(e) => {
+                if !self.is_autocommit() {
+                    self.rollback();
+                }
+                Err(e)
+            }
         }
     }
 

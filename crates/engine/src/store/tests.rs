@@ -464,6 +464,29 @@ fn stores_of_a_schema_share_a_few_server_connections() {
     drop(kept);
 }
 
+both! { fn jobs_recorded_together_are_each_recorded_or_refused_alone(place) {
+    let store = place.open();
+    let plans: Vec<_> = (0..3).map(|_| crate::plan::resolve(&spec(), &settings()).unwrap()).collect();
+    store.in_transaction(|| store.insert_member("{}", &plans[1], &Default::default(), NOW)).unwrap();
+    let new = |p: &crate::plan::Plan| crate::store::NewJob {
+        spec_json: "{}".into(),
+        plan: p.clone(),
+        member: Default::default(),
+        now: NOW,
+    };
+    // The middle one is recorded already: it alone is refused, in the same transaction as the others.
+    let results = store.record_jobs(plans.iter().map(new).collect());
+    assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+    assert!(results[1].is_err(), "the same job twice is refused: {results:?}");
+    for p in &plans {
+        let job = store.summary(&p.layout.job_id).unwrap();
+        assert_eq!(job.status, crate::PlatformStatus::Pending, "{}", p.layout.job_id);
+    }
+    assert_eq!(store.list(false).unwrap().len(), 3);
+    let events: Vec<_> = store.events(&plans[0].layout.job_id).unwrap();
+    assert_eq!(events.iter().filter(|(_, kind, _)| kind == "created").count(), 1, "{events:?}");
+}}
+
 both! { fn a_jobs_kpi_lines_are_capped_on_write_the_first_and_newest_kept(place) {
     let store = place.open();
     let plan = crate::plan::resolve(&spec(), &settings()).unwrap();
