@@ -322,18 +322,24 @@ pub fn submit_batch(remote: &dyn Remote, store: &Store, mut requests: Vec<Submit
         }
     };
     let runs = crate::ops::submit_batch::split_batch_output(&out.stdout, &out.stderr, &nonce, requests.len());
-    requests
-        .iter()
-        .zip(runs)
-        .map(|(r, run)| {
-            let result = match run {
-                Some(run) => settle(store, &r.plan, &run.stdout, &run.stderr, run.exit_code, &out.host),
-                // The script stopped before this member's end (it never printed its mark): what
-                // the script said is all there is, and any id it gave was not this member's.
-                None => settle(store, &r.plan, "", &out.stderr, out.exit_code.max(1), &out.host),
-            };
-            keep_gate(store, &r.plan, &result, r.gate.as_ref())?;
-            result
-        })
-        .collect()
+    let n = requests.len();
+    // Every member's outcome in one commit, each in a savepoint of its own: a member whose record
+    // fails is undone alone (and found again by its name, as a lone submission's would be).
+    let settled = store.each_in_savepoint(requests.iter().zip(runs).collect(), |(r, run)| {
+        let result = match run {
+            Some(run) => settle(store, &r.plan, &run.stdout, &run.stderr, run.exit_code, &out.host),
+            // The script stopped before this member's end (it never printed its mark): what
+            // the script said is all there is, and any id it gave was not this member's.
+            None => settle(store, &r.plan, "", &out.stderr, out.exit_code.max(1), &out.host),
+        };
+        keep_gate(store, &r.plan, &result, r.gate.as_ref())?;
+        match result {
+            Err(e @ Error::Store(_)) => Err(e),
+            outcome => Ok(outcome),
+        }
+    });
+    match settled {
+        Ok(results) => results.into_iter().map(|r| r.unwrap_or_else(Err)).collect(),
+        Err(e) => (0..n).map(|_| Err(e.again().into())).collect(),
+    }
 }

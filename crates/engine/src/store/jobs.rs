@@ -55,11 +55,10 @@ impl Store {
     /// of its own: one refused (the same job again) is refused alone. A failed commit fails each.
     pub fn record_jobs(&self, jobs: Vec<NewJob>) -> Vec<Result<(), StoreError>> {
         let n = jobs.len();
-        let written = self.conn.each_in_savepoint(jobs, |j| self.insert_member(&j.spec_json, &j.plan, &j.member, j.now));
-        written.unwrap_or_else(|e| {
-            let message = e.to_string();
-            (0..n).map(|_| Err(StoreError::Failed { path: self.path.clone(), message: message.clone() })).collect()
-        })
+        match self.each_in_savepoint(jobs, |j| self.insert_member(&j.spec_json, &j.plan, &j.member, j.now)) {
+            Ok(results) => results,
+            Err(e) => (0..n).map(|_| Err(e.again())).collect(),
+        }
     }
 
     /// Record one job (in the caller's transaction): its row, its documents, its first attempt, its

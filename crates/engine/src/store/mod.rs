@@ -60,6 +60,23 @@ pub enum StoreError {
     Corrupt { job_id: String, message: String },
 }
 
+impl StoreError {
+    /// The same error again, for each of the callers whose writes shared a failed transaction.
+    pub fn again(&self) -> StoreError {
+        match self {
+            StoreError::Sqlite { path, source } => StoreError::Failed { path: path.clone(), message: source.to_string() },
+            StoreError::Dir { path, message } | StoreError::Failed { path, message } => {
+                StoreError::Failed { path: path.clone(), message: message.clone() }
+            }
+            StoreError::NotFound(id) => StoreError::NotFound(id.clone()),
+            StoreError::Ambiguous(p) => StoreError::Ambiguous(p.clone()),
+            StoreError::Corrupt { job_id, message } => {
+                StoreError::Corrupt { job_id: job_id.clone(), message: message.clone() }
+            }
+        }
+    }
+}
+
 /// See [`Store::change_token`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChangeToken {
@@ -188,6 +205,16 @@ impl Store {
                 Err(e)
             }
         }
+    }
+
+    /// `items` written in one transaction by `write`, each in a savepoint of its own (see
+    /// [`sql::Conn::each_in_savepoint`]): each item's result once it committed.
+    pub fn each_in_savepoint<I, T, E>(
+        &self,
+        items: Vec<I>,
+        write: impl FnMut(I) -> Result<T, E>,
+    ) -> Result<Vec<Result<T, E>>, StoreError> {
+        self.conn.each_in_savepoint(items, write).map_err(|e| self.err(e))
     }
 
     /// A value that differs whenever the state may have changed since it was last taken: a commit by
