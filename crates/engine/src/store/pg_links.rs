@@ -44,7 +44,7 @@ struct Links {
 }
 
 /// The home of `(target, schema)` in this process (`key` names both), made by `make` if new.
-pub fn home_of(key: &str, make: impl FnOnce() -> Result<Home, super::sql::Error>) -> Result<Arc<Home>, super::sql::Error> {
+pub fn home_of<E>(key: &str, make: impl FnOnce() -> Result<Home, E>) -> Result<Arc<Home>, E> {
     static ALL: OnceLock<Mutex<HashMap<String, Arc<Home>>>> = OnceLock::new();
     let mut all = ALL.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
     if let Some(home) = all.get(key) {

@@ -40,7 +40,7 @@ fn open_here(target: Target<'_>, schema: &str, migrations: &[&str]) -> Result<Co
     // The process's connections to this schema, as whom, over which way.
     let key = format!("{}\u{0}{:?}\u{0}{:?}\u{0}{schema}", target.url, target.password, target.ca_file);
     let quoted = quote_ident(schema);
-    let home = home_of(&key, || {
+    let home = home_of(&key, || -> Result<Home, Error> {
         let mut config: postgres::Config = target.url.parse()?;
         if let Some(p) = target.password {
             config.password(p);
