@@ -103,8 +103,9 @@ impl RemotePool {
         RemotePool { slots: Arc::new(tokio::sync::Semaphore::new(size)), size, what }
     }
 
-    /// The pool of job creates: [`CREATES_AT_ONCE`] when they go in batches, else (a batch of one, `TAO_SLURM_SUBMIT_BATCH=1`) each is a cluster operation of
-    /// its own, as many as [`REMOTE_POOL_SIZE`].
+    /// The pool of job creates: [`CREATES_AT_ONCE`] when they go in batches, else (a batch of one,
+    /// `TAO_SLURM_SUBMIT_BATCH=1`) each is a cluster operation of its own, as many as
+    /// [`REMOTE_POOL_SIZE`].
     pub fn creates(settings: &crate::config::Settings) -> RemotePool {
         if settings.submit_batch <= 1 {
             RemotePool::new(REMOTE_POOL_SIZE, "cluster operations")

@@ -322,7 +322,6 @@ pub fn submit_batch(remote: &dyn Remote, store: &Store, mut requests: Vec<Submit
         }
     };
     let runs = crate::ops::submit_batch::split_batch_output(&out.stdout, &out.stderr, &nonce, requests.len());
-    let n = requests.len();
     // Every member's outcome in one commit, each in a savepoint of its own: a member whose record
     // fails is undone alone (and found again by its name, as a lone submission's would be).
     let settled = store.each_in_savepoint(requests.iter().zip(runs).collect(), |(r, run)| {
@@ -338,8 +337,5 @@ pub fn submit_batch(remote: &dyn Remote, store: &Store, mut requests: Vec<Submit
             outcome => Ok(outcome),
         }
     });
-    match settled {
-        Ok(results) => results.into_iter().map(|r| r.unwrap_or_else(Err)).collect(),
-        Err(e) => (0..n).map(|_| Err(e.again().into())).collect(),
-    }
+    settled.into_iter().map(|r| r.unwrap_or_else(Err)).collect()
 }

@@ -54,11 +54,7 @@ impl Store {
     /// Record jobs in one transaction, each as [`Store::insert_member`] records one and in a savepoint
     /// of its own: one refused (the same job again) is refused alone. A failed commit fails each.
     pub fn record_jobs(&self, jobs: Vec<NewJob>) -> Vec<Result<(), StoreError>> {
-        let n = jobs.len();
-        match self.each_in_savepoint(jobs, |j| self.insert_member(&j.spec_json, &j.plan, &j.member, j.now)) {
-            Ok(results) => results,
-            Err(e) => (0..n).map(|_| Err(e.again())).collect(),
-        }
+        self.each_in_savepoint(jobs, |j| self.insert_member(&j.spec_json, &j.plan, &j.member, j.now))
     }
 
     /// Record one job (in the caller's transaction): its row, its documents, its first attempt, its

@@ -60,23 +60,6 @@ pub enum StoreError {
     Corrupt { job_id: String, message: String },
 }
 
-impl StoreError {
-    /// The same error again, for each of the callers whose writes shared a failed transaction.
-    pub fn again(&self) -> StoreError {
-        match self {
-            StoreError::Sqlite { path, source } => StoreError::Failed { path: path.clone(), message: source.to_string() },
-            StoreError::Dir { path, message } | StoreError::Failed { path, message } => {
-                StoreError::Failed { path: path.clone(), message: message.clone() }
-            }
-            StoreError::NotFound(id) => StoreError::NotFound(id.clone()),
-            StoreError::Ambiguous(p) => StoreError::Ambiguous(p.clone()),
-            StoreError::Corrupt { job_id, message } => {
-                StoreError::Corrupt { job_id: job_id.clone(), message: message.clone() }
-            }
-        }
-    }
-}
-
 /// See [`Store::change_token`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChangeToken {
@@ -208,13 +191,18 @@ impl Store {
     }
 
     /// `items` written in one transaction by `write`, each in a savepoint of its own (see
-    /// [`sql::Conn::each_in_savepoint`]): each item's result once it committed.
-    pub fn each_in_savepoint<I, T, E>(
+    /// [`sql::Conn::each_in_savepoint`]): each item's result once it committed; when the transaction
+    /// itself failed, its error for each ([`StoreError::Failed`]).
+    pub fn each_in_savepoint<I, T, E: From<StoreError>>(
         &self,
         items: Vec<I>,
         write: impl FnMut(I) -> Result<T, E>,
-    ) -> Result<Vec<Result<T, E>>, StoreError> {
-        self.conn.each_in_savepoint(items, write).map_err(|e| self.err(e))
+    ) -> Vec<Result<T, E>> {
+        let n = items.len();
+        self.conn.each_in_savepoint(items, write).unwrap_or_else(|e| {
+            let message = e.to_string();
+            (0..n).map(|_| Err(StoreError::Failed { path: self.path.clone(), message: message.clone() }.into())).collect()
+        })
     }
 
     /// A value that differs whenever the state may have changed since it was last taken: a commit by

@@ -153,7 +153,7 @@ impl Home {
     /// A link done with, for the next statement.
     pub fn give_back(&self, link: Link) {
         let mut links = self.lock();
-        if link.client.is_closed() || links.open > LINKS_PER_SCHEMA || links.users == 0 {
+        if link.client.is_closed() || links.open > LINKS_PER_SCHEMA {
             links.open -= 1;
             drop(links);
             drop(link);

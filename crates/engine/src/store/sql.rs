@@ -543,10 +543,6 @@ impl Pg {
         Ok(())
     }
 
-    fn client_here(&mut self) -> &mut postgres::Client {
-        &mut self.link.as_mut().expect("a link is taken before it is used").client
-    }
-
     /// Give the link back once no transaction needs it (closed if it was lost).
     fn release(&mut self) {
         if self.in_transaction {
@@ -607,14 +603,14 @@ impl Pg {
     fn execute_here(&mut self, sql: &str, values: Vec<Value>) -> Result<usize> {
         let st = self.statement(sql, &values)?;
         let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = values.iter().map(|v| v as _).collect();
-        let n = self.client_here().execute(&st, &refs).map_err(|e| self.note(e))?;
+        let n = self.client().execute(&st, &refs).map_err(|e| self.note(e))?;
         self.wrote(n)?;
         Ok(n as usize)
     }
 
     /// Statements without parameters, one after another.
     pub(super) fn batch(&mut self, sql: &str) -> Result<()> {
-        let done = self.reconnect_if_closed().and_then(|()| self.client_here().batch_execute(sql).map_err(|e| self.note(e)));
+        let done = self.reconnect_if_closed().and_then(|()| self.client().batch_execute(sql).map_err(|e| self.note(e)));
         self.release();
         done
     }
@@ -630,7 +626,7 @@ impl Pg {
         let query = |pg: &mut Pg| {
             let st = pg.statement(sql, &values)?;
             let refs: Vec<&(dyn postgres::types::ToSql + Sync)> = values.iter().map(|v| v as _).collect();
-            pg.client_here().query(&st, &refs).map_err(|e| pg.note(e))
+            pg.client().query(&st, &refs).map_err(|e| pg.note(e))
         };
         // A read is asked again on a new connection; a write is not (it may have been done).
         let rows = if select { self.again_if_lost(query)? } else { query(self)? };
@@ -661,7 +657,7 @@ impl Pg {
     }
 
     fn bump(&mut self) -> Result<()> {
-        self.client_here().batch_execute(&format!("UPDATE {CHANGES_TABLE} SET n = n + 1")).map_err(|e| self.note(e))?;
+        self.client().batch_execute(&format!("UPDATE {CHANGES_TABLE} SET n = n + 1")).map_err(|e| self.note(e))?;
         self.own_bumps += 1;
         Ok(())
     }
@@ -671,7 +667,7 @@ impl Pg {
     pub(super) fn begin(&mut self) -> Result<()> {
         let began = self.again_if_lost(|pg| {
             pg.reconnect_if_closed()?;
-            pg.client_here().batch_execute("BEGIN").map_err(|e| pg.note(e))
+            pg.client().batch_execute("BEGIN").map_err(|e| pg.note(e))
         });
         if let Err(e) = began {
             self.release();
@@ -680,7 +676,7 @@ impl Pg {
         self.in_transaction = true;
         self.dirty = false;
         let key = self.home.lock_key;
-        let locked = self.client_here().execute("SELECT pg_advisory_xact_lock($1, $2)", &[&WRITE_LOCK_CLASS, &key]);
+        let locked = self.client().execute("SELECT pg_advisory_xact_lock($1, $2)", &[&WRITE_LOCK_CLASS, &key]);
         if let Err(e) = locked {
             let e = self.note(e);
             self.rollback();
@@ -696,7 +692,7 @@ impl Pg {
                 return Err(e);
             }
         }
-        let done = self.client_here().batch_execute("COMMIT").map_err(|e| self.note(e));
+        let done = self.client().batch_execute("COMMIT").map_err(|e| self.note(e));
         self.in_transaction = false;
         self.dirty = false;
         self.release();
@@ -712,9 +708,10 @@ impl Pg {
         self.release();
     }
 
-    /// The connection, for the schema's migrations (inside [`Pg::begin`]'s transaction).
+    /// The connection of the statement or transaction under way (the schema's migrations run inside
+    /// [`Pg::begin`]'s transaction).
     pub(super) fn client(&mut self) -> &mut postgres::Client {
-        self.client_here()
+        &mut self.link.as_mut().expect("a link is taken before it is used").client
     }
 }
 
