@@ -8,7 +8,8 @@
 //! (`TAO_SLURM_SUBMIT_BATCH=1`, the old path), beside the floor measured in the same run: one script
 //! on the login host making the same number of `sbatch` submissions. The burst's round trips and the
 //! controller's RPCs (`sdiag`, by message type) are counted.
-//! Env: BENCH_CLIENTS (200), BENCH_QUIET_SECS (30), BENCH_DATABASE_URL, BENCH_MODES
+//! Env: BENCH_CLIENTS (200), BENCH_QUIET_SECS (30), BENCH_DATABASE_URL, BENCH_BACKENDS, BENCH_MODES,
+//! BENCH_SERVE_LOG (a file for the services' logs, with TAO_SLURM_LOG as their filter)
 //! (`batched,single`).
 
 use serde_json::{json, Value};
@@ -152,6 +153,9 @@ impl Bench {
     fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(&self.exe);
         c.args(args).env_clear().env("PATH", std::env::var("PATH").unwrap_or_default());
+        if let Ok(filter) = std::env::var("TAO_SLURM_LOG") {
+            c.env("TAO_SLURM_LOG", filter);
+        }
         for (k, v) in &self.vars {
             c.env(k, v);
         }
@@ -163,7 +167,10 @@ impl Bench {
         let mut server = self
             .cmd(&["serve", "--port", "0", "--rate-limit", "100000"])
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(match std::env::var("BENCH_SERVE_LOG") {
+                Ok(path) => Stdio::from(std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap()),
+                Err(_) => Stdio::null(),
+            })
             .spawn()
             .unwrap();
         let mut line = String::new();
@@ -394,6 +401,10 @@ async fn main() {
     if let Some(url) = database.as_deref() {
         backends.push(("PostgreSQL", Some(url)));
     }
+    // BENCH_BACKENDS=postgresql (or sqlite) runs one backend only.
+    if let Ok(only) = std::env::var("BENCH_BACKENDS") {
+        backends.retain(|(name, _)| only.split(',').any(|b| b.trim().eq_ignore_ascii_case(name)));
+    }
     let modes = std::env::var("BENCH_MODES").unwrap_or_else(|_| "batched,single".into());
     let floor_bench = Bench::new(None);
     let mut floors = Vec::new();
@@ -451,7 +462,7 @@ async fn main() {
             r.holders,
         ));
     }
-    s.push_str("\nReproduce: `dev/bench-replicas` (env `BENCH_CLIENTS`, `BENCH_QUIET_SECS`, `BENCH_DATABASE_URL`, `BENCH_MODES`, `BENCH_WARM`).\n<!-- replicas-bench:end -->\n");
+    s.push_str("\nReproduce: `dev/bench-replicas` (env `BENCH_CLIENTS`, `BENCH_QUIET_SECS`, `BENCH_DATABASE_URL`, `BENCH_BACKENDS`, `BENCH_MODES`, `BENCH_WARM`).\n<!-- replicas-bench:end -->\n");
     println!("{s}");
     let report = std::path::Path::new("bench/report.md");
     let text = std::fs::read_to_string(report).unwrap_or_default();

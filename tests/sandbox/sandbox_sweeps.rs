@@ -375,5 +375,5 @@ fn bad_sweeps_and_pipelines_are_refused_naming_the_field_before_any_connection()
         "--",
         "true",
     ]);
-    assert!(text.contains("#SBATCH --array=0-2%2") && text.contains("%x-%A_%a/main.out"), "{text}");
+    assert!(text.contains("#SBATCH --array=0-2%2") && text.contains("/.%x-%A_%a.out"), "{text}");
 }

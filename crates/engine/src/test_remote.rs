@@ -102,7 +102,7 @@ pub(crate) enum Kind {
 
 impl Kind {
     pub(crate) fn of(script: &str) -> Kind {
-        if script.contains("sbatch --parsable --hold") {
+        if script.contains("sbatch --parsable") {
             Kind::Submit
         } else if script.contains("squeue --me -r -t all") || script.contains("squeue --me -j ") {
             Kind::Refresh

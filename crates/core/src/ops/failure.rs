@@ -62,10 +62,12 @@ pub fn evidence_script(failed: &[(&JobRecord, &Decision)]) -> String {
         // The job's own files, read by the one reader of job-written files (regular files only,
         // briefly, the last 64 KiB of each).
         s.push_str(&format!("echo '{SECTION}tail {id}'\n", id = job.job_id));
-        for f in [format!("{dir}/main.err"), format!("{dir}/main.out")] {
+        // Where Slurm opened them stands in when the script never linked them (a failed launch).
+        for ext in ["err", "out"] {
             s.push_str(&format!(
-                "f={f}; read -r kind size <<<\"$(tao_jf_stat \"$f\")\"; [ \"$kind\" = regular ] && tao_jf_read \"$f\" $((size > 65536 ? size - 65536 : 0)) 65536 | tail -n {EVIDENCE_LINES} | {PREFIX_LINES}\n",
-                f = quote(&f)
+                "f={f}; [ -e \"$f\" ] || [ -L \"$f\" ] || f={slurm}; read -r kind size <<<\"$(tao_jf_stat \"$f\")\"; [ \"$kind\" = regular ] && tao_jf_read \"$f\" $((size > 65536 ? size - 65536 : 0)) 65536 | tail -n {EVIDENCE_LINES} | {PREFIX_LINES}\n",
+                f = quote(&format!("{dir}/main.{ext}")),
+                slurm = quote(&job.plan.layout.slurm_output(&job.attempt_name, slurm_id, ext)),
             ));
         }
         // Cosmos-RL jobs name the role that failed first.
@@ -293,5 +295,44 @@ fn after_preempted(
             message,
         },
         PreemptNext::Cancel | PreemptNext::BudgetSpent { .. } => FailureOutcome::Final { failure, message },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tails come from main.err and main.out, or, when the batch script never linked them (a
+    /// launch that failed before it ran), from the files Slurm opened in the logs root.
+    #[test]
+    fn the_evidence_reads_slurms_files_when_the_log_directory_has_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = crate::fixtures::settings();
+        settings.base_results_dir = Some(dir.path().join("base").display().to_string());
+        let plan = crate::plan::resolve_with_id(&crate::fixtures::spec(), &settings, "job-e").unwrap();
+        let job = JobRecord {
+            summary: crate::fixtures::summary(&plan, Some("77"), 0),
+            spec_json: "{}".into(),
+            plan: plan.clone(),
+        };
+        let decision = Decision {
+            job_id: "job-e".into(),
+            adopt: None,
+            update: StatusUpdate::bare(PlatformStatus::Error, "failed"),
+        };
+        let layout = &plan.layout;
+        std::fs::create_dir_all(layout.log_dir(&job.attempt_name, "77")).unwrap();
+        std::fs::write(layout.slurm_output(&job.attempt_name, "77", "err"), "slurmstepd: error: launch failed\n").unwrap();
+        std::fs::write(layout.slurm_output(&job.attempt_name, "77", "out"), "").unwrap();
+        let tail = || {
+            let script = evidence_script(&[(&job, &decision)]);
+            let out = std::process::Command::new("bash").arg("-c").arg(&script).output().unwrap();
+            parse_evidence(&String::from_utf8_lossy(&out.stdout)).tails.remove("job-e").unwrap_or_default()
+        };
+        assert!(tail().contains("slurmstepd: error: launch failed"), "{}", tail());
+        let main_err = format!("{}/main.err", layout.log_dir(&job.attempt_name, "77"));
+        std::fs::write(&main_err, "CUDA error: an illegal memory access\n").unwrap();
+        let linked = tail();
+        assert!(linked.contains("illegal memory access") && !linked.contains("launch failed"), "{linked}");
     }
 }

@@ -32,21 +32,29 @@ pub const JOB_FILE_READ_SECS: u32 = job_file::READ_SECS;
 
 /// `tail` (or the whole file when `tail_lines` is None) of both files, in marked sections, read by
 /// the one reader of job-written files ([`job_file`]): regular files only, at most [`LOG_READ_CAP`]
-/// bytes each, under a time limit. Pure.
-pub fn logs_script(out_path: &str, err_path: &str, tail_lines: Option<u32>) -> String {
+/// bytes each, under a time limit. `slurm_files`: where Slurm opened them, read when the two are
+/// not there (a job whose script never linked them: see [`slurm_paths`]). Pure.
+pub fn logs_script(
+    out_path: &str,
+    err_path: &str,
+    slurm_files: Option<(&str, &str)>,
+    tail_lines: Option<u32>,
+) -> String {
     let mut s = String::new();
-    for (name, path) in [("stdout", out_path), ("stderr", err_path)] {
+    let (slurm_out, slurm_err) = slurm_files.unzip();
+    for (name, path, slurm) in [("stdout", out_path, slurm_out), ("stderr", err_path, slurm_err)] {
         let (skip, filter) = match tail_lines {
             Some(n) => (format!("$((size > {LOG_READ_CAP} ? size - {LOG_READ_CAP} : 0))"), format!(" | tail -n {n}")),
             None => ("0".to_string(), String::new()),
         };
         // Lines are prefixed so that no log line can pose as a section marker.
         s.push_str(&format!(
-            "echo '{SECTION}{name}'\nf={p}\nread -r kind size <<<\"$(tao_jf_stat \"$f\")\"\n\
+            "echo '{SECTION}{name}'\nf={p}\n{fallback}read -r kind size <<<\"$(tao_jf_stat \"$f\")\"\n\
              case \"$kind\" in\n  regular) tao_jf_read \"$f\" {skip} {LOG_READ_CAP}{filter} | {PREFIX_LINES}\n    \
              [ \"$size\" -gt {LOG_READ_CAP} ] && echo \"{SECTION}truncated $size\" ;;\n  \
              missing) echo '{SECTION}missing' ;;\n  *) echo '{SECTION}notregular' ;;\nesac\n",
             p = quote(path),
+            fallback = slurm.map(|f| format!("[ -e \"$f\" ] || [ -L \"$f\" ] || f={}\n", quote(f))).unwrap_or_default(),
         ));
     }
     job_file::with_functions(&s)
@@ -197,6 +205,15 @@ pub fn log_paths(job: &JobRecord) -> Option<(String, String, String)> {
     Some((slurm_job_id, format!("{dir}/main.out"), format!("{dir}/main.err")))
 }
 
+/// Where Slurm opened the attempt's output and error ([`crate::layout::Layout::slurm_output`]): the
+/// same files as main.out and main.err once the batch script linked them, and the only names of
+/// what Slurm wrote when it never ran (a launch that failed before it).
+pub fn slurm_paths(job: &JobRecord) -> Option<(String, String)> {
+    let id = job.slurm_job_id.as_deref()?;
+    let layout = &job.plan.layout;
+    Some((layout.slurm_output(&job.attempt_name, id, "out"), layout.slurm_output(&job.attempt_name, id, "err")))
+}
+
 /// The log files of one task of a Cosmos-RL role in the attempt: `<log dir>/<role>/<task>.out|err`.
 pub fn role_log_paths(job: &JobRecord, role: Role, task: u32) -> Option<(String, String, String)> {
     let (slurm_job_id, out, _) = log_paths(job)?;
@@ -257,7 +274,8 @@ mod tests {
         std::fs::write(p("0.out"), "task 0 says\n@@tao-slurm:stderr\n").unwrap();
         std::fs::write(p("0.err"), "").unwrap();
         std::fs::write(p("1.err"), "boom\n").unwrap();
-        let script = logs_script(&p("0.out"), &p("0.err"), None) + &logs_script(&p("1.out"), &p("1.err"), Some(5));
+        let script =
+            logs_script(&p("0.out"), &p("0.err"), None, None) + &logs_script(&p("1.out"), &p("1.err"), None, Some(5));
         let run = std::process::Command::new("bash").arg("-c").arg(&script).output().unwrap();
         let pairs = parse_pairs(&String::from_utf8(run.stdout).unwrap(), None);
         assert_eq!(
@@ -267,6 +285,30 @@ mod tests {
                 ("(not written yet)\n".to_string(), "boom\n".to_string()),
             ]
         );
+    }
+
+    /// main.out and main.err not there (the batch script never ran to link them): Slurm's own files
+    /// are read in their place; once linked, the log directory's; a symlink there is refused, not
+    /// passed over.
+    #[test]
+    fn slurms_files_are_read_when_the_log_directory_has_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |name: &str| dir.path().join(name).display().to_string();
+        std::fs::write(p(".x-1.out"), "").unwrap();
+        std::fs::write(p(".x-1.err"), "slurmstepd: error: execve(): bad\n").unwrap();
+        std::fs::create_dir(p("x-1")).unwrap();
+        let read = || {
+            let script =
+                logs_script(&p("x-1/main.out"), &p("x-1/main.err"), Some((&p(".x-1.out"), &p(".x-1.err"))), None);
+            let run = std::process::Command::new("bash").arg("-c").arg(&script).output().unwrap();
+            parse_pairs(&String::from_utf8(run.stdout).unwrap(), None).pop().unwrap()
+        };
+        assert_eq!(read(), (String::new(), "slurmstepd: error: execve(): bad\n".to_string()));
+        std::fs::write(p("x-1/main.err"), "the job's own\n").unwrap();
+        assert_eq!(read().1, "the job's own\n");
+        std::fs::remove_file(p("x-1/main.err")).unwrap();
+        std::os::unix::fs::symlink(p(".x-1.err"), p("x-1/main.err")).unwrap();
+        assert!(read().1.starts_with("(not shown: the job replaced this log"), "{:?}", read());
     }
 
     #[test]
@@ -296,7 +338,7 @@ mod tests {
                 assert!(started.elapsed() < std::time::Duration::from_secs(10), "{path} blocked");
                 String::from_utf8(out.stdout).unwrap()
             };
-            let tail = run(logs_script(&path, "/nonexistent", Some(10)));
+            let tail = run(logs_script(&path, "/nonexistent", None, Some(10)));
             assert!(!tail.contains("linked file") && tail.contains("notregular"), "{tail}");
             let pairs = parse_pairs(&tail, Some(10));
             assert!(pairs[0].0.starts_with("(not shown"), "{pairs:?}");

@@ -161,15 +161,19 @@ pub(crate) fn attempt_script(
         script: &layout.script_file(),
         log_dirs: if deferred { "" } else { "mkdir -p \"$logdir_prefix-$id\"" },
         log_dirs_failed: "cannot create the log directory; job cancelled",
-        release: !ticket.hold && !deferred,
+        // A job needs no hold for its logs (see `Layout::slurm_output`): held only for its
+        // dependencies, and released by tao-slurm when they are met.
+        hold: ticket.hold,
+        release: false,
     };
     s.push_str(&sbatch_script(&steps));
     s
 }
 
 /// The step that finishes an adopted attempt (`$1`, its Slurm job id): its log directory, and its
-/// release unless it is to stay held. Both are harmless when already done. The refresh finishes
-/// attempts it adopts the same way ([`release_adopted_script`]).
+/// release unless it is to stay held (an attempt an earlier version submitted held, then stopped
+/// before releasing). Both are harmless when already done. The refresh finishes attempts it adopts
+/// the same way ([`release_adopted_script`]).
 fn release_adopted_step(hold: bool) -> String {
     let release = if hold { "" } else { "scontrol release \"$1\" >/dev/null 2>&1; " };
     format!("mkdir -p \"$logdir_prefix-$1\"; {release}")
@@ -277,19 +281,23 @@ pub(crate) struct SbatchSteps<'a> {
     /// failure says.
     pub log_dirs: &'a str,
     pub log_dirs_failed: &'a str,
+    /// Submitted held (`--hold`).
+    pub hold: bool,
+    /// Released once its log directories are made (a sweep's array).
     pub release: bool,
 }
 
-/// The end every submission script shares: `sbatch --hold`, its id recorded in the lock and printed,
-/// the log directories made (the job is cancelled if they cannot be), and the hold released. No
-/// process but sbatch's, mkdir's and scontrol's, and no fork: the id is read out of sbatch's answer
-/// by the shell.
+/// The end every submission script shares: `sbatch` (`--hold` when asked), its id recorded in the
+/// lock and printed, the log directories made (the job is cancelled if they cannot be), and the hold
+/// released when asked. No process but sbatch's, mkdir's and scontrol's, and no fork: the id is read
+/// out of sbatch's answer by the shell.
 pub(crate) fn sbatch_script(steps: &SbatchSteps) -> String {
-    let SbatchSteps { what, name, options, script, log_dirs, log_dirs_failed, release } = steps;
+    let SbatchSteps { what, name, options, script, log_dirs, log_dirs_failed, hold, release } = steps;
+    let hold = if *hold { " --hold" } else { "" };
     // sbatch's answer goes to a file of the lock's, named afresh and made exclusively (nothing there
     // is followed), and is read back by the shell: no command substitution, so no fork.
     let mut s = format!(
-        "tao_sb=\"$lock/sbatch.$$.$RANDOM\"; set -C; sbatch --parsable --hold --job-name={}{options} {} > \"$tao_sb\" || {{ rm -rf \"$lock\"; echo 'tao-slurm: sbatch refused the {what}' >&2; exit {SBATCH_REFUSED}; }}\nset +C\n",
+        "tao_sb=\"$lock/sbatch.$$.$RANDOM\"; set -C; sbatch --parsable{hold} --job-name={}{options} {} > \"$tao_sb\" || {{ rm -rf \"$lock\"; echo 'tao-slurm: sbatch refused the {what}' >&2; exit {SBATCH_REFUSED}; }}\nset +C\n",
         quote(name),
         quote(script)
     );

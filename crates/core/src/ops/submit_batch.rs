@@ -2,13 +2,14 @@
 //! functions sent once, each base's storage checked and its directories made once for all its jobs,
 //! then each attempt's own lock, staging and sbatch in a subshell of its own, so that one member's
 //! failure (its `exit`) is its own and the next member still runs; last, the log directories of
-//! every job sbatch took in one `mkdir` and their holds released in one `scontrol release` (the jobs
-//! are held until then, so none starts without its log directory). Each member's end is marked on
+//! every job sbatch took in one `mkdir` (a job does not wait for it: Slurm writes its logs in the
+//! logs root and the batch script links them there, see `Layout::slurm_output`; a member submitted
+//! held for its dependencies stays held). Each member's end is marked on
 //! both output streams with a nonce the caller draws per batch: no output of a member can pose as
 //! the end of another. Pure.
 
 use super::submit::{attempt_script, job_dirs, storage_steps, AttemptTicket};
-use crate::exit_codes::{CANNOT_CREATE_DIRS, NO_LOG_DIR, RELEASE_FAILED};
+use crate::exit_codes::{CANNOT_CREATE_DIRS, NO_LOG_DIR};
 use crate::plan::Plan;
 use crate::protocol::SECTION;
 use crate::script::shell::quote;
@@ -72,10 +73,9 @@ pub fn batch_script(members: &[BatchMember], nonce: &str) -> String {
             s.push_str("wait\n");
         }
     }
-    s.push_str("tao_logdirs=(); tao_new_ids=(); tao_release=\n");
+    s.push_str("tao_logdirs=(); tao_new_ids=()\n");
     for (i, m) in members.iter().enumerate() {
         let logdir_prefix = quote(&format!("{}/{}", m.plan.layout.logs_root(), m.ticket.slurm_job_name));
-        let release = if m.ticket.hold { "" } else { " tao_release=\"$tao_release,$tao_id\";" };
         // The member's output is read (by the shell: no process) to find the id of a job sbatch
         // took in this run (an adopted one was finished by its own step), then passed on.
         s.push_str(&format!(
@@ -84,7 +84,7 @@ pub fn batch_script(members: &[BatchMember], nonce: &str) -> String {
              [ -f \"$tao_bd/{i}.c\" ] && read -r tao_rc < \"$tao_bd/{i}.c\"\n\
              printf '%s\\n' \"${{tao_out%$'\\n'}}\"\n\
              if [ \"$tao_rc\" = 0 ]; then case \"$tao_out\" in *'{SECTION}adopted'*) ;; *'{SECTION}slurm_job_id '*) \
-             tao_id=\"${{tao_out##*{SECTION}slurm_job_id }}\"; tao_id=\"${{tao_id%%[!0-9]*}}\"; tao_logdirs+=({logdir_prefix}-\"$tao_id\"); tao_new_ids+=(\"$tao_id\");{release} ;; esac; fi\n\
+             tao_id=\"${{tao_out##*{SECTION}slurm_job_id }}\"; tao_id=\"${{tao_id%%[!0-9]*}}\"; tao_logdirs+=({logdir_prefix}-\"$tao_id\"); tao_new_ids+=(\"$tao_id\") ;; esac; fi\n\
              [ -z \"$tao_err\" ] || printf '%s\\n' \"${{tao_err%$'\\n'}}\" >&2\n\
              echo \"{SECTION}member {nonce} {i} $tao_rc\"; echo {} >&2\n",
             quote(&format!("{SECTION}member {nonce} {i}")),
@@ -93,8 +93,7 @@ pub fn batch_script(members: &[BatchMember], nonce: &str) -> String {
     s.push_str(&format!(
         "tao_after=0\n\
          if [ ${{#tao_logdirs[@]}} -gt 0 ]; then\n  \
-         if ! mkdir -p -- \"${{tao_logdirs[@]}}\"; then scancel \"${{tao_new_ids[@]}}\"; echo 'tao-slurm: cannot create the log directories; jobs cancelled' >&2; tao_after={NO_LOG_DIR}\n  \
-         elif [ -n \"$tao_release\" ] && ! scontrol release \"${{tao_release#,}}\"; then echo 'tao-slurm: scontrol release failed: the jobs are held' >&2; tao_after={RELEASE_FAILED}; fi\n\
+         if ! mkdir -p -- \"${{tao_logdirs[@]}}\"; then scancel \"${{tao_new_ids[@]}}\"; echo 'tao-slurm: cannot create the log directories; jobs cancelled' >&2; tao_after={NO_LOG_DIR}; fi\n\
          fi\n\
          echo \"{SECTION}member {nonce} after $tao_after\"\n"
     ));
@@ -103,8 +102,9 @@ pub fn batch_script(members: &[BatchMember], nonce: &str) -> String {
 
 /// Each member's run, read from the batch's output: None for a member whose end never came (the
 /// script stopped before it; its outcome is the batch's). A member whose job sbatch took ends as
-/// the batch's last steps did: not started (held, or cancelled without its log directory) when they
-/// failed or never ran.
+/// the batch's last step did: not started (cancelled without its log directory) when it failed; a
+/// batch that stopped before that step leaves its jobs submitted (each makes its log directory as
+/// it starts).
 pub fn split_batch_output(stdout: &str, stderr: &str, nonce: &str, members: usize) -> Vec<Option<MemberRun>> {
     let mark = format!("{SECTION}member {nonce} ");
     let after: Option<i32> = stdout
@@ -117,13 +117,8 @@ pub fn split_batch_output(stdout: &str, stderr: &str, nonce: &str, members: usiz
             && !run.stdout.contains(&format!("{SECTION}adopted"))
             && run.stdout.contains(&format!("{SECTION}slurm_job_id "));
         match after {
-            Some(0) => {}
-            _ if !took => {}
-            Some(rc) => run.exit_code = rc,
-            None => {
-                run.exit_code = RELEASE_FAILED;
-                run.stderr.push_str("tao-slurm: the batch ended before its jobs' log directories and release\n");
-            }
+            Some(rc) if took && rc != 0 => run.exit_code = rc,
+            _ => {}
         }
     }
     runs
@@ -304,29 +299,51 @@ mod tests {
         assert_eq!(parse_outcome(&r1.stdout, r1.exit_code), crate::ops::submit::Outcome::Submitted("7".into()));
     }
 
-    /// The batch's last steps: one `mkdir` for every log directory, one `scontrol release` for every
-    /// job; when the release fails, each job sbatch took is not started (held), not submitted.
+    /// The batch's last step: one `mkdir` for every log directory. No job is submitted held or
+    /// released (Slurm writes its logs in the logs root until its script links them); when the
+    /// directories cannot be made, each job sbatch took is cancelled and not started.
     #[test]
-    fn the_log_directories_and_the_release_are_made_once_for_the_batch() {
+    fn the_log_directories_are_made_once_for_the_batch_and_no_job_is_held() {
         let dir = tempfile::tempdir().unwrap();
         let mut settings = settings();
         settings.base_results_dir = Some(dir.path().join("base").display().to_string());
         let bin = dir.path().join("bin");
         std::fs::create_dir(&bin).unwrap();
         let calls = dir.path().join("calls");
-        std::fs::write(bin.join("sbatch"), "#!/bin/bash\necho $((RANDOM + 100))\n").unwrap();
-        for (release_rc, want_rc, batch) in [(0, 0, "a"), (1, RELEASE_FAILED, "b")] {
+        let counter = dir.path().join("n");
+        std::fs::write(
+            bin.join("sbatch"),
+            format!(
+                "#!/bin/bash\necho \"sbatch $*\" >> {calls}\nexec 9>>{c}.lock; flock 9\nn=$(( $(cat {c} 2>/dev/null || echo 500) + 1 )); echo $n > {c}; echo $n\n",
+                calls = calls.display(),
+                c = counter.display()
+            ),
+        )
+        .unwrap();
+        for tool in ["scontrol", "scancel", "mkdir"] {
+            let real = if tool == "mkdir" { "exec /bin/mkdir \"$@\"" } else { "" };
+            std::fs::write(bin.join(tool), format!("#!/bin/bash\necho \"{tool} $*\" >> {}\n{real}\n", calls.display()))
+                .unwrap();
+        }
+        Command::new("chmod").arg("-R").arg("+x").arg(&bin).status().unwrap();
+        for (batch, blocked, want_rc) in [("a", false, 0), ("b", true, NO_LOG_DIR)] {
             let plans: Vec<Plan> = ["1", "2"].iter().map(|n| plan_named(&settings, &format!("{batch}{n}"))).collect();
             let tickets: Vec<AttemptTicket> = plans.iter().map(AttemptTicket::first).collect();
             let none = SecretValues::default();
             let members = bare_members(&plans, &tickets, &none);
-            std::fs::write(
-                bin.join("scontrol"),
-                format!("#!/bin/bash\necho \"$@\" >> {}\nexit {release_rc}\n", calls.display()),
-            )
-            .unwrap();
-            Command::new("chmod").arg("-R").arg("+x").arg(&bin).status().unwrap();
             let _ = std::fs::remove_file(&calls);
+            let next: u32 = std::fs::read_to_string(&counter).map_or(501, |n| n.trim().parse::<u32>().unwrap() + 1);
+            if blocked {
+                // Files where the jobs' log directories go (made before the batch runs).
+                let logs = plans[0].layout.logs_root();
+                std::fs::create_dir_all(&logs).unwrap();
+                // (The members run at once: either may get either id.)
+                for plan in &plans {
+                    for id in [next, next + 1] {
+                        std::fs::write(plan.layout.log_dir(&plan.layout.job_name, &id.to_string()), "").unwrap();
+                    }
+                }
+            }
             let (stdout, stderr, _) = run(&batch_script(&members, "n2"), &bin);
             let runs = split_batch_output(&stdout, &stderr, "n2", 2);
             let mut ids = Vec::new();
@@ -336,9 +353,19 @@ mod tests {
                 ids.push(parse_outcome(&r.stdout, 0).slurm_job_id().unwrap().to_string());
             }
             let made = std::fs::read_to_string(&calls).unwrap();
-            assert_eq!(made.trim(), format!("release {}", ids.join(",")), "one release for both: {stdout}");
-            for (plan, id) in plans.iter().zip(&ids) {
-                assert!(std::path::Path::new(&plan.layout.log_dir(&plan.layout.job_name, id)).is_dir());
+            let lines: Vec<&str> = made.lines().collect();
+            assert_eq!(lines.iter().filter(|l| l.starts_with("sbatch ")).count(), 2, "{made}");
+            assert!(lines.iter().all(|l| !l.contains("--hold") && !l.starts_with("scontrol")), "never held: {made}");
+            let dirs: Vec<String> =
+                plans.iter().zip(&ids).map(|(plan, id)| plan.layout.log_dir(&plan.layout.job_name, id)).collect();
+            let mkdirs: Vec<&&str> = lines.iter().filter(|l| l.starts_with("mkdir ") && l.contains(&dirs[0])).collect();
+            assert_eq!(mkdirs.len(), 1, "one mkdir for the batch's log directories: {made}");
+            assert!(mkdirs[0].contains(&dirs[1]), "{made}");
+            if blocked {
+                assert!(made.contains(&format!("scancel {}", ids.join(" "))), "both cancelled: {made}");
+            } else {
+                assert!(!made.contains("scancel"), "{made}");
+                assert!(dirs.iter().all(|d| std::path::Path::new(d).is_dir()), "{made}");
             }
         }
     }

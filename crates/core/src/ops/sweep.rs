@@ -169,6 +169,7 @@ pub fn sweep_submit_script(sweep: &SweepPlan, files: &[Vec<StagedFile>], secrets
         script: &array_file.path,
         log_dirs: "logdirs \"$id\"",
         log_dirs_failed: "cannot create the log directories; sweep cancelled",
+        hold: true,
         release: true,
     }));
     s
@@ -209,7 +210,7 @@ mod tests {
         let script = plan.array_script();
         assert!(script.contains("#SBATCH --array=0-3%3\n"), "{script}");
         assert!(script.contains("#SBATCH --job-name=tao-sweep-sw1\n"), "{script}");
-        assert!(script.contains("/slurm-logs/%x-%A_%a/main.out"), "{script}");
+        assert!(script.contains("/slurm-logs/.%x-%A_%a.out"), "{script}");
         assert!(!script.contains("%x-%j"), "{script}");
         assert!(script.contains(&format!("2) tao_variant={} ;;", quote(&p.layout.script_file()))));
         // The task's log directory is the one the engine computes from the task's Slurm id.

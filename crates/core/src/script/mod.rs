@@ -109,8 +109,10 @@ fn write_directives(directive: &mut impl FnMut(String), plan: &Plan) {
     for (option, value) in &plan.sbatch_options {
         directive(format!("--{option}={value}"));
     }
-    directive(format!("--output={logs}/%x-%j/main.out"));
-    directive(format!("--error={logs}/%x-%j/main.err"));
+    // In the logs root, which exists before any job (see `Layout::slurm_output`); the first step
+    // links them into the log directory.
+    directive(format!("--output={logs}/.%x-%j.out"));
+    directive(format!("--error={logs}/.%x-%j.err"));
     directive("--open-mode=append".into());
     directive(if plan.requeue { "--requeue".into() } else { "--no-requeue".into() });
     if let Some(signal) = resume::signal_directive(plan) {
@@ -226,6 +228,7 @@ fn timeout_prefix(plan: &Plan) -> String {
 /// The script after its directives: the job's environment and inputs, the container step(s), and
 /// the exit that carries the step's status (or requeues after the inner timeout).
 fn write_body(s: &mut String, plan: &Plan) {
+    write_log_links(s, plan);
     write_environment(s, plan);
     write_workdir(s, plan);
     write_fetches(s, plan);
@@ -245,6 +248,24 @@ fn write_body(s: &mut String, plan: &Plan) {
         s.push_str(stop);
     }
     write_exit(s, plan);
+}
+
+/// First, the files Slurm writes the job's output and error to (`Layout::slurm_output`, opened
+/// before the script runs) get their names in the attempt's log directory, `main.out` and
+/// `main.err`: hard links, so everything written to them, before or after, and by a requeued run
+/// (Slurm appends to the same file), is there. An array task's directory is `%x-%A_%a`, as Slurm
+/// names its files. A link already there (a requeue) is kept. If they cannot be made, the job still
+/// runs: its logs stay where Slurm put them, and the readers look there too.
+fn write_log_links(s: &mut String, plan: &Plan) {
+    let logs = quote(&plan.layout.logs_root());
+    line(s, "tao_logid=\"${SLURM_ARRAY_TASK_ID:+${SLURM_ARRAY_JOB_ID:-}_$SLURM_ARRAY_TASK_ID}\"; tao_logid=\"${tao_logid:-$SLURM_JOB_ID}\"");
+    let _ = writeln!(
+        s,
+        "tao_logdir={logs}/\"$SLURM_JOB_NAME-$tao_logid\"; tao_slurm_log={logs}/\".$SLURM_JOB_NAME-$tao_logid\""
+    );
+    line(s, "tao_linked=1; mkdir -p -- \"$tao_logdir\" || tao_linked=");
+    line(s, "for tao_ext in out err; do [ -z \"$tao_linked\" ] || [ -e \"$tao_logdir/main.$tao_ext\" ] || ln -- \"$tao_slurm_log.$tao_ext\" \"$tao_logdir/main.$tao_ext\" || tao_linked=; done");
+    line(s, "[ -n \"$tao_linked\" ] || echo \"tao-slurm: cannot name this job's logs $tao_logdir/main.out and main.err; they are $tao_slurm_log.out and .err\" >&2");
 }
 
 fn line(s: &mut String, text: &str) {

@@ -34,8 +34,8 @@ fn two_nodes_of_eight() {
         "#SBATCH --cpus-per-task=16",
         "#SBATCH --time=04:00:00",
         "#SBATCH --partition=polar,polar3,polar4,grizzly",
-        "#SBATCH --output=/lustre/alice/slurm-logs/%x-%j/main.out",
-        "#SBATCH --error=/lustre/alice/slurm-logs/%x-%j/main.err",
+        "#SBATCH --output=/lustre/alice/slurm-logs/.%x-%j.out",
+        "#SBATCH --error=/lustre/alice/slurm-logs/.%x-%j.err",
         "#SBATCH --open-mode=append",
         "#SBATCH --requeue",
         "export WORLD_SIZE=2 NUM_GPU_PER_NODE=8 MASTER_PORT=29500 MASTER_ADDR",
@@ -333,4 +333,59 @@ fn the_gpu_sampler_runs_beside_the_step_of_a_gpu_job() {
     )
     .unwrap_err();
     assert_eq!(e.field, "gpu_watch.idle_percent");
+}
+
+/// The batch script's first step names the files Slurm opened in the logs root main.out and main.err
+/// of the attempt's log directory: the same files (what Slurm wrote before and writes after is
+/// there), an array task's directory named as Slurm names its files, a requeued run's links kept, and
+/// a directory that cannot be made said, with where the logs are.
+#[test]
+fn the_first_step_links_slurms_files_into_the_log_directory() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = settings();
+    s.base_results_dir = Some(dir.path().join("base").display().to_string());
+    let p = crate::plan::resolve_with_id(&spec(), &s, "00000000-0000-4000-8000-000000000009").unwrap();
+    let logs = p.layout.logs_root();
+    std::fs::create_dir_all(&logs).unwrap();
+    let mut step = String::new();
+    write_log_links(&mut step, &p);
+    let run = |env: &[(&str, &str)]| {
+        let out =
+            Command::new("bash").arg("-c").arg(format!("set -u\n{step}")).envs(env.iter().copied()).output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    for (env, name_id) in [
+        (vec![("SLURM_JOB_NAME", "tao-job-x"), ("SLURM_JOB_ID", "77")], "tao-job-x-77"),
+        (
+            vec![
+                ("SLURM_JOB_NAME", "tao-sweep-s"),
+                ("SLURM_JOB_ID", "73"),
+                ("SLURM_ARRAY_JOB_ID", "70"),
+                ("SLURM_ARRAY_TASK_ID", "3"),
+            ],
+            "tao-sweep-s-70_3",
+        ),
+    ] {
+        let (out, err) = (p.layout.slurm_output_named(name_id, "out"), p.layout.slurm_output_named(name_id, "err"));
+        std::fs::write(&out, "before the script\n").unwrap();
+        std::fs::write(&err, "").unwrap();
+        for _run in 0..2 {
+            let (ok, stderr) = run(&env);
+            assert!(ok && stderr.is_empty(), "{stderr}");
+        }
+        let log_dir = format!("{logs}/{name_id}");
+        let mut f = std::fs::OpenOptions::new().append(true).open(&out).unwrap();
+        std::io::Write::write_all(&mut f, b"after\n").unwrap();
+        assert_eq!(std::fs::read_to_string(format!("{log_dir}/main.out")).unwrap(), "before the script\nafter\n");
+        for (slurm, main) in [(&out, "main.out"), (&err, "main.err")] {
+            let (a, b) = (std::fs::metadata(slurm).unwrap(), std::fs::metadata(format!("{log_dir}/{main}")).unwrap());
+            assert_eq!((a.dev(), a.ino()), (b.dev(), b.ino()), "{main} is Slurm's file");
+        }
+    }
+    // A file where the log directory goes: the job runs on, and says where its logs are.
+    std::fs::write(format!("{logs}/tao-job-x-78"), "").unwrap();
+    let (ok, stderr) = run(&[("SLURM_JOB_NAME", "tao-job-x"), ("SLURM_JOB_ID", "78")]);
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("cannot name this job's logs") && stderr.contains("/.tao-job-x-78.out"), "{stderr}");
 }

@@ -47,8 +47,9 @@ pub fn as_attempt(job: &JobRecord, attempt: &crate::store::AttemptRecord) -> Job
 
 pub fn read_logs(remote: &dyn Remote, job: &JobRecord, tail_lines: Option<u32>) -> Result<JobLogs> {
     let (slurm_job_id, out_path, err_path) = log_paths(job)?;
+    let slurm = crate::ops::logs::slurm_paths(job);
     let out = remote.run_script_capped(
-        &logs_script(&out_path, &err_path, tail_lines),
+        &logs_script(&out_path, &err_path, slurm.as_ref().map(|(o, e)| (o.as_str(), e.as_str())), tail_lines),
         Idempotency::Idempotent,
         remote.default_deadline(),
         crate::ops::logs::logs_output_cap(2),
@@ -97,7 +98,7 @@ pub fn read_role_logs(
     let mut slurm_job_id = String::new();
     for t in &tasks {
         let (id, out, err) = role_log_paths(job, role, *t)?;
-        script.push_str(&logs_script(&out, &err, tail_lines));
+        script.push_str(&logs_script(&out, &err, None, tail_lines));
         paths.push((out, err));
         slurm_job_id = id;
     }

@@ -510,10 +510,13 @@ impl OpenSsh {
         cap: u64,
     ) -> Result<RemoteOutput, RemoteError> {
         let host = &self.hosts[index];
+        let started = std::time::Instant::now();
         let result = self.sessions.call(index, &|| self.start_session(index), script, deadline, cap)?;
         match result {
             Ok(reply) => {
                 self.counters.round_trip(script.len(), reply.stdout.len() + reply.stderr.len());
+                let ms = started.elapsed().as_secs_f64() * 1e3;
+                tracing::debug!(host = %host.label(), ms, script_bytes = script.len(), "round trip done");
                 // The log writer redacts secret values (the submit script carries them).
                 tracing::trace!(host = %host.label(), %script, stdout = %reply.stdout, stderr = %reply.stderr, "round trip");
                 Ok(RemoteOutput {
