@@ -97,6 +97,8 @@ pub struct AppState {
     metas_read: Mutex<(Instant, HashMap<String, Instant>)>,
     snapshot: RwLock<Arc<Snapshot>>,
     publish_lock: Mutex<()>,
+    /// Jobs waiting for [`AppState::publish_jobs`], by the store they are read from.
+    publish_pending: Mutex<HashMap<String, Vec<String>>>,
     pub version_tx: tokio::sync::watch::Sender<u64>,
     /// sha256 -> token.
     pub tokens: RwLock<HashMap<String, TokenInfo>>,
@@ -165,6 +167,7 @@ impl AppState {
             metas_read: Mutex::new((Instant::now(), HashMap::new())),
             snapshot: RwLock::new(Arc::new(Snapshot::default())),
             publish_lock: Mutex::new(()),
+            publish_pending: Mutex::new(HashMap::new()),
             version_tx: tokio::sync::watch::channel(0).0,
             tokens: RwLock::new(HashMap::new()),
             tokens_version: AtomicI64::new(i64::MIN),
@@ -355,9 +358,20 @@ impl AppState {
     /// Bring these jobs of the cache up to date with the state file (read through `client`, no remote
     /// call) and announce those that changed: what a create or an action on one job changed, without
     /// reading every job again (the whole cache is [`AppState::publish`]'s, at the monitor's pace).
+    ///
+    /// Asks that arrive while another runs go together in the next: one read of the store for all of
+    /// them (a batch's creates end together). An ask whose jobs the one before took along returns
+    /// once that one is done.
     pub fn publish_jobs(&self, client: &Client, ids: &[String]) {
+        let settings = client.settings();
+        let store = format!("{}|{}|{:?}", settings.state_path.display(), settings.database_schema, settings.cluster);
+        let pending = || self.publish_pending.lock().unwrap_or_else(|e| e.into_inner());
+        pending().entry(store.clone()).or_default().extend(ids.iter().cloned());
         let _one_at_a_time = self.publish_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let views = match client.stored_jobs(ids) {
+        let Some(mut ids) = pending().remove(&store) else { return };
+        ids.sort();
+        ids.dedup();
+        let views = match client.stored_jobs(&ids) {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the state file; the cache stays as it was");

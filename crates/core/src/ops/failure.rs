@@ -322,7 +322,8 @@ mod tests {
         };
         let layout = &plan.layout;
         std::fs::create_dir_all(layout.log_dir(&job.attempt_name, "77")).unwrap();
-        std::fs::write(layout.slurm_output(&job.attempt_name, "77", "err"), "slurmstepd: error: launch failed\n").unwrap();
+        std::fs::write(layout.slurm_output(&job.attempt_name, "77", "err"), "slurmstepd: error: launch failed\n")
+            .unwrap();
         std::fs::write(layout.slurm_output(&job.attempt_name, "77", "out"), "").unwrap();
         let tail = || {
             let script = evidence_script(&[(&job, &decision)]);

@@ -196,7 +196,7 @@ impl Store {
     pub fn each_in_savepoint<I, T, E: From<StoreError>>(
         &self,
         items: Vec<I>,
-        write: impl FnMut(I) -> Result<T, E>,
+        write: impl FnMut(&I) -> Result<T, E>,
     ) -> Vec<Result<T, E>> {
         let n = items.len();
         self.conn.each_in_savepoint(items, write).unwrap_or_else(|e| {

@@ -157,7 +157,7 @@ pub struct ServiceDb {
 }
 
 /// A write of the records that may share its commit with others (its result: a new row's id, or 0).
-pub(super) type GroupedWrite = Box<dyn FnOnce(&Conn) -> Result<i64, String> + Send>;
+pub(super) type GroupedWrite = Box<dyn Fn(&Conn) -> Result<i64, String> + Send>;
 
 /// At most this many writes share one commit.
 const WRITES_PER_COMMIT: usize = 256;

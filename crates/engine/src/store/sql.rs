@@ -927,17 +927,54 @@ impl Conn {
         }
     }
 
-    /// `items` written in one transaction by `write`, each in a savepoint of its own: one whose write
-    /// fails is undone alone and the others stand (on PostgreSQL too, where a failed statement would
-    /// otherwise abort the whole transaction). Each item's result, once the transaction committed; an
-    /// error of the transaction itself (its begin, a savepoint, its commit) when it did not.
+    /// `items` written in one transaction by `write`, each as if in a savepoint of its own: one whose
+    /// write fails is undone alone and the others stand (on PostgreSQL too, where a failed statement
+    /// would otherwise abort the whole transaction). Each item's result, once the transaction
+    /// committed; an error of the transaction itself (its begin, a savepoint, its commit) when it did
+    /// not. `write` may run more than once for an item (only its writes here count).
+    ///
+    /// The items are first written with no savepoint (on PostgreSQL each savepoint and its release
+    /// are two more round trips per item); when one fails, that transaction is rolled back and the
+    /// items are written again, each in a savepoint.
     pub fn each_in_savepoint<I, T, E>(
         &self,
         items: Vec<I>,
-        mut write: impl FnMut(I) -> std::result::Result<T, E>,
+        mut write: impl FnMut(&I) -> std::result::Result<T, E>,
+    ) -> Result<Vec<std::result::Result<T, E>>> {
+        let undo = |e| {
+            if !self.is_autocommit() {
+                self.rollback();
+            }
+            e
+        };
+        self.begin()?;
+        let mut results = Vec::with_capacity(items.len());
+        for item in &items {
+            match write(item) {
+                Ok(t) => results.push(Ok(t)),
+                // One item alone: undoing the transaction undoes just it.
+                Err(e) if items.len() == 1 => {
+                    self.rollback();
+                    return Ok(vec![Err(e)]);
+                }
+                Err(_) => {
+                    self.rollback();
+                    return self.each_in_own_savepoint(&items, write);
+                }
+            }
+        }
+        self.commit().map_err(undo)?;
+        Ok(results)
+    }
+
+    /// [`Conn::each_in_savepoint`], each item in a savepoint from the start.
+    fn each_in_own_savepoint<I, T, E>(
+        &self,
+        items: &[I],
+        mut write: impl FnMut(&I) -> std::result::Result<T, E>,
     ) -> Result<Vec<std::result::Result<T, E>>> {
         let mut results = Vec::with_capacity(items.len());
-        let run = || -> Result<()> {
+        let mut run = || -> Result<()> {
             self.begin()?;
             for item in items {
                 self.execute_unfenced("SAVEPOINT tao_write", Vec::new())?;
