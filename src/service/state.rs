@@ -360,8 +360,9 @@ impl AppState {
     /// reading every job again (the whole cache is [`AppState::publish`]'s, at the monitor's pace).
     ///
     /// Asks that arrive while another runs go together in the next: one read of the store for all of
-    /// them (a batch's creates end together). An ask whose jobs the one before took along returns
-    /// once that one is done.
+    /// them (a batch's creates end together), a job not there (deleted meanwhile) left out without
+    /// keeping the others out. An ask whose jobs the one before took along returns once that one is
+    /// done.
     pub fn publish_jobs(&self, client: &Client, ids: &[String]) {
         let settings = client.settings();
         let store = format!("{}|{}|{:?}", settings.state_path.display(), settings.database_schema, settings.cluster);
@@ -371,7 +372,7 @@ impl AppState {
         let Some(mut ids) = pending().remove(&store) else { return };
         ids.sort();
         ids.dedup();
-        let views = match client.stored_jobs(&ids) {
+        let views = match client.known_jobs(&ids) {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the state file; the cache stays as it was");

@@ -22,24 +22,11 @@ impl Client {
         Ok(out)
     }
 
-    /// The jobs `ids` name, a sweep or pipeline id standing for its jobs (in index order): whole job
-    /// ids in one query, then one lookup for each other id (a prefix), a group looked for only when
-    /// no job matches.
+    /// The jobs `ids` name, a sweep or pipeline id standing for its jobs (in index order). One lookup
+    /// per job id, as before groups existed: a group is looked for only when no job matches.
     pub(super) fn summaries_of(&self, ids: &[String]) -> Result<Vec<JobSummary>> {
-        // Whole job ids in one query (a burst's jobs are published together); the rest (a prefix, a
-        // sweep or pipeline) one by one.
-        let mut whole: std::collections::HashMap<String, JobSummary> = if ids.len() > 1 {
-            let asked: Vec<&str> = ids.iter().map(String::as_str).collect();
-            self.store.summaries(&asked)?.into_iter().map(|j| (j.job_id.clone(), j)).collect()
-        } else {
-            Default::default()
-        };
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
-            if let Some(job) = whole.remove(id) {
-                out.push(job);
-                continue;
-            }
             match self.store.summary(id) {
                 Ok(job) => out.push(job),
                 Err(crate::store::StoreError::NotFound(_)) => match self.store.group(id)? {
@@ -116,6 +103,13 @@ impl Client {
     pub fn stored_jobs(&self, ids: &[String]) -> Result<Vec<JobView>> {
         // A sweep or pipeline id stands for its jobs.
         Ok(self.summaries_of(ids)?.iter().map(|j| JobView::at(j, super::now_secs())).collect())
+    }
+
+    /// The jobs of these whole job ids that the state has, in one query (ids it does not have, a
+    /// job deleted meanwhile, are left out): what the service's cache reads for a batch of creates.
+    pub fn known_jobs(&self, ids: &[String]) -> Result<Vec<JobView>> {
+        let asked: Vec<&str> = ids.iter().map(String::as_str).collect();
+        Ok(self.store.summaries(&asked)?.iter().map(|j| JobView::at(j, super::now_secs())).collect())
     }
 
     /// The plan a job was recorded with (what a retry or a resume submits again), from the state file.

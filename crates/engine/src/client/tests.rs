@@ -326,3 +326,27 @@ fn status_says_when_webhooks_have_no_monitor_to_send_them() {
     let _lock = crate::client::MonitorLock::take(client.settings()).unwrap().unwrap();
     assert_eq!(client.unsent_notifications().unwrap(), None);
 }
+
+/// The service's cache reads a batch of created jobs in one query: the jobs the state has, in any
+/// order asked, one deleted meanwhile (or never there) left out without keeping the others out.
+#[test]
+fn known_jobs_are_read_together_and_a_missing_one_is_left_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let next_id = AtomicU32::new(4242);
+    let remote = FakeRemote::responding(move |script| match Kind::of(script) {
+        Kind::Facts => facts(),
+        Kind::Submit => ok(&format!("{SECTION}slurm_job_id {}\n", next_id.fetch_add(1, Ordering::SeqCst))),
+        other => panic!("unexpected {other:?} script:\n{script}"),
+    });
+    let client = client_over(&remote, &dir);
+    let a = client.create_job(&spec(), &Default::default()).unwrap().job_id;
+    let b = client.create_job(&spec(), &Default::default()).unwrap().job_id;
+    let asked = [b.clone(), "00000000-0000-4000-8000-00000000dead".to_string(), a.clone()];
+    let mut found: Vec<(String, Option<String>)> =
+        client.known_jobs(&asked).unwrap().iter().map(|j| (j.job_id.clone(), j.slurm_job_id.clone())).collect();
+    found.sort();
+    let mut want = vec![(a.clone(), Some("4242".to_string())), (b.clone(), Some("4243".to_string()))];
+    want.sort();
+    assert_eq!(found, want);
+    assert!(client.stored_jobs(&asked).is_err(), "a door's own lookup still names what is missing");
+}
