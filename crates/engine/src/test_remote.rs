@@ -114,7 +114,7 @@ impl Kind {
             Kind::Cancel
         } else if script.contains(&format!(">/dev/null 2>&1; echo \"{SECTION}rc ")) {
             Kind::Depend
-        } else if script.contains("scontrol release") {
+        } else if script.starts_with("# the attempts adopted") {
             Kind::ReleaseAdopted
         } else if script.contains("rm -rf -- ") && script.contains(&format!("{SECTION}gone")) {
             Kind::Secrets

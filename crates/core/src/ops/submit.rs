@@ -180,13 +180,20 @@ fn release_adopted_step(hold: bool) -> String {
 }
 
 /// One round trip that finishes attempts the refresh adopted (found by name after their submitter
-/// stopped between sbatch and release): each one's log directory made and its hold released, both
-/// harmless when already done. `adopted`: (log directory, Slurm job id).
-pub fn release_adopted_script(adopted: &[(String, String)]) -> String {
-    let mut s: String = adopted
+/// stopped after sbatch): each one's log directory made, and its hold released when Slurm says it is
+/// held by its user (an attempt an earlier version submitted held, then stopped before releasing;
+/// one `scontrol release` is an RPC, so a job that is not held is not asked). Both harmless when
+/// already done. `adopted`: (log directory, Slurm job id, held).
+pub fn release_adopted_script(adopted: &[(String, String, bool)]) -> String {
+    let mut s = String::from("# the attempts adopted\n");
+    s += &adopted
         .iter()
-        .map(|(log_dir, id)| format!("mkdir -p {} && scontrol release {} >/dev/null 2>&1\n", quote(log_dir), quote(id)))
-        .collect();
+        .map(|(log_dir, id, held)| {
+            let release =
+                if *held { format!(" && scontrol release {} >/dev/null 2>&1", quote(id)) } else { String::new() };
+            format!("mkdir -p {}{release}\n", quote(log_dir))
+        })
+        .collect::<String>();
     s.push_str("exit 0\n");
     s
 }
@@ -381,6 +388,21 @@ pub(crate) fn lock_script(on_adopt: &str, lookup: &str, what: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    /// Adopted attempts get their log directories; only one Slurm says is held by its user is
+    /// released (a release is an RPC).
+    #[test]
+    fn only_a_held_adopted_attempt_is_released() {
+        let s = release_adopted_script(&[
+            ("/l/tao-job-a-7".into(), "7".into(), false),
+            ("/l/tao-job-b-8".into(), "8".into(), true),
+        ]);
+        assert!(
+            s.contains("mkdir -p /l/tao-job-a-7\n") && s.contains("mkdir -p /l/tao-job-b-8 && scontrol release 8 "),
+            "{s}"
+        );
+        assert_eq!(s.matches("scontrol release").count(), 1, "{s}");
+    }
 
     #[test]
     fn a_submission_outcome_is_read_from_its_id_and_exit_status() {

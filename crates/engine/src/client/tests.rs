@@ -114,7 +114,13 @@ fn a_timed_out_submission_found_by_name_at_once_is_submitted() {
     assert_eq!((job.status, job.slurm_job_id.as_deref()), (PlatformStatus::Pending, Some("4242")), "{job:?}");
     assert!(event_kinds(&client, &job.job_id).contains(&"adopted".to_string()));
     assert_eq!(remote.sent_of(Kind::Submit).len(), 1);
-    assert_eq!(remote.sent_of(Kind::ReleaseAdopted).len(), 1, "the adopted job is released (it may still be held)");
+    let finished = remote.sent_of(Kind::ReleaseAdopted);
+    assert_eq!(finished.len(), 1, "the adopted job's log directory is made");
+    assert!(
+        !finished[0].contains("scontrol release"),
+        "a job Slurm does not say is held is not released: {}",
+        finished[0]
+    );
 }
 
 /// scancel and squeue both fail to reach the controller.

@@ -195,15 +195,16 @@ fn classify_failures(
     handle_failures(remote, store, policy, &failed)
 }
 
-/// An adopted job may still be held, without its log directory, if its submitter died between sbatch
-/// and release: one round trip finishes those two steps (both harmless when already done).
+/// An adopted job may lack its log directory if its submitter died after sbatch (and be held, if an
+/// earlier version submitted it): one round trip finishes those steps (both harmless when done).
 fn release_adopted(remote: &dyn Remote, by_id: &HashMap<&str, &JobSummary>, settled: &[&Decision]) -> Result<()> {
-    let adopted: Vec<(String, String)> = settled
+    let adopted: Vec<(String, String, bool)> = settled
         .iter()
         .filter_map(|d| {
             let job = by_id.get(d.job_id.as_str())?;
             let id = d.adopt.as_ref()?;
-            Some((job.layout.log_dir(&job.attempt_name, id), id.clone()))
+            let held = d.update.pending_reason.as_deref() == Some("JobHeldUser");
+            Some((job.layout.log_dir(&job.attempt_name, id), id.clone(), held))
         })
         .collect();
     if !adopted.is_empty() {
