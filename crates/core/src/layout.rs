@@ -96,11 +96,7 @@ impl Layout {
     /// directory (no hold and release: one RPC per submission). The batch script's first step names
     /// the two files `main.out` and `main.err` of [`Layout::log_dir`] (hard links: the same files).
     pub fn slurm_output(&self, slurm_job_name: &str, slurm_job_id: &str, ext: &str) -> String {
-        self.slurm_output_named(&format!("{slurm_job_name}-{slurm_job_id}"), ext)
-    }
-    /// [`Layout::slurm_output`] of the log directory named `name_id` (`%x-%j`).
-    pub fn slurm_output_named(&self, name_id: &str, ext: &str) -> String {
-        format!("{}/.{name_id}.{ext}", self.logs_root())
+        format!("{}/.{slurm_job_name}-{slurm_job_id}.{ext}", self.logs_root())
     }
     /// Secret values for the job, mode 600 in a directory of mode 700; deleted once the job is terminal.
     pub fn secrets_dir(&self) -> String {

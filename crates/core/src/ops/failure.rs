@@ -65,9 +65,9 @@ pub fn evidence_script(failed: &[(&JobRecord, &Decision)]) -> String {
         // Where Slurm opened them stands in when the script never linked them (a failed launch).
         for ext in ["err", "out"] {
             s.push_str(&format!(
-                "f={f}; [ -e \"$f\" ] || [ -L \"$f\" ] || f={slurm}; read -r kind size <<<\"$(tao_jf_stat \"$f\")\"; [ \"$kind\" = regular ] && tao_jf_read \"$f\" $((size > 65536 ? size - 65536 : 0)) 65536 | tail -n {EVIDENCE_LINES} | {PREFIX_LINES}\n",
+                "f={f}\n{slurm}read -r kind size <<<\"$(tao_jf_stat \"$f\")\"; [ \"$kind\" = regular ] && tao_jf_read \"$f\" $((size > 65536 ? size - 65536 : 0)) 65536 | tail -n {EVIDENCE_LINES} | {PREFIX_LINES}\n",
                 f = quote(&format!("{dir}/main.{ext}")),
-                slurm = quote(&job.plan.layout.slurm_output(&job.attempt_name, slurm_id, ext)),
+                slurm = crate::ops::logs::or_slurms_file(&job.plan.layout.slurm_output(&job.attempt_name, slurm_id, ext)),
             ));
         }
         // Cosmos-RL jobs name the role that failed first.

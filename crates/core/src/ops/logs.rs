@@ -54,7 +54,7 @@ pub fn logs_script(
              [ \"$size\" -gt {LOG_READ_CAP} ] && echo \"{SECTION}truncated $size\" ;;\n  \
              missing) echo '{SECTION}missing' ;;\n  *) echo '{SECTION}notregular' ;;\nesac\n",
             p = quote(path),
-            fallback = slurm.map(|f| format!("[ -e \"$f\" ] || [ -L \"$f\" ] || f={}\n", quote(f))).unwrap_or_default(),
+            fallback = slurm.map(or_slurms_file).unwrap_or_default(),
         ));
     }
     job_file::with_functions(&s)
@@ -203,6 +203,13 @@ pub fn log_paths(job: &JobRecord) -> Option<(String, String, String)> {
     let slurm_job_id = job.slurm_job_id.clone()?;
     let dir = job.plan.layout.log_dir(&job.attempt_name, &slurm_job_id);
     Some((slurm_job_id, format!("{dir}/main.out"), format!("{dir}/main.err")))
+}
+
+/// The shell line that, when the log file `$f` is not there at all (the batch script never linked
+/// it), reads `slurm_file` instead, the file Slurm opened (see [`slurm_paths`]). Anything at `$f`,
+/// a symlink included, stays `$f`, for the reader to judge.
+pub fn or_slurms_file(slurm_file: &str) -> String {
+    format!("[ -e \"$f\" ] || [ -L \"$f\" ] || f={}\n", quote(slurm_file))
 }
 
 /// Where Slurm opened the attempt's output and error ([`crate::layout::Layout::slurm_output`]): the

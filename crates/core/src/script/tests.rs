@@ -355,8 +355,8 @@ fn the_first_step_links_slurms_files_into_the_log_directory() {
             Command::new("bash").arg("-c").arg(format!("set -u\n{step}")).envs(env.iter().copied()).output().unwrap();
         (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
     };
-    for (env, name_id) in [
-        (vec![("SLURM_JOB_NAME", "tao-job-x"), ("SLURM_JOB_ID", "77")], "tao-job-x-77"),
+    for (env, (name, id)) in [
+        (vec![("SLURM_JOB_NAME", "tao-job-x"), ("SLURM_JOB_ID", "77")], ("tao-job-x", "77")),
         (
             vec![
                 ("SLURM_JOB_NAME", "tao-sweep-s"),
@@ -364,17 +364,17 @@ fn the_first_step_links_slurms_files_into_the_log_directory() {
                 ("SLURM_ARRAY_JOB_ID", "70"),
                 ("SLURM_ARRAY_TASK_ID", "3"),
             ],
-            "tao-sweep-s-70_3",
+            ("tao-sweep-s", "70_3"),
         ),
     ] {
-        let (out, err) = (p.layout.slurm_output_named(name_id, "out"), p.layout.slurm_output_named(name_id, "err"));
+        let (out, err) = (p.layout.slurm_output(name, id, "out"), p.layout.slurm_output(name, id, "err"));
         std::fs::write(&out, "before the script\n").unwrap();
         std::fs::write(&err, "").unwrap();
         for _run in 0..2 {
             let (ok, stderr) = run(&env);
             assert!(ok && stderr.is_empty(), "{stderr}");
         }
-        let log_dir = format!("{logs}/{name_id}");
+        let log_dir = format!("{logs}/{name}-{id}");
         let mut f = std::fs::OpenOptions::new().append(true).open(&out).unwrap();
         std::io::Write::write_all(&mut f, b"after\n").unwrap();
         assert_eq!(std::fs::read_to_string(format!("{log_dir}/main.out")).unwrap(), "before the script\nafter\n");

@@ -941,12 +941,6 @@ impl Conn {
         items: Vec<I>,
         mut write: impl FnMut(&I) -> std::result::Result<T, E>,
     ) -> Result<Vec<std::result::Result<T, E>>> {
-        let undo = |e| {
-            if !self.is_autocommit() {
-                self.rollback();
-            }
-            e
-        };
         self.begin()?;
         let mut results = Vec::with_capacity(items.len());
         for item in &items {
@@ -963,8 +957,18 @@ impl Conn {
                 }
             }
         }
-        self.commit().map_err(undo)?;
+        if let Err(e) = self.commit() {
+            self.rollback_if_open();
+            return Err(e);
+        }
         Ok(results)
+    }
+
+    /// Roll back the transaction an error left open, if it did (a failed commit may have ended it).
+    fn rollback_if_open(&self) {
+        if !self.is_autocommit() {
+            self.rollback();
+        }
     }
 
     /// [`Conn::each_in_savepoint`], each item in a savepoint from the start.
@@ -990,9 +994,7 @@ impl Conn {
         match run() {
             Ok(()) => Ok(results),
             Err(e) => {
-                if !self.is_autocommit() {
-                    self.rollback();
-                }
+                self.rollback_if_open();
                 Err(e)
             }
         }
