@@ -2,6 +2,7 @@
 //! persistent `bash -s` on the host (see `session`): one round trip, whatever the script does.
 
 mod local;
+mod mux;
 pub mod openssh;
 mod resolve;
 mod session;

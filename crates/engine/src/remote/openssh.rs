@@ -486,7 +486,20 @@ impl OpenSsh {
     }
 
     fn start_session(&self, index: usize) -> Result<Session, RemoteError> {
-        let mut cmd = self.base_command(&self.hosts[index]);
+        let host = &self.hosts[index];
+        // The master's socket when we know its name: ask it directly. Else, or if it does not
+        // answer (it may have just gone), an ssh client, which also reconnects.
+        if let Some(control) = self.target(host).control_path {
+            let limit = Duration::from_secs(u64::from(self.connect_timeout_secs));
+            match super::mux::open(&control, "bash -s", limit) {
+                Ok(opened) => {
+                    self.counters.session();
+                    return Ok(Session::over_mux(opened, index));
+                }
+                Err(message) => tracing::debug!(host = %host.label(), %message, "no session from the master's socket"),
+            }
+        }
+        let mut cmd = self.base_command(host);
         // `auto`: normally a client of the master; if the master died since, this command becomes the
         // new one (a transparent reconnect). A backgrounded master detaches from our pipes.
         cmd.args(["-o", "ControlMaster=auto", "-o"])

@@ -10,8 +10,10 @@
 //! reader stops reading, the call fails with [`CallError::TooLarge`] and the shell is given up.
 
 use super::RemoteError;
+use std::fs::File;
 use std::io::{Read, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::os::fd::OwnedFd;
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -102,9 +104,16 @@ impl PipeBuf {
     }
 }
 
+/// What runs the shell: an `ssh` (or local `bash`) we started, or a session a ControlMaster opened
+/// for us ([`super::mux`]).
+enum Runner {
+    Process(Child),
+    Mux(super::mux::MuxLink),
+}
+
 pub(crate) struct Session {
-    child: Child,
-    stdin: Option<ChildStdin>,
+    runner: Runner,
+    stdin: Option<File>,
     stdout: Arc<PipeBuf>,
     stderr: Arc<PipeBuf>,
     /// Which host (index into the transport's list) it runs on.
@@ -123,19 +132,51 @@ impl Session {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| RemoteError::Spawn { program, message: e.to_string() })?;
-        let stderr = PipeBuf::collect(child.stderr.take().expect("stderr is piped"), super::MAX_OUTPUT_BYTES);
-        let stdout = PipeBuf::collect(child.stdout.take().expect("stdout is piped"), super::MAX_OUTPUT_BYTES);
-        let stdin = child.stdin.take();
-        let mut session = Session { child, stdin, stdout, stderr, host, broken: false };
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let stdin = child.stdin.take().map(|s| File::from(OwnedFd::from(s)));
+        Ok(Session::begin(Runner::Process(child), stdin, stdout, stderr, host))
+    }
+
+    /// The shell of a session the master opened (see [`super::mux`]), which must run `bash -s`.
+    pub fn over_mux(opened: super::mux::MuxSession, host: usize) -> Session {
+        Session::begin(Runner::Mux(opened.link), Some(opened.stdin), opened.stdout, opened.stderr, host)
+    }
+
+    fn begin(
+        runner: Runner,
+        stdin: Option<File>,
+        stdout: impl Read + Send + 'static,
+        stderr: impl Read + Send + 'static,
+        host: usize,
+    ) -> Session {
+        let stderr = PipeBuf::collect(stderr, super::MAX_OUTPUT_BYTES);
+        let stdout = PipeBuf::collect(stdout, super::MAX_OUTPUT_BYTES);
+        let mut session = Session { runner, stdin, stdout, stderr, host, broken: false };
         if session.write(BOOTSTRAP.as_bytes()).is_err() {
             session.broken = true;
         }
-        Ok(session)
+        session
     }
 
-    /// Whether the session can take another script (its process still runs and nothing failed).
+    /// Whether the session can take another script (its shell still runs and nothing failed).
     pub fn usable(&mut self) -> bool {
-        !self.broken && matches!(self.child.try_wait(), Ok(None))
+        !self.broken
+            && match &mut self.runner {
+                Runner::Process(child) => matches!(child.try_wait(), Ok(None)),
+                // The master closes the shell's output when its channel closes.
+                Runner::Mux(_) => !self.stdout.state.lock().unwrap().ended,
+            }
+    }
+
+    /// Stop the shell's ssh (a script may still run on the host).
+    fn give_up(&mut self) {
+        match &mut self.runner {
+            Runner::Process(child) => {
+                let _ = child.kill();
+            }
+            Runner::Mux(link) => link.close(),
+        }
     }
 
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
@@ -159,7 +200,7 @@ impl Session {
         }
         if let Err(CallError::TimedOut(_) | CallError::TooLarge(_)) = &result {
             // The script may still run on the host; this shell (and its ssh) are given up.
-            let _ = self.child.kill();
+            self.give_up();
         }
         result
     }
@@ -267,14 +308,15 @@ impl Drop for Session {
         // End of input ends the loop, then the shell and ssh exit; reap them, without waiting long for
         // a connection that hangs.
         drop(self.stdin.take());
+        let Runner::Process(child) = &mut self.runner else { return };
         for _ in 0..50 {
-            if !matches!(self.child.try_wait(), Ok(None)) {
+            if !matches!(child.try_wait(), Ok(None)) {
                 return;
             }
             std::thread::sleep(Duration::from_millis(2));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 
