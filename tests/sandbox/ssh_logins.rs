@@ -78,6 +78,41 @@ fn logins_are_shared_and_missing_settings_never_connect() {
     }
     assert_eq!(accepted_logins() - before, 1, "100 remote commands in one process must share one login");
 
+    // The sessions are asked of the master over its socket: while this process holds its shell, no
+    // ssh client of this control directory runs on this machine (one would name it in its argv).
+    let control_dir = lib.vars["TAO_SLURM_CONTROL_DIR"].clone();
+    let ssh_clients = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .filter(|c| c.starts_with("ssh ") && c.contains(&control_dir) && c.contains("bash -s"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        transport.run_script("echo held", tao_slurm_engine::remote::Idempotency::Idempotent).unwrap().stdout,
+        "held\n"
+    );
+    assert_eq!(ssh_clients(), Vec::<String>::new(), "a session over the master's socket starts no ssh client");
+    // A script that outlives its deadline ends the call, and its session (the master's channel,
+    // closed with the socket); the next call gets a new one on the same login.
+    let started = std::time::Instant::now();
+    let err = transport
+        .run_script_capped(
+            "echo partial; sleep 30",
+            tao_slurm_engine::remote::Idempotency::Idempotent,
+            Duration::from_millis(500),
+            1 << 20,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("did not finish within"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10), "waited {:?}", started.elapsed());
+    assert_eq!(
+        transport.run_script("echo after", tao_slurm_engine::remote::Idempotency::Idempotent).unwrap().stdout,
+        "after\n"
+    );
+    assert_eq!(accepted_logins() - before, 1, "still the one login");
+
     // The master dies (network blip, sshd restart): the next command reconnects by itself, once.
     // The master's socket is the one socket in this test's control directory (its name carries a
     // hash of the authentication settings before ssh's %C).
