@@ -135,6 +135,19 @@ fn images_are_converted_once_and_failures_submit_nothing() {
     }
     assert_eq!(conversions(&env), 1, "the second and later jobs did not import again");
 
+    // The cache directory changed since those checks: the file they found (in the other cache) is
+    // not used; the image is converted into this cache, and the job runs from there.
+    let moved = format!("{cache_dir}/moved");
+    let mut vars = env.vars.clone();
+    vars.insert("TAO_SLURM_CHECKS_TTL_SECS".into(), "300".into());
+    vars.insert("TAO_SLURM_SQSH_CACHE_DIR".into(), moved.clone());
+    let moved_env = Env { dir: tempfile::tempdir().unwrap(), vars };
+    let (job, _) = moved_env.submit(&["--image", image, "--gpus", "0", "--", "true"]);
+    let v = moved_env.status(&job);
+    assert!(v["image"].as_str().is_some_and(|i| i.starts_with(&format!("{moved}/"))), "{v}");
+    assert_eq!(conversions(&env), 2, "converted into the new cache");
+    moved_env.ok(&["cancel", &job]);
+
     // A stale partial file is ignored and replaced.
     let path = cache_file.clone();
     std::fs::remove_file(&path).unwrap();

@@ -86,7 +86,10 @@ impl Client {
             if reconverts {
                 return None;
             }
-            Some(known.sqsh.get(&plan.image.pyxis)?.clone())
+            // Only the file this cache would hold: a cache directory changed since (another
+            // setting, another results base) is probed and converted into, never passed over.
+            let path = crate::sqsh::cache_path(&policy, &plan.image);
+            Some(known.sqsh.get(&plan.image.pyxis).filter(|known| **known == path)?.clone())
         } else {
             None
         };
