@@ -8,7 +8,7 @@
 //! (`TAO_SLURM_SUBMIT_BATCH=1`, the old path), beside the floor measured in the same run: one script
 //! on the login host making the same number of `sbatch` submissions. The burst's round trips and the
 //! controller's RPCs (`sdiag`, by message type) are counted.
-//! Env: BENCH_CLIENTS (200), BENCH_QUIET_SECS (30), BENCH_DATABASE_URL, BENCH_BACKENDS, BENCH_MODES,
+//! Env: BENCH_CLIENTS (200), BENCH_QUIET_SECS (30), BENCH_DATABASE_URL, BENCH_BACKENDS, BENCH_REPLICAS, BENCH_MODES,
 //! BENCH_SERVE_LOG (a file for the services' logs, with TAO_SLURM_LOG as their filter)
 //! (`batched,single`).
 
@@ -409,7 +409,9 @@ async fn main() {
     let floor_bench = Bench::new(None);
     let mut floors = Vec::new();
     for (backend, url) in &backends {
-        for replicas in [1, 2] {
+        // BENCH_REPLICAS=2 (or 1) runs that many replicas only.
+        let counts = std::env::var("BENCH_REPLICAS").unwrap_or_else(|_| "1,2".into());
+        for replicas in counts.split(',').filter_map(|n| n.trim().parse::<usize>().ok()) {
             for mode in modes.split(',').map(str::trim).filter(|m| !m.is_empty()) {
                 eprintln!("{backend}, {replicas} replica(s), {mode}...");
                 floors.push(floor_bench.floor_ms(clients));
