@@ -171,13 +171,22 @@ pub(crate) fn attempt_script(
 }
 
 /// The step that finishes an adopted attempt (`$1`, its Slurm job id): its log directory, and its
-/// release unless it is to stay held (an attempt an earlier version submitted held, then stopped
-/// before releasing). Both are harmless when already done. The refresh finishes attempts it adopts
-/// the same way ([`release_adopted_script`]).
+/// release when an earlier version may have submitted it held, then stopped before releasing: its
+/// lock lacks the mark ([`NOT_HELD_MARK`]) this version leaves before an sbatch without `--hold`
+/// (a release is an RPC: under a Slurm rate limit, the monitor resumes in-flight submissions by the
+/// hundred). An attempt held for its dependencies stays held. Both harmless when already done. The
+/// refresh finishes attempts it adopts the same way ([`release_adopted_script`]).
 fn release_adopted_step(hold: bool) -> String {
-    let release = if hold { "" } else { "scontrol release \"$1\" >/dev/null 2>&1; " };
+    let release = if hold {
+        String::new()
+    } else {
+        format!("[ -e \"$lock/{NOT_HELD_MARK}\" ] || scontrol release \"$1\" >/dev/null 2>&1; ")
+    };
     format!("mkdir -p \"$logdir_prefix-$1\"; {release}")
 }
+
+/// The file in an attempt's lock that says its sbatch was not asked to hold the job.
+const NOT_HELD_MARK: &str = "not_held";
 
 /// One round trip that finishes attempts the refresh adopted (found by name after their submitter
 /// stopped after sbatch): each one's log directory made, and its hold released when Slurm says it is
@@ -300,14 +309,20 @@ pub(crate) struct SbatchSteps<'a> {
 /// out of sbatch's answer by the shell.
 pub(crate) fn sbatch_script(steps: &SbatchSteps) -> String {
     let SbatchSteps { what, name, options, script, log_dirs, log_dirs_failed, hold, release } = steps;
+    let mut s = String::new();
+    if !*hold {
+        // Left before sbatch, so that a run adopting this job (by the lock's id or by its name)
+        // knows it was never held (see `release_adopted_step`).
+        s.push_str(&format!("[ -e \"$lock/{NOT_HELD_MARK}\" ] || tao_new \"$lock/{NOT_HELD_MARK}\" ''\n"));
+    }
     let hold = if *hold { " --hold" } else { "" };
     // sbatch's answer goes to a file of the lock's, named afresh and made exclusively (nothing there
     // is followed), and is read back by the shell: no command substitution, so no fork.
-    let mut s = format!(
+    s.push_str(&format!(
         "tao_sb=\"$lock/sbatch.$$.$RANDOM\"; set -C; sbatch --parsable{hold} --job-name={}{options} {} > \"$tao_sb\" || {{ rm -rf \"$lock\"; echo 'tao-slurm: sbatch refused the {what}' >&2; exit {SBATCH_REFUSED}; }}\nset +C\n",
         quote(name),
         quote(script)
-    );
+    ));
     s.push_str(
         "id=; while IFS= read -r tao_l || [ -n \"$tao_l\" ]; do id=\"$tao_l\"; done < \"$tao_sb\"; id=\"${id%%;*}\"\n",
     );
@@ -402,6 +417,51 @@ mod tests {
             "{s}"
         );
         assert_eq!(s.matches("scontrol release").count(), 1, "{s}");
+    }
+
+    /// A submission run again under its lock adopts the job the first run submitted, by the lock's id
+    /// or by name, without releasing it (it was never held: a release would be a needless RPC);
+    /// a lock an earlier version left (no mark: its job may be held) has its job released.
+    #[test]
+    fn a_rerun_submission_releases_only_a_job_an_earlier_version_may_have_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = settings();
+        settings.base_results_dir = Some(dir.path().join("base").display().to_string());
+        let plan = resolve(&spec(), &settings).unwrap();
+        let ticket = AttemptTicket::first(&plan);
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let calls = dir.path().join("calls");
+        for (tool, answer) in [("sbatch", "echo 777"), ("scontrol", ""), ("squeue", "echo 777"), ("sacct", "")] {
+            std::fs::write(bin.join(tool), format!("#!/bin/bash\necho \"{tool} $*\" >> {}\n{answer}\n", calls.display()))
+                .unwrap();
+        }
+        Command::new("chmod").arg("-R").arg("+x").arg(&bin).status().unwrap();
+        let script = submit_script(&plan, &[], &SecretValues::default(), &ticket);
+        let lock = format!("{}/sbatch/.submit-{}", plan.layout.base_dir, ticket.slurm_job_name);
+        let run = || {
+            let _ = std::fs::remove_file(&calls);
+            let out = Command::new("bash")
+                .arg("-c")
+                .arg(&script)
+                .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert_eq!(parse_outcome(&stdout, out.status.code().unwrap()), Outcome::Submitted("777".into()), "{out:?}");
+            std::fs::read_to_string(&calls).unwrap_or_default()
+        };
+        let first = run();
+        assert!(first.contains("sbatch --parsable --job-name") && !first.contains("--hold"), "{first}");
+        assert!(std::path::Path::new(&format!("{lock}/{NOT_HELD_MARK}")).exists());
+        let again = run();
+        assert!(!again.contains("sbatch") && !again.contains("scontrol"), "adopted by the lock's id: {again}");
+        std::fs::remove_file(format!("{lock}/slurm_job_id")).unwrap();
+        let by_name = run();
+        assert!(by_name.contains("squeue") && !by_name.contains("scontrol"), "adopted by name: {by_name}");
+        std::fs::remove_file(format!("{lock}/{NOT_HELD_MARK}")).unwrap();
+        let earlier = run();
+        assert!(earlier.contains("scontrol release 777") && !earlier.contains("sbatch"), "{earlier}");
     }
 
     #[test]
