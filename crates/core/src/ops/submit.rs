@@ -433,8 +433,11 @@ mod tests {
         std::fs::create_dir(&bin).unwrap();
         let calls = dir.path().join("calls");
         for (tool, answer) in [("sbatch", "echo 777"), ("scontrol", ""), ("squeue", "echo 777"), ("sacct", "")] {
-            std::fs::write(bin.join(tool), format!("#!/bin/bash\necho \"{tool} $*\" >> {}\n{answer}\n", calls.display()))
-                .unwrap();
+            std::fs::write(
+                bin.join(tool),
+                format!("#!/bin/bash\necho \"{tool} $*\" >> {}\n{answer}\n", calls.display()),
+            )
+            .unwrap();
         }
         Command::new("chmod").arg("-R").arg("+x").arg(&bin).status().unwrap();
         let script = submit_script(&plan, &[], &SecretValues::default(), &ticket);
