@@ -112,6 +112,15 @@ fn logins_are_shared_and_missing_settings_never_connect() {
         "after\n"
     );
     assert_eq!(accepted_logins() - before, 1, "still the one login");
+    // The service opens sessions, and drops its transports (a workspace deleted), on its async
+    // runtime's threads: neither may need to wait there.
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    runtime.block_on(async {
+        let t = tao_slurm_engine::remote::connect(&settings).unwrap();
+        let out = t.run_script("echo on-the-runtime", tao_slurm_engine::remote::Idempotency::Idempotent).unwrap();
+        assert_eq!(out.stdout, "on-the-runtime\n");
+        drop(t);
+    });
 
     // The master dies (network blip, sshd restart): the next command reconnects by itself, once.
     // The master's socket is the one socket in this test's control directory (its name carries a

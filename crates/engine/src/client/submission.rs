@@ -178,6 +178,8 @@ impl Client {
     /// Submit one recorded attempt, in one round trip with the submits that arrive at the same time
     /// (group commit); its outcome recorded as a lone submit's is.
     fn submit_grouped(&self, request: submit::SubmitRequest) -> Result<Submitted> {
+        // This process's monitor leaves it alone meanwhile (however long the queue).
+        let _in_flight = crate::engine::in_flight::claim(&request.ticket.slurm_job_name);
         let remote = self.remote()?;
         let max = self.settings.submit_batch as usize;
         if max <= 1 {

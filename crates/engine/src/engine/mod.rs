@@ -11,6 +11,7 @@ pub mod gpu;
 pub mod group_commit;
 pub mod known_facts;
 pub mod image;
+pub mod in_flight;
 pub mod inspect;
 pub mod logs;
 pub mod notify;

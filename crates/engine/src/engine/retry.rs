@@ -118,9 +118,11 @@ pub fn advance(
         };
         let due = match job.next_retry_at {
             Some(at) => at <= now && store.claim_due_retry(&job.job_id, job.attempt, now)?,
+            // Interrupted: recorded long ago, and not being submitted by this process.
             None => {
                 let recorded = store.attempts(&job.job_id)?.last().map(|a| a.recorded_at).unwrap_or(job.created_at);
                 now - recorded > RESUME_SUBMISSION_AFTER_SECS
+                    && !crate::engine::in_flight::is_in_flight(&job.attempt_name)
             }
         };
         if !due {

@@ -373,6 +373,34 @@ fn a_paused_job_is_neither_observed_nor_submitted_until_resumed() {
 }
 
 #[test]
+fn an_attempt_this_process_is_submitting_is_not_resumed() {
+    // Recorded long ago, not submitted yet: interrupted, unless this process is submitting it (it may
+    // wait in a long queue).
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("state.db")).unwrap();
+    let plan = crate::plan::resolve(&spec(), &settings()).unwrap();
+    let id = plan.layout.job_id.clone();
+    let long_ago = crate::clock::now() - 10 * crate::ops::failure::RESUME_SUBMISSION_AFTER_SECS;
+    store.insert_job("{}", &plan, long_ago).unwrap();
+    // Slurm knows no job of its name; a submission gets an id.
+    let remote = || {
+        FakeRemote::responding(|script| match crate::test_remote::Kind::of(script) {
+            crate::test_remote::Kind::Submit => ok(&format!("{SECTION}slurm_job_id 4242\n")),
+            _ => ok(&format!("{SECTION}squeue\n{SECTION}rc squeue 0\n{SECTION}sacct\n{SECTION}rc sacct 0\n{SECTION}dbd_queue 0\n")),
+        })
+    };
+    let submits = |r: &FakeRemote| r.sent().iter().filter(|s| s.contains("sbatch --parsable")).count();
+    let claim = crate::engine::in_flight::claim(&store.get(&id).unwrap().attempt_name);
+    let in_flight = remote();
+    let _ = eager_cycle(&in_flight, &store).run(&[store.summary(&id).unwrap()]);
+    assert_eq!(submits(&in_flight), 0, "not resumed while in flight: {:?}", in_flight.sent());
+    drop(claim);
+    let interrupted = remote();
+    let _ = eager_cycle(&interrupted, &store).run(&[store.summary(&id).unwrap()]);
+    assert_eq!(submits(&interrupted), 1, "resumed: {:?}", interrupted.sent());
+}
+
+#[test]
 fn a_pausing_job_past_its_grace_is_cancelled_and_paused_not_failed() {
     let (_dir, store, id) = store_with_job(false);
     let name = store.get(&id).unwrap().attempt_name.clone();

@@ -26,7 +26,9 @@ pub(crate) struct MuxSession {
 pub(crate) struct MuxLink {
     /// Dropped before the runtime whose reactor it is registered with.
     session: Option<EstablishedSession>,
-    _runtime: tokio::runtime::Runtime,
+    /// Shut down without waiting when dropped: a session may end on an async runtime's thread
+    /// (the service drops a workspace's clients in a handler), where waiting is not allowed.
+    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl MuxLink {
@@ -50,14 +52,23 @@ pub(crate) fn open(control: &Path, command: &str, limit: Duration) -> Result<Mux
     let cmd = NonZeroByteSlice::new(command.as_bytes()).ok_or("a command with a NUL byte")?;
     let fds = [stdin_r.as_raw_fd(), stdout_w.as_raw_fd(), stderr_w.as_raw_fd()];
     let request = openssh_mux_client::Session::builder().cmd(std::borrow::Cow::Borrowed(cmd)).build();
-    let opened = runtime.block_on(async {
-        tokio::time::timeout(limit, async {
-            let conn = Connection::connect(control).await.map_err(|e| e.to_string())?;
-            conn.open_new_session(&request, &fds).await.map_err(|e| e.to_string())
+    let open = || {
+        runtime.block_on(async {
+            tokio::time::timeout(limit, async {
+                let conn = Connection::connect(control).await.map_err(|e| e.to_string())?;
+                conn.open_new_session(&request, &fds).await.map_err(|e| e.to_string())
+            })
+            .await
+            .unwrap_or_else(|_| Err(format!("the master did not open a session within {} s", limit.as_secs())))
         })
-        .await
-        .unwrap_or_else(|_| Err(format!("the master did not open a session within {} s", limit.as_secs())))
-    })?;
+    };
+    // A runtime cannot be entered from another's thread (the service calls in from its own): the
+    // opening then runs on a thread of its own.
+    let opened = if tokio::runtime::Handle::try_current().is_ok() {
+        std::thread::scope(|s| s.spawn(open).join()).unwrap_or_else(|_| Err("the mux client panicked".into()))?
+    } else {
+        open()?
+    };
     // The master holds its own copies of the far ends now: ours must go, so that each stream ends
     // when the master closes its copy.
     drop((stdin_r, stdout_w, stderr_w));
@@ -65,12 +76,15 @@ pub(crate) fn open(control: &Path, command: &str, limit: Duration) -> Result<Mux
         stdin: File::from(OwnedFd::from(stdin_w)),
         stdout: File::from(OwnedFd::from(stdout_r)),
         stderr: File::from(OwnedFd::from(stderr_r)),
-        link: MuxLink { session: Some(opened), _runtime: runtime },
+        link: MuxLink { session: Some(opened), runtime: Some(runtime) },
     })
 }
 
 impl Drop for MuxLink {
     fn drop(&mut self) {
         self.close();
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
     }
 }
