@@ -355,15 +355,22 @@ fn pause(store: &Store, id: &str, from: PlatformStatus, cancel_at: i64, done: bo
     }
 }
 
-#[test]
-fn a_paused_job_is_neither_observed_nor_submitted_until_resumed() {
-    // Recorded long ago and never submitted: a cycle would resume its submission, were it not paused.
+/// A job recorded long enough ago to count as interrupted, never submitted: the store, the job's id
+/// and when it was recorded.
+fn store_with_unsubmitted_job() -> (tempfile::TempDir, Store, String, i64) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("state.db")).unwrap();
     let plan = crate::plan::resolve(&spec(), &settings()).unwrap();
     let id = plan.layout.job_id.clone();
     let long_ago = crate::clock::now() - 10 * crate::ops::failure::RESUME_SUBMISSION_AFTER_SECS;
     store.insert_job("{}", &plan, long_ago).unwrap();
+    (dir, store, id, long_ago)
+}
+
+#[test]
+fn a_paused_job_is_neither_observed_nor_submitted_until_resumed() {
+    // Recorded long ago and never submitted: a cycle would resume its submission, were it not paused.
+    let (_dir, store, id, long_ago) = store_with_unsubmitted_job();
     pause(&store, &id, PlatformStatus::Pending, long_ago, true);
     let remote = FakeRemote::answering(vec![]);
     let touched = eager_cycle(&remote, &store).run(&[store.summary(&id).unwrap()]).unwrap();
@@ -376,12 +383,7 @@ fn a_paused_job_is_neither_observed_nor_submitted_until_resumed() {
 fn an_attempt_this_process_is_submitting_is_not_resumed() {
     // Recorded long ago, not submitted yet: interrupted, unless this process is submitting it (it may
     // wait in a long queue).
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&dir.path().join("state.db")).unwrap();
-    let plan = crate::plan::resolve(&spec(), &settings()).unwrap();
-    let id = plan.layout.job_id.clone();
-    let long_ago = crate::clock::now() - 10 * crate::ops::failure::RESUME_SUBMISSION_AFTER_SECS;
-    store.insert_job("{}", &plan, long_ago).unwrap();
+    let (_dir, store, id, _) = store_with_unsubmitted_job();
     // Slurm knows no job of its name; a submission gets an id.
     let remote = || {
         FakeRemote::responding(|script| match crate::test_remote::Kind::of(script) {
