@@ -34,6 +34,7 @@ pub mod clock;
 pub mod config;
 internal_mod!(engine);
 pub mod error;
+mod off_runtime;
 pub mod private;
 pub mod profiles;
 internal_mod!(remote);

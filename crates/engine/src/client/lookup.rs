@@ -22,8 +22,9 @@ impl Client {
         Ok(out)
     }
 
-    /// The jobs `ids` name, a sweep or pipeline id standing for its jobs (in index order). One lookup
-    /// per job id, as before groups existed: a group is looked for only when no job matches.
+    /// The jobs `ids` name, a sweep or pipeline id standing for its jobs (in index order): one lookup
+    /// per id, a group looked for only when no job matches (whole ids read together:
+    /// [`Client::known_jobs`]).
     pub(super) fn summaries_of(&self, ids: &[String]) -> Result<Vec<JobSummary>> {
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {

@@ -62,13 +62,8 @@ pub(crate) fn open(control: &Path, command: &str, limit: Duration) -> Result<Mux
             .unwrap_or_else(|_| Err(format!("the master did not open a session within {} s", limit.as_secs())))
         })
     };
-    // A runtime cannot be entered on a thread that is in another runtime's context (the service
-    // calls in from its own threads): the opening then runs on a thread of its own.
-    let opened = if tokio::runtime::Handle::try_current().is_ok() {
-        std::thread::scope(|s| s.spawn(open).join()).unwrap_or_else(|_| Err("the mux client panicked".into()))?
-    } else {
-        open()?
-    };
+    // The service calls in from its runtime's threads, where another runtime must not start.
+    let opened = crate::off_runtime::off_runtime(open)?;
     // The master holds its own copies of the far ends now: ours must go, so that each stream ends
     // when the master closes its copy.
     drop((stdin_r, stdout_w, stderr_w));

@@ -491,7 +491,7 @@ impl OpenSsh {
         // answer (it may have just gone), an ssh client, which also reconnects.
         if let Some(control) = self.target(host).control_path {
             let limit = Duration::from_secs(u64::from(self.connect_timeout_secs));
-            match super::mux::open(&control, "bash -s", limit) {
+            match super::mux::open(&control, super::session::SHELL, limit) {
                 Ok(opened) => {
                     self.counters.session();
                     return Ok(Session::over_mux(opened, index));
@@ -505,7 +505,7 @@ impl OpenSsh {
         cmd.args(["-o", "ControlMaster=auto", "-o"])
             .arg(format!("ControlPersist={}", self.control_persist_secs.max(1)))
             .arg("--")
-            .arg("bash -s");
+            .arg(super::session::SHELL);
         self.counters.session();
         Session::start(cmd, index)
     }

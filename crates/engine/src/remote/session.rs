@@ -30,6 +30,9 @@ printf '@@tao-slurm:end %s\n' "$__tao_nonce" >&2
 done
 "#;
 
+/// The command a remote session runs: the shell that reads [`BOOTSTRAP`], then the framed scripts.
+pub(crate) const SHELL: &str = "bash -s";
+
 const EXIT_MARK: &[u8] = b"\n@@tao-slurm:exit ";
 
 /// What one framed script produced.

@@ -33,7 +33,7 @@ impl<'a> Target<'a> {
 /// Connect to `target` and open the schema `schema` (made and migrated by `migrations` if needed).
 /// `schema` must be a name [`schema_name`] made: it is quoted all the same.
 pub(super) fn open(target: Target<'_>, schema: &str, migrations: &[&str]) -> Result<Conn, Error> {
-    super::sql::off_runtime(|| open_here(target, schema, migrations))
+    crate::off_runtime::off_runtime(|| open_here(target, schema, migrations))
 }
 
 fn open_here(target: Target<'_>, schema: &str, migrations: &[&str]) -> Result<Conn, Error> {

@@ -4,6 +4,7 @@
 //! rusqlite's: `execute`, `query_row`, `prepare(..).query_map`, `execute_batch`. For PostgreSQL the
 //! `?N` become `$N`; values travel as [`Value`] and rows are read into [`Row`]s of them.
 
+use crate::off_runtime::off_runtime;
 use std::cell::RefCell;
 
 /// A value as the store writes and reads it: integers are i64 everywhere (BIGINT on PostgreSQL),
@@ -747,18 +748,6 @@ fn connection_lost(e: &postgres::Error) -> bool {
         source = s.source();
     }
     false
-}
-
-/// Run `f`, a call of PostgreSQL's sync client, where it may run: that client drives a runtime of its
-/// own, which must not start on a tokio worker thread (the service's and MCP's handlers). There the
-/// call goes to `block_in_place` (a multi-thread runtime) or to a thread of its own.
-pub fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current() {
-        Err(_) => f(),
-        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
-        Ok(_) => std::thread::scope(|s| s.spawn(f).join().unwrap_or_else(|p| std::panic::resume_unwind(p))),
-    }
 }
 
 impl Conn {
