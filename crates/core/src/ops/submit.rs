@@ -24,6 +24,10 @@ pub struct AttemptTicket {
     pub dependency: Option<String>,
     /// Leave the attempt held after submission (released by tao-slurm when its dependencies are met).
     pub hold: bool,
+    /// Whether a run that finds another run of this attempt in flight waits for its Slurm job id
+    /// ([`AWAIT_OTHER_RUN_SECS`]) to answer with it: a job's first submission, whose caller waits for
+    /// that answer. A resumed or retried one does not (the monitor that runs it moves on).
+    pub await_other_run: bool,
 }
 
 impl AttemptTicket {
@@ -34,6 +38,7 @@ impl AttemptTicket {
             exclude: String::new(),
             dependency: None,
             hold: false,
+            await_other_run: true,
         }
     }
 }
@@ -64,6 +69,11 @@ pub fn staged_files_of(settings: &Settings, job: &JobRecord) -> Vec<StagedFile> 
 /// A submission lock older than this, with no Slurm job behind it, was left by a submitter that died
 /// before sbatch; it may be taken over.
 pub const STALE_SUBMIT_LOCK_SECS: u64 = 120;
+
+/// How long a job's first submission that finds another run of it in flight (a replica's monitor
+/// resumed it while it waited in its queue) waits for that run's Slurm job id, to adopt it rather
+/// than answer that the submission failed. Its round trip's deadline is well above it.
+pub const AWAIT_OTHER_RUN_SECS: u64 = 30;
 
 /// The remote script that stages `files` and submits one attempt of the plan's batch script. Pure.
 ///
@@ -126,7 +136,8 @@ pub(crate) fn attempt_script(
     let layout = &plan.layout;
     let name = &ticket.slurm_job_name;
     let mut s = lock_vars(layout, name);
-    s.push_str(&adopt_script(release_adopted_step(ticket.hold), name));
+    let await_secs = if ticket.await_other_run { AWAIT_OTHER_RUN_SECS } else { 0 };
+    s.push_str(&adopt_script(release_adopted_step(ticket.hold), name, await_secs));
     s.push_str(before_sbatch);
     if writes_secrets(plan, secrets) {
         s.push_str(&secrets_file_script(plan, secrets));
@@ -208,15 +219,15 @@ pub fn release_adopted_script(adopted: &[(String, String, bool)]) -> String {
 }
 
 /// The lock-or-adopt step of an attempt: an earlier run's job is found by the lock's id, else by
-/// name in squeue, else in sacct.
-fn adopt_script(on_adopt: String, name: &str) -> String {
+/// name in squeue, else in sacct; one in flight is awaited `await_secs`.
+fn adopt_script(on_adopt: String, name: &str, await_secs: u64) -> String {
     let n = quote(name);
     let lookup = format!(
         "  existing=\"$(squeue --me -h --name={n} -o %i 2>/dev/null | head -n 1)\"\n  \
          [ -n \"$existing\" ] || existing=\"$(sacct -X -P -n -S now-30days -E now -s {states} --name={n} -o JobIDRaw 2>/dev/null | head -n 1)\"",
         states = crate::ops::refresh::SACCT_ALL_STATES,
     );
-    lock_script(&on_adopt, &lookup, "attempt")
+    lock_script(&on_adopt, &lookup, "attempt", await_secs)
 }
 
 /// The start every submission script (a job's, a sweep's) shares: [`storage_script`] and the lock's
@@ -385,8 +396,9 @@ pub fn parse_outcome(stdout: &str, exit_code: i32) -> Outcome {
 
 /// The lock-or-adopt step of a submission ([`templates/submit_lock.sh`]): `on_adopt` runs for an
 /// adopted Slurm job id (`$1`), `lookup` sets `existing` to the id found by name, `what` names the
-/// submission in the message of exit 23.
-pub(crate) fn lock_script(on_adopt: &str, lookup: &str, what: &str) -> String {
+/// submission in the message of exit 23, which a run that finds another in flight gives after
+/// `await_secs` without its id.
+pub(crate) fn lock_script(on_adopt: &str, lookup: &str, what: &str, await_secs: u64) -> String {
     super::template::fill(
         include_str!("templates/submit_lock.sh"),
         &[
@@ -395,6 +407,7 @@ pub(crate) fn lock_script(on_adopt: &str, lookup: &str, what: &str) -> String {
             ("WHAT", what),
             ("SECTION", SECTION),
             ("STALE_SECS", &STALE_SUBMIT_LOCK_SECS.to_string()),
+            ("AWAIT_TICKS", &(await_secs * 10).to_string()),
             ("IN_FLIGHT", &SUBMISSION_IN_FLIGHT.to_string()),
             ("UNTRUSTED", &UNTRUSTED_STORAGE.to_string()),
         ],
@@ -424,47 +437,98 @@ mod tests {
     /// a lock an earlier version left (no mark: its job may be held) has its job released.
     #[test]
     fn a_rerun_submission_releases_only_a_job_an_earlier_version_may_have_held() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut settings = settings();
-        settings.base_results_dir = Some(dir.path().join("base").display().to_string());
-        let plan = resolve(&spec(), &settings).unwrap();
-        let ticket = AttemptTicket::first(&plan);
-        let bin = dir.path().join("bin");
-        std::fs::create_dir(&bin).unwrap();
-        let calls = dir.path().join("calls");
-        for (tool, answer) in [("sbatch", "echo 777"), ("scontrol", ""), ("squeue", "echo 777"), ("sacct", "")] {
-            std::fs::write(
-                bin.join(tool),
-                format!("#!/bin/bash\necho \"{tool} $*\" >> {}\n{answer}\n", calls.display()),
-            )
-            .unwrap();
-        }
-        Command::new("chmod").arg("-R").arg("+x").arg(&bin).status().unwrap();
-        let script = submit_script(&plan, &[], &SecretValues::default(), &ticket);
-        let lock = format!("{}/sbatch/.submit-{}", plan.layout.base_dir, ticket.slurm_job_name);
+        let cluster = FakeCluster::new("echo 777");
+        let script = submit_script(&cluster.plan, &[], &SecretValues::default(), &cluster.ticket);
         let run = || {
-            let _ = std::fs::remove_file(&calls);
-            let out = Command::new("bash")
-                .arg("-c")
-                .arg(&script)
-                .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
-                .output()
-                .unwrap();
-            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-            assert_eq!(parse_outcome(&stdout, out.status.code().unwrap()), Outcome::Submitted("777".into()), "{out:?}");
-            std::fs::read_to_string(&calls).unwrap_or_default()
+            let (outcome, calls) = cluster.run(&script);
+            assert_eq!(outcome, Outcome::Submitted("777".into()), "{calls}");
+            calls
         };
         let first = run();
         assert!(first.contains("sbatch --parsable --job-name") && !first.contains("--hold"), "{first}");
-        assert!(std::path::Path::new(&format!("{lock}/{NOT_HELD_MARK}")).exists());
+        assert!(std::path::Path::new(&format!("{}/{NOT_HELD_MARK}", cluster.lock)).exists());
         let again = run();
         assert!(!again.contains("sbatch") && !again.contains("scontrol"), "adopted by the lock's id: {again}");
-        std::fs::remove_file(format!("{lock}/slurm_job_id")).unwrap();
+        std::fs::remove_file(format!("{}/slurm_job_id", cluster.lock)).unwrap();
         let by_name = run();
         assert!(by_name.contains("squeue") && !by_name.contains("scontrol"), "adopted by name: {by_name}");
-        std::fs::remove_file(format!("{lock}/{NOT_HELD_MARK}")).unwrap();
+        std::fs::remove_file(format!("{}/{NOT_HELD_MARK}", cluster.lock)).unwrap();
         let earlier = run();
         assert!(earlier.contains("scontrol release 777") && !earlier.contains("sbatch"), "{earlier}");
+    }
+
+    /// A first submission that finds another run of its attempt in flight (the lock taken, no id
+    /// yet, nothing of that name in Slurm) waits for the id that run writes and answers with it,
+    /// submitting nothing; a resumed one (not awaiting) ends at once as in flight.
+    #[test]
+    fn a_first_submission_adopts_the_id_of_the_run_in_flight_and_a_resumed_one_does_not_wait() {
+        let cluster = FakeCluster::new("");
+        std::fs::create_dir_all(&cluster.lock).unwrap();
+        std::fs::write(format!("{}/{NOT_HELD_MARK}", cluster.lock), "").unwrap();
+        let resumed = AttemptTicket { await_other_run: false, ..cluster.ticket.clone() };
+        let (outcome, calls) = cluster.run(&submit_script(&cluster.plan, &[], &SecretValues::default(), &resumed));
+        assert_eq!(outcome, Outcome::InFlight, "{calls}");
+        assert!(!calls.contains("sbatch"), "{calls}");
+        // The other run gets its id a moment after this one starts waiting.
+        let id_file = format!("{}/slurm_job_id", cluster.lock);
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(700));
+            std::fs::write(id_file, "888").unwrap();
+        });
+        let (outcome, calls) =
+            cluster.run(&submit_script(&cluster.plan, &[], &SecretValues::default(), &cluster.ticket));
+        writer.join().unwrap();
+        assert_eq!(outcome, Outcome::Submitted("888".into()), "{calls}");
+        assert!(!calls.contains("sbatch") && !calls.contains("scontrol"), "{calls}");
+    }
+
+    /// A results base in a temporary directory and fake `sbatch` (printing what `sbatch_answer`
+    /// prints), `squeue` (the same), `scontrol` and `sacct` that log their calls.
+    struct FakeCluster {
+        dir: tempfile::TempDir,
+        plan: Plan,
+        ticket: AttemptTicket,
+        lock: String,
+    }
+
+    impl FakeCluster {
+        fn new(sbatch_answer: &str) -> FakeCluster {
+            let dir = tempfile::tempdir().unwrap();
+            let mut settings = settings();
+            settings.base_results_dir = Some(dir.path().join("base").display().to_string());
+            let plan = resolve(&spec(), &settings).unwrap();
+            let ticket = AttemptTicket::first(&plan);
+            let bin = dir.path().join("bin");
+            std::fs::create_dir(&bin).unwrap();
+            let calls = dir.path().join("calls");
+            for (tool, answer) in
+                [("sbatch", sbatch_answer), ("scontrol", ""), ("squeue", sbatch_answer), ("sacct", "")]
+            {
+                std::fs::write(
+                    bin.join(tool),
+                    format!("#!/bin/bash\necho \"{tool} $*\" >> {}\n{answer}\n", calls.display()),
+                )
+                .unwrap();
+            }
+            Command::new("chmod").arg("-R").arg("+x").arg(&bin).status().unwrap();
+            let lock = format!("{}/sbatch/.submit-{}", plan.layout.base_dir, ticket.slurm_job_name);
+            FakeCluster { dir, plan, ticket, lock }
+        }
+
+        /// Run a submission script: its outcome, and the calls of the fake tools it made.
+        fn run(&self, script: &str) -> (Outcome, String) {
+            let calls = self.dir.path().join("calls");
+            let _ = std::fs::remove_file(&calls);
+            let out = Command::new("bash")
+                .arg("-c")
+                .arg(script)
+                .env("PATH", format!("{}:/usr/bin:/bin", self.dir.path().join("bin").display()))
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            let calls = std::fs::read_to_string(&calls).unwrap_or_default();
+            (parse_outcome(&stdout, out.status.code().unwrap()), format!("{calls}{out:?}"))
+        }
     }
 
     #[test]
@@ -506,7 +570,7 @@ mod tests {
 
     #[test]
     fn the_lock_template_is_filled_whole() {
-        let script = lock_script("mkdir -p \"$d\"; ", "  existing=x", "attempt");
+        let script = lock_script("mkdir -p \"$d\"; ", "  existing=x", "attempt", 1);
         assert_eq!(crate::ops::template::unfilled(&script), Vec::<String>::new(), "{script}");
         assert!(script.contains("another submission of this attempt is in flight") && script.contains("existing=x"));
     }

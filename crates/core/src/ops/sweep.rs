@@ -127,6 +127,7 @@ pub fn sweep_submit_script(sweep: &SweepPlan, files: &[Vec<StagedFile>], secrets
         "logdirs \"$1\"; scontrol release \"$1\" >/dev/null 2>&1; ",
         &format!("  existing=\"$(squeue --me -h --name={} -o %F 2>/dev/null | head -n 1)\"", quote(name)),
         "sweep",
+        0,
     ));
     if writes_secrets {
         for (_, plan) in &sweep.variants {

@@ -115,6 +115,7 @@ pub fn advance(
             exclude: job.excluded_nodes.clone(),
             dependency: None,
             hold: false,
+            await_other_run: false,
         };
         let due = match job.next_retry_at {
             Some(at) => at <= now && store.claim_due_retry(&job.job_id, job.attempt, now)?,
