@@ -59,6 +59,28 @@ struct Bench {
     exe: String,
     vars: Vec<(String, String)>,
     _dir: tempfile::TempDir,
+    /// On PostgreSQL, the run's own schema (and its `_service` one), dropped when the run ends: each
+    /// run starts as empty as SQLite's fresh state file, not over every earlier run's jobs.
+    schema: Option<(String, String)>,
+}
+
+impl Drop for Bench {
+    fn drop(&mut self) {
+        if let Some((url, schema)) = &self.schema {
+            // On a thread of its own: the sync client drives a runtime, and the bench runs in one.
+            let drop_schemas = || {
+                postgres::Client::connect(url, postgres::NoTls).and_then(|mut c| {
+                    c.batch_execute(&format!(
+                        "DROP SCHEMA IF EXISTS {schema} CASCADE; DROP SCHEMA IF EXISTS {schema}_service CASCADE"
+                    ))
+                })
+            };
+            let dropped = std::thread::scope(|s| s.spawn(drop_schemas).join().expect("the schema's drop"));
+            if let Err(e) = dropped {
+                eprintln!("replicas_bench: cannot drop the run's schema {schema}: {e}");
+            }
+        }
+    }
 }
 
 /// The controller's RPC counts by message type (`sdiag`), those a submission makes.
@@ -143,11 +165,13 @@ impl Bench {
             ("TAO_SLURM_USE_SQSH".to_string(), "false".to_string()),
             ("TAO_SLURM_CLUSTERS_FILE".to_string(), format!("{d}/clusters.toml")),
         ]);
-        if let Some(url) = database {
+        let schema = database.map(|url| (url.to_string(), format!("bench_{}", uuid::Uuid::new_v4().simple())));
+        if let Some((url, schema)) = &schema {
             vars.push(("TAO_SLURM_DATABASE_URL".to_string(), url.to_string()));
+            vars.push(("TAO_SLURM_DATABASE_SCHEMA".to_string(), schema.clone()));
         }
         std::fs::write(dir.path().join("clusters.toml"), "[default]\norgs = [\"bench\"]\n").unwrap();
-        Bench { exe, vars, _dir: dir }
+        Bench { exe, vars, _dir: dir, schema }
     }
 
     fn cmd(&self, args: &[&str]) -> Command {

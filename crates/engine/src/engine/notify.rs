@@ -62,9 +62,18 @@ fn enqueue_events<'a>(
     events: impl Iterator<Item = &'a EventRecord>,
     now: i64,
 ) -> Result<usize> {
+    let mut events: Vec<&EventRecord> =
+        events.filter(|e| notify::NoticeKind::of_event(&e.kind, &e.detail).is_some()).collect();
+    // With no webhook in the settings, only jobs with their own have anyone to tell: the others'
+    // events are passed over without reading their jobs (a burst of creates is hundreds of them).
+    if ours.is_empty() {
+        let ids: std::collections::BTreeSet<&str> = events.iter().map(|e| e.job_id.as_str()).collect();
+        let told = store.jobs_with_webhooks(&ids.into_iter().collect::<Vec<_>>())?;
+        events.retain(|e| told.contains(&e.job_id));
+    }
     let mut jobs: HashMap<String, (JobSummary, Vec<EventRecord>)> = HashMap::new();
     let mut queued = 0;
-    for e in events.filter(|e| notify::NoticeKind::of_event(&e.kind, &e.detail).is_some()) {
+    for e in events {
         if !jobs.contains_key(&e.job_id) {
             let Ok(job) = store.summary(&e.job_id) else { continue };
             let history = store.events_since(0, &[e.job_id.as_str()], usize::MAX)?;
@@ -213,6 +222,24 @@ mod tests {
         let team = got.iter().find(|(u, _)| u == "http://team/hook").unwrap();
         assert_eq!(team.1.as_object().unwrap().keys().collect::<Vec<_>>(), ["text"]);
         assert!(got.iter().all(|(_, b)| b.to_string().contains(&id[..8])), "the old job is not announced: {got:?}");
+    }
+
+    /// With no webhook in the settings, a batch of events is narrowed to the jobs with webhooks of
+    /// their own (one query) before any job is read: those are still told, the others not.
+    #[test]
+    fn with_no_webhook_in_the_settings_only_jobs_with_their_own_are_told() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.db")).unwrap();
+        let hooked = job(&store, &["http://own/x"]);
+        let silent = job(&store, &[]);
+        for id in [&hooked, &silent] {
+            store.update_status(id, &StatusUpdate::bare(PlatformStatus::Running, "on n1"), NOW - 10).unwrap();
+        }
+        let with = store.jobs_with_webhooks(&[hooked.as_str(), silent.as_str()]).unwrap();
+        assert_eq!(with, std::collections::HashSet::from([hooked.clone()]));
+        assert_eq!(enqueue(&store, &settings(), &[], NOW).unwrap(), 1, "the hooked job's start only");
+        let got = bodies(&store);
+        assert!(got.iter().all(|(u, b)| u == "http://own/x" && b.to_string().contains(&hooked[..8])), "{got:?}");
     }
 
     #[test]

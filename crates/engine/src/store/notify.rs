@@ -37,6 +37,23 @@ impl Store {
         rows.collect::<Result<Vec<String>, _>>().map_err(|e| self.err(e))
     }
 
+    /// Of the jobs `job_ids` (full ids), those with webhooks of their own: one query for a batch of
+    /// events, whose other jobs have nobody to tell.
+    pub fn jobs_with_webhooks(&self, job_ids: &[&str]) -> Result<std::collections::HashSet<String>, StoreError> {
+        if job_ids.is_empty() {
+            return Ok(Default::default());
+        }
+        let sql = format!(
+            "SELECT DISTINCT job_id FROM job_webhooks WHERE job_id IN ({})",
+            vec!["?"; job_ids.len()].join(",")
+        );
+        let mut st = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
+        let rows = st
+            .query_map(super::sql::params_from_iter(job_ids.iter().map(|id| id.to_string())), |r| r.get(0))
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
     /// Where the monitor `name` stopped reading events (None: it never started).
     pub fn notify_cursor(&self, name: &str) -> Result<Option<i64>, StoreError> {
         self.conn
