@@ -8,9 +8,10 @@
 //! (`TAO_SLURM_SUBMIT_BATCH=1`, the old path), beside the floor measured in the same run: one script
 //! on the login host making the same number of `sbatch` submissions. The burst's round trips and the
 //! controller's RPCs (`sdiag`, by message type) are counted.
-//! Env: BENCH_CLIENTS (200), BENCH_QUIET_SECS (30), BENCH_DATABASE_URL, BENCH_BACKENDS, BENCH_REPLICAS, BENCH_MODES,
-//! BENCH_SERVE_LOG (a file for the services' logs, with TAO_SLURM_LOG as their filter)
-//! (`batched,single`).
+//! Env: BENCH_CLIENTS (200), BENCH_QUIET_SECS (30), BENCH_DATABASE_URL, BENCH_BACKENDS, BENCH_REPLICAS,
+//! BENCH_MODES (`batched,single`), BENCH_SERVE_LOG (a file for the services' logs, with TAO_SLURM_LOG
+//! as their filter), BENCH_SCHEMA (a PostgreSQL schema to run in and keep, instead of a fresh one per
+//! run, which is dropped after it).
 
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
@@ -165,11 +166,15 @@ impl Bench {
             ("TAO_SLURM_USE_SQSH".to_string(), "false".to_string()),
             ("TAO_SLURM_CLUSTERS_FILE".to_string(), format!("{d}/clusters.toml")),
         ]);
+        // BENCH_SCHEMA names a schema to run in and keep (one with earlier runs' jobs: a service
+        // with a history).
+        let kept = std::env::var("BENCH_SCHEMA").ok().filter(|s| !s.is_empty());
         let schema = database.map(|url| (url.to_string(), format!("bench_{}", uuid::Uuid::new_v4().simple())));
-        if let Some((url, schema)) = &schema {
+        if let Some((url, fresh)) = &schema {
             vars.push(("TAO_SLURM_DATABASE_URL".to_string(), url.to_string()));
-            vars.push(("TAO_SLURM_DATABASE_SCHEMA".to_string(), schema.clone()));
+            vars.push(("TAO_SLURM_DATABASE_SCHEMA".to_string(), kept.clone().unwrap_or_else(|| fresh.clone())));
         }
+        let schema = schema.filter(|_| kept.is_none());
         std::fs::write(dir.path().join("clusters.toml"), "[default]\norgs = [\"bench\"]\n").unwrap();
         Bench { exe, vars, _dir: dir, schema }
     }

@@ -55,12 +55,10 @@ pub fn effective(state: &AppState, org: &str, ws: &Workspace) -> Policy {
 
 /// The org's jobs that are not terminal (but `except`).
 pub fn active_jobs(state: &AppState, org: &str, except: Option<&str>) -> u32 {
-    state
-        .snapshot()
-        .jobs
-        .values()
-        .filter(|j| j.out.org == org && !j.status.is_terminal() && Some(j.out.id.as_str()) != except)
-        .count() as u32
+    let snapshot = state.snapshot();
+    let all = snapshot.active.get(org).copied().unwrap_or(0);
+    let counted_in = |id: &str| snapshot.jobs.get(id).is_some_and(|j| j.out.org == org && !j.status.is_terminal());
+    all.saturating_sub(u32::from(except.is_some_and(counted_in)))
 }
 
 /// Check a job's plan; Err is the 403 that names the field.

@@ -60,9 +60,13 @@ impl ChangeKey {
 #[derive(Default)]
 pub struct Snapshot {
     pub version: u64,
-    pub jobs: HashMap<String, Arc<CachedJob>>,
+    /// Persistent collections: a new snapshot shares every entry it did not change with the old.
+    pub jobs: imbl::HashMap<String, Arc<CachedJob>>,
     /// Newest first.
-    pub order: Vec<Arc<CachedJob>>,
+    pub order: imbl::Vector<Arc<CachedJob>>,
+    /// Each org's jobs not in a terminal status (its policy's `max_active_jobs` counts them at each
+    /// create): kept as jobs change, not counted over every job.
+    pub active: imbl::HashMap<String, u32>,
     /// Jobs that left the cache (deleted), with the version at which they did; the last thousand.
     pub removed: Vec<(u64, String, String)>,
 }
@@ -394,13 +398,41 @@ impl AppState {
         if fresh.is_empty() {
             return;
         }
+        // The old snapshot's collections are shared, not copied: the cost is the changed jobs'.
         let mut jobs = old.jobs.clone();
-        let mut new: Vec<Arc<CachedJob>> =
-            fresh.iter().filter(|e| jobs.insert(e.out.id.clone(), Arc::clone(e)).is_none()).cloned().collect();
+        let mut active = old.active.clone();
+        let mut replaced: HashMap<*const CachedJob, Arc<CachedJob>> = HashMap::new();
+        let mut new: Vec<Arc<CachedJob>> = Vec::new();
+        for e in fresh {
+            count_active(&mut active, &e, true);
+            match jobs.insert(e.out.id.clone(), Arc::clone(&e)) {
+                Some(was) => {
+                    count_active(&mut active, &was, false);
+                    replaced.insert(Arc::as_ptr(&was), e);
+                }
+                None => new.push(e),
+            }
+        }
         new.sort_by_key(|e| std::cmp::Reverse(e.created_at));
-        let mut order = new;
-        order.extend(old.order.iter().filter_map(|e| jobs.get(&e.out.id).cloned()));
-        self.install(Snapshot { version, jobs, order, removed: old.removed.clone() });
+        let mut order = old.order.clone();
+        // Found by reading (writing through every slot would copy every shared chunk), from the
+        // newest, where changed jobs mostly are.
+        let mut at = Vec::with_capacity(replaced.len());
+        for (i, e) in order.iter().enumerate() {
+            if at.len() == replaced.len() {
+                break;
+            }
+            if let Some(e) = replaced.get(&Arc::as_ptr(e)) {
+                at.push((i, Arc::clone(e)));
+            }
+        }
+        for (i, e) in at {
+            order.set(i, e);
+        }
+        let mut order_new: imbl::Vector<Arc<CachedJob>> = new.into_iter().collect();
+        order_new.append(order);
+        let order = order_new;
+        self.install(Snapshot { version, jobs, order, active, removed: old.removed.clone() });
     }
 
     /// Make `snapshot` the cache and announce its version.
@@ -426,8 +458,9 @@ impl AppState {
         let old = self.snapshot();
         let version = old.version + 1;
         let mut changed = false;
-        let mut jobs = HashMap::with_capacity(metas.len());
-        let mut order = Vec::with_capacity(metas.len());
+        let mut jobs = imbl::HashMap::new();
+        let mut order = imbl::Vector::new();
+        let mut active = imbl::HashMap::new();
         for view in views {
             let Some(meta) = metas.get(&view.job_id) else { continue };
             let entry = match entry(client, &view, meta, &old, version) {
@@ -437,8 +470,9 @@ impl AppState {
                     e
                 }
             };
+            count_active(&mut active, &entry, true);
             jobs.insert(view.job_id.clone(), entry.clone());
-            order.push(entry);
+            order.push_back(entry);
         }
         let mut removed = old.removed.clone();
         for (id, e) in &old.jobs {
@@ -453,7 +487,7 @@ impl AppState {
         if removed.len() > 1000 {
             removed.drain(..removed.len() - 1000);
         }
-        self.install(Snapshot { version, jobs, order, removed });
+        self.install(Snapshot { version, jobs, order, active, removed });
     }
 }
 
@@ -489,6 +523,15 @@ impl AppState {
         read.0 = now;
         *self.metas.write().unwrap_or_else(|e| e.into_inner()) = metas;
     }
+}
+
+/// Count `e` in (`arrives`) or out of its org's active jobs, when it is active.
+fn count_active(active: &mut imbl::HashMap<String, u32>, e: &CachedJob, arrives: bool) {
+    if e.status.is_terminal() {
+        return;
+    }
+    let n = active.entry(e.out.org.clone()).or_default();
+    *n = if arrives { *n + 1 } else { n.saturating_sub(1) };
 }
 
 /// A job's cache entry for a new snapshot: the old one while what decides a change ([`ChangeKey`])
