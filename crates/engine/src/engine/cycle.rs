@@ -30,7 +30,7 @@ impl Cycle<'_> {
     /// Observe `jobs` in one round trip and settle what that shows. Returns the ids of the jobs whose
     /// records changed.
     pub fn run(&self, jobs: &[JobSummary]) -> Result<Vec<String>> {
-        let kept = self.without_paused(jobs)?;
+        let kept = without_in_flight(self.without_paused(jobs)?);
         let jobs: &[JobSummary] = &kept;
         if jobs.is_empty() {
             // Secrets of jobs that ended while their removal could not run are still swept.
@@ -96,4 +96,16 @@ impl Cycle<'_> {
         let ours = self.store.paused_by_us_among(jobs.iter().map(|j| (j.job_id.as_str(), j.status)))?;
         Ok(Cow::Owned(jobs.iter().filter(|j| !ours.contains(&j.job_id)).cloned().collect()))
     }
+}
+
+/// `jobs` without the attempts this process is submitting now (`engine::in_flight`): their
+/// submission's own answer tells where they went. Observing one would look it up by its lock and by
+/// name in sacct, the costliest part of a refresh, for each job of a burst that waits in a group
+/// commit.
+fn without_in_flight(jobs: Cow<'_, [JobSummary]>) -> Cow<'_, [JobSummary]> {
+    let submitting = |j: &JobSummary| j.slurm_job_id.is_none() && crate::engine::in_flight::is_in_flight(&j.attempt_name);
+    if !jobs.iter().any(submitting) {
+        return jobs;
+    }
+    Cow::Owned(jobs.iter().filter(|j| !submitting(j)).cloned().collect())
 }

@@ -380,9 +380,9 @@ fn a_paused_job_is_neither_observed_nor_submitted_until_resumed() {
 }
 
 #[test]
-fn an_attempt_this_process_is_submitting_is_not_resumed() {
+fn an_attempt_this_process_is_submitting_is_neither_observed_nor_resumed() {
     // Recorded long ago, not submitted yet: interrupted, unless this process is submitting it (it may
-    // wait in a long queue).
+    // wait in a long queue). Nor is it looked up (by its lock, by name in sacct) meanwhile.
     let (_dir, store, id, _) = store_with_unsubmitted_job();
     // Slurm knows no job of its name; a submission gets an id.
     let remote = || {
@@ -395,11 +395,12 @@ fn an_attempt_this_process_is_submitting_is_not_resumed() {
     let claim = crate::engine::in_flight::claim(&store.get(&id).unwrap().attempt_name);
     let in_flight = remote();
     let _ = eager_cycle(&in_flight, &store).run(&[store.summary(&id).unwrap()]);
-    assert_eq!(submits(&in_flight), 0, "not resumed while in flight: {:?}", in_flight.sent());
+    assert!(in_flight.sent().is_empty(), "neither observed nor resumed while in flight: {:?}", in_flight.sent());
     drop(claim);
     let interrupted = remote();
     let _ = eager_cycle(&interrupted, &store).run(&[store.summary(&id).unwrap()]);
     assert_eq!(submits(&interrupted), 1, "resumed: {:?}", interrupted.sent());
+    assert!(interrupted.sent()[0].contains("sacct_by_name"), "looked up by name first: {:?}", interrupted.sent());
 }
 
 #[test]
