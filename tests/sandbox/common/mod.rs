@@ -184,10 +184,15 @@ impl Env {
             ..Default::default()
         };
         let plan = tao_slurm::plan::resolve(&spec, &settings).unwrap();
-        tao_slurm_engine::store::Store::open(&settings.state_path)
-            .unwrap()
-            .insert_job("{}", &plan, tao_slurm::clock::now())
-            .unwrap();
+        let store = tao_slurm_engine::store::Store::open(&settings.state_path).unwrap();
+        let now = tao_slurm::clock::now();
+        store.insert_job("{}", &plan, now).unwrap();
+        // What the submitter records when the answer is lost (the refresh then looks for the job).
+        let lost = tao_slurm_engine::store::StatusUpdate::bare(
+            tao_slurm::PlatformStatus::Pending,
+            "submission outcome unknown: the connection was lost during sbatch",
+        );
+        store.update_status(&plan.layout.job_id, &lost, now).unwrap();
         plan
     }
 

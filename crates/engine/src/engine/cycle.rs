@@ -7,7 +7,7 @@ use crate::config::Settings;
 use crate::engine::refresh::{self};
 use crate::engine::retry::{self};
 use crate::error::Result;
-use crate::ops::failure::RetryPolicy;
+use crate::ops::failure::{RetryPolicy, RESUME_SUBMISSION_AFTER_SECS};
 use crate::ops::refresh::Observations;
 use crate::remote::Remote;
 use crate::status::PlatformStatus;
@@ -30,7 +30,7 @@ impl Cycle<'_> {
     /// Observe `jobs` in one round trip and settle what that shows. Returns the ids of the jobs whose
     /// records changed.
     pub fn run(&self, jobs: &[JobSummary]) -> Result<Vec<String>> {
-        let kept = without_in_flight(self.without_paused(jobs)?);
+        let kept = without_submissions_under_way(self.without_paused(jobs)?);
         let jobs: &[JobSummary] = &kept;
         if jobs.is_empty() {
             // Secrets of jobs that ended while their removal could not run are still swept.
@@ -98,14 +98,21 @@ impl Cycle<'_> {
     }
 }
 
-/// `jobs` without the attempts this process is submitting now (`engine::in_flight`): their
-/// submission's own answer tells where they went. Observing one would look it up by its lock and by
-/// name in sacct, the costliest part of a refresh, for each job of a burst that waits in a group
-/// commit.
-fn without_in_flight(jobs: Cow<'_, [JobSummary]>) -> Cow<'_, [JobSummary]> {
-    let submitting = |j: &JobSummary| j.slurm_job_id.is_none() && crate::engine::in_flight::is_in_flight(&j.attempt_name);
-    if !jobs.iter().any(submitting) {
+/// `jobs` without the submissions under way: the attempts this process is submitting now
+/// (`engine::in_flight`), whose own answer tells where they went, and the jobs recorded less than
+/// [`RESUME_SUBMISSION_AFTER_SECS`] ago that nothing has been written of since (another process's
+/// queue holds them, a replica's in a burst; past that, or once their submission's outcome is known
+/// or lost, they are looked for, before being resumed). Observing one looks it up by its lock and by
+/// name in sacct, the costliest part of a refresh, for each job of a burst.
+fn without_submissions_under_way(jobs: Cow<'_, [JobSummary]>) -> Cow<'_, [JobSummary]> {
+    let now = crate::clock::now();
+    let under_way = |j: &JobSummary| {
+        j.slurm_job_id.is_none()
+            && (crate::engine::in_flight::is_in_flight(&j.attempt_name)
+                || (j.message == Store::RECORDED && now - j.created_at <= RESUME_SUBMISSION_AFTER_SECS))
+    };
+    if !jobs.iter().any(under_way) {
         return jobs;
     }
-    Cow::Owned(jobs.iter().filter(|j| !submitting(j)).cloned().collect())
+    Cow::Owned(jobs.iter().filter(|j| !under_way(j)).cloned().collect())
 }

@@ -368,6 +368,28 @@ fn store_with_unsubmitted_job() -> (tempfile::TempDir, Store, String, i64) {
 }
 
 #[test]
+fn a_job_another_process_just_recorded_is_not_looked_for_until_its_outcome_is_lost() {
+    // Recorded a moment ago, by another process (no claim here): its submission is under way in
+    // that process's queue, so the refresh does not look it up by its lock and name.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("state.db")).unwrap();
+    let plan = crate::plan::resolve(&spec(), &settings()).unwrap();
+    let id = plan.layout.job_id.clone();
+    store.insert_job("{}", &plan, crate::clock::now()).unwrap();
+    let remote = FakeRemote::answering(vec![]);
+    eager_cycle(&remote, &store).run(&[store.summary(&id).unwrap()]).unwrap();
+    assert!(remote.sent().is_empty(), "not looked for while under way: {:?}", remote.sent());
+    // Its submitter lost the answer (and says so): looked for at once.
+    let lost = crate::store::StatusUpdate::bare(PlatformStatus::Pending, "submission outcome unknown: reset");
+    store.update_status(&id, &lost, crate::clock::now()).unwrap();
+    let remote = FakeRemote::answering(vec![ok(&format!(
+        "{SECTION}squeue\n{SECTION}rc squeue 0\n{SECTION}sacct_by_name\n{SECTION}rc sacct_by_name 0\n"
+    ))]);
+    eager_cycle(&remote, &store).run(&[store.summary(&id).unwrap()]).unwrap();
+    assert!(remote.sent()[0].contains("sacct_by_name"), "looked for by name: {:?}", remote.sent());
+}
+
+#[test]
 fn a_paused_job_is_neither_observed_nor_submitted_until_resumed() {
     // Recorded long ago and never submitted: a cycle would resume its submission, were it not paused.
     let (_dir, store, id, long_ago) = store_with_unsubmitted_job();

@@ -57,6 +57,10 @@ impl Store {
         self.each_in_savepoint(jobs, |j| self.insert_member(&j.spec_json, &j.plan, &j.member, j.now))
     }
 
+    /// The message of a job recorded and not yet answered by its submission: nothing since (its
+    /// submission's outcome, known or not, writes another).
+    pub const RECORDED: &'static str = "staging";
+
     /// Record one job (in the caller's transaction): its row, its documents, its first attempt, its
     /// dependencies and the event that says so.
     pub fn insert_member(&self, spec_json: &str, plan: &Plan, member: &Member, now: i64) -> Result<(), StoreError> {
@@ -68,7 +72,7 @@ impl Store {
                 "INSERT INTO jobs (job_id, name, status, message, created_at, updated_at, attempt, attempt_name,
                    job_dir, image, nodes, gpus_per_node, partition, timeout_seconds, timeout_runs, has_secrets, cluster,
                    sweep_id, sweep_index, gate, checkpoint_patterns)
-                 VALUES (?1, ?2, ?3, 'staging', ?4, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+                 VALUES (?1, ?2, ?3, ?19, ?4, ?4, 1, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
                 params![
                     job_id,
                     plan.name,
@@ -87,7 +91,8 @@ impl Store {
                     member.sweep_id,
                     member.sweep_index,
                     member.gate,
-                    crate::script::resume::warns(plan).then(|| plan.checkpoint_patterns.join(","))
+                    crate::script::resume::warns(plan).then(|| plan.checkpoint_patterns.join(",")),
+                    Self::RECORDED
                 ],
             )
             .map_err(|e| self.err(e))?;
