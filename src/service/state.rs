@@ -414,24 +414,8 @@ impl AppState {
             }
         }
         new.sort_by_key(|e| std::cmp::Reverse(e.created_at));
-        let mut order = old.order.clone();
-        // Found by reading (writing through every slot would copy every shared chunk), from the
-        // newest, where changed jobs mostly are.
-        let mut at = Vec::with_capacity(replaced.len());
-        for (i, e) in order.iter().enumerate() {
-            if at.len() == replaced.len() {
-                break;
-            }
-            if let Some(e) = replaced.get(&Arc::as_ptr(e)) {
-                at.push((i, Arc::clone(e)));
-            }
-        }
-        for (i, e) in at {
-            order.set(i, e);
-        }
-        let mut order_new: imbl::Vector<Arc<CachedJob>> = new.into_iter().collect();
-        order_new.append(order);
-        let order = order_new;
+        let mut order: imbl::Vector<Arc<CachedJob>> = new.into_iter().collect();
+        order.append(replaced_in(&old.order, &replaced));
         self.install(Snapshot { version, jobs, order, active, removed: old.removed.clone() });
     }
 
@@ -523,6 +507,29 @@ impl AppState {
         read.0 = now;
         *self.metas.write().unwrap_or_else(|e| e.into_inner()) = metas;
     }
+}
+
+/// `order` with each entry `replaced` names (by the old entry's address) swapped for its new one.
+/// The entries are found by reading, newest first where changed jobs mostly are: writing through
+/// every slot would copy every chunk the old snapshot shares.
+fn replaced_in(
+    order: &imbl::Vector<Arc<CachedJob>>,
+    replaced: &HashMap<*const CachedJob, Arc<CachedJob>>,
+) -> imbl::Vector<Arc<CachedJob>> {
+    let mut at = Vec::with_capacity(replaced.len());
+    for (i, e) in order.iter().enumerate() {
+        if at.len() == replaced.len() {
+            break;
+        }
+        if let Some(e) = replaced.get(&Arc::as_ptr(e)) {
+            at.push((i, Arc::clone(e)));
+        }
+    }
+    let mut order = order.clone();
+    for (i, e) in at {
+        order.set(i, e);
+    }
+    order
 }
 
 /// Count `e` in (`arrives`) or out of its org's active jobs, when it is active.
