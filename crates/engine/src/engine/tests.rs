@@ -358,24 +358,25 @@ fn pause(store: &Store, id: &str, from: PlatformStatus, cancel_at: i64, done: bo
 /// A job recorded long enough ago to count as interrupted, never submitted: the store, the job's id
 /// and when it was recorded.
 fn store_with_unsubmitted_job() -> (tempfile::TempDir, Store, String, i64) {
+    let long_ago = crate::clock::now() - 10 * crate::ops::failure::RESUME_SUBMISSION_AFTER_SECS;
+    let (dir, store, id) = store_with_job_recorded_at(long_ago);
+    (dir, store, id, long_ago)
+}
+
+/// A job recorded at `at`, never submitted: the store and the job's id.
+fn store_with_job_recorded_at(at: i64) -> (tempfile::TempDir, Store, String) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("state.db")).unwrap();
     let plan = crate::plan::resolve(&spec(), &settings()).unwrap();
-    let id = plan.layout.job_id.clone();
-    let long_ago = crate::clock::now() - 10 * crate::ops::failure::RESUME_SUBMISSION_AFTER_SECS;
-    store.insert_job("{}", &plan, long_ago).unwrap();
-    (dir, store, id, long_ago)
+    store.insert_job("{}", &plan, at).unwrap();
+    (dir, store, plan.layout.job_id)
 }
 
 #[test]
 fn a_job_another_process_just_recorded_is_not_looked_for_until_its_outcome_is_lost() {
     // Recorded a moment ago, by another process (no claim here): its submission is under way in
     // that process's queue, so the refresh does not look it up by its lock and name.
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&dir.path().join("state.db")).unwrap();
-    let plan = crate::plan::resolve(&spec(), &settings()).unwrap();
-    let id = plan.layout.job_id.clone();
-    store.insert_job("{}", &plan, crate::clock::now()).unwrap();
+    let (_dir, store, id) = store_with_job_recorded_at(crate::clock::now());
     let remote = FakeRemote::answering(vec![]);
     eager_cycle(&remote, &store).run(&[store.summary(&id).unwrap()]).unwrap();
     assert!(remote.sent().is_empty(), "not looked for while under way: {:?}", remote.sent());

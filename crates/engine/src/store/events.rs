@@ -35,7 +35,7 @@ impl Store {
         let filter = if job_ids.is_empty() {
             String::new()
         } else {
-            format!(" AND job_id IN ({})", vec!["?"; job_ids.len()].join(","))
+            format!(" AND job_id IN ({})", super::sql::in_marks(job_ids.len()))
         };
         let sql = format!("SELECT id, job_id, at, kind, detail FROM events WHERE id > ?{filter} ORDER BY id LIMIT ?");
         let mut values: Vec<super::sql::Value> = vec![after.into()];

@@ -287,7 +287,7 @@ impl Store {
         let mut found: std::collections::HashMap<String, T> = std::collections::HashMap::new();
         // SQLite allows 32766 parameters; stay far below.
         for chunk in ids.chunks(500) {
-            let marks = vec!["?"; chunk.len()].join(",");
+            let marks = super::sql::in_marks(chunk.len());
             for row in
                 self.rows::<T>(&format!(" WHERE job_id IN ({marks})"), super::sql::params_from_iter(chunk.iter()))?
             {

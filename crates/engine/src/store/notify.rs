@@ -45,12 +45,11 @@ impl Store {
         }
         let sql = format!(
             "SELECT DISTINCT job_id FROM job_webhooks WHERE job_id IN ({})",
-            vec!["?"; job_ids.len()].join(",")
+            super::sql::in_marks(job_ids.len())
         );
         let mut st = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
-        let rows = st
-            .query_map(super::sql::params_from_iter(job_ids.iter().map(|id| id.to_string())), |r| r.get(0))
-            .map_err(|e| self.err(e))?;
+        let rows =
+            st.query_map(super::sql::params_from_iter(job_ids.iter()), |r| r.get(0)).map_err(|e| self.err(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
     }
 

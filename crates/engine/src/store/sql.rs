@@ -225,6 +225,11 @@ impl Params for Vec<Value> {
     }
 }
 
+/// The marks of an `IN (...)` list of `n` parameters (`?,?,?`), whose values [`params_from_iter`] gives.
+pub fn in_marks(n: usize) -> String {
+    vec!["?"; n].join(",")
+}
+
 /// Parameters from an iterator (the `IN (?1, ?2, ...)` of a chunk of ids).
 pub fn params_from_iter<I: IntoIterator>(iter: I) -> Vec<Value>
 where
