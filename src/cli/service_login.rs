@@ -14,6 +14,17 @@ fn default_file() -> Result<PathBuf, Error> {
     Ok(PathBuf::from(home).join(".config/tao/service-token.json"))
 }
 
+/// Whether an `http://` URL names this machine (a token sent there never crosses a network).
+fn is_loopback_url(base: &str) -> bool {
+    let rest = base.trim_start_matches("http://");
+    let host = rest.split(['/', '?']).next().unwrap_or("");
+    let host = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 fn refuse(m: impl std::fmt::Display) -> Error {
     SpecError::new("--service", m.to_string()).into()
 }
@@ -22,6 +33,11 @@ pub fn sign_in(service: &str, org: Option<&str>, token_file: Option<PathBuf>) ->
     let base = service.trim_end_matches('/');
     if !(base.starts_with("https://") || base.starts_with("http://")) {
         return Err(refuse(format!("{service:?} is not the service's http(s) URL")));
+    }
+    if base.starts_with("http://") && !is_loopback_url(base) {
+        eprintln!(
+            "warning: {base} is plain HTTP: your token will cross the network in clear; ask the operator for the service's https:// address"
+        );
     }
     let file = match token_file {
         Some(f) => f,
@@ -41,10 +57,18 @@ pub fn sign_in(service: &str, org: Option<&str>, token_file: Option<PathBuf>) ->
         .map_err(|e| {
             refuse(format!("the service at {base} does not offer sign-in ({e}); ask its operator for a token"))
         })?;
-    let (Some(code), Some(link)) = (start["device_code"].as_str(), start["verification_uri_complete"].as_str()) else {
+    let (Some(code), Some(page), Some(user_code)) =
+        (start["device_code"].as_str(), start["verification_uri"].as_str(), start["user_code"].as_str())
+    else {
         return Err(refuse(format!("the service answered no device code: {start}")));
     };
-    eprintln!("Open this link in a browser and sign in:\n\n    {link}\n\nWaiting for the sign-in...");
+    // Only what a code's page is: a person types the code there (a link with the code in it could be
+    // sent to someone else).
+    let user_code: String = user_code.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').take(16).collect();
+    eprintln!(
+        "Open this page in a browser:\n\n    {page}\n\nand type this code there (good once, for {} minutes):\n\n    {user_code}\n\nWaiting for the sign-in...",
+        start["expires_in"].as_u64().unwrap_or(300) / 60
+    );
     let deadline = Instant::now() + Duration::from_secs(start["expires_in"].as_u64().unwrap_or(600));
     let every = Duration::from_secs(start["interval"].as_u64().unwrap_or(2).clamp(1, 30));
     let issued = loop {
@@ -88,4 +112,17 @@ pub fn sign_in(service: &str, org: Option<&str>, token_file: Option<PathBuf>) ->
         file.display()
     );
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_this_machines_http_goes_without_a_warning() {
+        for quiet in ["http://127.0.0.1:8570", "http://localhost:1/x", "http://[::1]:8570/", "http://127.0.0.9"] {
+            assert!(super::is_loopback_url(quiet), "{quiet}");
+        }
+        for warned in ["http://tao.example.org", "http://10.0.0.1:8570", "http://localhost.evil.org", "http://[2001:db8::1]:1"] {
+            assert!(!super::is_loopback_url(warned), "{warned}");
+        }
+    }
 }

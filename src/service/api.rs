@@ -40,9 +40,9 @@ pub async fn create_job(
     } else {
         (from_value::<JobCreate>(body)?, None)
     };
-    let (mut spec, ws) = super::translate::to_spec(&state, &org, &req)?;
-    // A per-person workspace: the person's own, under their Unix user.
-    let ws = super::people::for_token(&state, ws, &token)?;
+    let (mut spec, ws) = super::translate::to_spec(&state, &token, &org, &req)?;
+    // Whose identity runs it: the workspace's, or the signed-in person's own.
+    let ws = super::identity::for_new_job(&state, ws, &token)?;
     let policy = super::policy::effective(&state, &org, &ws);
     if policy.allow_home_mount != Some(true) {
         // Home is not mounted unless the operator allows it.
@@ -356,6 +356,7 @@ fn tao_filters(q: &ListQuery, j: &CachedJob) -> bool {
 pub async fn job_get_ref(
     State(state): State<AppStateRef>,
     Path((org, reference)): Path<(String, String)>,
+    Extension(token): Extension<TokenInfo>,
     uri: Uri,
 ) -> ApiResult<Response> {
     let (id, action) = match reference.rsplit_once(':') {
@@ -364,14 +365,14 @@ pub async fn job_get_ref(
     };
     match action {
         "" => get_job(state, org, id).await,
-        "logs" => job_logs(state, org, id, query(&uri)?).await,
-        "events" => job_events(state, org, id, query(&uri)?).await.map(IntoResponse::into_response),
-        "attempts" => job_attempts(state, org, id).await.map(IntoResponse::into_response),
-        "kpis" => super::kpis::job_kpis(state, org, id).await.map(IntoResponse::into_response),
-        "stream" => super::sse::job_stream(state, org, id, query(&uri)?).await,
-        "list_files" => super::results::list_files(state, org, id, uri).await.map(IntoResponse::into_response),
-        "download" => super::results::download(state, org, id, uri).await,
-        "download_selective_files" => super::results::download_selective(state, org, id, uri).await,
+        "logs" => job_logs(state, &token, org, id, query(&uri)?).await,
+        "events" => job_events(state, &token, org, id, query(&uri)?).await.map(IntoResponse::into_response),
+        "attempts" => job_attempts(state, &token, org, id).await.map(IntoResponse::into_response),
+        "kpis" => super::kpis::job_kpis(state, &token, org, id).await.map(IntoResponse::into_response),
+        "stream" => super::sse::job_stream(state, &token, org, id, query(&uri)?).await,
+        "list_files" => super::results::list_files(state, &token, org, id, uri).await.map(IntoResponse::into_response),
+        "download" => super::results::download(state, &token, org, id, uri).await,
+        "download_selective_files" => super::results::download_selective(state, &token, org, id, uri).await,
         other => Err(ApiError::not_found(format!(
             "no job action :{other} for GET (there are :logs, :events, :attempts, :kpis, :stream, :list_files, :download, :download_selective_files)"
         ))),
@@ -390,11 +391,11 @@ pub async fn job_post_ref(
         may_change(&token, &*org_job(&state, &org, id)?)?;
     }
     match reference.rsplit_once(':') {
-        Some((id, "cancel")) => cancel_job(state, org, id.to_string()).await,
-        Some((id, "retry")) => retry_job(state, org, id.to_string()).await,
-        Some((id, "pause")) => super::pause::pause_job(state, org, id.to_string(), headers, body).await,
-        Some((id, "resume")) => super::pause::resume_job(state, org, id.to_string(), headers, body).await,
-        Some((id, "tensorboard")) => super::tensorboard::open(state, org, id.to_string(), token.id).await,
+        Some((id, "cancel")) => cancel_job(state, &token, org, id.to_string()).await,
+        Some((id, "retry")) => retry_job(state, &token, org, id.to_string()).await,
+        Some((id, "pause")) => super::pause::pause_job(state, &token, org, id.to_string(), headers, body).await,
+        Some((id, "resume")) => super::pause::resume_job(state, &token, org, id.to_string(), headers, body).await,
+        Some((id, "tensorboard")) => super::tensorboard::open(state, &token, org, id.to_string()).await,
         Some((_, a @ ("publish_model" | "log_update" | "status_update"))) => Err(super::tao_routes::not_here(a)),
         _ => Err(ApiError::not_found(
             "no such job action for POST (there are :cancel, :retry, :pause, :resume and :tensorboard)",
@@ -415,7 +416,7 @@ pub async fn job_delete_ref(
         return Err(ApiError::not_found("DELETE takes a job id"));
     }
     may_change(&token, &*org_job(&state, &org, &reference)?)?;
-    delete_job(state, org, reference).await.map(IntoResponse::into_response)
+    delete_job(state, &token, org, reference).await.map(IntoResponse::into_response)
 }
 
 #[utoipa::path(get, path = "/api/v2/orgs/{org}/jobs/{job_id}", tag = "jobs", security(("bearer" = [])),
@@ -431,12 +432,12 @@ pub async fn get_job(state: AppStateRef, org: String, id: String) -> ApiResult<R
     responses((status = 200, description = "Cancelled (idempotent: a terminal job is returned as it is)", body = JobOut),
         (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 502, description = "The cluster could not confirm the cancel; the job is as it was", body = ErrorBody)))]
-pub async fn cancel_job(state: AppStateRef, org: String, id: String) -> ApiResult<Response> {
+pub async fn cancel_job(state: AppStateRef, token: &TokenInfo, org: String, id: String) -> ApiResult<Response> {
     let job = org_job(&state, &org, &id)?;
     if job.status.is_terminal() {
         return Ok(json_text(StatusCode::OK, job.json.to_string()));
     }
-    let reply = act_on_job(state, &org, &id, |c, jid| c.cancel_job(jid).map(|_| ())).await?;
+    let reply = act_on_job(state, token, &org, &id, |c, jid| c.cancel_job(jid).map(|_| ())).await?;
     tracing::info!(%org, job = %id, "job cancelled");
     Ok(reply)
 }
@@ -447,10 +448,10 @@ pub async fn cancel_job(state: AppStateRef, org: String, id: String) -> ApiResul
     responses((status = 200, description = "The job with its new attempt, from its newest checkpoint (idempotent: a job already running again is returned as it is)", body = JobOut),
         (status = 400, description = "A job that completed, or had secrets", body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
-pub async fn retry_job(state: AppStateRef, org: String, id: String) -> ApiResult<Response> {
-    let _place =
-        admit_restart(&state, &org, &id, |s| matches!(s, PlatformStatus::Error | PlatformStatus::Canceled)).await?;
-    let reply = act_on_job(state, &org, &id, |c, jid| c.retry_job(jid).map(|_| ())).await?;
+pub async fn retry_job(state: AppStateRef, token: &TokenInfo, org: String, id: String) -> ApiResult<Response> {
+    let restarts = |s| matches!(s, PlatformStatus::Error | PlatformStatus::Canceled);
+    let _place = admit_restart(&state, token, &org, &id, restarts).await?;
+    let reply = act_on_job(state, token, &org, &id, |c, jid| c.retry_job(jid).map(|_| ())).await?;
     tracing::info!(%org, job = %id, "job retried");
     Ok(reply)
 }
@@ -460,7 +461,7 @@ pub async fn retry_job(state: AppStateRef, org: String, id: String) -> ApiResult
     responses((status = 200, description = "Removed from the org's jobs (the state file keeps its history)", body = Deleted),
         (status = 409, description = "The job is not terminal: cancel it first", body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
-pub async fn delete_job(state: AppStateRef, org: String, id: String) -> ApiResult<Json<Deleted>> {
+pub async fn delete_job(state: AppStateRef, token: &TokenInfo, org: String, id: String) -> ApiResult<Json<Deleted>> {
     let job = org_job(&state, &org, &id)?;
     if !job.status.is_terminal() {
         return Err(ApiError::conflict(format!(
@@ -468,7 +469,7 @@ pub async fn delete_job(state: AppStateRef, org: String, id: String) -> ApiResul
             job.out.platform_status
         )));
     }
-    let ws = workspace_of(&state, &job)?;
+    let ws = workspace_of(&state, token, &job)?;
     let (st, jid) = (state.clone(), id.clone());
     blocking(move || {
         st.remove_job(&jid).map_err(ApiError::internal)?;
@@ -536,7 +537,7 @@ fn text_reply(t: String) -> Response {
     params(("org" = String, Path), ("job_id" = String, Path), LogsQuery),
     responses((status = 200, description = "The whole log, main.out then main.err, as TAO gives it (at most 1 MiB: the end is kept, a first line says what was cut, and X-Log-Truncated: true), or the last `tail` lines, or one file's bytes from `offset` with X-Log-Offset, X-Next-Offset and X-Log-Size headers; empty before the job reaches Slurm", content_type = "text/plain", body = String),
         (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 502, body = ErrorBody)))]
-pub async fn job_logs(state: AppStateRef, org: String, id: String, q: LogsQuery) -> ApiResult<Response> {
+pub async fn job_logs(state: AppStateRef, token: &TokenInfo, org: String, id: String, q: LogsQuery) -> ApiResult<Response> {
     let job = org_job(&state, &org, &id)?;
     let ask = log_ask(&job, &q)?;
     let on_slurm = match q.attempt {
@@ -546,7 +547,7 @@ pub async fn job_logs(state: AppStateRef, org: String, id: String, q: LogsQuery)
     if !on_slurm {
         return Ok(text_reply(String::new()));
     }
-    let ws = workspace_of(&state, &job)?;
+    let ws = workspace_of(&state, token, &job)?;
     let _in_pool = ws.pool.enter(&ws.id).await?;
     // The org's secret values never come back in a log (a job could still print one encoded).
     let values = state.org_secret_values(&org).map_err(|m| {
@@ -614,9 +615,9 @@ fn joined_logs(
     params(("org" = String, Path), ("job_id" = String, Path), EventsQuery),
     responses((status = 200, description = "The job's history, oldest first (state file only)", body = EventList),
         (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
-pub async fn job_events(state: AppStateRef, org: String, id: String, q: EventsQuery) -> ApiResult<Json<EventList>> {
+pub async fn job_events(state: AppStateRef, token: &TokenInfo, org: String, id: String, q: EventsQuery) -> ApiResult<Json<EventList>> {
     let job = org_job(&state, &org, &id)?;
-    let ws = workspace_of(&state, &job)?;
+    let ws = workspace_of(&state, token, &job)?;
     let events = blocking(move || {
         ws.with_client(|c| c.events_since(q.after.unwrap_or(0), std::slice::from_ref(&id), 100_000))
             .map_err(ApiError::engine)
@@ -634,9 +635,9 @@ pub async fn job_events(state: AppStateRef, org: String, id: String, q: EventsQu
     params(("org" = String, Path), ("job_id" = String, Path)),
     responses((status = 200, description = "Every submission to Slurm (retries are new attempts) with the evidence of how it ended", body = AttemptList),
         (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
-pub async fn job_attempts(state: AppStateRef, org: String, id: String) -> ApiResult<Json<AttemptList>> {
+pub async fn job_attempts(state: AppStateRef, token: &TokenInfo, org: String, id: String) -> ApiResult<Json<AttemptList>> {
     let job = org_job(&state, &org, &id)?;
-    let ws = workspace_of(&state, &job)?;
+    let ws = workspace_of(&state, token, &job)?;
     let attempts = blocking(move || ws.with_client(|c| c.attempts(&id)).map_err(ApiError::engine)).await?;
     Ok(Json(AttemptList {
         attempts: attempts.into_iter().map(|a| a.map_times(|t| crate::model::Rfc3339(rfc3339(t)))).collect(),

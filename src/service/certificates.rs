@@ -19,6 +19,9 @@ const CLOCK_SKEW_SECS: u64 = 60;
 /// The CA: its private key, read once at start.
 pub struct Authority {
     key: PrivateKey,
+    /// One issue at a time: two first requests of a person must not each make a key, one's
+    /// certificate then signed for the other's key.
+    issuing: std::sync::Mutex<()>,
 }
 
 /// A person's key and certificate on disk, and when the certificate stops being valid.
@@ -30,19 +33,33 @@ pub struct Issued {
     pub valid_before: u64,
 }
 
+/// Users of the system and its daemons (Debian's base users, Slurm's, munge's, the databases'): no
+/// person is ever one of them, whatever a provider's claim or a mapping says.
+const SYSTEM_USERS: &[&str] = &[
+    "root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy", "www-data",
+    "backup", "list", "irc", "gnats", "nobody", "nogroup", "_apt", "messagebus", "sshd", "syslog", "slurm",
+    "slurmdbd", "munge", "postgres", "mysql", "ntp", "polkitd", "tss", "uuidd", "dnsmasq", "avahi", "statd",
+    "nscd", "nslcd", "sssd", "_chrony", "chrony", "nvidia-persistenced", "enroot", "admin", "operator", "toor",
+];
+
 /// Whether `user` can be a Unix user name a certificate is made for: a lower-case letter or `_`,
-/// then lower-case letters, digits, `_`, `-` or `.`, at most 32 (what `useradd` takes by default).
+/// then lower-case letters, digits, `_`, `-` or `.`, at most 32 (what `useradd` takes by default),
+/// and none of the system's own users ([`SYSTEM_USERS`], `systemd-*`).
 pub fn check_unix_user(user: &str) -> Result<(), String> {
     let ok = (1..=32).contains(&user.len())
         && user.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
         && user.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_-.".contains(c));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
+    if !ok {
+        return Err(format!(
             "{user:?} is not a Unix user name (a lower-case letter or _, then lower-case letters, digits, _ - ., at most 32)"
-        ))
+        ));
     }
+    if SYSTEM_USERS.contains(&user) || user.starts_with("systemd-") {
+        return Err(format!(
+            "{user:?} is a user of the system, not a person's: the service signs no certificate for it (the operator maps the person to their own user)"
+        ));
+    }
+    Ok(())
 }
 
 fn write_private(path: &Path, text: &[u8]) -> Result<(), String> {
@@ -62,7 +79,7 @@ impl Authority {
                 path.display()
             ));
         }
-        Ok(Authority { key })
+        Ok(Authority { key, issuing: Default::default() })
     }
 
     /// The CA's public key, one `authorized_keys` line: what the login hosts' `TrustedUserCAKeys` holds.
@@ -74,6 +91,7 @@ impl Authority {
     /// `user` only, valid from `now` for `validity_secs`; its key id names `person` (sshd logs it).
     pub fn issue(&self, dir: &Path, user: &str, person: &str, now: u64, validity_secs: u64) -> Result<Issued, String> {
         check_unix_user(user)?;
+        let _one = self.issuing.lock().unwrap_or_else(|e| e.into_inner());
         crate::private::ensure_private_dir(dir)?;
         let key_path = dir.join(format!("{user}_ed25519"));
         let key = match PrivateKey::read_openssh_file(&key_path) {
@@ -174,8 +192,18 @@ mod tests {
         for bad in ["", "Ada", "-x", "a b", "root;id", "../etc", "a/b", &"a".repeat(33)] {
             assert!(check_unix_user(bad).is_err(), "{bad:?}");
         }
-        for good in ["ada", "_svc", "bo-2", "first.last"] {
+        for good in ["ada", "_svc", "bo-2", "first.last", "rooted", "slurmuser"] {
             check_unix_user(good).unwrap();
         }
+        // The system's own users: no certificate, and no file made for them.
+        let fresh = tempfile::tempdir().unwrap();
+        let ca = ca(fresh.path());
+        for system in ["root", "slurm", "daemon", "munge", "nobody", "systemd-network"] {
+            let e = check_unix_user(system).unwrap_err();
+            assert!(e.contains("user of the system"), "{system}: {e}");
+        }
+        let people = fresh.path().join("people");
+        assert!(ca.issue(&people, "root", "eve", 1_800_000_000, 600).is_err());
+        assert!(!people.join("root_ed25519").exists() && !people.join("root_ed25519-cert.pub").exists());
     }
 }

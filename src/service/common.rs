@@ -4,6 +4,7 @@
 
 use super::error::{ApiError, ApiResult};
 use super::state::{AppState, CachedJob};
+use super::token_info::TokenInfo;
 use super::workspace::Workspace;
 use crate::status::PlatformStatus;
 use axum::body::Bytes;
@@ -41,9 +42,11 @@ pub fn org_job(state: &AppState, org: &str, id: &str) -> ApiResult<Arc<CachedJob
         .ok_or_else(|| ApiError::not_found(format!("no job {id} in org {org}")))
 }
 
-/// A person's job is changed (cancelled, retried, paused, resumed, deleted) by that person or an org
-/// admin only; a job no person created, by any token of the org.
-pub fn may_change(token: &super::token_info::TokenInfo, job: &CachedJob) -> ApiResult<()> {
+/// A person's job is changed (cancelled, retried, paused, resumed, deleted) by that person only when
+/// it runs as their own Unix user (`identity::may_reach`), else by them or an org admin; a job no
+/// person created, by any token of the org.
+pub fn may_change(token: &TokenInfo, job: &CachedJob) -> ApiResult<()> {
+    super::identity::may_reach(token, job)?;
     match &job.out.user {
         Some(person) if token.person.as_deref() != Some(person.as_str()) && !token.admin => Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -54,14 +57,9 @@ pub fn may_change(token: &super::token_info::TokenInfo, job: &CachedJob) -> ApiR
     }
 }
 
-pub fn workspace_of(state: &AppState, job: &CachedJob) -> ApiResult<Arc<Workspace>> {
-    state.workspace(&job.out.workspace).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "workspace_unavailable",
-            format!("the job's workspace {} is not configured in this service any more", job.out.workspace),
-        )
-    })
+/// The workspace whose identity acts on `job` for `token`: decided by `identity` alone.
+pub fn workspace_of(state: &AppState, token: &TokenInfo, job: &CachedJob) -> ApiResult<Arc<Workspace>> {
+    super::identity::job_workspace(state, token, job)
 }
 
 pub fn query<T: serde::de::DeserializeOwned>(uri: &Uri) -> ApiResult<T> {
@@ -111,12 +109,13 @@ fn field_error<E: std::fmt::Display>(e: serde_path_to_error::Error<E>) -> ApiErr
 /// shape of every job action (cancel, retry, pause, resume).
 pub async fn act_on_job(
     state: AppStateRef,
+    token: &TokenInfo,
     org: &str,
     id: &str,
     act: impl FnOnce(&crate::Client, &str) -> crate::Result<()> + Send + 'static,
 ) -> ApiResult<Response> {
     let job = org_job(&state, org, id)?;
-    let ws = workspace_of(&state, &job)?;
+    let ws = workspace_of(&state, token, &job)?;
     let (st, w, jid) = (state.clone(), ws.clone(), id.to_string());
     let _in_pool = ws.pool.enter(&ws.id).await?;
     blocking(move || {
@@ -139,6 +138,7 @@ pub async fn act_on_job(
 /// starts nothing (it answers the job as it is).
 pub async fn admit_restart(
     state: &AppStateRef,
+    token: &TokenInfo,
     org: &str,
     id: &str,
     restarts: impl Fn(PlatformStatus) -> bool,
@@ -147,7 +147,7 @@ pub async fn admit_restart(
     if !restarts(job.status) {
         return Ok(None);
     }
-    let ws = workspace_of(state, &job)?;
+    let ws = workspace_of(state, token, &job)?;
     let (w, jid) = (ws.clone(), id.to_string());
     let plan = blocking(move || w.with_client(|c| c.recorded_plan(&jid)).map_err(ApiError::engine)).await?;
     let policy = super::policy::effective(state, org, &ws);

@@ -46,6 +46,8 @@ pub struct RateLimits {
     burst: u32,
     /// What is counted, as the refusal names it.
     what: &'static str,
+    /// Who is counted ("this token", "this address"), as the refusal names it.
+    who: &'static str,
 }
 
 impl Default for RateLimits {
@@ -63,7 +65,12 @@ impl RateLimits {
     pub fn counting(what: &'static str, per_sec: u32, burst: u32) -> RateLimits {
         let quota = Quota::per_second(NonZeroU32::new(per_sec.max(1)).expect("at least 1"))
             .allow_burst(NonZeroU32::new(burst.max(1)).expect("at least 1"));
-        RateLimits { limiter: RateLimiter::keyed(quota), per_sec: per_sec.max(1), burst: burst.max(1), what }
+        RateLimits { limiter: RateLimiter::keyed(quota), per_sec: per_sec.max(1), burst: burst.max(1), what, who: "this token" }
+    }
+
+    /// A limit on `what` per client address (the public sign-in routes, which have no token).
+    pub fn per_address(what: &'static str, per_sec: u32, burst: u32) -> RateLimits {
+        RateLimits { who: "this address", ..RateLimits::counting(what, per_sec, burst) }
     }
 
     /// Count one request of `token_id`; a 429 with the seconds to wait when over the limit.
@@ -75,8 +82,8 @@ impl RateLimits {
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate_limited",
                 format!(
-                    "this token made more than {} {} a second (bursts of {}); retry after {secs} s",
-                    self.per_sec, self.what, self.burst
+                    "{} made more than {} {} a second (bursts of {}); retry after {secs} s",
+                    self.who, self.per_sec, self.what, self.burst
                 ),
             )
             .retry_after(secs.max(1))

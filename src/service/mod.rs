@@ -18,6 +18,7 @@ pub mod certificates;
 pub mod common;
 mod dashboard;
 pub mod error;
+mod identity;
 mod followers;
 mod kpis;
 pub mod lease;
@@ -37,6 +38,7 @@ mod revoke;
 mod secrets;
 pub mod sign_in;
 mod sign_in_routes;
+mod sign_in_seal;
 mod sse;
 pub mod state;
 pub mod tao_jobs;
@@ -168,9 +170,11 @@ pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
         .route("/api/v2/login", axum::routing::post(tao_routes::login))
         .route("/auth/login", get(sign_in_routes::login))
         .route("/auth/callback", get(sign_in_routes::callback))
-        .route("/auth/device", axum::routing::post(sign_in_routes::device))
+        .route("/auth/device", get(sign_in_routes::device_page).post(sign_in_routes::device))
+        .route("/auth/device/verify", axum::routing::post(sign_in_routes::verify))
         .route("/auth/device/token", axum::routing::post(sign_in_routes::device_token))
         .route("/auth/device/confirm", axum::routing::post(sign_in_routes::confirm))
+        .route("/auth/session", axum::routing::post(sign_in_routes::session))
         .route("/api/v2/openapi.json", get(openapi::openapi_json))
         .route("/api/v2/orgs/{org_ref}", get(audit::org_ref))
         .route(&format!("{org}/stats"), get(api::stats))
@@ -406,6 +410,8 @@ pub fn serve(opts: ServeOptions, setup: Setup) -> Result<(), Error> {
         // Stopping: the listener closes, event streams end, requests in flight (submissions among
         // them) finish, within the grace period. The state file is consistent after every
         // transaction, and a submission cut short is found and finished by the next monitor.
+        // Each request's peer address: the public sign-in routes' limits are per client.
+        let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
         let served = axum::serve(listener, app).with_graceful_shutdown(state.shutdown.clone().cancelled_owned());
         tokio::select! {
             served = std::future::IntoFuture::into_future(served) => served.map_err(runtime_error)?,

@@ -89,6 +89,9 @@ pub struct SignInRules {
     pub admins: BTreeMap<String, String>,
     /// Seconds a signed-in person's token lasts: leaving a group takes effect within it.
     pub token_secs: u64,
+    /// `[sign_in.people]`: the provider's subject (`sub`) -> the person's name, which wins over the
+    /// username claim (for a provider whose people may edit that claim).
+    pub people: BTreeMap<String, String>,
 }
 
 /// A signed-in person's token lasts this long unless the operator says (`[sign_in] token_lifetime`).
@@ -244,13 +247,25 @@ fn sign_in_rules(mut t: toml::Table) -> Result<SignInRules, String> {
             .collect()
     };
     let (orgs, admins) = (groups("orgs")?, groups("admins")?);
+    let people = match t.remove("people") {
+        None => BTreeMap::new(),
+        Some(toml::Value::Table(m)) => m
+            .into_iter()
+            .map(|(subject, name)| {
+                let name = name.as_str().ok_or_else(|| format!("[sign_in.people] {subject:?} must name a person"))?;
+                crate::client::records::check_person(name).map_err(|m| format!("[sign_in.people] {subject:?}: {m}"))?;
+                Ok((subject, name.to_string()))
+            })
+            .collect::<Result<_, String>>()?,
+        Some(_) => return Err("[sign_in.people] must be a table of \"subject\" = \"person\"".into()),
+    };
     if orgs.is_empty() {
         return Err("[sign_in.orgs] must map at least one org to the provider's group of its members".into());
     }
     if let Some(k) = t.keys().next() {
         return Err(format!("[sign_in] {k} is not a key of [sign_in]"));
     }
-    Ok(SignInRules { issuer, client_id, public_url, username_claim, groups_claim, orgs, admins, token_secs })
+    Ok(SignInRules { issuer, client_id, public_url, username_claim, groups_claim, orgs, admins, token_secs, people })
 }
 
 /// The operator's part of the profiles file's text. Pure.

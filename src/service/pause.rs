@@ -4,6 +4,7 @@
 
 use super::common::{act_on_job, parse_json, AppStateRef};
 use super::error::{ApiResult, ErrorBody};
+use super::token_info::TokenInfo;
 use super::types::JobOut;
 use crate::status::PlatformStatus;
 use axum::body::Bytes;
@@ -56,13 +57,14 @@ fn body_or_default<T: serde::de::DeserializeOwned + Default>(
         (status = 502, description = "The cluster could not confirm the cancel: the job stays Pausing and the monitor tries again", body = ErrorBody)))]
 pub async fn pause_job(
     state: AppStateRef,
+    token: &TokenInfo,
     org: String,
     id: String,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let ask: PauseBody = body_or_default(&headers, body)?;
-    let reply = act_on_job(state, &org, &id, move |c, jid| c.pause_job(jid, ask.graceful).map(|_| ())).await?;
+    let reply = act_on_job(state, token, &org, &id, move |c, jid| c.pause_job(jid, ask.graceful).map(|_| ())).await?;
     tracing::info!(%org, job = %id, graceful = ask.graceful, "job paused");
     Ok(reply)
 }
@@ -75,14 +77,15 @@ pub async fn pause_job(
         (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn resume_job(
     state: AppStateRef,
+    token: &TokenInfo,
     org: String,
     id: String,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let ask: ResumeBody = body_or_default(&headers, body)?;
-    let _place = super::common::admit_restart(&state, &org, &id, |s| s == PlatformStatus::Paused).await?;
-    let reply = act_on_job(state, &org, &id, move |c, jid| c.resume_job(jid, ask.specs.as_ref()).map(|_| ())).await?;
+    let _place = super::common::admit_restart(&state, token, &org, &id, |s| s == PlatformStatus::Paused).await?;
+    let reply = act_on_job(state, token, &org, &id, move |c, jid| c.resume_job(jid, ask.specs.as_ref()).map(|_| ())).await?;
     tracing::info!(%org, job = %id, "job resumed");
     Ok(reply)
 }

@@ -1,48 +1,103 @@
 //! The sign-in's routes (`/auth/...`, public): the dashboard's and the terminal's way through the
-//! identity provider (`sign_in`), and the person's token made at the end.
+//! identity provider (`sign_in`), and the person's token made at the end. Each client address has
+//! its own rate; nothing a route keeps lives in this process (cookies sealed for the browser, rows of
+//! the service database for terminals), so any replica answers any step.
 
 use super::common::AppStateRef;
 use super::operator::SignInRules;
 use super::sign_in::{
-    chosen_org, cookie_of, esc, page, page_with, random_code, Device, Issued, Membership, SignIn, COOKIE, MAX_PENDING,
-    PENDING_FOR,
+    chosen_org, cookie_of, esc, page, page_with, random_code, DeviceRef, Issued, Membership, Pending, SignIn, COOKIE,
+    DEVICE_CODES_IN_ALL, DEVICE_CODES_PER_CLIENT, DEVICE_CODE_FOR, PENDING_FOR, SESSION_COOKIE,
 };
+use super::sign_in_seal::{Seal, KEY_NAME};
+use crate::client::records::{DeviceRefused, DeviceSignIn, DeviceState};
+use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{Query, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, Extensions, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
-use std::time::Instant;
+use serde::{Deserialize, Serialize};
+use std::net::{IpAddr, SocketAddr};
+
+/// How long a confirmation page's form stays good, and the dashboard's token waits to be taken.
+const CONFIRM_SECS: i64 = 300;
+const HANDOFF_SECS: i64 = 60;
+/// A terminal's code: letters no one mistakes for another (no vowels: no words), 8 of them.
+const USER_CODE_LETTERS: &[u8] = b"BCDFGHJKLMNPQRSTVWXZ";
+
+fn now() -> i64 {
+    crate::client::now_secs()
+}
+
+/// Who a public request is for its limits: its peer's address (an IPv6 one by its /64, what one
+/// host is usually given).
+fn client_of(ext: &Extensions) -> String {
+    match ext.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip()) {
+        Some(IpAddr::V6(v6)) if v6.to_ipv4_mapped().is_none() => {
+            let s = v6.segments();
+            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+        }
+        Some(IpAddr::V6(v6)) => v6.to_ipv4_mapped().map(|v4| v4.to_string()).unwrap_or_default(),
+        Some(IpAddr::V4(v4)) => v4.to_string(),
+        None => "unknown".into(),
+    }
+}
+
+/// The sign-in, if the operator set one up, and the request within its address's rate.
+fn sign_in_for<'a>(state: &'a AppStateRef, ext: &Extensions) -> Result<&'a SignIn, Response> {
+    let Some(s) = state.sign_in.as_deref() else { return Err(not_set_up()) };
+    s.limits.check(&client_of(ext)).map_err(IntoResponse::into_response)?;
+    Ok(s)
+}
+
+/// The key that seals what browsers keep (the service database's, read once).
+fn seal_of<'a>(state: &AppStateRef, s: &'a SignIn) -> Result<&'a Seal, String> {
+    if let Some(seal) = s.seal.get() {
+        return Ok(seal);
+    }
+    let key = state.records.sign_ins().service_key(KEY_NAME)?;
+    let _ = s.seal.set(Seal::new(&key)?);
+    Ok(s.seal.get().expect("set"))
+}
+
+fn unavailable(what: &str, e: &str) -> Response {
+    tracing::warn!(error = %e, "{what}");
+    page(StatusCode::SERVICE_UNAVAILABLE, "Cannot sign in now", "The service cannot reach its database; try again in a minute.")
+}
+
+/// Run `f` on the records off the async runtime.
+async fn records<T: Send + 'static>(
+    state: &AppStateRef,
+    f: impl FnOnce(&crate::client::records::ServiceRecords) -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    let st = state.clone();
+    tokio::task::spawn_blocking(move || f(&st.records)).await.unwrap_or_else(|e| Err(e.to_string()))
+}
+
+/// The person's name, bound to the provider's subject for good (their first sign-in's).
+async fn bound(state: &AppStateRef, rules: &SignInRules, mut m: Membership) -> Result<Membership, String> {
+    let (issuer, subject, person) = (rules.issuer.clone(), m.subject.clone(), m.person.clone());
+    m.person = records(state, move |r| r.sign_ins().bind_person(&issuer, &subject, &person, now())).await?;
+    Ok(m)
+}
 
 /// Make the person's token (shown once) in the service's records, and have the service accept it.
-fn issue(state: &AppStateRef, rules: &SignInRules, m: &Membership, org: &str, admin: bool) -> Result<Issued, String> {
-    let now = crate::client::now_secs();
+fn issue(state: &AppStateRef, rules: &SignInRules, person: &str, org: &str, admin: bool) -> Result<Issued, String> {
+    let now = now();
     let tokens = state.records.tokens();
-    let (rec, token) = tokens.create(org, "sign-in", Some(&m.person), Some(rules.token_secs), now)?;
+    let (rec, token) = tokens.create(org, "sign-in", Some(person), Some(rules.token_secs), now)?;
     if admin {
         tokens.make_admin(&rec.id)?;
     }
     state.reload_tokens_now()?;
-    tracing::info!(%org, person = %m.person, token = %rec.id, admin, "signed in");
-    Ok(Issued {
-        token,
-        org: org.to_string(),
-        person: m.person.clone(),
-        admin,
-        expires_at: rec.expires_at.unwrap_or(now),
-    })
+    tracing::info!(%org, %person, token = %rec.id, admin, "signed in");
+    Ok(Issued { token, org: org.to_string(), person: person.to_string(), admin, expires_at: rec.expires_at.unwrap_or(now) })
 }
 
 /// [`issue`] on a blocking thread (the records are a database).
-async fn issue_off_runtime(
-    state: &AppStateRef,
-    s: &SignIn,
-    m: Membership,
-    org: String,
-    admin: bool,
-) -> Result<Issued, String> {
+async fn issue_off_runtime(state: &AppStateRef, s: &SignIn, who: Who) -> Result<Issued, String> {
     let (st, rules) = (state.clone(), s.rules.clone());
-    tokio::task::spawn_blocking(move || issue(&st, &rules, &m, &org, admin))
+    tokio::task::spawn_blocking(move || issue(&st, &rules, &who.person, &who.org, who.admin))
         .await
         .unwrap_or_else(|e| Err(e.to_string()))
 }
@@ -55,54 +110,58 @@ fn not_set_up() -> Response {
     )
 }
 
-fn sign_in_of(state: &AppStateRef) -> Option<&SignIn> {
-    state.sign_in.as_deref()
+/// A cookie of the sign-in's: HttpOnly, `Secure` when the service is reached over HTTPS.
+fn cookie(s: &SignIn, name: &str, value: &str, path: &str, same_site: &str, max_age: i64) -> (header::HeaderName, String) {
+    let secure = if s.base().starts_with("https://") { "; Secure" } else { "" };
+    (header::SET_COOKIE, format!("{name}={value}; Path={path}; HttpOnly; SameSite={same_site}; Max-Age={max_age}{secure}"))
+}
+
+/// To the provider, the browser keeping `pending` sealed in its cookie.
+fn to_provider(state: &AppStateRef, s: &SignIn, url: String, pending: Pending) -> Response {
+    let sealed = match seal_of(state, s).and_then(|seal| seal.seal("pending", &pending, pending.started + PENDING_FOR.as_secs() as i64)) {
+        Ok(v) => v,
+        Err(e) => return unavailable("cannot seal a sign-in", &e),
+    };
+    let headers = [
+        (header::LOCATION, url),
+        (header::CACHE_CONTROL, "no-store".into()),
+        cookie(s, COOKIE, &sealed, "/auth", "Lax", PENDING_FOR.as_secs() as i64),
+    ];
+    (StatusCode::FOUND, headers).into_response()
+}
+
+fn provider_unreachable(e: &str) -> Response {
+    tracing::warn!(error = %e, "cannot start a sign-in");
+    page(
+        StatusCode::BAD_GATEWAY,
+        "Cannot sign in now",
+        "The identity provider cannot be reached; the operator finds why in the service's log.",
+    )
 }
 
 #[derive(Deserialize)]
 pub struct LoginQuery {
     org: Option<String>,
-    /// A terminal's user code (`tao-slurm login`).
+    /// A terminal's code in a link: no longer taken (the person types it, `/auth/device`).
     device: Option<String>,
 }
 
-/// `GET /auth/login`: to the identity provider.
-pub async fn login(State(state): State<AppStateRef>, Query(q): Query<LoginQuery>) -> Response {
-    let Some(s) = sign_in_of(&state) else { return not_set_up() };
-    // A terminal's sign-in: its device code, and the org it asked for.
-    let (device, device_org) = match &q.device {
-        None => (None, None),
-        Some(user_code) => {
-            let devices = s.devices.lock().unwrap_or_else(|e| e.into_inner());
-            match devices.iter().find(|(_, d)| d.user_code == *user_code && d.outcome.is_none()) {
-                Some((code, d)) => (Some(code.clone()), d.org.clone()),
-                None => {
-                    return page(
-                        StatusCode::BAD_REQUEST,
-                        "Unknown code",
-                        "This sign-in link has expired or was used; run `tao-slurm login` again.",
-                    )
-                }
-            }
-        }
+/// `GET /auth/login`: the dashboard's sign-in, to the identity provider.
+pub async fn login(State(state): State<AppStateRef>, ext: Extensions, Query(q): Query<LoginQuery>) -> Response {
+    let s = match sign_in_for(&state, &ext) {
+        Ok(s) => s,
+        Err(r) => return r,
     };
-    match s.start(device, q.org.or(device_org)).await {
-        Ok((url, st)) => {
-            let secure = if s.base().starts_with("https://") { "; Secure" } else { "" };
-            let cookie =
-                format!("{COOKIE}={st}; Path=/auth; HttpOnly; SameSite=Lax; Max-Age={}{secure}", PENDING_FOR.as_secs());
-            let headers =
-                [(header::LOCATION, url), (header::CACHE_CONTROL, "no-store".into()), (header::SET_COOKIE, cookie)];
-            (StatusCode::FOUND, headers).into_response()
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot start a sign-in");
-            page(
-                StatusCode::BAD_GATEWAY,
-                "Cannot sign in now",
-                "The identity provider cannot be reached; the operator finds why in the service's log.",
-            )
-        }
+    if q.device.is_some() {
+        return page(
+            StatusCode::BAD_REQUEST,
+            "Type the terminal's code",
+            "A terminal is signed in only with the code it shows, typed on the service's own page: open /auth/device and type it there.",
+        );
+    }
+    match s.start(None, q.org, now()).await {
+        Ok((url, pending)) => to_provider(&state, s, url, pending),
+        Err(e) => provider_unreachable(&e),
     }
 }
 
@@ -113,24 +172,37 @@ pub struct CallbackQuery {
     error: Option<String>,
 }
 
-/// `GET /auth/callback`: the provider's answer; the person's token to the dashboard or the terminal.
+/// Who a sign-in makes of the person, in the org they signed in to.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Who {
+    person: String,
+    org: String,
+    admin: bool,
+}
+
+/// `GET /auth/callback`: the provider's answer; a terminal's confirmation, or the dashboard's token.
 pub async fn callback(
     State(state): State<AppStateRef>,
-    headers: axum::http::HeaderMap,
+    ext: Extensions,
+    headers: HeaderMap,
     Query(q): Query<CallbackQuery>,
 ) -> Response {
-    let Some(s) = sign_in_of(&state) else { return not_set_up() };
-    // Only the browser that started this sign-in may finish it.
-    if q.state.is_none() || cookie_of(&headers) != q.state {
+    let s = match sign_in_for(&state, &ext) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let seal = match seal_of(&state, s) {
+        Ok(seal) => seal,
+        Err(e) => return unavailable("cannot open a sign-in", &e),
+    };
+    // Only the browser that started this sign-in may finish it: its sealed cookie names the state.
+    let pending: Option<Pending> = cookie_of(&headers, COOKIE).and_then(|c| seal.open("pending", &c, now()));
+    let Some(p) = pending.filter(|p| q.state.as_deref() == Some(p.state.as_str())) else {
         return page(
             StatusCode::BAD_REQUEST,
             "Sign-in not started here",
-            "This answer belongs to a sign-in this browser did not start; start again.",
+            "This answer belongs to a sign-in this browser did not start, or one too old; start again.",
         );
-    }
-    let pending = q.state.as_ref().and_then(|st| s.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(st));
-    let Some(p) = pending.filter(|p| p.at.elapsed() < PENDING_FOR) else {
-        return page(StatusCode::BAD_REQUEST, "Sign-in expired", "This sign-in is unknown or too old; start again.");
     };
     let outcome = match (q.code, q.error) {
         (Some(code), None) => s.finish(code, &p).await,
@@ -145,54 +217,112 @@ pub async fn callback(
             Err(format!("the identity provider did not sign you in ({code})"))
         }
     };
-    let who = outcome.and_then(|m| chosen_org(&m, p.org.as_deref()).map(|(org, admin)| (m, org, admin)));
+    let outcome = match outcome {
+        Ok(m) => bound(&state, &s.rules, m).await,
+        Err(e) => Err(e),
+    };
+    let who = outcome.and_then(|m| {
+        chosen_org(&m, p.org.as_deref()).map(|(org, admin)| Who { person: m.person, org, admin })
+    });
     if let Err(e) = &who {
         tracing::warn!(error = %e, "a sign-in was refused");
     }
-    if let Some(code) = p.device {
-        // A terminal's: the person confirms it (a link someone else sent must not sign their
-        // terminal in silently).
-        let mut devices = s.devices.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(d) = devices.get_mut(&code) else {
-            return page(
-                StatusCode::BAD_REQUEST,
-                "Sign-in expired",
-                "The terminal's code expired; run `tao-slurm login` again.",
-            );
-        };
-        return match who {
-            Ok((m, org, admin)) => {
-                let confirm = random_code(16);
-                let text = format!(
-                    "Signed in as {} in org {}. A terminal asked to sign in as you with the code {}: sign it in only if you ran `tao-slurm login` just now and it shows this code.",
-                    m.person, org, d.user_code
-                );
-                d.confirm = Some((confirm.clone(), m, org, admin));
-                let form = format!(
-                    "<form method=post action=\"/auth/device/confirm\"><input type=hidden name=confirm value=\"{}\"><button type=submit>Sign the terminal in</button></form>",
-                    esc(&confirm)
-                );
-                page_with(StatusCode::OK, "Sign a terminal in?", &text, &form)
-            }
-            Err(e) => {
-                d.outcome = Some(Err(e.clone()));
-                page(StatusCode::FORBIDDEN, "Not signed in", &e)
-            }
-        };
+    let forget = cookie(s, COOKIE, "", "/auth", "Lax", 0);
+    match p.device {
+        Some(d) => confirm_page(&state, seal, d, who).await,
+        None => dashboards(&state, s, seal, who).await,
     }
-    let issued = match who {
-        Ok((m, org, admin)) => issue_off_runtime(&state, s, m, org, admin).await,
-        Err(e) => Err(e),
-    };
-    match issued {
-        Ok(i) => {
-            // To the dashboard, in the URL's fragment (never sent to a server), which it keeps and clears.
-            let value = serde_json::json!({"org": i.org, "token": i.token, "person": i.person}).to_string();
-            let fragment: String = form_urlencoded::byte_serialize(value.as_bytes()).collect();
-            let to = format!("/#sign_in={fragment}");
-            (StatusCode::FOUND, [(header::LOCATION, to), (header::CACHE_CONTROL, "no-store".into())]).into_response()
+    .map(|mut r| {
+        if let Ok(v) = forget.1.parse() {
+            r.headers_mut().append(forget.0, v);
         }
-        Err(e) => page(StatusCode::FORBIDDEN, "Not signed in", &e),
+        r
+    })
+    .unwrap_or_else(|r| r)
+}
+
+/// A terminal's sign-in, the person signed in at the provider: they confirm it, seeing where and
+/// when it was asked for (a link or a code someone else sent must not sign their terminal in).
+async fn confirm_page(
+    state: &AppStateRef,
+    seal: &Seal,
+    d: DeviceRef,
+    who: Result<Who, String>,
+) -> Result<Response, Response> {
+    let who = match who {
+        Ok(w) => w,
+        Err(e) => {
+            let refused = serde_json::json!({ "refused": e }).to_string();
+            let code = d.code_sha256.clone();
+            if let Err(db) = records(state, move |r| r.sign_ins().settle_device(&code, &refused, now())).await {
+                return Err(unavailable("cannot record a refused sign-in", &db));
+            }
+            return Ok(page(StatusCode::FORBIDDEN, "Not signed in", &e));
+        }
+    };
+    let until = now() + CONFIRM_SECS;
+    let confirm = match seal.seal("confirm", (&d.code_sha256, &who), until) {
+        Ok(c) => c,
+        Err(e) => return Err(unavailable("cannot seal a confirmation", &e)),
+    };
+    let text = format!(
+        "Signed in as {} in org {}. A terminal asked to sign in as you: from the address {}, at {} (UTC), showing the code {}. Sign it in only if you ran `tao-slurm login` there just now and it shows this code; anyone who sent you here cannot use it otherwise.",
+        who.person,
+        who.org,
+        d.client,
+        crate::client::rfc3339(d.at),
+        d.user_code
+    );
+    let form = format!(
+        "<form method=post action=\"/auth/device/confirm\"><input type=hidden name=confirm value=\"{}\"><button type=submit>Sign the terminal in</button></form>",
+        esc(&confirm)
+    );
+    Ok(page_with(StatusCode::OK, "Sign a terminal in?", &text, &form))
+}
+
+/// The dashboard's sign-in: its token made, handed to the dashboard through a cookie only this
+/// browser's own page can take (never in the URL: a link cannot replace anyone's session).
+async fn dashboards(state: &AppStateRef, s: &SignIn, seal: &Seal, who: Result<Who, String>) -> Result<Response, Response> {
+    let issued = match who {
+        Ok(w) => issue_off_runtime(state, s, w).await,
+        Err(e) => return Ok(page(StatusCode::FORBIDDEN, "Not signed in", &e)),
+    };
+    let i = match issued {
+        Ok(i) => i,
+        Err(e) => return Err(unavailable("cannot make a signed-in person's token", &e)),
+    };
+    let handoff = serde_json::json!({"org": i.org, "token": i.token, "person": i.person});
+    let sealed = match seal.seal("session", handoff, now() + HANDOFF_SECS) {
+        Ok(v) => v,
+        Err(e) => return Err(unavailable("cannot seal a session", &e)),
+    };
+    let headers = [
+        (header::LOCATION, "/#signed-in".to_string()),
+        (header::CACHE_CONTROL, "no-store".into()),
+        cookie(s, SESSION_COOKIE, &sealed, "/auth/session", "Strict", HANDOFF_SECS),
+    ];
+    Ok((StatusCode::FOUND, headers).into_response())
+}
+
+/// `POST /auth/session`: the dashboard takes the token its own sign-in left (once).
+pub async fn session(State(state): State<AppStateRef>, ext: Extensions, headers: HeaderMap) -> Response {
+    let s = match sign_in_for(&state, &ext) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let taken: Option<serde_json::Value> = match seal_of(&state, s) {
+        Ok(seal) => cookie_of(&headers, SESSION_COOKIE).and_then(|c| seal.open("session", &c, now())),
+        Err(e) => return unavailable("cannot open a session", &e),
+    };
+    let forget = cookie(s, SESSION_COOKIE, "", "/auth/session", "Strict", 0);
+    match taken {
+        Some(v) => (StatusCode::OK, [(header::CACHE_CONTROL, "no-store".to_string()), forget], Json(v)).into_response(),
+        None => (
+            StatusCode::UNAUTHORIZED,
+            [forget],
+            Json(serde_json::json!({"error": "no_sign_in", "error_description": "no sign-in of this browser to take; sign in again"})),
+        )
+            .into_response(),
     }
 }
 
@@ -201,41 +331,36 @@ pub struct ConfirmForm {
     confirm: String,
 }
 
-/// `POST /auth/device/confirm`: the person signs their terminal in; its token is made now.
-pub async fn confirm(State(state): State<AppStateRef>, axum::Form(f): axum::Form<ConfirmForm>) -> Response {
-    let Some(s) = sign_in_of(&state) else { return not_set_up() };
-    let found = {
-        let mut devices = s.devices.lock().unwrap_or_else(|e| e.into_inner());
-        devices.iter_mut().find_map(|(code, d)| match &d.confirm {
-            Some((c, ..)) if *c == f.confirm && d.outcome.is_none() => d.confirm.take().map(|x| (code.clone(), x)),
-            _ => None,
-        })
+/// `POST /auth/device/confirm`: the person signs their terminal in; the terminal collects its token.
+pub async fn confirm(State(state): State<AppStateRef>, ext: Extensions, axum::Form(f): axum::Form<ConfirmForm>) -> Response {
+    let s = match sign_in_for(&state, &ext) {
+        Ok(s) => s,
+        Err(r) => return r,
     };
-    let Some((code, (_, m, org, admin))) = found else {
+    let opened: Option<(String, Who)> = match seal_of(&state, s) {
+        Ok(seal) => seal.open("confirm", &f.confirm, now()),
+        Err(e) => return unavailable("cannot open a confirmation", &e),
+    };
+    let Some((code, who)) = opened else {
         return page(
             StatusCode::BAD_REQUEST,
             "Nothing to confirm",
-            "This confirmation is unknown or was used; run `tao-slurm login` again.",
+            "This confirmation is unknown or too old; run `tao-slurm login` again.",
         );
     };
-    let issued = issue_off_runtime(&state, s, m, org, admin).await;
-    let said = match &issued {
-        Ok(i) => Ok(format!("Your terminal is signed in as {} in org {}.", i.person, i.org)),
-        Err(e) => Err(e.clone()),
-    };
-    if let Some(d) = s.devices.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&code) {
-        d.outcome = Some(issued);
-    }
-    match said {
-        Ok(t) => page(StatusCode::OK, "Signed in", &t),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot make a signed-in person's token");
-            page(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "Not signed in",
-                "The service could not record your token; try again.",
-            )
-        }
+    let outcome = serde_json::json!({ "ok": who }).to_string();
+    match records(&state, move |r| r.sign_ins().settle_device(&code, &outcome, now())).await {
+        Ok(true) => page(
+            StatusCode::OK,
+            "Signed in",
+            &format!("Your terminal is signed in as {} in org {}.", who.person, who.org),
+        ),
+        Ok(false) => page(
+            StatusCode::BAD_REQUEST,
+            "Nothing to confirm",
+            "This terminal's sign-in was used or expired; run `tao-slurm login` again.",
+        ),
+        Err(e) => unavailable("cannot record a confirmed sign-in", &e),
     }
 }
 
@@ -244,29 +369,114 @@ pub struct DeviceAsk {
     org: Option<String>,
 }
 
-/// `POST /auth/device`: a terminal's sign-in: a link for the person, a code for the terminal.
-pub async fn device(State(state): State<AppStateRef>, body: Option<Json<DeviceAsk>>) -> Response {
-    let Some(s) = sign_in_of(&state) else { return not_set_up() };
-    s.forget_stale();
-    let (device_code, user_code) = (random_code(32), random_code(6));
-    {
-        let mut devices = s.devices.lock().unwrap_or_else(|e| e.into_inner());
-        if devices.len() >= MAX_PENDING {
-            return (StatusCode::SERVICE_UNAVAILABLE, Json(serde_json::json!({"error": "slow_down"}))).into_response();
+/// A terminal's code: 8 of [`USER_CODE_LETTERS`], as `XXXX-XXXX`.
+fn user_code() -> String {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b).expect("the system's random generator");
+    let letters: String = b.iter().map(|x| USER_CODE_LETTERS[*x as usize % USER_CODE_LETTERS.len()] as char).collect();
+    format!("{}-{}", &letters[..4], &letters[4..])
+}
+
+/// A typed code as [`user_code`] writes it (case, spaces and dashes as the person typed them).
+fn normal_user_code(typed: &str) -> Option<String> {
+    let letters: String = typed.chars().filter(|c| c.is_ascii_alphanumeric()).map(|c| c.to_ascii_uppercase()).collect();
+    (letters.len() == 8).then(|| format!("{}-{}", &letters[..4], &letters[4..]))
+}
+
+fn device_refusal(status: StatusCode, error: &str, description: String) -> Response {
+    (status, Json(serde_json::json!({"error": error, "error_description": description}))).into_response()
+}
+
+/// `POST /auth/device`: a terminal's sign-in: a code for its person to type on the service's page.
+pub async fn device(State(state): State<AppStateRef>, ext: Extensions, body: Option<Json<DeviceAsk>>) -> Response {
+    let s = match sign_in_for(&state, &ext) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let device_code = random_code(32);
+    let d = DeviceSignIn {
+        code_sha256: crate::client::records::token_hash(&device_code),
+        user_code: user_code(),
+        client: client_of(&ext),
+        org: body.and_then(|b| b.0.org),
+        created_at: now(),
+    };
+    let user = d.user_code.clone();
+    let until = d.created_at + DEVICE_CODE_FOR.as_secs() as i64;
+    let started = records(&state, move |r| {
+        r.sign_ins().start_device(&d, until, DEVICE_CODES_PER_CLIENT, DEVICE_CODES_IN_ALL)
+    })
+    .await;
+    match started {
+        Ok(Ok(())) => {}
+        Ok(Err(DeviceRefused::ClientBusy(n))) => {
+            return device_refusal(
+                StatusCode::TOO_MANY_REQUESTS,
+                "slow_down",
+                format!("{n} sign-ins from this address are waiting for their person; finish one, or wait {} minutes", DEVICE_CODE_FOR.as_secs() / 60),
+            )
         }
-        let org = body.and_then(|b| b.0.org);
-        let d = Device { user_code: user_code.clone(), org, at: Instant::now(), confirm: None, outcome: None };
-        devices.insert(device_code.clone(), d);
+        Ok(Err(DeviceRefused::Full)) => {
+            return device_refusal(StatusCode::SERVICE_UNAVAILABLE, "slow_down", "too many sign-ins are waiting; try again in a minute".into())
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot record a terminal's sign-in");
+            return device_refusal(StatusCode::SERVICE_UNAVAILABLE, "temporarily_unavailable", "the service cannot reach its database".into());
+        }
     }
-    let verify = format!("{}/auth/login?device={user_code}", s.base());
     Json(serde_json::json!({
         "device_code": device_code,
-        "user_code": user_code,
-        "verification_uri_complete": verify,
-        "expires_in": PENDING_FOR.as_secs(),
+        "user_code": user,
+        "verification_uri": format!("{}/auth/device", s.base()),
+        "expires_in": DEVICE_CODE_FOR.as_secs(),
         "interval": 1,
     }))
     .into_response()
+}
+
+/// `GET /auth/device`: where the person types the code their terminal shows.
+pub async fn device_page(State(state): State<AppStateRef>, ext: Extensions) -> Response {
+    if let Err(r) = sign_in_for(&state, &ext) {
+        return r;
+    }
+    page_with(
+        StatusCode::OK,
+        "Sign a terminal in",
+        "Type the code your terminal shows (`tao-slurm login`). You will sign in at your identity provider, then see where the request came from before you confirm it.",
+        "<form method=post action=\"/auth/device/verify\"><input name=user_code autocomplete=off autocapitalize=characters spellcheck=false maxlength=16 placeholder=\"XXXX-XXXX\" required> <button type=submit>Continue</button></form>",
+    )
+}
+
+#[derive(Deserialize)]
+pub struct VerifyForm {
+    user_code: String,
+}
+
+/// `POST /auth/device/verify`: the typed code's terminal sign-in, on to the provider for a fresh
+/// sign-in.
+pub async fn verify(State(state): State<AppStateRef>, ext: Extensions, axum::Form(f): axum::Form<VerifyForm>) -> Response {
+    let s = match sign_in_for(&state, &ext) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let unknown = || {
+        page(
+            StatusCode::BAD_REQUEST,
+            "Unknown code",
+            "No terminal is waiting with this code (it expired, was used, or was mistyped); check it, or run `tao-slurm login` again.",
+        )
+    };
+    let Some(code) = normal_user_code(&f.user_code) else { return unknown() };
+    let found = match records(&state, move |r| r.sign_ins().device_by_user_code(&code, now())).await {
+        Ok(Some(d)) => d,
+        Ok(None) => return unknown(),
+        Err(e) => return unavailable("cannot look a terminal's sign-in up", &e),
+    };
+    let d = DeviceRef { code_sha256: found.code_sha256, user_code: found.user_code, client: found.client, at: found.created_at };
+    match s.start(Some(d), found.org, now()).await {
+        Ok((url, pending)) => to_provider(&state, s, url, pending),
+        Err(e) => provider_unreachable(&e),
+    }
 }
 
 #[derive(Deserialize)]
@@ -274,23 +484,77 @@ pub struct DeviceTokenAsk {
     device_code: String,
 }
 
-/// `POST /auth/device/token`: the terminal's token once the person signed in (RFC 8628's answers).
-pub async fn device_token(State(state): State<AppStateRef>, Json(ask): Json<DeviceTokenAsk>) -> Response {
-    let Some(s) = sign_in_of(&state) else { return not_set_up() };
-    let refuse = |error: &str, description: String| {
-        (StatusCode::BAD_REQUEST, Json(serde_json::json!({"error": error, "error_description": description})))
-            .into_response()
+/// `POST /auth/device/token`: the terminal's token once its person confirmed it (RFC 8628's answers).
+pub async fn device_token(State(state): State<AppStateRef>, ext: Extensions, Json(ask): Json<DeviceTokenAsk>) -> Response {
+    let s = match sign_in_for(&state, &ext) {
+        Ok(s) => s,
+        Err(r) => return r,
     };
-    let mut devices = s.devices.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(d) = devices.get(&ask.device_code).filter(|d| d.at.elapsed() < PENDING_FOR) else {
-        return refuse("expired_token", "this code is unknown or expired; run `tao-slurm login` again".into());
+    let refuse = |error: &str, description: String| device_refusal(StatusCode::BAD_REQUEST, error, description);
+    let code = crate::client::records::token_hash(&ask.device_code);
+    let outcome = match records(&state, move |r| r.sign_ins().take_device(&code, now())).await {
+        Ok(DeviceState::Gone) => {
+            return refuse("expired_token", "this code is unknown, expired or used; run `tao-slurm login` again".into())
+        }
+        Ok(DeviceState::Pending) => {
+            return refuse("authorization_pending", "type the code on the service's page and sign in".into())
+        }
+        Ok(DeviceState::Settled(o)) => o,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read a terminal's sign-in");
+            return device_refusal(StatusCode::SERVICE_UNAVAILABLE, "temporarily_unavailable", "the service cannot reach its database".into());
+        }
     };
-    match &d.outcome {
-        None => refuse("authorization_pending", "open the link and sign in".into()),
-        Some(_) => match devices.remove(&ask.device_code).and_then(|d| d.outcome) {
-            Some(Ok(issued)) => Json(issued).into_response(),
-            Some(Err(e)) => refuse("access_denied", e),
-            None => refuse("expired_token", "this code was used".into()),
+    #[derive(Deserialize)]
+    enum Outcome {
+        #[serde(rename = "ok")]
+        Ok(Who),
+        #[serde(rename = "refused")]
+        Refused(String),
+    }
+    match serde_json::from_str::<Outcome>(&outcome) {
+        Ok(Outcome::Ok(who)) => match issue_off_runtime(&state, s, who).await {
+            Ok(issued) => Json(issued).into_response(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot make a signed-in person's token");
+                device_refusal(StatusCode::SERVICE_UNAVAILABLE, "temporarily_unavailable", "the service could not record your token; run `tao-slurm login` again".into())
+            }
         },
+        Ok(Outcome::Refused(e)) => refuse("access_denied", e),
+        Err(e) => {
+            tracing::warn!(error = %e, "a terminal's sign-in outcome does not read");
+            refuse("access_denied", "the sign-in's outcome was lost; run `tao-slurm login` again".into())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_terminals_code_is_eight_unambiguous_letters_and_read_as_typed() {
+        let c = user_code();
+        assert_eq!(c.len(), 9, "{c}");
+        assert!(c.chars().enumerate().all(|(i, ch)| if i == 4 { ch == '-' } else { USER_CODE_LETTERS.contains(&(ch as u8)) }), "{c}");
+        assert_ne!(user_code(), user_code());
+        assert_eq!(normal_user_code("bcdf ghjk").as_deref(), Some("BCDF-GHJK"));
+        assert_eq!(normal_user_code(" BCDF-GHJK\n").as_deref(), Some("BCDF-GHJK"));
+        assert_eq!(normal_user_code("BCDF-GHJ"), None);
+        assert_eq!(normal_user_code("BCDF-GHJKL"), None);
+    }
+
+    #[test]
+    fn a_client_is_its_address_and_an_ipv6_host_its_64() {
+        let with = |a: &str| {
+            let mut e = Extensions::new();
+            e.insert(ConnectInfo::<SocketAddr>(a.parse().unwrap()));
+            client_of(&e)
+        };
+        assert_eq!(with("127.0.0.2:5000"), "127.0.0.2");
+        assert_eq!(with("[2001:db8:1:2:aaaa::1]:5000"), with("[2001:db8:1:2:bbbb::9]:6000"));
+        assert_ne!(with("[2001:db8:1:2::1]:5000"), with("[2001:db8:1:3::1]:5000"));
+        assert_eq!(with("[::ffff:10.0.0.1]:1"), "10.0.0.1");
+        assert_eq!(client_of(&Extensions::new()), "unknown");
     }
 }

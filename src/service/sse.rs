@@ -249,12 +249,20 @@ impl JobStream {
     params(("org" = String, Path), ("job_id" = String, Path), JobStreamQuery),
     responses((status = 200, description = "Server-sent events: `status` (a JobOut, at once and on each change), `log` (a LogChunkOut), `attempt` (a retry began), `logs_done`, and `end` when the job is terminal and every log byte was sent", content_type = "text/event-stream", body = LogChunkOut),
         (status = 404, body = super::error::ErrorBody), (status = 401, body = super::error::ErrorBody)))]
-pub async fn job_stream(state: AppStateRef, org: String, id: String, q: JobStreamQuery) -> ApiResult<Response> {
+pub async fn job_stream(
+    state: AppStateRef,
+    token: &super::token_info::TokenInfo,
+    org: String,
+    id: String,
+    q: JobStreamQuery,
+) -> ApiResult<Response> {
     let job = org_job(&state, &org, &id)?;
     let mut pending = VecDeque::new();
     pending.push_back(event("status", job.json.to_string()));
     let mut logs_done = false;
     let logs = if q.logs.unwrap_or(true) {
+        // Its logs are read as the job's identity: a person's, for that person only.
+        super::identity::may_reach(token, &job)?;
         let st = state.clone();
         let f = state.followers.get_or_start(&job.out, |f| {
             tokio::spawn(follow(st, job.out.id.clone(), f));

@@ -235,9 +235,11 @@ impl AppState {
         self.workspaces().into_iter().filter(|w| w.usable_by(org)).collect()
     }
 
-    /// A workspace `org` may use (one it may not is as if it did not exist).
+    /// A workspace `org` may use (one it may not is as if it did not exist). Never a person's: a
+    /// request reaches a person's workspace only through its parent and the signed-in person
+    /// (`identity`), whatever id it names.
     pub fn org_workspace(&self, org: &str, id: &str) -> Option<Arc<Workspace>> {
-        self.workspace(id).filter(|w| w.usable_by(org))
+        self.workspaces().into_iter().find(|w| w.id == id).filter(|w| w.usable_by(org))
     }
 
     /// The workspace an org's job without one goes to: the only one it may use, else `default`.

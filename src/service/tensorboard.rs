@@ -22,6 +22,7 @@
 use super::common::{blocking, org_job, workspace_of, AppStateRef};
 use super::error::{ApiError, ApiResult};
 use super::tensorboard_sessions::{is_secret, Grant, Open, Sessions};
+use super::token_info::TokenInfo;
 use crate::status::PlatformStatus;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Request, State};
@@ -68,8 +69,9 @@ pub struct TensorBoardLink {
     responses((status = 200, description = "TensorBoard runs on the job's results; open the link (one use, two minutes) to reach it through the service, sandboxed in an origin of its own", body = TensorBoardLink),
         (status = 409, description = "The job is not running", body = super::error::ErrorBody),
         (status = 404, body = super::error::ErrorBody), (status = 401, body = super::error::ErrorBody), (status = 403, body = super::error::ErrorBody)))]
-pub async fn open(state: AppStateRef, org: String, id: String, token_id: String) -> ApiResult<Response> {
+pub async fn open(state: AppStateRef, token: &TokenInfo, org: String, id: String) -> ApiResult<Response> {
     let job = org_job(&state, &org, &id)?;
+    super::identity::may_reach(token, &job)?;
     if job.status != PlatformStatus::Running {
         return Err(ApiError::conflict(format!(
             "job {id} is {}: TensorBoard runs inside a running job; open it once the job runs",
@@ -78,10 +80,10 @@ pub async fn open(state: AppStateRef, org: String, id: String, token_id: String)
     }
     let node = match state.tensorboards.forwarded(&id, job.attempt) {
         Some((_, node)) => node,
-        None => start(&state, &job, &id).await?,
+        None => start(&state, token, &job, &id).await?,
     };
     let now = crate::client::now_secs();
-    let grant = Grant { org, job_id: id.clone(), token_id, expires_at: now + TICKET_SECS };
+    let grant = Grant { org, job_id: id.clone(), token_id: token.id.clone(), expires_at: now + TICKET_SECS };
     let ticket = Sessions::grant(&state.tensorboards.tickets, grant, now)?;
     let link = TensorBoardLink {
         url: format!("{}/?ticket={ticket}", prefix(&id)),
@@ -92,9 +94,9 @@ pub async fn open(state: AppStateRef, org: String, id: String, token_id: String)
 }
 
 /// Start TensorBoard for the job's current attempt and hold its forward; the node it runs on.
-async fn start(state: &AppStateRef, job: &super::state::CachedJob, id: &str) -> ApiResult<String> {
+async fn start(state: &AppStateRef, token: &TokenInfo, job: &super::state::CachedJob, id: &str) -> ApiResult<String> {
     state.tensorboards.close(id);
-    let ws = workspace_of(state, job)?;
+    let ws = workspace_of(state, token, job)?;
     let _in_pool = ws.pool.enter(&ws.id).await?;
     let (w, jid) = (ws.clone(), id.to_string());
     let forward =

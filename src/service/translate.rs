@@ -3,6 +3,7 @@
 
 use super::error::{ApiError, ApiResult};
 use super::state::AppState;
+use super::token_info::TokenInfo;
 use super::types::{BackendDetailsIn, CommandIn, JobCreate};
 use super::workspace::Workspace;
 use crate::spec::JobSpec;
@@ -10,11 +11,16 @@ use axum::http::StatusCode;
 use std::sync::Arc;
 
 /// The engine's job for a request, the workspace it goes to, and what the service keeps of it.
-pub fn to_spec(state: &AppState, org: &str, req: &JobCreate) -> ApiResult<(JobSpec, Arc<Workspace>)> {
+pub fn to_spec(
+    state: &AppState,
+    token: &TokenInfo,
+    org: &str,
+    req: &JobCreate,
+) -> ApiResult<(JobSpec, Arc<Workspace>)> {
     let backend = req.backend_details.clone().unwrap_or_default();
     let ws = workspace_for(state, org, req, &backend)?;
     for (i, a) in req.after.iter().enumerate() {
-        check_after(state, org, &format!("after[{i}]"), a)?;
+        check_after(state, token, org, &format!("after[{i}]"), a)?;
     }
     let partition = match (&req.partition, &backend.partition) {
         (Some(a), Some(b)) if a != b => {
@@ -161,14 +167,18 @@ fn cosmos_of(req: &JobCreate) -> ApiResult<Option<crate::spec::CosmosRlSpec>> {
 }
 
 /// An `after` entry names an exact id of one of the org's jobs (`JOB[:ok|:notok|:any]`): no prefix,
-/// no group id, and the same answer for a job that does not exist and another org's.
-fn check_after(state: &AppState, org: &str, field: &str, entry: &str) -> ApiResult<()> {
+/// no group id, and the same answer for a job that does not exist and another org's; a job run as a
+/// person, only for that person (`identity::may_reach`).
+fn check_after(state: &AppState, token: &TokenInfo, org: &str, field: &str, entry: &str) -> ApiResult<()> {
     let id = match entry.rsplit_once(':') {
         Some((id, "ok" | "notok" | "any")) => id,
         _ => entry,
     };
-    if state.snapshot().jobs.get(id).is_some_and(|j| j.out.org == org) {
-        return Ok(());
+    if let Some(job) = state.snapshot().jobs.get(id).filter(|j| j.out.org == org) {
+        return super::identity::may_reach(token, job).map_err(|mut e| {
+            e.body.field = Some(field.into());
+            e
+        });
     }
     Err(ApiError::field(field, format!("{id:?} is not the full id of a job of org {org} (JOB[:ok|:notok|:any])")))
 }

@@ -175,9 +175,57 @@ async fn each_person_runs_as_their_own_unix_user_with_short_lived_certificates()
         .unwrap();
     let said = String::from_utf8_lossy(&scancel.stderr);
     assert!(!scancel.status.success() && said.contains("Access/permission denied"), "bo's scancel: {said}");
-    // ...and through the API: ada's job is hers (and an admin's) to change.
+    // ...and through the API: ada's job is hers alone to change.
     let (s, e) = post(&svc, bo_token, &format!("/jobs/{a_id}:cancel"), json!({})).await;
     assert_eq!((s, e["error_type"].as_str()), (403, Some("forbidden")), "{e}");
+
+    // Nothing a request names leads to another person's workspace or Unix user: bo names ada's
+    // workspace in the body, as the cluster's name, in a path, and her job's id in his requests; a
+    // machine's token names hers. Each is refused, and no job runs as ada but hers.
+    let jobs_before = get(&svc, bo_token, "/jobs").await.1["jobs"].as_array().unwrap().len();
+    let hers = format!("people@{ada}");
+    let as_ada = |extra: Value| {
+        let mut j = job("id -u");
+        j.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        j
+    };
+    for (how, body) in [
+        ("workspace", as_ada(json!({"workspace": hers}))),
+        (
+            "cluster name",
+            as_ada(json!({"workspace": null, "backend_details": {"backend_type": "slurm", "cluster_name": hers}})),
+        ),
+        ("after ada's job", as_ada(json!({"after": [a_id.clone()]}))),
+    ] {
+        let (s, e) = post(&svc, bo_token, "/jobs", body).await;
+        assert_eq!((s, e["error_type"].as_str()), (403, Some("forbidden")), "{how}: {e}");
+    }
+    let (s, e) = svc.create(&as_ada(json!({"workspace": hers}))).await;
+    assert_eq!((s, e["error_type"].as_str()), (403, Some("forbidden")), "a machine's token: {e}");
+    for path in [format!("/workspaces/{hers}"), format!("/workspaces/{hers}:cluster")] {
+        let (s, e) = get(&svc, bo_token, &path).await;
+        assert_eq!(s, 404, "{path}: {e}");
+    }
+    for path in [
+        format!("/jobs/{a_id}:logs"),
+        format!("/jobs/{a_id}:events"),
+        format!("/jobs/{a_id}:kpis"),
+        format!("/jobs/{a_id}:list_files"),
+        format!("/jobs/{a_id}:download"),
+    ] {
+        let (s, e) = get(&svc, bo_token, &path).await;
+        assert_eq!((s, e["error_type"].as_str()), (403, Some("forbidden")), "{path}: {e}");
+    }
+    for action in ["retry", "pause", "resume", "tensorboard"] {
+        let (s, e) = post(&svc, bo_token, &format!("/jobs/{a_id}:{action}"), json!({})).await;
+        assert_eq!((s, e["error_type"].as_str()), (403, Some("forbidden")), "{action}: {e}");
+    }
+    // An org admin's token is no one's identity either.
+    let admin = svc.env.json(&["token", "create", "--org", ORG, "--admin", "--json"])["token"].as_str().unwrap().to_string();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (s, e) = post(&svc, &admin, &format!("/jobs/{a_id}:cancel"), json!({})).await;
+    assert_eq!((s, e["error_type"].as_str()), (403, Some("forbidden")), "an admin: {e}");
+    assert_eq!(get(&svc, bo_token, "/jobs").await.1["jobs"].as_array().unwrap().len(), jobs_before, "no job was made");
     // sacct shows each job under its person's user.
     let b_slurm = done["backend_details"]["slurm_metadata"]["slurm_job_id"].as_str().unwrap().to_string();
     crate::service_support::wait_for_sacct_users(&[(&a_slurm, &ada), (&b_slurm, &bo)]);

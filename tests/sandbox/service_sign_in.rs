@@ -54,30 +54,70 @@ impl Provider {
     }
 }
 
-/// What a browser does with a terminal's link: to the provider (keeping the service's cookie), the
-/// person's "sign-in" there as `sub`, back to the service's callback, and the confirmation of the
-/// terminal when it asks; the service's last page. A callback without the browser's cookie (an answer
-/// someone else's sign-in got) is refused first.
-async fn open_link_as(svc_url: &str, link: &str, sub: &str) -> (u16, String) {
-    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
-    let to_provider = http.get(link).send().await.unwrap();
-    assert_eq!(to_provider.status(), 302, "{}", to_provider.text().await.unwrap());
-    let cookie = to_provider.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
-    let authorize = to_provider.headers()["location"].to_str().unwrap().to_string();
-    let back = http.post(&authorize).form(&[("sub", sub)]).send().await.unwrap();
+/// A browser as the client of one service: no redirects followed (each step is read), from `from`
+/// (a loopback address: each is its own client to the service's limits).
+fn browser_from(from: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .local_address(from.parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap()
+}
+
+/// The provider's sign-in of `sub` for an authorization URL the service sent a browser to; the
+/// service's callback URL the provider sends the browser back to.
+async fn provider_signs_in(http: &reqwest::Client, authorize: &str, sub: &str) -> String {
+    let back = http.post(authorize).form(&[("sub", sub)]).send().await.unwrap();
     assert_eq!(back.status(), 302, "the provider's form: {}", back.text().await.unwrap());
     let callback = back.headers()["location"].to_str().unwrap().to_string();
     assert!(callback.contains("/auth/callback?"), "{callback}");
+    callback
+}
+
+/// The cookie a reply sets (its `name=value`).
+fn set_cookie(r: &reqwest::Response) -> String {
+    r.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string()
+}
+
+/// What a person does with a terminal's code: the service's page, the code typed, the provider's
+/// sign-in as `sub`, back to the service's callback (on `finish_at`, another replica if need be), and
+/// the confirmation; (the last page's status, its text, the confirmation page's text). A callback
+/// without the browser's cookie (an answer someone else's sign-in got) is refused first.
+async fn type_code_as(page_url: &str, finish_at: &str, user_code: &str, sub: &str) -> (u16, String, String) {
+    type_code(page_url, finish_at, user_code, sub, true).await
+}
+
+/// [`type_code_as`], confirming the terminal only when `and_confirm`.
+async fn type_code(page_url: &str, finish_at: &str, user_code: &str, sub: &str, and_confirm: bool) -> (u16, String, String) {
+    let http = browser_from("127.0.0.1");
+    let form = http.get(page_url).send().await.unwrap();
+    assert_eq!(form.status(), 200);
+    assert!(form.text().await.unwrap().contains("name=user_code"));
+    let base = page_url.trim_end_matches("/auth/device");
+    let to_provider =
+        http.post(format!("{base}/auth/device/verify")).form(&[("user_code", user_code)]).send().await.unwrap();
+    if to_provider.status() != 302 {
+        let status = to_provider.status().as_u16();
+        return (status, to_provider.text().await.unwrap(), String::new());
+    }
+    let cookie = set_cookie(&to_provider);
+    let authorize = to_provider.headers()["location"].to_str().unwrap().to_string();
+    assert!(authorize.contains("prompt=login") && authorize.contains("max_age=0"), "a fresh sign-in: {authorize}");
+    let callback = provider_signs_in(&http, &authorize, sub).await;
+    let callback = format!("{finish_at}/auth/callback?{}", callback.split_once('?').unwrap().1);
     let stranger = http.get(&callback).send().await.unwrap();
     assert_eq!(stranger.status(), 400, "an answer without the browser's cookie");
     let page = http.get(&callback).header("cookie", &cookie).send().await.unwrap();
     let (status, text) = (page.status().as_u16(), page.text().await.unwrap());
     let Some(confirm) = text.split("name=confirm value=\"").nth(1).and_then(|r| r.split('"').next()) else {
-        return (status, text);
+        return (status, text, String::new());
     };
     assert!(text.contains("Sign a terminal in?"), "{text}");
-    let done = http.post(format!("{svc_url}/auth/device/confirm")).form(&[("confirm", confirm)]).send().await.unwrap();
-    (done.status().as_u16(), done.text().await.unwrap())
+    if !and_confirm {
+        return (status, text.clone(), text);
+    }
+    let done = http.post(format!("{finish_at}/auth/device/confirm")).form(&[("confirm", confirm)]).send().await.unwrap();
+    (done.status().as_u16(), done.text().await.unwrap(), text)
 }
 
 /// `tao-slurm login --service` as `sub`: (its exit status, what it printed, the token file's JSON).
@@ -91,15 +131,22 @@ async fn terminal_sign_in(svc: &Service, sub: &str, file: &std::path::Path) -> (
         .unwrap();
     let mut err = BufReader::new(child.stderr.take().unwrap());
     let mut said = String::new();
-    let link = loop {
+    // The page to open, then the code to type there.
+    let (mut page_url, mut code) = (None, None);
+    while code.is_none() {
         let mut line = String::new();
-        assert!(err.read_line(&mut line).unwrap() > 0, "login ended before printing a link: {said}");
+        assert!(err.read_line(&mut line).unwrap() > 0, "login ended before printing a page and a code: {said}");
         said.push_str(&line);
-        if let Some(l) = line.trim().strip_prefix("http") {
-            break format!("http{l}");
+        let t = line.trim();
+        if t.starts_with("http") {
+            page_url = Some(t.to_string());
+        } else if page_url.is_some() && t.len() == 9 && t.as_bytes()[4] == b'-' {
+            code = Some(t.to_string());
         }
-    };
-    let (status, page) = open_link_as(&svc.url, &link, sub).await;
+    }
+    let (page_url, code) = (page_url.unwrap(), code.unwrap());
+    assert!(!page_url.contains(&code), "the page's address does not hold the code: {page_url}");
+    let (status, page, _) = type_code_as(&page_url, &svc.url, &code, sub).await;
     let out = tokio::task::spawn_blocking(move || {
         let mut rest = String::new();
         std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
@@ -111,6 +158,13 @@ async fn terminal_sign_in(svc: &Service, sub: &str, file: &std::path::Path) -> (
     said.push_str(&format!("\n[page {status}] {page}"));
     let kept = std::fs::read_to_string(file).ok().and_then(|t| serde_json::from_str(&t).ok());
     (out.0.success(), said, kept)
+}
+
+/// Text as a URL's query or fragment carries it.
+fn form_urlencoded_bytes(text: &str) -> String {
+    text.bytes()
+        .map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") })
+        .collect()
 }
 
 fn job() -> Value {
@@ -227,6 +281,25 @@ async fn people_sign_in_through_the_identity_provider_and_run_as_themselves() {
     let stored: Value = serde_json::from_str(stored.as_str().unwrap()).unwrap();
     assert_eq!(stored["person"].as_str(), Some(bo.as_str()));
     let bo_token = stored["token"].as_str().unwrap().to_string();
+    // A link that carries a session in its address (as the dashboard once took one) changes nothing:
+    // bo is still bo, with his own token.
+    let forged = json!({"org": ORG, "token": "tsk_forged", "person": "eve"}).to_string();
+    let fragment: String = form_urlencoded_bytes(&forged);
+    // A fresh load of the page with the link's address (the old dashboard read it as it loaded).
+    c.goto("about:blank").await.unwrap();
+    c.goto(&format!("{}/#sign_in={fragment}", svc.url)).await.unwrap();
+    c.wait().for_element(Locator::Id("jobs-table")).await.unwrap();
+    until(
+        &c,
+        "the dashboard still names bo",
+        Duration::from_secs(20),
+        "return document.getElementById('who').textContent === arguments[0];",
+        vec![json!(who)],
+    )
+    .await;
+    let kept = c.execute("return localStorage.getItem('tao-slurm-dashboard');", vec![]).await.unwrap();
+    let kept: Value = serde_json::from_str(kept.as_str().unwrap()).unwrap();
+    assert_eq!(kept["token"].as_str(), Some(bo_token.as_str()), "a link set no session: {kept}");
     c.close().await.unwrap();
 
     // Each runs a job, as themselves.
@@ -256,4 +329,161 @@ async fn people_sign_in_through_the_identity_provider_and_run_as_themselves() {
     assert!(!files.path().join("again.json").exists(), "no token for her");
     // The client secret never reached a log.
     assert!(!svc.log().contains(secret));
+}
+
+/// A terminal's sign-in by hand: started on `start_at` from `terminal`, its code typed and confirmed
+/// on `finish_at` by `sub`, its token collected on `start_at`: (the last answer's status, its body).
+async fn device_sign_in(terminal: &reqwest::Client, start_at: &str, finish_at: &str, sub: &str) -> (u16, Value) {
+    let dev: Value = terminal.post(format!("{start_at}/auth/device")).json(&json!({})).send().await.unwrap().json().await.unwrap();
+    let (code, user_code) = (dev["device_code"].as_str().unwrap(), dev["user_code"].as_str().unwrap());
+    let (status, page, _) = type_code_as(&format!("{finish_at}/auth/device"), finish_at, user_code, sub).await;
+    let url = format!("{start_at}/auth/device/token");
+    let mut answer =
+        wait_for_async("the terminal's sign-in settles", Duration::from_secs(30), Duration::from_millis(500), || async {
+            let r = terminal.post(&url).json(&json!({"device_code": code})).send().await.unwrap();
+            let s = r.status().as_u16();
+            let v: Value = r.json().await.unwrap();
+            (v["error"] != "authorization_pending").then_some((s, v))
+        })
+        .await;
+    if answer.0 != 200 {
+        // What the person saw, for the failure's message.
+        answer.1["page"] = json!(format!("[{status}] {page}"));
+    }
+    answer
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_in_is_shared_by_replicas_and_cannot_be_jammed_borrowed_or_had_by_a_system_user() {
+    let sandbox = crate::common::sandbox::settings();
+    let (sd, port) =
+        (sandbox["SANDBOX_DIR"].clone(), sandbox["SANDBOX_SSH_PORTS"].split(',').next().unwrap().to_string());
+    let persons: Vec<String> = sandbox["SANDBOX_PERSONS"].split(',').map(String::from).collect();
+    let (ada, bo) = (persons[0].clone(), persons[1].clone());
+    let provider = Provider::start().await;
+    // Subjects are not names: a person is the provider's subject.
+    let sub = |name: &str| format!("subject-of-{name}");
+    let member = |name: &str| json!({"preferred_username": name, "groups": ["tao-team-a"]});
+    for name in [ada.as_str(), bo.as_str(), "root", "slurm", "daemon", "mallory"] {
+        provider.set_user(&sub(name), member(name)).await;
+    }
+    let ca_dir = tempfile::tempdir().unwrap();
+    let (ca, _trusted) = TrustedCa::make(ca_dir.path());
+    let ca_text = ca.display().to_string();
+    let run = format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
+    // Both replicas answer for one address, as behind a balancer: the redirect URI names it, and the
+    // test sends each step to the replica it picks.
+    let clusters = format!(
+        "[people]\nslurm_hostname = [\"127.0.0.1:{port}\"]\nbase_results_dir = \"{sd}/shared/{{user}}/sign-in-b-{run}\"\n\
+         orgs = [\"{ORG}\"]\nidentity = \"person\"\n\n\
+         [sign_in]\nissuer = \"{}\"\nclient_id = \"tao-slurm\"\npublic_url = \"http://tao.invalid\"\n[sign_in.orgs]\n{ORG} = \"tao-team-a\"\n",
+        provider.url
+    );
+    let svc = Service::start_configured_with_flags(&[], &clusters, false, &["--ssh-ca-key", &ca_text]);
+    let other = svc.replica("second", &["--ssh-ca-key", &ca_text]);
+    let (a, b) = (svc.url.clone(), other.url.clone());
+
+    // One client floods the public routes: 1,200 sign-in starts, 1,200 terminal codes.
+    let flood = browser_from("127.0.0.2");
+    let (mut started, mut limited) = (0, 0);
+    for _ in 0..1200 {
+        match flood.get(format!("{a}/auth/login")).send().await.unwrap().status().as_u16() {
+            302 => started += 1,
+            429 => limited += 1,
+            s => panic!("a sign-in start answered {s}"),
+        }
+    }
+    assert!(started > 0 && limited > 0, "its address's rate holds: {started} started, {limited} limited");
+    let mut codes = 0;
+    for _ in 0..1200 {
+        match flood.post(format!("{a}/auth/device")).json(&json!({})).send().await.unwrap().status().as_u16() {
+            200 => codes += 1,
+            429 => {}
+            s => panic!("a terminal's start answered {s}"),
+        }
+    }
+    assert!((1..=5).contains(&codes), "at most 5 codes wait per client: {codes}");
+
+    // Another client signs in after it, in the dashboard: started on one replica, finished on the other.
+    let http = browser_from("127.0.0.1");
+    let start = http.get(format!("{a}/auth/login")).send().await.unwrap();
+    assert_eq!(start.status(), 302);
+    let cookie = set_cookie(&start);
+    let authorize = start.headers()["location"].to_str().unwrap().to_string();
+    let callback = provider_signs_in(&http, &authorize, &sub(&bo)).await;
+    let query = callback.split_once('?').unwrap().1.to_string();
+    let back = http.get(format!("{b}/auth/callback?{query}")).header("cookie", &cookie).send().await.unwrap();
+    assert_eq!(back.status(), 302, "{}", back.text().await.unwrap());
+    assert_eq!(back.headers()["location"], "/#signed-in", "nothing of the session in the address");
+    let handoff = back
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().split(';').next().unwrap().to_string())
+        .find(|c| c.starts_with("tao_session=") && c.len() > "tao_session=".len())
+        .expect("the session's cookie");
+    // Only a request that carries the browser's cookie takes the token (a link or a page elsewhere
+    // carries none).
+    let taken = http.post(format!("{a}/auth/session")).send().await.unwrap();
+    assert_eq!(taken.status(), 401);
+    let taken = http.post(format!("{a}/auth/session")).header("cookie", &handoff).send().await.unwrap();
+    assert_eq!(taken.status(), 200);
+    let session: Value = taken.json().await.unwrap();
+    assert_eq!((session["person"].as_str(), session["org"].as_str()), (Some(bo.as_str()), Some(ORG)), "{session}");
+    let stats = format!("{b}/api/v2/orgs/{ORG}/stats");
+    let r = http.get(&stats).bearer_auth(session["token"].as_str().unwrap()).send().await.unwrap();
+    assert_eq!(r.status(), 200, "the token works on either replica");
+
+    // A terminal's code cannot be borrowed: a link with it signs no one in, and a person who types a
+    // code is shown where and when it was asked for before confirming.
+    let eve = browser_from("127.0.0.3");
+    let dev: Value = eve.post(format!("{a}/auth/device")).json(&json!({})).send().await.unwrap().json().await.unwrap();
+    assert!(dev.get("verification_uri_complete").is_none(), "no link holds the code: {dev}");
+    assert_eq!(dev["verification_uri"], "http://tao.invalid/auth/device");
+    let eve_code = dev["user_code"].as_str().unwrap().to_string();
+    let link = http.get(format!("{b}/auth/login?device={eve_code}")).send().await.unwrap();
+    assert_eq!(link.status(), 400, "a link with a code starts no one's sign-in");
+    let (_, _, shown) = type_code(&format!("{b}/auth/device"), &b, &eve_code, &sub(&bo), false).await;
+    assert!(shown.contains("from the address 127.0.0.3") && shown.contains(&eve_code), "{shown}");
+    let pending = eve
+        .post(format!("{a}/auth/device/token"))
+        .json(&json!({"device_code": dev["device_code"]}))
+        .send()
+        .await
+        .unwrap();
+    let pending: Value = pending.json().await.unwrap();
+    assert_eq!(pending["error"], "authorization_pending", "not signed in without the person's confirmation");
+
+    // ada's own terminal: started on one replica, her code typed and confirmed on the other, collected
+    // on the first, once.
+    let (s, issued) = device_sign_in(&http, &a, &b, &sub(&ada)).await;
+    assert_eq!((s, issued["person"].as_str()), (200, Some(ada.as_str())), "{issued}");
+
+    // Renamed at the provider to a colleague's name: still ada (her subject's first name).
+    provider.set_user(&sub(&ada), member(&bo)).await;
+    let (s, renamed) = device_sign_in(&http, &b, &a, &sub(&ada)).await;
+    assert_eq!((s, renamed["person"].as_str()), (200, Some(ada.as_str())), "{renamed}");
+    // Another subject naming ada is not ada.
+    provider.set_user(&sub("mallory"), member(&ada)).await;
+    let (s, refused) = device_sign_in(&http, &a, &a, &sub("mallory")).await;
+    assert_eq!((s, refused["error"].as_str()), (400, Some("access_denied")), "{refused}");
+    assert!(refused["error_description"].as_str().unwrap().contains("another person"), "{refused}");
+
+    // A person the provider names root, slurm or daemon: refused at sign-in; no certificate made.
+    for system in ["root", "slurm", "daemon"] {
+        let (s, refused) = device_sign_in(&http, &a, &b, &sub(system)).await;
+        assert_eq!((s, refused["error"].as_str()), (400, Some("access_denied")), "{system}: {refused}");
+        assert!(refused["error_description"].as_str().unwrap().contains("user of the system"), "{refused}");
+    }
+
+    // The renamed ada's job runs as her own Unix user.
+    let (_, slurm_id) = run_job(&svc, renamed["token"].as_str().unwrap()).await;
+    crate::service_support::wait_for_sacct_users(&[(&slurm_id, &ada)]);
+    let keys = std::path::PathBuf::from(format!("{}.keys/people", svc.env.vars["TAO_SLURM_STATE"]));
+    for system in ["root", "slurm", "daemon"] {
+        assert!(!keys.join(format!("{system}_ed25519")).exists(), "a key for {system}");
+        assert!(!keys.join(format!("{system}_ed25519-cert.pub")).exists(), "a certificate for {system}");
+    }
+    assert!(keys.join(format!("{ada}_ed25519-cert.pub")).exists());
+    drop(other);
 }

@@ -480,15 +480,18 @@ window.addEventListener("hashchange", route);
 document.addEventListener("DOMContentLoaded", async () => {
   document.getElementById("signout").addEventListener("click", () => signOut());
   try { auth = JSON.parse(localStorage.getItem(STORE_KEY) || "null"); } catch (e) { auth = null; }
-  // Back from the identity provider: the service put the person's token in the fragment (never sent
-  // to a server); keep it, and take it out of the address bar and the history.
-  if (location.hash.startsWith("#sign_in=")) {
-    try {
-      const got = JSON.parse(decodeURIComponent(location.hash.slice(9).replace(/\+/g, " ")));
-      auth = { org: String(got.org), token: String(got.token), person: String(got.person) };
-      localStorage.setItem(STORE_KEY, JSON.stringify(auth));
-    } catch (e) { auth = null; }
+  // Back from the identity provider: the service left the person's token in a cookie only this
+  // page's own request can take, once (nothing in the address: a link sets no session).
+  if (location.hash === "#signed-in") {
     history.replaceState(null, "", "/");
+    try {
+      const r = await fetch("/auth/session", { method: "POST", credentials: "same-origin" });
+      if (r.ok) {
+        const got = await r.json();
+        auth = { org: String(got.org), token: String(got.token), person: String(got.person) };
+        localStorage.setItem(STORE_KEY, JSON.stringify(auth));
+      }
+    } catch (e) { /* the session stays as it was */ }
   }
   if (!auth) return showLogin();
   try { await loadWorkspaces(); route(); } catch (e) { if (auth) showLogin(`Cannot reach the service: ${e.message}`); }

@@ -7,6 +7,7 @@ use crate::store::service_records::ServiceDb;
 pub use crate::store::service_records::{
     check_org, check_person, token_hash, ApiJob, SealedSecret, TokenRecord, ValidToken,
 };
+pub use crate::store::sign_in_records::{DeviceRefused, DeviceSignIn, DeviceState};
 pub use crate::store::AuditEntry;
 use std::path::Path;
 use std::time::Duration;
@@ -45,6 +46,10 @@ impl ServiceRecords {
 
     pub fn jobs(&self) -> ApiJobs<'_> {
         ApiJobs(&self.db)
+    }
+
+    pub fn sign_ins(&self) -> SignIns<'_> {
+        SignIns(&self.db)
     }
 
     /// Whether a write can be made within `wait` (the readiness probe).
@@ -162,5 +167,42 @@ impl ApiJobs<'_> {
 
     pub fn list(&self) -> Result<Vec<ApiJob>, String> {
         self.0.jobs()
+    }
+}
+
+/// The sign-in's shared state: who each person is, the terminals' sign-ins under way, the keys that
+/// seal a browser's sign-in (see `store::sign_in_records`).
+pub struct SignIns<'a>(&'a ServiceDb);
+
+impl SignIns<'_> {
+    /// The name of the provider's (`issuer`, `subject`): bound at their first sign-in for good.
+    pub fn bind_person(&self, issuer: &str, subject: &str, person: &str, now: i64) -> Result<String, String> {
+        self.0.bind_person(issuer, subject, person, now)
+    }
+
+    pub fn service_key(&self, name: &str) -> Result<Vec<u8>, String> {
+        self.0.service_key(name)
+    }
+
+    pub fn start_device(
+        &self,
+        d: &DeviceSignIn,
+        expires_at: i64,
+        per_client: usize,
+        total: usize,
+    ) -> Result<Result<(), DeviceRefused>, String> {
+        self.0.start_device(d, expires_at, per_client, total)
+    }
+
+    pub fn device_by_user_code(&self, user_code: &str, now: i64) -> Result<Option<DeviceSignIn>, String> {
+        self.0.device_by_user_code(user_code, now)
+    }
+
+    pub fn settle_device(&self, code_sha256: &str, outcome: &str, now: i64) -> Result<bool, String> {
+        self.0.settle_device(code_sha256, outcome, now)
+    }
+
+    pub fn take_device(&self, code_sha256: &str, now: i64) -> Result<DeviceState, String> {
+        self.0.take_device(code_sha256, now)
     }
 }

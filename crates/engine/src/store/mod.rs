@@ -25,6 +25,7 @@ mod rows;
 mod schema;
 mod secrets;
 pub mod service_records;
+pub mod sign_in_records;
 pub(crate) mod sql;
 mod writer_turns;
 #[cfg(test)]

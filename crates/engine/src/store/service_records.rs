@@ -210,6 +210,7 @@ impl ServiceDb {
         conn.pragma_update(None, "journal_mode", "WAL").map_err(|e| sql_err(path, e))?;
         conn.execute_batch(SCHEMA).map_err(|e| sql_err(path, e))?;
         conn.execute_batch(AUDIT_APPEND_ONLY).map_err(|e| sql_err(path, e))?;
+        conn.execute_batch(super::sign_in_records::SCHEMA).map_err(|e| sql_err(path, e))?;
         // Columns that came later: databases made before them get them.
         for (table, column, decl) in LATER_COLUMNS {
             let has: bool = conn
@@ -251,6 +252,8 @@ impl ServiceDb {
             AUDIT_NO_TRUNCATE_PG.to_string(),
         ];
         migrations.extend(later.iter().map(|(t, c, d)| format!("ALTER TABLE {t} ADD COLUMN {c} {d};")));
+        // Later tables, one migration each, in the order they came.
+        migrations.push(super::sign_in_records::SCHEMA.to_string());
         let migrations: Vec<&str> = migrations.iter().map(String::as_str).collect();
         let conn = super::postgres_schema::open(target, schema, &migrations).map_err(|e| sql_err(&shown, e))?;
         Ok(ServiceDb { conn: Mutex::new(conn), path: shown, writes: GroupCommit::default() })
