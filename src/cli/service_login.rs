@@ -121,7 +121,9 @@ mod tests {
         for quiet in ["http://127.0.0.1:8570", "http://localhost:1/x", "http://[::1]:8570/", "http://127.0.0.9"] {
             assert!(super::is_loopback_url(quiet), "{quiet}");
         }
-        for warned in ["http://tao.example.org", "http://10.0.0.1:8570", "http://localhost.evil.org", "http://[2001:db8::1]:1"] {
+        for warned in
+            ["http://tao.example.org", "http://10.0.0.1:8570", "http://localhost.evil.org", "http://[2001:db8::1]:1"]
+        {
             assert!(!super::is_loopback_url(warned), "{warned}");
         }
     }

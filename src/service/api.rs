@@ -537,7 +537,13 @@ fn text_reply(t: String) -> Response {
     params(("org" = String, Path), ("job_id" = String, Path), LogsQuery),
     responses((status = 200, description = "The whole log, main.out then main.err, as TAO gives it (at most 1 MiB: the end is kept, a first line says what was cut, and X-Log-Truncated: true), or the last `tail` lines, or one file's bytes from `offset` with X-Log-Offset, X-Next-Offset and X-Log-Size headers; empty before the job reaches Slurm", content_type = "text/plain", body = String),
         (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 502, body = ErrorBody)))]
-pub async fn job_logs(state: AppStateRef, token: &TokenInfo, org: String, id: String, q: LogsQuery) -> ApiResult<Response> {
+pub async fn job_logs(
+    state: AppStateRef,
+    token: &TokenInfo,
+    org: String,
+    id: String,
+    q: LogsQuery,
+) -> ApiResult<Response> {
     let job = org_job(&state, &org, &id)?;
     let ask = log_ask(&job, &q)?;
     let on_slurm = match q.attempt {
@@ -615,7 +621,13 @@ fn joined_logs(
     params(("org" = String, Path), ("job_id" = String, Path), EventsQuery),
     responses((status = 200, description = "The job's history, oldest first (state file only)", body = EventList),
         (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
-pub async fn job_events(state: AppStateRef, token: &TokenInfo, org: String, id: String, q: EventsQuery) -> ApiResult<Json<EventList>> {
+pub async fn job_events(
+    state: AppStateRef,
+    token: &TokenInfo,
+    org: String,
+    id: String,
+    q: EventsQuery,
+) -> ApiResult<Json<EventList>> {
     let job = org_job(&state, &org, &id)?;
     let ws = workspace_of(&state, token, &job)?;
     let events = blocking(move || {
@@ -635,7 +647,12 @@ pub async fn job_events(state: AppStateRef, token: &TokenInfo, org: String, id: 
     params(("org" = String, Path), ("job_id" = String, Path)),
     responses((status = 200, description = "Every submission to Slurm (retries are new attempts) with the evidence of how it ended", body = AttemptList),
         (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
-pub async fn job_attempts(state: AppStateRef, token: &TokenInfo, org: String, id: String) -> ApiResult<Json<AttemptList>> {
+pub async fn job_attempts(
+    state: AppStateRef,
+    token: &TokenInfo,
+    org: String,
+    id: String,
+) -> ApiResult<Json<AttemptList>> {
     let job = org_job(&state, &org, &id)?;
     let ws = workspace_of(&state, token, &job)?;
     let attempts = blocking(move || ws.with_client(|c| c.attempts(&id)).map_err(ApiError::engine)).await?;

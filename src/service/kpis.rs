@@ -36,7 +36,12 @@ pub struct KpiList {
     params(("org" = String, Path), ("job_id" = String, Path)),
     responses((status = 200, description = "The job's progress reports from status.json, oldest first (state file only; at most 1000, evenly spread, the newest kept)", body = KpiList),
         (status = 404, body = ErrorBody), (status = 401, body = ErrorBody)))]
-pub async fn job_kpis(state: AppStateRef, token: &super::token_info::TokenInfo, org: String, id: String) -> ApiResult<Json<KpiList>> {
+pub async fn job_kpis(
+    state: AppStateRef,
+    token: &super::token_info::TokenInfo,
+    org: String,
+    id: String,
+) -> ApiResult<Json<KpiList>> {
     let job = org_job(&state, &org, &id)?;
     let ws = workspace_of(&state, token, &job)?;
     let points = blocking(move || ws.with_client(|c| c.kpi_history(&id)).map_err(ApiError::engine)).await?;

@@ -65,7 +65,13 @@ impl RateLimits {
     pub fn counting(what: &'static str, per_sec: u32, burst: u32) -> RateLimits {
         let quota = Quota::per_second(NonZeroU32::new(per_sec.max(1)).expect("at least 1"))
             .allow_burst(NonZeroU32::new(burst.max(1)).expect("at least 1"));
-        RateLimits { limiter: RateLimiter::keyed(quota), per_sec: per_sec.max(1), burst: burst.max(1), what, who: "this token" }
+        RateLimits {
+            limiter: RateLimiter::keyed(quota),
+            per_sec: per_sec.max(1),
+            burst: burst.max(1),
+            what,
+            who: "this token",
+        }
     }
 
     /// A limit on `what` per client address (the public sign-in routes, which have no token).

@@ -85,7 +85,8 @@ pub async fn resume_job(
 ) -> ApiResult<Response> {
     let ask: ResumeBody = body_or_default(&headers, body)?;
     let _place = super::common::admit_restart(&state, token, &org, &id, |s| s == PlatformStatus::Paused).await?;
-    let reply = act_on_job(state, token, &org, &id, move |c, jid| c.resume_job(jid, ask.specs.as_ref()).map(|_| ())).await?;
+    let reply =
+        act_on_job(state, token, &org, &id, move |c, jid| c.resume_job(jid, ask.specs.as_ref()).map(|_| ())).await?;
     tracing::info!(%org, job = %id, "job resumed");
     Ok(reply)
 }

@@ -59,7 +59,13 @@ fn only_known(pairs: &[(String, String)], known: &[&str]) -> ApiResult<()> {
         ("retrieve_specs" = Option<bool>, Query, description = "TAO's flag; the specs a job's container writes are in its results already")),
     responses((status = 200, description = "Paths relative to the job's results directory (empty before it has one), as TAO lists them", body = [String]),
         (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 502, body = ErrorBody)))]
-pub async fn list_files(state: AppStateRef, token: &super::token_info::TokenInfo, org: String, id: String, uri: Uri) -> ApiResult<Json<Vec<String>>> {
+pub async fn list_files(
+    state: AppStateRef,
+    token: &super::token_info::TokenInfo,
+    org: String,
+    id: String,
+    uri: Uri,
+) -> ApiResult<Json<Vec<String>>> {
     let q = pairs(&uri);
     only_known(&q, &["retrieve_logs", "retrieve_specs"])?;
     let with_logs = flag(&q, "retrieve_logs", true)?;
@@ -83,7 +89,13 @@ pub async fn list_files(state: AppStateRef, token: &super::token_info::TokenInfo
         (status = 400, body = ErrorBody), (status = 404, description = "No such job, no results yet, or a file asked for is not there", body = ErrorBody),
         (status = 413, description = "More than the cap (128 MiB before compression by default): ask for fewer files", body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 502, body = ErrorBody)))]
-pub async fn download_selective(state: AppStateRef, token: &super::token_info::TokenInfo, org: String, id: String, uri: Uri) -> ApiResult<Response> {
+pub async fn download_selective(
+    state: AppStateRef,
+    token: &super::token_info::TokenInfo,
+    org: String,
+    id: String,
+    uri: Uri,
+) -> ApiResult<Response> {
     let q = pairs(&uri);
     only_known(&q, &["file_lists", "best_model", "latest_model", "tar_files"])?;
     if !flag(&q, "tar_files", true)? {
@@ -103,14 +115,26 @@ pub async fn download_selective(state: AppStateRef, token: &super::token_info::T
     responses((status = 200, description = "A gzip'd tar of the whole results directory and the current attempt's logs (logs/main.out, logs/main.err)", content_type = "application/gzip"),
         (status = 404, body = ErrorBody), (status = 413, description = "More than the cap (128 MiB before compression by default): use :download_selective_files", body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 502, body = ErrorBody)))]
-pub async fn download(state: AppStateRef, token: &super::token_info::TokenInfo, org: String, id: String, uri: Uri) -> ApiResult<Response> {
+pub async fn download(
+    state: AppStateRef,
+    token: &super::token_info::TokenInfo,
+    org: String,
+    id: String,
+    uri: Uri,
+) -> ApiResult<Response> {
     only_known(&pairs(&uri), &[])?;
     let ask =
         ArchiveAsk { names: Vec::new(), latest_checkpoint: false, with_logs: true, max_bytes: max_archive_bytes() };
     archive(state, token, org, id, ask).await
 }
 
-async fn archive(state: AppStateRef, token: &super::token_info::TokenInfo, org: String, id: String, ask: ArchiveAsk) -> ApiResult<Response> {
+async fn archive(
+    state: AppStateRef,
+    token: &super::token_info::TokenInfo,
+    org: String,
+    id: String,
+    ask: ArchiveAsk,
+) -> ApiResult<Response> {
     let job = org_job(&state, &org, &id)?;
     let ws = super::common::workspace_of(&state, token, &job)?;
     let _in_pool = ws.pool.enter(&ws.id).await?;

@@ -331,7 +331,10 @@ impl SignIn {
             // The fresh sign-in a terminal's needs (`max_age=0`): when the provider says when.
             if let Some(at) = claims.auth_time() {
                 if at.timestamp() + 60 < p.started {
-                    return Err("the identity provider did not ask you to sign in again; sign in at the provider and retry".into());
+                    return Err(
+                        "the identity provider did not ask you to sign in again; sign in at the provider and retry"
+                            .into(),
+                    );
                 }
             }
         }
@@ -447,7 +450,9 @@ mod tests {
         let mut r = rules();
         r.username_claim = "email".into();
         let c = |verified: Value| {
-            claims(serde_json::json!({"sub": "s1", "email": "ada@example.org", "email_verified": verified, "groups": ["tao-a"]}))
+            claims(
+                serde_json::json!({"sub": "s1", "email": "ada@example.org", "email_verified": verified, "groups": ["tao-a"]}),
+            )
         };
         assert_eq!(membership(&c(Value::Bool(true)), &r).unwrap().person, "ada@example.org");
         assert_eq!(membership(&c(Value::String("true".into())), &r).unwrap().person, "ada@example.org");

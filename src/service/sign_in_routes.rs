@@ -62,7 +62,11 @@ fn seal_of<'a>(state: &AppStateRef, s: &'a SignIn) -> Result<&'a Seal, String> {
 
 fn unavailable(what: &str, e: &str) -> Response {
     tracing::warn!(error = %e, "{what}");
-    page(StatusCode::SERVICE_UNAVAILABLE, "Cannot sign in now", "The service cannot reach its database; try again in a minute.")
+    page(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Cannot sign in now",
+        "The service cannot reach its database; try again in a minute.",
+    )
 }
 
 /// Run `f` on the records off the async runtime.
@@ -91,7 +95,13 @@ fn issue(state: &AppStateRef, rules: &SignInRules, person: &str, org: &str, admi
     }
     state.reload_tokens_now()?;
     tracing::info!(%org, %person, token = %rec.id, admin, "signed in");
-    Ok(Issued { token, org: org.to_string(), person: person.to_string(), admin, expires_at: rec.expires_at.unwrap_or(now) })
+    Ok(Issued {
+        token,
+        org: org.to_string(),
+        person: person.to_string(),
+        admin,
+        expires_at: rec.expires_at.unwrap_or(now),
+    })
 }
 
 /// [`issue`] on a blocking thread (the records are a database).
@@ -111,14 +121,26 @@ fn not_set_up() -> Response {
 }
 
 /// A cookie of the sign-in's: HttpOnly, `Secure` when the service is reached over HTTPS.
-fn cookie(s: &SignIn, name: &str, value: &str, path: &str, same_site: &str, max_age: i64) -> (header::HeaderName, String) {
+fn cookie(
+    s: &SignIn,
+    name: &str,
+    value: &str,
+    path: &str,
+    same_site: &str,
+    max_age: i64,
+) -> (header::HeaderName, String) {
     let secure = if s.base().starts_with("https://") { "; Secure" } else { "" };
-    (header::SET_COOKIE, format!("{name}={value}; Path={path}; HttpOnly; SameSite={same_site}; Max-Age={max_age}{secure}"))
+    (
+        header::SET_COOKIE,
+        format!("{name}={value}; Path={path}; HttpOnly; SameSite={same_site}; Max-Age={max_age}{secure}"),
+    )
 }
 
 /// To the provider, the browser keeping `pending` sealed in its cookie.
 fn to_provider(state: &AppStateRef, s: &SignIn, url: String, pending: Pending) -> Response {
-    let sealed = match seal_of(state, s).and_then(|seal| seal.seal("pending", &pending, pending.started + PENDING_FOR.as_secs() as i64)) {
+    let sealed = match seal_of(state, s)
+        .and_then(|seal| seal.seal("pending", &pending, pending.started + PENDING_FOR.as_secs() as i64))
+    {
         Ok(v) => v,
         Err(e) => return unavailable("cannot seal a sign-in", &e),
     };
@@ -221,9 +243,8 @@ pub async fn callback(
         Ok(m) => bound(&state, &s.rules, m).await,
         Err(e) => Err(e),
     };
-    let who = outcome.and_then(|m| {
-        chosen_org(&m, p.org.as_deref()).map(|(org, admin)| Who { person: m.person, org, admin })
-    });
+    let who =
+        outcome.and_then(|m| chosen_org(&m, p.org.as_deref()).map(|(org, admin)| Who { person: m.person, org, admin }));
     if let Err(e) = &who {
         tracing::warn!(error = %e, "a sign-in was refused");
     }
@@ -282,7 +303,12 @@ async fn confirm_page(
 
 /// The dashboard's sign-in: its token made, handed to the dashboard through a cookie only this
 /// browser's own page can take (never in the URL: a link cannot replace anyone's session).
-async fn dashboards(state: &AppStateRef, s: &SignIn, seal: &Seal, who: Result<Who, String>) -> Result<Response, Response> {
+async fn dashboards(
+    state: &AppStateRef,
+    s: &SignIn,
+    seal: &Seal,
+    who: Result<Who, String>,
+) -> Result<Response, Response> {
     let issued = match who {
         Ok(w) => issue_off_runtime(state, s, w).await,
         Err(e) => return Ok(page(StatusCode::FORBIDDEN, "Not signed in", &e)),
@@ -332,7 +358,11 @@ pub struct ConfirmForm {
 }
 
 /// `POST /auth/device/confirm`: the person signs their terminal in; the terminal collects its token.
-pub async fn confirm(State(state): State<AppStateRef>, ext: Extensions, axum::Form(f): axum::Form<ConfirmForm>) -> Response {
+pub async fn confirm(
+    State(state): State<AppStateRef>,
+    ext: Extensions,
+    axum::Form(f): axum::Form<ConfirmForm>,
+) -> Response {
     let s = match sign_in_for(&state, &ext) {
         Ok(s) => s,
         Err(r) => return r,
@@ -403,25 +433,35 @@ pub async fn device(State(state): State<AppStateRef>, ext: Extensions, body: Opt
     };
     let user = d.user_code.clone();
     let until = d.created_at + DEVICE_CODE_FOR.as_secs() as i64;
-    let started = records(&state, move |r| {
-        r.sign_ins().start_device(&d, until, DEVICE_CODES_PER_CLIENT, DEVICE_CODES_IN_ALL)
-    })
-    .await;
+    let started =
+        records(&state, move |r| r.sign_ins().start_device(&d, until, DEVICE_CODES_PER_CLIENT, DEVICE_CODES_IN_ALL))
+            .await;
     match started {
         Ok(Ok(())) => {}
         Ok(Err(DeviceRefused::ClientBusy(n))) => {
             return device_refusal(
                 StatusCode::TOO_MANY_REQUESTS,
                 "slow_down",
-                format!("{n} sign-ins from this address are waiting for their person; finish one, or wait {} minutes", DEVICE_CODE_FOR.as_secs() / 60),
+                format!(
+                    "{n} sign-ins from this address are waiting for their person; finish one, or wait {} minutes",
+                    DEVICE_CODE_FOR.as_secs() / 60
+                ),
             )
         }
         Ok(Err(DeviceRefused::Full)) => {
-            return device_refusal(StatusCode::SERVICE_UNAVAILABLE, "slow_down", "too many sign-ins are waiting; try again in a minute".into())
+            return device_refusal(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "slow_down",
+                "too many sign-ins are waiting; try again in a minute".into(),
+            )
         }
         Err(e) => {
             tracing::warn!(error = %e, "cannot record a terminal's sign-in");
-            return device_refusal(StatusCode::SERVICE_UNAVAILABLE, "temporarily_unavailable", "the service cannot reach its database".into());
+            return device_refusal(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "temporarily_unavailable",
+                "the service cannot reach its database".into(),
+            );
         }
     }
     Json(serde_json::json!({
@@ -454,7 +494,11 @@ pub struct VerifyForm {
 
 /// `POST /auth/device/verify`: the typed code's terminal sign-in, on to the provider for a fresh
 /// sign-in.
-pub async fn verify(State(state): State<AppStateRef>, ext: Extensions, axum::Form(f): axum::Form<VerifyForm>) -> Response {
+pub async fn verify(
+    State(state): State<AppStateRef>,
+    ext: Extensions,
+    axum::Form(f): axum::Form<VerifyForm>,
+) -> Response {
     let s = match sign_in_for(&state, &ext) {
         Ok(s) => s,
         Err(r) => return r,
@@ -472,7 +516,12 @@ pub async fn verify(State(state): State<AppStateRef>, ext: Extensions, axum::For
         Ok(None) => return unknown(),
         Err(e) => return unavailable("cannot look a terminal's sign-in up", &e),
     };
-    let d = DeviceRef { code_sha256: found.code_sha256, user_code: found.user_code, client: found.client, at: found.created_at };
+    let d = DeviceRef {
+        code_sha256: found.code_sha256,
+        user_code: found.user_code,
+        client: found.client,
+        at: found.created_at,
+    };
     match s.start(Some(d), found.org, now()).await {
         Ok((url, pending)) => to_provider(&state, s, url, pending),
         Err(e) => provider_unreachable(&e),
@@ -485,7 +534,11 @@ pub struct DeviceTokenAsk {
 }
 
 /// `POST /auth/device/token`: the terminal's token once its person confirmed it (RFC 8628's answers).
-pub async fn device_token(State(state): State<AppStateRef>, ext: Extensions, Json(ask): Json<DeviceTokenAsk>) -> Response {
+pub async fn device_token(
+    State(state): State<AppStateRef>,
+    ext: Extensions,
+    Json(ask): Json<DeviceTokenAsk>,
+) -> Response {
     let s = match sign_in_for(&state, &ext) {
         Ok(s) => s,
         Err(r) => return r,
@@ -502,7 +555,11 @@ pub async fn device_token(State(state): State<AppStateRef>, ext: Extensions, Jso
         Ok(DeviceState::Settled(o)) => o,
         Err(e) => {
             tracing::warn!(error = %e, "cannot read a terminal's sign-in");
-            return device_refusal(StatusCode::SERVICE_UNAVAILABLE, "temporarily_unavailable", "the service cannot reach its database".into());
+            return device_refusal(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "temporarily_unavailable",
+                "the service cannot reach its database".into(),
+            );
         }
     };
     #[derive(Deserialize)]
@@ -517,7 +574,11 @@ pub async fn device_token(State(state): State<AppStateRef>, ext: Extensions, Jso
             Ok(issued) => Json(issued).into_response(),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot make a signed-in person's token");
-                device_refusal(StatusCode::SERVICE_UNAVAILABLE, "temporarily_unavailable", "the service could not record your token; run `tao-slurm login` again".into())
+                device_refusal(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "temporarily_unavailable",
+                    "the service could not record your token; run `tao-slurm login` again".into(),
+                )
             }
         },
         Ok(Outcome::Refused(e)) => refuse("access_denied", e),
@@ -536,7 +597,14 @@ mod tests {
     fn a_terminals_code_is_eight_unambiguous_letters_and_read_as_typed() {
         let c = user_code();
         assert_eq!(c.len(), 9, "{c}");
-        assert!(c.chars().enumerate().all(|(i, ch)| if i == 4 { ch == '-' } else { USER_CODE_LETTERS.contains(&(ch as u8)) }), "{c}");
+        assert!(
+            c.chars().enumerate().all(|(i, ch)| if i == 4 {
+                ch == '-'
+            } else {
+                USER_CODE_LETTERS.contains(&(ch as u8))
+            }),
+            "{c}"
+        );
         assert_ne!(user_code(), user_code());
         assert_eq!(normal_user_code("bcdf ghjk").as_deref(), Some("BCDF-GHJK"));
         assert_eq!(normal_user_code(" BCDF-GHJK\n").as_deref(), Some("BCDF-GHJK"));

@@ -47,8 +47,10 @@ impl Seal {
         if text.len() > 16 * 1024 || text.len() % 2 != 0 || text.len() < 2 * (24 + 16) {
             return None;
         }
-        let bytes: Vec<u8> =
-            (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect::<Option<_>>()?;
+        let bytes: Vec<u8> = (0..text.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+            .collect::<Option<_>>()?;
         let (nonce, sealed) = bytes.split_at(24);
         let plain =
             self.cipher.decrypt(XNonce::from_slice(nonce), Payload { msg: sealed, aad: purpose.as_bytes() }).ok()?;

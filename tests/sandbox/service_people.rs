@@ -221,7 +221,8 @@ async fn each_person_runs_as_their_own_unix_user_with_short_lived_certificates()
         assert_eq!((s, e["error_type"].as_str()), (403, Some("forbidden")), "{action}: {e}");
     }
     // An org admin's token is no one's identity either.
-    let admin = svc.env.json(&["token", "create", "--org", ORG, "--admin", "--json"])["token"].as_str().unwrap().to_string();
+    let admin =
+        svc.env.json(&["token", "create", "--org", ORG, "--admin", "--json"])["token"].as_str().unwrap().to_string();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let (s, e) = post(&svc, &admin, &format!("/jobs/{a_id}:cancel"), json!({})).await;
     assert_eq!((s, e["error_type"].as_str()), (403, Some("forbidden")), "an admin: {e}");

@@ -88,7 +88,13 @@ async fn type_code_as(page_url: &str, finish_at: &str, user_code: &str, sub: &st
 }
 
 /// [`type_code_as`], confirming the terminal only when `and_confirm`.
-async fn type_code(page_url: &str, finish_at: &str, user_code: &str, sub: &str, and_confirm: bool) -> (u16, String, String) {
+async fn type_code(
+    page_url: &str,
+    finish_at: &str,
+    user_code: &str,
+    sub: &str,
+    and_confirm: bool,
+) -> (u16, String, String) {
     let http = browser_from("127.0.0.1");
     let form = http.get(page_url).send().await.unwrap();
     assert_eq!(form.status(), 200);
@@ -116,7 +122,8 @@ async fn type_code(page_url: &str, finish_at: &str, user_code: &str, sub: &str, 
     if !and_confirm {
         return (status, text.clone(), text);
     }
-    let done = http.post(format!("{finish_at}/auth/device/confirm")).form(&[("confirm", confirm)]).send().await.unwrap();
+    let done =
+        http.post(format!("{finish_at}/auth/device/confirm")).form(&[("confirm", confirm)]).send().await.unwrap();
     (done.status().as_u16(), done.text().await.unwrap(), text)
 }
 
@@ -334,18 +341,23 @@ async fn people_sign_in_through_the_identity_provider_and_run_as_themselves() {
 /// A terminal's sign-in by hand: started on `start_at` from `terminal`, its code typed and confirmed
 /// on `finish_at` by `sub`, its token collected on `start_at`: (the last answer's status, its body).
 async fn device_sign_in(terminal: &reqwest::Client, start_at: &str, finish_at: &str, sub: &str) -> (u16, Value) {
-    let dev: Value = terminal.post(format!("{start_at}/auth/device")).json(&json!({})).send().await.unwrap().json().await.unwrap();
+    let dev: Value =
+        terminal.post(format!("{start_at}/auth/device")).json(&json!({})).send().await.unwrap().json().await.unwrap();
     let (code, user_code) = (dev["device_code"].as_str().unwrap(), dev["user_code"].as_str().unwrap());
     let (status, page, _) = type_code_as(&format!("{finish_at}/auth/device"), finish_at, user_code, sub).await;
     let url = format!("{start_at}/auth/device/token");
-    let mut answer =
-        wait_for_async("the terminal's sign-in settles", Duration::from_secs(30), Duration::from_millis(500), || async {
+    let mut answer = wait_for_async(
+        "the terminal's sign-in settles",
+        Duration::from_secs(30),
+        Duration::from_millis(500),
+        || async {
             let r = terminal.post(&url).json(&json!({"device_code": code})).send().await.unwrap();
             let s = r.status().as_u16();
             let v: Value = r.json().await.unwrap();
             (v["error"] != "authorization_pending").then_some((s, v))
-        })
-        .await;
+        },
+    )
+    .await;
     if answer.0 != 200 {
         // What the person saw, for the failure's message.
         answer.1["page"] = json!(format!("[{status}] {page}"));
@@ -379,7 +391,12 @@ async fn sign_in_is_shared_by_replicas_and_cannot_be_jammed_borrowed_or_had_by_a
          [sign_in]\nissuer = \"{}\"\nclient_id = \"tao-slurm\"\npublic_url = \"http://tao.invalid\"\n[sign_in.orgs]\n{ORG} = \"tao-team-a\"\n",
         provider.url
     );
-    let svc = Service::start_configured_with_flags(&[], &clusters, false, &["--ssh-ca-key", &ca_text]);
+    let svc = Service::start_configured_with_flags(
+        &[("TAO_SLURM_OIDC_CLIENT_SECRET", "another-secret")],
+        &clusters,
+        false,
+        &["--ssh-ca-key", &ca_text],
+    );
     let other = svc.replica("second", &["--ssh-ca-key", &ca_text]);
     let (a, b) = (svc.url.clone(), other.url.clone());
 
@@ -476,8 +493,15 @@ async fn sign_in_is_shared_by_replicas_and_cannot_be_jammed_borrowed_or_had_by_a
         assert!(refused["error_description"].as_str().unwrap().contains("user of the system"), "{refused}");
     }
 
-    // The renamed ada's job runs as her own Unix user.
-    let (_, slurm_id) = run_job(&svc, renamed["token"].as_str().unwrap()).await;
+    // The renamed ada's job runs as her own Unix user (her token, made by the other replica, is read
+    // here within a second).
+    let token = renamed["token"].as_str().unwrap();
+    let stats = svc.api("/stats");
+    wait_for_async("the token is known here", Duration::from_secs(10), Duration::from_millis(200), || async {
+        send(&svc, token, reqwest::Method::GET, &stats, None).await.0 == 200
+    })
+    .await;
+    let (_, slurm_id) = run_job(&svc, token).await;
     crate::service_support::wait_for_sacct_users(&[(&slurm_id, &ada)]);
     let keys = std::path::PathBuf::from(format!("{}.keys/people", svc.env.vars["TAO_SLURM_STATE"]));
     for system in ["root", "slurm", "daemon"] {
