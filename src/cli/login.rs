@@ -13,7 +13,8 @@ pub struct LoginCmd {
     #[arg(long, default_value = "12h")]
     pub persist: String,
     /// Sign in to a team service (its URL) through its identity provider instead: opens nothing,
-    /// prints a link to open in any browser, and keeps the service token it gets in
+    /// prints the service's page and a code to type there in any browser, and keeps the service
+    /// token it gets in
     /// ~/.config/tao/service-token.json (mode 600; `--token-file` elsewhere)
     #[arg(long, value_name = "URL", conflicts_with = "host")]
     pub service: Option<String>,

@@ -1,6 +1,7 @@
 //! `login --service URL`: sign in to a team service through its identity provider, from a terminal
-//! (no browser needed here): the service gives a link and a device code; the person opens the link in
-//! any browser and signs in; the service token they get is kept in a private file for the tools that
+//! (no browser needed here): the service gives its page and a code; the person opens the page in any
+//! browser, types the code, signs in and confirms; the service token they get is kept in a private
+//! file for the tools that
 //! call the service (TAO's client, scripts, agents). The token is never printed.
 
 use crate::error::Error;
