@@ -312,7 +312,7 @@ impl SignIn {
             .map_err(|e| format!("the identity provider refused the sign-in: {e}"))?;
         let id_token = token.id_token().ok_or("the identity provider sent no ID token")?;
         let nonce = Nonce::new(p.nonce.clone());
-        let verified = id_token.claims(&client.id_token_verifier(), &nonce).map(Clone::clone);
+        let verified = id_token.claims(&client.id_token_verifier(), &nonce).cloned();
         let (client, claims) = match verified {
             Ok(c) => (client, c),
             Err(first) => {

@@ -44,9 +44,9 @@ fn client_of(ext: &Extensions) -> String {
 }
 
 /// The sign-in, if the operator set one up, and the request within its address's rate.
-fn sign_in_for<'a>(state: &'a AppStateRef, ext: &Extensions) -> Result<&'a SignIn, Response> {
-    let Some(s) = state.sign_in.as_deref() else { return Err(not_set_up()) };
-    s.limits.check(&client_of(ext)).map_err(IntoResponse::into_response)?;
+fn sign_in_for<'a>(state: &'a AppStateRef, ext: &Extensions) -> Result<&'a SignIn, Box<Response>> {
+    let Some(s) = state.sign_in.as_deref() else { return Err(Box::new(not_set_up())) };
+    s.limits.check(&client_of(ext)).map_err(|e| Box::new(e.into_response()))?;
     Ok(s)
 }
 
@@ -172,7 +172,7 @@ pub struct LoginQuery {
 pub async fn login(State(state): State<AppStateRef>, ext: Extensions, Query(q): Query<LoginQuery>) -> Response {
     let s = match sign_in_for(&state, &ext) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     if q.device.is_some() {
         return page(
@@ -211,7 +211,7 @@ pub async fn callback(
 ) -> Response {
     let s = match sign_in_for(&state, &ext) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let seal = match seal_of(&state, s) {
         Ok(seal) => seal,
@@ -334,7 +334,7 @@ async fn dashboards(
 pub async fn session(State(state): State<AppStateRef>, ext: Extensions, headers: HeaderMap) -> Response {
     let s = match sign_in_for(&state, &ext) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let taken: Option<serde_json::Value> = match seal_of(&state, s) {
         Ok(seal) => cookie_of(&headers, SESSION_COOKIE).and_then(|c| seal.open("session", &c, now())),
@@ -365,7 +365,7 @@ pub async fn confirm(
 ) -> Response {
     let s = match sign_in_for(&state, &ext) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let opened: Option<(String, Who)> = match seal_of(&state, s) {
         Ok(seal) => seal.open("confirm", &f.confirm, now()),
@@ -421,7 +421,7 @@ fn device_refusal(status: StatusCode, error: &str, description: String) -> Respo
 pub async fn device(State(state): State<AppStateRef>, ext: Extensions, body: Option<Json<DeviceAsk>>) -> Response {
     let s = match sign_in_for(&state, &ext) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let device_code = random_code(32);
     let d = DeviceSignIn {
@@ -477,7 +477,7 @@ pub async fn device(State(state): State<AppStateRef>, ext: Extensions, body: Opt
 /// `GET /auth/device`: where the person types the code their terminal shows.
 pub async fn device_page(State(state): State<AppStateRef>, ext: Extensions) -> Response {
     if let Err(r) = sign_in_for(&state, &ext) {
-        return r;
+        return *r;
     }
     page_with(
         StatusCode::OK,
@@ -501,7 +501,7 @@ pub async fn verify(
 ) -> Response {
     let s = match sign_in_for(&state, &ext) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let unknown = || {
         page(
@@ -541,7 +541,7 @@ pub async fn device_token(
 ) -> Response {
     let s = match sign_in_for(&state, &ext) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let refuse = |error: &str, description: String| device_refusal(StatusCode::BAD_REQUEST, error, description);
     let code = crate::client::records::token_hash(&ask.device_code);

@@ -44,7 +44,7 @@ impl Seal {
     /// What [`Seal::seal`] sealed for `purpose`, while `now` is before its time; None for anything
     /// else (forged, altered, for another purpose, expired).
     pub fn open<T: DeserializeOwned>(&self, purpose: &str, text: &str, now: i64) -> Option<T> {
-        if text.len() > 16 * 1024 || text.len() % 2 != 0 || text.len() < 2 * (24 + 16) {
+        if text.len() > 16 * 1024 || !text.len().is_multiple_of(2) || text.len() < 2 * (24 + 16) {
             return None;
         }
         let bytes: Vec<u8> = (0..text.len())
