@@ -230,9 +230,12 @@ fn a_preempted_training_resumes_from_its_checkpoint_and_completes() {
     // Slurm ended the first attempt as PREEMPTED for the urgent job, which ran.
     // (as sacct shows once slurmdbd has recorded both ends: a moment after the controller)
     let script = format!("sacct -X -P -n -j {first},{urgent} -o JobID,State\n");
-    env.wait_ssh("the first attempt PREEMPTED and the urgent job COMPLETED in sacct", &script, Duration::from_secs(60), |s| {
-        s.contains(&format!("{first}|PREEMPTED")) && s.contains(&format!("{urgent}|COMPLETED"))
-    });
+    env.wait_ssh(
+        "the first attempt PREEMPTED and the urgent job COMPLETED in sacct",
+        &script,
+        Duration::from_secs(60),
+        |s| s.contains(&format!("{first}|PREEMPTED")) && s.contains(&format!("{urgent}|COMPLETED")),
+    );
     // The second attempt was made for the preemption, from the newest checkpoint, which the
     // training went on from.
     let attempts = v["attempts"].as_array().unwrap();

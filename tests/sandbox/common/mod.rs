@@ -204,10 +204,15 @@ impl Env {
     /// queue (the records not yet taken by slurmdbd) to be empty.
     pub fn wait_for_accounting(&self) {
         let script = "sdiag | awk -F: '/DBD Agent queue size/ { gsub(/ /, \"\", $2); print $2 }'\n";
-        wait_for("slurmdbd to record what the controller did", Duration::from_secs(90), Duration::from_millis(250), || {
-            let queued = self.ssh(script);
-            when(queued.trim().to_string(), |q| q == "0").map_err(|q| format!("DBD Agent queue size {q:?}"))
-        });
+        wait_for(
+            "slurmdbd to record what the controller did",
+            Duration::from_secs(90),
+            Duration::from_millis(250),
+            || {
+                let queued = self.ssh(script);
+                when(queued.trim().to_string(), |q| q == "0").map_err(|q| format!("DBD Agent queue size {q:?}"))
+            },
+        );
     }
 
     /// Run `script` on the login host (as [`Env::ssh`]) every 300 ms until `done` holds for its
