@@ -15,6 +15,7 @@ import subprocess
 import pytest
 
 import tao_slurm
+from tao_test_support import wait_until
 
 IMAGE = "ubuntu:22.04"
 
@@ -33,13 +34,19 @@ def test_slurm_time_hours_2_alone_submits_2_hours_with_a_1_8_hour_timeout_and_64
     assert sdk.wait(job.id, timeout=120).status == "Complete"
     logs = sdk.get_job_logs(job.id)
     assert "cpus=64" in logs, logs
-    # The container has no Slurm commands: the limit is read from the controller over SSH.
+    # The container has no Slurm commands: the limit is read from Slurm's accounting over SSH (the
+    # controller forgets an ended job after MinJobAge; sacct has it once slurmdbd recorded it).
     slurm_id = sdk.get_job(job.id)["slurm_job_id"]
-    shown = subprocess.run(
-        ["ssh", "-F", env["SSH_CONFIG"], env["SLURM_HOSTNAME"].split(",")[0], f"scontrol show job -o {slurm_id}"],
-        capture_output=True, text=True, timeout=60, check=True,
-    ).stdout
-    assert " TimeLimit=02:00:00 " in shown, shown
+
+    def time_limit() -> str:
+        return subprocess.run(
+            ["ssh", "-F", env["SSH_CONFIG"], env["SLURM_HOSTNAME"].split(",")[0],
+             f"sacct -X -n -P -j {slurm_id} -o Timelimit"],
+            capture_output=True, text=True, timeout=60, check=True,
+        ).stdout.strip()
+
+    shown = wait_until(time_limit, 60, f"Slurm job {slurm_id} in sacct")
+    assert shown == "02:00:00", shown
     script = pathlib.Path(env["SLURM_BASE_RESULTS_DIR"], "sbatch", f"job_{job.id}.sbatch").read_text()
     assert "#SBATCH --time=02:00:00" in script and "#SBATCH --cpus-per-task=64" in script
     assert f"timeout --signal=TERM --kill-after=60 {int(1.8 * 3600)}s srun" in script, "1.8 h inner timeout"

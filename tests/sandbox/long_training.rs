@@ -228,10 +228,13 @@ fn a_preempted_training_resumes_from_its_checkpoint_and_completes() {
     let (out, err) = (logs["stdout"].as_str().unwrap(), logs["stderr"].as_str().unwrap());
     assert_eq!(v["status"], "Complete", "{v}\n{out}\n{err}");
     // Slurm ended the first attempt as PREEMPTED for the urgent job, which ran.
-    let states = env.ssh(&format!("sacct -X -P -n -j {first},{urgent} -o JobID,State"));
-    assert!(
-        states.contains(&format!("{first}|PREEMPTED")) && states.contains(&format!("{urgent}|COMPLETED")),
-        "{states}"
+    // (as sacct shows once slurmdbd has recorded both ends: a moment after the controller)
+    let script = format!("sacct -X -P -n -j {first},{urgent} -o JobID,State\n");
+    env.wait_ssh(
+        "the first attempt PREEMPTED and the urgent job COMPLETED in sacct",
+        &script,
+        Duration::from_secs(60),
+        |s| s.contains(&format!("{first}|PREEMPTED")) && s.contains(&format!("{urgent}|COMPLETED")),
     );
     // The second attempt was made for the preemption, from the newest checkpoint, which the
     // training went on from.

@@ -48,8 +48,11 @@ fn a_graceful_pause_saves_a_checkpoint_and_two_resumes_go_on_from_it_as_one_slur
     assert!(!before.contains("training: done"), "{before}");
     let saved = *finished_epochs(&before).last().unwrap();
     // Its allocation is released: Slurm ended its job.
-    let state = env.ssh(&format!("sacct -X -n -P -j {first} -o State"));
-    assert!(state.starts_with("CANCELLED"), "{state}");
+    // (sacct has the state once slurmdbd has recorded it: a moment after the controller.)
+    let script = format!("sacct -X -n -P -j {first} -o State\n");
+    env.wait_ssh(&format!("Slurm job {first} CANCELLED in sacct"), &script, Duration::from_secs(60), |state| {
+        state.starts_with("CANCELLED")
+    });
     // The dependant waits, and says why.
     let c = env.wait_job(&child, "waiting for its paused parent", Duration::from_secs(60), |c| {
         c["message"].as_str().is_some_and(|m| m.contains("it is paused"))
@@ -108,8 +111,10 @@ fn a_pause_of_a_job_not_running_yet_cancels_it_and_a_resume_with_new_specs_runs_
     let (job, first) = env.submit(&["--spec", job_file.to_str().unwrap()]);
     let v = env.json(&["pause", &job, "--graceful", "--json"]);
     assert_eq!(v[0]["status"], "Paused", "not running: cancelled at once, graceful or not: {v}");
-    let state = env.ssh(&format!("squeue -h -j {first} -o %T 2>/dev/null; sacct -X -n -P -j {first} -o State"));
-    assert!(state.contains("CANCELLED"), "{state}");
+    let script = format!("squeue -h -j {first} -o %T 2>/dev/null; sacct -X -n -P -j {first} -o State\n");
+    env.wait_ssh(&format!("Slurm job {first} CANCELLED"), &script, Duration::from_secs(60), |state| {
+        state.contains("CANCELLED")
+    });
     // Watching a paused job ends (it goes on only when resumed), not a success, saying how to go on.
     let watched = env.run_with_deadline(&["watch", &job], Duration::from_secs(60));
     let said = String::from_utf8_lossy(&watched.stderr);

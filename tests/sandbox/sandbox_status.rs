@@ -121,7 +121,9 @@ fn a_job_aged_out_of_the_controller_gets_its_verdict_from_sacct() {
             .unwrap();
         !out.status.success()
     });
-    let v = env.status(&job);
+    // Only sacct knows it now; a refresh answers it once slurmdbd has its end (the refresh waits for
+    // accounting to catch up before it takes the job's absence as evidence of anything).
+    let v = env.wait_terminal(&job, Duration::from_secs(60));
     assert_eq!((v["status"].as_str(), v["exit_code"].as_i64()), (Some("Error"), Some(4)), "{v}");
 }
 

@@ -12,8 +12,11 @@ fn all_terminal(jobs: &[Value]) -> bool {
     jobs.iter().all(is_terminal)
 }
 
-/// The numeric array ids of the sweep's Slurm jobs (an array task's id is `<array>_<index>`).
+/// The numeric array ids of the sweep's Slurm jobs (an array task's id is `<array>_<index>`), in
+/// sacct and in the controller, once accounting has caught up (a task that ended more than MinJobAge
+/// ago is in sacct alone).
 fn array_ids_named(env: &Env, name: &str) -> Vec<String> {
+    env.wait_for_accounting();
     let text = env.ssh(&format!(
         "sacct -X -P -n -S now-1days -E now -s PD,R,RQ,RS,S,CA,CD,F,TO,NF,PR,OOM,BF,DL --name={name} -o JobID\nsqueue --me -r -t all -h -n {name} -o %i\n"
     ));
@@ -236,9 +239,11 @@ fn a_pipeline_whose_first_step_fails_cancels_the_later_steps_at_once() {
     assert_eq!(get(&ids[1])["message"], format!("dependency {} ended Error", ids[0]));
     assert_eq!(get(&ids[2])["status"], "Canceled", "{:#}", get(&ids[2]));
     assert_eq!(get(&ids[2])["message"], format!("dependency {} ended Canceled", ids[1]));
-    // And Slurm no longer holds them.
-    let left = env.ssh(&format!("squeue --me -h -j {},{} -o %i 2>/dev/null || true\n", slurm[1], slurm[2]));
-    assert!(left.trim().is_empty(), "still queued: {left}");
+    // And Slurm no longer holds them (the refresh's scancel may still be on its way).
+    let script = format!("squeue --me -h -j {},{} -o %i 2>/dev/null || true\n", slurm[1], slurm[2]);
+    env.wait_ssh("the pipeline's later steps gone from the queue", &script, Duration::from_secs(30), |left| {
+        left.trim().is_empty()
+    });
 }
 
 #[test]

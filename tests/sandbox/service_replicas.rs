@@ -334,7 +334,8 @@ async fn survivor_finishes_every_job_once(svc: Service, replica_flags: &[&str], 
     }
     eprintln!("audit trail: {} entries, {} cancels in the burst", trail.len(), cancelled.len());
 
-    // Slurm's accounting: every attempt of every job submitted once.
+    // Slurm's accounting: every attempt of every job submitted once (read once it has caught up).
+    svc.env.wait_for_accounting();
     let names = svc.env.ssh("sacct -X -P -n -S now-1hours -E now -o JobName%200\n");
     let mut count: BTreeMap<&str, usize> = BTreeMap::new();
     for n in names.lines().map(str::trim).filter(|n| ids.iter().any(|id| n.contains(id.as_str()))) {

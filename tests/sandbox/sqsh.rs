@@ -67,7 +67,10 @@ fn images_are_converted_once_and_failures_submit_nothing() {
     let name =
         format!("tao-sqsh-{}", tao_slurm::sqsh::cache_file_name(&tao_slurm::spec::ImageRef::parse(image).unwrap()));
     let name = name.trim_end_matches(".sqsh").to_string();
+    // Read once accounting has caught up: a conversion that ended a moment ago can be missing from
+    // sacct until slurmdbd has its record.
     let conversions = |env: &Env| {
+        env.wait_for_accounting();
         let out = env.ssh(&format!("sacct -X -n -P -S {started} --name={name} -o JobID\n"));
         out.lines().filter(|l| !l.trim().is_empty()).count()
     };

@@ -196,8 +196,39 @@ impl Env {
         plan
     }
 
-    /// Slurm jobs (any state) whose name starts with `prefix`, in sacct and in the controller.
+    /// Wait until Slurm's accounting has recorded everything the controller did before this call, so
+    /// that one read of `sacct` after it sees every job submitted and every state reached until now.
+    /// slurmctld sends its records to slurmdbd asynchronously: a job that just ended can be missing
+    /// from `sacct`, or shown in an earlier state, for a moment (longer on a loaded machine). As the
+    /// refresh does before it takes a job's absence as evidence, this waits for `sdiag`'s DBD Agent
+    /// queue (the records not yet taken by slurmdbd) to be empty.
+    pub fn wait_for_accounting(&self) {
+        let script = "sdiag | awk -F: '/DBD Agent queue size/ { gsub(/ /, \"\", $2); print $2 }'\n";
+        wait_for(
+            "slurmdbd to record what the controller did",
+            Duration::from_secs(90),
+            Duration::from_millis(250),
+            || {
+                let queued = self.ssh(script);
+                when(queued.trim().to_string(), |q| q == "0").map_err(|q| format!("DBD Agent queue size {q:?}"))
+            },
+        );
+    }
+
+    /// Run `script` on the login host (as [`Env::ssh`]) every 300 ms until `done` holds for its
+    /// output; returns it. For what Slurm shows only a moment after it happened (a job's state in
+    /// `sacct` or `squeue` once it ended, say). Panics with the last output after `limit`.
+    pub fn wait_ssh(&self, what: &str, script: &str, limit: Duration, done: impl Fn(&str) -> bool) -> String {
+        wait_for(what, limit, Duration::from_millis(300), || {
+            let out = self.ssh(script);
+            when(out, |o| done(o)).map_err(|o| format!("{script:?} printed {o:?}"))
+        })
+    }
+
+    /// Slurm jobs (any state) whose name starts with `prefix`, in sacct and in the controller, once
+    /// accounting has caught up (a job that ended more than MinJobAge ago is in sacct alone).
     pub fn slurm_jobs_named(&self, prefix: &str) -> Vec<String> {
+        self.wait_for_accounting();
         let text = self.ssh(
             "sacct -X -P -n -S now-1days -E now -s PD,R,RQ,RS,S,CA,CD,F,TO,NF,PR,OOM,BF,DL -o JobIDRaw,JobName\n\
              squeue --me -t all -h -o '%i|%j'\n",

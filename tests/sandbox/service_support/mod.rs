@@ -379,7 +379,8 @@ pub fn wait_for_sacct_users(jobs: &[(&str, &str)]) {
     want.sort();
     crate::common::wait::wait_for(
         "sacct to name each job's user",
-        Duration::from_secs(30),
+        // (a deadline only: slurmdbd on a loaded two-core machine can lag the controller by many seconds)
+        Duration::from_secs(90),
         Duration::from_millis(500),
         || {
             let out = std::process::Command::new("sacct")
