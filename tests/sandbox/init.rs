@@ -216,3 +216,86 @@ fn init_names_a_wrong_key_mode_an_unknown_host_key_and_a_missing_partition_and_w
     assert!(std::fs::read_to_string(&fresh).unwrap().contains("ssh-ed25519"));
     assert!(Path::new(&env_file(&env)).is_file());
 }
+
+/// A user who exported what TAO's skill asks an agent to export (the TAO SDK's names), with the
+/// login host's key in their own known_hosts, and nothing else.
+fn tao_sdk_user() -> (Env, PathBuf) {
+    let mut env = newcomer();
+    let key = own_key(&env, 0o600);
+    std::fs::copy(format!("{SSH}/known_hosts"), env.dir.path().join(".ssh/known_hosts")).unwrap();
+    for (name, value) in [
+        ("SLURM_HOSTNAME", "127.0.0.1:2222"),
+        ("SLURM_USER", "slurmuser"),
+        ("SSH_KEY_PATH", &key.display().to_string()),
+        ("SLURM_BASE_RESULTS_DIR", BASE),
+    ] {
+        env.vars.insert(name.into(), value.into());
+    }
+    (env, key)
+}
+
+#[test]
+fn init_yes_takes_the_tao_sdk_environment_writes_it_and_runs_preflight() {
+    let (env, key) = tao_sdk_user();
+    let out = env.run(&["init", "--yes"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("ready: submit a first job"), "preflight ran and passed: {said}");
+    let written = std::fs::read_to_string(env_file(&env)).unwrap();
+    for line in [
+        "SLURM_HOSTNAME=127.0.0.1:2222\n".to_string(),
+        "SLURM_USER=slurmuser\n".to_string(),
+        format!("SSH_KEY_PATH={}\n", key.display()),
+        "SLURM_PARTITION=polar\n".to_string(),
+        format!("SLURM_BASE_RESULTS_DIR={BASE}\n"),
+    ] {
+        assert!(written.contains(&line), "{line:?} in:\n{written}");
+    }
+
+    // For agents: one JSON object, no question; without --yes nothing is written. The TAO SDK's
+    // other names (SSH_HOST, SSH_USER) stand for ours; a flag still wins over the environment.
+    let (mut agent, _) = tao_sdk_user();
+    let host = agent.vars.remove("SLURM_HOSTNAME").unwrap();
+    let user = agent.vars.remove("SLURM_USER").unwrap();
+    agent.vars.insert("SSH_HOST".into(), host);
+    agent.vars.insert("SSH_USER".into(), user);
+    let out = agent.run(&["init", "--json", "--partition", "debug"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["written"], false, "{shown}");
+    let taken: Vec<&str> = shown["already_set"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(taken, ["SLURM_HOSTNAME", "SLURM_USER", "SSH_KEY_PATH", "SLURM_BASE_RESULTS_DIR"], "{shown}");
+    assert!(shown["text"].as_str().unwrap().contains("SLURM_PARTITION=debug\n"), "{shown}");
+    assert_eq!(shown["found"]["pyxis"], true, "{shown}");
+    assert!(!env_file(&agent).exists());
+    let out = agent.run(&["init", "--json", "--yes"]);
+    let done: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{done}");
+    assert_eq!((&done["written"], &done["preflight"]["ok"]), (&true.into(), &true.into()), "{done}");
+
+    // The env file's settings are the defaults too, once the environment holds none.
+    let mut again = Env::isolated();
+    again.vars = agent.vars.clone();
+    for name in ["SSH_HOST", "SSH_USER", "SSH_KEY_PATH", "SLURM_BASE_RESULTS_DIR"] {
+        again.vars.remove(name);
+    }
+    let out = again.run(&["init", "--json", "--yes", "--overwrite", "--partition", "debug"]);
+    let redone: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{redone}");
+    let taken: Vec<&str> = redone["already_set"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(taken, ["SLURM_HOSTNAME", "SLURM_USER", "SSH_KEY_PATH", "SLURM_BASE_RESULTS_DIR"], "{redone}");
+    assert!(std::fs::read_to_string(env_file(&agent)).unwrap().contains("SLURM_PARTITION=debug\n"));
+
+    // A problem is JSON too, naming the field and its fix; nothing is written.
+    let mut wrong = Env::isolated();
+    wrong.vars = again.vars.clone();
+    wrong.vars.insert("HOME".into(), wrong.dir.path().display().to_string());
+    wrong.vars.insert("SLURM_HOSTNAME".into(), "127.0.0.1:2222".into());
+    wrong.vars.insert("SLURM_USER".into(), "slurmuser".into());
+    let out = wrong.run(&["init", "--json", "--yes", "--known-hosts", "/dev/null", "--key", &format!("{SSH}/id_ed25519")]);
+    let refused: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(3), "{refused}");
+    assert_eq!(refused["problem"]["field"], "host", "{refused}");
+    assert!(refused["problem"]["fix"].as_str().unwrap().contains("--accept-new-host-key"), "{refused}");
+    assert!(!env_file(&wrong).exists());
+}

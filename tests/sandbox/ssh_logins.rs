@@ -67,6 +67,7 @@ fn logins_are_shared_and_missing_settings_never_connect() {
         flags: Default::default(),
         env: lib.vars.clone(),
         file: Default::default(),
+        uid: Some(tao_slurm_engine::private::current_uid()),
     };
     let settings = tao_slurm::config::Settings::from_sources(&sources).unwrap();
     let transport = tao_slurm_engine::remote::connect(&settings).unwrap();
