@@ -217,12 +217,12 @@ fn init_names_a_wrong_key_mode_an_unknown_host_key_and_a_missing_partition_and_w
     assert!(Path::new(&env_file(&env)).is_file());
 }
 
-/// A user who exported what TAO's skill asks an agent to export (the TAO SDK's names), with the
-/// login host's key in their own known_hosts, and nothing else.
+/// A user who exported what TAO's skill asks an agent to export (the TAO SDK's names) and nothing
+/// else. (ssh reads `~/.ssh/known_hosts` of the passwd entry, not of HOME: the sandbox's known_hosts
+/// is given as `--known-hosts` or SSH_KNOWN_HOSTS.)
 fn tao_sdk_user() -> (Env, PathBuf) {
     let mut env = newcomer();
     let key = own_key(&env, 0o600);
-    std::fs::copy(format!("{SSH}/known_hosts"), env.dir.path().join(".ssh/known_hosts")).unwrap();
     for (name, value) in [
         ("SLURM_HOSTNAME", "127.0.0.1:2222"),
         ("SLURM_USER", "slurmuser"),
@@ -234,10 +234,14 @@ fn tao_sdk_user() -> (Env, PathBuf) {
     (env, key)
 }
 
+/// What the agent's environment (and later its env file) gave init.
+const TAKEN: [&str; 5] = ["SLURM_HOSTNAME", "SLURM_USER", "SSH_KEY_PATH", "SSH_KNOWN_HOSTS", "SLURM_BASE_RESULTS_DIR"];
+
 #[test]
 fn init_yes_takes_the_tao_sdk_environment_writes_it_and_runs_preflight() {
     let (env, key) = tao_sdk_user();
-    let out = env.run(&["init", "--yes"]);
+    let known = format!("{SSH}/known_hosts");
+    let out = env.run(&["init", "--yes", "--known-hosts", &known]);
     let said = text(&out);
     assert_eq!(out.status.code(), Some(0), "{said}");
     assert!(said.contains("ready: submit a first job"), "preflight ran and passed: {said}");
@@ -259,12 +263,13 @@ fn init_yes_takes_the_tao_sdk_environment_writes_it_and_runs_preflight() {
     let user = agent.vars.remove("SLURM_USER").unwrap();
     agent.vars.insert("SSH_HOST".into(), host);
     agent.vars.insert("SSH_USER".into(), user);
+    agent.vars.insert("SSH_KNOWN_HOSTS".into(), known.clone());
     let out = agent.run(&["init", "--json", "--partition", "debug"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(shown["written"], false, "{shown}");
     let taken: Vec<&str> = shown["already_set"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-    assert_eq!(taken, ["SLURM_HOSTNAME", "SLURM_USER", "SSH_KEY_PATH", "SLURM_BASE_RESULTS_DIR"], "{shown}");
+    assert_eq!(taken, TAKEN, "{shown}");
     assert!(shown["text"].as_str().unwrap().contains("SLURM_PARTITION=debug\n"), "{shown}");
     assert_eq!(shown["found"]["pyxis"], true, "{shown}");
     assert!(!env_file(&agent).exists());
@@ -276,14 +281,14 @@ fn init_yes_takes_the_tao_sdk_environment_writes_it_and_runs_preflight() {
     // The env file's settings are the defaults too, once the environment holds none.
     let mut again = Env::isolated();
     again.vars = agent.vars.clone();
-    for name in ["SSH_HOST", "SSH_USER", "SSH_KEY_PATH", "SLURM_BASE_RESULTS_DIR"] {
+    for name in ["SSH_HOST", "SSH_USER", "SSH_KEY_PATH", "SSH_KNOWN_HOSTS", "SLURM_BASE_RESULTS_DIR"] {
         again.vars.remove(name);
     }
     let out = again.run(&["init", "--json", "--yes", "--overwrite", "--partition", "debug"]);
     let redone: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(out.status.code(), Some(0), "{redone}");
     let taken: Vec<&str> = redone["already_set"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-    assert_eq!(taken, ["SLURM_HOSTNAME", "SLURM_USER", "SSH_KEY_PATH", "SLURM_BASE_RESULTS_DIR"], "{redone}");
+    assert_eq!(taken, TAKEN, "{redone}");
     assert!(std::fs::read_to_string(env_file(&agent)).unwrap().contains("SLURM_PARTITION=debug\n"));
 
     // A problem is JSON too, naming the field and its fix; nothing is written.

@@ -47,7 +47,6 @@ fn a_home_of_80_characters_runs_preflight_submit_logs_and_cancel() {
     let control = runtime.path().join("tao-slurm");
     assert_eq!(sockets(&control).len(), 2, "one master per login host, in $XDG_RUNTIME_DIR/tao-slurm");
     assert_eq!(std::fs::metadata(&control).unwrap().permissions().mode() & 0o777, 0o700);
-    assert!(home.join(".local/share/tao-slurm/state.db").is_file(), "the state stays in the home");
 
     let (job, _) =
         env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--shell", "--", "echo from-a-long-home; sleep 300"]);
@@ -55,6 +54,7 @@ fn a_home_of_80_characters_runs_preflight_submit_logs_and_cancel() {
         when(env.ok(&["logs", &job]), |l| l.contains("from-a-long-home"))
     });
     assert!(logs.contains("from-a-long-home"), "{logs}");
+    assert!(home.join(".local/share/tao-slurm/state.db").is_file(), "the state stays in the home");
     env.ok(&["cancel", &job]);
     let done = env.wait_terminal(&job, Duration::from_secs(120));
     assert_eq!(done["status"], "Canceled", "{done}");
