@@ -26,4 +26,5 @@ async def test_a_home_of_80_characters_runs_preflight_submit_logs_and_cancel(tmp
             assert time.monotonic() - start < 240, "the job's first line: not within 240 s"
             time.sleep(0.5)
         cancelled = await s.ok("cancel", {"job_ids": [job_id]})
-        assert "Canceled" in str(cancelled), cancelled
+        assert cancelled["jobs"][0]["status"] == "Canceled", cancelled
+        assert (await s.ok("status", {"job_ids": [job_id]}))["jobs"][0]["status"] == "Canceled"
