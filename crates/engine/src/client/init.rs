@@ -46,8 +46,13 @@ impl InitAnswers {
 /// over the env file (`env_file`, else `TAO_ENV_FILE` or `~/.config/tao/.env` when present). They
 /// are the defaults of init's questions and what `--yes` and the MCP tool use when not told.
 pub fn defaults(env_file: Option<&Path>) -> Result<InitAnswers, InitProblem> {
-    let sources = crate::config::gather(HashMap::new(), env_file)
+    // An env file named that does not exist yet (the one init is to write) holds nothing.
+    let new_file = env_file.is_some_and(|p| !p.exists());
+    let mut sources = crate::config::gather(HashMap::new(), env_file.filter(|_| !new_file))
         .map_err(|e| problem("env_file", e.to_string(), "fix or move the env file named"))?;
+    if new_file {
+        sources.file.clear();
+    }
     let mut a = InitAnswers::default();
     for (name, value) in already_set(&sources) {
         match name {
