@@ -142,11 +142,14 @@ impl InitCmd {
             // Each question offers what is already set (else what was found); flags are not asked.
             let mut a = flags;
             if a.host.is_empty() {
-                let offer = Some(defaults.host.as_str()).filter(|h| !h.is_empty()).or(local.aliases.first().map(|s| s.as_str()));
+                let offer = Some(defaults.host.as_str())
+                    .filter(|h| !h.is_empty())
+                    .or(local.aliases.first().map(|s| s.as_str()));
                 a.host = ask("Login host (host, host:port or ssh_config alias)", offer);
             }
             if a.user.is_empty() {
-                let offer = Some(defaults.user.as_str()).filter(|u| !u.is_empty()).or(env.get("USER").map(|s| s.as_str()));
+                let offer =
+                    Some(defaults.user.as_str()).filter(|u| !u.is_empty()).or(env.get("USER").map(|s| s.as_str()));
                 a.user = ask("User on the cluster", offer);
             }
             if a.key.is_none() {

@@ -297,7 +297,8 @@ fn init_yes_takes_the_tao_sdk_environment_writes_it_and_runs_preflight() {
     wrong.vars.insert("HOME".into(), wrong.dir.path().display().to_string());
     wrong.vars.insert("SLURM_HOSTNAME".into(), "127.0.0.1:2222".into());
     wrong.vars.insert("SLURM_USER".into(), "slurmuser".into());
-    let out = wrong.run(&["init", "--json", "--yes", "--known-hosts", "/dev/null", "--key", &format!("{SSH}/id_ed25519")]);
+    let out =
+        wrong.run(&["init", "--json", "--yes", "--known-hosts", "/dev/null", "--key", &format!("{SSH}/id_ed25519")]);
     let refused: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(out.status.code(), Some(3), "{refused}");
     assert_eq!(refused["problem"]["field"], "host", "{refused}");

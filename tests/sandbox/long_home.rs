@@ -26,7 +26,9 @@ pub fn long_home_user(len: usize) -> (Env, PathBuf) {
 
 fn sockets(dir: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(dir)
-        .map(|r| r.map(|e| e.unwrap().path()).filter(|p| p.symlink_metadata().unwrap().file_type().is_socket()).collect())
+        .map(|r| {
+            r.map(|e| e.unwrap().path()).filter(|p| p.symlink_metadata().unwrap().file_type().is_socket()).collect()
+        })
         .unwrap_or_default()
 }
 

@@ -127,11 +127,7 @@ pub struct InitReport {
 /// The names of the settings `answers` holds that `defaults` gave (no flag or answer said them).
 pub fn taken_from(answers: &InitAnswers, defaults: &InitAnswers) -> Vec<String> {
     let given: Vec<(&str, String)> = env_values(defaults);
-    env_values(answers)
-        .into_iter()
-        .filter(|pair| given.contains(pair))
-        .map(|(name, _)| name.to_string())
-        .collect()
+    env_values(answers).into_iter().filter(|pair| given.contains(pair)).map(|(name, _)| name.to_string()).collect()
 }
 
 /// Why init stops before writing anything: the field, what is wrong, and the fix.
@@ -190,8 +186,13 @@ pub fn answer_settings(answers: &InitAnswers) -> Result<Settings, InitProblem> {
         flags.insert("SSH_ACCEPT_NEW_HOST_KEYS".into(), "true".into());
     }
     let env: HashMap<String, String> = std::env::vars().collect();
-    Settings::from_sources(&SettingSources { flags, env, file: HashMap::new(), uid: Some(crate::private::current_uid()) })
-        .map_err(|e| problem("settings", e.to_string(), "correct the value named above"))
+    Settings::from_sources(&SettingSources {
+        flags,
+        env,
+        file: HashMap::new(),
+        uid: Some(crate::private::current_uid()),
+    })
+    .map_err(|e| problem("settings", e.to_string(), "correct the value named above"))
 }
 
 /// The settings init writes, by name, from the answers.
