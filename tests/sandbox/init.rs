@@ -305,3 +305,45 @@ fn init_yes_takes_the_tao_sdk_environment_writes_it_and_runs_preflight() {
     assert!(refused["problem"]["fix"].as_str().unwrap().contains("--accept-new-host-key"), "{refused}");
     assert!(!env_file(&wrong).exists());
 }
+
+#[test]
+fn init_in_a_terminal_offers_what_the_environment_already_says() {
+    let (mut env, key) = tao_sdk_user();
+    env.vars.insert("SLURM_PARTITION".into(), "debug".into());
+    let mut cmd = env.command(&["init", "--known-hosts", &format!("{SSH}/known_hosts")]);
+    cmd.env("TERM", "dumb");
+    let mut term = PtyChild::spawn(cmd);
+    // Each question offers the environment's value, and an empty answer takes it.
+    let offers = [
+        "Login host (host, host:port or ssh_config alias) [127.0.0.1:2222]: ".to_string(),
+        "User on the cluster [slurmuser]: ".to_string(),
+        format!("Private key (empty: ssh's own choice) [{}]: ", key.display()),
+        "Partition [debug]: ".to_string(),
+        "Account (empty: Slurm's default): ".to_string(),
+        format!("Results directory on shared storage (empty: the default) [{BASE}]: "),
+    ];
+    for offer in &offers {
+        wait_for(&format!("the prompt {offer:?}"), Duration::from_secs(60), Duration::from_millis(50), || {
+            term.seen().contains(offer.as_str())
+        });
+        term.type_in("\r");
+    }
+    wait_for("the question to write", Duration::from_secs(60), Duration::from_millis(50), || {
+        term.seen().contains("(mode 600)? [y/N]")
+    });
+    term.type_in("y\r");
+    let status = wait_for("init to exit", Duration::from_secs(120), Duration::from_millis(100), || {
+        term.child.try_wait().unwrap()
+    });
+    assert_eq!(status.code(), Some(0), "{}", term.seen());
+    let written = std::fs::read_to_string(env_file(&env)).unwrap();
+    for line in [
+        "SLURM_HOSTNAME=127.0.0.1:2222".to_string(),
+        "SLURM_USER=slurmuser".to_string(),
+        format!("SSH_KEY_PATH={}", key.display()),
+        "SLURM_PARTITION=debug".into(),
+        format!("SLURM_BASE_RESULTS_DIR={BASE}"),
+    ] {
+        assert!(written.lines().any(|l| l == line), "{line} in {written}");
+    }
+}
