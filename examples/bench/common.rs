@@ -87,6 +87,7 @@ impl User {
             flags: Default::default(),
             env: self.vars.clone().into_iter().collect(),
             file: Default::default(),
+            uid: None,
         };
         Settings::from_sources(&sources).unwrap()
     }

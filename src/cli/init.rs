@@ -10,7 +10,8 @@ use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct InitCmd {
-    /// Login host: host, host:port or an ssh_config alias (comma-separated for failover)
+    /// Login host: host, host:port or an ssh_config alias (comma-separated for failover). Each setting
+    /// not given is taken from the environment (SLURM_HOSTNAME, SSH_HOST, ...) or the env file
     #[arg(long)]
     pub host: Option<String>,
     /// Your user name on the cluster
@@ -40,6 +41,11 @@ pub struct InitCmd {
     /// Replace init's settings in an existing env file (its other lines are kept)
     #[arg(long)]
     pub overwrite: bool,
+    /// Print one JSON object (what was found, the file's text, preflight's checks) and ask nothing
+    /// (agents); writes only with --yes. Settings already in the environment or the env file are
+    /// taken where no flag says, as with --yes
+    #[arg(long)]
+    pub json: bool,
 }
 
 fn say(text: &str) {
@@ -68,28 +74,60 @@ fn agree(question: &str) -> bool {
     matches!(ask(&format!("{question} [y/N]"), None).to_ascii_lowercase().as_str(), "y" | "yes")
 }
 
-fn stop(p: &InitProblem) -> Result<i32, Error> {
-    eprintln!("error: {p}\nnothing was written");
-    Ok(exit_code::CONFIG)
-}
-
 impl InitCmd {
     pub fn run(self, globals: GlobalFlags) -> Result<i32, Error> {
-        let interactive = !self.yes && std::io::stdin().is_terminal();
+        let json = self.json;
+        let mut report = init::InitReport::default();
+        let code = self.init(globals, &mut report)?;
+        if json {
+            super::output::emit_json(&report);
+        }
+        Ok(code)
+    }
+
+    /// Init, telling the person (unless `--json`) and filling `report` as it goes; the exit code.
+    fn init(self, globals: GlobalFlags, report: &mut init::InitReport) -> Result<i32, Error> {
+        let json = self.json;
+        let tell = |text: &str| {
+            if !json {
+                say(text)
+            }
+        };
+        let stop = |report: &mut init::InitReport, p: InitProblem| -> Result<i32, Error> {
+            if !json {
+                eprintln!("error: {p}\nnothing was written");
+            }
+            report.problem = Some(p);
+            Ok(exit_code::CONFIG)
+        };
+        // JSON is for agents and scripts: never a question.
+        let interactive = !self.yes && !json && std::io::stdin().is_terminal();
         let env: std::collections::HashMap<String, String> = std::env::vars().collect();
         let home = crate::config::home_dir(&env);
-        let local = init::discover_local(home.as_deref(), self.ssh_config.as_deref());
+        let path = globals
+            .env_file
+            .clone()
+            .or_else(|| env.get("TAO_ENV_FILE").map(PathBuf::from))
+            .or_else(|| home.as_ref().map(|h| h.join(".config/tao/.env")));
+        report.env_file = path.as_ref().map(|p| p.display().to_string());
+        // What the environment and the env file already say: the answers where no flag says.
+        let defaults = match init::defaults(globals.env_file.as_deref()) {
+            Ok(d) => d,
+            Err(p) => return stop(report, p),
+        };
+        let ssh_config = self.ssh_config.clone().or(defaults.ssh_config.clone());
+        let local = init::discover_local(home.as_deref(), ssh_config.as_deref());
         if !local.aliases.is_empty() {
-            say(&format!("ssh_config aliases: {}\n", local.aliases.join(", ")));
+            tell(&format!("ssh_config aliases: {}\n", local.aliases.join(", ")));
         }
         for k in &local.keys {
             match &k.fix {
-                None => say(&format!("key {} (mode 600)\n", k.path)),
-                Some(fix) => say(&format!("key {}: {fix}\n", k.path)),
+                None => tell(&format!("key {} (mode 600)\n", k.path)),
+                Some(fix) => tell(&format!("key {}: {fix}\n", k.path)),
             }
         }
         let good_key = local.keys.iter().find(|k| k.fix.is_none()).map(|k| k.path.clone());
-        let mut a = InitAnswers {
+        let flags = InitAnswers {
             host: self.host.clone().unwrap_or_default(),
             user: self.user.clone().unwrap_or_default(),
             key: self.key.clone(),
@@ -100,60 +138,80 @@ impl InitCmd {
             base_dir: self.base_dir.clone(),
             accept_new_host_key: globals.accept_new_host_key,
         };
-        if interactive {
+        let mut a = if interactive {
+            // Each question offers what is already set (else what was found); flags are not asked.
+            let mut a = flags;
             if a.host.is_empty() {
-                a.host =
-                    ask("Login host (host, host:port or ssh_config alias)", local.aliases.first().map(|s| s.as_str()));
+                let offer = Some(defaults.host.as_str())
+                    .filter(|h| !h.is_empty())
+                    .or(local.aliases.first().map(|s| s.as_str()));
+                a.host = ask("Login host (host, host:port or ssh_config alias)", offer);
             }
             if a.user.is_empty() {
-                a.user = ask("User on the cluster", env.get("USER").map(|s| s.as_str()));
+                let offer =
+                    Some(defaults.user.as_str()).filter(|u| !u.is_empty()).or(env.get("USER").map(|s| s.as_str()));
+                a.user = ask("User on the cluster", offer);
             }
             if a.key.is_none() {
-                let k = ask("Private key (empty: ssh's own choice)", good_key.as_deref());
+                let offer = defaults.key.as_ref().map(|k| k.display().to_string()).or(good_key);
+                let k = ask("Private key (empty: ssh's own choice)", offer.as_deref());
                 a.key = (!k.is_empty()).then(|| PathBuf::from(k));
             }
-        } else if a.key.is_none() {
-            a.key = good_key.map(PathBuf::from);
-        }
+            a.ssh_config = a.ssh_config.or(defaults.ssh_config.clone());
+            a.known_hosts = a.known_hosts.or(defaults.known_hosts.clone());
+            a
+        } else {
+            let mut a = flags.or(defaults.clone());
+            if a.key.is_none() {
+                a.key = good_key.map(PathBuf::from);
+            }
+            a
+        };
         let found = match init::probe(&a) {
             Ok(f) => f,
-            Err(p) => return stop(&p),
+            Err(p) => return stop(report, p),
         };
-        show_cluster(&found);
+        if !json {
+            show_cluster(&found);
+        }
+        report.found = Some(found.clone());
         let default_partition = found.partitions.iter().find(|p| p.is_default).map(|p| p.name.clone());
         if interactive {
             if a.partition.is_none() {
-                a.partition = Some(ask("Partition", default_partition.as_deref())).filter(|p| !p.is_empty());
+                let offer = defaults.partition.clone().or(default_partition);
+                a.partition = Some(ask("Partition", offer.as_deref())).filter(|p| !p.is_empty());
             }
-            if a.account.is_none() && !found.accounts.is_empty() {
-                let acc = ask("Account (empty: Slurm's default)", None);
+            if a.account.is_none() && (!found.accounts.is_empty() || defaults.account.is_some()) {
+                let acc = ask("Account (empty: Slurm's default)", defaults.account.as_deref());
                 a.account = (!acc.is_empty()).then_some(acc);
             }
             if a.base_dir.is_none() {
-                let d = ask("Results directory on shared storage (empty: the default)", None);
+                let d = ask("Results directory on shared storage (empty: the default)", defaults.base_dir.as_deref());
                 a.base_dir = (!d.is_empty()).then_some(d);
             }
         } else if a.partition.is_none() {
             a.partition = default_partition;
         }
+        report.already_set = init::taken_from(&a, &defaults);
         if let Err(p) = init::check_choices(&a, &found) {
-            return stop(&p);
+            return stop(report, p);
         }
-        let path = match globals.env_file.clone().or_else(|| home.map(|h| h.join(".config/tao/.env"))) {
-            Some(p) => p,
-            None => {
-                return stop(&init::InitProblem {
+        let Some(path) = path else {
+            return stop(
+                report,
+                init::InitProblem {
                     field: "env_file".into(),
                     message: "HOME is not set".into(),
                     fix: "pass --env-file PATH".into(),
-                })
-            }
+                },
+            );
         };
         let (text, exists) = match init::env_file_text(&path, &a) {
             Ok(t) => t,
-            Err(p) => return stop(&p),
+            Err(p) => return stop(report, p),
         };
-        say(&format!("\n{} would hold:\n{text}\n", path.display()));
+        report.text = Some(text.clone());
+        tell(&format!("\n{} would hold:\n{text}\n", path.display()));
         let agreed = if interactive {
             let q = if exists {
                 format!("{} exists: replace init's settings in it (its other lines kept)?", path.display())
@@ -162,31 +220,43 @@ impl InitCmd {
             };
             agree(&q)
         } else if exists && !self.overwrite {
-            eprintln!("error: {} exists; nothing was written\nfix: pass --overwrite to replace init's settings in it (its other lines are kept)", path.display());
+            let p = init::InitProblem {
+                field: "env_file".into(),
+                message: format!("{} exists; nothing was written", path.display()),
+                fix: "pass --overwrite to replace init's settings in it (its other lines are kept)".into(),
+            };
+            if !json {
+                eprintln!("error: {}\nfix: {}", p.message, p.fix);
+            }
+            report.problem = Some(p);
             return Ok(exit_code::USAGE);
         } else {
             self.yes
         };
         if !agreed {
-            say("nothing was written");
-            say(if interactive { "\n" } else { " (pass --yes to write it)\n" });
+            tell("nothing was written");
+            tell(if interactive { "\n" } else { " (pass --yes to write it)\n" });
             return Ok(exit_code::USAGE);
         }
         if let Err(p) = init::write_env_file(&path, &text) {
-            return stop(&p);
+            return stop(report, p);
         }
-        say(&format!("wrote {} (mode 600)\n\npreflight with it:\n", path.display()));
+        report.written = true;
+        tell(&format!("wrote {} (mode 600)\n\npreflight with it:\n", path.display()));
         let settings = super::settings_from(&GlobalFlags { env_file: Some(path), ..globals })?;
-        let report = crate::client::preflight(&settings);
-        super::output::emit(super::output::Format::Human, &report);
-        let missing: Vec<_> = report.checks.iter().filter(|c| !c.ok && c.required).collect();
+        let preflight = crate::client::preflight(&settings);
+        if !json {
+            super::output::emit(super::output::Format::Human, &preflight);
+        }
+        let missing: Vec<_> = preflight.checks.iter().filter(|c| !c.ok && c.required).cloned().collect();
+        report.preflight = Some(preflight);
         if missing.is_empty() {
-            say("ready: submit a first job with `tao-slurm submit`\n");
+            tell("ready: submit a first job with `tao-slurm submit`\n");
             Ok(0)
         } else {
-            say("still missing:\n");
+            tell("still missing:\n");
             for c in missing {
-                say(&format!("- {}: {}\n  fix: {}\n", c.name, c.detail, c.remediation.as_deref().unwrap_or("")));
+                tell(&format!("- {}: {}\n  fix: {}\n", c.name, c.detail, c.remediation.as_deref().unwrap_or("")));
             }
             Ok(exit_code::JOB_FAILED)
         }

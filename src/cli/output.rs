@@ -394,6 +394,7 @@ pub fn schemas() -> Vec<(&'static str, schemars::Schema)> {
         ("credentials enroot", schemars::schema_for!(CredentialsReport)),
         ("events", schemars::schema_for!(EventsReport)),
         ("image import", schemars::schema_for!(crate::client::Prepared)),
+        ("init", schemars::schema_for!(crate::client::init::InitReport)),
         ("list", schemars::schema_for!(JobsReport)),
         ("list --sweeps", schemars::schema_for!(GroupsReport)),
         ("logs", schemars::schema_for!(crate::client::JobLogs)),

@@ -66,9 +66,13 @@ pub struct NoArgs {}
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InitArgs {
-    /// Login host: host, host:port or an ssh_config alias (comma-separated for failover).
+    /// Login host: host, host:port or an ssh_config alias (comma-separated for failover). Default:
+    /// what the environment or the env file already says (SLURM_HOSTNAME, SSH_HOST), as for every
+    /// other field.
+    #[serde(default)]
     pub host: String,
-    /// The user's name on the cluster.
+    /// The user's name on the cluster (default: SLURM_USER or SSH_USER, as set).
+    #[serde(default)]
     pub user: String,
     /// Private key path (mode 600).
     pub key: Option<String>,

@@ -216,3 +216,134 @@ fn init_names_a_wrong_key_mode_an_unknown_host_key_and_a_missing_partition_and_w
     assert!(std::fs::read_to_string(&fresh).unwrap().contains("ssh-ed25519"));
     assert!(Path::new(&env_file(&env)).is_file());
 }
+
+/// A user who exported what TAO's skill asks an agent to export (the TAO SDK's names) and nothing
+/// else. (ssh reads `~/.ssh/known_hosts` of the passwd entry, not of HOME: the sandbox's known_hosts
+/// is given as `--known-hosts` or SSH_KNOWN_HOSTS.)
+fn tao_sdk_user() -> (Env, PathBuf) {
+    let mut env = newcomer();
+    let key = own_key(&env, 0o600);
+    for (name, value) in [
+        ("SLURM_HOSTNAME", "127.0.0.1:2222"),
+        ("SLURM_USER", "slurmuser"),
+        ("SSH_KEY_PATH", &key.display().to_string()),
+        ("SLURM_BASE_RESULTS_DIR", BASE),
+    ] {
+        env.vars.insert(name.into(), value.into());
+    }
+    (env, key)
+}
+
+/// What the agent's environment (and later its env file) gave init.
+const TAKEN: [&str; 5] = ["SLURM_HOSTNAME", "SLURM_USER", "SSH_KEY_PATH", "SSH_KNOWN_HOSTS", "SLURM_BASE_RESULTS_DIR"];
+
+#[test]
+fn init_yes_takes_the_tao_sdk_environment_writes_it_and_runs_preflight() {
+    let (env, key) = tao_sdk_user();
+    let known = format!("{SSH}/known_hosts");
+    let out = env.run(&["init", "--yes", "--known-hosts", &known]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("ready: submit a first job"), "preflight ran and passed: {said}");
+    let written = std::fs::read_to_string(env_file(&env)).unwrap();
+    for line in [
+        "SLURM_HOSTNAME=127.0.0.1:2222\n".to_string(),
+        "SLURM_USER=slurmuser\n".to_string(),
+        format!("SSH_KEY_PATH={}\n", key.display()),
+        "SLURM_PARTITION=polar\n".to_string(),
+        format!("SLURM_BASE_RESULTS_DIR={BASE}\n"),
+    ] {
+        assert!(written.contains(&line), "{line:?} in:\n{written}");
+    }
+
+    // For agents: one JSON object, no question; without --yes nothing is written. The TAO SDK's
+    // other names (SSH_HOST, SSH_USER) stand for ours; a flag still wins over the environment.
+    let (mut agent, _) = tao_sdk_user();
+    let host = agent.vars.remove("SLURM_HOSTNAME").unwrap();
+    let user = agent.vars.remove("SLURM_USER").unwrap();
+    agent.vars.insert("SSH_HOST".into(), host);
+    agent.vars.insert("SSH_USER".into(), user);
+    agent.vars.insert("SSH_KNOWN_HOSTS".into(), known.clone());
+    let out = agent.run(&["init", "--json", "--partition", "debug"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["written"], false, "{shown}");
+    let taken: Vec<&str> = shown["already_set"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(taken, TAKEN, "{shown}");
+    assert!(shown["text"].as_str().unwrap().contains("SLURM_PARTITION=debug\n"), "{shown}");
+    assert_eq!(shown["found"]["pyxis"], true, "{shown}");
+    assert!(!env_file(&agent).exists());
+    let out = agent.run(&["init", "--json", "--yes"]);
+    let done: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{done}");
+    assert_eq!((&done["written"], &done["preflight"]["ok"]), (&true.into(), &true.into()), "{done}");
+
+    // The env file's settings are the defaults too, once the environment holds none.
+    let mut again = Env::isolated();
+    again.vars = agent.vars.clone();
+    for name in ["SSH_HOST", "SSH_USER", "SSH_KEY_PATH", "SSH_KNOWN_HOSTS", "SLURM_BASE_RESULTS_DIR"] {
+        again.vars.remove(name);
+    }
+    let out = again.run(&["init", "--json", "--yes", "--overwrite", "--partition", "debug"]);
+    let redone: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{redone}");
+    let taken: Vec<&str> = redone["already_set"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(taken, TAKEN, "{redone}");
+    assert!(std::fs::read_to_string(env_file(&agent)).unwrap().contains("SLURM_PARTITION=debug\n"));
+
+    // A problem is JSON too, naming the field and its fix; nothing is written.
+    let mut wrong = Env::isolated();
+    wrong.vars = again.vars.clone();
+    wrong.vars.insert("HOME".into(), wrong.dir.path().display().to_string());
+    wrong.vars.insert("SLURM_HOSTNAME".into(), "127.0.0.1:2222".into());
+    wrong.vars.insert("SLURM_USER".into(), "slurmuser".into());
+    let out =
+        wrong.run(&["init", "--json", "--yes", "--known-hosts", "/dev/null", "--key", &format!("{SSH}/id_ed25519")]);
+    let refused: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(3), "{refused}");
+    assert_eq!(refused["problem"]["field"], "host", "{refused}");
+    assert!(refused["problem"]["fix"].as_str().unwrap().contains("--accept-new-host-key"), "{refused}");
+    assert!(!env_file(&wrong).exists());
+}
+
+#[test]
+fn init_in_a_terminal_offers_what_the_environment_already_says() {
+    let (mut env, key) = tao_sdk_user();
+    env.vars.insert("SLURM_PARTITION".into(), "debug".into());
+    let mut cmd = env.command(&["init", "--known-hosts", &format!("{SSH}/known_hosts")]);
+    cmd.env("TERM", "dumb");
+    let mut term = PtyChild::spawn(cmd);
+    // Each question offers the environment's value, and an empty answer takes it.
+    let offers = [
+        "Login host (host, host:port or ssh_config alias) [127.0.0.1:2222]: ".to_string(),
+        "User on the cluster [slurmuser]: ".to_string(),
+        format!("Private key (empty: ssh's own choice) [{}]: ", key.display()),
+        "Partition [debug]: ".to_string(),
+        "Account (empty: Slurm's default): ".to_string(),
+        format!("Results directory on shared storage (empty: the default) [{BASE}]: "),
+    ];
+    for offer in &offers {
+        wait_for(&format!("the prompt {offer:?}"), Duration::from_secs(60), Duration::from_millis(50), || {
+            term.seen().contains(offer.as_str())
+        });
+        term.type_in("\r");
+    }
+    wait_for("the question to write", Duration::from_secs(60), Duration::from_millis(50), || {
+        term.seen().contains("(mode 600)? [y/N]")
+    });
+    term.type_in("y\r");
+    let status = wait_for("init to exit", Duration::from_secs(120), Duration::from_millis(100), || {
+        term.child.try_wait().unwrap()
+    });
+    assert_eq!(status.code(), Some(0), "{}", term.seen());
+    let written = std::fs::read_to_string(env_file(&env)).unwrap();
+    for line in [
+        "SLURM_HOSTNAME=127.0.0.1:2222".to_string(),
+        "SLURM_USER=slurmuser".to_string(),
+        format!("SSH_KEY_PATH={}", key.display()),
+        "SLURM_PARTITION=debug".into(),
+        format!("SLURM_BASE_RESULTS_DIR={BASE}"),
+    ] {
+        assert!(written.lines().any(|l| l == line), "{line} in {written}");
+    }
+}

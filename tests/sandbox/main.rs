@@ -17,6 +17,7 @@ mod gpu_health;
 mod group_commit;
 mod init;
 mod job_bytes;
+mod long_home;
 mod long_training;
 mod notify;
 mod pause_resume;

@@ -67,6 +67,7 @@ fn logins_are_shared_and_missing_settings_never_connect() {
         flags: Default::default(),
         env: lib.vars.clone(),
         file: Default::default(),
+        uid: Some(tao_slurm_engine::private::current_uid()),
     };
     let settings = tao_slurm::config::Settings::from_sources(&sources).unwrap();
     let transport = tao_slurm_engine::remote::connect(&settings).unwrap();
@@ -124,7 +125,7 @@ fn logins_are_shared_and_missing_settings_never_connect() {
 
     // The master dies (network blip, sshd restart): the next command reconnects by itself, once.
     // The master's socket is the one socket in this test's control directory (its name carries a
-    // hash of the authentication settings before ssh's %C).
+    // hash of the authentication settings, the user, the host and this machine: openssh::socket_name).
     let control_dir = lib.vars["TAO_SLURM_CONTROL_DIR"].clone();
     let socket = std::fs::read_dir(&control_dir)
         .unwrap()

@@ -18,7 +18,8 @@ pub fn settings() -> Settings {
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    Settings::from_sources(&SettingSources { flags: HashMap::new(), env, file: HashMap::new() }).unwrap()
+    Settings::from_sources(&SettingSources { flags: HashMap::new(), env, file: HashMap::new(), uid: Some(1000) })
+        .unwrap()
 }
 
 /// A one-node job that runs `true` in ubuntu:22.04.

@@ -1121,7 +1121,13 @@ pub(crate) mod tests {
                     .collect();
             env.retain(|_, v| !v.is_empty());
             let none = std::collections::HashMap::new();
-            Settings::from_sources(&crate::config::SettingSources { flags: none.clone(), env, file: none }).unwrap()
+            Settings::from_sources(&crate::config::SettingSources {
+                flags: none.clone(),
+                env,
+                file: none,
+                uid: Some(1000),
+            })
+            .unwrap()
         };
         let mounts = |s: &Settings, extra: &[&str]| {
             resolve(&JobSpec { mounts: extra.iter().map(|m| m.to_string()).collect(), ..spec() }, s).unwrap().mounts
@@ -1186,7 +1192,8 @@ pub(crate) mod tests {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
         env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        Settings::from_sources(&SettingSources { flags: HashMap::new(), env, file: HashMap::new() }).unwrap()
+        Settings::from_sources(&SettingSources { flags: HashMap::new(), env, file: HashMap::new(), uid: Some(1000) })
+            .unwrap()
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub fn gather(mut flags: HashMap<String, String>, env_file: Option<&Path>) -> Re
         None => HashMap::new(),
     };
     crate::profiles::apply(&mut flags, &env, &file, env_file)?;
-    Ok(SettingSources { flags, env, file })
+    Ok(SettingSources { flags, env, file, uid: Some(crate::private::current_uid()) })
 }
 
 /// The env file, refused when another user owns it or others can write it (it says where jobs run

@@ -37,7 +37,9 @@ pub fn init(args: InitArgs) -> Result<Reply<InitOut>, ToolError> {
         account: args.account,
         base_dir: args.base_dir,
         accept_new_host_key: args.accept_new_host_key,
-    };
+    }
+    // What the environment and the env file already say, where the call says nothing.
+    .or(init::defaults(args.env_file.as_deref().map(std::path::Path::new)).map_err(refused)?);
     let found = init::probe(&a).map_err(refused)?;
     if a.partition.is_none() {
         a.partition = found.partitions.iter().find(|p| p.is_default).map(|p| p.name.clone());

@@ -154,6 +154,7 @@ impl Env {
             flags: Default::default(),
             env: self.vars.clone(),
             file: Default::default(),
+            uid: Some(tao_slurm_engine::private::current_uid()),
         };
         tao_slurm::config::Settings::from_sources(&sources).unwrap()
     }

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import os
 import pathlib
+import tempfile
 import time
 from typing import Callable, Optional, TypeVar
 
@@ -85,6 +86,20 @@ def user_env(
     else:
         env["TAO_SLURM_USE_SQSH"] = "false"
         env["TAO_SLURM_STATE"] = str(state or home / "state.db")
+    return env
+
+
+def long_home_env(tmp: pathlib.Path, length: int = 80, *, inherit: bool = False) -> dict:
+    """user_env for a HOME of exactly `length` characters, with the state file and the ControlMaster
+    directory at their defaults (the state under HOME; the sockets in $XDG_RUNTIME_DIR/tao-slurm, here
+    a fresh short directory of this test's own, as /run/user/<uid> is), none of the harness's short
+    paths: under a home of 35 characters the old sockets' path did not fit a Unix socket's 107 bytes."""
+    home = tmp / ("h" * (length - len(str(tmp)) - 1))
+    home.mkdir()
+    assert len(str(home)) == length, home
+    env = user_env(home, inherit=inherit)
+    del env["TAO_SLURM_CONTROL_DIR"], env["TAO_SLURM_STATE"]
+    env["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="rt", dir="/tmp")
     return env
 
 

@@ -199,7 +199,12 @@ const SLURM_OWN_PREFIXES: &[&str] = &[
 /// Values that cannot be translated (a `SLURM_REQUIRE_SQSH` that is not a boolean) are passed as
 /// they are, so the setting's own check names the problem.
 pub fn apply(sources: &SettingSources) -> SettingSources {
-    let mut out = SettingSources { flags: sources.flags.clone(), env: sources.env.clone(), file: sources.file.clone() };
+    let mut out = SettingSources {
+        flags: sources.flags.clone(),
+        env: sources.env.clone(),
+        file: sources.file.clone(),
+        uid: sources.uid,
+    };
     let set = |m: &HashMap<String, String>, name: &str| m.get(name).is_some_and(|v| !v.trim().is_empty());
     for a in ALIASES {
         if [&sources.flags, &sources.env, &sources.file].into_iter().any(|m| set(m, a.ours)) {
@@ -277,7 +282,7 @@ mod tests {
 
     fn sources(env: &[(&str, &str)], file: &[(&str, &str)]) -> SettingSources {
         let map = |p: &[(&str, &str)]| p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        SettingSources { flags: HashMap::new(), env: map(env), file: map(file) }
+        SettingSources { flags: HashMap::new(), env: map(env), file: map(file), uid: Some(1000) }
     }
 
     #[test]

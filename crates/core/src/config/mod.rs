@@ -268,10 +268,14 @@ pub struct SettingSources {
     pub flags: HashMap<String, String>,
     pub env: HashMap<String, String>,
     pub file: HashMap<String, String>,
+    /// The user id of the process (the engine's gathering sets it): the default control directory
+    /// outside `$XDG_RUNTIME_DIR` is `/tmp/tao-slurm-<uid>`. None: not known (then that default
+    /// needs `XDG_RUNTIME_DIR` or `TAO_SLURM_CONTROL_DIR`).
+    pub uid: Option<u32>,
 }
 
 impl SettingSources {
-    fn get(&self, name: &str) -> Option<String> {
+    pub(crate) fn get(&self, name: &str) -> Option<String> {
         [&self.flags, &self.env, &self.file]
             .into_iter()
             .find_map(|m| m.get(name).filter(|v| !v.trim().is_empty()).cloned())
@@ -395,33 +399,44 @@ impl Slurm {
     }
 }
 
-/// The state file and the SSH control directory: given, or in the user's private data and cache
-/// directories.
+/// The state file and the SSH control directory: given, or the state in the user's private data
+/// directory and the control directory in a short place of tao-slurm's own ([`default_control_dir`]).
 fn private_paths(src: &SettingSources) -> Result<(PathBuf, PathBuf), ConfigError> {
-    let home = home_dir(&src.env);
-    // Without a home directory there is no private place for the state and the control sockets
-    // (a shared /tmp is not one): stop unless both are given.
-    let under = |xdg: &str, what: &str, rest: &str| -> Result<PathBuf, ConfigError> {
-        let dir = match src.get(xdg) {
-            Some(d) => PathBuf::from(d),
-            None => home.as_ref().map(|h| h.join(rest)).ok_or_else(|| ConfigError::Invalid {
-                name: "HOME",
-                message: format!(
-                    "is not set, so there is no private place for {what}; set HOME, or set TAO_SLURM_STATE and TAO_SLURM_CONTROL_DIR (or XDG_DATA_HOME and XDG_CACHE_HOME) to directories only you can write"
-                ),
-            })?,
-        };
-        Ok(dir.join("tao-slurm"))
+    let state_path = match src.get("TAO_SLURM_STATE") {
+        Some(p) => PathBuf::from(p),
+        None => {
+            // Without a home directory there is no private place for the state (a shared /tmp is not
+            // one): stop unless it is given.
+            let data = match src.get("XDG_DATA_HOME") {
+                Some(d) => PathBuf::from(d),
+                None => home_dir(&src.env).map(|h| h.join(".local/share")).ok_or_else(|| ConfigError::Invalid {
+                    name: "HOME",
+                    message: "is not set, so there is no private place for the state file; set HOME, or set TAO_SLURM_STATE (or XDG_DATA_HOME) to a path only you can write".into(),
+                })?,
+            };
+            data.join("tao-slurm").join("state.db")
+        }
     };
     let control_dir = match src.get("TAO_SLURM_CONTROL_DIR") {
         Some(d) => PathBuf::from(d),
-        None => under("XDG_CACHE_HOME", "the SSH control sockets", ".cache")?.join("cm"),
-    };
-    let state_path = match src.get("TAO_SLURM_STATE") {
-        Some(p) => PathBuf::from(p),
-        None => under("XDG_DATA_HOME", "the state file", ".local/share")?.join("state.db"),
+        None => default_control_dir(&src.env, src.uid).ok_or_else(|| ConfigError::Invalid {
+            name: "TAO_SLURM_CONTROL_DIR",
+            message: "is not set, and neither XDG_RUNTIME_DIR nor the user id is known, so there is no private place for the SSH control sockets; set TAO_SLURM_CONTROL_DIR to a short directory only you can write".into(),
+        })?,
     };
     Ok((state_path, control_dir))
+}
+
+/// Where the SSH control sockets (and the small files beside them) go unless TAO_SLURM_CONTROL_DIR
+/// says: `$XDG_RUNTIME_DIR/tao-slurm` (the user's own runtime directory), else `/tmp/tao-slurm-<uid>`
+/// (the engine creates it mode 700 and refuses it unless it is a directory of the user's that nobody
+/// else can enter). Both are short whatever the home directory's length: a Unix socket's path holds
+/// at most 107 bytes, and ssh adds 17 to it while it binds. None when neither is known.
+pub fn default_control_dir(env: &HashMap<String, String>, uid: Option<u32>) -> Option<PathBuf> {
+    match env.get("XDG_RUNTIME_DIR").map(|d| d.trim()).filter(|d| d.starts_with('/')) {
+        Some(runtime) => Some(PathBuf::from(runtime).join("tao-slurm")),
+        None => uid.map(|uid| PathBuf::from(format!("/tmp/tao-slurm-{uid}"))),
+    }
 }
 
 fn parse_bytes(v: &str) -> Result<u64, ConfigError> {
@@ -627,7 +642,7 @@ mod tests {
         let to_map = |p: &[(&str, &str)]| p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let mut env: HashMap<String, String> = to_map(pairs);
         env.entry("HOME".into()).or_insert_with(|| "/home/test".into());
-        SettingSources { flags: HashMap::new(), env, file: to_map(file) }
+        SettingSources { flags: HashMap::new(), env, file: to_map(file), uid: Some(1000) }
     }
 
     #[test]
@@ -640,7 +655,27 @@ mod tests {
         src.env.insert("TAO_SLURM_CONTROL_DIR".into(), "/srv/me/cm".into());
         let s = Settings::from_sources(&src).unwrap();
         assert_eq!(s.state_path, PathBuf::from("/srv/me/state.db"));
-        assert!(!s.control_dir.starts_with("/tmp"));
+        assert_eq!(s.control_dir, PathBuf::from("/srv/me/cm"));
+    }
+
+    #[test]
+    fn the_control_directory_is_short_whatever_the_home() {
+        let long_home = format!("/home/users/{}", "x".repeat(68));
+        let src = sources(&[("SLURM_USER", "alice"), ("SLURM_HOSTNAME", "login"), ("HOME", &long_home)], &[]);
+        let s = Settings::from_sources(&src).unwrap();
+        assert_eq!(s.control_dir, PathBuf::from("/tmp/tao-slurm-1000"), "the user's own directory in /tmp");
+        assert!(s.state_path.starts_with(&long_home), "the state stays in the home: {}", s.state_path.display());
+        let mut src = src;
+        src.env.insert("XDG_RUNTIME_DIR".into(), "/run/user/1000".into());
+        assert_eq!(Settings::from_sources(&src).unwrap().control_dir, PathBuf::from("/run/user/1000/tao-slurm"));
+        src.env.insert("TAO_SLURM_CONTROL_DIR".into(), "/srv/me/cm".into());
+        assert_eq!(Settings::from_sources(&src).unwrap().control_dir, PathBuf::from("/srv/me/cm"), "the setting wins");
+        // Neither a runtime directory nor the user id: the setting is asked for by name.
+        src.env.remove("XDG_RUNTIME_DIR");
+        src.env.remove("TAO_SLURM_CONTROL_DIR");
+        src.uid = None;
+        let err = Settings::from_sources(&src).unwrap_err().to_string();
+        assert!(err.contains("TAO_SLURM_CONTROL_DIR"), "{err}");
     }
 
     #[test]

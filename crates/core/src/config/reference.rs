@@ -194,8 +194,8 @@ pub fn settings() -> Vec<Setting> {
         ),
         row(
             &["TAO_SLURM_CONTROL_DIR"],
-            "`~/.cache/tao-slurm/cm` (`$XDG_CACHE_HOME/tao-slurm/cm` when that is set)",
-            "ControlMaster sockets and what ssh_config resolved for each login host (so a command whose master is up starts no `ssh -G`; kept while the ssh_config file is unchanged, at most 10 min), mode 700",
+            "`$XDG_RUNTIME_DIR/tao-slurm`, else `/tmp/tao-slurm-<uid>`",
+            "ControlMaster sockets and what ssh_config resolved for each login host (so a command whose master is up starts no `ssh -G`; kept while the ssh_config file is unchanged, at most 10 min), mode 700, yours alone (refused otherwise). Short whatever your home directory's length: a socket's path holds at most 107 bytes and ssh adds 17 while it binds, so this directory's path may be at most 73 characters (a longer one is refused with its length)",
         ),
         row(
             &["TAO_SLURM_CONTROL_PERSIST"],

@@ -16,6 +16,15 @@ pub const INIT_KEYS: &[&str] = &[
     "SLURM_BASE_RESULTS_DIR",
 ];
 
+/// What the settings already say for each of [`INIT_KEYS`] (flags, then the environment, then the
+/// env file; the TAO SDK's names, `SSH_HOST` and `SSH_USER`, standing for ours where ours are set
+/// nowhere): `init`'s defaults, for its questions and for `--yes`. The packaged default partitions are
+/// not a setting: only a `SLURM_PARTITION` that is set counts.
+pub fn already_set(sources: &crate::config::SettingSources) -> Vec<(&'static str, String)> {
+    let sources = crate::config::aliases::apply(sources);
+    INIT_KEYS.iter().filter_map(|name| sources.get(name).map(|v| (*name, v.trim().to_string()))).collect()
+}
+
 /// One round trip: the user's Slurm accounts and whether `srun` takes `--container-image` (Pyxis).
 pub fn probe_script() -> String {
     format!(
@@ -117,6 +126,43 @@ pub fn key_mode_fix(path: &str, mode: u32) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn init_takes_what_the_environment_and_the_env_file_already_say() {
+        let map = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let sources = crate::config::SettingSources {
+            flags: Default::default(),
+            // The TAO SDK's names as its skill has an agent export them, and one of its aliases.
+            env: map(&[
+                ("SSH_HOST", "login.example.org"),
+                ("SLURM_USER", "ada"),
+                ("SSH_KEY_PATH", "/home/ada/.ssh/id_ed25519"),
+                ("SLURM_BASE_RESULTS_DIR", "/lustre/ada"),
+                ("SLURM_ACCOUNT", " "),
+                ("NGC_KEY", "not-an-init-setting"),
+            ]),
+            file: map(&[("SLURM_PARTITION", "gpu"), ("SLURM_USER", "from-the-file")]),
+            uid: Some(1000),
+        };
+        assert_eq!(
+            already_set(&sources),
+            vec![
+                ("SLURM_HOSTNAME", "login.example.org".to_string()),
+                ("SLURM_USER", "ada".to_string()),
+                ("SSH_KEY_PATH", "/home/ada/.ssh/id_ed25519".to_string()),
+                ("SLURM_PARTITION", "gpu".to_string()),
+                ("SLURM_BASE_RESULTS_DIR", "/lustre/ada".to_string()),
+            ],
+            "the environment over the file, our names for the TAO SDK's, blank values unset"
+        );
+        let none = crate::config::SettingSources {
+            flags: Default::default(),
+            env: Default::default(),
+            file: Default::default(),
+            uid: None,
+        };
+        assert!(already_set(&none).is_empty(), "the packaged default partitions are no answer");
+    }
 
     #[test]
     fn the_probe_reads_accounts_and_pyxis() {

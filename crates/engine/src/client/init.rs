@@ -3,7 +3,7 @@
 //! file written mode 600. The doors (CLI, MCP) ask and show; nothing here prompts.
 
 use crate::config::{LoginHost, SettingSources, Settings};
-use crate::ops::init::{key_mode_fix, probe_script, read_probe, render_env_file, ssh_config_aliases};
+use crate::ops::init::{already_set, key_mode_fix, probe_script, read_probe, render_env_file, ssh_config_aliases};
 use crate::remote::{Idempotency, OpenSsh, Remote};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -22,6 +22,52 @@ pub struct InitAnswers {
     pub account: Option<String>,
     pub base_dir: Option<String>,
     pub accept_new_host_key: bool,
+}
+
+impl InitAnswers {
+    /// These answers, each one not given taken from `defaults`.
+    pub fn or(self, defaults: InitAnswers) -> InitAnswers {
+        let text = |a: String, d: String| if a.trim().is_empty() { d } else { a };
+        InitAnswers {
+            host: text(self.host, defaults.host),
+            user: text(self.user, defaults.user),
+            key: self.key.or(defaults.key),
+            ssh_config: self.ssh_config.or(defaults.ssh_config),
+            known_hosts: self.known_hosts.or(defaults.known_hosts),
+            partition: self.partition.or(defaults.partition),
+            account: self.account.or(defaults.account),
+            base_dir: self.base_dir.or(defaults.base_dir),
+            accept_new_host_key: self.accept_new_host_key || defaults.accept_new_host_key,
+        }
+    }
+}
+
+/// What the settings already say, as init's answers: the environment (the TAO SDK's names and ours)
+/// over the env file (`env_file`, else `TAO_ENV_FILE` or `~/.config/tao/.env` when present). They
+/// are the defaults of init's questions and what `--yes` and the MCP tool use when not told.
+pub fn defaults(env_file: Option<&Path>) -> Result<InitAnswers, InitProblem> {
+    // An env file named that does not exist yet (the one init is to write) holds nothing.
+    let new_file = env_file.is_some_and(|p| !p.exists());
+    let mut sources = crate::config::gather(HashMap::new(), env_file.filter(|_| !new_file))
+        .map_err(|e| problem("env_file", e.to_string(), "fix or move the env file named"))?;
+    if new_file {
+        sources.file.clear();
+    }
+    let mut a = InitAnswers::default();
+    for (name, value) in already_set(&sources) {
+        match name {
+            "SLURM_HOSTNAME" => a.host = value,
+            "SLURM_USER" => a.user = value,
+            "SSH_KEY_PATH" => a.key = Some(PathBuf::from(value)),
+            "SSH_CONFIG" => a.ssh_config = Some(PathBuf::from(value)),
+            "SSH_KNOWN_HOSTS" => a.known_hosts = Some(PathBuf::from(value)),
+            "SLURM_PARTITION" => a.partition = Some(value),
+            "SLURM_ACCOUNT" => a.account = Some(value),
+            "SLURM_BASE_RESULTS_DIR" => a.base_dir = Some(value),
+            _ => {}
+        }
+    }
+    Ok(a)
 }
 
 /// A private key found in `~/.ssh`, with the fix when others can read it.
@@ -56,6 +102,32 @@ pub struct ClusterFound {
     pub partitions: Vec<PartitionFound>,
     pub accounts: Vec<String>,
     pub pyxis: Option<bool>,
+}
+
+/// `init --json`: what init found and did, for agents and scripts (one object, whatever the outcome).
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+pub struct InitReport {
+    /// Whether the env file was written.
+    pub written: bool,
+    /// The env file init writes (or would write).
+    pub env_file: Option<String>,
+    /// The settings that were already set (in the environment, under tao-slurm's or the TAO SDK's
+    /// names, or in the env file) and that init took where no flag said otherwise.
+    pub already_set: Vec<String>,
+    /// The file's text (init writes no secret); absent when init stopped before it.
+    pub text: Option<String>,
+    /// What the cluster said once the login worked.
+    pub found: Option<ClusterFound>,
+    /// Why init stopped, with the fix; nothing was written then.
+    pub problem: Option<InitProblem>,
+    /// Preflight with the file written.
+    pub preflight: Option<crate::preflight::PreflightReport>,
+}
+
+/// The names of the settings `answers` holds that `defaults` gave (no flag or answer said them).
+pub fn taken_from(answers: &InitAnswers, defaults: &InitAnswers) -> Vec<String> {
+    let given: Vec<(&str, String)> = env_values(defaults);
+    env_values(answers).into_iter().filter(|pair| given.contains(pair)).map(|(name, _)| name.to_string()).collect()
 }
 
 /// Why init stops before writing anything: the field, what is wrong, and the fix.
@@ -114,8 +186,13 @@ pub fn answer_settings(answers: &InitAnswers) -> Result<Settings, InitProblem> {
         flags.insert("SSH_ACCEPT_NEW_HOST_KEYS".into(), "true".into());
     }
     let env: HashMap<String, String> = std::env::vars().collect();
-    Settings::from_sources(&SettingSources { flags, env, file: HashMap::new() })
-        .map_err(|e| problem("settings", e.to_string(), "correct the value named above"))
+    Settings::from_sources(&SettingSources {
+        flags,
+        env,
+        file: HashMap::new(),
+        uid: Some(crate::private::current_uid()),
+    })
+    .map_err(|e| problem("settings", e.to_string(), "correct the value named above"))
 }
 
 /// The settings init writes, by name, from the answers.

@@ -31,11 +31,13 @@ pub fn run_preflight(settings: &Settings) -> Vec<Check> {
     let ssh = match OpenSsh::new(settings, &user, &settings.login_hosts) {
         Ok(s) => s,
         Err(e) => {
-            checks.push(Check::fail("ssh key", None, e.to_string(), "see the message above"));
+            let name = if matches!(e, crate::remote::RemoteError::Config(_)) { "ssh settings" } else { "ssh key" };
+            checks.push(Check::fail(name, None, e.to_string(), "see the message above"));
             return checks;
         }
     };
     let mut any_host = false;
+    let mut failures = Vec::new();
     for (i, host) in ssh.hosts().iter().enumerate() {
         let label = host.label();
         if let Err(e) = ssh.ensure_master(host) {
@@ -45,6 +47,7 @@ pub fn run_preflight(settings: &Settings) -> Vec<Check> {
             } else {
                 crate::remote::openssh::login_remediation(&user, &host.host, &e.to_string())
             };
+            failures.push(e.to_string());
             let mut c = Check::fail("ssh login", Some(&label), e.to_string(), remediation);
             // One unreachable host of several is a warning: failover covers it; a changed key never is.
             c.required = changed || settings.login_hosts.len() == 1;
@@ -65,9 +68,10 @@ pub fn run_preflight(settings: &Settings) -> Vec<Check> {
             "ssh login",
             None,
             "no login host accepted a non-interactive login",
-            crate::remote::openssh::ssh_remediation(
+            crate::remote::openssh::login_remediation(
                 &user,
                 settings.login_hosts.first().map(|h| h.host.as_str()).unwrap_or("<login-host>"),
+                &failures.join("\n"),
             ),
         ));
     }

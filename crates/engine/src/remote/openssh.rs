@@ -35,6 +35,8 @@ pub struct OpenSsh {
     /// agent, host-key policy): part of every control socket's name, so that a run with other
     /// settings never rides a master that was authenticated under the old ones.
     profile: String,
+    /// Per host, the path of its master's socket ([`socket_name`]).
+    sockets: Vec<PathBuf>,
     /// Per host, what `ssh -G` resolves for it (on first use; see `target`).
     targets: Vec<Mutex<Option<Target>>>,
     counters: super::Counters,
@@ -85,7 +87,15 @@ impl OpenSsh {
             });
         }
         let profile = auth_profile(settings, user);
+        let sockets: Vec<PathBuf> = hosts
+            .iter()
+            .map(|h| settings.control_dir.join(socket_name(&profile, user, h, settings.ssh_config.as_deref())))
+            .collect();
+        if let Some(socket) = sockets.first() {
+            check_socket_path(socket)?;
+        }
         Ok(OpenSsh {
+            sockets,
             remote_timeout: Duration::from_secs(settings.remote_timeout_secs.into()),
             profile,
             targets: hosts.iter().map(|_| Mutex::new(None)).collect(),
@@ -165,7 +175,7 @@ impl OpenSsh {
     fn base_command(&self, host: &LoginHost) -> Command {
         let mut cmd = Command::new("ssh");
         cmd.args(self.strict_options());
-        cmd.arg("-o").arg(self.control_path_option());
+        cmd.arg("-o").arg(self.control_path_option(host));
         if let Some(proxy) = self.target(host).proxy {
             cmd.arg("-o").arg(format!("ProxyCommand={proxy}"));
         }
@@ -178,8 +188,11 @@ impl OpenSsh {
         cmd
     }
 
-    fn control_path_option(&self) -> String {
-        format!("ControlPath={}/{}-%C", self.control_dir.display(), self.profile)
+    fn control_path_option(&self, host: &LoginHost) -> String {
+        let socket = self.hosts.iter().position(|h| h == host).map(|i| self.sockets[i].clone());
+        // ssh expands `%` tokens in the path: a literal `%` is doubled.
+        let socket = socket.unwrap_or_else(|| self.control_dir.join(socket_name(&self.profile, &self.user, host, None)));
+        format!("ControlPath={}", socket.display().to_string().replace('%', "%%"))
     }
 
     /// What ssh_config makes of a login host: once per process, and across processes from the
@@ -199,7 +212,7 @@ impl OpenSsh {
 
     /// `ssh -G` for a login host, remembered in the cache.
     fn resolve_target(&self, host: &LoginHost) -> Target {
-        let control = self.control_path_option();
+        let control = self.control_path_option(host);
         let target = match self.resolve(&host.host, Some(&self.user), host.port, Some(&control)) {
             Some(r) => Target {
                 proxy: self.proxy_chain(&r, &r.jumps, 0),
@@ -324,7 +337,9 @@ impl OpenSsh {
     /// The lock (a file in the control directory) that serialises opening `host`'s master across
     /// processes, held until unlocked or dropped.
     fn lock_host(&self, host: &LoginHost) -> Result<File, String> {
-        crate::private::ensure_private_dir(&self.control_dir)?;
+        crate::private::ensure_private_dir(&self.control_dir).map_err(|e| {
+            format!("the SSH control directory cannot be used: {e}; set TAO_SLURM_CONTROL_DIR to a short directory of your own")
+        })?;
         let lock_path = self.control_file(host, "lock");
         let lock = OpenOptions::new()
             .create(true)
@@ -468,20 +483,10 @@ impl OpenSsh {
     fn unreachable(&self, failures: Vec<String>) -> RemoteError {
         let first = self.hosts.first().map(|h| h.host.clone()).unwrap_or_default();
         let message = failures.join("; ");
-        // The key set-up steps help only when authentication was the problem.
-        let remediation = if message.contains("Permission denied") || message.contains("no such identity") {
-            login_remediation(&self.user, &first, &message)
-        } else if message.contains("host key") {
-            String::new()
-        } else {
-            "Check SLURM_HOSTNAME (and SSH_CONFIG if you use aliases) and that the login host is reachable \
-             from this machine: ssh -o BatchMode=yes <host> hostname"
-                .to_string()
-        };
         RemoteError::Unreachable {
             hosts: self.hosts.iter().map(LoginHost::label).collect::<Vec<_>>().join(", "),
+            remediation: login_remediation(&self.user, &first, &message),
             message,
-            remediation,
         }
     }
 
@@ -675,13 +680,31 @@ fn asks_for_a_prompt(message: &str) -> bool {
     })
 }
 
-/// What to do after a failed login: `tao-slurm login` when the host wants a prompt answered, else the
-/// key set-up steps.
+/// ssh's words when the host refused every key it was offered (or ssh had no usable key to offer).
+fn key_refused(message: &str) -> bool {
+    message.lines().any(|l| {
+        (l.contains("Permission denied (") && l.contains("publickey"))
+            || l.contains("no such identity")
+            || l.contains("Too many authentication failures")
+    })
+}
+
+/// What to do after a failed login, from what ssh said, one rule for every door: `tao-slurm login`
+/// when the host wants a prompt answered; the key set-up steps only when the host refused the key;
+/// for an unknown host key, checking it (the message holds the `ssh-keyscan` line); for anything
+/// else (no route, a refused connection, a local problem of ssh's), ssh's own error stands and no key
+/// is asked for.
 pub fn login_remediation(user: &str, host: &str, message: &str) -> String {
     if asks_for_a_prompt(message) {
         login_advice()
-    } else {
+    } else if key_refused(message) {
         ssh_remediation(user, host)
+    } else if message.contains("host key") {
+        "check the host key's fingerprint with the site, then add it as the message says (or run init with --accept-new-host-key)".to_string()
+    } else {
+        format!(
+            "no key was refused, so no key set-up helps: fix what the message above says. Check SLURM_HOSTNAME (and SSH_CONFIG if you use aliases) and that the login host is reachable from this machine: ssh -o BatchMode=yes {user}@{host} hostname"
+        )
     }
 }
 
@@ -747,6 +770,62 @@ fn auth_profile(settings: &Settings, user: &str) -> String {
         h.update([0u8]);
     }
     h.finalize().iter().take(6).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The longest path a Unix socket can have on Linux (`sun_path` is 108 bytes with its NUL).
+const MAX_SOCKET_PATH: usize = 107;
+/// What ssh adds to the ControlPath while it binds the master's socket: `.` and 16 random characters
+/// (the socket is then renamed to the path given).
+const SSH_BIND_SUFFIX: usize = 17;
+/// The length of a socket's name in the control directory (hex characters of [`socket_name`]).
+pub const SOCKET_NAME_LEN: usize = 16;
+
+/// The name of a login host's master socket: a hash of everything that decides which master may serve
+/// a command (how we authenticate, the user, the host as given, this machine, and the ssh_config files'
+/// stamp, so an edited alias gets a new master), 16 hex characters, so that the path stays short: ssh's
+/// own `%C` is 40 and a socket's path holds 107 bytes in all.
+fn socket_name(profile: &str, user: &str, host: &LoginHost, ssh_config: Option<&Path>) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for part in [profile, user, &host.label(), &local_hostname(), &super::resolve::config_stamp(ssh_config)] {
+        h.update(part.as_bytes());
+        h.update([0u8]);
+    }
+    h.finalize().iter().take(SOCKET_NAME_LEN / 2).map(|b| format!("{b:02x}")).collect()
+}
+
+/// This machine's name (ssh's `%l`, part of its `%C`): a control directory shared by several machines
+/// (a home on NFS) never mixes their masters.
+fn local_hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer and its length are valid; gethostname writes at most that many bytes.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// A master's socket must fit a Unix socket's path while ssh binds it (with its suffix): else every
+/// connection would fail with ssh's "too long for Unix domain socket". Refused before any ssh runs,
+/// naming the path, its length and the setting to change.
+fn check_socket_path(socket: &Path) -> Result<(), RemoteError> {
+    let len = socket.as_os_str().len();
+    if len + SSH_BIND_SUFFIX <= MAX_SOCKET_PATH {
+        return Ok(());
+    }
+    let dir = socket.parent().unwrap_or(socket);
+    Err(RemoteError::Config(crate::config::ConfigError::Invalid {
+        name: "TAO_SLURM_CONTROL_DIR",
+        message: format!(
+            "the SSH control socket {} would be {len} characters, and ssh adds {SSH_BIND_SUFFIX} while it creates it: over the {MAX_SOCKET_PATH} a Unix socket's path can hold. Set TAO_SLURM_CONTROL_DIR to a directory of your own of at most {} characters (now {}: {}), or unset it for the default ($XDG_RUNTIME_DIR/tao-slurm or /tmp/tao-slurm-<uid>)",
+            socket.display(),
+            MAX_SOCKET_PATH - SSH_BIND_SUFFIX - SOCKET_NAME_LEN - 1,
+            dir.as_os_str().len(),
+            dir.display(),
+        ),
+    }))
 }
 
 /// One ProxyJump hop: `[user@]host[:port]` (or `ssh://[user@]host[:port]`).
@@ -937,6 +1016,94 @@ mod tests {
         assert!(asks_for_a_prompt("u@h: Permission denied (password)."));
         assert!(!asks_for_a_prompt("u@h: Permission denied (publickey,password)."));
         assert!(!asks_for_a_prompt("Connection refused"));
+    }
+
+    /// Settings of a user whose home is `home`, with the control directory at its default.
+    fn settings_with_home(home: &str, control_dir: Option<&str>) -> Settings {
+        let mut env: std::collections::HashMap<String, String> =
+            [("SLURM_USER", "alice"), ("SLURM_HOSTNAME", "login.example.org:2222"), ("HOME", home)]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        if let Some(d) = control_dir {
+            env.insert("TAO_SLURM_CONTROL_DIR".into(), d.into());
+        }
+        let sources = crate::config::SettingSources {
+            flags: Default::default(),
+            env,
+            file: Default::default(),
+            uid: Some(4_294_967_294),
+        };
+        Settings::from_sources(&sources).unwrap()
+    }
+
+    #[test]
+    fn any_home_gives_a_socket_path_that_fits_and_a_long_control_dir_is_named_with_its_fix() {
+        // The issue's home (39 characters) and one of 200: the socket path does not grow with it.
+        for home in ["/home/users/jean-baptiste.delacroix".to_string(), format!("/home/{}", "h".repeat(194))] {
+            let settings = settings_with_home(&home, None);
+            let ssh = OpenSsh::new(&settings, "alice", &settings.login_hosts).unwrap();
+            let socket = &ssh.sockets[0];
+            assert!(!socket.starts_with(&home), "{}", socket.display());
+            // The largest uid there is: the default's longest form.
+            assert_eq!(socket.parent().unwrap(), Path::new("/tmp/tao-slurm-4294967294"));
+            assert!(socket.as_os_str().len() + SSH_BIND_SUFFIX <= MAX_SOCKET_PATH, "{}", socket.display());
+            let option = ssh.control_path_option(&settings.login_hosts[0]);
+            assert_eq!(option, format!("ControlPath={}", socket.display()));
+        }
+        // Another host, user or key: another master.
+        let settings = settings_with_home("/home/a", None);
+        let a = OpenSsh::new(&settings, "alice", &settings.login_hosts).unwrap();
+        let b = OpenSsh::new(&settings, "bob", &settings.login_hosts).unwrap();
+        assert_ne!(a.sockets[0], b.sockets[0]);
+        assert_eq!(a.sockets[0].file_name().unwrap().len(), SOCKET_NAME_LEN);
+
+        // The longest control directory that fits (73 characters), and one more.
+        let fits = format!("/{}", "d".repeat(MAX_SOCKET_PATH - SSH_BIND_SUFFIX - SOCKET_NAME_LEN - 2));
+        assert_eq!(fits.len(), 73);
+        let settings = settings_with_home("/home/a", Some(&fits));
+        assert!(OpenSsh::new(&settings, "alice", &settings.login_hosts).is_ok());
+        let long = format!("{fits}e");
+        let settings = settings_with_home("/home/a", Some(&long));
+        let err = OpenSsh::new(&settings, "alice", &settings.login_hosts).err().expect("a path too long is refused");
+        let text = err.to_string();
+        assert!(matches!(err, RemoteError::Config(_)), "a settings error: {text}");
+        for part in ["TAO_SLURM_CONTROL_DIR", &long, "would be 91 characters", "at most 73 characters (now 74"] {
+            assert!(text.contains(part), "{part:?} in: {text}");
+        }
+        assert!(!text.contains("passwordless"), "{text}");
+    }
+
+    #[test]
+    fn the_key_steps_are_given_only_when_the_host_refused_the_key() {
+        let refused = [
+            "alice@login: Permission denied (publickey).",
+            "alice@login: Permission denied (publickey,gssapi-with-mic,password).",
+            "Received disconnect from 10.0.0.1 port 22:2: Too many authentication failures",
+        ];
+        for message in refused {
+            let r = login_remediation("alice", "login", message);
+            assert!(r.starts_with("SLURM is blocked on passwordless SSH. Please provide: SSH_KEY_PATH"), "{message}: {r}");
+        }
+        // ssh's own failures (the issue's socket path, no route, a refused connection): its error stands.
+        let own = [
+            "unix_listener: path \"/home/users/jean-baptiste.delacroix/.cache/tao-slurm/cm/0123456789ab-0123456789012345678901234567890123456789.AbCdEfGhIjKlMnOp\" too long for Unix domain socket",
+            "ssh: connect to host login port 22: Connection refused",
+            "ssh: Could not resolve hostname login: Name or service not known",
+            "ssh exited with status 255 and no message",
+        ];
+        for message in own {
+            let r = login_remediation("alice", "login", message);
+            assert!(!r.contains("passwordless") && !r.contains("ssh-keygen"), "{message}: {r}");
+            assert!(r.contains("fix what the message above says"), "{message}: {r}");
+        }
+        // The same rule when every host failed.
+        let settings = settings_with_home("/home/a", None);
+        let ssh = OpenSsh::new(&settings, "alice", &settings.login_hosts).unwrap();
+        let err = ssh.unreachable(vec![format!("login: {}", own[0])]).to_string();
+        assert!(err.contains("too long for Unix domain socket") && !err.contains("passwordless"), "{err}");
+        let err = ssh.unreachable(vec![format!("login: {}", refused[0])]).to_string();
+        assert!(err.contains("passwordless"), "{err}");
     }
 
     #[test]

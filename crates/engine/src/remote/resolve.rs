@@ -118,7 +118,7 @@ impl TargetCache {
 
 /// The ssh_config files ssh reads for us (the configured one, or the user's and the system's), by
 /// path, size and modification time.
-fn config_stamp(ssh_config: Option<&Path>) -> String {
+pub(super) fn config_stamp(ssh_config: Option<&Path>) -> String {
     let files: Vec<PathBuf> = match ssh_config {
         Some(f) => vec![f.to_path_buf()],
         None => {
