@@ -87,6 +87,9 @@ pub fn open(state: &Arc<AppState>, parent: &Workspace, person: &str, user: &str)
     settings.ssh_config = None;
     settings.ssh_auth_sock = None;
     settings.mail_user = None;
+    // An idle connection ends before its certificate would; a busy one is let go at each renewal
+    // (`Workspace::with_client`), so none outlives its certificate.
+    settings.control_persist_secs = settings.control_persist_secs.min((lifetime / 2).max(5) as u32);
     settings.cluster = Some(id.clone());
     settings.person = Some(person.to_string());
     let mut w = Workspace::new(id, settings, parent.access.clone());
@@ -116,12 +119,13 @@ fn renewer(
     Box::new(move || {
         let _one = one_at_a_time.lock().unwrap_or_else(|e| e.into_inner());
         let now = crate::client::now_secs() as u64;
-        if renewal_due(valid_before.load(Ordering::Relaxed), now, lifetime) {
-            let issued = authority.issue(&dir, &user, &person, now, lifetime)?;
-            valid_before.store(issued.valid_before, Ordering::Relaxed);
-            tracing::info!(%user, valid_before = issued.valid_before, "renewed a person's SSH certificate");
+        if !renewal_due(valid_before.load(Ordering::Relaxed), now, lifetime) {
+            return Ok(false);
         }
-        Ok(())
+        let issued = authority.issue(&dir, &user, &person, now, lifetime)?;
+        valid_before.store(issued.valid_before, Ordering::Relaxed);
+        tracing::info!(%user, valid_before = issued.valid_before, "renewed a person's SSH certificate");
+        Ok(true)
     })
 }
 

@@ -74,8 +74,9 @@ pub fn shown_workspace(id: &str) -> &str {
     split_person_workspace_id(id).map_or(id, |(parent, _)| parent)
 }
 
-/// Run before a client of the workspace may log in (a person's certificate renewed when due).
-pub type BeforeLogin = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
+/// Run before a client of the workspace may log in (a person's certificate renewed when due);
+/// whether it renewed the credentials (connections made with the old ones are then let go).
+pub type BeforeLogin = Box<dyn Fn() -> Result<bool, String> + Send + Sync>;
 
 pub struct Workspace {
     /// The profile's name, `default`, the id of an org's workspace, or `PARENT@USER` for a person's.
@@ -94,7 +95,11 @@ pub struct Workspace {
     pub stopped: AtomicBool,
     /// The monitor lock of its cluster, held while this service follows it.
     pub monitor_lock: Mutex<Option<crate::client::MonitorLock>>,
-    idle: Mutex<Vec<Client>>,
+    /// Idle clients, each with the credentials' generation it last logged in under.
+    idle: Mutex<Vec<(Client, u64)>>,
+    /// Bumped when the credentials are renewed: a client of an older one lets its connections go
+    /// before its next call (a person's master never outlives their certificate).
+    credentials: AtomicU64,
     pub counters: Counters,
     pub last_error: Mutex<Option<String>>,
     /// Set to ask the monitor for an early refresh (after a submit or a cancel).
@@ -143,6 +148,7 @@ impl Workspace {
             stopped: AtomicBool::new(false),
             monitor_lock: Mutex::new(None),
             idle: Mutex::new(Vec::new()),
+            credentials: AtomicU64::new(0),
             counters: Counters::default(),
             last_error: Mutex::new(None),
             wake: (Mutex::new(false), Condvar::new()),
@@ -155,11 +161,31 @@ impl Workspace {
         }
     }
 
-    /// What must happen before a client of it logs in (see [`BeforeLogin`]).
-    fn ready_to_log_in(&self) -> crate::Result<()> {
-        match &self.before_login {
-            Some(f) => f().map_err(crate::Error::RemoteCommand),
-            None => Ok(()),
+    /// What must happen before a client of it logs in (see [`BeforeLogin`]); the credentials'
+    /// generation to log in under. Renewed ones end the idle clients' connections now.
+    fn ready_to_log_in(&self) -> crate::Result<u64> {
+        let renewed = match &self.before_login {
+            Some(f) => f().map_err(crate::Error::RemoteCommand)?,
+            None => false,
+        };
+        if renewed {
+            let old: Vec<(Client, u64)> = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|e| e.into_inner()));
+            self.credentials.fetch_add(1, Ordering::SeqCst);
+            // The login's connection is shared: stopping it through any client stops it for all, and
+            // a new client would otherwise ride it.
+            match old.first() {
+                Some((c, _)) => c.retire_connections(),
+                None => Client::new(self.settings.clone())?.retire_connections(),
+            }
+        }
+        Ok(self.credentials.load(Ordering::SeqCst))
+    }
+
+    /// `client` under the credentials of `generation`: one of an older generation lets its
+    /// connections go first.
+    fn under(&self, client: &Client, last: u64, generation: u64) {
+        if last != generation {
+            client.retire_connections();
         }
     }
 
@@ -178,18 +204,24 @@ impl Workspace {
 
     /// Run `f` with a client of this workspace (blocking: call it from a blocking thread).
     pub fn with_client<T>(&self, f: impl FnOnce(&Client) -> crate::Result<T>) -> crate::Result<T> {
-        self.ready_to_log_in()?;
+        let generation = self.ready_to_log_in()?;
         let reused = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let client = match reused {
-            Some(c) => c,
+            Some((c, last)) => {
+                self.under(&c, last, generation);
+                c
+            }
             None => Client::new(self.settings.clone())?,
         };
         let before = client.transport_stats();
         let result = f(&client);
         self.account(before, client.transport_stats());
+        // Renewed while it ran: it lets its sessions go now rather than keep the old login alive idle.
+        let now = self.credentials.load(Ordering::SeqCst);
+        self.under(&client, generation, now);
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() < MAX_IDLE {
-            idle.push(client);
+            idle.push((client, now));
         }
         result
     }
@@ -260,13 +292,15 @@ impl Workspace {
             }
         };
         let mut monitor = Monitor::new(&self.settings);
+        let mut under = self.credentials.load(Ordering::SeqCst);
         let floor = crate::monitor::budget_floor(self.settings.max_queries_per_minute);
         let (mut last, mut next) = (Instant::now(), Instant::now());
         while !self.stopped.load(Ordering::Relaxed) {
             let held = lease(&client);
             if Instant::now() >= next {
                 last = Instant::now();
-                let interval = if held { self.refresh(&client, &mut monitor) } else { super::lease::OBSERVE_EVERY };
+                let interval =
+                    if held { self.refresh(&client, &mut monitor, &mut under) } else { super::lease::OBSERVE_EVERY };
                 publish(&client);
                 next = last + interval;
             }
@@ -278,9 +312,13 @@ impl Workspace {
     }
 
     /// One refresh of the monitor, with its counts; the interval until the next.
-    fn refresh(&self, client: &Client, monitor: &mut Monitor) -> Duration {
+    fn refresh(&self, client: &Client, monitor: &mut Monitor, under: &mut u64) -> Duration {
         let before = client.transport_stats();
-        let result = self.ready_to_log_in().and_then(|()| monitor.step(client));
+        let result = self.ready_to_log_in().and_then(|generation| {
+            self.under(client, *under, generation);
+            *under = generation;
+            monitor.step(client)
+        });
         let after = client.transport_stats();
         self.account(before, after);
         add(&self.counters.refresh_round_trips, before.round_trips, after.round_trips);

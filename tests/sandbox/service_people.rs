@@ -7,6 +7,7 @@
 //! host and the service signs a new one without the person noticing; machines' tokens are refused.
 
 use crate::common::sandbox::settings as sandbox_settings;
+use crate::common::wait::wait_for_async;
 use crate::service_support::{send, Service, TrustedCa, ORG};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -151,6 +152,13 @@ async fn each_person_runs_as_their_own_unix_user_with_short_lived_certificates()
     assert!(logs(&svc, ada_token, &a_id).await.contains(&format!("uid={}", uid_of(&ada))));
     let meta = &running["backend_details"]["slurm_metadata"];
     let a_slurm = meta["slurm_job_id"].as_str().unwrap().to_string();
+    // The service's connections as ada now, made with her first certificate.
+    let first_connections: Vec<String> = {
+        let out =
+            std::process::Command::new("pgrep").args(["-u", &ada, "-f", &format!("^sshd: {ada}")]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).split_whitespace().map(String::from).collect()
+    };
+    assert!(!first_connections.is_empty(), "the service had a connection as {ada}");
     let private = format!("{}/private.txt", meta["results_dir"].as_str().unwrap());
     assert!(private.starts_with(&format!("{sd}/shared/{ada}/people-{run}/")), "{private}");
 
@@ -283,11 +291,23 @@ async fn each_person_runs_as_their_own_unix_user_with_short_lived_certificates()
     }
     let (ok, said) = logs_in(&ada, &k2, &c2);
     assert!(!ok && said.contains("Permission denied"), "an expired certificate: {said}");
-    // The service, meanwhile, signs new ones: its connections as ada dropped (her sshd sessions
-    // ended), ada's next request logs in again with a certificate the login host accepts.
-    let killed =
-        std::process::Command::new("pkill").args(["-u", &ada, "-f", &format!("^sshd: {ada}")]).status().unwrap();
-    assert!(killed.success(), "the service had a connection as {ada}");
+    // The service, meanwhile, let go of the connections it made with the first certificate (sshd
+    // checks a certificate only at login): none of them outlives it by more than the monitor's next
+    // cycles, and ada's next request logs in again with a certificate the login host accepts.
+    wait_for_async(
+        "the first certificate's connections as ada end",
+        Duration::from_secs(30),
+        Duration::from_millis(500),
+        || async {
+            let left: Vec<String> = first_connections
+                .iter()
+                .filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
+                .cloned()
+                .collect();
+            left.is_empty().then_some(()).ok_or(format!("still up: {left:?}"))
+        },
+    )
+    .await;
     assert!(logs(&svc, ada_token, &a_id).await.contains("a-ready"));
     let renewed = certificate(&cert_path);
     assert!(renewed.valid_before() > ends && renewed.serial() != cert.serial(), "renewed");

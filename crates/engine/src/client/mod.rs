@@ -132,6 +132,15 @@ impl Client {
         &self.settings
     }
 
+    /// Let go of the transport's connections (see `Remote::retire_connections`), this process's and
+    /// any other's that share its login (the connection is one per login): the next call logs in
+    /// again.
+    pub fn retire_connections(&self) {
+        if let Ok(r) = self.remote() {
+            r.retire_connections();
+        }
+    }
+
     /// What the transport has cost so far (zero if no remote command ran).
     pub fn transport_stats(&self) -> crate::remote::TransportStats {
         self.remote.get().map(|r| r.stats()).unwrap_or_default()

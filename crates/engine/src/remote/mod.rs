@@ -179,6 +179,11 @@ pub trait Remote: Send + Sync {
         Err(RemoteError::Spawn { program: self.describe(), message: "this transport has no login".into() })
     }
 
+    /// Let go of this transport's connections: its idle sessions end, sessions in use end with their
+    /// call, and each login host's connection takes no new session and closes once its last one ends;
+    /// the next call logs in again (with credentials renewed since: a person's certificate).
+    fn retire_connections(&self) {}
+
     /// Forward (or, with `cancel`, stop forwarding) `listen` on this machine to `to` as the login host
     /// sees it (`node:port`), through the transport's existing connection.
     fn forward(&self, listen: &str, to: &str, cancel: bool) -> Result<(), RemoteError> {

@@ -642,6 +642,17 @@ impl Remote for OpenSsh {
         Ok(out)
     }
 
+    fn retire_connections(&self) {
+        self.sessions.retire();
+        for host in &self.hosts {
+            // `stop`: the master takes no new session and exits once its last one ends (a call in
+            // flight finishes on it). One not running answers at once.
+            let mut cmd = Command::new("ssh");
+            cmd.args(["-O", "stop"]).args(self.base_command(host).get_args());
+            let _ = run_bounded(cmd, Duration::from_secs(5));
+        }
+    }
+
     fn forward(&self, listen: &str, to: &str, cancel: bool) -> Result<(), RemoteError> {
         let index = self.current_host()?;
         // A forward lives in the master: one that went away (stopped, its socket removed) while the

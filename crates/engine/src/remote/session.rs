@@ -327,6 +327,8 @@ impl Drop for Session {
 #[derive(Default)]
 pub(crate) struct Pool {
     idle: Mutex<Vec<Session>>,
+    /// Bumped by [`Pool::retire`]: a session started before is never kept again.
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl Pool {
@@ -341,6 +343,7 @@ impl Pool {
         deadline: Duration,
         cap: u64,
     ) -> Result<Result<Reply, CallError>, RemoteError> {
+        let generation = self.generation.load(std::sync::atomic::Ordering::SeqCst);
         let mut session = self.take(host).map(Ok).unwrap_or_else(start)?;
         let mut result = session.call(script, deadline, cap);
         if let Err(CallError::NotDelivered(message)) = &result {
@@ -348,10 +351,19 @@ impl Pool {
             session = start()?;
             result = session.call(script, deadline, cap);
         }
-        if result.is_ok() {
-            self.idle.lock().unwrap().push(session);
+        let mut idle = self.idle.lock().unwrap();
+        if result.is_ok() && self.generation.load(std::sync::atomic::Ordering::SeqCst) == generation {
+            idle.push(session);
         }
         Ok(result)
+    }
+
+    /// End every idle session, and keep none that is in use now once its call ends: the next call
+    /// starts a new one (on a new connection, when the old one was told to stop).
+    pub fn retire(&self) {
+        let mut idle = self.idle.lock().unwrap();
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        idle.clear();
     }
 
     fn take(&self, host: usize) -> Option<Session> {
