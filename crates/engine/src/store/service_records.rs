@@ -210,6 +210,7 @@ impl ServiceDb {
         conn.pragma_update(None, "journal_mode", "WAL").map_err(|e| sql_err(path, e))?;
         conn.execute_batch(SCHEMA).map_err(|e| sql_err(path, e))?;
         conn.execute_batch(AUDIT_APPEND_ONLY).map_err(|e| sql_err(path, e))?;
+        conn.execute_batch(super::service_caps::JOB_PLACES_SCHEMA).map_err(|e| sql_err(path, e))?;
         // Columns that came later: databases made before them get them.
         for (table, column, decl) in LATER_COLUMNS {
             let has: bool = conn
@@ -251,6 +252,8 @@ impl ServiceDb {
             AUDIT_NO_TRUNCATE_PG.to_string(),
         ];
         migrations.extend(later.iter().map(|(t, c, d)| format!("ALTER TABLE {t} ADD COLUMN {c} {d};")));
+        // Later tables, each appended at the end (never reordered).
+        migrations.push(super::service_caps::JOB_PLACES_SCHEMA.to_string());
         let migrations: Vec<&str> = migrations.iter().map(String::as_str).collect();
         let conn = super::postgres_schema::open(target, schema, &migrations).map_err(|e| sql_err(&shown, e))?;
         Ok(ServiceDb { conn: Mutex::new(conn), path: shown, writes: GroupCommit::default() })
@@ -417,26 +420,7 @@ impl ServiceDb {
     pub(crate) fn insert_job(&self, job: &ApiJob) -> Result<(), String> {
         let job = job.clone();
         let path = self.path.clone();
-        self.write_grouped(Box::new(move |conn| {
-            conn.execute(
-                "INSERT INTO api_jobs (job_id, org, workspace, action, specs, num_gpu, token_id, created_at, tao, person)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-                params![
-                    job.job_id,
-                    job.org,
-                    job.workspace,
-                    job.action,
-                    job.specs.to_string(),
-                    job.num_gpu,
-                    job.token_id,
-                    job.created_at,
-                    job.tao.as_ref().map(|t| t.to_string()),
-                    job.person
-                ],
-            )
-            .map(|_| 0)
-            .map_err(|e| sql_err(&path, e))
-        }))?;
+        self.write_grouped(Box::new(move |conn| insert_job_row(conn, &job).map(|_| 0).map_err(|e| sql_err(&path, e))))?;
         Ok(())
     }
 
@@ -546,6 +530,26 @@ impl ServiceDb {
         rows.collect::<Result<_, _>>().map_err(|e| sql_err(&self.path, e))
     }
 
+}
+
+/// A job's row in `api_jobs` (its place, if counted, is `service_caps`'s).
+pub(super) fn insert_job_row(conn: &Conn, job: &ApiJob) -> Result<usize, super::sql::Error> {
+    conn.execute(
+        "INSERT INTO api_jobs (job_id, org, workspace, action, specs, num_gpu, token_id, created_at, tao, person)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        params![
+            job.job_id,
+            job.org,
+            job.workspace,
+            job.action,
+            job.specs.to_string(),
+            job.num_gpu,
+            job.token_id,
+            job.created_at,
+            job.tao.as_ref().map(|t| t.to_string()),
+            job.person
+        ],
+    )
 }
 
 #[cfg(test)]
