@@ -1,0 +1,170 @@
+//! Caps hold across replicas (issue 50, item 6): two `serve` processes on one database, an org
+//! capped at 8 workspaces and 3 active jobs. Ten parallel creates of each, spread over both replicas,
+//! give exactly the cap; a place freed on one replica is free on the other, and a retry on either is
+//! checked against the jobs every replica started.
+
+use crate::common::wait::wait_for_async;
+use crate::service_support::{short, Service};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const CLUSTERS: &str = "[default]\norgs = [\"team-a\"]\n\n[login1]\nslurm_hostname = [\"sandbox-login1\"]\norgs = [\"team-a\"]\n\n\
+     [orgs.team-a]\nmax_workspaces = 8\nmax_active_jobs = 3\n";
+
+/// One request: its status and its body as JSON (Null when it is not JSON).
+async fn send(http: &reqwest::Client, method: reqwest::Method, url: String, token: &str, body: Option<Value>) -> (u16, Value) {
+    let mut r = http.request(method, url).bearer_auth(token);
+    if let Some(b) = body {
+        r = r.json(&b);
+    }
+    let r = r.send().await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+fn api(base: &str, path: &str) -> String {
+    format!("{base}/api/v2/orgs/team-a{path}")
+}
+
+/// A workspace on a host nobody answers on, kept anyway (force_create): each counts.
+fn unreachable_workspace(i: usize) -> Value {
+    json!({"name": format!("ws {i}"), "cloud_type": "slurm", "force_create": true,
+        "cloud_specific_details": {"slurm_user": "slurmuser", "slurm_hostname": ["127.0.0.1:1"],
+            "base_results_dir": format!("/tmp/caps-ws-{i}"), "partition": "polar"}})
+}
+
+/// A job's status as the replica at `base` has it.
+async fn status(http: &reqwest::Client, base: &str, token: &str, id: &str) -> Result<String, String> {
+    let (s, j) = send(http, reqwest::Method::GET, api(base, &format!("/jobs/{id}")), token, None).await;
+    match j["status"].as_str() {
+        Some(st) if s == 200 => Ok(st.to_string()),
+        _ => Err(format!("{s}: {j}")),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_on_sqlite_hold_the_workspace_and_active_job_caps() {
+    let svc = Service::start_configured(&[], CLUSTERS, true);
+    caps_hold_across_replicas(svc, &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_on_postgres_hold_the_workspace_and_active_job_caps() {
+    let (bare, password) = crate::service_postgres::split_password(&crate::service_postgres::database_url());
+    let schema = format!("caps_{}", uuid::Uuid::new_v4().simple());
+    let flags = ["--database", bare.as_str()];
+    let svc = Service::start_configured_with_flags(
+        &[
+            ("TAO_SLURM_DATABASE_URL", &bare),
+            ("TAO_SLURM_DATABASE_PASSWORD", &password),
+            ("TAO_SLURM_DATABASE_SCHEMA", &schema),
+        ],
+        CLUSTERS,
+        true,
+        &flags,
+    );
+    caps_hold_across_replicas(svc, &flags).await;
+}
+
+async fn caps_hold_across_replicas(svc: Service, replica_flags: &[&str]) {
+    let b = svc.replica("replica-b", replica_flags);
+    let bases = [svc.url.clone(), b.url.clone()];
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(120)).build().unwrap();
+    let token = svc.token.clone();
+    let post = reqwest::Method::POST;
+
+    // Ten workspaces asked at once, five of each replica: exactly the cap of 8.
+    let creates = (0..10).map(|i| {
+        let (http, url, token) = (http.clone(), api(&bases[i % 2], "/workspaces"), token.clone());
+        async move { send(&http, reqwest::Method::POST, url, &token, Some(unreachable_workspace(i))).await }
+    });
+    let replies = futures_util::future::join_all(creates).await;
+    let made = replies.iter().filter(|(s, _)| *s == 201).count();
+    assert_eq!(made, 8, "exactly the cap across both replicas: {replies:#?}");
+    for (s, e) in replies.iter().filter(|(s, _)| *s != 201) {
+        assert_eq!((*s, e["field"].as_str()), (403, Some("max_workspaces")), "{e}");
+        assert!(e["error_desc"].as_str().unwrap().contains("max_workspaces = 8"), "the cap named: {e}");
+    }
+    // Each replica counts the other's: a ninth is refused on either.
+    for base in &bases {
+        let (s, e) = send(&http, post.clone(), api(base, "/workspaces"), &token, Some(unreachable_workspace(99))).await;
+        assert_eq!((s, e["field"].as_str()), (403, Some("max_workspaces")), "the ninth on {base}: {e}");
+    }
+
+    // Ten jobs asked at once, five of each replica: exactly the cap of 3 active jobs.
+    let job = short(json!({"image": "ubuntu:22.04", "command": "sleep 300", "gpus": 0, "workspace": "login1"}));
+    let creates = (0..10).map(|i| {
+        let (http, url, token, body) = (http.clone(), api(&bases[i % 2], "/jobs"), token.clone(), job.clone());
+        async move { send(&http, reqwest::Method::POST, url, &token, Some(body)).await }
+    });
+    let replies = futures_util::future::join_all(creates).await;
+    let mut accepted: Vec<String> =
+        replies.iter().filter(|(s, _)| *s == 201).map(|(_, j)| j["id"].as_str().unwrap().to_string()).collect();
+    assert_eq!(accepted.len(), 3, "exactly the cap across both replicas: {replies:#?}");
+    for (s, e) in replies.iter().filter(|(s, _)| *s != 201) {
+        assert_eq!((*s, e["field"].as_str()), (403, Some("active_jobs")), "{e}");
+        assert!(e["error_desc"].as_str().unwrap().contains("max_active_jobs = 3"), "the cap named: {e}");
+    }
+
+    // Each replica knows every accepted job (the other's within its observation period).
+    for base in &bases {
+        for id in &accepted {
+            wait_for_async(&format!("{base} knows {id}"), Duration::from_secs(60), Duration::from_millis(300), || async {
+                status(&http, base, &token, id).await.map(|_| ())
+            })
+            .await;
+        }
+    }
+
+    // One cancelled on A frees its place (given back before any replica shows it ended) for a
+    // create on B.
+    let (s, c) = send(&http, post.clone(), api(&bases[0], &format!("/jobs/{}:cancel", accepted[0])), &token, None).await;
+    assert_eq!(s, 200, "{c}");
+    wait_for_async("the cancel seen", Duration::from_secs(60), Duration::from_millis(300), || async {
+        match status(&http, &bases[0], &token, &accepted[0]).await {
+            Ok(s) if s == "Canceled" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let (s, fourth) = send(&http, post.clone(), api(&bases[1], "/jobs"), &token, Some(job.clone())).await;
+    assert_eq!(s, 201, "the freed place, taken on the other replica: {fourth}");
+    accepted.push(fourth["id"].as_str().unwrap().to_string());
+    wait_for_async("B knows the cancel made on A", Duration::from_secs(60), Duration::from_millis(300), || async {
+        match status(&http, &bases[1], &token, &accepted[0]).await {
+            Ok(s) if s == "Canceled" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    // At the cap again: a retry of the cancelled job is refused on either replica, and starts nothing.
+    for base in &bases {
+        let (s, e) = send(&http, post.clone(), api(base, &format!("/jobs/{}:retry", accepted[0])), &token, None).await;
+        assert_eq!((s, e["field"].as_str()), (403, Some("active_jobs")), "a retry past the cap on {base}: {e}");
+        assert!(e["error_desc"].as_str().unwrap().contains("max_active_jobs = 3"), "{e}");
+    }
+    assert_eq!(status(&http, &bases[1], &token, &accepted[0]).await.unwrap(), "Canceled", "the refused retry started nothing");
+    // One more cancelled, on B: once A sees it ended, the retry goes through on A.
+    let (s, c) = send(&http, post.clone(), api(&bases[1], &format!("/jobs/{}:cancel", accepted[1])), &token, None).await;
+    assert_eq!(s, 200, "{c}");
+    wait_for_async("replica A sees the cancel made on B", Duration::from_secs(60), Duration::from_millis(300), || async {
+        match status(&http, &bases[0], &token, &accepted[1]).await {
+            Ok(s) if s == "Canceled" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let (s, r) = send(&http, post.clone(), api(&bases[0], &format!("/jobs/{}:retry", accepted[0])), &token, None).await;
+    assert_eq!(s, 200, "a retry within the cap: {r}");
+    assert_ne!(r["status"], "Canceled", "retried: {r}");
+    // And now the org is at its cap again, on either replica.
+    for base in &bases {
+        let (s, e) = send(&http, post.clone(), api(base, "/jobs"), &token, Some(job.clone())).await;
+        assert_eq!((s, e["field"].as_str()), (403, Some("active_jobs")), "{base}: {e}");
+    }
+
+    // What still runs is cancelled.
+    for id in [&accepted[0], &accepted[2], &accepted[3]] {
+        let (s, c) = send(&http, post.clone(), api(&bases[0], &format!("/jobs/{id}:cancel")), &token, None).await;
+        assert_eq!(s, 200, "{c}");
+    }
+}
