@@ -8,19 +8,6 @@
 use super::service_records::{sql_err, ApiJob, ServiceDb};
 use super::sql::{params, Conn};
 
-/// The places table (SQLite's file makes it if absent; PostgreSQL's schema by its migration).
-/// `attempt`: the job's attempt when the place was taken (0 at create, the next one at a restart): a
-/// view of the job terminal at an attempt before it (another replica's, older) frees nothing.
-pub(super) const JOB_PLACES_SCHEMA: &str = r#"
-CREATE TABLE IF NOT EXISTS job_places (
-    job_id      TEXT PRIMARY KEY,
-    org         TEXT NOT NULL,
-    attempt     INTEGER NOT NULL,
-    taken_at    INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS job_places_by_org ON job_places(org);
-"#;
-
 /// What a grouped write of a capped insert answers: recorded, or (a count >= 0) refused at the cap.
 const RECORDED: i64 = -1;
 

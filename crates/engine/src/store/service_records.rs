@@ -76,6 +76,20 @@ const LATER_COLUMNS: [(&str, &str, &str); 5] = [
     ("audit", "person", "TEXT"),
 ];
 
+/// An org's active jobs as places, counted by `service_caps` (SQLite's file makes the table if absent;
+/// PostgreSQL's schema by its migration).
+/// `attempt`: the job's attempt when the place was taken (0 at create, the next one at a restart): a
+/// view of the job terminal at an attempt before it (another replica's, older) frees nothing.
+const JOB_PLACES_SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS job_places (
+    job_id      TEXT PRIMARY KEY,
+    org         TEXT NOT NULL,
+    attempt     INTEGER NOT NULL,
+    taken_at    INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS job_places_by_org ON job_places(org);
+"#;
+
 /// Append-only: no connection may change or remove an audit entry (SQLite's triggers).
 const AUDIT_APPEND_ONLY: &str = r#"
 CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
@@ -210,7 +224,7 @@ impl ServiceDb {
         conn.pragma_update(None, "journal_mode", "WAL").map_err(|e| sql_err(path, e))?;
         conn.execute_batch(SCHEMA).map_err(|e| sql_err(path, e))?;
         conn.execute_batch(AUDIT_APPEND_ONLY).map_err(|e| sql_err(path, e))?;
-        conn.execute_batch(super::service_caps::JOB_PLACES_SCHEMA).map_err(|e| sql_err(path, e))?;
+        conn.execute_batch(JOB_PLACES_SCHEMA).map_err(|e| sql_err(path, e))?;
         // Columns that came later: databases made before them get them.
         for (table, column, decl) in LATER_COLUMNS {
             let has: bool = conn
@@ -253,7 +267,7 @@ impl ServiceDb {
         ];
         migrations.extend(later.iter().map(|(t, c, d)| format!("ALTER TABLE {t} ADD COLUMN {c} {d};")));
         // Later tables, each appended at the end (never reordered).
-        migrations.push(super::service_caps::JOB_PLACES_SCHEMA.to_string());
+        migrations.push(JOB_PLACES_SCHEMA.to_string());
         let migrations: Vec<&str> = migrations.iter().map(String::as_str).collect();
         let conn = super::postgres_schema::open(target, schema, &migrations).map_err(|e| sql_err(&shown, e))?;
         Ok(ServiceDb { conn: Mutex::new(conn), path: shown, writes: GroupCommit::default() })
