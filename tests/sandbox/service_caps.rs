@@ -168,3 +168,43 @@ async fn caps_hold_across_replicas(svc: Service, replica_flags: &[&str]) {
         assert_eq!(s, 200, "{c}");
     }
 }
+
+/// Fails after a few seconds with an infrastructure pattern (NCCL): a retry is due, never a verdict.
+const FAILS_AS_INFRA: &str = "sleep 5; echo 'ncclSystemError: NCCL error: unhandled system error' >&2; exit 1";
+
+/// The automatic retry of a job is put to the policy as it is when the retry is due, not as it was
+/// when the job was created: the replica that created the job is killed, the operator lowers the
+/// org's cap to 0, and the replica that takes the workspace over refuses the retry (the job ends
+/// Error naming the cap; no second attempt reaches Slurm).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_taking_over_refuses_an_automatic_retry_past_the_policy_as_it_is_now() {
+    let svc = Service::start_configured(&[("TAO_SLURM_RETRY_BACKOFF_SECS", "1")], CLUSTERS, false);
+    let job = short(json!({"image": "ubuntu:22.04", "command": FAILS_AS_INFRA, "gpus": 0, "workspace": "login1"}));
+    let (s, j) = svc.create(&job).await;
+    assert_eq!(s, 201, "{j}");
+    let id = j["id"].as_str().unwrap().to_string();
+    // The creator dies before the job fails; the operator lowers the cap; another replica starts.
+    unsafe { libc::kill(svc.pid() as i32, libc::SIGKILL) };
+    let lowered = CLUSTERS.replace("max_active_jobs = 3", "max_active_jobs = 0");
+    std::fs::write(svc.env.dir.path().join("clusters.toml"), lowered).unwrap();
+    let b = svc.replica("replica-b", &[]);
+    let http = reqwest::Client::new();
+    let ended = wait_for_async("the retry refused", Duration::from_secs(180), Duration::from_millis(500), || async {
+        let (s, j) = send(&http, reqwest::Method::GET, api(&b.url, &format!("/jobs/{id}")), &svc.token, None).await;
+        if s == 200 && j["status"] == "Error" {
+            Ok(j)
+        } else {
+            Err(format!("{s}: {j}"))
+        }
+    })
+    .await;
+    let message = ended["message"].as_str().or(ended["status_message"].as_str()).unwrap_or_default().to_string();
+    let text = ended.to_string();
+    assert!(text.contains("not retried") && text.contains("max_active_jobs = 0"), "the cap named: {message} / {ended}");
+    let (s, attempts) = send(&http, reqwest::Method::GET, api(&b.url, &format!("/jobs/{id}:attempts")), &svc.token, None).await;
+    assert_eq!(s, 200, "{attempts}");
+    let list = attempts["attempts"].as_array().unwrap();
+    assert_eq!(list.len(), 2, "the first attempt and the refused one: {attempts}");
+    assert_eq!(list[1]["failure_class"], "policy", "{attempts}");
+    assert!(list[1]["slurm_job_id"].is_null(), "the refused attempt never reached Slurm: {attempts}");
+}
