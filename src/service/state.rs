@@ -103,6 +103,8 @@ pub struct AppState {
     publish_lock: Mutex<()>,
     /// Jobs waiting for [`AppState::publish_jobs`], by the store they are read from.
     publish_pending: Mutex<HashMap<String, Vec<String>>>,
+    /// The stores whose active jobs were given their places (see [`AppState::publish`]).
+    places_kept: Mutex<std::collections::HashSet<String>>,
     pub version_tx: tokio::sync::watch::Sender<u64>,
     /// sha256 -> token.
     pub tokens: RwLock<HashMap<String, TokenInfo>>,
@@ -171,6 +173,7 @@ impl AppState {
             snapshot: RwLock::new(Arc::new(Snapshot::default())),
             publish_lock: Mutex::new(()),
             publish_pending: Mutex::new(HashMap::new()),
+            places_kept: Mutex::new(std::collections::HashSet::new()),
             version_tx: tokio::sync::watch::channel(0).0,
             tokens: RwLock::new(HashMap::new()),
             tokens_version: AtomicI64::new(i64::MIN),
@@ -375,6 +378,31 @@ impl AppState {
         }
     }
 
+    /// Once per store and process (its first full publish that reads the places): the active jobs
+    /// of the API that hold no place get one (jobs started before places were kept count from
+    /// then on; a later view of one ended gives it back).
+    fn keep_places_once(&self, client: &Client, order: &imbl::Vector<Arc<CachedJob>>) {
+        let settings = client.settings();
+        let store = format!("{}|{}|{:?}", settings.state_path.display(), settings.database_schema, settings.cluster);
+        if self.places_kept.lock().unwrap_or_else(|e| e.into_inner()).contains(&store) {
+            return;
+        }
+        let active: Vec<(String, String, u32)> = order
+            .iter()
+            .filter(|e| !e.status.is_terminal())
+            .map(|e| (e.out.id.clone(), e.out.org.clone(), e.attempt))
+            .collect();
+        match self.records.jobs().keep_places(&active, crate::client::now_secs()) {
+            Ok(n) => {
+                if n > 0 {
+                    tracing::info!(places = n, "active jobs without a place among their org's were given one");
+                }
+                self.places_kept.lock().unwrap_or_else(|e| e.into_inner()).insert(store);
+            }
+            Err(m) => tracing::warn!(error = %m, "cannot give active jobs their places; the next publish tries again"),
+        }
+    }
+
     pub fn remove_job(&self, job_id: &str) -> Result<bool, String> {
         if let Err(m) = self.records.jobs().free_place(job_id) {
             tracing::warn!(job = %job_id, error = %m, "cannot give back a removed job's place");
@@ -491,6 +519,7 @@ impl AppState {
             jobs.insert(view.job_id.clone(), entry.clone());
             order.push_back(entry);
         }
+        self.keep_places_once(client, &order);
         let mut removed = old.removed.clone();
         for (id, e) in &old.jobs {
             if !jobs.contains_key(id) {

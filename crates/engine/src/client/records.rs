@@ -192,6 +192,12 @@ impl ApiJobs<'_> {
         self.0.free_job_places(ended)
     }
 
+    /// Give places to active jobs (job id, org, attempt) that hold none, whatever the cap (jobs
+    /// started before places were kept); how many were given.
+    pub fn keep_places(&self, active: &[(String, String, u32)], now: i64) -> Result<usize, String> {
+        self.0.keep_job_places(active, now)
+    }
+
     /// Give back a job's place whatever its attempt.
     pub fn free_place(&self, job_id: &str) -> Result<bool, String> {
         self.0.free_job_place(job_id)

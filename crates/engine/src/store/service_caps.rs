@@ -89,6 +89,34 @@ impl ServiceDb {
         Ok(count_of(n) as usize)
     }
 
+    /// Give places to active jobs that hold none (job id, org, attempt), whatever the cap: jobs that
+    /// started before places were kept (an upgrade) count from then on. Reads the places (few), then
+    /// writes only those missing; how many it wrote.
+    pub(crate) fn keep_job_places(&self, active: &[(String, String, u32)], now: i64) -> Result<usize, String> {
+        if active.is_empty() {
+            return Ok(0);
+        }
+        let held: std::collections::HashSet<String> = self.job_places()?.into_iter().map(|(id, _, _)| id).collect();
+        let missing: Vec<(String, String, u32)> = active.iter().filter(|(id, _, _)| !held.contains(id)).cloned().collect();
+        if missing.is_empty() {
+            return Ok(0);
+        }
+        let path = self.path.clone();
+        let n = self.write_grouped(Box::new(move |conn| {
+            let mut n = 0;
+            for (id, org, attempt) in &missing {
+                n += conn
+                    .execute(
+                        "INSERT INTO job_places (job_id, org, attempt, taken_at) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (job_id) DO NOTHING",
+                        params![id, org, i64::from(*attempt), now],
+                    )
+                    .map_err(|e| sql_err(&path, e))?;
+            }
+            Ok(n as i64)
+        }))?;
+        Ok(count_of(n) as usize)
+    }
+
     /// Give back a job's place whatever its attempt (the job is deleted, or was refused before the
     /// engine recorded it).
     pub(crate) fn free_job_place(&self, job_id: &str) -> Result<bool, String> {
@@ -252,6 +280,13 @@ mod tests {
         assert_eq!(db.take_job_place("a", "o", 3, Some(2), 102).unwrap(), Err(AtCap(2)));
         assert!(db.free_job_place("b").unwrap());
         assert_eq!(db.take_job_place("a", "o", 3, Some(2), 102).unwrap(), Ok(()));
+        // Active jobs without a place (started before places were kept) are given one, uncapped;
+        // one that has its place keeps it as it is.
+        assert_eq!(db.keep_job_places(&[("old".into(), "o".into(), 1), ("a".into(), "o".into(), 9)], 103).unwrap(), 1);
+        let a_place = db.job_places().unwrap().into_iter().find(|(id, _, _)| id == "a").unwrap();
+        assert_eq!(a_place.2, 3, "a's place as its restart took it");
+        assert_eq!(db.insert_job_within(&job("e", "o"), Some(3), 100).unwrap(), Err(AtCap(3)), "old counts");
+        assert_eq!(db.free_job_places(&[("old".into(), 1)]).unwrap(), 1);
         // Without a cap, always taken.
         assert_eq!(db.insert_job_within(&job("d", "o"), None, 100).unwrap(), Ok(()));
         // A deleted workspace no longer counts.
