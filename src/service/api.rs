@@ -188,7 +188,8 @@ fn admit_and_record(
         super::workspaces::preflight(state, ws, org).map_err(ApiError::refused)?;
     }
     let job_id = plan.layout.job_id.clone();
-    let recorded = state.add_job_within(crate::client::ApiJob { job_id: job_id.clone(), ..meta.clone() }, policy.max_active_jobs);
+    let recorded =
+        state.add_job_within(crate::client::ApiJob { job_id: job_id.clone(), ..meta.clone() }, policy.max_active_jobs);
     if let Ok(Err(crate::client::AtCap(n))) = recorded {
         return Err(super::policy::at_cap(policy, plan, n).refused());
     }
@@ -454,7 +455,13 @@ pub async fn cancel_job(state: AppStateRef, org: String, id: String) -> ApiResul
 pub async fn retry_job(state: AppStateRef, org: String, id: String) -> ApiResult<Response> {
     let placed =
         admit_restart(&state, &org, &id, |s| matches!(s, PlatformStatus::Error | PlatformStatus::Canceled)).await?;
-    let reply = give_back_if_not_started(&state, &org, &id, placed, act_on_job(state.clone(), &org, &id, |c, jid| c.retry_job(jid).map(|_| ())).await)?;
+    let reply = give_back_if_not_started(
+        &state,
+        &org,
+        &id,
+        placed,
+        act_on_job(state.clone(), &org, &id, |c, jid| c.retry_job(jid).map(|_| ())).await,
+    )?;
     tracing::info!(%org, job = %id, "job retried");
     Ok(reply)
 }

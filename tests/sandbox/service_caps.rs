@@ -8,11 +8,18 @@ use crate::service_support::{short, Service};
 use serde_json::{json, Value};
 use std::time::Duration;
 
-const CLUSTERS: &str = "[default]\norgs = [\"team-a\"]\n\n[login1]\nslurm_hostname = [\"sandbox-login1\"]\norgs = [\"team-a\"]\n\n\
+const CLUSTERS: &str =
+    "[default]\norgs = [\"team-a\"]\n\n[login1]\nslurm_hostname = [\"sandbox-login1\"]\norgs = [\"team-a\"]\n\n\
      [orgs.team-a]\nmax_workspaces = 8\nmax_active_jobs = 3\n";
 
 /// One request: its status and its body as JSON (Null when it is not JSON).
-async fn send(http: &reqwest::Client, method: reqwest::Method, url: String, token: &str, body: Option<Value>) -> (u16, Value) {
+async fn send(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    token: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
     let mut r = http.request(method, url).bearer_auth(token);
     if let Some(b) = body {
         r = r.json(&b);
@@ -108,16 +115,20 @@ async fn caps_hold_across_replicas(svc: Service, replica_flags: &[&str]) {
     // Each replica knows every accepted job (the other's within its observation period).
     for base in &bases {
         for id in &accepted {
-            wait_for_async(&format!("{base} knows {id}"), Duration::from_secs(60), Duration::from_millis(300), || async {
-                status(&http, base, &token, id).await.map(|_| ())
-            })
+            wait_for_async(
+                &format!("{base} knows {id}"),
+                Duration::from_secs(60),
+                Duration::from_millis(300),
+                || async { status(&http, base, &token, id).await.map(|_| ()) },
+            )
             .await;
         }
     }
 
     // One cancelled on A frees its place (given back before any replica shows it ended) for a
     // create on B.
-    let (s, c) = send(&http, post.clone(), api(&bases[0], &format!("/jobs/{}:cancel", accepted[0])), &token, None).await;
+    let (s, c) =
+        send(&http, post.clone(), api(&bases[0], &format!("/jobs/{}:cancel", accepted[0])), &token, None).await;
     assert_eq!(s, 200, "{c}");
     wait_for_async("the cancel seen", Duration::from_secs(60), Duration::from_millis(300), || async {
         match status(&http, &bases[0], &token, &accepted[0]).await {
@@ -142,16 +153,26 @@ async fn caps_hold_across_replicas(svc: Service, replica_flags: &[&str]) {
         assert_eq!((s, e["field"].as_str()), (403, Some("active_jobs")), "a retry past the cap on {base}: {e}");
         assert!(e["error_desc"].as_str().unwrap().contains("max_active_jobs = 3"), "{e}");
     }
-    assert_eq!(status(&http, &bases[1], &token, &accepted[0]).await.unwrap(), "Canceled", "the refused retry started nothing");
+    assert_eq!(
+        status(&http, &bases[1], &token, &accepted[0]).await.unwrap(),
+        "Canceled",
+        "the refused retry started nothing"
+    );
     // One more cancelled, on B: once A sees it ended, the retry goes through on A.
-    let (s, c) = send(&http, post.clone(), api(&bases[1], &format!("/jobs/{}:cancel", accepted[1])), &token, None).await;
+    let (s, c) =
+        send(&http, post.clone(), api(&bases[1], &format!("/jobs/{}:cancel", accepted[1])), &token, None).await;
     assert_eq!(s, 200, "{c}");
-    wait_for_async("replica A sees the cancel made on B", Duration::from_secs(60), Duration::from_millis(300), || async {
-        match status(&http, &bases[0], &token, &accepted[1]).await {
-            Ok(s) if s == "Canceled" => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
+    wait_for_async(
+        "replica A sees the cancel made on B",
+        Duration::from_secs(60),
+        Duration::from_millis(300),
+        || async {
+            match status(&http, &bases[0], &token, &accepted[1]).await {
+                Ok(s) if s == "Canceled" => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
     .await;
     let (s, r) = send(&http, post.clone(), api(&bases[0], &format!("/jobs/{}:retry", accepted[0])), &token, None).await;
     assert_eq!(s, 200, "a retry within the cap: {r}");
@@ -201,7 +222,8 @@ async fn a_replica_taking_over_refuses_an_automatic_retry_past_the_policy_as_it_
     let message = ended["message"].as_str().or(ended["status_message"].as_str()).unwrap_or_default().to_string();
     let text = ended.to_string();
     assert!(text.contains("not retried") && text.contains("max_active_jobs = 0"), "the cap named: {message} / {ended}");
-    let (s, attempts) = send(&http, reqwest::Method::GET, api(&b.url, &format!("/jobs/{id}:attempts")), &svc.token, None).await;
+    let (s, attempts) =
+        send(&http, reqwest::Method::GET, api(&b.url, &format!("/jobs/{id}:attempts")), &svc.token, None).await;
     assert_eq!(s, 200, "{attempts}");
     let list = attempts["attempts"].as_array().unwrap();
     assert_eq!(list.len(), 2, "the first attempt and the refused one: {attempts}");

@@ -206,7 +206,14 @@ impl ApiJobs<'_> {
 
 impl OrgWorkspaces<'_> {
     /// Record an org's workspace if the org has fewer than `cap`.
-    pub fn insert_within(&self, id: &str, org: &str, request: &str, now: i64, cap: u32) -> Result<Result<(), AtCap>, String> {
+    pub fn insert_within(
+        &self,
+        id: &str,
+        org: &str,
+        request: &str,
+        now: i64,
+        cap: u32,
+    ) -> Result<Result<(), AtCap>, String> {
         self.0.insert_workspace_within(id, org, request, now, cap)
     }
 
