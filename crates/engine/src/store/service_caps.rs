@@ -198,10 +198,11 @@ fn take_place(
     };
     // A restart keeps the row it may have (a paused job holds its place), at its new attempt.
     let upsert = if restart { " ON CONFLICT (job_id) DO UPDATE SET attempt = excluded.attempt" } else { "" };
+    // Without a cap nothing is counted (the place is kept for when the operator sets one); the
+    // constant condition keeps SQLite's parser from reading the upsert's ON as a join's.
+    let within = if cap.is_some() { format!(" WHERE ({count}) < ?5") } else { " WHERE ?5 > 0".to_string() };
     let n = conn.execute(
-        &format!(
-            "INSERT INTO job_places (job_id, org, attempt, taken_at) SELECT ?1, ?2, ?3, ?4 WHERE ({count}) < ?5{upsert}"
-        ),
+        &format!("INSERT INTO job_places (job_id, org, attempt, taken_at) SELECT ?1, ?2, ?3, ?4{within}{upsert}"),
         params![job_id, org, i64::from(attempt), now, cap_value(cap)],
     )?;
     if n == 1 {
