@@ -230,3 +230,51 @@ async fn a_replica_taking_over_refuses_an_automatic_retry_past_the_policy_as_it_
     assert_eq!(list[1]["failure_class"], "policy", "{attempts}");
     assert!(list[1]["slurm_job_id"].is_null(), "the refused attempt never reached Slurm: {attempts}");
 }
+
+/// `sql` run on the service's SQLite records by the sqlite3 client (as an operator would).
+fn service_db(svc: &Service, sql: &str) -> String {
+    let db = svc.env.dir.path().join("state.db.service.db");
+    let out =
+        std::process::Command::new("sqlite3").arg("-cmd").arg(".timeout 10000").arg(&db).arg(sql).output().unwrap();
+    assert!(out.status.success(), "sqlite3 {sql}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Jobs that were active before places were kept (an upgrade: here their places are removed by
+/// hand) get theirs when a replica starts, so the cap counts them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn active_jobs_without_places_get_them_when_a_replica_starts_and_count() {
+    let svc = Service::start_configured(&[], CLUSTERS, false);
+    let job = short(json!({"image": "ubuntu:22.04", "command": "sleep 300", "gpus": 0, "workspace": "login1"}));
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (s, j) = svc.create(&job).await;
+        assert_eq!(s, 201, "{j}");
+        ids.push(j["id"].as_str().unwrap().to_string());
+    }
+    assert_eq!(service_db(&svc, "SELECT COUNT(*) FROM job_places"), "3", "a place each");
+    service_db(&svc, "DELETE FROM job_places");
+    let b = svc.replica("replica-b", &[]);
+    wait_for_async(
+        "the places given back to the active jobs",
+        Duration::from_secs(60),
+        Duration::from_millis(300),
+        || async {
+            match service_db(&svc, "SELECT COUNT(*) FROM job_places").as_str() {
+                "3" => Ok(()),
+                n => Err(n.to_string()),
+            }
+        },
+    )
+    .await;
+    let http = reqwest::Client::new();
+    for base in [&svc.url, &b.url] {
+        let (s, e) = send(&http, reqwest::Method::POST, api(base, "/jobs"), &svc.token, Some(job.clone())).await;
+        assert_eq!((s, e["field"].as_str()), (403, Some("active_jobs")), "{base}: {e}");
+    }
+    for id in &ids {
+        let (s, c) =
+            send(&http, reqwest::Method::POST, api(&svc.url, &format!("/jobs/{id}:cancel")), &svc.token, None).await;
+        assert_eq!(s, 200, "{c}");
+    }
+}
