@@ -212,6 +212,29 @@ fn a_due_retry_the_doors_rule_refuses_ends_the_job_naming_the_rule_and_one_it_ca
     }
 }
 
+#[test]
+fn a_restart_after_a_gpu_hang_is_put_to_the_doors_rule_before_it_is_submitted() {
+    use crate::engine::retry::{RestartGate, RestartVerdict};
+    let (_dir, store, id) = store_with_job(false);
+    let job = store.get(&id).unwrap();
+    let now = crate::clock::now();
+    // The hung attempt's Slurm job is cancelled (the cluster confirms): the next attempt is due now.
+    let remote = FakeRemote::answering(vec![ok(&format!("{SECTION}scancel\n{SECTION}rc scancel 0\n"))]);
+    let policy = RetryPolicy { max_retries: 3, backoff_base_secs: 0 };
+    crate::engine::gpu::restart(&remote, &store, &policy, &job, &["node2".to_string()], "GPUs of node2 hung", now).unwrap();
+    let waiting = store.waiting_for_submission().unwrap();
+    assert_eq!(waiting.len(), 1, "the restart is due");
+    let gate: RestartGate = std::sync::Arc::new(|job: &crate::store::JobRecord| {
+        RestartVerdict::Refused(format!("outside this org's policy: {} GPUs (max_gpus_per_job = 0)", job.plan.resources.gpus_per_node))
+    });
+    crate::engine::retry::advance(&remote, &store, &waiting, &SETTINGS, Some(&gate)).unwrap();
+    assert_eq!(remote.sent().len(), 1, "only the hung attempt's cancel: nothing submitted");
+    let after = store.summary(&id).unwrap();
+    assert_eq!((after.status, after.attempt), (PlatformStatus::Error, 2), "{}", after.message);
+    assert!(after.message.starts_with("not retried: outside this org's policy"), "{}", after.message);
+    assert!(store.waiting_for_submission().unwrap().is_empty());
+}
+
 /// A recorded job not yet submitted, and what its first submission needs.
 fn recorded_job() -> (tempfile::TempDir, Store, crate::plan::Plan) {
     let dir = tempfile::tempdir().unwrap();
