@@ -72,9 +72,8 @@ pub async fn create_job(
     // the warnings known then.
     let (recorded_tx, recorded_rx) = tokio::sync::oneshot::channel::<(String, Vec<String>)>();
     let recorded_tx = std::sync::Mutex::new(Some(recorded_tx));
-    // The place among the org's active jobs is held until the job is in the published cache, so
-    // that parallel creates count each other.
-    let mut work = tokio::task::spawn_blocking(move || -> ApiResult<(String, Vec<String>, super::places::Place)> {
+    // The job's place among the org's active jobs is taken in the database with its record.
+    let mut work = tokio::task::spawn_blocking(move || -> ApiResult<(String, Vec<String>)> {
         let _in_pool = in_pool;
         w.with_client(|client| {
             let admitted = std::sync::Mutex::new(None);
@@ -94,21 +93,21 @@ pub async fn create_job(
             let outcome = client.submit(&spec, opts);
             let admitted = admitted.into_inner().unwrap_or_else(|e| e.into_inner());
             match (outcome, admitted) {
-                (Ok(outcome), Some((job_id, place))) => {
+                (Ok(outcome), Some(job_id)) => {
                     st.publish_jobs(client, std::slice::from_ref(&job_id));
-                    Ok((job_id, outcome.warnings, place))
+                    Ok((job_id, outcome.warnings))
                 }
                 (Ok(outcome), None) => Err(crate::Error::RemoteCommand(format!(
                     "internal: {} was submitted without the service's admission",
                     outcome.submission.id()
                 ))),
                 (Err(e), admitted) => {
-                    if let Some((job_id, _)) = admitted {
+                    if let Some(job_id) = admitted {
                         if client.stored_jobs(std::slice::from_ref(&job_id)).is_ok_and(|v| !v.is_empty()) {
                             // Kept (refused after an early answer, or its outcome unknown).
                             st.publish_jobs(client, std::slice::from_ref(&job_id));
                         } else {
-                            // Refused before the engine recorded it: nothing of it remains.
+                            // Refused before the engine recorded it: nothing of it remains (nor its place).
                             let _ = st.remove_job(&job_id);
                         }
                     }
@@ -120,7 +119,7 @@ pub async fn create_job(
     });
     let recorded_early = tokio::select! {
         done = &mut work => {
-            let (job_id, submit_warnings, _place) = joined(done)?;
+            let (job_id, submit_warnings) = joined(done)?;
             ws.wake_monitor();
             tracing::info!(%org, workspace = %ws.id, job = %job_id, token = %token.id, "job created");
             return created(&state, &org, &job_id, submit_warnings, StatusCode::CREATED);
@@ -171,9 +170,10 @@ fn created(
 }
 
 /// The service's rule on a job's plan, before anything is recorded or sent: the org's and the
-/// workspace's policy (a place among the org's active jobs taken), the workspace's preflight if it
-/// has not passed, then the org's record of the job, first, so that a replica that dies
-/// mid-submission leaves a job the next lease holder finishes submitting, and that job is the org's.
+/// workspace's policy, the workspace's preflight if it has not passed, then the org's record of the
+/// job with its place among the org's active jobs, counted and taken in the database (every
+/// replica's jobs count), first, so that a replica that dies mid-submission leaves a job the next
+/// lease holder finishes submitting, and that job is the org's.
 fn admit_and_record(
     state: &AppStateRef,
     ws: &super::workspace::Workspace,
@@ -181,14 +181,19 @@ fn admit_and_record(
     policy: &tao_slurm_core::policy::Policy,
     plan: &crate::plan::Plan,
     meta: &crate::client::ApiJob,
-    admitted: &std::sync::Mutex<Option<(String, super::places::Place)>>,
+    admitted: &std::sync::Mutex<Option<String>>,
 ) -> crate::Result<()> {
-    let place = super::policy::admit(state, org, policy, plan, None).map_err(ApiError::refused)?;
+    super::policy::admit(policy, plan).map_err(ApiError::refused)?;
     if !ws.ready.load(std::sync::atomic::Ordering::Relaxed) {
         super::workspaces::preflight(state, ws, org).map_err(ApiError::refused)?;
     }
     let job_id = plan.layout.job_id.clone();
-    if let Err(m) = state.add_job(crate::client::ApiJob { job_id: job_id.clone(), ..meta.clone() }) {
+    let recorded =
+        state.add_job_within(crate::client::ApiJob { job_id: job_id.clone(), ..meta.clone() }, policy.max_active_jobs);
+    if let Ok(Err(crate::client::AtCap(n))) = recorded {
+        return Err(super::policy::at_cap(policy, plan, n).refused());
+    }
+    if let Err(m) = recorded {
         tracing::warn!(job = %job_id, error = %m, "cannot record a job in the service's database; not submitted");
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -198,7 +203,7 @@ fn admit_and_record(
         .retry_after(5)
         .refused());
     }
-    *admitted.lock().unwrap_or_else(|e| e.into_inner()) = Some((job_id, place));
+    *admitted.lock().unwrap_or_else(|e| e.into_inner()) = Some(job_id);
     Ok(())
 }
 
@@ -449,9 +454,16 @@ pub async fn cancel_job(state: AppStateRef, token: &TokenInfo, org: String, id: 
         (status = 400, description = "A job that completed, or had secrets", body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn retry_job(state: AppStateRef, token: &TokenInfo, org: String, id: String) -> ApiResult<Response> {
-    let restarts = |s| matches!(s, PlatformStatus::Error | PlatformStatus::Canceled);
-    let _place = admit_restart(&state, token, &org, &id, restarts).await?;
-    let reply = act_on_job(state, token, &org, &id, |c, jid| c.retry_job(jid).map(|_| ())).await?;
+    let placed =
+        admit_restart(&state, token, &org, &id, |s| matches!(s, PlatformStatus::Error | PlatformStatus::Canceled))
+            .await?;
+    let reply = give_back_if_not_started(
+        &state,
+        &org,
+        &id,
+        placed,
+        act_on_job(state.clone(), token, &org, &id, |c, jid| c.retry_job(jid).map(|_| ())).await,
+    )?;
     tracing::info!(%org, job = %id, "job retried");
     Ok(reply)
 }

@@ -133,23 +133,65 @@ pub async fn act_on_job(
 }
 
 /// The policy check of a job that starts again (`:retry`, `:resume`) when `restarts` says its status
-/// is one the action starts from: its recorded plan against the org's and the workspace's policy as
-/// they are now, its place among the org's active jobs taken (itself not counted). None: the action
-/// starts nothing (it answers the job as it is).
+/// is one the action starts from: decided on the job as stored (not the cache, which another
+/// replica's change may not have reached), its recorded plan against the org's and the workspace's
+/// policy as they are now, and its place among the org's active jobs taken in the database (itself
+/// not counted; a paused job keeps the place it holds). False: the action starts nothing (it answers
+/// the job as it is).
 pub async fn admit_restart(
     state: &AppStateRef,
     token: &TokenInfo,
     org: &str,
     id: &str,
     restarts: impl Fn(PlatformStatus) -> bool,
-) -> ApiResult<Option<super::places::Place>> {
+) -> ApiResult<bool> {
     let job = org_job(state, org, id)?;
-    if !restarts(job.status) {
-        return Ok(None);
-    }
     let ws = workspace_of(state, token, &job)?;
     let (w, jid) = (ws.clone(), id.to_string());
-    let plan = blocking(move || w.with_client(|c| c.recorded_plan(&jid)).map_err(ApiError::engine)).await?;
+    let (plan, stored) = blocking(move || {
+        w.with_client(|c| {
+            let stored = c.known_jobs(std::slice::from_ref(&jid))?;
+            Ok((c.recorded_plan(&jid)?, stored.into_iter().next()))
+        })
+        .map_err(ApiError::engine)
+    })
+    .await?;
+    let Some(stored) = stored.filter(|v| restarts(v.status)) else { return Ok(false) };
     let policy = super::policy::effective(state, org, &ws);
-    super::policy::admit(state, org, &policy, &plan, Some(id)).map(Some)
+    super::policy::admit(&policy, &plan)?;
+    let (st, o, jid, cap) = (state.clone(), org.to_string(), id.to_string(), policy.max_active_jobs);
+    let next = stored.attempt + 1;
+    let taken = blocking(move || {
+        st.records.jobs().take_place(&jid, &o, next, cap, crate::client::now_secs()).map_err(|m| {
+            tracing::warn!(job = %jid, error = %m, "cannot take a job's place in the service's database");
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "database_unavailable",
+                "the service could not count the org's active jobs, so it did not start the job; ask again later (the operator finds why in its log)",
+            )
+            .retry_after(5)
+        })
+    })
+    .await?;
+    match taken {
+        Ok(()) => Ok(true),
+        Err(crate::client::AtCap(n)) => Err(super::policy::at_cap(&policy, &plan, n)),
+    }
+}
+
+/// A restart's reply; when it failed after its place was taken (`placed`) and the job is still
+/// terminal, the place is given back.
+pub fn give_back_if_not_started(
+    state: &AppState,
+    org: &str,
+    id: &str,
+    placed: bool,
+    reply: ApiResult<Response>,
+) -> ApiResult<Response> {
+    if placed && reply.is_err() && org_job(state, org, id).is_ok_and(|j| j.status.is_terminal()) {
+        if let Err(m) = state.records.jobs().free_place(id) {
+            tracing::warn!(job = %id, error = %m, "cannot give back a job's place");
+        }
+    }
+    reply
 }

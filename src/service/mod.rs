@@ -311,6 +311,10 @@ fn start_state(opts: &ServeOptions, setup: Setup) -> Result<Arc<AppState>, Error
         state.sign_in = Some(Arc::new(s));
     }
     let state = Arc::new(state);
+    // Every client of a workspace puts the engine's automatic restarts to the service's policy.
+    for w in state.workspaces() {
+        let _ = w.restart_gate.set(policy::restart_gate(Arc::downgrade(&state)));
+    }
     // The first snapshot before the first request; then one monitor thread per workspace.
     if let Some(w) = state.workspaces().iter().find(|w| w.before_login.is_none()) {
         let _ = w.with_client(|c| {

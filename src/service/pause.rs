@@ -84,9 +84,11 @@ pub async fn resume_job(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
     let ask: ResumeBody = body_or_default(&headers, body)?;
-    let _place = super::common::admit_restart(&state, token, &org, &id, |s| s == PlatformStatus::Paused).await?;
-    let reply =
-        act_on_job(state, token, &org, &id, move |c, jid| c.resume_job(jid, ask.specs.as_ref()).map(|_| ())).await?;
+    let placed = super::common::admit_restart(&state, token, &org, &id, |s| s == PlatformStatus::Paused).await?;
+    let acted =
+        act_on_job(state.clone(), token, &org, &id, move |c, jid| c.resume_job(jid, ask.specs.as_ref()).map(|_| ()))
+            .await;
+    let reply = super::common::give_back_if_not_started(&state, &org, &id, placed, acted)?;
     tracing::info!(%org, job = %id, "job resumed");
     Ok(reply)
 }

@@ -1,12 +1,13 @@
-//! Places taken by requests between their check and the moment what they make is counted (a job in
-//! the published cache, a workspace in the service's list), by org: checked and taken under one lock,
-//! so parallel requests cannot overshoot a counted limit.
+//! Places taken by this replica's requests between their check and the moment what they make is
+//! recorded (a workspace, whose preflight takes a while), by org: checked and taken under one lock,
+//! so that parallel requests here are refused early. The cap itself is held by the database, which
+//! counts every replica's records when one is written (`policy`).
 
 use super::error::ApiError;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// The places of one kind (active jobs, or an org's workspaces), by org.
+/// The places of one kind (an org's workspaces), by org.
 #[derive(Default, Clone)]
 pub struct Places(Arc<Mutex<HashMap<String, u32>>>);
 

@@ -103,6 +103,8 @@ pub struct AppState {
     publish_lock: Mutex<()>,
     /// Jobs waiting for [`AppState::publish_jobs`], by the store they are read from.
     publish_pending: Mutex<HashMap<String, Vec<String>>>,
+    /// The stores whose active jobs were given their places (see [`AppState::publish`]).
+    places_kept: Mutex<std::collections::HashSet<String>>,
     pub version_tx: tokio::sync::watch::Sender<u64>,
     /// sha256 -> token.
     pub tokens: RwLock<HashMap<String, TokenInfo>>,
@@ -130,9 +132,8 @@ pub struct AppState {
     pub lease_secs: i64,
     /// The jobs' TensorBoards the service forwards, and who may reach them.
     pub tensorboards: super::tensorboard_sessions::Sessions,
-    /// Active-job places taken by starts in flight (see `policy::admit`).
-    pub job_places: super::places::Places,
-    /// Workspace places taken by creates in flight (see `policy::admit_workspace`).
+    /// Workspace places taken by this replica's creates in flight, between their check and their
+    /// record (see `policy::admit_workspace`; the record's insert counts every replica's again).
     pub workspace_places: super::places::Places,
 }
 
@@ -172,6 +173,7 @@ impl AppState {
             snapshot: RwLock::new(Arc::new(Snapshot::default())),
             publish_lock: Mutex::new(()),
             publish_pending: Mutex::new(HashMap::new()),
+            places_kept: Mutex::new(std::collections::HashSet::new()),
             version_tx: tokio::sync::watch::channel(0).0,
             tokens: RwLock::new(HashMap::new()),
             tokens_version: AtomicI64::new(i64::MIN),
@@ -186,7 +188,6 @@ impl AppState {
             shutdown: Default::default(),
             readiness_probe: Default::default(),
             tensorboards: Default::default(),
-            job_places: Default::default(),
             workspace_places: Default::default(),
             replica_id: super::lease::new_id(),
             lease_secs: super::lease::LEASE_SECS,
@@ -218,6 +219,15 @@ impl AppState {
     /// The jobs the API created, as the records were read last (at start, or by the last publish).
     pub fn api_jobs(&self) -> Vec<Arc<ApiJob>> {
         self.metas.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+    }
+
+    /// The API's record of a job (None: not a job the API created), read from the database when
+    /// this replica has not read it yet (another replica created it just now).
+    pub fn api_job(&self, id: &str) -> Result<Option<Arc<ApiJob>>, String> {
+        if let Some(meta) = self.metas.read().unwrap_or_else(|e| e.into_inner()).get(id) {
+            return Ok(Some(Arc::clone(meta)));
+        }
+        Ok(self.records.jobs().list()?.into_iter().find(|j| j.job_id == id).map(Arc::new))
     }
 
     /// Add a person's workspace, unless one of its id is there already; the one kept.
@@ -349,13 +359,56 @@ impl AppState {
         self.tokens.read().unwrap_or_else(|e| e.into_inner()).values().any(|t| t.id == id && !t.expired(now))
     }
 
-    pub fn add_job(&self, job: ApiJob) -> Result<(), String> {
-        self.records.jobs().insert(&job)?;
-        self.metas.write().unwrap_or_else(|e| e.into_inner()).insert(job.job_id.clone(), Arc::new(job));
-        Ok(())
+    /// Record a job with its place among its org's active jobs, if the org (on every replica) holds
+    /// fewer than `cap` places (`Ok(Err(..))`: refused at the cap, nothing recorded).
+    pub fn add_job_within(&self, job: ApiJob, cap: Option<u32>) -> Result<Result<(), crate::client::AtCap>, String> {
+        let recorded = self.records.jobs().insert_within(&job, cap, crate::client::now_secs())?;
+        if recorded.is_ok() {
+            self.metas.write().unwrap_or_else(|e| e.into_inner()).insert(job.job_id.clone(), Arc::new(job));
+        }
+        Ok(recorded)
+    }
+
+    /// Give back the places of the jobs among `entries` that are terminal (at their attempt: a place
+    /// another replica took since for a restart stays). A failure is logged; the next change of
+    /// those jobs, or the next start's first publish, gives them back.
+    fn free_places_of_ended<'a>(&self, entries: impl Iterator<Item = &'a Arc<CachedJob>>) {
+        let ended: Vec<(String, u32)> =
+            entries.filter(|e| e.status.is_terminal()).map(|e| (e.out.id.clone(), e.attempt)).collect();
+        if let Err(m) = self.records.jobs().free_places(&ended) {
+            tracing::warn!(error = %m, "cannot give back the places of ended jobs");
+        }
+    }
+
+    /// Once per store and process (its first full publish that reads the places): the active jobs
+    /// of the API that hold no place get one (jobs started before places were kept count from
+    /// then on; a later view of one ended gives it back).
+    fn keep_places_once(&self, client: &Client, order: &imbl::Vector<Arc<CachedJob>>) {
+        let settings = client.settings();
+        let store = format!("{}|{}|{:?}", settings.state_path.display(), settings.database_schema, settings.cluster);
+        if self.places_kept.lock().unwrap_or_else(|e| e.into_inner()).contains(&store) {
+            return;
+        }
+        let active: Vec<(String, String, u32)> = order
+            .iter()
+            .filter(|e| !e.status.is_terminal())
+            .map(|e| (e.out.id.clone(), e.out.org.clone(), e.attempt))
+            .collect();
+        match self.records.jobs().keep_places(&active, crate::client::now_secs()) {
+            Ok(n) => {
+                if n > 0 {
+                    tracing::info!(places = n, "active jobs without a place among their org's were given one");
+                }
+                self.places_kept.lock().unwrap_or_else(|e| e.into_inner()).insert(store);
+            }
+            Err(m) => tracing::warn!(error = %m, "cannot give active jobs their places; the next publish tries again"),
+        }
     }
 
     pub fn remove_job(&self, job_id: &str) -> Result<bool, String> {
+        if let Err(m) = self.records.jobs().free_place(job_id) {
+            tracing::warn!(job = %job_id, error = %m, "cannot give back a removed job's place");
+        }
         let removed = self.records.jobs().delete(job_id, crate::client::now_secs())?;
         self.metas.write().unwrap_or_else(|e| e.into_inner()).remove(job_id);
         Ok(removed)
@@ -416,8 +469,12 @@ impl AppState {
             }
         }
         new.sort_by_key(|e| std::cmp::Reverse(e.created_at));
+        let ended: Vec<Arc<CachedJob>> =
+            new.iter().chain(replaced.values()).filter(|e| e.status.is_terminal()).cloned().collect();
         let mut order: imbl::Vector<Arc<CachedJob>> = new.into_iter().collect();
         order.append(replaced_in(&old.order, &replaced));
+        // Given back before the cache shows them ended: whoever sees a job ended sees its place free.
+        self.free_places_of_ended(ended.iter());
         self.install(Snapshot { version, jobs, order, active, removed: old.removed.clone() });
     }
 
@@ -447,12 +504,16 @@ impl AppState {
         let mut jobs = imbl::HashMap::new();
         let mut order = imbl::Vector::new();
         let mut active = imbl::HashMap::new();
+        let mut ended = Vec::new();
         for view in views {
             let Some(meta) = metas.get(&view.job_id) else { continue };
             let entry = match entry(client, &view, meta, &old, version) {
                 Entry::Same(e) => e,
                 Entry::Changed(e) => {
                     changed = true;
+                    if e.status.is_terminal() {
+                        ended.push(Arc::clone(&e));
+                    }
                     e
                 }
             };
@@ -460,6 +521,7 @@ impl AppState {
             jobs.insert(view.job_id.clone(), entry.clone());
             order.push_back(entry);
         }
+        self.keep_places_once(client, &order);
         let mut removed = old.removed.clone();
         for (id, e) in &old.jobs {
             if !jobs.contains_key(id) {
@@ -473,6 +535,7 @@ impl AppState {
         if removed.len() > 1000 {
             removed.drain(..removed.len() - 1000);
         }
+        self.free_places_of_ended(ended.iter());
         self.install(Snapshot { version, jobs, order, active, removed });
     }
 }

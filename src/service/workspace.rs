@@ -117,6 +117,9 @@ pub struct Workspace {
     pub lease: super::lease::LeaseState,
     pub identity: Identity,
     pub before_login: Option<BeforeLogin>,
+    /// The service's rule on the engine's automatic restarts, given to every client of it (set
+    /// when its monitor starts: `policy::restart_gate`).
+    pub restart_gate: std::sync::OnceLock<crate::client::RestartGate>,
 }
 
 /// Says the monitor stopped, however its thread ends.
@@ -158,7 +161,17 @@ impl Workspace {
             lease: Default::default(),
             identity: Identity::Shared,
             before_login: None,
+            restart_gate: std::sync::OnceLock::new(),
         }
+    }
+
+    /// A new client of it, with the service's rule on automatic restarts when it has one.
+    fn new_client(&self) -> crate::Result<Client> {
+        let client = Client::new(self.settings.clone())?;
+        Ok(match self.restart_gate.get() {
+            Some(gate) => client.with_restart_gate(gate.clone()),
+            None => client,
+        })
     }
 
     /// What must happen before a client of it logs in (see [`BeforeLogin`]); the credentials'
@@ -211,7 +224,7 @@ impl Workspace {
                 self.under(&c, last, generation);
                 c
             }
-            None => Client::new(self.settings.clone())?,
+            None => self.new_client()?,
         };
         let before = client.transport_stats();
         let result = f(&client);
@@ -283,7 +296,7 @@ impl Workspace {
         *self.monitor_running.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
         let _done = MonitorDone(self);
         let client = loop {
-            match Client::new(self.settings.clone()) {
+            match self.new_client() {
                 Ok(c) => break c,
                 Err(e) => {
                     tracing::warn!(workspace = %self.id, error = %e, "monitor cannot open the state file; retrying in 10 s");

@@ -429,6 +429,8 @@ pub fn preflight(state: &AppState, w: &Workspace, org: &str) -> Result<(), ApiEr
 
 /// Take the cluster's monitor lock (when free) and start the workspace's monitor thread.
 pub fn start_monitor(state: &Arc<AppState>, w: &Arc<Workspace>) -> Result<(), crate::Error> {
+    // Its clients' automatic restarts are put to the service's policy (the monitor's first).
+    let _ = w.restart_gate.set(super::policy::restart_gate(Arc::downgrade(state)));
     match crate::client::MonitorLock::take(&w.settings)? {
         Some(lock) => *w.monitor_lock.lock().unwrap_or_else(|e| e.into_inner()) = Some(lock),
         None => tracing::warn!(
@@ -505,9 +507,9 @@ pub async fn create_workspace(
         return Err(ApiError::field("name", "one line of 1 to 500 characters"));
     }
     check_details(&req.cloud_specific_details)?;
-    // Held until the workspace is in the service's list (or refused), so parallel creates count
-    // each other.
-    let _place = super::policy::admit_workspace(&state, &org)?;
+    // Held until the workspace is recorded (or refused), so that parallel creates here count each
+    // other before their preflight; the record's insert counts every replica's in the database.
+    let place = super::policy::admit_workspace(&state, &org)?;
     let id = uuid::Uuid::new_v4().to_string();
     let now = crate::client::now_secs();
     let w = Arc::new(build(&state, &id, &org, &req, now)?);
@@ -520,10 +522,17 @@ pub async fn create_workspace(
         }
     }
     let text = serde_json::to_string(&req).map_err(|e| ApiError::internal(e.to_string()))?;
-    state.records.workspaces().insert(&id, &org, &text, now).map_err(|m| {
+    // The stored count decides now (this one's place would count it twice).
+    drop(place);
+    let cap = state.operator.max_workspaces(&org);
+    let recorded = state.records.workspaces().insert_within(&id, &org, &text, now, cap).map_err(|m| {
         tracing::warn!(error = %m, "cannot record a workspace");
         ApiError::internal("the service cannot record the workspace; the operator finds why in its log")
-    })?;
+    });
+    if let Err(crate::client::AtCap(n)) = recorded? {
+        forget_ssh_config(&state, &id);
+        return Err(super::policy::workspace_at_cap(&org, n, cap));
+    }
     state.add_workspace(w.clone());
     start_monitor(&state, &w).map_err(|e| ApiError::internal(e.to_string()))?;
     tracing::info!(%org, workspace = %id, token = %token.id, "workspace created");

@@ -33,6 +33,7 @@ mod sandbox_script;
 mod sandbox_status;
 mod sandbox_sweeps;
 mod service_api;
+mod service_caps;
 mod service_dashboard;
 mod service_database_tls;
 mod service_hardening;

@@ -37,7 +37,7 @@ pub struct Attempt<T> {
     pub state: Option<String>,
     pub exit_code: Option<i32>,
     pub node_list: Option<String>,
-    /// infra, user, timeout, cancelled, preempted.
+    /// infra, user, timeout, cancelled, preempted; policy (a door's rule refused the attempt before it was submitted).
     pub failure_class: Option<String>,
     /// The log lines or facts the class was decided on.
     pub evidence: Vec<String>,

@@ -29,6 +29,7 @@ mod tests;
 // transport's own paths stay theirs (tests/sandbox/architecture.rs checks it).
 pub use crate::engine::image::Prepared;
 pub use crate::engine::logs::{JobLogs, RoleLogs};
+pub use crate::engine::retry::{RestartGate, RestartVerdict};
 pub use crate::engine::submit::Submitted;
 pub use crate::engine::sweep::SweepSubmitted;
 pub use crate::filter::JobFilter;
@@ -44,7 +45,7 @@ pub use cluster::{alias_destination, preflight};
 pub use login::LoginOutcome;
 pub use monitor::{monitor_running, start_background_monitor, Monitor, MonitorLock, MonitorStep, AFTER_FAILURE};
 pub use notify::Notifier;
-pub use records::{ApiJob, AuditEntry, ServiceRecords, TokenRecord};
+pub use records::{ApiJob, AtCap, AuditEntry, ServiceRecords, TokenRecord};
 pub use results::{ArchiveAsk, ArchiveOut};
 pub use running::{ExecOutput, Forward, RunningJob, Where};
 pub use secrets::secret_values;
@@ -98,6 +99,8 @@ pub struct Client {
     observe_only: bool,
     /// The group commit of submits, shared with every client of the same cluster identity.
     queues: std::sync::Arc<crate::engine::group_commit::Queues>,
+    /// The door's rule on automatic restarts (see [`Client::with_restart_gate`]).
+    restart_gate: Option<RestartGate>,
 }
 
 impl Client {
@@ -111,7 +114,16 @@ impl Client {
             remote: OnceLock::new(),
             active: std::sync::Mutex::new(None),
             observe_only: false,
+            restart_gate: None,
         })
+    }
+
+    /// This client's refreshes put each automatic restart (a retry after an infrastructure failure,
+    /// a restart after a GPU hang) to `gate` before submitting it, with the job as stored: the
+    /// service checks its policy there. A refused one ends the job Error with the gate's word.
+    pub fn with_restart_gate(mut self, gate: RestartGate) -> Client {
+        self.restart_gate = Some(gate);
+        self
     }
 
     /// This client's refreshes observe and record statuses only: no scancel, release, resubmission,
@@ -158,6 +170,7 @@ impl Client {
             policy: self.policy(),
             settings: &self.settings,
             observe_only: self.observe_only,
+            restart_gate: self.restart_gate.as_ref(),
         })
     }
 

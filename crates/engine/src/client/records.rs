@@ -206,3 +206,61 @@ impl SignIns<'_> {
         self.0.take_device(code_sha256, now)
     }
 }
+
+pub use crate::store::service_caps::AtCap;
+
+/// The counted caps, in the database every replica shares (`store::service_caps`).
+impl ApiJobs<'_> {
+    /// Record a job with its place among its org's active jobs, if the org holds fewer than `cap`.
+    pub fn insert_within(&self, job: &ApiJob, cap: Option<u32>, now: i64) -> Result<Result<(), AtCap>, String> {
+        self.0.insert_job_within(job, cap, now)
+    }
+
+    /// Take (or keep) the place of a job that starts again at `attempt`, if the org's other jobs
+    /// hold fewer than `cap`.
+    pub fn take_place(
+        &self,
+        job_id: &str,
+        org: &str,
+        attempt: u32,
+        cap: Option<u32>,
+        now: i64,
+    ) -> Result<Result<(), AtCap>, String> {
+        self.0.take_job_place(job_id, org, attempt, cap, now)
+    }
+
+    /// Give back the places of jobs seen terminal at these attempts; how many were given back.
+    pub fn free_places(&self, ended: &[(String, u32)]) -> Result<usize, String> {
+        self.0.free_job_places(ended)
+    }
+
+    /// Give places to active jobs (job id, org, attempt) that hold none, whatever the cap (jobs
+    /// started before places were kept); how many were given.
+    pub fn keep_places(&self, active: &[(String, String, u32)], now: i64) -> Result<usize, String> {
+        self.0.keep_job_places(active, now)
+    }
+
+    /// Give back a job's place whatever its attempt.
+    pub fn free_place(&self, job_id: &str) -> Result<bool, String> {
+        self.0.free_job_place(job_id)
+    }
+}
+
+impl OrgWorkspaces<'_> {
+    /// Record an org's workspace if the org has fewer than `cap`.
+    pub fn insert_within(
+        &self,
+        id: &str,
+        org: &str,
+        request: &str,
+        now: i64,
+        cap: u32,
+    ) -> Result<Result<(), AtCap>, String> {
+        self.0.insert_workspace_within(id, org, request, now, cap)
+    }
+
+    /// The org's workspaces as stored now.
+    pub fn count(&self, org: &str) -> Result<u32, String> {
+        self.0.count_workspaces(org)
+    }
+}

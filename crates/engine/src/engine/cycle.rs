@@ -24,6 +24,9 @@ pub struct Cycle<'a> {
     /// Observe and record statuses only ([`refresh::record_observed`]): no scancel, release,
     /// resubmission, dependency action or secret removal (`mcp --read-only`).
     pub observe_only: bool,
+    /// The door's rule on automatic restarts, asked before each is submitted (see
+    /// [`retry::RestartGate`]).
+    pub restart_gate: Option<&'a retry::RestartGate>,
 }
 
 impl Cycle<'_> {
@@ -79,7 +82,7 @@ impl Cycle<'_> {
             .filter(|j| ids.contains(j.job_id.as_str()))
             .filter(|j| !matches!(j.status, PlatformStatus::Paused | PlatformStatus::Pausing))
             .collect();
-        retry::advance(self.remote, self.store, &waiting, self.settings)?;
+        retry::advance(self.remote, self.store, &waiting, self.settings, self.restart_gate)?;
         crate::engine::sweep::resume(self.remote, self.store, &waiting, self.settings)?;
         touched.extend(waiting.into_iter().map(|j| j.summary.facts.job_id));
         // After the retries: a parent resubmitted just now has its new Slurm job to be pointed at.

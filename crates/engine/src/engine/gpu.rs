@@ -88,7 +88,7 @@ fn act(
 
 /// Cancel the hung attempt's Slurm job and, on evidence it stopped, make the next attempt (due now,
 /// from the newest checkpoint, without the hung nodes) or, once the retries are spent, end the job.
-fn restart(
+pub(crate) fn restart(
     remote: &dyn Remote,
     store: &Store,
     policy: &RetryPolicy,

@@ -81,8 +81,39 @@ pub fn record_outcome(
     Ok(())
 }
 
+/// What a door's rule says of an automatic restart (a retry after an infrastructure failure, a
+/// restart after a GPU hang) about to be submitted, asked with the job as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestartVerdict {
+    /// Submit it.
+    Go,
+    /// Never: the job ends Error with this message (which names the rule).
+    Refused(String),
+    /// Not in this cycle (the rule could not be read); the retry stays due.
+    NotNow(String),
+}
+
+/// A door's rule on automatic restarts (the service's policy: `Client::with_restart_gate`).
+pub type RestartGate = std::sync::Arc<dyn Fn(&JobRecord) -> RestartVerdict + Send + Sync>;
+
+/// End a job whose due retry the door's rule refused (the retry claimed first, so one process does
+/// it): its attempt closed with the rule's word and the job Error, as read.
+fn refuse_retry(store: &Store, job: &JobRecord, why: &str, now: i64) -> Result<()> {
+    if !store.claim_due_retry(&job.job_id, job.attempt, now)? {
+        return Ok(());
+    }
+    let message = format!("not retried: {why}");
+    store.in_transaction(|| -> Result<()> {
+        store.close_attempt(&job.job_id, job.attempt, "policy", std::slice::from_ref(&message), now)?;
+        store.add_event(&job.job_id, "retry_refused", &message, now)?;
+        let update = crate::store::StatusUpdate::bare(PlatformStatus::Error, message.clone());
+        Ok(store.update_status_of(&job.job_id, Some(crate::store::AsRead::of(job)), &update, now)?)
+    })
+}
+
 /// Submit the retries that are due and resume interrupted submissions, each with its staged files
-/// regenerated from its stored spec and plan and `settings` (the same every time). Secret values are
+/// regenerated from its stored spec and plan and `settings` (the same every time). A retry is first
+/// put to `restart_gate`, the door's rule, if any: refused, the job ends Error instead. Secret values are
 /// only available to the process that submitted the job, so a resumed job with secrets relies on
 /// the secrets file already on the cluster.
 pub fn advance(
@@ -90,6 +121,7 @@ pub fn advance(
     store: &Store,
     jobs: &[JobRecord],
     settings: &crate::config::Settings,
+    restart_gate: Option<&RestartGate>,
 ) -> Result<()> {
     let now = crate::clock::now();
     // A sweep variant's first attempt is its array's task: the array's submission is resumed by
@@ -118,7 +150,20 @@ pub fn advance(
             await_other_run: false,
         };
         let due = match job.next_retry_at {
-            Some(at) => at <= now && store.claim_due_retry(&job.job_id, job.attempt, now)?,
+            Some(at) if at > now => false,
+            // A new attempt: the door's rule first, on the job as stored.
+            Some(_) => match restart_gate.map_or(RestartVerdict::Go, |g| g(job)) {
+                RestartVerdict::Go => store.claim_due_retry(&job.job_id, job.attempt, now)?,
+                RestartVerdict::Refused(why) => {
+                    tracing::info!(job = %job.job_id, attempt = job.attempt, %why, "retry refused by the door's rule");
+                    refuse_retry(store, job, &why, now)?;
+                    false
+                }
+                RestartVerdict::NotNow(why) => {
+                    tracing::warn!(job = %job.job_id, attempt = job.attempt, %why, "retry put off: its rule cannot be read");
+                    false
+                }
+            },
             // Interrupted: recorded long ago, and not being submitted by this process.
             None => {
                 let recorded = store.attempts(&job.job_id)?.last().map(|a| a.recorded_at).unwrap_or(job.created_at);

@@ -34,6 +34,7 @@ fn cycle<'a>(remote: &'a FakeRemote, store: &'a Store, max_retries: u32) -> Cycl
         policy: RetryPolicy { max_retries, backoff_base_secs: 3600 },
         settings: &SETTINGS,
         observe_only: false,
+        restart_gate: None,
     }
 }
 
@@ -45,6 +46,7 @@ fn eager_cycle<'a>(remote: &'a FakeRemote, store: &'a Store) -> Cycle<'a> {
         policy: RetryPolicy { max_retries: 3, backoff_base_secs: 0 },
         settings: &SETTINGS,
         observe_only: false,
+        restart_gate: None,
     }
 }
 
@@ -168,6 +170,69 @@ fn a_due_retry_that_reaches_no_host_stays_due() {
     let waiting: Vec<String> = store.waiting_for_submission().unwrap().into_iter().map(|j| j.summary.facts.job_id).collect();
     assert_eq!(waiting, [id], "still waiting for its submission, not Error");
     assert!(crate::ops::secrets::removal_script(&[]).contains("exit 0"));
+}
+
+#[test]
+fn a_due_retry_the_doors_rule_refuses_ends_the_job_naming_the_rule_and_one_it_cannot_read_stays_due() {
+    use crate::engine::retry::{RestartGate, RestartVerdict};
+    for (verdict, want_status) in [
+        (RestartVerdict::NotNow("the database is away".into()), PlatformStatus::Pending),
+        (RestartVerdict::Refused("outside this org's policy: (max_active_jobs = 3)".into()), PlatformStatus::Error),
+    ] {
+        let (_dir, store, id) = store_with_job(false);
+        let name = store.get(&id).unwrap().attempt_name.clone();
+        let remote = FakeRemote::answering(vec![
+            refresh_reply(&name, "NODE_FAIL", "0:0"),
+            ok(&format!("{SECTION}tail {id}\n{SECTION}down {id} node2\n")),
+        ]);
+        // The gate is asked with the job as stored: its new attempt, its plan.
+        let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (seen, answer) = (asked.clone(), verdict.clone());
+        let gate: RestartGate = std::sync::Arc::new(move |job: &crate::store::JobRecord| {
+            seen.lock().unwrap().push((job.job_id.clone(), job.attempt, job.plan.layout.job_id.clone()));
+            answer.clone()
+        });
+        let job = store.summary(&id).unwrap();
+        Cycle { restart_gate: Some(&gate), ..eager_cycle(&remote, &store) }.run(std::slice::from_ref(&job)).unwrap();
+        assert_eq!(*asked.lock().unwrap(), [(id.clone(), 2, id.clone())], "asked once, before submitting");
+        assert!(!remote.sent().iter().any(|s| s.contains("sbatch")), "nothing submitted: {:?}", remote.sent());
+        let after = store.summary(&id).unwrap();
+        assert_eq!((after.status, after.attempt), (want_status, 2), "{verdict:?}: {}", after.message);
+        let waiting = store.waiting_for_submission().unwrap().into_iter().any(|j| j.summary.facts.job_id == id);
+        if let RestartVerdict::Refused(why) = &verdict {
+            assert_eq!(after.message, format!("not retried: {why}"));
+            assert!(!waiting, "no retry left to submit");
+            let attempts = store.attempts(&id).unwrap();
+            assert_eq!(attempts[1].failure_class.as_deref(), Some("policy"), "{attempts:?}");
+            assert!(store.events(&id).unwrap().iter().any(|(_, kind, d)| kind == "retry_refused" && d.contains("max_active_jobs")));
+        } else {
+            assert!(waiting, "still due: the next cycle asks again");
+            assert!(after.next_retry_at.is_some());
+        }
+    }
+}
+
+#[test]
+fn a_restart_after_a_gpu_hang_is_put_to_the_doors_rule_before_it_is_submitted() {
+    use crate::engine::retry::{RestartGate, RestartVerdict};
+    let (_dir, store, id) = store_with_job(false);
+    let job = store.get(&id).unwrap();
+    let now = crate::clock::now();
+    // The hung attempt's Slurm job is cancelled (the cluster confirms): the next attempt is due now.
+    let remote = FakeRemote::answering(vec![ok(&format!("{SECTION}scancel\n{SECTION}rc scancel 0\n"))]);
+    let policy = RetryPolicy { max_retries: 3, backoff_base_secs: 0 };
+    crate::engine::gpu::restart(&remote, &store, &policy, &job, &["node2".to_string()], "GPUs of node2 hung", now).unwrap();
+    let waiting = store.waiting_for_submission().unwrap();
+    assert_eq!(waiting.len(), 1, "the restart is due");
+    let gate: RestartGate = std::sync::Arc::new(|job: &crate::store::JobRecord| {
+        RestartVerdict::Refused(format!("outside this org's policy: {} GPUs (max_gpus_per_job = 0)", job.plan.resources.gpus_per_node))
+    });
+    crate::engine::retry::advance(&remote, &store, &waiting, &SETTINGS, Some(&gate)).unwrap();
+    assert_eq!(remote.sent().len(), 1, "only the hung attempt's cancel: nothing submitted");
+    let after = store.summary(&id).unwrap();
+    assert_eq!((after.status, after.attempt), (PlatformStatus::Error, 2), "{}", after.message);
+    assert!(after.message.starts_with("not retried: outside this org's policy"), "{}", after.message);
+    assert!(store.waiting_for_submission().unwrap().is_empty());
 }
 
 /// A recorded job not yet submitted, and what its first submission needs.

@@ -24,6 +24,7 @@ mod reopen;
 mod rows;
 mod schema;
 mod secrets;
+pub mod service_caps;
 pub mod service_records;
 pub mod sign_in_records;
 pub(crate) mod sql;

@@ -76,6 +76,20 @@ const LATER_COLUMNS: [(&str, &str, &str); 5] = [
     ("audit", "person", "TEXT"),
 ];
 
+/// An org's active jobs as places, counted by `service_caps` (SQLite's file makes the table if absent;
+/// PostgreSQL's schema by its migration).
+/// `attempt`: the job's attempt when the place was taken (0 at create, the next one at a restart): a
+/// view of the job terminal at an attempt before it (another replica's, older) frees nothing.
+const JOB_PLACES_SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS job_places (
+    job_id      TEXT PRIMARY KEY,
+    org         TEXT NOT NULL,
+    attempt     INTEGER NOT NULL,
+    taken_at    INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS job_places_by_org ON job_places(org);
+"#;
+
 /// Append-only: no connection may change or remove an audit entry (SQLite's triggers).
 const AUDIT_APPEND_ONLY: &str = r#"
 CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
@@ -210,6 +224,7 @@ impl ServiceDb {
         conn.pragma_update(None, "journal_mode", "WAL").map_err(|e| sql_err(path, e))?;
         conn.execute_batch(SCHEMA).map_err(|e| sql_err(path, e))?;
         conn.execute_batch(AUDIT_APPEND_ONLY).map_err(|e| sql_err(path, e))?;
+        conn.execute_batch(JOB_PLACES_SCHEMA).map_err(|e| sql_err(path, e))?;
         conn.execute_batch(super::sign_in_records::SCHEMA).map_err(|e| sql_err(path, e))?;
         // Columns that came later: databases made before them get them.
         for (table, column, decl) in LATER_COLUMNS {
@@ -252,7 +267,9 @@ impl ServiceDb {
             AUDIT_NO_TRUNCATE_PG.to_string(),
         ];
         migrations.extend(later.iter().map(|(t, c, d)| format!("ALTER TABLE {t} ADD COLUMN {c} {d};")));
-        // Later tables, one migration each, in the order they came.
+        // Later tables, each appended at the end (never reordered): the places of active jobs, then
+        // the sign-in's tables.
+        migrations.push(JOB_PLACES_SCHEMA.to_string());
         migrations.push(super::sign_in_records::SCHEMA.to_string());
         let migrations: Vec<&str> = migrations.iter().map(String::as_str).collect();
         let conn = super::postgres_schema::open(target, schema, &migrations).map_err(|e| sql_err(&shown, e))?;
@@ -420,26 +437,7 @@ impl ServiceDb {
     pub(crate) fn insert_job(&self, job: &ApiJob) -> Result<(), String> {
         let job = job.clone();
         let path = self.path.clone();
-        self.write_grouped(Box::new(move |conn| {
-            conn.execute(
-                "INSERT INTO api_jobs (job_id, org, workspace, action, specs, num_gpu, token_id, created_at, tao, person)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-                params![
-                    job.job_id,
-                    job.org,
-                    job.workspace,
-                    job.action,
-                    job.specs.to_string(),
-                    job.num_gpu,
-                    job.token_id,
-                    job.created_at,
-                    job.tao.as_ref().map(|t| t.to_string()),
-                    job.person
-                ],
-            )
-            .map(|_| 0)
-            .map_err(|e| sql_err(&path, e))
-        }))?;
+        self.write_grouped(Box::new(move |conn| insert_job_row(conn, &job).map(|_| 0).map_err(|e| sql_err(&path, e))))?;
         Ok(())
     }
 
@@ -549,6 +547,26 @@ impl ServiceDb {
         rows.collect::<Result<_, _>>().map_err(|e| sql_err(&self.path, e))
     }
 
+}
+
+/// A job's row in `api_jobs` (its place, if counted, is `service_caps`'s).
+pub(super) fn insert_job_row(conn: &Conn, job: &ApiJob) -> Result<usize, super::sql::Error> {
+    conn.execute(
+        "INSERT INTO api_jobs (job_id, org, workspace, action, specs, num_gpu, token_id, created_at, tao, person)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        params![
+            job.job_id,
+            job.org,
+            job.workspace,
+            job.action,
+            job.specs.to_string(),
+            job.num_gpu,
+            job.token_id,
+            job.created_at,
+            job.tao.as_ref().map(|t| t.to_string()),
+            job.person
+        ],
+    )
 }
 
 #[cfg(test)]
