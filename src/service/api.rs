@@ -42,7 +42,10 @@ pub async fn create_job(
     };
     let (mut spec, ws) = super::translate::to_spec(&state, &token, &org, &req)?;
     // Whose identity runs it: the workspace's, or the signed-in person's own.
-    let ws = super::identity::for_new_job(&state, ws, &token)?;
+    let ws = match super::identity::for_new_job(&ws)? {
+        super::identity::NewJobRunsAs::TheWorkspaces => ws,
+        super::identity::NewJobRunsAs::TheTokensPerson => super::people::for_token(&state, ws, &token)?,
+    };
     let policy = super::policy::effective(&state, &org, &ws);
     if policy.allow_home_mount != Some(true) {
         // Home is not mounted unless the operator allows it.

@@ -17,13 +17,22 @@ use super::workspace::{split_person_workspace_id, Identity, Workspace};
 use axum::http::StatusCode;
 use std::sync::Arc;
 
-/// The workspace a new job of `token` runs in, given the workspace its request named (an org's or
-/// the operator's, as `AppState::org_workspace` finds them): that one, or for a per-person workspace
-/// the token's person's own under it.
-pub fn for_new_job(state: &Arc<AppState>, named: Arc<Workspace>, token: &TokenInfo) -> ApiResult<Arc<Workspace>> {
+/// Whose identity a new job in a named workspace runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NewJobRunsAs {
+    /// The workspace's own (shared) Unix user.
+    TheWorkspaces,
+    /// The signed-in person's own Unix user, in their workspace under this one (`people::for_token`
+    /// opens it; a machine's token is refused there).
+    TheTokensPerson,
+}
+
+/// Whose identity a new job of the workspace its request named (an org's or the operator's, as
+/// `AppState::org_workspace` finds them) runs under.
+pub fn for_new_job(named: &Workspace) -> ApiResult<NewJobRunsAs> {
     match &named.identity {
-        Identity::Shared => Ok(named),
-        Identity::PerPerson(_) => super::people::for_token(state, named, token),
+        Identity::Shared => Ok(NewJobRunsAs::TheWorkspaces),
+        Identity::PerPerson(_) => Ok(NewJobRunsAs::TheTokensPerson),
         // Never found by name (see `AppState::org_workspace`); refused should one get here.
         Identity::Person => Err(not_theirs(&named.id)),
     }

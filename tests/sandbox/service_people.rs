@@ -152,13 +152,6 @@ async fn each_person_runs_as_their_own_unix_user_with_short_lived_certificates()
     assert!(logs(&svc, ada_token, &a_id).await.contains(&format!("uid={}", uid_of(&ada))));
     let meta = &running["backend_details"]["slurm_metadata"];
     let a_slurm = meta["slurm_job_id"].as_str().unwrap().to_string();
-    // The service's connections as ada now, made with her first certificate.
-    let first_connections: Vec<String> = {
-        let out =
-            std::process::Command::new("pgrep").args(["-u", &ada, "-f", &format!("^sshd: {ada}")]).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).split_whitespace().map(String::from).collect()
-    };
-    assert!(!first_connections.is_empty(), "the service had a connection as {ada}");
     let private = format!("{}/private.txt", meta["results_dir"].as_str().unwrap());
     assert!(private.starts_with(&format!("{sd}/shared/{ada}/people-{run}/")), "{private}");
 
@@ -291,20 +284,37 @@ async fn each_person_runs_as_their_own_unix_user_with_short_lived_certificates()
     }
     let (ok, said) = logs_in(&ada, &k2, &c2);
     assert!(!ok && said.contains("Permission denied"), "an expired certificate: {said}");
-    // The service, meanwhile, let go of the connections it made with the first certificate (sshd
-    // checks a certificate only at login): none of them outlives it by more than the monitor's next
-    // cycles, and ada's next request logs in again with a certificate the login host accepts.
+    // The service, meanwhile, let go of the connections it made with that certificate (sshd checks a
+    // certificate only at login): each of them ends by itself within the monitor's next cycles, and
+    // ada's next request logs in again with a certificate the login host accepts.
+    let sshd_log = || -> Vec<String> {
+        sandbox["SANDBOX_SSHD_LOGS"]
+            .split(',')
+            .flat_map(|p| std::fs::read_to_string(p).unwrap_or_default().lines().map(String::from).collect::<Vec<_>>())
+            .collect()
+    };
+    let ports: Vec<String> = sshd_log()
+        .iter()
+        .filter(|l| {
+            l.starts_with(&format!("Accepted publickey for {ada} "))
+                && l.contains(&format!("(serial {})", cert.serial()))
+        })
+        .filter_map(|l| l.split(" port ").nth(1).and_then(|r| r.split_whitespace().next()).map(String::from))
+        .collect();
+    assert!(!ports.is_empty(), "the certificate logged the service in");
     wait_for_async(
-        "the first certificate's connections as ada end",
+        "the connections made with that certificate end",
         Duration::from_secs(30),
         Duration::from_millis(500),
         || async {
-            let left: Vec<String> = first_connections
+            let log = sshd_log();
+            let open: Vec<&String> = ports
                 .iter()
-                .filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
-                .cloned()
+                .filter(|p| {
+                    !log.iter().any(|l| l.starts_with(&format!("Disconnected from user {ada} 127.0.0.1 port {p}")))
+                })
                 .collect();
-            left.is_empty().then_some(()).ok_or(format!("still up: {left:?}"))
+            open.is_empty().then_some(()).ok_or(format!("still connected from ports {open:?}"))
         },
     )
     .await;

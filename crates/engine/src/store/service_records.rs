@@ -65,6 +65,33 @@ CREATE TABLE IF NOT EXISTS org_workspaces (
 );
 "#;
 
+/// The sign-in's tables (`sign_in_records`; SQLite's file checks for them at each open; PostgreSQL's schema gets them as one
+/// numbered migration).
+pub(super) const SIGN_IN_SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS people (
+    issuer      TEXT NOT NULL,
+    subject     TEXT NOT NULL,
+    person      TEXT NOT NULL UNIQUE,
+    first_at    INTEGER NOT NULL,
+    last_at     INTEGER NOT NULL,
+    PRIMARY KEY (issuer, subject)
+);
+CREATE TABLE IF NOT EXISTS device_sign_ins (
+    code_sha256 TEXT PRIMARY KEY,
+    user_code   TEXT NOT NULL UNIQUE,
+    client      TEXT NOT NULL,
+    org         TEXT,
+    created_at  INTEGER NOT NULL,
+    expires_at  INTEGER NOT NULL,
+    outcome     TEXT
+);
+CREATE INDEX IF NOT EXISTS device_sign_ins_by_client ON device_sign_ins(client);
+CREATE TABLE IF NOT EXISTS service_keys (
+    name        TEXT PRIMARY KEY,
+    value       BLOB NOT NULL
+);
+"#;
+
 /// Columns added after the first schema, in order: (table, column, type). SQLite's file gets those it
 /// lacks by a check; PostgreSQL's schema by its numbered migrations (`open_postgres`).
 const LATER_COLUMNS: [(&str, &str, &str); 5] = [
@@ -225,7 +252,7 @@ impl ServiceDb {
         conn.execute_batch(SCHEMA).map_err(|e| sql_err(path, e))?;
         conn.execute_batch(AUDIT_APPEND_ONLY).map_err(|e| sql_err(path, e))?;
         conn.execute_batch(JOB_PLACES_SCHEMA).map_err(|e| sql_err(path, e))?;
-        conn.execute_batch(super::sign_in_records::SCHEMA).map_err(|e| sql_err(path, e))?;
+        conn.execute_batch(SIGN_IN_SCHEMA).map_err(|e| sql_err(path, e))?;
         // Columns that came later: databases made before them get them.
         for (table, column, decl) in LATER_COLUMNS {
             let has: bool = conn
@@ -270,7 +297,7 @@ impl ServiceDb {
         // Later tables, each appended at the end (never reordered): the places of active jobs, then
         // the sign-in's tables.
         migrations.push(JOB_PLACES_SCHEMA.to_string());
-        migrations.push(super::sign_in_records::SCHEMA.to_string());
+        migrations.push(SIGN_IN_SCHEMA.to_string());
         let migrations: Vec<&str> = migrations.iter().map(String::as_str).collect();
         let conn = super::postgres_schema::open(target, schema, &migrations).map_err(|e| sql_err(&shown, e))?;
         Ok(ServiceDb { conn: Mutex::new(conn), path: shown, writes: GroupCommit::default() })

@@ -6,32 +6,7 @@
 use super::service_records::{sql_err, ServiceDb};
 use super::sql::{params, OptionalExtension};
 
-/// The tables (SQLite's file checks for them at each open; PostgreSQL's schema gets them as one
-/// numbered migration).
-pub(super) const SCHEMA: &str = r#"
-CREATE TABLE IF NOT EXISTS people (
-    issuer      TEXT NOT NULL,
-    subject     TEXT NOT NULL,
-    person      TEXT NOT NULL UNIQUE,
-    first_at    INTEGER NOT NULL,
-    last_at     INTEGER NOT NULL,
-    PRIMARY KEY (issuer, subject)
-);
-CREATE TABLE IF NOT EXISTS device_sign_ins (
-    code_sha256 TEXT PRIMARY KEY,
-    user_code   TEXT NOT NULL UNIQUE,
-    client      TEXT NOT NULL,
-    org         TEXT,
-    created_at  INTEGER NOT NULL,
-    expires_at  INTEGER NOT NULL,
-    outcome     TEXT
-);
-CREATE INDEX IF NOT EXISTS device_sign_ins_by_client ON device_sign_ins(client);
-CREATE TABLE IF NOT EXISTS service_keys (
-    name        TEXT PRIMARY KEY,
-    value       BLOB NOT NULL
-);
-"#;
+// The tables are with the service's others (`service_records::SIGN_IN_SCHEMA`).
 
 /// A terminal's sign-in as the person's browser finds it by the code they typed.
 #[derive(Debug, Clone, PartialEq, Eq)]
