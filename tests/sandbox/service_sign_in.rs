@@ -3,7 +3,7 @@
 //! (`tao-slurm login --service`, the link it prints opened by an HTTP client as a browser would),
 //! bo in the dashboard in headless Chromium. Each runs a job on a per-person workspace, which `sacct`
 //! shows under each one's Unix user, and the audit trail names each. ada, taken out of the org's group
-//! at the provider, loses access when her token ends (its lifetime here: 30 s) and cannot sign in again.
+//! at the provider, loses access when her token ends (its lifetime here: 90 s) and cannot sign in again.
 
 use crate::common::wait::wait_for_async;
 use crate::service_dashboard::{browser, until};
@@ -185,8 +185,15 @@ async fn run_job(svc: &Service, token: &str) -> (String, String) {
     let url = svc.api(&format!("/jobs/{id}"));
     let done =
         wait_for_async(&format!("job {id} ends"), Duration::from_secs(180), Duration::from_millis(500), || async {
-            let (_, j) = send(svc, token, reqwest::Method::GET, &url, None).await;
-            Some(j).filter(|j| matches!(j["status"].as_str(), Some("Done" | "Error" | "Canceled")))
+            // The org's machine token reads the cache's view (a person's token may end meanwhile).
+            let (_, j) = send(svc, &svc.token, reqwest::Method::GET, &url, None).await;
+            let done = matches!(j["status"].as_str(), Some("Done" | "Error" | "Canceled"));
+            // The job as last seen, for the failure's message.
+            if done {
+                Ok(j)
+            } else {
+                Err(format!("{j}"))
+            }
         })
         .await;
     assert_eq!(done["status"], "Done", "{done}");
@@ -215,7 +222,7 @@ async fn people_sign_in_through_the_identity_provider_and_run_as_themselves() {
     let clusters = format!(
         "[people]\nslurm_hostname = [\"127.0.0.1:{port}\"]\nbase_results_dir = \"{sd}/shared/{{user}}/sign-in-{run}\"\n\
          orgs = [\"{ORG}\"]\nidentity = \"person\"\n\n\
-         [sign_in]\nissuer = \"{}\"\nclient_id = \"tao-slurm\"\ntoken_lifetime = \"30s\"\n[sign_in.orgs]\n{ORG} = \"tao-team-a\"\n",
+         [sign_in]\nissuer = \"{}\"\nclient_id = \"tao-slurm\"\ntoken_lifetime = \"90s\"\n[sign_in.orgs]\n{ORG} = \"tao-team-a\"\n",
         provider.url
     );
     let secret = "oidc-client-secret-never-shown";
@@ -240,7 +247,7 @@ async fn people_sign_in_through_the_identity_provider_and_run_as_themselves() {
     assert_eq!(std::fs::metadata(&ada_file).unwrap().permissions().mode() & 0o777, 0o600);
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
     let lifetime = kept["expires_at"].as_i64().unwrap() - now;
-    assert!((1..=30).contains(&lifetime), "lives the 30 s the operator set: {lifetime}");
+    assert!((1..=90).contains(&lifetime), "lives the 90 s the operator set: {lifetime}");
 
     // A provider's error comes back as words of OAuth's characters: no markup, no line of its own
     // in the log.
@@ -327,7 +334,7 @@ async fn people_sign_in_through_the_identity_provider_and_run_as_themselves() {
     // sign in again.
     provider.set_user(&ada, json!({"preferred_username": ada, "groups": ["someone-else"]})).await;
     let stats = svc.api("/stats");
-    wait_for_async("ada's token to end", Duration::from_secs(40), Duration::from_millis(500), || async {
+    wait_for_async("ada's token to end", Duration::from_secs(120), Duration::from_millis(500), || async {
         send(&svc, &ada_token, reqwest::Method::GET, &stats, None).await.0 == 401
     })
     .await;
