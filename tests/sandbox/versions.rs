@@ -82,7 +82,8 @@ on_both! {
         assert!(v["message"].as_str().unwrap().contains("exit code 3"), "{v}");
         // ...the second only once the controller has forgotten it.
         wait_ssh(&env, &format!("squeue -h -t all -j {sacct_id} -o %T 2>/dev/null || true\n"), LIMIT, |s| s.trim().is_empty());
-        let v = env.status(&in_sacct);
+        // (sacct alone knows it now; the refresh answers once slurmdbd has its end, a moment later)
+        let v = wait_until(&env, &in_sacct, LIMIT, "terminal from sacct", terminal);
         assert_eq!((v["status"].as_str(), v["exit_code"].as_i64(), v["slurm_state"].as_str()), (Some("Error"), Some(3), Some("FAILED")), "{v}");
         let v = env.wait_terminal(&ok, LIMIT);
         assert_eq!((v["status"].as_str(), v["exit_code"].as_i64()), (Some("Complete"), Some(0)), "{v}");
@@ -260,15 +261,17 @@ on_both! {
     }
 }
 
-/// Run the refresh script until sacct knows the finished job (it lags the controller a little).
+/// Run the refresh script until sacct knows the finished job (it lags the controller a little) and,
+/// in the same run, sdiag says accounting has caught up (other tests' jobs keep slurmdbd busy at times).
 fn wait_until_accounted(env: &Env, script: &str, finished: &str) -> tao_slurm::ops::refresh::Observations {
     let start = Instant::now();
     loop {
         let obs = tao_slurm::ops::refresh::parse_refresh_output(&env.ssh(script));
-        if obs.sacct.as_ref().is_some_and(|s| s.iter().any(|r| r.job_id == finished && r.state.is_finished())) {
+        let known = obs.sacct.as_ref().is_some_and(|s| s.iter().any(|r| r.job_id == finished && r.state.is_finished()));
+        if known && obs.dbd_queue == Some(0) {
             return obs;
         }
-        assert!(start.elapsed() < LIMIT, "sacct never listed {finished}: {obs:?}");
+        assert!(start.elapsed() < LIMIT, "sacct never listed {finished} with accounting caught up (sdiag): {obs:?}");
         std::thread::sleep(Duration::from_millis(500));
     }
 }
