@@ -1,13 +1,14 @@
 //! A running job's TensorBoard through the service (issue 26; its trust, issue 35).
 //! `POST jobs/{id}:tensorboard` starts it in the job's container, served under `/tensorboard/<job
-//! id>`, on a node port drawn at random for that start (`Client::tensorboard_unpredictable`: nothing
-//! already listening is trusted), forwards it to a port of the service's host through the
-//! workspace's SSH master, and answers a link with a one-time ticket. The ticket becomes a session:
+//! id>`, on a Unix socket in a directory of the job user's made for that start (`Client::tensorboard`,
+//! issue 50: no TCP port on the node, nothing another user reaches or plants first), forwards that
+//! socket to a socket in a private directory of the service's through the workspace's SSH master
+//! (no local port raced for), and answers a link with a one-time ticket. The ticket becomes a session:
 //! a secret in the path, `/tensorboard/<job id>/<session>/...`, which the proxy strips before
 //! TensorBoard sees the request.
 //!
 //! What TensorBoard serves is the job's (the job's image, the job's user, the job's files; the job
-//! can replace it on its port at any time), so every reply under `/tensorboard/` carries
+//! can replace it on its socket at any time), so every reply under `/tensorboard/` carries
 //! `Content-Security-Policy: sandbox` without `allow-same-origin`: the page runs in an opaque origin
 //! and can read none of the dashboard's storage (the org's token) nor call the API as the
 //! dashboard. A browser sends no cookie from such a page (not even to its own path), which is why
@@ -98,11 +99,19 @@ async fn start(state: &AppStateRef, job: &super::state::CachedJob, id: &str) -> 
     let _in_pool = ws.pool.enter(&ws.id).await?;
     let (w, jid) = (ws.clone(), id.to_string());
     let forward =
-        blocking(move || w.with_client(|c| c.tensorboard_unpredictable(&jid, &prefix(&jid))).map_err(ApiError::engine))
-            .await?;
+        blocking(move || w.with_client(|c| c.tensorboard(&jid, Some(&prefix(&jid)))).map_err(ApiError::engine)).await?;
     let node = forward.node.clone();
-    tracing::info!(job = %id, node = %node, local_port = forward.local_port, "TensorBoard forwarded");
-    let open = Open { workspace: ws, attempt: job.attempt, forward };
+    let socket = forward.local_socket.clone().unwrap_or_default();
+    tracing::info!(job = %id, node = %node, socket = %socket, "TensorBoard forwarded");
+    let client = match client(&socket) {
+        Ok(c) => c,
+        Err(e) => {
+            let ws = ws.clone();
+            std::thread::spawn(move || ws.with_client(|c| c.stop_forward(&forward)));
+            return Err(e);
+        }
+    };
+    let open = Open { workspace: ws, attempt: job.attempt, forward, client };
     state.tensorboards.forwards.lock().unwrap_or_else(|e| e.into_inner()).insert(id.to_string(), open);
     Ok(node)
 }
@@ -170,8 +179,8 @@ async fn serve(state: &AppStateRef, job_id: &str, rest: &str, req: Request) -> A
         );
     }
     let job = org_job(state, &grant.org, job_id)?;
-    let port = match sessions.forwarded(job_id, job.attempt) {
-        Some((p, _)) if job.status == PlatformStatus::Running => p,
+    let client = match sessions.forwarded(job_id, job.attempt) {
+        Some((c, _)) if job.status == PlatformStatus::Running => c,
         _ => {
             sessions.close(job_id);
             return Err(ApiError::new(
@@ -194,22 +203,22 @@ async fn serve(state: &AppStateRef, job_id: &str, rest: &str, req: Request) -> A
             .into_response());
     }
     let upstream = format!("{}/{tb_rest}", prefix(job_id));
-    forward(port, &upstream, &format!("{}/{session}/", prefix(job_id)), req).await
+    forward(&client, &upstream, &format!("{}/{session}/", prefix(job_id)), req).await
 }
 
 /// Pass the request on to TensorBoard at `upstream` (its path, under its prefix), without the
 /// browser's cookies or credentials; its reply streamed back, capped, its redirects within the
 /// session (`public`: the session's own path), an HTML page with the shim. It is asked for no
 /// compression (the shim goes into the page as it is).
-async fn forward(port: u16, upstream: &str, public: &str, req: Request) -> ApiResult<Response> {
+async fn forward(client: &reqwest::Client, upstream: &str, public: &str, req: Request) -> ApiResult<Response> {
     let (parts, body) = req.into_parts();
     let query = parts.uri.query().map(|q| format!("?{q}")).unwrap_or_default();
-    let url = format!("http://127.0.0.1:{port}{upstream}{query}");
+    let url = format!("http://tensorboard{upstream}{query}");
     let body = axum::body::to_bytes(body, MAX_BODY)
         .await
         .map_err(|_| ApiError::field("body", format!("a TensorBoard request body is at most {MAX_BODY} bytes")))?;
     let method = reqwest::Method::from_bytes(parts.method.as_str().as_bytes()).unwrap_or(reqwest::Method::GET);
-    let mut out = client().request(method, url);
+    let mut out = client.request(method, url);
     for name in TB_HEADERS.split(", ").chain(["accept"]) {
         if let Some(v) = parts.headers.get(name) {
             out = out.header(name, v.as_bytes());
@@ -338,16 +347,15 @@ fn spliced(page: &[u8], at: usize) -> Bytes {
     [&page[..at], SHIM.as_bytes(), &page[at..]].concat().into()
 }
 
-/// One HTTP client for every proxied request (its connection pool), with a deadline.
-fn client() -> &'static reqwest::Client {
-    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
-    CLIENT.get_or_init(|| {
-        reqwest::Client::builder()
-            .timeout(std::time::Duration::from_secs(60))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .expect("a plain HTTP client builds")
-    })
+/// The HTTP client of one forward (its connection pool): every connection to its local socket, in
+/// the service's private directory (no port of the service's host involved), with a deadline.
+pub(super) fn client(socket: &str) -> ApiResult<reqwest::Client> {
+    reqwest::Client::builder()
+        .unix_socket(socket)
+        .timeout(std::time::Duration::from_secs(60))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| ApiError::internal(format!("no HTTP client for TensorBoard's socket: {e}")))
 }
 
 fn query_value(query: Option<&str>, key: &str) -> Option<String> {

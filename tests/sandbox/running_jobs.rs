@@ -1,6 +1,7 @@
 //! Working with a running job (issue 26): `exec` runs in the job's allocation and container and
 //! passes its exit status back, `shell` gives a terminal, `forward` reaches a server on the job's node
-//! and stops when asked, `tensorboard` starts the stand-in on the job's results and forwards it.
+//! and stops when asked, `tensorboard` starts the stand-in on the job's results, on a Unix socket of
+//! the job user's that no other user of the node reaches, and forwards it.
 
 use crate::common::pty::PtyChild;
 use crate::common::wait::{wait_for, when};
@@ -90,12 +91,71 @@ fn forward_reaches_a_server_on_the_job_node_and_stops_when_asked() {
     env.ok(&["cancel", &job]);
 }
 
+/// Run `code` (Python) as the Unix user `user` of this machine (the sandbox's nodes are slurmds on
+/// it; root runs the tests) with `arg`; its exit status and stderr.
+fn python_as(user: &str, code: &str, arg: &str) -> (bool, String) {
+    let out = std::process::Command::new("runuser")
+        .args(["-u", user, "--", "python3", "-c", code, arg])
+        .output()
+        .unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+const CONNECT: &str = "import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); \
+    s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n'); print(s.recv(100))";
+
+/// The socket inodes of TCP listeners on this machine (`/proc/net/tcp{,6}`, state 0A).
+fn tcp_listening_inodes() -> std::collections::HashSet<String> {
+    let mut inodes = std::collections::HashSet::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        for line in std::fs::read_to_string(table).unwrap_or_default().lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() > 9 && f[3] == "0A" {
+                inodes.insert(f[9].to_string());
+            }
+        }
+    }
+    inodes
+}
+
+/// The processes whose argv has `word`, and the socket inodes each holds open.
+fn processes_with(word: &str) -> Vec<(u32, Vec<String>)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if !argv.split(|b| *b == 0).any(|a| a == word.as_bytes()) {
+            continue;
+        }
+        let sockets = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|fds| {
+                fds.flatten()
+                    .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                    .filter_map(|l| l.to_str()?.strip_prefix("socket:[")?.strip_suffix(']').map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        found.push((pid, sockets));
+    }
+    found
+}
+
+/// Issue 50: TensorBoard listens on a Unix socket in a directory of the job user's (mode 700, its
+/// name drawn per start) and no TCP port at all; another Unix user of the node can neither reach
+/// it nor make its place first; the CLI's local port is held from the start.
 #[test]
 fn tensorboard_starts_in_the_job_container_on_its_results_and_is_forwarded() {
     let env = Env::isolated();
     let (job, _) =
         running_job(&env, "echo events > \"$TAO_API_RESULTS_DIR/$TAO_JOB_ID/events.out.tfevents.1\"; sleep 300");
-    let mut cmd = env.command(&["tensorboard", &job, "--port", &free_port().to_string(), "--for", "60s", "--json"]);
+    let results = env.status(&job)["results_dir"].as_str().unwrap().to_string();
+    let neighbour = crate::common::sandbox::settings().get("SANDBOX_NEIGHBOUR").cloned().unwrap_or("neighbour".into());
+    // The neighbour cannot make TensorBoard's place in the job's results first.
+    let (planted, err) = python_as(&neighbour, "import os, sys; os.mkdir(sys.argv[1] + '/.tb-0000000000000000')", &results);
+    assert!(!planted && err.contains("PermissionError"), "{err}");
+
+    let local = free_port();
+    let mut cmd = env.command(&["tensorboard", &job, "--local-port", &local.to_string(), "--for", "60s", "--json"]);
     cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     // The JSON object is printed first, then the forward holds until Ctrl-C.
@@ -105,15 +165,47 @@ fn tensorboard_starts_in_the_job_container_on_its_results_and_is_forwarded() {
         assert!(std::io::BufRead::read_line(&mut out, &mut text).unwrap() > 0, "stdout ended: {text:?}");
     }
     let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
-    let local = v["local_port"].as_u64().unwrap() as u16;
+    assert_eq!(v["local_port"].as_u64(), Some(u64::from(local)), "{v}");
+    assert_eq!(v["remote_port"].as_u64(), Some(0), "no port on the node: {v}");
+    let remote = v["remote_socket"].as_str().unwrap().to_string();
+    let local_socket = v["local_socket"].as_str().unwrap().to_string();
+    let tb_dir = remote.strip_suffix("/s").unwrap();
+    assert!(tb_dir.starts_with(&format!("{results}/.tb-")), "{remote}");
     // The job writes its events file as its step starts, maybe after TensorBoard does.
     let page = wait_for("the events file on the TensorBoard page", LIMIT, Duration::from_millis(300), || {
         http_get(local).and_then(|p| if p.contains("events.out.tfevents.1") { Ok(p) } else { Err(p) })
     });
     assert!(page.contains("TensorBoard stand-in"), "{page}");
     assert!(page.contains(&job), "TensorBoard reads the job's results directory: {page}");
+
+    // Both private directories are 700 and their owner's.
+    use std::os::unix::fs::MetadataExt;
+    let node_dir = std::fs::metadata(tb_dir).unwrap();
+    assert_eq!(node_dir.mode() & 0o777, 0o700, "{tb_dir}");
+    let owner = std::fs::metadata(&results).unwrap().uid();
+    assert_eq!(node_dir.uid(), owner, "the job user's");
+    let here = std::path::Path::new(&local_socket).parent().unwrap();
+    assert_eq!(std::fs::metadata(here).unwrap().mode() & 0o777, 0o700, "{local_socket}");
+
+    // TensorBoard holds no TCP listener (nothing on the node to connect to or take first): the
+    // processes that have its socket in their argv hold sockets, none of them a TCP listener.
+    let tb = processes_with(&format!("unix://{remote}"));
+    assert!(tb.iter().any(|(_, sockets)| !sockets.is_empty()), "TensorBoard's processes and sockets: {tb:?}");
+    let listening = tcp_listening_inodes();
+    for (pid, sockets) in &tb {
+        assert!(sockets.iter().all(|s| !listening.contains(s)), "process {pid} listens on TCP: {sockets:?}");
+    }
+    // Another Unix user of the node cannot connect to its socket; its own user can.
+    let (reached, err) = python_as(&neighbour, CONNECT, &remote);
+    assert!(!reached && err.contains("PermissionError"), "the neighbour reached TensorBoard: {err}");
+    let user = String::from_utf8(std::process::Command::new("stat").args(["-c", "%U", &results]).output().unwrap().stdout)
+        .unwrap();
+    let (reached, err) = python_as(user.trim(), CONNECT, &remote);
+    assert!(reached, "the job's user reaches it: {err}");
+
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert!(!here.exists(), "the local socket's directory goes with the forward");
     env.ok(&["cancel", &job]);
 }
 

@@ -136,7 +136,8 @@ async fn tensorboard_is_reached_through_the_service_with_a_one_time_link() {
 
 /// A job that serves pages of its own: first on the port the old scheme derived from the job id
 /// (before TensorBoard starts), then, when told (`take-over` in its results), on TensorBoard's own
-/// port (it finds TensorBoard's process, kills it and listens there). The page tries the dashboard's
+/// socket (it finds TensorBoard's process, kills it and listens there: the socket's directory is the
+/// job user's). The page tries the dashboard's
 /// storage, its cookie and the API, and writes what it got into its title. `/announced` announces
 /// more than the proxy's cap; `/endless` sends more than it without a length.
 const HOSTILE: &str = r#"d="$TAO_API_RESULTS_DIR/$TAO_JOB_ID"; mkdir -p "$d"; exec python3 - <<'PY'
@@ -181,6 +182,11 @@ class H(http.server.BaseHTTPRequestHandler):
 class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
     allow_reuse_address = True
     daemon_threads = True
+class U(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+class UH(H):
+    def address_string(self):
+        return "unix"
 def serve(port):
     for _ in range(300):
         try:
@@ -197,19 +203,20 @@ serve(old)
 open(os.path.join(d, "squatting"), "w").write("%d\n" % old)
 while not os.path.exists(os.path.join(d, "take-over")):
     time.sleep(0.2)
-port, pids = None, []
+sock, pids = None, []
 for pid in os.listdir("/proc"):
     try:
         argv = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0")
     except OSError:
         continue
-    if b"--path_prefix" in argv and ("/tensorboard/" + job).encode() in argv and b"--port" in argv:
-        port = int(argv[argv.index(b"--port") + 1])
+    if b"--path_prefix" in argv and ("/tensorboard/" + job).encode() in argv:
+        sock = [a for a in argv if a.startswith(b"unix://")][0][len(b"unix://"):].decode()
         pids.append(int(pid))
 for pid in pids:
     os.kill(pid, signal.SIGKILL)
-serve(port)
-open(os.path.join(d, "took-over"), "w").write("%d\n" % port)
+os.unlink(sock)
+threading.Thread(target=U(sock, UH).serve_forever, daemon=True).start()
+open(os.path.join(d, "took-over"), "w").write(sock + "\n")
 time.sleep(900)
 PY"#;
 
@@ -238,7 +245,7 @@ async fn a_page_the_job_serves_runs_sandboxed_and_reaches_no_credentials() {
     let page = page_with(&http, &page_url, "TensorBoard stand-in").await;
     assert!(!page.contains("a page the job wrote"), "the squatter on port {squatting} was served: {page}");
 
-    // The job takes TensorBoard's own port: its page is what the proxy shows now (a job can always
+    // The job takes TensorBoard's own socket: its page is what the proxy shows now (a job can always
     // do this: TensorBoard runs as the job's user, in the job's container).
     svc.env.ssh(&format!("touch '{results}/take-over'"));
     page_with(&http, &page_url, "a page the job wrote").await;

@@ -2,7 +2,6 @@
 //! (`exec`, `shell`, `tensorboard`), the bounded capture script, and the node a forward reaches.
 
 use crate::cosmos::{CosmosPlan, Role};
-use crate::exit_codes::TENSORBOARD_PORT_BUSY;
 use crate::script::{container_name, shell};
 
 /// Where and how a command runs in a job.
@@ -55,6 +54,10 @@ pub enum ExecError {
     NotItsNode(String, String),
     #[error("the job's node list {0:?} is not a Slurm host list")]
     BadNodeList(String),
+    #[error("{0:?} cannot be a forwarded Unix socket (an absolute path without `:`)")]
+    BadSocketPath(String),
+    #[error("TensorBoard's socket {0} is {1} bytes long, more than the 107 a Unix socket path can have: use a shorter results directory")]
+    SocketPathTooLong(String, usize),
 }
 
 /// Where `node` or `role` (at most one) is in a job running on `node_list`: for a Cosmos-RL job a
@@ -266,20 +269,61 @@ pub fn node_addr(node: &str, scontrol_line: &str) -> String {
         .to_string()
 }
 
-/// What a TensorBoard start makes of something already answering on its port.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnBusy {
-    /// Take it for the TensorBoard asked for (the CLI: the user's own forward, run again).
-    Reuse,
-    /// Trust nothing found there: start nothing, exit [`TENSORBOARD_PORT_BUSY`] (the service: the
-    /// job, or a neighbour on its node, may be listening there with a page of its own).
-    Refuse,
+/// The longest path a Unix socket can have on Linux (`sun_path` is 108 bytes, its NUL among them).
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// The private directory of one TensorBoard start: `<results dir>/.tb-<draw in hex>`, a name drawn
+/// anew each start (no one can make it first), made mode 700 by the start; its socket is
+/// [`tensorboard_socket`].
+pub fn tensorboard_dir(results_dir: &str, draw: [u8; 8]) -> String {
+    let hex: String = draw.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{results_dir}/.tb-{hex}")
 }
 
-/// The remote script that starts TensorBoard in the job's container on `node` (its address `addr`),
-/// on `logdir`, detached from the login shell, and waits up to 30 s for it to answer on `addr:port`.
-/// Exit 0 once it answers while the TensorBoard it started still runs. Something already answering
-/// there is taken or refused as `on_busy` says. `path_prefix` serves it under that path (the
+/// The Unix socket TensorBoard listens on, in its private directory.
+pub fn tensorboard_socket(dir: &str) -> String {
+    format!("{dir}/s")
+}
+
+/// The command the job's container runs: its image's `tensorboard`, on the Unix socket `socket`
+/// (`--host unix://...`, no TCP port at all; `--load_fast=false`: no data server on a loopback port
+/// either). TensorBoard's Werkzeug server binds such a socket but then fails to print its URL (it
+/// formats the port as a number), so when the image's `tensorboard` is the Python package's script
+/// it runs in-process with that one method replaced; any other `tensorboard` (the sandbox's
+/// stand-in) runs as it is, given the same flags.
+fn tensorboard_command(logdir: &str, socket: &str, path_prefix: Option<&str>) -> Vec<String> {
+    const LAUNCH: &str = r#"tb=$(command -v tensorboard) || { echo "tensorboard is not on the container's PATH" >&2; exit 127; }
+IFS= read -r first < "$tb" || first=
+case $first in
+'#!'*python*) exec ${first#'#!'} -c '
+import sys
+try:
+    from tensorboard import main, program
+except ImportError:
+    import os
+    os.execvp("tensorboard", ["tensorboard"] + sys.argv[1:])
+program.WerkzeugServer.get_url = lambda self: "http://localhost:0%s/" % self._flags.path_prefix.rstrip("/")
+sys.argv[0] = "tensorboard"
+main.run_main()
+' "$@" ;;
+*) exec tensorboard "$@" ;;
+esac"#;
+    let mut command: Vec<String> = ["bash", "-c", LAUNCH, "tensorboard", "--logdir", logdir].map(String::from).to_vec();
+    command.extend(["--host".to_string(), format!("unix://{socket}"), "--port".into(), "0".into()]);
+    command.push("--load_fast=false".into());
+    if let Some(prefix) = path_prefix {
+        command.extend(["--path_prefix".to_string(), prefix.to_string()]);
+    }
+    command
+}
+
+/// The remote script that starts TensorBoard in the job's container on its first node, on
+/// `logdir`, detached from the login shell, listening on a Unix socket in `dir` (made here, mode
+/// 700, failing if anything is there: [`tensorboard_dir`]), and waits up to 30 s for the socket.
+/// Exit 0 once the socket is there, is a socket owned by this user, in the directory this start
+/// made, while the TensorBoard it started still runs. No TCP port is opened on the node, so another
+/// user of the node has nothing to connect to and nothing to plant first: the directory is this
+/// user's, 700, and its name is drawn per start. `path_prefix` serves it under that path (the
 /// service's proxy: `/tensorboard/<job id>`).
 ///
 /// Its log, `tensorboard.log` beside the results, is a file the job can plant a symlink as: it is
@@ -288,45 +332,34 @@ pub enum OnBusy {
 /// read back through the job-file reader (no link followed, capped).
 pub fn tensorboard_script(
     t: &ExecTarget<'_>,
-    addr: &str,
     logdir: &str,
-    port: u16,
+    dir: &str,
     path_prefix: Option<&str>,
-    on_busy: OnBusy,
 ) -> Result<String, ExecError> {
-    check_node(addr)?;
-    let mut command: Vec<String> =
-        ["tensorboard", "--logdir", logdir, "--port", &port.to_string(), "--bind_all"].map(String::from).to_vec();
+    let socket = tensorboard_socket(dir);
+    check_socket_path(&socket)?;
     if let Some(prefix) = path_prefix {
         check_path_prefix(prefix)?;
-        command.extend(["--path_prefix".to_string(), prefix.to_string()]);
     }
-    let argv = exec_argv(t, &command)?;
+    let argv = exec_argv(t, &tensorboard_command(logdir, &socket, path_prefix))?;
     let wait = wait_for_container(t)?;
-    let probe = format!("(exec 3<>/dev/tcp/{addr}/{port}) 2>/dev/null");
-    let busy = match on_busy {
-        OnBusy::Reuse => format!("if {probe}; then exit 0; fi\n"),
-        OnBusy::Refuse => format!(
-            "if {probe}; then\n\
-             \x20 echo \"something already answers on {addr}:{port}; it is not trusted as TensorBoard\" >&2\n\
-             \x20 exit {code}\n\
-             fi\n",
-            code = TENSORBOARD_PORT_BUSY
-        ),
-    };
     let script = format!(
         "log={log}\n\
-         {busy}\
+         dir={dir}\n\
+         sock={sock}\n\
          {wait}\
+         mkdir -m 700 -- \"$dir\" || {{ echo \"could not make TensorBoard's private directory $dir\" >&2; exit 1; }}\n\
+         me=$(id -u)\n\
          rm -f -- \"$log\"\n\
          setsid nohup {srun} </dev/null 2>&1 | setsid -w nohup dd of=\"$log\" oflag=nofollow conv=excl status=none 2>/dev/null &\n\
          started=$!\n\
          for _ in $(seq 150); do\n\
          \x20 kill -0 \"$started\" 2>/dev/null || break\n\
-         \x20 {probe} && kill -0 \"$started\" 2>/dev/null && exit 0\n\
+         \x20 if [ -S \"$sock\" ] && [ ! -L \"$sock\" ] && [ \"$(stat -c %u:%a -- \"$dir\")\" = \"$me:700\" ] \\\n\
+         \x20   && [ \"$(stat -c %u -- \"$sock\")\" = \"$me\" ] && kill -0 \"$started\" 2>/dev/null; then exit 0; fi\n\
          \x20 sleep 0.2\n\
          done\n\
-         echo \"TensorBoard did not answer on {addr}:{port} within 30 s (or it ended); the end of its log:\" >&2\n\
+         echo \"TensorBoard did not listen on its socket within 30 s (or it ended); the end of its log:\" >&2\n\
          case $(tao_jf_stat \"$log\") in\n\
          \x20 regular*) size=$(tao_jf_stat \"$log\"); size=${{size#regular }}\n\
          \x20   tao_jf_read \"$log\" $(( size > {tail} ? size - {tail} : 0 )) {tail} | tail -n 20 >&2 ;;\n\
@@ -335,6 +368,8 @@ pub fn tensorboard_script(
          exit 1\n",
         srun = shell::join(&argv),
         log = shell::quote(&format!("{logdir}/tensorboard.log")),
+        dir = shell::quote(dir),
+        sock = shell::quote(&socket),
         tail = TENSORBOARD_LOG_TAIL,
     );
     Ok(super::job_file::with_functions(&script))
@@ -354,14 +389,16 @@ fn check_path_prefix(prefix: &str) -> Result<(), ExecError> {
     }
 }
 
-/// The node ports the service draws a TensorBoard's port from (below Linux's ephemeral range).
-pub const SERVICE_TENSORBOARD_PORTS: std::ops::RangeInclusive<u16> = 20000..=32767;
-
-/// The node port of one start of a job's TensorBoard by the service, from a random draw: a new one
-/// each start, so no job can know it before the start, and none is taken from the job id.
-pub fn service_tensorboard_port(draw: u32) -> u16 {
-    let (low, high) = (*SERVICE_TENSORBOARD_PORTS.start(), *SERVICE_TENSORBOARD_PORTS.end());
-    low + (draw % (u32::from(high - low) + 1)) as u16
+/// A socket path ssh can forward (`-L local:remote`: no `:`) and Linux can bind (at most
+/// [`MAX_SOCKET_PATH`] bytes, absolute).
+pub fn check_socket_path(path: &str) -> Result<(), ExecError> {
+    if !path.starts_with('/') || path.contains(':') || path.bytes().any(|b| b.is_ascii_control()) {
+        return Err(ExecError::BadSocketPath(path.to_string()));
+    }
+    if path.len() > MAX_SOCKET_PATH {
+        return Err(ExecError::SocketPathTooLong(path.to_string(), path.len()));
+    }
+    Ok(())
 }
 
 /// Splits a capture's stderr into the command's own stderr and the full sizes of both streams.
@@ -400,37 +437,44 @@ mod tests {
     }
 
     #[test]
-    fn tensorboard_takes_a_path_prefix_only_when_it_is_a_plain_path() {
+    fn tensorboard_listens_on_a_socket_in_its_private_directory_never_on_a_port() {
         let t = target(Some("node1"), false);
-        let plain = tensorboard_script(&t, "10.0.0.1", "/r/abc", 6006, None, OnBusy::Reuse).unwrap();
-        assert!(plain.contains("--port 6006 --bind_all </dev/null 2>&1 |"), "{plain}");
+        let dir = tensorboard_dir("/r/abc", [0xab; 8]);
+        assert_eq!(dir, "/r/abc/.tb-abababababababab");
+        assert_ne!(tensorboard_dir("/r/abc", [1; 8]), dir, "a new draw, a new directory");
+        let plain = tensorboard_script(&t, "/r/abc", &dir, None).unwrap();
+        assert!(
+            plain.contains("--logdir /r/abc --host unix:///r/abc/.tb-abababababababab/s --port 0 --load_fast=false </dev/null"),
+            "{plain}"
+        );
+        assert!(plain.contains("mkdir -m 700 -- \"$dir\""), "{plain}");
+        assert!(!plain.contains("--bind_all") && !plain.contains("/dev/tcp"), "no TCP port anywhere: {plain}");
         assert!(!plain.contains("--path_prefix"), "{plain}");
-        let prefixed =
-            tensorboard_script(&t, "10.0.0.1", "/r/abc", 6006, Some("/tensorboard/abc"), OnBusy::Refuse).unwrap();
-        assert!(prefixed.contains("--bind_all --path_prefix /tensorboard/abc </dev/null 2>&1 |"), "{prefixed}");
+        let prefixed = tensorboard_script(&t, "/r/abc", &dir, Some("/tensorboard/abc")).unwrap();
+        assert!(prefixed.contains("--load_fast=false --path_prefix /tensorboard/abc </dev/null 2>&1 |"), "{prefixed}");
         for bad in ["tensorboard/abc", "/a b", "/a;rm", "//x", "/a/../b", "/x'y", ""] {
-            let e = tensorboard_script(&t, "10.0.0.1", "/r/abc", 6006, Some(bad), OnBusy::Refuse);
+            let e = tensorboard_script(&t, "/r/abc", &dir, Some(bad));
             assert!(matches!(e, Err(ExecError::BadPathPrefix(_))), "{bad:?}: {e:?}");
         }
-    }
-
-    #[test]
-    fn the_service_tensorboard_port_comes_from_the_draw_and_stays_in_its_range() {
-        for draw in [0, 1, 12767, 12768, u32::MAX, 0x5f0c_2b9e] {
-            assert!(SERVICE_TENSORBOARD_PORTS.contains(&service_tensorboard_port(draw)), "{draw}");
+        let long = tensorboard_dir(&format!("/{}", "r".repeat(90)), [0; 8]);
+        let e = tensorboard_script(&t, "/r/abc", &long, None);
+        assert!(matches!(e, Err(ExecError::SocketPathTooLong(_, 114))), "{e:?}");
+        for bad in ["/r/a:b", "relative", "/r/a\nb"] {
+            assert!(matches!(check_socket_path(bad), Err(ExecError::BadSocketPath(_))), "{bad:?}");
         }
-        assert_eq!(service_tensorboard_port(0), 20000);
-        assert_eq!(service_tensorboard_port(12767), 32767);
-        assert_eq!(service_tensorboard_port(12768), 20000);
     }
 
     /// The start script under bash, with `srun` a stand-in (`fake_srun`, a bash body run as the job
-    /// would: in its results directory) on PATH; its exit status and stderr.
-    fn run_start(dir: &std::path::Path, fake_srun: &str, port: u16, on_busy: OnBusy) -> (i32, String) {
+    /// would: in its results directory, with `$sock` the socket it was asked to listen on) on PATH;
+    /// its exit status and stderr.
+    fn run_start(dir: &std::path::Path, fake_srun: &str, tb_dir: &str) -> (i32, String) {
         let bin = dir.join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         let srun = bin.join("srun");
-        let body = format!("#!/bin/bash\ncd {}\n{fake_srun}\n", dir.join("results").display());
+        let body = format!(
+            "#!/bin/bash\ncd {}\nfor a; do case $a in unix://*) sock=${{a#unix://}};; esac; done\n{fake_srun}\n",
+            dir.join("results").display()
+        );
         std::fs::write(&srun, body).unwrap();
         std::fs::set_permissions(&srun, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let results = dir.join("results").display().to_string();
@@ -439,22 +483,18 @@ mod tests {
         let up = crate::layout::container_up_file(&results, t.slurm_job_id, "node1", &container_of(&t));
         std::fs::create_dir_all(std::path::Path::new(&up).parent().unwrap()).unwrap();
         std::fs::write(&up, "").unwrap();
-        let script = tensorboard_script(&t, "127.0.0.1", &results, port, None, on_busy).unwrap();
+        let script = tensorboard_script(&t, &results, tb_dir, None).unwrap();
         let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
         let out = std::process::Command::new("bash").arg("-c").arg(&script).env("PATH", path).output().unwrap();
         (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
     }
 
-    fn free_port() -> u16 {
-        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-    }
+    /// A stand-in TensorBoard: says a line, then listens on `$sock` for a few seconds.
+    const LISTENING: &str = "echo started here\nexec python3 -c 'import socket,sys,time; s=socket.socket(socket.AF_UNIX); \
+         s.bind(sys.argv[1]); s.listen(); time.sleep(5)' \"$sock\"";
 
-    /// A stand-in TensorBoard: says a line, then answers on the port for a few seconds.
-    fn listening(port: u16) -> String {
-        format!(
-            "echo started here\nexec python3 -c 'import socket,time; s=socket.socket(); \
-             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((\"127.0.0.1\", {port})); s.listen(); time.sleep(5)'"
-        )
+    fn tb_dir(dir: &std::path::Path, n: u8) -> String {
+        tensorboard_dir(&dir.join("results").display().to_string(), [n; 8])
     }
 
     #[test]
@@ -467,8 +507,7 @@ mod tests {
 
         // Planted before the start: the link is replaced by our own log, its target untouched.
         std::os::unix::fs::symlink(&victim, &log).unwrap();
-        let port = free_port();
-        let (rc, err) = run_start(dir.path(), &listening(port), port, OnBusy::Refuse);
+        let (rc, err) = run_start(dir.path(), LISTENING, &tb_dir(dir.path(), 1));
         assert_eq!(rc, 0, "{err}");
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "the user's own file\n");
         let meta = std::fs::symlink_metadata(&log).unwrap();
@@ -488,7 +527,7 @@ mod tests {
              rm -f tensorboard.log; ln -s {} tensorboard.log; exit 1",
             victim.display()
         );
-        let (rc, err) = run_start(dir.path(), &swap, free_port(), OnBusy::Refuse);
+        let (rc, err) = run_start(dir.path(), &swap, &tb_dir(dir.path(), 2));
         assert_eq!(rc, 1, "{err}");
         assert!(err.contains("not a regular file: not shown"), "{err}");
         assert!(!err.contains("the user's own file"), "{err}");
@@ -496,25 +535,35 @@ mod tests {
     }
 
     #[test]
-    fn the_service_trusts_no_listener_it_did_not_start_and_the_cli_reuses_one() {
+    fn a_start_succeeds_only_on_a_socket_of_its_own_in_the_directory_it_made() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("results")).unwrap();
-        let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = squatter.local_addr().unwrap().port();
-        let marker = "touch ../srun-ran";
-        let (rc, err) = run_start(dir.path(), marker, port, OnBusy::Refuse);
-        assert_eq!(rc, TENSORBOARD_PORT_BUSY, "{err}");
-        assert!(err.contains("not trusted as TensorBoard"), "{err}");
-        let (rc, err) = run_start(dir.path(), marker, port, OnBusy::Reuse);
-        assert_eq!(rc, 0, "{err}");
-        assert!(!dir.path().join("srun-ran").exists(), "nothing was started either way");
-        drop(squatter);
-        // A TensorBoard that ends before it answers (its port taken meanwhile, say) is no success.
-        let (rc, err) = run_start(dir.path(), "echo cannot bind >&2; exit 1", free_port(), OnBusy::Refuse);
+        let marker = format!("touch {}/srun-ran; {LISTENING}", dir.path().display());
+        // Its directory there already (made first by anyone, a link or a directory): nothing starts.
+        let planted = tb_dir(dir.path(), 3);
+        std::fs::create_dir(&planted).unwrap();
+        std::os::unix::net::UnixListener::bind(tensorboard_socket(&planted)).unwrap();
+        let (rc, err) = run_start(dir.path(), &marker, &planted);
         assert_eq!(rc, 1, "{err}");
-        assert!(err.contains("cannot bind"), "the log's end is shown: {err}");
+        assert!(err.contains("private directory"), "{err}");
+        let linked = tb_dir(dir.path(), 4);
+        std::os::unix::fs::symlink(&planted, &linked).unwrap();
+        let (rc, err) = run_start(dir.path(), &marker, &linked);
+        assert_eq!(rc, 1, "{err}");
+        assert!(!dir.path().join("srun-ran").exists(), "nothing was started");
+        // Something not a socket at its path, then its end: no success.
+        let not_socket = "echo not a socket > \"$sock\"; sleep 1; echo gave up >&2; exit 3";
+        let (rc, err) = run_start(dir.path(), not_socket, &tb_dir(dir.path(), 5));
+        assert_eq!(rc, 1, "{err}");
+        assert!(err.contains("gave up"), "the log's end is shown: {err}");
+        // Its own listener, in a directory only this user can enter.
+        let own = tb_dir(dir.path(), 6);
+        let (rc, err) = run_start(dir.path(), &marker, &own);
+        assert_eq!(rc, 0, "{err}");
+        let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&own).unwrap().permissions());
+        assert_eq!(mode & 0o777, 0o700);
+        assert!(std::os::unix::net::UnixStream::connect(tensorboard_socket(&own)).is_ok());
     }
-
     #[test]
     fn exec_joins_the_named_container_of_the_running_job() {
         let argv = exec_argv(&target(Some("node2"), false), &["hostname".into()]).unwrap();
