@@ -20,7 +20,8 @@ fn policy(nonce: &str) -> String {
 }
 
 fn asset(content_type: &'static str, body: String, nonce: &str) -> Response {
-    let policy = header::HeaderValue::from_str(&policy(nonce)).unwrap_or(header::HeaderValue::from_static("default-src 'none'"));
+    let policy =
+        header::HeaderValue::from_str(&policy(nonce)).unwrap_or(header::HeaderValue::from_static("default-src 'none'"));
     (
         StatusCode::OK,
         [

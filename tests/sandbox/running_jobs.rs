@@ -94,10 +94,8 @@ fn forward_reaches_a_server_on_the_job_node_and_stops_when_asked() {
 /// Run `code` (Python) as the Unix user `user` of this machine (the sandbox's nodes are slurmds on
 /// it; root runs the tests) with `arg`; its exit status and stderr.
 fn python_as(user: &str, code: &str, arg: &str) -> (bool, String) {
-    let out = std::process::Command::new("runuser")
-        .args(["-u", user, "--", "python3", "-c", code, arg])
-        .output()
-        .unwrap();
+    let out =
+        std::process::Command::new("runuser").args(["-u", user, "--", "python3", "-c", code, arg]).output().unwrap();
     (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
@@ -151,7 +149,8 @@ fn tensorboard_starts_in_the_job_container_on_its_results_and_is_forwarded() {
     let results = env.status(&job)["results_dir"].as_str().unwrap().to_string();
     let neighbour = crate::common::sandbox::settings().get("SANDBOX_NEIGHBOUR").cloned().unwrap_or("neighbour".into());
     // The neighbour cannot make TensorBoard's place in the job's results first.
-    let (planted, err) = python_as(&neighbour, "import os, sys; os.mkdir(sys.argv[1] + '/.tb-0000000000000000')", &results);
+    let (planted, err) =
+        python_as(&neighbour, "import os, sys; os.mkdir(sys.argv[1] + '/.tb-0000000000000000')", &results);
     assert!(!planted && err.contains("PermissionError"), "{err}");
 
     let local = free_port();
@@ -198,8 +197,9 @@ fn tensorboard_starts_in_the_job_container_on_its_results_and_is_forwarded() {
     // Another Unix user of the node cannot connect to its socket; its own user can.
     let (reached, err) = python_as(&neighbour, CONNECT, &remote);
     assert!(!reached && err.contains("PermissionError"), "the neighbour reached TensorBoard: {err}");
-    let user = String::from_utf8(std::process::Command::new("stat").args(["-c", "%U", &results]).output().unwrap().stdout)
-        .unwrap();
+    let user =
+        String::from_utf8(std::process::Command::new("stat").args(["-c", "%U", &results]).output().unwrap().stdout)
+            .unwrap();
     let (reached, err) = python_as(user.trim(), CONNECT, &remote);
     assert!(reached, "the job's user reaches it: {err}");
 

@@ -444,7 +444,9 @@ mod tests {
         assert_ne!(tensorboard_dir("/r/abc", [1; 8]), dir, "a new draw, a new directory");
         let plain = tensorboard_script(&t, "/r/abc", &dir, None).unwrap();
         assert!(
-            plain.contains("--logdir /r/abc --host unix:///r/abc/.tb-abababababababab/s --port 0 --load_fast=false </dev/null"),
+            plain.contains(
+                "--logdir /r/abc --host unix:///r/abc/.tb-abababababababab/s --port 0 --load_fast=false </dev/null"
+            ),
             "{plain}"
         );
         assert!(plain.contains("mkdir -m 700 -- \"$dir\""), "{plain}");
@@ -490,7 +492,8 @@ mod tests {
     }
 
     /// A stand-in TensorBoard: says a line, then listens on `$sock` for a few seconds.
-    const LISTENING: &str = "echo started here\nexec python3 -c 'import socket,sys,time; s=socket.socket(socket.AF_UNIX); \
+    const LISTENING: &str =
+        "echo started here\nexec python3 -c 'import socket,sys,time; s=socket.socket(socket.AF_UNIX); \
          s.bind(sys.argv[1]); s.listen(); time.sleep(5)' \"$sock\"";
 
     fn tb_dir(dir: &std::path::Path, n: u8) -> String {
