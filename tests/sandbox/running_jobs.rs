@@ -116,13 +116,15 @@ fn tcp_listening_inodes() -> std::collections::HashSet<String> {
     inodes
 }
 
-/// The processes whose argv has `word`, and the socket inodes each holds open.
+/// The processes whose argv has `word`, but not `srun` (Slurm's own client listens for its
+/// slurmd, munge-authenticated), and the socket inodes each holds open.
 fn processes_with(word: &str) -> Vec<(u32, Vec<String>)> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
         let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if !argv.split(|b| *b == 0).any(|a| a == word.as_bytes()) {
+        let mut words = argv.split(|b| *b == 0);
+        if words.next().is_some_and(|a| a.ends_with(b"srun")) || !words.any(|a| a == word.as_bytes()) {
             continue;
         }
         let sockets = std::fs::read_dir(format!("/proc/{pid}/fd"))
@@ -148,9 +150,10 @@ fn tensorboard_starts_in_the_job_container_on_its_results_and_is_forwarded() {
         running_job(&env, "echo events > \"$TAO_API_RESULTS_DIR/$TAO_JOB_ID/events.out.tfevents.1\"; sleep 300");
     let results = env.status(&job)["results_dir"].as_str().unwrap().to_string();
     let neighbour = crate::common::sandbox::settings().get("SANDBOX_NEIGHBOUR").cloned().unwrap_or("neighbour".into());
-    // The neighbour cannot make TensorBoard's place in the job's results first.
+    // The neighbour cannot make TensorBoard's place beside the job's results first.
+    let root = results.rsplit_once('/').unwrap().0.to_string();
     let (planted, err) =
-        python_as(&neighbour, "import os, sys; os.mkdir(sys.argv[1] + '/.tb-0000000000000000')", &results);
+        python_as(&neighbour, "import os, sys; os.mkdir(sys.argv[1] + '/.tb-0000000000000000')", &root);
     assert!(!planted && err.contains("PermissionError"), "{err}");
 
     let local = free_port();
@@ -161,7 +164,11 @@ fn tensorboard_starts_in_the_job_container_on_its_results_and_is_forwarded() {
     let mut text = String::new();
     let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
     while !text.ends_with("}\n") {
-        assert!(std::io::BufRead::read_line(&mut out, &mut text).unwrap() > 0, "stdout ended: {text:?}");
+        if std::io::BufRead::read_line(&mut out, &mut text).unwrap() == 0 {
+            let mut err = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+            panic!("stdout ended: {text:?}; stderr: {err}");
+        }
     }
     let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
     assert_eq!(v["local_port"].as_u64(), Some(u64::from(local)), "{v}");
@@ -169,7 +176,7 @@ fn tensorboard_starts_in_the_job_container_on_its_results_and_is_forwarded() {
     let remote = v["remote_socket"].as_str().unwrap().to_string();
     let local_socket = v["local_socket"].as_str().unwrap().to_string();
     let tb_dir = remote.strip_suffix("/s").unwrap();
-    assert!(tb_dir.starts_with(&format!("{results}/.tb-")), "{remote}");
+    assert!(tb_dir.starts_with(&format!("{root}/.tb-")), "{remote}");
     // The job writes its events file as its step starts, maybe after TensorBoard does.
     let page = wait_for("the events file on the TensorBoard page", LIMIT, Duration::from_millis(300), || {
         http_get(local).and_then(|p| if p.contains("events.out.tfevents.1") { Ok(p) } else { Err(p) })
@@ -187,7 +194,8 @@ fn tensorboard_starts_in_the_job_container_on_its_results_and_is_forwarded() {
     assert_eq!(std::fs::metadata(here).unwrap().mode() & 0o777, 0o700, "{local_socket}");
 
     // TensorBoard holds no TCP listener (nothing on the node to connect to or take first): the
-    // processes that have its socket in their argv hold sockets, none of them a TCP listener.
+    // processes that have its socket in their argv (TensorBoard's, not the srun that started it)
+    // hold sockets, none of them a TCP listener.
     let tb = processes_with(&format!("unix://{remote}"));
     assert!(tb.iter().any(|(_, sockets)| !sockets.is_empty()), "TensorBoard's processes and sockets: {tb:?}");
     let listening = tcp_listening_inodes();
@@ -206,6 +214,7 @@ fn tensorboard_starts_in_the_job_container_on_its_results_and_is_forwarded() {
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     assert_eq!(child.wait().unwrap().code(), Some(0));
     assert!(!here.exists(), "the local socket's directory goes with the forward");
+    assert!(!std::path::Path::new(tb_dir).exists(), "and so does TensorBoard's on the node");
     env.ok(&["cancel", &job]);
 }
 

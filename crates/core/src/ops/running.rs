@@ -272,12 +272,24 @@ pub fn node_addr(node: &str, scontrol_line: &str) -> String {
 /// The longest path a Unix socket can have on Linux (`sun_path` is 108 bytes, its NUL among them).
 pub const MAX_SOCKET_PATH: usize = 107;
 
-/// The private directory of one TensorBoard start: `<results dir>/.tb-<draw in hex>`, a name drawn
-/// anew each start (no one can make it first), made mode 700 by the start; its socket is
-/// [`tensorboard_socket`].
-pub fn tensorboard_dir(results_dir: &str, draw: [u8; 8]) -> String {
+/// The private directory of one TensorBoard start: `<results root>/.tb-<draw in hex>` (the root the
+/// job's results directory is in, mounted in its container: a socket path must fit in
+/// [`MAX_SOCKET_PATH`] bytes, and the job's own directory adds its id), a name drawn anew each start
+/// (no one can make it first), made mode 700 by the start; its socket is [`tensorboard_socket`].
+pub fn tensorboard_dir(results_root: &str, draw: [u8; 8]) -> String {
     let hex: String = draw.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{results_dir}/.tb-{hex}")
+    format!("{results_root}/.tb-{hex}")
+}
+
+/// The script that removes a TensorBoard's private directory (its forward ended: the socket goes,
+/// TensorBoard itself ends with the job), given its socket; None for a path not of
+/// [`tensorboard_dir`]'s form.
+pub fn tensorboard_cleanup_script(socket: &str) -> Option<String> {
+    let dir = socket.strip_suffix("/s")?;
+    let (root, name) = dir.rsplit_once('/')?;
+    let hex = name.strip_prefix(".tb-")?;
+    let ok = hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()) && check_socket_path(socket).is_ok();
+    (ok && !root.is_empty()).then(|| format!("rm -rf -- {}", shell::quote(dir)))
 }
 
 /// The Unix socket TensorBoard listens on, in its private directory.
@@ -439,13 +451,24 @@ mod tests {
     #[test]
     fn tensorboard_listens_on_a_socket_in_its_private_directory_never_on_a_port() {
         let t = target(Some("node1"), false);
-        let dir = tensorboard_dir("/r/abc", [0xab; 8]);
-        assert_eq!(dir, "/r/abc/.tb-abababababababab");
-        assert_ne!(tensorboard_dir("/r/abc", [1; 8]), dir, "a new draw, a new directory");
+        let dir = tensorboard_dir("/r", [0xab; 8]);
+        assert_eq!(dir, "/r/.tb-abababababababab");
+        assert_ne!(tensorboard_dir("/r", [1; 8]), dir, "a new draw, a new directory");
+        let socket = tensorboard_socket(&dir);
+        assert_eq!(tensorboard_cleanup_script(&socket).as_deref(), Some("rm -rf -- /r/.tb-abababababababab"));
+        for other in [
+            "/r/x/s",
+            "/r/.tb-abab/s",
+            "/r/.tb-abababababababab",
+            "/.tb-abababababababab/s",
+            "/r/.tb-abababababababaz/s",
+        ] {
+            assert_eq!(tensorboard_cleanup_script(other), None, "{other}");
+        }
         let plain = tensorboard_script(&t, "/r/abc", &dir, None).unwrap();
         assert!(
             plain.contains(
-                "--logdir /r/abc --host unix:///r/abc/.tb-abababababababab/s --port 0 --load_fast=false </dev/null"
+                "--logdir /r/abc --host unix:///r/.tb-abababababababab/s --port 0 --load_fast=false </dev/null"
             ),
             "{plain}"
         );
@@ -497,7 +520,7 @@ mod tests {
          s.bind(sys.argv[1]); s.listen(); time.sleep(5)' \"$sock\"";
 
     fn tb_dir(dir: &std::path::Path, n: u8) -> String {
-        tensorboard_dir(&dir.join("results").display().to_string(), [n; 8])
+        tensorboard_dir(&dir.display().to_string(), [n; 8])
     }
 
     #[test]

@@ -231,7 +231,8 @@ impl Client {
         let mut draw = [0u8; 8];
         getrandom::fill(&mut draw)
             .map_err(|e| Error::RemoteCommand(format!("the system's random generator failed: {e}")))?;
-        let dir = running::tensorboard_dir(&job.results_dir, draw);
+        let root = job.results_dir.rsplit_once('/').map_or("", |(root, _)| root);
+        let dir = running::tensorboard_dir(root, draw);
         let script = running::tensorboard_script(&target, &job.results_dir, &dir, path_prefix).map_err(|e| {
             let field = match e {
                 running::ExecError::BadPathPrefix(_) => "path_prefix",
@@ -249,6 +250,7 @@ impl Client {
         let remote_socket = running::tensorboard_socket(&dir);
         let local_dir = tempfile::Builder::new()
             .prefix("tao-slurm-tb-")
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .tempdir()
             .map_err(|e| Error::RemoteCommand(format!("no private directory for the local socket: {e}")))?
             .keep();
@@ -287,6 +289,12 @@ impl Client {
             let stopped = self.remote()?.forward(local, remote, true);
             if let Some(dir) = std::path::Path::new(local).parent() {
                 let _ = std::fs::remove_dir_all(dir);
+            }
+            if let Some(script) = running::tensorboard_cleanup_script(remote) {
+                let removed = self.remote()?.run_script(&script, crate::remote::Idempotency::Idempotent);
+                if let Err(e) = removed {
+                    tracing::warn!(job = %f.job_id, error = %e, "could not remove TensorBoard's directory");
+                }
             }
             return Ok(stopped?);
         }
