@@ -69,7 +69,13 @@ pub struct TensorBoardLink {
     responses((status = 200, description = "TensorBoard runs on the job's results; open the link (one use, two minutes) to reach it through the service, sandboxed in an origin of its own", body = TensorBoardLink),
         (status = 409, description = "The job is not running", body = super::error::ErrorBody),
         (status = 404, body = super::error::ErrorBody), (status = 401, body = super::error::ErrorBody), (status = 403, body = super::error::ErrorBody)))]
-pub async fn open(state: AppStateRef, org: String, id: String, token_id: String) -> ApiResult<Response> {
+pub async fn open(
+    state: AppStateRef,
+    org: String,
+    id: String,
+    token_id: String,
+    headers: &HeaderMap,
+) -> ApiResult<Response> {
     let job = org_job(&state, &org, &id)?;
     if job.status != PlatformStatus::Running {
         return Err(ApiError::conflict(format!(
@@ -85,7 +91,7 @@ pub async fn open(state: AppStateRef, org: String, id: String, token_id: String)
     let grant = Grant { org, job_id: id.clone(), token_id, expires_at: now + TICKET_SECS };
     let ticket = Sessions::grant(&state.tensorboards.tickets, grant, now)?;
     let link = TensorBoardLink {
-        url: format!("{}/?ticket={ticket}", prefix(&id)),
+        url: format!("{}{}/?ticket={ticket}", own_origin(state.tensorboard_host.as_deref(), headers), prefix(&id)),
         expires_at: crate::clock::rfc3339(now + TICKET_SECS),
         node,
     };
@@ -114,6 +120,55 @@ async fn start(state: &AppStateRef, job: &super::state::CachedJob, id: &str) -> 
     let open = Open { workspace: ws, attempt: job.attempt, forward, client };
     state.tensorboards.forwards.lock().unwrap_or_else(|e| e.into_inner()).insert(id.to_string(), open);
     Ok(node)
+}
+
+/// Where a link points: `//<TensorBoard's host>[:<the port this request came to>]` when the operator
+/// gave TensorBoard a host name of its own (the scheme the browser used), else nothing: this host.
+fn own_origin(tensorboard_host: Option<&str>, headers: &HeaderMap) -> String {
+    let Some(name) = tensorboard_host else { return String::new() };
+    let port = request_host(headers).and_then(|h| h.rsplit_once(':').map(|(_, p)| p.to_string()));
+    match port.filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())) {
+        Some(port) => format!("//{name}:{port}"),
+        None => format!("//{name}"),
+    }
+}
+
+fn request_host(headers: &HeaderMap) -> Option<&str> {
+    headers.get(header::HOST).and_then(|h| h.to_str().ok())
+}
+
+/// The host name a request came to (`Host`, without its port), lowercase.
+fn host_name(headers: &HeaderMap) -> String {
+    let host = request_host(headers).unwrap_or("");
+    let name = if host.starts_with('[') {
+        host.split_once(']').map_or(host, |(n, _)| n).trim_start_matches('[')
+    } else {
+        host.rsplit_once(':').map_or(host, |(n, _)| n)
+    };
+    name.to_ascii_lowercase()
+}
+
+/// With a host name of TensorBoard's own, its pages are served only on it and it serves nothing
+/// else: a page the job serves there is in an origin apart from the dashboard's (another host name:
+/// no storage, no cookie, no same-origin request in common).
+pub async fn own_host(State(state): State<AppStateRef>, req: Request, next: axum::middleware::Next) -> Response {
+    let Some(tb_host) = state.tensorboard_host.as_deref() else { return next.run(req).await };
+    let on_tb_host = host_name(req.headers()) == tb_host;
+    let tb_path = req.uri().path().starts_with("/tensorboard/");
+    match (on_tb_host, tb_path) {
+        (true, true) | (false, false) => next.run(req).await,
+        (true, false) => {
+            let mut r = ApiError::not_found(format!("{tb_host} serves only jobs' TensorBoard pages")).into_response();
+            sandbox(r.headers_mut());
+            r
+        }
+        (false, true) => {
+            let mut r =
+                ApiError::not_found(format!("jobs' TensorBoard pages are served on {tb_host} only")).into_response();
+            sandbox(r.headers_mut());
+            r
+        }
+    }
 }
 
 /// Everything under `/tensorboard/{job_id}/`: a ticket becomes a session, a session reaches the
@@ -446,6 +501,21 @@ mod tests {
         assert!(first.starts_with(SHIM.as_bytes()) && first.ends_with(b"<p>x</p>"), "no <head>: first");
         assert_eq!(headless.len(), 1, "and the ended source is not polled again");
         assert!(SHIM.contains("localStorage") && SHIM.starts_with("<script>"), "{SHIM}");
+    }
+
+    #[test]
+    fn a_link_points_at_tensorboards_own_host_on_the_port_the_request_came_to() {
+        let mut h = HeaderMap::new();
+        assert_eq!(own_origin(None, &h), "");
+        assert_eq!(own_origin(Some("tb.example.com"), &h), "//tb.example.com");
+        h.insert(header::HOST, HeaderValue::from_static("dash.example.com:8570"));
+        assert_eq!(own_origin(Some("tb.example.com"), &h), "//tb.example.com:8570");
+        assert_eq!(host_name(&h), "dash.example.com");
+        h.insert(header::HOST, HeaderValue::from_static("[::1]:80"));
+        assert_eq!(host_name(&h), "::1");
+        h.insert(header::HOST, HeaderValue::from_static("LocalHost"));
+        assert_eq!(host_name(&h), "localhost");
+        assert_eq!(own_origin(Some("tb"), &h), "//tb");
     }
 
     #[test]

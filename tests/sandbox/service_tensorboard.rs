@@ -391,3 +391,54 @@ async fn a_session_ends_with_its_token_is_rate_limited_and_never_writes_through_
     let r = svc.http.post(svc.api(&format!("/jobs/{id}:cancel"))).bearer_auth(&svc.token).send().await.unwrap();
     assert!(r.status().is_success());
 }
+
+/// Issue 50: with a host name of TensorBoard's own (`serve --tensorboard-host`), a job's pages are
+/// in an origin apart from the dashboard's: the link points there, the pages are served only there,
+/// and that host serves neither the dashboard nor the API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_host_name_of_its_own_tensorboard_is_served_only_there() {
+    let svc = Service::start_with_flags(&[], &["--tensorboard-host", "localhost"]);
+    let http = no_redirects();
+    let (s, a) =
+        svc.create(&json!({"name": "tb-own", "image": "ubuntu:22.04", "command": EVENTS, "workspace": "login1"})).await;
+    assert_eq!(s, 201, "{a}");
+    let id = a["id"].as_str().unwrap().to_string();
+    svc.wait_job(&id, LIMIT, |j| j["status"] == "Running").await;
+    let link = open_link(&svc, &svc.token, &id).await;
+    let port = svc.url.rsplit_once(':').unwrap().1.to_string();
+    let own = format!("http://localhost:{port}");
+    let url = link["url"].as_str().unwrap();
+    let expected = format!("//localhost:{port}/tensorboard/{id}/?ticket=");
+    assert!(url.starts_with(&expected), "{link}");
+
+    // The ticket is not taken on the dashboard's host (and stays good for its own).
+    let elsewhere = http
+        .get(format!("{}{}", svc.url, url.trim_start_matches(&format!("//localhost:{port}"))))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(elsewhere.status(), StatusCode::NOT_FOUND);
+    let r = http.get(format!("http:{url}")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let session = r.headers()[LOCATION].to_str().unwrap().to_string();
+    assert!(session.starts_with(&format!("/tensorboard/{id}/")), "{session}");
+    let page = page_with(&http, &format!("{own}{session}"), "events.out.tfevents.7").await;
+    assert!(page.contains("TensorBoard stand-in"), "{page}");
+    let r = http.get(format!("{own}{session}")).send().await.unwrap();
+    let csp = r.headers()[CONTENT_SECURITY_POLICY].to_str().unwrap().to_string();
+    assert!(csp.starts_with("sandbox allow-scripts") && !csp.contains("allow-same-origin"), "{csp}");
+
+    // The session's pages on the dashboard's host: refused.
+    let there = http.get(format!("{}{session}", svc.url)).send().await.unwrap();
+    assert_eq!(there.status(), StatusCode::NOT_FOUND);
+    // TensorBoard's host serves neither the dashboard nor the API (not even with a valid token).
+    let dashboard = http.get(format!("{own}/")).send().await.unwrap();
+    assert_eq!(dashboard.status(), StatusCode::NOT_FOUND);
+    let api = http.get(format!("{own}/api/v2/orgs/{ORG}/jobs")).bearer_auth(&svc.token).send().await.unwrap();
+    assert_eq!(api.status(), StatusCode::NOT_FOUND);
+    let api = http.get(svc.api("/jobs")).bearer_auth(&svc.token).send().await.unwrap();
+    assert_eq!(api.status(), StatusCode::OK, "the dashboard's host serves the API");
+
+    let r = svc.http.post(svc.api(&format!("/jobs/{id}:cancel"))).bearer_auth(&svc.token).send().await.unwrap();
+    assert!(r.status().is_success());
+}
