@@ -639,6 +639,13 @@ impl Remote for OpenSsh {
 
     fn forward(&self, listen: &str, to: &str, cancel: bool) -> Result<(), RemoteError> {
         let index = self.current_host()?;
+        // A forward lives in the master: one that went away (stopped, its socket removed) while the
+        // calls' session outlived it is started again first (a cancel has nothing to cancel then).
+        if !cancel {
+            if let Err(e) = self.ensure_master(&self.hosts[index]) {
+                return Err(RemoteError::Spawn { program: "ssh -O forward".into(), message: e.to_string() });
+            }
+        }
         let mut cmd = Command::new("ssh");
         cmd.args(["-O", if cancel { "cancel" } else { "forward" }, "-L"]).arg(format!("{listen}:{to}"));
         cmd.args(self.base_command(&self.hosts[index]).get_args());
