@@ -365,12 +365,19 @@ pub fn tensorboard_script(
          rm -f -- \"$log\"\n\
          setsid nohup {srun} </dev/null 2>&1 | setsid -w nohup dd of=\"$log\" oflag=nofollow conv=excl status=none 2>/dev/null &\n\
          started=$!\n\
+         ready=\n\
          for _ in $(seq 150); do\n\
          \x20 kill -0 \"$started\" 2>/dev/null || break\n\
          \x20 if [ -S \"$sock\" ] && [ ! -L \"$sock\" ] && [ \"$(stat -c %u:%a -- \"$dir\")\" = \"$me:700\" ] \\\n\
-         \x20   && [ \"$(stat -c %u -- \"$sock\")\" = \"$me\" ] && kill -0 \"$started\" 2>/dev/null; then exit 0; fi\n\
+         \x20   && [ \"$(stat -c %u -- \"$sock\")\" = \"$me\" ] && kill -0 \"$started\" 2>/dev/null; then ready=1; break; fi\n\
          \x20 sleep 0.2\n\
          done\n\
+         [ -n \"$ready\" ] && {{\n\
+         {probes}\
+         \x20 kill \"$started\" 2>/dev/null\n\
+         \x20 echo {no_relay} >&2\n\
+         \x20 exit 1\n\
+         }}\n\
          echo \"TensorBoard did not listen on its socket within 30 s (or it ended); the end of its log:\" >&2\n\
          case $(tao_jf_stat \"$log\") in\n\
          \x20 regular*) size=$(tao_jf_stat \"$log\"); size=${{size#regular }}\n\
@@ -383,8 +390,156 @@ pub fn tensorboard_script(
         dir = shell::quote(dir),
         sock = shell::quote(&socket),
         tail = TENSORBOARD_LOG_TAIL,
+        probes = relay_probes(t, &socket)?,
+        no_relay = shell::quote(&format!(
+            "TensorBoard listens on its socket, but nothing can relay a connection to it on node {}: \
+             the job's image has no python3, and the node has neither socat nor an nc with -U (install one)",
+            relay_node(t)?
+        )),
     );
     Ok(super::job_file::with_functions(&script))
+}
+
+/// What carries one connection between the login host and TensorBoard's socket on its node: a step
+/// of the job (`srun --overlap`, the job's own user and allocation: Slurm lets no other user run
+/// one) whose standard input and output are the connection. The login host's sshd cannot reach a
+/// Unix socket on another machine, so the socket is reached from the node itself. Chosen once per
+/// start ([`tensorboard_script`] tries each on the socket, in this order, and names the first that
+/// worked on its last line: [`relay_choice`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relay {
+    /// `python3` in the job's own container (its image's: TensorBoard is Python): nothing installed.
+    Python,
+    /// `socat` on the node, outside the container.
+    Socat,
+    /// `nc -U` on the node (OpenBSD's or Ncat), outside the container.
+    Nc,
+}
+
+impl Relay {
+    pub const ALL: [Relay; 3] = [Relay::Python, Relay::Socat, Relay::Nc];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Relay::Python => "python3",
+            Relay::Socat => "socat",
+            Relay::Nc => "nc",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Relay> {
+        Relay::ALL.into_iter().find(|r| r.name() == name)
+    }
+}
+
+/// The relay in the container: connects to the socket (its argument), copies stdin to it (then
+/// shuts its writing half) and it to stdout, and ends when TensorBoard closes the connection.
+pub const PYTHON_RELAY: &str = "import os, socket, sys, threading
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+def up():
+    try:
+        while True:
+            b = os.read(0, 65536)
+            if not b:
+                break
+            s.sendall(b)
+    except OSError:
+        pass
+    try:
+        s.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+threading.Thread(target=up, daemon=True).start()
+while True:
+    b = s.recv(65536)
+    if not b:
+        break
+    v = memoryview(b)
+    while v:
+        v = v[os.write(1, v):]
+";
+
+/// The one node of a TensorBoard start.
+fn relay_node(t: &ExecTarget<'_>) -> Result<String, ExecError> {
+    match &t.place {
+        Place::Node(n) => Ok(n.clone()),
+        Place::Role(_, nodes) if nodes.len() == 1 => Ok(nodes[0].clone()),
+        _ => Err(ExecError::BadNode("a TensorBoard runs on one node".into())),
+    }
+}
+
+/// The argv of one connection's relay (`srun --overlap --unbuffered` on TensorBoard's node, in the
+/// job: [`Relay`]). `socat` takes its address as one word with `:` and `,` in it: a socket path with
+/// anything but letters, digits, `/`, `.`, `_`, `-` is refused for it.
+pub fn relay_argv(t: &ExecTarget<'_>, relay: Relay, socket: &str) -> Result<Vec<String>, ExecError> {
+    check_socket_path(socket)?;
+    let mut argv = match relay {
+        Relay::Python => exec_argv(t, &["python3", "-c", PYTHON_RELAY, socket].map(String::from))?,
+        Relay::Socat | Relay::Nc => {
+            let node = relay_node(t)?;
+            check_node(&node)?;
+            let mut argv: Vec<String> = ["srun", "--overlap"].map(String::from).to_vec();
+            argv.extend([
+                format!("--jobid={}", t.slurm_job_id),
+                "--quiet".into(),
+                format!("--nodelist={node}"),
+                "--nodes=1".into(),
+                "--ntasks=1".into(),
+                "--".into(),
+            ]);
+            if relay == Relay::Socat {
+                let plain = socket.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'.' | b'_' | b'-'));
+                if !plain {
+                    return Err(ExecError::BadSocketPath(socket.to_string()));
+                }
+                argv.extend(["socat".to_string(), "-".into(), format!("UNIX-CONNECT:{socket}")]);
+            } else {
+                argv.extend(["nc".to_string(), "-U".into(), socket.to_string()]);
+            }
+            argv
+        }
+    };
+    // Each byte passed on as it comes, not held for a line's end.
+    argv.insert(1, "--unbuffered".into());
+    Ok(argv)
+}
+
+/// The command line (for the login host) of one connection's relay: [`relay_argv`], quoted.
+pub fn relay_line(t: &ExecTarget<'_>, relay: Relay, socket: &str) -> Result<String, ExecError> {
+    Ok(shell::join(&relay_argv(t, relay, socket)?))
+}
+
+/// The start script's lines that try each relay once on the socket (input at its end at once:
+/// the relay connects, passes the end on, and TensorBoard closes), the first that works named on
+/// stdout and the script ends. `nc` without `-N` holds the connection open after its input ends:
+/// stopped by `timeout` (124), it had connected.
+fn relay_probes(t: &ExecTarget<'_>, socket: &str) -> Result<String, ExecError> {
+    let mut lines = String::new();
+    for relay in Relay::ALL {
+        let argv = match relay_argv(t, relay, socket) {
+            Ok(argv) => argv,
+            Err(ExecError::BadSocketPath(_)) if relay == Relay::Socat => continue,
+            Err(e) => return Err(e),
+        };
+        let ok = if relay == Relay::Nc { "[ $rc -eq 0 ] || [ $rc -eq 124 ]" } else { "[ $rc -eq 0 ]" };
+        lines.push_str(&format!(
+            "\x20 timeout {secs} {srun} </dev/null >/dev/null 2>&1; rc=$?\n\x20 if {ok}; then echo {token}; exit 0; fi\n",
+            srun = shell::join(&argv),
+            secs = if relay == Relay::Nc { 20 } else { 60 },
+            token = shell::quote(&format!("{RELAY_TOKEN}{}", relay.name())),
+        ));
+    }
+    Ok(lines)
+}
+
+/// What the start script's last line of stdout begins with, the relay's name after it.
+pub const RELAY_TOKEN: &str = "tao-slurm-relay=";
+
+/// The relay a start chose, from its stdout's last line (the script's own, not the job's: every
+/// step's output goes elsewhere).
+pub fn relay_choice(stdout: &str) -> Option<Relay> {
+    Relay::parse(stdout.lines().last()?.trim().strip_prefix(RELAY_TOKEN)?)
 }
 
 /// Most bytes of `tensorboard.log` a failed start shows (its last 20 lines within them).
@@ -489,6 +644,56 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_connection_is_relayed_by_a_step_of_the_job_on_tensorboards_node() {
+        let t = target(Some("node2"), false);
+        let sock = "/r/.tb-abababababababab/s";
+        let py = relay_argv(&t, Relay::Python, sock).unwrap();
+        assert_eq!(
+            py[..8].join(" "),
+            "srun --unbuffered --overlap --jobid=42 --quiet --nodelist=node2 --nodes=1 --ntasks=1",
+            "{py:?}"
+        );
+        assert_eq!(py[8..11], ["--container-name=tao-abc", "--", "python3"], "in the job's own container: {py:?}");
+        assert_eq!(py.last().map(String::as_str), Some(sock));
+        let line = relay_line(&t, Relay::Socat, sock).unwrap();
+        assert_eq!(
+            line,
+            "srun --unbuffered --overlap --jobid=42 --quiet --nodelist=node2 --nodes=1 --ntasks=1 -- socat - \
+             UNIX-CONNECT:/r/.tb-abababababababab/s"
+        );
+        let nc = relay_argv(&t, Relay::Nc, sock).unwrap();
+        assert_eq!(nc[nc.len() - 4..], ["--", "nc", "-U", sock]);
+        // socat reads `,` and `:` in its address as its own syntax: such a path is not given to it.
+        for odd in ["/r,fork/s", "/r x/s", "/r/'$(id)'/s"] {
+            assert!(matches!(relay_argv(&t, Relay::Socat, odd), Err(ExecError::BadSocketPath(_))), "{odd}");
+            let nc = relay_line(&t, Relay::Nc, odd).unwrap();
+            assert!(nc.ends_with(&shell::quote(odd)), "quoted whole: {nc}");
+        }
+        assert!(relay_argv(&t, Relay::Python, "relative/s").is_err());
+        // The script's own last line names the relay; anything else names none.
+        assert_eq!(relay_choice("x\ntao-slurm-relay=socat\n"), Some(Relay::Socat));
+        assert_eq!(relay_choice("tao-slurm-relay=python3"), Some(Relay::Python));
+        for other in ["", "tao-slurm-relay=sh", "tao-slurm-relay=nc\nmore", "relay=nc"] {
+            assert_eq!(relay_choice(other), None, "{other:?}");
+        }
+        let script = tensorboard_script(&t, "/r/abc", "/r/.tb-abababababababab", None).unwrap();
+        let (p, s, n) = (script.find("python3 -c"), script.find("socat -"), script.find("nc -U"));
+        assert!(p < s && s < n && p.is_some(), "tried in order: python3, socat, nc: {script}");
+    }
+
+    #[test]
+    fn a_start_without_a_relay_fails_naming_what_is_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("results")).unwrap();
+        // Every relay's step fails (no python3 in the image, neither socat nor nc on the node).
+        std::fs::write(dir.path().join("no-relay"), "").unwrap();
+        let (rc, err) = run_start(dir.path(), LISTENING, &tb_dir(dir.path(), 7));
+        assert_eq!(rc, 1, "{err}");
+        assert!(err.contains("no python3") && err.contains("socat") && err.contains("node node1"), "{err}");
+        assert_eq!(relay_choice(&std::fs::read_to_string(dir.path().join("stdout")).unwrap()), None);
+    }
+
     /// The start script under bash, with `srun` a stand-in (`fake_srun`, a bash body run as the job
     /// would: in its results directory, with `$sock` the socket it was asked to listen on) on PATH;
     /// its exit status and stderr.
@@ -497,7 +702,10 @@ mod tests {
         std::fs::create_dir_all(&bin).unwrap();
         let srun = bin.join("srun");
         let body = format!(
-            "#!/bin/bash\ncd {}\nfor a; do case $a in unix://*) sock=${{a#unix://}};; esac; done\n{fake_srun}\n",
+            "#!/bin/bash\nif [[ \" $* \" == *\" --unbuffered \"* ]]; then [ -e {}/no-relay ] && exit 127\n\
+             while [ \"$1\" != -- ]; do shift; done; shift; exec \"$@\"; fi\n\
+             cd {}\nfor a; do case $a in unix://*) sock=${{a#unix://}};; esac; done\n{fake_srun}\n",
+            dir.display(),
             dir.join("results").display()
         );
         std::fs::write(&srun, body).unwrap();
@@ -511,13 +719,15 @@ mod tests {
         let script = tensorboard_script(&t, &results, tb_dir, None).unwrap();
         let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
         let out = std::process::Command::new("bash").arg("-c").arg(&script).env("PATH", path).output().unwrap();
+        std::fs::write(dir.join("stdout"), &out.stdout).unwrap();
         (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
     }
 
-    /// A stand-in TensorBoard: says a line, then listens on `$sock` for a few seconds.
+    /// A stand-in TensorBoard: says a line, then listens on `$sock` for a few seconds, closing each
+    /// connection it takes.
     const LISTENING: &str =
-        "echo started here\nexec python3 -c 'import socket,sys,time; s=socket.socket(socket.AF_UNIX); \
-         s.bind(sys.argv[1]); s.listen(); time.sleep(5)' \"$sock\"";
+        "echo started here\nexec python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); \
+         s.bind(sys.argv[1]); s.listen(); s.settimeout(5)\nwhile True: s.accept()[0].close()' \"$sock\"";
 
     fn tb_dir(dir: &std::path::Path, n: u8) -> String {
         tensorboard_dir(&dir.display().to_string(), [n; 8])
@@ -586,6 +796,8 @@ mod tests {
         let own = tb_dir(dir.path(), 6);
         let (rc, err) = run_start(dir.path(), &marker, &own);
         assert_eq!(rc, 0, "{err}");
+        let out = std::fs::read_to_string(dir.path().join("stdout")).unwrap();
+        assert_eq!(relay_choice(&out), Some(Relay::Python), "the relay that reached the socket: {out:?}");
         let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&own).unwrap().permissions());
         assert_eq!(mode & 0o777, 0o700);
         assert!(std::os::unix::net::UnixStream::connect(tensorboard_socket(&own)).is_ok());
