@@ -59,9 +59,13 @@ pub struct Forward {
     /// TensorBoard's Unix socket on the node, in its private directory (mode 700).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remote_socket: Option<String>,
-    /// The Unix socket ssh listens on here, in a directory of this process's (mode 700) made for it.
+    /// The Unix socket this process listens on for it, in a directory of its own (mode 700) made
+    /// for it; each connection to it is relayed by a step of the job on the node (`relay`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub local_socket: Option<String>,
+    /// What relays each connection on the node (`python3` in the job's container, `socat`, `nc`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub relay: Option<String>,
 }
 
 /// A place the job does not have, with the field at fault.
@@ -203,16 +207,18 @@ impl Client {
             url: format!("http://127.0.0.1:{local_port}/"),
             remote_socket: None,
             local_socket: None,
+            relay: None,
         })
     }
 
     /// Start TensorBoard in the job's container on its results directory (on its first node), on a
     /// Unix socket in a private directory drawn for this start (no TCP port on the node: nothing
-    /// another user of the node can reach or take first), and forward that socket, through the
-    /// login host's SSH master, to a socket in a private directory made here
-    /// ([`Forward::local_socket`]: nothing to race for, unlike a free port picked then handed to
-    /// ssh). `path_prefix`: TensorBoard's `--path_prefix`. Each call starts a TensorBoard of its own
-    /// (it ends with the job).
+    /// another user of the node can reach or take first), and listen here on a socket in a private
+    /// directory made for it ([`Forward::local_socket`]: nothing to race for, unlike a free port
+    /// picked then handed to ssh), each connection to which is relayed to TensorBoard's socket by a
+    /// step of the job on its node (`srun --overlap`, through the login host's SSH master: the
+    /// login host's sshd cannot reach a socket on another machine). `path_prefix`: TensorBoard's
+    /// `--path_prefix`. Each call starts a TensorBoard of its own (it ends with the job).
     pub fn tensorboard(&self, id: &str, path_prefix: Option<&str>) -> Result<Forward> {
         let job = self.running_job(id)?;
         let node = running::first_node(&job.node_list)
@@ -248,17 +254,17 @@ impl Client {
             return Err(Error::RemoteCommand(out.stderr.trim().to_string()));
         }
         let remote_socket = running::tensorboard_socket(&dir);
-        let local_dir = tempfile::Builder::new()
-            .prefix("tao-slurm-tb-")
-            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
-            .tempdir()
-            .map_err(|e| Error::RemoteCommand(format!("no private directory for the local socket: {e}")))?
-            .keep();
-        let local_socket = local_dir.join("s").display().to_string();
-        running::check_socket_path(&local_socket).map_err(|e| Error::RemoteCommand(e.to_string()))?;
-        if let Err(e) = self.remote()?.forward(&local_socket, &remote_socket, false) {
-            let _ = std::fs::remove_dir_all(&local_dir);
-            return Err(e.into());
+        let relay = running::relay_choice(&out.stdout).ok_or_else(|| {
+            Error::RemoteCommand("TensorBoard's start named no relay for its connections".into())
+        })?;
+        let line = running::relay_line(&target, relay, &remote_socket).map_err(|e| invalid("node", e.to_string()))?;
+        // The relays' own transport (the same login hosts and master): they outlive this client.
+        let remote = crate::remote::connect(&self.settings)?;
+        let local_socket = super::tensorboard_relay::start(remote, line, job.job_id.clone())
+            .map_err(|e| Error::RemoteCommand(format!("no private socket here for TensorBoard: {e}")))?;
+        if let Err(e) = running::check_socket_path(&local_socket) {
+            super::tensorboard_relay::stop(&local_socket);
+            return Err(Error::RemoteCommand(e.to_string()));
         }
         Ok(Forward {
             job_id: job.job_id,
@@ -269,6 +275,7 @@ impl Client {
             url: format!("unix:{local_socket}"),
             remote_socket: Some(remote_socket),
             local_socket: Some(local_socket),
+            relay: Some(relay.name().to_string()),
         })
     }
 
@@ -282,21 +289,18 @@ impl Client {
         Ok(running::node_addr(node, &out.stdout))
     }
 
-    /// Stop a forward made by [`Client::forward_port`] or [`Client::tensorboard`] (and remove the
-    /// latter's local directory).
+    /// Stop a forward made by [`Client::forward_port`] or [`Client::tensorboard`] (the latter: its
+    /// relay's socket and connections here, and TensorBoard's directory on the node).
     pub fn stop_forward(&self, f: &Forward) -> Result<()> {
         if let (Some(local), Some(remote)) = (&f.local_socket, &f.remote_socket) {
-            let stopped = self.remote()?.forward(local, remote, true);
-            if let Some(dir) = std::path::Path::new(local).parent() {
-                let _ = std::fs::remove_dir_all(dir);
-            }
+            super::tensorboard_relay::stop(local);
             if let Some(script) = running::tensorboard_cleanup_script(remote) {
                 let removed = self.remote()?.run_script(&script, crate::remote::Idempotency::Idempotent);
                 if let Err(e) = removed {
                     tracing::warn!(job = %f.job_id, error = %e, "could not remove TensorBoard's directory");
                 }
             }
-            return Ok(stopped?);
+            return Ok(());
         }
         let to = format!("{}:{}", f.addr, f.remote_port);
         Ok(self.remote()?.forward(&format!("127.0.0.1:{}", f.local_port), &to, true)?)
