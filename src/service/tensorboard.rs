@@ -1,9 +1,10 @@
 //! A running job's TensorBoard through the service (issue 26; its trust, issue 35).
 //! `POST jobs/{id}:tensorboard` starts it in the job's container, served under `/tensorboard/<job
 //! id>`, on a Unix socket in a directory of the job user's made for that start (`Client::tensorboard`,
-//! issue 50: no TCP port on the node, nothing another user reaches or plants first), forwards that
-//! socket to a socket in a private directory of the service's through the workspace's SSH master
-//! (no local port raced for), and answers a link with a one-time ticket. The ticket becomes a session:
+//! issue 50: no TCP port on the node, nothing another user reaches or plants first), listens on a
+//! socket in a private directory of the service's (no local port raced for) whose each connection is
+//! relayed to TensorBoard's by a step of the job on its node (`srun --overlap`, in a session of the
+//! workspace's SSH master: the node need not be the login host), and answers a link with a one-time ticket. The ticket becomes a session:
 //! a secret in the path, `/tensorboard/<job id>/<session>/...`, which the proxy strips before
 //! TensorBoard sees the request.
 //!

@@ -183,6 +183,40 @@ fn tensorboard_starts_in_the_job_container_on_its_results_and_is_forwarded() {
     });
     assert!(page.contains("TensorBoard stand-in"), "{page}");
     assert!(page.contains(&job), "TensorBoard reads the job's results directory: {page}");
+    assert_eq!(v["relay"].as_str(), Some("python3"), "the job's container's python3 relays it: {v}");
+
+    // A connection is a step of the job on its node (`srun --overlap`: what reaches a node that is
+    // not the login host): one held open here is a running `python3` step of the job until it ends,
+    // and the page comes through it.
+    let slurm = env.status(&job)["slurm_job_id"].as_str().unwrap().to_string();
+    let steps = || env.ssh(&format!("squeue -h -s -j {slurm} -o '%i %j %N'"));
+    let mut held = std::os::unix::net::UnixStream::connect(&local_socket).unwrap();
+    let step = wait_for("the relay's step of the job", LIMIT, Duration::from_millis(200), || {
+        let s = steps();
+        s.lines().find(|l| l.split_whitespace().nth(1) == Some("python3")).map(String::from).ok_or(s)
+    });
+    assert!(step.starts_with(&format!("{slurm}.")), "a step of the job: {step}");
+    held.set_read_timeout(Some(LIMIT)).unwrap();
+    held.write_all(b"GET / HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut through = String::new();
+    held.read_to_string(&mut through).unwrap();
+    assert!(through.contains("TensorBoard stand-in"), "{through}");
+    let step_id = step.split_whitespace().next().unwrap().to_string();
+    wait_for("the relay's step to end with its connection", LIMIT, Duration::from_millis(200), || {
+        when(steps(), |s| !s.lines().any(|l| l.split_whitespace().next() == Some(step_id.as_str())))
+    });
+    // Another Unix user cannot run that relay in the job (Slurm runs no step of another user's job).
+    let srun = format!(
+        "SLURM_CONF={}/etc/slurm.conf srun --overlap --jobid={slurm} -N1 -n1 --quiet python3 -c \"$0\" {remote}",
+        crate::common::sandbox::settings()["SANDBOX_DIR"]
+    );
+    let out = std::process::Command::new("runuser")
+        .args(["-u", &neighbour, "--", "bash", "-c", &srun, CONNECT])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success() && !stdout.contains("TensorBoard"), "the neighbour's step: {stdout} {stderr}");
+    assert!(stderr.contains("denied") || stderr.contains("nvalid"), "refused by Slurm: {stderr}");
 
     // Both private directories are 700 and their owner's.
     use std::os::unix::fs::MetadataExt;
