@@ -725,8 +725,7 @@ mod tests {
 
     /// A stand-in TensorBoard: says a line, then listens on `$sock` for a few seconds, closing each
     /// connection it takes.
-    const LISTENING: &str =
-        "echo started here\nexec python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); \
+    const LISTENING: &str = "echo started here\nexec python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); \
          s.bind(sys.argv[1]); s.listen(); s.settimeout(5)\nwhile True: s.accept()[0].close()' \"$sock\"";
 
     fn tb_dir(dir: &std::path::Path, n: u8) -> String {

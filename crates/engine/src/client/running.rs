@@ -254,9 +254,8 @@ impl Client {
             return Err(Error::RemoteCommand(out.stderr.trim().to_string()));
         }
         let remote_socket = running::tensorboard_socket(&dir);
-        let relay = running::relay_choice(&out.stdout).ok_or_else(|| {
-            Error::RemoteCommand("TensorBoard's start named no relay for its connections".into())
-        })?;
+        let relay = running::relay_choice(&out.stdout)
+            .ok_or_else(|| Error::RemoteCommand("TensorBoard's start named no relay for its connections".into()))?;
         let line = running::relay_line(&target, relay, &remote_socket).map_err(|e| invalid("node", e.to_string()))?;
         // The relays' own transport (the same login hosts and master): they outlive this client.
         let remote = crate::remote::connect(&self.settings)?;
