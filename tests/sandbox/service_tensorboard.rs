@@ -299,7 +299,14 @@ async fn a_page_the_job_serves_runs_sandboxed_and_reaches_no_credentials() {
         if t.starts_with("hostile ") {
             Ok(t)
         } else {
-            Err(t)
+            // What the window shows and what the service said of TensorBoard, should it never come.
+            let url = c.current_url().await.map(|u| u.to_string()).unwrap_or_default();
+            let log = svc.log();
+            let lines: Vec<&str> = log.lines().filter(|l| l.to_lowercase().contains("tensorboard")).collect();
+            Err(format!(
+                "title {t:?} at {url}; the service's last TensorBoard lines: {:?}",
+                &lines[lines.len().saturating_sub(8)..]
+            ))
         }
     })
     .await;
