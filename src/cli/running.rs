@@ -89,10 +89,11 @@ impl ForwardCmd {
 pub struct TensorboardCmd {
     /// Job id (or prefix)
     pub job_id: String,
-    /// The port TensorBoard listens on, on the job's node
-    #[arg(long, default_value_t = 6006)]
-    pub port: u16,
-    /// The local port (default: a free one)
+    /// Ignored (kept for old scripts): TensorBoard listens on a Unix socket in a private directory
+    /// of the job's node, not on a port
+    #[arg(long, hide = true)]
+    pub port: Option<u16>,
+    /// The local port on 127.0.0.1 (default: a free one, held from the start)
     #[arg(long, default_value_t = 0)]
     pub local_port: u16,
     /// Stop after this long (e.g. 2h) instead of at Ctrl-C
@@ -105,9 +106,44 @@ pub struct TensorboardCmd {
 impl TensorboardCmd {
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
         let limit = self.for_.as_deref().map(|t| duration(t, "--for")).transpose()?;
+        // The local port is bound here first and held: no free port picked, closed, then raced for.
+        let listener = std::net::TcpListener::bind(("127.0.0.1", self.local_port)).map_err(|e| {
+            crate::spec::SpecError::new("local_port", format!("cannot listen on 127.0.0.1:{}: {e}", self.local_port))
+        })?;
+        let local_port = listener.local_addr().map_err(|e| Error::RemoteCommand(e.to_string()))?.port();
         let client = Client::new(settings)?;
-        let forward = client.tensorboard(&self.job_id, self.port, self.local_port, None)?;
+        let mut forward = client.tensorboard(&self.job_id, None)?;
+        let socket = forward.local_socket.clone().unwrap_or_default();
+        std::thread::spawn(move || relay(listener, std::path::PathBuf::from(socket)));
+        forward.local_port = local_port;
+        forward.url = format!("http://127.0.0.1:{local_port}/");
         hold(&client, &forward, limit, self.json)
+    }
+}
+
+/// Each connection to `listener` passed on to the forward's local socket, both ways, until either
+/// side closes.
+fn relay(listener: std::net::TcpListener, socket: std::path::PathBuf) {
+    for conn in listener.incoming() {
+        let Ok(tcp) = conn else { continue };
+        let unix = match std::os::unix::net::UnixStream::connect(&socket) {
+            Ok(u) => u,
+            Err(e) => {
+                eprintln!("TensorBoard's forward did not answer: {e}");
+                continue;
+            }
+        };
+        let pair = tcp.try_clone().and_then(|t| unix.try_clone().map(|u| (t, u)));
+        let Ok((mut tcp_out, mut unix_in)) = pair else { continue };
+        let (mut tcp_in, mut unix_out) = (tcp, unix);
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut tcp_in, &mut unix_out);
+            let _ = unix_out.shutdown(std::net::Shutdown::Write);
+        });
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut unix_in, &mut tcp_out);
+            let _ = tcp_out.shutdown(std::net::Shutdown::Write);
+        });
     }
 }
 
@@ -116,7 +152,8 @@ fn hold(client: &Client, forward: &crate::client::Forward, limit: Option<Duratio
     if json {
         super::output::emit_json(forward);
     } else {
-        println!("{} -> {}:{} of job {}", forward.url, forward.node, forward.remote_port, forward.job_id);
+        let remote = forward.remote_socket.clone().unwrap_or_else(|| forward.remote_port.to_string());
+        println!("{} -> {}:{} of job {}", forward.url, forward.node, remote, forward.job_id);
     }
     eprintln!("Forwarding; Ctrl-C stops it.");
     let (tx, rx) = std::sync::mpsc::channel();

@@ -41,6 +41,11 @@ pub struct ServeCmd {
     /// renewed before a login once half of it is gone
     #[arg(long, env = "TAO_SLURM_SSH_CERT_LIFETIME", default_value_t = crate::service::certificates::DEFAULT_CERTIFICATE_SECS, value_parser = parse_cert_lifetime)]
     pub ssh_cert_lifetime: u64,
+    /// A host name of TensorBoard's own (e.g. `tensorboard.example.com`, pointed at this service):
+    /// jobs' TensorBoard pages are served only on it, in an origin apart from the dashboard's, and it
+    /// serves nothing else. Unset: they are served under `/tensorboard/` of the service's own host
+    #[arg(long, env = "TAO_SLURM_TENSORBOARD_HOST", value_name = "NAME", value_parser = parse_host_name)]
+    pub tensorboard_host: Option<String>,
     #[command(subcommand)]
     pub action: Option<ServeAction>,
 }
@@ -70,6 +75,18 @@ fn parse_cert_lifetime(text: &str) -> Result<u64, String> {
         return Err(format!("{text:?}: a certificate lives from 10s to 24h"));
     }
     Ok(secs)
+}
+
+fn parse_host_name(text: &str) -> Result<String, String> {
+    let name = text.trim().to_ascii_lowercase();
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'));
+    if ok {
+        Ok(name)
+    } else {
+        Err(format!("{text:?} is not a host name (letters, digits, `-`, dots)"))
+    }
 }
 
 /// The operator's rules: the service's keys of the profiles file.
@@ -126,6 +143,7 @@ impl ServeCmd {
                 lease_secs: self.lease_secs,
                 ssh_ca_key: self.ssh_ca_key,
                 ssh_cert_secs: self.ssh_cert_lifetime,
+                tensorboard_host: self.tensorboard_host.clone(),
             },
             crate::service::Setup { workspaces, operator, secret_box, make_settings },
         )?;

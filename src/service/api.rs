@@ -403,7 +403,7 @@ pub async fn job_post_ref(
         Some((id, "retry")) => retry_job(state, &token, org, id.to_string()).await,
         Some((id, "pause")) => super::pause::pause_job(state, &token, org, id.to_string(), headers, body).await,
         Some((id, "resume")) => super::pause::resume_job(state, &token, org, id.to_string(), headers, body).await,
-        Some((id, "tensorboard")) => super::tensorboard::open(state, &token, org, id.to_string()).await,
+        Some((id, "tensorboard")) => super::tensorboard::open(state, &token, org, id.to_string(), &headers).await,
         Some((_, a @ ("publish_model" | "log_update" | "status_update"))) => Err(super::tao_routes::not_here(a)),
         _ => Err(ApiError::not_found(
             "no such job action for POST (there are :cancel, :retry, :pause, :resume and :tensorboard)",

@@ -85,6 +85,8 @@ pub struct ServeOptions {
     pub ssh_ca_key: Option<std::path::PathBuf>,
     /// How long each certificate is valid, in seconds.
     pub ssh_cert_secs: u64,
+    /// TensorBoard's own host name (`serve --tensorboard-host`): its pages only there, nothing else.
+    pub tensorboard_host: Option<String>,
 }
 
 /// Every request under `/api/` but health and login needs a valid token; under `/api/v2/orgs/{org}/` its org.
@@ -220,6 +222,7 @@ pub fn router(state: Arc<AppState>, max_body_bytes: usize) -> Router {
         .layer(axum::middleware::from_fn_with_state(state.clone(), audit::record))
         .layer(axum::middleware::from_fn_with_state(state.clone(), authenticate))
         .layer(axum::middleware::from_fn_with_state(state.clone(), metrics::observe))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), tensorboard::own_host))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(state)
 }
@@ -305,6 +308,7 @@ fn start_state(opts: &ServeOptions, setup: Setup) -> Result<Arc<AppState>, Error
     state.lease_secs = opts.lease_secs;
     state.authority = authority;
     state.certificate_secs = opts.ssh_cert_secs;
+    state.tensorboard_host = opts.tensorboard_host.clone();
     if let Some(rules) = state.operator.sign_in.clone() {
         let secret = std::env::var(sign_in::CLIENT_SECRET_VAR).ok().filter(|s| !s.is_empty());
         let s = sign_in::SignIn::new(rules, secret).map_err(|m| crate::spec::SpecError::new("sign_in", m))?;

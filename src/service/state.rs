@@ -83,6 +83,8 @@ pub struct AppState {
     /// each certificate it signs is valid, in seconds.
     pub authority: Option<Arc<super::certificates::Authority>>,
     pub certificate_secs: u64,
+    /// TensorBoard's own host name (`serve --tensorboard-host`), if the operator gave one.
+    pub tensorboard_host: Option<String>,
     /// Sign-in through the team's identity provider (`[sign_in]`), when the operator named one.
     pub sign_in: Option<Arc<super::sign_in::SignIn>>,
     /// The service's records: each part of the service takes only the facet it works on.
@@ -162,6 +164,7 @@ impl AppState {
             persons: RwLock::new(Vec::new()),
             authority: None,
             certificate_secs: super::certificates::DEFAULT_CERTIFICATE_SECS,
+            tensorboard_host: None,
             sign_in: None,
             records,
             operator,

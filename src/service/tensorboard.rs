@@ -1,13 +1,15 @@
 //! A running job's TensorBoard through the service (issue 26; its trust, issue 35).
 //! `POST jobs/{id}:tensorboard` starts it in the job's container, served under `/tensorboard/<job
-//! id>`, on a node port drawn at random for that start (`Client::tensorboard_unpredictable`: nothing
-//! already listening is trusted), forwards it to a port of the service's host through the
-//! workspace's SSH master, and answers a link with a one-time ticket. The ticket becomes a session:
+//! id>`, on a Unix socket in a directory of the job user's made for that start (`Client::tensorboard`,
+//! issue 50: no TCP port on the node, nothing another user reaches or plants first), listens on a
+//! socket in a private directory of the service's (no local port raced for) whose each connection is
+//! relayed to TensorBoard's by a step of the job on its node (`srun --overlap`, in a session of the
+//! workspace's SSH master: the node need not be the login host), and answers a link with a one-time ticket. The ticket becomes a session:
 //! a secret in the path, `/tensorboard/<job id>/<session>/...`, which the proxy strips before
 //! TensorBoard sees the request.
 //!
 //! What TensorBoard serves is the job's (the job's image, the job's user, the job's files; the job
-//! can replace it on its port at any time), so every reply under `/tensorboard/` carries
+//! can replace it on its socket at any time), so every reply under `/tensorboard/` carries
 //! `Content-Security-Policy: sandbox` without `allow-same-origin`: the page runs in an opaque origin
 //! and can read none of the dashboard's storage (the org's token) nor call the API as the
 //! dashboard. A browser sends no cookie from such a page (not even to its own path), which is why
@@ -69,7 +71,13 @@ pub struct TensorBoardLink {
     responses((status = 200, description = "TensorBoard runs on the job's results; open the link (one use, two minutes) to reach it through the service, sandboxed in an origin of its own", body = TensorBoardLink),
         (status = 409, description = "The job is not running", body = super::error::ErrorBody),
         (status = 404, body = super::error::ErrorBody), (status = 401, body = super::error::ErrorBody), (status = 403, body = super::error::ErrorBody)))]
-pub async fn open(state: AppStateRef, token: &TokenInfo, org: String, id: String) -> ApiResult<Response> {
+pub async fn open(
+    state: AppStateRef,
+    token: &TokenInfo,
+    org: String,
+    id: String,
+    headers: &HeaderMap,
+) -> ApiResult<Response> {
     let job = org_job(&state, &org, &id)?;
     super::identity::may_reach(token, &job)?;
     if job.status != PlatformStatus::Running {
@@ -86,7 +94,7 @@ pub async fn open(state: AppStateRef, token: &TokenInfo, org: String, id: String
     let grant = Grant { org, job_id: id.clone(), token_id: token.id.clone(), expires_at: now + TICKET_SECS };
     let ticket = Sessions::grant(&state.tensorboards.tickets, grant, now)?;
     let link = TensorBoardLink {
-        url: format!("{}/?ticket={ticket}", prefix(&id)),
+        url: format!("{}{}/?ticket={ticket}", own_origin(state.tensorboard_host.as_deref(), headers), prefix(&id)),
         expires_at: crate::clock::rfc3339(now + TICKET_SECS),
         node,
     };
@@ -100,13 +108,70 @@ async fn start(state: &AppStateRef, token: &TokenInfo, job: &super::state::Cache
     let _in_pool = ws.pool.enter(&ws.id).await?;
     let (w, jid) = (ws.clone(), id.to_string());
     let forward =
-        blocking(move || w.with_client(|c| c.tensorboard_unpredictable(&jid, &prefix(&jid))).map_err(ApiError::engine))
-            .await?;
+        blocking(move || w.with_client(|c| c.tensorboard(&jid, Some(&prefix(&jid)))).map_err(ApiError::engine)).await?;
     let node = forward.node.clone();
-    tracing::info!(job = %id, node = %node, local_port = forward.local_port, "TensorBoard forwarded");
-    let open = Open { workspace: ws, attempt: job.attempt, forward };
+    let socket = forward.local_socket.clone().unwrap_or_default();
+    tracing::info!(job = %id, node = %node, socket = %socket, "TensorBoard forwarded");
+    let client = match client(&socket) {
+        Ok(c) => c,
+        Err(e) => {
+            let ws = ws.clone();
+            std::thread::spawn(move || ws.with_client(|c| c.stop_forward(&forward)));
+            return Err(e);
+        }
+    };
+    let open = Open { workspace: ws, attempt: job.attempt, forward, client };
     state.tensorboards.forwards.lock().unwrap_or_else(|e| e.into_inner()).insert(id.to_string(), open);
     Ok(node)
+}
+
+/// Where a link points: `//<TensorBoard's host>[:<the port this request came to>]` when the operator
+/// gave TensorBoard a host name of its own (the scheme the browser used), else nothing: this host.
+fn own_origin(tensorboard_host: Option<&str>, headers: &HeaderMap) -> String {
+    let Some(name) = tensorboard_host else { return String::new() };
+    let port = request_host(headers).and_then(|h| h.rsplit_once(':').map(|(_, p)| p.to_string()));
+    match port.filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())) {
+        Some(port) => format!("//{name}:{port}"),
+        None => format!("//{name}"),
+    }
+}
+
+fn request_host(headers: &HeaderMap) -> Option<&str> {
+    headers.get(header::HOST).and_then(|h| h.to_str().ok())
+}
+
+/// The host name a request came to (`Host`, without its port), lowercase.
+fn host_name(headers: &HeaderMap) -> String {
+    let host = request_host(headers).unwrap_or("");
+    let name = if host.starts_with('[') {
+        host.split_once(']').map_or(host, |(n, _)| n).trim_start_matches('[')
+    } else {
+        host.rsplit_once(':').map_or(host, |(n, _)| n)
+    };
+    name.to_ascii_lowercase()
+}
+
+/// With a host name of TensorBoard's own, its pages are served only on it and it serves nothing
+/// else: a page the job serves there is in an origin apart from the dashboard's (another host name:
+/// no storage, no cookie, no same-origin request in common).
+pub async fn own_host(State(state): State<AppStateRef>, req: Request, next: axum::middleware::Next) -> Response {
+    let Some(tb_host) = state.tensorboard_host.as_deref() else { return next.run(req).await };
+    let on_tb_host = host_name(req.headers()) == tb_host;
+    let tb_path = req.uri().path().starts_with("/tensorboard/");
+    match (on_tb_host, tb_path) {
+        (true, true) | (false, false) => next.run(req).await,
+        (true, false) => {
+            let mut r = ApiError::not_found(format!("{tb_host} serves only jobs' TensorBoard pages")).into_response();
+            sandbox(r.headers_mut());
+            r
+        }
+        (false, true) => {
+            let mut r =
+                ApiError::not_found(format!("jobs' TensorBoard pages are served on {tb_host} only")).into_response();
+            sandbox(r.headers_mut());
+            r
+        }
+    }
 }
 
 /// Everything under `/tensorboard/{job_id}/`: a ticket becomes a session, a session reaches the
@@ -172,8 +237,8 @@ async fn serve(state: &AppStateRef, job_id: &str, rest: &str, req: Request) -> A
         );
     }
     let job = org_job(state, &grant.org, job_id)?;
-    let port = match sessions.forwarded(job_id, job.attempt) {
-        Some((p, _)) if job.status == PlatformStatus::Running => p,
+    let client = match sessions.forwarded(job_id, job.attempt) {
+        Some((c, _)) if job.status == PlatformStatus::Running => c,
         _ => {
             sessions.close(job_id);
             return Err(ApiError::new(
@@ -196,22 +261,22 @@ async fn serve(state: &AppStateRef, job_id: &str, rest: &str, req: Request) -> A
             .into_response());
     }
     let upstream = format!("{}/{tb_rest}", prefix(job_id));
-    forward(port, &upstream, &format!("{}/{session}/", prefix(job_id)), req).await
+    forward(&client, &upstream, &format!("{}/{session}/", prefix(job_id)), req).await
 }
 
 /// Pass the request on to TensorBoard at `upstream` (its path, under its prefix), without the
 /// browser's cookies or credentials; its reply streamed back, capped, its redirects within the
 /// session (`public`: the session's own path), an HTML page with the shim. It is asked for no
 /// compression (the shim goes into the page as it is).
-async fn forward(port: u16, upstream: &str, public: &str, req: Request) -> ApiResult<Response> {
+async fn forward(client: &reqwest::Client, upstream: &str, public: &str, req: Request) -> ApiResult<Response> {
     let (parts, body) = req.into_parts();
     let query = parts.uri.query().map(|q| format!("?{q}")).unwrap_or_default();
-    let url = format!("http://127.0.0.1:{port}{upstream}{query}");
+    let url = format!("http://tensorboard{upstream}{query}");
     let body = axum::body::to_bytes(body, MAX_BODY)
         .await
         .map_err(|_| ApiError::field("body", format!("a TensorBoard request body is at most {MAX_BODY} bytes")))?;
     let method = reqwest::Method::from_bytes(parts.method.as_str().as_bytes()).unwrap_or(reqwest::Method::GET);
-    let mut out = client().request(method, url);
+    let mut out = client.request(method, url);
     for name in TB_HEADERS.split(", ").chain(["accept"]) {
         if let Some(v) = parts.headers.get(name) {
             out = out.header(name, v.as_bytes());
@@ -340,16 +405,15 @@ fn spliced(page: &[u8], at: usize) -> Bytes {
     [&page[..at], SHIM.as_bytes(), &page[at..]].concat().into()
 }
 
-/// One HTTP client for every proxied request (its connection pool), with a deadline.
-fn client() -> &'static reqwest::Client {
-    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
-    CLIENT.get_or_init(|| {
-        reqwest::Client::builder()
-            .timeout(std::time::Duration::from_secs(60))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .expect("a plain HTTP client builds")
-    })
+/// The HTTP client of one forward (its connection pool): every connection to its local socket, in
+/// the service's private directory (no port of the service's host involved), with a deadline.
+pub(super) fn client(socket: &str) -> ApiResult<reqwest::Client> {
+    reqwest::Client::builder()
+        .unix_socket(socket)
+        .timeout(std::time::Duration::from_secs(60))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| ApiError::internal(format!("no HTTP client for TensorBoard's socket: {e}")))
 }
 
 fn query_value(query: Option<&str>, key: &str) -> Option<String> {
@@ -440,6 +504,21 @@ mod tests {
         assert!(first.starts_with(SHIM.as_bytes()) && first.ends_with(b"<p>x</p>"), "no <head>: first");
         assert_eq!(headless.len(), 1, "and the ended source is not polled again");
         assert!(SHIM.contains("localStorage") && SHIM.starts_with("<script>"), "{SHIM}");
+    }
+
+    #[test]
+    fn a_link_points_at_tensorboards_own_host_on_the_port_the_request_came_to() {
+        let mut h = HeaderMap::new();
+        assert_eq!(own_origin(None, &h), "");
+        assert_eq!(own_origin(Some("tb.example.com"), &h), "//tb.example.com");
+        h.insert(header::HOST, HeaderValue::from_static("dash.example.com:8570"));
+        assert_eq!(own_origin(Some("tb.example.com"), &h), "//tb.example.com:8570");
+        assert_eq!(host_name(&h), "dash.example.com");
+        h.insert(header::HOST, HeaderValue::from_static("[::1]:80"));
+        assert_eq!(host_name(&h), "::1");
+        h.insert(header::HOST, HeaderValue::from_static("LocalHost"));
+        assert_eq!(host_name(&h), "localhost");
+        assert_eq!(own_origin(Some("tb"), &h), "//tb");
     }
 
     #[test]

@@ -22,6 +22,8 @@ pub(super) struct Open {
     pub(super) workspace: Arc<Workspace>,
     pub(super) attempt: u32,
     pub(super) forward: Forward,
+    /// The HTTP client that reaches the forward's local socket.
+    pub(super) client: reqwest::Client,
 }
 
 /// The forwards the service holds and the tickets and sessions that reach them, by the SHA-256 of
@@ -96,10 +98,10 @@ impl Sessions {
         Some(grant)
     }
 
-    /// The local port and node of the job's forward, if it is for this attempt.
-    pub(super) fn forwarded(&self, job_id: &str, attempt: u32) -> Option<(u16, String)> {
+    /// The HTTP client (to its local socket) and node of the job's forward, if it is for this attempt.
+    pub(super) fn forwarded(&self, job_id: &str, attempt: u32) -> Option<(reqwest::Client, String)> {
         let forwards = self.forwards.lock().unwrap_or_else(|e| e.into_inner());
-        forwards.get(job_id).filter(|o| o.attempt == attempt).map(|o| (o.forward.local_port, o.forward.node.clone()))
+        forwards.get(job_id).filter(|o| o.attempt == attempt).map(|o| (o.client.clone(), o.forward.node.clone()))
     }
 
     /// Stop the job's forward (its job ended or moved): its sessions end with it.

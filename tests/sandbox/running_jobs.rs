@@ -1,6 +1,7 @@
 //! Working with a running job (issue 26): `exec` runs in the job's allocation and container and
 //! passes its exit status back, `shell` gives a terminal, `forward` reaches a server on the job's node
-//! and stops when asked, `tensorboard` starts the stand-in on the job's results and forwards it.
+//! and stops when asked, `tensorboard` starts the stand-in on the job's results, on a Unix socket of
+//! the job user's that no other user of the node reaches, and forwards it.
 
 use crate::common::pty::PtyChild;
 use crate::common::wait::{wait_for, when};
@@ -90,30 +91,164 @@ fn forward_reaches_a_server_on_the_job_node_and_stops_when_asked() {
     env.ok(&["cancel", &job]);
 }
 
+/// Run `code` (Python) as the Unix user `user` of this machine (the sandbox's nodes are slurmds on
+/// it; root runs the tests) with `arg`; its exit status and stderr.
+fn python_as(user: &str, code: &str, arg: &str) -> (bool, String) {
+    let out =
+        std::process::Command::new("runuser").args(["-u", user, "--", "python3", "-c", code, arg]).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+const CONNECT: &str = "import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); \
+    s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n'); print(s.recv(100))";
+
+/// The socket inodes of TCP listeners on this machine (`/proc/net/tcp{,6}`, state 0A).
+fn tcp_listening_inodes() -> std::collections::HashSet<String> {
+    let mut inodes = std::collections::HashSet::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        for line in std::fs::read_to_string(table).unwrap_or_default().lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() > 9 && f[3] == "0A" {
+                inodes.insert(f[9].to_string());
+            }
+        }
+    }
+    inodes
+}
+
+/// The processes whose argv has `word`, but not `srun` (Slurm's own client listens for its
+/// slurmd, munge-authenticated), and the socket inodes each holds open.
+fn processes_with(word: &str) -> Vec<(u32, Vec<String>)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let mut words = argv.split(|b| *b == 0);
+        if words.next().is_some_and(|a| a.ends_with(b"srun")) || !words.any(|a| a == word.as_bytes()) {
+            continue;
+        }
+        let sockets = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|fds| {
+                fds.flatten()
+                    .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                    .filter_map(|l| l.to_str()?.strip_prefix("socket:[")?.strip_suffix(']').map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        found.push((pid, sockets));
+    }
+    found
+}
+
+/// Issue 50: TensorBoard listens on a Unix socket in a directory of the job user's (mode 700, its
+/// name drawn per start) and no TCP port at all; another Unix user of the node can neither reach
+/// it nor make its place first; the CLI's local port is held from the start.
 #[test]
 fn tensorboard_starts_in_the_job_container_on_its_results_and_is_forwarded() {
     let env = Env::isolated();
     let (job, _) =
         running_job(&env, "echo events > \"$TAO_API_RESULTS_DIR/$TAO_JOB_ID/events.out.tfevents.1\"; sleep 300");
-    let mut cmd = env.command(&["tensorboard", &job, "--port", &free_port().to_string(), "--for", "60s", "--json"]);
+    let results = env.status(&job)["results_dir"].as_str().unwrap().to_string();
+    let neighbour = crate::common::sandbox::settings().get("SANDBOX_NEIGHBOUR").cloned().unwrap_or("neighbour".into());
+    // The neighbour cannot make TensorBoard's place beside the job's results first.
+    let root = results.rsplit_once('/').unwrap().0.to_string();
+    let (planted, err) =
+        python_as(&neighbour, "import os, sys; os.mkdir(sys.argv[1] + '/.tb-0000000000000000')", &root);
+    assert!(!planted && err.contains("PermissionError"), "{err}");
+
+    let local = free_port();
+    let mut cmd = env.command(&["tensorboard", &job, "--local-port", &local.to_string(), "--for", "60s", "--json"]);
     cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     // The JSON object is printed first, then the forward holds until Ctrl-C.
     let mut text = String::new();
     let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
     while !text.ends_with("}\n") {
-        assert!(std::io::BufRead::read_line(&mut out, &mut text).unwrap() > 0, "stdout ended: {text:?}");
+        if std::io::BufRead::read_line(&mut out, &mut text).unwrap() == 0 {
+            let mut err = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+            panic!("stdout ended: {text:?}; stderr: {err}");
+        }
     }
     let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
-    let local = v["local_port"].as_u64().unwrap() as u16;
+    assert_eq!(v["local_port"].as_u64(), Some(u64::from(local)), "{v}");
+    assert_eq!(v["remote_port"].as_u64(), Some(0), "no port on the node: {v}");
+    let remote = v["remote_socket"].as_str().unwrap().to_string();
+    let local_socket = v["local_socket"].as_str().unwrap().to_string();
+    let tb_dir = remote.strip_suffix("/s").unwrap();
+    assert!(tb_dir.starts_with(&format!("{root}/.tb-")), "{remote}");
     // The job writes its events file as its step starts, maybe after TensorBoard does.
     let page = wait_for("the events file on the TensorBoard page", LIMIT, Duration::from_millis(300), || {
         http_get(local).and_then(|p| if p.contains("events.out.tfevents.1") { Ok(p) } else { Err(p) })
     });
     assert!(page.contains("TensorBoard stand-in"), "{page}");
     assert!(page.contains(&job), "TensorBoard reads the job's results directory: {page}");
+    assert_eq!(v["relay"].as_str(), Some("python3"), "the job's container's python3 relays it: {v}");
+
+    // A connection is a step of the job on its node (`srun --overlap`: what reaches a node that is
+    // not the login host): one held open here is a running `python3` step of the job until it ends,
+    // and the page comes through it.
+    let slurm = env.status(&job)["slurm_job_id"].as_str().unwrap().to_string();
+    let steps = || env.ssh(&format!("squeue -h -s -j {slurm} -o '%i %j %N'"));
+    let mut held = std::os::unix::net::UnixStream::connect(&local_socket).unwrap();
+    let step = wait_for("the relay's step of the job", LIMIT, Duration::from_millis(200), || {
+        let s = steps();
+        s.lines().find(|l| l.split_whitespace().nth(1) == Some("python3")).map(String::from).ok_or(s)
+    });
+    assert!(step.starts_with(&format!("{slurm}.")), "a step of the job: {step}");
+    held.set_read_timeout(Some(LIMIT)).unwrap();
+    held.write_all(b"GET / HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut through = String::new();
+    held.read_to_string(&mut through).unwrap();
+    assert!(through.contains("TensorBoard stand-in"), "{through}");
+    let step_id = step.split_whitespace().next().unwrap().to_string();
+    wait_for("the relay's step to end with its connection", LIMIT, Duration::from_millis(200), || {
+        when(steps(), |s| !s.lines().any(|l| l.split_whitespace().next() == Some(step_id.as_str())))
+    });
+    // Another Unix user cannot run that relay in the job (Slurm runs no step of another user's job).
+    let srun = format!(
+        "SLURM_CONF={}/etc/slurm.conf srun --overlap --jobid={slurm} -N1 -n1 --quiet python3 -c \"$0\" {remote}",
+        crate::common::sandbox::settings()["SANDBOX_DIR"]
+    );
+    let out = std::process::Command::new("runuser")
+        .args(["-u", &neighbour, "--", "bash", "-c", &srun, CONNECT])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success() && !stdout.contains("TensorBoard"), "the neighbour's step: {stdout} {stderr}");
+    assert!(stderr.contains("denied") || stderr.contains("nvalid"), "refused by Slurm: {stderr}");
+
+    // Both private directories are 700 and their owner's.
+    use std::os::unix::fs::MetadataExt;
+    let node_dir = std::fs::metadata(tb_dir).unwrap();
+    assert_eq!(node_dir.mode() & 0o777, 0o700, "{tb_dir}");
+    let owner = std::fs::metadata(&results).unwrap().uid();
+    assert_eq!(node_dir.uid(), owner, "the job user's");
+    let here = std::path::Path::new(&local_socket).parent().unwrap();
+    assert_eq!(std::fs::metadata(here).unwrap().mode() & 0o777, 0o700, "{local_socket}");
+
+    // TensorBoard holds no TCP listener (nothing on the node to connect to or take first): the
+    // processes that have its socket in their argv (TensorBoard's, not the srun that started it)
+    // hold sockets, none of them a TCP listener.
+    let tb = processes_with(&format!("unix://{remote}"));
+    assert!(tb.iter().any(|(_, sockets)| !sockets.is_empty()), "TensorBoard's processes and sockets: {tb:?}");
+    let listening = tcp_listening_inodes();
+    for (pid, sockets) in &tb {
+        assert!(sockets.iter().all(|s| !listening.contains(s)), "process {pid} listens on TCP: {sockets:?}");
+    }
+    // Another Unix user of the node cannot connect to its socket; its own user can.
+    let (reached, err) = python_as(&neighbour, CONNECT, &remote);
+    assert!(!reached && err.contains("PermissionError"), "the neighbour reached TensorBoard: {err}");
+    let user =
+        String::from_utf8(std::process::Command::new("stat").args(["-c", "%U", &results]).output().unwrap().stdout)
+            .unwrap();
+    let (reached, err) = python_as(user.trim(), CONNECT, &remote);
+    assert!(reached, "the job's user reaches it: {err}");
+
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert!(!here.exists(), "the local socket's directory goes with the forward");
+    assert!(!std::path::Path::new(tb_dir).exists(), "and so does TensorBoard's on the node");
     env.ok(&["cancel", &job]);
 }
 

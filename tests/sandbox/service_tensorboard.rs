@@ -136,7 +136,8 @@ async fn tensorboard_is_reached_through_the_service_with_a_one_time_link() {
 
 /// A job that serves pages of its own: first on the port the old scheme derived from the job id
 /// (before TensorBoard starts), then, when told (`take-over` in its results), on TensorBoard's own
-/// port (it finds TensorBoard's process, kills it and listens there). The page tries the dashboard's
+/// socket (it finds TensorBoard's process, kills it and listens there: the socket's directory is the
+/// job user's). The page tries the dashboard's
 /// storage, its cookie and the API, and writes what it got into its title. `/announced` announces
 /// more than the proxy's cap; `/endless` sends more than it without a length.
 const HOSTILE: &str = r#"d="$TAO_API_RESULTS_DIR/$TAO_JOB_ID"; mkdir -p "$d"; exec python3 - <<'PY'
@@ -181,6 +182,11 @@ class H(http.server.BaseHTTPRequestHandler):
 class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
     allow_reuse_address = True
     daemon_threads = True
+class U(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+class UH(H):
+    def address_string(self):
+        return "unix"
 def serve(port):
     for _ in range(300):
         try:
@@ -197,19 +203,20 @@ serve(old)
 open(os.path.join(d, "squatting"), "w").write("%d\n" % old)
 while not os.path.exists(os.path.join(d, "take-over")):
     time.sleep(0.2)
-port, pids = None, []
+sock, pids = None, []
 for pid in os.listdir("/proc"):
     try:
         argv = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0")
     except OSError:
         continue
-    if b"--path_prefix" in argv and ("/tensorboard/" + job).encode() in argv and b"--port" in argv:
-        port = int(argv[argv.index(b"--port") + 1])
+    if b"--path_prefix" in argv and ("/tensorboard/" + job).encode() in argv:
+        sock = [a for a in argv if a.startswith(b"unix://")][0][len(b"unix://"):].decode()
         pids.append(int(pid))
 for pid in pids:
     os.kill(pid, signal.SIGKILL)
-serve(port)
-open(os.path.join(d, "took-over"), "w").write("%d\n" % port)
+os.unlink(sock)
+threading.Thread(target=U(sock, UH).serve_forever, daemon=True).start()
+open(os.path.join(d, "took-over"), "w").write(sock + "\n")
 time.sleep(900)
 PY"#;
 
@@ -238,7 +245,7 @@ async fn a_page_the_job_serves_runs_sandboxed_and_reaches_no_credentials() {
     let page = page_with(&http, &page_url, "TensorBoard stand-in").await;
     assert!(!page.contains("a page the job wrote"), "the squatter on port {squatting} was served: {page}");
 
-    // The job takes TensorBoard's own port: its page is what the proxy shows now (a job can always
+    // The job takes TensorBoard's own socket: its page is what the proxy shows now (a job can always
     // do this: TensorBoard runs as the job's user, in the job's container).
     svc.env.ssh(&format!("touch '{results}/take-over'"));
     page_with(&http, &page_url, "a page the job wrote").await;
@@ -292,7 +299,14 @@ async fn a_page_the_job_serves_runs_sandboxed_and_reaches_no_credentials() {
         if t.starts_with("hostile ") {
             Ok(t)
         } else {
-            Err(t)
+            // What the window shows and what the service said of TensorBoard, should it never come.
+            let url = c.current_url().await.map(|u| u.to_string()).unwrap_or_default();
+            let log = svc.log();
+            let lines: Vec<&str> = log.lines().filter(|l| l.to_lowercase().contains("tensorboard")).collect();
+            Err(format!(
+                "title {t:?} at {url}; the service's last TensorBoard lines: {:?}",
+                &lines[lines.len().saturating_sub(8)..]
+            ))
         }
     })
     .await;
@@ -380,6 +394,57 @@ async fn a_session_ends_with_its_token_is_rate_limited_and_never_writes_through_
     )
     .await;
     assert!(refused["error_desc"].as_str().unwrap().contains("revoked"), "{refused}");
+
+    let r = svc.http.post(svc.api(&format!("/jobs/{id}:cancel"))).bearer_auth(&svc.token).send().await.unwrap();
+    assert!(r.status().is_success());
+}
+
+/// Issue 50: with a host name of TensorBoard's own (`serve --tensorboard-host`), a job's pages are
+/// in an origin apart from the dashboard's: the link points there, the pages are served only there,
+/// and that host serves neither the dashboard nor the API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_host_name_of_its_own_tensorboard_is_served_only_there() {
+    let svc = Service::start_with_flags(&[], &["--tensorboard-host", "localhost"]);
+    let http = no_redirects();
+    let (s, a) =
+        svc.create(&json!({"name": "tb-own", "image": "ubuntu:22.04", "command": EVENTS, "workspace": "login1"})).await;
+    assert_eq!(s, 201, "{a}");
+    let id = a["id"].as_str().unwrap().to_string();
+    svc.wait_job(&id, LIMIT, |j| j["status"] == "Running").await;
+    let link = open_link(&svc, &svc.token, &id).await;
+    let port = svc.url.rsplit_once(':').unwrap().1.to_string();
+    let own = format!("http://localhost:{port}");
+    let url = link["url"].as_str().unwrap();
+    let expected = format!("//localhost:{port}/tensorboard/{id}/?ticket=");
+    assert!(url.starts_with(&expected), "{link}");
+
+    // The ticket is not taken on the dashboard's host (and stays good for its own).
+    let elsewhere = http
+        .get(format!("{}{}", svc.url, url.trim_start_matches(&format!("//localhost:{port}"))))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(elsewhere.status(), StatusCode::NOT_FOUND);
+    let r = http.get(format!("http:{url}")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let session = r.headers()[LOCATION].to_str().unwrap().to_string();
+    assert!(session.starts_with(&format!("/tensorboard/{id}/")), "{session}");
+    let page = page_with(&http, &format!("{own}{session}"), "events.out.tfevents.7").await;
+    assert!(page.contains("TensorBoard stand-in"), "{page}");
+    let r = http.get(format!("{own}{session}")).send().await.unwrap();
+    let csp = r.headers()[CONTENT_SECURITY_POLICY].to_str().unwrap().to_string();
+    assert!(csp.starts_with("sandbox allow-scripts") && !csp.contains("allow-same-origin"), "{csp}");
+
+    // The session's pages on the dashboard's host: refused.
+    let there = http.get(format!("{}{session}", svc.url)).send().await.unwrap();
+    assert_eq!(there.status(), StatusCode::NOT_FOUND);
+    // TensorBoard's host serves neither the dashboard nor the API (not even with a valid token).
+    let dashboard = http.get(format!("{own}/")).send().await.unwrap();
+    assert_eq!(dashboard.status(), StatusCode::NOT_FOUND);
+    let api = http.get(format!("{own}/api/v2/orgs/{ORG}/jobs")).bearer_auth(&svc.token).send().await.unwrap();
+    assert_eq!(api.status(), StatusCode::NOT_FOUND);
+    let api = http.get(svc.api("/jobs")).bearer_auth(&svc.token).send().await.unwrap();
+    assert_eq!(api.status(), StatusCode::OK, "the dashboard's host serves the API");
 
     let r = svc.http.post(svc.api(&format!("/jobs/{id}:cancel"))).bearer_auth(&svc.token).send().await.unwrap();
     assert!(r.status().is_success());

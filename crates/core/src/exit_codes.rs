@@ -26,9 +26,6 @@ pub const CHECKS_FAILED: i32 = 24;
 pub const CONVERSION_FAILED: i32 = 30;
 /// Another conversion of the same image held its lock past the wait.
 pub const CONVERSION_BUSY: i32 = 31;
-/// The service's TensorBoard start: something already answers on the port it drew (not trusted as
-/// its TensorBoard): nothing was started; the service draws another port.
-pub const TENSORBOARD_PORT_BUSY: i32 = 40;
 /// The batch script: a file it needs (secrets, specs, a variant's script) is missing.
 pub const MISSING_FILE: i32 = 85;
 /// The batch script: an auxiliary input (s3, hf, ngc) could not be fetched.

@@ -2,7 +2,6 @@
 //! (`exec`, `shell`, `tensorboard`), the bounded capture script, and the node a forward reaches.
 
 use crate::cosmos::{CosmosPlan, Role};
-use crate::exit_codes::TENSORBOARD_PORT_BUSY;
 use crate::script::{container_name, shell};
 
 /// Where and how a command runs in a job.
@@ -55,6 +54,10 @@ pub enum ExecError {
     NotItsNode(String, String),
     #[error("the job's node list {0:?} is not a Slurm host list")]
     BadNodeList(String),
+    #[error("{0:?} cannot be a forwarded Unix socket (an absolute path without `:`)")]
+    BadSocketPath(String),
+    #[error("TensorBoard's socket {0} is {1} bytes long, more than the 107 a Unix socket path can have: use a shorter results directory")]
+    SocketPathTooLong(String, usize),
 }
 
 /// Where `node` or `role` (at most one) is in a job running on `node_list`: for a Cosmos-RL job a
@@ -266,20 +269,73 @@ pub fn node_addr(node: &str, scontrol_line: &str) -> String {
         .to_string()
 }
 
-/// What a TensorBoard start makes of something already answering on its port.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnBusy {
-    /// Take it for the TensorBoard asked for (the CLI: the user's own forward, run again).
-    Reuse,
-    /// Trust nothing found there: start nothing, exit [`TENSORBOARD_PORT_BUSY`] (the service: the
-    /// job, or a neighbour on its node, may be listening there with a page of its own).
-    Refuse,
+/// The longest path a Unix socket can have on Linux (`sun_path` is 108 bytes, its NUL among them).
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// The private directory of one TensorBoard start: `<results root>/.tb-<draw in hex>` (the root the
+/// job's results directory is in, mounted in its container: a socket path must fit in
+/// [`MAX_SOCKET_PATH`] bytes, and the job's own directory adds its id), a name drawn anew each start
+/// (no one can make it first), made mode 700 by the start; its socket is [`tensorboard_socket`].
+pub fn tensorboard_dir(results_root: &str, draw: [u8; 8]) -> String {
+    let hex: String = draw.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{results_root}/.tb-{hex}")
 }
 
-/// The remote script that starts TensorBoard in the job's container on `node` (its address `addr`),
-/// on `logdir`, detached from the login shell, and waits up to 30 s for it to answer on `addr:port`.
-/// Exit 0 once it answers while the TensorBoard it started still runs. Something already answering
-/// there is taken or refused as `on_busy` says. `path_prefix` serves it under that path (the
+/// The script that removes a TensorBoard's private directory (its forward ended: the socket goes,
+/// TensorBoard itself ends with the job), given its socket; None for a path not of
+/// [`tensorboard_dir`]'s form.
+pub fn tensorboard_cleanup_script(socket: &str) -> Option<String> {
+    let dir = socket.strip_suffix("/s")?;
+    let (root, name) = dir.rsplit_once('/')?;
+    let hex = name.strip_prefix(".tb-")?;
+    let ok = hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()) && check_socket_path(socket).is_ok();
+    (ok && !root.is_empty()).then(|| format!("rm -rf -- {}", shell::quote(dir)))
+}
+
+/// The Unix socket TensorBoard listens on, in its private directory.
+pub fn tensorboard_socket(dir: &str) -> String {
+    format!("{dir}/s")
+}
+
+/// The command the job's container runs: its image's `tensorboard`, on the Unix socket `socket`
+/// (`--host unix://...`, no TCP port at all; `--load_fast=false`: no data server on a loopback port
+/// either). TensorBoard's Werkzeug server binds such a socket but then fails to print its URL (it
+/// formats the port as a number), so when the image's `tensorboard` is the Python package's script
+/// it runs in-process with that one method replaced; any other `tensorboard` (the sandbox's
+/// stand-in) runs as it is, given the same flags.
+fn tensorboard_command(logdir: &str, socket: &str, path_prefix: Option<&str>) -> Vec<String> {
+    const LAUNCH: &str = r#"tb=$(command -v tensorboard) || { echo "tensorboard is not on the container's PATH" >&2; exit 127; }
+IFS= read -r first < "$tb" || first=
+case $first in
+'#!'*python*) exec ${first#'#!'} -c '
+import sys
+try:
+    from tensorboard import main, program
+except ImportError:
+    import os
+    os.execvp("tensorboard", ["tensorboard"] + sys.argv[1:])
+program.WerkzeugServer.get_url = lambda self: "http://localhost:0%s/" % self._flags.path_prefix.rstrip("/")
+sys.argv[0] = "tensorboard"
+main.run_main()
+' "$@" ;;
+*) exec tensorboard "$@" ;;
+esac"#;
+    let mut command: Vec<String> = ["bash", "-c", LAUNCH, "tensorboard", "--logdir", logdir].map(String::from).to_vec();
+    command.extend(["--host".to_string(), format!("unix://{socket}"), "--port".into(), "0".into()]);
+    command.push("--load_fast=false".into());
+    if let Some(prefix) = path_prefix {
+        command.extend(["--path_prefix".to_string(), prefix.to_string()]);
+    }
+    command
+}
+
+/// The remote script that starts TensorBoard in the job's container on its first node, on
+/// `logdir`, detached from the login shell, listening on a Unix socket in `dir` (made here, mode
+/// 700, failing if anything is there: [`tensorboard_dir`]), and waits up to 30 s for the socket.
+/// Exit 0 once the socket is there, is a socket owned by this user, in the directory this start
+/// made, while the TensorBoard it started still runs. No TCP port is opened on the node, so another
+/// user of the node has nothing to connect to and nothing to plant first: the directory is this
+/// user's, 700, and its name is drawn per start. `path_prefix` serves it under that path (the
 /// service's proxy: `/tensorboard/<job id>`).
 ///
 /// Its log, `tensorboard.log` beside the results, is a file the job can plant a symlink as: it is
@@ -288,45 +344,41 @@ pub enum OnBusy {
 /// read back through the job-file reader (no link followed, capped).
 pub fn tensorboard_script(
     t: &ExecTarget<'_>,
-    addr: &str,
     logdir: &str,
-    port: u16,
+    dir: &str,
     path_prefix: Option<&str>,
-    on_busy: OnBusy,
 ) -> Result<String, ExecError> {
-    check_node(addr)?;
-    let mut command: Vec<String> =
-        ["tensorboard", "--logdir", logdir, "--port", &port.to_string(), "--bind_all"].map(String::from).to_vec();
+    let socket = tensorboard_socket(dir);
+    check_socket_path(&socket)?;
     if let Some(prefix) = path_prefix {
         check_path_prefix(prefix)?;
-        command.extend(["--path_prefix".to_string(), prefix.to_string()]);
     }
-    let argv = exec_argv(t, &command)?;
+    let argv = exec_argv(t, &tensorboard_command(logdir, &socket, path_prefix))?;
     let wait = wait_for_container(t)?;
-    let probe = format!("(exec 3<>/dev/tcp/{addr}/{port}) 2>/dev/null");
-    let busy = match on_busy {
-        OnBusy::Reuse => format!("if {probe}; then exit 0; fi\n"),
-        OnBusy::Refuse => format!(
-            "if {probe}; then\n\
-             \x20 echo \"something already answers on {addr}:{port}; it is not trusted as TensorBoard\" >&2\n\
-             \x20 exit {code}\n\
-             fi\n",
-            code = TENSORBOARD_PORT_BUSY
-        ),
-    };
     let script = format!(
         "log={log}\n\
-         {busy}\
+         dir={dir}\n\
+         sock={sock}\n\
          {wait}\
+         mkdir -m 700 -- \"$dir\" || {{ echo \"could not make TensorBoard's private directory $dir\" >&2; exit 1; }}\n\
+         me=$(id -u)\n\
          rm -f -- \"$log\"\n\
          setsid nohup {srun} </dev/null 2>&1 | setsid -w nohup dd of=\"$log\" oflag=nofollow conv=excl status=none 2>/dev/null &\n\
          started=$!\n\
+         ready=\n\
          for _ in $(seq 150); do\n\
          \x20 kill -0 \"$started\" 2>/dev/null || break\n\
-         \x20 {probe} && kill -0 \"$started\" 2>/dev/null && exit 0\n\
+         \x20 if [ -S \"$sock\" ] && [ ! -L \"$sock\" ] && [ \"$(stat -c %u:%a -- \"$dir\")\" = \"$me:700\" ] \\\n\
+         \x20   && [ \"$(stat -c %u -- \"$sock\")\" = \"$me\" ] && kill -0 \"$started\" 2>/dev/null; then ready=1; break; fi\n\
          \x20 sleep 0.2\n\
          done\n\
-         echo \"TensorBoard did not answer on {addr}:{port} within 30 s (or it ended); the end of its log:\" >&2\n\
+         [ -n \"$ready\" ] && {{\n\
+         {probes}\
+         \x20 kill \"$started\" 2>/dev/null\n\
+         \x20 echo {no_relay} >&2\n\
+         \x20 exit 1\n\
+         }}\n\
+         echo \"TensorBoard did not listen on its socket within 30 s (or it ended); the end of its log:\" >&2\n\
          case $(tao_jf_stat \"$log\") in\n\
          \x20 regular*) size=$(tao_jf_stat \"$log\"); size=${{size#regular }}\n\
          \x20   tao_jf_read \"$log\" $(( size > {tail} ? size - {tail} : 0 )) {tail} | tail -n 20 >&2 ;;\n\
@@ -335,9 +387,159 @@ pub fn tensorboard_script(
          exit 1\n",
         srun = shell::join(&argv),
         log = shell::quote(&format!("{logdir}/tensorboard.log")),
+        dir = shell::quote(dir),
+        sock = shell::quote(&socket),
         tail = TENSORBOARD_LOG_TAIL,
+        probes = relay_probes(t, &socket)?,
+        no_relay = shell::quote(&format!(
+            "TensorBoard listens on its socket, but nothing can relay a connection to it on node {}: \
+             the job's image has no python3, and the node has neither socat nor an nc with -U (install one)",
+            relay_node(t)?
+        )),
     );
     Ok(super::job_file::with_functions(&script))
+}
+
+/// What carries one connection between the login host and TensorBoard's socket on its node: a step
+/// of the job (`srun --overlap`, the job's own user and allocation: Slurm lets no other user run
+/// one) whose standard input and output are the connection. The login host's sshd cannot reach a
+/// Unix socket on another machine, so the socket is reached from the node itself. Chosen once per
+/// start ([`tensorboard_script`] tries each on the socket, in this order, and names the first that
+/// worked on its last line: [`relay_choice`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relay {
+    /// `python3` in the job's own container (its image's: TensorBoard is Python): nothing installed.
+    Python,
+    /// `socat` on the node, outside the container.
+    Socat,
+    /// `nc -U` on the node (OpenBSD's or Ncat), outside the container.
+    Nc,
+}
+
+impl Relay {
+    pub const ALL: [Relay; 3] = [Relay::Python, Relay::Socat, Relay::Nc];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Relay::Python => "python3",
+            Relay::Socat => "socat",
+            Relay::Nc => "nc",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Relay> {
+        Relay::ALL.into_iter().find(|r| r.name() == name)
+    }
+}
+
+/// The relay in the container: connects to the socket (its argument), copies stdin to it (then
+/// shuts its writing half) and it to stdout, and ends when TensorBoard closes the connection.
+pub const PYTHON_RELAY: &str = "import os, socket, sys, threading
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+def up():
+    try:
+        while True:
+            b = os.read(0, 65536)
+            if not b:
+                break
+            s.sendall(b)
+    except OSError:
+        pass
+    try:
+        s.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+threading.Thread(target=up, daemon=True).start()
+while True:
+    b = s.recv(65536)
+    if not b:
+        break
+    v = memoryview(b)
+    while v:
+        v = v[os.write(1, v):]
+";
+
+/// The one node of a TensorBoard start.
+fn relay_node(t: &ExecTarget<'_>) -> Result<String, ExecError> {
+    match &t.place {
+        Place::Node(n) => Ok(n.clone()),
+        Place::Role(_, nodes) if nodes.len() == 1 => Ok(nodes[0].clone()),
+        _ => Err(ExecError::BadNode("a TensorBoard runs on one node".into())),
+    }
+}
+
+/// The argv of one connection's relay (`srun --overlap --unbuffered` on TensorBoard's node, in the
+/// job: [`Relay`]). `socat` takes its address as one word with `:` and `,` in it: a socket path with
+/// anything but letters, digits, `/`, `.`, `_`, `-` is refused for it.
+pub fn relay_argv(t: &ExecTarget<'_>, relay: Relay, socket: &str) -> Result<Vec<String>, ExecError> {
+    check_socket_path(socket)?;
+    let mut argv = match relay {
+        Relay::Python => exec_argv(t, &["python3", "-c", PYTHON_RELAY, socket].map(String::from))?,
+        Relay::Socat | Relay::Nc => {
+            let node = relay_node(t)?;
+            check_node(&node)?;
+            let mut argv: Vec<String> = ["srun", "--overlap"].map(String::from).to_vec();
+            argv.extend([
+                format!("--jobid={}", t.slurm_job_id),
+                "--quiet".into(),
+                format!("--nodelist={node}"),
+                "--nodes=1".into(),
+                "--ntasks=1".into(),
+                "--".into(),
+            ]);
+            if relay == Relay::Socat {
+                let plain = socket.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'.' | b'_' | b'-'));
+                if !plain {
+                    return Err(ExecError::BadSocketPath(socket.to_string()));
+                }
+                argv.extend(["socat".to_string(), "-".into(), format!("UNIX-CONNECT:{socket}")]);
+            } else {
+                argv.extend(["nc".to_string(), "-U".into(), socket.to_string()]);
+            }
+            argv
+        }
+    };
+    // Each byte passed on as it comes, not held for a line's end.
+    argv.insert(1, "--unbuffered".into());
+    Ok(argv)
+}
+
+/// The command line (for the login host) of one connection's relay: [`relay_argv`], quoted.
+pub fn relay_line(t: &ExecTarget<'_>, relay: Relay, socket: &str) -> Result<String, ExecError> {
+    Ok(shell::join(&relay_argv(t, relay, socket)?))
+}
+
+/// The start script's lines that try each relay once on the socket (input at its end at once:
+/// the relay connects, passes the end on, and TensorBoard closes), the first that works named on
+/// stdout and the script ends. `nc` without `-N` holds the connection open after its input ends:
+/// stopped by `timeout` (124), it had connected.
+fn relay_probes(t: &ExecTarget<'_>, socket: &str) -> Result<String, ExecError> {
+    let mut lines = String::new();
+    for relay in Relay::ALL {
+        let argv = match relay_argv(t, relay, socket) {
+            Ok(argv) => argv,
+            Err(ExecError::BadSocketPath(_)) if relay == Relay::Socat => continue,
+            Err(e) => return Err(e),
+        };
+        let ok = if relay == Relay::Nc { "[ $rc -eq 0 ] || [ $rc -eq 124 ]" } else { "[ $rc -eq 0 ]" };
+        lines.push_str(&format!(
+            "\x20 timeout {secs} {srun} </dev/null >/dev/null 2>&1; rc=$?\n\x20 if {ok}; then echo {token}; exit 0; fi\n",
+            srun = shell::join(&argv),
+            secs = if relay == Relay::Nc { 20 } else { 60 },
+            token = shell::quote(&format!("{RELAY_TOKEN}{}", relay.name())),
+        ));
+    }
+    Ok(lines)
+}
+
+/// What the start script's last line of stdout begins with, the relay's name after it.
+pub const RELAY_TOKEN: &str = "tao-slurm-relay=";
+
+/// The relay a start chose, from its stdout's last line (the script's own, not the job's: every
+/// step's output goes elsewhere).
+pub fn relay_choice(stdout: &str) -> Option<Relay> {
+    Relay::parse(stdout.lines().last()?.trim().strip_prefix(RELAY_TOKEN)?)
 }
 
 /// Most bytes of `tensorboard.log` a failed start shows (its last 20 lines within them).
@@ -354,14 +556,16 @@ fn check_path_prefix(prefix: &str) -> Result<(), ExecError> {
     }
 }
 
-/// The node ports the service draws a TensorBoard's port from (below Linux's ephemeral range).
-pub const SERVICE_TENSORBOARD_PORTS: std::ops::RangeInclusive<u16> = 20000..=32767;
-
-/// The node port of one start of a job's TensorBoard by the service, from a random draw: a new one
-/// each start, so no job can know it before the start, and none is taken from the job id.
-pub fn service_tensorboard_port(draw: u32) -> u16 {
-    let (low, high) = (*SERVICE_TENSORBOARD_PORTS.start(), *SERVICE_TENSORBOARD_PORTS.end());
-    low + (draw % (u32::from(high - low) + 1)) as u16
+/// A socket path ssh can forward (`-L local:remote`: no `:`) and Linux can bind (at most
+/// [`MAX_SOCKET_PATH`] bytes, absolute).
+pub fn check_socket_path(path: &str) -> Result<(), ExecError> {
+    if !path.starts_with('/') || path.contains(':') || path.bytes().any(|b| b.is_ascii_control()) {
+        return Err(ExecError::BadSocketPath(path.to_string()));
+    }
+    if path.len() > MAX_SOCKET_PATH {
+        return Err(ExecError::SocketPathTooLong(path.to_string(), path.len()));
+    }
+    Ok(())
 }
 
 /// Splits a capture's stderr into the command's own stderr and the full sizes of both streams.
@@ -400,37 +604,110 @@ mod tests {
     }
 
     #[test]
-    fn tensorboard_takes_a_path_prefix_only_when_it_is_a_plain_path() {
+    fn tensorboard_listens_on_a_socket_in_its_private_directory_never_on_a_port() {
         let t = target(Some("node1"), false);
-        let plain = tensorboard_script(&t, "10.0.0.1", "/r/abc", 6006, None, OnBusy::Reuse).unwrap();
-        assert!(plain.contains("--port 6006 --bind_all </dev/null 2>&1 |"), "{plain}");
+        let dir = tensorboard_dir("/r", [0xab; 8]);
+        assert_eq!(dir, "/r/.tb-abababababababab");
+        assert_ne!(tensorboard_dir("/r", [1; 8]), dir, "a new draw, a new directory");
+        let socket = tensorboard_socket(&dir);
+        assert_eq!(tensorboard_cleanup_script(&socket).as_deref(), Some("rm -rf -- /r/.tb-abababababababab"));
+        for other in [
+            "/r/x/s",
+            "/r/.tb-abab/s",
+            "/r/.tb-abababababababab",
+            "/.tb-abababababababab/s",
+            "/r/.tb-abababababababaz/s",
+        ] {
+            assert_eq!(tensorboard_cleanup_script(other), None, "{other}");
+        }
+        let plain = tensorboard_script(&t, "/r/abc", &dir, None).unwrap();
+        assert!(
+            plain.contains(
+                "--logdir /r/abc --host unix:///r/.tb-abababababababab/s --port 0 --load_fast=false </dev/null"
+            ),
+            "{plain}"
+        );
+        assert!(plain.contains("mkdir -m 700 -- \"$dir\""), "{plain}");
+        assert!(!plain.contains("--bind_all") && !plain.contains("/dev/tcp"), "no TCP port anywhere: {plain}");
         assert!(!plain.contains("--path_prefix"), "{plain}");
-        let prefixed =
-            tensorboard_script(&t, "10.0.0.1", "/r/abc", 6006, Some("/tensorboard/abc"), OnBusy::Refuse).unwrap();
-        assert!(prefixed.contains("--bind_all --path_prefix /tensorboard/abc </dev/null 2>&1 |"), "{prefixed}");
+        let prefixed = tensorboard_script(&t, "/r/abc", &dir, Some("/tensorboard/abc")).unwrap();
+        assert!(prefixed.contains("--load_fast=false --path_prefix /tensorboard/abc </dev/null 2>&1 |"), "{prefixed}");
         for bad in ["tensorboard/abc", "/a b", "/a;rm", "//x", "/a/../b", "/x'y", ""] {
-            let e = tensorboard_script(&t, "10.0.0.1", "/r/abc", 6006, Some(bad), OnBusy::Refuse);
+            let e = tensorboard_script(&t, "/r/abc", &dir, Some(bad));
             assert!(matches!(e, Err(ExecError::BadPathPrefix(_))), "{bad:?}: {e:?}");
+        }
+        let long = tensorboard_dir(&format!("/{}", "r".repeat(90)), [0; 8]);
+        let e = tensorboard_script(&t, "/r/abc", &long, None);
+        assert!(matches!(e, Err(ExecError::SocketPathTooLong(_, 114))), "{e:?}");
+        for bad in ["/r/a:b", "relative", "/r/a\nb"] {
+            assert!(matches!(check_socket_path(bad), Err(ExecError::BadSocketPath(_))), "{bad:?}");
         }
     }
 
     #[test]
-    fn the_service_tensorboard_port_comes_from_the_draw_and_stays_in_its_range() {
-        for draw in [0, 1, 12767, 12768, u32::MAX, 0x5f0c_2b9e] {
-            assert!(SERVICE_TENSORBOARD_PORTS.contains(&service_tensorboard_port(draw)), "{draw}");
+    fn a_connection_is_relayed_by_a_step_of_the_job_on_tensorboards_node() {
+        let t = target(Some("node2"), false);
+        let sock = "/r/.tb-abababababababab/s";
+        let py = relay_argv(&t, Relay::Python, sock).unwrap();
+        assert_eq!(
+            py[..8].join(" "),
+            "srun --unbuffered --overlap --jobid=42 --quiet --nodelist=node2 --nodes=1 --ntasks=1",
+            "{py:?}"
+        );
+        assert_eq!(py[8..11], ["--container-name=tao-abc", "--", "python3"], "in the job's own container: {py:?}");
+        assert_eq!(py.last().map(String::as_str), Some(sock));
+        let line = relay_line(&t, Relay::Socat, sock).unwrap();
+        assert_eq!(
+            line,
+            "srun --unbuffered --overlap --jobid=42 --quiet --nodelist=node2 --nodes=1 --ntasks=1 -- socat - \
+             UNIX-CONNECT:/r/.tb-abababababababab/s"
+        );
+        let nc = relay_argv(&t, Relay::Nc, sock).unwrap();
+        assert_eq!(nc[nc.len() - 4..], ["--", "nc", "-U", sock]);
+        // socat reads `,` and `:` in its address as its own syntax: such a path is not given to it.
+        for odd in ["/r,fork/s", "/r x/s", "/r/'$(id)'/s"] {
+            assert!(matches!(relay_argv(&t, Relay::Socat, odd), Err(ExecError::BadSocketPath(_))), "{odd}");
+            let nc = relay_line(&t, Relay::Nc, odd).unwrap();
+            assert!(nc.ends_with(&shell::quote(odd)), "quoted whole: {nc}");
         }
-        assert_eq!(service_tensorboard_port(0), 20000);
-        assert_eq!(service_tensorboard_port(12767), 32767);
-        assert_eq!(service_tensorboard_port(12768), 20000);
+        assert!(relay_argv(&t, Relay::Python, "relative/s").is_err());
+        // The script's own last line names the relay; anything else names none.
+        assert_eq!(relay_choice("x\ntao-slurm-relay=socat\n"), Some(Relay::Socat));
+        assert_eq!(relay_choice("tao-slurm-relay=python3"), Some(Relay::Python));
+        for other in ["", "tao-slurm-relay=sh", "tao-slurm-relay=nc\nmore", "relay=nc"] {
+            assert_eq!(relay_choice(other), None, "{other:?}");
+        }
+        let script = tensorboard_script(&t, "/r/abc", "/r/.tb-abababababababab", None).unwrap();
+        let (p, s, n) = (script.find("python3 -c"), script.find("socat -"), script.find("nc -U"));
+        assert!(p < s && s < n && p.is_some(), "tried in order: python3, socat, nc: {script}");
+    }
+
+    #[test]
+    fn a_start_without_a_relay_fails_naming_what_is_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("results")).unwrap();
+        // Every relay's step fails (no python3 in the image, neither socat nor nc on the node).
+        std::fs::write(dir.path().join("no-relay"), "").unwrap();
+        let (rc, err) = run_start(dir.path(), LISTENING, &tb_dir(dir.path(), 7));
+        assert_eq!(rc, 1, "{err}");
+        assert!(err.contains("no python3") && err.contains("socat") && err.contains("node node1"), "{err}");
+        assert_eq!(relay_choice(&std::fs::read_to_string(dir.path().join("stdout")).unwrap()), None);
     }
 
     /// The start script under bash, with `srun` a stand-in (`fake_srun`, a bash body run as the job
-    /// would: in its results directory) on PATH; its exit status and stderr.
-    fn run_start(dir: &std::path::Path, fake_srun: &str, port: u16, on_busy: OnBusy) -> (i32, String) {
+    /// would: in its results directory, with `$sock` the socket it was asked to listen on) on PATH;
+    /// its exit status and stderr.
+    fn run_start(dir: &std::path::Path, fake_srun: &str, tb_dir: &str) -> (i32, String) {
         let bin = dir.join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         let srun = bin.join("srun");
-        let body = format!("#!/bin/bash\ncd {}\n{fake_srun}\n", dir.join("results").display());
+        let body = format!(
+            "#!/bin/bash\nif [[ \" $* \" == *\" --unbuffered \"* ]]; then [ -e {}/no-relay ] && exit 127\n\
+             while [ \"$1\" != -- ]; do shift; done; shift; exec \"$@\"; fi\n\
+             cd {}\nfor a; do case $a in unix://*) sock=${{a#unix://}};; esac; done\n{fake_srun}\n",
+            dir.display(),
+            dir.join("results").display()
+        );
         std::fs::write(&srun, body).unwrap();
         std::fs::set_permissions(&srun, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let results = dir.join("results").display().to_string();
@@ -439,22 +716,20 @@ mod tests {
         let up = crate::layout::container_up_file(&results, t.slurm_job_id, "node1", &container_of(&t));
         std::fs::create_dir_all(std::path::Path::new(&up).parent().unwrap()).unwrap();
         std::fs::write(&up, "").unwrap();
-        let script = tensorboard_script(&t, "127.0.0.1", &results, port, None, on_busy).unwrap();
+        let script = tensorboard_script(&t, &results, tb_dir, None).unwrap();
         let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
         let out = std::process::Command::new("bash").arg("-c").arg(&script).env("PATH", path).output().unwrap();
+        std::fs::write(dir.join("stdout"), &out.stdout).unwrap();
         (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
     }
 
-    fn free_port() -> u16 {
-        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-    }
+    /// A stand-in TensorBoard: says a line, then listens on `$sock` for a few seconds, closing each
+    /// connection it takes.
+    const LISTENING: &str = "echo started here\nexec python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); \
+         s.bind(sys.argv[1]); s.listen(); s.settimeout(5)\nwhile True: s.accept()[0].close()' \"$sock\"";
 
-    /// A stand-in TensorBoard: says a line, then answers on the port for a few seconds.
-    fn listening(port: u16) -> String {
-        format!(
-            "echo started here\nexec python3 -c 'import socket,time; s=socket.socket(); \
-             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((\"127.0.0.1\", {port})); s.listen(); time.sleep(5)'"
-        )
+    fn tb_dir(dir: &std::path::Path, n: u8) -> String {
+        tensorboard_dir(&dir.display().to_string(), [n; 8])
     }
 
     #[test]
@@ -467,8 +742,7 @@ mod tests {
 
         // Planted before the start: the link is replaced by our own log, its target untouched.
         std::os::unix::fs::symlink(&victim, &log).unwrap();
-        let port = free_port();
-        let (rc, err) = run_start(dir.path(), &listening(port), port, OnBusy::Refuse);
+        let (rc, err) = run_start(dir.path(), LISTENING, &tb_dir(dir.path(), 1));
         assert_eq!(rc, 0, "{err}");
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "the user's own file\n");
         let meta = std::fs::symlink_metadata(&log).unwrap();
@@ -488,7 +762,7 @@ mod tests {
              rm -f tensorboard.log; ln -s {} tensorboard.log; exit 1",
             victim.display()
         );
-        let (rc, err) = run_start(dir.path(), &swap, free_port(), OnBusy::Refuse);
+        let (rc, err) = run_start(dir.path(), &swap, &tb_dir(dir.path(), 2));
         assert_eq!(rc, 1, "{err}");
         assert!(err.contains("not a regular file: not shown"), "{err}");
         assert!(!err.contains("the user's own file"), "{err}");
@@ -496,25 +770,37 @@ mod tests {
     }
 
     #[test]
-    fn the_service_trusts_no_listener_it_did_not_start_and_the_cli_reuses_one() {
+    fn a_start_succeeds_only_on_a_socket_of_its_own_in_the_directory_it_made() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("results")).unwrap();
-        let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = squatter.local_addr().unwrap().port();
-        let marker = "touch ../srun-ran";
-        let (rc, err) = run_start(dir.path(), marker, port, OnBusy::Refuse);
-        assert_eq!(rc, TENSORBOARD_PORT_BUSY, "{err}");
-        assert!(err.contains("not trusted as TensorBoard"), "{err}");
-        let (rc, err) = run_start(dir.path(), marker, port, OnBusy::Reuse);
-        assert_eq!(rc, 0, "{err}");
-        assert!(!dir.path().join("srun-ran").exists(), "nothing was started either way");
-        drop(squatter);
-        // A TensorBoard that ends before it answers (its port taken meanwhile, say) is no success.
-        let (rc, err) = run_start(dir.path(), "echo cannot bind >&2; exit 1", free_port(), OnBusy::Refuse);
+        let marker = format!("touch {}/srun-ran; {LISTENING}", dir.path().display());
+        // Its directory there already (made first by anyone, a link or a directory): nothing starts.
+        let planted = tb_dir(dir.path(), 3);
+        std::fs::create_dir(&planted).unwrap();
+        std::os::unix::net::UnixListener::bind(tensorboard_socket(&planted)).unwrap();
+        let (rc, err) = run_start(dir.path(), &marker, &planted);
         assert_eq!(rc, 1, "{err}");
-        assert!(err.contains("cannot bind"), "the log's end is shown: {err}");
+        assert!(err.contains("private directory"), "{err}");
+        let linked = tb_dir(dir.path(), 4);
+        std::os::unix::fs::symlink(&planted, &linked).unwrap();
+        let (rc, err) = run_start(dir.path(), &marker, &linked);
+        assert_eq!(rc, 1, "{err}");
+        assert!(!dir.path().join("srun-ran").exists(), "nothing was started");
+        // Something not a socket at its path, then its end: no success.
+        let not_socket = "echo not a socket > \"$sock\"; sleep 1; echo gave up >&2; exit 3";
+        let (rc, err) = run_start(dir.path(), not_socket, &tb_dir(dir.path(), 5));
+        assert_eq!(rc, 1, "{err}");
+        assert!(err.contains("gave up"), "the log's end is shown: {err}");
+        // Its own listener, in a directory only this user can enter.
+        let own = tb_dir(dir.path(), 6);
+        let (rc, err) = run_start(dir.path(), &marker, &own);
+        assert_eq!(rc, 0, "{err}");
+        let out = std::fs::read_to_string(dir.path().join("stdout")).unwrap();
+        assert_eq!(relay_choice(&out), Some(Relay::Python), "the relay that reached the socket: {out:?}");
+        let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&own).unwrap().permissions());
+        assert_eq!(mode & 0o777, 0o700);
+        assert!(std::os::unix::net::UnixStream::connect(tensorboard_socket(&own)).is_ok());
     }
-
     #[test]
     fn exec_joins_the_named_container_of_the_running_job() {
         let argv = exec_argv(&target(Some("node2"), false), &["hostname".into()]).unwrap();

@@ -18,6 +18,7 @@ mod running;
 mod secrets;
 mod submission;
 mod submit;
+mod tensorboard_relay;
 mod views;
 mod wait;
 mod workdir;

@@ -42,17 +42,30 @@ pub struct RunningJob {
     pub results_dir: String,
 }
 
-/// A forward set up by [`Client::forward_port`]; stop it with [`Client::stop_forward`].
+/// A forward set up by [`Client::forward_port`] or [`Client::tensorboard`]; stop it with
+/// [`Client::stop_forward`].
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Forward {
     pub job_id: String,
     pub node: String,
     /// The node's address as the login host reaches it (Slurm's NodeAddr).
     pub addr: String,
+    /// The node's port; 0 for a socket (`remote_socket`).
     pub remote_port: u16,
+    /// The local port; 0 for a socket (`local_socket`), or until the caller listens for it.
     pub local_port: u16,
-    /// `http://127.0.0.1:<local_port>/`.
+    /// `http://127.0.0.1:<local_port>/`, or `unix:<local_socket>`.
     pub url: String,
+    /// TensorBoard's Unix socket on the node, in its private directory (mode 700).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_socket: Option<String>,
+    /// The Unix socket this process listens on for it, in a directory of its own (mode 700) made
+    /// for it; each connection to it is relayed by a step of the job on the node (`relay`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_socket: Option<String>,
+    /// What relays each connection on the node (`python3` in the job's container, `socat`, `nc`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub relay: Option<String>,
 }
 
 /// A place the job does not have, with the field at fault.
@@ -184,47 +197,29 @@ impl Client {
         remote_port: u16,
         local_port: u16,
     ) -> Result<Forward> {
-        let local_port = if local_port == 0 { free_local_port()? } else { local_port };
         self.remote()?.forward(&format!("127.0.0.1:{local_port}"), &format!("{addr}:{remote_port}"), false)?;
-        Ok(Forward { job_id, node, addr, remote_port, local_port, url: format!("http://127.0.0.1:{local_port}/") })
+        Ok(Forward {
+            job_id,
+            node,
+            addr,
+            remote_port,
+            local_port,
+            url: format!("http://127.0.0.1:{local_port}/"),
+            remote_socket: None,
+            local_socket: None,
+            relay: None,
+        })
     }
 
-    /// Start TensorBoard in the job's container on its results directory (on its first node, unless
-    /// it already runs there) and forward it to `local_port` here (0: a free one). `path_prefix`:
-    /// TensorBoard's `--path_prefix`.
-    pub fn tensorboard(&self, id: &str, port: u16, local_port: u16, path_prefix: Option<&str>) -> Result<Forward> {
-        let started = self.start_tensorboard(id, port, local_port, path_prefix, running::OnBusy::Reuse)?;
-        started.ok_or_else(|| Error::RemoteCommand(format!("port {port} is taken")))
-    }
-
-    /// The service's TensorBoard of a job, served under `path_prefix`: started anew on a node port
-    /// drawn at random (a job cannot know it before, nor take it from the job id); a port something
-    /// already answers on is never trusted as it: another is drawn, up to [`TENSORBOARD_DRAWS`] times.
-    pub fn tensorboard_unpredictable(&self, id: &str, path_prefix: &str) -> Result<Forward> {
-        for _ in 0..TENSORBOARD_DRAWS {
-            let mut draw = [0u8; 4];
-            getrandom::fill(&mut draw)
-                .map_err(|e| Error::RemoteCommand(format!("the system's random generator failed: {e}")))?;
-            let port = running::service_tensorboard_port(u32::from_le_bytes(draw));
-            if let Some(forward) = self.start_tensorboard(id, port, 0, Some(path_prefix), running::OnBusy::Refuse)? {
-                return Ok(forward);
-            }
-            tracing::warn!(job = %id, port, "something already answers on the drawn TensorBoard port; drawing another");
-        }
-        Err(Error::RemoteCommand(format!(
-            "every one of {TENSORBOARD_DRAWS} ports drawn for job {id}'s TensorBoard already had something answering on it"
-        )))
-    }
-
-    /// The start itself; None when something answered on `port` and `on_busy` refuses it.
-    fn start_tensorboard(
-        &self,
-        id: &str,
-        port: u16,
-        local_port: u16,
-        path_prefix: Option<&str>,
-        on_busy: running::OnBusy,
-    ) -> Result<Option<Forward>> {
+    /// Start TensorBoard in the job's container on its results directory (on its first node), on a
+    /// Unix socket in a private directory drawn for this start (no TCP port on the node: nothing
+    /// another user of the node can reach or take first), and listen here on a socket in a private
+    /// directory made for it ([`Forward::local_socket`]: nothing to race for, unlike a free port
+    /// picked then handed to ssh), each connection to which is relayed to TensorBoard's socket by a
+    /// step of the job on its node (`srun --overlap`, through the login host's SSH master: the
+    /// login host's sshd cannot reach a socket on another machine). `path_prefix`: TensorBoard's
+    /// `--path_prefix`. Each call starts a TensorBoard of its own (it ends with the job).
+    pub fn tensorboard(&self, id: &str, path_prefix: Option<&str>) -> Result<Forward> {
         let job = self.running_job(id)?;
         let node = running::first_node(&job.node_list)
             .ok_or_else(|| invalid("node", format!("job {} has no node list", job.job_id)))?;
@@ -239,24 +234,48 @@ impl Client {
             node_list: &job.node_list,
             results_dir: &job.results_dir,
         };
-        let script = running::tensorboard_script(&target, &addr, &job.results_dir, port, path_prefix, on_busy)
-            .map_err(|e| {
-                invalid(
-                    if matches!(e, running::ExecError::BadPathPrefix(_)) { "path_prefix" } else { "node" },
-                    e.to_string(),
-                )
-            })?;
-        // A start that refuses a busy port is not run twice: its own TensorBoard would be refused.
-        let once = match on_busy {
-            running::OnBusy::Reuse => crate::remote::Idempotency::Idempotent,
-            running::OnBusy::Refuse => crate::remote::Idempotency::RunAtMostOnce,
-        };
+        let mut draw = [0u8; 8];
+        getrandom::fill(&mut draw)
+            .map_err(|e| Error::RemoteCommand(format!("the system's random generator failed: {e}")))?;
+        let root = job.results_dir.rsplit_once('/').map_or("", |(root, _)| root);
+        let dir = running::tensorboard_dir(root, draw);
+        let script = running::tensorboard_script(&target, &job.results_dir, &dir, path_prefix).map_err(|e| {
+            let field = match e {
+                running::ExecError::BadPathPrefix(_) => "path_prefix",
+                running::ExecError::SocketPathTooLong(..) | running::ExecError::BadSocketPath(_) => "job_id",
+                _ => "node",
+            };
+            invalid(field, e.to_string())
+        })?;
+        // Run at most once: a start run again would fail on the directory the first one made.
+        let once = crate::remote::Idempotency::RunAtMostOnce;
         let out = self.remote()?.run_script_within(&script, once, std::time::Duration::from_secs(60))?;
-        match out.exit_code {
-            0 => self.forward_to(job.job_id, node, addr, port, local_port).map(Some),
-            tao_slurm_core::exit_codes::TENSORBOARD_PORT_BUSY => Ok(None),
-            _ => Err(Error::RemoteCommand(out.stderr.trim().to_string())),
+        if out.exit_code != 0 {
+            return Err(Error::RemoteCommand(out.stderr.trim().to_string()));
         }
+        let remote_socket = running::tensorboard_socket(&dir);
+        let relay = running::relay_choice(&out.stdout)
+            .ok_or_else(|| Error::RemoteCommand("TensorBoard's start named no relay for its connections".into()))?;
+        let line = running::relay_line(&target, relay, &remote_socket).map_err(|e| invalid("node", e.to_string()))?;
+        // The relays' own transport (the same login hosts and master): they outlive this client.
+        let remote = crate::remote::connect(&self.settings)?;
+        let local_socket = super::tensorboard_relay::start(remote, line, job.job_id.clone())
+            .map_err(|e| Error::RemoteCommand(format!("no private socket here for TensorBoard: {e}")))?;
+        if let Err(e) = running::check_socket_path(&local_socket) {
+            super::tensorboard_relay::stop(&local_socket);
+            return Err(Error::RemoteCommand(e.to_string()));
+        }
+        Ok(Forward {
+            job_id: job.job_id,
+            node,
+            addr,
+            remote_port: 0,
+            local_port: 0,
+            url: format!("unix:{local_socket}"),
+            remote_socket: Some(remote_socket),
+            local_socket: Some(local_socket),
+            relay: Some(relay.name().to_string()),
+        })
     }
 
     /// A node's address as the login host reaches it.
@@ -269,20 +288,20 @@ impl Client {
         Ok(running::node_addr(node, &out.stdout))
     }
 
-    /// Stop a forward made by [`Client::forward_port`].
+    /// Stop a forward made by [`Client::forward_port`] or [`Client::tensorboard`] (the latter: its
+    /// relay's socket and connections here, and TensorBoard's directory on the node).
     pub fn stop_forward(&self, f: &Forward) -> Result<()> {
+        if let (Some(local), Some(remote)) = (&f.local_socket, &f.remote_socket) {
+            super::tensorboard_relay::stop(local);
+            if let Some(script) = running::tensorboard_cleanup_script(remote) {
+                let removed = self.remote()?.run_script(&script, crate::remote::Idempotency::Idempotent);
+                if let Err(e) = removed {
+                    tracing::warn!(job = %f.job_id, error = %e, "could not remove TensorBoard's directory");
+                }
+            }
+            return Ok(());
+        }
         let to = format!("{}:{}", f.addr, f.remote_port);
         Ok(self.remote()?.forward(&format!("127.0.0.1:{}", f.local_port), &to, true)?)
     }
-}
-
-/// Ports the service draws for one TensorBoard start before it gives up.
-pub const TENSORBOARD_DRAWS: usize = 3;
-
-/// A port on 127.0.0.1 nothing listens on now (the forward takes it a moment later).
-fn free_local_port() -> Result<u16> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| Error::RemoteCommand(format!("no free local port: {e}")))
 }

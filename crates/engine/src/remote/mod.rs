@@ -21,6 +21,38 @@ pub struct RemoteOutput {
     pub host: String,
 }
 
+/// A command running on the login host with its standard streams here, binary and unbuffered
+/// (no terminal): a TensorBoard connection's relay. Dropping `keep` ends it (the session closes).
+pub struct RemoteStream {
+    pub stdin: Box<dyn std::io::Write + Send>,
+    pub stdout: Box<dyn std::io::Read + Send>,
+    pub stderr: Box<dyn std::io::Read + Send>,
+    pub keep: Box<dyn Send>,
+}
+
+/// A local child process (`ssh`, `bash`) whose streams a [`RemoteStream`] is: killed and reaped when
+/// dropped.
+pub(crate) struct ChildGuard(pub std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A child started with piped streams, as a [`RemoteStream`].
+pub(crate) fn child_stream(mut cmd: std::process::Command, program: &str) -> Result<RemoteStream, RemoteError> {
+    use std::process::Stdio;
+    let spawn_error = |message: String| RemoteError::Spawn { program: program.into(), message };
+    let mut child =
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| spawn_error(e.to_string()))?;
+    let (Some(stdin), Some(stdout), Some(stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take()) else {
+        return Err(spawn_error("no pipes".into()));
+    };
+    Ok(RemoteStream { stdin: Box::new(stdin), stdout: Box::new(stdout), stderr: Box::new(stderr), keep: Box::new(ChildGuard(child)) })
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum RemoteError {
     #[error("cannot connect to any login host ({hosts}): {message}\n{remediation}")]
@@ -169,6 +201,13 @@ pub trait Remote: Send + Sync {
     fn attach(&self, command_line: &str, tty: bool) -> Result<i32, RemoteError> {
         let _ = (command_line, tty);
         Err(RemoteError::Spawn { program: self.describe(), message: "this transport cannot attach a command".into() })
+    }
+
+    /// Start one command line on the login host with its standard streams piped here ([`RemoteStream`]),
+    /// in a session of its own. The line is made by quoting (see `ops::running`), never from user text.
+    fn open_stream(&self, command_line: &str) -> Result<RemoteStream, RemoteError> {
+        let _ = command_line;
+        Err(RemoteError::Spawn { program: self.describe(), message: "this transport cannot open a stream".into() })
     }
 
     /// Open the connection to `host` (every login host when None) with the person at the terminal

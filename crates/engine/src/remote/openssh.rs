@@ -625,6 +625,34 @@ impl Remote for OpenSsh {
         }
     }
 
+    fn open_stream(&self, command_line: &str) -> Result<super::RemoteStream, RemoteError> {
+        let index = self.current_host()?;
+        let host = &self.hosts[index];
+        self.counters.session();
+        // A session of the master, asked over its socket; else (it does not answer: it may have just
+        // gone) an ssh client, which is the master's client or, with `auto`, a new master.
+        if let Some(control) = self.target(host).control_path {
+            let limit = Duration::from_secs(u64::from(self.connect_timeout_secs));
+            match super::mux::open(&control, command_line, limit) {
+                Ok(o) => {
+                    return Ok(super::RemoteStream {
+                        stdin: Box::new(o.stdin),
+                        stdout: Box::new(o.stdout),
+                        stderr: Box::new(o.stderr),
+                        keep: Box::new(o.link),
+                    });
+                }
+                Err(message) => tracing::debug!(host = %host.label(), %message, "no stream from the master's socket"),
+            }
+        }
+        let mut cmd = self.base_command(host);
+        cmd.args(["-T", "-o", "ControlMaster=auto", "-o"])
+            .arg(format!("ControlPersist={}", self.control_persist_secs.max(1)))
+            .arg("--")
+            .arg(command_line);
+        super::child_stream(cmd, "ssh")
+    }
+
     fn login(&self, host: Option<&str>, persist: Duration) -> Result<Vec<(String, bool)>, RemoteError> {
         let mut out = Vec::new();
         for (i, h) in self.hosts.iter().enumerate() {
