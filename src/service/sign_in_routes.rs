@@ -248,43 +248,36 @@ pub async fn callback(
     if let Err(e) = &who {
         tracing::warn!(error = %e, "a sign-in was refused");
     }
-    let forget = cookie(s, COOKIE, "", "/auth", "Lax", 0);
-    match p.device {
+    let mut reply = match p.device {
         Some(d) => confirm_page(&state, seal, d, who).await,
         None => dashboards(&state, s, seal, who).await,
+    };
+    // The sign-in is over, whichever way it went: the browser forgets its state.
+    let (name, forget) = cookie(s, COOKIE, "", "/auth", "Lax", 0);
+    if let Ok(v) = forget.parse() {
+        reply.headers_mut().append(name, v);
     }
-    .map(|mut r| {
-        if let Ok(v) = forget.1.parse() {
-            r.headers_mut().append(forget.0, v);
-        }
-        r
-    })
-    .unwrap_or_else(|r| r)
+    reply
 }
 
 /// A terminal's sign-in, the person signed in at the provider: they confirm it, seeing where and
 /// when it was asked for (a link or a code someone else sent must not sign their terminal in).
-async fn confirm_page(
-    state: &AppStateRef,
-    seal: &Seal,
-    d: DeviceRef,
-    who: Result<Who, String>,
-) -> Result<Response, Response> {
+async fn confirm_page(state: &AppStateRef, seal: &Seal, d: DeviceRef, who: Result<Who, String>) -> Response {
     let who = match who {
         Ok(w) => w,
         Err(e) => {
             let refused = serde_json::json!({ "refused": e }).to_string();
             let code = d.code_sha256.clone();
             if let Err(db) = records(state, move |r| r.sign_ins().settle_device(&code, &refused, now())).await {
-                return Err(unavailable("cannot record a refused sign-in", &db));
+                return unavailable("cannot record a refused sign-in", &db);
             }
-            return Ok(page(StatusCode::FORBIDDEN, "Not signed in", &e));
+            return page(StatusCode::FORBIDDEN, "Not signed in", &e);
         }
     };
     let until = now() + CONFIRM_SECS;
     let confirm = match seal.seal("confirm", (&d.code_sha256, &who), until) {
         Ok(c) => c,
-        Err(e) => return Err(unavailable("cannot seal a confirmation", &e)),
+        Err(e) => return unavailable("cannot seal a confirmation", &e),
     };
     let text = format!(
         "Signed in as {} in org {}. A terminal asked to sign in as you: from the address {}, at {} (UTC), showing the code {}. Sign it in only if you ran `tao-slurm login` there just now and it shows this code; anyone who sent you here cannot use it otherwise.",
@@ -298,36 +291,31 @@ async fn confirm_page(
         "<form method=post action=\"/auth/device/confirm\"><input type=hidden name=confirm value=\"{}\"><button type=submit>Sign the terminal in</button></form>",
         esc(&confirm)
     );
-    Ok(page_with(StatusCode::OK, "Sign a terminal in?", &text, &form))
+    page_with(StatusCode::OK, "Sign a terminal in?", &text, &form)
 }
 
 /// The dashboard's sign-in: its token made, handed to the dashboard through a cookie only this
 /// browser's own page can take (never in the URL: a link cannot replace anyone's session).
-async fn dashboards(
-    state: &AppStateRef,
-    s: &SignIn,
-    seal: &Seal,
-    who: Result<Who, String>,
-) -> Result<Response, Response> {
+async fn dashboards(state: &AppStateRef, s: &SignIn, seal: &Seal, who: Result<Who, String>) -> Response {
     let issued = match who {
         Ok(w) => issue_off_runtime(state, s, w).await,
-        Err(e) => return Ok(page(StatusCode::FORBIDDEN, "Not signed in", &e)),
+        Err(e) => return page(StatusCode::FORBIDDEN, "Not signed in", &e),
     };
     let i = match issued {
         Ok(i) => i,
-        Err(e) => return Err(unavailable("cannot make a signed-in person's token", &e)),
+        Err(e) => return unavailable("cannot make a signed-in person's token", &e),
     };
     let handoff = serde_json::json!({"org": i.org, "token": i.token, "person": i.person});
     let sealed = match seal.seal("session", handoff, now() + HANDOFF_SECS) {
         Ok(v) => v,
-        Err(e) => return Err(unavailable("cannot seal a session", &e)),
+        Err(e) => return unavailable("cannot seal a session", &e),
     };
     let headers = [
         (header::LOCATION, "/#signed-in".to_string()),
         (header::CACHE_CONTROL, "no-store".into()),
         cookie(s, SESSION_COOKIE, &sealed, "/auth/session", "Strict", HANDOFF_SECS),
     ];
-    Ok((StatusCode::FOUND, headers).into_response())
+    (StatusCode::FOUND, headers).into_response()
 }
 
 /// `POST /auth/session`: the dashboard takes the token its own sign-in left (once).

@@ -167,13 +167,6 @@ async fn terminal_sign_in(svc: &Service, sub: &str, file: &std::path::Path) -> (
     (out.0.success(), said, kept)
 }
 
-/// Text as a URL's query or fragment carries it.
-fn form_urlencoded_bytes(text: &str) -> String {
-    text.bytes()
-        .map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") })
-        .collect()
-}
-
 fn job() -> Value {
     json!({"image": "ubuntu:22.04", "command": "echo uid=$(id -u)", "gpus": 0, "workspace": "people"})
 }
@@ -298,7 +291,7 @@ async fn people_sign_in_through_the_identity_provider_and_run_as_themselves() {
     // A link that carries a session in its address (as the dashboard once took one) changes nothing:
     // bo is still bo, with his own token.
     let forged = json!({"org": ORG, "token": "tsk_forged", "person": "eve"}).to_string();
-    let fragment: String = form_urlencoded_bytes(&forged);
+    let fragment: String = form_urlencoded::byte_serialize(forged.as_bytes()).collect();
     // A fresh load of the page with the link's address (the old dashboard read it as it loaded).
     c.goto("about:blank").await.unwrap();
     c.goto(&format!("{}/#sign_in={fragment}", svc.url)).await.unwrap();
