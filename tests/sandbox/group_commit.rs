@@ -74,7 +74,11 @@ fn concurrent_library_submits_go_in_one_batch_and_bad_members_are_refused_alone(
     let mut ids = Vec::new();
     for (i, (r, _)) in runs.iter().enumerate().filter(|(i, _)| ![2, 4].contains(i)) {
         let s = r.as_ref().unwrap_or_else(|e| panic!("member {i}: {e}"));
-        assert_eq!(env.slurm_jobs_named(&format!("tao-job-{}", s.job_id)), vec![s.slurm_job_id.clone()], "member {i}");
+        assert_eq!(
+            env.slurm_jobs_counted(&format!("tao-job-{}", s.job_id), 1),
+            vec![s.slurm_job_id.clone()],
+            "member {i}"
+        );
         ids.push(s.slurm_job_id.clone());
     }
     ids.dedup();
@@ -161,7 +165,7 @@ async fn a_service_batch_cut_off_midway_loses_no_job_and_doubles_none() {
     .await;
     for j in &jobs {
         let id = j["id"].as_str().unwrap();
-        assert_eq!(svc.env.slurm_jobs_named(&format!("tao-job-{id}")).len(), 1, "exactly one Slurm job for {id}");
+        assert_eq!(svc.env.slurm_jobs_counted(&format!("tao-job-{id}"), 1).len(), 1, "exactly one Slurm job for {id}");
         svc.http.post(svc.api(&format!("/jobs/{id}:cancel"))).bearer_auth(&svc.token).send().await.unwrap();
     }
     wait_for_async("the cut batch's directory removed", Duration::from_secs(120), Duration::from_secs(2), || {
@@ -201,7 +205,7 @@ fn a_warm_submit_is_one_round_trip_and_checks_its_own_inputs_and_image() {
     // convert it, and the job is submitted once.
     env.ssh(&format!("rm -f {cache_dir}/*.sqsh\n"));
     let third = client.create_job(&held("warm-2"), &none).unwrap();
-    assert_eq!(env.slurm_jobs_named(&format!("tao-job-{}", third.job_id)), vec![third.slurm_job_id.clone()]);
+    assert_eq!(env.slurm_jobs_counted(&format!("tao-job-{}", third.job_id), 1), vec![third.slurm_job_id.clone()]);
     let views = client.list_jobs().unwrap();
     assert_eq!(views.len(), 3);
     let image = views.iter().find(|v| v.job_id == third.job_id).unwrap().image.clone();
@@ -286,7 +290,7 @@ async fn creates_answered_once_recorded_are_submitted_together_and_refused_alone
             })
             .await;
         let slurm = job["backend_details"]["slurm_metadata"]["slurm_job_id"].as_str().unwrap().to_string();
-        assert_eq!(svc.env.slurm_jobs_named(&format!("tao-job-{}", ids[i])), vec![slurm], "exactly one Slurm job");
+        assert_eq!(svc.env.slurm_jobs_counted(&format!("tao-job-{}", ids[i]), 1), vec![slurm], "exactly one Slurm job");
     }
     for i in [1, 2] {
         assert!(svc.env.slurm_jobs_named(&format!("tao-job-{}", ids[i])).is_empty(), "refused: no Slurm job");

@@ -162,7 +162,7 @@ echo "resumed from $TAO_RESUME_CHECKPOINT""#;
     assert_ne!(v["slurm_job_id"].as_str(), Some(first.as_str()), "{v}");
     let events = env.ok(&["events", &job, "--json"]);
     assert_eq!(events.matches("\"retried\"").count(), 1, "{events}");
-    assert_eq!(env.slurm_jobs_named(&format!("tao-job-{job}.a2")).len(), 1, "one Slurm job for the retry");
+    assert_eq!(env.slurm_jobs_counted(&format!("tao-job-{job}.a2"), 1).len(), 1, "one Slurm job for the retry");
     let logs = env.json(&["logs", &job, "--json"]);
     let out = logs["stdout"].as_str().unwrap();
     assert!(out.contains("/train/epoch-1.pth"), "the retry resumed from the checkpoint: {out}");

@@ -75,7 +75,7 @@ fn a_graceful_pause_saves_a_checkpoint_and_two_resumes_go_on_from_it_as_one_slur
     assert_eq!(v["status"], "Complete", "{v}");
     assert_eq!(v["attempts"].as_array().map(Vec::len), Some(2), "{v}");
     assert_eq!(v["attempts"][1]["cause"], "resumed", "{v}");
-    assert_eq!(env.slurm_jobs_named(&format!("tao-job-{job}.a2")).len(), 1, "one Slurm job for two resumes");
+    assert_eq!(env.slurm_jobs_counted(&format!("tao-job-{job}.a2"), 1).len(), 1, "one Slurm job for two resumes");
     let events = env.ok(&["events", &job, "--json"]);
     assert_eq!(events.matches("\"resumed\"").count(), 1, "{events}");
     assert!(events.contains("Resuming"), "{events}");

@@ -51,7 +51,7 @@ fn a_submitter_killed_at_any_step_leaves_exactly_one_slurm_job_tracked_to_its_en
                 assert_eq!(v["status"], "Complete", "{fp}: {v}");
                 let logs = env.json(&["logs", &job, "--json"]);
                 assert!(logs["stdout"].as_str().unwrap().contains("survived"), "{fp}: {logs}");
-                let jobs = env.slurm_jobs_named(&format!("tao-job-{job}"));
+                let jobs = env.slurm_jobs_counted(&format!("tao-job-{job}"), 1);
                 assert_eq!(jobs.len(), 1, "{fp}: exactly one Slurm job for the attempt: {jobs:?}");
                 assert_eq!(v["retries"], 0, "{fp}: {v}");
             })
@@ -182,7 +182,7 @@ fn the_eleventh_infra_failure_exhausts_the_retry_budget() {
             a["slurm_job_id"].as_str().unwrap()
         )));
     }
-    assert_eq!(env.slurm_jobs_named(&format!("tao-job-{job}")).len(), 11, "one Slurm job per attempt");
+    assert_eq!(env.slurm_jobs_counted(&format!("tao-job-{job}"), 11).len(), 11, "one Slurm job per attempt");
 }
 
 #[test]
@@ -216,5 +216,5 @@ fn concurrent_refreshers_resubmit_a_failed_job_exactly_once() {
         assert_eq!(v["status"], "Complete", "{v}");
         assert_eq!(v["retries"], 1, "exactly one resubmission: {v}");
     }
-    assert_eq!(env.slurm_jobs_named(&format!("tao-job-{job}")).len(), 2, "two Slurm jobs in all");
+    assert_eq!(env.slurm_jobs_counted(&format!("tao-job-{job}"), 2).len(), 2, "two Slurm jobs in all");
 }

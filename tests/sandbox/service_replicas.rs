@@ -335,17 +335,24 @@ async fn survivor_finishes_every_job_once(svc: Service, replica_flags: &[&str], 
     eprintln!("audit trail: {} entries, {} cancels in the burst", trail.len(), cancelled.len());
 
     // Slurm's accounting: every attempt of every job submitted once (read once it has caught up).
-    svc.env.wait_for_accounting();
-    let names = svc.env.ssh("sacct -X -P -n -S now-1hours -E now -o JobName%200\n");
+    // A job cancelled before Slurm had it (a create cut off by the SIGKILL, finished by the survivor
+    // after the cancel) never reaches sacct; every other job does, a moment after it ended (polled).
+    let was_cancelled = |id: &String| cancelled.iter().any(|(c, _)| c == id) || maybe_cancelled.contains(id);
+    let names = svc.env.wait_ssh(
+        "every job not cancelled in sacct",
+        "sacct -X -P -n -S now-1hours -E now -o JobName%200\n",
+        Duration::from_secs(120),
+        |out| {
+            let names: Vec<&str> = out.lines().map(str::trim).collect();
+            ids.iter().filter(|id| !was_cancelled(id)).all(|id| names.contains(&format!("tao-job-{id}").as_str()))
+        },
+    );
     let mut count: BTreeMap<&str, usize> = BTreeMap::new();
     for n in names.lines().map(str::trim).filter(|n| ids.iter().any(|id| n.contains(id.as_str()))) {
         *count.entry(n).or_default() += 1;
     }
     let twice: Vec<_> = count.iter().filter(|(_, c)| **c > 1).collect();
     assert!(twice.is_empty(), "submitted twice: {twice:?}");
-    // A job cancelled before Slurm had it (a create cut off by the SIGKILL, finished by the survivor
-    // after the cancel) never reaches sacct; every other job does.
-    let was_cancelled = |id: &String| cancelled.iter().any(|(c, _)| c == id) || maybe_cancelled.contains(id);
     for id in ids.iter().filter(|id| !was_cancelled(id)) {
         assert!(count.contains_key(format!("tao-job-{id}").as_str()), "job {id}'s first attempt is in sacct");
     }

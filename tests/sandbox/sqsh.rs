@@ -67,12 +67,14 @@ fn images_are_converted_once_and_failures_submit_nothing() {
     let name =
         format!("tao-sqsh-{}", tao_slurm::sqsh::cache_file_name(&tao_slurm::spec::ImageRef::parse(image).unwrap()));
     let name = name.trim_end_matches(".sqsh").to_string();
-    // Read once accounting has caught up: a conversion that ended a moment ago can be missing from
-    // sacct until slurmdbd has its record.
-    let conversions = |env: &Env| {
-        env.wait_for_accounting();
-        let out = env.ssh(&format!("sacct -X -n -P -S {started} --name={name} -o JobID\n"));
-        out.lines().filter(|l| !l.trim().is_empty()).count()
+    // The conversions sacct shows, polled until they are `n`: slurmdbd records a job that ended a
+    // moment ago asynchronously (its agent queue can be empty while the record is still on its way),
+    // so one read is never evidence. Panics with the last count after the deadline.
+    let conversions_reach = |env: &Env, n: usize, why: &str| {
+        let script = format!("sacct -X -n -P -S {started} --name={name} -o JobID\n");
+        env.wait_ssh(&format!("{n} conversions in sacct ({why})"), &script, Duration::from_secs(120), |out| {
+            out.lines().filter(|l| !l.trim().is_empty()).count() == n
+        });
     };
 
     // Three concurrent submits of one new image: one import, three jobs on the cache file; one of
@@ -102,7 +104,7 @@ fn images_are_converted_once_and_failures_submit_nothing() {
         })
         .collect();
     let results: Vec<_> = runs.into_iter().map(|h| h.join().unwrap()).collect();
-    assert_eq!(conversions(&env), 1, "exactly one import for three submits");
+    conversions_reach(&env, 1, "exactly one import for three submits");
     let cache_file = results[0].0["image"].as_str().unwrap().to_string();
     assert!(cache_file.ends_with(".sqsh") && cache_file.starts_with(&cache_dir), "{cache_file}");
     assert!(std::fs::read(&cache_file).unwrap().starts_with(b"hsqs"), "a real squashfs file");
@@ -136,7 +138,7 @@ fn images_are_converted_once_and_failures_submit_nothing() {
         assert_eq!(client.transport_stats().round_trips, trips, "ttl {ttl}: {:?}", client.transport_stats());
         client.cancel_job(&submitted.job_id).unwrap();
     }
-    assert_eq!(conversions(&env), 1, "the second and later jobs did not import again");
+    conversions_reach(&env, 1, "the second and later jobs did not import again");
 
     // The cache directory changed since those checks: the file they found (in the other cache) is
     // not used; the image is converted into this cache, and the job runs from there.
@@ -148,7 +150,7 @@ fn images_are_converted_once_and_failures_submit_nothing() {
     let (job, _) = moved_env.submit(&["--image", image, "--gpus", "0", "--", "true"]);
     let v = moved_env.status(&job);
     assert!(v["image"].as_str().is_some_and(|i| i.starts_with(&format!("{moved}/"))), "{v}");
-    assert_eq!(conversions(&env), 2, "converted into the new cache");
+    conversions_reach(&env, 2, "converted into the new cache");
     moved_env.ok(&["cancel", &job]);
 
     // A stale partial file is ignored and replaced.

@@ -131,7 +131,11 @@ fn an_unknown_submission_is_found_by_its_name_and_never_resubmitted() {
     assert_eq!(v["status"], "Complete", "{v}");
     let events = env.json(&["events", &plan.layout.job_id, "--json"]);
     assert!(events.as_array().unwrap().iter().any(|e| e["kind"] == "adopted"), "{events}");
-    assert_eq!(env.slurm_jobs_named(&plan.layout.job_name), vec![slurm_id], "one Slurm job for the name, never two");
+    assert_eq!(
+        env.slurm_jobs_counted(&plan.layout.job_name, 1),
+        vec![slurm_id],
+        "one Slurm job for the name, never two"
+    );
 }
 
 #[test]
