@@ -15,7 +15,9 @@ const LIMIT: Duration = Duration::from_secs(180);
 const RANK: &str = r#"echo "report: rank=$NODE_RANK world=$WORLD_SIZE node=$SLURMD_NODENAME job=$TAO_JOB_ID \
 image=$(. /etc/os-release; echo $TAO_SLURM_SANDBOX_IMAGE) pwd=$(pwd) uploaded=$(cat uploaded.txt) \
 results=$(touch "$TAO_API_RESULTS_DIR/$TAO_JOB_ID.w" 2>/dev/null && echo rw || echo ro) \
-ro=$(touch /ro/probe 2>/dev/null && echo rw || echo ro) foo=$FOO secret=${#TAO_TEST_SECRET}"
+ro=$(touch /ro/probe 2>/dev/null && echo rw || echo ro) foo=$FOO secret=${#TAO_TEST_SECRET} \
+input=$(touch "$INPUT_DIR/probe" 2>/dev/null && echo rw || echo ro) input_seen=$(cat "$INPUT_DIR/given") \
+specs=$(: >> "$TAO_SPECS_FILE" 2>/dev/null && echo rw || echo ro)"
 echo "$SLURMD_NODENAME" > /tmp/marker
 sleep 300"#;
 
@@ -36,6 +38,10 @@ fn a_two_node_job_runs_in_one_container_per_node_that_exec_joins() {
     let ro = format!("{base}/ro-{}", std::process::id());
     std::fs::create_dir_all(&ro).unwrap();
     std::fs::write(format!("{ro}/probe"), "").unwrap();
+    // An input inside the base directory (which is mounted read-write): the job gets it read-only.
+    let input = format!("{base}/input-{}", std::process::id());
+    std::fs::create_dir_all(&input).unwrap();
+    std::fs::write(format!("{input}/given"), "yes").unwrap();
     let upload = env.dir.path().join("work");
     std::fs::create_dir_all(&upload).unwrap();
     std::fs::write(upload.join("uploaded.txt"), "from-the-laptop").unwrap();
@@ -52,6 +58,10 @@ fn a_two_node_job_runs_in_one_container_per_node_that_exec_joins() {
         "TAO_TEST_SECRET",
         "--mount",
         &format!("{ro}:/ro:ro"),
+        "--input",
+        &format!("data.dir=lustre://{input}"),
+        "--env",
+        &format!("INPUT_DIR={input}"),
         "--workdir",
         &upload.display().to_string(),
         "--shell",
@@ -83,6 +93,11 @@ fn a_two_node_job_runs_in_one_container_per_node_that_exec_joins() {
             "results read-write, a :ro mount not: {r:?}"
         );
         assert_eq!((r["foo"].as_str(), r["secret"].as_str()), ("bar", secret.len().to_string().as_str()), "{r:?}");
+        assert_eq!(
+            (r["input"].as_str(), r["input_seen"].as_str(), r["specs"].as_str()),
+            ("ro", "yes", "ro"),
+            "an input and the specs file are read-only in the container, inside the read-write base: {r:?}"
+        );
     }
     assert_ne!(got[0]["node"], got[1]["node"], "two nodes");
 

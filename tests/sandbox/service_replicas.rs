@@ -14,10 +14,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const WS: &str = "login1";
-/// The burst on PostgreSQL (issue 25's 200 submissions).
-const BURST: usize = 200;
-/// The burst on SQLite: the same path and the same checks, smaller. Each job runs in a real
-/// container, about a second of this machine's CPU each: the two bursts at once took 8 minutes of CI.
+/// The burst on PostgreSQL: the same path and checks as on SQLite. Each job runs in a real container,
+/// about a second of this machine's CPU each: issue 25's 200 (measured: 363 s of the test binary's
+/// 1,607 s on two cores) is the replicas benchmark's size (bench/report.md), not the test's.
+const BURST: usize = 60;
+/// The burst on SQLite.
 const BURST_SQLITE: usize = 60;
 /// The lease's bound (15 s without renewal, renewed every 5 s), with room for a loaded machine.
 const TAKEOVER_LIMIT: Duration = Duration::from_secs(45);

@@ -40,7 +40,8 @@ impl Provider {
             .unwrap();
         let url = format!("http://127.0.0.1:{port}");
         let probe = format!("{url}/.well-known/openid-configuration");
-        wait_for_async("the OIDC provider serves", Duration::from_secs(30), Duration::from_millis(200), || async {
+        // (Python starting flask and authlib: seconds alone, past 30 on a loaded machine)
+        wait_for_async("the OIDC provider serves", Duration::from_secs(120), Duration::from_millis(200), || async {
             reqwest::get(&probe).await.is_ok_and(|r| r.status().is_success())
         })
         .await;

@@ -92,6 +92,10 @@ pub struct Plan {
     /// only in the job's mode-600 secrets file there (removed when the job ends), never in a staged file.
     pub secret_names: Vec<String>,
     pub mounts: Vec<String>,
+    /// The inputs and the specs file, read-only at their own paths, after `mounts` (none in plans
+    /// stored before).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_only_mounts: Vec<String>,
     pub container_workdir: Option<String>,
     /// The uploaded `--workdir` archive the job unpacks into [`Plan::workdir_dir`] (absent for jobs
     /// without one, and in plans stored before).
@@ -413,6 +417,7 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
     check_container_fields(spec)?;
     let base = checked_base_dir(settings)?;
     let (inputs, required_paths) = resolve_inputs(spec)?;
+    let read_only_mounts = read_only_mounts(&mounts, &inputs, &layout)?;
     let requeue = spec.requeue.unwrap_or(settings.use_requeue);
     let checkpoint_grace_seconds = spec.checkpoint_grace_seconds.unwrap_or(settings.checkpoint_grace_seconds);
     let (max_timeout_requeues, total_time_seconds) =
@@ -450,6 +455,7 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
         env,
         secret_names,
         mounts,
+        read_only_mounts,
         container_workdir: match (&spec.container_workdir, &spec.workdir_archive) {
             (None, Some(_)) => Some(unpacked_workdir),
             (w, _) => w.clone(),
@@ -785,6 +791,34 @@ fn resolve_mounts(spec: &JobSpec, settings: &Settings) -> Result<Vec<String>, Sp
     Ok(mounts)
 }
 
+/// The job's inputs on shared storage and its staged specs file, each mounted read-only at its own
+/// path after `mounts` (so over the read-write mount that shows it, where one does): a job reads what
+/// it was given and cannot change it for the next. An input that holds the base directory stays as
+/// `mounts` show it (read-only, it would take the job's results with it). Pyxis separates mounts with
+/// `,` and `:`, so an input path holding either cannot be mounted and is refused.
+fn read_only_mounts(
+    mounts: &[String],
+    inputs: &[(String, InputLocation)],
+    layout: &Layout,
+) -> Result<Vec<String>, SpecError> {
+    let holds_base = |p: &str| layout.base_dir == p || layout.base_dir.starts_with(&format!("{p}/"));
+    let mut paths = vec![layout.specs_file()];
+    for (key, location) in inputs {
+        let InputLocation::Shared { path } = location else { continue };
+        if path.contains([',', ':']) {
+            let field = if key == "dataset_root" { "dataset_root".to_string() } else { format!("input {key}") };
+            return Err(SpecError::new(
+                field,
+                format!("{path} holds ',' or ':', which Pyxis reads as mount separators: the job could not be given it read-only; rename it"),
+            ));
+        }
+        if !holds_base(path) && !paths.contains(path) {
+            paths.push(path.clone());
+        }
+    }
+    Ok(paths.into_iter().map(|p| format!("{p}:{p}:ro")).filter(|m| !mounts.contains(m)).collect())
+}
+
 fn check_container_fields(spec: &JobSpec) -> Result<(), SpecError> {
     if let Some(a) = &spec.workdir_archive {
         check_text("workdir_archive", a)?;
@@ -1097,6 +1131,33 @@ pub(crate) mod tests {
             let err = resolve(&spec, &s).unwrap_err();
             assert_eq!(err.field, field, "{err}");
         }
+    }
+
+    #[test]
+    fn inputs_and_specs_are_mounted_read_only_after_the_others() {
+        let s = settings();
+        let job = JobSpec {
+            inputs: [
+                ("a.b".to_string(), "lustre:///data/set".to_string()),
+                ("c".to_string(), "lustre:///lustre".to_string()),
+                ("d".to_string(), "hf_model://org/model".to_string()),
+            ]
+            .into(),
+            ..spec()
+        };
+        let p = resolve(&job, &s).unwrap();
+        let specs = p.layout.specs_file();
+        assert_eq!(p.mounts, vec!["/lustre"]);
+        // /lustre holds the base directory: it stays read-write; a fetched input is no path here.
+        assert_eq!(p.read_only_mounts, vec![format!("{specs}:{specs}:ro"), "/data/set:/data/set:ro".into()]);
+        let args = crate::script::render_batch_script(&p);
+        assert!(args.contains(&format!(" --container-mounts=/lustre,{specs}:{specs}:ro,/data/set:/data/set:ro ")), "{args}");
+        for (key, uri, field) in [("k", "lustre:///data/a,b", "input k"), ("k", "lustre:///data/a:b", "input k")] {
+            let job = JobSpec { inputs: [(key.to_string(), uri.to_string())].into(), ..spec() };
+            assert_eq!(resolve(&job, &s).unwrap_err().field, field);
+        }
+        let job = JobSpec { dataset_root: Some("lustre:///data/x:y".into()), ..spec() };
+        assert_eq!(resolve(&job, &s).unwrap_err().field, "dataset_root");
     }
 
     #[test]

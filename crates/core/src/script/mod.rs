@@ -185,8 +185,9 @@ pub fn role_container_name(job_id: &str, role: crate::cosmos::Role) -> String {
 /// The container options of a step: image, mounts, the environment it takes from the task, workdir.
 fn container_options(plan: &Plan) -> Vec<String> {
     let mut argv = vec![format!("--container-image={}", plan.image.pyxis)];
-    if !plan.mounts.is_empty() {
-        argv.push(format!("--container-mounts={}", plan.mounts.join(",")));
+    let mounts: Vec<&str> = plan.mounts.iter().chain(&plan.read_only_mounts).map(String::as_str).collect();
+    if !mounts.is_empty() {
+        argv.push(format!("--container-mounts={}", mounts.join(",")));
     }
     argv.push(format!("--container-env={}", container_env_names(plan).join(",")));
     if let Some(w) = &plan.container_workdir {

@@ -177,7 +177,8 @@ fn srun_gets_exactly_the_command_words() {
     assert_eq!(tail[..4], nasty[..4]);
     assert_eq!(format!("{}\n{}", tail[4], tail[5]), nasty[4]);
     assert!(args.contains(&"--container-image=ubuntu:22.04"));
-    assert!(args.contains(&"--container-mounts=/lustre"));
+    let specs = format!("/lustre/alice/specs/{}.json", p.layout.job_id);
+    assert!(args.contains(&format!("--container-mounts=/lustre,{specs}:{specs}:ro").as_str()), "{args:?}");
 }
 
 /// Golden scripts for typical jobs: any change to the rendered text shows up as a diff here.
