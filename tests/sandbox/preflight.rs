@@ -58,6 +58,7 @@ fn preflight_is_green_and_names_each_broken_part() {
         "accounting (sacct)",
         "partition polar",
         "pyxis",
+        "container scope",
         "account association",
         "results directory",
     ] {

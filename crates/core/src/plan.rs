@@ -1151,7 +1151,10 @@ pub(crate) mod tests {
         // /lustre holds the base directory: it stays read-write; a fetched input is no path here.
         assert_eq!(p.read_only_mounts, vec![format!("{specs}:{specs}:ro"), "/data/set:/data/set:ro".into()]);
         let args = crate::script::render_batch_script(&p);
-        assert!(args.contains(&format!(" --container-mounts=/lustre,{specs}:{specs}:ro,/data/set:/data/set:ro ")), "{args}");
+        assert!(
+            args.contains(&format!(" --container-mounts=/lustre,{specs}:{specs}:ro,/data/set:/data/set:ro ")),
+            "{args}"
+        );
         for (key, uri, field) in [("k", "lustre:///data/a,b", "input k"), ("k", "lustre:///data/a:b", "input k")] {
             let job = JobSpec { inputs: [(key.to_string(), uri.to_string())].into(), ..spec() };
             assert_eq!(resolve(&job, &s).unwrap_err().field, field);

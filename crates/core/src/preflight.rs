@@ -134,14 +134,25 @@ unknown (never guessed) until it answers.";
 /// preflight).
 const CHECK_TIMEOUT_SECS: u32 = 20;
 
-/// Which Pyxis the cluster loads: the plugin named in its plugstack (or a file that plugstack
-/// includes) carries the line it logs at slurmd start, `pyxis: version vX.Y.Z`.
+/// Which Pyxis the cluster loads and how: the plugstack's (or an included file's) Pyxis line, whose
+/// arguments it prints (`pyxis_args ...`), and the plugin it names, which carries the line it logs at
+/// slurmd start, `pyxis: version vX.Y.Z`.
 const PYXIS_VERSION_PROBE: &str = r#"conf="$(timeout 20 scontrol show config 2>/dev/null)"
 c="$(printf '%s\n' "$conf" | sed -n 's/^PlugStackConfig *= *//p')"
 dir="$(printf '%s\n' "$conf" | sed -n 's/^PluginDir *= *//p' | cut -d: -f1)"
-so="$( { cat "$c"; for i in $(awk '$1 == "include" { print $2 }' "$c"); do cat $i; done; } 2>/dev/null | awk '($1 == "required" || $1 == "optional") && $2 ~ /pyxis/ { print $2; exit }')"
+line="$( { cat "$c"; for i in $(awk '$1 == "include" { print $2 }' "$c"); do cat $i; done; } 2>/dev/null | awk '($1 == "required" || $1 == "optional") && $2 ~ /pyxis/ { print; exit }')"
+[ -z "$line" ] || printf 'pyxis_args %s\n' "$(printf '%s\n' "$line" | awk '{ $1 = ""; $2 = ""; print }' | tr -cd '[:print:]')"
+so="$(printf '%s\n' "$line" | awk '{ print $2 }')"
 case "$so" in "") exit 1 ;; /*) ;; *) so="$dir/$so" ;; esac
 grep -a -o -m1 'pyxis: version v[0-9][0-9.]*' "$so" | head -n1"#;
+
+/// Pyxis' `container_scope` as its plugstack line sets it (`global`, Pyxis' default, when the line
+/// names none), from the probe's `pyxis_args` line; None when the probe found no Pyxis line.
+fn container_scope(body: &str) -> Option<String> {
+    let args = body.lines().find_map(|l| l.strip_prefix("pyxis_args"))?;
+    let scope = args.split_whitespace().rev().find_map(|a| a.strip_prefix("container_scope="));
+    Some(scope.unwrap_or("global").to_string())
+}
 
 /// The Pyxis version in the probe's output, if it found one.
 fn pyxis_version(body: &str) -> Option<&str> {
@@ -210,6 +221,7 @@ pub fn read_preflight(settings: &Settings, host: &str, stdout: &str) -> Vec<Chec
     checks.extend(out.partitions(&settings.partition));
     checks.extend(settings.account.as_deref().map(|a| out.account_association(a)));
     checks.push(out.pyxis());
+    checks.extend(out.container_scope());
     if settings.ngc_key.is_some() {
         checks.push(out.enroot_credentials());
     }
@@ -367,6 +379,30 @@ impl Sections<'_> {
         // Only an answer of srun's is a finding; a failed ssh or script says nothing either way.
         check.found = count.map(|c| Found::Pyxis(c > 0));
         check
+    }
+
+    /// A warning when Pyxis keeps named containers after their job (`container_scope=global`): each
+    /// job's container has a name of its own (`tao-<job id>`), so every job would leave its unpacked
+    /// image on each of its nodes. Nothing when the probe found no Pyxis line.
+    fn container_scope(&self) -> Option<Check> {
+        let scope = container_scope(&self.body("pyxis_version")?)?;
+        if scope == "job" {
+            return Some(Check::pass(
+                "container scope",
+                self.h(),
+                "Pyxis container_scope=job: a job's containers are removed when it ends",
+            ));
+        }
+        let mut check = Check::fail(
+            "container scope",
+            self.h(),
+            format!(
+                "Pyxis container_scope={scope}: a named container outlives its job, and tao-slurm names one per job, so each job leaves its image unpacked in Enroot's data path on every node it ran on (one TAO training image: about 36 GB per node, measured) until someone runs `enroot remove`"
+            ),
+            "Ask the cluster admins for container_scope=job on the pyxis line of plugstack.conf (Pyxis then removes a job's containers in its epilog), or remove old ones on each node with `enroot list` and `enroot remove pyxis_tao-...`.",
+        );
+        check.required = false;
+        Some(check)
     }
 
     fn enroot_credentials(&self) -> Check {
@@ -541,6 +577,37 @@ mod tests {
         s.container_mounts = vec![shared.path().display().to_string()];
         let checks = read_preflight(&s, "login", &run_script_with(HEALTHY, &s));
         assert!(checks.iter().any(|c| c.name == "container mounts" && c.ok), "{checks:#?}");
+    }
+
+    #[test]
+    fn the_container_scope_is_read_from_the_pyxis_line_and_global_by_default() {
+        assert_eq!(
+            container_scope("pyxis_args runtime_path=/run/p container_scope=job\npyxis: version v0.24.0").as_deref(),
+            Some("job")
+        );
+        assert_eq!(
+            container_scope("pyxis_args   \npyxis: version v0.24.0").as_deref(),
+            Some("global"),
+            "Pyxis' default"
+        );
+        assert_eq!(
+            container_scope("pyxis_args container_scope=job container_scope=global").as_deref(),
+            Some("global"),
+            "the last one wins, as Pyxis reads them"
+        );
+        assert_eq!(container_scope("no line"), None);
+        let section = |args: &str| {
+            format!("{SECTION}pyxis_version\npyxis_args {args}\npyxis: version v0.24.0\n{SECTION}rc pyxis_version 0\n")
+        };
+        let out = |args: &str| Sections { host: "login1", secs: sections(&section(args)) }.container_scope().unwrap();
+        let job = out("container_scope=job");
+        assert!(job.ok && job.detail.contains("container_scope=job"), "{job:?}");
+        let global = out("runtime_path=/run/pyxis");
+        assert!(!global.ok && !global.required, "a warning: {global:?}");
+        assert!(
+            global.detail.contains("container_scope=global")
+                && global.remediation.unwrap().contains("container_scope=job")
+        );
     }
 
     #[test]
