@@ -18,6 +18,9 @@ pub struct ExecTarget<'a> {
     /// it is up ([`crate::layout::container_up_file`]).
     pub node_list: &'a str,
     pub results_dir: &'a str,
+    /// The image as Pyxis was given it: a squashfs file's path (whose size bounds the wait for the
+    /// container, [`wait_for_container`]) or a registry reference.
+    pub image: &'a str,
 }
 
 /// Which of the job's nodes, and which container there.
@@ -177,8 +180,15 @@ fn container_of(t: &ExecTarget<'_>) -> String {
     }
 }
 
-/// Seconds a step joining the job's container waits for Pyxis to create it.
+/// Seconds a step joining the job's container waits for Pyxis to create it from a squashfs file:
+/// this, plus [`CONTAINER_WAIT_SECS_PER_GIB`] for each GiB of the file (Enroot unpacks the whole
+/// image on the node first), at most [`CONTAINER_WAIT_MAX_SECS`].
 pub const CONTAINER_WAIT_SECS: u64 = 60;
+pub const CONTAINER_WAIT_SECS_PER_GIB: u64 = 30;
+pub const CONTAINER_WAIT_MAX_SECS: u64 = 900;
+/// Seconds it waits for a container of a registry image (Pyxis pulls it first; its size is unknown
+/// here).
+pub const CONTAINER_WAIT_REGISTRY_SECS: u64 = 300;
 
 /// The shell lines that wait until the job's container is up on every node where `t` runs: each
 /// task of the job's step says so in a file ([`crate::layout::container_up_file`]) once Pyxis has
@@ -201,12 +211,25 @@ pub fn wait_for_container(t: &ExecTarget<'_>) -> Result<String, ExecError> {
         check_node(node)?;
         files.push(shell::quote(&crate::layout::container_up_file(t.results_dir, t.slurm_job_id, node, &container)));
     }
+    // The bound: from the squashfs file's size (a stat on shared storage, in the same round trip),
+    // else a registry image's.
+    let bound = if t.image.starts_with('/') {
+        format!(
+            "tao_gib=$(( $(stat -c %s -- {image} 2>/dev/null || echo 0) / 1073741824 ))\n\
+             tao_wait=$(( {CONTAINER_WAIT_SECS} + tao_gib * {CONTAINER_WAIT_SECS_PER_GIB} ))\n\
+             [ \"$tao_wait\" -le {CONTAINER_WAIT_MAX_SECS} ] || tao_wait={CONTAINER_WAIT_MAX_SECS}\n\
+             tao_what=\"an image of $tao_gib GiB\"\n",
+            image = shell::quote(t.image)
+        )
+    } else {
+        format!("tao_wait={CONTAINER_WAIT_REGISTRY_SECS}\ntao_what='a registry image'\n")
+    };
     Ok(format!(
-        "tao_until=$((SECONDS + {CONTAINER_WAIT_SECS}))\n\
+        "{bound}tao_until=$((SECONDS + tao_wait))\n\
          for tao_up in {files}; do\n\
          \x20 until [ -e \"$tao_up\" ]; do\n\
          \x20   if [ $SECONDS -ge $tao_until ]; then\n\
-         \x20     echo \"the job's container is not up after {CONTAINER_WAIT_SECS} s (Pyxis may still be importing its image); try again in a minute\" >&2\n\
+         \x20     echo \"the job's container is not up after $tao_wait s, the bound for $tao_what (Pyxis may still be importing or unpacking it); try again in a minute\" >&2\n\
          \x20     break 2\n\
          \x20   fi\n\
          \x20   sleep 0.5\n\
@@ -600,7 +623,15 @@ mod tests {
 
     fn target(node: Option<&str>, pty: bool) -> ExecTarget<'_> {
         let place = node.map_or(Place::EveryNode, |n| Place::Node(n.to_string()));
-        ExecTarget { slurm_job_id: "42", job_id: "abc", place, pty, node_list: "node[1-2]", results_dir: "/r/abc" }
+        ExecTarget {
+            slurm_job_id: "42",
+            job_id: "abc",
+            place,
+            pty,
+            node_list: "node[1-2]",
+            results_dir: "/r/abc",
+            image: "nvcr.io#nvidia/tao/tao-toolkit:6.0.0-pyt",
+        }
     }
 
     #[test]
@@ -830,6 +861,7 @@ mod tests {
             pty,
             node_list: "node[1-2]",
             results_dir: &results,
+            image: "nvcr.io#nvidia/tao/tao-toolkit:6.0.0-pyt",
         };
         let run = |t: &ExecTarget<'_>| {
             let script = format!("{}echo joined", wait_for_container(t).unwrap());
@@ -857,6 +889,39 @@ mod tests {
             wait_for_container(&ExecTarget { node_list: "node[", ..target(false) }),
             Err(ExecError::BadNodeList("node[".into()))
         );
+    }
+
+    /// The wait's bound grows with the squashfs file the container is unpacked from (a GiB: 30 s
+    /// more), up to 15 minutes; a registry image's is 5 minutes; the message says which it was.
+    #[test]
+    fn the_wait_for_the_container_scales_with_its_image_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("big.sqsh");
+        let file = std::fs::File::create(&image).unwrap();
+        let image = image.display().to_string();
+        let bound = |size: u64, image: &str| {
+            file.set_len(size).unwrap();
+            let t = ExecTarget { image, ..target(Some("node1"), false) };
+            let script = wait_for_container(&t).unwrap();
+            let script = script.split("tao_until=").next().unwrap().to_string();
+            let out = std::process::Command::new("bash")
+                .arg("-c")
+                .arg(format!("{script}echo \"$tao_wait $tao_what\""))
+                .output()
+                .unwrap();
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        };
+        assert_eq!(bound(100 << 20, &image), "60 an image of 0 GiB");
+        assert_eq!(bound(12 << 30, &image), "420 an image of 12 GiB", "a sparse 12 GiB file");
+        assert_eq!(bound(200 << 30, &image), "900 an image of 200 GiB", "at most 15 minutes");
+        assert_eq!(bound(0, "/no/such.sqsh"), "60 an image of 0 GiB");
+        assert_eq!(bound(0, "nvcr.io#nvidia/x:1"), "300 a registry image");
+        // The message when the bound runs out names it.
+        let t = ExecTarget { image: "nvcr.io#nvidia/x:1", ..target(Some("node1"), false) };
+        let script = wait_for_container(&t).unwrap().replace("tao_wait=300", "tao_wait=0");
+        let out = std::process::Command::new("bash").arg("-c").arg(script).output().unwrap();
+        let said = String::from_utf8(out.stderr).unwrap();
+        assert!(said.contains("not up after 0 s, the bound for a registry image"), "{said}");
     }
 
     #[test]

@@ -319,8 +319,15 @@ mod tests {
         // The container each role's step names is the one exec joins.
         for role in Role::ALL {
             let place = resolve_place(None, Some(role.as_str()), cosmos, "node[1-4]").unwrap();
-            let target =
-                ExecTarget { slurm_job_id: "7", job_id: ID, place, pty: false, node_list: "n[1-4]", results_dir: "/r" };
+            let target = ExecTarget {
+                slurm_job_id: "7",
+                job_id: ID,
+                place,
+                pty: false,
+                node_list: "n[1-4]",
+                results_dir: "/r",
+                image: "x",
+            };
             let argv = exec_argv(&target, &["nvidia-smi".into()]).unwrap().join(" ");
             let name = format!("--container-name=tao-{ID}-{role}");
             assert!(argv.contains(&name), "{argv}");
@@ -333,6 +340,7 @@ mod tests {
             pty: false,
             node_list: "node[1-4]",
             results_dir: "/r",
+            image: "x",
         };
         let argv = exec_argv(&target, &["hostname".into()]).unwrap().join(" ");
         assert!(argv.contains("--nodelist=node3,node4 --nodes=2 --ntasks=2 --ntasks-per-node=1"), "{argv}");

@@ -109,6 +109,7 @@ impl Client {
     /// The step's argv, and the lines before it that wait for the job's container.
     fn exec_argv(&self, job: &RunningJob, at: &Where, pty: bool, command: &[String]) -> Result<(String, Vec<String>)> {
         let place = self.place(job, at)?;
+        let image = self.store.get(&job.job_id)?.plan.image.pyxis;
         let target = ExecTarget {
             slurm_job_id: &job.slurm_job_id,
             job_id: &job.job_id,
@@ -116,6 +117,7 @@ impl Client {
             pty,
             node_list: &job.node_list,
             results_dir: &job.results_dir,
+            image: &image,
         };
         let invalid = |e: running::ExecError| invalid("command", e.to_string());
         Ok((
@@ -226,6 +228,7 @@ impl Client {
         let addr = self.node_addr(&node)?;
         // The first node's container (a Cosmos-RL job's: the policy's there).
         let place = self.place(&job, &Where::new(Some(&node), None))?;
+        let image = self.store.get(&job.job_id)?.plan.image.pyxis;
         let target = ExecTarget {
             slurm_job_id: &job.slurm_job_id,
             job_id: &job.job_id,
@@ -233,6 +236,7 @@ impl Client {
             pty: false,
             node_list: &job.node_list,
             results_dir: &job.results_dir,
+            image: &image,
         };
         let mut draw = [0u8; 8];
         getrandom::fill(&mut draw)
