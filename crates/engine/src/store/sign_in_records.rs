@@ -125,7 +125,13 @@ impl ServiceDb {
     /// End the person's access to the org `g` gave, if `g` (at its generation) is still the grant:
     /// in one commit, the grant ended with `why`, every token of the person in that org revoked, and
     /// `audit` appended. Whether it ended it.
-    pub(crate) fn end_grant(&self, g: &Grant, why: &str, now: i64, audit: super::audit::AuditEntry) -> Result<bool, String> {
+    pub(crate) fn end_grant(
+        &self,
+        g: &Grant,
+        why: &str,
+        now: i64,
+        audit: super::audit::AuditEntry,
+    ) -> Result<bool, String> {
         let (g, why, path) = (g.clone(), why.to_string(), self.path.clone());
         let ended = self.write_grouped(Box::new(move |conn| {
             let err = |e| sql_err(&path, e);
@@ -401,7 +407,8 @@ mod tests {
         assert!(!db.end_grant(&a2, "left the group", 32, audit(32)).unwrap(), "once");
         let revoked: Vec<String> =
             db.tokens().unwrap().into_iter().filter(|t| t.revoked_at.is_some()).map(|t| t.id).collect();
-        assert_eq!(revoked, [a_tok.id.clone()], "her tokens of that org only (not team-b's, not bo's: {} {})", b_tok.id, bo_tok.id);
+        // Her tokens of that org only: not her team-b token, not bo's.
+        assert_eq!(revoked, [a_tok.id], "{} {}", b_tok.id, bo_tok.id);
         let trail = db.audit(Some("team-a"), 0, 10).unwrap();
         assert_eq!(trail.len(), 1, "one entry: {trail:?}");
         assert_eq!((trail[0].action.as_str(), trail[0].outcome.as_str()), ("people.access_ended", "left the group"));
