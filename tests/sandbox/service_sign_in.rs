@@ -552,5 +552,31 @@ async fn sign_in_is_shared_by_replicas_and_cannot_be_jammed_borrowed_or_had_by_a
         assert!(!keys.join(format!("{system}_ed25519-cert.pub")).exists(), "a certificate for {system}");
     }
     assert!(keys.join(format!("{ada}_ed25519-cert.pub")).exists());
+
+    // The provider revokes ada's grant (still in the group): it refuses her refresh token, and one
+    // of the replicas (the grants' lease holder) ends her access within a minute, on both.
+    let r = reqwest::Client::new()
+        .post(format!("{}/users/{}/revoke-tokens", provider.url, sub(&ada)))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let other_stats = format!("{b}/api/v2/orgs/{ORG}/stats");
+    wait_for_async(
+        "ada's refused grant ends her access",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || async {
+            let here = send(&svc, token, reqwest::Method::GET, &stats, None).await.0;
+            let there = http.get(&other_stats).bearer_auth(token).send().await.unwrap().status().as_u16();
+            (here == 401 && there == 401).then_some(()).ok_or(format!("{here} here, {there} on the other replica"))
+        },
+    )
+    .await;
+    let audit = svc.env.json(&["audit", "--org", ORG, "--json"]);
+    let ended: Vec<&Value> =
+        audit.as_array().unwrap().iter().filter(|e| e["action"] == "people.access_ended").collect();
+    assert_eq!(ended.len(), 1, "{audit}");
+    assert!(ended[0]["outcome"].as_str().unwrap().contains("invalid_grant"), "{audit}");
     drop(other);
 }
