@@ -19,6 +19,7 @@ pub mod common;
 mod dashboard;
 pub mod error;
 mod followers;
+mod grants;
 mod identity;
 mod kpis;
 pub mod lease;
@@ -404,6 +405,7 @@ pub fn serve(opts: ServeOptions, setup: Setup) -> Result<(), Error> {
         use std::io::Write;
         let _ = std::io::stdout().flush();
         reload_tokens_every_second(&state);
+        grants::start(&state);
         if let Some(metrics_addr) = opts.metrics_addr {
             serve_metrics(metrics_addr, &state).await?;
         }

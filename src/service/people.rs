@@ -4,6 +4,8 @@
 //! `base_results_dir`) and a key of the service's for that user with a certificate for that principal
 //! only, valid for minutes, renewed before a login when half its time is gone. Its monitor follows
 //! that person's jobs as that person. A machine's token (no person) cannot use such a workspace.
+//! A person whose access ended (`grants`) has their workspaces closed: monitor stopped, key and
+//! certificate removed, masters ended; their jobs' records stay.
 
 use super::certificates::{check_unix_user, Authority};
 use super::error::{ApiError, ApiResult};
@@ -28,6 +30,52 @@ pub fn unix_user(people: &BTreeMap<String, String>, person: &str) -> Result<Stri
     check_unix_user(person)
         .map_err(|m| format!("{m}; the operator maps {person:?} to a Unix user in the workspace's people table"))?;
     Ok(person.to_string())
+}
+
+/// Whether `person`'s access through a workspace whose parent `orgs` may use has ended: a grant of
+/// theirs for one of those orgs ended, and none of those orgs' grants holds. A person who never
+/// signed in through the provider (a token the operator made) has no grant: their access is the
+/// token's.
+pub fn access_ended(person: &str, orgs: &[String], grants: &[crate::client::records::Grant]) -> bool {
+    let theirs = grants.iter().filter(|g| g.person == person && orgs.contains(&g.org));
+    let (ended, holding): (Vec<_>, Vec<_>) = theirs.partition(|g| g.ended_at.is_some());
+    !ended.is_empty() && holding.is_empty()
+}
+
+/// The orgs that may use `parent` (a person's workspace's), by its access.
+pub fn orgs_of(parent: &Workspace) -> Vec<String> {
+    match &parent.access {
+        super::workspace::Access::Shared(orgs) => orgs.clone(),
+        super::workspace::Access::Owned(org) => vec![org.clone()],
+    }
+}
+
+/// Close the person's workspace `id` on this replica (their access ended): its monitor stopped (their
+/// jobs' records stay, the org still sees them), its key and certificate removed (no new login),
+/// then its master ended at once. Blocking: at most the monitor's cycle under way and ssh's answer.
+pub fn close(state: &Arc<AppState>, id: &str, why: &str) {
+    let Some(w) = state.remove_person_workspace(id) else { return };
+    w.stop();
+    let user = w.settings.slurm_user.clone();
+    // The key is the Unix user's: kept while another workspace of that user stays open here.
+    if !state.person_workspaces().iter().any(|o| o.settings.slurm_user == user) {
+        if let Some(key) = &w.settings.ssh_key_path {
+            let mut cert = key.as_os_str().to_owned();
+            cert.push("-cert.pub");
+            for f in [key.clone(), std::path::PathBuf::from(cert)] {
+                if let Err(e) = std::fs::remove_file(&f) {
+                    if e.kind() != std::io::ErrorKind::NotFound {
+                        tracing::warn!(workspace = %id, file = %f.display(), error = %e, "cannot remove a person's key");
+                    }
+                }
+            }
+        }
+    }
+    if !w.wait_for_monitor(std::time::Duration::from_secs(30)) {
+        tracing::warn!(workspace = %id, "a closed workspace's monitor is still in its cycle; its login ends under it");
+    }
+    w.end_logins();
+    tracing::info!(workspace = %id, person = ?w.settings.person, %why, "closed a person's workspace: their access ended");
 }
 
 /// Whether a certificate valid until `valid_before` is due for renewal at `now`: less than half of its
@@ -133,6 +181,10 @@ fn renewer(
 /// the records the state read as it started.
 pub fn load(state: &Arc<AppState>) {
     let mut seen = std::collections::BTreeSet::new();
+    let grants = state.records.sign_ins().grants().unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "cannot read the persons' grants; the first check closes what ended");
+        Vec::new()
+    });
     for job in state.api_jobs() {
         let Some((parent, user)) = split_person_workspace_id(&job.workspace) else { continue };
         if !seen.insert(job.workspace.clone()) {
@@ -143,6 +195,10 @@ pub fn load(state: &Arc<AppState>) {
             continue;
         };
         let person = job.person.clone().unwrap_or_else(|| user.to_string());
+        if access_ended(&person, &orgs_of(&p), &grants) {
+            tracing::info!(workspace = %job.workspace, "a person whose access ended: their workspace is not opened");
+            continue;
+        }
         if let Err(e) = open(state, &p, &person, user) {
             tracing::warn!(workspace = %job.workspace, error = %e, "cannot open a person's workspace; its jobs are not followed");
         }
@@ -166,6 +222,30 @@ mod tests {
         assert_eq!(split_person_workspace_id("login1"), None);
         use super::super::workspace::shown_workspace;
         assert_eq!((shown_workspace("login1@ada"), shown_workspace("login1")), ("login1", "login1"));
+    }
+
+    #[test]
+    fn a_persons_access_ends_with_their_last_grant_for_the_orgs_and_never_without_one() {
+        let g = |person: &str, org: &str, ended: bool| crate::client::records::Grant {
+            issuer: "https://idp".into(),
+            subject: format!("s-{person}"),
+            org: org.into(),
+            person: person.into(),
+            admin: false,
+            refresh_sealed: None,
+            generation: 1,
+            signed_in_at: 1,
+            checked_at: None,
+            ended_at: ended.then_some(5),
+            ended_why: None,
+        };
+        let orgs = |o: &[&str]| o.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let grants = [g("ada", "team-a", true), g("ada", "team-b", false), g("bo", "team-a", false)];
+        assert!(access_ended("ada", &orgs(&["team-a"]), &grants));
+        assert!(!access_ended("ada", &orgs(&["team-a", "team-b"]), &grants), "team-b's grant holds");
+        assert!(!access_ended("bo", &orgs(&["team-a"]), &grants));
+        assert!(!access_ended("cy", &orgs(&["team-a"]), &grants), "no grant: the token's access");
+        assert!(!access_ended("ada", &orgs(&["team-c"]), &grants), "another org's grant says nothing here");
     }
 
     #[test]

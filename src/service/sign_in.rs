@@ -8,7 +8,9 @@
 //! sign-in bound to them (`[sign_in.people]`, else the username claim; an `email` only when the
 //! provider says it is verified), kept for good; no system user is ever one. Their groups give their
 //! org (and admin role) by the operator's map, and they get a service token of their own that lasts
-//! `token_lifetime`: leaving the org's group takes effect at the next sign-in, within that time.
+//! `token_lifetime`. The provider's refresh token is kept, sealed (`grants`): the service asks the
+//! provider again every few seconds, and a person who left the org's group (or whose grant the
+//! provider refuses) loses their access within a minute.
 //!
 //! The service keeps no sign-in in memory: a browser's is sealed in its cookie (`sign_in_seal`), a
 //! terminal's is a row of the service database, bounded per client; every replica finishes what
@@ -20,8 +22,8 @@ use axum::response::{IntoResponse, Response};
 use openidconnect::core::{CoreAuthenticationFlow, CoreClient, CoreGenderClaim, CoreProviderMetadata};
 use openidconnect::{
     AdditionalClaims, AuthorizationCode, ClientId, ClientSecret, CsrfToken, EndpointMaybeSet, EndpointNotSet,
-    EndpointSet, IssuerUrl, Nonce, OAuth2TokenResponse, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, Scope,
-    TokenResponse,
+    EndpointSet, IssuerUrl, Nonce, OAuth2TokenResponse, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, RefreshToken,
+    RequestTokenError, Scope, SubjectIdentifier, TokenResponse,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -300,8 +302,9 @@ impl SignIn {
         Ok((url.to_string(), pending))
     }
 
-    /// The provider's answer: the person's membership, verified.
-    pub(super) async fn finish(&self, code: String, p: &Pending) -> Result<Membership, String> {
+    /// The provider's answer: the person's membership, verified, and the provider's refresh token
+    /// if it issued one (kept sealed, for [`SignIn::recheck`]).
+    pub(super) async fn finish(&self, code: String, p: &Pending) -> Result<(Membership, Option<String>), String> {
         let client = self.client(false).await?;
         let token = client
             .exchange_code(AuthorizationCode::new(code))
@@ -338,22 +341,86 @@ impl SignIn {
                 }
             }
         }
+        let all = self.claims_of(&client, token.access_token().clone(), claims.subject().clone()).await?;
+        let refresh = token.refresh_token().map(|r| r.secret().clone());
+        Ok((membership(&all, &self.rules)?, refresh))
+    }
+
+    /// The person's claims from the provider's userinfo, with `subject` (the verified one: userinfo's
+    /// must match it, as openidconnect checks).
+    async fn claims_of(
+        &self,
+        client: &ProviderClient,
+        access: openidconnect::AccessToken,
+        subject: SubjectIdentifier,
+    ) -> Result<serde_json::Map<String, Value>, String> {
         let info: openidconnect::UserInfoClaims<AnyClaims, CoreGenderClaim> = client
-            .user_info(token.access_token().clone(), Some(claims.subject().clone()))
+            .user_info(access, Some(subject.clone()))
             .map_err(|e| e.to_string())?
             .request_async(&self.http)
             .await
             .map_err(|e| format!("cannot read your claims from the identity provider: {e}"))?;
-        // The standard claims and the others, by name, as the operator's rules name them; the
-        // subject is the verified ID token's (userinfo's must match it, as openidconnect checks).
+        // The standard claims and the others, by name, as the operator's rules name them.
         let mut all = match serde_json::to_value(&info).map_err(|e| e.to_string())? {
             Value::Object(m) => m,
             _ => serde_json::Map::new(),
         };
         all.extend(info.additional_claims().all.clone());
-        all.insert("sub".into(), Value::String(claims.subject().to_string()));
-        membership(&all, &self.rules)
+        all.insert("sub".into(), Value::String(subject.to_string()));
+        Ok(all)
     }
+
+    /// Ask the provider again about the person `subject` signed in with `refresh`: the refresh
+    /// token exchanged for a new grant, their claims read again. Within [`RECHECK_WITHIN`].
+    pub(super) async fn recheck(&self, subject: &str, refresh: &str) -> Recheck {
+        match tokio::time::timeout(RECHECK_WITHIN, self.recheck_now(subject, refresh)).await {
+            Ok(r) => r,
+            Err(_) => Recheck::Unknown(format!("the identity provider did not answer within {RECHECK_WITHIN:?}")),
+        }
+    }
+
+    async fn recheck_now(&self, subject: &str, refresh: &str) -> Recheck {
+        let client = match self.client(false).await {
+            Ok(c) => c,
+            Err(e) => return Recheck::Unknown(e),
+        };
+        let refresh_token = RefreshToken::new(refresh.to_string());
+        let asked = match client.exchange_refresh_token(&refresh_token) {
+            Ok(r) => r.request_async(&self.http).await,
+            Err(e) => return Recheck::Unknown(format!("the identity provider has no token endpoint: {e}")),
+        };
+        let token = match asked {
+            Ok(t) => t,
+            // The provider's own word that the grant is gone (revoked, expired, the person disabled).
+            Err(RequestTokenError::ServerResponse(r))
+                if *r.error() == openidconnect::core::CoreErrorResponseType::InvalidGrant =>
+            {
+                return Recheck::Refused(format!("the identity provider refused the person's grant ({})", r.error()))
+            }
+            Err(e) => return Recheck::Unknown(format!("cannot refresh the grant at the identity provider: {e}")),
+        };
+        let claims =
+            match self.claims_of(&client, token.access_token().clone(), SubjectIdentifier::new(subject.into())).await {
+                Ok(c) => c,
+                Err(e) => return Recheck::Unknown(e),
+            };
+        let rotated = token.refresh_token().map(|r| r.secret().clone()).filter(|r| r != refresh);
+        Recheck::Claims { membership: membership(&claims, &self.rules), rotated }
+    }
+}
+
+/// How long one person's check at the provider may take (the token exchange and the userinfo read).
+pub const RECHECK_WITHIN: Duration = Duration::from_secs(15);
+
+/// What the provider said when asked again about a signed-in person.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recheck {
+    /// It refused the grant (`invalid_grant`): the person's access ends.
+    Refused(String),
+    /// No answer that says anything of the person (unreachable, slow, a server error): nothing changes.
+    Unknown(String),
+    /// Their claims as sign-in would read them now, and the provider's new refresh token if it sent one.
+    Claims { membership: Result<Membership, String>, rotated: Option<String> },
 }
 
 /// The org a person signs in to: the one asked for (if theirs), else their only one.

@@ -9,8 +9,8 @@ use super::sign_in::{
     chosen_org, cookie_of, esc, page, page_with, random_code, DeviceRef, Issued, Membership, Pending, SignIn, COOKIE,
     DEVICE_CODES_IN_ALL, DEVICE_CODES_PER_CLIENT, DEVICE_CODE_FOR, PENDING_FOR, SESSION_COOKIE,
 };
-use super::sign_in_seal::{Seal, KEY_NAME};
-use crate::client::records::{DeviceRefused, DeviceSignIn, DeviceState};
+use super::sign_in_seal::{grant_purpose, Seal, KEY_NAME};
+use crate::client::records::{DeviceRefused, DeviceSignIn, DeviceState, Grant};
 use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{Query, State};
 use axum::http::{header, Extensions, HeaderMap, StatusCode};
@@ -50,8 +50,8 @@ fn sign_in_for<'a>(state: &'a AppStateRef, ext: &Extensions) -> Result<&'a SignI
     Ok(s)
 }
 
-/// The key that seals what browsers keep (the service database's, read once).
-fn seal_of<'a>(state: &AppStateRef, s: &'a SignIn) -> Result<&'a Seal, String> {
+/// The key that seals what browsers keep and the persons' grants (the service database's, read once).
+pub(super) fn seal_of<'a>(state: &AppStateRef, s: &'a SignIn) -> Result<&'a Seal, String> {
     if let Some(seal) = s.seal.get() {
         return Ok(seal);
     }
@@ -239,12 +239,16 @@ pub async fn callback(
             Err(format!("the identity provider did not sign you in ({code})"))
         }
     };
-    let outcome = match outcome {
-        Ok(m) => bound(&state, &s.rules, m).await,
+    let (outcome, refresh) = match outcome {
+        Ok((m, refresh)) => (bound(&state, &s.rules, m).await, refresh),
+        Err(e) => (Err(e), None),
+    };
+    let who = match outcome.and_then(|m| {
+        chosen_org(&m, p.org.as_deref()).map(|(org, admin)| (m.subject, Who { person: m.person, org, admin }))
+    }) {
+        Ok((subject, who)) => keep_grant(&state, s, seal, subject, &who, refresh).await.map(|()| who),
         Err(e) => Err(e),
     };
-    let who =
-        outcome.and_then(|m| chosen_org(&m, p.org.as_deref()).map(|(org, admin)| Who { person: m.person, org, admin }));
     if let Err(e) = &who {
         tracing::warn!(error = %e, "a sign-in was refused");
     }
@@ -258,6 +262,44 @@ pub async fn callback(
         reply.headers_mut().append(name, v);
     }
     reply
+}
+
+/// Keep the person's grant at the provider for the org (their refresh token sealed), which the
+/// service checks again while it lasts (`grants`). A sign-in whose grant cannot be kept is refused: a
+/// person the service could not check again would keep their access past their removal.
+async fn keep_grant(
+    state: &AppStateRef,
+    s: &SignIn,
+    seal: &Seal,
+    subject: String,
+    who: &Who,
+    refresh: Option<String>,
+) -> Result<(), String> {
+    let issuer = s.rules.issuer.clone();
+    let refresh_sealed = match refresh {
+        Some(r) => Some(seal.seal(&grant_purpose(&issuer, &subject, &who.org), r, i64::MAX)?),
+        None => {
+            tracing::warn!(person = %who.person, org = %who.org, "the identity provider issued no refresh token: this person's removal from the group ends their access only when their token expires (token_lifetime)");
+            None
+        }
+    };
+    let g = Grant {
+        issuer,
+        subject,
+        org: who.org.clone(),
+        person: who.person.clone(),
+        admin: who.admin,
+        refresh_sealed,
+        generation: 0,
+        signed_in_at: now(),
+        checked_at: None,
+        ended_at: None,
+        ended_why: None,
+    };
+    records(state, move |r| r.sign_ins().keep_grant(&g)).await.map_err(|e| {
+        tracing::warn!(error = %e, "cannot keep a signed-in person's grant");
+        "the service cannot record your sign-in now; try again in a minute".to_string()
+    })
 }
 
 /// A terminal's sign-in, the person signed in at the provider: they confirm it, seeing where and

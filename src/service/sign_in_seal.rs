@@ -11,6 +11,12 @@ use serde::{Deserialize, Serialize};
 /// The sealing key's name in the service database.
 pub const KEY_NAME: &str = "sign-in-seal";
 
+/// What a person's refresh token is sealed for: their grant at `issuer` as `subject` in `org` (a
+/// sealed token moved to another row does not open there).
+pub fn grant_purpose(issuer: &str, subject: &str, org: &str) -> String {
+    format!("grant\n{issuer}\n{subject}\n{org}")
+}
+
 pub struct Seal {
     cipher: XChaCha20Poly1305,
 }

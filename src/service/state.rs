@@ -243,6 +243,18 @@ impl AppState {
         (w, true)
     }
 
+    /// The persons' own workspaces this replica has open.
+    pub fn person_workspaces(&self) -> Vec<Arc<Workspace>> {
+        self.persons.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Take a person's workspace out of the service (the caller stops it); the one taken out.
+    pub fn remove_person_workspace(&self, id: &str) -> Option<Arc<Workspace>> {
+        let mut list = self.persons.write().unwrap_or_else(|e| e.into_inner());
+        let i = list.iter().position(|w| w.id == id)?;
+        Some(list.remove(i))
+    }
+
     /// The workspaces `org` may use.
     pub fn org_workspaces(&self, org: &str) -> Vec<Arc<Workspace>> {
         self.workspaces().into_iter().filter(|w| w.usable_by(org)).collect()

@@ -246,6 +246,19 @@ impl Workspace {
         self.wake_monitor();
     }
 
+    /// End its logins now (a person whose access ended): its idle clients dropped, the master of
+    /// its login closed at once with every session on it (`ssh -O exit`).
+    pub fn end_logins(&self) {
+        let idle: Vec<(Client, u64)> = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|e| e.into_inner()));
+        match idle.first() {
+            Some((c, _)) => c.end_connections(),
+            None => match Client::new(self.settings.clone()) {
+                Ok(c) => c.end_connections(),
+                Err(e) => tracing::warn!(workspace = %self.id, error = %e, "cannot end a workspace's logins"),
+            },
+        }
+    }
+
     /// Stop its monitor after the cycle under way (the service is stopping: a retry or resumed
     /// submission in progress finishes); [`Workspace::wait_for_monitor`] waits for it.
     pub fn stop_monitor(&self) {

@@ -154,6 +154,14 @@ impl Client {
         }
     }
 
+    /// End the transport's connections at once, sessions in use with them (`Remote::end_connections`):
+    /// the service's close of a person whose access ended.
+    pub fn end_connections(&self) {
+        if let Ok(r) = self.remote() {
+            r.end_connections();
+        }
+    }
+
     /// What the transport has cost so far (zero if no remote command ran).
     pub fn transport_stats(&self) -> crate::remote::TransportStats {
         self.remote.get().map(|r| r.stats()).unwrap_or_default()

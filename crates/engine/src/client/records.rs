@@ -7,7 +7,7 @@ use crate::store::service_records::ServiceDb;
 pub use crate::store::service_records::{
     check_org, check_person, token_hash, ApiJob, SealedSecret, TokenRecord, ValidToken,
 };
-pub use crate::store::sign_in_records::{DeviceRefused, DeviceSignIn, DeviceState};
+pub use crate::store::sign_in_records::{DeviceRefused, DeviceSignIn, DeviceState, Grant};
 pub use crate::store::AuditEntry;
 use std::path::Path;
 use std::time::Duration;
@@ -204,6 +204,25 @@ impl SignIns<'_> {
 
     pub fn take_device(&self, code_sha256: &str, now: i64) -> Result<DeviceState, String> {
         self.0.take_device(code_sha256, now)
+    }
+
+    /// Keep a sign-in's grant at the provider (see `store::sign_in_records::Grant`).
+    pub fn keep_grant(&self, g: &Grant) -> Result<(), String> {
+        self.0.keep_grant(g)
+    }
+
+    pub fn grants(&self) -> Result<Vec<Grant>, String> {
+        self.0.grants()
+    }
+
+    pub fn grant_holds(&self, g: &Grant, refresh_sealed: Option<&str>, now: i64) -> Result<bool, String> {
+        self.0.grant_holds(g, refresh_sealed, now)
+    }
+
+    /// End the person's access to the grant's org: the grant ended, their tokens of the org revoked
+    /// and `audit` appended, in one commit (if the grant is still as read).
+    pub fn end_grant(&self, g: &Grant, why: &str, now: i64, audit: AuditEntry) -> Result<bool, String> {
+        self.0.end_grant(g, why, now, audit)
     }
 }
 

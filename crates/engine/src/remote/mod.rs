@@ -223,6 +223,13 @@ pub trait Remote: Send + Sync {
     /// the next call logs in again (with credentials renewed since: a person's certificate).
     fn retire_connections(&self) {}
 
+    /// End this transport's connections now: each login host's connection closes at once, sessions in
+    /// use with it (`ssh -O exit`: a person whose access ended keeps no connection). Retiring is all a
+    /// transport without a connection of its own does.
+    fn end_connections(&self) {
+        self.retire_connections()
+    }
+
     /// Forward (or, with `cancel`, stop forwarding) `listen` on this machine to `to` as the login host
     /// sees it (`node:port`), through the transport's existing connection.
     fn forward(&self, listen: &str, to: &str, cancel: bool) -> Result<(), RemoteError> {

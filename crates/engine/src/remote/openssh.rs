@@ -681,6 +681,15 @@ impl Remote for OpenSsh {
         }
     }
 
+    fn end_connections(&self) {
+        self.sessions.retire();
+        for host in &self.hosts {
+            let mut cmd = Command::new("ssh");
+            cmd.args(["-O", "exit"]).args(self.base_command(host).get_args());
+            let _ = run_bounded(cmd, Duration::from_secs(5));
+        }
+    }
+
     fn forward(&self, listen: &str, to: &str, cancel: bool) -> Result<(), RemoteError> {
         let index = self.current_host()?;
         // A forward lives in the master: one that went away (stopped, its socket removed) while the

@@ -36,27 +36,7 @@ impl ServiceDb {
     pub(crate) fn append_audit(&self, e: &AuditEntry) -> Result<i64, String> {
         let e = e.clone();
         let path = self.path.clone();
-        self.write_grouped(Box::new(move |conn| {
-            conn.query_row(
-                "INSERT INTO audit (at, org, token_id, token_name, action, method, path, target, status, outcome, person)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) RETURNING id",
-                params![
-                    e.at,
-                    e.org,
-                    e.token_id,
-                    e.token_name,
-                    e.action,
-                    e.method,
-                    e.path,
-                    e.target,
-                    e.status,
-                    e.outcome,
-                    e.person
-                ],
-                |r| r.get(0),
-            )
-            .map_err(|err| sql_err(&path, err))
-        }))
+        self.write_grouped(Box::new(move |conn| insert_audit_row(conn, &e).map_err(|err| sql_err(&path, err))))
     }
 
     /// Entries after `after` (an entry id), oldest first, at most `limit`; of `org`, or of all.
@@ -88,6 +68,16 @@ impl ServiceDb {
             .map_err(|e| sql_err(&self.path, e))?;
         rows.collect::<Result<_, _>>().map_err(|e| sql_err(&self.path, e))
     }
+}
+
+/// An entry's row (its id the database's), in the caller's transaction.
+pub(super) fn insert_audit_row(conn: &super::sql::Conn, e: &AuditEntry) -> Result<i64, super::sql::Error> {
+    conn.query_row(
+        "INSERT INTO audit (at, org, token_id, token_name, action, method, path, target, status, outcome, person)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) RETURNING id",
+        params![e.at, e.org, e.token_id, e.token_name, e.action, e.method, e.path, e.target, e.status, e.outcome, e.person],
+        |r| r.get(0),
+    )
 }
 
 #[cfg(test)]
@@ -132,3 +122,4 @@ mod tests {
         assert_eq!(db.audit(None, 0, 100).unwrap().len(), 3);
     }}
 }
+

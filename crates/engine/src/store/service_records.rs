@@ -92,6 +92,27 @@ CREATE TABLE IF NOT EXISTS service_keys (
 );
 "#;
 
+/// Each signed-in person's grant at the provider, per org they signed in to (`sign_in_records`): the
+/// provider's refresh token sealed by the service (never the token in clear), checked again every
+/// few seconds; `generation` grows with each sign-in and each new refresh token (writes compare it), and
+/// `ended_at` says the person's access to the org was ended (removed from its group, or refused).
+pub(super) const GRANTS_SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS grants (
+    issuer          TEXT NOT NULL,
+    subject         TEXT NOT NULL,
+    org             TEXT NOT NULL,
+    person          TEXT NOT NULL,
+    admin           INTEGER NOT NULL,
+    refresh_sealed  TEXT,
+    generation      INTEGER NOT NULL,
+    signed_in_at    INTEGER NOT NULL,
+    checked_at      INTEGER,
+    ended_at        INTEGER,
+    ended_why       TEXT,
+    PRIMARY KEY (issuer, subject, org)
+);
+"#;
+
 /// Columns added after the first schema, in order: (table, column, type). SQLite's file gets those it
 /// lacks by a check; PostgreSQL's schema by its numbered migrations (`open_postgres`).
 const LATER_COLUMNS: [(&str, &str, &str); 5] = [
@@ -253,6 +274,7 @@ impl ServiceDb {
         conn.execute_batch(AUDIT_APPEND_ONLY).map_err(|e| sql_err(path, e))?;
         conn.execute_batch(JOB_PLACES_SCHEMA).map_err(|e| sql_err(path, e))?;
         conn.execute_batch(SIGN_IN_SCHEMA).map_err(|e| sql_err(path, e))?;
+        conn.execute_batch(GRANTS_SCHEMA).map_err(|e| sql_err(path, e))?;
         // Columns that came later: databases made before them get them.
         for (table, column, decl) in LATER_COLUMNS {
             let has: bool = conn
@@ -295,9 +317,10 @@ impl ServiceDb {
         ];
         migrations.extend(later.iter().map(|(t, c, d)| format!("ALTER TABLE {t} ADD COLUMN {c} {d};")));
         // Later tables, each appended at the end (never reordered): the places of active jobs, then
-        // the sign-in's tables.
+        // the sign-in's tables, the persons' grants at the provider.
         migrations.push(JOB_PLACES_SCHEMA.to_string());
         migrations.push(SIGN_IN_SCHEMA.to_string());
+        migrations.push(GRANTS_SCHEMA.to_string());
         let migrations: Vec<&str> = migrations.iter().map(String::as_str).collect();
         let conn = super::postgres_schema::open(target, schema, &migrations).map_err(|e| sql_err(&shown, e))?;
         Ok(ServiceDb { conn: Mutex::new(conn), path: shown, writes: GroupCommit::default() })
