@@ -19,6 +19,8 @@ import time
 import pytest
 import yaml
 
+import tao_slurm
+
 from tao_test_support import TERMINAL
 
 LR = [0.01, 0.03, 0.1]
@@ -59,22 +61,16 @@ print("Execution status: PASS", flush=True)
 '''
 
 
-@pytest.fixture
-def skill(env, tmp_path):
-    """The skill directory (local) and the stand-in training (on shared storage, where jobs see it)."""
-    base = pathlib.Path(env["SLURM_BASE_RESULTS_DIR"])
-    code = base / f"automl-stand-in-{secrets.token_hex(4)}"
-    code.mkdir(mode=0o755)
-    (code / "train.py").write_text(TRAIN)
-    (code / "train.py").chmod(0o644)
-    skill_dir = tmp_path / "skills" / "stand_in_net"
+def write_skill(skill_dir: pathlib.Path, code: pathlib.Path, image: str) -> pathlib.Path:
+    """The skill (skill_info.yaml, the train spec template, the search schema) whose train action
+    runs `code`/train.py in `image`. Also bench/automl_bench.py's."""
     (skill_dir / "references").mkdir(parents=True)
     (skill_dir / "schemas").mkdir()
     (skill_dir / "references" / "skill_info.yaml").write_text(
         yaml.safe_dump(
             {
                 "network_arch": "stand_in_net",
-                "container_image": "ubuntu:22.04",
+                "container_image": image,
                 "actions": {
                     "train": {
                         "command": f"python3 {code}/train.py {{config_path}}",
@@ -107,7 +103,18 @@ def skill(env, tmp_path):
         },
     }
     (skill_dir / "schemas" / "train.schema.json").write_text(json.dumps(schema))
-    yield skill_dir
+    return skill_dir
+
+
+@pytest.fixture
+def skill(env, tmp_path):
+    """The skill directory (local) and the stand-in training (on shared storage, where jobs see it)."""
+    base = pathlib.Path(env["SLURM_BASE_RESULTS_DIR"])
+    code = base / f"automl-stand-in-{secrets.token_hex(4)}"
+    code.mkdir(mode=0o755)
+    (code / "train.py").write_text(TRAIN)
+    (code / "train.py").chmod(0o644)
+    yield write_skill(tmp_path / "skills" / "stand_in_net", code, "ubuntu:22.04")
     shutil.rmtree(code, ignore_errors=True)
 
 
@@ -162,6 +169,13 @@ def test_nvidias_automl_runner_searches_with_tao_slurm_bayesian_and_hyperband(en
     assert len(done) == 4, bayes["history"]
     for h in done:
         check_trial(sdk, h)
+    # read_job_result_file stays inside the results directory and names its field.
+    job = done[0]["job_id"]
+    assert sdk.read_job_result_file(job, "results_dir/no-such.json") == ""
+    for bad in ("../../specs/x.json", "/etc/passwd", "results_dir"):
+        with pytest.raises(tao_slurm.JobSpecError) as e:
+            sdk.read_job_result_file(job, bad)
+        assert e.value.field == "relative_path", bad
     bayes_secs = time.monotonic() - started
 
     # Hyperband (max 3 epochs, reduction 3): three trials of one epoch, the best promoted to three

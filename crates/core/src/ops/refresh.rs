@@ -978,8 +978,11 @@ mod tests {
         std::fs::create_dir_all(&last).unwrap();
         std::fs::write(last.join("status.json"), "{\"status\":\"SUCCESS\"}\n").unwrap();
         let ids = ["linkdir", "linkfile", "fifo", "newline", "linkjob", "many"];
-        let squeue: String =
-            ids.iter().enumerate().map(|(i, id)| format!("{}|RUNNING|None|n1|x|1:00|0|tao-job-{id}\\n", i + 1)).collect();
+        let squeue: String = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| format!("{}|RUNNING|None|n1|x|1:00|0|tao-job-{id}\\n", i + 1))
+            .collect();
         let jobs: Vec<RefreshTarget> = ids
             .iter()
             .enumerate()
