@@ -56,32 +56,35 @@ def child(side: str, skill_dir: str) -> None:
     if ALGORITHM == "hyperband":
         settings.update(automl_max_epochs=3, automl_reduction_factor=3, epoch_multiplier=1)
     runner = AutoMLRunner(sdk=sdk, skill_dir=skill_dir, action="train", poll_interval=1)
-    result = runner.run(
-        automl_settings=settings,
-        automl_hyperparameters=["train.lr", "train.wd"],
-        workspace_path=str(pathlib.Path(os.environ["HOME"]) / "automl"),
-        image=IMAGE,
-        gpu_count=1,
-    )
+    error = None
+    try:
+        result = runner.run(
+            automl_settings=settings,
+            automl_hyperparameters=["train.lr", "train.wd"],
+            workspace_path=str(pathlib.Path(os.environ["HOME"]) / "automl"),
+            image=IMAGE,
+            gpu_count=1,
+        )
+    except RuntimeError as e:  # every trial failed: reported, not fatal to the comparison
+        error, result = str(e), None
     secs = time.perf_counter() - started
     used = python_bench.logins(fp) - before
-    history = result["history"]
-    resumed = []
-    for h in history:
-        if h.get("job_id"):
-            log = sdk.get_job_logs(h["job_id"])
-            resumed.append("resumed from epoch" in log)
+    job_ids = [j["job_id"] for j in sdk.list_jobs()]
+    resumed = ["resumed from epoch" in sdk.get_job_logs(j) for j in job_ids]
+    statuses = [sdk.get_job_status(j).status for j in job_ids]
     print(
         json.dumps(
             {
                 "side": side,
                 "seconds": round(secs, 1),
                 "logins": used,
-                "trials": len(history),
-                "succeeded": sum(1 for h in history if h["status"] == "success"),
-                "best": result["best"]["metric_value"],
+                "jobs": len(job_ids),
+                "statuses": statuses,
+                "succeeded": 0 if result is None else sum(1 for h in result["history"] if h["status"] == "success"),
+                "best": None if result is None else result["best"]["metric_value"],
                 "promoted_resumed": any(resumed),
-                "job_ids": [h["job_id"] for h in history if h.get("job_id")],
+                "error": error,
+                "job_ids": job_ids,
             }
         )
     )
