@@ -169,6 +169,13 @@ def test_nvidias_automl_runner_searches_with_tao_slurm_bayesian_and_hyperband(en
     assert len(done) == 4, bayes["history"]
     for h in done:
         check_trial(sdk, h)
+    # TAO's entrypoint (about 92 KB) was staged as a file and sourced, never a command line.
+    base = pathlib.Path(env["SLURM_BASE_RESULTS_DIR"])
+    for h in done:
+        staged = (base / "specs" / f"{h['job_id']}.command.sh").read_text()
+        assert len(staged) > 80_000 and "{config_path}" in staged and "base64 -d" in staged
+        script = (base / "sbatch" / f"job_{h['job_id']}.sbatch").read_text()
+        assert "base64 -d" not in script and len(script) < 32_000, len(script)
     # read_job_result_file stays inside the results directory and names its field.
     job = done[0]["job_id"]
     assert sdk.read_job_result_file(job, "results_dir/no-such.json") == ""
