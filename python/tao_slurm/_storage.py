@@ -95,7 +95,7 @@ class StorageCalls:
         Raises:
             JobSpecError (``field`` ``relative_path``): a path outside the results directory (``..``,
                 absolute), a symlink (the file or a directory on its way: a job can point one
-                anywhere), a FIFO or directory, or a file over ``max_bytes`` (8 MiB by default).
+                anywhere), a FIFO or directory, or a file over ``max_bytes`` (8 MiB by default; 32 MiB at most).
         """
         try:
             data = self._engine.read_result_file(job_id, str(relative_path), int(max_bytes))

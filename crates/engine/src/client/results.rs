@@ -58,6 +58,8 @@ impl Client {
     /// and one over `max_bytes` are errors naming the field `field`.
     pub fn read_result_file(&self, id: &str, field: &str, name: &str, max_bytes: u64) -> Result<Option<Vec<u8>>> {
         check_name(field, name)?;
+        // One read of a job's file brings back at most the reader's own cap, whatever is asked.
+        let max_bytes = max_bytes.min(crate::ops::job_file::READ_CAP);
         let job = self.store.get(id)?;
         self.on_this_cluster([&job.summary])?;
         let script = read_file_script(field, &job.plan.layout.results_dir(), name, max_bytes)?;
