@@ -167,6 +167,18 @@ def child(side: str) -> None:
 
 
 def run_side(side: str, workdir: pathlib.Path) -> dict:
+    env = side_env(side, workdir)
+    run = subprocess.run(
+        [sys.executable, __file__, "--side", side], env=env, capture_output=True, text=True, timeout=3600
+    )
+    if run.returncode != 0:
+        raise SystemExit(f"the {side} side failed:\n{run.stderr[-4000:]}")
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def side_env(side: str, workdir: pathlib.Path) -> dict:
+    """The environment of one side's process ("tao": NVIDIA's SDK, "ours": tao_slurm): its own HOME,
+    state and key (its fingerprint in BENCH_FINGERPRINT). Also used by bench/automl_bench.py."""
     settings = sandbox_settings()
     home = workdir / side
     home.mkdir()
@@ -208,12 +220,7 @@ def run_side(side: str, workdir: pathlib.Path) -> dict:
         # Its own (fresh) ControlMaster directory, short: socket paths are limited to 108 bytes.
         env["TAO_SLURM_CONTROL_DIR"] = tempfile.mkdtemp(prefix="tpb", dir="/tmp")
         env["TAO_SLURM_CONTROL_PERSIST"] = "60"
-    run = subprocess.run(
-        [sys.executable, __file__, "--side", side], env=env, capture_output=True, text=True, timeout=3600
-    )
-    if run.returncode != 0:
-        raise SystemExit(f"the {side} side failed:\n{run.stderr[-4000:]}")
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    return env
 
 
 def scancel_leftovers(job_names_of: list[str]) -> None:

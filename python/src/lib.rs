@@ -357,6 +357,13 @@ impl Engine {
         self.with(py, move |c| Ok(json(&c.checkpoint_files(&id)?)))
     }
 
+    /// One file of a job's results directory (`name` relative to it, at most `max_bytes`), or None
+    /// when it is not there; a name outside it, a symlink, a file that is not regular or too large
+    /// raise `JobSpecError` naming `relative_path`.
+    fn read_result_file(&self, py: Python<'_>, id: String, name: String, max_bytes: u64) -> PyResult<Option<Vec<u8>>> {
+        self.with(py, move |c| c.read_result_file(&id, "relative_path", &name, max_bytes))
+    }
+
     /// Remove a finished job's results directory: true when removed, false when already gone.
     fn delete_job_results(&self, py: Python<'_>, id: String) -> PyResult<bool> {
         self.with(py, move |c| c.delete_job_results(&id))

@@ -1,5 +1,5 @@
 """The TAO SDK's storage calls of ``SlurmSDK``: ``check_path``, ``list_path``,
-``get_checkpoints``, ``delete_job_artifacts``. ``lustre://`` goes to the cluster (one round trip each, where the TAO SDK's
+``get_checkpoints``, ``read_job_result_file``, ``delete_job_artifacts``. ``lustre://`` goes to the cluster (one round trip each, where the TAO SDK's
 ``list_path`` cannot list Lustre at all); ``s3://`` uses fsspec/s3fs when the ``s3`` extra is
 installed (``pip install tao-slurm[s3]``), with the TAO SDK's settings ``ACCESS_KEY``, ``SECRET_KEY``
 and ``S3_ENDPOINT_URL``."""
@@ -84,6 +84,24 @@ class StorageCalls:
             return [c["path"] for c in json.loads(self._engine.checkpoints(job_id))]
         except JobNotFoundError:
             return []
+
+    def read_job_result_file(self, job_id: str, relative_path: str, max_bytes: int = 8 << 20) -> str:
+        """The text of one file of the job's results directory (``relative_path`` relative to it, as
+        :meth:`get_checkpoints` names files), read on the cluster over the existing connection (one
+        round trip): TAO's AutoML runner reads ``best_score.json`` and ``metrics.json`` this way, so
+        its metrics never need the results directory mounted where it runs. "" when the file, the
+        job or its results directory does not exist (yet). Invalid UTF-8 is replaced.
+
+        Raises:
+            JobSpecError (``field`` ``relative_path``): a path outside the results directory (``..``,
+                absolute), a symlink (the file or a directory on its way: a job can point one
+                anywhere), a FIFO or directory, or a file over ``max_bytes`` (8 MiB by default; 32 MiB at most).
+        """
+        try:
+            data = self._engine.read_result_file(job_id, str(relative_path), int(max_bytes))
+        except JobNotFoundError:
+            return ""
+        return "" if data is None else bytes(data).decode("utf-8", errors="replace")
 
     def delete_job_artifacts(self, job_id: str) -> bool:
         """Remove a finished job's results directory (``<base>/results/<id>``; never through a

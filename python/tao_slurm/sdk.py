@@ -131,6 +131,9 @@ class SlurmSDK(StorageCalls):
         state_file: Union[str, "os.PathLike[str]", None] = None,
     ):
         self._engine = _native.Engine(_state_path(state_file))
+        #: The TAO SDK's workspace of every Slurm job (``Job.workspace_id``); TAO's AutoML runner
+        #: reads it as its default ``workspace_id``.
+        self._workspace_id = "slurm"
         self._settings: Dict[str, Any] = json.loads(self._engine.settings_json())
         self._poll_interval = max(float(poll_interval), 0.1)
         self._milestone_every = max(int(epoch_milestone_interval), 1)

@@ -106,6 +106,11 @@ impl Layout {
     pub fn specs_file(&self) -> String {
         format!("{}/specs/{}.json", self.base_dir, self.job_id)
     }
+    /// A long shell command, staged beside the specs and sourced by the container
+    /// (`script::STAGE_COMMAND_BYTES`).
+    pub fn command_file(&self) -> String {
+        format!("{}/specs/{}.command.sh", self.base_dir, self.job_id)
+    }
     pub fn secrets_file(&self) -> String {
         format!("{}/env", self.secrets_dir())
     }

@@ -244,10 +244,21 @@ fn status_reader() -> String {
     )
 }
 
-/// Reads the list of candidate status.json files (lines 2.. of `$ctl`) and `stat`'s signatures of
-/// those that exist; prints the ones whose signature differs from the one last read.
-fn changed_program() -> String {
-    template::fill(include_str!("templates/refresh_changed.awk"), &[])
+/// Subdirectories of a job's results directory, and of each of them, looked in for a status.json
+/// below it (TAO's trainers write `<results>/<output dir>/<action>/status.json`): a job that makes
+/// thousands costs no more than this many tests each.
+pub const STATUS_SUBDIRS: u32 = 16;
+
+/// Finds each candidate job's status.json (the top of its results directory, else TAO's places
+/// below it) and `stat`s them all at once (`templates/refresh_status_locate.sh`).
+fn status_locator() -> String {
+    template::fill(include_str!("templates/refresh_status_locate.sh"), &[("SUBDIRS", &STATUS_SUBDIRS.to_string())])
+}
+
+/// Reads [`status_locator`]'s output; prints the status.json of each job whose signature differs
+/// from the one last read (`templates/refresh_status_pick.awk`).
+fn pick_program() -> String {
+    template::fill(include_str!("templates/refresh_status_pick.awk"), &[])
 }
 
 /// The most ids one `squeue -j` is given: squeue matches each job it loads against each id of the
@@ -339,13 +350,15 @@ pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
             names.join(",")
         ));
     }
-    // status.json of the candidates awk named, only where its size or mtime changed since it was last
-    // read: one `stat` for all of them, then the end of each changed file.
+    // status.json of the candidates awk named (at the top of the results directory, else where TAO's
+    // trainers write it), only where its size or mtime changed since it was last read: one `stat` for
+    // all of them, then the end of each changed file.
     s.push_str(&format!(
         "if [ \"${{need:-0}}\" -gt 0 ]; then\n  \
-         awk -F'\\t' {changed} <(printf '%s\\n' \"$ctl\") <(printf '%s\\n' \"$ctl\" | awk -F'\\t' 'NR > 1 {{ print $2 }}' | xargs -d '\\n' -r sh -c 'find \"$@\" -maxdepth 0 -type f -printf \"%s:%Ts %p\\n\"' find 2>/dev/null) |\n  \
+         printf '%s\\n' \"$ctl\" | awk 'NR > 1' | timeout {STATUS_READ_SECS} bash -c {locate} | awk -F'\\t' {pick} |\n  \
          timeout {STATUS_READ_SECS} bash -c {reader}\nfi\n",
-        changed = quote(&changed_program()),
+        locate = quote(&status_locator()),
+        pick = quote(&pick_program()),
         reader = quote(&status_reader()),
     ));
     look_script(&mut s, jobs);
@@ -895,6 +908,92 @@ mod tests {
         assert_eq!(obs3.status_json.keys().collect::<Vec<_>>(), ["run"]);
         assert!(obs3.status_json["run"].contains("epoch 2"));
         assert_ne!(obs3.status_sigs["run"], sig);
+    }
+
+    /// TAO's trainers write status.json in their output directory (`<results>/results_dir/train/`,
+    /// the AutoML runner's jobs among them): found there when the top has none, read again only when
+    /// it changes, and the top file wins when both exist.
+    #[test]
+    fn status_json_is_found_where_taos_trainers_write_it() {
+        let root = tempfile::tempdir().unwrap();
+        let root_path = root.path().display().to_string();
+        let job = root.path().join("tao");
+        let place = job.join("results_dir/train");
+        std::fs::create_dir_all(&place).unwrap();
+        std::fs::create_dir_all(job.join("results_dir/inputs")).unwrap();
+        let line = |m: &str| format!("{{\"status\":\"RUNNING\",\"epoch\":1,\"max_epoch\":2,\"message\":\"{m}\"}}\n");
+        std::fs::write(place.join("status.json"), line("nested")).unwrap();
+        let squeue = "1|RUNNING|None|n1|x|1:00|0|tao-job-tao\\n";
+        let jobs = vec![target("tao", Some("1"), &root_path, None)];
+        let obs = parse_refresh_output(&run_with_stand_ins(&refresh_script(&jobs), squeue));
+        assert!(obs.status_json["tao"].contains("nested"), "{:?}", obs.status_json);
+        let sig = obs.status_sigs["tao"].clone();
+        assert!(sig.ends_with(":results_dir/train"), "the signature names the place: {sig}");
+        let again = vec![target("tao", Some("1"), &root_path, Some(&sig))];
+        let obs2 = parse_refresh_output(&run_with_stand_ins(&refresh_script(&again), squeue));
+        assert!(obs2.status_json.is_empty(), "unchanged: not read again {:?}", obs2.status_json);
+        std::fs::write(place.join("status.json"), line("nested") + &line("epoch 2")).unwrap();
+        let obs3 = parse_refresh_output(&run_with_stand_ins(&refresh_script(&again), squeue));
+        assert!(obs3.status_json["tao"].contains("epoch 2"));
+        // A status.json at the top of the results directory is the job's own: it wins.
+        std::fs::write(job.join("status.json"), line("top")).unwrap();
+        let obs4 = parse_refresh_output(&run_with_stand_ins(&refresh_script(&again), squeue));
+        assert!(obs4.status_json["tao"].contains("top"), "{:?}", obs4.status_json);
+        assert!(obs4.status_sigs["tao"].split(':').count() == 2, "{:?}", obs4.status_sigs);
+    }
+
+    /// What a job writes below its results directory is hostile input: a linked directory, a linked
+    /// or FIFO status.json, names with newlines and thousands of directories are never followed,
+    /// read or waited for, and the search stops after [`STATUS_SUBDIRS`] directories at each level.
+    #[test]
+    fn a_jobs_own_directories_cannot_lead_the_status_search_astray() {
+        let top = tempfile::tempdir().unwrap();
+        let root = top.path().join("results");
+        let elsewhere = top.path().join("elsewhere/train");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::fs::write(elsewhere.join("status.json"), "{\"status\":\"SUCCESS\",\"message\":\"secret\"}\n").unwrap();
+        let mk = |job: &str| {
+            let d = root.join(job);
+            std::fs::create_dir_all(&d).unwrap();
+            d
+        };
+        // A linked directory, and a directory with a linked file.
+        std::os::unix::fs::symlink(top.path().join("elsewhere"), mk("linkdir").join("out")).unwrap();
+        std::fs::create_dir_all(mk("linkfile").join("out/train")).unwrap();
+        std::os::unix::fs::symlink(elsewhere.join("status.json"), root.join("linkfile/out/train/status.json")).unwrap();
+        // A FIFO where status.json would be (a reader of it would hang).
+        std::fs::create_dir_all(mk("fifo").join("out/train")).unwrap();
+        let fifo = root.join("fifo/out/train/status.json");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        // A name with a newline; a linked job directory.
+        std::fs::create_dir_all(mk("newline").join("out\nx/train")).unwrap();
+        std::fs::write(root.join("newline/out\nx/train/status.json"), "{\"status\":\"SUCCESS\"}\n").unwrap();
+        std::os::unix::fs::symlink(top.path().join("elsewhere"), root.join("linkjob")).unwrap();
+        // Many directories: the file is in the last one, past the search's bound.
+        let many = mk("many");
+        for i in 0..(STATUS_SUBDIRS + 20) {
+            std::fs::create_dir_all(many.join(format!("d{i:04}"))).unwrap();
+        }
+        let last = many.join(format!("d{:04}/train", STATUS_SUBDIRS + 19));
+        std::fs::create_dir_all(&last).unwrap();
+        std::fs::write(last.join("status.json"), "{\"status\":\"SUCCESS\"}\n").unwrap();
+        let ids = ["linkdir", "linkfile", "fifo", "newline", "linkjob", "many"];
+        let squeue: String = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| format!("{}|RUNNING|None|n1|x|1:00|0|tao-job-{id}\\n", i + 1))
+            .collect();
+        let jobs: Vec<RefreshTarget> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| target(id, Some(&(i + 1).to_string()), &root.display().to_string(), None))
+            .collect();
+        let started = std::time::Instant::now();
+        let out = run_with_stand_ins(&refresh_script(&jobs), &squeue);
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+        let obs = parse_refresh_output(&out);
+        assert!(obs.status_json.is_empty(), "nothing read: {:?}\n{out}", obs.status_json);
+        assert!(!out.contains("secret"), "{out}");
     }
 
     #[test]

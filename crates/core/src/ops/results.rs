@@ -178,9 +178,113 @@ pub fn parse_archive(stdout: &str) -> Archive {
     Archive::Base64(body.unwrap_or_default())
 }
 
+/// The most bytes [`read_file_script`] brings back of one result file unless asked for fewer: a
+/// metrics or status file is a few KiB; a checkpoint is not read this way.
+pub const READ_FILE_MAX: u64 = 8 << 20;
+
+/// What [`read_file_script`] answered about one result file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileRead {
+    /// The file's bytes, base64-encoded, and its size when it was looked at.
+    Base64 { size: u64, text: String },
+    /// Nothing there, or the job has no results directory (yet).
+    Missing,
+    /// A symlink (the file or a directory on its way), a FIFO, a directory: never opened.
+    NotRegular,
+    /// The file holds this many bytes, more than asked for.
+    TooLarge(u64),
+}
+
+/// Read one file of a job's results directory, `name` relative to it and checked first
+/// ([`check_name`]): every directory on its way must be one and no symlink (a job can make one point
+/// anywhere the login user reads), the file regular, at most `max_bytes`, read by the one reader of
+/// job-written files ([`crate::ops::job_file`]: no symlink, no FIFO, a deadline). Base64, so any
+/// byte comes back as it is. Pure.
+pub fn read_file_script(field: &str, dir: &str, name: &str, max_bytes: u64) -> Result<String, SpecError> {
+    check_name(field, name)?;
+    let max = max_bytes.min(crate::ops::job_file::READ_CAP);
+    Ok(crate::ops::job_file::with_functions(&format!(
+        "d={d}; r={r}
+         [ -d \"$d\" ] && [ ! -L \"$d\" ] || {{ echo '{SECTION}missing'; exit 0; }}
+         p=\"$d\"; IFS=/ read -r -a parts <<<\"$r\"; last=$(( ${{#parts[@]}} - 1 ))
+         for c in \"${{parts[@]:0:$last}}\"; do p=\"$p/$c\"
+           if [ -L \"$p\" ]; then echo '{SECTION}notregular'; exit 0; fi
+           [ -d \"$p\" ] || {{ echo '{SECTION}missing'; exit 0; }}
+         done
+         f=\"$d/$r\"; read -r kind size <<<\"$(tao_jf_stat \"$f\")\"
+         case \"$kind\" in regular) ;; missing) echo '{SECTION}missing'; exit 0 ;; *) echo '{SECTION}notregular'; exit 0 ;; esac
+         [ \"$size\" -gt {max} ] && {{ echo \"{SECTION}too_large $size\"; exit 0; }}
+         echo \"{SECTION}file $size\"; tao_jf_read \"$f\" 0 {read} | base64 -w 0; echo
+",
+        d = quote(dir),
+        r = quote(name),
+        read = max + 1,
+    )))
+}
+
+/// What [`read_file_script`] printed. Pure.
+pub fn parse_read_file(stdout: &str) -> FileRead {
+    let secs = sections(stdout);
+    for (name, arg, body) in &secs {
+        match name.as_str() {
+            "file" => return FileRead::Base64 { size: arg.trim().parse().unwrap_or(0), text: body.trim().to_string() },
+            "too_large" => return FileRead::TooLarge(arg.trim().parse().unwrap_or(0)),
+            "notregular" => return FileRead::NotRegular,
+            _ => {}
+        }
+    }
+    FileRead::Missing
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn read(dir: &std::path::Path, name: &str, max: u64) -> FileRead {
+        let script = read_file_script("relative_path", &dir.display().to_string(), name, max).unwrap();
+        let out = std::process::Command::new("bash").arg("-c").arg(&script).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        parse_read_file(&String::from_utf8_lossy(&out.stdout))
+    }
+
+    /// A result file is read inside the job's results directory only: no `..` or absolute name, no
+    /// symlink on the way or at the end (a job's own files are hostile), no FIFO, not over the cap.
+    #[test]
+    fn a_result_file_is_read_inside_the_results_directory_only() {
+        let top = tempfile::tempdir().unwrap();
+        let d = top.path().join("results/job");
+        std::fs::create_dir_all(d.join("results_dir/best")).unwrap();
+        std::fs::write(d.join("results_dir/best/best_score.json"), "{\"best_score\": 0.25}\n").unwrap();
+        std::fs::write(top.path().join("secret"), "private").unwrap();
+        std::os::unix::fs::symlink(top.path().join("secret"), d.join("linked.json")).unwrap();
+        std::os::unix::fs::symlink(top.path(), d.join("up")).unwrap();
+        std::fs::write(d.join("big.json"), "x".repeat(5000)).unwrap();
+        assert!(std::process::Command::new("mkfifo").arg(d.join("fifo.json")).status().unwrap().success());
+        match read(&d, "results_dir/best/best_score.json", READ_FILE_MAX) {
+            FileRead::Base64 { size, text } => {
+                assert_eq!(size, 21);
+                let out = std::process::Command::new("bash")
+                    .arg("-c")
+                    .arg(format!("printf %s {} | base64 -d", quote(&text)))
+                    .output()
+                    .unwrap();
+                assert_eq!(String::from_utf8_lossy(&out.stdout), "{\"best_score\": 0.25}\n");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(read(&d, "linked.json", READ_FILE_MAX), FileRead::NotRegular);
+        assert_eq!(read(&d, "up/secret", READ_FILE_MAX), FileRead::NotRegular, "a linked directory on the way");
+        assert_eq!(read(&d, "fifo.json", READ_FILE_MAX), FileRead::NotRegular);
+        assert_eq!(read(&d, "results_dir", READ_FILE_MAX), FileRead::NotRegular, "a directory");
+        assert_eq!(read(&d, "big.json", 4096), FileRead::TooLarge(5000));
+        assert_eq!(read(&d, "results_dir/none.json", READ_FILE_MAX), FileRead::Missing);
+        assert_eq!(read(&d, "nodir/x.json", READ_FILE_MAX), FileRead::Missing);
+        assert_eq!(read(&top.path().join("nojob"), "x.json", READ_FILE_MAX), FileRead::Missing);
+        for bad in ["../secret", "/etc/passwd", "a/../../secret", "-x", ""] {
+            let e = read_file_script("relative_path", "/r", bad, READ_FILE_MAX).unwrap_err();
+            assert_eq!(e.field, "relative_path", "{bad:?}");
+        }
+    }
 
     #[test]
     fn names_stay_inside() {

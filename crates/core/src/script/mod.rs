@@ -166,8 +166,38 @@ pub fn srun_argv(plan: &Plan) -> Vec<String> {
     argv.extend(container_options(plan));
     let container = container_name(&plan.layout.job_id);
     argv.push(format!("--container-name={container}"));
-    argv.extend(task_argv(plan, &container, &plan.command));
+    argv.extend(task_argv(plan, &container, &container_command(plan)));
     argv
+}
+
+/// A shell command longer than this is staged as a file of its own and sourced (`bash -c '. FILE'`),
+/// never put on a command line: TAO's entrypoint (`tao_sdk.script_runner.build_entrypoint`, what the
+/// AutoML runner submits) is about 92 KB, one line of it 82 KB, near Linux's 128 KiB limit on one
+/// argument, and every `ps` on the node would show it.
+pub const STAGE_COMMAND_BYTES: usize = 16 * 1024;
+
+/// The staged file of a long shell command (`bash -c TEXT [args]` with TEXT over
+/// [`STAGE_COMMAND_BYTES`]): its path and TEXT. None for any other command.
+pub fn staged_command(plan: &Plan) -> Option<(String, &str)> {
+    match plan.command.as_slice() {
+        [bash, c, text, ..] if bash == "bash" && c == "-c" && text.len() > STAGE_COMMAND_BYTES => {
+            Some((plan.layout.command_file(), text.as_str()))
+        }
+        _ => None,
+    }
+}
+
+/// The argv the container runs: the plan's command, a long shell command sourced from its staged
+/// file (the same `$0` and arguments, the same shell: `set -e`, `exit` and traps act as they would).
+fn container_command(plan: &Plan) -> Vec<String> {
+    match staged_command(plan) {
+        Some((path, _)) => {
+            let mut argv = vec!["bash".to_string(), "-c".to_string(), format!(". {}", quote(&path))];
+            argv.extend(plan.command[3..].iter().cloned());
+            argv
+        }
+        None => plan.command.clone(),
+    }
 }
 
 /// The Pyxis name of a job's container: `exec`, `shell` and `tensorboard` join the running container
@@ -467,6 +497,9 @@ pub fn staged_files(plan: &Plan, spec_json: &serde_json::Value, slurm_user: &str
     ];
     if let Some(c) = &plan.cosmos {
         files.push(StagedFile { path: crate::cosmos::config_file(layout), contents: c.config_text.clone() });
+    }
+    if let Some((path, text)) = staged_command(plan) {
+        files.push(StagedFile { path, contents: text.to_string() });
     }
     files.push(StagedFile { path: layout.script_file(), contents: render_batch_script(plan) });
     files

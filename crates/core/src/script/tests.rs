@@ -390,3 +390,43 @@ fn the_first_step_links_slurms_files_into_the_log_directory() {
     assert!(ok, "{stderr}");
     assert!(stderr.contains("cannot name this job's logs") && stderr.contains("/.tao-job-x-78.out"), "{stderr}");
 }
+
+/// TAO's entrypoint (what NVIDIA's AutoML runner submits: about 92 KB, one line of 82 KB, a literal
+/// `{config_path}` for the entrypoint to fill) is staged as a file and sourced, never put on a command
+/// line; a short shell command stays as it was.
+#[test]
+fn a_long_shell_command_is_staged_as_a_file_and_sourced_never_argv() {
+    let line = "A".repeat(82 * 1024);
+    let text = format!(
+        "set -euo pipefail\necho '{line}' >/dev/null\necho \"0=$0 1=${{1:-}} cfg={{config_path}}\"\n{}",
+        "true\n".repeat(2000)
+    );
+    assert!(text.len() > 90 * 1024);
+    let p = plan(JobSpec { command: vec![text.clone()], shell: true, ..spec() });
+    let script = render_batch_script(&p);
+    assert!(!script.contains(&line), "the command is not in the batch script");
+    assert!(script.len() < 32 * 1024, "{} bytes", script.len());
+    let file = p.layout.command_file();
+    assert!(script.contains(&format!("bash -c '. {file}'")), "{script}");
+    let staged = staged_files(&p, &serde_json::json!({}), "alice", &["login".into()]);
+    let staged: Vec<&StagedFile> = staged.iter().filter(|f| f.path == file).collect();
+    assert_eq!(staged.len(), 1);
+    assert_eq!(staged[0].contents, text, "staged as given: {{config_path}} left for the entrypoint");
+    // Sourced, it runs as `bash -c TEXT` would: the same $0 and arguments, the same exit status.
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("command.sh");
+    std::fs::write(&f, &text).unwrap();
+    let run = |argv: &[&str]| {
+        let out = std::process::Command::new("bash").args(argv).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let sourced = format!(". {}", f.display());
+    assert_eq!(run(&["-c", &sourced, "x", "y"]), run(&["-c", &text, "x", "y"]));
+    assert_eq!(run(&["-c", &sourced, "x", "y"]).1, "0=x 1=y cfg={config_path}\n");
+    // A short one is not staged.
+    let short = plan(JobSpec { command: vec!["echo hi".into()], shell: true, ..spec() });
+    assert!(render_batch_script(&short).contains("bash -c 'echo hi'"));
+    assert!(staged_files(&short, &serde_json::json!({}), "alice", &["login".into()])
+        .iter()
+        .all(|f| !f.path.ends_with(".command.sh")));
+}

@@ -6,10 +6,11 @@
 use super::Client;
 use crate::error::{Error, Result};
 use crate::ops::results::{
-    archive_output_cap, archive_over_cap, archive_script, check_name, list_script, parse_archive, parse_list, Archive,
-    ResultFile,
+    archive_output_cap, archive_over_cap, archive_script, check_name, list_script, parse_archive, parse_list,
+    parse_read_file, read_file_script, Archive, FileRead, ResultFile,
 };
 use crate::remote::Idempotency;
+use crate::spec::SpecError;
 
 /// The longest an archive may take to make and bring back.
 const ARCHIVE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
@@ -49,6 +50,43 @@ impl Client {
             return Err(Error::RemoteCommand(format!("listing the results of job {id} failed: {}", out.stderr.trim())));
         }
         Ok(parse_list(&out.stdout))
+    }
+
+    /// One file of a job's results directory, `name` relative to it (the TAO SDK's
+    /// `read_job_result_file`): None when it is not there (or the job has no results directory yet).
+    /// One round trip. A name outside the directory, a symlink on its way, a file that is not regular
+    /// and one over `max_bytes` are errors naming the field `field`.
+    pub fn read_result_file(&self, id: &str, field: &str, name: &str, max_bytes: u64) -> Result<Option<Vec<u8>>> {
+        check_name(field, name)?;
+        // One read of a job's file brings back at most the reader's own cap, whatever is asked.
+        let max_bytes = max_bytes.min(crate::ops::job_file::READ_CAP);
+        let job = self.store.get(id)?;
+        self.on_this_cluster([&job.summary])?;
+        let script = read_file_script(field, &job.plan.layout.results_dir(), name, max_bytes)?;
+        let out = self.remote()?.run_script(&script, Idempotency::Idempotent)?;
+        if out.exit_code != 0 {
+            return Err(Error::RemoteCommand(format!("reading {name} of job {id} failed: {}", out.stderr.trim())));
+        }
+        let refused = |why: String| -> Result<Option<Vec<u8>>> { Err(SpecError::new(field, why).into()) };
+        match parse_read_file(&out.stdout) {
+            FileRead::Missing => Ok(None),
+            FileRead::NotRegular => {
+                refused(format!("{name} of job {id} is a symlink, or not a regular file, or under a symlink: not read"))
+            }
+            FileRead::TooLarge(size) => {
+                refused(format!("{name} of job {id} holds {size} bytes, more than the {max_bytes} asked for at most"))
+            }
+            FileRead::Base64 { text, .. } => {
+                use base64::Engine;
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(text.trim())
+                    .map_err(|e| Error::RemoteCommand(format!("{name} of job {id} came back damaged: {e}")))?;
+                if bytes.len() as u64 > max_bytes {
+                    return refused(format!("{name} of job {id} grew past the {max_bytes} bytes asked for at most"));
+                }
+                Ok(Some(bytes))
+            }
+        }
     }
 
     /// A gzip'd tar of a job's results (see [`ArchiveAsk`]); the names are checked first.
