@@ -29,6 +29,33 @@ pub struct Env {
     pub vars: HashMap<String, String>,
 }
 
+impl Drop for Env {
+    /// A test that panics leaves none of its jobs running: they would hold the sandbox's nodes and
+    /// starve the tests after it (a failed sweep test's variants, left sleeping 600 s on a node, kept
+    /// a four-node job pending and every job queued behind it, until five other tests ran out of
+    /// time). Never panics itself (a panic while panicking aborts): each step gives up quietly.
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let Ok(out) = self.command(&["list", "--json"]).output() else { return };
+        let Ok(Value::Array(jobs)) = serde_json::from_slice::<Value>(&out.stdout) else { return };
+        let open: Vec<&str> = jobs.iter().filter(|j| !is_terminal(j)).filter_map(|j| j["job_id"].as_str()).collect();
+        if open.is_empty() {
+            return;
+        }
+        let mut args = vec!["cancel"];
+        args.extend(open.iter().copied());
+        let Ok(mut child) = self.command(&args).stdout(Stdio::null()).stderr(Stdio::null()).spawn() else { return };
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while matches!(child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
 impl Env {
     /// Shares the ControlMaster directory with other tests (the normal case for a user).
     pub fn new() -> Env {
