@@ -6,7 +6,6 @@ the other tests, as a user's would be. Jobs a test leaves active are cancelled a
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import pytest
 
 # The helpers the three pytest suites share (tests/support/tao_test_support).
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "support"))
-from tao_test_support import TERMINAL, user_env  # noqa: E402
+from tao_test_support import TERMINAL, use_env, user_env  # noqa: E402
 
 
 @pytest.fixture
@@ -24,11 +23,7 @@ def env(tmp_path, monkeypatch) -> dict:
     home = tmp_path / "home"
     home.mkdir()
     e = user_env(home, inherit=True)
-    for k in list(os.environ):
-        if k not in e:
-            monkeypatch.delenv(k)
-    for k, v in e.items():
-        monkeypatch.setenv(k, v)
+    use_env(monkeypatch, e)
     return e
 
 

@@ -3,22 +3,17 @@ control sockets in $XDG_RUNTIME_DIR/tao-slurm and the state under HOME."""
 
 from __future__ import annotations
 
-import os
 import pathlib
 import stat
 
-from tao_test_support import long_home_env, wait_until
+from tao_test_support import long_home_env, use_env, wait_until
 
 IMAGE = "ubuntu:22.04"
 
 
 def test_a_home_of_80_characters_runs_preflight_submit_logs_and_cancel(tmp_path, monkeypatch, sdks):
     env = long_home_env(tmp_path, inherit=True)
-    for k in list(os.environ):
-        if k not in env:
-            monkeypatch.delenv(k)
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
+    use_env(monkeypatch, env)
     sdk = sdks()
     checks = sdk.preflight()
     failed = [c for c in checks if not c["ok"] and c["required"]]

@@ -103,6 +103,16 @@ def long_home_env(tmp: pathlib.Path, length: int = 80, *, inherit: bool = False)
     return env
 
 
+def use_env(monkeypatch, env: dict) -> None:
+    """Make `env` this process's whole environment for the test (SlurmSDK reads the environment);
+    pytest's monkeypatch restores the old one after it."""
+    for k in list(os.environ):
+        if k not in env:
+            monkeypatch.delenv(k)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+
+
 def wait_until(condition: Callable[[], T], limit: float, what: str, pause: float = 0.5) -> T:
     """Call `condition` every `pause` seconds until it returns something true, and return that; fail
     naming `what` (and what was seen last) once `limit` seconds have passed without it."""

@@ -99,17 +99,19 @@ impl Client {
         }
     }
 
-    /// Where `at` is in the running job (a role needs the job's Cosmos-RL plan).
-    fn place(&self, job: &RunningJob, at: &Where) -> Result<Place> {
+    /// Where `at` is in the running job (a role needs the job's Cosmos-RL plan), and the image its
+    /// containers are made from (as Pyxis was given it), from one read of the plan.
+    fn place(&self, job: &RunningJob, at: &Where) -> Result<(Place, String)> {
         let plan = self.store.get(&job.job_id)?.plan;
-        running::resolve_place(at.node.as_deref(), at.role.as_deref(), plan.cosmos.as_ref(), &job.node_list)
-            .map_err(place_error)
+        let place =
+            running::resolve_place(at.node.as_deref(), at.role.as_deref(), plan.cosmos.as_ref(), &job.node_list)
+                .map_err(place_error)?;
+        Ok((place, plan.image.pyxis))
     }
 
     /// The step's argv, and the lines before it that wait for the job's container.
     fn exec_argv(&self, job: &RunningJob, at: &Where, pty: bool, command: &[String]) -> Result<(String, Vec<String>)> {
-        let place = self.place(job, at)?;
-        let image = self.store.get(&job.job_id)?.plan.image.pyxis;
+        let (place, image) = self.place(job, at)?;
         let target = ExecTarget {
             slurm_job_id: &job.slurm_job_id,
             job_id: &job.job_id,
@@ -177,7 +179,7 @@ impl Client {
     /// the master ends.
     pub fn forward_port(&self, id: &str, at: &Where, remote_port: u16, local_port: u16) -> Result<Forward> {
         let job = self.running_job(id)?;
-        let node = match self.place(&job, at)? {
+        let node = match self.place(&job, at)?.0 {
             Place::Node(n) => n,
             Place::EveryNode => running::first_node(&job.node_list)
                 .ok_or_else(|| invalid("node", format!("job {} has no node list", job.job_id)))?,
@@ -227,8 +229,7 @@ impl Client {
             .ok_or_else(|| invalid("node", format!("job {} has no node list", job.job_id)))?;
         let addr = self.node_addr(&node)?;
         // The first node's container (a Cosmos-RL job's: the policy's there).
-        let place = self.place(&job, &Where::new(Some(&node), None))?;
-        let image = self.store.get(&job.job_id)?.plan.image.pyxis;
+        let (place, image) = self.place(&job, &Where::new(Some(&node), None))?;
         let target = ExecTarget {
             slurm_job_id: &job.slurm_job_id,
             job_id: &job.job_id,
