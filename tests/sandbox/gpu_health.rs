@@ -227,7 +227,7 @@ fn a_node_without_nvidia_smi_shows_no_gpu_data_and_the_job_runs_on() {
     let table = env.ok(&["status", &job]);
     assert!(table.contains("no GPU data"), "{table}");
     std::fs::write(format!("{}/stop", seen["results_dir"].as_str().unwrap()), "").unwrap();
-    let done = env.wait_terminal(&job, Duration::from_secs(120));
+    let done = env.wait_terminal(&job, Duration::from_secs(300));
     assert!(is_terminal(&done) && done["status"] == "Complete", "{done}");
 }
 

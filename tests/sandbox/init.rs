@@ -83,7 +83,7 @@ fn init_yes_writes_an_env_file_that_preflight_passes_and_a_job_runs_with() {
     assert_eq!(pre.status.code(), Some(0), "{}", text(&pre));
     assert!(!text(&pre).contains("FAIL"), "{}", text(&pre));
     let (job, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--shell", "--", "echo first job"]);
-    let done = env.wait_terminal(&job, Duration::from_secs(240));
+    let done = env.wait_terminal(&job, Duration::from_secs(300));
     assert_eq!(done["status"], "Complete", "{done}");
     assert!(env.ok(&["logs", &job]).contains("first job"));
 

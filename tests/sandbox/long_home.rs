@@ -58,7 +58,7 @@ fn a_home_of_80_characters_runs_preflight_submit_logs_and_cancel() {
     assert!(logs.contains("from-a-long-home"), "{logs}");
     assert!(home.join(".local/share/tao-slurm/state.db").is_file(), "the state stays in the home");
     env.ok(&["cancel", &job]);
-    let done = env.wait_terminal(&job, Duration::from_secs(120));
+    let done = env.wait_terminal(&job, Duration::from_secs(300));
     assert_eq!(done["status"], "Canceled", "{done}");
 
     // Without XDG_RUNTIME_DIR: the user's own directory in /tmp, mode 700.

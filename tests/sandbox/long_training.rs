@@ -146,7 +146,7 @@ fn retry_of_an_error_job_starts_from_its_checkpoint_and_two_retries_make_one_slu
 if [ -z "${TAO_RESUME_CHECKPOINT:-}" ]; then echo x > "$dir/epoch-1.pth"; echo "failing after epoch 1"; exit 3; fi
 echo "resumed from $TAO_RESUME_CHECKPOINT""#;
     let (job, first) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "1", "--shell", "--", script]);
-    let v = env.wait_terminal(&job, Duration::from_secs(180));
+    let v = env.wait_terminal(&job, Duration::from_secs(300));
     assert_eq!(v["status"], "Error", "{v}");
     // Two callers at once: the store reopens the job once, so one new Slurm job.
     let callers: Vec<_> = (0..2)
@@ -156,7 +156,7 @@ echo "resumed from $TAO_RESUME_CHECKPOINT""#;
         let out = c.wait_with_output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
-    let v = env.wait_terminal(&job, Duration::from_secs(180));
+    let v = env.wait_terminal(&job, Duration::from_secs(300));
     assert_eq!(v["status"], "Complete", "{v}");
     assert_eq!(v["attempts"].as_array().map(Vec::len), Some(2), "{v}");
     assert_ne!(v["slurm_job_id"].as_str(), Some(first.as_str()), "{v}");
@@ -267,7 +267,7 @@ fn with_on_preempt_cancel_a_preempted_job_ends_canceled_with_the_reason() {
     let env = Env::new();
     let (job, first) = training_on(&env, "node3", 1, &["--on-preempt", "cancel"]);
     preempt(&env, "node3");
-    let v = env.wait_terminal(&job, Duration::from_secs(180));
+    let v = env.wait_terminal(&job, Duration::from_secs(300));
     assert_eq!(v["status"], "Canceled", "{v:#}");
     let message = v["message"].as_str().unwrap();
     assert!(

@@ -71,7 +71,7 @@ fn a_graceful_pause_saves_a_checkpoint_and_two_resumes_go_on_from_it_as_one_slur
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert!(["Resuming", "Running", "Complete"].contains(&v[0]["status"].as_str().unwrap()), "{v}");
     }
-    let v = env.wait_terminal(&job, Duration::from_secs(240));
+    let v = env.wait_terminal(&job, Duration::from_secs(300));
     assert_eq!(v["status"], "Complete", "{v}");
     assert_eq!(v["attempts"].as_array().map(Vec::len), Some(2), "{v}");
     assert_eq!(v["attempts"][1]["cause"], "resumed", "{v}");
@@ -86,7 +86,7 @@ fn a_graceful_pause_saves_a_checkpoint_and_two_resumes_go_on_from_it_as_one_slur
     assert_eq!(finished_epochs(after), ((saved + 1)..=8).collect::<Vec<_>>(), "{after}");
     assert!(after.contains("training: done"), "{after}");
     // Its dependant ran after it; a job that ended has nothing to pause or resume.
-    let c = env.wait_terminal(&child, Duration::from_secs(120));
+    let c = env.wait_terminal(&child, Duration::from_secs(300));
     assert_eq!(c["status"], "Complete", "{c}");
     let again = env.run(&["pause", &job]);
     assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("nothing to pause"));
@@ -124,7 +124,7 @@ fn a_pause_of_a_job_not_running_yet_cancels_it_and_a_resume_with_new_specs_runs_
     std::fs::write(&new_specs, serde_json::json!({"train": {"num_epochs": 5}}).to_string()).unwrap();
     let v = env.json(&["resume", &job, "--spec", new_specs.to_str().unwrap(), "--json"]);
     assert!(["Resuming", "Running", "Complete"].contains(&v[0]["status"].as_str().unwrap()), "{v}");
-    let v = env.wait_terminal(&job, Duration::from_secs(180));
+    let v = env.wait_terminal(&job, Duration::from_secs(300));
     assert_eq!(v["status"], "Complete", "{v}");
     let out = env.json(&["logs", &job, "--json"])["stdout"].as_str().unwrap().to_string();
     let staged: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));

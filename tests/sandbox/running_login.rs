@@ -140,7 +140,7 @@ fn login_answers_the_password_once_and_every_later_command_reuses_it() {
     assert_eq!(unsafe { libc::kill(masters[0], libc::SIGHUP) }, 0);
 
     let (job, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--shell", "--", "echo over-the-login"]);
-    let v = env.wait_terminal(&job, Duration::from_secs(120));
+    let v = env.wait_terminal(&job, Duration::from_secs(300));
     assert_eq!(v["status"], "Complete", "{v}");
     let logs = env.json(&["logs", &job, "--json"]);
     assert!(logs["stdout"].as_str().unwrap().contains("over-the-login"), "{logs}");

@@ -231,7 +231,7 @@ fn a_multi_node_job_ends_with_its_failing_ranks_exit_code() {
         "--",
         "if [ \"$NODE_RANK\" = 1 ]; then sleep 2; echo 'rank 1 fails' >&2; sleep 1; exit 2; fi; echo rank-0-working; sleep 120",
     ]);
-    let v = env.wait_terminal(&job, Duration::from_secs(120));
+    let v = env.wait_terminal(&job, Duration::from_secs(300));
     assert_eq!((v["status"].as_str(), v["exit_code"].as_i64()), (Some("Error"), Some(2)), "{v}");
     let logs = env.json(&["logs", &job, "--json"]);
     assert!(logs["stdout"].as_str().unwrap().contains("rank-0-working"), "{logs}");

@@ -47,7 +47,7 @@ fn a_submitter_killed_at_any_step_leaves_exactly_one_slurm_job_tracked_to_its_en
             std::thread::spawn(move || {
                 let env = Env::isolated();
                 let job = submit_killed_at(&env, fp);
-                let v = env.wait_terminal(&job, Duration::from_secs(240));
+                let v = env.wait_terminal(&job, Duration::from_secs(300));
                 assert_eq!(v["status"], "Complete", "{fp}: {v}");
                 let logs = env.json(&["logs", &job, "--json"]);
                 assert!(logs["stdout"].as_str().unwrap().contains("survived"), "{fp}: {logs}");
@@ -142,12 +142,12 @@ fn nccl_errors_are_retried_and_user_errors_are_not() {
         "--image", "ubuntu:22.04", "--gpus", "0", "--shell", "--",
         "echo 'RuntimeError: CUDA error: out of memory' >&2; echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB' >&2; exit 1",
     ]);
-    let v = env.wait_terminal(&nccl, Duration::from_secs(180));
+    let v = env.wait_terminal(&nccl, Duration::from_secs(300));
     assert_eq!(v["status"], "Complete", "{v}");
     assert_eq!(v["retries"], 1, "{v}");
     assert!(v["attempts"][0]["evidence"][0].as_str().unwrap().contains("NCCL error"), "{v}");
     for (job, words) in [(&traceback, "ValueError"), (&oom, "CUDA out of memory")] {
-        let v = env.wait_terminal(job, Duration::from_secs(180));
+        let v = env.wait_terminal(job, Duration::from_secs(300));
         assert_eq!(v["status"], "Error", "{v}");
         assert_eq!(v["retries"], 0, "user errors are not retried: {v}");
         assert_eq!(v["attempts"][0]["failure_class"], "user", "{v}");

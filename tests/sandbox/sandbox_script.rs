@@ -81,7 +81,7 @@ fn secrets_reach_the_task_and_nothing_else() {
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&secrets_dir).unwrap().permissions().mode() & 0o777, 0o700);
     assert_eq!(std::fs::metadata(secrets_dir.join("env")).unwrap().permissions().mode() & 0o777, 0o600);
-    let v = env.wait_terminal(&job, Duration::from_secs(180));
+    let v = env.wait_terminal(&job, Duration::from_secs(300));
     assert!(!secrets_dir.exists(), "the secrets file is removed once the job is terminal");
     assert_eq!(v["status"], "Complete", "{v}");
     let logs_out = env.run(&["logs", &job, "--json"]);

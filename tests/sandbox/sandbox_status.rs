@@ -81,10 +81,10 @@ fn failing_and_cancelled_jobs_map_right() {
     let (running, running_id) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--", "sleep", "120"]);
     env.wait_job(&running, "running", Duration::from_secs(60), |v| v["status"] == "Running");
     env.ssh(&format!("scancel {pending_id} {running_id} {held_id}\n"));
-    let v = env.wait_terminal(&fail, Duration::from_secs(120));
+    let v = env.wait_terminal(&fail, Duration::from_secs(300));
     assert_eq!((v["status"].as_str(), v["exit_code"].as_i64()), (Some("Error"), Some(1)), "{v}");
     for job in [&pending, &running, &held] {
-        let v = env.wait_terminal(job, Duration::from_secs(120));
+        let v = env.wait_terminal(job, Duration::from_secs(300));
         assert_eq!(v["status"], "Canceled", "{v}");
         assert!(v["slurm_state"].as_str().unwrap().starts_with("CANCELLED"), "{v}");
     }
@@ -99,12 +99,12 @@ fn status_json_decides_completed_jobs() {
         echo '{\"status\":\"FAILURE\",\"message\":\"diverged\"}' >> \"$TAO_API_RESULTS_DIR/$TAO_JOB_ID/status.json\"";
     let (bad, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--shell", "--", write]);
     let (plain, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--", "true"]);
-    let v = env.wait_terminal(&bad, Duration::from_secs(120));
+    let v = env.wait_terminal(&bad, Duration::from_secs(300));
     assert_eq!(v["slurm_state"], "COMPLETED", "{v}");
     assert_eq!(v["status"], "Error", "the last status.json line says FAILURE: {v}");
     assert!(v["message"].as_str().unwrap().contains("diverged"), "{v}");
     assert_eq!(v["progress"]["status"], "FAILURE", "{v}");
-    let v = env.wait_terminal(&plain, Duration::from_secs(120));
+    let v = env.wait_terminal(&plain, Duration::from_secs(300));
     assert_eq!((v["status"].as_str(), v["slurm_state"].as_str()), (Some("Complete"), Some("COMPLETED")), "{v}");
     assert!(v["message"].as_str().unwrap().contains("no terminal status in status.json"), "{v}");
 }
@@ -123,7 +123,7 @@ fn a_job_aged_out_of_the_controller_gets_its_verdict_from_sacct() {
     });
     // Only sacct knows it now; a refresh answers it once slurmdbd has its end (the refresh waits for
     // accounting to catch up before it takes the job's absence as evidence of anything).
-    let v = env.wait_terminal(&job, Duration::from_secs(60));
+    let v = env.wait_terminal(&job, Duration::from_secs(300));
     assert_eq!((v["status"].as_str(), v["exit_code"].as_i64()), (Some("Error"), Some(4)), "{v}");
 }
 
@@ -131,7 +131,7 @@ fn a_job_aged_out_of_the_controller_gets_its_verdict_from_sacct() {
 fn slurm_timeout_maps_to_error_without_retry() {
     let env = Env::new();
     let (timeout, _) = adopt_raw(&env, "--time=1 --wrap 'sleep 600'");
-    let v = env.wait_terminal(&timeout, Duration::from_secs(240));
+    let v = env.wait_terminal(&timeout, Duration::from_secs(300));
     assert_eq!((v["status"].as_str(), v["slurm_state"].as_str()), (Some("Error"), Some("TIMEOUT")), "{v}");
     assert_eq!(v["retries"], 0, "a timeout is not retried: {v}");
     assert_eq!(v["attempts"][0]["failure_class"], "timeout", "{v}");

@@ -260,10 +260,10 @@ fn after_flag_waits_for_its_parent_and_notok_runs_only_on_failure() {
     assert_eq!(v["status"], "Pending", "{v}");
     let dep = env.ssh(&format!("scontrol show job {on_fail_slurm} | grep -o 'Reason=[A-Za-z]*'\n"));
     assert!(dep.contains("JobHeldUser"), "a notok child is held: {dep}");
-    let ok_child = env.wait_terminal(&on_ok, Duration::from_secs(90));
+    let ok_child = env.wait_terminal(&on_ok, Duration::from_secs(300));
     assert_eq!(ok_child["status"], "Canceled", "{ok_child}");
     assert_eq!(ok_child["message"], format!("dependency {parent} ended Error"));
-    let fail_child = env.wait_terminal(&on_fail, Duration::from_secs(90));
+    let fail_child = env.wait_terminal(&on_fail, Duration::from_secs(300));
     assert_eq!(fail_child["status"], "Complete", "{fail_child}");
     let _ = parent_slurm;
     // A bad --after is refused before anything is submitted, naming the field.

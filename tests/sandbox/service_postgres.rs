@@ -92,7 +92,7 @@ fn the_command_line_on_postgres_shares_jobs_between_two_machines() {
     let (job, _) = a.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--shell", "--", "echo on-postgres-cli"]);
     let listed = b.json(&["list", "--json"]);
     assert!(listed.to_string().contains(&job), "the other machine lists it: {listed}");
-    let end = b.wait_terminal(&job, Duration::from_secs(120));
+    let end = b.wait_terminal(&job, Duration::from_secs(300));
     assert_eq!(end["status"], "Complete", "{end}");
     let logs = b.json(&["logs", &job, "--json"]);
     assert!(logs["stdout"].as_str().unwrap().contains("on-postgres-cli"), "{logs}");

@@ -97,7 +97,7 @@ fn images_are_converted_once_and_failures_submit_nothing() {
                     "--",
                     "echo \"image=$(. /etc/os-release; echo $TAO_SLURM_SANDBOX_IMAGE) node=$SLURMD_NODENAME\"",
                 ]);
-                let v = env.wait_terminal(&job, Duration::from_secs(240));
+                let v = env.wait_terminal(&job, Duration::from_secs(300));
                 let logs = env.json(&["logs", &job, "--json"]);
                 (v, logs["stdout"].as_str().unwrap().to_string())
             })
@@ -209,7 +209,7 @@ fn auxiliary_inputs_are_fetched_in_the_job_with_secret_credentials_and_a_size_ca
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let job: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let job = job["job_id"].as_str().unwrap().to_string();
-    let v = env.wait_terminal(&job, Duration::from_secs(120));
+    let v = env.wait_terminal(&job, Duration::from_secs(300));
     assert_eq!(v["status"], "Complete", "{v}");
     let logs = env.json(&["logs", &job, "--json"]);
     let stdout = logs["stdout"].as_str().unwrap();
@@ -242,7 +242,7 @@ fn auxiliary_inputs_are_fetched_in_the_job_with_secret_credentials_and_a_size_ca
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stderr).contains("leaves them idle"), "training data from s3 is warned about");
     let job: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let v = capped.wait_terminal(job["job_id"].as_str().unwrap(), Duration::from_secs(120));
+    let v = capped.wait_terminal(job["job_id"].as_str().unwrap(), Duration::from_secs(300));
     assert_eq!(v["status"], "Error", "{v}");
     assert_eq!(v["retries"], 0);
     assert!(v["message"].as_str().unwrap().contains("more than the 1000-byte cap"), "{v}");
@@ -267,7 +267,7 @@ fn jobs_sharing_an_auxiliary_input_fetch_it_once_and_a_stale_lock_is_broken() {
         || std::fs::read_to_string(&log).unwrap().lines().filter(|l| l.contains(&format!("aws s3 cp {uri}"))).count();
     let mut stderr_of = Vec::new();
     for job in &jobs {
-        let v = env.wait_terminal(job, Duration::from_secs(180));
+        let v = env.wait_terminal(job, Duration::from_secs(300));
         assert_eq!(v["status"], "Complete", "{v}");
         let logs = env.json(&["logs", job, "--json"]);
         stderr_of.push(logs["stderr"].as_str().unwrap().to_string());
@@ -287,7 +287,7 @@ fn jobs_sharing_an_auxiliary_input_fetch_it_once_and_a_stale_lock_is_broken() {
     let dir = object.parent().unwrap().display().to_string();
     env.ssh(&format!("rm -rf '{dir}' && mkdir '{dir}.lock' && touch -d '3 hours ago' '{dir}.lock'"));
     let job = env.submit(&args).0;
-    let v = env.wait_terminal(&job, Duration::from_secs(180));
+    let v = env.wait_terminal(&job, Duration::from_secs(300));
     assert_eq!(v["status"], "Complete", "{v}");
     let logs = env.json(&["logs", &job, "--json"]);
     assert!(logs["stderr"].as_str().unwrap().contains("removing the stale fetch lock"), "{logs}");

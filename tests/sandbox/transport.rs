@@ -17,7 +17,7 @@ fn first_host_down_fails_over_to_the_second_within_the_connect_timeout() {
     let took = start.elapsed();
     assert_eq!(v["login_host"], "sandbox-login2", "{v}");
     assert!(took < Duration::from_secs(10), "the switch took {took:?}, more than the 10 s connect timeout");
-    let status = env.wait_terminal(v["job_id"].as_str().unwrap(), Duration::from_secs(120));
+    let status = env.wait_terminal(v["job_id"].as_str().unwrap(), Duration::from_secs(300));
     assert_eq!(status["status"], "Complete");
     assert_eq!(status["login_host"], "sandbox-login2");
 }
@@ -112,7 +112,7 @@ fn local_mode_runs_the_same_paths_without_ssh() {
         "echo local-ok",
     ]);
     assert_eq!(v["login_host"], "local");
-    let status = env.wait_terminal_with(&["--local"], v["job_id"].as_str().unwrap(), Duration::from_secs(120));
+    let status = env.wait_terminal_with(&["--local"], v["job_id"].as_str().unwrap(), Duration::from_secs(300));
     assert_eq!(status["status"], "Complete", "{status}");
     let logs = env.json(&["--local", "logs", v["job_id"].as_str().unwrap(), "--json"]);
     assert!(logs["stdout"].as_str().unwrap().contains("local-ok"), "{logs}");
@@ -126,7 +126,7 @@ fn an_unknown_submission_is_found_by_its_name_and_never_resubmitted() {
     let slurm_id =
         env.ssh(&format!("sbatch --parsable -o /dev/null --job-name={} --wrap true\n", plan.layout.job_name));
     let slurm_id = slurm_id.trim().to_string();
-    let v = env.wait_terminal(&plan.layout.job_id, Duration::from_secs(120));
+    let v = env.wait_terminal(&plan.layout.job_id, Duration::from_secs(300));
     assert_eq!(v["slurm_job_id"].as_str(), Some(slurm_id.as_str()), "{v}");
     assert_eq!(v["status"], "Complete", "{v}");
     let events = env.json(&["events", &plan.layout.job_id, "--json"]);

@@ -84,7 +84,7 @@ fn secrets_are_gone_whatever_way_a_job_ends_and_never_reach_a_log() {
     logs.push_str(&text(&out).1);
     assert!(out.status.success(), "{:?}", text(&out));
     for (job, want) in [(&user_error, "Error"), (&infra, "Error"), (&cancelled, "Canceled")] {
-        let v = env.wait_terminal(job, Duration::from_secs(120));
+        let v = env.wait_terminal(job, Duration::from_secs(300));
         assert_eq!(v["status"], want, "{v}");
         let secrets_dir = base.join("secrets").join(job);
         assert!(!secrets_dir.exists(), "{} outlived job {job} ({want})", secrets_dir.display());
@@ -259,7 +259,7 @@ fn a_cache_entry_the_neighbour_planted_is_never_used() {
         meta.uid(),
         std::fs::metadata(sandbox::dir().join("shared").join(sandbox::setting("SLURM_USER"))).unwrap().uid()
     );
-    assert_eq!(env.wait_terminal(&job, Duration::from_secs(120))["status"], "Complete");
+    assert_eq!(env.wait_terminal(&job, Duration::from_secs(300))["status"], "Complete");
 }
 
 #[test]

@@ -378,6 +378,8 @@ pub fn tensorboard_script(
     }
     let argv = exec_argv(t, &tensorboard_command(logdir, &socket, path_prefix))?;
     let wait = wait_for_container(t)?;
+    // `dd bs=` copies each read as it comes; without it GNU dd holds the output until a 512-byte block
+    // fills, and the log showed TensorBoard's first lines only when it ended.
     let script = format!(
         "log={log}\n\
          dir={dir}\n\
@@ -386,7 +388,7 @@ pub fn tensorboard_script(
          mkdir -m 700 -- \"$dir\" || {{ echo \"could not make TensorBoard's private directory $dir\" >&2; exit 1; }}\n\
          me=$(id -u)\n\
          rm -f -- \"$log\"\n\
-         setsid nohup {srun} </dev/null 2>&1 | setsid -w nohup dd of=\"$log\" oflag=nofollow conv=excl status=none 2>/dev/null &\n\
+         setsid nohup {srun} </dev/null 2>&1 | setsid -w nohup dd of=\"$log\" bs=64K oflag=nofollow conv=excl status=none 2>/dev/null &\n\
          started=$!\n\
          ready=\n\
          for _ in $(seq 150); do\n\
@@ -754,10 +756,14 @@ mod tests {
         (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
     }
 
-    /// A stand-in TensorBoard: says a line, then listens on `$sock` for a few seconds, closing each
-    /// connection it takes.
-    const LISTENING: &str = "echo started here\nexec python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); \
-         s.bind(sys.argv[1]); s.listen(); s.settimeout(5)\nwhile True: s.accept()[0].close()' \"$sock\"";
+    /// A stand-in TensorBoard: says a line, then listens on `$sock`, closing each connection it takes,
+    /// until its socket is gone (the test's directory removed) or two minutes pass. Not a few seconds:
+    /// the log must show its line while it runs, and on a loaded machine a 5 s listener can end before
+    /// the start's probes reach it.
+    const LISTENING: &str = "echo started here\nexec python3 -c 'import os,select,socket,sys,time; \
+         s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(); end=time.time()+120\n\
+         while time.time()<end and os.path.exists(sys.argv[1]):\n\
+         \x20 if select.select([s],[],[],0.5)[0]: s.accept()[0].close()' \"$sock\"";
 
     fn tb_dir(dir: &std::path::Path, n: u8) -> String {
         tensorboard_dir(&dir.display().to_string(), [n; 8])
@@ -778,11 +784,16 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "the user's own file\n");
         let meta = std::fs::symlink_metadata(&log).unwrap();
         assert!(meta.file_type().is_file(), "our log is a regular file of its own");
-        let written = (0..50).any(|_| {
+        let written = (0..300).any(|_| {
             std::thread::sleep(std::time::Duration::from_millis(100));
             std::fs::read_to_string(&log).unwrap_or_default().contains("started here")
         });
-        assert!(written, "TensorBoard's output reaches its log");
+        assert!(
+            written,
+            "TensorBoard's output reaches its log: {:?} {:?}",
+            std::fs::read_to_string(&log),
+            std::fs::read_dir(dir.path().join("results")).unwrap().map(|e| e.unwrap().path()).collect::<Vec<_>>()
+        );
 
         // Planted while it runs, then the start fails: the log's tail is not read through the link.
         std::fs::remove_file(&log).unwrap();
