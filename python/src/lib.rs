@@ -4,13 +4,14 @@
 //! Python side turns into the TAO SDK's shapes. Errors become the exception classes of
 //! `tao_slurm.errors`, one per class of the engine's error, with the engine's message unchanged.
 
-use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
-use tao_slurm_engine::client::{Client, FollowCursor, JobFilter, PathCheck, Stream, Submission, SubmitOptions};
+use tao_slurm_engine::client::{
+    Client, FollowCursor, JobFilter, PathCheck, PreviewChecks, Secrets, Stream, Submission, SubmitOptions,
+};
 use tao_slurm_engine::config::Settings;
 use tao_slurm_engine::error::{Error, ErrorKind};
 use tao_slurm_engine::spec::{JobSpec, SecretValues, SpecError};
@@ -32,6 +33,16 @@ struct Engine {
 
 /// The Python exception for an engine error: its class, its message unchanged, its CLI exit code,
 /// and for a job spec error the field it names.
+/// The job tao_slurm's JSON of `create_job`'s keywords describes: a value of the wrong type is a
+/// `JobSpecError` naming its field (the keywords other than the TAO SDK's pass through as given).
+fn spec_of(py: Python<'_>, spec_json: &str) -> PyResult<JobSpec> {
+    let mut json = serde_json::Deserializer::from_str(spec_json);
+    serde_path_to_error::deserialize(&mut json).map_err(|e| {
+        let field = e.path().to_string();
+        to_py(py, SpecError::new(&field, format!("{} (as a job file takes it)", e.inner())).into())
+    })
+}
+
 fn to_py(py: Python<'_>, e: Error) -> PyErr {
     let build = || -> PyResult<PyErr> {
         let errors = py.import("tao_slurm.errors")?;
@@ -170,8 +181,7 @@ impl Engine {
     /// values of the spec's `secret_env` names that the caller gave (the others come from the
     /// environment). Returns the job as stored (JSON).
     fn create_job(&self, py: Python<'_>, spec_json: &str, secrets: BTreeMap<String, String>) -> PyResult<String> {
-        let spec: JobSpec = serde_json::from_str(spec_json)
-            .map_err(|e| PyRuntimeError::new_err(format!("internal error: a bad job spec from tao_slurm: {e}")))?;
+        let spec = spec_of(py, spec_json)?;
         self.with(py, move |c| {
             let values = SecretValues::resolve(&spec.secret_env, &secrets, &|n| std::env::var(n).ok())?;
             let outcome = c.submit(&spec, SubmitOptions::with_values(values))?;
@@ -183,12 +193,43 @@ impl Engine {
         })
     }
 
+    /// What a submit of `spec_json` would do, without doing it (the client's one preview, as the
+    /// CLI's `submit --dry-run` and MCP's `dry_run` show it); `online`: a submit's checks with the
+    /// cluster too. Returns JSON: job_id, plan, files (path, contents), warnings, variants, array, steps.
+    #[pyo3(signature = (spec_json, secrets, online))]
+    fn preview(
+        &self,
+        py: Python<'_>,
+        spec_json: &str,
+        secrets: BTreeMap<String, String>,
+        online: bool,
+    ) -> PyResult<String> {
+        let spec = spec_of(py, spec_json)?;
+        self.with(py, move |c| {
+            let checks = if online {
+                let values = SecretValues::resolve(&spec.secret_env, &secrets, &|n| std::env::var(n).ok())?;
+                PreviewChecks::Online(Secrets::Values(values))
+            } else {
+                PreviewChecks::Offline
+            };
+            let p = c.preview(&spec, checks)?;
+            Ok(json(&serde_json::json!({
+                "job_id": p.plan.layout.job_id,
+                "plan": p.plan,
+                "files": p.files.iter().map(|f| serde_json::json!({"path": f.path, "contents": f.contents})).collect::<Vec<_>>(),
+                "warnings": p.warnings,
+                "variants": p.variants.iter().map(|(i, v)| serde_json::json!({"index": i, "values": v})).collect::<Vec<_>>(),
+                "array": p.array,
+                "steps": p.steps.iter().map(|(n, c)| serde_json::json!({"name": n, "command": c})).collect::<Vec<_>>(),
+            })))
+        })
+    }
+
     /// Validate, record, stage and submit a sweep (`spec_json` is a JobSpec with a `sweep` section):
     /// one Slurm job array, each variant a job of its own. Returns the sweep (JSON: sweep_id,
     /// slurm_array_id, variants, and `jobs`, every variant as stored).
     fn create_sweep(&self, py: Python<'_>, spec_json: &str, secrets: BTreeMap<String, String>) -> PyResult<String> {
-        let spec: JobSpec = serde_json::from_str(spec_json)
-            .map_err(|e| PyRuntimeError::new_err(format!("internal error: a bad job spec from tao_slurm: {e}")))?;
+        let spec = spec_of(py, spec_json)?;
         self.with(py, move |c| {
             let values = SecretValues::resolve(&spec.secret_env, &secrets, &|n| std::env::var(n).ok())?;
             let outcome = c.submit(&spec, SubmitOptions::with_values(values))?;
@@ -372,8 +413,7 @@ impl Engine {
     /// The plan a spec resolves to, without submitting (no remote call): the resources, times and
     /// names the batch script will carry, as JSON.
     fn plan(&self, py: Python<'_>, spec_json: &str) -> PyResult<String> {
-        let spec: JobSpec = serde_json::from_str(spec_json)
-            .map_err(|e| PyRuntimeError::new_err(format!("internal error: a bad job spec from tao_slurm: {e}")))?;
+        let spec = spec_of(py, spec_json)?;
         self.with(py, move |c| {
             let p = c.plan(&spec)?;
             Ok(json(&serde_json::json!({
@@ -447,6 +487,14 @@ fn gpus_from_count(
     Ok(out)
 }
 
+/// The job fields the Python package offers, each with its keyword there (`spec::doors`: the one
+/// list of what each door names differently or leaves out), in the spec's order.
+#[pyfunction]
+fn job_keywords() -> Vec<(&'static str, &'static str)> {
+    use tao_slurm_engine::spec::doors::{names_at, Door};
+    names_at(Door::Python)
+}
+
 /// The infrastructure failure pattern a log line matches (the engine's list), or None.
 #[pyfunction]
 fn infra_pattern_of(line: &str) -> Option<&'static str> {
@@ -487,6 +535,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(gpus_from_count, m)?)?;
     m.add_function(wrap_pyfunction!(budget_floor_secs, m)?)?;
     m.add_function(wrap_pyfunction!(infra_pattern_of, m)?)?;
+    m.add_function(wrap_pyfunction!(job_keywords, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

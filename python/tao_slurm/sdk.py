@@ -18,6 +18,8 @@ round trip, a submission in two. Calls are safe from several threads.
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import json
 import logging
 import os
@@ -43,6 +45,12 @@ TERMINAL_STATUSES = frozenset(_native.TERMINAL_STATUSES)
 #: The TAO SDK's epoch pattern, read in the last 20 log lines when status.json has no epoch.
 EPOCH_PATTERN = re.compile(r"[Ee]poch\s+(\d+)(?:/(\d+))?")
 HOOK_NAMES = ("on_complete", "on_error", "on_epoch_milestone")
+# The job's fields as keywords (the engine's one list of what each door names differently or leaves
+# out): the TAO SDK's own keywords (``gpu_count``, ``num_nodes``, ``env_vars``, ...), and every
+# other field by its own name.
+_JOB_KEYWORDS: Tuple[Tuple[str, str], ...] = tuple(_native.job_keywords())
+_ALL_KEYWORDS = sorted({keyword for _, keyword in _JOB_KEYWORDS})
+_OWN_KEYWORDS = frozenset(f for f, keyword in _JOB_KEYWORDS if f == keyword and f not in ("image", "command"))
 
 Hooks = Mapping[str, Callable[..., Any]]
 Mount = Union[str, Mapping[str, Any]]
@@ -171,6 +179,7 @@ class SlurmSDK(StorageCalls):
         name: Optional[str] = None,
         sbatch_options: Optional[Mapping[str, str]] = None,
         after: Optional[Sequence[str]] = None,
+        **job_fields: Any,
     ) -> Job:
         """Validate, stage and submit a job; returns it Pending (or Running).
 
@@ -206,46 +215,22 @@ class SlurmSDK(StorageCalls):
             after: jobs this one runs after, ``"JOB[:ok|:notok|:any]"`` (ids or prefixes; ``ok``, the
                 default, waits for success). Kept across their retries; a parent that can no longer
                 satisfy it cancels this job ("dependency <id> ended <status>").
+            Every other field of a job is a keyword by its own name, as in a job file
+            (``docs/commands.md``): ``qos``, ``constraint``, ``memory``, ``exclude``,
+            ``reservation``, ``cpus_per_task``, ``requeue``, ``gpu_watch``, ``cosmos_rl``, ...
+            (``inspect.signature`` lists them all). The engine checks each and names it when wrong.
 
         Raises:
             JobSpecError: an argument is invalid (``field`` names it); nothing was submitted.
             CredentialError, ConfigError, RemoteError, RemoteCommandError, StateError.
         """
         hook_map = self._check_hooks(hooks)
-        spec: Dict[str, Any] = {"image": image}
-        if isinstance(command, str):
-            spec["command"] = ["set -euo pipefail\n" + command]
-            spec["shell"] = True
-        else:
-            spec["command"] = [str(w) for w in command]
-        spec.update(self._resources(gpu_count, num_nodes))
-        if env_vars:
-            spec["env"] = {str(k): str(v) for k, v in env_vars.items()}
-        for key, value in (("partition", partition), ("account", account), ("name", name)):
-            if value is not None:
-                spec[key] = value
-        for key, value in (("time_hours", time_hours), ("timeout_hours", timeout_hours)):
-            if value is not None:
-                spec[key] = float(value)
-        if exclusive is not None:
-            spec["exclusive"] = bool(exclusive)
-        if mounts is not None:
-            spec["mounts"] = _mounts(mounts)
-        if inputs:
-            spec["inputs"] = {str(k): str(v) for k, v in inputs.items()}
-        if specs is not None:
-            spec["specs"] = dict(specs)
-        if sbatch_options:
-            spec["sbatch_options"] = {str(k): str(v) for k, v in sbatch_options.items()}
-        secret_values: Dict[str, str] = {}
-        if secret_env:
-            if isinstance(secret_env, Mapping):
-                secret_values = {str(k): str(v) for k, v in secret_env.items()}
-                spec["secret_env"] = list(secret_values)
-            else:
-                spec["secret_env"] = [str(n) for n in secret_env]
-        if after:
-            spec["after"] = [str(a) for a in after]
+        named = dict(
+            partition=partition, account=account, mounts=mounts, inputs=inputs, specs=specs,
+            secret_env=secret_env, time_hours=time_hours, timeout_hours=timeout_hours,
+            exclusive=exclusive, name=name, sbatch_options=sbatch_options, after=after,
+        )
+        spec, secret_values = self._job_spec(image, command, gpu_count, num_nodes, env_vars, named, job_fields)
         view = json.loads(self._engine.create_job(json.dumps(spec), secret_values))
         for text in view.pop("warnings", []):
             warnings.warn(text, stacklevel=2)
@@ -271,6 +256,7 @@ class SlurmSDK(StorageCalls):
         name: Optional[str] = None,
         sbatch_options: Optional[Mapping[str, str]] = None,
         secret_env: Union[None, Sequence[str], Mapping[str, str]] = None,
+        **job_fields: Any,
     ) -> Dict[str, Any]:
         """Submit a sweep: the job once per variant, every variant a job of its own (own id, status,
         logs, retries), all of them one Slurm job array submitted in one round trip.
@@ -281,29 +267,19 @@ class SlurmSDK(StorageCalls):
                 ending with ``=`` appends ``--seed=1``).
             variants: explicit variants, ``[{"env": {...}, "args": [...]}]``, after the grid's.
             max_concurrent: at most this many variants run at once.
-            The other arguments are ``create_job``'s. Each task sees ``TAO_SWEEP_ID``,
+            The other arguments, and every other field of a job by its own name, are
+            ``create_job``'s. Each task sees ``TAO_SWEEP_ID``,
             ``TAO_SWEEP_INDEX`` and ``TAO_SWEEP_VALUES``.
 
         Returns:
             ``{"sweep_id": ..., "slurm_array_id": ..., "jobs": [Job, ...]}`` (index order); the sweep
             id is accepted by ``refresh`` and ``cancel_sweep`` for all its variants.
         """
-        spec: Dict[str, Any] = {"image": image}
-        if isinstance(command, str):
-            spec["command"] = ["set -euo pipefail\n" + command]
-            spec["shell"] = True
-        else:
-            spec["command"] = [str(w) for w in command]
-        spec.update(self._resources(gpu_count, 1))
-        if env_vars:
-            spec["env"] = {str(k): str(v) for k, v in env_vars.items()}
-        for key, value in (("partition", partition), ("account", account), ("name", name)):
-            if value is not None:
-                spec[key] = value
-        if time_hours is not None:
-            spec["time_hours"] = float(time_hours)
-        if sbatch_options:
-            spec["sbatch_options"] = {str(k): str(v) for k, v in sbatch_options.items()}
+        named = dict(
+            partition=partition, account=account, time_hours=time_hours, name=name,
+            sbatch_options=sbatch_options, secret_env=secret_env,
+        )
+        spec, secret_values = self._job_spec(image, command, gpu_count, 1, env_vars, named, job_fields)
         sweep: Dict[str, Any] = {}
         if grid:
             sweep["grid"] = {str(k): [str(v) for v in vs] for k, vs in grid.items()}
@@ -317,13 +293,6 @@ class SlurmSDK(StorageCalls):
         if max_concurrent is not None:
             sweep["max_concurrent"] = int(max_concurrent)
         spec["sweep"] = sweep
-        secret_values: Dict[str, str] = {}
-        if secret_env:
-            if isinstance(secret_env, Mapping):
-                secret_values = {str(k): str(v) for k, v in secret_env.items()}
-                spec["secret_env"] = list(secret_values)
-            else:
-                spec["secret_env"] = [str(n) for n in secret_env]
         out = json.loads(self._engine.create_sweep(json.dumps(spec), secret_values))
         for text in out.get("warnings", []):
             warnings.warn(text, stacklevel=2)
@@ -332,6 +301,80 @@ class SlurmSDK(StorageCalls):
             "slurm_array_id": out["slurm_array_id"],
             "jobs": [self._job_from_view(v) for v in out["jobs"]],
         }
+
+    def preview_job(
+        self,
+        image: str,
+        command: Union[str, Sequence[str]],
+        gpu_count: int = 1,
+        env_vars: Optional[Mapping[str, Any]] = None,
+        num_nodes: int = 1,
+        *,
+        online: bool = True,
+        **job_fields: Any,
+    ) -> Dict[str, Any]:
+        """What ``create_job`` with these arguments would submit, without submitting or recording
+        anything: the engine's one preview, as the CLI's ``submit --dry-run`` and MCP's ``dry_run``
+        show it. ``online`` (default): a submit's checks with the cluster too (the plan fitted to its
+        partition, the inputs found, the secret values found); else offline, with no connection.
+
+        Returns ``{"job_id", "plan", "files": [{"path", "contents"}], "warnings"}`` (the batch script
+        is the last file). Raises as ``create_job`` would, before anything is submitted.
+        """
+        spec, secret_values = self._job_spec(image, command, gpu_count, num_nodes, env_vars, {}, job_fields)
+        out = json.loads(self._engine.preview(json.dumps(spec), secret_values, bool(online)))
+        return {key: out[key] for key in ("job_id", "plan", "files", "warnings")}
+
+    def _job_spec(
+        self,
+        image: str,
+        command: Union[str, Sequence[str]],
+        gpu_count: int,
+        num_nodes: int,
+        env_vars: Optional[Mapping[str, Any]],
+        named: Mapping[str, Any],
+        job_fields: Mapping[str, Any],
+    ) -> Tuple[Dict[str, Any], Dict[str, str]]:
+        """The job's spec (the engine's JSON) and its secret values, from the TAO SDK's keywords and
+        the job's other fields by name. A name that is no job field is refused here, naming it."""
+        for key in job_fields:
+            if key not in _OWN_KEYWORDS:
+                near = difflib.get_close_matches(key, _ALL_KEYWORDS, n=1)
+                hint = f": did you mean {near[0]}?" if near else ""
+                raise JobSpecError(f"{key} is not a field of a job{hint}", field=key)
+        spec: Dict[str, Any] = {"image": image}
+        if isinstance(command, str):
+            spec["command"] = ["set -euo pipefail\n" + command]
+            spec["shell"] = True
+        else:
+            spec["command"] = [str(w) for w in command]
+        spec.update(self._resources(gpu_count, num_nodes))
+        if env_vars:
+            spec["env"] = {str(k): str(v) for k, v in env_vars.items()}
+        secret_values: Dict[str, str] = {}
+        for key, value in list(named.items()) + list(job_fields.items()):
+            if value is None:
+                continue
+            if key == "mounts":
+                value = _mounts(value)
+            elif key == "secret_env":
+                if isinstance(value, Mapping):
+                    secret_values = {str(k): str(v) for k, v in value.items()}
+                    value = list(secret_values)
+                else:
+                    value = [str(n) for n in value]
+            elif key in ("time_hours", "timeout_hours", "total_time_hours"):
+                value = float(value)
+            elif key in ("inputs", "sbatch_options"):
+                value = {str(k): str(v) for k, v in value.items()}
+            elif key == "specs":
+                value = dict(value)
+            elif key in ("after", "checkpoint_patterns", "dataset_files", "notify"):
+                value = [str(v) for v in ([value] if isinstance(value, str) else value)]
+            # An empty collection is no value, as the TAO SDK's keywords take it; empty specs are specs.
+            if value or value == 0 or key == "specs":
+                spec[key] = value
+        return spec, secret_values
 
     def _resources(self, gpu_count: int, num_nodes: int) -> Dict[str, int]:
         """The TAO SDK's ``gpu_count`` as tao-slurm's ``gpus`` (per node) or ``total_gpus``."""
@@ -774,3 +817,22 @@ class SlurmSDK(StorageCalls):
             }
         )
         return record
+
+
+def _list_job_keywords(method: Callable[..., Any]) -> None:
+    """Give ``method`` (which takes ``**job_fields``) a signature that lists every job field it takes
+    by name, keyword-only with default None, so ``help()`` and ``inspect.signature`` show them all:
+    derived from the engine's list, never copied here."""
+    signature = inspect.signature(method)
+    params = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    have = {p.name for p in params}
+    params += [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation="Any")
+        for name in sorted(_OWN_KEYWORDS - have)
+    ]
+    method.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+
+
+_list_job_keywords(SlurmSDK.create_job)
+_list_job_keywords(SlurmSDK.create_sweep)
+_list_job_keywords(SlurmSDK.preview_job)

@@ -1,7 +1,7 @@
 //! The job-describing flags that `submit` and `render` share (flags override the job file).
 
 use crate::error::Error;
-use crate::spec::{parse_pair, CosmosRlSpec, JobSpec, SecretValues, SweepSpec, VariantSpec};
+use crate::spec::{parse_pair, CosmosRlSpec, JobSpec, SweepSpec, VariantSpec};
 use clap::Args;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -293,13 +293,28 @@ impl JobArgs {
         }
         Ok(Some(section))
     }
-
-    /// Values for the spec's secret names, from --secret-env-file and the submitting environment.
-    pub fn secrets(&self, spec: &JobSpec) -> Result<SecretValues, Error> {
-        crate::client::secret_values(&spec.secret_env, self.secret_env_file.as_deref())
-    }
 }
 
 fn parse_on_preempt(text: &str) -> Result<crate::attempts::OnPreempt, String> {
     crate::attempts::OnPreempt::parse(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::spec::doors::{missing_at, Door};
+    use clap::CommandFactory;
+
+    /// Every field of a job is a flag of `submit` and of `render` (by the name `spec::doors` gives it
+    /// at the command line), but those that list says it leaves out.
+    #[test]
+    fn every_job_field_is_a_flag_of_submit_and_render() {
+        let cli = crate::cli::Cli::command();
+        for sub in ["submit", "render"] {
+            let command = cli.find_subcommand(sub).unwrap_or_else(|| panic!("no {sub} subcommand"));
+            let ids: Vec<String> = command.get_arguments().map(|a| a.get_id().to_string()).collect();
+            assert!(ids.len() > 30, "{sub}: {ids:?}");
+            let missing = missing_at(Door::Cli, |name| ids.iter().any(|id| id == name));
+            assert!(missing.is_empty(), "job fields missing from `{sub}`'s flags: {missing:?}");
+        }
+    }
 }

@@ -204,6 +204,27 @@ pub struct RenderReport {
     /// The split as a table, for people.
     #[serde(skip)]
     pub cosmos_table: Option<String>,
+    /// A sweep's variants (the plan and the files are its first variant's, then the array's script).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub variants: Vec<VariantRow>,
+    /// A sweep's one Slurm job array (`--array=`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub array: Option<String>,
+    /// A pipeline's steps in order (the plan is the first step's; the files are every step's).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepRow>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct VariantRow {
+    pub index: u32,
+    pub values: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct StepRow {
+    pub name: String,
+    pub command: String,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -217,6 +238,20 @@ impl Report for RenderReport {
         let mut s = String::new();
         if let Some(t) = &self.cosmos_table {
             s.push_str(&format!("{t}\n"));
+        }
+        for v in &self.variants {
+            s.push_str(&format!("variant {}: {}\n", v.index, v.values));
+        }
+        if let Some(array) = &self.array {
+            s.push_str(&format!(
+                "one Slurm job array --array={array} (the files: the first variant's, then the array's script)\n\n"
+            ));
+        }
+        for step in &self.steps {
+            s.push_str(&format!("step {}: {}\n", step.name, step.command));
+        }
+        if !self.steps.is_empty() {
+            s.push('\n');
         }
         for f in &self.files {
             s.push_str(&format!("==> {} <==\n{}\n", f.path, f.contents));

@@ -1,5 +1,5 @@
 pub use super::job_args::JobArgs;
-use crate::client::{MonitorChoice, Secrets, Submission, SubmitOptions};
+use crate::client::{MonitorChoice, PreviewChecks, Secrets, Submission, SubmitOptions};
 use crate::config::Settings;
 use crate::error::Error;
 use crate::Client;
@@ -71,56 +71,13 @@ impl SubmitCmd {
         Ok(0)
     }
 
-    /// The online checks of a job, or a sweep's variants and array script, or a pipeline's steps:
-    /// what would be submitted; nothing is.
+    /// The online checks of a job, a sweep's or a pipeline's first job, and what would be staged:
+    /// the client's one preview; nothing is submitted.
     fn dry_run(&self, settings: Settings, spec: &crate::JobSpec) -> Result<i32, Error> {
-        // A missing secret value fails here as it would in a submit.
-        self.job.secrets(spec)?;
-        if spec.sweep.is_some() {
-            return self.run_sweep(settings, spec);
-        }
-        if !spec.steps.is_empty() {
-            return self.run_pipeline(spec);
-        }
-        let client = Client::new(settings)?;
-        let (plan, warnings) = client.check_online(spec)?;
-        show_warnings(&warnings);
-        super::render::print_plan(&client.staged_files(spec, &plan), &plan, self.json);
-        Ok(0)
-    }
-}
-
-impl SubmitCmd {
-    /// A sweep's dry run: its variants and its one array script.
-    fn run_sweep(&self, settings: Settings, spec: &crate::JobSpec) -> Result<i32, Error> {
-        let variants = spec.sweep.as_ref().map(|s| s.variants()).transpose()?.unwrap_or_default();
-        let ids: Vec<String> = variants.iter().map(|v| format!("variant-{}", v.index)).collect();
-        let sweep = crate::client::plan_sweep(spec, &settings, "dry-run", &ids)?;
-        let (_, warnings) = Client::new(settings)?.check_online(&spec.for_variant(&sweep.variants[0].0))?;
-        show_warnings(&warnings);
-        if self.json {
-            let list: Vec<_> = sweep
-                .variants
-                .iter()
-                .map(|(v, _)| serde_json::json!({"index": v.index, "values": v.describe()}))
-                .collect();
-            super::output::emit_json(
-                &serde_json::json!({"variants": list, "array": sweep.array_range(), "array_script": sweep.array_script()}),
-            );
-        } else {
-            for (v, _) in &sweep.variants {
-                println!("variant {}: {}", v.index, v.describe());
-            }
-            println!("\none Slurm job array --array={}; its script:\n{}", sweep.array_range(), sweep.array_script());
-        }
-        Ok(0)
-    }
-
-    /// A pipeline's dry run: its steps in order.
-    fn run_pipeline(&self, spec: &crate::JobSpec) -> Result<i32, Error> {
-        for step in spec.pipeline()? {
-            println!("step {}: {}", step.name, step.spec.command.join(" "));
-        }
+        let secrets = Secrets::Lookup { file: self.job.secret_env_file.clone() };
+        let preview = Client::new(settings)?.preview(spec, PreviewChecks::Online(secrets))?;
+        show_warnings(&preview.warnings);
+        super::render::emit_preview(&preview, self.json);
         Ok(0)
     }
 }

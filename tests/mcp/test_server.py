@@ -1,6 +1,7 @@
 """`tao-slurm mcp` driven by the official MCP Python client over stdio, against the sandbox cluster."""
 
 import hashlib
+import json
 import secrets
 import subprocess
 import tempfile
@@ -18,6 +19,13 @@ ALL_TOOLS = {
 MUTATING = {"init", "submit", "cancel", "image_import", "exec", "retry", "pause", "resume"}
 # A small job of the sandbox (its Pyxis stand-in runs the command on the node).
 JOB = {"image": "ubuntu:22.04", "gpus": 1}
+
+
+def _cli_json(env: dict, *args: str) -> dict:
+    """The command line's JSON answer, run as the same user as the server."""
+    out = subprocess.run([binary(), *args], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
 
 
 @run_async
@@ -63,6 +71,21 @@ async def test_submit_wait_until_complete_then_logs(server_env):
         assert dry["dry_run"] is True and "slurm_job_id" not in dry
         assert "#SBATCH" in dry["script"] and "srun" in dry["script"]
         assert (await s.ok("list"))["total"] == 0, "a dry run records nothing"
+
+        # A sweep's and a pipeline's dry runs are the client's one preview: the command line's
+        # `submit --dry-run` shows the same array script and the same steps.
+        grid = {"grid": {"A": ["1", "2", "3"]}, "max_concurrent": 2}
+        swept = await s.ok("submit", {**JOB, "command": ["echo", "v"], "sweep": grid, "dry_run": True})
+        assert [j["values"] for j in swept["jobs"]] == ["A=1", "A=2", "A=3"], swept
+        assert "#SBATCH --array=0-2%2" in swept["script"] and "3 variants" in swept["summary"], swept
+        flags = ["--image", JOB["image"], "--gpus", str(JOB["gpus"]), "--grid", "A=1,2,3", "--max-concurrent", "2"]
+        cli = _cli_json(server_env, "submit", "--dry-run", "--json", *flags, "--", "echo", "v")
+        assert cli["files"][-1]["contents"] == swept["script"] and cli["array"] == "0-2%2", cli
+        assert [v["values"] for v in cli["variants"]] == ["A=1", "A=2", "A=3"]
+        steps = [{"name": "prep", "command": ["echo", "p"]}, {"name": "train", "command": ["echo", "t"], "after": ["prep"]}]
+        piped = await s.ok("submit", {**JOB, "command": ["true"], "steps": steps, "dry_run": True})
+        assert [(j["name"], j["command"]) for j in piped["jobs"]] == [("prep", "echo p"), ("train", "echo t")], piped
+        assert (await s.ok("list"))["total"] == 0, "dry runs record nothing"
 
         lines = "for i in 1 2 3; do echo line-$i; done; echo to-stderr >&2"
         sub = await s.ok("submit", {**JOB, "command": [lines], "shell": True, "name": "mcp-complete"})

@@ -194,6 +194,59 @@ def test_extras_specs_inputs_and_secrets(env, sdks):
     assert "Local paths (file:// or no prefix) not allowed" in str(e.value)
 
 
+def test_every_job_field_is_a_keyword_that_reaches_the_job(env, sdks):
+    """Fields the TAO SDK has no keyword for are keywords by their own name (the engine's list), and
+    reach Slurm; a name that is no field, or a value of the wrong type, is refused naming it."""
+    sdk = sdks()
+    job = sdk.create_job(
+        image=IMAGE,
+        command='echo "mem=$SLURM_MEM_PER_NODE cpus=$SLURM_CPUS_PER_TASK node=$SLURMD_NODENAME"',
+        gpu_count=0,
+        memory="300M",
+        cpus_per_task=2,
+        exclude="node1",
+        max_timeout_requeues=1,
+    )
+    assert sdk.wait(job.id, timeout=300).status == "Complete"
+    line = next(l for l in sdk.get_job_logs(job.id).splitlines() if l.startswith("mem="))
+    ran = re.fullmatch(r"mem=300 cpus=2 node=(\S+)", line)
+    assert ran and ran.group(1) != "node1", line
+    before = len(sdk.list_jobs())
+    with pytest.raises(JobSpecError) as e:
+        sdk.create_job(image=IMAGE, command="true", gpu_count=0, qoss="high")
+    assert e.value.field == "qoss" and "did you mean qos" in str(e.value), str(e.value)
+    with pytest.raises(JobSpecError) as e:
+        sdk.create_sweep(image=IMAGE, command="true", gpu_count=0, grid={"A": [1]}, cpus_per_task="many")
+    assert e.value.field == "cpus_per_task", str(e.value)
+    assert len(sdk.list_jobs()) == before, "a refused call records nothing"
+
+
+def test_a_preview_submits_nothing_and_is_the_command_lines_dry_run(env, sdks):
+    """preview_job is the engine's one preview: checked with the cluster, nothing recorded, and the
+    plan and batch script the command line's `submit --dry-run` shows for the same job."""
+    sdk = sdks()
+    before = len(sdk.list_jobs())
+    preview = sdk.preview_job(IMAGE, "echo previewed", gpu_count=0, time_hours=1, memory="200M")
+    script = preview["files"][-1]["contents"]
+    assert "#SBATCH --mem=200M" in script and "echo previewed" in script, script
+    assert len(sdk.list_jobs()) == before, "a preview records nothing"
+    out = subprocess.run(
+        [str(BIN), "submit", "--dry-run", "--json", "--image", IMAGE, "--gpus", "0", "--time-hours", "1",
+         "--memory", "200M", "--shell", "--", "set -euo pipefail\necho previewed"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    cli = json.loads(out.stdout)
+    for key in ("resources", "partition", "time_minutes", "image", "mounts"):
+        assert preview["plan"][key] == cli["plan"][key], key
+    # The same script but for the job's own id.
+    assert script.replace(preview["job_id"], "ID") == cli["files"][-1]["contents"].replace(cli["job_id"], "ID")
+    offline = sdk.preview_job(IMAGE, "echo previewed", gpu_count=0, online=False, partition="no-such-partition")
+    assert offline["plan"]["partition"] == "no-such-partition", "offline: no check with the cluster"
+    with pytest.raises(JobSpecError):
+        sdk.preview_job(IMAGE, "echo previewed", gpu_count=0, partition="no-such-partition")
+
+
 def test_the_gil_is_released_during_remote_work_and_threads_share_one_sdk(env, sdks):
     sdk = sdks()
     # A call that spends about a second on the cluster (logins and checks on both hosts): while it

@@ -66,3 +66,23 @@ def test_gpu_count_is_packed_by_the_engines_rule():
     with pytest.raises(tao_slurm.JobSpecError) as e:
         _native.gpus_from_count(12, 1, 8)
     assert e.value.field == "gpu_count" and "use 16" in str(e.value) and e.value.exit_code == 2
+
+
+def test_every_job_field_is_a_keyword_of_create_job_or_create_sweep():
+    """The engine's one list of each door's names (spec::doors): every job field the Python door
+    offers is a keyword, by the TAO SDK's name where it has one and by its own name otherwise."""
+    import inspect
+
+    from tao_slurm import SlurmSDK, _native
+
+    offered = _native.job_keywords()
+    names = {keyword for _, keyword in offered}
+    assert {"gpu_count", "num_nodes", "env_vars", "qos", "constraint", "gpu_watch", "cosmos_rl"} <= names
+    assert len(offered) > 40, offered
+    job = inspect.signature(SlurmSDK.create_job).parameters
+    sweep = inspect.signature(SlurmSDK.create_sweep).parameters
+    # A sweep's variants are create_sweep's (`grid`); its variants are one node each (`num_nodes`).
+    assert sorted(names - set(job)) == ["grid"], sorted(names - set(job))
+    assert sorted(names - set(sweep)) == ["num_nodes"], sorted(names - set(sweep))
+    assert job["qos"].kind is inspect.Parameter.KEYWORD_ONLY and job["qos"].default is None
+    assert not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in job.values()), "each field is listed by name"

@@ -10,6 +10,9 @@ use std::time::Duration;
 #[test]
 fn inner_timeout_requeues_the_same_job_then_ends_timed_out() {
     let env = Env::new();
+    // An inner timeout of 18 s: the container is up before it. At 5 s a loaded node's Pyxis was still
+    // starting it, and the interrupted start ("Failed to invoke spank plugin stack") ended the job
+    // FAILED despite its requeue.
     let (job, slurm) = env.submit(&[
         "--image",
         "ubuntu:22.04",
@@ -18,7 +21,7 @@ fn inner_timeout_requeues_the_same_job_then_ends_timed_out() {
         "--time-hours",
         "0.05",
         "--timeout-hours",
-        "0.0015",
+        "0.005",
         "--max-timeout-requeues",
         "1",
         "--",

@@ -1,7 +1,7 @@
 //! The submit tool: the same checks and the same secret handling as `tao-slurm submit` (values by
 //! variable name, from this server's environment or a secrets file; never in an argument or result).
 
-use crate::client::{MonitorChoice, PlanSummary, Secrets, Submission, SubmitOptions};
+use crate::client::{MonitorChoice, PlanSummary, PreviewChecks, Secrets, Submission, SubmitOptions};
 use crate::mcp::args::SubmitArgs;
 use crate::mcp::hints::after_submit;
 use crate::mcp::reply::{Reply, ToolError};
@@ -102,10 +102,7 @@ pub fn submit(client: &Client, args: SubmitArgs) -> Result<Reply<SubmitOut>, Too
     let spec = to_spec(&args)?;
     let file = args.secret_env_file.as_ref().map(std::path::PathBuf::from);
     if args.dry_run {
-        // A missing secret value fails here as it would in a submit.
-        crate::client::secret_values(&spec.secret_env, file.as_deref())
-            .map_err(|e| secret_error(e, "secret_env_file"))?;
-        return dry_run(client, &spec);
+        return dry_run(client, &spec, file);
     }
     let opts = SubmitOptions {
         secrets: Secrets::Lookup { file },
@@ -171,17 +168,18 @@ fn resources(p: &PlanSummary) -> ResourcesOut {
     }
 }
 
-/// The online checks a submit would make, and the files it would stage; nothing is submitted.
-fn dry_run(client: &Client, spec: &JobSpec) -> Result<Reply<SubmitOut>, ToolError> {
-    if spec.sweep.is_some() || !spec.steps.is_empty() {
-        return Err(ToolError::invalid(
-            "dry_run",
-            "not available for a sweep or a pipeline yet: submit it, or use the CLI's submit --dry-run",
-        ));
-    }
-    let (plan, warnings) = client.check_online(spec).map_err(|e| ToolError::engine(e, "job_id"))?;
-    let files = client.staged_files(spec, &plan);
-    let summary = PlanSummary::of(&plan);
+/// The online checks a submit would make, and the files it would stage (the client's one preview,
+/// for a job, a sweep or a pipeline); nothing is submitted.
+fn dry_run(
+    client: &Client,
+    spec: &JobSpec,
+    secrets_file: Option<std::path::PathBuf>,
+) -> Result<Reply<SubmitOut>, ToolError> {
+    let checks = PreviewChecks::Online(Secrets::Lookup { file: secrets_file });
+    // A missing secret value fails here as it would in a submit.
+    let preview = client.preview(spec, checks).map_err(|e| secret_error(e, "job_id"))?;
+    let plan = &preview.plan;
+    let summary = PlanSummary::of(plan);
     let mut checks = vec!["settings and every job field are valid".to_string()];
     if !plan.required_paths.is_empty() {
         checks.push(format!("input paths exist on the cluster: {}", plan.required_paths.join(", ")));
@@ -190,9 +188,25 @@ fn dry_run(client: &Client, spec: &JobSpec) -> Result<Reply<SubmitOut>, ToolErro
     if !plan.secret_names.is_empty() {
         checks.push(format!("secret values found for {}", plan.secret_names.join(", ")));
     }
+    let jobs = if !preview.variants.is_empty() {
+        let rows: Vec<_> = preview.variants.iter().map(|(i, v)| serde_json::json!({"index": i, "values": v})).collect();
+        Some(serde_json::json!(rows))
+    } else if !preview.steps.is_empty() {
+        let rows: Vec<_> = preview.steps.iter().map(|(n, c)| serde_json::json!({"name": n, "command": c})).collect();
+        Some(serde_json::json!(rows))
+    } else {
+        None
+    };
+    let kind = match (&preview.array, preview.steps.len()) {
+        (Some(array), _) => {
+            format!("a sweep of {} variants (one job array --array={array}); its first: ", preview.variants.len())
+        }
+        (None, 0) => String::new(),
+        (None, n) => format!("a pipeline of {n} steps; its first: "),
+    };
     let out = SubmitOut {
         sweep_id: None,
-        jobs: None,
+        jobs,
         dry_run: true,
         job_id: plan.layout.job_id.clone(),
         slurm_job_id: None,
@@ -200,15 +214,15 @@ fn dry_run(client: &Client, spec: &JobSpec) -> Result<Reply<SubmitOut>, ToolErro
         job_dir: summary.job_dir.clone(),
         resources: resources(&summary),
         secret_env: summary.secret_env.clone(),
-        warnings,
+        warnings: preview.warnings.clone(),
         checks,
-        script: files.last().map(|f| f.contents.clone()),
-        staged_files: files.iter().map(|f| f.path.clone()).collect(),
+        script: preview.files.last().map(|f| f.contents.clone()),
+        staged_files: preview.files.iter().map(|f| f.path.clone()).collect(),
         monitor_started: None,
     };
     Ok(Reply::new(
         format!(
-            "dry run passed: {} node(s) x {} GPU(s) on {}, nothing submitted",
+            "dry run passed: {kind}{} node(s) x {} GPU(s) on {}, nothing submitted",
             out.resources.nodes, out.resources.gpus_per_node, out.resources.partition
         ),
         "show the user the plan if they asked for it, then call submit without dry_run",
@@ -224,16 +238,11 @@ mod tests {
 
     #[test]
     fn every_job_field_is_a_submit_argument() {
-        // A field added to JobSpec must be offered by the submit tool too: the fields as JobSpec's
-        // own Deserialize takes them (every one, whether or not a default value serialises it).
-        let job_fields = serde_aux::serde_introspection::serde_introspect::<JobSpec>();
-        assert!(job_fields.len() > 30 && job_fields.contains(&"cosmos_rl"), "{job_fields:?}");
+        // A field added to JobSpec must be offered by the submit tool too, or `spec::doors` says why not.
         let submit = schema::<SubmitArgs>();
         let offered = submit["properties"].as_object().unwrap();
-        // Made by the engine from `workdir` (the archive sent before the job), never given.
-        let not_arguments = ["workdir_archive"];
-        let missing: Vec<&&str> =
-            job_fields.iter().filter(|name| !offered.contains_key(**name) && !not_arguments.contains(*name)).collect();
+        assert!(offered.len() > 30, "{offered:?}");
+        let missing = crate::spec::doors::missing_at(crate::spec::doors::Door::Mcp, |name| offered.contains_key(name));
         assert!(missing.is_empty(), "JobSpec fields missing from the submit tool's arguments: {missing:?}");
     }
 

@@ -3,6 +3,7 @@
 
 mod cosmos;
 mod dataset;
+pub mod doors;
 mod image;
 mod secret;
 mod sweep;

@@ -19,19 +19,15 @@ impl Client {
     }
 
     /// The files a plan stages, the batch script last.
-    pub fn staged_files(&self, spec: &JobSpec, plan: &Plan) -> Vec<script::StagedFile> {
-        crate::ops::submit::staged_files_for(
-            &self.settings,
-            plan,
-            &serde_json::to_value(spec).expect("a spec always serialises"),
-        )
+    pub(crate) fn staged_files(&self, spec: &JobSpec, plan: &Plan) -> Vec<script::StagedFile> {
+        super::preview::staged_files(&self.settings, spec, plan)
     }
 
     /// The checks a submit makes with the cluster (it answers, the partitions exist and allow the wall
     /// time; a job without a time gets the default capped at their MaxTime), after every offline check
     /// has passed. Submits nothing. Returns the plan as it would be submitted and its warnings.
     /// The warnings are those a submit would return: the plan's notes, then what the checks changed.
-    pub fn check_online(&self, spec: &JobSpec) -> Result<(Plan, Vec<String>)> {
+    pub(crate) fn check_online(&self, spec: &JobSpec) -> Result<(Plan, Vec<String>)> {
         let checked = self.check_online_with_image(spec, self.plan(spec)?)?;
         let warnings = super::submit::plan_notes(&checked.plan).chain(checked.warnings).collect();
         Ok((checked.plan, warnings))
