@@ -1,6 +1,6 @@
 //! Every integration test in one binary (one link of the engine instead of one per file): the CLI,
 //! the service, the transport and the state against the real sandbox cluster (dev/sandbox) over real
-//! SSH, plus the architecture and state-file checks. `common` and `service_support` are the shared
+//! SSH, plus the state-file checks (the architecture's rules are `tests/architecture.rs`, which needs no cluster). `common` and `service_support` are the shared
 //! harness. `versions` runs the end-to-end group on both sandbox clusters, Slurm 22.05 and 24.11
 //! (`versions::slurm_22_05::*`, `versions::slurm_24_11::*`). The tests that stop a part of the shared
 //! cluster (slurmctld, slurmdbd, pyxis; in `preflight`) are marked ignored so that they never run
@@ -10,7 +10,6 @@
 mod common;
 mod service_support;
 
-mod architecture;
 mod container_runtime;
 mod containers_real;
 mod gpu_health;

@@ -28,7 +28,7 @@ mod workdir;
 mod tests;
 
 // Everything a front-end names comes from here or from the core: the engine's, the store's and the
-// transport's own paths stay theirs (tests/sandbox/architecture.rs checks it).
+// transport's own paths stay theirs (tests/architecture.rs checks it).
 pub use crate::engine::image::Prepared;
 pub use crate::engine::logs::{JobLogs, RoleLogs};
 pub use crate::engine::retry::{RestartGate, RestartVerdict};
