@@ -522,22 +522,8 @@ pub struct WorkspaceList {
 /// One preflight check: the core's, with the operator's details hidden from orgs.
 pub type CheckOut = crate::preflight::Check;
 
-/// One partition: limits and what is free now.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct PartitionOut {
-    pub name: String,
-    pub is_default: bool,
-    pub state: String,
-    pub max_time_minutes: Option<u64>,
-    pub nodes: u32,
-    pub nodes_usable: u32,
-    pub nodes_idle: u32,
-    pub gpus_total: u32,
-    pub gpus_used: u32,
-    pub gpus_free: u32,
-    pub cpus_total: u32,
-    pub cpus_idle: u32,
-}
+/// One partition: limits and what is free now (the core's).
+pub type PartitionOut = crate::slurm::PartitionUsage;
 
 /// The cluster view of a workspace: preflight checks and partitions (cached for a minute).
 #[derive(Debug, Clone, Serialize, ToSchema)]

@@ -793,23 +793,7 @@ pub async fn workspace_cluster(
                     CheckOut { detail, remediation, ..c }
                 })
                 .collect(),
-            partitions: partitions
-                .into_iter()
-                .map(|p| PartitionOut {
-                    name: p.name,
-                    is_default: p.is_default,
-                    state: p.state,
-                    max_time_minutes: p.max_time_minutes,
-                    nodes: p.nodes,
-                    nodes_usable: p.nodes_usable,
-                    nodes_idle: p.nodes_idle,
-                    gpus_total: p.gpus_total,
-                    gpus_used: p.gpus_used,
-                    gpus_free: p.gpus_free,
-                    cpus_total: p.cpus_total,
-                    cpus_idle: p.cpus_idle,
-                })
-                .collect(),
+            partitions,
             partitions_error,
         })
     })

@@ -11,16 +11,6 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct ResourcesOut {
-    pub nodes: u32,
-    pub gpus_per_node: u32,
-    pub partition: String,
-    pub time_minutes: u64,
-    /// The image as Pyxis gets it (a cached .sqsh path once converted).
-    pub image: String,
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
 pub struct SubmitOut {
     pub dry_run: bool,
     pub job_id: String,
@@ -29,7 +19,9 @@ pub struct SubmitOut {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub login_host: Option<String>,
     pub job_dir: String,
-    pub resources: ResourcesOut,
+    /// What the job asks of the cluster: the client's plan summary (its job_dir and secret_env are
+    /// also given above, where they were first).
+    pub resources: PlanSummary,
     /// Names of the secret variables the job gets (never their values).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub secret_env: Vec<String>,
@@ -113,14 +105,13 @@ pub fn submit(client: &Client, args: SubmitArgs) -> Result<Reply<SubmitOut>, Too
     };
     let outcome = client.submit(&spec, opts).map_err(|e| secret_error(e, "job_id"))?;
     let p = &outcome.plan;
-    let resources = resources(p);
     let mut out = SubmitOut {
         dry_run: false,
         job_id: outcome.submission.first_job().to_string(),
         slurm_job_id: None,
         login_host: None,
         job_dir: p.job_dir.clone(),
-        resources,
+        resources: p.clone(),
         secret_env: p.secret_env.clone(),
         warnings: outcome.warnings.clone(),
         checks: Vec::new(),
@@ -156,16 +147,6 @@ pub fn submit(client: &Client, args: SubmitArgs) -> Result<Reply<SubmitOut>, Too
         }
     };
     Ok(Reply::new(summary, after_submit(outcome.submission.id()), out))
-}
-
-fn resources(p: &PlanSummary) -> ResourcesOut {
-    ResourcesOut {
-        nodes: p.nodes,
-        gpus_per_node: p.gpus_per_node,
-        partition: p.partition.clone(),
-        time_minutes: p.time_minutes,
-        image: p.image.clone(),
-    }
 }
 
 /// The online checks a submit would make, and the files it would stage (the client's one preview,
@@ -212,7 +193,7 @@ fn dry_run(
         slurm_job_id: None,
         login_host: None,
         job_dir: summary.job_dir.clone(),
-        resources: resources(&summary),
+        resources: summary.clone(),
         secret_env: summary.secret_env.clone(),
         warnings: preview.warnings.clone(),
         checks,

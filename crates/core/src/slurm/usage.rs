@@ -9,6 +9,7 @@ pub const SINFO_NODES_ARGS: &str = "-N -h -O NodeList:|,Partition:|,StateCompact
 
 /// One partition: its limits and what its nodes have in use and free now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PartitionUsage {
     pub name: String,
     pub is_default: bool,
