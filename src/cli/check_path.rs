@@ -17,7 +17,6 @@ pub struct CheckPathCmd {
 impl CheckPathCmd {
     /// The same check a submit makes, on its own: exit 0 only if every path exists.
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
-        settings.require_remote()?;
         let results = Client::new(settings)?.check_paths(&self.uris)?;
         let format = super::output::Format::from_json_flag(self.json);
         let mut ok = true;

@@ -25,7 +25,6 @@ pub enum ImageAction {
 impl ImageCmd {
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
         let ImageAction::Import { image, force, json } = self.what;
-        settings.require_remote()?;
         let prepared = Client::new(settings)?.prepare_image(&image, force)?;
         super::output::emit(super::output::Format::from_json_flag(json), &prepared);
         Ok(0)

@@ -205,13 +205,13 @@ pub struct RenderReport {
     #[serde(skip)]
     pub cosmos_table: Option<String>,
     /// A sweep's variants (the plan and the files are its first variant's, then the array's script).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub variants: Vec<VariantRow>,
     /// A sweep's one Slurm job array (`--array=`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub array: Option<String>,
     /// A pipeline's steps in order (the plan is the first step's; the files are every step's).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepRow>,
 }
 

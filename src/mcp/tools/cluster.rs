@@ -71,7 +71,6 @@ pub fn check_paths(client: &Client, args: CheckPathsArgs) -> Result<Reply<CheckP
     if args.uris.is_empty() {
         return Err(ToolError::invalid("uris", "give at least one path, e.g. lustre:///lustre/datasets/coco"));
     }
-    client.settings().require_remote().map_err(|e| ToolError::engine(e.into(), "uris"))?;
     let results = client.check_paths(&args.uris).map_err(|e| ToolError::engine(e, "uris"))?;
     let paths: Vec<PathOut> = results
         .into_iter()
@@ -108,7 +107,6 @@ pub struct ImageOut {
 }
 
 pub fn image_import(client: &Client, args: ImageImportArgs) -> Result<Reply<ImageOut>, ToolError> {
-    client.settings().require_remote().map_err(|e| ToolError::engine(e.into(), "image"))?;
     let p = client.prepare_image(&args.image, args.force).map_err(|e| ToolError::engine(e, "image"))?;
     Ok(Reply::new(
         format!("{} {} -> {} ({:.1} s)", p.how, p.image, p.sqsh_path, p.seconds),

@@ -11,6 +11,8 @@ impl Client {
     /// Check input URIs the way a submit does: parse each, then `test -e` every shared path in one
     /// round trip. Returns, per URI, the path and whether it exists (None: not a shared path).
     pub fn check_paths(&self, uris: &[String]) -> Result<Vec<(String, PathCheck)>> {
+        // Missing settings are said as such, before any connection (not as a failed login).
+        self.settings.require_remote()?;
         let parsed: Vec<_> = uris.iter().map(|u| (u.clone(), crate::spec::parse_input("path", u))).collect();
         let shared: Vec<String> = parsed
             .iter()

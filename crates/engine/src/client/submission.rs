@@ -187,6 +187,7 @@ impl Client {
 
     /// Convert a registry image into the shared squashfs cache, or find it there (`image import`).
     pub fn prepare_image(&self, image: &str, force: bool) -> Result<crate::engine::image::Prepared> {
+        self.settings.require_remote()?;
         let image = crate::spec::ImageRef::parse(image).map_err(|m| crate::spec::SpecError::new("image", m))?;
         if image.is_sqsh_path {
             return Err(crate::spec::SpecError::new("image", "is already a .sqsh file").into());
