@@ -179,17 +179,30 @@ impl Engine {
 
     /// Validate, record, stage and submit a job (`spec_json` is a JobSpec); `secrets` holds the
     /// values of the spec's `secret_env` names that the caller gave (the others come from the
-    /// environment). Returns the job as stored (JSON).
+    /// environment). Returns the job as stored (JSON). An error raised once the job is recorded
+    /// carries its id as `tao_job_id` (what NVIDIA's AutoML runner cancels and polls): a submission
+    /// whose outcome is unknown may have started it; a refused one is kept, ended Error.
     fn create_job(&self, py: Python<'_>, spec_json: &str, secrets: BTreeMap<String, String>) -> PyResult<String> {
         let spec = spec_of(py, spec_json)?;
-        self.with(py, move |c| {
+        let recorded: Mutex<Option<String>> = Mutex::new(None);
+        let result = self.with(py, |c| {
             let values = SecretValues::resolve(&spec.secret_env, &secrets, &|n| std::env::var(n).ok())?;
-            let outcome = c.submit(&spec, SubmitOptions::with_values(values))?;
+            let note =
+                |id: &str, _: &[String]| *recorded.lock().unwrap_or_else(|e| e.into_inner()) = Some(id.to_string());
+            let opts = SubmitOptions { recorded: Some(&note), ..SubmitOptions::with_values(values) };
+            let outcome = c.submit(&spec, opts)?;
             // The stored job with what the submission warned of (shown by `warnings.warn`).
             let mut view = serde_json::to_value(&c.stored_jobs(&[outcome.submission.first_job().to_string()])?[0])
                 .expect("a view serialises");
             view["warnings"] = serde_json::json!(outcome.warnings);
             Ok(view.to_string())
+        });
+        result.map_err(|e| {
+            if let Some(id) = recorded.into_inner().unwrap_or_else(|e| e.into_inner()) {
+                // An attribute the error classes allow (they are plain exceptions).
+                let _ = e.value(py).setattr("tao_job_id", id);
+            }
+            e
         })
     }
 

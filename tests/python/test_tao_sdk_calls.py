@@ -125,6 +125,12 @@ def test_an_sbatch_refusal_is_a_runtime_error(env, sdks):
     with pytest.raises(RuntimeError) as e:
         sdk.create_job(image=IMAGE, command="true", gpu_count=0, sbatch_options={"licenses": "nosuchlicense:1"})
     assert isinstance(e.value, tao_slurm.RemoteCommandError), repr(e.value)
+    # The job was recorded before sbatch refused it: the error names it (NVIDIA's AutoML runner then
+    # cancels and polls it), and it is kept, ended Error with sbatch's words.
+    job_id = e.value.tao_job_id
+    assert isinstance(job_id, str) and job_id, repr(e.value)
+    status = sdk.get_job_status(job_id)
+    assert status.status == "Error" and status.message, status
 
 
 @pytest.fixture
