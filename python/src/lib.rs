@@ -197,12 +197,11 @@ impl Engine {
             view["warnings"] = serde_json::json!(outcome.warnings);
             Ok(view.to_string())
         });
-        result.map_err(|e| {
+        result.inspect_err(|e| {
             if let Some(id) = recorded.into_inner().unwrap_or_else(|e| e.into_inner()) {
                 // An attribute the error classes allow (they are plain exceptions).
                 let _ = e.value(py).setattr("tao_job_id", id);
             }
-            e
         })
     }
 
