@@ -220,7 +220,7 @@ fn a_node_without_nvidia_smi_shows_no_gpu_data_and_the_job_runs_on() {
     ]);
     let running = env.wait_job(&job, "running", Duration::from_secs(300), |v| v["status"] == "Running");
     readings.set(running["node_list"].as_str().unwrap(), "absent\n");
-    let seen = env.wait_job(&job, "showing no GPU data", Duration::from_secs(60), |v| {
+    let seen = env.wait_job(&job, "showing no GPU data", Duration::from_secs(300), |v| {
         v["gpu"]["nodes"][0]["no_data"].as_str().is_some_and(|r| r.contains("not found"))
     });
     assert!(seen["gpu"]["util"].is_null(), "no data, not 0%: {seen}");

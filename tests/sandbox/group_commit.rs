@@ -278,14 +278,14 @@ async fn creates_answered_once_recorded_are_submitted_together_and_refused_alone
         ids.push(id);
     }
     let settled = |want: &'static str| move |j: &serde_json::Value| j["platform_status"] == want;
-    let missing = svc.wait_job(&ids[1], Duration::from_secs(60), settled("Error")).await;
+    let missing = svc.wait_job(&ids[1], Duration::from_secs(300), settled("Error")).await;
     let message = missing["message"].as_str().unwrap_or_default();
     assert!(message.contains("/tmp/tao-slurm-async-no-such-input"), "kept, Error, its own message: {missing}");
-    let refused = svc.wait_job(&ids[2], Duration::from_secs(60), settled("Error")).await;
+    let refused = svc.wait_job(&ids[2], Duration::from_secs(300), settled("Error")).await;
     assert!(refused["message"].as_str().unwrap_or_default().contains("sbatch"), "{refused}");
     for i in [0, 3] {
         let job = svc
-            .wait_job(&ids[i], Duration::from_secs(60), |j| {
+            .wait_job(&ids[i], Duration::from_secs(300), |j| {
                 j["backend_details"]["slurm_metadata"]["slurm_job_id"].is_string()
             })
             .await;

@@ -193,7 +193,7 @@ fn remote_output_over_the_cap_is_a_clear_error() {
 fn an_exec_capture_is_cut_as_it_is_written_with_its_full_sizes() {
     let env = Env::new();
     let (job, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--shell", "--", "sleep 300"]);
-    env.wait_job(&job, "running", Duration::from_secs(90), |v| v["status"] == "Running" && v["node_list"].is_string());
+    env.wait_job(&job, "running", Duration::from_secs(300), |v| v["status"] == "Running" && v["node_list"].is_string());
     let client = tao_slurm::Client::new(env.settings()).unwrap();
     let at = tao_slurm::client::Where::new(None, None);
     let command: Vec<String> =

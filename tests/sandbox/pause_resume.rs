@@ -50,11 +50,11 @@ fn a_graceful_pause_saves_a_checkpoint_and_two_resumes_go_on_from_it_as_one_slur
     // Its allocation is released: Slurm ended its job.
     // (sacct has the state once slurmdbd has recorded it: a moment after the controller.)
     let script = format!("sacct -X -n -P -j {first} -o State\n");
-    env.wait_ssh(&format!("Slurm job {first} CANCELLED in sacct"), &script, Duration::from_secs(60), |state| {
+    env.wait_ssh(&format!("Slurm job {first} CANCELLED in sacct"), &script, Duration::from_secs(300), |state| {
         state.starts_with("CANCELLED")
     });
     // The dependant waits, and says why.
-    let c = env.wait_job(&child, "waiting for its paused parent", Duration::from_secs(60), |c| {
+    let c = env.wait_job(&child, "waiting for its paused parent", Duration::from_secs(300), |c| {
         c["message"].as_str().is_some_and(|m| m.contains("it is paused"))
     });
     assert_eq!(c["status"], "Pending", "{c}");
@@ -112,7 +112,7 @@ fn a_pause_of_a_job_not_running_yet_cancels_it_and_a_resume_with_new_specs_runs_
     let v = env.json(&["pause", &job, "--graceful", "--json"]);
     assert_eq!(v[0]["status"], "Paused", "not running: cancelled at once, graceful or not: {v}");
     let script = format!("squeue -h -j {first} -o %T 2>/dev/null; sacct -X -n -P -j {first} -o State\n");
-    env.wait_ssh(&format!("Slurm job {first} CANCELLED"), &script, Duration::from_secs(60), |state| {
+    env.wait_ssh(&format!("Slurm job {first} CANCELLED"), &script, Duration::from_secs(300), |state| {
         state.contains("CANCELLED")
     });
     // Watching a paused job ends (it goes on only when resumed), not a success, saying how to go on.

@@ -108,7 +108,7 @@ fn preflight_is_green_and_names_each_broken_part() {
     // slurmdbd stopped: preflight names it, and no job gets a verdict from missing data.
     {
         let (job, slurm_id) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--", "sleep", "4"]);
-        env.wait_job(&job, "running", Duration::from_secs(60), |v| v["status"] == "Running");
+        env.wait_job(&job, "running", Duration::from_secs(300), |v| v["status"] == "Running");
         let dbd = Switch::flip("service-ctl.sh", &["stop", "slurmdbd"], &["start", "slurmdbd"]);
         // Wait until the controller has forgotten the job (MinJobAge): from then on only sacct could
         // tell how it ended.

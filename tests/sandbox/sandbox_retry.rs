@@ -84,7 +84,7 @@ fn a_node_failure_is_retried_elsewhere_and_both_attempts_keep_their_logs() {
         "--",
         "echo \"attempt on $SLURMD_NODENAME\"; sleep 600",
     ]);
-    let running = env.wait_job(&job, "running on a node", Duration::from_secs(60), |v| {
+    let running = env.wait_job(&job, "running on a node", Duration::from_secs(300), |v| {
         v["status"] == "Running" && v["node_list"].is_string()
     });
     let node = running["node_list"].as_str().unwrap().to_string();

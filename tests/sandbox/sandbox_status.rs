@@ -79,7 +79,7 @@ fn failing_and_cancelled_jobs_map_right() {
     let (held, held_id) = adopt_raw(&env, "--hold --wrap true");
     // Cancelled while running.
     let (running, running_id) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "0", "--", "sleep", "120"]);
-    env.wait_job(&running, "running", Duration::from_secs(60), |v| v["status"] == "Running");
+    env.wait_job(&running, "running", Duration::from_secs(300), |v| v["status"] == "Running");
     env.ssh(&format!("scancel {pending_id} {running_id} {held_id}\n"));
     let v = env.wait_terminal(&fail, Duration::from_secs(300));
     assert_eq!((v["status"].as_str(), v["exit_code"].as_i64()), (Some("Error"), Some(1)), "{v}");

@@ -119,7 +119,7 @@ fn cancelling_a_sweep_cancels_only_its_unfinished_variants() {
     ]);
     let sweep = out["sweep_id"].as_str().unwrap().to_string();
     let array = out["slurm_array_id"].as_str().unwrap().to_string();
-    env.wait_group(&sweep, "three done, three running", Duration::from_secs(90), |jobs| {
+    env.wait_group(&sweep, "three done, three running", Duration::from_secs(300), |jobs| {
         jobs.iter().filter(|j| j["status"] == "Complete").count() == 3
             && jobs.iter().filter(|j| j["status"] == "Running").count() == 3
     });
@@ -183,7 +183,7 @@ fn a_pipeline_keeps_its_order_across_its_first_steps_retry() {
         .map(|s| (s["name"].as_str().unwrap().to_string(), s["job_id"].as_str().unwrap().to_string()))
         .collect();
     assert_eq!(steps.iter().map(|s| s.0.as_str()).collect::<Vec<_>>(), ["train", "eval", "export"]);
-    let jobs = env.wait_group(&pipeline, "the pipeline ends", Duration::from_secs(150), |jobs| {
+    let jobs = env.wait_group(&pipeline, "the pipeline ends", Duration::from_secs(300), |jobs| {
         // Slurm's DependencyNeverSatisfied is never shown as a plain wait.
         for j in jobs {
             assert!(!j["message"].as_str().unwrap_or("").contains("DependencyNeverSatisfied"), "{j}");
@@ -231,7 +231,7 @@ fn a_pipeline_whose_first_step_fails_cancels_the_later_steps_at_once() {
     let slurm: Vec<String> =
         out["steps"].as_array().unwrap().iter().map(|s| s["slurm_job_id"].as_str().unwrap().to_string()).collect();
     // The refresh that sees train fail ends the others too.
-    let jobs = env.wait_group(&pipeline, "train ends", Duration::from_secs(90), |jobs| {
+    let jobs = env.wait_group(&pipeline, "train ends", Duration::from_secs(300), |jobs| {
         jobs.iter().any(|j| j["job_id"] == ids[0].as_str() && j["status"] == "Error")
     });
     let get = |id: &str| jobs.iter().find(|j| j["job_id"] == id).unwrap().clone();
@@ -241,7 +241,7 @@ fn a_pipeline_whose_first_step_fails_cancels_the_later_steps_at_once() {
     assert_eq!(get(&ids[2])["message"], format!("dependency {} ended Canceled", ids[1]));
     // And Slurm no longer holds them (the refresh's scancel may still be on its way).
     let script = format!("squeue --me -h -j {},{} -o %i 2>/dev/null || true\n", slurm[1], slurm[2]);
-    env.wait_ssh("the pipeline's later steps gone from the queue", &script, Duration::from_secs(30), |left| {
+    env.wait_ssh("the pipeline's later steps gone from the queue", &script, Duration::from_secs(300), |left| {
         left.trim().is_empty()
     });
 }
@@ -318,7 +318,7 @@ fn a_sweep_submitter_killed_before_or_after_sbatch_leaves_one_array_tracked_to_i
                 let ids = sweep_submit_killed_at(&env, fp);
                 let sweep = env.json(&["list", "--sweeps", "--json"])[0]["sweep_id"].as_str().unwrap().to_string();
                 // Nothing sent (resumed after 30 s) or submitted but not recorded (found by its lock).
-                let jobs = env.wait_group(&sweep, fp, Duration::from_secs(150), all_terminal);
+                let jobs = env.wait_group(&sweep, fp, Duration::from_secs(300), all_terminal);
                 for j in &jobs {
                     assert_eq!(j["status"], "Complete", "{fp}: {j}");
                     assert_eq!(j["attempt"], 1, "{fp}: {j}");

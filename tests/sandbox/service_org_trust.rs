@@ -225,7 +225,7 @@ async fn parallel_creates_and_a_retry_hold_the_active_job_limit() {
     let (s, c) =
         send(&svc, &svc.token, post.clone(), &svc.api(&format!("/jobs/{}:cancel", accepted[0])), Some(json!({}))).await;
     assert_eq!(s, 200, "{c}");
-    svc.wait_job(&accepted[0], Duration::from_secs(60), |j| j["status"] == "Canceled").await;
+    svc.wait_job(&accepted[0], Duration::from_secs(300), |j| j["status"] == "Canceled").await;
     let (s, fourth) = svc.create(&job).await;
     assert_eq!(s, 201, "{fourth}");
     let (s, e) = send(&svc, &svc.token, post.clone(), &svc.api(&format!("/jobs/{}:retry", accepted[0])), None).await;
@@ -237,7 +237,7 @@ async fn parallel_creates_and_a_retry_hold_the_active_job_limit() {
     let (s, _) =
         send(&svc, &svc.token, post.clone(), &svc.api(&format!("/jobs/{}:cancel", accepted[1])), Some(json!({}))).await;
     assert_eq!(s, 200);
-    svc.wait_job(&accepted[1], Duration::from_secs(60), |j| j["status"] == "Canceled").await;
+    svc.wait_job(&accepted[1], Duration::from_secs(300), |j| j["status"] == "Canceled").await;
     let (s, r) = send(&svc, &svc.token, post, &svc.api(&format!("/jobs/{}:retry", accepted[0])), None).await;
     assert_eq!(s, 200, "{r}");
     assert!(r["status"] != "Canceled", "retried: {r}");

@@ -48,7 +48,7 @@ async fn a_job_created_listed_and_cancelled_over_http_lives_in_postgres() {
     assert!(listed.to_string().contains(&id), "{listed}");
     let r = svc.http.post(svc.api(&format!("/jobs/{id}:cancel"))).bearer_auth(&svc.token).send().await.unwrap();
     assert!(r.status().is_success(), "cancel: {}", r.status());
-    let done = svc.wait_job(&id, Duration::from_secs(60), |j: &Value| j["status"] == "Canceled").await;
+    let done = svc.wait_job(&id, Duration::from_secs(300), |j: &Value| j["status"] == "Canceled").await;
     assert_eq!(done["status"], "Canceled");
 
     // The rows are in PostgreSQL, in the schema named (the sync client off the test's runtime).

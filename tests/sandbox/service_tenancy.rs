@@ -396,7 +396,7 @@ max_gpus_per_job = 2
     assert_eq!(s, 409, "{e}");
     errors.push(e);
     assert_eq!(a.post(&format!("/jobs/{a_id}:cancel"), json!({})).await.0, 200);
-    a.wait_job(&a_id, Duration::from_secs(60), terminal).await;
+    a.wait_job(&a_id, Duration::from_secs(300), terminal).await;
     let (s, e) = a.send(reqwest::Method::DELETE, &format!("/workspaces/{ws_a}"), None).await;
     assert_eq!(s, 200, "{e}");
     assert_eq!(a.get(&format!("/workspaces/{ws_a}")).await.0, 404);
