@@ -48,7 +48,7 @@ def test_pause_job_gracefully_and_two_resume_jobs_at_once_go_on_from_the_checkpo
     assert saved < 6, log
     assert sdk.pause_job(job.id).status == "Paused", "idempotent"
     # A wait on a paused job ends: only a resume makes it go on (without a timeout it would block for ever).
-    assert sdk.wait(job.id, timeout=60).status == "Paused"
+    assert sdk.wait(job.id, timeout=300).status == "Paused"
     # Two SDKs (two state-file connections) resume at once: one new attempt, one Slurm job.
     others = [sdks(), sdks()]
     with ThreadPoolExecutor(2) as pool:

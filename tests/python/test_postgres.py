@@ -20,7 +20,7 @@ def test_two_sdks_on_one_database_share_a_job(env, sdks, tmp_path, monkeypatch):
     b = sdks(state_file=str(tmp_path / "b.json"))
     job = a.create_job(image="ubuntu:22.04", command="echo on-postgres-python", gpu_count=0)
     assert job.id in {j["job_id"] for j in b.list_jobs()}
-    assert b.wait(job.id, timeout=120).status == "Complete"
+    assert b.wait(job.id, timeout=300).status == "Complete"
     assert "on-postgres-python" in b.get_job_logs(job.id)
     wait_until(lambda: a.get_job_status(job.id).status == "Complete", 60, "the other SDK sees the end")
     assert not list(tmp_path.rglob("*.db")), "the state is in PostgreSQL, not a state file"

@@ -65,14 +65,14 @@ def test_exit_0_is_complete_and_exit_3_is_error_and_each_hook_fires_once(env, sd
     assert ok.results_dir.startswith("lustre:///") and ok.results_dir.endswith(f"/results/{ok.id}")
     assert set(ok.to_dict()) >= {"job_id", "status", "backend_type", "backend_job_id", "results_dir", "created_at"}
 
-    done_ok, done_bad = sdk.wait(ok.id, timeout=120), sdk.wait(bad.id, timeout=120)
+    done_ok, done_bad = sdk.wait(ok.id, timeout=300), sdk.wait(bad.id, timeout=120)
     assert isinstance(done_ok, JobStatus) and done_ok.status == "Complete", done_ok
     assert done_bad.status == "Error" and "exit code 3" in done_bad.message, done_bad
     assert ok.status == "Complete" and bad.status == "Error", "the Job objects follow"
     # Nothing fires again: checked once the monitor has polled again since both ended, which a later
     # job's hook proves (the monitor calls hooks as it polls).
     later = sdk.create_job(image=IMAGE, command="true", gpu_count=0, hooks={"on_complete": lambda job: None})
-    assert sdk.wait(later.id, timeout=120).status == "Complete"
+    assert sdk.wait(later.id, timeout=300).status == "Complete"
     with lock:
         got = list(calls)
     ends = sorted((n, j) for n, j, _, _ in got if n != "on_epoch_milestone")
@@ -156,8 +156,8 @@ def test_gpu_count_is_per_node_up_to_a_node_and_a_total_above(env, sdks):
     per_node = sdk.create_job(image=IMAGE, command="true", gpu_count=2, num_nodes=2)
     assert (sdk.get_job(total.id)["nodes"], sdk.get_job(total.id)["gpus_per_node"]) == (2, 8)
     assert (sdk.get_job(per_node.id)["nodes"], sdk.get_job(per_node.id)["gpus_per_node"]) == (2, 2)
-    assert sdk.wait(total.id, timeout=120).status == "Complete"
-    assert sdk.wait(per_node.id, timeout=120).status == "Complete"
+    assert sdk.wait(total.id, timeout=300).status == "Complete"
+    assert sdk.wait(per_node.id, timeout=300).status == "Complete"
 
 
 def test_extras_specs_inputs_and_secrets(env, sdks):
@@ -177,7 +177,7 @@ def test_extras_specs_inputs_and_secrets(env, sdks):
         exclusive=True,
         name="extras",
     )
-    assert sdk.wait(job.id, timeout=120).status == "Complete"
+    assert sdk.wait(job.id, timeout=300).status == "Complete"
     logs = sdk.get_job_logs(job.id)
     staged = json.loads(logs.splitlines()[0])
     assert staged == {"train": {"num_epochs": 3}, "dataset": {"root": base}}, logs
@@ -270,7 +270,7 @@ def test_the_gil_is_released_during_remote_work_and_threads_share_one_sdk(env, s
 
     def waiter():
         try:
-            results.append(sdk.wait(job.id, timeout=60).status)
+            results.append(sdk.wait(job.id, timeout=300).status)
         except Exception as e:  # noqa: BLE001
             errors.append(e)
 
@@ -354,7 +354,7 @@ final = sdk.wait({job_id!r}, timeout=30)
 # on_complete once: checked once the monitor has polled again since the job ended, which a later job's
 # hook proves (the monitor calls hooks as it polls).
 later = sdk.create_job(image="ubuntu:22.04", command="true", gpu_count=0, hooks={{"on_complete": lambda j: None}})
-later_final = sdk.wait(later.id, timeout=120)
+later_final = sdk.wait(later.id, timeout=300)
 print(json.dumps({{"seen": seen, "final": final.status, "calls": calls, "later": later_final.status,
                    "logs": sdk.get_job_logs({job_id!r})}}))
 """,
@@ -392,7 +392,7 @@ sdk = SlurmSDK(poll_interval=1)
 job = sdk.create_job(image="ubuntu:22.04", gpu_count=0,
     command='echo "hosttmp=$(test -d /hosttmp && { touch /hosttmp/x 2>/dev/null && echo rw || echo ro; })"; '
             'echo "cpus=$SLURM_CPUS_PER_TASK"; echo "hf=${#HF_TOKEN}"; echo "user=$(id -un)"')
-final = sdk.wait(job.id, timeout=120)
+final = sdk.wait(job.id, timeout=300)
 checks = {c["name"]: c for c in sdk.preflight()}
 print(json.dumps({"job_id": job.id, "final": final.status, "logs": sdk.get_job_logs(job.id),
                   "unknown": checks.get("unknown settings")}))

@@ -31,7 +31,7 @@ def test_slurm_time_hours_2_alone_submits_2_hours_with_a_1_8_hour_timeout_and_64
         command='echo "cpus=$SLURM_CPUS_PER_TASK"',
         gpu_count=4,
     )
-    assert sdk.wait(job.id, timeout=120).status == "Complete"
+    assert sdk.wait(job.id, timeout=300).status == "Complete"
     logs = sdk.get_job_logs(job.id)
     assert "cpus=64" in logs, logs
     # The container has no Slurm commands: the limit is read from Slurm's accounting over SSH (the
@@ -59,7 +59,7 @@ def test_a_job_without_a_time_on_the_30_minute_partition_runs_with_a_warning(env
     sdk = sdks()
     with pytest.warns(UserWarning, match="default 04:00:00 is capped at the MaxTime 00:30:00 of partition debug"):
         job = sdk.create_job(image=IMAGE, command="true", gpu_count=0, partition="debug")
-    assert sdk.wait(job.id, timeout=120).status == "Complete"
+    assert sdk.wait(job.id, timeout=300).status == "Complete"
     script = pathlib.Path(env["SLURM_BASE_RESULTS_DIR"], "sbatch", f"job_{job.id}.sbatch").read_text()
     assert "#SBATCH --time=00:30:00" in script
 
@@ -73,7 +73,7 @@ def test_storage_calls_rows_and_artifacts(env, sdks):
         'echo b > "$d/train/model_epoch_002.pth"; echo notes > "$d/train/notes.txt"'
     )
     job = sdk.create_job(image=IMAGE, command=cmd, gpu_count=0, specs={"train": {"num_epochs": 5}})
-    assert sdk.wait(job.id, timeout=120).status == "Complete"
+    assert sdk.wait(job.id, timeout=300).status == "Complete"
     results = sdk.get_job_results_dir(job.id)
     assert results == job.results_dir and results.startswith("lustre:///")
     assert sdk.check_path(results) is True
