@@ -91,26 +91,19 @@ pub fn offered_at(door: Door, field: &str) -> Offered {
         .unwrap_or(Offered::As(field_name(field)))
 }
 
+/// Every field with how `door` offers it.
+fn offers_at(door: Door) -> impl Iterator<Item = (&'static str, Offered)> {
+    job_fields().iter().map(move |f| (*f, offered_at(door, f)))
+}
+
 /// The fields `door` offers, each with the name it takes there.
 pub fn names_at(door: Door) -> Vec<(&'static str, &'static str)> {
-    job_fields()
-        .iter()
-        .filter_map(|f| match offered_at(door, f) {
-            As(name) => Some((*f, name)),
-            Not(_) => None,
-        })
-        .collect()
+    offers_at(door).filter_map(|(f, o)| if let As(name) = o { Some((f, name)) } else { None }).collect()
 }
 
 /// The fields `door` leaves out, each with the reason.
 pub fn left_out_at(door: Door) -> Vec<(&'static str, &'static str)> {
-    job_fields()
-        .iter()
-        .filter_map(|f| match offered_at(door, f) {
-            Not(why) => Some((*f, why)),
-            As(_) => None,
-        })
-        .collect()
+    offers_at(door).filter_map(|(f, o)| if let Not(why) = o { Some((f, why)) } else { None }).collect()
 }
 
 /// The fields `door` should offer and does not (`offers` says whether it has a name): each as
