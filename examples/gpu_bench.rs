@@ -59,6 +59,7 @@ fn main() {
                     array_index: None,
                     look: None,
                     gpu_dir: Some(dir),
+                    gpu_seen: Vec::new(),
                 }
             })
             .collect();
