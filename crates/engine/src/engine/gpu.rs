@@ -72,7 +72,8 @@ fn act(
             let said = format!("every GPU under {}% for {} s", watch.idle_percent, now - since);
             store.add_event(&job.job_id, "gpu_idle", &said, now)?;
             if watch.idle_action == IdleAction::Cancel {
-                crate::engine::cancel::cancel(remote, store, std::slice::from_ref(job))?;
+                let why = format!("cancelled for idle GPUs ({said}; gpu_watch.idle_action = cancel)");
+                crate::engine::cancel::cancel_because(remote, store, std::slice::from_ref(job), &why)?;
             }
         }
         Health::Hung { since, nodes } => {
@@ -86,7 +87,8 @@ fn act(
             match watch.hang_action {
                 HangAction::Notify => {}
                 HangAction::Cancel => {
-                    crate::engine::cancel::cancel(remote, store, std::slice::from_ref(job))?;
+                    let why = format!("cancelled as hung ({said}; gpu_watch.hang_action = cancel)");
+                    crate::engine::cancel::cancel_because(remote, store, std::slice::from_ref(job), &why)?;
                 }
                 HangAction::Restart => restart(remote, store, policy, job, nodes, &said, now)?,
             }
