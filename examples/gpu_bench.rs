@@ -90,7 +90,10 @@ fn main() {
     }
     let _ = std::fs::remove_dir_all(&root);
     // The detection figure (gpu_health's benchmark) is kept from the report before.
-    let before: Value = std::fs::read_to_string("bench/gpu-report.json").ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(Value::Null);
+    let before: Value = std::fs::read_to_string("bench/gpu-report.json")
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null);
     let report = json!({
         "detection": before["detection"],
         "rows": rows,

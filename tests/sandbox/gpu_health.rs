@@ -255,15 +255,21 @@ fn a_hung_training_with_notify_is_heard_by_its_webhook_and_left_running() {
     env.ok(&["cancel", &job]);
 }
 
-/// The job's GPU history as `status --json` shows it: each node's points as (at, util).
-fn history(v: &Value) -> Vec<(String, Vec<(i64, Option<u64>)>)> {
+/// A node's history: its name and its points as (at, util).
+type NodePoints = (String, Vec<(i64, Option<u64>)>);
+
+/// The job's GPU history as `status --json` shows it.
+fn history(v: &Value) -> Vec<NodePoints> {
     v["gpu"]["history"]
         .as_array()
         .map(|h| {
             h.iter()
                 .map(|n| {
                     let points = n["points"].as_array().unwrap().iter();
-                    (n["node"].as_str().unwrap().to_string(), points.map(|p| (p["at"].as_i64().unwrap(), p["util"].as_u64())).collect())
+                    (
+                        n["node"].as_str().unwrap().to_string(),
+                        points.map(|p| (p["at"].as_i64().unwrap(), p["util"].as_u64())).collect(),
+                    )
                 })
                 .collect()
         })
@@ -321,7 +327,8 @@ fn an_idle_job_whose_watch_says_cancel_ends_canceled_saying_why() {
 fn a_jobs_gpu_history_is_kept_and_shown_with_each_samples_tool() {
     let mut readings = Readings::take();
     let env = Env::isolated();
-    let (job, _) = env.submit(&["--image", "ubuntu:22.04", "--gpus", "1", "--gpu-sample-secs", "2", "--shell", "--", "sleep 600"]);
+    let (job, _) =
+        env.submit(&["--image", "ubuntu:22.04", "--gpus", "1", "--gpu-sample-secs", "2", "--shell", "--", "sleep 600"]);
     let running = env.wait_job(&job, "running with GPU samples", Duration::from_secs(300), |v| {
         v["status"] == "Running" && v["gpu"]["util"] == 75
     });
@@ -366,7 +373,11 @@ fn preflight_names_the_gpu_samplers_tool_from_the_login_host() {
     for c in sampler(&env) {
         let detail = c["detail"].as_str().unwrap();
         assert_eq!(c["ok"], true, "{c}");
-        assert!(detail.starts_with("GPU samples from nvidia-smi: dcgmi is installed but DCGM's host engine does not answer"), "{c}");
+        assert!(
+            detail
+                .starts_with("GPU samples from nvidia-smi: dcgmi is installed but DCGM's host engine does not answer"),
+            "{c}"
+        );
         assert!(detail.contains("login host only"), "it says where it looked: {c}");
     }
     let login = env.ssh("hostname -s\n").trim().to_string();
@@ -411,13 +422,22 @@ fn bench_a_hang_at_the_default_sampling_is_cancelled_its_threshold_after() {
         let all = env.json(&["list", "--json"]);
         all.as_array().unwrap().iter().find(|v| v["job_id"] == job.as_str()).cloned().unwrap_or(Value::Null)
     };
-    let running = wait_for("running with progress and both nodes sampled", Duration::from_secs(300), Duration::from_secs(1), || {
-        let v = listed(&env);
-        let ready = v["status"] == "Running"
-            && v["progress"]["epoch"].as_u64().is_some_and(|e| e >= 2)
-            && v["gpu"]["nodes"].as_array().is_some_and(|n| n.len() == 2);
-        if ready { Ok(v) } else { Err(v.to_string()) }
-    });
+    let running = wait_for(
+        "running with progress and both nodes sampled",
+        Duration::from_secs(300),
+        Duration::from_secs(1),
+        || {
+            let v = listed(&env);
+            let ready = v["status"] == "Running"
+                && v["progress"]["epoch"].as_u64().is_some_and(|e| e >= 2)
+                && v["gpu"]["nodes"].as_array().is_some_and(|n| n.len() == 2);
+            if ready {
+                Ok(v)
+            } else {
+                Err(v.to_string())
+            }
+        },
+    );
     let nodes = nodes_of(&env, running["node_list"].as_str().unwrap());
     readings.set(&nodes[1], "0, 100, 30\n");
     std::fs::write(format!("{}/hang", running["results_dir"].as_str().unwrap()), "").unwrap();
@@ -425,7 +445,11 @@ fn bench_a_hang_at_the_default_sampling_is_cancelled_its_threshold_after() {
     let limit = Duration::from_secs(hang + 300);
     let done = wait_for("cancelled as hung by the monitor", limit, Duration::from_secs(1), || {
         let v = listed(&env);
-        if is_terminal(&v) { Ok(v) } else { Err(v.to_string()) }
+        if is_terminal(&v) {
+            Ok(v)
+        } else {
+            Err(v.to_string())
+        }
     });
     let secs = at.elapsed().as_secs_f64();
     assert_eq!(done["status"], "Canceled", "{done}");
@@ -483,7 +507,8 @@ fn record_detection(figure: &Value) {
     let md = match (md.find(begin), md.find(end)) {
         (Some(a), Some(b)) => format!("{}{section}{}", &md[..a], md[b + end.len()..].trim_start_matches('\n')),
         _ => {
-            let at = md.find("<!-- gpu-bench:end -->").map(|i| i + "<!-- gpu-bench:end -->\n".len()).unwrap_or(md.len());
+            let at =
+                md.find("<!-- gpu-bench:end -->").map(|i| i + "<!-- gpu-bench:end -->\n".len()).unwrap_or(md.len());
             format!("{}\n{section}{}", &md[..at], &md[at..])
         }
     };

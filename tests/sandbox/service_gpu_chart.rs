@@ -25,7 +25,8 @@ fn four_gpus(util: u32) -> String {
 
 /// The nodes of the job, once its samples name them.
 fn sampled_nodes(job: &Value) -> Option<Vec<String>> {
-    let nodes: Vec<String> = job["gpu"]["nodes"].as_array()?.iter().filter_map(|n| n["node"].as_str().map(String::from)).collect();
+    let nodes: Vec<String> =
+        job["gpu"]["nodes"].as_array()?.iter().filter_map(|n| n["node"].as_str().map(String::from)).collect();
     (nodes.len() == 2).then_some(nodes)
 }
 
@@ -54,7 +55,9 @@ async fn the_job_page_draws_the_gpu_history_from_before_it_was_opened() {
     let opened = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
     let kept = svc
         .wait_job(&id, Duration::from_secs(60), |j| {
-            j["gpu"]["history"].as_array().is_some_and(|h| h.len() == 2 && h.iter().all(|n| n["points"].as_array().is_some_and(|p| p.len() >= 25)))
+            j["gpu"]["history"].as_array().is_some_and(|h| {
+                h.len() == 2 && h.iter().all(|n| n["points"].as_array().is_some_and(|p| p.len() >= 25))
+            })
         })
         .await;
     for h in kept["gpu"]["history"].as_array().unwrap() {
@@ -87,12 +90,22 @@ async fn the_job_page_draws_the_gpu_history_from_before_it_was_opened() {
     let drawn: Vec<(String, i64, u64)> = serde_json::from_value(drawn).unwrap();
     let of = |n: &str| drawn.iter().filter(|p| p.0 == n).collect::<Vec<_>>();
     let (a, b) = (of(&nodes[0]), of(&nodes[1]));
-    assert!(a.iter().chain(&b).filter(|p| p.1 < opened - 30).count() >= 20, "samples from before the page opened: {drawn:?}");
+    assert!(
+        a.iter().chain(&b).filter(|p| p.1 < opened - 30).count() >= 20,
+        "samples from before the page opened: {drawn:?}"
+    );
     assert!(a.iter().any(|p| p.2 >= 85) && a.iter().any(|p| p.2 <= 62), "node A's waves: {a:?}");
     assert!(b.iter().any(|p| p.2 >= 70) && b.last().is_some_and(|p| p.2 == 0), "node B stalled at 0%: {b:?}");
     let source = c.execute("return document.getElementById('gpu-source').textContent;", vec![]).await.unwrap();
     assert!(source.as_str().is_some_and(|s| s.contains("from nvidia-smi")), "{source}");
-    until(&c, "the loss on the KPI chart", limit, "return document.querySelectorAll('#kpi-chart circle').length >= 20;", vec![]).await;
+    until(
+        &c,
+        "the loss on the KPI chart",
+        limit,
+        "return document.querySelectorAll('#kpi-chart circle').length >= 20;",
+        vec![],
+    )
+    .await;
     c.execute("document.getElementById('gpus').scrollIntoView(); return true;", vec![]).await.unwrap();
     screenshot(&c, "dashboard-gpu-history.png", shots.path()).await;
     c.close().await.unwrap();

@@ -509,7 +509,10 @@ mod tests {
         let none = parse_line("n", "v1 5 none nvidia-smi: command not found").unwrap();
         assert_eq!(none.no_data.as_deref(), Some("nvidia-smi: command not found"));
         let none = parse_line("n", "v2 5 none smi nvidia-smi: command not found").unwrap();
-        assert_eq!((none.no_data.as_deref(), none.source), (Some("nvidia-smi: command not found"), GpuSource::NvidiaSmi));
+        assert_eq!(
+            (none.no_data.as_deref(), none.source),
+            (Some("nvidia-smi: command not found"), GpuSource::NvidiaSmi)
+        );
         for bad in [
             "",
             "v3 1 - smi 1/1/1",
@@ -544,8 +547,11 @@ mod tests {
     /// [`HISTORY_SAMPLES`] kept; a node the refresh read nothing new of keeps its newest sample.
     #[test]
     fn the_history_is_a_bounded_ring_per_node_and_the_newest_sample_stands_until_a_newer_one() {
-        let line = |node: &str, at: i64, util: u32| parse_line(node, &format!("v2 {at} - smi {util}/100/50,{util}/100/50")).unwrap();
-        let first: Vec<NodeSample> = (0..40).map(|i| line("a", 1000 + 30 * i, 50)).chain([line("b", 1000, 10)]).collect();
+        let line = |node: &str, at: i64, util: u32| {
+            parse_line(node, &format!("v2 {at} - smi {util}/100/50,{util}/100/50")).unwrap()
+        };
+        let first: Vec<NodeSample> =
+            (0..40).map(|i| line("a", 1000 + 30 * i, 50)).chain([line("b", 1000, 10)]).collect();
         let view = GpuView::of(newest_per_node(None, &first, None), None).with_history(history_with(None, &first));
         assert_eq!(view.nodes.iter().map(|n| (n.node.as_str(), n.at)).collect::<Vec<_>>(), [("a", 2170), ("b", 1000)]);
         assert_eq!(view.history[0].points.len(), 40);
@@ -557,7 +563,11 @@ mod tests {
         let history = history_with(Some(&view), &next);
         let a = &history[0].points;
         assert_eq!(a.len(), HISTORY_SAMPLES, "bounded");
-        assert_eq!((a[0].at, a[HISTORY_SAMPLES - 1].at), (3070 - 30 * (HISTORY_SAMPLES as i64 - 1), 3070), "the newest, oldest first");
+        assert_eq!(
+            (a[0].at, a[HISTORY_SAMPLES - 1].at),
+            (3070 - 30 * (HISTORY_SAMPLES as i64 - 1), 3070),
+            "the newest, oldest first"
+        );
         assert!(a.windows(2).all(|w| w[0].at < w[1].at), "one point per time");
         assert_eq!(history[1].points.len(), 1);
         assert_eq!(seen(&view), [("a".to_string(), 2170), ("b".to_string(), 1000)]);
@@ -672,7 +682,10 @@ mod tests {
         run("1.5");
         let d = newest("node7", &std::fs::read_to_string(samples.join("node7")).unwrap()).unwrap();
         assert_eq!(d.source, GpuSource::Dcgm, "{d:?}");
-        assert_eq!(d.gpus, [GpuReading { util: 42, mem_mib: 2048, power_w: 0 }, GpuReading { util: 40, mem_mib: 1024, power_w: 300 }]);
+        assert_eq!(
+            d.gpus,
+            [GpuReading { util: 42, mem_mib: 2048, power_w: 0 }, GpuReading { util: 40, mem_mib: 1024, power_w: 300 }]
+        );
         std::fs::remove_file(&dcgm).unwrap();
         run("1.5");
         let back = newest("node7", &std::fs::read_to_string(samples.join("node7")).unwrap()).unwrap();

@@ -667,7 +667,8 @@ mod tests {
         let dcgm = check(&[("dcgmi", "echo '1 GPU found.'"), ("nvidia-smi", "true")]);
         assert!(dcgm.ok && !dcgm.required && dcgm.detail.starts_with("GPU samples from DCGM"), "{dcgm:?}");
         assert!(dcgm.detail.contains("login host only"), "{dcgm:?}");
-        let no_engine = check(&[("dcgmi", "echo 'Error: unable to establish a connection' >&2; exit 255"), ("nvidia-smi", "true")]);
+        let no_engine =
+            check(&[("dcgmi", "echo 'Error: unable to establish a connection' >&2; exit 255"), ("nvidia-smi", "true")]);
         assert!(no_engine.ok && no_engine.detail.contains("host engine does not answer"), "{no_engine:?}");
         assert!(no_engine.detail.starts_with("GPU samples from nvidia-smi"), "{no_engine:?}");
         let smi = check(&[("nvidia-smi", "true")]);

@@ -808,11 +808,13 @@ mod tests {
         let root = dir.path().join("results");
         let a = root.join("a").join(crate::gpu::SAMPLE_DIR);
         std::fs::create_dir_all(&a).unwrap();
-        std::fs::write(a.join("node1"), "v2 300 - smi 90/10/200\nv2 200 - smi 80/10/200\nv2 100 - smi 70/10/200\n").unwrap();
+        std::fs::write(a.join("node1"), "v2 300 - smi 90/10/200\nv2 200 - smi 80/10/200\nv2 100 - smi 70/10/200\n")
+            .unwrap();
         std::fs::write(a.join("node2"), "v2 100 50 dcgm 0/10/30\nsecond line\nv2 x - smi 1/1/1\n").unwrap();
         std::fs::write(dir.path().join("secret"), "v2 1 - smi 1/1/1\n").unwrap();
         std::os::unix::fs::symlink(dir.path().join("secret"), a.join("node3")).unwrap();
-        std::fs::write(a.join("node4"), format!("v2 1 - smi 1/1/1{}\n", " ".repeat(crate::gpu::SAMPLE_MAX_BYTES))).unwrap();
+        std::fs::write(a.join("node4"), format!("v2 1 - smi 1/1/1{}\n", " ".repeat(crate::gpu::SAMPLE_MAX_BYTES)))
+            .unwrap();
         let many: String = (0..200).map(|i| format!("v2 {} - smi 5/5/5\n", 10_000 - i)).collect();
         std::fs::write(a.join("node5"), many).unwrap();
         std::fs::write(a.join("bad name"), "v2 1 - smi 1/1/1\n").unwrap();
