@@ -10,8 +10,9 @@ use crate::service_support::Service;
 use serde_json::{json, Value};
 use std::time::Duration;
 
-/// A training that reports a falling loss every 2 s until it is cancelled.
-const TRAINING: &str = r#"d="$TAO_API_RESULTS_DIR/$TAO_JOB_ID"; mkdir -p "$d"; for e in $(seq 1 300); do l=$(awk -v e="$e" 'BEGIN { printf "%.3f", 1.4 * exp(-e / 10) + 0.12 }'); echo "{\"status\":\"RUNNING\",\"message\":\"Epoch $e/300\",\"epoch\":$e,\"max_epoch\":300,\"kpi\":{\"loss\":$l}}" >> "$d/status.json"; sleep 2; done"#;
+/// A training whose rank 0 reports a falling loss every 2 s until it is cancelled (bash arithmetic:
+/// the sandbox's images have no awk).
+const TRAINING: &str = r#"[ "${NODE_RANK:-0}" = 0 ] || exec sleep 3600; d="$TAO_API_RESULTS_DIR/$TAO_JOB_ID"; mkdir -p "$d"; for e in $(seq 1 300); do m=$((14000 / (e + 9) + 120)); l=$(printf '%d.%03d' $((m / 1000)) $((m % 1000))); echo "{\"status\":\"RUNNING\",\"message\":\"Epoch $e/300\",\"epoch\":$e,\"max_epoch\":300,\"kpi\":{\"loss\":$l}}" >> "$d/status.json"; sleep 2; done"#;
 
 /// Four GPUs' readings (`util, MiB, W` lines) around `util`.
 fn four_gpus(util: u32) -> String {
@@ -21,6 +22,18 @@ fn four_gpus(util: u32) -> String {
             format!("{u}, {}, {}\n", 30_000 + g * 512 + u * 40, 90 + u * 3)
         })
         .collect()
+}
+
+/// The service's log, shown when the test fails.
+struct LogOnPanic<'a>(&'a Service);
+
+impl Drop for LogOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = self.0.log();
+            eprintln!("the service's log (its end):\n{}", &log[log.len().saturating_sub(20_000)..]);
+        }
+    }
 }
 
 /// The nodes of the job, once its samples name them.
@@ -36,6 +49,7 @@ fn sampled_nodes(job: &Value) -> Option<Vec<String>> {
 async fn the_job_page_draws_the_gpu_history_from_before_it_was_opened() {
     let mut readings = Readings::take();
     let svc = Service::start();
+    let _log = LogOnPanic(&svc);
     let (s, a) = svc
         .create(&json!({"name": "detectnet-train-2x4", "image": "ubuntu:22.04", "command": TRAINING, "nodes": 2,
             "gpus": 4, "workspace": "login1", "action": "train", "gpu_watch": {"sample_secs": 2}}))
