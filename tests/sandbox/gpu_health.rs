@@ -491,7 +491,7 @@ fn record_detection(figure: &Value) {
          sampling (every {} s) and idle threshold ({}%), `hang_action = cancel`, followed by the background monitor alone. \
          The hang time was {} s: the default, {} s, would make one run last more than 30 minutes. From the hang to the \
          job Canceled: **{} s**, {} s beyond the hang time (the hang shows at the node's next sample, up to {} s, then \
-         at the monitor's next refresh). With the default hang time the action comes as long after 30 minutes.\n\n\
+         at the monitor's next refresh). With the default hang time the same lag follows the 30 minutes, a little longer: the monitor then refreshes a job every 15 s rather than every 5 s (up to about 45 s beyond).\n\n\
          Reproduce: `dev/bench-gpu` (set `TAO_SLURM_GPU_BENCH_HANG_SECS=1800` for the default hang time).\n{end}\n",
         figure["generated"].as_str().unwrap_or(""),
         figure["sample_secs"],
