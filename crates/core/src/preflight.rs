@@ -566,6 +566,7 @@ mod tests {
         ("scancel", "true"),
         ("scontrol", "echo 'PartitionName=polar MaxTime=04:00:00 State=UP TRES=cpu=8,gres/gpu=32'; echo 'PartitionName=polar3 MaxTime=04:00:00 State=UP'; echo 'PartitionName=polar4 MaxTime=04:00:00 State=UP'; echo 'PartitionName=grizzly MaxTime=04:00:00 State=UP'"),
         ("srun", "echo '      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH'"),
+        ("nvidia-smi", "true"),
     ];
 
     #[test]
@@ -659,7 +660,7 @@ mod tests {
     fn the_gpu_sampler_is_named_from_the_login_hosts_tools() {
         let s = settings();
         let check = |extra: &[(&str, &str)]| {
-            let mut bin = HEALTHY.to_vec();
+            let mut bin: Vec<(&str, &str)> = HEALTHY.iter().copied().filter(|(n, _)| *n != "nvidia-smi").collect();
             bin.extend_from_slice(extra);
             let checks = read_preflight(&s, "login", &run_script_with(&bin, &s));
             checks.into_iter().find(|c| c.name == "gpu sampler").unwrap()
