@@ -12,7 +12,7 @@ pub const SAMPLE_DIR: &str = ".tao-slurm/gpu";
 /// ([`GpuView::history`]). 60 because at the default 30 s a sample that is 30 minutes, the default
 /// hang time (`TAO_SLURM_GPU_HANG_SECS`): the chart shows the whole spell a hang is decided on, and
 /// a refresh made up to 30 minutes after the last one still finds every sample in between. Bounded:
-/// a line is about 12 bytes a GPU (an 8-GPU node's file about 8 KB), a point of the history about
+/// a line is about 12 bytes a GPU (an 8-GPU node's file 6,960 bytes on the sandbox), a point of the history about
 /// 60 bytes of JSON (a 2-node job's history about 7 KB in the store).
 pub const HISTORY_SAMPLES: usize = 60;
 /// Bytes of a sample file read (the newest lines; a line cut by the cap is dropped): 60 lines of a
