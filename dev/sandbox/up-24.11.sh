@@ -198,6 +198,8 @@ install -d -m 0755 "$SD" "$ETC" "$RUN" "$LOG" "$SD/bin" "$SD/lib" "$SD/ssh" "$SD
 touch "$MARKER"
 # the nodes' stand-in nvidia-smi (its readings per node: <sandbox>/gpu/<node>, which tests write)
 install -m 0755 "$HERE/bin/nvidia-smi" "$SD/bin/nvidia-smi"
+# and its stand-in dcgmi (DCGM answers only where <sandbox>/gpu/<node>.dcgm exists)
+install -m 0755 "$HERE/bin/dcgmi" "$SD/bin/dcgmi"
 install -d -m 0755 "$LOG/slurm" "$SD/spool/ctld"; chown "$SLURM_IDS" "$LOG/slurm" "$SD/spool/ctld"
 install -d -m 0700 "$SD/munge" "$LOG/munge"; chown "$MUNGE_IDS" "$SD/munge" "$LOG/munge"
 install -d -m 0755 "$RUN/munge"; chown "$MUNGE_IDS" "$RUN/munge"

@@ -135,6 +135,8 @@ install -d -m 0755 "$SD" "$ETC" "$RUN" "$LOG" "$SD/bin" "$SD/lib" "$SD/ssh" "$SD
 touch "$MARKER"
 # the nodes' stand-in nvidia-smi (its readings per node: <sandbox>/gpu/<node>, which tests write)
 install -m 0755 "$HERE/bin/nvidia-smi" "$SD/bin/nvidia-smi"
+# and its stand-in dcgmi (DCGM answers only where <sandbox>/gpu/<node>.dcgm exists)
+install -m 0755 "$HERE/bin/dcgmi" "$SD/bin/dcgmi"
 install -d -m 0755 -o slurm -g slurm "$LOG/slurm" "$SD/spool/ctld"
 install -d -m 0700 -o munge -g munge "$SD/munge" "$LOG/munge"
 install -d -m 0755 -o munge -g munge "$RUN/munge"

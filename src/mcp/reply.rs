@@ -159,7 +159,8 @@ pub struct JobBrief {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_retry_at: Option<i64>,
     /// Its GPUs as last sampled while it ran: each node's utilisation, memory and power, the mean
-    /// utilisation (`util`: none means no GPU data, not 0%), and `health` when idle or hung.
+    /// utilisation (`util`: none means no GPU data, not 0%), `health` when idle or hung, and
+    /// `history`, each node's last samples.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<crate::gpu::GpuView>,
     /// Unix seconds.

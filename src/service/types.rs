@@ -317,7 +317,8 @@ pub struct JobOut {
     pub specs: serde_json::Value,
     pub progress: Option<JobProgress>,
     /// Its GPUs as last sampled while it ran: `nodes` (each node's utilisation, memory and power per
-    /// GPU), `util` (the mean; null: no GPU data, not 0%), and `health` (`idle` or `hung`) when so.
+    /// GPU, and `source`: `dcgm` or `nvidia-smi`), `util` (the mean; null: no GPU data, not 0%),
+    /// `health` (`idle` or `hung`) when so, and `history` (each node's last samples, oldest first).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub gpu: Option<crate::gpu::GpuView>,

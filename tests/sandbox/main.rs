@@ -35,6 +35,7 @@ mod service_api;
 mod service_caps;
 mod service_dashboard;
 mod service_database_tls;
+mod service_gpu_chart;
 mod service_hardening;
 mod service_kpis;
 mod service_ops;

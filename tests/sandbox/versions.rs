@@ -222,6 +222,7 @@ on_both! {
             array_index: None,
             look: None,
             gpu_dir: None,
+            gpu_seen: Vec::new(),
         };
         let script = tao_slurm::ops::refresh::refresh_script(&[target("987654321"), target(&finished)]);
         let obs = wait_until_accounted(&env, &script, &finished);

@@ -1,17 +1,30 @@
-//! GPU health: the sampler each node of a running job runs beside its step (`nvidia-smi` at an
-//! interval, its newest sample in one small file per node), what a sample says, and when a job is
-//! idle or hung. Pure: the batch script carries the sampler, the refresh reads the files, the engine
-//! acts on [`assess`].
+//! GPU health: the sampler each node of a running job runs beside its step (DCGM's `dcgmi dmon` where
+//! the node has it, `nvidia-smi` otherwise, at an interval; its newest samples in one small file per
+//! node), what a sample says, a job's recent history of them, and when a job is idle or hung. Pure:
+//! the batch script carries the sampler, the refresh reads the files, the engine acts on [`assess`].
 
 use serde::{Deserialize, Serialize};
 
 /// Where a job's samples live, under its results directory: one file per node, named by the node,
 /// in tao-slurm's own bookkeeping directory (which the results' listings and downloads leave out).
 pub const SAMPLE_DIR: &str = ".tao-slurm/gpu";
-/// A sample file larger than this is not read (one line: a few bytes per GPU; 64 GPUs fit).
-pub const SAMPLE_MAX_BYTES: usize = 2048;
+/// Samples kept per node, newest first in the node's file and oldest first in the job's view
+/// ([`GpuView::history`]). 60 because at the default 30 s a sample that is 30 minutes, the default
+/// hang time (`TAO_SLURM_GPU_HANG_SECS`): the chart shows the whole spell a hang is decided on, and
+/// a refresh made up to 30 minutes after the last one still finds every sample in between. Bounded:
+/// a line is about 12 bytes a GPU (an 8-GPU node's file 6,960 bytes on the sandbox), a point of the history about
+/// 60 bytes of JSON (a 2-node job's history about 7 KB in the store).
+pub const HISTORY_SAMPLES: usize = 60;
+/// Bytes of a sample file read (the newest lines; a line cut by the cap is dropped): 60 lines of a
+/// 16-GPU node fit, a larger node's file gives fewer of its newest samples.
+pub const SAMPLE_MAX_BYTES: usize = 16_384;
+/// A sample line longer than this is not one (64 GPUs of the longest readings fit).
+pub const LINE_MAX_BYTES: usize = 1_400;
 /// Sample files read per job (a job's own clutter in the directory is left unread beyond it).
 pub const SAMPLE_FILES_MAX: usize = 64;
+/// Bytes of sample lines one job may add to a refresh's output: its first read (a whole history)
+/// of up to 8 nodes of 8 GPUs fits; beyond it the rest of its nodes are read in the next refresh.
+pub const JOB_READ_MAX_BYTES: usize = 65_536;
 
 /// What a job does when its GPUs stay idle: tell (an event and its webhooks), or cancel the job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema, Default)]
@@ -137,6 +150,17 @@ pub struct GpuReading {
     pub power_w: u32,
 }
 
+/// Which tool a sample came from: DCGM (`dcgmi dmon`, fields 203 utilisation, 252 framebuffer
+/// used, 155 power) where the node's `dcgmi` answers, else `nvidia-smi`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema, Default)]
+pub enum GpuSource {
+    #[default]
+    #[serde(rename = "nvidia-smi")]
+    NvidiaSmi,
+    #[serde(rename = "dcgm")]
+    Dcgm,
+}
+
 /// A node's newest sample.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NodeSample {
@@ -149,6 +173,27 @@ pub struct NodeSample {
     /// Why there is no reading (no `nvidia-smi`, or it failed): then `gpus` is empty.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub no_data: Option<String>,
+    /// The tool that took it.
+    #[serde(default)]
+    pub source: GpuSource,
+}
+
+/// One sample of a node in the history: its GPUs' mean utilisation, their memory and power summed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct HistoryPoint {
+    /// Unix seconds, the node's clock.
+    pub at: i64,
+    /// Mean utilisation of the node's GPUs, percent (None: no GPU data then).
+    pub util: Option<u32>,
+    pub mem_mib: u64,
+    pub power_w: u32,
+}
+
+/// A node's recent samples, oldest first, at most [`HISTORY_SAMPLES`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct NodeHistory {
+    pub node: String,
+    pub points: Vec<HistoryPoint>,
 }
 
 /// What a job's GPUs look like, as every door shows it.
@@ -161,15 +206,23 @@ pub struct GpuView {
     /// Idle or hung, as last assessed (None: neither).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub health: Option<Health>,
+    /// Each node's recent samples (the last [`HISTORY_SAMPLES`]), by node name.
+    #[serde(default)]
+    pub history: Vec<NodeHistory>,
 }
 
 impl GpuView {
-    /// The view of these samples.
+    /// The view of these newest samples (no history).
     pub fn of(mut nodes: Vec<NodeSample>, health: Option<Health>) -> GpuView {
         nodes.sort_by(|a, b| a.node.cmp(&b.node));
         let readings: Vec<u32> = nodes.iter().flat_map(|n| n.gpus.iter().map(|g| g.util)).collect();
         let util = (!readings.is_empty()).then(|| readings.iter().sum::<u32>() / readings.len() as u32);
-        GpuView { nodes, util, health }
+        GpuView { nodes, util, health, history: Vec::new() }
+    }
+
+    /// The same view with this history.
+    pub fn with_history(self, history: Vec<NodeHistory>) -> GpuView {
+        GpuView { history, ..self }
     }
 
     /// One cell for a table: `87%`, `87% (idle 12m)`, `no GPU data`.
@@ -183,6 +236,67 @@ impl GpuView {
             None => format!("{util}%"),
         }
     }
+}
+
+impl HistoryPoint {
+    pub fn of(sample: &NodeSample) -> HistoryPoint {
+        let n = sample.gpus.len() as u32;
+        HistoryPoint {
+            at: sample.at,
+            util: (n > 0).then(|| sample.gpus.iter().map(|g| g.util).sum::<u32>() / n),
+            mem_mib: sample.gpus.iter().map(|g| g.mem_mib).sum(),
+            power_w: sample.gpus.iter().map(|g| g.power_w).sum(),
+        }
+    }
+}
+
+/// Each node's newest sample: the newest a refresh `read`, else the one `previous` held (a node
+/// whose file had nothing new keeps its newest); none taken before `attempt_since` (the current
+/// attempt's submission: a node an earlier attempt ran on is history, not this attempt's health).
+/// At most [`SAMPLE_FILES_MAX`] nodes.
+pub fn newest_per_node(previous: Option<&GpuView>, read: &[NodeSample], attempt_since: Option<i64>) -> Vec<NodeSample> {
+    let mut newest: std::collections::BTreeMap<&str, &NodeSample> = std::collections::BTreeMap::new();
+    let current = previous.map(|v| v.nodes.as_slice()).unwrap_or(&[]).iter().chain(read);
+    for s in current.filter(|s| attempt_since.is_none_or(|t| s.at >= t)) {
+        if newest.get(s.node.as_str()).is_none_or(|n| s.at >= n.at) {
+            newest.insert(&s.node, s);
+        }
+    }
+    newest.into_values().take(SAMPLE_FILES_MAX).cloned().collect()
+}
+
+/// Each node's newest sample time a view holds (its newest samples and its history): a refresh
+/// reads only what is newer.
+pub fn seen(view: &GpuView) -> Vec<(String, i64)> {
+    let mut seen: std::collections::BTreeMap<&str, i64> = std::collections::BTreeMap::new();
+    let points = view.history.iter().flat_map(|h| h.points.last().map(|p| (h.node.as_str(), p.at)));
+    for (node, at) in view.nodes.iter().map(|n| (n.node.as_str(), n.at)).chain(points) {
+        let e = seen.entry(node).or_insert(at);
+        *e = (*e).max(at);
+    }
+    seen.into_iter().filter(|(n, _)| is_node_name(n)).map(|(n, at)| (n.to_string(), at)).collect()
+}
+
+/// `previous`'s history with the samples a refresh `read` added: per node by time, one point per
+/// time, the newest [`HISTORY_SAMPLES`] kept; at most [`SAMPLE_FILES_MAX`] nodes.
+pub fn history_with(previous: Option<&GpuView>, read: &[NodeSample]) -> Vec<NodeHistory> {
+    let mut by_node: std::collections::BTreeMap<String, std::collections::BTreeMap<i64, HistoryPoint>> =
+        std::collections::BTreeMap::new();
+    for h in previous.map(|v| v.history.as_slice()).unwrap_or(&[]) {
+        let points = by_node.entry(h.node.clone()).or_default();
+        points.extend(h.points.iter().map(|p| (p.at, p.clone())));
+    }
+    for s in read {
+        by_node.entry(s.node.clone()).or_default().insert(s.at, HistoryPoint::of(s));
+    }
+    by_node
+        .into_iter()
+        .take(SAMPLE_FILES_MAX)
+        .map(|(node, points)| {
+            let skip = points.len().saturating_sub(HISTORY_SAMPLES);
+            NodeHistory { node, points: points.into_values().skip(skip).collect() }
+        })
+        .collect()
 }
 
 /// A job's GPU health: idle (every GPU under the threshold long enough) or hung (some node's GPUs
@@ -202,31 +316,57 @@ pub fn is_node_name(name: &str) -> bool {
         && name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
 }
 
-/// A node's sample file (`v1 AT IDLE_SINCE|- U/M/W,U/M/W...` or `v1 AT none REASON`); None when it
-/// is not one (the file is the job's to write: anything else is left unread).
-pub fn parse_sample(node: &str, text: &str) -> Option<NodeSample> {
+/// A node's sample lines (newest first, as its file holds them; a refresh sends those newer than
+/// it had): each line read strictly, one that is not a sample left out, at most
+/// [`HISTORY_SAMPLES`]. The file is the job's to write: nothing else in it is believed.
+pub fn parse_samples(node: &str, text: &str) -> Vec<NodeSample> {
     if !is_node_name(node) || text.len() > SAMPLE_MAX_BYTES {
+        return Vec::new();
+    }
+    text.lines().filter_map(|l| parse_line(node, l)).take(HISTORY_SAMPLES).collect()
+}
+
+/// One sample line: `v2 AT IDLE_SINCE|- SOURCE U/M/W,U/M/W...` or `v2 AT none SOURCE REASON`
+/// (SOURCE `smi` or `dcgm`); the first sampler's `v1` lines (no SOURCE: nvidia-smi) are read too.
+pub fn parse_line(node: &str, line: &str) -> Option<NodeSample> {
+    if !is_node_name(node) || line.len() > LINE_MAX_BYTES {
         return None;
     }
-    let line = text.lines().next()?;
-    let mut words = line.splitn(4, ' ');
-    if words.next()? != "v1" {
-        return None;
-    }
-    let at: i64 = words.next()?.parse().ok()?;
-    let third = words.next()?;
-    let rest = words.next().unwrap_or("");
+    let (version, rest) = line.split_once(' ')?;
+    let (at, rest) = rest.split_once(' ')?;
+    let at: i64 = at.parse().ok()?;
+    let (third, rest) = rest.split_once(' ').unwrap_or((rest, ""));
+    let (source, rest) = match version {
+        "v1" => (GpuSource::NvidiaSmi, rest),
+        "v2" => {
+            let (source, rest) = rest.split_once(' ').unwrap_or((rest, ""));
+            let source = match source {
+                "smi" => GpuSource::NvidiaSmi,
+                "dcgm" => GpuSource::Dcgm,
+                _ => return None,
+            };
+            (source, rest)
+        }
+        _ => return None,
+    };
     if third == "none" {
         let reason: String = rest.chars().filter(|c| c.is_ascii_graphic() || *c == ' ').take(120).collect();
         let reason = if reason.trim().is_empty() { "nvidia-smi gave no reading".into() } else { reason.trim().into() };
-        return Some(NodeSample { node: node.into(), at, idle_since: None, gpus: Vec::new(), no_data: Some(reason) });
+        return Some(NodeSample {
+            node: node.into(),
+            at,
+            idle_since: None,
+            gpus: Vec::new(),
+            no_data: Some(reason),
+            source,
+        });
     }
     let idle_since = match third {
         "-" => None,
         t => Some(t.parse().ok()?),
     };
     let mut gpus = Vec::new();
-    for g in rest.split(',').filter(|g| !g.is_empty()) {
+    for g in rest.split(',') {
         let mut f = g.split('/');
         let util: u32 = f.next()?.parse().ok()?;
         let mem_mib = f.next()?.parse().ok()?;
@@ -236,10 +376,7 @@ pub fn parse_sample(node: &str, text: &str) -> Option<NodeSample> {
         }
         gpus.push(GpuReading { util, mem_mib, power_w });
     }
-    if gpus.is_empty() {
-        return None;
-    }
-    Some(NodeSample { node: node.into(), at, idle_since, gpus, no_data: None })
+    Some(NodeSample { node: node.into(), at, idle_since, gpus, no_data: None, source })
 }
 
 /// Idle or hung at `now`, from the nodes' newest samples, when the job's last progress was
@@ -292,30 +429,42 @@ pub fn sampler_lines(watch: &GpuWatch, results_dir: &str, nodes: u32) -> Option<
     let parent = crate::script::shell::quote(&format!("{results_dir}/{}", crate::layout::BOOKKEEPING_DIR));
     let program = crate::script::shell::quote(SAMPLER);
     let start = format!(
-        "[ ! -L {parent} ] && mkdir -p {dir} && [ -d {dir} ] && [ ! -L {dir} ] && srun --overlap --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1 --kill-on-bad-exit=0 bash -c {program} tao-gpu {dir} {secs} {pct} </dev/null >/dev/null 2>&1 & tao_gpu=$!\n",
+        "[ ! -L {parent} ] && mkdir -p {dir} && [ -d {dir} ] && [ ! -L {dir} ] && srun --overlap --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1 --kill-on-bad-exit=0 bash -c {program} tao-gpu {dir} {secs} {pct} {keep} </dev/null >/dev/null 2>&1 & tao_gpu=$!\n",
         secs = watch.sample_secs,
         pct = watch.idle_percent,
+        keep = HISTORY_SAMPLES,
     );
     Some((start, "kill \"${tao_gpu:-}\" 2>/dev/null\n".to_string()))
 }
 
 /// One node's sampler: its directory entered once (a job that swaps the name for a link later moves
-/// nothing of ours), each sample written to a fresh temporary file and renamed over the node's file.
-const SAMPLER: &str = r#"d=$1; s=$2; p=$3; n=${SLURMD_NODENAME:-$(hostname -s)}; idle=-
+/// nothing of ours); each sample from DCGM when the node's `dcgmi` gives readings (its host engine
+/// runs), else from `nvidia-smi`; the node's last `$4` samples kept in memory (never read back from
+/// the file, which is the job's to touch) and written newest first to a fresh temporary file renamed
+/// over the node's file.
+const SAMPLER: &str = r#"d=$1; s=$2; p=$3; k=$4; n=${SLURMD_NODENAME:-$(hostname -s)}; idle=-; ring=
 [ -d "$d" ] && [ ! -L "$d" ] && [ ! -L "${d%/*}" ] && [ -O "$d" ] && cd -P -- "$d" || exit 0
+busy() { awk -v p="$p" '{ printf "%s%d/%d/%d", (n++ ? "," : ""), $1, $2 + 0, $3 + 0; if ($1 + 0 >= p) b = 1 } END { if (n) print (b ? " busy" : " idle") }'; }
 while :; do
-  now=$(date +%s)
-  if o=$(timeout 20 nvidia-smi --query-gpu=utilization.gpu,memory.used,power.draw --format=csv,noheader,nounits 2>&1); then
-    r=$(printf '%s\n' "$o" | awk -F', *' -v p="$p" 'NF >= 3 && $1 ~ /^[0-9]+$/ { printf "%s%d/%d/%d", (n++ ? "," : ""), $1, $2 + 0, $3 + 0; if ($1 + 0 >= p) b = 1 } END { if (n) print (b ? " busy" : " idle") }')
-    case $r in
-      *busy) idle=-; l="v1 $now - ${r% *}" ;;
-      *idle) [ "$idle" = - ] && idle=$now; l="v1 $now $idle ${r% *}" ;;
-      *) idle=-; l="v1 $now none nvidia-smi listed no GPU" ;;
-    esac
-  else
-    idle=-; l="v1 $now none $(printf '%s' "$o" | head -c 120 | tr -c 'A-Za-z0-9 .:_-' ' ')"
+  now=$(date +%s); r=; src=smi
+  if command -v dcgmi >/dev/null 2>&1 && o=$(timeout 20 dcgmi dmon -e 203,252,155 -c 1 2>/dev/null); then
+    r=$(printf '%s\n' "$o" | awk '$1 == "GPU" && $2 ~ /^[0-9]+$/ && $3 ~ /^[0-9]+$/ { print $3 + 0, $4 + 0, $5 + 0 }' | busy)
+    [ -n "$r" ] && src=dcgm
   fi
-  t=$(mktemp ./.sample.XXXXXX) && printf '%s\n' "$l" > "$t" && mv -f -- "$t" "./$n"
+  if [ -n "$r" ]; then :
+  elif o=$(timeout 20 nvidia-smi --query-gpu=utilization.gpu,memory.used,power.draw --format=csv,noheader,nounits 2>&1); then
+    r=$(printf '%s\n' "$o" | awk -F', *' 'NF >= 3 && $1 ~ /^[0-9]+$/ { print $1 + 0, $2 + 0, $3 + 0 }' | busy)
+  else
+    r="none $(printf '%s' "$o" | head -c 120 | tr -c 'A-Za-z0-9 .:_-' ' ')"
+  fi
+  case $r in
+    none*) idle=-; l="v2 $now none $src ${r#none }" ;;
+    *busy) idle=-; l="v2 $now - $src ${r% *}" ;;
+    *idle) [ "$idle" = - ] && idle=$now; l="v2 $now $idle $src ${r% *}" ;;
+    *) idle=-; l="v2 $now none $src nvidia-smi listed no GPU" ;;
+  esac
+  ring=$(printf '%s\n%s' "$l" "$ring" | head -n "$k")
+  t=$(mktemp ./.sample.XXXXXX) && printf '%s\n' "$ring" > "$t" && mv -f -- "$t" "./$n"
   sleep "$s"
 done"#;
 
@@ -341,33 +490,96 @@ mod tests {
             idle_since,
             gpus: vec![GpuReading { util: if idle_since.is_some() { 0 } else { 90 }, mem_mib: 1, power_w: 1 }],
             no_data: None,
+            source: GpuSource::NvidiaSmi,
         }
+    }
+
+    fn newest(node: &str, text: &str) -> Option<NodeSample> {
+        parse_samples(node, text).into_iter().next()
     }
 
     #[test]
     fn samples_are_read_strictly() {
-        let s = parse_sample("node1", "v1 1700 - 87/1024/250,91/2048/260\n").unwrap();
-        assert_eq!((s.at, s.idle_since, s.gpus.len()), (1700, None, 2));
+        let s = parse_line("node1", "v1 1700 - 87/1024/250,91/2048/260").unwrap();
+        assert_eq!((s.at, s.idle_since, s.gpus.len(), s.source), (1700, None, 2, GpuSource::NvidiaSmi));
         assert_eq!(s.gpus[1], GpuReading { util: 91, mem_mib: 2048, power_w: 260 });
-        assert_eq!(parse_sample("node1", "v1 1700 1600 0/10/30").unwrap().idle_since, Some(1600));
-        let none = parse_sample("n", "v1 5 none nvidia-smi: command not found").unwrap();
+        assert_eq!(parse_line("node1", "v1 1700 1600 0/10/30").unwrap().idle_since, Some(1600));
+        let dcgm = parse_line("node1", "v2 1700 1600 dcgm 0/10/30").unwrap();
+        assert_eq!((dcgm.idle_since, dcgm.source), (Some(1600), GpuSource::Dcgm));
+        let none = parse_line("n", "v1 5 none nvidia-smi: command not found").unwrap();
         assert_eq!(none.no_data.as_deref(), Some("nvidia-smi: command not found"));
+        let none = parse_line("n", "v2 5 none smi nvidia-smi: command not found").unwrap();
+        assert_eq!(
+            (none.no_data.as_deref(), none.source),
+            (Some("nvidia-smi: command not found"), GpuSource::NvidiaSmi)
+        );
         for bad in [
             "",
+            "v3 1 - smi 1/1/1",
             "v2 1 - 1/1/1",
+            "v2 1 - nvml 1/1/1",
+            "v2 1 - smi",
+            "v2 1 - smi 1/1/1,",
             "v1 x - 1/1/1",
             "v1 1 - 101/1/1",
             "v1 1 - 1/1",
             "v1 1 - 1/1/1/1",
+            "v1 1 - -1/1/1",
             "v1 1 -",
             "v1 1 abc 1/1/1",
         ] {
-            assert_eq!(parse_sample("node1", bad), None, "{bad:?}");
+            assert_eq!(parse_line("node1", bad), None, "{bad:?}");
         }
         for node in ["", ".hidden", "a/b", "n\n1", &"x".repeat(65)] {
-            assert_eq!(parse_sample(node, "v1 1 - 1/1/1"), None, "{node:?}");
+            assert_eq!(parse_line(node, "v1 1 - 1/1/1"), None, "{node:?}");
         }
-        assert_eq!(parse_sample("n", &format!("v1 1 - 1/1/1{}", " ".repeat(SAMPLE_MAX_BYTES))), None);
+        assert_eq!(parse_line("n", &format!("v2 1 - smi 1/1/1{}", " ".repeat(LINE_MAX_BYTES))), None);
+        // A file: its lines newest first, each read on its own, a bad one left out, at most the ring.
+        let file = "v2 30 - smi 9/1/1\ngarbage\nv2 20 - dcgm 8/1/1\n";
+        let ats: Vec<i64> = parse_samples("n", file).iter().map(|s| s.at).collect();
+        assert_eq!(ats, [30, 20]);
+        let long: String = (0..100).map(|i| format!("v2 {} - smi 1/1/1\n", 1000 - i)).collect();
+        assert_eq!(parse_samples("n", &long).len(), HISTORY_SAMPLES);
+        assert!(parse_samples("n", &"v2 1 - smi 1/1/1\n".repeat(SAMPLE_MAX_BYTES / 8)).is_empty(), "over the cap");
+    }
+
+    /// A refresh's samples join the job's history: by node and time, each time once, the newest
+    /// [`HISTORY_SAMPLES`] kept; a node the refresh read nothing new of keeps its newest sample.
+    #[test]
+    fn the_history_is_a_bounded_ring_per_node_and_the_newest_sample_stands_until_a_newer_one() {
+        let line = |node: &str, at: i64, util: u32| {
+            parse_line(node, &format!("v2 {at} - smi {util}/100/50,{util}/100/50")).unwrap()
+        };
+        let first: Vec<NodeSample> =
+            (0..40).map(|i| line("a", 1000 + 30 * i, 50)).chain([line("b", 1000, 10)]).collect();
+        let view = GpuView::of(newest_per_node(None, &first, None), None).with_history(history_with(None, &first));
+        assert_eq!(view.nodes.iter().map(|n| (n.node.as_str(), n.at)).collect::<Vec<_>>(), [("a", 2170), ("b", 1000)]);
+        assert_eq!(view.history[0].points.len(), 40);
+        assert_eq!(view.history[0].points[0], HistoryPoint { at: 1000, util: Some(50), mem_mib: 200, power_w: 100 });
+        // The next refresh sends a's newer lines, one of them again, and nothing of b.
+        let next: Vec<NodeSample> = (39..70).map(|i| line("a", 1000 + 30 * i, 90)).collect();
+        let nodes = newest_per_node(Some(&view), &next, None);
+        assert_eq!(nodes.iter().map(|n| (n.node.as_str(), n.at)).collect::<Vec<_>>(), [("a", 3070), ("b", 1000)]);
+        let history = history_with(Some(&view), &next);
+        let a = &history[0].points;
+        assert_eq!(a.len(), HISTORY_SAMPLES, "bounded");
+        assert_eq!(
+            (a[0].at, a[HISTORY_SAMPLES - 1].at),
+            (3070 - 30 * (HISTORY_SAMPLES as i64 - 1), 3070),
+            "the newest, oldest first"
+        );
+        assert!(a.windows(2).all(|w| w[0].at < w[1].at), "one point per time");
+        assert_eq!(history[1].points.len(), 1);
+        assert_eq!(seen(&view), [("a".to_string(), 2170), ("b".to_string(), 1000)]);
+        // A new attempt (submitted at 3000) on a's node only: b's sample is history, not its health.
+        let later = newest_per_node(Some(&view), &next, Some(3000));
+        assert_eq!(later.iter().map(|n| (n.node.as_str(), n.at)).collect::<Vec<_>>(), [("a", 3070)]);
+        // A node without data is a gap in its history, not 0%.
+        let none = parse_line("a", "v2 4000 none smi no devices").unwrap();
+        assert_eq!(history_with(Some(&view), &[none])[0].points.last().unwrap().util, None);
+        // Stored before the history existed: read as no history.
+        let old: GpuView = serde_json::from_str(r#"{"nodes":[],"util":null}"#).unwrap();
+        assert!(old.history.is_empty());
     }
 
     #[test]
@@ -429,13 +641,24 @@ mod tests {
         )
         .unwrap();
         std::fs::set_permissions(bin.join("nvidia-smi"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        // A dcgmi whose host engine answers only while `dcgm` exists (as `dcgmi dmon` prints).
+        let dcgm = dir.path().join("dcgm");
+        std::fs::write(
+            bin.join("dcgmi"),
+            format!(
+                "#!/bin/bash\n[ -f {d} ] || {{ echo 'Error: unable to establish a connection to the specified host: localhost' >&2; exit 255; }}\nprintf '#Entity   GPUTL  FBUSD  POWER\\n      ID\\n'; cat {d}\n",
+                d = dcgm.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(bin.join("dcgmi"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let samples = dir.path().join(SAMPLE_DIR);
         std::fs::create_dir_all(&samples).unwrap();
         let run = |secs: &str| {
             std::process::Command::new("timeout")
                 .args([secs, "bash", "-c", SAMPLER, "tao-gpu"])
                 .arg(&samples)
-                .args(["1", "5"])
+                .args(["1", "5", "3"])
                 .env("PATH", format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()))
                 .env("SLURMD_NODENAME", "node7")
                 .status()
@@ -443,15 +666,33 @@ mod tests {
         };
         std::fs::write(&readings, "87, 1024, 250.5\n3, 10, 30\n").unwrap();
         run("1.5");
-        let busy = parse_sample("node7", &std::fs::read_to_string(samples.join("node7")).unwrap()).unwrap();
+        let busy = newest("node7", &std::fs::read_to_string(samples.join("node7")).unwrap()).unwrap();
         assert_eq!((busy.idle_since, busy.gpus.len(), busy.gpus[0].power_w), (None, 2, 250));
         std::fs::write(&readings, "0, 10, 30\n").unwrap();
         run("2.5");
-        let idle = parse_sample("node7", &std::fs::read_to_string(samples.join("node7")).unwrap()).unwrap();
+        let idle = newest("node7", &std::fs::read_to_string(samples.join("node7")).unwrap()).unwrap();
         assert!(idle.idle_since.is_some_and(|i| i <= idle.at && idle.at - i <= 3), "{idle:?}");
+        // The ring: at most its size (3 here), newest first, one idle spell through it.
+        run("4.5");
+        let ring = parse_samples("node7", &std::fs::read_to_string(samples.join("node7")).unwrap());
+        assert_eq!(ring.len(), 3, "{ring:?}");
+        assert!(ring.windows(2).all(|w| w[0].at > w[1].at && w[0].idle_since == w[1].idle_since), "{ring:?}");
+        // Where DCGM's host engine answers, DCGM's fields (N/A power: 0); nvidia-smi's otherwise.
+        std::fs::write(&dcgm, "GPU 0    42     2048   N/A\nGPU 1    40     1024   300.5\n").unwrap();
+        run("1.5");
+        let d = newest("node7", &std::fs::read_to_string(samples.join("node7")).unwrap()).unwrap();
+        assert_eq!(d.source, GpuSource::Dcgm, "{d:?}");
+        assert_eq!(
+            d.gpus,
+            [GpuReading { util: 42, mem_mib: 2048, power_w: 0 }, GpuReading { util: 40, mem_mib: 1024, power_w: 300 }]
+        );
+        std::fs::remove_file(&dcgm).unwrap();
+        run("1.5");
+        let back = newest("node7", &std::fs::read_to_string(samples.join("node7")).unwrap()).unwrap();
+        assert_eq!((back.source, back.gpus.len()), (GpuSource::NvidiaSmi, 1), "{back:?}");
         std::fs::remove_file(&readings).unwrap();
         run("1.5");
-        let none = parse_sample("node7", &std::fs::read_to_string(samples.join("node7")).unwrap()).unwrap();
+        let none = newest("node7", &std::fs::read_to_string(samples.join("node7")).unwrap()).unwrap();
         assert_eq!(none.no_data.as_deref(), Some("no devices"));
         let names: Vec<String> =
             std::fs::read_dir(&samples).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();

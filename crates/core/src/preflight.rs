@@ -160,6 +160,12 @@ fn pyxis_version(body: &str) -> Option<&str> {
     (!v.is_empty() && v.chars().all(|c| c.is_ascii_digit() || c == '.')).then_some(v)
 }
 
+/// Which GPU tools the login host has, as the sampler looks for them on a node: `dcgmi` (and whether
+/// DCGM's host engine answers it, `dcgmi discovery -l`), `nvidia-smi`.
+const GPU_TOOLS_PROBE: &str = r#"for c in dcgmi nvidia-smi; do command -v "$c" >/dev/null 2>&1 && echo "has $c"; done
+if command -v dcgmi >/dev/null 2>&1; then timeout 10 dcgmi discovery -l >/dev/null 2>&1 && echo "dcgm answers"; fi
+true"#;
+
 /// The one remote script that runs every remote check on a host. Pure.
 pub fn preflight_script(settings: &Settings) -> String {
     let mut s = String::new();
@@ -175,6 +181,7 @@ pub fn preflight_script(settings: &Settings) -> String {
     section("partitions", &format!("{t} scontrol show partition -o"));
     section("pyxis", &format!("{t} srun --help | grep -c -e '--container-image'"));
     section("pyxis_version", PYXIS_VERSION_PROBE);
+    section("gpu_tools", GPU_TOOLS_PROBE);
     if let Some(account) = &settings.account {
         section(
             "association",
@@ -222,6 +229,7 @@ pub fn read_preflight(settings: &Settings, host: &str, stdout: &str) -> Vec<Chec
     checks.extend(settings.account.as_deref().map(|a| out.account_association(a)));
     checks.push(out.pyxis());
     checks.extend(out.container_scope());
+    checks.push(out.gpu_sampler());
     if settings.ngc_key.is_some() {
         checks.push(out.enroot_credentials());
     }
@@ -405,6 +413,41 @@ impl Sections<'_> {
         Some(check)
     }
 
+    /// Which tool the GPU sampler will use, as far as the login host shows: preflight runs where it
+    /// runs every check, on the login host, and starts no job on a compute node; each node's sampler
+    /// chooses for itself when the job runs (DCGM where its `dcgmi` answers, else `nvidia-smi`). A
+    /// warning, never a failure, when the login host has neither.
+    fn gpu_sampler(&self) -> Check {
+        const WHERE: &str = "checked on the login host only (preflight starts no job on a compute node); each node's sampler chooses for itself when a job runs: DCGM where its dcgmi answers, nvidia-smi otherwise";
+        let body = self.body("gpu_tools").unwrap_or_default();
+        let has = |line: &str| body.lines().any(|l| l.trim() == line);
+        let (dcgmi, answers, smi) = (has("has dcgmi"), has("dcgm answers"), has("has nvidia-smi"));
+        let detail = match (dcgmi, answers, smi) {
+            (true, true, _) => format!("GPU samples from DCGM (dcgmi dmon): dcgmi answers here; {WHERE}"),
+            (true, false, true) => format!(
+                "GPU samples from nvidia-smi: dcgmi is installed but DCGM's host engine does not answer here, nvidia-smi is there; {WHERE}"
+            ),
+            (false, _, true) => format!("GPU samples from nvidia-smi: no dcgmi here, nvidia-smi is there; {WHERE}"),
+            (true, false, false) => format!(
+                "no GPU tool answers here: dcgmi is installed but DCGM's host engine does not answer, and there is no nvidia-smi; {WHERE}"
+            ),
+            (false, _, false) => format!("neither dcgmi nor nvidia-smi here; {WHERE}"),
+        };
+        if smi || answers {
+            let mut check = Check::pass("gpu sampler", self.h(), detail);
+            check.required = false;
+            return check;
+        }
+        let mut check = Check::fail(
+            "gpu sampler",
+            self.h(),
+            detail,
+            "Login hosts often have no GPU tools: check a compute node, e.g. `srun -N1 --gpus=1 sh -c 'command -v dcgmi nvidia-smi'`. A node with neither shows \"no GPU data\" and its GPUs are not watched for idleness or hangs; the jobs run as usual.",
+        );
+        check.required = false;
+        check
+    }
+
     fn enroot_credentials(&self) -> Check {
         let out = self.body("enroot_credentials").unwrap_or_default();
         let mut lines = out.lines();
@@ -523,6 +566,7 @@ mod tests {
         ("scancel", "true"),
         ("scontrol", "echo 'PartitionName=polar MaxTime=04:00:00 State=UP TRES=cpu=8,gres/gpu=32'; echo 'PartitionName=polar3 MaxTime=04:00:00 State=UP'; echo 'PartitionName=polar4 MaxTime=04:00:00 State=UP'; echo 'PartitionName=grizzly MaxTime=04:00:00 State=UP'"),
         ("srun", "echo '      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH'"),
+        ("nvidia-smi", "true"),
     ];
 
     #[test]
@@ -608,6 +652,31 @@ mod tests {
             global.detail.contains("container_scope=global")
                 && global.remediation.unwrap().contains("container_scope=job")
         );
+    }
+
+    /// Preflight says which tool the GPU sampler will use, from what the login host has, and that it
+    /// looked only there; neither tool is a warning, never a failure.
+    #[test]
+    fn the_gpu_sampler_is_named_from_the_login_hosts_tools() {
+        let s = settings();
+        let check = |extra: &[(&str, &str)]| {
+            let mut bin: Vec<(&str, &str)> = HEALTHY.iter().copied().filter(|(n, _)| *n != "nvidia-smi").collect();
+            bin.extend_from_slice(extra);
+            let checks = read_preflight(&s, "login", &run_script_with(&bin, &s));
+            checks.into_iter().find(|c| c.name == "gpu sampler").unwrap()
+        };
+        let dcgm = check(&[("dcgmi", "echo '1 GPU found.'"), ("nvidia-smi", "true")]);
+        assert!(dcgm.ok && !dcgm.required && dcgm.detail.starts_with("GPU samples from DCGM"), "{dcgm:?}");
+        assert!(dcgm.detail.contains("login host only"), "{dcgm:?}");
+        let no_engine =
+            check(&[("dcgmi", "echo 'Error: unable to establish a connection' >&2; exit 255"), ("nvidia-smi", "true")]);
+        assert!(no_engine.ok && no_engine.detail.contains("host engine does not answer"), "{no_engine:?}");
+        assert!(no_engine.detail.starts_with("GPU samples from nvidia-smi"), "{no_engine:?}");
+        let smi = check(&[("nvidia-smi", "true")]);
+        assert!(smi.ok && smi.detail.starts_with("GPU samples from nvidia-smi: no dcgmi"), "{smi:?}");
+        let none = check(&[]);
+        assert!(!none.ok && !none.required, "a warning: {none:?}");
+        assert!(none.detail.contains("neither dcgmi nor nvidia-smi") && none.remediation.unwrap().contains("srun -N1"));
     }
 
     #[test]

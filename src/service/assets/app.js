@@ -284,34 +284,44 @@ function kpiChart(points) {
   return el("div", {}, chart, legend);
 }
 
-// A job's GPU utilisation over time, one line per node (its GPUs' mean), y 0 to 100%: the samples
-// seen while this page is open (the job's view holds each node's newest). No data is said as such,
-// never drawn as 0%.
-function gpuChart(history, view) {
-  if (view && view.util == null) {
-    const why = view.nodes.map((n) => n.no_data).find((r) => r);
-    return el("div", { class: "muted small", id: "gpu-empty" }, `No GPU data${why ? ` (${why})` : ""}.`);
-  }
-  if (!history.length) return el("div", { class: "muted small", id: "gpu-empty" }, "No GPU samples yet.");
+// A job's GPU utilisation over time, one line per node (its GPUs' mean), y 0 to 100%: the job's
+// history as the service keeps it (each node's last samples, `gpu.history`), so a page opened late
+// shows the minutes before it. A sample without data is a gap in its line, never drawn as 0%.
+function gpuChart(view) {
+  const history = ((view && view.history) || []).map((h) => ({ node: h.node, points: h.points.filter((p) => p.util != null) }));
+  const drawn = history.flatMap((h) => h.points);
+  const why = view && view.util == null ? view.nodes.map((n) => n.no_data).find((r) => r) : null;
+  const noData = view && view.util == null ? el("div", { class: "muted small", id: "gpu-empty" }, `No GPU data${why ? ` (${why})` : ""}.`) : null;
+  if (!drawn.length) return noData || el("div", { class: "muted small", id: "gpu-empty" }, "No GPU samples yet.");
   const W = 720, H = 200, L = 48, R = 16, T = 12, B = 28;
-  const ats = history.map((p) => p.at), x0 = Math.min(...ats), x1 = Math.max(...ats, x0 + 1);
+  const ats = drawn.map((p) => p.at), x0 = Math.min(...ats), x1 = Math.max(...ats, x0 + 1);
   const x = (a) => L + ((a - x0) / (x1 - x0)) * (W - L - R), y = (v) => H - B - (v / 100) * (H - T - B);
+  const clock = (a) => new Date(a * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
   const chart = svg("svg", { id: "gpu-chart", viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img", "aria-label": "GPU utilisation over time" },
     svg("line", { x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#94a3b8" }),
     svg("line", { x1: L, y1: T, x2: L, y2: H - B, stroke: "#94a3b8" }),
     svg("text", { x: L - 6, y: T + 8, "font-size": 11, fill: "#64748b", "text-anchor": "end" }, "100%"),
-    svg("text", { x: L - 6, y: H - B, "font-size": 11, fill: "#64748b", "text-anchor": "end" }, "0%"));
+    svg("text", { x: L - 6, y: H - B, "font-size": 11, fill: "#64748b", "text-anchor": "end" }, "0%"),
+    svg("text", { x: L, y: H - 8, "font-size": 11, fill: "#64748b" }, clock(x0)),
+    svg("text", { x: W - R, y: H - 8, "font-size": 11, fill: "#64748b", "text-anchor": "end" }, `${clock(x1)} (${Math.round((x1 - x0) / 60)} min)`));
   const legend = el("div", { class: "kpi-legend small" });
-  [...new Set(history.map((p) => p.node))].sort().forEach((node, k) => {
+  history.filter((h) => h.points.length).sort((a, b) => a.node.localeCompare(b.node)).forEach((h, k) => {
     const color = KPI_COLORS[k % KPI_COLORS.length];
-    const pts = history.filter((p) => p.node === node);
-    chart.append(svg("polyline", { points: pts.map((p) => `${x(p.at)},${y(p.util)}`).join(" "), fill: "none", stroke: color, "stroke-width": 2, "data-node": node }));
-    for (const p of pts) chart.append(svg("circle", { cx: x(p.at), cy: y(p.util), r: 3, fill: color, "data-node": node, "data-value": p.util }, svg("title", {}, `${node} ${p.util}%`)));
-    legend.append(el("span", { class: "kpi-key", "data-node": node }, el("span", { class: "swatch", style: `background:${color}` }), ` ${node} ${pts[pts.length - 1].util}%`));
+    // One polyline per run of samples with data: a gap where the node gave none.
+    const all = ((view.history.find((g) => g.node === h.node) || {}).points) || [];
+    let run = [];
+    const flush = () => { if (run.length) chart.append(svg("polyline", { points: run.map((p) => `${x(p.at)},${y(p.util)}`).join(" "), fill: "none", stroke: color, "stroke-width": 2, "data-node": h.node })); run = []; };
+    for (const p of all) { if (p.util == null) flush(); else run.push(p); }
+    flush();
+    for (const p of h.points) chart.append(svg("circle", { cx: x(p.at), cy: y(p.util), r: 2.5, fill: color, "data-node": h.node, "data-value": p.util, "data-at": p.at }, svg("title", {}, `${h.node} ${p.util}% at ${clock(p.at)}`)));
+    const last = h.points[h.points.length - 1];
+    legend.append(el("span", { class: "kpi-key", "data-node": h.node }, el("span", { class: "swatch", style: `background:${color}` }), ` ${h.node} ${last.util}% (${last.power_w} W)`));
   });
+  const sources = [...new Set(view.nodes.map((n) => n.source).filter((s) => s))];
+  const from = el("div", { class: "muted small", id: "gpu-source" }, `${drawn.length} samples, from ${sources.map((s) => (s === "dcgm" ? "DCGM" : s)).join(" and ") || "nvidia-smi"}`);
   const h = view && view.health;
   const health = h ? el("div", { class: "message", id: "gpu-health" }, h.state === "hung" ? `Hung: the GPUs of ${h.nodes.join(", ")} are idle and the training makes no progress.` : "Idle: every GPU is under the idle threshold.") : "";
-  return el("div", {}, chart, legend, health);
+  return el("div", {}, noData || "", chart, legend, from, health);
 }
 
 function jobView(id) {
@@ -322,15 +332,8 @@ function jobView(id) {
   const events = el("div", { class: "panel", id: "events" }, el("h2", {}, "Events"));
   const kpis = el("div", { class: "panel", id: "kpis" }, el("h2", {}, "KPIs"), el("div", { class: "muted small" }, "loading"));
   const gpus = el("div", { class: "panel", id: "gpus" }, el("h2", {}, "GPU utilisation"), el("div", { class: "muted small" }, "loading"));
-  const gpuHistory = [];
-  // Each node's newest sample, once: the history of what this page has seen.
-  const keepGpu = (view) => {
-    for (const n of (view && view.nodes) || []) {
-      if (!n.gpus.length || gpuHistory.some((p) => p.node === n.node && p.at === n.at)) continue;
-      gpuHistory.push({ node: n.node, at: n.at, util: Math.round(n.gpus.reduce((s, g) => s + g.util, 0) / n.gpus.length) });
-    }
-    gpus.replaceChildren(el("h2", {}, "GPU utilisation"), gpuChart(gpuHistory, view));
-  };
+  // The job's GPU view, with its history, as the service keeps it.
+  const keepGpu = (view) => gpus.replaceChildren(el("h2", {}, "GPU utilisation"), gpuChart(view));
   const out = el("pre", { class: "log", id: "log-stdout" });
   const err = el("pre", { class: "log err", id: "log-stderr" });
   const logs = el("div", { class: "panel" }, el("h2", {}, "Logs"),

@@ -55,7 +55,8 @@ pub struct Observations {
     pub checkpoints: HashMap<String, String>,
     /// The starts its batch script recorded (`layout::STARTS_FILE`), of the same jobs.
     pub starts: HashMap<String, Vec<Start>>,
-    /// The newest GPU sample of each node of the running GPU jobs ([`RefreshTarget::gpu_dir`]).
+    /// The GPU samples of each node of the running GPU jobs newer than their views held
+    /// ([`RefreshTarget::gpu_dir`], [`RefreshTarget::gpu_seen`]), newest first per node.
     pub gpu: HashMap<String, Vec<crate::gpu::NodeSample>>,
 }
 
@@ -144,6 +145,8 @@ pub struct RefreshTarget {
     pub look: Option<CheckpointLook>,
     /// Where a running GPU job's nodes keep their newest GPU samples (`crate::gpu::SAMPLE_DIR`).
     pub gpu_dir: Option<String>,
+    /// Each node's newest sample time the job's view holds: only newer lines are read.
+    pub gpu_seen: Vec<(String, i64)>,
 }
 
 /// A job's results directory and what counts as a checkpoint in it.
@@ -173,6 +176,7 @@ impl RefreshTarget {
             }),
             gpu_dir: (job.status == PlatformStatus::Running && job.gpus_per_node > 0)
                 .then(|| format!("{}/{}", job.layout.results_dir(), crate::gpu::SAMPLE_DIR)),
+            gpu_seen: job.gpu.as_ref().map(crate::gpu::seen).unwrap_or_default(),
         }
     }
 }
@@ -366,10 +370,17 @@ pub fn refresh_script(jobs: &[RefreshTarget]) -> String {
     s
 }
 
-/// The newest GPU sample of each node of the running GPU jobs, for all of them in one bash
-/// (`templates/refresh_gpu.sh`): a glob of each job's sample directory, no `find`.
+/// The GPU samples of each node of the running GPU jobs that are newer than the job's view holds,
+/// for all of them in one bash (`templates/refresh_gpu.sh`): a glob of each job's sample directory,
+/// no `find`.
 fn gpu_script(s: &mut String, jobs: &[RefreshTarget]) {
-    let list: String = jobs.iter().filter_map(|j| j.gpu_dir.as_ref().map(|d| format!("{d}\t{}\n", j.job_id))).collect();
+    let list: String = jobs
+        .iter()
+        .filter_map(|j| {
+            let seen: Vec<String> = j.gpu_seen.iter().map(|(n, at)| format!("{n}={at}")).collect();
+            j.gpu_dir.as_ref().map(|d| format!("{d}\t{}\t{}\n", j.job_id, seen.join(" ")))
+        })
+        .collect();
     if list.is_empty() {
         return;
     }
@@ -379,7 +390,9 @@ fn gpu_script(s: &mut String, jobs: &[RefreshTarget]) {
             ("READ_SECS", &STATUS_READ_SECS.to_string()),
             ("FILES", &crate::gpu::SAMPLE_FILES_MAX.to_string()),
             ("MAX", &crate::gpu::SAMPLE_MAX_BYTES.to_string()),
-            ("READ", &(crate::gpu::SAMPLE_MAX_BYTES + 1).to_string()),
+            ("LINE", &crate::gpu::LINE_MAX_BYTES.to_string()),
+            ("KEEP", &crate::gpu::HISTORY_SAMPLES.to_string()),
+            ("JOB", &crate::gpu::JOB_READ_MAX_BYTES.to_string()),
             ("SECTION", SECTION),
             ("LIST", &list),
         ],
@@ -454,8 +467,9 @@ pub fn parse_refresh_output(stdout: &str) -> Observations {
             }
             "gpu" => {
                 let (job, node) = arg.trim().split_once(' ').unwrap_or(("", ""));
-                if let Some(sample) = crate::gpu::parse_sample(node, &unprefix_lines(&body)) {
-                    obs.gpu.entry(job.to_string()).or_default().push(sample);
+                let samples = crate::gpu::parse_samples(node, &unprefix_lines(&body));
+                if !samples.is_empty() {
+                    obs.gpu.entry(job.to_string()).or_default().extend(samples);
                 }
             }
             "status_json" => {
@@ -734,6 +748,7 @@ mod tests {
             array_index: None,
             look: None,
             gpu_dir: Some(format!("/x/results/a/{}", crate::gpu::SAMPLE_DIR)),
+            gpu_seen: vec![("node1".into(), 5)],
         };
         let script = refresh_script(&[t]);
         assert_eq!(super::template::unfilled(&script), Vec::<String>::new(), "{script}");
@@ -780,38 +795,49 @@ mod tests {
             array_index: None,
             look: None,
             gpu_dir: None,
+            gpu_seen: Vec::new(),
         }
     }
 
-    /// The GPU samples of running jobs are read by one bash for all of them: each node's file, its
-    /// first line, and nothing a job planted (a link, a file of another name, an oversized file, a
-    /// linked directory) reaches the output.
+    /// The GPU samples of running jobs are read by one bash for all of them: of each node's file the
+    /// lines newer than the job's view holds (at most the ring's size), and nothing a job planted (a
+    /// link, a file of another name, a line over the cap, a linked directory) reaches the output.
     #[test]
     fn gpu_samples_are_read_for_every_running_job_and_nothing_else() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("results");
         let a = root.join("a").join(crate::gpu::SAMPLE_DIR);
         std::fs::create_dir_all(&a).unwrap();
-        std::fs::write(a.join("node1"), "v1 100 - 90/10/200\n").unwrap();
-        std::fs::write(a.join("node2"), "v1 100 50 0/10/30\nsecond line\n").unwrap();
-        std::fs::write(dir.path().join("secret"), "v1 1 - 1/1/1\n").unwrap();
+        std::fs::write(a.join("node1"), "v2 300 - smi 90/10/200\nv2 200 - smi 80/10/200\nv2 100 - smi 70/10/200\n")
+            .unwrap();
+        std::fs::write(a.join("node2"), "v2 100 50 dcgm 0/10/30\nsecond line\nv2 x - smi 1/1/1\n").unwrap();
+        std::fs::write(dir.path().join("secret"), "v2 1 - smi 1/1/1\n").unwrap();
         std::os::unix::fs::symlink(dir.path().join("secret"), a.join("node3")).unwrap();
-        std::fs::write(a.join("node4"), format!("v1 1 - 1/1/1{}\n", " ".repeat(crate::gpu::SAMPLE_MAX_BYTES))).unwrap();
-        std::fs::write(a.join("bad name"), "v1 1 - 1/1/1\n").unwrap();
+        std::fs::write(a.join("node4"), format!("v2 1 - smi 1/1/1{}\n", " ".repeat(crate::gpu::SAMPLE_MAX_BYTES)))
+            .unwrap();
+        let many: String = (0..200).map(|i| format!("v2 {} - smi 5/5/5\n", 10_000 - i)).collect();
+        std::fs::write(a.join("node5"), many).unwrap();
+        std::fs::write(a.join("bad name"), "v2 1 - smi 1/1/1\n").unwrap();
         let b = root.join("b").join(crate::gpu::SAMPLE_DIR);
         std::fs::create_dir_all(b.parent().unwrap()).unwrap();
         std::os::unix::fs::symlink(&a, &b).unwrap();
         let with_gpu = |id: &str| RefreshTarget {
             gpu_dir: Some(format!("{}/{id}/{}", root.display(), crate::gpu::SAMPLE_DIR)),
+            gpu_seen: vec![("node1".into(), 200)],
             ..target(id, Some("1"), &root.display().to_string(), Some("0:0"))
         };
         let out = run_with_stand_ins(&refresh_script(&[with_gpu("a"), with_gpu("b")]), "");
         let obs = parse_refresh_output(&out);
-        let mut nodes: Vec<(&str, Option<i64>)> =
-            obs.gpu["a"].iter().map(|s| (s.node.as_str(), s.idle_since)).collect();
-        nodes.sort();
-        assert_eq!(nodes, [("node1", None), ("node2", Some(50))], "{out}");
+        let read = |node: &str| -> Vec<i64> { obs.gpu["a"].iter().filter(|s| s.node == node).map(|s| s.at).collect() };
+        assert_eq!(read("node1"), [300], "only what is newer than the view's: {out}");
+        assert_eq!(read("node2"), [100], "{out}");
+        let node2 = obs.gpu["a"].iter().find(|s| s.node == "node2").unwrap();
+        assert_eq!((node2.idle_since, node2.source), (Some(50), crate::gpu::GpuSource::Dcgm));
+        assert!(read("node3").is_empty() && read("node4").is_empty(), "{out}");
+        assert_eq!(read("node5").len(), crate::gpu::HISTORY_SAMPLES, "at most the ring: {out}");
+        assert_eq!(read("node5")[0], 10_000, "the newest first");
         assert!(!obs.gpu.contains_key("b"), "a linked sample directory is not read: {out}");
+        assert!(!out.contains("bad name") && !out.contains("second line"), "{out}");
     }
 
     /// Run a refresh script with stand-in squeue and sacct (sacct prints its arguments first).

@@ -313,7 +313,8 @@ fn the_gpu_sampler_runs_beside_the_step_of_a_gpu_job() {
     let stop = s.find("kill \"${tao_gpu:-}\"").expect("the sampler is stopped");
     assert!(start < step && step < stop, "{s}");
     assert!(
-        s.contains(&format!("{}/{}", p.layout.results_dir(), crate::gpu::SAMPLE_DIR)) && s.contains(" 15 5 </dev/null"),
+        s.contains(&format!("{}/{}", p.layout.results_dir(), crate::gpu::SAMPLE_DIR))
+            && s.contains(" 15 5 60 </dev/null"),
         "{s}"
     );
     let cpu = plan(JobSpec { gpus: Some(0), gpu_watch: Some(watch), ..spec() });

@@ -9,8 +9,13 @@ use crate::remote::{Idempotency, Remote};
 use crate::status::PlatformStatus;
 use crate::store::{JobRecord, StatusUpdate, Store};
 
-/// Cancel the jobs that are not yet terminal.
+/// Cancel the jobs that are not yet terminal, at the user's word.
 pub fn cancel(remote: &dyn Remote, store: &Store, jobs: &[JobRecord]) -> Result<CancelOutcome> {
+    cancel_because(remote, store, jobs, "cancelled by the user")
+}
+
+/// Cancel the jobs that are not yet terminal, recording `reason` as their message.
+pub fn cancel_because(remote: &dyn Remote, store: &Store, jobs: &[JobRecord], reason: &str) -> Result<CancelOutcome> {
     let now = crate::clock::now();
     let active: Vec<&JobRecord> = jobs.iter().filter(|j| !j.status.is_terminal()).collect();
     let targets: Vec<CancelTarget> = active.iter().map(|j| target_of(j)).collect();
@@ -26,7 +31,7 @@ pub fn cancel(remote: &dyn Remote, store: &Store, jobs: &[JobRecord]) -> Result<
             Ok(()) => {
                 store.update_status(
                     &job.job_id,
-                    &StatusUpdate::keeping_slurm_of(job, PlatformStatus::Canceled, "cancelled by the user"),
+                    &StatusUpdate::keeping_slurm_of(job, PlatformStatus::Canceled, reason),
                     now,
                 )?;
                 outcome.cancelled.push(job.job_id.clone());

@@ -1,10 +1,12 @@
 //! GPU health, run and recorded: what a refresh read of running jobs' GPU samples is kept (the view
-//! every door shows), and a job that turned idle or hung is told of (an event, so its webhooks), and
+//! every door shows, with each node's recent history), and a job that turned idle or hung is told of (an event, so its webhooks), and
 //! cancelled or restarted when it asked for that, once per spell. The decisions are the core's
 //! (`gpu::assess`, `ops::failure::hang_outcome`).
 
 use crate::error::Result;
-use crate::gpu::{assess, last_progress, same_spell, GpuView, HangAction, Health, IdleAction};
+use crate::gpu::{
+    assess, history_with, last_progress, newest_per_node, same_spell, GpuView, HangAction, Health, IdleAction,
+};
 use crate::ops::cancel::{cancel_script, parse_cancel_output, target_of};
 use crate::ops::failure::{hang_outcome, RetryPolicy};
 use crate::ops::refresh::Observations;
@@ -25,17 +27,24 @@ pub fn record(
 ) -> Result<Vec<String>> {
     let mut touched = Vec::new();
     for job in jobs.iter().filter(|j| j.status == PlatformStatus::Running && !moved.contains(j.job_id.as_str())) {
-        let Some(samples) = obs.gpu.get(&job.job_id) else { continue };
+        // The samples newer than the view held (none when no node wrote one since): a node keeps its
+        // newest, and the health is assessed again either way (a spell lengthens without a sample).
+        let read = obs.gpu.get(&job.job_id).map(Vec::as_slice).unwrap_or(&[]);
+        if read.is_empty() && job.gpu.is_none() {
+            continue;
+        }
+        let samples = newest_per_node(job.gpu.as_ref(), read, job.submitted_at);
         // The job's watch is read only when some node is idle (the plan is not in the summary).
         let assessed = if samples.iter().any(|s| s.idle_since.is_some()) {
             let record = store.get(&job.job_id)?;
             let sig = obs.status_sigs.get(&job.job_id).or(job.status_sig.as_ref());
             let progress = last_progress(sig.map(String::as_str), job.submitted_at.unwrap_or(job.created_at));
-            assess(samples, &record.plan.gpu_watch, progress, now).map(|h| (h, record))
+            assess(&samples, &record.plan.gpu_watch, progress, now).map(|h| (h, record))
         } else {
             None
         };
-        let view = GpuView::of(samples.clone(), assessed.as_ref().map(|(h, _)| h.clone()));
+        let view = GpuView::of(samples, assessed.as_ref().map(|(h, _)| h.clone()))
+            .with_history(history_with(job.gpu.as_ref(), read));
         if job.gpu.as_ref() != Some(&view) {
             store.set_gpu(&job.job_id, job.attempt, &view)?;
             touched.push(job.job_id.clone());
@@ -63,7 +72,8 @@ fn act(
             let said = format!("every GPU under {}% for {} s", watch.idle_percent, now - since);
             store.add_event(&job.job_id, "gpu_idle", &said, now)?;
             if watch.idle_action == IdleAction::Cancel {
-                crate::engine::cancel::cancel(remote, store, std::slice::from_ref(job))?;
+                let why = format!("cancelled for idle GPUs ({said}; gpu_watch.idle_action = cancel)");
+                crate::engine::cancel::cancel_because(remote, store, std::slice::from_ref(job), &why)?;
             }
         }
         Health::Hung { since, nodes } => {
@@ -77,7 +87,8 @@ fn act(
             match watch.hang_action {
                 HangAction::Notify => {}
                 HangAction::Cancel => {
-                    crate::engine::cancel::cancel(remote, store, std::slice::from_ref(job))?;
+                    let why = format!("cancelled as hung ({said}; gpu_watch.hang_action = cancel)");
+                    crate::engine::cancel::cancel_because(remote, store, std::slice::from_ref(job), &why)?;
                 }
                 HangAction::Restart => restart(remote, store, policy, job, nodes, &said, now)?,
             }

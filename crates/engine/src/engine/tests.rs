@@ -560,3 +560,50 @@ fn a_cycle_whose_lease_moved_on_during_its_round_trip_writes_nothing() {
         assert!(!sent.contains(&crate::test_remote::Kind::Submit), "{state}: nothing submitted: {sent:?}");
     }
 }
+
+/// A refresh's GPU samples join the job's kept history (each node's newest stands until a newer
+/// one); an idle spell whose watch says cancel cancels the job, recording why, not as the user's.
+#[test]
+fn gpu_samples_join_the_history_and_an_idle_cancel_says_why() {
+    use crate::gpu::{parse_line, GpuWatchSpec, IdleAction};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("state.db")).unwrap();
+    let watch = GpuWatchSpec { sample_secs: Some(30), idle_secs: Some(120), idle_action: Some(IdleAction::Cancel), ..Default::default() };
+    let spec = crate::spec::JobSpec { gpus: Some(1), gpu_watch: Some(watch), ..spec() };
+    let plan = crate::plan::resolve(&spec, &settings()).unwrap();
+    let now = crate::clock::now();
+    store.insert_job("{}", &plan, now - 1000).unwrap();
+    let id = plan.layout.job_id.clone();
+    store.set_submitted(&id, "41", "login1", now - 1000).unwrap();
+    let running = |store: &Store| {
+        let mut s = store.summary(&id).unwrap();
+        s.facts.status = PlatformStatus::Running;
+        s
+    };
+    let obs = |lines: &[String]| {
+        let mut o = crate::ops::refresh::Observations::default();
+        o.gpu.insert(id.clone(), lines.iter().map(|l| parse_line("node1", l).unwrap()).collect());
+        o
+    };
+    let policy = RetryPolicy { max_retries: 0, backoff_base_secs: 0 };
+    let nobody = FakeRemote::answering(vec![]);
+    let moved = Default::default();
+    // Busy: two samples kept, nothing sent to the cluster.
+    let busy: Vec<String> = [now - 100, now - 130].iter().map(|at| format!("v2 {at} - smi 80/10/10")).collect();
+    crate::engine::gpu::record(&nobody, &store, &policy, &[running(&store)], &moved, &obs(&busy), now).unwrap();
+    let view = store.summary(&id).unwrap().facts.gpu.unwrap();
+    assert_eq!(view.history[0].points.iter().map(|p| p.at).collect::<Vec<_>>(), [now - 130, now - 100]);
+    // Nothing new: the newest sample and the history stand.
+    crate::engine::gpu::record(&nobody, &store, &policy, &[running(&store)], &moved, &obs(&[]), now).unwrap();
+    assert_eq!(store.summary(&id).unwrap().facts.gpu.unwrap(), view);
+    assert!(nobody.sent().is_empty());
+    // Idle since 200 s (over the 120 s asked): cancelled, saying why.
+    let remote = FakeRemote::answering(vec![ok(&format!("{SECTION}scancel\n{SECTION}rc scancel 0\n"))]);
+    let idle = vec![format!("v2 {now} {} smi 0/10/10", now - 200)];
+    crate::engine::gpu::record(&remote, &store, &policy, &[running(&store)], &moved, &obs(&idle), now).unwrap();
+    let after = store.summary(&id).unwrap();
+    assert_eq!(after.status, PlatformStatus::Canceled, "{}", after.message);
+    assert!(after.message.starts_with("cancelled for idle GPUs (every GPU under 5% for 200 s"), "{}", after.message);
+    assert!(after.message.ends_with("gpu_watch.idle_action = cancel)"), "{}", after.message);
+    assert_eq!(after.facts.gpu.unwrap().history[0].points.len(), 3);
+}
