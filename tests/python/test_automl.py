@@ -218,3 +218,25 @@ def test_nvidias_automl_runner_searches_with_tao_slurm_bayesian_and_hyperband(en
     assert kept == [best["job_id"]], (kept, best)
     assert all(sdk.get_job_status(h["job_id"]).status in TERMINAL for h in hb["history"] if h["job_id"])
     print(f"bayesian {bayes_secs:.0f} s, hyperband {time.monotonic() - started - bayes_secs:.0f} s")
+
+
+def test_the_runners_end_of_trial_log_scan_streams_the_whole_log(env, sdks):
+    """At a trial's end the runner scans the log through `iter_job_log_chunks` when the SDK's class
+    has it (its own `_iter_terminal_log_chunks`, called here): every line of both streams, in str
+    pieces, none of them cut at the engine's single-read cap."""
+    from tao_automl.runner import _iter_terminal_log_chunks
+
+    sdk = sdks()
+    assert callable(getattr(type(sdk), "iter_job_log_chunks", None))
+    job = sdk.create_job(
+        image="ubuntu:22.04",
+        command="seq 1 200000 | sed 's/^/line /'; echo 'loss: 0.25' >&2",
+        gpu_count=0,
+    )
+    assert sdk.wait(job.id, timeout=300).status == "Complete"
+    chunks = list(_iter_terminal_log_chunks(sdk, job.id))
+    assert chunks and all(isinstance(c, str) for c in chunks), [type(c) for c in chunks]
+    text = "".join(chunks)
+    numbered = [int(l[5:]) for l in text.splitlines() if l.startswith("line ") and l[5:].isdigit()]
+    assert numbered == list(range(1, 200001)), "every line once, in order"
+    assert "loss: 0.25" in text
