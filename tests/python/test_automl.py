@@ -240,3 +240,22 @@ def test_the_runners_end_of_trial_log_scan_streams_the_whole_log(env, sdks):
     numbered = [int(l[5:]) for l in text.splitlines() if l.startswith("line ") and l[5:].isdigit()]
     assert numbered == list(range(1, 200001)), "every line once, in order"
     assert "loss: 0.25" in text
+
+
+def test_the_runners_cancel_is_confirmed_within_its_window(env, sdks):
+    """The runner stops a trial with `cancel_job`, then polls `get_job_status` every 0.5 s for up to
+    30 s until its own `_confirmed_platform_status` says the job is quiescent (run here through its
+    `_wait_for_job_quiescence`, with the runner's defaults as the only state it reads)."""
+    import types
+
+    from tao_automl.runner import AutoMLRunner
+
+    sdk = sdks()
+    job = sdk.create_job(image="ubuntu:22.04", command="sleep 600", gpu_count=0)
+    deadline = time.monotonic() + 300
+    while sdk.get_job_status(job.id).status != "Running":
+        assert time.monotonic() < deadline, sdk.get_job_status(job.id)
+        time.sleep(0.5)
+    assert sdk.cancel_job(job.id) is True
+    runner = types.SimpleNamespace(_sdk=sdk, _cancel_confirmation_timeout=30.0, _cancel_confirmation_poll_interval=0.5)
+    assert AutoMLRunner._wait_for_job_quiescence(runner, job.id) == "Canceled"
