@@ -318,7 +318,7 @@ fn an_idle_job_whose_watch_says_cancel_ends_canceled_saying_why() {
     env.wait_ssh(
         "the Slurm job ended",
         &format!("squeue -h -j {slurm_id} -o %T 2>/dev/null; sacct -n -X -P -j {slurm_id} -o State 2>/dev/null\n"),
-        Duration::from_secs(120),
+        Duration::from_secs(300),
         |o| o.contains("CANCELLED") && !o.lines().any(|l| l.trim() == "RUNNING"),
     );
 }
@@ -335,10 +335,10 @@ fn a_jobs_gpu_history_is_kept_and_shown_with_each_samples_tool() {
     let node = running["node_list"].as_str().unwrap().to_string();
     assert_eq!(running["gpu"]["nodes"][0]["source"], "nvidia-smi", "no DCGM on the node yet: {running}");
     readings.set(&node, "40, 1000, 100\n");
-    env.wait_job(&job, "sampled at 40% by nvidia-smi", Duration::from_secs(60), |v| v["gpu"]["util"] == 40);
+    env.wait_job(&job, "sampled at 40% by nvidia-smi", Duration::from_secs(300), |v| v["gpu"]["util"] == 40);
     // DCGM's host engine answers on the node from now on, with readings of its own.
     readings.set(&format!("{node}.dcgm"), "90, 2000, 300\n90, 2000, 300\n");
-    let v = env.wait_job(&job, "sampled at 90% by DCGM", Duration::from_secs(60), |v| v["gpu"]["util"] == 90);
+    let v = env.wait_job(&job, "sampled at 90% by DCGM", Duration::from_secs(300), |v| v["gpu"]["util"] == 90);
     let newest = &v["gpu"]["nodes"][0];
     assert_eq!(newest["source"], "dcgm", "{v}");
     assert_eq!(newest["gpus"].as_array().map(Vec::len), Some(2), "DCGM's two GPUs: {v}");

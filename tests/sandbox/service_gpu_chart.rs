@@ -68,7 +68,7 @@ async fn the_job_page_draws_the_gpu_history_from_before_it_was_opened() {
     }
     let opened = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
     let kept = svc
-        .wait_job(&id, Duration::from_secs(60), |j| {
+        .wait_job(&id, Duration::from_secs(300), |j| {
             j["gpu"]["history"].as_array().is_some_and(|h| {
                 h.len() == 2 && h.iter().all(|n| n["points"].as_array().is_some_and(|p| p.len() >= 25))
             })
