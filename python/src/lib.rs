@@ -230,9 +230,9 @@ impl Engine {
                 "plan": p.plan,
                 "files": p.files.iter().map(|f| serde_json::json!({"path": f.path, "contents": f.contents})).collect::<Vec<_>>(),
                 "warnings": p.warnings,
-                "variants": p.variants.iter().map(|(i, v)| serde_json::json!({"index": i, "values": v})).collect::<Vec<_>>(),
+                "variants": p.variants,
                 "array": p.array,
-                "steps": p.steps.iter().map(|(n, c)| serde_json::json!({"name": n, "command": c})).collect::<Vec<_>>(),
+                "steps": p.steps,
             })))
         })
     }

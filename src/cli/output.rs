@@ -206,25 +206,13 @@ pub struct RenderReport {
     pub cosmos_table: Option<String>,
     /// A sweep's variants (the plan and the files are its first variant's, then the array's script).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub variants: Vec<VariantRow>,
+    pub variants: Vec<crate::client::PreviewVariant>,
     /// A sweep's one Slurm job array (`--array=`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub array: Option<String>,
     /// A pipeline's steps in order (the plan is the first step's; the files are every step's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub steps: Vec<StepRow>,
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct VariantRow {
-    pub index: u32,
-    pub values: String,
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct StepRow {
-    pub name: String,
-    pub command: String,
+    pub steps: Vec<crate::client::PreviewStep>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]

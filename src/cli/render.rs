@@ -1,5 +1,5 @@
 use super::job_args::JobArgs;
-use super::output::{FileRow, RenderReport, StepRow, VariantRow};
+use super::output::{FileRow, RenderReport};
 use crate::client::Preview;
 use crate::config::Settings;
 use crate::error::Error;
@@ -41,13 +41,9 @@ pub(crate) fn render_report(p: &Preview) -> RenderReport {
         secret_env: plan.secret_names.iter().map(|n| (n.clone(), "***".to_string())).collect(),
         cosmos_rl: plan.cosmos.as_ref().map(cosmos_json),
         cosmos_table: plan.cosmos.as_ref().map(crate::cosmos::split_table),
-        variants: p
-            .variants
-            .iter()
-            .map(|(index, values)| VariantRow { index: *index, values: values.clone() })
-            .collect(),
+        variants: p.variants.clone(),
         array: p.array.clone(),
-        steps: p.steps.iter().map(|(name, command)| StepRow { name: name.clone(), command: command.clone() }).collect(),
+        steps: p.steps.clone(),
     }
 }
 

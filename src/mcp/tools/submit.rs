@@ -20,7 +20,7 @@ pub struct SubmitOut {
     pub login_host: Option<String>,
     pub job_dir: String,
     /// What the job asks of the cluster: the client's plan summary (its job_dir and secret_env are
-    /// also given above, where they were first).
+    /// also fields of this result, where they were first).
     pub resources: PlanSummary,
     /// Names of the secret variables the job gets (never their values).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -170,11 +170,9 @@ fn dry_run(
         checks.push(format!("secret values found for {}", plan.secret_names.join(", ")));
     }
     let jobs = if !preview.variants.is_empty() {
-        let rows: Vec<_> = preview.variants.iter().map(|(i, v)| serde_json::json!({"index": i, "values": v})).collect();
-        Some(serde_json::json!(rows))
+        Some(serde_json::to_value(&preview.variants).expect("variants serialise"))
     } else if !preview.steps.is_empty() {
-        let rows: Vec<_> = preview.steps.iter().map(|(n, c)| serde_json::json!({"name": n, "command": c})).collect();
-        Some(serde_json::json!(rows))
+        Some(serde_json::to_value(&preview.steps).expect("steps serialise"))
     } else {
         None
     };

@@ -47,7 +47,7 @@ pub use cluster::{alias_destination, preflight};
 pub use login::LoginOutcome;
 pub use monitor::{monitor_running, start_background_monitor, Monitor, MonitorLock, MonitorStep, AFTER_FAILURE};
 pub use notify::Notifier;
-pub use preview::{preview_offline, Preview, PreviewChecks};
+pub use preview::{preview_offline, Preview, PreviewChecks, PreviewStep, PreviewVariant};
 pub use records::{ApiJob, AtCap, AuditEntry, ServiceRecords, TokenRecord};
 pub use results::{ArchiveAsk, ArchiveOut};
 pub use running::{ExecOutput, Forward, RunningJob, Where};

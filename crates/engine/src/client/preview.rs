@@ -9,6 +9,7 @@ use crate::error::Result;
 use crate::plan::{self, Plan};
 use crate::script::StagedFile;
 use crate::spec::JobSpec;
+use serde::Serialize;
 
 /// How far a preview goes.
 pub enum PreviewChecks {
@@ -29,11 +30,26 @@ pub struct Preview {
     pub files: Vec<StagedFile>,
     /// What the submit would warn of: the plan's notes, then what the online checks changed.
     pub warnings: Vec<String>,
-    /// A sweep's variants (index, values), and its array's range (`0-9%2`).
-    pub variants: Vec<(u32, String)>,
+    /// A sweep's variants, and its array's range (`0-9%2`).
+    pub variants: Vec<PreviewVariant>,
     pub array: Option<String>,
-    /// A pipeline's steps (name, command), in order.
-    pub steps: Vec<(String, String)>,
+    /// A pipeline's steps, in order.
+    pub steps: Vec<PreviewStep>,
+}
+
+/// One variant of a sweep, as every door's preview shows it.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct PreviewVariant {
+    pub index: u32,
+    /// Its `NAME=value` words and arguments (what `TAO_SWEEP_VALUES` holds).
+    pub values: String,
+}
+
+/// One step of a pipeline, as every door's preview shows it.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct PreviewStep {
+    pub name: String,
+    pub command: String,
 }
 
 /// A submit's online checks of one job: its plan fitted to the cluster, and its warnings.
@@ -91,7 +107,8 @@ fn sweep(settings: &Settings, spec: &JobSpec, check: Option<Check<'_>>) -> Resul
     };
     let mut files = staged_files(settings, &variant_spec, &plan);
     files.push(StagedFile { path: sweep.array_script_file(), contents: sweep.array_script() });
-    let variants = sweep.variants.iter().map(|(v, _)| (v.index, v.describe())).collect();
+    let variants =
+        sweep.variants.iter().map(|(v, _)| PreviewVariant { index: v.index, values: v.describe() }).collect();
     Ok(Preview { plan, files, warnings, variants, array: Some(sweep.array_range()), steps: Vec::new() })
 }
 
@@ -110,7 +127,7 @@ fn pipeline(settings: &Settings, spec: &JobSpec, check: Option<Check<'_>>) -> Re
         first.get_or_insert((plan, warnings));
     }
     let (plan, warnings) = first.expect("a pipeline has a step");
-    let steps = steps.iter().map(|s| (s.name.clone(), s.spec.command.join(" "))).collect();
+    let steps = steps.iter().map(|s| PreviewStep { name: s.name.clone(), command: s.spec.command.join(" ") }).collect();
     Ok(Preview { plan, files, warnings, variants: Vec::new(), array: None, steps })
 }
 
