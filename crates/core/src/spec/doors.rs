@@ -15,23 +15,6 @@ pub enum Door {
     Python,
 }
 
-impl Door {
-    pub const ALL: [Door; 4] = [Door::Cli, Door::Mcp, Door::Service, Door::Python];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Door::Cli => "cli",
-            Door::Mcp => "mcp",
-            Door::Service => "service",
-            Door::Python => "python",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Door> {
-        Door::ALL.into_iter().find(|d| d.name() == name)
-    }
-}
-
 /// How a door offers a field it does not take under the field's own name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Offered {
@@ -82,13 +65,9 @@ pub fn job_fields() -> &'static [&'static str] {
     serde_aux::serde_introspection::serde_introspect::<JobSpec>()
 }
 
-/// How `door` offers `field`.
-pub fn offered_at(door: Door, field: &str) -> Offered {
-    EXCEPTIONS
-        .iter()
-        .find(|(d, f, _)| *d == door && *f == field)
-        .map(|(_, _, o)| *o)
-        .unwrap_or(Offered::As(field_name(field)))
+/// How `door` offers `field` (one of [`job_fields`]).
+pub fn offered_at(door: Door, field: &'static str) -> Offered {
+    EXCEPTIONS.iter().find(|(d, f, _)| *d == door && *f == field).map_or(As(field), |(_, _, o)| *o)
 }
 
 /// Every field with how `door` offers it.
@@ -116,11 +95,6 @@ pub fn missing_at(door: Door, offers: impl Fn(&str) -> bool) -> Vec<String> {
         .collect()
 }
 
-/// `field` as a `'static` name (the introspected list's own string).
-fn field_name(field: &str) -> &'static str {
-    job_fields().iter().copied().find(|f| *f == field).unwrap_or("")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,7 +117,5 @@ mod tests {
         assert_eq!(missing_at(Service, |_| true), Vec::<String>::new());
         let left: Vec<&str> = left_out_at(Service).into_iter().map(|(f, _)| f).collect();
         assert_eq!(left, ["workdir", "workdir_archive", "sweep", "steps", "notify"]);
-        assert_eq!(Door::parse("python"), Some(Python));
-        assert_eq!(Door::parse("http"), None);
     }
 }
