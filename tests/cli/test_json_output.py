@@ -2,13 +2,11 @@
 types that print it): every documented command's real output on the sandbox validates, and a wrong
 output would not. A missing sandbox or binary is a failure, never a skip."""
 
-import json
 import shutil
-import subprocess
 
 import jsonschema
 import pytest
-from tao_test_support import REPO, binary, user_env
+from tao_test_support import REPO, run_json, user_env
 
 
 @pytest.fixture
@@ -16,12 +14,6 @@ def env(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     return user_env(home, state=tmp_path / "state.db")
-
-
-def run_json(env, *args, ok_codes=(0,)):
-    out = subprocess.run([binary(), *args], env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode in ok_codes, f"{args}: {out.returncode}\n{out.stdout}\n{out.stderr}"
-    return json.loads(out.stdout)
 
 
 def schema(env, command):

@@ -1,7 +1,6 @@
 """`tao-slurm mcp` driven by the official MCP Python client over stdio, against the sandbox cluster."""
 
 import hashlib
-import json
 import secrets
 import subprocess
 import tempfile
@@ -9,7 +8,7 @@ import time
 
 import anyio
 from conftest import KEEP_WAITING, connect, run_async
-from tao_test_support import binary, ssh_ports
+from tao_test_support import binary, run_json, ssh_ports
 
 ALL_TOOLS = {
     "preflight", "check_paths", "submit", "status", "wait", "events", "logs",
@@ -19,13 +18,6 @@ ALL_TOOLS = {
 MUTATING = {"init", "submit", "cancel", "image_import", "exec", "retry", "pause", "resume"}
 # A small job of the sandbox (its Pyxis stand-in runs the command on the node).
 JOB = {"image": "ubuntu:22.04", "gpus": 1}
-
-
-def _cli_json(env: dict, *args: str) -> dict:
-    """The command line's JSON answer, run as the same user as the server."""
-    out = subprocess.run([binary(), *args], env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
 
 
 @run_async
@@ -79,7 +71,7 @@ async def test_submit_wait_until_complete_then_logs(server_env):
         assert [j["values"] for j in swept["jobs"]] == ["A=1", "A=2", "A=3"], swept
         assert "#SBATCH --array=0-2%2" in swept["script"] and "3 variants" in swept["summary"], swept
         flags = ["--image", JOB["image"], "--gpus", str(JOB["gpus"]), "--grid", "A=1,2,3", "--max-concurrent", "2"]
-        cli = _cli_json(server_env, "submit", "--dry-run", "--json", *flags, "--", "echo", "v")
+        cli = run_json(server_env, "submit", "--dry-run", "--json", *flags, "--", "echo", "v")
         assert cli["files"][-1]["contents"] == swept["script"] and cli["array"] == "0-2%2", cli
         assert [v["values"] for v in cli["variants"]] == ["A=1", "A=2", "A=3"]
         steps = [{"name": "prep", "command": ["echo", "p"]}, {"name": "train", "command": ["echo", "t"], "after": ["prep"]}]

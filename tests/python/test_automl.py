@@ -21,7 +21,7 @@ import yaml
 
 import tao_slurm
 
-from tao_test_support import TERMINAL
+from tao_test_support import TERMINAL, wait_until
 
 LR = [0.01, 0.03, 0.1]
 WD = [0.0, 0.5]
@@ -252,10 +252,7 @@ def test_the_runners_cancel_is_confirmed_within_its_window(env, sdks):
 
     sdk = sdks()
     job = sdk.create_job(image="ubuntu:22.04", command="sleep 600", gpu_count=0)
-    deadline = time.monotonic() + 300
-    while sdk.get_job_status(job.id).status != "Running":
-        assert time.monotonic() < deadline, sdk.get_job_status(job.id)
-        time.sleep(0.5)
+    wait_until(lambda: sdk.get_job_status(job.id).status == "Running", 300, f"job {job.id} running")
     assert sdk.cancel_job(job.id) is True
     runner = types.SimpleNamespace(_sdk=sdk, _cancel_confirmation_timeout=30.0, _cancel_confirmation_poll_interval=0.5)
     assert AutoMLRunner._wait_for_job_quiescence(runner, job.id) == "Canceled"

@@ -13,7 +13,7 @@ import time
 
 import pytest
 from conftest import last_json, run_python
-from tao_test_support import BIN, sandbox_settings, user_env, wait_until
+from tao_test_support import BIN, run_json, sandbox_settings, user_env, wait_until
 
 import tao_slurm
 from tao_slurm import JobSpecError, JobStatus, SlurmSDK
@@ -230,13 +230,10 @@ def test_a_preview_submits_nothing_and_is_the_command_lines_dry_run(env, sdks):
     script = preview["files"][-1]["contents"]
     assert "#SBATCH --mem=200M" in script and "echo previewed" in script, script
     assert len(sdk.list_jobs()) == before, "a preview records nothing"
-    out = subprocess.run(
-        [str(BIN), "submit", "--dry-run", "--json", "--image", IMAGE, "--gpus", "0", "--time-hours", "1",
-         "--memory", "200M", "--shell", "--", "set -euo pipefail\necho previewed"],
-        env=env, capture_output=True, text=True, timeout=120,
+    cli = run_json(
+        env, "submit", "--dry-run", "--json", "--image", IMAGE, "--gpus", "0", "--time-hours", "1",
+        "--memory", "200M", "--shell", "--", "set -euo pipefail\necho previewed",
     )
-    assert out.returncode == 0, out.stderr
-    cli = json.loads(out.stdout)
     for key in ("resources", "partition", "time_minutes", "image", "mounts"):
         assert preview["plan"][key] == cli["plan"][key], key
     # The same script but for the job's own id.

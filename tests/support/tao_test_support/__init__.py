@@ -1,13 +1,15 @@
 """What the pytest suites share (tests/python, tests/mcp, tests/cli): the sandbox cluster's settings,
-the environment of one user of tao-slurm, the binary under test, the terminal statuses, and one way to
-wait for a condition. Each suite's conftest.py puts tests/support on sys.path; each suite still runs
+the environment of one user of tao-slurm, the binary under test and its --json answers, the terminal
+statuses, and one way to wait for a condition. Each suite's conftest.py puts tests/support on sys.path; each suite still runs
 on its own (dev/test runs them one by one). A missing sandbox or binary is a failure, never a skip."""
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import pathlib
+import subprocess
 import tempfile
 import time
 from typing import Callable, Optional, TypeVar
@@ -50,6 +52,14 @@ def binary() -> str:
     if not BIN.is_file():
         pytest.fail(f"{BIN} is missing: build it with cargo build (dev/test does)")
     return str(BIN)
+
+
+def run_json(env: dict, *args: str, ok_codes=(0,)):
+    """The command line's JSON answer to `args`, run as the user `env` describes; its exit status
+    must be one of `ok_codes`."""
+    out = subprocess.run([binary(), *args], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode in ok_codes, f"{args}: {out.returncode}\n{out.stdout}\n{out.stderr}"
+    return json.loads(out.stdout)
 
 
 def user_env(
