@@ -288,7 +288,8 @@ function kpiChart(points) {
 // history as the service keeps it (each node's last samples, `gpu.history`), so a page opened late
 // shows the minutes before it. A sample without data is a gap in its line, never drawn as 0%.
 function gpuChart(view) {
-  const history = ((view && view.history) || []).map((h) => ({ node: h.node, points: h.points.filter((p) => p.util != null) }));
+  // Each node's samples (`all`, gaps included) and those with data (`points`, the ones drawn).
+  const history = ((view && view.history) || []).map((h) => ({ node: h.node, all: h.points, points: h.points.filter((p) => p.util != null) }));
   const drawn = history.flatMap((h) => h.points);
   const why = view && view.util == null ? view.nodes.map((n) => n.no_data).find((r) => r) : null;
   const noData = view && view.util == null ? el("div", { class: "muted small", id: "gpu-empty" }, `No GPU data${why ? ` (${why})` : ""}.`) : null;
@@ -308,10 +309,9 @@ function gpuChart(view) {
   history.filter((h) => h.points.length).sort((a, b) => a.node.localeCompare(b.node)).forEach((h, k) => {
     const color = KPI_COLORS[k % KPI_COLORS.length];
     // One polyline per run of samples with data: a gap where the node gave none.
-    const all = ((view.history.find((g) => g.node === h.node) || {}).points) || [];
     let run = [];
     const flush = () => { if (run.length) chart.append(svg("polyline", { points: run.map((p) => `${x(p.at)},${y(p.util)}`).join(" "), fill: "none", stroke: color, "stroke-width": 2, "data-node": h.node })); run = []; };
-    for (const p of all) { if (p.util == null) flush(); else run.push(p); }
+    for (const p of h.all) { if (p.util == null) flush(); else run.push(p); }
     flush();
     for (const p of h.points) chart.append(svg("circle", { cx: x(p.at), cy: y(p.util), r: 2.5, fill: color, "data-node": h.node, "data-value": p.util, "data-at": p.at }, svg("title", {}, `${h.node} ${p.util}% at ${clock(p.at)}`)));
     const last = h.points[h.points.length - 1];
