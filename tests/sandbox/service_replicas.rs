@@ -28,6 +28,23 @@ const COMMAND: &str = "d=\"$TAO_API_RESULTS_DIR/$TAO_JOB_ID\"; mkdir -p \"$d\"; 
     if [ \"$RETRY_ME\" = 1 ] && [ ! -e \"$d/failed-once\" ]; then touch \"$d/failed-once\"; \
     echo 'ncclSystemError: NCCL error: unhandled system error' >&2; exit 1; fi; sleep 1";
 
+/// The epoch of the workspace's lease at the replica at `metrics` while it holds it (None: it does
+/// not hold it, or does not answer).
+async fn held_epoch(http: &reqwest::Client, metrics: &str) -> Option<f64> {
+    if holds(http, metrics).await != Some(true) {
+        return None;
+    }
+    let s = scrape_url(http, metrics).await;
+    s.samples.iter().find_map(|x| match x.value {
+        prometheus_parse::Value::Gauge(v)
+            if x.metric == "tao_slurm_lease_epoch" && x.labels.get("workspace") == Some(WS) =>
+        {
+            Some(v)
+        }
+        _ => None,
+    })
+}
+
 /// Whether the replica at `metrics` holds the workspace's lease (None: it does not answer).
 async fn holds(http: &reqwest::Client, metrics: &str) -> Option<bool> {
     http.get(metrics).send().await.ok()?;
@@ -530,19 +547,26 @@ async fn stalled_holder_writes_nothing(svc: Service, flags: &[&str]) {
     )
     .await;
     eprintln!("the woken replica: {refused}");
-    // A few of its monitor cycles later: the lease is still the other's and nothing it saw landed.
+    // A few of its monitor cycles later: nothing it saw landed, and the lease it held is gone for
+    // good: whoever holds the lease now holds a newer epoch. Not "the other replica holds it": a 3 s
+    // lease on a loaded machine lapses between two renewals and either replica may take it afresh
+    // (seen in CI: neither held it at one look, then the woken one held a new epoch).
     tokio::time::sleep(Duration::from_secs(2 * LEASE.parse::<u64>().unwrap())).await;
-    // The lease is the other's: polled, as a 3 s lease on a loaded machine can lapse for a moment
-    // between two renewals (seen once in CI: neither held it at the instant of one look).
+    let stale: f64 = refused
+        .split(" at epoch ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|e| e.parse().ok())
+        .unwrap_or_else(|| panic!("no epoch in the refusal: {refused}"));
     let holder_metrics = if a_holds { &a_metrics } else { &b_metrics };
     wait_for_async(
-        "the lease the other replica's, not the woken one's",
+        "the lease held at an epoch after the stale one",
         Duration::from_secs(30),
         Duration::from_millis(200),
         || async {
-            match (holds(&http, holder_metrics).await, holds(&http, &other_metrics).await) {
-                (Some(false), Some(true)) => Ok(()),
-                seen => Err(format!("(woken, other) hold: {seen:?}")),
+            match (held_epoch(&http, holder_metrics).await, held_epoch(&http, &other_metrics).await) {
+                (Some(e), _) | (None, Some(e)) if e > stale => Ok(()),
+                seen => Err(format!("(woken, other) hold at epochs {seen:?}; the stale one was {stale}")),
             }
         },
     )
