@@ -461,7 +461,7 @@ async fn main() {
         floors.len(),
         floors.first().copied().unwrap_or(f64::NAN),
         floors.last().copied().unwrap_or(f64::NAN),
-        tao_slurm::service::limits::CREATES_AT_ONCE,
+        tao_slurm_service::limits::CREATES_AT_ONCE,
         tao_slurm_engine::store::pg_links::LINKS_PER_SCHEMA,
     ));
     s.push_str("| backend | replicas | path | creates | burst ms | submitted ms | submitted / floor | create p50 ms | p50 / floor | create p95 ms | create max ms | round trips | sbatch RPCs | release RPCs | partition RPCs | job-info RPCs | list p50 ms | list p95 ms | 503s waited out | errors | monitor refreshes / s | round trips per refresh | replicas refreshing |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");

@@ -1,3 +1,3 @@
 fn main() {
-    std::process::exit(tao_slurm::cli::run());
+    std::process::exit(tao_slurm_cli::run());
 }

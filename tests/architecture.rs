@@ -5,8 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Modules whose submodules are nodes of their own in the graph (one file per operation or command).
-const SPLIT: &[&str] =
-    &["engine", "cli", "mcp", "service", "client", "store", "ops", "remote", "script", "spec", "slurm", "cosmos"];
+const SPLIT: &[&str] = &["engine", "client", "store", "ops", "remote", "script", "spec", "slurm", "cosmos", "tools"];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -143,9 +142,10 @@ fn find_cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
 #[test]
 fn no_module_imports_another_that_imports_it_back() {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for root in [here.join("src"), here.join("crates/engine/src"), here.join("crates/core/src")] {
+    for (crate_dir, _) in CRATES {
+        let root = here.join(crate_dir).join("src");
         let edges = graph(&root);
-        assert!(edges.len() > 10, "the scan found the modules of {}: {edges:?}", root.display());
+        assert!(edges.len() > 5, "the scan found the modules of {}: {edges:?}", root.display());
         assert_eq!(find_cycle(&edges), None, "an import cycle in {}", root.display());
     }
 }
@@ -189,15 +189,23 @@ fn the_core_has_no_io_crate_in_its_tree() {
     }
 }
 
-/// The front-ends' source files: the CLI, the MCP server, the service, the Python binding.
-const FRONT_ENDS: &[(&str, &str)] =
-    &[("cli", "src/cli"), ("mcp", "src/mcp"), ("service", "src/service"), ("python", "python/src")];
+/// The workspace's crates with source of their own (directory, package): the core, the engine and
+/// the three doors. The Python binding is `python/` (a cdylib, checked by its tree).
+const CRATES: &[(&str, &str)] = &[
+    ("crates/core", "tao-slurm-core"),
+    ("crates/engine", "tao-slurm-engine"),
+    ("crates/cli", "tao-slurm-cli"),
+    ("crates/mcp", "tao-slurm-mcp"),
+    ("crates/service", "tao-slurm-service"),
+];
 
-/// Every `crate::` (or, in the Python binding, `tao_slurm_engine::`) path of a front-end's file.
-fn front_end_paths(file: &Path) -> Vec<String> {
-    let text = std::fs::read_to_string(file).unwrap().replace("tao_slurm_engine::", "crate::");
-    crate_paths(&text)
-}
+/// The front-ends' source files: the CLI, the MCP server, the service, the Python binding.
+const FRONT_ENDS: &[(&str, &str)] = &[
+    ("cli", "crates/cli/src"),
+    ("mcp", "crates/mcp/src"),
+    ("service", "crates/service/src"),
+    ("python", "python/src"),
+];
 
 /// `cargo tree` of one package's normal dependencies (no dev-dependencies, so features as a plain
 /// build resolves them), each line `name features`.
@@ -224,14 +232,15 @@ fn the_compiler_keeps_the_doors_to_the_client() {
         assert!(lib.contains(&format!("internal_mod!({module});")), "{module} is not declared internal");
         assert!(!lib.contains(&format!("pub mod {module};")), "{module} is public");
     }
-    for package in ["tao-slurm", "tao-slurm-python"] {
+    for package in ["tao-slurm", "tao-slurm-cli", "tao-slurm-mcp", "tao-slurm-service", "tao-slurm-python"] {
         let tree = normal_tree(package);
         let engine = tree.lines().find(|l| l.starts_with("tao-slurm-engine ")).unwrap_or_else(|| panic!("{tree}"));
         assert!(!engine.contains("internals"), "{package} builds the engine with its internals: {engine}");
     }
 }
 
-/// The Python extension carries the engine, not the doors: no HTTP server, MCP or command-line crate.
+/// The Python extension carries the engine, not the doors: no HTTP server, MCP or command-line crate,
+/// and not the service's records.
 #[test]
 fn the_python_extension_has_no_door_in_its_tree() {
     let tree = normal_tree("tao-slurm-python");
@@ -239,25 +248,42 @@ fn the_python_extension_has_no_door_in_its_tree() {
     for door in ["axum ", "rmcp ", "clap ", "utoipa ", "tao-slurm v"] {
         assert!(!tree.lines().any(|l| l.starts_with(door)), "{door}in the extension's tree:\n{tree}");
     }
+    // Nor the service's records: the engine as the extension builds it has them compiled out.
+    let engine = tree.lines().find(|l| l.starts_with("tao-slurm-engine ")).unwrap_or_else(|| panic!("{tree}"));
+    assert!(!engine.contains("service-records"), "the extension compiles the service's records: {engine}");
+    let service = normal_tree("tao-slurm-service");
+    let engine = service.lines().find(|l| l.starts_with("tao-slurm-engine ")).unwrap_or_else(|| panic!("{service}"));
+    assert!(engine.contains("service-records"), "the service's tree: {engine}");
 }
 
-/// (file, other front-end) for every front-end file that names another front-end. The CLI's `mcp`
-/// and `serve` commands start the other two, and `token` keeps the service's tokens: that is what
-/// they are, not a use of them.
-fn front_ends_importing_each_other(root: &Path) -> Vec<(String, String)> {
+/// The packages of the workspace that a package's manifest depends on (normal dependencies; its
+/// dev-dependencies are its tests'), read from its `Cargo.toml` with no registry.
+fn workspace_dependencies(root: &Path, crate_dir: &str) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(root.join(crate_dir).join("Cargo.toml")).unwrap_or_default();
+    let mut section = String::new();
+    let mut deps = BTreeSet::new();
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line.to_string();
+        } else if section == "[dependencies]" && line.starts_with("tao-slurm") {
+            deps.insert(line.split([' ', '=']).next().unwrap().to_string());
+        }
+    }
+    deps
+}
+
+/// (door, door it depends on) for every door whose manifest names another door, but the command
+/// line's on the MCP server's and the service's crates: `tao-slurm mcp` and `tao-slurm serve` start
+/// them (each through one function, `tao_slurm_mcp::serve` and `tao_slurm_service::start`). Cargo
+/// then refuses any other import of a door by a door, and any cycle.
+fn doors_depending_on_doors(root: &Path) -> Vec<(String, String)> {
+    let doors = ["tao-slurm-cli", "tao-slurm-mcp", "tao-slurm-service"];
     let mut hits = Vec::new();
-    for (name, dir) in FRONT_ENDS {
-        let mut files = Vec::new();
-        rust_files(&root.join(dir), &mut files);
-        for f in files {
-            let rel = f.strip_prefix(root).unwrap().display().to_string();
-            for p in front_end_paths(&f) {
-                let top = p.split("::").nth(1).unwrap_or("").to_string();
-                let starts = (rel == "src/cli/mcp.rs" && top == "mcp")
-                    || (["src/cli/serve.rs", "src/cli/token.rs"].contains(&rel.as_str()) && top == "service");
-                if top != *name && FRONT_ENDS.iter().any(|(other, _)| *other == top) && !starts {
-                    hits.push((rel.clone(), top));
-                }
+    for (dir, package) in CRATES.iter().chain([&("python", "tao-slurm-python")]) {
+        for dep in workspace_dependencies(root, dir) {
+            let starts = *package == "tao-slurm-cli" && dep != "tao-slurm-cli";
+            if doors.contains(&dep.as_str()) && !starts {
+                hits.push((package.to_string(), dep));
             }
         }
     }
@@ -265,16 +291,37 @@ fn front_ends_importing_each_other(root: &Path) -> Vec<(String, String)> {
 }
 
 #[test]
-fn no_front_end_imports_another() {
+fn no_door_depends_on_another_but_the_command_line_on_those_it_starts() {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let hits = front_ends_importing_each_other(here);
-    assert!(hits.is_empty(), "a front-end naming another (move what both need behind Client): {hits:#?}");
+    let hits = doors_depending_on_doors(here);
+    assert!(hits.is_empty(), "a door depending on another (move what both need behind Client): {hits:#?}");
+    let cli = workspace_dependencies(here, "crates/cli");
+    assert!(cli.contains("tao-slurm-mcp") && cli.contains("tao-slurm-service"), "{cli:?}");
+    // The command line names the service's crate for its one start function and the flags' defaults.
+    let mut names = BTreeSet::new();
+    let mut files = Vec::new();
+    rust_files(&here.join("crates/cli/src"), &mut files);
+    let re = regex::Regex::new(r"tao_slurm_service::([A-Za-z_]+)").unwrap();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        names.extend(re.captures_iter(code).map(|c| c[1].to_string()));
+    }
+    let allowed = ["start", "Start", "Action", "ServeOptions", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_REQUESTS_PER_SEC", "LEASE_SECS", "DEFAULT_CERTIFICATE_SECS"];
+    let other: Vec<&String> = names.iter().filter(|n| !allowed.contains(&n.as_str())).collect();
+    assert!(other.is_empty(), "the command line reaches into the service: {other:?}");
+    // Caught: the MCP server's manifest naming the service's crate, the service's the CLI's.
+    let root = tempfile::tempdir().unwrap();
+    write_scratch(root.path(), "crates/mcp/Cargo.toml", "[dependencies]\ntao-slurm-service = { path = \"../service\" }\n");
+    write_scratch(root.path(), "crates/service/Cargo.toml", "[dependencies]\ntao-slurm-engine = { path = \"../engine\" }\n[dev-dependencies]\ntao-slurm-cli = { path = \"../cli\" }\n");
+    write_scratch(root.path(), "crates/cli/Cargo.toml", "[dependencies]\ntao-slurm-service = { path = \"../service\" }\n");
+    assert_eq!(doors_depending_on_doors(root.path()), [("tao-slurm-mcp".to_string(), "tao-slurm-service".to_string())]);
 }
 
 /// Every source file outside the engine's store that names a database's crate (SQLite's, PostgreSQL's).
 fn sqlite_outside_the_store(root: &Path) -> Vec<String> {
     let mut files = Vec::new();
-    for dir in ["src", "python/src", "crates/core/src", "crates/engine/src"] {
+    for dir in ["src", "python/src", "crates/core/src", "crates/engine/src", "crates/cli/src", "crates/mcp/src", "crates/service/src"] {
         rust_files(&root.join(dir), &mut files);
     }
     files
@@ -295,6 +342,34 @@ fn only_the_store_touches_sqlite() {
     assert!(hits.is_empty(), "SQLite or PostgreSQL outside the engine's store: {hits:?}");
 }
 
+/// The store's files (not their tests) that import the engine's layers above it: its run-and-record
+/// operations, its client, its transport.
+fn store_files_importing_the_engine(root: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(&root.join("crates/engine/src/store"), &mut files);
+    files
+        .into_iter()
+        .filter(|f| !f.ends_with("tests.rs"))
+        .filter(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            crate_paths(&text).iter().any(|p| ["engine", "client", "remote"].contains(&p.split("::").nth(1).unwrap_or("")))
+        })
+        .map(|f| f.strip_prefix(root).unwrap().display().to_string())
+        .collect()
+}
+
+#[test]
+fn the_store_imports_nothing_of_the_engine() {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let hits = store_files_importing_the_engine(here);
+    assert!(hits.is_empty(), "the store imports the engine's layers above it: {hits:?}");
+    let root = tempfile::tempdir().unwrap();
+    write_scratch(root.path(), "crates/engine/src/store/jobs.rs", "use crate::batch::GroupCommit;\n");
+    assert!(store_files_importing_the_engine(root.path()).is_empty());
+    write_scratch(root.path(), "crates/engine/src/store/audit.rs", "use crate::engine::group_commit::GroupCommit;\n");
+    assert_eq!(store_files_importing_the_engine(root.path()), ["crates/engine/src/store/audit.rs"]);
+}
+
 /// Write `text` at `rel` in a scratch tree, its directories made.
 fn write_scratch(root: &Path, rel: &str, text: &str) {
     let path = root.join(rel);
@@ -302,36 +377,24 @@ fn write_scratch(root: &Path, rel: &str, text: &str) {
     std::fs::write(path, text).unwrap();
 }
 
-/// The two rules above catch what they are for: each is run over a scratch tree that breaks it.
+/// The rule above catches what it is for: it is run over a scratch tree that breaks it.
 #[test]
-fn the_layout_rules_catch_a_break() {
+fn the_store_rule_catches_a_break() {
     let root = tempfile::tempdir().unwrap();
     let write = |rel: &str, text: &str| write_scratch(root.path(), rel, text);
     for (_, dir) in FRONT_ENDS {
-        write(&format!("{dir}/mod.rs"), "use crate::client::Client;\n");
+        write(&format!("{dir}/lib.rs"), "use tao_slurm_engine::client::Client;\n");
     }
     write("crates/engine/src/store/mod.rs", "use rusqlite::Connection;\n");
     write("crates/core/src/lib.rs", "pub mod x;\n");
-    assert!(front_ends_importing_each_other(root.path()).is_empty());
     assert!(sqlite_outside_the_store(root.path()).is_empty());
-
-    write("src/service/api.rs", "fn f() { crate::cli::monitor::take_lock(); }\n");
-    write("src/cli/serve.rs", "use crate::service::serve;\n");
-    write("src/cli/submit.rs", "use crate::mcp::reply::Reply;\n");
-    let mut hits = front_ends_importing_each_other(root.path());
-    hits.sort();
-    assert_eq!(
-        hits,
-        [("src/cli/submit.rs".to_string(), "mcp".to_string()), ("src/service/api.rs".into(), "cli".into())]
-    );
-
-    write("src/service/db.rs", "use rusqlite::params;\n");
-    assert_eq!(sqlite_outside_the_store(root.path()), ["src/service/db.rs"]);
+    write("crates/service/src/db.rs", "use rusqlite::params;\n");
+    assert_eq!(sqlite_outside_the_store(root.path()), ["crates/service/src/db.rs"]);
 }
 
 /// The doors that wait for jobs, and the one call each polls with (the client's wait).
 const WAITS: &[(&str, &str)] =
-    &[("src/cli/watch.rs", "wait_for("), ("src/mcp/wait.rs", "wait_step("), ("python/tao_slurm/sdk.py", "wait_step(")];
+    &[("crates/cli/src/watch.rs", "wait_for("), ("crates/mcp/src/wait.rs", "wait_step("), ("python/tao_slurm/sdk.py", "wait_step(")];
 
 /// Waits that poll on their own: a door's wait that does not call the client's wait, or that
 /// refreshes jobs itself.
@@ -368,17 +431,18 @@ fn every_wait_polls_through_the_clients_wait() {
         std::fs::write(&path, format!("fn f() {{ c.{call}w); }}\n")).unwrap();
     }
     assert!(waits_of_their_own(root.path()).is_empty());
-    std::fs::write(root.path().join("src/mcp/wait.rs"), "fn f() { c.wait_step(w); c.refresh(&ids); }\n").unwrap();
+    std::fs::write(root.path().join("crates/mcp/src/wait.rs"), "fn f() { c.wait_step(w); c.refresh(&ids); }\n").unwrap();
     std::fs::write(
         root.path().join("python/tao_slurm/sdk.py"),
         "    def wait(self):\n        self._engine.refresh([id])\n    def other(self):\n        wait_step(\n",
     )
     .unwrap();
-    assert_eq!(waits_of_their_own(root.path()), ["src/mcp/wait.rs", "python/tao_slurm/sdk.py"]);
+    assert_eq!(waits_of_their_own(root.path()), ["crates/mcp/src/wait.rs", "python/tao_slurm/sdk.py"]);
 }
 
 /// The doors' submits, each of which must go through `Client::submit`.
-const SUBMITS: &[&str] = &["src/cli/submit.rs", "src/mcp/tools/submit.rs", "src/service/api.rs", "python/src/lib.rs"];
+const SUBMITS: &[&str] =
+    &["crates/cli/src/submit.rs", "crates/mcp/src/tools/submit.rs", "crates/service/src/api.rs", "python/src/lib.rs"];
 
 /// What only `Client::submit` does for a door: the settings check, the choice of a job, a sweep or
 /// a pipeline, and the background monitor.
@@ -425,9 +489,9 @@ fn every_door_submits_through_the_clients_one_submit() {
         std::fs::write(&path, "fn f() { client.submit(&spec, opts); }\n").unwrap();
     }
     assert!(submits_of_their_own(root.path()).is_empty());
-    std::fs::write(root.path().join("src/cli/submit.rs"), "fn f() { client.create_sweep(&spec, &s); }\n").unwrap();
+    std::fs::write(root.path().join("crates/cli/src/submit.rs"), "fn f() { client.create_sweep(&spec, &s); }\n").unwrap();
     std::fs::write(
-        root.path().join("src/service/api.rs"),
+        root.path().join("crates/service/src/api.rs"),
         "fn f() { client.submit(&spec, o); start_background_monitor(&s); }\n",
     )
     .unwrap();
@@ -435,9 +499,9 @@ fn every_door_submits_through_the_clients_one_submit() {
     assert_eq!(
         hits,
         [
-            ("src/cli/submit.rs".to_string(), "no Client::submit".to_string()),
-            ("src/cli/submit.rs".into(), ".create_sweep(".into()),
-            ("src/service/api.rs".into(), "start_background_monitor(".into()),
+            ("crates/cli/src/submit.rs".to_string(), "no Client::submit".to_string()),
+            ("crates/cli/src/submit.rs".into(), ".create_sweep(".into()),
+            ("crates/service/src/api.rs".into(), "start_background_monitor(".into()),
         ]
     );
 }
@@ -562,14 +626,14 @@ fn the_services_records_are_reached_through_their_facets() {
     let root = tempfile::tempdir().unwrap();
     let write = |rel: &str, text: &str| write_scratch(root.path(), rel, text);
     for (_, dir) in FRONT_ENDS {
-        write(&format!("{dir}/mod.rs"), "use crate::client::records::ServiceRecords;\n");
+        write(&format!("{dir}/lib.rs"), "use tao_slurm_engine::client::records::ServiceRecords;\n");
     }
     assert!(service_db_reached_directly(root.path()).is_empty());
-    write("src/service/secrets.rs", "fn f(db: &crate::client::ServiceDb) {}\n");
+    write("crates/service/src/secrets.rs", "fn f(db: &tao_slurm_engine::client::ServiceDb) {}\n");
     write("crates/engine/src/store/audit.rs", "impl ServiceDb {\n    pub fn wipe(&self) {}\n}\n");
     assert_eq!(
         service_db_reached_directly(root.path()),
-        ["src/service/secrets.rs", "crates/engine/src/store/audit.rs: a public method"]
+        ["crates/service/src/secrets.rs", "crates/engine/src/store/audit.rs: a public method"]
     );
 }
 
@@ -675,9 +739,10 @@ fn page_errors(root: &Path, page: &str) -> Vec<String> {
         "crates/engine/src/engine",
         "crates/engine/src/store",
         "crates/engine/src/remote",
+        "crates/cli/src",
+        "crates/mcp/src",
+        "crates/service/src",
         "src",
-        "src/service",
-        "src/mcp",
     ] {
         for e in std::fs::read_dir(root.join(dir)).into_iter().flatten().flatten() {
             let name = e.file_name().to_string_lossy().to_string();

@@ -29,6 +29,7 @@ macro_rules! internal_mod {
     };
 }
 
+mod batch;
 pub mod client;
 pub mod clock;
 pub mod config;

@@ -65,6 +65,25 @@ pub fn job_fields() -> &'static [&'static str] {
     serde_aux::serde_introspection::serde_introspect::<JobSpec>()
 }
 
+/// The names `T` takes: the properties of its JSON schema, a flattened group's included. A door
+/// whose arguments flatten [`super::Placement`] refuses any other name with [`unknown_field`] (serde
+/// cannot refuse unknown names in a struct that flattens another).
+pub fn schema_fields<T: schemars::JsonSchema>() -> Vec<String> {
+    let schema = serde_json::to_value(schemars::schema_for!(T)).unwrap_or_default();
+    schema["properties"].as_object().map(|p| p.keys().cloned().collect()).unwrap_or_default()
+}
+
+/// The first name of `object` that `T` does not take, said as serde says it (`unknown field `x`,
+/// expected one of `a`, `b``), with the name.
+pub fn unknown_field<T: schemars::JsonSchema>(
+    object: &serde_json::Map<String, serde_json::Value>,
+) -> Option<(String, String)> {
+    let known = schema_fields::<T>();
+    let name = object.keys().find(|k| !known.contains(k))?;
+    let expected: Vec<String> = known.iter().map(|n| format!("`{n}`")).collect();
+    Some((name.clone(), format!("unknown field `{name}`, expected one of {}", expected.join(", "))))
+}
+
 /// How `door` offers `field` (one of [`job_fields`]).
 pub fn offered_at(door: Door, field: &'static str) -> Offered {
     EXCEPTIONS.iter().find(|(d, f, _)| *d == door && *f == field).map_or(As(field), |(_, _, o)| *o)

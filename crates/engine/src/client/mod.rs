@@ -11,6 +11,7 @@ mod monitor;
 mod notify;
 mod pause;
 mod preview;
+#[cfg(any(test, feature = "service-records"))]
 pub mod records;
 mod refresh;
 mod results;
@@ -48,6 +49,7 @@ pub use login::LoginOutcome;
 pub use monitor::{monitor_running, start_background_monitor, Monitor, MonitorLock, MonitorStep, AFTER_FAILURE};
 pub use notify::Notifier;
 pub use preview::{preview_offline, Preview, PreviewChecks, PreviewStep, PreviewVariant};
+#[cfg(any(test, feature = "service-records"))]
 pub use records::{ApiJob, AtCap, AuditEntry, ServiceRecords, TokenRecord};
 pub use results::{ArchiveAsk, ArchiveOut};
 pub use running::{ExecOutput, Forward, RunningJob, Where};

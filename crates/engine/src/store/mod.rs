@@ -8,6 +8,9 @@ use sql::Conn;
 use std::path::Path;
 
 mod attempts;
+// The service's records: compiled for the service (its crate turns the feature on), not the Python
+// extension.
+#[cfg(any(test, feature = "service-records"))]
 mod audit;
 mod dependencies;
 mod events;
@@ -24,8 +27,11 @@ mod reopen;
 mod rows;
 mod schema;
 mod secrets;
+#[cfg(any(test, feature = "service-records"))]
 pub mod service_caps;
+#[cfg(any(test, feature = "service-records"))]
 pub mod service_records;
+#[cfg(any(test, feature = "service-records"))]
 pub mod sign_in_records;
 pub(crate) mod sql;
 mod writer_turns;
@@ -35,6 +41,7 @@ pub(crate) mod test_place;
 mod tests;
 
 pub use attempts::RetryPlan;
+#[cfg(any(test, feature = "service-records"))]
 pub use audit::AuditEntry;
 pub use dependencies::DependencyRow;
 pub use groups::{Group, GroupRecord};

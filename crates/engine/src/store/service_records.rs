@@ -3,7 +3,7 @@
 //! and TAO fields. The engine's state file stays the engine's; the service never writes it directly.
 
 use super::sql::{params, Conn};
-use crate::engine::group_commit::GroupCommit;
+use crate::batch::GroupCommit;
 use rusqlite::Connection;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
