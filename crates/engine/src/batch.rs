@@ -9,7 +9,7 @@
 
 use crate::error::{Error, Result};
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 pub struct GroupCommit<T, R> {
@@ -90,6 +90,7 @@ impl<T, R> GroupCommit<T, R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     /// Threads that arrive while a batch is in flight go together in the next one; every caller gets
     /// its own result; a lone caller is a batch of one.

@@ -23,6 +23,10 @@ pub fn parse<T: DeserializeOwned + JsonSchema>(arguments: serde_json::Map<String
     if let Some((name, message)) = tao_slurm_engine::spec::doors::unknown_field::<T>(&arguments) {
         return Err(ToolError::invalid(&name, message));
     }
+    // A wrong placement value is named here: serde's error from inside the flattened group has no path.
+    if let Some((name, message)) = tao_slurm_engine::spec::placement_field_error(&arguments) {
+        return Err(ToolError::invalid(&name, plain_expectation(&message)));
+    }
     serde_path_to_error::deserialize(serde_json::Value::Object(arguments)).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();
@@ -425,7 +429,7 @@ mod tests {
         assert_eq!(s["required"], json!(["job_id"]));
         let submit = schema::<SubmitArgs>();
         assert!(submit["properties"].as_object().unwrap().contains_key("secret_env"));
-        assert!(submit["properties"].as_object().unwrap().contains_key("qos"), "the placement is flattened: {submit}");
+        assert!(submit["properties"].as_object().unwrap().contains_key("qos"), "the placement is flattened: {submit:?}");
         assert_eq!(submit["additionalProperties"], json!(false));
     }
 }

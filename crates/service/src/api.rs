@@ -38,7 +38,11 @@ pub async fn create_job(
         let (req, fields) = super::tao_jobs::to_job_create(&state, &org, &from_value(body)?)?;
         (req, Some(serde_json::to_value(fields).map_err(|e| ApiError::internal(e.to_string()))?))
     } else {
-        if let Some((name, message)) = body.as_object().and_then(tao_slurm_engine::spec::doors::unknown_field::<JobCreate>) {
+        // JobCreate flattens the core's placement: serde neither refuses unknown names nor names a
+        // placement field of the wrong type there, so both are checked first.
+        let object = body.as_object();
+        let wrong = object.and_then(tao_slurm_engine::spec::doors::unknown_field::<JobCreate>);
+        if let Some((name, message)) = wrong.or_else(|| object.and_then(tao_slurm_engine::spec::placement_field_error)) {
             return Err(ApiError::field(name, message));
         }
         (from_value::<JobCreate>(body)?, None)

@@ -13,7 +13,7 @@ mod validate;
 pub use cosmos::{CosmosRlSpec, RoleCommands, MAX_CONFIG_BYTES};
 pub use dataset::{dataset_warning, parse_input, InputLocation, AUX_SCHEMES, LOCAL_PATH_MESSAGE};
 pub use image::ImageRef;
-pub use placement::{placement_fields, Placement};
+pub use placement::{placement_field_error, placement_fields, Placement};
 pub use secret::{Secret, SecretValues};
 pub use sweep::{
     parse_after, step_results_var, DependKind, PipelineStep, StepSpec, SweepSpec, Variant, VariantSpec,

@@ -51,6 +51,16 @@ impl Placement {
     }
 }
 
+/// The first placement field of `object` whose value is of the wrong type, with serde's message. A
+/// door's arguments that flatten the placement name the field with it: serde's error from inside a
+/// flattened struct carries no path.
+pub fn placement_field_error(object: &serde_json::Map<String, serde_json::Value>) -> Option<(String, String)> {
+    object.iter().filter(|(k, _)| placement_fields().contains(&k.as_str())).find_map(|(k, v)| {
+        let one = serde_json::Value::Object([(k.clone(), v.clone())].into_iter().collect());
+        serde_json::from_value::<Placement>(one).err().map(|e| (k.clone(), e.to_string()))
+    })
+}
+
 /// The names of [`Placement`]'s fields, as each door takes them.
 pub fn placement_fields() -> &'static [&'static str] {
     serde_aux::serde_introspection::serde_introspect::<Placement>()
@@ -87,5 +97,14 @@ mod tests {
         for f in placement_fields() {
             assert_eq!(serde_json::to_value(&laid).unwrap()[f], serde_json::to_value(&every).unwrap()[f], "overlay: {f}");
         }
+    }
+
+    #[test]
+    fn a_placement_field_of_the_wrong_type_is_named() {
+        let object = serde_json::json!({"image": 5, "qos": "ok", "memory": 64});
+        let (field, message) = placement_field_error(object.as_object().unwrap()).unwrap();
+        assert_eq!(field, "memory");
+        assert!(message.contains("expected a string"), "{message}");
+        assert_eq!(placement_field_error(serde_json::json!({"qos": "ok", "image": 5}).as_object().unwrap()), None);
     }
 }
