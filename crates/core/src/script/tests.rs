@@ -431,3 +431,25 @@ fn a_long_shell_command_is_staged_as_a_file_and_sourced_never_argv() {
         .iter()
         .all(|f| !f.path.ends_with(".command.sh")));
 }
+
+/// Every placement field a job sets reaches the batch script as its `#SBATCH` directive (a field
+/// added to `spec::Placement` fails here until the plan and the script carry it).
+#[test]
+fn every_placement_field_is_a_directive_of_the_script() {
+    let mut fields = serde_json::Map::new();
+    for f in crate::spec::placement_fields() {
+        let value = match *f {
+            "cpus_per_task" => serde_json::json!(3),
+            "memory" => serde_json::json!("64G"),
+            _ => serde_json::json!("node7"),
+        };
+        fields.insert(f.to_string(), value);
+    }
+    let placement: crate::spec::Placement = serde_json::from_value(serde_json::Value::Object(fields.clone())).unwrap();
+    let s = render_batch_script(&plan(JobSpec { image: spec().image, command: spec().command, ..placement.spec() }));
+    for (f, v) in &fields {
+        let option = if f == "memory" { "mem".to_string() } else { f.replace('_', "-") };
+        let value = v.as_str().map_or(v.to_string(), str::to_string);
+        assert!(s.contains(&format!("\n#SBATCH --{option}={value}\n")), "no --{option}={value} for {f}:\n{s}");
+    }
+}
