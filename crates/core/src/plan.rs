@@ -80,6 +80,7 @@ pub struct Plan {
     pub qos: Option<String>,
     pub constraint: Option<String>,
     pub exclude: Option<String>,
+    pub nodelist: Option<String>,
     pub reservation: Option<String>,
     pub sbatch_options: Vec<(String, String)>,
     pub time_minutes: u64,
@@ -446,6 +447,7 @@ pub fn resolve_with_id(spec: &JobSpec, settings: &Settings, job_id: &str) -> Res
         qos: spec.qos.clone(),
         constraint: spec.constraint.clone(),
         exclude: spec.exclude.clone(),
+        nodelist: spec.nodelist.clone(),
         reservation: spec.reservation.clone(),
         sbatch_options,
         time_minutes,
@@ -735,6 +737,9 @@ fn check_slurm_fields(spec: &JobSpec) -> Result<(), SpecError> {
     }
     if let Some(x) = &spec.exclude {
         check_with("exclude", x, &NODE_LIST, "a Slurm node list such as node[1-3],node7")?;
+    }
+    if let Some(x) = &spec.nodelist {
+        check_with("nodelist", x, &NODE_LIST, "a Slurm node list such as node[1-2],node7")?;
     }
     Ok(())
 }
@@ -1111,6 +1116,7 @@ pub(crate) mod tests {
             (JobSpec { qos: Some("high;x".into()), ..spec() }, "qos"),
             (JobSpec { constraint: Some("a100 #x".into()), ..spec() }, "constraint"),
             (JobSpec { exclude: Some("node1\n".into()), ..spec() }, "exclude"),
+            (JobSpec { nodelist: Some("node1 --x".into()), ..spec() }, "nodelist"),
             (JobSpec { reservation: Some("$(r)".into()), ..spec() }, "reservation"),
             (
                 JobSpec { sbatch_options: [("export".to_string(), "ALL".to_string())].into(), ..spec() },

@@ -100,6 +100,7 @@ fn write_directives(directive: &mut impl FnMut(String), plan: &Plan) {
         ("mem", &plan.memory),
         ("constraint", &plan.constraint),
         ("exclude", &plan.exclude),
+        ("nodelist", &plan.nodelist),
         ("reservation", &plan.reservation),
     ] {
         if let Some(v) = value {

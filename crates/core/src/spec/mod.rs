@@ -50,6 +50,8 @@ pub struct JobSpec {
     pub constraint: Option<String>,
     /// Nodes never to run on (`node[1-3],node7`).
     pub exclude: Option<String>,
+    /// The only nodes to run on (`node[1-2]`; Slurm's `--nodelist`).
+    pub nodelist: Option<String>,
     pub reservation: Option<String>,
     pub time_hours: Option<f64>,
     pub timeout_hours: Option<f64>,
@@ -137,7 +139,7 @@ impl JobSpec {
         macro_rules! take {
             ($($f:ident),*) => { $( if over.$f.is_some() { self.$f = over.$f; } )* };
         }
-        take!(gpus, total_gpus, nodes, cpus_per_task, memory, partition, account, qos, constraint, exclude);
+        take!(gpus, total_gpus, nodes, cpus_per_task, memory, partition, account, qos, constraint, exclude, nodelist);
         take!(
             reservation,
             time_hours,

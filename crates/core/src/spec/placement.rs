@@ -36,6 +36,10 @@ pub struct Placement {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "cli", arg(long))]
     pub exclude: Option<String>,
+    /// The only nodes to run on (node[1-2],node7): Slurm's --nodelist, for a job that must run there
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub nodelist: Option<String>,
     /// An advance reservation to run in
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "cli", arg(long))]
@@ -84,6 +88,7 @@ mod tests {
             qos: Some("q".into()),
             constraint: Some("c".into()),
             exclude: Some("n1".into()),
+            nodelist: Some("n2".into()),
             reservation: Some("r".into()),
         };
         let spec = every.spec();
