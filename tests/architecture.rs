@@ -321,21 +321,46 @@ fn no_door_depends_on_another_but_the_command_line_on_those_it_starts() {
         let code = text.split("#[cfg(test)]").next().unwrap_or("");
         names.extend(re.captures_iter(code).map(|c| c[1].to_string()));
     }
-    let allowed = ["start", "Start", "Action", "ServeOptions", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_REQUESTS_PER_SEC", "LEASE_SECS", "DEFAULT_CERTIFICATE_SECS"];
+    let allowed = [
+        "start",
+        "Start",
+        "Action",
+        "ServeOptions",
+        "DEFAULT_MAX_BODY_BYTES",
+        "DEFAULT_REQUESTS_PER_SEC",
+        "LEASE_SECS",
+        "DEFAULT_CERTIFICATE_SECS",
+    ];
     let other: Vec<&String> = names.iter().filter(|n| !allowed.contains(&n.as_str())).collect();
     assert!(other.is_empty(), "the command line reaches into the service: {other:?}");
     // Caught: the MCP server's manifest naming the service's crate, the service's the CLI's.
     let root = tempfile::tempdir().unwrap();
-    write_scratch(root.path(), "crates/mcp/Cargo.toml", "[dependencies]\ntao-slurm-service = { path = \"../service\" }\n");
+    write_scratch(
+        root.path(),
+        "crates/mcp/Cargo.toml",
+        "[dependencies]\ntao-slurm-service = { path = \"../service\" }\n",
+    );
     write_scratch(root.path(), "crates/service/Cargo.toml", "[dependencies]\ntao-slurm-engine = { path = \"../engine\" }\n[dev-dependencies]\ntao-slurm-cli = { path = \"../cli\" }\n");
-    write_scratch(root.path(), "crates/cli/Cargo.toml", "[dependencies]\ntao-slurm-service = { path = \"../service\" }\n");
+    write_scratch(
+        root.path(),
+        "crates/cli/Cargo.toml",
+        "[dependencies]\ntao-slurm-service = { path = \"../service\" }\n",
+    );
     assert_eq!(doors_depending_on_doors(root.path()), [("tao-slurm-mcp".to_string(), "tao-slurm-service".to_string())]);
 }
 
 /// Every source file outside the engine's store that names a database's crate (SQLite's, PostgreSQL's).
 fn sqlite_outside_the_store(root: &Path) -> Vec<String> {
     let mut files = Vec::new();
-    for dir in ["src", "python/src", "crates/core/src", "crates/engine/src", "crates/cli/src", "crates/mcp/src", "crates/service/src"] {
+    for dir in [
+        "src",
+        "python/src",
+        "crates/core/src",
+        "crates/engine/src",
+        "crates/cli/src",
+        "crates/mcp/src",
+        "crates/service/src",
+    ] {
         rust_files(&root.join(dir), &mut files);
     }
     files
@@ -366,7 +391,9 @@ fn store_files_importing_the_engine(root: &Path) -> Vec<String> {
         .filter(|f| !f.ends_with("tests.rs"))
         .filter(|f| {
             let text = std::fs::read_to_string(f).unwrap();
-            crate_paths(&text).iter().any(|p| ["engine", "client", "remote"].contains(&p.split("::").nth(1).unwrap_or("")))
+            crate_paths(&text)
+                .iter()
+                .any(|p| ["engine", "client", "remote"].contains(&p.split("::").nth(1).unwrap_or("")))
         })
         .map(|f| f.strip_prefix(root).unwrap().display().to_string())
         .collect()
@@ -407,8 +434,11 @@ fn the_store_rule_catches_a_break() {
 }
 
 /// The doors that wait for jobs, and the one call each polls with (the client's wait).
-const WAITS: &[(&str, &str)] =
-    &[("crates/cli/src/watch.rs", "wait_for("), ("crates/mcp/src/wait.rs", "wait_step("), ("python/tao_slurm/sdk.py", "wait_step(")];
+const WAITS: &[(&str, &str)] = &[
+    ("crates/cli/src/watch.rs", "wait_for("),
+    ("crates/mcp/src/wait.rs", "wait_step("),
+    ("python/tao_slurm/sdk.py", "wait_step("),
+];
 
 /// Waits that poll on their own: a door's wait that does not call the client's wait, or that
 /// refreshes jobs itself.
@@ -445,7 +475,8 @@ fn every_wait_polls_through_the_clients_wait() {
         std::fs::write(&path, format!("fn f() {{ c.{call}w); }}\n")).unwrap();
     }
     assert!(waits_of_their_own(root.path()).is_empty());
-    std::fs::write(root.path().join("crates/mcp/src/wait.rs"), "fn f() { c.wait_step(w); c.refresh(&ids); }\n").unwrap();
+    std::fs::write(root.path().join("crates/mcp/src/wait.rs"), "fn f() { c.wait_step(w); c.refresh(&ids); }\n")
+        .unwrap();
     std::fs::write(
         root.path().join("python/tao_slurm/sdk.py"),
         "    def wait(self):\n        self._engine.refresh([id])\n    def other(self):\n        wait_step(\n",
@@ -503,7 +534,8 @@ fn every_door_submits_through_the_clients_one_submit() {
         std::fs::write(&path, "fn f() { client.submit(&spec, opts); }\n").unwrap();
     }
     assert!(submits_of_their_own(root.path()).is_empty());
-    std::fs::write(root.path().join("crates/cli/src/submit.rs"), "fn f() { client.create_sweep(&spec, &s); }\n").unwrap();
+    std::fs::write(root.path().join("crates/cli/src/submit.rs"), "fn f() { client.create_sweep(&spec, &s); }\n")
+        .unwrap();
     std::fs::write(
         root.path().join("crates/service/src/api.rs"),
         "fn f() { client.submit(&spec, o); start_background_monitor(&s); }\n",

@@ -67,10 +67,12 @@ async def test_submit_wait_until_complete_then_logs(server_env):
         # A sweep's and a pipeline's dry runs are the client's one preview: the command line's
         # `submit --dry-run` shows the same array script and the same steps.
         grid = {"grid": {"A": ["1", "2", "3"]}, "max_concurrent": 2}
-        swept = await s.ok("submit", {**JOB, "command": ["echo", "v"], "sweep": grid, "dry_run": True})
+        swept = await s.ok("submit", {**JOB, "command": ["echo", "v"], "sweep": grid, "nodelist": "node2", "dry_run": True})
         assert [j["values"] for j in swept["jobs"]] == ["A=1", "A=2", "A=3"], swept
         assert "#SBATCH --array=0-2%2" in swept["script"] and "3 variants" in swept["summary"], swept
+        assert "\n#SBATCH --nodelist=node2\n" in swept["script"], swept["script"]
         flags = ["--image", JOB["image"], "--gpus", str(JOB["gpus"]), "--grid", "A=1,2,3", "--max-concurrent", "2"]
+        flags += ["--nodelist", "node2"]
         cli = run_json(server_env, "submit", "--dry-run", "--json", *flags, "--", "echo", "v")
         assert cli["files"][-1]["contents"] == swept["script"] and cli["array"] == "0-2%2", cli
         assert [v["values"] for v in cli["variants"]] == ["A=1", "A=2", "A=3"]

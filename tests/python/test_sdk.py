@@ -205,12 +205,13 @@ def test_every_job_field_is_a_keyword_that_reaches_the_job(env, sdks):
         memory="300M",
         cpus_per_task=2,
         exclude="node1",
+        nodelist="node3",
         max_timeout_requeues=1,
     )
     assert sdk.wait(job.id, timeout=300).status == "Complete"
     line = next(l for l in sdk.get_job_logs(job.id).splitlines() if l.startswith("mem="))
     ran = re.fullmatch(r"mem=300 cpus=2 node=(\S+)", line)
-    assert ran and ran.group(1) != "node1", line
+    assert ran and ran.group(1) == "node3", line
     before = len(sdk.list_jobs())
     with pytest.raises(JobSpecError) as e:
         sdk.create_job(image=IMAGE, command="true", gpu_count=0, qoss="high")
@@ -226,13 +227,14 @@ def test_a_preview_submits_nothing_and_is_the_command_lines_dry_run(env, sdks):
     plan and batch script the command line's `submit --dry-run` shows for the same job."""
     sdk = sdks()
     before = len(sdk.list_jobs())
-    preview = sdk.preview_job(IMAGE, "echo previewed", gpu_count=0, time_hours=1, memory="200M")
+    preview = sdk.preview_job(IMAGE, "echo previewed", gpu_count=0, time_hours=1, memory="200M", nodelist="node2")
     script = preview["files"][-1]["contents"]
     assert "#SBATCH --mem=200M" in script and "echo previewed" in script, script
+    assert "\n#SBATCH --nodelist=node2\n" in script, script
     assert len(sdk.list_jobs()) == before, "a preview records nothing"
     cli = run_json(
         env, "submit", "--dry-run", "--json", "--image", IMAGE, "--gpus", "0", "--time-hours", "1",
-        "--memory", "200M", "--shell", "--", "set -euo pipefail\necho previewed",
+        "--memory", "200M", "--nodelist", "node2", "--shell", "--", "set -euo pipefail\necho previewed",
     )
     for key in ("resources", "partition", "time_minutes", "image", "mounts"):
         assert preview["plan"][key] == cli["plan"][key], key

@@ -154,7 +154,7 @@ async fn jobs_on_two_clusters_over_http() {
     let (status, a) = svc
         .create(&json!({"name": "train-a", "image": "ubuntu:22.04", "command": TRAINING, "gpus": 1,
             "workspace": "login1", "action": "train", "specs": {"train": {"num_epochs": 3}},
-            "secret_env": ["SERVICE_TEST_SECRET"]}))
+            "secret_env": ["SERVICE_TEST_SECRET"], "nodelist": "node2"}))
         .await;
     hit("post", "/api/v2/orgs/{org}/jobs");
     assert_eq!(status, 201, "{a}");
@@ -212,6 +212,8 @@ async fn jobs_on_two_clusters_over_http() {
     assert_eq!((got["status"].as_str(), got["platform_status"].as_str()), (Some("Done"), Some("Complete")), "{got}");
     assert_eq!(got["progress"]["detailed_status"]["status"], "SUCCESS");
     assert_eq!(got["backend_details"]["slurm_metadata"]["retry_count"], 0);
+    // The core's placement field, in the body as in every door: the job ran where it named.
+    assert_eq!(got["backend_details"]["slurm_metadata"]["node_list"], "node2", "{got}");
     assert_eq!(got["backend_details"]["slurm_metadata"]["failed_slurm_job_ids"], json!([]));
     // TAO's JobResult keeps the last epoch past the final SUCCESS line that has none.
     let result = &got["job_details"][a_id.as_str()];

@@ -1,11 +1,11 @@
 //! `tao-slurm audit`: the service's audit trail (every state-changing request, and the tokens made
 //! and revoked here), read from the service's database by whoever administers the service.
 
+use clap::Args;
 use tao_slurm_engine::client::records::{AuditEntry, AuditTrail, ServiceRecords};
 use tao_slurm_engine::config::Settings;
 use tao_slurm_engine::error::Error;
 use tao_slurm_engine::spec::SpecError;
-use clap::Args;
 
 #[derive(Args, Debug)]
 pub struct AuditCmd {

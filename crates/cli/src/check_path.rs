@@ -1,9 +1,9 @@
 use super::output::{PathRow, PathsReport};
+use clap::Args;
 use tao_slurm_engine::client::PathCheck;
 use tao_slurm_engine::config::Settings;
 use tao_slurm_engine::error::{exit_code, Error};
 use tao_slurm_engine::Client;
-use clap::Args;
 
 #[derive(Args, Debug)]
 pub struct CheckPathCmd {

@@ -2,10 +2,10 @@
 //! TAO's by default), listed now.
 
 use super::output::{CheckpointsReport, Format};
+use clap::Args;
 use tao_slurm_engine::config::Settings;
 use tao_slurm_engine::error::Error;
 use tao_slurm_engine::Client;
-use clap::Args;
 
 #[derive(Args, Debug)]
 pub struct CheckpointsCmd {

@@ -1,6 +1,6 @@
+use clap::{Args, Subcommand};
 use tao_slurm_engine::config::Settings;
 use tao_slurm_engine::error::Error;
-use clap::{Args, Subcommand};
 
 #[derive(Args, Debug)]
 pub struct CredentialsCmd {

@@ -3,9 +3,9 @@
 
 use tao_slurm_engine::config::ConfigError;
 use tao_slurm_engine::error::*;
+use tao_slurm_engine::spec::SpecError;
 use tao_slurm_mcp::reply::ToolError;
 use tao_slurm_service::error::ApiError;
-use tao_slurm_engine::spec::SpecError;
 
 /// One error of each kind, as the layers make them.
 fn examples() -> Vec<(Error, ErrorKind)> {

@@ -4,10 +4,10 @@
 //! `tao-slurm gen-docs --settings FILE`: FILE's generated settings tables (docs/configuration.md's),
 //! written again in place from the settings' definitions (`config::reference`).
 
-use tao_slurm_engine::error::Error;
 use clap::{Args, CommandFactory};
 use clap_complete::Shell;
 use std::path::{Path, PathBuf};
+use tao_slurm_engine::error::Error;
 
 #[derive(Args, Debug)]
 pub struct GenDocsCmd {
@@ -75,8 +75,8 @@ fn bash(cmd: clap::Command) -> String {
 #[cfg(test)]
 mod tests {
     use super::super::{Cli, Command};
-    use tao_slurm_engine::config::reference::{render, BEGIN_MARKER, END_MARKER};
     use clap::Parser;
+    use tao_slurm_engine::config::reference::{render, BEGIN_MARKER, END_MARKER};
 
     #[test]
     fn settings_rewrites_the_marked_blocks_of_the_page_in_place() {

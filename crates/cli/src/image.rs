@@ -1,7 +1,7 @@
+use clap::{Args, Subcommand};
 use tao_slurm_engine::config::Settings;
 use tao_slurm_engine::error::Error;
 use tao_slurm_engine::Client;
-use clap::{Args, Subcommand};
 
 #[derive(Args, Debug)]
 pub struct ImageCmd {

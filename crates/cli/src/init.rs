@@ -2,11 +2,11 @@
 //! env file (mode 600) once the user agrees or `--yes`, then run preflight on it.
 
 use super::GlobalFlags;
-use tao_slurm_engine::client::init::{self as init, ClusterFound, InitAnswers, InitProblem};
-use tao_slurm_engine::error::{exit_code, Error};
 use clap::Args;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
+use tao_slurm_engine::client::init::{self as init, ClusterFound, InitAnswers, InitProblem};
+use tao_slurm_engine::error::{exit_code, Error};
 
 #[derive(Args, Debug)]
 pub struct InitCmd {

@@ -1,10 +1,10 @@
 //! The job-describing flags that `submit` and `render` share (flags override the job file).
 
-use tao_slurm_engine::error::Error;
-use tao_slurm_engine::spec::{parse_pair, CosmosRlSpec, JobSpec, Placement, SweepSpec, VariantSpec};
 use clap::Args;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use tao_slurm_engine::error::Error;
+use tao_slurm_engine::spec::{parse_pair, CosmosRlSpec, JobSpec, Placement, SweepSpec, VariantSpec};
 
 /// The job-describing flags shared by `submit` and `render`. Flags override the job file.
 #[derive(Args, Debug, Clone)]
@@ -282,8 +282,8 @@ fn parse_on_preempt(text: &str) -> Result<tao_slurm_engine::attempts::OnPreempt,
 
 #[cfg(test)]
 mod tests {
-    use tao_slurm_engine::spec::doors::{missing_at, Door};
     use clap::CommandFactory;
+    use tao_slurm_engine::spec::doors::{missing_at, Door};
 
     /// Every field of a job is a flag of `submit` and of `render` (by the name `spec::doors` gives it
     /// at the command line), but those that list says it leaves out.

@@ -1,9 +1,9 @@
+use clap::Args;
 use tao_slurm_engine::client::JobFilter;
 use tao_slurm_engine::config::Settings;
 use tao_slurm_engine::error::Error;
 use tao_slurm_engine::filter::{parse_age, parse_status};
 use tao_slurm_engine::Client;
-use clap::Args;
 
 #[derive(Args, Debug)]
 pub struct ListCmd {

@@ -33,11 +33,11 @@ mod watch;
 #[cfg(test)]
 mod error_mapping;
 
-use tao_slurm_engine::config::Settings;
-use tao_slurm_engine::error::{exit_code, Error};
 use clap::{Parser, Subcommand};
 use std::collections::HashMap;
 use std::path::PathBuf;
+use tao_slurm_engine::config::Settings;
+use tao_slurm_engine::error::{exit_code, Error};
 
 #[derive(Parser, Debug)]
 #[command(name = "tao-slurm", version, about = "Run containerised GPU jobs on Slurm clusters over SSH")]

@@ -1,9 +1,9 @@
 //! `login`: for login hosts that ask for a password or a second factor.
 
+use clap::Args;
 use tao_slurm_engine::config::Settings;
 use tao_slurm_engine::error::Error;
 use tao_slurm_engine::Client;
-use clap::Args;
 
 #[derive(Args, Debug)]
 pub struct LoginCmd {

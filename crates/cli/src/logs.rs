@@ -1,13 +1,13 @@
 use super::output::ChunkLine;
+use clap::Args;
+use std::io::Write;
+use std::time::Duration;
 use tao_slurm_engine::client::{Chunk, Stream};
 use tao_slurm_engine::config::Settings;
 use tao_slurm_engine::cosmos::Role;
 use tao_slurm_engine::error::Error;
 use tao_slurm_engine::spec::SpecError;
 use tao_slurm_engine::Client;
-use clap::Args;
-use std::io::Write;
-use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct LogsCmd {

@@ -1,6 +1,6 @@
+use clap::Args;
 use tao_slurm_engine::error::Error;
 use tao_slurm_mcp::SettingsLoader;
-use clap::Args;
 
 #[derive(Args, Debug)]
 pub struct McpCmd {

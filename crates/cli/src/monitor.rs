@@ -1,8 +1,8 @@
+use clap::Args;
 use tao_slurm_engine::client::{now_secs, Monitor, MonitorLock, AFTER_FAILURE};
 use tao_slurm_engine::config::Settings;
 use tao_slurm_engine::error::Error;
 use tao_slurm_engine::Client;
-use clap::Args;
 
 #[derive(Args, Debug)]
 pub struct MonitorCmd {

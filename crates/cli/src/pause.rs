@@ -1,10 +1,10 @@
 //! `pause` and `resume`: release a job's allocation and take it up again from its newest checkpoint.
 
+use clap::Args;
+use std::path::PathBuf;
 use tao_slurm_engine::config::Settings;
 use tao_slurm_engine::error::Error;
 use tao_slurm_engine::Client;
-use clap::Args;
-use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct PauseCmd {

@@ -1,6 +1,6 @@
+use clap::Args;
 use tao_slurm_engine::config::Settings;
 use tao_slurm_engine::error::{exit_code, Error};
-use clap::Args;
 
 #[derive(Args, Debug)]
 pub struct PreflightCmd {

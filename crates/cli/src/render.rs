@@ -1,10 +1,10 @@
 use super::job_args::JobArgs;
 use super::output::{FileRow, RenderReport};
+use clap::Args;
+use serde_json::json;
 use tao_slurm_engine::client::Preview;
 use tao_slurm_engine::config::Settings;
 use tao_slurm_engine::error::Error;
-use clap::Args;
-use serde_json::json;
 
 #[derive(Args, Debug)]
 pub struct RenderCmd {

@@ -1,7 +1,7 @@
+use clap::Args;
 use tao_slurm_engine::config::Settings;
 use tao_slurm_engine::error::Error;
 use tao_slurm_engine::Client;
-use clap::Args;
 
 #[derive(Args, Debug)]
 pub struct RetryCmd {

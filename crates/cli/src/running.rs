@@ -1,11 +1,11 @@
 //! `exec`, `shell`, `forward` and `tensorboard`: working with a running job.
 
+use clap::Args;
+use std::time::Duration;
 use tao_slurm_engine::client::Where;
 use tao_slurm_engine::config::Settings;
 use tao_slurm_engine::error::Error;
 use tao_slurm_engine::Client;
-use clap::Args;
-use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct ExecCmd {
@@ -108,7 +108,10 @@ impl TensorboardCmd {
         let limit = self.for_.as_deref().map(|t| duration(t, "--for")).transpose()?;
         // The local port is bound here first and held: no free port picked, closed, then raced for.
         let listener = std::net::TcpListener::bind(("127.0.0.1", self.local_port)).map_err(|e| {
-            tao_slurm_engine::spec::SpecError::new("local_port", format!("cannot listen on 127.0.0.1:{}: {e}", self.local_port))
+            tao_slurm_engine::spec::SpecError::new(
+                "local_port",
+                format!("cannot listen on 127.0.0.1:{}: {e}", self.local_port),
+            )
         })?;
         let local_port = listener.local_addr().map_err(|e| Error::RemoteCommand(e.to_string()))?.port();
         let client = Client::new(settings)?;
@@ -148,7 +151,12 @@ fn relay(listener: std::net::TcpListener, socket: std::path::PathBuf) {
 }
 
 /// Keep a forward until Ctrl-C or the time limit, then cancel it.
-fn hold(client: &Client, forward: &tao_slurm_engine::client::Forward, limit: Option<Duration>, json: bool) -> Result<i32, Error> {
+fn hold(
+    client: &Client,
+    forward: &tao_slurm_engine::client::Forward,
+    limit: Option<Duration>,
+    json: bool,
+) -> Result<i32, Error> {
     if json {
         super::output::emit_json(forward);
     } else {
@@ -176,8 +184,9 @@ fn parse_ports(text: &str) -> Result<(u16, u16), Error> {
 }
 
 fn duration(text: &str, flag: &str) -> Result<Duration, Error> {
-    humantime::parse_duration(text)
-        .map_err(|e| tao_slurm_engine::spec::SpecError::new(flag.trim_start_matches('-'), format!("{text:?}: {e}")).into())
+    humantime::parse_duration(text).map_err(|e| {
+        tao_slurm_engine::spec::SpecError::new(flag.trim_start_matches('-'), format!("{text:?}: {e}")).into()
+    })
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
-use tao_slurm_engine::error::Error;
 use clap::Args;
+use tao_slurm_engine::error::Error;
 
 #[derive(Args, Debug)]
 pub struct SchemaCmd {

@@ -1,7 +1,7 @@
 use super::{settings_from, GlobalFlags};
-use tao_slurm_engine::error::Error;
 use clap::{Args, Subcommand};
 use std::net::{IpAddr, SocketAddr};
+use tao_slurm_engine::error::Error;
 use tao_slurm_service::{Action, ServeOptions, Start};
 
 #[derive(Args, Debug)]
@@ -112,6 +112,14 @@ impl ServeCmd {
             Some(name) => settings_from(&GlobalFlags { cluster: Some(name), ..globals.clone() }),
             None => settings_from(&globals),
         });
-        tao_slurm_service::start(Start { action, options, database: self.database, env_file, state, cluster, settings_for })
+        tao_slurm_service::start(Start {
+            action,
+            options,
+            database: self.database,
+            env_file,
+            state,
+            cluster,
+            settings_for,
+        })
     }
 }

@@ -4,10 +4,10 @@
 //! file for the tools that
 //! call the service (TAO's client, scripts, agents). The token is never printed.
 
-use tao_slurm_engine::error::Error;
-use tao_slurm_engine::spec::SpecError;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use tao_slurm_engine::error::Error;
+use tao_slurm_engine::spec::SpecError;
 
 /// Where the token is kept unless `--token-file` says: `~/.config/tao/service-token.json`.
 fn default_file() -> Result<PathBuf, Error> {

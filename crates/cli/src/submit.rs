@@ -1,9 +1,9 @@
 pub use super::job_args::JobArgs;
+use clap::Args;
 use tao_slurm_engine::client::{MonitorChoice, PreviewChecks, Secrets, Submission, SubmitOptions};
 use tao_slurm_engine::config::Settings;
 use tao_slurm_engine::error::Error;
 use tao_slurm_engine::Client;
-use clap::Args;
 
 #[derive(Args, Debug)]
 pub struct SubmitCmd {

@@ -1,11 +1,11 @@
 //! `tao-slurm token`: the service's bearer tokens, made and revoked by whoever administers the
 //! service (and can write its state). A token is shown once, at creation; only its SHA-256 is kept.
 
+use clap::{Args, Subcommand};
 use tao_slurm_engine::client::records::ServiceRecords;
 use tao_slurm_engine::config::Settings;
 use tao_slurm_engine::error::Error;
 use tao_slurm_engine::spec::SpecError;
-use clap::{Args, Subcommand};
 
 #[derive(Args, Debug)]
 pub struct TokenCmd {

@@ -1,11 +1,11 @@
-use tao_slurm_engine::config::Settings;
-use tao_slurm_engine::error::{exit_code, Error};
-use tao_slurm_engine::{Client, JobView, PlatformStatus};
 use clap::Args;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::time::Duration;
+use tao_slurm_engine::config::Settings;
+use tao_slurm_engine::error::{exit_code, Error};
+use tao_slurm_engine::{Client, JobView, PlatformStatus};
 
 #[derive(Args, Debug)]
 pub struct WatchCmd {
@@ -24,7 +24,10 @@ impl WatchCmd {
     /// time passed; Ctrl-C only detaches (the jobs keep running).
     pub fn run(self, settings: Settings) -> Result<i32, Error> {
         if !(self.interval.is_finite() && self.interval >= 0.2) {
-            return Err(Error::Spec(tao_slurm_engine::spec::SpecError::new("interval", "must be at least 0.2 seconds")));
+            return Err(Error::Spec(tao_slurm_engine::spec::SpecError::new(
+                "interval",
+                "must be at least 0.2 seconds",
+            )));
         }
         let client = Client::new(settings)?;
         let wait = client.wait_start(&self.job_ids, None, Some(Duration::from_secs_f64(self.interval)))?;

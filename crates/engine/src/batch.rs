@@ -103,7 +103,10 @@ mod tests {
             move |items: Vec<u32>| {
                 batches.lock().unwrap().push(items.clone());
                 std::thread::sleep(Duration::from_millis(200));
-                items.into_iter().map(|i| if i == 3 { Err(Error::RemoteCommand("three".into())) } else { Ok(i * 10) }).collect()
+                items
+                    .into_iter()
+                    .map(|i| if i == 3 { Err(Error::RemoteCommand("three".into())) } else { Ok(i * 10) })
+                    .collect()
             }
         };
         assert_eq!(gc.run(0, 64, Duration::ZERO, &work).unwrap(), 0);

@@ -19,7 +19,9 @@ pub const LOG_BYTES_MAX: u64 = 64 * 1024;
 
 /// Parse a tool's arguments into `T`. A wrong type, an unknown or a missing field is a tool error that
 /// names the field and what it accepts, never a protocol error.
-pub fn parse<T: DeserializeOwned + JsonSchema>(arguments: serde_json::Map<String, serde_json::Value>) -> Result<T, ToolError> {
+pub fn parse<T: DeserializeOwned + JsonSchema>(
+    arguments: serde_json::Map<String, serde_json::Value>,
+) -> Result<T, ToolError> {
     if let Some((name, message)) = tao_slurm_engine::spec::doors::unknown_field::<T>(&arguments) {
         return Err(ToolError::invalid(&name, message));
     }
@@ -429,7 +431,10 @@ mod tests {
         assert_eq!(s["required"], json!(["job_id"]));
         let submit = schema::<SubmitArgs>();
         assert!(submit["properties"].as_object().unwrap().contains_key("secret_env"));
-        assert!(submit["properties"].as_object().unwrap().contains_key("qos"), "the placement is flattened: {submit:?}");
+        assert!(
+            submit["properties"].as_object().unwrap().contains_key("qos"),
+            "the placement is flattened: {submit:?}"
+        );
         assert_eq!(submit["additionalProperties"], json!(false));
     }
 }

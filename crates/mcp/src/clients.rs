@@ -4,10 +4,10 @@
 //! concurrent call: a `wait` or an image conversion never blocks the other tools.
 
 use super::reply::ToolError;
+use std::sync::{Arc, Mutex};
 use tao_slurm_engine::config::Settings;
 use tao_slurm_engine::error::Error;
 use tao_slurm_engine::Client;
-use std::sync::{Arc, Mutex};
 
 /// Reads the settings from their sources (flags given to `tao-slurm mcp`, environment, env file).
 pub type SettingsLoader = Box<dyn Fn() -> Result<Settings, Error> + Send + Sync>;

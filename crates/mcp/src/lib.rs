@@ -14,8 +14,8 @@ mod wait;
 pub use clients::SettingsLoader;
 pub use server::{TaoSlurmServer, MUTATING_TOOLS};
 
-use tao_slurm_engine::error::Error;
 use rmcp::ServiceExt;
+use tao_slurm_engine::error::Error;
 
 /// Serve MCP on standard input and output until the client closes the connection.
 pub fn serve(load_settings: SettingsLoader, read_only: bool) -> Result<(), Error> {

@@ -2,12 +2,12 @@
 //! as a short text for clients that show only text; and tool errors (`isError`) that say which field
 //! was wrong or what to do.
 
-use tao_slurm_engine::client::RemoteError;
-use tao_slurm_engine::error::{Error, ErrorKind};
-use tao_slurm_engine::JobView;
 use rmcp::model::{CallToolResult, ContentBlock};
 use schemars::JsonSchema;
 use serde::Serialize;
+use tao_slurm_engine::client::RemoteError;
+use tao_slurm_engine::error::{Error, ErrorKind};
+use tao_slurm_engine::JobView;
 
 /// A successful answer: `data`'s fields sit beside `summary` and `next` in the structured content.
 #[derive(Debug, Serialize, JsonSchema)]
@@ -224,7 +224,10 @@ mod tests {
         let s = r.structured_content.unwrap();
         assert_eq!(s["field"], "gpus");
         assert!(s["summary"].as_str().unwrap().starts_with("error in `gpus`"));
-        let spec = ToolError::engine(tao_slurm_engine::spec::SpecError::new("partition", "no such partition").into(), "job_id");
+        let spec = ToolError::engine(
+            tao_slurm_engine::spec::SpecError::new("partition", "no such partition").into(),
+            "job_id",
+        );
         assert_eq!(spec.field.as_deref(), Some("partition"));
         // An unknown id, as the client reports it.
         let dir = tempfile::tempdir().unwrap();

@@ -10,7 +10,6 @@ use super::clients::{blocking, blocking_with_settings, Clients};
 use super::reply::{Reply, ToolError};
 use super::tools::{cluster, init, jobs, logs, long_training, running, submit};
 use super::wait::{wait, Progress, WaitOut};
-use tao_slurm_engine::Client;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::Parameters;
@@ -24,6 +23,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::Instant;
+use tao_slurm_engine::Client;
 
 /// Tools that change something (a job, the cluster's image cache): left out by `--read-only`.
 pub const MUTATING_TOOLS: &[&str] = &["init", "submit", "cancel", "image_import", "exec", "retry", "pause", "resume"];

@@ -8,13 +8,13 @@ use super::args::{check_range, WaitArgs, WAIT_DEFAULT_SECS, WAIT_MAX_SECS};
 use super::clients::{blocking, Clients};
 use super::hints::{for_jobs, jobs_summary};
 use super::reply::{briefs, JobBrief, Reply, ToolError};
-use tao_slurm_engine::client::{Change, WaitTick};
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::{Peer, RoleServer};
 use schemars::JsonSchema;
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tao_slurm_engine::client::{Change, WaitTick};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Serialize, JsonSchema)]

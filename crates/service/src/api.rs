@@ -7,7 +7,6 @@ use super::error::{ApiError, ApiResult, ErrorBody};
 use super::state::CachedJob;
 use super::token_info::TokenInfo;
 use super::types::*;
-use tao_slurm_engine::status::PlatformStatus;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
@@ -15,6 +14,7 @@ use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use std::sync::Arc;
+use tao_slurm_engine::status::PlatformStatus;
 
 #[utoipa::path(post, path = "/api/v2/orgs/{org}/jobs", tag = "jobs", security(("bearer" = [])),
     params(("org" = String, Path)),
@@ -42,7 +42,8 @@ pub async fn create_job(
         // placement field of the wrong type there, so both are checked first.
         let object = body.as_object();
         let wrong = object.and_then(tao_slurm_engine::spec::doors::unknown_field::<JobCreate>);
-        if let Some((name, message)) = wrong.or_else(|| object.and_then(tao_slurm_engine::spec::placement_field_error)) {
+        if let Some((name, message)) = wrong.or_else(|| object.and_then(tao_slurm_engine::spec::placement_field_error))
+        {
             return Err(ApiError::field(name, message));
         }
         (from_value::<JobCreate>(body)?, None)
@@ -88,7 +89,8 @@ pub async fn create_job(
         w.with_client(|client| {
             let admitted = std::sync::Mutex::new(None);
             // The service's bodies are single jobs: one plan, checked before any connection.
-            let admit = |plan: &tao_slurm_engine::plan::Plan| admit_and_record(&st, &w, &o, &policy, plan, &meta, &admitted);
+            let admit =
+                |plan: &tao_slurm_engine::plan::Plan| admit_and_record(&st, &w, &o, &policy, plan, &meta, &admitted);
             let recorded = |job_id: &str, warnings: &[String]| {
                 st.publish_jobs(client, &[job_id.to_string()]);
                 if let Some(tx) = recorded_tx.lock().unwrap_or_else(|e| e.into_inner()).take() {
@@ -198,8 +200,10 @@ fn admit_and_record(
         super::workspaces::preflight(state, ws, org).map_err(ApiError::refused)?;
     }
     let job_id = plan.layout.job_id.clone();
-    let recorded =
-        state.add_job_within(tao_slurm_engine::client::ApiJob { job_id: job_id.clone(), ..meta.clone() }, policy.max_active_jobs);
+    let recorded = state.add_job_within(
+        tao_slurm_engine::client::ApiJob { job_id: job_id.clone(), ..meta.clone() },
+        policy.max_active_jobs,
+    );
     if let Ok(Err(tao_slurm_engine::client::AtCap(n))) = recorded {
         return Err(super::policy::at_cap(policy, plan, n).refused());
     }

@@ -7,7 +7,6 @@
 use super::common::AppStateRef;
 use super::error::{ApiError, ApiResult};
 use super::token_info::TokenInfo;
-use tao_slurm_engine::client::AuditEntry;
 use axum::body::Body;
 use axum::extract::{MatchedPath, Path, Request, State};
 use axum::http::{header, Method, StatusCode, Uri};
@@ -15,6 +14,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
+use tao_slurm_engine::client::AuditEntry;
 use utoipa::ToSchema;
 
 const ORG_PREFIX: &str = "/api/v2/orgs/{org}";

@@ -104,7 +104,8 @@ pub fn check_unix_user(user: &str) -> Result<(), String> {
 }
 
 fn write_private(path: &Path, text: &[u8]) -> Result<(), String> {
-    tao_slurm_engine::private::write_private_file(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    tao_slurm_engine::private::write_private_file(path, text)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 impl Authority {

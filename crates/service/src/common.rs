@@ -6,13 +6,13 @@ use super::error::{ApiError, ApiResult};
 use super::state::{AppState, CachedJob};
 use super::token_info::TokenInfo;
 use super::workspace::Workspace;
-use tao_slurm_engine::status::PlatformStatus;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::Query;
 use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
+use tao_slurm_engine::status::PlatformStatus;
 
 pub type AppStateRef = Arc<AppState>;
 

@@ -2,10 +2,10 @@
 //! as TAO's ErrorRsp has it: here the HTTP status), plus a stable `error_type` and the field at fault
 //! when a request is invalid.
 
-use tao_slurm_engine::error::ErrorKind;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
+use tao_slurm_engine::error::ErrorKind;
 use utoipa::ToSchema;
 
 /// An error reply.

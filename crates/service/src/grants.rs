@@ -15,10 +15,10 @@ use super::people;
 use super::sign_in::{Recheck, SignIn};
 use super::sign_in_seal::{grant_purpose, Seal};
 use super::state::AppState;
-use tao_slurm_engine::client::records::{AuditEntry, Grant};
 use futures_util::StreamExt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tao_slurm_engine::client::records::{AuditEntry, Grant};
 
 /// How often the grants are checked at the provider (by one replica at a time).
 pub const CHECK_EVERY: Duration = Duration::from_secs(20);

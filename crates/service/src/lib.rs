@@ -57,7 +57,6 @@ pub use certificates::DEFAULT_CERTIFICATE_SECS;
 pub use lease::LEASE_SECS;
 pub use start::{start, Action, SettingsFor, Start};
 
-use tao_slurm_engine::error::Error;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
@@ -68,6 +67,7 @@ use error::ApiError;
 use state::AppState;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use tao_slurm_engine::error::Error;
 use workspace::Workspace;
 
 pub use openapi::document_json;
@@ -274,7 +274,8 @@ fn start_state(opts: &ServeOptions, setup: Setup) -> Result<Arc<AppState>, Error
         .map_err(|m| tao_slurm_engine::spec::SpecError::new("TAO_SLURM_STATE", m))?;
     let authority = match &opts.ssh_ca_key {
         Some(path) => Some(Arc::new(
-            certificates::Authority::load(path).map_err(|m| tao_slurm_engine::spec::SpecError::new("--ssh-ca-key", m))?,
+            certificates::Authority::load(path)
+                .map_err(|m| tao_slurm_engine::spec::SpecError::new("--ssh-ca-key", m))?,
         )),
         None => None,
     };
@@ -317,7 +318,8 @@ fn start_state(opts: &ServeOptions, setup: Setup) -> Result<Arc<AppState>, Error
     state.tensorboard_host = opts.tensorboard_host.clone();
     if let Some(rules) = state.operator.sign_in.clone() {
         let secret = std::env::var(sign_in::CLIENT_SECRET_VAR).ok().filter(|s| !s.is_empty());
-        let s = sign_in::SignIn::new(rules, secret).map_err(|m| tao_slurm_engine::spec::SpecError::new("sign_in", m))?;
+        let s =
+            sign_in::SignIn::new(rules, secret).map_err(|m| tao_slurm_engine::spec::SpecError::new("sign_in", m))?;
         state.sign_in = Some(Arc::new(s));
     }
     let state = Arc::new(state);

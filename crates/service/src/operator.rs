@@ -29,10 +29,10 @@
 //! `Settings::ssh_key_only`); an ssh_config alias the operator granted it (`ssh_aliases`) stands for
 //! its host name and port only, nothing else of the alias's entry.
 
-use tao_slurm_engine::profiles::SERVICE_KEYS;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use tao_slurm_core::policy::Policy;
+use tao_slurm_engine::profiles::SERVICE_KEYS;
 
 /// The operator's rules for one org.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -253,7 +253,8 @@ fn sign_in_rules(mut t: toml::Table) -> Result<SignInRules, String> {
             .into_iter()
             .map(|(subject, name)| {
                 let name = name.as_str().ok_or_else(|| format!("[sign_in.people] {subject:?} must name a person"))?;
-                tao_slurm_engine::client::records::check_person(name).map_err(|m| format!("[sign_in.people] {subject:?}: {m}"))?;
+                tao_slurm_engine::client::records::check_person(name)
+                    .map_err(|m| format!("[sign_in.people] {subject:?}: {m}"))?;
                 Ok((subject, name.to_string()))
             })
             .collect::<Result<_, String>>()?,

@@ -6,13 +6,13 @@
 
 use super::error::ApiError;
 use super::operator::OrgRules;
-use tao_slurm_engine::client::records::OrgSecrets;
-use tao_slurm_engine::spec::SecretValues;
 use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
 use chacha20poly1305::{Key, XChaCha20Poly1305, XNonce};
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
+use tao_slurm_engine::client::records::OrgSecrets;
+use tao_slurm_engine::spec::SecretValues;
 
 /// The setting that names the key file.
 pub const KEY_FILE_SETTING: &str = "TAO_SLURM_SECRETS_KEY_FILE";
@@ -149,7 +149,8 @@ pub fn org_values(
 /// A job's `secret_env` from the org's secrets only.
 pub fn resolve(names: &[String], org: &str, values: &BTreeMap<String, String>) -> Result<SecretValues, ApiError> {
     for name in names {
-        tao_slurm_engine::spec::check_env_name("secret_env", name).map_err(|e| ApiError::field("secret_env", e.message))?;
+        tao_slurm_engine::spec::check_env_name("secret_env", name)
+            .map_err(|e| ApiError::field("secret_env", e.message))?;
         if !values.contains_key(name) {
             return Err(unavailable(name, org));
         }

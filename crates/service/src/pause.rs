@@ -6,12 +6,12 @@ use super::common::{act_on_job, parse_json, AppStateRef};
 use super::error::{ApiResult, ErrorBody};
 use super::token_info::TokenInfo;
 use super::types::JobOut;
-use tao_slurm_engine::status::PlatformStatus;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
+use tao_slurm_engine::status::PlatformStatus;
 use utoipa::ToSchema;
 
 /// TAO's pause body.

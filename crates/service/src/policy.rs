@@ -76,7 +76,10 @@ pub fn restart_gate(state: std::sync::Weak<AppState>) -> tao_slurm_engine::clien
     })
 }
 
-fn restart_verdict(state: &AppState, job: &tao_slurm_engine::model::JobRecord) -> tao_slurm_engine::client::RestartVerdict {
+fn restart_verdict(
+    state: &AppState,
+    job: &tao_slurm_engine::model::JobRecord,
+) -> tao_slurm_engine::client::RestartVerdict {
     use tao_slurm_engine::client::RestartVerdict::{Go, NotNow, Refused};
     let meta = match state.api_job(&job.job_id) {
         Ok(Some(meta)) => meta,

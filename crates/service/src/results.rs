@@ -4,10 +4,10 @@
 
 use super::common::{blocking, org_job, AppStateRef};
 use super::error::{ApiError, ApiResult, ErrorBody};
-use tao_slurm_engine::client::{ArchiveAsk, ArchiveOut};
 use axum::http::{header, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use tao_slurm_engine::client::{ArchiveAsk, ArchiveOut};
 
 /// The most bytes (before compression) one archive may hold, unless the service's environment says
 /// otherwise (`TAO_SLURM_DOWNLOAD_MAX_BYTES`).

@@ -54,7 +54,11 @@ pub async fn put_secret(
     })?;
     let (nonce, sealed) = sbox.seal(&org, &name, &req.value).map_err(ApiError::internal)?;
     tao_slurm_engine::spec::Secret::new(req.value);
-    state.records.secrets().put(&org, &name, &nonce, &sealed, tao_slurm_engine::client::now_secs()).map_err(db_error)?;
+    state
+        .records
+        .secrets()
+        .put(&org, &name, &nonce, &sealed, tao_slurm_engine::client::now_secs())
+        .map_err(db_error)?;
     tracing::info!(%org, secret = %name, token = %token.id, "secret stored");
     Ok(axum::http::StatusCode::NO_CONTENT)
 }

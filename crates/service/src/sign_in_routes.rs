@@ -10,7 +10,6 @@ use super::sign_in::{
     DEVICE_CODES_IN_ALL, DEVICE_CODES_PER_CLIENT, DEVICE_CODE_FOR, PENDING_FOR, SESSION_COOKIE,
 };
 use super::sign_in_seal::{grant_purpose, Seal, KEY_NAME};
-use tao_slurm_engine::client::records::{DeviceRefused, DeviceSignIn, DeviceState, Grant};
 use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{Query, State};
 use axum::http::{header, Extensions, HeaderMap, StatusCode};
@@ -18,6 +17,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
+use tao_slurm_engine::client::records::{DeviceRefused, DeviceSignIn, DeviceState, Grant};
 
 /// How long a confirmation page's form stays good, and the dashboard's token waits to be taken.
 const CONFIRM_SECS: i64 = 300;

@@ -9,7 +9,6 @@ use super::error::{ApiError, ApiResult};
 use super::followers::{Follower, LogMsg};
 use super::state::CachedJob;
 use super::types::{JobListChange, JobStreamQuery, LogChunkOut};
-use tao_slurm_engine::client::{LogRange, Stream};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use std::collections::VecDeque;
@@ -17,6 +16,7 @@ use std::convert::Infallible;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
+use tao_slurm_engine::client::{LogRange, Stream};
 
 /// How often a followed job's log files are read.
 const LOG_POLL: Duration = Duration::from_millis(1000);

@@ -76,21 +76,20 @@ fn read_operator(globals: &Start) -> Result<crate::operator::Operator, Error> {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
         Err(e) => {
-            return Err(
-                SpecError::new(tao_slurm_engine::profiles::FILE_SETTING, format!("cannot read {}: {e}", path.display())).into()
+            return Err(SpecError::new(
+                tao_slurm_engine::profiles::FILE_SETTING,
+                format!("cannot read {}: {e}", path.display()),
             )
+            .into())
         }
     };
-    crate::operator::parse(&text)
-        .map_err(|m| SpecError::new(tao_slurm_engine::profiles::FILE_SETTING, format!("{}: {m}", path.display())).into())
+    crate::operator::parse(&text).map_err(|m| {
+        SpecError::new(tao_slurm_engine::profiles::FILE_SETTING, format!("{}: {m}", path.display())).into()
+    })
 }
 
 /// `serve key --org ORG`: the public key the service logs in with for the org's workspaces.
-fn print_org_key(
-    globals: &Start,
-    operator: &crate::operator::Operator,
-    org: &str,
-) -> Result<i32, Error> {
+fn print_org_key(globals: &Start, operator: &crate::operator::Operator, org: &str) -> Result<i32, Error> {
     let settings = (globals.settings_for)(None)?;
     let rules = operator.org(org);
     let key = crate::workspaces::org_key(&settings.state_path, org, rules.ssh_key.as_deref())

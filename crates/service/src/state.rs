@@ -9,13 +9,13 @@
 use super::token_info::TokenInfo;
 use super::types::{self, BackendDetailsOut, JobOut, SlurmMetadata, TaoStatus};
 use super::workspace::Workspace;
-use tao_slurm_engine::client::JobView;
-use tao_slurm_engine::client::{ApiJob, ServiceRecords};
-use tao_slurm_engine::Client;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
+use tao_slurm_engine::client::JobView;
+use tao_slurm_engine::client::{ApiJob, ServiceRecords};
+use tao_slurm_engine::Client;
 
 /// One job in the cache.
 pub struct CachedJob {
@@ -72,8 +72,11 @@ pub struct Snapshot {
 }
 
 /// Makes a workspace's settings: the service's own settings with these laid over them as flags.
-pub type SettingsMaker =
-    Box<dyn Fn(std::collections::BTreeMap<String, String>) -> tao_slurm_engine::Result<tao_slurm_engine::config::Settings> + Send + Sync>;
+pub type SettingsMaker = Box<
+    dyn Fn(std::collections::BTreeMap<String, String>) -> tao_slurm_engine::Result<tao_slurm_engine::config::Settings>
+        + Send
+        + Sync,
+>;
 
 pub struct AppState {
     workspaces: RwLock<Vec<Arc<Workspace>>>,
@@ -376,7 +379,11 @@ impl AppState {
 
     /// Record a job with its place among its org's active jobs, if the org (on every replica) holds
     /// fewer than `cap` places (`Ok(Err(..))`: refused at the cap, nothing recorded).
-    pub fn add_job_within(&self, job: ApiJob, cap: Option<u32>) -> Result<Result<(), tao_slurm_engine::client::AtCap>, String> {
+    pub fn add_job_within(
+        &self,
+        job: ApiJob,
+        cap: Option<u32>,
+    ) -> Result<Result<(), tao_slurm_engine::client::AtCap>, String> {
         let recorded = self.records.jobs().insert_within(&job, cap, tao_slurm_engine::client::now_secs())?;
         if recorded.is_ok() {
             self.metas.write().unwrap_or_else(|e| e.into_inner()).insert(job.job_id.clone(), Arc::new(job));

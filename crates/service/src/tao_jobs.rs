@@ -7,11 +7,11 @@
 use super::error::{ApiError, ApiResult};
 use super::state::AppState;
 use super::types::{BackendDetailsIn, CommandIn, JobCreate, TaoJobCreate, TaoJobFields};
-use tao_slurm_engine::tao_images::{self, ImageOverrides};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
+use tao_slurm_engine::tao_images::{self, ImageOverrides};
 
 /// Why a TAO field is not used here (the rest: "not used by tao-slurm").
 const WHY_IGNORED: &[(&str, &str)] = &[

@@ -25,13 +25,13 @@ use super::common::{blocking, org_job, workspace_of, AppStateRef};
 use super::error::{ApiError, ApiResult};
 use super::tensorboard_sessions::{is_secret, Grant, Open, Sessions};
 use super::token_info::TokenInfo;
-use tao_slurm_engine::status::PlatformStatus;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures_util::{Stream, StreamExt};
 use std::collections::HashMap;
+use tao_slurm_engine::status::PlatformStatus;
 
 /// A ticket is good once, for this long after the link was made.
 const TICKET_SECS: i64 = 120;

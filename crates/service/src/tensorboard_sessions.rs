@@ -4,10 +4,10 @@
 
 use super::error::{ApiError, ApiResult};
 use super::workspace::Workspace;
-use tao_slurm_engine::client::Forward;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use tao_slurm_engine::client::Forward;
 
 #[derive(Debug, Clone)]
 pub(super) struct Grant {

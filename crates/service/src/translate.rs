@@ -6,9 +6,9 @@ use super::state::AppState;
 use super::token_info::TokenInfo;
 use super::types::{BackendDetailsIn, CommandIn, JobCreate};
 use super::workspace::Workspace;
-use tao_slurm_engine::spec::JobSpec;
 use axum::http::StatusCode;
 use std::sync::Arc;
+use tao_slurm_engine::spec::JobSpec;
 
 /// The engine's job for a request, the workspace it goes to, and what the service keeps of it.
 pub fn to_spec(

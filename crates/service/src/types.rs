@@ -1,10 +1,10 @@
 //! The API's request and response bodies. Their OpenAPI schemas are derived from these types.
 
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use tao_slurm_engine::client::JobView;
 use tao_slurm_engine::spec::Placement;
 use tao_slurm_engine::PlatformStatus;
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use utoipa::{IntoParams, ToSchema};
 
 /// A job's status in the TAO service's names. tao-slurm's own status is `platform_status`:
@@ -687,7 +687,9 @@ mod tests {
         let doc: serde_json::Value = serde_json::from_str(&super::super::openapi::document_json()).unwrap();
         let body = body_fields(&doc, "JobCreate");
         assert!(body.len() > 30 && body.contains_key("qos"), "{body:?}");
-        let missing = tao_slurm_engine::spec::doors::missing_at(tao_slurm_engine::spec::doors::Door::Service, |name| body.contains_key(name));
+        let missing = tao_slurm_engine::spec::doors::missing_at(tao_slurm_engine::spec::doors::Door::Service, |name| {
+            body.contains_key(name)
+        });
         assert!(missing.is_empty(), "JobSpec fields missing from the service's JobCreate: {missing:?}");
     }
 
@@ -747,7 +749,8 @@ mod tests {
     #[test]
     fn the_create_body_takes_the_placement_and_refuses_unknown_names() {
         let body = serde_json::json!({"image": "x/y:1", "qos": "high", "nodelist_typo": "n1"});
-        let (name, message) = tao_slurm_engine::spec::doors::unknown_field::<JobCreate>(body.as_object().unwrap()).unwrap();
+        let (name, message) =
+            tao_slurm_engine::spec::doors::unknown_field::<JobCreate>(body.as_object().unwrap()).unwrap();
         assert_eq!(name, "nodelist_typo");
         assert!(message.contains("`qos`") && message.contains("`image`"), "{message}");
         let ok = serde_json::json!({"image": "x/y:1", "qos": "high", "exclude": "n1"});

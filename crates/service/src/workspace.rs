@@ -7,12 +7,12 @@
 //!
 //! [`RemotePool`]: super::limits::RemotePool
 
-use tao_slurm_engine::client::{now_secs, Monitor, TransportStats, AFTER_FAILURE};
-use tao_slurm_engine::config::Settings;
-use tao_slurm_engine::Client;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
+use tao_slurm_engine::client::{now_secs, Monitor, TransportStats, AFTER_FAILURE};
+use tao_slurm_engine::config::Settings;
+use tao_slurm_engine::Client;
 
 /// Idle clients kept per workspace.
 const MAX_IDLE: usize = 4;
@@ -216,7 +216,10 @@ impl Workspace {
     }
 
     /// Run `f` with a client of this workspace (blocking: call it from a blocking thread).
-    pub fn with_client<T>(&self, f: impl FnOnce(&Client) -> tao_slurm_engine::Result<T>) -> tao_slurm_engine::Result<T> {
+    pub fn with_client<T>(
+        &self,
+        f: impl FnOnce(&Client) -> tao_slurm_engine::Result<T>,
+    ) -> tao_slurm_engine::Result<T> {
         let generation = self.ready_to_log_in()?;
         let reused = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let client = match reused {

@@ -226,7 +226,12 @@ fn check_details(d: &SlurmDetailsIn) -> ApiResult<()> {
 
 /// The settings of an org's workspace: the service's own, with the workspace's identity, hosts and
 /// directories laid over them, the org's key, and never the operator's credentials.
-fn workspace_settings(state: &AppState, id: &str, org: &str, d: &SlurmDetailsIn) -> ApiResult<tao_slurm_engine::config::Settings> {
+fn workspace_settings(
+    state: &AppState,
+    id: &str,
+    org: &str,
+    d: &SlurmDetailsIn,
+) -> ApiResult<tao_slurm_engine::config::Settings> {
     let rules = state.operator.org(org);
     let key = org_key(&state.state_path, org, rules.ssh_key.as_deref()).map_err(|m| {
         tracing::warn!(%org, error = %m, "cannot make the org's key");
@@ -286,7 +291,8 @@ fn granted_aliases(
     let field = "cloud_specific_details.slurm_hostname";
     let mut aliases = Vec::new();
     for given in &d.slurm_hostname {
-        let host = tao_slurm_engine::config::LoginHost::parse(given).map_err(|e| ApiError::field(field, e.to_string()))?;
+        let host =
+            tao_slurm_engine::config::LoginHost::parse(given).map_err(|e| ApiError::field(field, e.to_string()))?;
         if host.port.is_none() && rules.ssh_aliases.contains(&host.host) {
             // A plain host name or address: nothing ssh would read as a token, option or word.
             let (name, port) = tao_slurm_engine::client::alias_destination(operator, &host.host)
@@ -358,7 +364,11 @@ fn cannot_log_in(w: &Workspace, org: &str) -> String {
 
 /// A preflight check's detail and remediation as the org may see them: an org's own workspace's
 /// failed login says only that it failed (see [`cannot_log_in`]).
-pub fn org_facing_check(state: &AppState, w: &Workspace, c: &tao_slurm_engine::preflight::Check) -> (String, Option<String>) {
+pub fn org_facing_check(
+    state: &AppState,
+    w: &Workspace,
+    c: &tao_slurm_engine::preflight::Check,
+) -> (String, Option<String>) {
     match &w.access {
         Access::Owned(org) if !c.ok && CONNECTION_CHECKS.contains(&c.name.as_str()) => {
             tracing::warn!(workspace = %w.id, %org, check = %c.name, host = ?c.host, detail = %c.detail.trim(), "an org workspace cannot log in");

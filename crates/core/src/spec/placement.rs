@@ -98,9 +98,16 @@ mod tests {
         }
         let laid = JobSpec { qos: Some("old".into()), image: "i".into(), ..JobSpec::default() }.overlay(spec);
         assert_eq!(laid.image, "i");
-        assert_eq!(serde_json::to_value(Placement::default().spec()).unwrap(), serde_json::to_value(JobSpec::default()).unwrap());
+        assert_eq!(
+            serde_json::to_value(Placement::default().spec()).unwrap(),
+            serde_json::to_value(JobSpec::default()).unwrap()
+        );
         for f in placement_fields() {
-            assert_eq!(serde_json::to_value(&laid).unwrap()[f], serde_json::to_value(&every).unwrap()[f], "overlay: {f}");
+            assert_eq!(
+                serde_json::to_value(&laid).unwrap()[f],
+                serde_json::to_value(&every).unwrap()[f],
+                "overlay: {f}"
+            );
         }
     }
 

@@ -1,13 +1,13 @@
 //! Tools about the cluster rather than a job: preflight, check_paths, image_import,
 //! credentials_status.
 
-use tao_slurm_engine::client::PathCheck;
-use tao_slurm_engine::config::Settings;
 use crate::args::{CheckPathsArgs, ImageImportArgs};
 use crate::reply::{Reply, ToolError};
-use tao_slurm_engine::Client;
 use schemars::JsonSchema;
 use serde::Serialize;
+use tao_slurm_engine::client::PathCheck;
+use tao_slurm_engine::config::Settings;
+use tao_slurm_engine::Client;
 
 /// One preflight check (the core's).
 pub type CheckOut = tao_slurm_engine::preflight::Check;

@@ -1,13 +1,13 @@
 //! The `init` tool: `tao-slurm init` without prompts. A call without `write` shows what was found
 //! and the file it would write; with `write` (the user agreed) it writes it and runs preflight on it.
 
-use tao_slurm_engine::client::init::{self as init, ClusterFound, InitAnswers, InitProblem};
 use crate::args::InitArgs;
 use crate::reply::{Reply, ToolError};
 use crate::tools::cluster::CheckOut;
 use schemars::JsonSchema;
 use serde::Serialize;
 use std::path::PathBuf;
+use tao_slurm_engine::client::init::{self as init, ClusterFound, InitAnswers, InitProblem};
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct InitOut {

@@ -1,13 +1,13 @@
 //! Tools about jobs already submitted: status, list, cancel, events, explain.
 
-use tao_slurm_engine::client::{EventRecord, JobFilter};
-use tao_slurm_engine::filter::parse_age;
 use crate::args::{check_range, CancelArgs, EventsArgs, ExplainArgs, ListArgs, StatusArgs};
 use crate::hints::{for_jobs, jobs_summary};
 use crate::reply::{briefs, JobBrief, Reply, ToolError};
-use tao_slurm_engine::Client;
 use schemars::JsonSchema;
 use serde::Serialize;
+use tao_slurm_engine::client::{EventRecord, JobFilter};
+use tao_slurm_engine::filter::parse_age;
+use tao_slurm_engine::Client;
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct JobsOut {

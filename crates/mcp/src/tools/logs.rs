@@ -1,15 +1,15 @@
 //! The logs tool: the last lines of main.out/main.err, or a byte range to follow a file with, both
 //! capped in size (agents pay for every byte they read).
 
-use tao_slurm_engine::client::Stream;
 use crate::args::{
     check_range, LogsArgs, StreamChoice, LOG_BYTES_DEFAULT, LOG_BYTES_MAX, LOG_LINES_DEFAULT, LOG_LINES_MAX,
 };
 use crate::hints::for_jobs;
 use crate::reply::{JobBrief, Reply, ToolError};
-use tao_slurm_engine::Client;
 use schemars::JsonSchema;
 use serde::Serialize;
+use tao_slurm_engine::client::Stream;
+use tao_slurm_engine::Client;
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct LogText {

@@ -2,10 +2,10 @@
 //! Error or Canceled from its newest checkpoint, and `pause`/`resume`.
 
 use crate::reply::{JobBrief, Reply, ToolError};
-use tao_slurm_engine::ops::files::CheckpointFile;
-use tao_slurm_engine::Client;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use tao_slurm_engine::ops::files::CheckpointFile;
+use tao_slurm_engine::Client;
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

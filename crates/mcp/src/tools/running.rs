@@ -1,11 +1,11 @@
 //! `exec`: a command in a running job's container, its output bounded (not offered by `--read-only`).
 
-use tao_slurm_engine::client::{ExecOutput, Where};
 use crate::args::check_range;
 use crate::reply::{Reply, ToolError};
-use tao_slurm_engine::Client;
 use schemars::JsonSchema;
 use serde::Deserialize;
+use tao_slurm_engine::client::{ExecOutput, Where};
+use tao_slurm_engine::Client;
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

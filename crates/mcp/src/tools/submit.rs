@@ -1,14 +1,14 @@
 //! The submit tool: the same checks and the same secret handling as `tao-slurm submit` (values by
 //! variable name, from this server's environment or a secrets file; never in an argument or result).
 
-use tao_slurm_engine::client::{MonitorChoice, PlanSummary, PreviewChecks, Secrets, Submission, SubmitOptions};
 use crate::args::SubmitArgs;
 use crate::hints::after_submit;
 use crate::reply::{Reply, ToolError};
-use tao_slurm_engine::spec::{JobSpec, SpecError};
-use tao_slurm_engine::Client;
 use schemars::JsonSchema;
 use serde::Serialize;
+use tao_slurm_engine::client::{MonitorChoice, PlanSummary, PreviewChecks, Secrets, Submission, SubmitOptions};
+use tao_slurm_engine::spec::{JobSpec, SpecError};
+use tao_slurm_engine::Client;
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct SubmitOut {
@@ -70,7 +70,8 @@ pub fn to_spec(args: &SubmitArgs) -> Result<JobSpec, ToolError> {
             .map_err(|e| spec_error(&e.field.clone(), e))?;
     }
     let base = match &args.spec_file {
-        Some(p) => tao_slurm_engine::spec_file::read_job_file(std::path::Path::new(p)).map_err(|e| spec_error("spec_file", e))?,
+        Some(p) => tao_slurm_engine::spec_file::read_job_file(std::path::Path::new(p))
+            .map_err(|e| spec_error("spec_file", e))?,
         None => JobSpec::default(),
     };
     Ok(base.overlay(fields))
@@ -221,7 +222,9 @@ mod tests {
         let submit = schema::<SubmitArgs>();
         let offered = submit["properties"].as_object().unwrap();
         assert!(offered.len() > 30, "{offered:?}");
-        let missing = tao_slurm_engine::spec::doors::missing_at(tao_slurm_engine::spec::doors::Door::Mcp, |name| offered.contains_key(name));
+        let missing = tao_slurm_engine::spec::doors::missing_at(tao_slurm_engine::spec::doors::Door::Mcp, |name| {
+            offered.contains_key(name)
+        });
         assert!(missing.is_empty(), "JobSpec fields missing from the submit tool's arguments: {missing:?}");
     }
 
