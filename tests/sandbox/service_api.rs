@@ -150,6 +150,38 @@ async fn jobs_on_two_clusters_over_http() {
         "{cluster}"
     );
 
+    // A dry run is the client's one preview, checked with the cluster and the service's policy: the
+    // plan and the batch script, the placement fields in it; nothing recorded or submitted.
+    let dry = svc
+        .http
+        .post(svc.api("/jobs?dry_run=true"))
+        .bearer_auth(&svc.token)
+        .json(&json!({"image": "ubuntu:22.04", "command": "echo dry", "gpus": 1, "workspace": "login1",
+            "nodelist": "node2", "exclude": "node1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(dry.status(), 200);
+    let dry: Value = dry.json().await.unwrap();
+    assert_eq!((dry["dry_run"].as_bool(), dry["plan"]["nodelist"].as_str()), (Some(true), Some("node2")), "{dry}");
+    let script = dry["files"].as_array().unwrap().last().unwrap()["contents"].as_str().unwrap().to_string();
+    for line in ["\n#SBATCH --nodelist=node2\n", "\n#SBATCH --exclude=node1\n", "echo dry"] {
+        assert!(script.contains(line), "{line:?} not in the dry run's script:\n{script}");
+    }
+    let dry_id = dry["job_id"].as_str().unwrap();
+    let r = svc.get(&svc.api(&format!("/jobs/{dry_id}"))).send().await.unwrap();
+    assert_eq!(r.status(), 404, "a dry run records nothing");
+    let bad = svc
+        .http
+        .post(svc.api("/jobs?dry_run=true"))
+        .bearer_auth(&svc.token)
+        .json(&json!({"image": "ubuntu:22.04", "command": "true", "workspace": "login1", "nodelist": "node2 --x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    assert_eq!(bad.json::<Value>().await.unwrap()["field"], "nodelist");
+
     // A training job on login1 (by workspace), a long one on login2 (by backend_details).
     let (status, a) = svc
         .create(&json!({"name": "train-a", "image": "ubuntu:22.04", "command": TRAINING, "gpus": 1,

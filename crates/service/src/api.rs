@@ -9,7 +9,7 @@ use super::token_info::TokenInfo;
 use super::types::*;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -17,9 +17,10 @@ use std::sync::Arc;
 use tao_slurm_engine::status::PlatformStatus;
 
 #[utoipa::path(post, path = "/api/v2/orgs/{org}/jobs", tag = "jobs", security(("bearer" = [])),
-    params(("org" = String, Path)),
+    params(("org" = String, Path), CreateQuery),
     request_body(content = inline(JobCreateBody), description = "tao-slurm's job, or TAO's ExperimentJobReq / DatasetJobReq (`kind`, `action`, `network_arch`, `specs`, ... and no `image`): run as tao-core runs it on Slurm (TAO's image table, its container entrypoint); fields not used are ignored and named in the reply's `warnings`"),
     responses((status = 201, description = "Submitted to Slurm", body = JobOut),
+        (status = 200, description = "With `dry_run=true`: what would be submitted; nothing was", body = DryRunOut),
         (status = 202, description = "With `Prefer: respond-async`: recorded, and submitted after in a batch; the job's status and message tell how that went", body = JobOut),
         (status = 400, description = "Invalid: `field` names the field; nothing was sent to a cluster", body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 413, body = ErrorBody),
@@ -29,6 +30,7 @@ pub async fn create_job(
     State(state): State<AppStateRef>,
     Extension(token): Extension<TokenInfo>,
     Path(org): Path<String>,
+    Query(query): Query<CreateQuery>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
@@ -64,6 +66,9 @@ pub async fn create_job(
         ApiError::internal("the service cannot read the org's secrets; the operator finds why in its log")
     })?;
     let secrets = super::org_secrets::resolve(&spec.secret_env, &org, &values)?;
+    if query.dry_run == Some(true) {
+        return dry_run(ws, policy, spec, secrets).await;
+    }
     let meta = tao_slurm_engine::client::ApiJob {
         job_id: String::new(),
         org: org.clone(),
@@ -155,6 +160,37 @@ pub async fn create_job(
     let mut r = created(&state, &org, &job_id, warnings, StatusCode::ACCEPTED)?;
     r.headers_mut().insert("preference-applied", header::HeaderValue::from_static("respond-async"));
     Ok(r)
+}
+
+/// A create's dry run: the client's one preview of the job, with the cluster's checks, then the
+/// service's policy on its plan; nothing is recorded or submitted.
+async fn dry_run(
+    ws: Arc<super::workspace::Workspace>,
+    policy: tao_slurm_core::policy::Policy,
+    spec: tao_slurm_engine::JobSpec,
+    secrets: tao_slurm_engine::spec::SecretValues,
+) -> ApiResult<Response> {
+    let in_pool = ws.creates.enter(&ws.id).await?;
+    let preview = tokio::task::spawn_blocking(move || {
+        let _in_pool = in_pool;
+        let checks =
+            tao_slurm_engine::client::PreviewChecks::Online(tao_slurm_engine::client::Secrets::Values(secrets));
+        ws.with_client(|client| client.preview(&spec, checks)).map_err(ApiError::engine)
+    });
+    let preview = joined(preview.await)?;
+    super::policy::admit(&policy, &preview.plan)?;
+    let out = DryRunOut {
+        dry_run: true,
+        job_id: preview.plan.layout.job_id.clone(),
+        plan: serde_json::to_value(&preview.plan).map_err(|e| ApiError::internal(e.to_string()))?,
+        files: preview
+            .files
+            .iter()
+            .map(|f| StagedFileOut { path: f.path.clone(), contents: f.contents.clone() })
+            .collect(),
+        warnings: preview.warnings,
+    };
+    Ok((StatusCode::OK, Json(out)).into_response())
 }
 
 /// Whether the request's `Prefer` header (RFC 7240) asks for `respond-async`: answered once the

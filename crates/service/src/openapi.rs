@@ -80,6 +80,8 @@ impl Modify for BearerAuth {
         super::audit::AuditList,
         types::TaoStatus,
         types::JobCreate,
+        types::DryRunOut,
+        types::StagedFileOut,
         tao_slurm_engine::spec::Placement,
         types::CommandIn,
         types::BackendDetailsIn,

@@ -768,6 +768,38 @@ mod tests {
     }
 }
 
+/// Parameters of a create.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct CreateQuery {
+    /// Check the job as a create would (every field, the policy, the org's secrets, the cluster's
+    /// partition and paths) and answer with what would be submitted, submitting and recording
+    /// nothing: the plan and the staged files, the batch script last (as `tao-slurm submit
+    /// --dry-run --json` shows them).
+    pub dry_run: Option<bool>,
+}
+
+/// What a create with `dry_run=true` would submit.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct DryRunOut {
+    pub dry_run: bool,
+    /// The id the job would have (each dry run draws a new one).
+    pub job_id: String,
+    /// The resolved plan, fitted to its partition as the submit would fit it.
+    #[schema(value_type = Object)]
+    pub plan: serde_json::Value,
+    /// The files the submit would stage on shared storage, the batch script last.
+    pub files: Vec<StagedFileOut>,
+    pub warnings: Vec<String>,
+}
+
+/// A file a submit would stage.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct StagedFileOut {
+    pub path: String,
+    pub contents: String,
+}
+
 /// Parameters of a job's event stream.
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
