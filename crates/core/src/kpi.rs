@@ -5,11 +5,13 @@
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-/// One progress report of a job, as `status.json` said it.
+/// One progress report of a job, as `status.json` said it. Its time is Unix seconds as the engine
+/// keeps it, RFC 3339 text in the service's replies (`KpiPoint<Rfc3339>`).
 #[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
-pub struct KpiPoint {
-    /// Unix seconds when the line was first read.
-    pub at: i64,
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct KpiPoint<T = i64> {
+    /// When the line was first read.
+    pub at: T,
     pub epoch: Option<f64>,
     pub max_epoch: Option<f64>,
     pub cur_iter: Option<f64>,
@@ -17,6 +19,14 @@ pub struct KpiPoint {
     /// The numeric KPIs (`kpi` of TAO's status lines, and a top-level `loss`), by name.
     pub kpi: BTreeMap<String, f64>,
     pub message: Option<String>,
+}
+
+impl<T> KpiPoint<T> {
+    /// The same point with its time as `f` gives it.
+    pub fn map_time<U>(self, f: impl Fn(T) -> U) -> KpiPoint<U> {
+        let KpiPoint { at, epoch, max_epoch, cur_iter, eta, kpi, message } = self;
+        KpiPoint { at: f(at), epoch, max_epoch, cur_iter, eta, kpi, message }
+    }
 }
 
 /// The complete JSON lines of a status.json text that report progress, oldest first (a half-written

@@ -7,25 +7,13 @@ use super::common::{blocking, org_job, workspace_of, AppStateRef};
 use super::error::{ApiError, ApiResult, ErrorBody};
 use axum::Json;
 use serde::Serialize;
-use std::collections::BTreeMap;
 use utoipa::ToSchema;
 
 /// The most points one reply holds.
 pub const MAX_POINTS: usize = 1000;
 
-/// One progress report of the job.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct KpiOut {
-    /// When the report was first read (RFC 3339).
-    pub at: String,
-    pub epoch: Option<f64>,
-    pub max_epoch: Option<f64>,
-    pub cur_iter: Option<f64>,
-    pub eta: Option<String>,
-    /// The numeric KPIs by name (`loss`, `mAP`, ...).
-    pub kpi: BTreeMap<String, f64>,
-    pub message: Option<String>,
-}
+/// One progress report of the job: the core's, its time as RFC 3339 text.
+pub type KpiOut = tao_slurm_engine::kpi::KpiPoint<tao_slurm_engine::model::Rfc3339>;
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct KpiList {
@@ -48,15 +36,7 @@ pub async fn job_kpis(
     Ok(Json(KpiList {
         points: tao_slurm_engine::kpi::thin(points, MAX_POINTS)
             .into_iter()
-            .map(|p| KpiOut {
-                at: tao_slurm_engine::clock::rfc3339(p.at),
-                epoch: p.epoch,
-                max_epoch: p.max_epoch,
-                cur_iter: p.cur_iter,
-                eta: p.eta,
-                kpi: p.kpi,
-                message: p.message,
-            })
+            .map(|p| p.map_time(|at| tao_slurm_engine::model::Rfc3339(tao_slurm_engine::clock::rfc3339(at))))
             .collect(),
     }))
 }
