@@ -190,6 +190,15 @@ fn check_sweep_env_name(field: &str, name: &str) -> Result<(), SpecError> {
 }
 
 impl JobSpec {
+    /// This spec without its sweep: what every variant starts from. A loop over the variants takes
+    /// it once (`spec.without_sweep().for_variant(v)`), so a 1,000-variant grid is not copied a
+    /// thousand times.
+    pub fn without_sweep(&self) -> JobSpec {
+        let mut spec = self.clone();
+        spec.sweep = None;
+        spec
+    }
+
     /// The spec of one variant: the sweep's base with the variant's values (env laid over, arguments
     /// appended to the command; with `shell = true`, appended to the one string, each quoted).
     pub fn for_variant(&self, v: &Variant) -> JobSpec {

@@ -494,7 +494,8 @@ impl Client {
         let first_spec = spec.for_variant(&sweep.variants[0].0);
         let Ready { plan: ready, secrets, mut warnings, partitions, .. } =
             self.ready(&first_spec, sweep.variants[0].1.clone(), secrets)?;
-        let specs: Vec<JobSpec> = sweep.variants.iter().map(|(v, _)| spec.for_variant(v)).collect();
+        let base = spec.without_sweep();
+        let specs: Vec<JobSpec> = sweep.variants.iter().map(|(v, _)| base.for_variant(v)).collect();
         for ((_, plan), variant) in sweep.variants.iter_mut().zip(&specs) {
             plan.image = ready.image.clone();
             // Each variant's own wall time fitted (the first one's warning is already in the list).
