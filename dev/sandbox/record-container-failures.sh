@@ -59,7 +59,8 @@ reg="http://127.0.0.1:$REGISTRY_PORT"
 tmp="$(mktemp -d)"
 curl -fsS -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' "$reg/v2/nvidia/pytorch/manifests/24.01-py3" >"$tmp/manifest.json"
 base="$(jq -r '.layers[0].digest' "$tmp/manifest.json")"
-curl -fsS "$reg/v2/nvidia/pytorch/blobs/$base" | head -c 2097152 >"$tmp/layer"
+curl -fsS -o "$tmp/whole" "$reg/v2/nvidia/pytorch/blobs/$base"
+head -c 2097152 "$tmp/whole" >"$tmp/layer"
 cut_digest="sha256:$(sha256sum "$tmp/layer" | cut -d' ' -f1)"
 cfg="$(jq -r '.config.digest' "$tmp/manifest.json")"
 push() { # REPO FILE DIGEST
@@ -73,6 +74,11 @@ push() { # REPO FILE DIGEST
 curl -fsS "$reg/v2/nvidia/pytorch/blobs/$cfg" >"$tmp/config"
 push nvidia/corrupt-layer "$tmp/layer" "$cut_digest"
 push nvidia/corrupt-layer "$tmp/config" "$cfg"
+# the image's other layers, as they are (the registry takes a manifest only with all of its blobs)
+for d in $(jq -r '.layers[1:][].digest' "$tmp/manifest.json"); do
+    curl -fsS -o "$tmp/other" "$reg/v2/nvidia/pytorch/blobs/$d"
+    push nvidia/corrupt-layer "$tmp/other" "$d"
+done
 jq --arg d "$cut_digest" --argjson s "$(stat -c %s "$tmp/layer")" '.layers[0].digest = $d | .layers[0].size = $s' "$tmp/manifest.json" >"$tmp/cut.json"
 curl -fsS -o /dev/null -X PUT -H 'Content-Type: application/vnd.docker.distribution.manifest.v2+json' \
     --data-binary "@$tmp/cut.json" "$reg/v2/nvidia/corrupt-layer/manifests/1"
