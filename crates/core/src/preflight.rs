@@ -558,12 +558,12 @@ impl Sections<'_> {
         ))
     }
 
-    /// Which tool the GPU sampler will use, as far as the login host shows: preflight runs where it
-    /// runs every check, on the login host, and starts no job on a compute node; each node's sampler
+    /// Which tool the GPU sampler will use, as far as the login host shows: preflight looks for the
+    /// tools on the login host, not on a compute node (its one step there is the Enroot space check's); each node's sampler
     /// chooses for itself when the job runs (DCGM where its `dcgmi` answers, else `nvidia-smi`). A
     /// warning, never a failure, when the login host has neither.
     fn gpu_sampler(&self) -> Check {
-        const WHERE: &str = "checked on the login host only (preflight starts no job on a compute node); each node's sampler chooses for itself when a job runs: DCGM where its dcgmi answers, nvidia-smi otherwise";
+        const WHERE: &str = "checked on the login host only (preflight does not look for GPU tools on a compute node); each node's sampler chooses for itself when a job runs: DCGM where its dcgmi answers, nvidia-smi otherwise";
         let body = self.body("gpu_tools").unwrap_or_default();
         let has = |line: &str| body.lines().any(|l| l.trim() == line);
         let (dcgmi, answers, smi) = (has("has dcgmi"), has("dcgm answers"), has("has nvidia-smi"));
