@@ -325,7 +325,8 @@ impl Drop for SmallDataPath {
 
 /// Preflight looks at a compute node's Enroot data path (as that node's enroot.conf sets it) and
 /// warns, with the path and the figures, when the largest image of the squashfs cache does not fit
-/// there unpacked; on the sandbox's own disk it fits.
+/// there unpacked, and a job of the image then fails with the real Enroot's "No space left on
+/// device", classified as the node's; on the sandbox's own disk it fits.
 #[test]
 #[ignore = "mounts a small tmpfs over every node's Enroot data path, which other tests' containers need: dev/test runs it alone (cargo test --test sandbox -- --ignored)"]
 fn preflight_warns_when_the_enroot_data_path_cannot_hold_the_image() {
@@ -360,6 +361,16 @@ fn preflight_warns_when_the_enroot_data_path_cannot_hold_the_image() {
         );
         assert!(warn.contains("No space left on device"), "{warn}");
         assert!(text.contains("Ask the cluster admins for an ENROOT_DATA_PATH on a larger local disk"), "{text}");
+        // What the warning foretells: a job of the image fails as Enroot unpacks it (infra: a full
+        // node's disk; no retry asked for here, every node is as full), with the line and the path.
+        let mut once = Env::isolated();
+        once.vars.insert("MAX_JOB_RETRIES".into(), "0".into());
+        let (job, _) = once.submit(&["--image", "nvcr.io/nvidia/pytorch:24.01-py3", "--gpus", "0", "--", "true"]);
+        let v = once.wait_terminal(&job, Duration::from_secs(300));
+        assert_eq!(v["attempts"][0]["failure_class"], "infra", "{v}");
+        let message = v["message"].as_str().unwrap_or("");
+        assert!(message.contains("Write on output file failed because No space left on device"), "{v}");
+        assert!(message.contains("ENROOT_DATA_PATH"), "{v}");
     }
     // The sandbox's own disk holds it.
     let (code, text) = preflight(&env);
