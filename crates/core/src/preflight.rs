@@ -171,7 +171,8 @@ true"#;
 /// ENROOT_DATA_PATH as Enroot itself computes it from its enroot.conf (and conf.d, and the
 /// environment) on that node, read from its own trace (`SHELLOPTS=xtrace enroot version`: bash
 /// passes the option on to the real enroot behind any wrapper), the free bytes of the filesystem
-/// that holds it (its nearest existing directory: Enroot makes it on first use), and the largest
+/// that holds it (its nearest existing directory: Enroot makes it on first use), how many containers
+/// it holds (one directory each: what a global `container_scope` leaves behind), and the largest
 /// image of the squashfs cache with the bytes its files unpack to (`unsquashfs -lls`, metadata only).
 const ENROOT_SPACE_NODE: &str = r#"echo "node ${SLURMD_NODENAME:-}"
 command -v enroot >/dev/null 2>&1 || { echo no_enroot; exit 0; }
@@ -181,6 +182,7 @@ case "$p" in /*) ;; *) echo no_data_path; exit 0 ;; esac
 printf 'data_path %s\n' "$p"
 q=$p; while [ ! -d "$q" ]; do q=$(dirname -- "$q"); done
 df -P -B1 -- "$q" | awk 'NR == 2 { print "free", $4 }'
+[ ! -d "$p" ] || echo "containers $(find "$p" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | wc -l)"
 f=$(find "$1" -maxdepth 1 -type f -name '*.sqsh' -printf '%s %p\n' 2>/dev/null | sort -n | tail -n 1)
 [ -n "$f" ] || exit 0
 printf 'image %s\n' "$f"
@@ -208,6 +210,8 @@ struct EnrootSpace {
     node: String,
     data_path: String,
     free: u64,
+    /// The containers in it (none when it does not exist yet).
+    containers: u64,
     /// The largest squashfs image of the cache: its path, its size, and the bytes it unpacks to.
     image: Option<(String, u64, Option<u64>)>,
 }
@@ -229,11 +233,12 @@ fn read_enroot_space(body: &str) -> Result<Option<EnrootSpace>, String> {
         .and_then(|f| f.parse::<u64>().ok())
         .ok_or_else(|| format!("not checked: df on {node} did not answer for {data_path}"))?;
     let node = node.to_string();
+    let containers = value("containers").and_then(|c| c.parse().ok()).unwrap_or(0);
     let image = value("image").and_then(|i| {
         let (size, path) = i.split_once(' ')?;
         Some((path.to_string(), size.parse::<u64>().ok()?, value("unpacked").and_then(|u| u.parse().ok())))
     });
-    Ok(Some(EnrootSpace { node, data_path: data_path.to_string(), free, image }))
+    Ok(Some(EnrootSpace { node, data_path: data_path.to_string(), free, containers, image }))
 }
 
 /// Bytes as people read them: `12.3 GiB (13207024435 bytes)`.
@@ -516,12 +521,18 @@ impl Sections<'_> {
                 ))
             }
         };
-        let EnrootSpace { node, data_path, free, image } = space;
+        let EnrootSpace { node, data_path, free, containers, image } = space;
+        // What is there already: containers left by earlier jobs take their share of the disk.
+        let room = match containers {
+            0 => format!("{} free", bytes(free)),
+            1 => format!("{} free, 1 container there", bytes(free)),
+            n => format!("{} free, {n} containers there", bytes(free)),
+        };
         let Some((file, squashfs, unpacked)) = image else {
             let mut check = Check::pass(
                 NAME,
                 self.h(),
-                format!("ENROOT_DATA_PATH {data_path} on {node}: {} free; no image in the squashfs cache yet to compare with (TAO's images unpack to tens of GB)", bytes(free)),
+                format!("ENROOT_DATA_PATH {data_path} on {node}: {room}; no image in the squashfs cache yet to compare with (TAO's images unpack to tens of GB)"),
             );
             check.required = false;
             return Some(check);
@@ -541,18 +552,14 @@ impl Sections<'_> {
             let mut check = Check::pass(
                 NAME,
                 self.h(),
-                format!(
-                    "ENROOT_DATA_PATH {data_path} on {node}: {} free; the largest cached image, {file}, {what}",
-                    bytes(free)
-                ),
+                format!("ENROOT_DATA_PATH {data_path} on {node}: {room}; the largest cached image, {file}, {what}"),
             );
             check.required = false;
             return Some(check);
         }
         Some(warn(
             format!(
-                "ENROOT_DATA_PATH {data_path} on {node} has {} free, and the largest cached image, {file}, {what}: a job of it fails at start with \"No space left on device\" (Pyxis unpacks the image there on every node of the job)",
-                bytes(free)
+                "ENROOT_DATA_PATH {data_path} on {node} has {room}, and the largest cached image, {file}, {what}: a job of it fails at start with \"No space left on device\" (Pyxis unpacks the image there on every node of the job)"
             ),
             "Ask the cluster admins for an ENROOT_DATA_PATH on a larger local disk (enroot.conf on the compute nodes), or free space there: containers left by old jobs show in `srun -w NODE enroot list` and go with `enroot remove`.",
         ))
@@ -764,8 +771,12 @@ SLURMD_NODENAME=node1 exec "$@""#;
         );
         assert!(full.detail.contains("No space left on device"), "{full:?}");
         assert!(full.remediation.as_deref().unwrap().contains("ENROOT_DATA_PATH"), "{full:?}");
+        // Two containers left in the data path by earlier jobs: counted.
+        std::fs::create_dir_all(data.join("pyxis_tao-a")).unwrap();
+        std::fs::create_dir_all(data.join("pyxis_tao-b")).unwrap();
         let fits = check("'-rw-r--r-- root/root 2000 2024-01-01 00:00 squashfs-root/a' '-rwxr-xr-x root/root 48 2024-01-01 00:00 squashfs-root/b'");
         assert!(fits.ok && !fits.required, "{fits:?}");
+        assert!(fits.detail.contains(" free, 2 containers there; the largest cached image"), "{fits:?}");
         assert!(fits.detail.contains(&format!("{big}, unpacks to 2.0 KiB (2048 bytes)")), "{fits:?}");
         assert!(fits.detail.starts_with(&format!("ENROOT_DATA_PATH {path} on node1: ")), "{fits:?}");
         // No unsquashfs: the squashfs file's own size, said to be less than it needs.
@@ -797,6 +808,9 @@ SLURMD_NODENAME=node1 exec "$@""#;
             empty.ok && empty.detail.contains("1.0 GiB (1073741824 bytes) free; no image in the squashfs cache"),
             "{empty:?}"
         );
+        // The containers already there (a global container_scope leaves every job's) are counted.
+        let held = read("node node3\ndata_path /tmp/e\nfree 1073741824\ncontainers 7").unwrap();
+        assert!(held.detail.contains("(1073741824 bytes) free, 7 containers there; no image"), "{held:?}");
         let bad = read("node node3\ndata_path /tmp/e\nfree lots").unwrap();
         assert!(!bad.ok && bad.detail.contains("df on node3 did not answer for /tmp/e"), "{bad:?}");
     }
