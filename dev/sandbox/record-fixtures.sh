@@ -45,11 +45,6 @@ cluster="$(ssh_run "scontrol show config" | awk '$1 == "ClusterName" { print $3 
 ssh_run "sbatch --parsable --hold -J tao-fixture-parsable --wrap true; sbatch --parsable -M $cluster --hold -J tao-fixture-parsable --wrap true" >"$OUT/sbatch-parsable.txt"
 ssh_run "scancel --me -n tao-fixture-parsable" || true
 ssh_run "sinfo --version" >"$OUT/version.txt"
-# the real Pyxis' and Enroot's failures (container_errors.rs): an image the registry does not have, a
-# private image without the user's Enroot credentials (set aside for the step, then put back), a mount
-# whose source does not exist; what srun prints (stdout and stderr, as a job's log holds them)
-pyxis_case() { ssh_run "cd \$HOME && { $1; } 2>&1" >"$OUT/pyxis-$2.txt" || true; }
-pyxis_case "srun -N1 -p ${SLURM_PARTITION%%,*} --container-image=nvcr.io#nvidia/no-such-image:1.0 true" not-found
-pyxis_case "c=\$HOME/.config/enroot/.credentials; mv \$c \$c.aside; srun -N1 -p ${SLURM_PARTITION%%,*} --container-image=nvcr.io#${SANDBOX_PRIVATE_IMAGE#nvcr.io/} true; mv \$c.aside \$c" unauthorized
-pyxis_case "srun -N1 -p ${SLURM_PARTITION%%,*} --container-image=nvcr.io#nvidia/pytorch:24.01-py3 --container-mounts=/no/such/dir:/data true" missing-mount
+# the real Pyxis' and Enroot's failures (container_errors.rs), in a script of their own
+bash "$HERE/record-container-failures.sh" "$SETTINGS"
 echo "recorded Slurm $VERSION outputs in $OUT"

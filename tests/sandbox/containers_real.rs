@@ -155,3 +155,23 @@ fn runtime_failures_are_classified_not_retried_and_credentials_fix_a_private_ima
     let logs = env.json(&["logs", &again, "--json"]);
     assert!(logs["stdout"].as_str().unwrap().contains("tao-private/tao-toolkit:6.26.3-pyt"), "{logs}");
 }
+
+/// A damaged squashfs image (a copy cut short) fails on the real Enroot with unsquashfs' own line:
+/// every node would fail on it the same way, so it is surfaced at once, not retried, with what to do.
+#[test]
+fn a_damaged_squashfs_image_is_surfaced_at_once_with_its_line() {
+    let env = Env::new();
+    env.ok(&["image", "import", "ubuntu:22.04"]);
+    let base = env.vars["SLURM_BASE_RESULTS_DIR"].trim_end_matches('/').to_string();
+    let cut = format!("{base}/damaged-{}.sqsh", std::process::id());
+    // The job's user cuts the cached image to its first MiB (the squashfs header is still there).
+    env.ssh(&format!("head -c 1048576 \"$(ls {base}/sqsh-cache/ubuntu+22.04-*.sqsh | head -n 1)\" > {cut}"));
+    assert_eq!(std::fs::metadata(&cut).unwrap().len(), 1 << 20);
+    let (job, _) = env.submit(&["--image", &cut, "--gpus", "0", "--", "true"]);
+    let v = env.wait_terminal(&job, LIMIT);
+    let _ = std::fs::remove_file(&cut);
+    assert_eq!((v["status"].as_str(), v["retries"].as_u64()), (Some("Error"), Some(0)), "not retried: {v}");
+    let message = v["message"].as_str().unwrap_or("");
+    assert!(message.contains("FATAL ERROR: File system corruption detected"), "unsquashfs' own line: {v}");
+    assert!(message.contains("tao-slurm image import IMAGE --force"), "{v}");
+}

@@ -59,6 +59,7 @@ fn preflight_is_green_and_names_each_broken_part() {
         "partition polar",
         "pyxis",
         "container scope",
+        "enroot data path",
         "account association",
         "results directory",
     ] {
@@ -286,4 +287,95 @@ fn a_cancel_that_cannot_reach_the_controller_changes_nothing_and_says_why() {
     assert_eq!(status_of()["status"], "Canceled");
     let v = env.wait_terminal(&job, Duration::from_secs(300));
     assert_eq!(v["status"], "Canceled", "{v}");
+}
+
+/// A tmpfs over every node's Enroot data path of the sandbox user (as a node whose ENROOT_DATA_PATH
+/// is on a small disk), unmounted when dropped, even if an assertion failed.
+struct SmallDataPath(Vec<std::path::PathBuf>);
+impl SmallDataPath {
+    fn mount(size: &str) -> SmallDataPath {
+        let user = sandbox::setting("SLURM_USER");
+        let id = |flag: &str| {
+            let out = Command::new("id").args([flag, user]).output().unwrap();
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        };
+        let (uid, gid) = (id("-u"), id("-g"));
+        let mut mounted = SmallDataPath(Vec::new());
+        for node in ["node1", "node2", "node3", "node4"] {
+            let data = sandbox::dir().join(format!("enroot-data/{node}/user-{uid}/data"));
+            std::fs::create_dir_all(&data).unwrap();
+            let out = Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700,uid={uid},gid={gid}"), "tmpfs"])
+                .arg(&data)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "mount {}: {}", data.display(), String::from_utf8_lossy(&out.stderr));
+            mounted.0.push(data);
+        }
+        mounted
+    }
+}
+impl Drop for SmallDataPath {
+    fn drop(&mut self) {
+        for data in &self.0 {
+            let _ = Command::new("umount").arg(data).status();
+        }
+    }
+}
+
+/// Preflight looks at a compute node's Enroot data path (as that node's enroot.conf sets it) and
+/// warns, with the path and the figures, when the largest image of the squashfs cache does not fit
+/// there unpacked, and a job of the image then fails with the real Enroot's "No space left on
+/// device", classified as the node's; on the sandbox's own disk it fits.
+#[test]
+#[ignore = "mounts a small tmpfs over every node's Enroot data path, which other tests' containers need: dev/test runs it alone (cargo test --test sandbox -- --ignored)"]
+fn preflight_warns_when_the_enroot_data_path_cannot_hold_the_image() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let env = Env::isolated();
+    // At least one image in the cache (the sandbox's are about 29 MB as squashfs, more unpacked).
+    env.ok(&["image", "import", "nvcr.io/nvidia/pytorch:24.01-py3"]);
+    let cache = format!("{}/sqsh-cache/", env.vars["SLURM_BASE_RESULTS_DIR"].trim_end_matches('/'));
+    let line = |text: &str, mark: &str| {
+        let lines: Vec<String> =
+            text.lines().filter(|l| l.starts_with(&format!("{mark}  enroot data path"))).map(String::from).collect();
+        assert_eq!(lines.len(), 2, "one per login host, {mark}:\n{text}");
+        lines[0].clone()
+    };
+    let uid = {
+        let out = Command::new("id").args(["-u", sandbox::setting("SLURM_USER")]).output().unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let data_path = |node: &str| format!("{}/enroot-data/{node}/user-{uid}/data", sandbox::dir().display());
+    {
+        let _small = SmallDataPath::mount("1m");
+        let (code, text) = preflight(&env);
+        assert_eq!(code, 0, "a warning, not a failure: {text}");
+        let warn = line(&text, "WARN");
+        let node = warn.split(" on ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap_or("").to_string();
+        assert!(warn.contains(&format!("ENROOT_DATA_PATH {} on {node} has ", data_path(&node))), "{warn}");
+        // 1 MiB of tmpfs, in bytes, and the image unpacked: tens of MB.
+        assert!(warn.contains("1.0 MiB (1048576 bytes) free"), "{warn}");
+        assert!(
+            warn.contains(&format!("the largest cached image, {cache}")) && warn.contains(".sqsh, unpacks to "),
+            "{warn}"
+        );
+        assert!(warn.contains("No space left on device"), "{warn}");
+        assert!(text.contains("Ask the cluster admins for an ENROOT_DATA_PATH on a larger local disk"), "{text}");
+        // What the warning foretells: a job of the image fails as Enroot unpacks it (infra: a full
+        // node's disk; no retry asked for here, every node is as full), with the line and the path.
+        let mut once = Env::isolated();
+        once.vars.insert("MAX_JOB_RETRIES".into(), "0".into());
+        let (job, _) = once.submit(&["--image", "nvcr.io/nvidia/pytorch:24.01-py3", "--gpus", "0", "--", "true"]);
+        let v = once.wait_terminal(&job, Duration::from_secs(300));
+        assert_eq!(v["attempts"][0]["failure_class"], "infra", "{v}");
+        let message = v["message"].as_str().unwrap_or("");
+        assert!(message.contains("Write on output file failed because No space left on device"), "{v}");
+        assert!(message.contains("ENROOT_DATA_PATH"), "{v}");
+    }
+    // The sandbox's own disk holds it.
+    let (code, text) = preflight(&env);
+    assert_eq!(code, 0, "{text}");
+    let pass = line(&text, "PASS");
+    assert!(pass.contains("free; the largest cached image, ") && pass.contains(".sqsh, unpacks to "), "{pass}");
+    assert!(pass.contains("/enroot-data/node"), "{pass}");
 }

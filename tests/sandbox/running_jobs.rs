@@ -232,6 +232,16 @@ fn tensorboard_starts_in_the_job_container_on_its_results_and_is_forwarded() {
     // hold sockets, none of them a TCP listener.
     let tb = processes_with(&format!("unix://{remote}"));
     assert!(tb.iter().any(|(_, sockets)| !sockets.is_empty()), "TensorBoard's processes and sockets: {tb:?}");
+    // TensorBoard runs in the job's container (Enroot's root filesystem of the job's image), not on
+    // the node: its root's /etc/os-release is the image's.
+    let roots: Vec<String> = tb
+        .iter()
+        .filter_map(|(pid, _)| std::fs::read_to_string(format!("/proc/{pid}/root/etc/os-release")).ok())
+        .collect();
+    assert!(
+        roots.iter().any(|r| r.lines().any(|l| l == "TAO_SLURM_SANDBOX_IMAGE=library/ubuntu:22.04")),
+        "TensorBoard's processes' roots: {roots:?}"
+    );
     let listening = tcp_listening_inodes();
     for (pid, sockets) in &tb {
         assert!(sockets.iter().all(|s| !listening.contains(s)), "process {pid} listens on TCP: {sockets:?}");
@@ -252,15 +262,19 @@ fn tensorboard_starts_in_the_job_container_on_its_results_and_is_forwarded() {
     env.ok(&["cancel", &job]);
 }
 
+/// `shell` opens a terminal in the job's own container on the real Pyxis and Enroot: the file the
+/// job wrote in its container's root filesystem is there, and the image's own /etc/os-release.
 #[test]
 fn shell_through_a_pseudo_terminal_runs_a_command_and_exits() {
     let env = Env::new();
-    let (job, _) = running_job(&env, "sleep 300");
+    let (job, _) = running_job(&env, "echo \"shell-$TAO_JOB_ID\" > /tmp/marker; sleep 300");
     let mut shell = PtyChild::spawn(env.command(&["shell", &job, "--", "sh"]));
-    shell.type_in("echo tty=$(test -t 0 && echo yes) sum=$((6*7))\r");
-    wait_for("the shell's answer", LIMIT, Duration::from_millis(200), || {
-        when(shell.seen(), |s| s.contains("tty=yes sum=42"))
-    });
+    // The terminal echoes the line as typed: only the shell's answer has the expanded values.
+    shell.type_in(
+        "echo tty=$(test -t 0 && echo yes) sum=$((6*7)) marker=$(cat /tmp/marker) image=$(. /etc/os-release; echo $TAO_SLURM_SANDBOX_IMAGE)\r",
+    );
+    let want = format!("tty=yes sum=42 marker=shell-{job} image=library/ubuntu:22.04");
+    wait_for("the shell's answer", LIMIT, Duration::from_millis(200), || when(shell.seen(), |s| s.contains(&want)));
     shell.type_in("exit 3\r");
     let code = wait_for("the shell to end", LIMIT, Duration::from_millis(200), || shell.child.try_wait().unwrap());
     assert_eq!(code.code(), Some(3), "{}", shell.seen());

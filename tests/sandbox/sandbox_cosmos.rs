@@ -1,7 +1,7 @@
 //! Cosmos-RL jobs on the real cluster (4 nodes × 8 GPUs): three steps in one allocation, each task
-//! reporting what it was given; a failing role stopping the others; the role's logs and name.
-//! The sandbox runs tasks on the host (the Pyxis stand-in only records the container options), so
-//! the command is a shell snippet that prints its environment.
+//! reporting what it was given; a failing role stopping the others; the role's logs and name. Each
+//! role's step runs in a named container of its own on the real Pyxis and Enroot; the command is a
+//! shell snippet that prints its environment.
 
 use crate::common::wait::{wait_for, when};
 use crate::common::{is_terminal, Env};
@@ -346,6 +346,18 @@ fn exec_by_role_reaches_the_roles_nodes_and_container() {
     assert_eq!(ran(&["--role", "controller"]), on(&first, "controller"));
     let last_rollout = c["rollout_nodes"].split(' ').next_back().unwrap().to_string();
     assert_eq!(ran(&["--node", &last_rollout]), on(&last_rollout, "rollout"));
+    // `shell --role` opens a terminal in that role's container, on its first node.
+    let mut shell = crate::common::pty::PtyChild::spawn(env.command(&["shell", &job, "--role", "policy", "--", "sh"]));
+    shell.type_in("echo \"in=$(cat /tmp/container) on=$SLURMD_NODENAME\"\r");
+    let want = format!("in=tao-{job}-policy on={first}");
+    wait_for("the policy's terminal", Duration::from_secs(180), Duration::from_millis(200), || {
+        when(shell.seen(), |s| s.contains(&want))
+    });
+    shell.type_in("exit 4\r");
+    let code = wait_for("the terminal to end", Duration::from_secs(60), Duration::from_millis(200), || {
+        shell.child.try_wait().unwrap()
+    });
+    assert_eq!(code.code(), Some(4), "{}", shell.seen());
     let bare = env.run(&["exec", &job, "--", "true"]);
     assert_ne!(bare.status.code(), Some(0));
     let err = String::from_utf8_lossy(&bare.stderr);

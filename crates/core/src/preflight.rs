@@ -166,6 +166,90 @@ const GPU_TOOLS_PROBE: &str = r#"for c in dcgmi nvidia-smi; do command -v "$c" >
 if command -v dcgmi >/dev/null 2>&1; then timeout 10 dcgmi discovery -l >/dev/null 2>&1 && echo "dcgm answers"; fi
 true"#;
 
+/// What a compute node's Enroot will unpack images into, and what there is room for, run in a
+/// 1-task step (`srun --immediate`: preflight waits seconds for a free node, never in the queue):
+/// ENROOT_DATA_PATH as Enroot itself computes it from its enroot.conf (and conf.d, and the
+/// environment) on that node, read from its own trace (`SHELLOPTS=xtrace enroot version`: bash
+/// passes the option on to the real enroot behind any wrapper), the free bytes of the filesystem
+/// that holds it (its nearest existing directory: Enroot makes it on first use), how many containers
+/// it holds (one directory each: what a global `container_scope` leaves behind), and the largest
+/// image of the squashfs cache with the bytes its files unpack to (`unsquashfs -lls`, metadata only).
+const ENROOT_SPACE_NODE: &str = r#"echo "node ${SLURMD_NODENAME:-}"
+command -v enroot >/dev/null 2>&1 || { echo no_enroot; exit 0; }
+t=$(env SHELLOPTS=xtrace timeout 10 enroot version 2>&1 >/dev/null | grep -a "^+* export '\{0,1\}ENROOT_DATA_PATH=" | tail -n 1)
+p=${t#*ENROOT_DATA_PATH=}; p=${p%\'}
+case "$p" in /*) ;; *) echo no_data_path; exit 0 ;; esac
+printf 'data_path %s\n' "$p"
+q=$p; while [ ! -d "$q" ]; do q=$(dirname -- "$q"); done
+df -P -B1 -- "$q" | awk 'NR == 2 { print "free", $4 }'
+[ ! -d "$p" ] || echo "containers $(find "$p" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | wc -l)"
+f=$(find "$1" -maxdepth 1 -type f -name '*.sqsh' -printf '%s %p\n' 2>/dev/null | sort -n | tail -n 1)
+[ -n "$f" ] || exit 0
+printf 'image %s\n' "$f"
+u=$(timeout 10 unsquashfs -lls "${f#* }" 2>/dev/null | awk '/^-/ { s += $3; n++ } END { if (n) printf "%.0f", s }')
+[ -z "$u" ] || echo "unpacked $u""#;
+
+/// Seconds the space check waits for a node of the partition to be free before it gives up (a
+/// warning that says it could not look).
+const ENROOT_SPACE_IMMEDIATE_SECS: u32 = 5;
+
+/// The step that runs [`ENROOT_SPACE_NODE`] on one node of the settings' partitions. Pure.
+fn enroot_space_probe(settings: &Settings) -> String {
+    let account = settings.account.as_deref().map(|a| format!(" -A {}", quote(a))).unwrap_or_default();
+    format!(
+        "timeout 30 srun --immediate={ENROOT_SPACE_IMMEDIATE_SECS} -N1 -n1 --time=1 -J tao-slurm-preflight -p {part}{account} --quiet bash -c {node} tao-enroot-space {cache} </dev/null",
+        part = quote(&settings.partition),
+        node = quote(ENROOT_SPACE_NODE),
+        cache = quote(&settings.sqsh_policy().cache_dir),
+    )
+}
+
+/// A compute node's Enroot data path and its room, as [`ENROOT_SPACE_NODE`] printed them.
+#[derive(Debug, Clone, PartialEq)]
+struct EnrootSpace {
+    node: String,
+    data_path: String,
+    free: u64,
+    /// The containers in it (none when it does not exist yet).
+    containers: u64,
+    /// The largest squashfs image of the cache: its path, its size, and the bytes it unpacks to.
+    image: Option<(String, u64, Option<u64>)>,
+}
+
+/// What the node said: its Enroot's room, or why there is none to report (`Ok(None)`: no Enroot on
+/// the node, which the Pyxis check covers), or why it could not be read (`Err`, what the step said).
+fn read_enroot_space(body: &str) -> Result<Option<EnrootSpace>, String> {
+    let value = |key: &str| body.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')).map(str::trim);
+    if body.lines().any(|l| l.trim() == "no_enroot") {
+        return Ok(None);
+    }
+    let node = value("node").filter(|n| !n.is_empty()).ok_or_else(|| {
+        format!("not checked: no node ran the check within {ENROOT_SPACE_IMMEDIATE_SECS} s ({})", summary(body))
+    })?;
+    let data_path = value("data_path").ok_or_else(|| {
+        format!("not checked: enroot on {node} did not show its ENROOT_DATA_PATH (its configuration could not be read)")
+    })?;
+    let free = value("free")
+        .and_then(|f| f.parse::<u64>().ok())
+        .ok_or_else(|| format!("not checked: df on {node} did not answer for {data_path}"))?;
+    let node = node.to_string();
+    let containers = value("containers").and_then(|c| c.parse().ok()).unwrap_or(0);
+    let image = value("image").and_then(|i| {
+        let (size, path) = i.split_once(' ')?;
+        Some((path.to_string(), size.parse::<u64>().ok()?, value("unpacked").and_then(|u| u.parse().ok())))
+    });
+    Ok(Some(EnrootSpace { node, data_path: data_path.to_string(), free, containers, image }))
+}
+
+/// Bytes as people read them: `12.3 GiB (13207024435 bytes)`.
+fn bytes(n: u64) -> String {
+    const UNITS: &[(u64, &str)] = &[(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    match UNITS.iter().find(|(u, _)| n >= *u) {
+        Some((u, name)) => format!("{:.1} {name} ({n} bytes)", n as f64 / *u as f64),
+        None => format!("{n} bytes"),
+    }
+}
+
 /// The one remote script that runs every remote check on a host. Pure.
 pub fn preflight_script(settings: &Settings) -> String {
     let mut s = String::new();
@@ -182,6 +266,7 @@ pub fn preflight_script(settings: &Settings) -> String {
     section("pyxis", &format!("{t} srun --help | grep -c -e '--container-image'"));
     section("pyxis_version", PYXIS_VERSION_PROBE);
     section("gpu_tools", GPU_TOOLS_PROBE);
+    section("enroot_space", &enroot_space_probe(settings));
     if let Some(account) = &settings.account {
         section(
             "association",
@@ -229,6 +314,7 @@ pub fn read_preflight(settings: &Settings, host: &str, stdout: &str) -> Vec<Chec
     checks.extend(settings.account.as_deref().map(|a| out.account_association(a)));
     checks.push(out.pyxis());
     checks.extend(out.container_scope());
+    checks.extend(out.enroot_space());
     checks.push(out.gpu_sampler());
     if settings.ngc_key.is_some() {
         checks.push(out.enroot_credentials());
@@ -413,12 +499,78 @@ impl Sections<'_> {
         Some(check)
     }
 
-    /// Which tool the GPU sampler will use, as far as the login host shows: preflight runs where it
-    /// runs every check, on the login host, and starts no job on a compute node; each node's sampler
+    /// A warning when a compute node's Enroot data path has less room than the largest image of the
+    /// squashfs cache unpacks to (Pyxis unpacks a job's image there, on every node of the job), with
+    /// the figures and the path; what it found when there is room. Nothing when the node has no
+    /// Enroot (the Pyxis check says so).
+    fn enroot_space(&self) -> Option<Check> {
+        const NAME: &str = "enroot data path";
+        let warn = |detail: String, remediation: &str| {
+            let mut check = Check::fail(NAME, self.h(), detail, remediation);
+            check.required = false;
+            check
+        };
+        let body = self.body("enroot_space").unwrap_or_default();
+        let space = match read_enroot_space(&body) {
+            Ok(Some(space)) => space,
+            Ok(None) => return None,
+            Err(why) => {
+                return Some(warn(
+                    why,
+                    "Check a compute node yourself: `srun -N1 df -h` of the ENROOT_DATA_PATH in its enroot.conf (often /etc/enroot/enroot.conf); an image is unpacked there for every job.",
+                ))
+            }
+        };
+        let EnrootSpace { node, data_path, free, containers, image } = space;
+        // What is there already: containers left by earlier jobs take their share of the disk.
+        let room = match containers {
+            0 => format!("{} free", bytes(free)),
+            1 => format!("{} free, 1 container there", bytes(free)),
+            n => format!("{} free, {n} containers there", bytes(free)),
+        };
+        let Some((file, squashfs, unpacked)) = image else {
+            let mut check = Check::pass(
+                NAME,
+                self.h(),
+                format!("ENROOT_DATA_PATH {data_path} on {node}: {room}; no image in the squashfs cache yet to compare with (TAO's images unpack to tens of GB)"),
+            );
+            check.required = false;
+            return Some(check);
+        };
+        // Without unsquashfs on the node, the squashfs file's own size: less than it unpacks to.
+        let (need, what) = match unpacked {
+            Some(u) => (u, format!("unpacks to {}", bytes(u))),
+            None => (
+                squashfs,
+                format!(
+                    "is {} as squashfs and unpacks to more (unsquashfs was not there to say how much)",
+                    bytes(squashfs)
+                ),
+            ),
+        };
+        if free >= need {
+            let mut check = Check::pass(
+                NAME,
+                self.h(),
+                format!("ENROOT_DATA_PATH {data_path} on {node}: {room}; the largest cached image, {file}, {what}"),
+            );
+            check.required = false;
+            return Some(check);
+        }
+        Some(warn(
+            format!(
+                "ENROOT_DATA_PATH {data_path} on {node} has {room}, and the largest cached image, {file}, {what}: a job of it fails at start with \"No space left on device\" (Pyxis unpacks the image there on every node of the job)"
+            ),
+            "Ask the cluster admins for an ENROOT_DATA_PATH on a larger local disk (enroot.conf on the compute nodes), or free space there: containers left by old jobs show in `srun -w NODE enroot list` and go with `enroot remove`.",
+        ))
+    }
+
+    /// Which tool the GPU sampler will use, as far as the login host shows: preflight looks for the
+    /// tools on the login host, not on a compute node (its one step there is the Enroot space check's); each node's sampler
     /// chooses for itself when the job runs (DCGM where its `dcgmi` answers, else `nvidia-smi`). A
     /// warning, never a failure, when the login host has neither.
     fn gpu_sampler(&self) -> Check {
-        const WHERE: &str = "checked on the login host only (preflight starts no job on a compute node); each node's sampler chooses for itself when a job runs: DCGM where its dcgmi answers, nvidia-smi otherwise";
+        const WHERE: &str = "checked on the login host only (preflight does not look for GPU tools on a compute node); each node's sampler chooses for itself when a job runs: DCGM where its dcgmi answers, nvidia-smi otherwise";
         let body = self.body("gpu_tools").unwrap_or_default();
         let has = |line: &str| body.lines().any(|l| l.trim() == line);
         let (dcgmi, answers, smi) = (has("has dcgmi"), has("dcgm answers"), has("has nvidia-smi"));
@@ -565,9 +717,103 @@ mod tests {
         ("sacct", "true"),
         ("scancel", "true"),
         ("scontrol", "echo 'PartitionName=polar MaxTime=04:00:00 State=UP TRES=cpu=8,gres/gpu=32'; echo 'PartitionName=polar3 MaxTime=04:00:00 State=UP'; echo 'PartitionName=polar4 MaxTime=04:00:00 State=UP'; echo 'PartitionName=grizzly MaxTime=04:00:00 State=UP'"),
-        ("srun", "echo '      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH'"),
+        ("srun", SRUN),
         ("nvidia-smi", "true"),
     ];
+
+    /// `srun --help` lists Pyxis' option; any other srun runs its command (from `bash` on) as a step
+    /// on node1 would.
+    const SRUN: &str = r#"case " $* " in *" --help "*) echo '      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH'; exit 0 ;; esac
+while [ "$#" -gt 0 ] && [ "$1" != bash ]; do shift; done
+SLURMD_NODENAME=node1 exec "$@""#;
+
+    /// What a node's Enroot unpacks into, how much room it has and how big the largest cached image
+    /// is unpacked, read by running the probe: the path from enroot's own trace (here a path with a
+    /// space, which the trace quotes), its nearest existing directory's free bytes, the image's
+    /// files' sizes. A warning with the three figures when the image does not fit; a pass that says
+    /// them when it does.
+    #[test]
+    fn the_enroot_data_path_is_compared_with_the_largest_cached_image() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("enroot data/user-1000/data");
+        std::fs::create_dir_all(dir.path().join("enroot data")).unwrap();
+        let cache = dir.path().join("sqsh-cache");
+        std::fs::create_dir_all(&cache).unwrap();
+        std::fs::write(cache.join("small.sqsh"), vec![0u8; 10]).unwrap();
+        std::fs::write(cache.join("big.sqsh"), vec![0u8; 3000]).unwrap();
+        let mut s = settings();
+        s.sqsh.cache_dir = cache.display().to_string();
+        let enroot = format!(
+            "ENROOT_DATA_PATH=/first; export ENROOT_DATA_PATH; export ENROOT_DATA_PATH={}; echo 4.1.2",
+            quote(&data.display().to_string())
+        );
+        let check = |unpacked: &str| {
+            let mut bin: Vec<(&str, &str)> = HEALTHY.to_vec();
+            let lister = format!(
+                r#"[ "$1" = -lls ] && [ "$2" = {} ] && printf '%s\n' {unpacked}"#,
+                quote(&cache.join("big.sqsh").display().to_string())
+            );
+            bin.push(("enroot", &enroot));
+            bin.push(("unsquashfs", &lister));
+            let checks = read_preflight(&s, "login", &run_script_with(&bin, &s));
+            checks.into_iter().find(|c| c.name == "enroot data path").unwrap()
+        };
+        let path = data.display().to_string();
+        let big = cache.join("big.sqsh").display().to_string();
+        // 1 PiB unpacked: more than any test machine has free.
+        let full = check("'-rw-r--r-- root/root 1125899906842624 2024-01-01 00:00 squashfs-root/a' 'drwxr-xr-x root/root 3 2024-01-01 00:00 squashfs-root'");
+        assert!(!full.ok && !full.required, "a warning: {full:?}");
+        assert!(full.detail.starts_with(&format!("ENROOT_DATA_PATH {path} on node1 has ")), "{full:?}");
+        assert!(
+            full.detail
+                .contains(&format!("the largest cached image, {big}, unpacks to 1024.0 TiB (1125899906842624 bytes)")),
+            "{full:?}"
+        );
+        assert!(full.detail.contains("No space left on device"), "{full:?}");
+        assert!(full.remediation.as_deref().unwrap().contains("ENROOT_DATA_PATH"), "{full:?}");
+        // Two containers left in the data path by earlier jobs: counted.
+        std::fs::create_dir_all(data.join("pyxis_tao-a")).unwrap();
+        std::fs::create_dir_all(data.join("pyxis_tao-b")).unwrap();
+        let fits = check("'-rw-r--r-- root/root 2000 2024-01-01 00:00 squashfs-root/a' '-rwxr-xr-x root/root 48 2024-01-01 00:00 squashfs-root/b'");
+        assert!(fits.ok && !fits.required, "{fits:?}");
+        assert!(fits.detail.contains(" free, 2 containers there; the largest cached image"), "{fits:?}");
+        assert!(fits.detail.contains(&format!("{big}, unpacks to 2.0 KiB (2048 bytes)")), "{fits:?}");
+        assert!(fits.detail.starts_with(&format!("ENROOT_DATA_PATH {path} on node1: ")), "{fits:?}");
+        // No unsquashfs: the squashfs file's own size, said to be less than it needs.
+        let unknown = check("x; exit 1");
+        assert!(unknown.detail.contains("is 2.9 KiB (3000 bytes) as squashfs and unpacks to more"), "{unknown:?}");
+    }
+
+    /// The node's lines read as its Enroot's room, as no Enroot (the Pyxis check's business), or as
+    /// the reason it could not be checked; each a warning that says so.
+    #[test]
+    fn the_enroot_space_check_says_why_it_could_not_look() {
+        let read = |body: &str| {
+            let out = format!("{SECTION}enroot_space\n{body}\n{SECTION}rc enroot_space 1\n");
+            Sections { host: "login1", secs: sections(&out) }.enroot_space()
+        };
+        assert_eq!(read("node node3\nno_enroot"), None);
+        let busy = read("srun: error: Unable to allocate resources: Resource temporarily unavailable").unwrap();
+        assert!(!busy.ok && !busy.required, "{busy:?}");
+        assert!(
+            busy.detail.starts_with(
+                "not checked: no node ran the check within 5 s (srun: error: Unable to allocate resources"
+            ),
+            "{busy:?}"
+        );
+        let unread = read("node node3\nno_data_path").unwrap();
+        assert!(unread.detail.contains("enroot on node3 did not show its ENROOT_DATA_PATH"), "{unread:?}");
+        let empty = read("node node3\ndata_path /tmp/e\nfree 1073741824").unwrap();
+        assert!(
+            empty.ok && empty.detail.contains("1.0 GiB (1073741824 bytes) free; no image in the squashfs cache"),
+            "{empty:?}"
+        );
+        // The containers already there (a global container_scope leaves every job's) are counted.
+        let held = read("node node3\ndata_path /tmp/e\nfree 1073741824\ncontainers 7").unwrap();
+        assert!(held.detail.contains("(1073741824 bytes) free, 7 containers there; no image"), "{held:?}");
+        let bad = read("node node3\ndata_path /tmp/e\nfree lots").unwrap();
+        assert!(!bad.ok && bad.detail.contains("df on node3 did not answer for /tmp/e"), "{bad:?}");
+    }
 
     #[test]
     fn srun_logs_true_is_a_warning_that_it_changes_nothing() {
