@@ -93,6 +93,9 @@ pub struct Workspace {
     pub ready: AtomicBool,
     /// Deleted: its monitor stops.
     pub stopped: AtomicBool,
+    /// Its logins ended for good (a person whose access ended): no call starts on it, and a call or
+    /// monitor cycle under way ends its connection when it returns, so no master of theirs outlives it.
+    logins_ended: AtomicBool,
     /// The monitor lock of its cluster, held while this service follows it.
     pub monitor_lock: Mutex<Option<tao_slurm_engine::client::MonitorLock>>,
     /// Idle clients, each with the credentials' generation it last logged in under.
@@ -149,6 +152,7 @@ impl Workspace {
             created_at: None,
             ready: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
+            logins_ended: AtomicBool::new(false),
             monitor_lock: Mutex::new(None),
             idle: Mutex::new(Vec::new()),
             credentials: AtomicU64::new(0),
@@ -220,6 +224,12 @@ impl Workspace {
         &self,
         f: impl FnOnce(&Client) -> tao_slurm_engine::Result<T>,
     ) -> tao_slurm_engine::Result<T> {
+        if self.logins_ended.load(Ordering::SeqCst) {
+            return Err(tao_slurm_engine::Error::RemoteCommand(format!(
+                "workspace {}: its logins ended (the person's access ended)",
+                self.id
+            )));
+        }
         let generation = self.ready_to_log_in()?;
         let reused = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let client = match reused {
@@ -232,6 +242,11 @@ impl Workspace {
         let before = client.transport_stats();
         let result = f(&client);
         self.account(before, client.transport_stats());
+        if self.logins_ended.load(Ordering::SeqCst) {
+            // Closed while it ran: a connection it opened after the close ends with it.
+            client.end_connections();
+            return result;
+        }
         // Renewed while it ran: it lets its sessions go now rather than keep the old login alive idle.
         let now = self.credentials.load(Ordering::SeqCst);
         self.under(&client, generation, now);
@@ -252,6 +267,7 @@ impl Workspace {
     /// End its logins now (a person whose access ended): its idle clients dropped, the master of
     /// its login closed at once with every session on it (`ssh -O exit`).
     pub fn end_logins(&self) {
+        self.logins_ended.store(true, Ordering::SeqCst);
         let idle: Vec<(Client, u64)> = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|e| e.into_inner()));
         match idle.first() {
             Some((c, _)) => c.end_connections(),
@@ -337,6 +353,10 @@ impl Workspace {
             if self.sleep_until(last + floor, next.min(Instant::now() + renew_every)) {
                 next = Instant::now();
             }
+        }
+        if self.logins_ended.load(Ordering::SeqCst) {
+            // Its logins ended while its last cycle ran: that cycle's connection ends with it.
+            client.end_connections();
         }
     }
 
