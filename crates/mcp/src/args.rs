@@ -22,11 +22,7 @@ pub const LOG_BYTES_MAX: u64 = 64 * 1024;
 pub fn parse<T: DeserializeOwned + JsonSchema>(
     arguments: serde_json::Map<String, serde_json::Value>,
 ) -> Result<T, ToolError> {
-    if let Some((name, message)) = tao_slurm_engine::spec::doors::unknown_field::<T>(&arguments) {
-        return Err(ToolError::invalid(&name, message));
-    }
-    // A wrong placement value is named here: serde's error from inside the flattened group has no path.
-    if let Some((name, message)) = tao_slurm_engine::spec::placement_field_error(&arguments) {
+    if let Some((name, message)) = tao_slurm_engine::spec::doors::refused_field::<T>(&arguments) {
         return Err(ToolError::invalid(&name, plain_expectation(&message)));
     }
     serde_path_to_error::deserialize(serde_json::Value::Object(arguments)).map_err(|e| {

@@ -40,11 +40,9 @@ pub async fn create_job(
         let (req, fields) = super::tao_jobs::to_job_create(&state, &org, &from_value(body)?)?;
         (req, Some(serde_json::to_value(fields).map_err(|e| ApiError::internal(e.to_string()))?))
     } else {
-        // JobCreate flattens the core's placement: serde neither refuses unknown names nor names a
-        // placement field of the wrong type there, so both are checked first.
-        let object = body.as_object();
-        let wrong = object.and_then(tao_slurm_engine::spec::doors::unknown_field::<JobCreate>);
-        if let Some((name, message)) = wrong.or_else(|| object.and_then(tao_slurm_engine::spec::placement_field_error))
+        // JobCreate flattens the core's placement: what serde cannot refuse there is refused first.
+        if let Some((name, message)) =
+            body.as_object().and_then(tao_slurm_engine::spec::doors::refused_field::<JobCreate>)
         {
             return Err(ApiError::field(name, message));
         }

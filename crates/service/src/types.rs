@@ -85,7 +85,7 @@ pub struct BackendDetailsIn {
 /// A job to create: every field of a tao-slurm job (as a job file has them), plus the TAO service's
 /// `specs`, `num_gpu`, `backend_details`, `workspace` and `action`. Unknown fields are refused.
 // No `deny_unknown_fields` (serde cannot with `flatten`): `create_job` refuses a name JobCreate's
-// schema lacks (`doors::unknown_field`).
+// schema lacks (`doors::refused_field`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 pub struct JobCreate {
     /// Container image: `nvcr.io/nvidia/tao/tao-toolkit:6.26.3-pyt`, `registry#image:tag`, or a `.sqsh` path.

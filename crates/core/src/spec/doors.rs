@@ -84,6 +84,15 @@ pub fn unknown_field<T: schemars::JsonSchema>(
     Some((name.clone(), format!("unknown field `{name}`, expected one of {}", expected.join(", "))))
 }
 
+/// What a door whose arguments flatten [`super::Placement`] refuses before serde reads them (serde
+/// can do neither in such a struct): the first name `T` does not take, else the first placement
+/// field of the wrong type; as (field, message).
+pub fn refused_field<T: schemars::JsonSchema>(
+    object: &serde_json::Map<String, serde_json::Value>,
+) -> Option<(String, String)> {
+    unknown_field::<T>(object).or_else(|| super::placement_field_error(object))
+}
+
 /// How `door` offers `field` (one of [`job_fields`]).
 pub fn offered_at(door: Door, field: &'static str) -> Offered {
     EXCEPTIONS.iter().find(|(d, f, _)| *d == door && *f == field).map_or(As(field), |(_, _, o)| *o)
