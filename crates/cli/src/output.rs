@@ -195,7 +195,7 @@ pub struct RenderReport {
     pub job_id: String,
     /// The resolved plan (resources, partition, times, mounts, environment...).
     pub plan: serde_json::Value,
-    pub files: Vec<FileRow>,
+    pub files: Vec<tao_slurm_engine::script::StagedFile>,
     /// Each secret variable's name, its value shown as `***`.
     pub secret_env: std::collections::BTreeMap<String, String>,
     /// A Cosmos-RL job's split of roles over nodes and GPUs.
@@ -213,12 +213,6 @@ pub struct RenderReport {
     /// A pipeline's steps in order (the plan is the first step's; the files are every step's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<tao_slurm_engine::client::PreviewStep>,
-}
-
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct FileRow {
-    pub path: String,
-    pub contents: String,
 }
 
 impl Report for RenderReport {

@@ -1,5 +1,5 @@
 use super::job_args::JobArgs;
-use super::output::{FileRow, RenderReport};
+use super::output::RenderReport;
 use clap::Args;
 use serde_json::json;
 use tao_slurm_engine::client::Preview;
@@ -37,7 +37,7 @@ pub(crate) fn render_report(p: &Preview) -> RenderReport {
     RenderReport {
         job_id: plan.layout.job_id.clone(),
         plan: serde_json::to_value(plan).expect("a plan serialises"),
-        files: p.files.iter().map(|f| FileRow { path: f.path.clone(), contents: f.contents.clone() }).collect(),
+        files: p.files.clone(),
         secret_env: plan.secret_names.iter().map(|n| (n.clone(), "***".to_string())).collect(),
         cosmos_rl: plan.cosmos.as_ref().map(cosmos_json),
         cosmos_table: plan.cosmos.as_ref().map(tao_slurm_engine::cosmos::split_table),

@@ -181,11 +181,7 @@ async fn dry_run(
         dry_run: true,
         job_id: preview.plan.layout.job_id.clone(),
         plan: serde_json::to_value(&preview.plan).map_err(|e| ApiError::internal(e.to_string()))?,
-        files: preview
-            .files
-            .iter()
-            .map(|f| StagedFileOut { path: f.path.clone(), contents: f.contents.clone() })
-            .collect(),
+        files: preview.files,
         warnings: preview.warnings,
     };
     Ok((StatusCode::OK, Json(out)).into_response())

@@ -81,7 +81,7 @@ impl Modify for BearerAuth {
         types::TaoStatus,
         types::JobCreate,
         types::DryRunOut,
-        types::StagedFileOut,
+        tao_slurm_engine::script::StagedFile,
         tao_slurm_engine::spec::Placement,
         types::CommandIn,
         types::BackendDetailsIn,

@@ -789,15 +789,8 @@ pub struct DryRunOut {
     #[schema(value_type = Object)]
     pub plan: serde_json::Value,
     /// The files the submit would stage on shared storage, the batch script last.
-    pub files: Vec<StagedFileOut>,
+    pub files: Vec<tao_slurm_engine::script::StagedFile>,
     pub warnings: Vec<String>,
-}
-
-/// A file a submit would stage.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct StagedFileOut {
-    pub path: String,
-    pub contents: String,
 }
 
 /// Parameters of a job's event stream.

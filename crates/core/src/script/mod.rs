@@ -13,8 +13,10 @@ use serde_json::json;
 use shell::quote;
 use std::fmt::Write as _;
 
-/// The files staged on shared storage for one job, with their remote paths.
-#[derive(Debug, Clone, PartialEq)]
+/// The files staged on shared storage for one job, with their remote paths (as every door's preview
+/// shows them).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StagedFile {
     pub path: String,
     pub contents: String,
