@@ -301,24 +301,3 @@ mod tests {
         assert!(calls.contains("scontrol release 4242"));
     }
 }
-
-/// The time to plan a 1,000-variant sweep (not a test: it asserts no time). Run with
-/// `cargo test --release -p tao-slurm-core -- --ignored --nocapture plan_sweep_timing`.
-#[cfg(test)]
-#[test]
-#[ignore]
-fn plan_sweep_timing() {
-    use crate::fixtures::{settings, spec};
-    let values: Vec<String> = (0..1000).map(|i| format!("{i}")).collect();
-    let sweep = crate::spec::SweepSpec { grid: [("LR".to_string(), values)].into(), ..Default::default() };
-    let spec = JobSpec { sweep: Some(sweep), ..spec() };
-    let ids: Vec<String> = (0..1000).map(|i| format!("00000000-0000-4000-8000-{i:012}")).collect();
-    let mut best = f64::MAX;
-    for _ in 0..5 {
-        let t = std::time::Instant::now();
-        let planned = plan_sweep(&spec, &settings(), "s", &ids).unwrap();
-        best = best.min(t.elapsed().as_secs_f64());
-        assert_eq!(planned.variants.len(), 1000);
-    }
-    println!("plan_sweep of 1,000 variants: best of 5 {:.1} ms", best * 1000.0);
-}
